@@ -1,0 +1,339 @@
+"""Start, measure and stop the brokers under test (leveret and RabbitMQ).
+
+Each broker runs as a private subprocess on a free loopback port with its own
+temporary data directory, so a benchmark run never touches a system broker.
+
+Process accounting (used for CPU/message and RSS) reads ``/proc``: CPU is
+``utime + stime`` (fields 14 and 15 of ``/proc/PID/stat``, in clock ticks,
+converted with ``SC_CLK_TCK``) summed over the broker's main process and all
+of its live descendants; RSS is ``VmRSS`` from ``/proc/PID/status`` summed the
+same way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+
+
+# --------------------------------------------------------------- /proc helpers
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    task_dir = Path(f"/proc/{pid}/task")
+    try:
+        for task in task_dir.iterdir():
+            try:
+                kids.extend(int(x) for x in (task / "children").read_text().split())
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return kids
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its live descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(_children(p))
+    return out
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of one process, in seconds (0 if it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    # comm (field 2) may contain spaces: split after its closing parenthesis.
+    fields = raw[raw.rindex(")") + 2:].split()
+    # fields[0] is field 3 (state), so field 14 is fields[11], field 15 fields[12]
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_rss_bytes(pid: int) -> int:
+    """VmRSS of one process, in bytes (0 if gone or a kernel thread)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def proc_comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (tiny race, acceptable here)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def amqp_port_open(host: str, port: int) -> bool:
+    """True if the port accepts TCP and answers the AMQP protocol header."""
+    try:
+        with socket.create_connection((host, port), timeout=1) as s:
+            s.sendall(b"AMQP\x00\x00\x09\x01")
+            s.settimeout(2)
+            data = s.recv(1)
+            return data == b"\x01"  # first byte of a method frame (connection.start)
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------------ brokers
+class BrokerError(RuntimeError):
+    pass
+
+
+@dataclass
+class Broker:
+    """A running broker subprocess.
+
+    ``pid`` is the process whose CPU is measured (RabbitMQ: ``beam.smp``),
+    ``root`` the process we spawned (RabbitMQ: its shell wrapper).
+    """
+
+    name: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    pid: int = 0
+    root: subprocess.Popen | None = None
+    workdir: str = ""
+    log_path: str = ""
+    extra: dict = field(default_factory=dict)
+
+    # measurement -------------------------------------------------------
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user + system) of the broker process tree."""
+        return sum(proc_cpu_seconds(p) for p in process_tree(self.pid))
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the broker process tree, in bytes."""
+        return sum(proc_rss_bytes(p) for p in process_tree(self.pid))
+
+    def alive(self) -> bool:
+        return self.root is not None and self.root.poll() is None
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # lifecycle ---------------------------------------------------------
+    def start(self) -> "Broker":
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> "Broker":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class Leveret(Broker):
+    """``python -m leveret server --amqp-port 0 --data-dir <tmp>``.
+
+    Ready when it prints ``leveret ready: amqp://127.0.0.1:PORT``.
+    """
+
+    READY = re.compile(r"leveret ready: amqp://([\d.]+|\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
+
+    def __init__(self, python: str = sys.executable, start_timeout: float = 30.0) -> None:
+        super().__init__(name="leveret")
+        self.python = python
+        self.start_timeout = start_timeout
+
+    def start(self) -> "Leveret":
+        self.workdir = tempfile.mkdtemp(prefix="leveret-bench-")
+        data_dir = os.path.join(self.workdir, "data")
+        os.makedirs(data_dir)
+        self.log_path = os.path.join(self.workdir, "leveret.log")
+        cmd = [self.python, "-m", "leveret", "server", "--amqp-port", "0", "--data-dir", data_dir]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with open(self.log_path, "wb") as log:
+            self.root = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, start_new_session=True, cwd=self.workdir)
+        self.pid = self.root.pid
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            m = self.READY.search(Path(self.log_path).read_text(errors="replace"))
+            if m:
+                self.host = m.group(1).strip("[]")
+                self.port = int(m.group(2))
+                return self
+            if self.root.poll() is not None:
+                break
+            time.sleep(0.1)
+        tail = self.log_tail()
+        self.stop()
+        raise BrokerError(f"leveret did not become ready (cmd: {' '.join(cmd)})\n{tail}")
+
+    def stop(self) -> None:
+        if self.root is not None and self.root.poll() is None:
+            self.root.send_signal(signal.SIGTERM)
+            try:
+                self.root.wait(15)
+            except subprocess.TimeoutExpired:
+                self.root.kill()
+                self.root.wait(5)
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = ""
+
+
+def rabbitmq_installed() -> bool:
+    return os.path.exists(RABBITMQ_SERVER) and shutil.which("erl") is not None
+
+
+class RabbitMQ(Broker):
+    """A private RabbitMQ node started from the Debian package's scripts.
+
+    Isolation: random node name ``bench-<hex>@localhost``, free loopback
+    ports for AMQP, Erlang distribution and a private ``epmd``
+    (``ERL_EPMD_PORT``), all state (mnesia, logs, Erlang cookie via ``HOME``)
+    in a temporary directory, an empty enabled-plugins file (no management
+    plugin), and an empty ``rabbitmq-env.conf`` so /etc settings are ignored.
+
+    ``schedulers``: if set, Erlang scheduler threads (``+S N:N``); default is
+    one per core.
+    """
+
+    def __init__(self, start_timeout: float = 90.0, schedulers: int | None = None) -> None:
+        super().__init__(name="rabbitmq")
+        self.start_timeout = start_timeout
+        self.schedulers = schedulers
+        self.epmd_port = 0
+
+    def _env(self) -> dict:
+        w = self.workdir
+        Path(w, "rabbitmq-env.conf").write_text("")
+        Path(w, "enabled_plugins").write_text("[].\n")
+        Path(w, "rabbitmq.conf").write_text(
+            "loopback_users.guest = true\n"
+            "log.console = false\n"
+            "log.file.level = warning\n"
+        )
+        erl_args = "-kernel inet_dist_use_interface {127,0,0,1}"
+        if self.schedulers:
+            erl_args += f" +S {self.schedulers}:{self.schedulers}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
+        env.update(
+            HOME=w,
+            RABBITMQ_CONF_ENV_FILE=os.path.join(w, "rabbitmq-env.conf"),
+            RABBITMQ_CONFIG_FILE=os.path.join(w, "rabbitmq.conf"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(w, "enabled_plugins"),
+            RABBITMQ_NODENAME=self.extra["nodename"],
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(self.extra["dist_port"]),
+            RABBITMQ_MNESIA_BASE=os.path.join(w, "mnesia"),
+            RABBITMQ_LOG_BASE=os.path.join(w, "log"),
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=erl_args,
+            ERL_EPMD_PORT=str(self.epmd_port),
+            ERL_EPMD_ADDRESS="127.0.0.1",
+        )
+        return env
+
+    def start(self) -> "RabbitMQ":
+        if not rabbitmq_installed():
+            raise BrokerError("rabbitmq-server is not installed (apt-get install -y rabbitmq-server)")
+        self.workdir = tempfile.mkdtemp(prefix="rabbitmq-bench-")
+        self.port = free_port()
+        self.epmd_port = free_port()
+        self.extra = {"nodename": f"bench-{secrets.token_hex(4)}@localhost", "dist_port": free_port()}
+        self.log_path = os.path.join(self.workdir, "stdout.log")
+        env = self._env()
+        with open(self.log_path, "wb") as log:
+            self.root = subprocess.Popen([RABBITMQ_SERVER], stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, cwd=self.workdir,
+                                         start_new_session=True)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.root.poll() is not None:
+                break
+            if amqp_port_open(self.host, self.port):
+                beam = self._find_beam()
+                if beam:
+                    self.pid = beam
+                    return self
+            time.sleep(0.5)
+        tail = self.log_tail()
+        self.stop()
+        raise BrokerError(f"RabbitMQ did not start on port {self.port}\n{tail}")
+
+    def _find_beam(self) -> int:
+        for p in process_tree(self.root.pid):
+            if proc_comm(p).startswith("beam"):
+                return p
+        return 0
+
+    def _epmd_pids(self) -> list[int]:
+        """epmd daemons started with our private ERL_EPMD_PORT."""
+        out = []
+        marker = f"ERL_EPMD_PORT={self.epmd_port}".encode()
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit() or proc_comm(int(d.name)) != "epmd":
+                continue
+            try:
+                if marker in (d / "environ").read_bytes().split(b"\0"):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+        return out
+
+    def stop(self) -> None:
+        if self.root is not None:
+            tree = process_tree(self.root.pid)
+            if self.root.poll() is None:
+                # The wrapper script traps SIGTERM and forwards it to the VM,
+                # which shuts the node down cleanly.
+                self.root.send_signal(signal.SIGTERM)
+                try:
+                    self.root.wait(30)
+                except subprocess.TimeoutExpired:
+                    pass
+            for p in tree:  # anything left of the VM: kill by PID
+                if p != self.root.pid and os.path.exists(f"/proc/{p}"):
+                    try:
+                        os.kill(p, signal.SIGKILL)
+                    except OSError:
+                        pass
+            if self.root.poll() is None:
+                self.root.kill()
+                self.root.wait(5)
+        if self.epmd_port:
+            for p in self._epmd_pids():
+                try:
+                    os.kill(p, signal.SIGTERM)
+                except OSError:
+                    pass
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = ""

@@ -1,0 +1,278 @@
+"""Run the benchmark workloads against leveret and/or a private RabbitMQ.
+
+Usage::
+
+    python bench/run.py                              # both brokers, all workloads
+    python bench/run.py --only rabbitmq --messages 50000 --seconds 5
+    python bench/run.py --workloads publish,pubsub   # or letters: a,c
+
+Prints a side-by-side table (msg/s, ratio leveret/rabbitmq, broker µs CPU
+per message, RSS, pubsub latency) and writes ``bench/results/latest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from brokers import Broker, BrokerError, Leveret, RabbitMQ, rabbitmq_installed  # noqa: E402
+from loadgen import Connection, loop_name, new_event_loop  # noqa: E402
+from workloads import ALIASES, WORKLOADS, Meter, Row, Settings  # noqa: E402
+
+BROKERS = ("leveret", "rabbitmq")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    d = Settings()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", choices=("leveret", "rabbitmq", "both"), default="both",
+                   help="which broker(s) to benchmark (default: both)")
+    p.add_argument("--messages", type=int, default=d.messages,
+                   help=f"max messages per workload (default {d.messages})")
+    p.add_argument("--seconds", type=float, default=d.seconds,
+                   help=f"max seconds of timed phase per workload (default {d.seconds:g})")
+    p.add_argument("--workloads", default="all",
+                   help="comma-separated: " + ",".join(WORKLOADS) + " (or a,b,c,d,e; default all)")
+    p.add_argument("--body-size", type=int, default=d.body_size, help="body bytes for workloads a-d (default 100)")
+    p.add_argument("--prefetch", type=int, default=d.prefetch, help="consumer prefetch (default 1000)")
+    p.add_argument("--ack-every", type=int, default=d.ack_every,
+                   help="consumers ack (multiple=True) every N deliveries (default 100)")
+    p.add_argument("--batch", type=int, default=d.batch, help="messages per socket write when flooding (default 500)")
+    p.add_argument("--latency-window", type=int, default=d.latency_window,
+                   help="pubsub: max messages in flight (default 1000)")
+    p.add_argument("--latency-rate", type=int, default=d.latency_rate,
+                   help="latency workload: fixed publish rate in msg/s (default 5000)")
+    p.add_argument("--confirm-window", type=int, default=d.confirm_window,
+                   help="confirm workloads: max unconfirmed publishes (default 1000)")
+    p.add_argument("--rabbitmq-schedulers", type=int, default=None,
+                   help="Erlang scheduler threads for RabbitMQ (default: one per core)")
+    p.add_argument("--python", default=sys.executable, help="interpreter used to start leveret")
+    p.add_argument("--output", default=str(HERE / "results" / "latest.json"), help="JSON results path")
+    p.add_argument("--pause", type=float, default=1.0, help="seconds to idle between workloads (default 1)")
+    return p.parse_args(argv)
+
+
+def resolve_workloads(spec: str) -> list[str]:
+    names: list[str] = []
+    for part in (x.strip().lower() for x in spec.split(",") if x.strip()):
+        expanded = ALIASES.get(part) or ([part] if part in WORKLOADS else None)
+        if expanded is None:
+            raise SystemExit(f"unknown workload {part!r}; choose from {', '.join(WORKLOADS)} or a-e")
+        names.extend(n for n in expanded if n not in names)
+    return names
+
+
+def make_broker(name: str, args: argparse.Namespace) -> Broker:
+    if name == "leveret":
+        return Leveret(python=args.python)
+    return RabbitMQ(schedulers=args.rabbitmq_schedulers)
+
+
+def row_result(row: Row, meter: Meter) -> dict:
+    """Flatten a Row plus the meter's CPU/RSS figures (units in the key names)."""
+    out = {
+        "messages": row.messages,
+        "seconds": round(row.seconds, 4),
+        "msg_per_s": round(row.rate, 1),
+        "broker_cpu_s": round(meter.broker_cpu, 4),
+        "broker_cpu_us_per_msg": round(meter.broker_cpu / row.messages * 1e6, 2) if row.messages else None,
+        "broker_cpu_pct": round(100 * meter.broker_cpu / meter.seconds, 1) if meter.seconds else None,
+        "loadgen_cpu_pct": round(100 * meter.gen_cpu / meter.seconds, 1) if meter.seconds else None,
+        "broker_rss_mb": round(meter.rss_bytes / 2**20, 1),
+    }
+    out.update(row.extra)
+    return out
+
+
+async def _server_info(broker: Broker) -> dict:
+    conn = await Connection.open(broker.host, broker.port)
+    props = conn.server_properties
+    await conn.close()
+    return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in props.items()
+            if k in ("product", "version", "platform")}
+
+
+def run_broker(name: str, workloads: list[str], settings: Settings, args: argparse.Namespace) -> dict:
+    """Start one broker, run the workloads in order, stop it.  Returns {"info", "rows", "errors"}."""
+    out: dict = {"info": {}, "rows": {}, "errors": {}}
+    broker = make_broker(name, args)
+    log(f"[{name}] starting ...")
+    t = time.monotonic()
+    try:
+        broker.start()
+    except BrokerError as e:
+        log(f"[{name}] failed to start: {e}")
+        out["errors"]["start"] = str(e)
+        return out
+    loop = new_event_loop()
+    try:
+        log(f"[{name}] ready on {broker.host}:{broker.port} (pid {broker.pid}) in {time.monotonic() - t:.1f}s")
+        try:
+            out["info"] = loop.run_until_complete(_server_info(broker))
+        except Exception as e:  # noqa: BLE001
+            out["info"] = {"error": repr(e)}
+        out["info"]["pid"] = broker.pid
+        out["info"]["idle_rss_mb"] = round(broker.rss_bytes() / 2**20, 1)
+        for wl_name in workloads:
+            if not broker.alive():
+                out["errors"][wl_name] = "broker is not running"
+                log(f"[{name}] {wl_name}: skipped, broker died\n{broker.log_tail()}")
+                continue
+            meter = Meter(broker)
+            limit = 2 * settings.seconds + 2 * settings.grace + 60
+            try:
+                rows = loop.run_until_complete(
+                    asyncio.wait_for(WORKLOADS[wl_name](broker, settings, meter), limit))
+            except Exception as e:  # noqa: BLE001 - keep going with the next workload
+                out["errors"][wl_name] = f"{type(e).__name__}: {e}"
+                log(f"[{name}] {wl_name}: FAILED: {type(e).__name__}: {e}")
+                continue
+            for row in rows:
+                r = row_result(row, meter)
+                out["rows"][row.name] = r
+                lat = f"  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms" if "p50_ms" in r else ""
+                log(f"[{name}] {row.name:15s} {r['messages']:>8d} msgs in {r['seconds']:6.2f}s = "
+                    f"{r['msg_per_s']:>10,.0f} msg/s  {r['broker_cpu_us_per_msg'] or 0:7.2f} µs CPU/msg  "
+                    f"broker {r['broker_cpu_pct']:5.1f}% CPU  loadgen {r['loadgen_cpu_pct']:5.1f}% CPU  "
+                    f"RSS {r['broker_rss_mb']:.0f} MB{lat}")
+            time.sleep(args.pause)
+    finally:
+        loop.close()
+        log(f"[{name}] stopping")
+        broker.stop()
+    return out
+
+
+# ------------------------------------------------------------------ output
+def _fmt(v, spec: str = ",.0f", none: str = "-") -> str:
+    return none if v is None else format(v, spec)
+
+
+def table_rows(results: dict) -> list[list[str]]:
+    lev = results.get("leveret", {}).get("rows", {})
+    rmq = results.get("rabbitmq", {}).get("rows", {})
+    names = list(dict.fromkeys([*lev, *rmq]))
+    rows = []
+    for n in names:
+        a, b = lev.get(n, {}), rmq.get(n, {})
+        ra, rb = a.get("msg_per_s"), b.get("msg_per_s")
+        ratio = ra / rb if ra is not None and rb else None
+
+        def lat(r: dict) -> str:
+            return f"{r['p50_ms']:.2f} / {r['p99_ms']:.2f}" if "p50_ms" in r else "-"
+
+        rows.append([
+            n, _fmt(ra), _fmt(rb), _fmt(ratio, ".2f"),
+            _fmt(a.get("broker_cpu_us_per_msg"), ".1f"), _fmt(b.get("broker_cpu_us_per_msg"), ".1f"),
+            _fmt(a.get("broker_rss_mb"), ".0f"), _fmt(b.get("broker_rss_mb"), ".0f"),
+            lat(a), lat(b),
+        ])
+    return rows
+
+
+HEADERS = ["workload", "leveret msg/s", "rabbitmq msg/s", "ratio lev/rmq",
+           "leveret µs CPU/msg", "rabbitmq µs CPU/msg", "leveret RSS MB", "rabbitmq RSS MB",
+           "leveret p50/p99 ms", "rabbitmq p50/p99 ms"]
+TABLE_WIDTH = 190  # used when stdout is not a terminal (rich would default to 80)
+
+
+def saturation_rows(results: dict) -> list[list[str]]:
+    out = []
+    for broker, res in results.items():
+        for n, r in res.get("rows", {}).items():
+            out.append([broker, n, _fmt(r.get("broker_cpu_pct"), ".0f"), _fmt(r.get("loadgen_cpu_pct"), ".0f")])
+    return out
+
+
+def print_tables(results: dict) -> None:
+    rows = table_rows(results)
+    sat = saturation_rows(results)
+    sat_headers = ["broker", "workload", "broker CPU %", "loadgen CPU %"]
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        _plain(HEADERS, rows)
+        print("\nSaturation (100% = one core busy):")
+        _plain(sat_headers, sat)
+    else:
+        console = Console() if sys.stdout.isatty() else Console(width=TABLE_WIDTH)
+        t = Table(title="leveret vs RabbitMQ (ratio > 1: leveret faster)")
+        for i, h in enumerate(HEADERS):
+            t.add_column(h, justify="left" if i == 0 else "right")
+        for r in rows:
+            t.add_row(*r)
+        console.print(t)
+        s = Table(title="Saturation check (100% = one core busy)")
+        for i, h in enumerate(sat_headers):
+            s.add_column(h, justify="left" if i < 2 else "right")
+        for r in sat:
+            s.add_row(*r)
+        console.print(s)
+    for broker, res in results.items():
+        for wl, err in res.get("errors", {}).items():
+            print(f"{broker} {wl}: ERROR {err}")
+
+
+def _plain(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    print(line(headers))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print(line(r))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = Settings(messages=args.messages, seconds=args.seconds, body_size=args.body_size,
+                        prefetch=args.prefetch, ack_every=args.ack_every, batch=args.batch,
+                        latency_window=args.latency_window,
+                        latency_rate=args.latency_rate, confirm_window=args.confirm_window)
+    workloads = resolve_workloads(args.workloads)
+    brokers = list(BROKERS) if args.only == "both" else [args.only]
+    if "rabbitmq" in brokers and not rabbitmq_installed():
+        log("NOTE: rabbitmq-server is not installed, so only leveret is benchmarked.\n"
+            "      Install it with: apt-get install -y rabbitmq-server")
+        brokers.remove("rabbitmq")
+    if not brokers:
+        return 1
+    log(f"workloads: {', '.join(workloads)}; bounds: {settings.messages} messages or "
+        f"{settings.seconds:g} s each; load generator on {loop_name()}")
+    results: dict = {}
+    for b in brokers:
+        results[b] = run_broker(b, workloads, settings, args)
+    print_tables(results)
+    doc = {
+        "meta": {
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "loadgen_loop": loop_name(), "settings": vars(settings), "workloads": workloads,
+        },
+        "results": results,
+    }
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    log(f"results written to {out}")
+    failed = any(r.get("errors") for r in results.values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

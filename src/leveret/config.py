@@ -1,0 +1,102 @@
+"""Broker settings, from keyword arguments or a TOML file (``leveret server --config``).
+
+Example file::
+
+    vhosts = ["/", "orders"]
+    loopback_users = ["guest"]      # users that may only connect from 127.0.0.1 / ::1
+
+    [server]
+    bind = "127.0.0.1"
+    amqp_port = 5672
+    data_dir = "./leveret-data"
+    heartbeat = 60                  # seconds proposed in connection.tune; 0 disables
+    frame_max = 131072              # bytes
+    channel_max = 2047
+    max_message_size = 134217728    # bytes; larger messages get 406 PRECONDITION_FAILED
+
+    [[users]]
+    name = "alice"
+    password = "s3cret"
+    vhosts = ["/", "orders"]        # "*" for all
+    tags = ["administrator"]
+
+The guest/guest user always exists (vhost ``/``, loopback only) unless ``[[users]]``
+redefines ``guest``, as in RabbitMQ.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .core.auth import User, UserDatabase
+from .core.broker import BrokerCore, Limits
+
+
+class ConfigError(ValueError):
+    """The config file is unreadable or has an unknown or ill-typed key."""
+
+
+@dataclass
+class Settings:
+    bind: str = "127.0.0.1"
+    amqp_port: int = 5672
+    data_dir: str = "./leveret-data"
+    log_level: str = "info"
+    limits: Limits = field(default_factory=Limits)
+    vhosts: list[str] = field(default_factory=lambda: ["/"])
+    users: list[User] = field(default_factory=list)
+    loopback_users: list[str] = field(default_factory=lambda: ["guest"])
+
+    def build_core(self) -> BrokerCore:
+        users = UserDatabase(loopback_users=self.loopback_users)
+        for user in self.users:
+            users.users[user.name] = user
+        core = BrokerCore(users=users, limits=self.limits)
+        for name in self.vhosts:
+            core.add_vhost(name)
+        return core
+
+
+_SERVER_KEYS = {"bind": str, "amqp_port": int, "data_dir": str, "log_level": str}
+_LIMIT_KEYS = {"heartbeat": int, "frame_max": int, "channel_max": int, "max_message_size": int}
+
+
+def load(path: str | Path, settings: Settings | None = None) -> Settings:
+    """Read a TOML config file into ``settings`` (a new Settings by default).
+
+    Raises ConfigError naming the file and the offending key.
+    """
+    settings = settings or Settings()
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+    def typed(section: str, key: str, value: object, kind: type) -> object:
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+            raise ConfigError(f"{path}: {section}{key} must be {kind.__name__}")
+        return value
+
+    for key, value in data.pop("server", {}).items():
+        if key in _SERVER_KEYS:
+            setattr(settings, key, typed("server.", key, value, _SERVER_KEYS[key]))
+        elif key in _LIMIT_KEYS:
+            setattr(settings.limits, key, typed("server.", key, value, _LIMIT_KEYS[key]))
+        else:
+            raise ConfigError(f"{path}: unknown key server.{key}")
+    if "vhosts" in data:
+        settings.vhosts = [typed("", "vhosts[]", v, str) for v in data.pop("vhosts")]  # type: ignore[misc]
+    if "loopback_users" in data:
+        settings.loopback_users = list(data.pop("loopback_users"))
+    for entry in data.pop("users", []):
+        try:
+            settings.users.append(User(name=entry["name"], password=entry["password"],
+                                       vhosts=list(entry.get("vhosts", ["/"])),
+                                       tags=list(entry.get("tags", []))))
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"{path}: each [[users]] needs name and password ({exc})") from None
+    if data:
+        raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(data))}")
+    return settings

@@ -1,0 +1,188 @@
+"""Exchanges and their routing: direct, fanout, topic and headers (AMQP 0-9-1 §3.1.3).
+
+An exchange routes a message to destinations: queues, or other exchanges when bound
+with exchange.bind (RabbitMQ's exchange-to-exchange bindings). Following those, and the
+``alternate-exchange`` argument, is the virtual host's job (:mod:`leveret.core.vhost`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import COMMAND_INVALID, ConnectionError
+from .message import Message
+from .topic import TopicTrie
+
+DEFAULT_EXCHANGE = ""
+
+
+def freeze(value: Any) -> Any:
+    """A hashable, order-insensitive form of a field table or value (binding identity)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+@dataclass(eq=False)
+class Binding:
+    """source --routing_key/arguments--> destination (a Queue or an Exchange)."""
+
+    source: Exchange
+    destination: Any
+    routing_key: str
+    arguments: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple:
+        return (self.destination, self.routing_key, freeze(self.arguments))
+
+
+class Exchange:
+    """Base exchange: holds bindings; subclasses implement :meth:`route`."""
+
+    type = ""
+
+    def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
+                 internal: bool = False, arguments: dict | None = None) -> None:
+        self.name = name
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments = dict(arguments or {})
+        self.bindings: dict[tuple, Binding] = {}
+
+    @property
+    def alternate_exchange(self) -> str | None:
+        return self.arguments.get("alternate-exchange")
+
+    def add_binding(self, binding: Binding) -> bool:
+        """Add; False if an identical binding exists (binding twice is a no-op)."""
+        if binding.key in self.bindings:
+            return False
+        self.bindings[binding.key] = binding
+        self._bind(binding)
+        return True
+
+    def remove_binding(self, binding: Binding) -> Binding | None:
+        existing = self.bindings.pop(binding.key, None)
+        if existing is not None:
+            self._unbind(existing)
+        return existing
+
+    def route(self, message: Message) -> tuple | list:
+        """Destinations of ``message`` through this exchange's own bindings."""
+        raise NotImplementedError
+
+    def _bind(self, binding: Binding) -> None:
+        pass
+
+    def _unbind(self, binding: Binding) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class DirectExchange(Exchange):
+    """Routes to bindings whose key equals the routing key."""
+
+    type = "direct"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._by_key: dict[str, dict[Any, None]] = {}
+
+    def _bind(self, binding: Binding) -> None:
+        self._by_key.setdefault(binding.routing_key, {})[binding.destination] = None
+
+    def _unbind(self, binding: Binding) -> None:
+        if any(b.destination is binding.destination and b.routing_key == binding.routing_key
+               for b in self.bindings.values()):
+            return  # still bound under other arguments
+        dests = self._by_key.get(binding.routing_key)
+        if dests is not None:
+            dests.pop(binding.destination, None)
+            if not dests:
+                del self._by_key[binding.routing_key]
+
+    def route(self, message: Message) -> tuple | list:
+        dests = self._by_key.get(message.routing_key)
+        return list(dests) if dests else ()
+
+
+class FanoutExchange(Exchange):
+    """Routes to every binding, ignoring the routing key."""
+
+    type = "fanout"
+
+    def route(self, message: Message) -> tuple | list:
+        return list(dict.fromkeys(b.destination for b in self.bindings.values()))
+
+
+class TopicExchange(Exchange):
+    """Routes by pattern: ``*`` one word, ``#`` zero or more (see :mod:`.topic`)."""
+
+    type = "topic"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._trie = TopicTrie()
+        self._counts: dict[tuple, int] = {}
+
+    def _bind(self, binding: Binding) -> None:
+        key = (binding.routing_key, binding.destination)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        self._trie.add(binding.routing_key, binding.destination)
+
+    def _unbind(self, binding: Binding) -> None:
+        key = (binding.routing_key, binding.destination)
+        self._counts[key] -= 1
+        if not self._counts[key]:
+            del self._counts[key]
+            self._trie.remove(binding.routing_key, binding.destination)
+
+    def route(self, message: Message) -> tuple | list:
+        return self._trie.match(message.routing_key)
+
+
+class HeadersExchange(Exchange):
+    """Routes by message headers against binding arguments, RabbitMQ's ``x-match``:
+    ``all`` (default) or ``any``; ``all-with-x``/``any-with-x`` also compare arguments
+    starting ``x-``. A binding value of void (None) matches on the key's presence."""
+
+    type = "headers"
+
+    def route(self, message: Message) -> tuple | list:
+        headers = (message.properties.headers or {}) if message.has_headers else {}
+        return list(dict.fromkeys(b.destination for b in self.bindings.values()
+                                  if headers_match(b.arguments, headers)))
+
+
+def headers_match(arguments: dict, headers: dict) -> bool:
+    mode = arguments.get("x-match", "all")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    with_x = mode.endswith("-with-x")
+    wanted = [(k, v) for k, v in arguments.items()
+              if k != "x-match" and (with_x or not k.startswith("x-"))]
+    hits = (k in headers and (v is None or headers[k] == v) for k, v in wanted)
+    if mode.startswith("any"):
+        return any(hits)
+    return all(hits)
+
+
+EXCHANGE_TYPES: dict[str, type[Exchange]] = {
+    cls.type: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
+}
+
+
+def exchange_class(type_name: str) -> type[Exchange]:
+    """The class for an exchange type; unknown types are a 503 connection error, as in
+    RabbitMQ ("invalid exchange type")."""
+    try:
+        return EXCHANGE_TYPES[type_name]
+    except KeyError:
+        raise ConnectionError(COMMAND_INVALID, f"invalid exchange type '{type_name}'") from None

@@ -1,0 +1,259 @@
+"""A virtual host: its exchanges, queues and bindings, and routing between them.
+
+Operations raise :class:`~leveret.core.errors.ChannelError` with RabbitMQ's reply codes
+and texts: 404 for a missing exchange or queue, 403 for the reserved ``amq.`` prefix or
+the default exchange, 405 for another connection's exclusive queue, 406 for an
+inequivalent redeclaration or a failed if-unused/if-empty.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Any
+
+from .errors import access_refused, not_found, precondition_failed, resource_locked
+from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, exchange_class
+from .message import Message
+from .queue import Queue
+
+#: Exchanges every virtual host has, as in RabbitMQ.
+PREDECLARED = {
+    "amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
+    "amq.headers": "headers", "amq.match": "headers",
+}
+
+#: Queue arguments compared on redeclaration (others are not, as in RabbitMQ 3.10).
+EQUIVALENCE_ARGS = (
+    "x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-overflow",
+    "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-priority",
+    "x-queue-mode", "x-queue-type", "x-single-active-consumer", "x-delivery-limit",
+)
+
+
+def _amqp_bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+class VirtualHost:
+    """One virtual host; ``name`` as in connection.open."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        #: Direct reply-to consumers by the key in ``amq.rabbitmq.reply-to.<key>``.
+        self.reply_consumers: dict[str, Any] = {}
+        self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
+        for ex_name, ex_type in PREDECLARED.items():
+            self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
+
+    # -- look-ups -------------------------------------------------------------------
+    def _where(self) -> str:
+        return f"in vhost '{self.name}'"
+
+    def get_exchange(self, name: str) -> Exchange:
+        try:
+            return self.exchanges[name]
+        except KeyError:
+            raise not_found(f"no exchange '{name}' {self._where()}") from None
+
+    def get_queue(self, name: str, owner: Any = None) -> Queue:
+        """The queue, checking exclusive ownership when ``owner`` is given (405)."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise not_found(f"no queue '{name}' {self._where()}")
+        if owner is not None and queue.exclusive_owner not in (None, owner):
+            raise self._locked(name)
+        return queue
+
+    def _locked(self, name: str) -> Exception:
+        return resource_locked(
+            f"cannot obtain exclusive access to locked queue '{name}' {self._where()}. "
+            "It could be originally declared on another connection or the exclusive "
+            "property value does not match that of the original declaration.")
+
+    # -- exchanges ------------------------------------------------------------------
+    def declare_exchange(self, name: str, type: str, passive: bool = False,
+                         durable: bool = False, auto_delete: bool = False,
+                         internal: bool = False, arguments: dict | None = None) -> Exchange:
+        """exchange.declare (§1.7.2.1); returns the existing or new exchange."""
+        if passive:
+            return self.get_exchange(name)
+        if name == DEFAULT_EXCHANGE or name.startswith("amq."):
+            raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        cls = exchange_class(type)
+        arguments = dict(arguments or {})
+        existing = self.exchanges.get(name)
+        if existing is None:
+            exchange = cls(name, durable, auto_delete, internal, arguments)
+            self.exchanges[name] = exchange
+            return exchange
+        what = f"for exchange '{name}' {self._where()}"
+        for field, received, current in (
+            ("type", type, existing.type),
+            ("durable", durable, existing.durable),
+            ("auto_delete", auto_delete, existing.auto_delete),
+            ("internal", internal, existing.internal),
+        ):
+            if received != current:
+                if isinstance(received, bool):
+                    received, current = _amqp_bool(received), _amqp_bool(current)
+                raise precondition_failed(
+                    f"inequivalent arg '{field}' {what}: received '{received}' but current is '{current}'")
+        self._check_args(arguments, existing.arguments, ("alternate-exchange",), what)
+        return existing
+
+    def delete_exchange(self, name: str, if_unused: bool = False) -> None:
+        """exchange.delete: idempotent for a missing exchange, as in RabbitMQ."""
+        if name == DEFAULT_EXCHANGE or name.startswith("amq."):
+            raise access_refused(f"operation not permitted on exchange '{name}'")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and exchange.bindings:
+            raise precondition_failed(f"exchange '{name}' {self._where()} in use")
+        self._remove_exchange(exchange)
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        del self.exchanges[exchange.name]
+        for binding in list(exchange.bindings.values()):
+            self._drop_binding(binding)
+        for other in list(self.exchanges.values()):
+            for binding in [b for b in other.bindings.values() if b.destination is exchange]:
+                self._drop_binding(binding)
+
+    # -- queues ---------------------------------------------------------------------
+    def new_queue_name(self) -> str:
+        return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+    def declare_queue(self, name: str, owner: Any, passive: bool = False,
+                      durable: bool = False, exclusive: bool = False,
+                      auto_delete: bool = False, arguments: dict | None = None) -> Queue:
+        """queue.declare (§1.8.2.1). ``owner`` is the declaring connection; an empty
+        ``name`` gets a server-generated ``amq.gen-…`` name."""
+        if passive:
+            return self.get_queue(name, owner)
+        if not name:
+            name = self.new_queue_name()
+        elif name.startswith("amq."):
+            raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        arguments = dict(arguments or {})
+        existing = self.queues.get(name)
+        if existing is None:
+            queue = Queue(self, name, durable, owner if exclusive else None, auto_delete, arguments)
+            self.queues[name] = queue
+            return queue
+        if existing.exclusive_owner is not None and existing.exclusive_owner is not owner:
+            raise self._locked(name)
+        if exclusive != (existing.exclusive_owner is not None):
+            raise self._locked(name)
+        what = f"for queue '{name}' {self._where()}"
+        for field, received, current in (("durable", durable, existing.durable),
+                                         ("auto_delete", auto_delete, existing.auto_delete)):
+            if received != current:
+                raise precondition_failed(
+                    f"inequivalent arg '{field}' {what}: received '{_amqp_bool(received)}' "
+                    f"but current is '{_amqp_bool(current)}'")
+        self._check_args(arguments, existing.arguments, EQUIVALENCE_ARGS, what)
+        return existing
+
+    def delete_queue(self, name: str, owner: Any = None, if_unused: bool = False,
+                     if_empty: bool = False) -> int:
+        """queue.delete: returns the number of ready messages deleted (0 if missing)."""
+        queue = self.queues.get(name)
+        if queue is None:
+            return 0
+        if owner is not None and queue.exclusive_owner not in (None, owner):
+            raise self._locked(name)
+        if if_unused and queue.consumers:
+            raise precondition_failed(f"queue '{name}' {self._where()} in use")
+        if if_empty and queue.ready:
+            raise precondition_failed(f"queue '{name}' {self._where()} not empty")
+        count = queue.message_count
+        del self.queues[name]
+        queue.deleted = True
+        for binding in list(queue.bindings):
+            self._drop_binding(binding)
+        for consumer in list(queue.consumers):
+            consumer.cancel_by_broker()
+        queue.consumers.clear()
+        queue.ready.clear()
+        return count
+
+    def connection_closed(self, owner: Any) -> None:
+        """Delete the exclusive queues of a closed connection."""
+        for queue in [q for q in self.queues.values() if q.exclusive_owner is owner]:
+            self.delete_queue(queue.name)
+
+    # -- bindings -------------------------------------------------------------------
+    def bind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
+             arguments: dict | None = None) -> None:
+        """queue.bind / exchange.bind; binding twice is a no-op."""
+        source = self._bindable(source_name)
+        binding = Binding(source, destination, routing_key, dict(arguments or {}))
+        if source.add_binding(binding) and isinstance(destination, Queue):
+            destination.bindings.append(binding)
+
+    def unbind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
+               arguments: dict | None = None) -> None:
+        """queue.unbind / exchange.unbind; a missing binding is not an error."""
+        source = self._bindable(source_name)
+        self._drop_binding(Binding(source, destination, routing_key, dict(arguments or {})))
+
+    def _bindable(self, name: str) -> Exchange:
+        if name == DEFAULT_EXCHANGE:
+            raise access_refused("operation not permitted on the default exchange")
+        return self.get_exchange(name)
+
+    def _drop_binding(self, binding: Binding) -> None:
+        source = binding.source
+        removed = source.remove_binding(binding)
+        if removed is None:
+            return
+        if isinstance(removed.destination, Queue):
+            removed.destination.bindings.remove(removed)
+        if source.auto_delete and not source.bindings and source.name in self.exchanges:
+            self._remove_exchange(source)
+
+    # -- routing --------------------------------------------------------------------
+    def route(self, exchange: Exchange, message: Message) -> list[Queue]:
+        """The queues ``message`` reaches from ``exchange``, following exchange-to-exchange
+        bindings and alternate exchanges, each queue once."""
+        if exchange.name == DEFAULT_EXCHANGE:
+            queue = self.queues.get(message.routing_key)
+            return [queue] if queue is not None else []
+        found = exchange.route(message)
+        if found and all(type(d) is Queue for d in found) and not exchange.alternate_exchange:
+            return list(found)
+        queues: dict[Queue, None] = {}
+        seen: set[int] = set()
+        pending = [exchange]
+        while pending:
+            current = pending.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            destinations = current.route(message)
+            if not destinations:
+                alternate = self.exchanges.get(current.alternate_exchange or "")
+                if alternate is not None and alternate.name:
+                    pending.append(alternate)
+                continue
+            for destination in destinations:
+                if isinstance(destination, Queue):
+                    queues[destination] = None
+                else:
+                    pending.append(destination)
+        return list(queues)
+
+    # -- helpers --------------------------------------------------------------------
+    @staticmethod
+    def _check_args(received: dict, current: dict, keys: tuple, what: str) -> None:
+        for key in keys:
+            new, old = received.get(key), current.get(key)
+            if new != old:
+                def show(v: Any) -> str:
+                    return "none" if v is None else f"the value '{v}'"
+                raise precondition_failed(
+                    f"inequivalent arg '{key}' {what}: received {show(new)} but current is {show(old)}")

@@ -1,0 +1,1 @@
+"""Wire protocols: bytes in, calls on :mod:`leveret.core` out."""

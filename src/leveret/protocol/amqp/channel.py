@@ -1,0 +1,468 @@
+"""One AMQP channel: its methods (AMQP 0-9-1 §1.5-1.9 with RabbitMQ's extensions),
+publishing with confirms or transactions, consumers, prefetch and acknowledgements.
+
+Errors raised from a handler as :class:`ChannelError` close just this channel; the
+connection (:mod:`.connection`) turns them into channel.close with the failing method's
+class and method id.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Callable
+
+from pamqp import commands
+from pamqp.base import Frame as Method
+
+from ...core.errors import (
+    COMMAND_INVALID, FRAME_ERROR, NOT_ALLOWED, NOT_IMPLEMENTED, NO_ROUTE, UNEXPECTED_FRAME,
+    ConnectionError, access_refused, not_found, precondition_failed,
+)
+from ...core.exchange import DEFAULT_EXCHANGE
+from ...core.message import Message, declared_body_size
+from ...core.queue import Queue, QueuedMessage
+from .consumer import ChannelConsumer
+from .frames import encode_content, encode_method
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+Basic, Exchange, Queue_, Tx, Confirm = (
+    commands.Basic, commands.Exchange, commands.Queue, commands.Tx, commands.Confirm)
+
+REPLY_TO = "amq.rabbitmq.reply-to"
+REPLY_TO_PREFIX = REPLY_TO + "."
+_REPLY_TO_FLAG = 0x0200  # property flag bit of reply_to (§4.2.6.1)
+
+
+def _new_tag(prefix: str) -> str:
+    return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+class Channel:
+    """Channel ``number`` of ``connection``; created by channel.open."""
+
+    def __init__(self, connection: Connection, number: int) -> None:
+        self.connection = connection
+        self.number = number
+        self.vhost = connection.vhost
+        self.closing = False  # channel.close sent, awaiting close-ok
+        self.active = True  # channel.flow
+        self.consumers: dict[str, ChannelConsumer] = {}
+        self.unacked: OrderedDict[int, tuple[Queue | None, QueuedMessage, ChannelConsumer | None]] = OrderedDict()
+        self.delivery_tag = 0
+        self.prefetch_count = 0  # per consumer (basic.qos global=false)
+        self.global_prefetch = 0  # per channel (global=true)
+        self.confirm_mode = False
+        self.publish_seq = 0
+        self._confirmed_upto = 0  # highest seq acknowledged to the publisher
+        self._confirm_upto = 0  # highest seq ready to be acknowledged
+        self.tx: list[tuple[Callable, tuple]] | None = None
+        self.last_queue = ""
+        self.reply_to_key: str | None = None
+        # content being assembled: publish method, header, remaining size, body chunks
+        self._publish: Any = None
+        self._header = b""
+        self._remaining = 0
+        self._chunks: list[bytes] = []
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            commands.Channel.Flow: self._channel_flow,
+            commands.Channel.FlowOk: lambda m: None,
+            Exchange.Declare: self._exchange_declare, Exchange.Delete: self._exchange_delete,
+            Exchange.Bind: self._exchange_bind, Exchange.Unbind: self._exchange_unbind,
+            Queue_.Declare: self._queue_declare, Queue_.Bind: self._queue_bind,
+            Queue_.Unbind: self._queue_unbind, Queue_.Purge: self._queue_purge,
+            Queue_.Delete: self._queue_delete,
+            Basic.Qos: self._basic_qos, Basic.Consume: self._basic_consume,
+            Basic.Cancel: self._basic_cancel, Basic.Publish: self._basic_publish,
+            Basic.Get: self._basic_get, Basic.Ack: self._basic_ack,
+            Basic.Reject: self._basic_reject, Basic.Nack: self._basic_nack,
+            Basic.Recover: self._basic_recover, Basic.RecoverAsync: self._basic_recover,
+            Confirm.Select: self._confirm_select, Tx.Select: self._tx_select,
+            Tx.Commit: self._tx_commit, Tx.Rollback: self._tx_rollback,
+        }
+
+    # -- frames in ------------------------------------------------------------------
+    @property
+    def expecting_content(self) -> bool:
+        return self._publish is not None
+
+    def handle_method(self, method: Method) -> None:
+        handler = self._handlers.get(type(method))
+        if handler is None:  # a server-only method, or connection.* off channel 0
+            raise ConnectionError(COMMAND_INVALID, f"unimplemented method {method.name}")
+        handler(method)
+
+    def handle_header(self, payload: bytes) -> None:
+        if self._publish is None or self._header:
+            raise ConnectionError(UNEXPECTED_FRAME, f"unexpected content header frame on channel {self.number}")
+        if len(payload) < 14:
+            raise ConnectionError(FRAME_ERROR, "content header frame too short")
+        size = declared_body_size(payload)
+        class_id = int.from_bytes(payload[:2], "big")
+        if class_id != 60:
+            raise ConnectionError(UNEXPECTED_FRAME, f"content header for class {class_id}, expected 60")
+        limit = self.connection.core.limits.max_message_size
+        if size > limit:
+            self._publish = None
+            raise precondition_failed(f"message size {size} is larger than configured max size {limit}")
+        self._header = payload
+        self._remaining = size
+        if size == 0:
+            self._content_complete()
+
+    def handle_body(self, payload: bytes) -> None:
+        if not self._header:
+            raise ConnectionError(UNEXPECTED_FRAME, f"unexpected content body frame on channel {self.number}")
+        self._remaining -= len(payload)
+        if self._remaining < 0:
+            raise ConnectionError(UNEXPECTED_FRAME, "content body exceeds the size in its header")
+        self._chunks.append(payload)
+        if self._remaining == 0:
+            self._content_complete()
+
+    # -- frames out -----------------------------------------------------------------
+    def send_method(self, method: Method) -> None:
+        self.connection.send(encode_method(self.number, method))
+
+    def _send_content(self, method: Method, message: Message) -> None:
+        connection = self.connection
+        parts = encode_content(self.number, message.header, message.body, connection.frame_max)
+        parts.insert(0, encode_method(self.number, method))
+        connection.send_parts(parts)
+
+    # -- channel --------------------------------------------------------------------
+    def _channel_flow(self, method: commands.Channel.Flow) -> None:
+        self.active = method.active
+        self.send_method(commands.Channel.FlowOk(active=method.active))
+        if self.active:
+            self.resume()
+
+    def resume(self) -> None:
+        """Ask the queues of this channel's consumers to deliver (prefetch room or
+        flow reopened)."""
+        for consumer in list(self.consumers.values()):
+            if consumer.queue is not None:
+                consumer.queue.drain()
+
+    def release(self) -> None:
+        """The channel is closing or its connection is gone: cancel its consumers and
+        requeue everything unacknowledged (AMQP 0-9-1 §1.5.2.5), drop an open tx."""
+        for consumer in self.consumers.values():
+            if consumer.queue is not None:
+                consumer.queue.remove_consumer(consumer)
+        self.consumers.clear()
+        if self.reply_to_key is not None:
+            self.vhost.reply_consumers.pop(self.reply_to_key, None)
+        self.tx = None
+        self._publish = None
+        unacked, self.unacked = self.unacked, OrderedDict()
+        self._requeue([(tag, *item) for tag, item in unacked.items()])
+
+    # -- exchanges ------------------------------------------------------------------
+    def _exchange_declare(self, m: Exchange.Declare) -> None:
+        self.vhost.declare_exchange(m.exchange, m.exchange_type, m.passive, m.durable,
+                                    m.auto_delete, m.internal, m.arguments)
+        if not m.nowait:
+            self.send_method(Exchange.DeclareOk())
+
+    def _exchange_delete(self, m: Exchange.Delete) -> None:
+        self.vhost.delete_exchange(m.exchange, m.if_unused)
+        if not m.nowait:
+            self.send_method(Exchange.DeleteOk())
+
+    def _exchange_bind(self, m: Exchange.Bind) -> None:
+        self.vhost.bind(m.source, self.vhost.get_exchange(m.destination), m.routing_key, m.arguments)
+        if not m.nowait:
+            self.send_method(Exchange.BindOk())
+
+    def _exchange_unbind(self, m: Exchange.Unbind) -> None:
+        self.vhost.unbind(m.source, self.vhost.get_exchange(m.destination), m.routing_key, m.arguments)
+        if not m.nowait:
+            self.send_method(Exchange.UnbindOk())
+
+    # -- queues ---------------------------------------------------------------------
+    def _queue_name(self, name: str) -> str:
+        """An empty queue name means the channel's last declared queue (§1.8.2.3)."""
+        if name:
+            return name
+        if not self.last_queue:
+            raise not_found("no previously declared queue")
+        return self.last_queue
+
+    def _queue(self, name: str) -> Queue:
+        return self.vhost.get_queue(self._queue_name(name), owner=self.connection)
+
+    def _queue_declare(self, m: Queue_.Declare) -> None:
+        if m.passive and m.queue == REPLY_TO:
+            self.send_method(Queue_.DeclareOk(queue=REPLY_TO, message_count=0, consumer_count=0))
+            return
+        name = self._queue_name(m.queue) if m.passive else m.queue
+        queue = self.vhost.declare_queue(name, self.connection, m.passive, m.durable,
+                                         m.exclusive, m.auto_delete, m.arguments)
+        self.last_queue = queue.name
+        if not m.nowait:
+            self.send_method(Queue_.DeclareOk(queue=queue.name, message_count=queue.message_count,
+                                              consumer_count=len(queue.consumers)))
+
+    def _queue_bind(self, m: Queue_.Bind) -> None:
+        self.vhost.bind(m.exchange, self._queue(m.queue), m.routing_key, m.arguments)
+        if not m.nowait:
+            self.send_method(Queue_.BindOk())
+
+    def _queue_unbind(self, m: Queue_.Unbind) -> None:
+        self.vhost.unbind(m.exchange, self._queue(m.queue), m.routing_key, m.arguments)
+        self.send_method(Queue_.UnbindOk())
+
+    def _queue_purge(self, m: Queue_.Purge) -> None:
+        count = self._queue(m.queue).purge()
+        if not m.nowait:
+            self.send_method(Queue_.PurgeOk(message_count=count))
+
+    def _queue_delete(self, m: Queue_.Delete) -> None:
+        count = self.vhost.delete_queue(self._queue_name(m.queue), self.connection,
+                                        m.if_unused, m.if_empty)
+        if not m.nowait:
+            self.send_method(Queue_.DeleteOk(message_count=count))
+
+    # -- consuming ------------------------------------------------------------------
+    def _basic_qos(self, m: Basic.Qos) -> None:
+        if m.prefetch_size:
+            raise ConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
+        if m.global_:
+            self.global_prefetch = m.prefetch_count
+        else:
+            self.prefetch_count = m.prefetch_count
+        self.send_method(Basic.QosOk())
+        self.resume()
+
+    def _basic_consume(self, m: Basic.Consume) -> None:
+        name = self._queue_name(m.queue)
+        tag = m.consumer_tag or _new_tag("amq.ctag-")
+        if tag in self.consumers:
+            raise ConnectionError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        if name == REPLY_TO:
+            self._consume_reply_to(m, tag)
+            return
+        queue = self.vhost.get_queue(name, owner=self.connection)
+        if queue.has_exclusive_consumer or (m.exclusive and queue.consumers):
+            raise access_refused(f"queue '{name}' in vhost '{self.vhost.name}' in exclusive use")
+        consumer = ChannelConsumer(self, queue, tag, m.no_ack, m.exclusive, m.arguments or {})
+        self.consumers[tag] = consumer
+        if not m.nowait:
+            self.send_method(Basic.ConsumeOk(consumer_tag=tag))
+        queue.add_consumer(consumer)
+
+    def _consume_reply_to(self, m: Basic.Consume, tag: str) -> None:
+        """RabbitMQ's direct reply-to: a pseudo-queue consumed with no-ack."""
+        if not m.no_ack:
+            raise precondition_failed("reply consumer cannot acknowledge")
+        if self.reply_to_key is not None:
+            raise precondition_failed("reply consumer already set")
+        self.reply_to_key = _new_tag("")
+        consumer = ChannelConsumer(self, None, tag, True, False, {})
+        self.consumers[tag] = consumer
+        self.vhost.reply_consumers[self.reply_to_key] = consumer
+        if not m.nowait:
+            self.send_method(Basic.ConsumeOk(consumer_tag=tag))
+
+    def _basic_cancel(self, m: Basic.Cancel) -> None:
+        consumer = self.consumers.pop(m.consumer_tag, None)
+        if consumer is not None:
+            if consumer.queue is not None:
+                consumer.queue.remove_consumer(consumer)
+            elif self.reply_to_key is not None:
+                self.vhost.reply_consumers.pop(self.reply_to_key, None)
+                self.reply_to_key = None
+        if not m.nowait:
+            self.send_method(Basic.CancelOk(consumer_tag=m.consumer_tag))
+
+    def deliver(self, consumer: ChannelConsumer, queue: Queue | None, entry: QueuedMessage) -> None:
+        """basic.deliver one message to ``consumer`` (called by the queue)."""
+        self.delivery_tag += 1
+        tag = self.delivery_tag
+        if not consumer.no_ack:
+            self.unacked[tag] = (queue, entry, consumer)
+            consumer.unacked += 1
+        message = entry.message
+        self._send_content(Basic.Deliver(consumer.tag, tag, entry.redelivered,
+                                         message.exchange, message.routing_key), message)
+
+    def _basic_get(self, m: Basic.Get) -> None:
+        queue = self._queue(m.queue)
+        entry = queue.get()
+        if entry is None:
+            self.send_method(Basic.GetEmpty())
+            return
+        self.delivery_tag += 1
+        if not m.no_ack:
+            self.unacked[self.delivery_tag] = (queue, entry, None)
+        message = entry.message
+        self._send_content(Basic.GetOk(self.delivery_tag, entry.redelivered, message.exchange,
+                                       message.routing_key, queue.message_count), message)
+
+    # -- acknowledgements -------------------------------------------------------------
+    def _take_unacked(self, tag: int, multiple: bool) -> list[tuple]:
+        """Remove and return, as (tag, queue, entry, consumer), the unacknowledged
+        deliveries an ack/nack/reject names; 406 for an unknown delivery tag, as RabbitMQ."""
+        unacked = self.unacked
+        if multiple and tag == 0:
+            taken = [(t, *item) for t, item in unacked.items()]
+            unacked.clear()
+        elif tag not in unacked:
+            raise precondition_failed(f"unknown delivery tag {tag}")
+        elif multiple:
+            taken = []
+            while True:
+                current, item = unacked.popitem(last=False)
+                taken.append((current, *item))
+                if current == tag:
+                    break
+        else:
+            taken = [(tag, *unacked.pop(tag))]
+        for _, _, _, consumer in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+        return taken
+
+    def _settle(self, taken: list[tuple], requeue: bool | None) -> None:
+        """ack (requeue None), requeue (True) or discard (False) taken deliveries."""
+        if requeue:
+            self._requeue(taken)
+        elif requeue is False:
+            for _, queue, entry, _ in taken:
+                if queue is not None:
+                    queue.discard(entry, "rejected")
+        self.resume()
+
+    def _requeue(self, taken: list[tuple]) -> None:
+        by_queue: dict[Queue, list[QueuedMessage]] = {}
+        for _, queue, entry, _ in taken:
+            if queue is not None:
+                by_queue.setdefault(queue, []).append(entry)
+        for queue, entries in by_queue.items():
+            queue.requeue(entries)
+
+    def _acknowledge(self, tag: int, multiple: bool, requeue: bool | None) -> None:
+        taken = self._take_unacked(tag, multiple)
+        if self.tx is not None:
+            self.tx.append((self._settle, (taken, requeue)))
+        else:
+            self._settle(taken, requeue)
+
+    def _basic_ack(self, m: Basic.Ack) -> None:
+        self._acknowledge(m.delivery_tag, m.multiple, None)
+
+    def _basic_reject(self, m: Basic.Reject) -> None:
+        self._acknowledge(m.delivery_tag, False, m.requeue)
+
+    def _basic_nack(self, m: Basic.Nack) -> None:
+        self._acknowledge(m.delivery_tag, m.multiple, m.requeue)
+
+    def _basic_recover(self, m: Basic.Recover | Basic.RecoverAsync) -> None:
+        if not m.requeue:
+            raise ConnectionError(NOT_IMPLEMENTED, "requeue=false")
+        self._settle(self._take_unacked(0, True), True)
+        if isinstance(m, Basic.Recover):
+            self.send_method(Basic.RecoverOk())
+
+    # -- publishing -----------------------------------------------------------------
+    def _basic_publish(self, m: Basic.Publish) -> None:
+        if m.immediate:
+            raise ConnectionError(NOT_IMPLEMENTED, "immediate=true")
+        self._publish = m
+        self._header = b""
+        self._chunks = []
+
+    def _content_complete(self) -> None:
+        method, header, chunks = self._publish, self._header, self._chunks
+        self._publish, self._header, self._chunks = None, b"", []
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        message = Message(method.exchange, method.routing_key, header, body)
+        exchange = self.vhost.get_exchange(method.exchange)
+        if exchange.internal:
+            raise access_refused(
+                f"cannot publish to internal exchange '{exchange.name}' in vhost '{self.vhost.name}'")
+        if header[12] << 8 & _REPLY_TO_FLAG:
+            message = self._rewrite_reply_to(message)
+        if self.confirm_mode:
+            self.publish_seq += 1
+        if self.tx is not None:
+            self.tx.append((self._route, (exchange, message, method.mandatory, self.publish_seq)))
+        else:
+            self._route(exchange, message, method.mandatory, self.publish_seq)
+
+    def _rewrite_reply_to(self, message: Message) -> Message:
+        properties = message.properties
+        if properties.reply_to != REPLY_TO:
+            return message
+        if self.reply_to_key is None:
+            raise precondition_failed("fast reply consumer does not exist")
+        properties.reply_to = REPLY_TO_PREFIX + self.reply_to_key
+        return message.with_properties(properties)
+
+    def _route(self, exchange: Any, message: Message, mandatory: bool, seq: int) -> None:
+        if exchange.name == DEFAULT_EXCHANGE and message.routing_key.startswith(REPLY_TO_PREFIX):
+            consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_TO_PREFIX):])
+            routed = consumer is not None
+            if routed:
+                consumer.deliver(None, QueuedMessage(message, 0))
+        else:
+            queues = self.vhost.route(exchange, message)
+            routed = bool(queues)
+            for queue in queues:
+                queue.enqueue(message)
+        if not routed and mandatory:
+            self._send_content(Basic.Return(NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key),
+                               message)
+        if seq and self.confirm_mode:
+            self._confirm_upto = seq
+            self.connection.confirms_pending.add(self)
+
+    def flush_confirms(self) -> None:
+        """Send one basic.ack (multiple when it covers several) for every publish
+        confirmed since the last flush; the connection calls it once per read."""
+        upto = self._confirm_upto
+        if upto > self._confirmed_upto:
+            multiple = upto - self._confirmed_upto > 1
+            self._confirmed_upto = upto
+            self.send_method(Basic.Ack(delivery_tag=upto, multiple=multiple))
+
+    def _confirm_select(self, m: Confirm.Select) -> None:
+        if self.tx is not None:
+            raise precondition_failed("cannot switch from tx to confirm mode")
+        self.confirm_mode = True
+        if not m.nowait:
+            self.send_method(Confirm.SelectOk())
+
+    # -- transactions ---------------------------------------------------------------
+    def _tx_select(self, m: Tx.Select) -> None:
+        if self.confirm_mode:
+            raise precondition_failed("cannot switch from confirm to tx mode")
+        if self.tx is None:
+            self.tx = []
+        self.send_method(Tx.SelectOk())
+
+    def _tx_commit(self, m: Tx.Commit) -> None:
+        if self.tx is None:
+            raise precondition_failed("channel is not transactional")
+        work, self.tx = self.tx, []
+        for action, args in work:
+            action(*args)
+        self.send_method(Tx.CommitOk())
+
+    def _tx_rollback(self, m: Tx.Rollback) -> None:
+        if self.tx is None:
+            raise precondition_failed("channel is not transactional")
+        work, self.tx = self.tx, []
+        # Acks taken during the transaction become unacknowledged again.
+        restored = [item for action, args in work if action == self._settle for item in args[0]]
+        if restored:
+            for tag, queue, entry, consumer in restored:
+                self.unacked[tag] = (queue, entry, consumer)
+                if consumer is not None:
+                    consumer.unacked += 1
+            self.unacked = OrderedDict(sorted(self.unacked.items()))
+        self.send_method(Tx.RollbackOk())

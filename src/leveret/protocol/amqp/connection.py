@@ -1,0 +1,401 @@
+"""One AMQP 0-9-1 connection: handshake, channels, heartbeats, errors and close.
+
+Sans-I/O at its edges: the server feeds it bytes (:meth:`Connection.data_received`) and
+gives it a transport with ``write``/``close``/``abort``, a loop for time and timers,
+and a ``request_flush`` callback through which output is written once per event-loop
+turn. Handshake and reply codes follow AMQP 0-9-1 §2.2.4 and RabbitMQ 3.10:
+a wrong protocol header is answered with ``AMQP\\x00\\x00\\x09\\x01`` and the socket
+closed; refused logins get connection.close 403; hard errors (320, 5xx) close the
+connection, soft ones only the channel.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from typing import Any, Callable
+
+from pamqp import commands
+from pamqp.base import Frame as Method
+
+from ... import __version__
+from ...core.auth import MECHANISMS, AuthenticationError, parse_response
+from ...core.broker import BrokerCore
+from ...core.errors import (
+    ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, CONNECTION_FORCED, FRAME_ERROR,
+    NOT_ALLOWED, UNEXPECTED_FRAME, ChannelError, ConnectionError,
+)
+from .channel import Channel
+from .frames import (
+    FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT, PROTOCOL_HEADER,
+    FrameError, FrameReader, decode_method, encode_method,
+)
+
+log = logging.getLogger("leveret.amqp")
+
+C = commands.Connection
+_PUBLISH_IDS = (60, 40)
+HANDSHAKE_TIMEOUT = 10.0  # seconds, as RabbitMQ's handshake_timeout
+CLOSE_TIMEOUT = 3.0  # seconds to wait for connection.close-ok
+
+
+def server_properties() -> dict:
+    return {
+        "product": "leveret",
+        "version": __version__,
+        "platform": f"Python {platform.python_version()}",
+        "copyright": "leveret contributors",
+        "information": "Licensed under the Apache License 2.0",
+        "capabilities": {
+            "publisher_confirms": True,
+            "exchange_exchange_bindings": True,
+            "basic.nack": True,
+            "consumer_cancel_notify": True,
+            "connection.blocked": True,
+            "consumer_priorities": False,
+            "authentication_failure_close": True,
+            "per_consumer_qos": True,
+            "direct_reply_to": True,
+        },
+    }
+
+
+class Connection:
+    """State machine of one client connection.
+
+    States: ``header`` → ``start`` (start sent) → ``tune`` → ``open`` (awaiting
+    connection.open) → ``opened``; ``closing`` after connection.close is sent,
+    ``closed`` at the end.
+    """
+
+    def __init__(self, core: BrokerCore, transport: Any, loop: Any,
+                 request_flush: Callable[[Connection], None], peer: str = "",
+                 from_loopback: bool = True) -> None:
+        self.core = core
+        self.transport = transport
+        self.loop = loop
+        self._request_flush = request_flush
+        self.peer = peer
+        self.from_loopback = from_loopback
+        self.state = "header"
+        self.user = None
+        self.vhost: Any = None
+        self.client_properties: dict = {}
+        self.capabilities: dict = {}
+        limits = core.limits
+        self.channel_max = limits.channel_max
+        self.frame_max = limits.frame_max
+        self.heartbeat = 0
+        self.channels: dict[int, Channel] = {}
+        self.confirms_pending: set[Channel] = set()
+        self.writable = True
+        self.blocked = False
+        self._reader = FrameReader(limits.frame_max)
+        self._header = b""
+        self._out: list[bytes] = []
+        self._timer: Any = loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
+        self.last_received = self.last_sent = loop.time()
+
+    # -- output ---------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        if not self._out:
+            self._request_flush(self)
+        self._out.append(data)
+
+    def send_parts(self, parts: list[bytes]) -> None:
+        if not self._out:
+            self._request_flush(self)
+        self._out += parts
+
+    def flush(self) -> None:
+        """Write everything queued since the last flush in one transport write."""
+        if self._out and self.state != "closed":
+            self.transport.write(b"".join(self._out))
+            self.last_sent = self.loop.time()
+        self._out.clear()
+
+    def send_method(self, channel: int, method: Method) -> None:
+        self.send(encode_method(channel, method))
+
+    # -- input ----------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        self.last_received = self.loop.time()
+        if self.state == "header":
+            data = self._protocol_header(data)
+            if not data:
+                return
+        if self.state == "closed":
+            return
+        try:
+            frames = self._reader.feed(data)
+        except FrameError as exc:
+            self._connection_error(exc, 0, 0)
+            self.close_transport()
+            return
+        for frame_type, number, payload in frames:
+            try:
+                self._frame(frame_type, number, payload)
+            except ChannelError as exc:
+                self._channel_error(number, exc, payload if frame_type == FRAME_METHOD else None)
+            except ConnectionError as exc:
+                class_id, method_id = _ids(payload) if frame_type == FRAME_METHOD else (0, 0)
+                self._connection_error(exc, class_id, method_id)
+            if self.state == "closed":
+                return
+        if self.confirms_pending:
+            for channel in self.confirms_pending:
+                channel.flush_confirms()
+            self.confirms_pending.clear()
+
+    def _protocol_header(self, data: bytes) -> bytes:
+        """Check the 8-byte protocol header (§4.2.2); returns the bytes after it."""
+        self._header += data
+        if len(self._header) < 8 and PROTOCOL_HEADER.startswith(self._header):
+            return b""
+        header, rest = self._header[:8], self._header[8:]
+        self._header = b""
+        if header != PROTOCOL_HEADER:
+            self.transport.write(PROTOCOL_HEADER)
+            self.close_transport()
+            return b""
+        self.state = "start"
+        self.send_method(0, C.Start(version_major=0, version_minor=9,
+                                    server_properties=server_properties(),
+                                    mechanisms=" ".join(MECHANISMS), locales="en_US"))
+        return rest
+
+    def _frame(self, frame_type: int, number: int, payload: bytes) -> None:
+        if frame_type == FRAME_METHOD:
+            method = decode_method(payload)
+            if number == 0:
+                self._connection_method(method)
+            else:
+                self._channel_method(number, method)
+        elif frame_type == FRAME_HEARTBEAT:
+            if number != 0:
+                raise ConnectionError(FRAME_ERROR, f"heartbeat frame on channel {number}")
+        else:
+            channel = self._content_channel(frame_type, number)
+            if channel is None:
+                return
+            try:
+                if frame_type == FRAME_HEADER:
+                    channel.handle_header(payload)
+                else:
+                    channel.handle_body(payload)
+            except ChannelError as exc:
+                self._channel_error(number, exc, None)
+
+    def _content_channel(self, frame_type: int, number: int) -> Channel | None:
+        kind = "content header" if frame_type == FRAME_HEADER else "content body"
+        if number == 0 or self.state != "opened":
+            raise ConnectionError(UNEXPECTED_FRAME, f"unexpected {kind} frame on channel {number}")
+        channel = self.channels.get(number)
+        if channel is None:
+            raise ConnectionError(CHANNEL_ERROR, f"{kind} frame on closed channel {number}")
+        return None if channel.closing else channel
+
+    # -- channels -------------------------------------------------------------------
+    def _channel_method(self, number: int, method: Method) -> None:
+        if self.state != "opened":
+            if self.state == "closing":
+                return
+            raise ConnectionError(CHANNEL_ERROR, f"channel {number} used before connection.open")
+        channel = self.channels.get(number)
+        if isinstance(method, commands.Channel.Open):
+            if channel is not None:
+                raise ConnectionError(CHANNEL_ERROR, "second 'channel.open' seen")
+            if number > self.channel_max:
+                raise ConnectionError(NOT_ALLOWED, f"channel {number} exceeds channel_max {self.channel_max}")
+            self.channels[number] = Channel(self, number)
+            self.send_method(number, commands.Channel.OpenOk())
+            return
+        if channel is None:
+            raise ConnectionError(CHANNEL_ERROR, f"expected 'channel.open' on channel {number}")
+        if channel.closing:  # only the close handshake counts now (§1.5.2.5)
+            if isinstance(method, (commands.Channel.CloseOk, commands.Channel.Close)):
+                del self.channels[number]
+                if isinstance(method, commands.Channel.Close):
+                    self.send_method(number, commands.Channel.CloseOk())
+            return
+        if isinstance(method, commands.Channel.Close):
+            del self.channels[number]
+            channel.release()
+            self.send_method(number, commands.Channel.CloseOk())
+            return
+        if channel.expecting_content:
+            raise ConnectionError(UNEXPECTED_FRAME, f"expected content header for class 60, got {method.name}")
+        if method.name.startswith("Connection."):
+            raise ConnectionError(COMMAND_INVALID, f"{method.name} on channel {number}")
+        channel.handle_method(method)
+
+    def _channel_error(self, number: int, exc: ChannelError, payload: bytes | None) -> None:
+        channel = self.channels.get(number)
+        if channel is None or channel.closing:
+            return
+        class_id, method_id = _ids(payload) if payload is not None else _PUBLISH_IDS
+        channel.release()
+        channel.closing = True
+        self.send_method(number, commands.Channel.Close(
+            reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
+            class_id=class_id, method_id=method_id))
+
+    # -- connection methods -----------------------------------------------------------
+    def _connection_method(self, method: Method) -> None:
+        if isinstance(method, C.Close):
+            self.send_method(0, C.CloseOk())
+            self.close_transport()
+            return
+        if self.state == "closing":
+            if isinstance(method, C.CloseOk):
+                self.close_transport()
+            return
+        handler = {
+            "start": (C.StartOk, self._start_ok), "tune": (C.TuneOk, self._tune_ok),
+            "open": (C.Open, self._open), "opened": (C.UpdateSecret, self._update_secret),
+        }[self.state]
+        if isinstance(method, handler[0]):
+            handler[1](method)
+        elif not isinstance(method, (C.Blocked, C.Unblocked)):
+            raise ConnectionError(COMMAND_INVALID, f"unexpected {method.name} in state {self.state}")
+
+    def _login(self, mechanism: str, response: Any) -> Any:
+        username, password = parse_response(mechanism, response)
+        return self.core.users.authenticate(username, password, self.from_loopback, mechanism)
+
+    def _start_ok(self, m: C.StartOk) -> None:
+        self.client_properties = m.client_properties or {}
+        self.capabilities = self.client_properties.get("capabilities") or {}
+        if m.mechanism not in MECHANISMS:
+            raise ConnectionError(COMMAND_INVALID, f"unknown authentication mechanism '{m.mechanism}'")
+        try:
+            self.user = self._login(m.mechanism, m.response)
+        except AuthenticationError as exc:
+            log.warning("connection %s: login refused: %s", self.peer, exc)
+            raise ConnectionError(ACCESS_REFUSED, str(exc)) from None
+        self.state = "tune"
+        limits = self.core.limits
+        self.send_method(0, C.Tune(channel_max=limits.channel_max, frame_max=limits.frame_max,
+                                   heartbeat=limits.heartbeat))
+
+    def _tune_ok(self, m: C.TuneOk) -> None:
+        limits = self.core.limits
+        if m.frame_max and m.frame_max < 4096:
+            raise ConnectionError(NOT_ALLOWED, f"frame_max={m.frame_max} < 4096 min size")
+        if m.frame_max > limits.frame_max:
+            raise ConnectionError(NOT_ALLOWED, f"frame_max={m.frame_max} > {limits.frame_max} max size")
+        if m.channel_max > limits.channel_max:
+            raise ConnectionError(NOT_ALLOWED, f"channel_max={m.channel_max} > {limits.channel_max} max")
+        self.frame_max = m.frame_max or limits.frame_max
+        self.channel_max = m.channel_max or limits.channel_max
+        self._reader.max_size = self.frame_max
+        self.heartbeat = m.heartbeat
+        self.state = "open"
+
+    def _open(self, m: C.Open) -> None:
+        vhost = self.core.vhosts.get(m.virtual_host)
+        if vhost is None:
+            raise ConnectionError(NOT_ALLOWED, f"vhost '{m.virtual_host}' not found")
+        if not self.core.users.may_access(self.user, vhost.name):
+            raise ConnectionError(NOT_ALLOWED,
+                                  f"access to vhost '{vhost.name}' refused for user '{self.user.name}'")
+        self.vhost = vhost
+        self.state = "opened"
+        self.send_method(0, C.OpenOk())
+        self._timer.cancel()
+        if self.heartbeat:
+            self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+        self.core.alarm_listeners.append(self._on_alarm)
+        if self.core.alarm_active:
+            self._on_alarm(True)
+
+    def _update_secret(self, m: C.UpdateSecret) -> None:
+        try:
+            self.core.users.authenticate(self.user.name, m.new_secret.decode()
+                                         if isinstance(m.new_secret, bytes) else str(m.new_secret),
+                                         self.from_loopback)
+        except AuthenticationError as exc:
+            raise ConnectionError(ACCESS_REFUSED, str(exc)) from None
+        self.send_method(0, C.UpdateSecretOk())
+
+    # -- timers and alarms ----------------------------------------------------------
+    def _handshake_timeout(self) -> None:
+        if self.state != "opened" and self.state != "closed":
+            log.warning("connection %s: handshake timed out in state %s", self.peer, self.state)
+            self.close_transport(abort=True)
+
+    def _heartbeat_tick(self) -> None:
+        now = self.loop.time()
+        if now - self.last_received > 2 * self.heartbeat:
+            log.warning("connection %s: missed heartbeats from client, timeout: %ss",
+                        self.peer, self.heartbeat)
+            self.close_transport(abort=True)
+            return
+        if now - self.last_sent >= self.heartbeat / 2 and not self._out:
+            self.send(HEARTBEAT)
+        self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+
+    def _on_alarm(self, active: bool) -> None:
+        """connection.blocked / unblocked for clients that announced the capability."""
+        if self.capabilities.get("connection.blocked") and self.state == "opened":
+            if active:
+                self.send_method(0, C.Blocked(reason="low on resources"))
+            else:
+                self.send_method(0, C.Unblocked())
+
+    def set_writable(self, writable: bool) -> None:
+        """The transport's buffer crossed its high (False) or low (True) water mark."""
+        self.writable = writable
+        if writable:
+            for channel in list(self.channels.values()):
+                channel.resume()
+
+    # -- closing --------------------------------------------------------------------
+    def _connection_error(self, exc: ConnectionError, class_id: int, method_id: int) -> None:
+        if self.state in ("closing", "closed"):
+            return
+        log.info("connection %s: closing with %s", self.peer, exc.reply_text)
+        self._release_channels()
+        self.send_method(0, C.Close(reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
+                                    class_id=class_id, method_id=method_id))
+        self.state = "closing"
+        self._timer.cancel()
+        self._timer = self.loop.call_later(CLOSE_TIMEOUT, self.close_transport)
+
+    def close(self, reply_code: int = CONNECTION_FORCED,
+              text: str = "broker forced connection closure with reason 'shutdown'") -> None:
+        """Close from the broker's side (shutdown): connection.close, then the socket."""
+        if self.state in ("opened", "open", "tune", "start"):
+            self._connection_error(ConnectionError(reply_code, text), 0, 0)
+        elif self.state == "header":
+            self.close_transport()
+
+    def _release_channels(self) -> None:
+        channels, self.channels = self.channels, {}
+        for channel in channels.values():
+            if not channel.closing:
+                channel.release()
+
+    def close_transport(self, abort: bool = False) -> None:
+        if self.state == "closed":
+            return
+        self.flush()
+        self.state = "closed"
+        (self.transport.abort if abort else self.transport.close)()
+
+    def connection_lost(self) -> None:
+        """The socket is gone (also after close_transport): release everything."""
+        self.state = "closed"
+        self._timer.cancel()
+        self._release_channels()
+        self._out.clear()
+        if self.vhost is not None:
+            self.vhost.connection_closed(self)
+        if self._on_alarm in self.core.alarm_listeners:
+            self.core.alarm_listeners.remove(self._on_alarm)
+
+
+def _ids(payload: bytes) -> tuple[int, int]:
+    if len(payload) < 4:
+        return 0, 0
+    return int.from_bytes(payload[:2], "big"), int.from_bytes(payload[2:4], "big")

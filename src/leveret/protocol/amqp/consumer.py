@@ -1,0 +1,55 @@
+"""A basic.consume subscription: core's Consumer, written as AMQP basic.deliver frames."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from ...core.queue import Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from .channel import Channel
+
+
+class ChannelConsumer:
+    """One consumer on one channel.
+
+    ``prefetch`` is the per-consumer prefetch count in force when it subscribed
+    (basic.qos with global=false, RabbitMQ's semantics); 0 means unlimited.
+    """
+
+    __slots__ = ("channel", "queue", "tag", "no_ack", "exclusive", "arguments",
+                 "prefetch", "unacked")
+
+    def __init__(self, channel: Channel, queue: Queue | None, tag: str, no_ack: bool,
+                 exclusive: bool, arguments: dict) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.tag = tag
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.arguments = arguments
+        self.prefetch = channel.prefetch_count
+        self.unacked = 0
+
+    def can_accept(self) -> bool:
+        channel = self.channel
+        if not channel.active or not channel.connection.writable:
+            return False
+        if self.no_ack:
+            return True
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        return not channel.global_prefetch or len(channel.unacked) < channel.global_prefetch
+
+    def deliver(self, queue: Queue | None, entry: QueuedMessage) -> None:
+        self.channel.deliver(self, queue, entry)
+
+    def cancel_by_broker(self) -> None:
+        """The queue was deleted: forget the consumer and, if the client said it
+        understands them, send basic.cancel (RabbitMQ's consumer cancel notification)."""
+        channel = self.channel
+        channel.consumers.pop(self.tag, None)
+        if channel.connection.capabilities.get("consumer_cancel_notify"):
+            channel.send_method(commands.Basic.Cancel(consumer_tag=self.tag, nowait=True))

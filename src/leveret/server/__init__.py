@@ -1,0 +1,1 @@
+"""The event loop, listeners and lifecycle of a running broker."""

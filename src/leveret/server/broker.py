@@ -1,0 +1,141 @@
+"""The broker as a Python object: started in-process (embedded) or by ``leveret server``.
+
+Like ActiveMQ's embedded broker, it needs nothing else running::
+
+    async with Broker(amqp_port=0) as broker:
+        ...  # connect to broker.amqp_url
+
+    with BlockingBroker(amqp_port=0) as broker:   # its own thread and event loop
+        pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from ..config import Settings
+from ..core.broker import BrokerCore
+from .listener import AMQPListener
+
+
+class Broker:
+    """An AMQP broker on ``host:amqp_port`` (0 picks a free port).
+
+    Keyword arguments override :class:`~leveret.config.Settings` fields; ``core``
+    exposes virtual hosts, queues and users to embedding code.
+    """
+
+    def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
+        self.settings = settings or Settings()
+        if "host" in overrides:
+            overrides["bind"] = overrides.pop("host")
+        for key, value in overrides.items():
+            if not hasattr(self.settings, key):
+                raise TypeError(f"unknown broker setting {key!r}")
+            setattr(self.settings, key, value)
+        self.core: BrokerCore = self.settings.build_core()
+        self._listener = AMQPListener(self.core, self.settings.bind, self.settings.amqp_port)
+
+    @property
+    def host(self) -> str:
+        return self.settings.bind
+
+    @property
+    def amqp_port(self) -> int:
+        """The port actually bound (after start)."""
+        return self._listener.port
+
+    @property
+    def amqp_url(self) -> str:
+        return f"amqp://guest:guest@{self.host}:{self.amqp_port}/%2F"
+
+    async def start(self) -> Broker:
+        await self._listener.start()
+        return self
+
+    async def stop(self) -> None:
+        """Close every connection with 320 CONNECTION_FORCED and stop listening."""
+        await self._listener.stop()
+
+    async def __aenter__(self) -> Broker:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class BlockingBroker:
+    """A :class:`Broker` running in a background thread with its own event loop, for
+    synchronous code and tests. Same arguments as Broker."""
+
+    def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
+        self.broker = Broker(settings, **overrides)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def core(self) -> BrokerCore:
+        return self.broker.core
+
+    @property
+    def amqp_port(self) -> int:
+        return self.broker.amqp_port
+
+    @property
+    def amqp_url(self) -> str:
+        return self.broker.amqp_url
+
+    def start(self) -> BlockingBroker:
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self.broker.start())
+            except BaseException as exc:  # report bind errors to the caller
+                failure.append(exc)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self.broker.stop())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="leveret-broker", daemon=True)
+        self._thread.start()
+        started.wait()
+        if failure:
+            raise failure[0]
+        return self
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(*args)`` on the broker's loop thread and return its result."""
+        assert self._loop is not None
+        async def call() -> Any:
+            return fn(*args)
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(10)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop = self._thread = None
+
+    def __enter__(self) -> BlockingBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where installed, else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()

@@ -1,0 +1,112 @@
+"""The AMQP TCP listener: asyncio protocol objects feeding protocol.amqp connections.
+
+Output of every connection is written once per event-loop turn: a connection with
+something to send registers here, and one ``call_soon`` callback flushes them all, so a
+read that publishes to many consumers costs one ``write`` per socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+
+from ..core.broker import BrokerCore
+from ..protocol.amqp import Connection
+
+log = logging.getLogger("leveret.server")
+
+HIGH_WATER = 4 * 1024 * 1024  # bytes buffered for a client before its consumers pause
+
+
+class Flusher:
+    """Flushes connections with pending output at the end of the loop turn."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._dirty: list[Connection] = []
+
+    def request(self, connection: Connection) -> None:
+        if not self._dirty:
+            self._loop.call_soon(self._flush)
+        self._dirty.append(connection)
+
+    def _flush(self) -> None:
+        dirty, self._dirty = self._dirty, []
+        for connection in dirty:
+            connection.flush()
+
+
+class AMQPProtocol(asyncio.Protocol):
+    def __init__(self, listener: AMQPListener) -> None:
+        self.listener = listener
+        self.connection: Connection | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.set_write_buffer_limits(high=HIGH_WATER)
+        peer = transport.get_extra_info("peername") or ("", 0)
+        try:
+            loopback = ipaddress.ip_address(peer[0]).is_loopback
+        except ValueError:
+            loopback = False
+        listener = self.listener
+        self.connection = Connection(listener.core, transport, listener.loop,
+                                     listener.flusher.request, f"{peer[0]}:{peer[1]}", loopback)
+        listener.connections.add(self.connection)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.connection.data_received(data)
+        except Exception:  # a bug must cost one connection, never the broker
+            log.exception("internal error on connection %s", self.connection.peer)
+            self.connection.close(541, "internal error")
+
+    def pause_writing(self) -> None:
+        self.connection.set_writable(False)
+
+    def resume_writing(self) -> None:
+        self.connection.set_writable(True)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        connection = self.connection
+        self.listener.connections.discard(connection)
+        try:
+            connection.connection_lost()
+        except Exception:
+            log.exception("internal error releasing connection %s", connection.peer)
+
+
+class AMQPListener:
+    """Accepts AMQP clients on ``host:port`` (port 0 picks a free one)."""
+
+    def __init__(self, core: BrokerCore, host: str, port: int) -> None:
+        self.core = core
+        self.host = host
+        self.port = port
+        self.connections: set[Connection] = set()
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.flusher: Flusher = None  # type: ignore[assignment]
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.flusher = Flusher(self.loop)
+        self._server = await self.loop.create_server(
+            lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self, grace: float = 3.0) -> None:
+        """Stop accepting, close every connection with 320 CONNECTION_FORCED, wait up to
+        ``grace`` seconds for their close-ok."""
+        if self._server is None:
+            return
+        self._server.close()
+        for connection in list(self.connections):
+            connection.close()
+        deadline = self.loop.time() + grace
+        while self.connections and self.loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for connection in list(self.connections):
+            connection.close_transport(abort=True)
+        await self._server.wait_closed()
+        self._server = None
