@@ -310,7 +310,7 @@ class RabbitMQ(Broker):
 
     def stop(self) -> None:
         if self.root is not None:
-            tree = process_tree(self.root.pid)
+            tree = [(p, proc_comm(p)) for p in process_tree(self.root.pid)]
             if self.root.poll() is None:
                 # The wrapper script traps SIGTERM and forwards it to the VM,
                 # which shuts the node down cleanly.
@@ -319,8 +319,8 @@ class RabbitMQ(Broker):
                     self.root.wait(30)
                 except subprocess.TimeoutExpired:
                     pass
-            for p in tree:  # anything left of the VM: kill by PID
-                if p != self.root.pid and os.path.exists(f"/proc/{p}"):
+            for p, comm in tree:  # anything left of the VM: kill by PID (if still the same program)
+                if p != self.root.pid and comm and proc_comm(p) == comm:
                     try:
                         os.kill(p, signal.SIGKILL)
                     except OSError:

@@ -18,6 +18,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import sys
 import time
 from pathlib import Path
@@ -238,8 +239,13 @@ def _plain(headers: list[str], rows: list[list[str]]) -> None:
         print(line(r))
 
 
+def _sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt  # unwinds through run_broker's finally: brokers get stopped
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _sigterm)
     settings = Settings(messages=args.messages, seconds=args.seconds, body_size=args.body_size,
                         prefetch=args.prefetch, ack_every=args.ack_every, batch=args.batch,
                         latency_window=args.latency_window,

@@ -330,8 +330,9 @@ async def wl_fanout(broker: Broker, s: Settings, meter: Meter, n_queues: int = 3
     """(d) Publish to a fanout exchange bound to 3 queues, each with its own consumer.
 
     Two rows: publish rate (published / time until a round trip on the
-    publishing channel, issued after the last publish, completes) and delivery rate (deliveries summed over the 3 consumers / time
-    until all were received).  The publisher waits when any queue's backlog
+    publishing channel, issued after the last publish, completes) and
+    delivery rate (deliveries summed over the 3 consumers / time until all
+    were received).  The publisher waits when any queue's backlog
     exceeds ``fanout_backlog``.
     """
     x = _name("fanout")

@@ -168,10 +168,18 @@ def headers_match(arguments: dict, headers: dict) -> bool:
     with_x = mode.endswith("-with-x")
     wanted = [(k, v) for k, v in arguments.items()
               if k != "x-match" and (with_x or not k.startswith("x-"))]
-    hits = (k in headers and (v is None or headers[k] == v) for k, v in wanted)
+    hits = (k in headers and (v is None or _same_value(headers[k], v)) for k, v in wanted)
     if mode.startswith("any"):
         return any(hits)
     return all(hits)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Field values equal as RabbitMQ compares them: a boolean never equals a number
+    (Python's ``True == 1`` does not hold in AMQP tables)."""
+    if isinstance(a, bool) is not isinstance(b, bool):
+        return False
+    return a == b
 
 
 EXCHANGE_TYPES: dict[str, type[Exchange]] = {

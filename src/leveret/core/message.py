@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import struct
 
-from pamqp import commands
+from pamqp import commands, decode
+from pamqp.exceptions import UnmarshalingException
 from pamqp.header import ContentHeader
+
+from .errors import SYNTAX_ERROR, ConnectionError
 
 Properties = commands.Basic.Properties
 
@@ -53,7 +56,11 @@ class Message:
         """The 14 basic properties, decoded on first use (pamqp)."""
         if self._properties is None:
             decoded = ContentHeader()
-            decoded.unmarshal(self.header)
+            try:
+                decoded.unmarshal(self.header)
+            except (UnmarshalingException, struct.error, ValueError, TypeError,
+                    UnicodeDecodeError, IndexError) as exc:  # the publisher sent garbage
+                raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
             self._properties = decoded.properties
         return self._properties
 
@@ -71,6 +78,43 @@ class Message:
                        header, self.body)
         copy._properties = properties
         return copy
+
+
+#: Basic property flag bits, highest first (§4.2.6.1), with each field's wire form:
+#: s short string, T field table, o octet, t timestamp.
+_PROPERTY_FIELDS = tuple(zip([0x8000 >> i for i in range(14)], "ssToosssstssss"))
+
+
+def check_properties(header: bytes) -> None:
+    """Raise ConnectionError 502 unless a content header payload's property list is
+    well-formed, so no consumer is handed properties its client cannot decode. Only
+    sizes are walked (cheap); a ``headers`` table is decoded in full (pamqp)."""
+    flags = header[12] << 8 | header[13]
+    if not flags:
+        return
+    offset, end = 14, len(header)
+    try:
+        if flags & 0x0003:  # continuation or reserved bit: let pamqp judge
+            ContentHeader().unmarshal(header)
+            return
+        for bit, kind in _PROPERTY_FIELDS:
+            if flags & bit:
+                if kind == "s":
+                    offset += 1 + header[offset]
+                elif kind == "o":
+                    offset += 1
+                elif kind == "t":
+                    offset += 8
+                else:
+                    size = 4 + int.from_bytes(header[offset:offset + 4], "big")
+                    if offset + size > end or decode.field_table(header[offset:offset + size])[0] != size:
+                        raise ValueError("headers table length mismatch")
+                    offset += size
+                if offset > end:
+                    raise ValueError("properties truncated")
+    except (UnmarshalingException, struct.error, ValueError, TypeError,
+            UnicodeDecodeError, IndexError) as exc:
+        raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
 
 
 def declared_body_size(header: bytes) -> int:

@@ -21,7 +21,7 @@ from ...core.errors import (
     ConnectionError, access_refused, not_found, precondition_failed,
 )
 from ...core.exchange import DEFAULT_EXCHANGE
-from ...core.message import Message, declared_body_size
+from ...core.message import Message, check_properties, declared_body_size
 from ...core.queue import Queue, QueuedMessage
 from .consumer import ChannelConsumer
 from .frames import encode_content, encode_method
@@ -108,6 +108,7 @@ class Channel:
         if size > limit:
             self._publish = None
             raise precondition_failed(f"message size {size} is larger than configured max size {limit}")
+        check_properties(payload)  # 502 now rather than a consumer unable to decode it
         self._header = payload
         self._remaining = size
         if size == 0:
@@ -135,6 +136,10 @@ class Channel:
 
     # -- channel --------------------------------------------------------------------
     def _channel_flow(self, method: commands.Channel.Flow) -> None:
+        if not method.active:
+            # RabbitMQ 3.x: clients may not pause deliveries this way (it throttles
+            # publishers with connection.blocked instead).
+            raise ConnectionError(NOT_IMPLEMENTED, "active=false")
         self.active = method.active
         self.send_method(commands.Channel.FlowOk(active=method.active))
         if self.active:

@@ -1,0 +1,163 @@
+"""A tiny raw AMQP 0-9-1 client over a plain socket, for tests that must send what no
+real client library would: bad frames, half messages, abrupt disconnects.
+
+Frames are encoded and decoded with pamqp; the framing loop is written out here so a
+test can also send arbitrary bytes.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+from pamqp import body as pamqp_body, commands, frame, header as pamqp_header, heartbeat
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+PLAIN_GUEST = "\x00guest\x00guest"
+FRAME_END = b"\xce"
+
+
+def raw_frame(frame_type: int, channel: int, payload: bytes, end: bytes = FRAME_END) -> bytes:
+    """One frame built by hand (so tests can get any field wrong)."""
+    return struct.pack(">BHI", frame_type, channel, len(payload)) + payload + end
+
+
+class ConnectionGone(Exception):
+    """The broker closed the socket."""
+
+
+class RawClient:
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buffer = b""
+        self.heartbeats_received = 0
+
+    # -- sending --------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_method(self, channel: int, method) -> None:
+        self.send(frame.marshal(method, channel))
+
+    def publish(self, channel: int, routing_key: str, body: bytes, exchange: str = "",
+                properties: commands.Basic.Properties | None = None) -> None:
+        self.send(self.publish_frames(channel, routing_key, body, exchange, properties))
+
+    @staticmethod
+    def publish_frames(channel: int, routing_key: str, body: bytes, exchange: str = "",
+                       properties: commands.Basic.Properties | None = None) -> bytes:
+        return b"".join([
+            frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key), channel),
+            frame.marshal(pamqp_header.ContentHeader(
+                body_size=len(body), properties=properties or commands.Basic.Properties()), channel),
+            frame.marshal(pamqp_body.ContentBody(body), channel) if body else b"",
+        ])
+
+    def send_heartbeat(self) -> None:
+        self.send(frame.marshal(heartbeat.Heartbeat(), 0))
+
+    # -- receiving ------------------------------------------------------------------
+    def _fill(self, count: int) -> None:
+        while len(self.buffer) < count:
+            try:
+                data = self.sock.recv(65536)
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                raise ConnectionGone(f"socket closed with {self.buffer!r} buffered")
+            self.buffer += data
+
+    def read_raw(self, count: int) -> bytes:
+        self._fill(count)
+        data, self.buffer = self.buffer[:count], self.buffer[count:]
+        return data
+
+    def read_frame(self) -> tuple[int, object]:
+        """(channel, pamqp frame), heartbeats included."""
+        self._fill(7)
+        size = struct.unpack_from(">I", self.buffer, 3)[0]
+        data = self.read_raw(7 + size + 1)
+        _, channel, value = frame.unmarshal(data)
+        if isinstance(value, heartbeat.Heartbeat):
+            self.heartbeats_received += 1
+        return channel, value
+
+    def expect(self, kind: type, channel: int | None = None):
+        """Read frames (skipping heartbeats) until one of ``kind``; fail on anything
+        else."""
+        while True:
+            number, value = self.read_frame()
+            if isinstance(value, heartbeat.Heartbeat):
+                continue
+            assert isinstance(value, kind), f"expected {kind.__name__}, got {value!r} on channel {number}"
+            if channel is not None:
+                assert number == channel
+            return value
+
+    def skip_until(self, kind: type):
+        """Read frames, whatever they are, until one of ``kind``."""
+        while True:
+            _, value = self.read_frame()
+            if isinstance(value, kind):
+                return value
+
+    def expect_connection_close(self) -> commands.Connection.Close:
+        """Read frames until connection.close, answer close-ok, check the socket
+        then closes; returns the close method."""
+        value = self.skip_until(commands.Connection.Close)
+        self.send_method(0, commands.Connection.CloseOk())
+        assert self.closed_within(3.0), "socket still open after connection.close-ok"
+        return value
+
+    def closed_within(self, seconds: float) -> bool:
+        """Whether the broker closes the socket within ``seconds`` (data read meanwhile
+        is discarded)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                return False
+            except (ConnectionResetError, BrokenPipeError):
+                return True
+            if not data:
+                return True
+        return False
+
+    # -- handshake ------------------------------------------------------------------
+    def handshake(self, heartbeat_interval: int = 0, channel_max: int = 0,
+                  frame_max: int = 0, vhost: str = "/",
+                  mechanism: str = "PLAIN", response: str = PLAIN_GUEST) -> None:
+        self.send(PROTOCOL_HEADER)
+        self.expect(commands.Connection.Start, 0)
+        self.send_method(0, commands.Connection.StartOk(
+            client_properties={"product": "raw test client"}, mechanism=mechanism,
+            response=response, locale="en_US"))
+        self.expect(commands.Connection.Tune, 0)
+        self.send_method(0, commands.Connection.TuneOk(
+            channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat_interval))
+        self.send_method(0, commands.Connection.Open(virtual_host=vhost))
+        self.expect(commands.Connection.OpenOk, 0)
+
+    def open_channel(self, number: int = 1) -> None:
+        self.send_method(number, commands.Channel.Open())
+        self.expect(commands.Channel.OpenOk, number)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connected(port: int, **handshake) -> RawClient:
+    """A raw client past connection.open with channel 1 open."""
+    client = RawClient(port)
+    client.handshake(**handshake)
+    client.open_channel(1)
+    return client
