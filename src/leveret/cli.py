@@ -12,6 +12,7 @@ import click
 from . import __version__
 from .config import ConfigError, Settings, load
 from .server.broker import Broker, new_event_loop
+from .store import DataDirLocked, StoreError
 
 
 @click.group()
@@ -45,14 +46,18 @@ def server(bind: str | None, amqp_port: int | None, data_dir: str | None,
                        ("log_level", log_level)):
         if value is not None:
             setattr(settings, key, value)
+    if settings.data_dir is None:
+        settings.data_dir = "./leveret-data"
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
         loop.run_until_complete(_serve(settings))
+    except (DataDirLocked, StoreError) as exc:
+        raise click.ClickException(str(exc)) from None
     except OSError as exc:
-        raise click.ClickException(f"cannot listen on {settings.bind}:{settings.amqp_port}: {exc}")
+        raise click.ClickException(f"cannot start: {exc}") from None
     finally:
         loop.close()
 

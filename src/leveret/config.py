@@ -42,7 +42,7 @@ class ConfigError(ValueError):
 class Settings:
     bind: str = "127.0.0.1"
     amqp_port: int = 5672
-    data_dir: str = "./leveret-data"
+    data_dir: str | None = None  # None: keep nothing on disk (embedded default)
     log_level: str = "info"
     limits: Limits = field(default_factory=Limits)
     vhosts: list[str] = field(default_factory=lambda: ["/"])
@@ -60,6 +60,7 @@ class Settings:
 
 
 _SERVER_KEYS = {"bind": str, "amqp_port": int, "data_dir": str, "log_level": str}
+_LOG_LEVELS = ("debug", "info", "warning", "error")
 _LIMIT_KEYS = {"heartbeat": int, "frame_max": int, "channel_max": int, "max_message_size": int}
 
 
@@ -79,24 +80,39 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
             raise ConfigError(f"{path}: {section}{key} must be {kind.__name__}")
         return value
 
-    for key, value in data.pop("server", {}).items():
+    def strings(key: str, value: object) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{path}: {key} must be a list of strings")
+        return list(value)
+
+    server = data.pop("server", {})
+    if not isinstance(server, dict):
+        raise ConfigError(f"{path}: [server] must be a table")
+    for key, value in server.items():
         if key in _SERVER_KEYS:
             setattr(settings, key, typed("server.", key, value, _SERVER_KEYS[key]))
         elif key in _LIMIT_KEYS:
             setattr(settings.limits, key, typed("server.", key, value, _LIMIT_KEYS[key]))
         else:
             raise ConfigError(f"{path}: unknown key server.{key}")
+    if settings.log_level.lower() not in _LOG_LEVELS:
+        raise ConfigError(f"{path}: server.log_level must be one of {', '.join(_LOG_LEVELS)}")
     if "vhosts" in data:
-        settings.vhosts = [typed("", "vhosts[]", v, str) for v in data.pop("vhosts")]  # type: ignore[misc]
+        settings.vhosts = strings("vhosts", data.pop("vhosts"))
     if "loopback_users" in data:
-        settings.loopback_users = list(data.pop("loopback_users"))
-    for entry in data.pop("users", []):
-        try:
-            settings.users.append(User(name=entry["name"], password=entry["password"],
-                                       vhosts=list(entry.get("vhosts", ["/"])),
-                                       tags=list(entry.get("tags", []))))
-        except (KeyError, TypeError) as exc:
-            raise ConfigError(f"{path}: each [[users]] needs name and password ({exc})") from None
+        settings.loopback_users = strings("loopback_users", data.pop("loopback_users"))
+    users = data.pop("users", [])
+    if not isinstance(users, list) or not all(isinstance(e, dict) for e in users):
+        raise ConfigError(f"{path}: users must be [[users]] tables")
+    for entry in users:
+        unknown = set(entry) - {"name", "password", "vhosts", "tags"}
+        if unknown:
+            raise ConfigError(f"{path}: unknown key(s) users.{', users.'.join(sorted(unknown))}")
+        if not isinstance(entry.get("name"), str) or not isinstance(entry.get("password"), str):
+            raise ConfigError(f"{path}: each [[users]] needs string name and password")
+        settings.users.append(User(name=entry["name"], password=entry["password"],
+                                   vhosts=strings("users.vhosts", entry.get("vhosts", ["/"])),
+                                   tags=strings("users.tags", entry.get("tags", []))))
     if data:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(data))}")
     return settings

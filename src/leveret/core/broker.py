@@ -6,10 +6,13 @@ Protocol adapters (:mod:`leveret.protocol`) drive it; it knows nothing of socket
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .auth import User, UserDatabase
 from .vhost import VirtualHost
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 
 @dataclass
@@ -33,16 +36,42 @@ class BrokerCore:
     #: Called with True/False when a resource alarm starts/ends (connection.blocked).
     alarm_listeners: list[Callable[[bool], None]] = field(default_factory=list)
     alarm_active: bool = False
+    #: Durable definitions and messages; None for a broker that keeps nothing.
+    store: Store | None = None
 
     def __post_init__(self) -> None:
         if not self.vhosts:
             self.add_vhost("/")
 
     def add_vhost(self, name: str) -> VirtualHost:
-        return self.vhosts.setdefault(name, VirtualHost(name))
+        """Create (and persist, once a store is attached) a virtual host."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = self.vhosts[name] = VirtualHost(name, self.store)
+            if self.store is not None:
+                self.store.save_definition("vhost", name, "", {})
+        return vhost
 
     def add_user(self, user: User) -> None:
+        """Create or replace a user (persisted once a store is attached)."""
         self.users.users[user.name] = user
+        if self.store is not None:
+            self.store.save_definition("user", "", user.name, {
+                "password": user.password, "vhosts": user.vhosts, "tags": user.tags})
+
+    def attach_store(self, store: Store) -> int:
+        """Recover definitions and messages from ``store`` and persist from now on;
+        returns the number of messages recovered."""
+        from .definitions import recover
+
+        snapshot = store.load()
+        for _, name, data in snapshot.definitions.get("user", []):
+            if name not in self.users.users:
+                self.users.users[name] = User(name, str(data["password"]),
+                                              [str(v) for v in data["vhosts"]],
+                                              [str(t) for t in data["tags"]])
+        self.store = store
+        return recover(self, snapshot, store)
 
     def set_alarm(self, active: bool) -> None:
         """Raise or clear a resource alarm; publishers get connection.blocked/unblocked."""

@@ -30,7 +30,7 @@ class Message:
     and properties); ``body`` the concatenated body bytes.
     """
 
-    __slots__ = ("exchange", "routing_key", "header", "body", "_properties")
+    __slots__ = ("exchange", "routing_key", "header", "body", "_properties", "_persistent")
 
     def __init__(self, exchange: str, routing_key: str, header: bytes, body: bytes) -> None:
         self.exchange = exchange
@@ -38,6 +38,7 @@ class Message:
         self.header = header
         self.body = body
         self._properties: Properties | None = None
+        self._persistent: bool | None = None
 
     @classmethod
     def build(
@@ -63,6 +64,13 @@ class Message:
                 raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
             self._properties = decoded.properties
         return self._properties
+
+    @property
+    def persistent(self) -> bool:
+        """delivery_mode == 2, read from the raw header without decoding the rest."""
+        if self._persistent is None:
+            self._persistent = delivery_mode(self.header) == 2
+        return self._persistent
 
     @property
     def has_headers(self) -> bool:
@@ -115,6 +123,22 @@ def check_properties(header: bytes) -> None:
     except (UnmarshalingException, struct.error, ValueError, TypeError,
             UnicodeDecodeError, IndexError) as exc:
         raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
+
+
+def delivery_mode(header: bytes) -> int | None:
+    """The delivery_mode property of a (checked) content header payload, skipping
+    content_type, content_encoding and headers by their lengths; None if absent."""
+    flags = header[12] << 8 | header[13]
+    if not flags & 0x1000:
+        return None
+    offset = 14
+    if flags & 0x8000:
+        offset += 1 + header[offset]
+    if flags & 0x4000:
+        offset += 1 + header[offset]
+    if flags & 0x2000:
+        offset += 4 + int.from_bytes(header[offset:offset + 4], "big")
+    return header[offset]
 
 
 def declared_body_size(header: bytes) -> int:

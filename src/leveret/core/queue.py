@@ -11,22 +11,26 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .message import Message
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 
 class QueuedMessage:
     """A message's place in one queue: ``seq`` orders it, ``delivery_count`` counts the
     deliveries so far (0 before the first)."""
 
-    __slots__ = ("message", "seq", "redelivered", "delivery_count")
+    __slots__ = ("message", "seq", "redelivered", "delivery_count", "store_id")
 
-    def __init__(self, message: Message, seq: int) -> None:
+    def __init__(self, message: Message, seq: int, store_id: int = 0) -> None:
         self.message = message
         self.seq = seq
         self.redelivered = False
         self.delivery_count = 0
+        self.store_id = store_id  # > 0 while the message is in the store
 
     def __lt__(self, other: QueuedMessage) -> bool:
         return self.seq < other.seq
@@ -50,7 +54,9 @@ class Queue:
     """One queue of a virtual host.
 
     ``exclusive_owner`` is the connection that declared an exclusive queue (opaque to
-    core); ``arguments`` are the ``x-`` arguments of queue.declare.
+    core); ``arguments`` are the ``x-`` arguments of queue.declare. A durable queue has
+    a ``store`` and ``queue_id``: its persistent messages are written there until they
+    are acknowledged, discarded or purged.
     """
 
     def __init__(self, vhost: Any, name: str, durable: bool = False,
@@ -68,6 +74,8 @@ class Queue:
         self.deleted = False
         self._had_consumer = False
         self._next_seq = 0
+        self.store: Store | None = None
+        self.queue_id = 0
 
     # -- messages -------------------------------------------------------------------
     @property
@@ -75,11 +83,31 @@ class Queue:
         """Messages ready for delivery (not counting unacknowledged ones)."""
         return len(self.ready)
 
-    def enqueue(self, message: Message) -> None:
+    def enqueue(self, message: Message) -> bool:
+        """Append ``message``; True if it was written to the store (persistent message,
+        durable queue), so a confirm must wait for :meth:`Store.when_durable`."""
         self._next_seq += 1
-        self.ready.append(QueuedMessage(message, self._next_seq))
+        seq = self._next_seq
+        store_id = 0
+        if self.store is not None and message.persistent:
+            store_id = self.store.add_message(self.queue_id, seq, message.exchange,
+                                              message.routing_key, message.header, message.body)
+        self.ready.append(QueuedMessage(message, seq, store_id))
         if self.consumers:
             self.drain()
+        return store_id > 0
+
+    def restore(self, entry: QueuedMessage) -> None:
+        """Append a message recovered from the store (start-up, in publish order)."""
+        self._next_seq = max(self._next_seq, entry.seq)
+        self.ready.append(entry)
+
+    def ack(self, entry: QueuedMessage) -> None:
+        """The message was acknowledged: it leaves the store."""
+        if entry.store_id:
+            if self.store is not None:  # None once the queue is deleted
+                self.store.remove_message(entry.store_id)
+            entry.store_id = 0
 
     def get(self) -> QueuedMessage | None:
         """basic.get: the head message, or None when empty."""
@@ -87,6 +115,8 @@ class Queue:
             return None
         entry = self.ready.popleft()
         entry.delivery_count += 1
+        if entry.store_id:
+            self.store.set_delivery_count(entry.store_id, entry.delivery_count)  # type: ignore[union-attr]
         return entry
 
     def requeue(self, entries: list[QueuedMessage]) -> None:
@@ -107,9 +137,14 @@ class Queue:
         """A message leaves the queue unacknowledged-for-good: ``reason`` is
         ``rejected``, ``expired``, ``maxlen`` or ``delivery_limit``. Without a
         dead-letter configuration it is dropped, as in RabbitMQ."""
+        self.ack(entry)
 
     def purge(self) -> int:
+        """Drop every ready message; returns how many."""
         count = len(self.ready)
+        if self.store is not None:
+            for entry in self.ready:
+                self.ack(entry)
         self.ready.clear()
         return count
 
@@ -141,6 +176,8 @@ class Queue:
                 if consumer.can_accept():
                     entry = ready.popleft()
                     entry.delivery_count += 1
+                    if entry.store_id:
+                        self.store.set_delivery_count(entry.store_id, entry.delivery_count)  # type: ignore[union-attr]
                     consumer.deliver(self, entry)
                     break
             else:

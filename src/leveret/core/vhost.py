@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import access_refused, not_found, precondition_failed, resource_locked
+from .definitions import binding_definition, binding_name, exchange_definition, queue_definition
 from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, exchange_class
 from .message import Message
 from .queue import Queue
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 #: Exchanges every virtual host has, as in RabbitMQ.
 PREDECLARED = {
@@ -38,8 +42,10 @@ def _amqp_bool(value: bool) -> str:
 class VirtualHost:
     """One virtual host; ``name`` as in connection.open."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, store: Store | None = None) -> None:
         self.name = name
+        #: Where durable definitions and persistent messages go (None: nowhere).
+        self.store = store
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         #: Direct reply-to consumers by the key in ``amq.rabbitmq.reply-to.<key>``.
@@ -88,6 +94,8 @@ class VirtualHost:
         if existing is None:
             exchange = cls(name, durable, auto_delete, internal, arguments)
             self.exchanges[name] = exchange
+            if durable and self.store is not None:
+                self.store.save_definition("exchange", self.name, name, exchange_definition(exchange))
             return exchange
         what = f"for exchange '{name}' {self._where()}"
         for field, received, current in (
@@ -117,6 +125,8 @@ class VirtualHost:
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
+        if exchange.durable and self.store is not None:
+            self.store.delete_definition("exchange", self.name, exchange.name)
         for binding in list(exchange.bindings.values()):
             self._drop_binding(binding)
         for other in list(self.exchanges.values()):
@@ -143,6 +153,10 @@ class VirtualHost:
         if existing is None:
             queue = Queue(self, name, durable, owner if exclusive else None, auto_delete, arguments)
             self.queues[name] = queue
+            # Exclusive queues end with their connection, so never outlive a restart.
+            if durable and not exclusive and self.store is not None:
+                queue.store, queue.queue_id = self.store, self.store.new_queue_id()
+                self.store.save_definition("queue", self.name, name, queue_definition(queue))
             return queue
         if existing.exclusive_owner is not None and existing.exclusive_owner is not owner:
             raise self._locked(name)
@@ -173,6 +187,10 @@ class VirtualHost:
         count = queue.message_count
         del self.queues[name]
         queue.deleted = True
+        if queue.store is not None:
+            queue.store.remove_queue(queue.queue_id)
+            queue.store.delete_definition("queue", self.name, name)
+            queue.store = None
         for binding in list(queue.bindings):
             self._drop_binding(binding)
         for consumer in list(queue.consumers):
@@ -192,8 +210,13 @@ class VirtualHost:
         """queue.bind / exchange.bind; binding twice is a no-op."""
         source = self._bindable(source_name)
         binding = Binding(source, destination, routing_key, dict(arguments or {}))
-        if source.add_binding(binding) and isinstance(destination, Queue):
+        if not source.add_binding(binding):
+            return
+        if isinstance(destination, Queue):
             destination.bindings.append(binding)
+        if self._durable(binding):
+            self.store.save_definition(  # type: ignore[union-attr]
+                "binding", self.name, binding_name(binding), binding_definition(binding))
 
     def unbind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
                arguments: dict | None = None) -> None:
@@ -213,6 +236,8 @@ class VirtualHost:
             return
         if isinstance(removed.destination, Queue):
             removed.destination.bindings.remove(removed)
+        if self._durable(removed):
+            self.store.delete_definition("binding", self.name, binding_name(removed))  # type: ignore[union-attr]
         if source.auto_delete and not source.bindings and source.name in self.exchanges:
             self._remove_exchange(source)
 
@@ -248,6 +273,13 @@ class VirtualHost:
         return list(queues)
 
     # -- helpers --------------------------------------------------------------------
+    def _durable(self, binding: Binding) -> bool:
+        """RabbitMQ: a binding is durable when its source and destination are."""
+        destination = binding.destination
+        return (self.store is not None and binding.source.durable and destination.durable
+                and bool(binding.source.name)
+                and getattr(destination, "exclusive_owner", None) is None)
+
     @staticmethod
     def _check_args(received: dict, current: dict, keys: tuple, what: str) -> None:
         for key in keys:

@@ -17,6 +17,8 @@ from typing import Any
 
 from ..config import Settings
 from ..core.broker import BrokerCore
+from ..store import DataDirLock
+from ..store.sqlite import SQLiteStore
 from .listener import AMQPListener
 
 
@@ -37,6 +39,8 @@ class Broker:
             setattr(self.settings, key, value)
         self.core: BrokerCore = self.settings.build_core()
         self._listener = AMQPListener(self.core, self.settings.bind, self.settings.amqp_port)
+        self._lock: DataDirLock | None = None
+        self.store: SQLiteStore | None = None
 
     @property
     def host(self) -> str:
@@ -52,12 +56,41 @@ class Broker:
         return f"amqp://guest:guest@{self.host}:{self.amqp_port}/%2F"
 
     async def start(self) -> Broker:
-        await self._listener.start()
+        """Open the store (with ``data_dir``), recover, then listen.
+
+        Raises DataDirLocked if another broker uses ``data_dir``, StoreError (naming
+        the file) if the store cannot be opened, OSError if the port cannot be bound.
+        """
+        if self.settings.data_dir is not None:
+            self._lock = DataDirLock(self.settings.data_dir)
+            self._lock.acquire()
+            try:
+                self.store = SQLiteStore(self.settings.data_dir)
+                self.core.attach_store(self.store)
+                self.store.start(asyncio.get_running_loop())
+            except BaseException:
+                self._close_store()
+                raise
+        try:
+            await self._listener.start()
+        except BaseException:
+            self._close_store()
+            raise
         return self
 
     async def stop(self) -> None:
-        """Close every connection with 320 CONNECTION_FORCED and stop listening."""
+        """Close every connection with 320 CONNECTION_FORCED, stop listening, then
+        write what the store has queued and close it."""
         await self._listener.stop()
+        self._close_store()
+
+    def _close_store(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     async def __aenter__(self) -> Broker:
         return await self.start()

@@ -17,8 +17,8 @@ from pamqp import commands
 from pamqp.base import Frame as Method
 
 from ...core.errors import (
-    COMMAND_INVALID, FRAME_ERROR, NOT_ALLOWED, NOT_IMPLEMENTED, NO_ROUTE, UNEXPECTED_FRAME,
-    ConnectionError, access_refused, not_found, precondition_failed,
+    COMMAND_INVALID, FRAME_ERROR, INTERNAL_ERROR, NOT_ALLOWED, NOT_IMPLEMENTED, NO_ROUTE, UNEXPECTED_FRAME,
+    ChannelError, ConnectionError, access_refused, not_found, precondition_failed,
 )
 from ...core.exchange import DEFAULT_EXCHANGE
 from ...core.message import Message, check_properties, declared_body_size
@@ -59,6 +59,7 @@ class Channel:
         self.publish_seq = 0
         self._confirmed_upto = 0  # highest seq acknowledged to the publisher
         self._confirm_upto = 0  # highest seq ready to be acknowledged
+        self._awaiting_store = 0  # confirms waiting for the store
         self.tx: list[tuple[Callable, tuple]] | None = None
         self.last_queue = ""
         self.reply_to_key: str | None = None
@@ -334,9 +335,13 @@ class Channel:
 
     def _settle(self, taken: list[tuple], requeue: bool | None) -> None:
         """ack (requeue None), requeue (True) or discard (False) taken deliveries."""
-        if requeue:
+        if requeue is None:
+            for _, queue, entry, _ in taken:
+                if entry.store_id and queue is not None:
+                    queue.ack(entry)
+        elif requeue:
             self._requeue(taken)
-        elif requeue is False:
+        else:
             for _, queue, entry, _ in taken:
                 if queue is not None:
                     queue.discard(entry, "rejected")
@@ -409,6 +414,7 @@ class Channel:
         return message.with_properties(properties)
 
     def _route(self, exchange: Any, message: Message, mandatory: bool, seq: int) -> None:
+        persisted = False
         if exchange.name == DEFAULT_EXCHANGE and message.routing_key.startswith(REPLY_TO_PREFIX):
             consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_TO_PREFIX):])
             routed = consumer is not None
@@ -418,17 +424,37 @@ class Channel:
             queues = self.vhost.route(exchange, message)
             routed = bool(queues)
             for queue in queues:
-                queue.enqueue(message)
+                persisted |= queue.enqueue(message)
         if not routed and mandatory:
             self._send_content(Basic.Return(NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key),
                                message)
         if seq and self.confirm_mode:
-            self._confirm_upto = seq
-            self.connection.confirms_pending.add(self)
+            # A confirm means "on disk" for a persistent message in a durable queue; the
+            # ones after it wait their turn so that acks stay in publish order.
+            if persisted or self._awaiting_store:
+                self._awaiting_store += 1
+                self.vhost.store.when_durable(lambda ok: self._stored(seq, ok))
+            else:
+                self._confirm(seq)
+
+    def _stored(self, seq: int, ok: bool) -> None:
+        self._awaiting_store -= 1
+        if self.closing or self.connection.channels.get(self.number) is not self:
+            return
+        if ok:
+            self._confirm(seq)
+        else:  # the store failed to write it: the publisher must not count on it
+            self.flush_confirms()
+            self._confirmed_upto = max(self._confirmed_upto, seq)
+            self.send_method(Basic.Nack(delivery_tag=seq, multiple=False, requeue=False))
+
+    def _confirm(self, seq: int) -> None:
+        self._confirm_upto = seq
+        self.connection.confirm_later(self)
 
     def flush_confirms(self) -> None:
         """Send one basic.ack (multiple when it covers several) for every publish
-        confirmed since the last flush; the connection calls it once per read."""
+        confirmed since the last flush; the connection calls it once per loop turn."""
         upto = self._confirm_upto
         if upto > self._confirmed_upto:
             multiple = upto - self._confirmed_upto > 1
@@ -456,7 +482,19 @@ class Channel:
         work, self.tx = self.tx, []
         for action, args in work:
             action(*args)
-        self.send_method(Tx.CommitOk())
+        store = self.vhost.store
+        if store is not None and store.pending:  # commit-ok only once it is on disk
+            store.when_durable(self._committed)
+        else:
+            self.send_method(Tx.CommitOk())
+
+    def _committed(self, ok: bool) -> None:
+        if self.closing or self.connection.channels.get(self.number) is not self:
+            return
+        if ok:
+            self.send_method(Tx.CommitOk())
+        else:
+            self.connection.fail(ChannelError(INTERNAL_ERROR, "store write failed"), self.number, (90, 20))
 
     def _tx_rollback(self, m: Tx.Rollback) -> None:
         if self.tx is None:

@@ -93,22 +93,37 @@ class Connection:
         self._reader = FrameReader(limits.frame_max)
         self._header = b""
         self._out: list[bytes] = []
+        self._flush_requested = False
         self._timer: Any = loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
         self.last_received = self.last_sent = loop.time()
 
     # -- output ---------------------------------------------------------------------
     def send(self, data: bytes) -> None:
-        if not self._out:
+        if not self._flush_requested:
+            self._flush_requested = True
             self._request_flush(self)
         self._out.append(data)
 
     def send_parts(self, parts: list[bytes]) -> None:
-        if not self._out:
+        if not self._flush_requested:
+            self._flush_requested = True
             self._request_flush(self)
         self._out += parts
 
+    def confirm_later(self, channel: Channel) -> None:
+        """``channel`` has publisher confirms to send: one basic.ack at the flush."""
+        self.confirms_pending.add(channel)
+        if not self._flush_requested:
+            self._flush_requested = True
+            self._request_flush(self)
+
     def flush(self) -> None:
         """Write everything queued since the last flush in one transport write."""
+        self._flush_requested = False
+        if self.confirms_pending:
+            for channel in self.confirms_pending:
+                channel.flush_confirms()
+            self.confirms_pending.clear()
         if self._out and self.state != "closed":
             self.transport.write(b"".join(self._out))
             self.last_sent = self.loop.time()
@@ -142,10 +157,6 @@ class Connection:
                 self._connection_error(exc, class_id, method_id)
             if self.state == "closed":
                 return
-        if self.confirms_pending:
-            for channel in self.confirms_pending:
-                channel.flush_confirms()
-            self.confirms_pending.clear()
 
     def _protocol_header(self, data: bytes) -> bytes:
         """Check the 8-byte protocol header (§4.2.2); returns the bytes after it."""
@@ -230,10 +241,14 @@ class Connection:
         channel.handle_method(method)
 
     def _channel_error(self, number: int, exc: ChannelError, payload: bytes | None) -> None:
+        self.fail(exc, number, _ids(payload) if payload is not None else _PUBLISH_IDS)
+
+    def fail(self, exc: ChannelError, number: int, ids: tuple[int, int]) -> None:
+        """Close channel ``number`` with ``exc``'s reply code, naming method ``ids``."""
         channel = self.channels.get(number)
         if channel is None or channel.closing:
             return
-        class_id, method_id = _ids(payload) if payload is not None else _PUBLISH_IDS
+        class_id, method_id = ids
         channel.release()
         channel.closing = True
         self.send_method(number, commands.Channel.Close(

@@ -1,0 +1,12 @@
+"""Persistence: what core asks of a store, and the embedded default.
+
+Core decides *what* must be durable and *when* a confirm may go out; a store decides
+*how*. Every change is queued on the event loop and written by the store in groups
+(one transaction and one fsync per group); :meth:`Store.when_durable` runs a callback on
+the loop once everything queued before it is on disk.
+"""
+
+from .base import Snapshot, StoredMessage, Store, StoreError
+from .lock import DataDirLock, DataDirLocked
+
+__all__ = ["DataDirLock", "DataDirLocked", "Snapshot", "Store", "StoreError", "StoredMessage"]

@@ -1,0 +1,92 @@
+"""The store interface core depends on."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or written; the message names the file."""
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A persistent message of a durable queue as recovered from disk."""
+
+    store_id: int
+    queue_id: int
+    seq: int
+    delivery_count: int
+    exchange: str
+    routing_key: str
+    header: bytes
+    body: bytes
+
+
+@dataclass
+class Snapshot:
+    """Everything a store holds, as read at start-up.
+
+    ``definitions`` maps a kind (``vhost``, ``user``, ``exchange``, ``queue``,
+    ``binding``) to ``(vhost, name, data)`` rows in the order they were first saved;
+    ``messages`` are in publish order.
+    """
+
+    definitions: dict[str, list[tuple[str, str, dict]]] = field(default_factory=dict)
+    messages: list[StoredMessage] = field(default_factory=list)
+
+
+Callback = Callable[[bool], None]
+
+
+class Store(ABC):
+    """Durable definitions and messages. Methods are called on the event loop and must
+    not block it; writes become durable in groups, in call order."""
+
+    @abstractmethod
+    def load(self) -> Snapshot:
+        """Read everything (start-up; may block). Raises StoreError naming the file."""
+
+    @abstractmethod
+    def save_definition(self, kind: str, vhost: str, name: str, data: dict) -> None:
+        """Create or replace a definition; ``data`` is an AMQP field table."""
+
+    @abstractmethod
+    def delete_definition(self, kind: str, vhost: str, name: str) -> None: ...
+
+    @abstractmethod
+    def new_queue_id(self) -> int:
+        """A queue id never used before in this store."""
+
+    @abstractmethod
+    def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
+                    header: bytes, body: bytes) -> int:
+        """Queue a persistent message's write; returns its store id (> 0)."""
+
+    @abstractmethod
+    def set_delivery_count(self, store_id: int, count: int) -> None:
+        """Record that the message was delivered ``count`` times (redelivery state)."""
+
+    @abstractmethod
+    def remove_message(self, store_id: int) -> None:
+        """Acknowledged, dead-lettered, expired or purged: forget it."""
+
+    @abstractmethod
+    def remove_queue(self, queue_id: int) -> None:
+        """Forget every message of a deleted queue."""
+
+    @abstractmethod
+    def when_durable(self, callback: Callback) -> None:
+        """Call ``callback(True)`` on the loop once every write queued so far is on
+        disk (fsynced), or ``callback(False)`` if writing them failed."""
+
+    @property
+    @abstractmethod
+    def pending(self) -> bool:
+        """Whether writes are queued or in flight."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Write what is queued, then close (blocking)."""

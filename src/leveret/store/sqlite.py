@@ -1,0 +1,275 @@
+"""The embedded default store: SQLite in WAL mode, written by one writer thread.
+
+Group commit: changes made during an event-loop turn form a batch; while the writer
+thread commits one batch (one transaction, one fsync: ``synchronous=FULL``), the next
+accumulates, so batches grow with load. A message acknowledged before its batch is
+handed to the writer never touches the disk. Deleted pages are reclaimed with
+``PRAGMA incremental_vacuum`` between batches, and the WAL is truncated after
+checkpoints, without stopping the broker.
+
+Files: ``DIR/leveret.db`` (+ ``-wal``, ``-shm``). A message row holds the content
+header and body as they arrived; a definition row an AMQP field table (pamqp codec).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue as queue_mod
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pamqp import decode, encode
+
+from .base import Callback, Snapshot, Store, StoreError, StoredMessage
+
+log = logging.getLogger("leveret.store")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS definitions (
+    kind TEXT NOT NULL, vhost TEXT NOT NULL, name TEXT NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (kind, vhost, name));
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY, queue_id INTEGER NOT NULL, seq INTEGER NOT NULL,
+    delivery_count INTEGER NOT NULL, exchange TEXT NOT NULL, routing_key TEXT NOT NULL,
+    header BLOB NOT NULL, body BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+VACUUM_EVERY = 2.0  # seconds between incremental vacuums / checkpoints, at most
+
+
+class _Batch:
+    __slots__ = ("inserts", "counts", "deletes", "definitions", "callbacks")
+
+    def __init__(self) -> None:
+        self.inserts: dict[int, list] = {}
+        self.counts: dict[int, int] = {}
+        self.deletes: list[int] = []
+        self.definitions: list[tuple] = []
+        self.callbacks: list[Callback] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.inserts or self.counts or self.deletes or self.definitions
+                    or self.callbacks)
+
+
+def _encode_table(data: dict) -> bytes:
+    return encode.field_table(data)
+
+
+def _decode_table(blob: bytes) -> dict:
+    return decode.field_table(blob)[1]
+
+
+class SQLiteStore(Store):
+    """SQLite store in ``data_dir``. Raises StoreError naming the file on failure."""
+
+    def __init__(self, data_dir: str | Path) -> None:
+        self.path = Path(data_dir) / "leveret.db"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._batch = _Batch()
+        self._scheduled = False
+        self._writing = False
+        self._jobs: queue_mod.Queue = queue_mod.Queue()
+        self._thread: threading.Thread | None = None
+        self._next_id = 1
+        self._next_queue_id = 1
+        self._db: sqlite3.Connection | None = None
+        self.failed: str | None = None
+
+    # -- start-up -------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise sqlite3.OperationalError(f"cannot switch to WAL (journal_mode={mode})")
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(_SCHEMA)
+            db.execute("PRAGMA quick_check(1)").fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}") from None
+        return db
+
+    def load(self) -> Snapshot:
+        started = time.monotonic()
+        db = self._db = self._connect()
+        snapshot = Snapshot()
+        try:
+            for kind, vhost, name, data in db.execute(
+                    "SELECT kind, vhost, name, data FROM definitions ORDER BY rowid"):
+                snapshot.definitions.setdefault(kind, []).append((vhost, name, _decode_table(data)))
+            snapshot.messages = [StoredMessage(*row) for row in db.execute(
+                "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body "
+                "FROM messages ORDER BY id")]
+            row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read store {self.path}: {exc}") from None
+        last = db.execute("SELECT max(id) FROM messages").fetchone()[0]
+        self._next_id = (last or 0) + 1
+        self._next_queue_id = row[0] if row else 1
+        log.info("store %s: recovered %d messages in %.2f s", self.path,
+                 len(snapshot.messages), time.monotonic() - started)
+        return snapshot
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the writer thread; callbacks will run on ``loop``."""
+        if self._db is None:
+            self.load()
+        self._loop = loop
+        self._thread = threading.Thread(target=self._writer, name="leveret-store", daemon=True)
+        self._thread.start()
+        if self._batch:  # changes made during recovery
+            self._scheduled = True
+            loop.call_soon(self._submit)
+
+    # -- changes (event loop) -------------------------------------------------------
+    def _changed(self) -> _Batch:
+        if not self._scheduled and not self._writing and self._loop is not None:
+            self._scheduled = True
+            self._loop.call_soon(self._submit)
+        return self._batch
+
+    def save_definition(self, kind: str, vhost: str, name: str, data: dict) -> None:
+        self._changed().definitions.append(("save", kind, vhost, name, _encode_table(data)))
+
+    def delete_definition(self, kind: str, vhost: str, name: str) -> None:
+        self._changed().definitions.append(("delete", kind, vhost, name))
+
+    def new_queue_id(self) -> int:
+        queue_id = self._next_queue_id
+        self._next_queue_id += 1
+        self._changed().definitions.append(("meta", "next_queue_id", self._next_queue_id))
+        return queue_id
+
+    def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
+                    header: bytes, body: bytes) -> int:
+        store_id = self._next_id
+        self._next_id += 1
+        self._changed().inserts[store_id] = [store_id, queue_id, seq, 0, exchange, routing_key,
+                                             header, body]
+        return store_id
+
+    def set_delivery_count(self, store_id: int, count: int) -> None:
+        batch = self._changed()
+        row = batch.inserts.get(store_id)
+        if row is not None:
+            row[3] = count
+        else:
+            batch.counts[store_id] = count
+
+    def remove_message(self, store_id: int) -> None:
+        batch = self._changed()
+        if batch.inserts.pop(store_id, None) is None:
+            batch.counts.pop(store_id, None)
+            batch.deletes.append(store_id)
+
+    def remove_queue(self, queue_id: int) -> None:
+        batch = self._changed()
+        for store_id in [i for i, row in batch.inserts.items() if row[1] == queue_id]:
+            del batch.inserts[store_id]
+        batch.definitions.append(("purge", queue_id))
+
+    def when_durable(self, callback: Callback) -> None:
+        self._changed().callbacks.append(callback)
+
+    @property
+    def pending(self) -> bool:
+        return self._writing or bool(self._batch)
+
+    def _submit(self) -> None:
+        self._scheduled = False
+        if self._writing or not self._batch:
+            return
+        batch, self._batch = self._batch, _Batch()
+        self._writing = True
+        self._jobs.put(batch)
+
+    def _written(self, batch: _Batch, error: str | None) -> None:
+        self._writing = False
+        if error is not None and self.failed is None:
+            self.failed = error
+        for callback in batch.callbacks:
+            callback(error is None)
+        if self._batch:
+            self._submit()
+
+    # -- writer thread --------------------------------------------------------------
+    def _writer(self) -> None:
+        db = self._db
+        assert db is not None and self._loop is not None
+        last_vacuum = time.monotonic()
+        while True:
+            batch = self._jobs.get()
+            if batch is None:
+                return
+            error = None
+            try:
+                self._write(db, batch)
+            except sqlite3.Error as exc:
+                error = f"store {self.path}: {exc}"
+                log.error("write failed: %s", error)
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            now = time.monotonic()
+            if error is None and now - last_vacuum > VACUUM_EVERY:
+                last_vacuum = now
+                self._reclaim(db)
+            try:
+                self._loop.call_soon_threadsafe(self._written, batch, error)
+            except RuntimeError:  # loop closed during shutdown
+                return
+
+    @staticmethod
+    def _write(db: sqlite3.Connection, batch: _Batch) -> None:
+        db.execute("BEGIN")
+        if batch.inserts:
+            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?)", batch.inserts.values())
+        if batch.counts:
+            db.executemany("UPDATE messages SET delivery_count=? WHERE id=?",
+                           [(c, i) for i, c in batch.counts.items()])
+        if batch.deletes:
+            db.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in batch.deletes])
+        for op in batch.definitions:
+            if op[0] == "save":
+                db.execute("INSERT OR REPLACE INTO definitions VALUES (?,?,?,?)", op[1:])
+            elif op[0] == "delete":
+                db.execute("DELETE FROM definitions WHERE kind=? AND vhost=? AND name=?", op[1:])
+            elif op[0] == "purge":
+                db.execute("DELETE FROM messages WHERE queue_id=?", op[1:])
+            else:
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", op[1:])
+        db.execute("COMMIT")
+
+    @staticmethod
+    def _reclaim(db: sqlite3.Connection) -> None:
+        """Give freed pages back to the file system and keep the WAL short."""
+        try:
+            free = db.execute("PRAGMA freelist_count").fetchone()[0]
+            if free > 1024:
+                db.execute("PRAGMA incremental_vacuum(4096)").fetchall()
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("store %s: reclaiming space failed: %s", "leveret.db", exc)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            if self._batch:
+                batch, self._batch = self._batch, _Batch()
+                self._jobs.put(batch)  # its callbacks are dropped: the loop is stopping
+            self._jobs.put(None)
+            self._thread.join(30)
+            self._thread = None
+        if self._db is not None:
+            self._db.close()
+            self._db = None
