@@ -13,6 +13,7 @@ Example file::
     frame_max = 131072              # bytes
     channel_max = 2047
     max_message_size = 134217728    # bytes; larger messages get 406 PRECONDITION_FAILED
+    disk_free_limit = 50000000      # bytes free under data_dir; below it publishers block
 
     [[users]]
     name = "alice"
@@ -44,6 +45,7 @@ class Settings:
     amqp_port: int = 5672
     data_dir: str | None = None  # None: keep nothing on disk (embedded default)
     log_level: str = "info"
+    disk_free_limit: int = 50_000_000  # bytes; below it publishers are blocked
     limits: Limits = field(default_factory=Limits)
     vhosts: list[str] = field(default_factory=lambda: ["/"])
     users: list[User] = field(default_factory=list)
@@ -59,7 +61,8 @@ class Settings:
         return core
 
 
-_SERVER_KEYS = {"bind": str, "amqp_port": int, "data_dir": str, "log_level": str}
+_SERVER_KEYS = {"bind": str, "amqp_port": int, "data_dir": str, "log_level": str,
+                "disk_free_limit": int}
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _LIMIT_KEYS = {"heartbeat": int, "frame_max": int, "channel_max": int, "max_message_size": int}
 

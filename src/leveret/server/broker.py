@@ -19,6 +19,7 @@ from ..config import Settings
 from ..core.broker import BrokerCore
 from ..store import DataDirLock
 from ..store.sqlite import SQLiteStore
+from .disk_monitor import DiskMonitor
 from .listener import AMQPListener
 
 
@@ -41,6 +42,7 @@ class Broker:
         self._listener = AMQPListener(self.core, self.settings.bind, self.settings.amqp_port)
         self._lock: DataDirLock | None = None
         self.store: SQLiteStore | None = None
+        self._disk_monitor: DiskMonitor | None = None
 
     @property
     def host(self) -> str:
@@ -71,6 +73,9 @@ class Broker:
             except BaseException:
                 self._close_store()
                 raise
+            self._disk_monitor = DiskMonitor(self.core, self.settings.data_dir,
+                                             lambda: self.settings.disk_free_limit)
+            self._disk_monitor.start()
         try:
             await self._listener.start()
         except BaseException:
@@ -85,6 +90,9 @@ class Broker:
         self._close_store()
 
     def _close_store(self) -> None:
+        if self._disk_monitor is not None:
+            self._disk_monitor.stop()
+            self._disk_monitor = None
         if self.store is not None:
             self.store.close()
             self.store = None

@@ -391,6 +391,8 @@ class Channel:
         self._publish, self._header, self._chunks = None, b"", []
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         message = Message(method.exchange, method.routing_key, header, body)
+        if self.connection.core.alarm_active:
+            self.connection.block_publisher()
         exchange = self.vhost.get_exchange(method.exchange)
         if exchange.internal:
             raise access_refused(

@@ -321,8 +321,6 @@ class Connection:
         if self.heartbeat:
             self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
         self.core.alarm_listeners.append(self._on_alarm)
-        if self.core.alarm_active:
-            self._on_alarm(True)
 
     def _update_secret(self, m: C.UpdateSecret) -> None:
         try:
@@ -351,12 +349,23 @@ class Connection:
         self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
     def _on_alarm(self, active: bool) -> None:
-        """connection.blocked / unblocked for clients that announced the capability."""
-        if self.capabilities.get("connection.blocked") and self.state == "opened":
-            if active:
-                self.send_method(0, C.Blocked(reason="low on resources"))
-            else:
+        """The alarm ended: a connection blocked for publishing is read from again and
+        told with connection.unblocked."""
+        if not active and self.blocked:
+            self.blocked = False
+            self.transport.resume_reading()
+            if self.capabilities.get("connection.blocked") and self.state == "opened":
                 self.send_method(0, C.Unblocked())
+
+    def block_publisher(self) -> None:
+        """A publish arrived during a resource alarm: as RabbitMQ does, stop reading
+        from this connection until the alarm ends, and say so with connection.blocked
+        to clients that announced the capability."""
+        if not self.blocked:
+            self.blocked = True
+            self.transport.pause_reading()
+            if self.capabilities.get("connection.blocked"):
+                self.send_method(0, C.Blocked(reason="low on resources"))
 
     def set_writable(self, writable: bool) -> None:
         """The transport's buffer crossed its high (False) or low (True) water mark."""

@@ -1,0 +1,52 @@
+"""The free-disk resource alarm, as RabbitMQ's ``disk_free_limit``.
+
+Every ``interval`` seconds it compares the free space of the data directory's file
+system with the limit (bytes) and raises or clears the broker's alarm; while raised,
+publishing connections get connection.blocked and are no longer read from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from typing import Callable
+
+from ..core.broker import BrokerCore
+
+log = logging.getLogger("leveret.alarm")
+
+
+class DiskMonitor:
+    def __init__(self, core: BrokerCore, path: str, limit: Callable[[], int],
+                 interval: float = 1.0) -> None:
+        self.core = core
+        self.path = path
+        self.limit = limit  # read at every check, so it can be changed at run time
+        self.interval = interval
+        self._task: asyncio.Task | None = None
+
+    def check(self) -> None:
+        try:
+            free = shutil.disk_usage(self.path).free
+        except OSError as exc:
+            log.warning("cannot read free disk space of %s: %s", self.path, exc)
+            return
+        low = free < self.limit()
+        if low != self.core.alarm_active:
+            log.warning("free disk space %s: %d bytes free, limit %d bytes",
+                        "is low" if low else "is back", free, self.limit())
+            self.core.set_alarm(low)
+
+    async def _run(self) -> None:
+        while True:
+            self.check()
+            await asyncio.sleep(self.interval)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
