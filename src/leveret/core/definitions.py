@@ -12,8 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .exchange import Binding, Exchange, exchange_class, freeze
-from .message import Message
-from .queue import Queue, QueuedMessage
+from .queue import Queue
 
 if TYPE_CHECKING:
     from ..store import Snapshot, Store
@@ -78,17 +77,13 @@ def recover(core: BrokerCore, snapshot: Snapshot, store: Store) -> int:
     for vhost in core.vhosts.values():
         vhost.store = store
     count = 0
-    for stored in snapshot.messages:
-        queue = by_id.get(stored.queue_id)
+    for queue_id, (queued, last_seq) in snapshot.queues.items():
+        queue = by_id.get(queue_id)
         if queue is None:  # its queue was deleted before the purge reached the disk
-            store.remove_message(stored.store_id)
+            store.remove_queue(queue_id)
             continue
-        entry = QueuedMessage(Message(stored.exchange, stored.routing_key, stored.header,
-                                      stored.body), stored.seq, stored.store_id)
-        entry.delivery_count = stored.delivery_count
-        entry.redelivered = stored.delivery_count > 0
-        queue.restore(entry)
-        count += 1
+        queue.restore_paged(queued, last_seq)
+        count += queued
     log.info("recovered %d exchanges, %d queues, %d bindings and %d messages in %.2f s",
              len(defs.get("exchange", [])), len(by_id), len(defs.get("binding", [])), count,
              time.monotonic() - started)

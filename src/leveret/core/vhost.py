@@ -153,9 +153,10 @@ class VirtualHost:
         if existing is None:
             queue = Queue(self, name, durable, owner if exclusive else None, auto_delete, arguments)
             self.queues[name] = queue
+            queue.store = self.store
             # Exclusive queues end with their connection, so never outlive a restart.
             if durable and not exclusive and self.store is not None:
-                queue.store, queue.queue_id = self.store, self.store.new_queue_id()
+                queue.queue_id = self.store.new_queue_id()
                 self.store.save_definition("queue", self.name, name, queue_definition(queue))
             return queue
         if existing.exclusive_owner is not None and existing.exclusive_owner is not owner:
@@ -188,8 +189,10 @@ class VirtualHost:
         del self.queues[name]
         queue.deleted = True
         if queue.store is not None:
-            queue.store.remove_queue(queue.queue_id)
-            queue.store.delete_definition("queue", self.name, name)
+            if queue.queue_id:
+                queue.store.remove_queue(queue.queue_id)
+            if queue.durable and queue.exclusive_owner is None:
+                queue.store.delete_definition("queue", self.name, name)
             queue.store = None
         for binding in list(queue.bindings):
             self._drop_binding(binding)

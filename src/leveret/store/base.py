@@ -27,15 +27,16 @@ class StoredMessage:
 
 @dataclass
 class Snapshot:
-    """Everything a store holds, as read at start-up.
+    """What a store holds, as read at start-up.
 
     ``definitions`` maps a kind (``vhost``, ``user``, ``exchange``, ``queue``,
     ``binding``) to ``(vhost, name, data)`` rows in the order they were first saved;
-    ``messages`` are in publish order.
+    ``queues`` maps a queue id to ``(message count, highest seq)``. Messages themselves
+    are read per queue, on demand, with :meth:`Store.read_queue`.
     """
 
     definitions: dict[str, list[tuple[str, str, dict]]] = field(default_factory=dict)
-    messages: list[StoredMessage] = field(default_factory=list)
+    queues: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 Callback = Callable[[bool], None]
@@ -62,8 +63,18 @@ class Store(ABC):
 
     @abstractmethod
     def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
-                    header: bytes, body: bytes) -> int:
-        """Queue a persistent message's write; returns its store id (> 0)."""
+                    header: bytes, body: bytes, transient: bool = False) -> int:
+        """Queue a message's write; returns its store id (> 0). A ``transient`` one is
+        only paged out of memory and is deleted at the next start."""
+
+    @abstractmethod
+    def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
+        """Up to ``limit`` messages of a queue with seq > ``after_seq``, in seq order,
+        including writes not yet on disk."""
+
+    @abstractmethod
+    def remove_paged(self, queue_id: int, after_seq: int) -> None:
+        """Forget a queue's messages with seq > ``after_seq`` (purge of a paged tail)."""
 
     @abstractmethod
     def set_delivery_count(self, store_id: int, count: int) -> None:

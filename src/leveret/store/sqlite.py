@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS definitions (
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY, queue_id INTEGER NOT NULL, seq INTEGER NOT NULL,
     delivery_count INTEGER NOT NULL, exchange TEXT NOT NULL, routing_key TEXT NOT NULL,
-    header BLOB NOT NULL, body BLOB NOT NULL);
+    header BLOB NOT NULL, body BLOB NOT NULL, transient INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue_id, seq);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 
@@ -79,6 +80,8 @@ class SQLiteStore(Store):
         self._next_id = 1
         self._next_queue_id = 1
         self._db: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._inflight: _Batch | None = None
         self.failed: str | None = None
 
     # -- start-up -------------------------------------------------------------------
@@ -104,21 +107,39 @@ class SQLiteStore(Store):
         db = self._db = self._connect()
         snapshot = Snapshot()
         try:
+            db.execute("DELETE FROM messages WHERE transient=1")  # paged-out, not durable
             for kind, vhost, name, data in db.execute(
                     "SELECT kind, vhost, name, data FROM definitions ORDER BY rowid"):
                 snapshot.definitions.setdefault(kind, []).append((vhost, name, _decode_table(data)))
-            snapshot.messages = [StoredMessage(*row) for row in db.execute(
-                "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body "
-                "FROM messages ORDER BY id")]
+            for queue_id, count, last_seq in db.execute(
+                    "SELECT queue_id, count(*), max(seq) FROM messages GROUP BY queue_id"):
+                snapshot.queues[queue_id] = (count, last_seq)
             row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
+            last = db.execute("SELECT max(id) FROM messages").fetchone()[0]
+            self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read store {self.path}: {exc}") from None
-        last = db.execute("SELECT max(id) FROM messages").fetchone()[0]
         self._next_id = (last or 0) + 1
         self._next_queue_id = row[0] if row else 1
-        log.info("store %s: recovered %d messages in %.2f s", self.path,
-                 len(snapshot.messages), time.monotonic() - started)
+        log.info("store %s: %d messages in %d queues, indexed in %.2f s", self.path,
+                 sum(c for c, _ in snapshot.queues.values()), len(snapshot.queues),
+                 time.monotonic() - started)
         return snapshot
+
+    def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
+        assert self._reader is not None
+        found = {row[0]: row for row in self._reader.execute(
+            "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body "
+            "FROM messages WHERE queue_id=? AND seq>? ORDER BY seq LIMIT ?",
+            (queue_id, after_seq, limit))}
+        # Writes still on their way to disk; a batch may also be committed already.
+        for batch in (self._inflight, self._batch):
+            if batch is not None:
+                for row in batch.inserts.values():
+                    if row[1] == queue_id and row[2] > after_seq:
+                        found[row[0]] = row
+        rows = sorted(found.values(), key=lambda r: r[2])[:limit]
+        return [StoredMessage(*row[:8]) for row in rows]
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; callbacks will run on ``loop``."""
@@ -151,11 +172,11 @@ class SQLiteStore(Store):
         return queue_id
 
     def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
-                    header: bytes, body: bytes) -> int:
+                    header: bytes, body: bytes, transient: bool = False) -> int:
         store_id = self._next_id
         self._next_id += 1
         self._changed().inserts[store_id] = [store_id, queue_id, seq, 0, exchange, routing_key,
-                                             header, body]
+                                             header, body, int(transient)]
         return store_id
 
     def set_delivery_count(self, store_id: int, count: int) -> None:
@@ -176,7 +197,14 @@ class SQLiteStore(Store):
         batch = self._changed()
         for store_id in [i for i, row in batch.inserts.items() if row[1] == queue_id]:
             del batch.inserts[store_id]
-        batch.definitions.append(("purge", queue_id))
+        batch.definitions.append(("purge", queue_id, 0))
+
+    def remove_paged(self, queue_id: int, after_seq: int) -> None:
+        batch = self._changed()
+        for store_id in [i for i, row in batch.inserts.items()
+                         if row[1] == queue_id and row[2] > after_seq]:
+            del batch.inserts[store_id]
+        batch.definitions.append(("purge", queue_id, after_seq))
 
     def when_durable(self, callback: Callback) -> None:
         self._changed().callbacks.append(callback)
@@ -191,10 +219,12 @@ class SQLiteStore(Store):
             return
         batch, self._batch = self._batch, _Batch()
         self._writing = True
+        self._inflight = batch
         self._jobs.put(batch)
 
     def _written(self, batch: _Batch, error: str | None) -> None:
         self._writing = False
+        self._inflight = None
         if error is not None and self.failed is None:
             self.failed = error
         for callback in batch.callbacks:
@@ -234,7 +264,7 @@ class SQLiteStore(Store):
     def _write(db: sqlite3.Connection, batch: _Batch) -> None:
         db.execute("BEGIN")
         if batch.inserts:
-            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?)", batch.inserts.values())
+            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?)", batch.inserts.values())
         if batch.counts:
             db.executemany("UPDATE messages SET delivery_count=? WHERE id=?",
                            [(c, i) for i, c in batch.counts.items()])
@@ -246,7 +276,7 @@ class SQLiteStore(Store):
             elif op[0] == "delete":
                 db.execute("DELETE FROM definitions WHERE kind=? AND vhost=? AND name=?", op[1:])
             elif op[0] == "purge":
-                db.execute("DELETE FROM messages WHERE queue_id=?", op[1:])
+                db.execute("DELETE FROM messages WHERE queue_id=? AND seq>?", op[1:])
             else:
                 db.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", op[1:])
         db.execute("COMMIT")
@@ -270,6 +300,7 @@ class SQLiteStore(Store):
             self._jobs.put(None)
             self._thread.join(30)
             self._thread = None
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        for db in (self._db, self._reader):
+            if db is not None:
+                db.close()
+        self._db = self._reader = None
