@@ -84,6 +84,20 @@ def proc_comm(pid: int) -> str:
         return ""
 
 
+def disk_usage(path: str) -> tuple[int, int]:
+    """(bytes allocated on disk, apparent size in bytes) of every file under ``path``."""
+    used = apparent = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                st = os.lstat(os.path.join(root, f))
+            except OSError:
+                continue
+            used += st.st_blocks * 512
+            apparent += st.st_size
+    return used, apparent
+
+
 def free_port() -> int:
     """A currently free TCP port on 127.0.0.1 (tiny race, acceptable here)."""
     with socket.socket() as s:
@@ -143,11 +157,32 @@ class Broker:
         except OSError:
             return ""
 
+    def data_dir(self) -> str:
+        """Where the broker keeps its messages (for disk usage)."""
+        raise NotImplementedError
+
+    def disk_usage(self) -> tuple[int, int]:
+        """(allocated, apparent) bytes of the broker's data directory."""
+        return disk_usage(self.data_dir())
+
     # lifecycle ---------------------------------------------------------
     def start(self) -> "Broker":
         raise NotImplementedError
 
     def stop(self) -> None:
+        raise NotImplementedError
+
+    def shutdown(self, kill: bool = False, timeout: float = 120.0) -> float:
+        """Stop the broker process but keep its data directory (for a restart).
+
+        ``kill``: SIGKILL (a crash) instead of a clean SIGTERM shutdown.
+        Returns the seconds until the process had exited.
+        """
+        raise NotImplementedError
+
+    def launch(self, timeout: float = 900.0) -> float:
+        """Start the process again on the same data directory; returns the
+        ``time.monotonic()`` just before it was spawned (it is ready on return)."""
         raise NotImplementedError
 
     def __enter__(self) -> "Broker":
@@ -170,39 +205,56 @@ class Leveret(Broker):
         self.python = python
         self.start_timeout = start_timeout
 
+    def data_dir(self) -> str:
+        return os.path.join(self.workdir, "data")
+
     def start(self) -> "Leveret":
         self.workdir = tempfile.mkdtemp(prefix="leveret-bench-")
-        data_dir = os.path.join(self.workdir, "data")
-        os.makedirs(data_dir)
+        os.makedirs(self.data_dir())
+        try:
+            self.launch(self.start_timeout)
+        except BrokerError:
+            self.stop()
+            raise
+        return self
+
+    def launch(self, timeout: float = 900.0) -> float:
         self.log_path = os.path.join(self.workdir, "leveret.log")
-        cmd = [self.python, "-m", "leveret", "server", "--amqp-port", "0", "--data-dir", data_dir]
+        cmd = [self.python, "-m", "leveret", "server", "--amqp-port", "0", "--data-dir", self.data_dir()]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with open(self.log_path, "wb") as log:
+        offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        with open(self.log_path, "ab") as log:
+            t0 = time.monotonic()
             self.root = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=env, start_new_session=True, cwd=self.workdir)
         self.pid = self.root.pid
-        deadline = time.monotonic() + self.start_timeout
+        deadline = t0 + timeout
         while time.monotonic() < deadline:
-            m = self.READY.search(Path(self.log_path).read_text(errors="replace"))
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                m = self.READY.search(f.read().decode(errors="replace"))
             if m:
                 self.host = m.group(1).strip("[]")
                 self.port = int(m.group(2))
-                return self
+                return t0
             if self.root.poll() is not None:
                 break
-            time.sleep(0.1)
-        tail = self.log_tail()
-        self.stop()
-        raise BrokerError(f"leveret did not become ready (cmd: {' '.join(cmd)})\n{tail}")
+            time.sleep(0.02)
+        raise BrokerError(f"leveret did not become ready (cmd: {' '.join(cmd)})\n{self.log_tail()}")
 
-    def stop(self) -> None:
+    def shutdown(self, kill: bool = False, timeout: float = 120.0) -> float:
+        t0 = time.monotonic()
         if self.root is not None and self.root.poll() is None:
-            self.root.send_signal(signal.SIGTERM)
+            self.root.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
             try:
-                self.root.wait(15)
+                self.root.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.root.kill()
                 self.root.wait(5)
+        return time.monotonic() - t0
+
+    def stop(self) -> None:
+        self.shutdown(timeout=15)
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = ""
@@ -261,6 +313,9 @@ class RabbitMQ(Broker):
         )
         return env
 
+    def data_dir(self) -> str:
+        return os.path.join(self.workdir, "mnesia")
+
     def start(self) -> "RabbitMQ":
         if not rabbitmq_installed():
             raise BrokerError("rabbitmq-server is not installed (apt-get install -y rabbitmq-server)")
@@ -268,13 +323,24 @@ class RabbitMQ(Broker):
         self.port = free_port()
         self.epmd_port = free_port()
         self.extra = {"nodename": f"bench-{secrets.token_hex(4)}@localhost", "dist_port": free_port()}
+        try:
+            self.launch(self.start_timeout)
+        except BrokerError:
+            self.stop()
+            raise
+        return self
+
+    def launch(self, timeout: float = 900.0) -> float:
+        """Start (or restart) the node: same node name, ports and mnesia directory."""
         self.log_path = os.path.join(self.workdir, "stdout.log")
         env = self._env()
-        with open(self.log_path, "wb") as log:
+        with open(self.log_path, "ab") as log:
+            t0 = time.monotonic()
             self.root = subprocess.Popen([RABBITMQ_SERVER], stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env, cwd=self.workdir,
                                          start_new_session=True)
-        deadline = time.monotonic() + self.start_timeout
+        self.pid = 0
+        deadline = t0 + timeout
         while time.monotonic() < deadline:
             if self.root.poll() is not None:
                 break
@@ -282,11 +348,48 @@ class RabbitMQ(Broker):
                 beam = self._find_beam()
                 if beam:
                     self.pid = beam
-                    return self
-            time.sleep(0.5)
-        tail = self.log_tail()
-        self.stop()
-        raise BrokerError(f"RabbitMQ did not start on port {self.port}\n{tail}")
+                    return t0
+            time.sleep(0.05)
+        raise BrokerError(f"RabbitMQ did not start on port {self.port}\n{self.log_tail()}")
+
+    def find_pid(self) -> int:
+        """The beam.smp PID of the running node (0 while it is not up yet)."""
+        if self.root is None:
+            return 0
+        return self._find_beam()
+
+    def shutdown(self, kill: bool = False, timeout: float = 120.0) -> float:
+        """Stop the node but keep mnesia (and the private epmd) for a restart.
+
+        Clean: SIGTERM to the wrapper script (a clean VM shutdown). ``kill``:
+        SIGKILL to ``beam.smp`` (an unclean stop, like a crash or power loss of
+        the VM process)."""
+        t0 = time.monotonic()
+        if self.root is None:
+            return 0.0
+        tree = [(p, proc_comm(p)) for p in process_tree(self.root.pid)]
+        if self.root.poll() is None:
+            if kill:
+                beam = self._find_beam()
+                if beam:
+                    os.kill(beam, signal.SIGKILL)
+            else:
+                self.root.send_signal(signal.SIGTERM)
+            try:
+                self.root.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        elapsed = time.monotonic() - t0
+        for p, comm in tree:  # anything left of the VM: kill by PID (if still the same program)
+            if p != self.root.pid and comm and proc_comm(p) == comm:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+        if self.root.poll() is None:
+            self.root.kill()
+            self.root.wait(5)
+        return elapsed
 
     def _find_beam(self) -> int:
         for p in process_tree(self.root.pid):
@@ -310,24 +413,7 @@ class RabbitMQ(Broker):
 
     def stop(self) -> None:
         if self.root is not None:
-            tree = [(p, proc_comm(p)) for p in process_tree(self.root.pid)]
-            if self.root.poll() is None:
-                # The wrapper script traps SIGTERM and forwards it to the VM,
-                # which shuts the node down cleanly.
-                self.root.send_signal(signal.SIGTERM)
-                try:
-                    self.root.wait(30)
-                except subprocess.TimeoutExpired:
-                    pass
-            for p, comm in tree:  # anything left of the VM: kill by PID (if still the same program)
-                if p != self.root.pid and comm and proc_comm(p) == comm:
-                    try:
-                        os.kill(p, signal.SIGKILL)
-                    except OSError:
-                        pass
-            if self.root.poll() is None:
-                self.root.kill()
-                self.root.wait(5)
+            self.shutdown(timeout=30)
         if self.epmd_port:
             for p in self._epmd_pids():
                 try:

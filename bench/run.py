@@ -28,7 +28,8 @@ sys.path.insert(0, str(HERE))
 
 from brokers import Broker, BrokerError, Leveret, RabbitMQ, rabbitmq_installed  # noqa: E402
 from loadgen import Connection, loop_name, new_event_loop  # noqa: E402
-from workloads import ALIASES, WORKLOADS, Meter, Row, Settings  # noqa: E402
+from workloads import (ALIASES, BACKLOG_SECTION, EXTRA_WORKLOADS, TIME_LIMITS, WORKLOADS,  # noqa: E402
+                       Meter, Row, Settings)
 
 BROKERS = ("leveret", "rabbitmq")
 
@@ -47,7 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=d.seconds,
                    help=f"max seconds of timed phase per workload (default {d.seconds:g})")
     p.add_argument("--workloads", default="all",
-                   help="comma-separated: " + ",".join(WORKLOADS) + " (or a,b,c,d,e; default all)")
+                   help="comma-separated: " + ",".join(w for w in WORKLOADS if w not in EXTRA_WORKLOADS)
+                   + " (or a,b,c,d,e; default all); opt-in: " + ",".join(EXTRA_WORKLOADS))
     p.add_argument("--body-size", type=int, default=d.body_size, help="body bytes for workloads a-d (default 100)")
     p.add_argument("--prefetch", type=int, default=d.prefetch, help="consumer prefetch (default 1000)")
     p.add_argument("--ack-every", type=int, default=d.ack_every,
@@ -59,6 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="latency workload: fixed publish rate in msg/s (default 5000)")
     p.add_argument("--confirm-window", type=int, default=d.confirm_window,
                    help="confirm workloads: max unconfirmed publishes (default 1000)")
+    p.add_argument("--backlog-messages", type=int, default=d.backlog_messages,
+                   help=f"backlog/recovery: persistent messages in the backlog (default {d.backlog_messages})")
+    p.add_argument("--backlog-body-size", type=int, default=d.backlog_body_size,
+                   help=f"backlog/recovery: body bytes (default {d.backlog_body_size})")
     p.add_argument("--rabbitmq-schedulers", type=int, default=None,
                    help="Erlang scheduler threads for RabbitMQ (default: one per core)")
     p.add_argument("--python", default=sys.executable, help="interpreter used to start leveret")
@@ -96,6 +102,13 @@ def row_result(row: Row, meter: Meter) -> dict:
         "broker_rss_mb": round(meter.rss_bytes / 2**20, 1),
     }
     out.update(row.extra)
+    if "cpu_at_count_s" in row.extra:  # recovery: CPU of the new process from its start
+        cpu = row.extra["cpu_at_count_s"]
+        out.update(broker_cpu_s=cpu, broker_cpu_us_per_msg=round(cpu / row.messages * 1e6, 2) if row.messages else None,
+                   broker_cpu_pct=round(100 * cpu / row.seconds, 1) if row.seconds else None,
+                   loadgen_cpu_pct=None, broker_rss_mb=row.extra["rss_after_first_mb"])
+    elif "rss_settled_mb" in row.extra:  # backlog: RSS 5 s after the last confirm
+        out["broker_rss_mb"] = row.extra["rss_settled_mb"]
     return out
 
 
@@ -135,6 +148,8 @@ def run_broker(name: str, workloads: list[str], settings: Settings, args: argpar
                 continue
             meter = Meter(broker)
             limit = 2 * settings.seconds + 2 * settings.grace + 60
+            if wl_name in TIME_LIMITS:
+                limit = TIME_LIMITS[wl_name](settings)
             try:
                 rows = loop.run_until_complete(
                     asyncio.wait_for(WORKLOADS[wl_name](broker, settings, meter), limit))
@@ -148,7 +163,7 @@ def run_broker(name: str, workloads: list[str], settings: Settings, args: argpar
                 lat = f"  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms" if "p50_ms" in r else ""
                 log(f"[{name}] {row.name:15s} {r['messages']:>8d} msgs in {r['seconds']:6.2f}s = "
                     f"{r['msg_per_s']:>10,.0f} msg/s  {r['broker_cpu_us_per_msg'] or 0:7.2f} µs CPU/msg  "
-                    f"broker {r['broker_cpu_pct']:5.1f}% CPU  loadgen {r['loadgen_cpu_pct']:5.1f}% CPU  "
+                    f"broker {r['broker_cpu_pct'] or 0:5.1f}% CPU  loadgen {r['loadgen_cpu_pct'] or 0:5.1f}% CPU  "
                     f"RSS {r['broker_rss_mb']:.0f} MB{lat}")
             time.sleep(args.pause)
     finally:
@@ -166,7 +181,8 @@ def _fmt(v, spec: str = ",.0f", none: str = "-") -> str:
 def table_rows(results: dict) -> list[list[str]]:
     lev = results.get("leveret", {}).get("rows", {})
     rmq = results.get("rabbitmq", {}).get("rows", {})
-    names = list(dict.fromkeys([*lev, *rmq]))
+    names = [n for n in dict.fromkeys([*lev, *rmq])
+             if (lev.get(n) or rmq.get(n)).get("section") != BACKLOG_SECTION]
     rows = []
     for n in names:
         a, b = lev.get(n, {}), rmq.get(n, {})
@@ -191,10 +207,48 @@ HEADERS = ["workload", "leveret msg/s", "rabbitmq msg/s", "ratio lev/rmq",
 TABLE_WIDTH = 190  # used when stdout is not a terminal (rich would default to 80)
 
 
+def backlog_rows(results: dict) -> list[list[str]]:
+    """One line per figure of the backlog/recovery workloads: leveret, rabbitmq, ratio."""
+    lev = results.get("leveret", {}).get("rows", {})
+    rmq = results.get("rabbitmq", {}).get("rows", {})
+    names = [n for n in dict.fromkeys([*lev, *rmq])
+             if (lev.get(n) or rmq.get(n)).get("section") == BACKLOG_SECTION]
+    backlog_fields = [
+        ("publish msg/s", "msg_per_s", ",.0f"),
+        ("µs CPU/msg", "broker_cpu_us_per_msg", ".1f"),
+        ("idle RSS MB (before)", "idle_rss_mb", ",.0f"),
+        ("RSS MB (5 s after)", "rss_settled_mb", ",.0f"),
+        ("peak RSS MB", "peak_rss_mb", ",.0f"),
+        ("RSS B/queued msg", "rss_bytes_per_msg", ",.0f"),
+        ("RSS growth B/msg", "rss_growth_bytes_per_msg", ",.0f"),
+        ("disk MB", "disk_mb", ",.0f"),
+        ("disk B/msg", "disk_bytes_per_msg", ",.0f"),
+    ]
+    recovery_fields = [
+        ("stop s", "stop_s", ".2f"),
+        ("port up s", "ready_s", ".2f"),
+        ("count = N s", "count_s", ".2f"),
+        ("first message s", "first_message_s", ".2f"),
+        ("CPU s until count", "cpu_at_count_s", ".1f"),
+        ("RSS MB after", "rss_after_first_mb", ",.0f"),
+    ]
+    out = []
+    for n in names:
+        a, b = lev.get(n, {}), rmq.get(n, {})
+        for label, key, spec in (recovery_fields if "count_s" in (a or b) else backlog_fields):
+            va, vb = a.get(key), b.get(key)
+            ratio = va / vb if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and vb else None
+            out.append([f"{n} ({(a or b).get('messages', 0):,}): {label}", _fmt(va, spec), _fmt(vb, spec),
+                        _fmt(ratio, ".2f")])
+    return out
+
+
 def saturation_rows(results: dict) -> list[list[str]]:
     out = []
     for broker, res in results.items():
         for n, r in res.get("rows", {}).items():
+            if "cpu_at_count_s" in r:
+                continue  # recovery: no load-generator window
             out.append([broker, n, _fmt(r.get("broker_cpu_pct"), ".0f"), _fmt(r.get("loadgen_cpu_pct"), ".0f")])
     return out
 
@@ -203,21 +257,35 @@ def print_tables(results: dict) -> None:
     rows = table_rows(results)
     sat = saturation_rows(results)
     sat_headers = ["broker", "workload", "broker CPU %", "loadgen CPU %"]
+    blog = backlog_rows(results)
+    blog_headers = ["backlog / recovery", "leveret", "rabbitmq", "ratio lev/rmq"]
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
-        _plain(HEADERS, rows)
+        if rows:
+            _plain(HEADERS, rows)
+        if blog:
+            print("\nBacklog and recovery (persistent messages, durable queue, no consumer):")
+            _plain(blog_headers, blog)
         print("\nSaturation (100% = one core busy):")
         _plain(sat_headers, sat)
     else:
         console = Console() if sys.stdout.isatty() else Console(width=TABLE_WIDTH)
-        t = Table(title="leveret vs RabbitMQ (ratio > 1: leveret faster)")
-        for i, h in enumerate(HEADERS):
-            t.add_column(h, justify="left" if i == 0 else "right")
-        for r in rows:
-            t.add_row(*r)
-        console.print(t)
+        if rows:
+            t = Table(title="leveret vs RabbitMQ (ratio > 1: leveret faster)")
+            for i, h in enumerate(HEADERS):
+                t.add_column(h, justify="left" if i == 0 else "right")
+            for r in rows:
+                t.add_row(*r)
+            console.print(t)
+        if blog:
+            b = Table(title="Backlog and recovery: persistent messages in a durable queue, no consumer")
+            for i, h in enumerate(blog_headers):
+                b.add_column(h, justify="left" if i == 0 else "right")
+            for r in blog:
+                b.add_row(*r)
+            console.print(b)
         s = Table(title="Saturation check (100% = one core busy)")
         for i, h in enumerate(sat_headers):
             s.add_column(h, justify="left" if i < 2 else "right")
@@ -249,8 +317,14 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(messages=args.messages, seconds=args.seconds, body_size=args.body_size,
                         prefetch=args.prefetch, ack_every=args.ack_every, batch=args.batch,
                         latency_window=args.latency_window,
-                        latency_rate=args.latency_rate, confirm_window=args.confirm_window)
+                        latency_rate=args.latency_rate, confirm_window=args.confirm_window,
+                        backlog_messages=args.backlog_messages, backlog_body_size=args.backlog_body_size)
     workloads = resolve_workloads(args.workloads)
+    # recovery right after backlog reuses its queue instead of filling a second one
+    if "backlog" in workloads and "recovery" in workloads:
+        workloads.remove("recovery")
+        workloads.insert(workloads.index("backlog") + 1, "recovery")
+        settings.keep_backlog = True
     brokers = list(BROKERS) if args.only == "both" else [args.only]
     if "rabbitmq" in brokers and not rabbitmq_installed():
         log("NOTE: rabbitmq-server is not installed, so only leveret is benchmarked.\n"
@@ -269,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "loadgen_loop": loop_name(), "settings": vars(settings), "workloads": workloads,
+            "pythonpath": os.environ.get("PYTHONPATH", ""),
         },
         "results": results,
     }

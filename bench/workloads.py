@@ -15,6 +15,7 @@ import resource
 import secrets
 import statistics
 import struct
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
@@ -40,6 +41,9 @@ class Settings:
     latency_rate: int = 5000     # latency: fixed publish rate, msg/s
     confirm_window: int = 1000   # confirms: max unconfirmed publishes
     grace: float = 30.0          # extra time allowed to drain in-flight messages at the end
+    backlog_messages: int = 1_000_000  # backlog/recovery: persistent messages left in the queue
+    backlog_body_size: int = 1024      # backlog/recovery: body bytes
+    keep_backlog: bool = False   # backlog: leave the queue for a following recovery workload
 
 
 @dataclass
@@ -420,7 +424,216 @@ async def wl_confirm_4k(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
     return await _confirm(broker, s, meter, 4096, "confirm 4KB")
 
 
+# ------------------------------------------------------- backlog and recovery
+BACKLOG_SECTION = "backlog"  # Row.extra["section"]: shown in their own table, not the main one
+
+
+async def _rss_sampler(broker: Broker, out: dict, period: float = 0.5) -> None:
+    """Track the broker's peak RSS in ``out["peak_rss"]`` until cancelled."""
+    while True:
+        out["peak_rss"] = max(out.get("peak_rss", 0), broker.rss_bytes())
+        await asyncio.sleep(period)
+
+
+async def _fill_backlog(broker: Broker, s: Settings, q: str, arguments: dict | None,
+                        meter: Meter | None = None) -> dict:
+    """Declare durable ``q`` and publish ``backlog_messages`` persistent messages with
+    confirms (window ``confirm_window``); no consumer. Returns the figures of the fill."""
+    n = s.backlog_messages
+    conn, ch = await _open(broker)
+    info: dict = {}
+    sampler = asyncio.ensure_future(_rss_sampler(broker, info))
+    try:
+        await ch.queue_declare(q, durable=True, arguments=arguments)
+        await ch.confirm_select()
+        await asyncio.sleep(1.0)  # idle baseline (after the declare)
+        rss0 = broker.rss_bytes()
+        disk0 = broker.disk_usage()[0]
+        msg = ch.message("", q, b"x" * s.backlog_body_size, persistent=True)
+        sent = 0
+        if meter is not None:
+            meter.start()
+        t0 = time.perf_counter()
+        cpu0 = broker.cpu_seconds()
+        step, next_log = max(1, n // 10), max(1, n // 10)
+        while sent < n:
+            allowed = min(s.confirm_window - (sent - ch.confirmed), n - sent)
+            if allowed <= 0:
+                await conn.wait_progress(1.0)
+                if conn.closed:
+                    raise conn.closed
+                continue
+            conn.write(msg * allowed)
+            sent += allowed
+            await conn.drain()
+            if sent >= next_log:
+                next_log += step
+                print(f"    [{broker.name}] backlog: {sent:,} published, {ch.confirmed:,} confirmed, "
+                      f"{time.perf_counter() - t0:.0f} s, RSS {broker.rss_bytes() / 2**20:.0f} MB",
+                      file=sys.stderr, flush=True)
+        if not await _wait_until(lambda: ch.confirmed >= sent, [conn], time.monotonic() + 300):
+            raise TimeoutError(f"only {ch.confirmed} of {sent} publishes confirmed")
+        seconds = time.perf_counter() - t0
+        cpu = broker.cpu_seconds() - cpu0
+        if meter is not None:
+            meter.stop()
+        depth = (await ch.queue_declare(q, passive=True)).message_count
+        rss_end = broker.rss_bytes()
+        disk_end, _ = broker.disk_usage()
+        await asyncio.sleep(5.0)  # let the broker settle (GC, checkpoints, compaction)
+        rss = broker.rss_bytes()
+        disk, apparent = broker.disk_usage()
+        info["peak_rss"] = max(info.get("peak_rss", 0), rss)
+        info.update(
+            published=sent, confirmed=ch.confirmed, nacked=ch.nacked, depth=depth,
+            publish_seconds=seconds, publish_cpu_s=cpu,
+            rss_before=rss0, rss_end=rss_end, rss=rss, disk_before=disk0, disk_end=disk_end,
+            disk=disk, disk_apparent=apparent,
+        )
+        return info
+    finally:
+        sampler.cancel()
+        await _close(conn)
+
+
+def _backlog_row(label: str, n: int, body: int, mode: str, info: dict) -> Row:
+    mb = 2**20
+    extra = {
+        "section": BACKLOG_SECTION, "queue_mode": mode, "body_size": body,
+        "published": info["published"], "nacked": info["nacked"], "queue_depth": info["depth"],
+        "idle_rss_mb": round(info["rss_before"] / mb, 1),
+        "rss_end_mb": round(info["rss_end"] / mb, 1),          # right after the last confirm
+        "rss_settled_mb": round(info["rss"] / mb, 1),          # 5 s later
+        "peak_rss_mb": round(info["peak_rss"] / mb, 1),
+        "rss_bytes_per_msg": round(info["rss"] / n, 1),
+        "rss_growth_bytes_per_msg": round((info["rss"] - info["rss_before"]) / n, 1),
+        "disk_mb": round(info["disk"] / mb, 1),
+        "disk_apparent_mb": round(info["disk_apparent"] / mb, 1),
+        "disk_end_mb": round(info["disk_end"] / mb, 1),
+        "disk_bytes_per_msg": round((info["disk"] - info["disk_before"]) / n, 1),
+    }
+    return Row(label, info["confirmed"], info["publish_seconds"], extra)
+
+
+async def _backlog(broker: Broker, s: Settings, meter: Meter, lazy: bool) -> list[Row]:
+    """Publish ``backlog_messages`` persistent ``backlog_body_size``-byte messages with confirms
+    into a durable queue with no consumer; report publish rate, RSS and disk use."""
+    q = _name("backlog")
+    mode = "lazy" if lazy else "default"
+    info = await _fill_backlog(broker, s, q, {"x-queue-mode": "lazy"} if lazy else None, meter)
+    row = _backlog_row(f"backlog {mode}", s.backlog_messages, s.backlog_body_size, mode, info)
+    if lazy and s.keep_backlog:
+        broker.extra["backlog_queue"] = (q, info["depth"])
+    else:
+        await _cleanup(broker, [q])
+    return [row]
+
+
+async def wl_backlog(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
+    """Backlog of ``backlog_messages`` persistent 1 KB messages in a lazy durable queue."""
+    return await _backlog(broker, s, meter, lazy=True)
+
+
+async def wl_backlog_default(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
+    """Like ``backlog``, but the queue has no arguments (a default classic queue)."""
+    return await _backlog(broker, s, meter, lazy=False)
+
+
+async def _measure_restart(broker: Broker, q: str, n: int, kill: bool) -> dict:
+    """Stop the broker (SIGTERM, or SIGKILL if ``kill``), start it again on the same
+    data, and time (from process start) until the AMQP port is up, until a passive
+    ``queue.declare`` reports ``n`` messages, and until the first message is delivered."""
+    loop = asyncio.get_running_loop()
+    stop_s = await loop.run_in_executor(None, lambda: broker.shutdown(kill=kill))
+    t0 = await loop.run_in_executor(None, broker.launch)
+    t_ready = time.monotonic() - t0
+    cpu_ready = broker.cpu_seconds()
+    conn = None
+    deadline = time.monotonic() + 1800
+    while conn is None:  # the port answers the protocol header; the handshake may still wait
+        try:
+            conn = await Connection.open(broker.host, broker.port, timeout=600)
+        except (OSError, asyncio.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+    try:
+        t_conn = time.monotonic() - t0
+        ch = await conn.channel()
+        count = -1
+        polls = 0
+        while True:
+            count = (await asyncio.wait_for(ch.queue_declare(q, passive=True), 1800)).message_count
+            polls += 1
+            if count >= n or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.02)
+        t_count = time.monotonic() - t0
+        cpu_count = broker.cpu_seconds()
+        rss_count = broker.rss_bytes()
+        cch = await conn.channel()
+        await cch.qos(1)
+        # manual acks that are never sent: closing the connection requeues the message
+        tag = await cch.consume(q, ack_every=10**9)
+        await _wait_until(lambda: cch.delivered >= 1, [conn], deadline)
+        t_first = time.monotonic() - t0
+        await cch.cancel(tag)
+    finally:
+        await _close(conn)
+    await asyncio.sleep(1.0)
+    return {
+        "signal": "SIGKILL" if kill else "SIGTERM", "stop_s": round(stop_s, 3),
+        "ready_s": round(t_ready, 3), "connect_s": round(t_conn, 3),
+        "count_s": round(t_count, 3), "first_message_s": round(t_first, 3),
+        "message_count": count, "expected": n, "count_polls": polls,
+        "cpu_at_ready_s": round(cpu_ready, 2), "cpu_at_count_s": round(cpu_count, 2),
+        "rss_at_count_mb": round(rss_count / 2**20, 1),
+        "rss_after_first_mb": round(broker.rss_bytes() / 2**20, 1),
+    }
+
+
+async def wl_recovery(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
+    """Restart the broker with a backlog of ``backlog_messages`` persistent messages in a
+    lazy durable queue (the one ``backlog`` left, or a new one filled here, untimed):
+    once after a clean stop (SIGTERM) and once after SIGKILL. Rows: seconds from process
+    start until the queue reports all messages (``count_s``) and until the first one is
+    delivered (``first_message_s``)."""
+    q, depth = broker.extra.pop("backlog_queue", (None, 0))
+    if q is None:
+        q = _name("backlog")
+        info = await _fill_backlog(broker, s, q, {"x-queue-mode": "lazy"})
+        depth = info["depth"]
+    rows = []
+    try:
+        for kill in (False, True):
+            r = await _measure_restart(broker, q, depth, kill)
+            print(f"    [{broker.name}] restart after {r['signal']}: stop {r['stop_s']:.1f} s, "
+                  f"ready {r['ready_s']:.1f} s, count {r['message_count']:,} at {r['count_s']:.1f} s, "
+                  f"first message at {r['first_message_s']:.1f} s, RSS {r['rss_after_first_mb']:.0f} MB",
+                  file=sys.stderr, flush=True)
+            rows.append(Row(f"recovery {r['signal']}", r["message_count"], r["count_s"],
+                            {"section": BACKLOG_SECTION, **r}))
+        # meter: CPU of the restarted process from its start until the count was right
+        meter.t0, meter.t1 = 0.0, rows[-1].seconds
+        meter.cpu0, meter.cpu1 = 0.0, rows[-1].extra["cpu_at_count_s"]
+        meter.rss_bytes = broker.rss_bytes()
+        return rows
+    finally:
+        await _cleanup(broker, [q])
+
+
 Workload = Callable[[Broker, Settings, Meter], Awaitable[list[Row]]]
+
+# Workloads that can run for minutes: run.py gives them this time limit instead.
+def _backlog_limit(s: Settings) -> float:
+    return s.backlog_messages / 500 + 600
+
+
+TIME_LIMITS: dict[str, Callable[[Settings], float]] = {
+    "backlog": _backlog_limit,
+    "backlog-default": _backlog_limit,
+    "recovery": lambda s: _backlog_limit(s) + 3 * 1800,
+}
 
 WORKLOADS: dict[str, Workload] = {
     "publish": wl_publish,
@@ -432,8 +645,16 @@ WORKLOADS: dict[str, Workload] = {
     "confirm-4k": wl_confirm_4k,
 }
 
+# Opt-in (not in "all"): long-running, memory and disk heavy.
+EXTRA_WORKLOADS: dict[str, Workload] = {
+    "backlog": wl_backlog,
+    "backlog-default": wl_backlog_default,
+    "recovery": wl_recovery,
+}
+
 ALIASES: dict[str, list[str]] = {
     "a": ["publish"], "b": ["consume"], "c": ["pubsub", "latency"], "d": ["fanout"],
     "e": ["confirm-100b", "confirm-4k"], "confirm": ["confirm-100b", "confirm-4k"],
     "all": list(WORKLOADS),
 }
+WORKLOADS.update(EXTRA_WORKLOADS)  # selectable by name; "all" stays the list above

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from .auth import User, UserDatabase
+from .clock import Clock, LoopClock
+from .policy import Policy
 from .vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -38,6 +40,8 @@ class BrokerCore:
     alarm_active: bool = False
     #: Durable definitions and messages; None for a broker that keeps nothing.
     store: Store | None = None
+    clock: Clock = field(default_factory=LoopClock)
+    policies: list[Policy] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.vhosts:
@@ -47,7 +51,7 @@ class BrokerCore:
         """Create (and persist, once a store is attached) a virtual host."""
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, self.store)
+            vhost = self.vhosts[name] = VirtualHost(name, self.store, self.clock, self.policies)
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost

@@ -77,12 +77,12 @@ def recover(core: BrokerCore, snapshot: Snapshot, store: Store) -> int:
     for vhost in core.vhosts.values():
         vhost.store = store
     count = 0
-    for queue_id, (queued, last_seq) in snapshot.queues.items():
+    for queue_id, (queued, last_seq, size) in snapshot.queues.items():
         queue = by_id.get(queue_id)
         if queue is None:  # its queue was deleted before the purge reached the disk
             store.remove_queue(queue_id)
             continue
-        queue.restore_paged(queued, last_seq)
+        queue.restore_paged(queued, last_seq, size)
         count += queued
     log.info("recovered %d exchanges, %d queues, %d bindings and %d messages in %.2f s",
              len(defs.get("exchange", [])), len(by_id), len(defs.get("binding", [])), count,

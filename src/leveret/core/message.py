@@ -73,6 +73,11 @@ class Message:
         return self._persistent
 
     @property
+    def has_expiration(self) -> bool:
+        """Whether the `expiration` property is present, read from the flags alone."""
+        return bool(self.header[12] & 0x01)
+
+    @property
     def has_headers(self) -> bool:
         """Whether the `headers` property is present, read from the flags alone."""
         return bool(self.header[12] << 8 & _HEADERS_FLAG)

@@ -1,10 +1,16 @@
 """Queues: ready messages in FIFO order, consumers served round-robin.
 
 A queue hands a message to the next consumer whose ``can_accept()`` is true (prefetch
-window open, channel flowing, socket writable) and forgets it: the consumer's channel
-tracks it until ack, reject or close (AMQP 0-9-1 §3.1.4, basic.consume / basic.ack).
-A requeued message returns to its original position with ``redelivered`` set, as in
-RabbitMQ.
+window open, socket writable) and forgets it: the consumer's channel tracks it until
+ack, reject or close (AMQP 0-9-1 §3.1.4). A requeued message returns to its original
+position with ``redelivered`` set, as in RabbitMQ, after the delay of the queue's
+redelivery policy (:mod:`.redelivery`).
+
+Also here, with RabbitMQ's semantics unless noted: message TTL (``x-message-ttl`` and
+the ``expiration`` property, the lower wins; unlike RabbitMQ a message expires when due
+even if it is not at the head), ``x-expires``, length limits (``x-max-length``,
+``x-max-length-bytes`` with ``x-overflow``), and paging of long backlogs to the store.
+Every way a message dies goes through :func:`.dead_letter.dead_letter`.
 """
 
 from __future__ import annotations
@@ -13,41 +19,39 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .message import Message
+from . import queue_config
+from .dead_letter import dead_letter
+from .message import Message, Properties
 
 if TYPE_CHECKING:
     from ..store import Store
-
+    from .clock import Timer
 
 PAGE_IN_BATCH = 1000  # messages read from the store at a time
-DEFAULT_IN_MEMORY = 50_000  # ready messages kept in memory before paging out
-LAZY_IN_MEMORY = 1_000  # the same for x-queue-mode=lazy
 
+# Result flags of Queue.enqueue.
+ACCEPTED, STORED, REJECTED = 0, 1, 2
 
-def in_memory_limit(arguments: dict) -> int:
-    """Ready messages a queue keeps in memory: ``x-max-in-memory-length`` if given,
-    else a small window for ``x-queue-mode: lazy`` (RabbitMQ's lazy queues), else
-    DEFAULT_IN_MEMORY. Only applies to a broker with a store (``data_dir``)."""
-    limit = arguments.get("x-max-in-memory-length")
-    if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
-        return limit
-    if arguments.get("x-queue-mode") in ("lazy", b"lazy"):
-        return LAZY_IN_MEMORY
-    return DEFAULT_IN_MEMORY
+# QueuedMessage.state
+READY, UNACKED, GONE, DELAYED = 0, 1, 2, 3
 
 
 class QueuedMessage:
     """A message's place in one queue: ``seq`` orders it, ``delivery_count`` counts the
-    deliveries so far (0 before the first)."""
+    deliveries so far (0 before the first), ``expires_at`` is epoch seconds (0: never)."""
 
-    __slots__ = ("message", "seq", "redelivered", "delivery_count", "store_id")
+    __slots__ = ("message", "seq", "redelivered", "delivery_count", "store_id", "state",
+                 "expires_at")
 
-    def __init__(self, message: Message, seq: int, store_id: int = 0) -> None:
+    def __init__(self, message: Message, seq: int, store_id: int = 0,
+                 expires_at: float = 0.0) -> None:
         self.message = message
         self.seq = seq
         self.redelivered = False
         self.delivery_count = 0
         self.store_id = store_id  # > 0 while the message is in the store
+        self.state = READY
+        self.expires_at = expires_at
 
     def __lt__(self, other: QueuedMessage) -> bool:
         return self.seq < other.seq
@@ -71,9 +75,10 @@ class Queue:
     """One queue of a virtual host.
 
     ``exclusive_owner`` is the connection that declared an exclusive queue (opaque to
-    core); ``arguments`` are the ``x-`` arguments of queue.declare. A durable queue has
-    a ``store`` and ``queue_id``: its persistent messages are written there until they
-    are acknowledged, discarded or purged.
+    core); ``arguments`` the ``x-`` arguments of queue.declare, which with the matching
+    policy make ``config`` (:mod:`.queue_config`; raises 406 if invalid). With a
+    ``store``, persistent messages of a durable queue are written there until they are
+    acknowledged or die, and a backlog beyond ``config.max_in_memory`` is paged out.
     """
 
     def __init__(self, vhost: Any, name: str, durable: bool = False,
@@ -85,85 +90,163 @@ class Queue:
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = dict(arguments or {})
-        self.ready: deque[QueuedMessage] = deque()
+        self.config = queue_config.build(self.arguments, vhost.policy_for(name, "queues"))
+        self.ready: deque[QueuedMessage] = deque()  # may hold GONE entries (tombstones)
         self.consumers: deque[Consumer] = deque()
         self.bindings: list = []  # Bindings whose destination is this queue
         self.deleted = False
-        self._had_consumer = False
-        self._next_seq = 0
-        #: With a store, persistent messages of a durable queue are written to it, and
-        #: a backlog beyond ``max_in_memory`` is paged out (bodies on disk only).
         self.store: Store | None = None
         self.queue_id = 0
-        self.max_in_memory = in_memory_limit(self.arguments)
+        self._live = 0  # READY entries in ``ready``
+        self._bytes = 0  # body bytes of ready messages (in memory and paged)
         self._paged = 0  # messages on disk only, after every message in ``ready``
         self._paged_after = 0  # seq of the last message not paged out
+        self._delayed: list[tuple[float, int, QueuedMessage]] = []  # redeliveries waiting
+        self._delayed_count = 0
+        self._expiring: list[tuple[float, int, QueuedMessage]] = []
+        self._timers: dict[str, Timer] = {}
+        self._had_consumer = False
+        self._next_seq = 0
+        self._last_used = vhost.clock.time()
+        if self.config.expires is not None:
+            self._arm("expires", self.config.expires / 1000, self._check_unused)
 
-    # -- messages -------------------------------------------------------------------
+    # -- counts ---------------------------------------------------------------------
     @property
     def message_count(self) -> int:
-        """Messages ready for delivery (not counting unacknowledged ones)."""
-        return len(self.ready) + self._paged
+        """Messages waiting for delivery (ready, paged out or delayed redeliveries),
+        not counting unacknowledged ones."""
+        return self._live + self._paged + self._delayed_count
 
-    def enqueue(self, message: Message) -> bool:
-        """Append ``message``; True if it was written to the store durably (persistent
-        message, durable queue), so a confirm must wait for :meth:`Store.when_durable`."""
+    def touch(self) -> None:
+        """The queue was used (declare, get, consume): restarts ``x-expires``."""
+        self._last_used = self.vhost.clock.time()
+
+    # -- publishing -----------------------------------------------------------------
+    def enqueue(self, message: Message) -> int:
+        """Append ``message``. Returns STORED when it was written to the store durably
+        (a confirm must wait for :meth:`Store.when_durable`), REJECTED when the length
+        limit refused it (``x-overflow: reject-publish``), else ACCEPTED."""
+        config = self.config
+        size = len(message.body)
+        if config.overflow != "drop-head" and self._full(size):
+            if config.overflow == "reject-publish-dlx":
+                dead_letter(self, message, "maxlen")
+            return REJECTED
         self._next_seq += 1
         seq = self._next_seq
+        expires_at = self._expiry(message)
         store = self.store
         durable = (store is not None and self.durable and self.exclusive_owner is None
                    and message.persistent)
-        if store is not None and (self._paged or len(self.ready) >= self.max_in_memory):
+        self._bytes += size
+        if store is not None and (self._paged or self._live >= config.max_in_memory):
             if not self._paged:
                 self._paged_after = seq - 1
-            self._write(seq, message, transient=not durable)
+            self._write(seq, message, expires_at, transient=not durable)
             self._paged += 1
         else:
-            self.ready.append(QueuedMessage(message, seq, self._write(seq, message) if durable else 0))
+            entry = QueuedMessage(message, seq, self._write(seq, message, expires_at) if durable else 0,
+                                  expires_at)
+            self.ready.append(entry)
+            self._live += 1
+            if expires_at:
+                self._watch_expiry(entry)
+        if config.max_length is not None or config.max_length_bytes is not None:
+            while self._full(0) and self.message_count:
+                self._drop_head()
         if self.consumers:
             self.drain()
-        return durable
+        if expires_at and config.message_ttl == 0:
+            self._expire_due()  # TTL 0: delivered at once or dead, as RabbitMQ
+        return STORED if durable else ACCEPTED
 
-    def _write(self, seq: int, message: Message, transient: bool = False) -> int:
+    def _full(self, incoming: int) -> bool:
+        """Over (incoming=0) or, with ``incoming`` bytes more, at the length limit."""
+        config = self.config
+        if config.max_length is not None:
+            count = self._live + self._paged
+            if count > config.max_length or (incoming and count >= config.max_length):
+                return True
+        if config.max_length_bytes is not None:
+            if self._bytes + incoming > config.max_length_bytes:
+                return True
+        return False
+
+    def _drop_head(self) -> None:
+        if not self._live and not self._page_in():
+            return
+        entry = self._pop_ready()
+        self._die(entry, "maxlen")
+
+    def _write(self, seq: int, message: Message, expires_at: float, transient: bool = False) -> int:
         store = self.store
         assert store is not None
         if not self.queue_id:
             self.queue_id = store.new_queue_id()
         return store.add_message(self.queue_id, seq, message.exchange, message.routing_key,
-                                 message.header, message.body, transient)
+                                 message.header, message.body, transient, expires_at)
 
-    def restore_paged(self, count: int, last_seq: int) -> None:
-        """At start-up: ``count`` messages wait in the store, up to seq ``last_seq``."""
-        self._paged, self._paged_after = count, 0
+    # -- paging ---------------------------------------------------------------------
+    def restore_paged(self, count: int, last_seq: int, size: int) -> None:
+        """At start-up: ``count`` messages (``size`` body bytes) wait in the store."""
+        self._paged, self._paged_after, self._bytes = count, 0, size
         self._next_seq = max(self._next_seq, last_seq)
 
     def _page_in(self) -> bool:
         """Read the next messages of a paged-out tail into memory; False if none."""
         if not self._paged or self.store is None:
             return False
-        batch = min(self.max_in_memory, PAGE_IN_BATCH) or 1
+        batch = min(self.config.max_in_memory, PAGE_IN_BATCH) or 1
+        now = self.vhost.clock.time()
+        expired = []
         for stored in self.store.read_queue(self.queue_id, self._paged_after, batch):
             entry = QueuedMessage(Message(stored.exchange, stored.routing_key, stored.header,
-                                          stored.body), stored.seq, stored.store_id)
+                                          stored.body), stored.seq, stored.store_id,
+                                  stored.expires_at)
             entry.delivery_count = stored.delivery_count
             entry.redelivered = stored.delivery_count > 0
             self.ready.append(entry)
+            self._live += 1
             self._paged_after = stored.seq
             self._paged -= 1
-        if not self.ready:  # the store lost track: do not spin
+            if entry.expires_at:
+                if entry.expires_at <= now:
+                    expired.append(entry)
+                else:
+                    self._watch_expiry(entry)
+        if not self._live:  # the store lost track: do not spin
             self._paged = 0
-        return bool(self.ready)
+        for entry in expired:  # expired while paged out: they die now
+            self._remove_ready(entry)
+            self._die(entry, "expired")
+        return self._live > 0 or self._page_in()
 
-    def ack(self, entry: QueuedMessage) -> None:
-        """The message was acknowledged: it leaves the store."""
-        if entry.store_id:
-            if self.store is not None:  # None once the queue is deleted
-                self.store.remove_message(entry.store_id)
-            entry.store_id = 0
+    # -- taking messages out --------------------------------------------------------
+    def _pop_ready(self) -> QueuedMessage:
+        """Pop the first READY entry (there must be one), skipping tombstones."""
+        ready = self.ready
+        entry = ready.popleft()
+        while entry.state != READY:
+            entry = ready.popleft()
+        self._live -= 1
+        self._bytes -= len(entry.message.body)
+        if not self._live:
+            ready.clear()  # only tombstones are left
+        return entry
+
+    def _remove_ready(self, entry: QueuedMessage) -> None:
+        """Take a READY entry out of the middle of ``ready`` (it stays as a tombstone)."""
+        entry.state = GONE
+        self._live -= 1
+        self._bytes -= len(entry.message.body)
+        if not self._live:
+            self.ready.clear()
 
     def _take(self) -> QueuedMessage:
         """Pop the head message for a delivery, counting it (also in the store)."""
-        entry = self.ready.popleft()
+        entry = self._pop_ready()
+        entry.state = UNACKED
         entry.delivery_count += 1
         if entry.store_id:
             self.store.set_delivery_count(entry.store_id, entry.delivery_count)  # type: ignore[union-attr]
@@ -171,17 +254,77 @@ class Queue:
 
     def get(self) -> QueuedMessage | None:
         """basic.get: the head message, or None when empty."""
-        if not self.ready and not self._page_in():
+        self.touch()
+        if not self._live and not self._page_in():
             return None
         return self._take()
 
+    def message_for_delivery(self, entry: QueuedMessage) -> Message:
+        """The message as delivered: with ``x-delivery-count`` (previous deliveries)
+        when the queue has a redelivery policy or the message was delivered before."""
+        if entry.delivery_count > 1 or self.config.redelivery.active:
+            properties = entry.message.properties
+            headers = dict(properties.headers or {})
+            headers["x-delivery-count"] = entry.delivery_count - 1
+            copy = Properties(**dict(properties))
+            copy.headers = headers
+            return entry.message.with_properties(copy)
+        return entry.message
+
+    # -- settling -------------------------------------------------------------------
+    def ack(self, entry: QueuedMessage) -> None:
+        """The message was acknowledged: it leaves the store."""
+        entry.state = GONE
+        if entry.store_id:
+            if self.store is not None:  # None once the queue is deleted
+                self.store.remove_message(entry.store_id)
+            entry.store_id = 0
+
+    def discard(self, entry: QueuedMessage, reason: str) -> None:
+        """A delivered message dies (``rejected``): dead-lettered as configured."""
+        self._die(entry, reason)
+
+    def _die(self, entry: QueuedMessage, reason: str) -> None:
+        if not self.deleted:
+            dead_letter(self, entry.message, reason)
+        self.ack(entry)
+
     def requeue(self, entries: list[QueuedMessage]) -> None:
-        """Put unacknowledged messages back where they were, marked redelivered."""
+        """Unacknowledged messages come back: back to their original position, marked
+        redelivered, after the redelivery policy's delay; a poison message (policy
+        exhausted) or an expired one dies instead."""
         if self.deleted or not entries:
             return
-        entries.sort()
-        for entry in entries:
+        policy = self.config.redelivery
+        now = self.vhost.clock.time()
+        back = []
+        for entry in sorted(entries):
             entry.redelivered = True
+            if policy.exhausted(entry.delivery_count):
+                self._die(entry, "delivery_limit")
+            elif entry.expires_at and entry.expires_at <= now:
+                self._die(entry, "expired")
+            else:
+                delay = policy.delay(entry.delivery_count)
+                if delay > 0:
+                    entry.state = DELAYED
+                    self._delayed_count += 1
+                    heapq.heappush(self._delayed, (now + delay / 1000, entry.seq, entry))
+                else:
+                    back.append(entry)
+        if self._delayed:
+            self._arm("redelivery", self._delayed[0][0] - now, self._redeliver_due)
+        self._put_back(back)
+
+    def _put_back(self, entries: list[QueuedMessage]) -> None:
+        if not entries:
+            return
+        for entry in entries:
+            entry.state = READY
+            self._bytes += len(entry.message.body)
+            if entry.expires_at:
+                self._watch_expiry(entry)
+        self._live += len(entries)
         ready = self.ready
         if not ready or entries[-1].seq < ready[0].seq:
             ready.extendleft(reversed(entries))
@@ -189,28 +332,104 @@ class Queue:
             self.ready = deque(heapq.merge(ready, entries))
         self.drain()
 
-    def discard(self, entry: QueuedMessage, reason: str) -> None:
-        """A message leaves the queue unacknowledged-for-good: ``reason`` is
-        ``rejected``, ``expired``, ``maxlen`` or ``delivery_limit``. Without a
-        dead-letter configuration it is dropped, as in RabbitMQ."""
-        self.ack(entry)
+    def _redeliver_due(self) -> None:
+        self._timers.pop("redelivery", None)
+        now = self.vhost.clock.time()
+        due = []
+        while self._delayed and self._delayed[0][0] <= now:
+            entry = heapq.heappop(self._delayed)[2]
+            if entry.state == DELAYED:
+                self._delayed_count -= 1
+                due.append(entry)
+        if self._delayed:
+            self._arm("redelivery", self._delayed[0][0] - now, self._redeliver_due)
+        if not self.deleted:
+            self._put_back(due)
 
     def purge(self) -> int:
-        """Drop every ready message (unacknowledged ones stay); returns how many."""
+        """Drop every waiting message (unacknowledged ones stay); returns how many."""
         count = self.message_count
-        if self.store is not None:
-            for entry in self.ready:
+        for entry in self.ready:
+            if entry.state == READY:
                 self.ack(entry)
-            if self._paged:
-                self.store.remove_paged(self.queue_id, self._paged_after)
-                self._paged = 0
+        for _, _, entry in self._delayed:
+            if entry.state == DELAYED:
+                self.ack(entry)
+        if self._paged and self.store is not None:
+            self.store.remove_paged(self.queue_id, self._paged_after)
         self.ready.clear()
+        self._delayed.clear()
+        self._expiring.clear()
+        self._live = self._paged = self._delayed_count = self._bytes = 0
         return count
+
+    # -- TTL ------------------------------------------------------------------------
+    def _expiry(self, message: Message) -> float:
+        """Epoch seconds when ``message`` expires here (0: never)."""
+        ttl = self.config.message_ttl
+        if message.has_expiration:
+            try:
+                own = int(message.properties.expiration)
+            except (TypeError, ValueError):
+                own = None
+            if own is not None and own >= 0:
+                ttl = own if ttl is None else min(ttl, own)
+        if ttl is None:
+            return 0.0
+        return self.vhost.clock.time() + ttl / 1000
+
+    def _watch_expiry(self, entry: QueuedMessage) -> None:
+        heap = self._expiring
+        if not heap or entry.expires_at < heap[0][0]:
+            self._arm("ttl", entry.expires_at - self.vhost.clock.time(), self._expire_due, True)
+        heapq.heappush(heap, (entry.expires_at, entry.seq, entry))
+
+    def _expire_due(self) -> None:
+        """Dead-letter every ready message whose time has come, wherever it is."""
+        self._timers.pop("ttl", None)
+        heap = self._expiring
+        now = self.vhost.clock.time()
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)[2]
+            if entry.state == READY and entry.expires_at <= now:
+                self._remove_ready(entry)
+                self._die(entry, "expired")
+        if heap and not self.deleted:
+            self._arm("ttl", heap[0][0] - now, self._expire_due, True)
+
+    # -- timers ---------------------------------------------------------------------
+    def _arm(self, name: str, delay: float, callback: Any, replace: bool = False) -> None:
+        timer = self._timers.get(name)
+        if timer is not None:
+            if not replace:
+                return
+            timer.cancel()
+        self._timers[name] = self.vhost.clock.call_later(delay, callback)
+
+    def _check_unused(self) -> None:
+        """x-expires: delete the queue once unused (no consumers, no get, no
+        redeclare) for that long."""
+        self._timers.pop("expires", None)
+        if self.deleted:
+            return
+        idle = self.vhost.clock.time() - self._last_used
+        expires = self.config.expires / 1000  # type: ignore[operator]
+        if not self.consumers and idle >= expires:
+            self.vhost.delete_queue(self.name)
+        else:
+            self._arm("expires", expires - idle if not self.consumers else expires,
+                      self._check_unused)
+
+    def stop_timers(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
 
     # -- consumers ------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
         self._had_consumer = True
+        self.touch()
         self.drain()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -218,6 +437,7 @@ class Queue:
             self.consumers.remove(consumer)
         except ValueError:
             return
+        self.touch()
         if self.auto_delete and not self.consumers and self._had_consumer and not self.deleted:
             self.vhost.delete_queue(self.name)
 
@@ -228,7 +448,7 @@ class Queue:
     def drain(self) -> None:
         """Deliver ready messages round-robin to consumers that can take them."""
         consumers = self.consumers
-        while consumers and (self.ready or self._page_in()):
+        while consumers and (self._live or self._page_in()):
             for _ in range(len(consumers)):
                 consumer = consumers[0]
                 consumers.rotate(-1)
@@ -240,3 +460,4 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r}>"
+

@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import access_refused, not_found, precondition_failed, resource_locked
 from .definitions import binding_definition, binding_name, exchange_definition, queue_definition
+from .clock import Clock, LoopClock
+from .dead_letter import EVENT_EXCHANGE
 from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, exchange_class
+from .policy import Policy, matching
 from .message import Message
 from .queue import Queue
 
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 PREDECLARED = {
     "amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
     "amq.headers": "headers", "amq.match": "headers",
+    EVENT_EXCHANGE: "topic",  # leveret's advisories (dead-lettering)
 }
 
 #: Queue arguments compared on redeclaration (others are not, as in RabbitMQ 3.10).
@@ -42,8 +46,12 @@ def _amqp_bool(value: bool) -> str:
 class VirtualHost:
     """One virtual host; ``name`` as in connection.open."""
 
-    def __init__(self, name: str, store: Store | None = None) -> None:
+    def __init__(self, name: str, store: Store | None = None, clock: Clock | None = None,
+                 policies: list[Policy] | None = None) -> None:
         self.name = name
+        self.clock: Clock = clock or LoopClock()
+        #: The broker's policies (shared list); queues apply the matching one.
+        self.policies: list[Policy] = policies if policies is not None else []
         #: Where durable definitions and persistent messages go (None: nowhere).
         self.store = store
         self.exchanges: dict[str, Exchange] = {}
@@ -53,6 +61,11 @@ class VirtualHost:
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
+
+    def policy_for(self, name: str, kind: str) -> dict | None:
+        """The definition of the policy that applies to a queue or exchange."""
+        policy = matching(self.policies, self.name, name, kind)
+        return policy.definition if policy is not None else None
 
     # -- look-ups -------------------------------------------------------------------
     def _where(self) -> str:
@@ -159,6 +172,7 @@ class VirtualHost:
                 queue.queue_id = self.store.new_queue_id()
                 self.store.save_definition("queue", self.name, name, queue_definition(queue))
             return queue
+        existing.touch()
         if existing.exclusive_owner is not None and existing.exclusive_owner is not owner:
             raise self._locked(name)
         if exclusive != (existing.exclusive_owner is not None):
@@ -188,6 +202,7 @@ class VirtualHost:
         count = queue.message_count
         del self.queues[name]
         queue.deleted = True
+        queue.stop_timers()
         if queue.store is not None:
             if queue.queue_id:
                 queue.store.remove_queue(queue.queue_id)

@@ -23,6 +23,7 @@ class StoredMessage:
     routing_key: str
     header: bytes
     body: bytes
+    expires_at: float = 0.0  # epoch seconds; 0: never
 
 
 @dataclass
@@ -31,12 +32,12 @@ class Snapshot:
 
     ``definitions`` maps a kind (``vhost``, ``user``, ``exchange``, ``queue``,
     ``binding``) to ``(vhost, name, data)`` rows in the order they were first saved;
-    ``queues`` maps a queue id to ``(message count, highest seq)``. Messages themselves
+    ``queues`` maps a queue id to ``(message count, highest seq, body bytes)``. Messages themselves
     are read per queue, on demand, with :meth:`Store.read_queue`.
     """
 
     definitions: dict[str, list[tuple[str, str, dict]]] = field(default_factory=dict)
-    queues: dict[int, tuple[int, int]] = field(default_factory=dict)
+    queues: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
 Callback = Callable[[bool], None]
@@ -63,9 +64,11 @@ class Store(ABC):
 
     @abstractmethod
     def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
-                    header: bytes, body: bytes, transient: bool = False) -> int:
+                    header: bytes, body: bytes, transient: bool = False,
+                    expires_at: float = 0.0) -> int:
         """Queue a message's write; returns its store id (> 0). A ``transient`` one is
-        only paged out of memory and is deleted at the next start."""
+        only paged out of memory and is deleted at the next start; ``expires_at`` is
+        its TTL deadline in epoch seconds (0: none)."""
 
     @abstractmethod
     def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:

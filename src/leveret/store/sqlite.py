@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS definitions (
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY, queue_id INTEGER NOT NULL, seq INTEGER NOT NULL,
     delivery_count INTEGER NOT NULL, exchange TEXT NOT NULL, routing_key TEXT NOT NULL,
-    header BLOB NOT NULL, body BLOB NOT NULL, transient INTEGER NOT NULL);
+    header BLOB NOT NULL, body BLOB NOT NULL, transient INTEGER NOT NULL,
+    expires_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue_id, seq);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
@@ -111,9 +112,10 @@ class SQLiteStore(Store):
             for kind, vhost, name, data in db.execute(
                     "SELECT kind, vhost, name, data FROM definitions ORDER BY rowid"):
                 snapshot.definitions.setdefault(kind, []).append((vhost, name, _decode_table(data)))
-            for queue_id, count, last_seq in db.execute(
-                    "SELECT queue_id, count(*), max(seq) FROM messages GROUP BY queue_id"):
-                snapshot.queues[queue_id] = (count, last_seq)
+            for queue_id, count, last_seq, size in db.execute(
+                    "SELECT queue_id, count(*), max(seq), sum(length(body)) FROM messages "
+                    "GROUP BY queue_id"):
+                snapshot.queues[queue_id] = (count, last_seq, size or 0)
             row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
             last = db.execute("SELECT max(id) FROM messages").fetchone()[0]
             self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -122,15 +124,15 @@ class SQLiteStore(Store):
         self._next_id = (last or 0) + 1
         self._next_queue_id = row[0] if row else 1
         log.info("store %s: %d messages in %d queues, indexed in %.2f s", self.path,
-                 sum(c for c, _ in snapshot.queues.values()), len(snapshot.queues),
+                 sum(q[0] for q in snapshot.queues.values()), len(snapshot.queues),
                  time.monotonic() - started)
         return snapshot
 
     def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
         assert self._reader is not None
         found = {row[0]: row for row in self._reader.execute(
-            "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body "
-            "FROM messages WHERE queue_id=? AND seq>? ORDER BY seq LIMIT ?",
+            "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
+            "transient, expires_at FROM messages WHERE queue_id=? AND seq>? ORDER BY seq LIMIT ?",
             (queue_id, after_seq, limit))}
         # Writes still on their way to disk; a batch may also be committed already.
         for batch in (self._inflight, self._batch):
@@ -139,7 +141,7 @@ class SQLiteStore(Store):
                     if row[1] == queue_id and row[2] > after_seq:
                         found[row[0]] = row
         rows = sorted(found.values(), key=lambda r: r[2])[:limit]
-        return [StoredMessage(*row[:8]) for row in rows]
+        return [StoredMessage(*row[:8], expires_at=row[9]) for row in rows]
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; callbacks will run on ``loop``."""
@@ -172,11 +174,12 @@ class SQLiteStore(Store):
         return queue_id
 
     def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
-                    header: bytes, body: bytes, transient: bool = False) -> int:
+                    header: bytes, body: bytes, transient: bool = False,
+                    expires_at: float = 0.0) -> int:
         store_id = self._next_id
         self._next_id += 1
         self._changed().inserts[store_id] = [store_id, queue_id, seq, 0, exchange, routing_key,
-                                             header, body, int(transient)]
+                                             header, body, int(transient), expires_at]
         return store_id
 
     def set_delivery_count(self, store_id: int, count: int) -> None:
@@ -237,8 +240,16 @@ class SQLiteStore(Store):
         db = self._db
         assert db is not None and self._loop is not None
         last_vacuum = time.monotonic()
+        dirty = False  # written since the space was last all given back
+        backlog = False  # the last reclaim left freed pages behind
         while True:
-            batch = self._jobs.get()
+            try:
+                batch = self._jobs.get(timeout=0.01 if backlog else VACUUM_EVERY)
+            except queue_mod.Empty:  # idle: give freed space back, a slice at a time
+                if dirty:
+                    last_vacuum = time.monotonic()
+                    backlog = dirty = self._reclaim(db)
+                continue
             if batch is None:
                 return
             error = None
@@ -252,9 +263,10 @@ class SQLiteStore(Store):
                 except sqlite3.Error:
                     pass
             now = time.monotonic()
+            dirty = dirty or error is None
             if error is None and now - last_vacuum > VACUUM_EVERY:
                 last_vacuum = now
-                self._reclaim(db)
+                backlog = self._reclaim(db)
             try:
                 self._loop.call_soon_threadsafe(self._written, batch, error)
             except RuntimeError:  # loop closed during shutdown
@@ -264,7 +276,7 @@ class SQLiteStore(Store):
     def _write(db: sqlite3.Connection, batch: _Batch) -> None:
         db.execute("BEGIN")
         if batch.inserts:
-            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?)", batch.inserts.values())
+            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?,?)", batch.inserts.values())
         if batch.counts:
             db.executemany("UPDATE messages SET delivery_count=? WHERE id=?",
                            [(c, i) for i, c in batch.counts.items()])
@@ -282,15 +294,19 @@ class SQLiteStore(Store):
         db.execute("COMMIT")
 
     @staticmethod
-    def _reclaim(db: sqlite3.Connection) -> None:
-        """Give freed pages back to the file system and keep the WAL short."""
+    def _reclaim(db: sqlite3.Connection) -> bool:
+        """Give up to 4096 freed pages back to the file system and keep the WAL short;
+        whether more freed pages remain."""
         try:
             free = db.execute("PRAGMA freelist_count").fetchone()[0]
             if free > 1024:
-                db.execute("PRAGMA incremental_vacuum(4096)").fetchall()
+                # executescript steps the pragma to the end; execute() frees one page
+                db.executescript("PRAGMA incremental_vacuum(4096);")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            return free > 1024 + 4096
         except sqlite3.Error as exc:
             log.warning("store %s: reclaiming space failed: %s", "leveret.db", exc)
+            return False
 
     def close(self) -> None:
         if self._thread is not None:

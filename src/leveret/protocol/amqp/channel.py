@@ -22,7 +22,7 @@ from ...core.errors import (
 )
 from ...core.exchange import DEFAULT_EXCHANGE
 from ...core.message import Message, check_properties, declared_body_size
-from ...core.queue import Queue, QueuedMessage
+from ...core.queue import ACCEPTED, REJECTED, STORED, Queue, QueuedMessage
 from .consumer import ChannelConsumer
 from .frames import encode_content, encode_method
 
@@ -292,7 +292,9 @@ class Channel:
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
-        message = entry.message
+        elif entry.store_id and queue is not None:  # no_ack: delivered means acknowledged
+            queue.ack(entry)
+        message = entry.message if queue is None else queue.message_for_delivery(entry)
         self._send_content(Basic.Deliver(consumer.tag, tag, entry.redelivered,
                                          message.exchange, message.routing_key), message)
 
@@ -305,7 +307,9 @@ class Channel:
         self.delivery_tag += 1
         if not m.no_ack:
             self.unacked[self.delivery_tag] = (queue, entry, None)
-        message = entry.message
+        elif entry.store_id:  # no_ack: delivered means acknowledged
+            queue.ack(entry)
+        message = queue.message_for_delivery(entry)
         self._send_content(Basic.GetOk(self.delivery_tag, entry.redelivered, message.exchange,
                                        message.routing_key, queue.message_count), message)
 
@@ -416,7 +420,7 @@ class Channel:
         return message.with_properties(properties)
 
     def _route(self, exchange: Any, message: Message, mandatory: bool, seq: int) -> None:
-        persisted = False
+        outcome = ACCEPTED
         if exchange.name == DEFAULT_EXCHANGE and message.routing_key.startswith(REPLY_TO_PREFIX):
             consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_TO_PREFIX):])
             routed = consumer is not None
@@ -426,16 +430,19 @@ class Channel:
             queues = self.vhost.route(exchange, message)
             routed = bool(queues)
             for queue in queues:
-                persisted |= queue.enqueue(message)
+                outcome |= queue.enqueue(message)
         if not routed and mandatory:
             self._send_content(Basic.Return(NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key),
                                message)
         if seq and self.confirm_mode:
             # A confirm means "on disk" for a persistent message in a durable queue; the
-            # ones after it wait their turn so that acks stay in publish order.
-            if persisted or self._awaiting_store:
+            # ones after it wait their turn so that acks stay in publish order. A queue
+            # at its length limit with x-overflow=reject-publish makes it a nack.
+            if outcome & STORED or self._awaiting_store:
                 self._awaiting_store += 1
-                self.vhost.store.when_durable(lambda ok: self._stored(seq, ok))
+                self.vhost.store.when_durable(lambda ok: self._stored(seq, ok and not outcome & REJECTED))
+            elif outcome & REJECTED:
+                self._nack(seq)
             else:
                 self._confirm(seq)
 
@@ -445,10 +452,13 @@ class Channel:
             return
         if ok:
             self._confirm(seq)
-        else:  # the store failed to write it: the publisher must not count on it
-            self.flush_confirms()
-            self._confirmed_upto = max(self._confirmed_upto, seq)
-            self.send_method(Basic.Nack(delivery_tag=seq, multiple=False, requeue=False))
+        else:  # not stored, or refused by a full queue: the publisher must not count on it
+            self._nack(seq)
+
+    def _nack(self, seq: int) -> None:
+        self.flush_confirms()
+        self._confirmed_upto = self._confirm_upto = max(self._confirmed_upto, seq)
+        self.send_method(Basic.Nack(delivery_tag=seq, multiple=False, requeue=False))
 
     def _confirm(self, seq: int) -> None:
         self._confirm_upto = seq

@@ -1,0 +1,70 @@
+"""Time and timers for core, injectable so tests can step time.
+
+:class:`LoopClock` uses the running asyncio loop; :class:`ManualClock` runs callbacks
+only when a test calls :meth:`ManualClock.advance`. Times are seconds: ``time()`` is
+wall-clock (epoch, for ``x-death`` and message expiry), timers take delays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time as _time
+from typing import Any, Callable, Protocol
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    def time(self) -> float: ...
+
+    def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer: ...
+
+
+class LoopClock:
+    """Wall-clock time; timers on the running event loop."""
+
+    def time(self) -> float:
+        return _time.time()
+
+    def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
+        return asyncio.get_running_loop().call_later(max(delay, 0.0), callback)
+
+
+class _ManualTimer:
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualClock:
+    """A clock that moves only when told: ``advance(seconds)`` runs due timers."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+        self._timers: list[tuple[float, int, _ManualTimer, Callable[[], Any]]] = []
+        self._order = itertools.count()
+
+    def time(self) -> float:
+        return self.now
+
+    def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
+        timer = _ManualTimer()
+        heapq.heappush(self._timers, (self.now + max(delay, 0.0), next(self._order), timer, callback))
+        return timer
+
+    def advance(self, seconds: float) -> None:
+        end = self.now + seconds
+        while self._timers and self._timers[0][0] <= end:
+            when, _, timer, callback = heapq.heappop(self._timers)
+            self.now = max(self.now, when)
+            if not timer.cancelled:
+                callback()
+        self.now = end

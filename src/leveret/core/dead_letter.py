@@ -1,0 +1,154 @@
+"""The one dead-letter path: every way a message dies goes through :func:`dead_letter`.
+
+Reasons: ``rejected`` (nack/reject without requeue), ``expired`` (TTL), ``maxlen``
+(length limit), ``delivery_limit`` (redelivery policy exhausted: a poison message).
+
+With a dead-letter exchange (RabbitMQ), the message is republished to it with the
+``x-death`` header RabbitMQ 3.10 writes: one entry per (queue, reason), most recent
+first, with ``count``, ``reason``, ``queue``, ``time``, ``exchange``, ``routing-keys``
+and ``original-expiration`` (the ``expiration`` property is removed), plus
+``x-first-death-reason``/``-queue``/``-exchange`` on the first death. A message that
+would reach a queue it already died in, with no rejection in between, is not delivered
+there (RabbitMQ's cycle detection).
+
+With a dead-letter strategy (ActiveMQ): ``shared`` sends it to one durable queue
+(``leveret.DLQ`` by default), ``individual`` to ``<prefix><queue>`` (``DLQ.<queue>``),
+``discard`` drops it, counted and logged every ``report_interval`` seconds;
+``process_expired`` and ``process_non_persistent`` choose which messages qualify.
+DLQs are created on demand, durable.
+
+Every dead-lettering publishes an advisory to the topic exchange ``amq.leveret.event``
+with routing key ``message.dead_lettered``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from .message import Message, Properties
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+log = logging.getLogger("leveret.dead_letter")
+
+EVENT_EXCHANGE = "amq.leveret.event"
+DEAD_LETTERED = "message.dead_lettered"
+REPORT_INTERVAL = 60.0  # seconds between reports of discarded messages
+
+
+class DiscardCounter:
+    """Counts messages dropped by the ``discard`` strategy; logs every interval."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._since_report = 0
+        self._last_report = time.monotonic()
+
+    def add(self, queue: str) -> None:
+        self.total += 1
+        self._since_report += 1
+        now = time.monotonic()
+        if now - self._last_report >= REPORT_INTERVAL:
+            log.info("discarded %d dead letters in the last %.0f s (last from %s, %d in all)",
+                     self._since_report, now - self._last_report, queue, self.total)
+            self._since_report, self._last_report = 0, now
+
+
+discarded = DiscardCounter()
+
+
+def with_death(message: Message, queue: str, reason: str, now: float,
+               routing_key: str | None = None, exchange: str | None = None) -> Message:
+    """A copy of ``message`` carrying the new death in ``x-death`` (see module doc),
+    addressed to ``exchange``/``routing_key`` when given."""
+    properties: Properties = copy.copy(message.properties)
+    headers = dict(properties.headers or {})
+    deaths = [dict(d) for d in headers.get("x-death") or [] if isinstance(d, dict)]
+    count = 1
+    for i, death in enumerate(deaths):
+        if death.get("queue") == queue and death.get("reason") == reason:
+            count = int(death.get("count", 0)) + 1
+            del deaths[i]
+            break
+    death = {
+        "count": count, "reason": reason, "queue": queue,
+        "time": datetime.datetime.fromtimestamp(int(now), datetime.timezone.utc),
+        "exchange": message.exchange, "routing-keys": [message.routing_key],
+    }
+    if properties.expiration is not None:
+        death["original-expiration"] = properties.expiration
+        properties.expiration = None
+    deaths.insert(0, death)
+    headers["x-death"] = deaths
+    if "x-first-death-reason" not in headers:
+        headers["x-first-death-reason"] = reason
+        headers["x-first-death-queue"] = queue
+        headers["x-first-death-exchange"] = message.exchange
+    properties.headers = headers
+    return message.with_properties(properties, routing_key=routing_key, exchange=exchange)
+
+
+def is_cycle(target: str, deaths: list) -> bool:
+    """RabbitMQ's rule: reaching a queue that is already in the death history, with no
+    ``rejected`` death on the way, is a cycle."""
+    for death in deaths:
+        if death.get("reason") == "rejected":
+            return False
+        if death.get("queue") == target:
+            return True
+    return False
+
+
+def dead_letter(queue: Queue, message: Message, reason: str) -> None:
+    """Send a dead message where ``queue``'s configuration says (see module doc)."""
+    config = queue.config.dead_letter
+    vhost = queue.vhost
+    now = vhost.clock.time()
+    target = "dropped"
+    dead = None
+    if config.exchange is not None:
+        exchange = vhost.exchanges.get(config.exchange)
+        if exchange is not None:  # a missing DLX drops the message, as in RabbitMQ
+            dead = with_death(message, queue.name, reason, now,
+                              routing_key=config.routing_key, exchange=config.exchange)
+            deaths = dead.properties.headers["x-death"]
+            targets = vhost.route(exchange, dead)
+            if reason != "rejected":
+                targets = [q for q in targets if not is_cycle(q.name, deaths)]
+            for destination in targets:
+                destination.enqueue(dead)
+            target = f"exchange '{config.exchange}'"
+    elif config.strategy is not None:
+        eligible = ((reason != "expired" or config.process_expired)
+                    and (message.persistent or config.process_non_persistent))
+        if config.strategy == "discard" or not eligible:
+            discarded.add(queue.name)
+            target = "discarded"
+        else:
+            name = config.queue if config.strategy == "shared" else config.prefix + queue.name
+            if name != queue.name:
+                dlq = vhost.queues.get(name) or vhost.declare_queue(name, None, durable=True)
+                dead = with_death(message, queue.name, reason, now)
+                dlq.enqueue(dead)
+                target = f"queue '{name}'"
+    _advise(queue, message, reason, target)
+
+
+def _advise(queue: Queue, message: Message, reason: str, target: str) -> None:
+    vhost = queue.vhost
+    exchange = vhost.exchanges.get(EVENT_EXCHANGE)
+    if exchange is None or not exchange.bindings:
+        return
+    message_id = message.properties.message_id
+    info = {"vhost": vhost.name, "queue": queue.name, "reason": reason, "target": target,
+            "message_id": message_id or ""}
+    event = Message.build(EVENT_EXCHANGE, DEAD_LETTERED, json.dumps(info).encode(),
+                          Properties(content_type="application/json", headers=info))
+    for destination in vhost.route(exchange, event):
+        destination.enqueue(event)

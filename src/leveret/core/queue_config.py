@@ -1,0 +1,123 @@
+"""A queue's effective settings, from its ``x-`` arguments and the matching policy.
+
+As in RabbitMQ 3.10, where both give a numeric limit (``message-ttl``, ``expires``,
+``max-length``, ``max-length-bytes``, ``max-redeliveries``) the lower wins; for the
+others the queue argument wins over the policy. Invalid values are a 406
+PRECONDITION_FAILED at declaration, naming the argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import precondition_failed
+from .redelivery import RedeliveryPolicy
+
+OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+STRATEGIES = ("shared", "individual", "discard")
+DEFAULT_SHARED_DLQ = "leveret.DLQ"
+DEFAULT_DLQ_PREFIX = "DLQ."
+DEFAULT_IN_MEMORY = 50_000  # ready messages kept in memory before paging out
+LAZY_IN_MEMORY = 1_000  # the same for x-queue-mode=lazy
+
+_MIN_WINS = {"message-ttl", "expires", "max-length", "max-length-bytes", "max-redeliveries",
+             "delivery-limit"}
+
+
+@dataclass(frozen=True)
+class DeadLetterConfig:
+    """Where a queue's dead messages go: a dead-letter exchange (RabbitMQ) or a
+    dead-letter strategy (ActiveMQ); neither means they are dropped."""
+
+    exchange: str | None = None
+    routing_key: str | None = None
+    strategy: str | None = None
+    queue: str = DEFAULT_SHARED_DLQ
+    prefix: str = DEFAULT_DLQ_PREFIX
+    process_expired: bool = True
+    process_non_persistent: bool = False
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    message_ttl: int | None = None  # ms
+    expires: int | None = None  # ms
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = "drop-head"
+    max_in_memory: int = DEFAULT_IN_MEMORY
+    dead_letter: DeadLetterConfig = field(default_factory=DeadLetterConfig)
+    redelivery: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def build(arguments: dict, policy_definition: dict | None = None) -> QueueConfig:
+    """The effective config; raises ChannelError 406 for an invalid value."""
+    policy = policy_definition or {}
+
+    def get(key: str, kind: type, minimum: int | None = None) -> Any:
+        arg, pol = _text(arguments.get("x-" + key)), _text(policy.get(key))
+        for source, value in (("x-" + key, arg), (key, pol)):
+            if value is None:
+                continue
+            ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+            if kind is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not ok or (minimum is not None and value < minimum):
+                raise precondition_failed(f"invalid arg '{source}': {value!r}")
+        if arg is not None and pol is not None and key in _MIN_WINS:
+            return min(arg, pol)
+        return arg if arg is not None else pol
+
+    overflow = get("overflow", str) or "drop-head"
+    if overflow not in OVERFLOW_MODES:
+        raise precondition_failed(f"invalid arg 'x-overflow': '{overflow}'")
+    strategy = get("dead-letter-strategy", str)
+    if strategy is not None and strategy not in STRATEGIES:
+        raise precondition_failed(f"invalid arg 'x-dead-letter-strategy': '{strategy}'")
+    exchange = get("dead-letter-exchange", str)
+    if exchange is not None and strategy is not None:
+        raise precondition_failed(
+            "x-dead-letter-exchange and x-dead-letter-strategy cannot both be set: "
+            "choose RabbitMQ's dead-letter exchange or an ActiveMQ dead-letter strategy")
+    limits = [v for v in (get("max-redeliveries", int, 0), get("delivery-limit", int, 0))
+              if v is not None]
+    in_memory = get("max-in-memory-length", int, 0)
+    if in_memory is None:
+        in_memory = LAZY_IN_MEMORY if get("queue-mode", str) == "lazy" else DEFAULT_IN_MEMORY
+    return QueueConfig(
+        message_ttl=get("message-ttl", int, 0),
+        expires=get("expires", int, 1),
+        max_length=get("max-length", int, 0),
+        max_length_bytes=get("max-length-bytes", int, 0),
+        overflow=overflow,
+        max_in_memory=in_memory,
+        dead_letter=DeadLetterConfig(
+            exchange=exchange,
+            routing_key=get("dead-letter-routing-key", str),
+            strategy=strategy,
+            queue=get("dead-letter-queue", str) or DEFAULT_SHARED_DLQ,
+            prefix=get("dead-letter-queue-prefix", str) or DEFAULT_DLQ_PREFIX,
+            process_expired=_flag(get("dead-letter-expired", bool), True),
+            process_non_persistent=_flag(get("dead-letter-non-persistent", bool), False),
+        ),
+        redelivery=RedeliveryPolicy(
+            max_redeliveries=min(limits) if limits else -1,
+            initial_delay=get("redelivery-delay", int, 0) or 0,
+            exponential=_flag(get("redelivery-exponential", bool), False),
+            multiplier=float(get("redelivery-backoff-multiplier", float, 1) or 5.0),
+            max_delay=_or(get("redelivery-max-delay", int, 0), -1),
+        ),
+    )
+
+
+def _flag(value: bool | None, default: bool) -> bool:
+    return default if value is None else value
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
