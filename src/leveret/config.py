@@ -15,6 +15,13 @@ Example file::
     max_message_size = 134217728    # bytes; larger messages get 406 PRECONDITION_FAILED
     disk_free_limit = 50000000      # bytes free under data_dir; below it publishers block
 
+    [[policies]]                    # RabbitMQ's policies: keys without the x- prefix
+    name = "orders-dlx"
+    pattern = "^orders\\."          # a regular expression on the queue name
+    apply_to = "queues"             # queues, exchanges or all
+    priority = 1                    # the highest-priority matching policy applies
+    definition = { dead-letter-exchange = "dlx", message-ttl = 60000, max-redeliveries = 5 }
+
     [[users]]
     name = "alice"
     password = "s3cret"
@@ -27,12 +34,14 @@ redefines ``guest``, as in RabbitMQ.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .core.auth import User, UserDatabase
 from .core.broker import BrokerCore, Limits
+from .core.policy import Policy
 
 
 class ConfigError(ValueError):
@@ -50,12 +59,13 @@ class Settings:
     vhosts: list[str] = field(default_factory=lambda: ["/"])
     users: list[User] = field(default_factory=list)
     loopback_users: list[str] = field(default_factory=lambda: ["guest"])
+    policies: list[Policy] = field(default_factory=list)
 
     def build_core(self) -> BrokerCore:
         users = UserDatabase(loopback_users=self.loopback_users)
         for user in self.users:
             users.users[user.name] = user
-        core = BrokerCore(users=users, limits=self.limits)
+        core = BrokerCore(users=users, limits=self.limits, policies=list(self.policies))
         for name in self.vhosts:
             core.add_vhost(name)
         return core
@@ -116,6 +126,18 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
         settings.users.append(User(name=entry["name"], password=entry["password"],
                                    vhosts=strings("users.vhosts", entry.get("vhosts", ["/"])),
                                    tags=strings("users.tags", entry.get("tags", []))))
+    policies = data.pop("policies", [])
+    if not isinstance(policies, list) or not all(isinstance(e, dict) for e in policies):
+        raise ConfigError(f"{path}: policies must be [[policies]] tables")
+    for entry in policies:
+        try:
+            settings.policies.append(Policy(
+                name=entry["name"], pattern=entry["pattern"], definition=dict(entry["definition"]),
+                apply_to=entry.get("apply_to", "all"), priority=int(entry.get("priority", 0)),
+                vhost=entry.get("vhost", "/")))
+        except (KeyError, TypeError, ValueError, re.error) as exc:
+            raise ConfigError(f"{path}: each [[policies]] needs name, pattern (a regular "
+                              f"expression) and a definition table ({exc})") from None
     if data:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(data))}")
     return settings
