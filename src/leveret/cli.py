@@ -24,17 +24,21 @@ def main() -> None:
 @main.command()
 @click.option("--bind", default=None, help="Address to listen on [127.0.0.1].")
 @click.option("--amqp-port", type=int, default=None, help="AMQP port; 0 picks a free one [5672].")
+@click.option("--http-port", type=int, default=None,
+              help="Serve the management HTTP API on this port (RabbitMQ's is 15672); "
+                   "0 picks a free one [off].")
 @click.option("--data-dir", default=None, help="Directory for the broker's data [./leveret-data].")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="TOML config file (users, vhosts, limits).")
 @click.option("--log-level", default=None,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
-def server(bind: str | None, amqp_port: int | None, data_dir: str | None,
+def server(bind: str | None, amqp_port: int | None, http_port: int | None, data_dir: str | None,
            config_file: str | None, log_level: str | None) -> None:
     """Run the broker until SIGTERM or SIGINT.
 
-    Prints "leveret ready: amqp://HOST:PORT" once it accepts clients; on a signal, closes
-    every connection with 320 CONNECTION_FORCED and exits 0.
+    Prints "leveret ready: amqp://HOST:PORT" once it accepts clients (then the management
+    API's address); on a signal, closes every connection with 320 CONNECTION_FORCED and
+    exits 0.
     """
     settings = Settings()
     if config_file:
@@ -42,10 +46,13 @@ def server(bind: str | None, amqp_port: int | None, data_dir: str | None,
             load(config_file, settings)
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
-    for key, value in (("bind", bind), ("amqp_port", amqp_port), ("data_dir", data_dir),
+    for key, value in (("bind", bind), ("amqp_port", amqp_port), ("http_port", http_port),
+                       ("data_dir", data_dir),
                        ("log_level", log_level)):
         if value is not None:
             setattr(settings, key, value)
+    if settings.http_port is not None and settings.http_port < 0:
+        settings.http_port = None
     if settings.data_dir is None:
         settings.data_dir = "./leveret-data"
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
@@ -70,7 +77,115 @@ async def _serve(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     click.echo(f"leveret ready: amqp://{broker.host}:{broker.amqp_port}")
+    if broker.http_url:
+        click.echo(f"leveret management: {broker.http_url}/api/")
     sys.stdout.flush()
     await stop.wait()
     logging.getLogger("leveret").info("shutting down")
     await broker.stop()
+
+
+# -- leveret dlq ------------------------------------------------------------------------
+_URL = click.option("--url", default="amqp://guest:guest@127.0.0.1:5672/%2F", show_default=True,
+                    help="AMQP URL of the broker.")
+
+
+@main.group()
+def dlq() -> None:
+    """Browse, replay and purge dead-letter queues of a running broker."""
+
+
+def _run(action):  # type: ignore[no-untyped-def]
+    from .tools.dlq import DLQError
+
+    try:
+        return action()
+    except DLQError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@dlq.command("list")
+@click.option("--http-url", default="http://127.0.0.1:15672", show_default=True,
+              help="Management API of the broker (leveret server --http-port).")
+@click.option("--user", default="guest", show_default=True)
+@click.option("--password", default="guest", show_default=True)
+@click.option("--pattern", default=None, help="Regular expression for DLQ names "
+              r"[^(leveret\.DLQ|DLQ\..+)$].")
+def dlq_list(http_url: str, user: str, password: str, pattern: str | None) -> None:
+    """List dead-letter queues with their message counts."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .tools.dlq import DEFAULT_PATTERN, list_queues
+
+    queues = _run(lambda: list_queues(http_url, user, password, pattern or DEFAULT_PATTERN))
+    table = Table("vhost", "queue", "messages", "consumers")
+    for q in queues:
+        table.add_row(q["vhost"], q["name"], str(q["messages"]), str(q["consumers"]))
+    Console().print(table)
+
+
+@dlq.command("show")
+@click.argument("queue")
+@_URL
+@click.option("--limit", type=int, default=50, show_default=True, help="Messages to show.")
+def dlq_show(queue: str, url: str, limit: int) -> None:
+    """Show dead letters without removing them."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .tools.dlq import browse
+
+    letters = _run(lambda: browse(url, queue, limit))
+    table = Table("#", "message id", "reason", "from queue", "exchange", "routing key",
+                  "deaths", "body", title=f"{queue}: {len(letters)} shown")
+    for i, letter in enumerate(letters, 1):
+        exchange, key = letter.origin() if letter.deaths else ("", "")
+        deaths = sum(int(d.get("count", 1)) for d in letter.deaths)
+        body = letter.body[:40].decode("utf-8", "replace")
+        table.add_row(str(i), str(letter.properties.message_id or ""), letter.reason,
+                      letter.original_queue, exchange, key, str(deaths), body)
+    Console().print(table)
+
+
+@dlq.command("replay")
+@click.argument("queue")
+@_URL
+@click.option("--exchange", default=None, help="Republish here instead of the original exchange.")
+@click.option("--routing-key", default=None, help="Routing key to use instead of the original.")
+@click.option("--reason", default=None,
+              type=click.Choice(["rejected", "expired", "maxlen", "delivery_limit"]),
+              help="Only dead letters that first died for this reason.")
+@click.option("--header", "header_filters", multiple=True, metavar="NAME=VALUE",
+              help="Only dead letters with this header value (repeatable).")
+@click.option("--limit", type=int, default=None, help="Replay at most this many.")
+def dlq_replay(queue: str, url: str, exchange: str | None, routing_key: str | None,
+               reason: str | None, header_filters: tuple[str, ...], limit: int | None) -> None:
+    """Republish dead letters (confirmed, then acknowledged: a crash loses nothing)."""
+    from rich.progress import Progress
+
+    from .tools.dlq import matcher, replay
+
+    headers = {}
+    for item in header_filters:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--header")
+        headers[name] = value
+    with Progress(transient=True) as progress:
+        task = progress.add_task(f"replaying {queue}", total=limit)
+        count = _run(lambda: replay(url, queue, matcher(reason, headers), limit, exchange,
+                                    routing_key, lambda n: progress.update(task, completed=n)))
+    click.echo(f"replayed {count} message(s) from {queue}")
+
+
+@dlq.command("purge")
+@click.argument("queue")
+@_URL
+@click.confirmation_option(prompt="Delete every message of this queue?")
+def dlq_purge(queue: str, url: str) -> None:
+    """Delete every message of a dead-letter queue."""
+    from .tools.dlq import purge
+
+    count = _run(lambda: purge(url, queue))
+    click.echo(f"purged {count} message(s) from {queue}")

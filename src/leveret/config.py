@@ -8,6 +8,7 @@ Example file::
     [server]
     bind = "127.0.0.1"
     amqp_port = 5672
+    http_port = 15672               # the management HTTP API (RabbitMQ's port)
     data_dir = "./leveret-data"
     heartbeat = 60                  # seconds proposed in connection.tune; 0 disables
     frame_max = 131072              # bytes
@@ -55,6 +56,7 @@ class Settings:
     data_dir: str | None = None  # None: keep nothing on disk (embedded default)
     log_level: str = "info"
     disk_free_limit: int = 50_000_000  # bytes; below it publishers are blocked
+    http_port: int | None = None  # management API port; None: off
     limits: Limits = field(default_factory=Limits)
     vhosts: list[str] = field(default_factory=lambda: ["/"])
     users: list[User] = field(default_factory=list)
@@ -72,7 +74,7 @@ class Settings:
 
 
 _SERVER_KEYS = {"bind": str, "amqp_port": int, "data_dir": str, "log_level": str,
-                "disk_free_limit": int}
+                "disk_free_limit": int, "http_port": int}
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _LIMIT_KEYS = {"heartbeat": int, "frame_max": int, "channel_max": int, "max_message_size": int}
 

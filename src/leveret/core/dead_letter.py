@@ -24,12 +24,12 @@ with routing key ``message.dead_lettered``.
 from __future__ import annotations
 
 import copy
-import datetime
 import json
 import logging
 import time
 from typing import TYPE_CHECKING
 
+from . import field_table
 from .message import Message, Properties
 
 if TYPE_CHECKING:
@@ -66,32 +66,59 @@ discarded = DiscardCounter()
 def with_death(message: Message, queue: str, reason: str, now: float,
                routing_key: str | None = None, exchange: str | None = None) -> Message:
     """A copy of ``message`` carrying the new death in ``x-death`` (see module doc),
-    addressed to ``exchange``/``routing_key`` when given."""
+    addressed to ``exchange``/``routing_key`` when given.
+
+    As RabbitMQ 3.10 writes it (``rabbit_dead_letter:make_msg``): the first death's
+    entry is ``count`` (a ``l``), ``reason``, ``queue``, ``time``, ``exchange``,
+    ``routing-keys`` (the publish routing key and any ``CC`` keys), then
+    ``original-expiration`` if the message had one; a later death in the same queue
+    for the same reason increments that entry's ``count`` only (its ``time`` stays)
+    and moves it first; a new entry goes first. Changed entries have their keys sorted,
+    as has the whole headers table. Other headers keep their wire types."""
     properties: Properties = copy.copy(message.properties)
-    headers = dict(properties.headers or {})
-    deaths = [dict(d) for d in headers.get("x-death") or [] if isinstance(d, dict)]
-    count = 1
-    for i, death in enumerate(deaths):
-        if death.get("queue") == queue and death.get("reason") == reason:
-            count = int(death.get("count", 0)) + 1
-            del deaths[i]
-            break
-    death = {
-        "count": count, "reason": reason, "queue": queue,
-        "time": datetime.datetime.fromtimestamp(int(now), datetime.timezone.utc),
-        "exchange": message.exchange, "routing-keys": [message.routing_key],
+    offset = field_table.headers_offset(message.header)
+    try:
+        headers = field_table.decode_table(message.header, offset)[0] if offset else {}
+    except ValueError:  # checked at publish, so not expected: keep going without them
+        headers = {}
+    routing_keys = [("S", message.routing_key.encode())]
+    cc = headers.get("CC")
+    if cc is not None and cc[0] == "A":
+        routing_keys += [item for item in cc[1] if item[0] == "S"]
+    if routing_key is not None:
+        headers.pop("CC", None)
+    info = {
+        "reason": ("S", reason.encode()), "queue": ("S", queue.encode()),
+        "time": ("T", int(now)), "exchange": ("S", message.exchange.encode()),
+        "routing-keys": ("A", routing_keys),
     }
     if properties.expiration is not None:
-        death["original-expiration"] = properties.expiration
-        properties.expiration = None
-    deaths.insert(0, death)
-    headers["x-death"] = deaths
-    if "x-first-death-reason" not in headers:
-        headers["x-first-death-reason"] = reason
-        headers["x-first-death-queue"] = queue
-        headers["x-first-death-exchange"] = message.exchange
-    properties.headers = headers
-    return message.with_properties(properties, routing_key=routing_key, exchange=exchange)
+        info["original-expiration"] = ("S", properties.expiration.encode())
+    deaths = headers.get("x-death")
+    if deaths is None or deaths[0] != "A":
+        headers["x-first-death-reason"] = info["reason"]
+        headers["x-first-death-queue"] = info["queue"]
+        headers["x-first-death-exchange"] = info["exchange"]
+        entries = [("F", {"count": ("l", 1), **info})]
+    else:
+        entries = list(deaths[1])
+        for i, item in enumerate(entries):
+            if (item[0] == "F" and field_table.text(item[1].get("queue")) == queue
+                    and field_table.text(item[1].get("reason")) == reason):
+                death = dict(item[1])
+                count = death.get("count")
+                death["count"] = ("l", (count[1] if count and isinstance(count[1], int) else 0) + 1)
+                del entries[i]
+                break
+        else:
+            death = {"count": ("l", 1), **info}
+        entries.insert(0, ("F", dict(sorted(death.items()))))
+    headers["x-death"] = ("A", entries)
+    properties.expiration = None
+    properties.headers = None
+    bare = message.with_properties(properties, routing_key=routing_key, exchange=exchange)
+    return Message(bare.exchange, bare.routing_key,
+                   field_table.with_headers(bare.header, dict(sorted(headers.items()))), bare.body)
 
 
 def is_cycle(target: str, deaths: list) -> bool:

@@ -97,6 +97,7 @@ class Queue:
         self.deleted = False
         self.store: Store | None = None
         self.queue_id = 0
+        self.unacked_count = 0  # delivered, not yet acknowledged
         self._live = 0  # READY entries in ``ready``
         self._bytes = 0  # body bytes of ready messages (in memory and paged)
         self._paged = 0  # messages on disk only, after every message in ``ready``
@@ -247,6 +248,7 @@ class Queue:
         """Pop the head message for a delivery, counting it (also in the store)."""
         entry = self._pop_ready()
         entry.state = UNACKED
+        self.unacked_count += 1
         entry.delivery_count += 1
         if entry.store_id:
             self.store.set_delivery_count(entry.store_id, entry.delivery_count)  # type: ignore[union-attr]
@@ -274,6 +276,8 @@ class Queue:
     # -- settling -------------------------------------------------------------------
     def ack(self, entry: QueuedMessage) -> None:
         """The message was acknowledged: it leaves the store."""
+        if entry.state == UNACKED:
+            self.unacked_count -= 1
         entry.state = GONE
         if entry.store_id:
             if self.store is not None:  # None once the queue is deleted
@@ -299,6 +303,9 @@ class Queue:
         now = self.vhost.clock.time()
         back = []
         for entry in sorted(entries):
+            if entry.state == UNACKED:
+                self.unacked_count -= 1
+                entry.state = READY
             entry.redelivered = True
             if policy.exhausted(entry.delivery_count):
                 self._die(entry, "delivery_limit")
@@ -312,8 +319,8 @@ class Queue:
                     heapq.heappush(self._delayed, (now + delay / 1000, entry.seq, entry))
                 else:
                     back.append(entry)
-        if self._delayed:
-            self._arm("redelivery", self._delayed[0][0] - now, self._redeliver_due)
+        if self._delayed:  # replace: a new entry may be due before the armed timer
+            self._arm("redelivery", self._delayed[0][0] - now, self._redeliver_due, True)
         self._put_back(back)
 
     def _put_back(self, entries: list[QueuedMessage]) -> None:
@@ -340,11 +347,14 @@ class Queue:
             entry = heapq.heappop(self._delayed)[2]
             if entry.state == DELAYED:
                 self._delayed_count -= 1
-                due.append(entry)
+                if entry.expires_at and entry.expires_at <= now and not self.deleted:
+                    self._die(entry, "expired")  # expired while waiting: never delivered
+                else:
+                    due.append(entry)
         if self._delayed:
             self._arm("redelivery", self._delayed[0][0] - now, self._redeliver_due)
         if not self.deleted:
-            self._put_back(due)
+            self._put_back(sorted(due))  # in queue order, not due order
 
     def purge(self) -> int:
         """Drop every waiting message (unacknowledged ones stay); returns how many."""

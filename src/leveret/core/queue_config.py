@@ -84,6 +84,11 @@ def build(arguments: dict, policy_definition: dict | None = None) -> QueueConfig
         raise precondition_failed(
             "x-dead-letter-exchange and x-dead-letter-strategy cannot both be set: "
             "choose RabbitMQ's dead-letter exchange or an ActiveMQ dead-letter strategy")
+    for key in ("dead-letter-queue", "dead-letter-queue-prefix"):
+        name = get(key, str)
+        if strategy is not None and name is not None and name.startswith("amq."):
+            # the broker could not declare it when a message dies: refuse it up front
+            raise precondition_failed(f"invalid arg 'x-{key}': '{name}' (reserved prefix 'amq.')")
     limits = [v for v in (get("max-redeliveries", int, 0), get("delivery-limit", int, 0))
               if v is not None]
     in_memory = get("max-in-memory-length", int, 0)

@@ -197,7 +197,7 @@ class VirtualHost:
             raise self._locked(name)
         if if_unused and queue.consumers:
             raise precondition_failed(f"queue '{name}' {self._where()} in use")
-        if if_empty and queue.ready:
+        if if_empty and queue.message_count:  # ready, paged out or delayed
             raise precondition_failed(f"queue '{name}' {self._where()} not empty")
         count = queue.message_count
         del self.queues[name]

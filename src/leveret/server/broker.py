@@ -19,6 +19,7 @@ from ..config import Settings
 from ..core.broker import BrokerCore
 from ..store import DataDirLock
 from ..store.sqlite import SQLiteStore
+from ..management import ManagementAPI
 from .disk_monitor import DiskMonitor
 from .listener import AMQPListener
 
@@ -43,6 +44,7 @@ class Broker:
         self._lock: DataDirLock | None = None
         self.store: SQLiteStore | None = None
         self._disk_monitor: DiskMonitor | None = None
+        self.management: ManagementAPI | None = None
 
     @property
     def host(self) -> str:
@@ -78,15 +80,29 @@ class Broker:
             self._disk_monitor.start()
         try:
             await self._listener.start()
+            if self.settings.http_port is not None:
+                self.management = ManagementAPI(self.core, self.settings.bind, self.settings.http_port)
+                await self.management.start()
         except BaseException:
+            await self._listener.stop()
             self._close_store()
             raise
         return self
+
+    @property
+    def http_url(self) -> str | None:
+        """The management API's base URL, when it runs."""
+        if self.management is None:
+            return None
+        return f"http://{self.host}:{self.management.port}"
 
     async def stop(self) -> None:
         """Close every connection with 320 CONNECTION_FORCED, stop listening, then
         write what the store has queued and close it."""
         await self._listener.stop()
+        if self.management is not None:
+            await self.management.stop()
+            self.management = None
         self._close_store()
 
     def _close_store(self) -> None:
@@ -127,6 +143,10 @@ class BlockingBroker:
     @property
     def amqp_url(self) -> str:
         return self.broker.amqp_url
+
+    @property
+    def http_url(self) -> str | None:
+        return self.broker.http_url
 
     def start(self) -> BlockingBroker:
         started = threading.Event()

@@ -292,7 +292,7 @@ class Channel:
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
-        elif entry.store_id and queue is not None:  # no_ack: delivered means acknowledged
+        elif queue is not None:  # no_ack: delivered means acknowledged
             queue.ack(entry)
         message = entry.message if queue is None else queue.message_for_delivery(entry)
         self._send_content(Basic.Deliver(consumer.tag, tag, entry.redelivered,
@@ -307,7 +307,7 @@ class Channel:
         self.delivery_tag += 1
         if not m.no_ack:
             self.unacked[self.delivery_tag] = (queue, entry, None)
-        elif entry.store_id:  # no_ack: delivered means acknowledged
+        else:  # no_ack: delivered means acknowledged
             queue.ack(entry)
         message = queue.message_for_delivery(entry)
         self._send_content(Basic.GetOk(self.delivery_tag, entry.redelivered, message.exchange,

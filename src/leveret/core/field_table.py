@@ -1,0 +1,139 @@
+"""AMQP field tables that keep their wire types, for headers the broker rewrites.
+
+pamqp decodes ``b``/``s``/``I``/``l`` integers alike to ``int`` and re-encodes each in
+the smallest type, in sorted key order. RabbitMQ keeps a header's type (a publisher's
+``I`` stays ``I``) and writes ``x-death`` ``count`` as a ``l`` (Java clients read it as
+a ``Long``). Here a value is a ``(tag, value)`` pair: tables are dicts of such pairs (in
+wire order), arrays lists of them; anything else (``S`` text, ``x`` bytes, numbers) is
+the plain value.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+Typed = tuple[str, Any]
+
+_FIXED = {"b": ">b", "B": ">B", "s": ">h", "u": ">H", "I": ">i", "i": ">I", "l": ">q",
+          "L": ">Q", "f": ">f", "d": ">d", "T": ">Q"}
+_U32 = struct.Struct(">I")
+
+
+def headers_offset(header: bytes) -> int | None:
+    """Where the ``headers`` table starts in a content header payload (§4.2.6.1), or
+    None if it has none (or uses property flag continuation, which no client sends)."""
+    flags = header[12] << 8 | header[13]
+    if not flags & 0x2000 or flags & 0x0001:
+        return None
+    offset = 14
+    for bit in (0x8000, 0x4000):  # content-type, content-encoding: short strings
+        if flags & bit:
+            offset += 1 + header[offset]
+    return offset
+
+
+def decode_table(data: bytes, offset: int = 0) -> tuple[dict[str, Typed], int]:
+    """The table at ``offset`` and the offset after it; ValueError if malformed."""
+    try:
+        size = _U32.unpack_from(data, offset)[0]
+        offset += 4
+        end = offset + size
+        table: dict[str, Typed] = {}
+        while offset < end:
+            length = data[offset]
+            key = data[offset + 1:offset + 1 + length].decode()
+            table[key], offset = _decode_value(data, offset + 1 + length)
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed field table: {exc}") from None
+    if offset != end:
+        raise ValueError("field table length mismatch")
+    return table, end
+
+
+def _decode_value(data: bytes, offset: int) -> tuple[Typed, int]:
+    tag = chr(data[offset])
+    offset += 1
+    fmt = _FIXED.get(tag)
+    if fmt is not None:
+        return (tag, struct.unpack_from(fmt, data, offset)[0]), offset + struct.calcsize(fmt)
+    if tag == "t":
+        return (tag, data[offset]), offset + 1
+    if tag in "Sx":
+        size = _U32.unpack_from(data, offset)[0]
+        end = offset + 4 + size
+        if end > len(data):
+            raise IndexError("string past the end")
+        return (tag, bytes(data[offset + 4:end])), end
+    if tag == "D":
+        return (tag, bytes(data[offset:offset + 5])), offset + 5
+    if tag == "F":
+        table, end = decode_table(data, offset)
+        return (tag, table), end
+    if tag == "A":
+        size = _U32.unpack_from(data, offset)[0]
+        offset += 4
+        end = offset + size
+        items = []
+        while offset < end:
+            item, offset = _decode_value(data, offset)
+            items.append(item)
+        if offset != end:
+            raise ValueError("field array length mismatch")
+        return (tag, items), end
+    if tag == "V":
+        return (tag, None), offset
+    raise ValueError(f"unknown field type {tag!r}")
+
+
+def encode_table(table: dict[str, Typed]) -> bytes:
+    parts = []
+    for key, value in table.items():
+        name = key.encode()
+        parts.append(bytes([len(name)]) + name + encode_value(value))
+    data = b"".join(parts)
+    return _U32.pack(len(data)) + data
+
+
+def encode_value(typed: Typed) -> bytes:
+    tag, value = typed
+    out = tag.encode()
+    fmt = _FIXED.get(tag)
+    if fmt is not None:
+        return out + struct.pack(fmt, value)
+    if tag == "t":
+        return out + bytes([1 if value else 0])
+    if tag in "Sx":
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        return out + _U32.pack(len(data)) + data
+    if tag == "D":
+        return out + value
+    if tag == "F":
+        return out + encode_table(value)
+    if tag == "A":
+        data = b"".join(encode_value(item) for item in value)
+        return out + _U32.pack(len(data)) + data
+    if tag == "V":
+        return out
+    raise ValueError(f"unknown field type {tag!r}")
+
+
+def text(typed: Typed | None) -> str | None:
+    """The value of a ``S`` field as text (None for anything else)."""
+    if typed is None or typed[0] != "S":
+        return None
+    return typed[1].decode(errors="replace")
+
+
+def with_headers(header: bytes, table: dict[str, Typed]) -> bytes:
+    """A content header payload without a ``headers`` table (flag clear) with
+    ``table`` put in its place."""
+    flags = header[12] << 8 | header[13]
+    assert not flags & 0x2000
+    offset = 14
+    for bit in (0x8000, 0x4000):
+        if flags & bit:
+            offset += 1 + header[offset]
+    flags |= 0x2000
+    return (header[:12] + struct.pack(">H", flags) + header[14:offset] + encode_table(table)
+            + header[offset:])

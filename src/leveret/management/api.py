@@ -1,0 +1,178 @@
+"""A subset of RabbitMQ's management HTTP API (``/api/...``), JSON over aiohttp.
+
+It reads and changes the broker only through core's public objects. Authentication
+is HTTP basic with the broker's users (``guest`` from loopback only, as for AMQP);
+a refused login is 401, a missing vhost or queue 404. Field names follow RabbitMQ's
+API so existing tools and scripts can read it:
+
+- ``GET /api/overview``: product, version and object totals
+- ``GET /api/vhosts``
+- ``GET /api/queues``, ``/api/queues/{vhost}``, ``/api/queues/{vhost}/{name}``:
+  name, vhost, durable, auto_delete, exclusive, arguments, policy, messages,
+  messages_ready, messages_unacknowledged, consumers
+- ``GET /api/exchanges/{vhost}``, ``GET /api/bindings/{vhost}``
+- ``DELETE /api/queues/{vhost}/{name}/contents``: purge
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import ipaddress
+from typing import Any
+
+from aiohttp import web
+
+from .. import __version__
+from ..core.auth import AuthenticationError
+from ..core.broker import BrokerCore
+from ..core.policy import matching
+from ..core.queue import Queue
+
+
+def _jsonable(value: Any) -> Any:
+    """Field-table values as JSON: bytes as text, timestamps as epoch seconds."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    return value
+
+
+class ManagementAPI:
+    """Serves the API for ``core`` on ``host:port`` (0 picks a free port)."""
+
+    def __init__(self, core: BrokerCore, host: str, port: int) -> None:
+        self.core = core
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+        app = web.Application(middlewares=[self._authenticate])
+        app.add_routes([
+            web.get("/api/overview", self.overview),
+            web.get("/api/vhosts", self.vhosts),
+            web.get("/api/queues", self.queues),
+            web.get("/api/queues/{vhost}", self.queues),
+            web.get("/api/queues/{vhost}/{name}", self.queue),
+            web.delete("/api/queues/{vhost}/{name}/contents", self.purge),
+            web.get("/api/exchanges/{vhost}", self.exchanges),
+            web.get("/api/bindings/{vhost}", self.bindings),
+        ])
+        self.app = app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        challenge = {"WWW-Authenticate": 'Basic realm="leveret"'}
+        header = request.headers.get("Authorization", "")
+        try:
+            scheme, _, encoded = header.partition(" ")
+            if scheme.lower() != "basic":
+                raise AuthenticationError("basic authentication required")
+            username, _, password = base64.b64decode(encoded).decode().partition(":")
+            peer = request.remote or ""
+            loopback = peer in ("", "localhost") or ipaddress.ip_address(peer).is_loopback
+            request["user"] = self.core.users.authenticate(username, password, loopback)
+        except (AuthenticationError, ValueError, UnicodeDecodeError) as exc:
+            return web.json_response({"error": "not_authorised", "reason": str(exc)},
+                                     status=401, headers=challenge)
+        return await handler(request)
+
+    # -- helpers --------------------------------------------------------------------
+    def _vhost(self, request: web.Request) -> Any:
+        name = request.match_info["vhost"]
+        vhost = self.core.vhosts.get(name)
+        if vhost is None or not self.core.users.may_access(request["user"], name):
+            raise web.HTTPNotFound(text=f'{{"error": "Object Not Found", "reason": "vhost {name}"}}',
+                                   content_type="application/json")
+        return vhost
+
+    def _visible_vhosts(self, request: web.Request) -> list:
+        return [v for name, v in self.core.vhosts.items()
+                if self.core.users.may_access(request["user"], name)]
+
+    def _queue_info(self, queue: Queue) -> dict:
+        policy = matching(self.core.policies, queue.vhost.name, queue.name, "queues")
+        return {
+            "name": queue.name, "vhost": queue.vhost.name, "durable": queue.durable,
+            "auto_delete": queue.auto_delete, "exclusive": queue.exclusive_owner is not None,
+            "arguments": _jsonable(queue.arguments), "policy": policy.name if policy else None,
+            "messages_ready": queue.message_count,
+            "messages_unacknowledged": queue.unacked_count,
+            "messages": queue.message_count + queue.unacked_count,
+            "consumers": len(queue.consumers),
+        }
+
+    # -- handlers -------------------------------------------------------------------
+    async def overview(self, request: web.Request) -> web.Response:
+        vhosts = self._visible_vhosts(request)
+        queues = [q for v in vhosts for q in v.queues.values()]
+        return web.json_response({
+            "product_name": "leveret", "product_version": __version__,
+            "management_version": __version__,
+            "object_totals": {"vhosts": len(vhosts), "queues": len(queues),
+                              "exchanges": sum(len(v.exchanges) for v in vhosts)},
+            "queue_totals": {"messages_ready": sum(q.message_count for q in queues),
+                             "messages_unacknowledged": sum(q.unacked_count for q in queues)},
+        })
+
+    async def vhosts(self, request: web.Request) -> web.Response:
+        return web.json_response([{"name": v.name} for v in self._visible_vhosts(request)])
+
+    async def queues(self, request: web.Request) -> web.Response:
+        vhosts = [self._vhost(request)] if "vhost" in request.match_info else self._visible_vhosts(request)
+        return web.json_response([self._queue_info(q) for v in vhosts
+                                  for q in sorted(v.queues.values(), key=lambda q: q.name)])
+
+    async def queue(self, request: web.Request) -> web.Response:
+        queue = self._vhost(request).queues.get(request.match_info["name"])
+        if queue is None:
+            raise web.HTTPNotFound(text='{"error": "Object Not Found", "reason": "queue"}',
+                                   content_type="application/json")
+        return web.json_response(self._queue_info(queue))
+
+    async def purge(self, request: web.Request) -> web.Response:
+        queue = self._vhost(request).queues.get(request.match_info["name"])
+        if queue is None:
+            raise web.HTTPNotFound(text='{"error": "Object Not Found", "reason": "queue"}',
+                                   content_type="application/json")
+        queue.purge()
+        return web.Response(status=204)
+
+    async def exchanges(self, request: web.Request) -> web.Response:
+        vhost = self._vhost(request)
+        return web.json_response([
+            {"name": e.name, "vhost": vhost.name, "type": e.type, "durable": e.durable,
+             "auto_delete": e.auto_delete, "internal": e.internal,
+             "arguments": _jsonable(e.arguments)}
+            for e in sorted(vhost.exchanges.values(), key=lambda e: e.name)])
+
+    async def bindings(self, request: web.Request) -> web.Response:
+        vhost = self._vhost(request)
+        rows = []
+        for exchange in vhost.exchanges.values():
+            for binding in exchange.bindings.values():
+                rows.append({
+                    "source": exchange.name, "vhost": vhost.name,
+                    "destination": binding.destination.name,
+                    "destination_type": "queue" if isinstance(binding.destination, Queue) else "exchange",
+                    "routing_key": binding.routing_key, "arguments": _jsonable(binding.arguments)})
+        return web.json_response(rows)

@@ -1,0 +1,576 @@
+"""ActiveMQ's redelivery policy and dead-letter strategies over AMQP, end to end.
+
+Real clients (pika's BlockingConnection, aio-pika) over TCP against a real broker, in
+real time: back-off delays of 100-400 ms are checked with a tolerance. Covers every way
+a message comes back (nack/reject with requeue, channel or connection closed with it
+unacked, basic.recover), ``x-delivery-count``, poison messages, the shared / individual
+/ discard strategies, ``x-dead-letter-expired`` and ``x-dead-letter-non-persistent``,
+advisories on ``amq.leveret.event``, 406 for bad arguments, policies, and a restart of
+a ``leveret server`` subprocess with the delivery count kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import aio_pika
+import pika
+import pytest
+from pika.exceptions import ChannelClosedByBroker
+
+import leveret
+from leveret.core.policy import Policy
+from leveret.server.broker import BlockingBroker
+
+from conftest import ServerProcess
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+TRANSIENT = pika.BasicProperties(delivery_mode=1)
+EARLY = 0.015  # a redelivery may not come more than this before its delay (s)
+LATE = 0.2  # nor more than this after it
+
+
+# -- helpers ---------------------------------------------------------------------------
+def args(**kw) -> dict:
+    return {"x-" + k.replace("_", "-"): v for k, v in kw.items()}
+
+
+def publish(ch, queue: str, body: str, props=PERSISTENT) -> None:
+    ch.basic_publish("", queue, body.encode(), props)
+
+
+class Recorder:
+    """A pika consumer that records (time, body, x-delivery-count, redelivered, tag)."""
+
+    def __init__(self, conn: pika.BlockingConnection, ch, queue: str, prefetch: int = 0) -> None:
+        self.conn, self.ch = conn, ch
+        self.log: list[dict] = []
+        if prefetch:
+            ch.basic_qos(prefetch_count=prefetch)
+        self.tag = ch.basic_consume(queue, self._on_message)
+
+    def _on_message(self, ch, method, props, body) -> None:
+        self.log.append({"time": time.monotonic(), "body": body.decode(),
+                         "count": (props.headers or {}).get("x-delivery-count"),
+                         "redelivered": method.redelivered, "tag": method.delivery_tag,
+                         "headers": props.headers or {}})
+
+    def wait(self, n: int, timeout: float = 3.0) -> dict:
+        """Until ``n`` deliveries are recorded; returns the n-th."""
+        deadline = time.monotonic() + timeout
+        while len(self.log) < n:
+            left = deadline - time.monotonic()
+            assert left > 0, f"only {len(self.log)} of {n} deliveries: {self.log}"
+            self.conn.process_data_events(time_limit=min(left, 0.02))
+        return self.log[n - 1]
+
+    def quiet(self, seconds: float) -> None:
+        """Process events for ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self.conn.process_data_events(time_limit=min(left, 0.02))
+
+    def nack(self, entry: dict, requeue: bool = True) -> float:
+        self.ch.basic_nack(entry["tag"], requeue=requeue)
+        return time.monotonic()
+
+    def reject(self, entry: dict, requeue: bool = True) -> float:
+        self.ch.basic_reject(entry["tag"], requeue=requeue)
+        return time.monotonic()
+
+
+def assert_delay(returned_at: float, delivered_at: float, expected_ms: float) -> None:
+    waited = delivered_at - returned_at
+    assert expected_ms / 1000 - EARLY <= waited <= expected_ms / 1000 + LATE, \
+        f"waited {waited * 1000:.0f} ms, expected {expected_ms} ms"
+
+
+def get(ch, queue: str, timeout: float = 3.0):
+    """basic.get until a message comes (or None after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        method, props, body = ch.basic_get(queue)
+        if method is not None or time.monotonic() > deadline:
+            return method, props, body
+        time.sleep(0.01)
+
+
+def depth(conn: pika.BlockingConnection, queue: str) -> int | None:
+    """Ready messages (None if the queue does not exist), on a throwaway channel."""
+    ch = conn.channel()
+    try:
+        return ch.queue_declare(queue, passive=True).method.message_count
+    except ChannelClosedByBroker as exc:
+        assert exc.reply_code == 404
+        return None
+    finally:
+        if ch.is_open:
+            ch.close()
+
+
+def bind_events(ch) -> str:
+    queue = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(queue, "amq.leveret.event", "message.dead_lettered")
+    return queue
+
+
+def text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@pytest.fixture
+def broker():
+    with BlockingBroker(amqp_port=0) as b:
+        yield b
+
+
+@pytest.fixture
+def conn(broker):
+    c = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    yield c
+    if c.is_open:
+        c.close()
+
+
+@pytest.fixture
+def ch(conn):
+    return conn.channel()
+
+
+# -- back-off -----------------------------------------------------------------------------
+def test_exponential_backoff_with_nack_and_delivery_count(conn, ch):
+    ch.queue_declare("backoff", arguments=args(
+        max_redeliveries=5, redelivery_delay=100, redelivery_exponential=True,
+        redelivery_backoff_multiplier=2, redelivery_max_delay=300))
+    publish(ch, "backoff", "m")
+    rec = Recorder(conn, ch, "backoff")
+    first = rec.wait(1)
+    assert first["count"] == 0 and not first["redelivered"]
+    for n, expected in enumerate((100, 200, 300, 300), start=2):
+        returned = rec.nack(rec.log[-1])
+        entry = rec.wait(n)
+        assert_delay(returned, entry["time"], expected)
+        assert entry["count"] == n - 1 and entry["redelivered"]
+    ch.basic_ack(rec.log[-1]["tag"])
+
+
+def test_constant_delay_with_reject(conn, ch):
+    ch.queue_declare("constant", arguments=args(redelivery_delay=250))
+    publish(ch, "constant", "m")
+    rec = Recorder(conn, ch, "constant")
+    rec.wait(1)
+    for n in (2, 3):
+        returned = rec.reject(rec.log[-1])
+        assert_delay(returned, rec.wait(n)["time"], 250)
+    assert [e["count"] for e in rec.log] == [0, 1, 2]
+
+
+def test_delayed_message_does_not_hold_up_the_ones_behind(conn, ch):
+    ch.queue_declare("fifo", arguments=args(redelivery_delay=400))
+    for body in "ABC":
+        publish(ch, "fifo", body)
+    rec = Recorder(conn, ch, "fifo", prefetch=1)
+    a = rec.wait(1)
+    assert a["body"] == "A"
+    returned = rec.nack(a)
+    b = rec.wait(2)
+    assert b["body"] == "B" and b["time"] - returned < 0.2
+    ch.basic_ack(b["tag"])
+    c = rec.wait(3)
+    assert c["body"] == "C" and c["time"] - returned < 0.3
+    assert depth(conn, "fifo") == 1  # A, waiting, is counted
+    ch.basic_ack(c["tag"])
+    a2 = rec.wait(4)
+    assert a2["body"] == "A" and a2["count"] == 1 and a2["redelivered"]
+    assert_delay(returned, a2["time"], 400)
+    ch.basic_ack(a2["tag"])
+
+
+def test_channel_close_requeues_with_delay(conn, ch):
+    ch.queue_declare("closing", arguments=args(redelivery_delay=300, max_redeliveries=3))
+    publish(ch, "closing", "m")
+    other = conn.channel()
+    rec = Recorder(conn, other, "closing")
+    rec.wait(1)
+    other.close()
+    closed = time.monotonic()
+    assert depth(conn, "closing") == 1
+    method, props, _ = get(ch, "closing")
+    assert method is not None and method.redelivered
+    assert props.headers["x-delivery-count"] == 1
+    assert_delay(closed, time.monotonic(), 300)
+    ch.basic_ack(method.delivery_tag)
+
+
+def test_connection_close_requeues_with_delay(broker, conn, ch):
+    ch.queue_declare("dropped", arguments=args(redelivery_delay=300))
+    publish(ch, "dropped", "m")
+    other_conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    rec = Recorder(other_conn, other_conn.channel(), "dropped")
+    rec.wait(1)
+    other_conn.close()
+    closed = time.monotonic()
+    method, props, _ = get(ch, "dropped")
+    assert_delay(closed, time.monotonic(), 300)
+    assert method.redelivered and props.headers["x-delivery-count"] == 1
+
+
+def test_basic_recover_requeues_with_delay(conn, ch):
+    ch.queue_declare("recovering", arguments=args(redelivery_delay=200))
+    for body in "AB":
+        publish(ch, "recovering", body)
+    rec = Recorder(conn, ch, "recovering")
+    rec.wait(2)
+    ch.basic_recover(requeue=True)
+    recovered = time.monotonic()
+    third, fourth = rec.wait(3), rec.wait(4)
+    assert_delay(recovered, third["time"], 200)
+    assert [(e["body"], e["count"]) for e in rec.log] == [("A", 0), ("B", 0), ("A", 1), ("B", 1)]
+    ch.basic_ack(0, multiple=True)
+
+
+def test_no_policy_no_header_until_redelivered(conn, ch):
+    ch.queue_declare("plain")
+    publish(ch, "plain", "m")
+    method, props, _ = get(ch, "plain")
+    assert "x-delivery-count" not in (props.headers or {})
+    ch.basic_nack(method.delivery_tag, requeue=True)
+    method, props, _ = get(ch, "plain")
+    assert props.headers["x-delivery-count"] == 1 and method.redelivered
+    ch.basic_ack(method.delivery_tag)
+
+
+# -- poison messages and strategies ---------------------------------------------------
+def test_poison_to_shared_dlq_with_advisory(conn, ch):
+    events = bind_events(ch)
+    ch.queue_declare("orders", arguments=args(
+        max_redeliveries=2, redelivery_delay=100, dead_letter_strategy="shared"))
+    ch.basic_publish("", "orders", b"poison", pika.BasicProperties(delivery_mode=2,
+                                                                   message_id="msg-1"))
+    rec = Recorder(conn, ch, "orders")
+    rec.wait(1)
+    for n in (2, 3):
+        rec.nack(rec.log[-1])
+        rec.wait(n)
+    assert [e["count"] for e in rec.log] == [0, 1, 2]  # 1 + max_redeliveries deliveries
+    assert depth(conn, "leveret.DLQ") is None  # created on demand
+    rec.nack(rec.log[-1])  # the 3rd return: poison
+    rec.quiet(0.3)
+    assert len(rec.log) == 3
+    method, props, body = get(ch, "leveret.DLQ")
+    assert body == b"poison"
+    death = props.headers["x-death"][0]
+    assert text(death["reason"]) == "delivery_limit" and text(death["queue"]) == "orders"
+    assert props.message_id == "msg-1"
+    ch.basic_ack(method.delivery_tag)
+    # the DLQ is durable: redeclaring it transient is inequivalent
+    probe = conn.channel()
+    with pytest.raises(ChannelClosedByBroker) as err:
+        probe.queue_declare("leveret.DLQ", durable=False)
+    assert err.value.reply_code == 406
+    method, props, body = get(ch, events)
+    expected = {"vhost": "/", "queue": "orders", "reason": "delivery_limit",
+                "target": "queue 'leveret.DLQ'", "message_id": "msg-1"}
+    assert {k: text(v) for k, v in props.headers.items()} == expected
+    assert json.loads(body) == expected
+    assert method.routing_key == "message.dead_lettered" and method.exchange == "amq.leveret.event"
+
+
+def test_delivery_limit_with_reject_to_individual_dlq(conn, ch):
+    ch.queue_declare("jobs", arguments={"x-delivery-limit": 1,
+                                        "x-dead-letter-strategy": "individual"})
+    publish(ch, "jobs", "j")
+    for _ in range(2):
+        method, _, _ = get(ch, "jobs")
+        ch.basic_reject(method.delivery_tag, requeue=True)
+    assert depth(conn, "jobs") == 0
+    _, props, body = get(ch, "DLQ.jobs")
+    assert body == b"j" and text(props.headers["x-death"][0]["reason"]) == "delivery_limit"
+    assert depth(conn, "leveret.DLQ") is None
+
+
+def test_custom_dlq_names(conn, ch):
+    ch.queue_declare("a", arguments=args(max_redeliveries=0, dead_letter_strategy="individual",
+                                         dead_letter_queue_prefix="dead."))
+    ch.queue_declare("b", arguments=args(max_redeliveries=0, dead_letter_strategy="shared",
+                                         dead_letter_queue="graveyard"))
+    for name in "ab":
+        publish(ch, name, name)
+        method, _, _ = get(ch, name)
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    assert get(ch, "dead.a")[2] == b"a"
+    assert get(ch, "graveyard")[2] == b"b"
+
+
+def test_discard_strategy(conn, ch):
+    events = bind_events(ch)
+    ch.queue_declare("drop", arguments=args(max_redeliveries=0, dead_letter_strategy="discard"))
+    publish(ch, "drop", "x")
+    method, _, _ = get(ch, "drop")
+    ch.basic_nack(method.delivery_tag, requeue=True)
+    assert depth(conn, "drop") == 0
+    assert depth(conn, "leveret.DLQ") is None and depth(conn, "DLQ.drop") is None
+    _, props, _ = get(ch, events)
+    assert text(props.headers["target"]) == "discarded"
+    assert text(props.headers["reason"]) == "delivery_limit"
+
+
+def test_rejected_without_requeue_goes_to_dlq(conn, ch):
+    ch.queue_declare("nope", arguments=args(dead_letter_strategy="individual"))
+    publish(ch, "nope", "n")
+    method, _, _ = get(ch, "nope")
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    _, props, _ = get(ch, "DLQ.nope")
+    assert text(props.headers["x-death"][0]["reason"]) == "rejected"
+
+
+def test_poison_to_dead_letter_exchange(conn, ch):
+    ch.exchange_declare("dlx", "fanout")
+    ch.queue_declare("dead")
+    ch.queue_bind("dead", "dlx")
+    ch.queue_declare("work", arguments={"x-dead-letter-exchange": "dlx",
+                                        "x-max-redeliveries": 1, "x-redelivery-delay": 100})
+    publish(ch, "work", "w")
+    rec = Recorder(conn, ch, "work")
+    rec.wait(1)
+    rec.nack(rec.log[-1])
+    rec.wait(2)
+    rec.nack(rec.log[-1])
+    _, props, body = get(ch, "dead")
+    death = props.headers["x-death"][0]
+    assert body == b"w" and text(death["reason"]) == "delivery_limit"
+    assert text(death["queue"]) == "work" and death["count"] == 1
+    assert text(props.headers["x-first-death-reason"]) == "delivery_limit"
+    assert depth(conn, "leveret.DLQ") is None
+
+
+@pytest.mark.parametrize("process_expired", [None, True, False])
+def test_expired_and_process_expired(conn, ch, process_expired):
+    arguments = args(dead_letter_strategy="shared", message_ttl=100)
+    if process_expired is not None:
+        arguments["x-dead-letter-expired"] = process_expired
+    ch.queue_declare("ttl", arguments=arguments)
+    publish(ch, "ttl", "old")
+    time.sleep(0.25)
+    assert depth(conn, "ttl") == 0
+    if process_expired is False:
+        assert not depth(conn, "leveret.DLQ")
+    else:
+        _, props, body = get(ch, "leveret.DLQ")
+        assert body == b"old" and text(props.headers["x-death"][0]["reason"]) == "expired"
+        assert text(props.headers["x-death"][0]["original-expiration"] if "original-expiration"
+                    in props.headers["x-death"][0] else "") in ("", "100")
+
+
+@pytest.mark.parametrize("flag", [None, False, True])
+def test_non_persistent_and_dlq(conn, ch, flag):
+    arguments = args(dead_letter_strategy="individual", max_redeliveries=0)
+    if flag is not None:
+        arguments["x-dead-letter-non-persistent"] = flag
+    ch.queue_declare("np", arguments=arguments)
+    publish(ch, "np", "transient", TRANSIENT)
+    publish(ch, "np", "persistent", PERSISTENT)
+    for _ in range(2):
+        method, _, _ = get(ch, "np")
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    assert depth(conn, "np") == 0
+    expected = [b"transient", b"persistent"] if flag else [b"persistent"]
+    got = [get(ch, "DLQ.np", timeout=0.2)[2] for _ in range(len(expected) + 1)]
+    assert got == expected + [None]
+
+
+# -- configuration ----------------------------------------------------------------------
+@pytest.mark.parametrize("arguments", [
+    {"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "shared"},
+    {"x-dead-letter-strategy": "sometimes"},
+    {"x-max-redeliveries": -1},
+    {"x-delivery-limit": "five"},
+    {"x-redelivery-delay": -100},
+    {"x-redelivery-exponential": "true"},
+    {"x-redelivery-backoff-multiplier": 0},
+    {"x-redelivery-max-delay": -5},
+    {"x-dead-letter-expired": "no"},
+    {"x-dead-letter-non-persistent": 1},
+    {"x-dead-letter-queue": 3},
+])
+def test_invalid_arguments_406(conn, arguments):
+    channel = conn.channel()
+    with pytest.raises(ChannelClosedByBroker) as err:
+        channel.queue_declare("bad", arguments=arguments)
+    assert err.value.reply_code == 406
+    assert depth(conn, "bad") is None
+
+
+def test_policy_sets_redelivery_policy():
+    policy = Policy("retry", r"^mail\.", {
+        "max-redeliveries": 1, "redelivery-delay": 200, "dead-letter-strategy": "individual"},
+        apply_to="queues")
+    with BlockingBroker(amqp_port=0, policies=[policy]) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+        ch = conn.channel()
+        ch.queue_declare("mail.out")
+        publish(ch, "mail.out", "m")
+        rec = Recorder(conn, ch, "mail.out")
+        assert rec.wait(1)["count"] == 0
+        returned = rec.nack(rec.log[-1])
+        second = rec.wait(2)
+        assert_delay(returned, second["time"], 200)
+        assert second["count"] == 1
+        rec.nack(second)
+        _, props, body = get(ch, "DLQ.mail.out")
+        assert body == b"m" and text(props.headers["x-death"][0]["reason"]) == "delivery_limit"
+        ch.queue_declare("other")  # not matched: no header
+        publish(ch, "other", "o")
+        assert "x-delivery-count" not in (get(ch, "other")[1].headers or {})
+        conn.close()
+
+
+def test_policy_from_config_file(tmp_path: Path):
+    config = tmp_path / "leveret.toml"
+    config.write_text(
+        '[[policies]]\nname = "retry"\npattern = "^q$"\napply_to = "queues"\n'
+        'definition = { max-redeliveries = 1, redelivery-delay = 150, '
+        'dead-letter-strategy = "shared", dead-letter-queue = "failed" }\n')
+    server = ServerProcess(tmp_path / "data", "--config", str(config))
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        ch = conn.channel()
+        ch.queue_declare("q", durable=True)
+        publish(ch, "q", "m")
+        rec = Recorder(conn, ch, "q")
+        rec.wait(1)
+        returned = rec.nack(rec.log[-1])
+        assert_delay(returned, rec.wait(2)["time"], 150)
+        rec.nack(rec.log[-1])
+        _, props, body = get(ch, "failed")
+        assert body == b"m" and text(props.headers["x-death"][0]["reason"]) == "delivery_limit"
+        conn.close()
+    finally:
+        server.kill()
+
+
+# -- restart -----------------------------------------------------------------------------
+def test_delivery_count_survives_restart(tmp_path: Path):
+    data = tmp_path / "data"
+    arguments = args(max_redeliveries=2, redelivery_delay=100, dead_letter_strategy="individual")
+    server = ServerProcess(data)
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        ch = conn.channel()
+        ch.queue_declare("durable.q", durable=True, arguments=arguments)
+        publish(ch, "durable.q", "survivor")
+        counts = []
+        for _ in range(2):
+            method, props, body = get(ch, "durable.q")
+            assert body == b"survivor"
+            counts.append(props.headers["x-delivery-count"])
+            ch.basic_reject(method.delivery_tag, requeue=True)
+        assert counts == [0, 1]
+        time.sleep(0.2)  # let the last redelivery delay pass
+        conn.close()
+        assert server.terminate() == 0
+    finally:
+        server.kill()
+    server = ServerProcess(data)
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        ch = conn.channel()
+        assert ch.queue_declare("durable.q", durable=True, arguments=arguments) \
+            .method.message_count == 1
+        publish(ch, "durable.q", "fresh")
+        method, props, body = get(ch, "durable.q")
+        assert body == b"survivor" and method.redelivered
+        assert props.headers["x-delivery-count"] == 2
+        ch.basic_reject(method.delivery_tag, requeue=True)  # 3 deliveries = 1 + max: poison
+        method, props, body = get(ch, "durable.q")
+        assert body == b"fresh" and props.headers["x-delivery-count"] == 0
+        ch.basic_ack(method.delivery_tag)
+        _, props, body = get(ch, "DLQ.durable.q")
+        assert body == b"survivor"
+        assert text(props.headers["x-death"][0]["reason"]) == "delivery_limit"
+        conn.close()
+        assert server.terminate() == 0
+    finally:
+        server.kill()
+
+
+# -- aio-pika -----------------------------------------------------------------------------
+def run(test) -> None:
+    async def main() -> None:
+        async with leveret.Broker(amqp_port=0) as broker:
+            await asyncio.wait_for(test(broker.amqp_url), 15)
+
+    asyncio.run(main())
+
+
+def test_aio_pika_backoff_and_poison():
+    async def body(url: str) -> None:
+        connection = await aio_pika.connect_robust(url)
+        async with connection:
+            channel = await connection.channel()
+            events = await channel.declare_queue("", exclusive=True)
+            await events.bind("amq.leveret.event", "message.dead_lettered")
+            queue = await channel.declare_queue("aio", arguments=args(
+                max_redeliveries=3, redelivery_delay=100, redelivery_exponential=True,
+                redelivery_backoff_multiplier=2, dead_letter_strategy="individual"))
+            await channel.default_exchange.publish(
+                aio_pika.Message(b"hello", message_id="aio-1",
+                                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                routing_key="aio")
+            seen = []
+            returned = None
+            async with queue.iterator() as messages:
+                async for message in messages:
+                    now = time.monotonic()
+                    seen.append((message.headers.get("x-delivery-count"), message.redelivered,
+                                 None if returned is None else now - returned))
+                    await message.nack(requeue=True)
+                    returned = time.monotonic()
+                    if len(seen) == 4:
+                        break
+            assert [s[0] for s in seen] == [0, 1, 2, 3]
+            assert [s[1] for s in seen] == [False, True, True, True]
+            for (_, _, waited), expected in zip(seen[1:], (0.1, 0.2, 0.4)):
+                assert expected - EARLY <= waited <= expected + LATE, (waited, expected)
+            dlq = await channel.declare_queue("DLQ.aio", durable=True, passive=True)
+            dead = await dlq.get(timeout=3)
+            assert dead.body == b"hello"
+            assert dead.headers["x-death"][0]["reason"] == "delivery_limit"
+            await dead.ack()
+            event = await events.get(timeout=3)
+            assert event.headers["reason"] == "delivery_limit"
+            assert event.headers["queue"] == "aio" and event.headers["message_id"] == "aio-1"
+            assert event.headers["target"] == "queue 'DLQ.aio'"
+            assert json.loads(event.body)["vhost"] == "/"
+
+    run(body)
+
+
+def test_aio_pika_process_context_requeue_and_406():
+    async def body(url: str) -> None:
+        connection = await aio_pika.connect(url)
+        async with connection:
+            channel = await connection.channel()
+            queue = await channel.declare_queue("ctx", arguments=args(redelivery_delay=150))
+            await channel.default_exchange.publish(aio_pika.Message(b"x"), routing_key="ctx")
+            first = await queue.get(timeout=3)
+            assert first.headers["x-delivery-count"] == 0
+            await first.reject(requeue=True)
+            returned = time.monotonic()
+            assert await queue.get(fail=False) is None  # still waiting
+            async with queue.iterator() as messages:
+                async for message in messages:
+                    async with message.process():  # acks
+                        waited = time.monotonic() - returned
+                        assert 0.15 - EARLY <= waited <= 0.15 + LATE
+                        assert message.headers["x-delivery-count"] == 1
+                    break
+            bad = await connection.channel()
+            with pytest.raises(aio_pika.exceptions.ChannelPreconditionFailed):
+                await bad.declare_queue("bad", arguments={
+                    "x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "discard"})
+
+    run(body)
