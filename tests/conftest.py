@@ -30,6 +30,10 @@ class ServerProcess:
             raise RuntimeError(f"no ready line: {line!r} {self.proc.stderr.read()}")
         self.host, self.port = match.group(1), int(match.group(2))
         self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+        self.http_url = None
+        if "--http-port" in args:  # the management API's line follows the ready line
+            line = self.proc.stdout.readline()
+            self.http_url = line.split()[-1].removesuffix("/api/")
 
     def terminate(self, timeout: float = 10) -> int:
         self.proc.send_signal(signal.SIGTERM)

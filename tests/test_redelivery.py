@@ -189,6 +189,39 @@ def test_delayed_message_does_not_hold_up_the_ones_behind(conn, ch):
     ch.basic_ack(a2["tag"])
 
 
+def test_short_delay_not_held_up_by_a_longer_one(conn, ch):
+    """The redelivery timer follows the earliest due message: B's 100 ms wait is not
+    stretched to A's 400 ms."""
+    ch.queue_declare("mixed", arguments=args(
+        redelivery_delay=100, redelivery_exponential=True, redelivery_backoff_multiplier=4))
+    publish(ch, "mixed", "A")
+    rec = Recorder(conn, ch, "mixed")
+    rec.nack(rec.wait(1))
+    a_returned = rec.nack(rec.wait(2))  # A's 2nd redelivery: 400 ms
+    publish(ch, "mixed", "B")
+    b_returned = rec.nack(rec.wait(3))  # B's 1st: 100 ms
+    b = rec.wait(4)
+    assert b["body"] == "B" and b["count"] == 1
+    assert_delay(b_returned, b["time"], 100)
+    a = rec.wait(5)
+    assert a["body"] == "A" and a["count"] == 2
+    assert_delay(a_returned, a["time"], 400)
+    ch.basic_ack(0, multiple=True)
+
+
+def test_message_expiring_while_delayed_is_dead_lettered_not_delivered(conn, ch):
+    ch.queue_declare("late", arguments=args(
+        message_ttl=150, redelivery_delay=300, dead_letter_strategy="individual"))
+    publish(ch, "late", "m")
+    rec = Recorder(conn, ch, "late")
+    rec.nack(rec.wait(1))
+    rec.quiet(0.5)
+    assert len(rec.log) == 1, rec.log
+    assert depth(conn, "late") == 0
+    _, props, body = get(ch, "DLQ.late")
+    assert body == b"m" and text(props.headers["x-death"][0]["reason"]) == "expired"
+
+
 def test_channel_close_requeues_with_delay(conn, ch):
     ch.queue_declare("closing", arguments=args(redelivery_delay=300, max_redeliveries=3))
     publish(ch, "closing", "m")
