@@ -510,7 +510,8 @@ def _backlog_row(label: str, n: int, body: int, mode: str, info: dict) -> Row:
         "disk_mb": round(info["disk"] / mb, 1),
         "disk_apparent_mb": round(info["disk_apparent"] / mb, 1),
         "disk_end_mb": round(info["disk_end"] / mb, 1),
-        "disk_bytes_per_msg": round((info["disk"] - info["disk_before"]) / n, 1),
+        "disk_bytes_per_msg": round(info["disk"] / n, 1),
+        "disk_growth_bytes_per_msg": round((info["disk"] - info["disk_before"]) / n, 1),
     }
     return Row(label, info["confirmed"], info["publish_seconds"], extra)
 

@@ -90,7 +90,8 @@ class Queue:
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = dict(arguments or {})
-        self.config = queue_config.build(self.arguments, vhost.policy_for(name, "queues"))
+        self.config = queue_config.build(self.arguments, vhost.policy_for(name, "queues"),
+                                         f" for queue '{name}' in vhost '{vhost.name}'")
         self.ready: deque[QueuedMessage] = deque()  # may hold GONE entries (tombstones)
         self.consumers: deque[Consumer] = deque()
         self.bindings: list = []  # Bindings whose destination is this queue

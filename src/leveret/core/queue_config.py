@@ -55,8 +55,20 @@ def _text(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def build(arguments: dict, policy_definition: dict | None = None) -> QueueConfig:
-    """The effective config; raises ChannelError 406 for an invalid value."""
+def amqp_type_name(value: Any) -> str:
+    """RabbitMQ's name for the field type a (decoded) value most likely had."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -2**31 <= value < 2**31 else "long"
+    return {str: "longstr", bytes: "binary", float: "double", dict: "table",
+            list: "array", type(None): "void"}.get(type(value), "timestamp")
+
+
+def build(arguments: dict, policy_definition: dict | None = None,
+          where: str = "") -> QueueConfig:
+    """The effective config; raises ChannelError 406 for an invalid value, with
+    RabbitMQ's text (``where``: `` for queue 'q' in vhost '/'``)."""
     policy = policy_definition or {}
 
     def get(key: str, kind: type, minimum: int | None = None) -> Any:
@@ -67,19 +79,32 @@ def build(arguments: dict, policy_definition: dict | None = None) -> QueueConfig
             ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
             if kind is float:
                 ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not ok or (minimum is not None and value < minimum):
-                raise precondition_failed(f"invalid arg '{source}': {value!r}")
+            if not ok and kind is str:
+                raise precondition_failed(f"invalid type '{amqp_type_name(value)}' for arg "
+                                          f"'{source}' in{where.replace(' for ', ' ', 1)}")
+            if not ok and kind is int:
+                raise precondition_failed(f"invalid arg '{source}'{where}: \"expected integer, "
+                                          f"got {amqp_type_name(value)}\"")
+            if not ok:
+                raise precondition_failed(f"invalid arg '{source}'{where}: {value!r}")
+            if minimum is not None and value < minimum:
+                detail = ("value_zero" if value == 0 else "value_negative" if value < 0
+                          else "value_too_small")
+                raise precondition_failed(f"invalid arg '{source}'{where}: {{{detail},{value}}}")
         if arg is not None and pol is not None and key in _MIN_WINS:
             return min(arg, pol)
         return arg if arg is not None else pol
 
     overflow = get("overflow", str) or "drop-head"
     if overflow not in OVERFLOW_MODES:
-        raise precondition_failed(f"invalid arg 'x-overflow': '{overflow}'")
+        raise precondition_failed(f"invalid arg 'x-overflow'{where}: invalid_overflow")
     strategy = get("dead-letter-strategy", str)
     if strategy is not None and strategy not in STRATEGIES:
         raise precondition_failed(f"invalid arg 'x-dead-letter-strategy': '{strategy}'")
     exchange = get("dead-letter-exchange", str)
+    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
+        raise precondition_failed(f"invalid arg 'x-dead-letter-routing-key'{where}: "
+                                  "routing_key_but_no_dlx_defined")
     if exchange is not None and strategy is not None:
         raise precondition_failed(
             "x-dead-letter-exchange and x-dead-letter-strategy cannot both be set: "

@@ -20,6 +20,7 @@ from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, exchange_class
 from .policy import Policy, matching
 from .message import Message
 from .queue import Queue
+from .queue_config import amqp_type_name
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -303,7 +304,11 @@ class VirtualHost:
         for key in keys:
             new, old = received.get(key), current.get(key)
             if new != old:
-                def show(v: Any) -> str:
-                    return "none" if v is None else f"the value '{v}'"
+                def show(v: Any) -> str:  # as rabbit_misc:equivalence_fail
+                    if v is None:
+                        return "none"
+                    if new is not None and old is not None:
+                        return f"'{v}'"
+                    return f"the value '{v}' of type '{amqp_type_name(v)}'"
                 raise precondition_failed(
                     f"inequivalent arg '{key}' {what}: received {show(new)} but current is {show(old)}")

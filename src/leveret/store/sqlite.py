@@ -95,6 +95,7 @@ class SQLiteStore(Store):
             if mode.lower() != "wal":
                 raise sqlite3.OperationalError(f"cannot switch to WAL (journal_mode={mode})")
             db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA secure_delete=OFF")  # acked bodies need not be zeroed: 2-3x faster deletes
             db.executescript(_SCHEMA)
             db.execute("PRAGMA quick_check(1)").fetchone()
         except sqlite3.Error as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -24,7 +25,7 @@ from ...core.exchange import DEFAULT_EXCHANGE
 from ...core.message import Message, check_properties, declared_body_size
 from ...core.queue import ACCEPTED, REJECTED, STORED, Queue, QueuedMessage
 from .consumer import ChannelConsumer
-from .frames import encode_content, encode_method
+from .frames import encode_content, encode_deliver, encode_method
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -39,6 +40,23 @@ _REPLY_TO_FLAG = 0x0200  # property flag bit of reply_to (§4.2.6.1)
 
 def _new_tag(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+_EXPIRATION = re.compile(r"[+-]?[0-9]+")
+
+
+def _check_expiration(expiration: str) -> None:
+    """406 unless ``expiration`` is a non-negative integer (RabbitMQ's check, with its
+    texts: ``rabbit_basic:parse_expiration``)."""
+    match = _EXPIRATION.match(expiration)
+    if match is None:
+        raise precondition_failed(f"invalid expiration '{expiration}': no_integer")
+    rest = expiration[match.end():]
+    if rest:
+        raise precondition_failed(f"invalid expiration '{expiration}': {{leftover_string,\"{rest}\"}}")
+    value = int(match.group())
+    if value < 0:
+        raise precondition_failed(f"invalid expiration '{expiration}': {{value_negative,{value}}}")
 
 
 class Channel:
@@ -295,8 +313,11 @@ class Channel:
         elif queue is not None:  # no_ack: delivered means acknowledged
             queue.ack(entry)
         message = entry.message if queue is None else queue.message_for_delivery(entry)
-        self._send_content(Basic.Deliver(consumer.tag, tag, entry.redelivered,
-                                         message.exchange, message.routing_key), message)
+        connection = self.connection
+        parts = encode_content(self.number, message.header, message.body, connection.frame_max)
+        parts.insert(0, encode_deliver(self.number, consumer.encoded_tag, tag, entry.redelivered,
+                                       message.exchange, message.routing_key))
+        connection.send_parts(parts)
 
     def _basic_get(self, m: Basic.Get) -> None:
         queue = self._queue(m.queue)
@@ -401,6 +422,8 @@ class Channel:
         if exchange.internal:
             raise access_refused(
                 f"cannot publish to internal exchange '{exchange.name}' in vhost '{self.vhost.name}'")
+        if message.has_expiration:
+            _check_expiration(message.properties.expiration)
         if header[12] << 8 & _REPLY_TO_FLAG:
             message = self._rewrite_reply_to(message)
         if self.confirm_mode:

@@ -19,14 +19,15 @@ class ChannelConsumer:
     (basic.qos with global=false, RabbitMQ's semantics); 0 means unlimited.
     """
 
-    __slots__ = ("channel", "queue", "tag", "no_ack", "exclusive", "arguments",
-                 "prefetch", "unacked")
+    __slots__ = ("channel", "queue", "tag", "encoded_tag", "no_ack", "exclusive",
+                 "arguments", "prefetch", "unacked")
 
     def __init__(self, channel: Channel, queue: Queue | None, tag: str, no_ack: bool,
                  exclusive: bool, arguments: dict) -> None:
         self.channel = channel
         self.queue = queue
         self.tag = tag
+        self.encoded_tag = tag.encode()
         self.no_ack = no_ack
         self.exclusive = exclusive
         self.arguments = arguments

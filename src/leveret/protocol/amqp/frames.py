@@ -68,6 +68,52 @@ class FrameReader:
         return frames
 
 
+# Hand-written codecs for the three methods on the publish -> deliver -> ack path. A
+# profile of a publish/consume run showed pamqp's generic (un)marshalling taking ~40% of
+# the broker's time there; these give the same bytes and objects (tests compare them).
+_PUBLISH, _ACK = 0x003C0028, 0x003C0050
+_DELIVER_HEAD = struct.Struct(">BHIHH")
+_ACK_ARGS = struct.Struct(">QB")
+
+
+def _publish(payload: bytes) -> Method:
+    """basic.publish: reserved short, exchange, routing key (short strings), bits."""
+    at = 6
+    size = payload[at]
+    exchange = payload[at + 1:at + 1 + size].decode()
+    at += 1 + size
+    size = payload[at]
+    routing_key = payload[at + 1:at + 1 + size].decode()
+    bits = payload[at + 1 + size]
+    if len(payload) != at + 2 + size:
+        raise ValueError("basic.publish has trailing bytes")
+    method = commands.Basic.Publish.__new__(commands.Basic.Publish)
+    method.ticket, method.exchange, method.routing_key = 0, exchange, routing_key
+    method.mandatory, method.immediate = bool(bits & 1), bool(bits & 2)
+    return method
+
+
+def _ack(payload: bytes) -> Method:
+    delivery_tag, bits = _ACK_ARGS.unpack(payload[4:])
+    method = commands.Basic.Ack.__new__(commands.Basic.Ack)
+    method.delivery_tag, method.multiple = delivery_tag, bool(bits & 1)
+    return method
+
+
+_FAST_DECODERS = {_PUBLISH: _publish, _ACK: _ack}
+
+
+def encode_deliver(channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool,
+                   exchange: str, routing_key: str) -> bytes:
+    """A basic.deliver method frame; ``consumer_tag`` already encoded (UTF-8)."""
+    exchange_bytes, key_bytes = exchange.encode(), routing_key.encode()
+    args = b"".join((bytes((len(consumer_tag),)), consumer_tag,
+                     delivery_tag.to_bytes(8, "big"), b"\x01" if redelivered else b"\x00",
+                     bytes((len(exchange_bytes),)), exchange_bytes,
+                     bytes((len(key_bytes),)), key_bytes))
+    return _DELIVER_HEAD.pack(FRAME_METHOD, channel, 4 + len(args), 60, 60) + args + b"\xce"
+
+
 def decode_method(payload: bytes) -> Method:
     """A method frame payload as a pamqp command.
 
@@ -77,6 +123,12 @@ def decode_method(payload: bytes) -> Method:
     if len(payload) < 4:
         raise ConnectionError(SYNTAX_ERROR, "method frame too short")
     (index,) = _METHOD_ID.unpack_from(payload)
+    fast = _FAST_DECODERS.get(index)
+    if fast is not None:
+        try:
+            return fast(payload)
+        except (struct.error, ValueError, IndexError) as exc:  # UnicodeDecodeError too
+            raise ConnectionError(SYNTAX_ERROR, f"cannot decode method {index:#x}: {exc}") from None
     cls = commands.INDEX_MAPPING.get(index)
     if cls is None:
         raise ConnectionError(
