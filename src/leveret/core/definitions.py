@@ -76,6 +76,11 @@ def recover(core: BrokerCore, snapshot: Snapshot, store: Store) -> int:
             destination.bindings.append(binding)
     for vhost in core.vhosts.values():
         vhost.store = store
+    for queue_id, keys in snapshot.dedup.items():
+        queue = by_id.get(queue_id)
+        if queue is not None and queue.dedup is not None:
+            for key, expires_at in keys:
+                queue.dedup.restore(key, expires_at)
     count = 0
     for queue_id, (queued, last_seq, size) in snapshot.queues.items():
         queue = by_id.get(queue_id)

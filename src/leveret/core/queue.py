@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import queue_config
 from .dead_letter import dead_letter
+from .deduplication import DeduplicationCache, dedup_key
 from .message import Message, Properties
 
 if TYPE_CHECKING:
@@ -110,6 +111,11 @@ class Queue:
         self._had_consumer = False
         self._next_seq = 0
         self._last_used = vhost.clock.time()
+        self.dedup: DeduplicationCache | None = None
+        if self.config.deduplication:
+            ttl = self.config.cache_ttl / 1000 if self.config.cache_ttl else None
+            self.dedup = DeduplicationCache(self.config.cache_size, ttl, vhost.clock,
+                                            self._dedup_added, self._dedup_evicted)
         if self.config.expires is not None:
             self._arm("expires", self.config.expires / 1000, self._check_unused)
 
@@ -135,6 +141,10 @@ class Queue:
             if config.overflow == "reject-publish-dlx":
                 dead_letter(self, message, "maxlen")
             return REJECTED
+        if self.dedup is not None:
+            key = dedup_key(message, config.dedup_header)
+            if key is not None and not self.dedup.check_and_add(key):
+                return ACCEPTED  # a duplicate: dropped, yet confirmed
         self._next_seq += 1
         seq = self._next_seq
         expires_at = self._expiry(message)
@@ -188,6 +198,14 @@ class Queue:
             self.queue_id = store.new_queue_id()
         return store.add_message(self.queue_id, seq, message.exchange, message.routing_key,
                                  message.header, message.body, transient, expires_at)
+
+    def _dedup_added(self, key: str, expires_at: float) -> None:
+        if self.store is not None and self.durable and self.queue_id:
+            self.store.save_dedup(self.queue_id, key, expires_at)
+
+    def _dedup_evicted(self, key: str) -> None:
+        if self.store is not None and self.durable and self.queue_id:
+            self.store.delete_dedup(self.queue_id, key)
 
     # -- paging ---------------------------------------------------------------------
     def restore_paged(self, count: int, last_seq: int, size: int) -> None:

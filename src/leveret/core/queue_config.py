@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import precondition_failed
+from .deduplication import DEFAULT_CACHE_SIZE
 from .redelivery import RedeliveryPolicy
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -49,6 +50,13 @@ class QueueConfig:
     max_in_memory: int = DEFAULT_IN_MEMORY
     dead_letter: DeadLetterConfig = field(default_factory=DeadLetterConfig)
     redelivery: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
+    deduplication: bool = False
+    dedup_header: str | None = None
+    cache_size: int = DEFAULT_CACHE_SIZE
+    cache_ttl: int | None = None  # ms
+    queue_type: str = "classic"
+    max_age: float | None = None  # seconds (streams)
+    max_segment_size: int = 500_000_000  # bytes (streams)
 
 
 def _text(value: Any) -> Any:
@@ -114,6 +122,10 @@ def build(arguments: dict, policy_definition: dict | None = None,
         if strategy is not None and name is not None and name.startswith("amq."):
             # the broker could not declare it when a message dies: refuse it up front
             raise precondition_failed(f"invalid arg 'x-{key}': '{name}' (reserved prefix 'amq.')")
+    queue_type = get("queue-type", str) or "classic"
+    if queue_type not in ("classic", "stream"):
+        raise precondition_failed(f"invalid arg 'x-queue-type': '{queue_type}'")
+    max_age = parse_age(get("max-age", str))
     limits = [v for v in (get("max-redeliveries", int, 0), get("delivery-limit", int, 0))
               if v is not None]
     in_memory = get("max-in-memory-length", int, 0)
@@ -126,6 +138,13 @@ def build(arguments: dict, policy_definition: dict | None = None,
         max_length_bytes=get("max-length-bytes", int, 0),
         overflow=overflow,
         max_in_memory=in_memory,
+        deduplication=_flag(get("message-deduplication", bool), False),
+        dedup_header=get("deduplication-header", str),
+        cache_size=_or(get("cache-size", int, 1), DEFAULT_CACHE_SIZE),
+        cache_ttl=get("cache-ttl", int, 1),
+        queue_type=queue_type,
+        max_age=max_age,
+        max_segment_size=_or(get("stream-max-segment-size-bytes", int, 1), 500_000_000),
         dead_letter=DeadLetterConfig(
             exchange=exchange,
             routing_key=get("dead-letter-routing-key", str),
@@ -143,6 +162,19 @@ def build(arguments: dict, policy_definition: dict | None = None,
             max_delay=_or(get("redelivery-max-delay", int, 0), -1),
         ),
     )
+
+
+_AGE_UNITS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_age(text: str | None) -> float | None:
+    """RabbitMQ's ``x-max-age`` (``7D``, ``12h``, ``30m``, ``10s``; Y, M, D, h, m, s) in
+    seconds; 406 if malformed."""
+    if text is None:
+        return None
+    if len(text) < 2 or text[-1] not in _AGE_UNITS or not text[:-1].isdigit():
+        raise precondition_failed(f"invalid arg 'x-max-age': '{text}'")
+    return int(text[:-1]) * _AGE_UNITS[text[-1]]
 
 
 def _flag(value: bool | None, default: bool) -> bool:

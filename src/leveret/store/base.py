@@ -38,6 +38,8 @@ class Snapshot:
 
     definitions: dict[str, list[tuple[str, str, dict]]] = field(default_factory=dict)
     queues: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    #: Deduplication caches: queue id -> [(key, expires_at)], oldest first.
+    dedup: dict[int, list[tuple[str, float]]] = field(default_factory=dict)
 
 
 Callback = Callable[[bool], None]
@@ -78,6 +80,13 @@ class Store(ABC):
     @abstractmethod
     def remove_paged(self, queue_id: int, after_seq: int) -> None:
         """Forget a queue's messages with seq > ``after_seq`` (purge of a paged tail)."""
+
+    @abstractmethod
+    def save_dedup(self, queue_id: int, key: str, expires_at: float) -> None:
+        """Remember a deduplication key of a durable queue (expires_at 0: never)."""
+
+    @abstractmethod
+    def delete_dedup(self, queue_id: int, key: str) -> None: ...
 
     @abstractmethod
     def set_delivery_count(self, store_id: int, count: int) -> None:

@@ -39,6 +39,9 @@ CREATE TABLE IF NOT EXISTS messages (
     expires_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue_id, seq);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS dedup (
+    queue_id INTEGER NOT NULL, key TEXT NOT NULL, expires_at REAL NOT NULL,
+    PRIMARY KEY (queue_id, key));
 """
 
 VACUUM_EVERY = 2.0  # seconds between incremental vacuums / checkpoints, at most
@@ -117,6 +120,9 @@ class SQLiteStore(Store):
                     "SELECT queue_id, count(*), max(seq), sum(length(body)) FROM messages "
                     "GROUP BY queue_id"):
                 snapshot.queues[queue_id] = (count, last_seq, size or 0)
+            for queue_id, key, expires_at in db.execute(
+                    "SELECT queue_id, key, expires_at FROM dedup ORDER BY rowid"):
+                snapshot.dedup.setdefault(queue_id, []).append((key, expires_at))
             row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
             last = db.execute("SELECT max(id) FROM messages").fetchone()[0]
             self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -182,6 +188,12 @@ class SQLiteStore(Store):
         self._changed().inserts[store_id] = [store_id, queue_id, seq, 0, exchange, routing_key,
                                              header, body, int(transient), expires_at]
         return store_id
+
+    def save_dedup(self, queue_id: int, key: str, expires_at: float) -> None:
+        self._changed().definitions.append(("dedup", queue_id, key, expires_at))
+
+    def delete_dedup(self, queue_id: int, key: str) -> None:
+        self._changed().definitions.append(("undedup", queue_id, key))
 
     def set_delivery_count(self, store_id: int, count: int) -> None:
         batch = self._changed()
@@ -290,6 +302,12 @@ class SQLiteStore(Store):
                 db.execute("DELETE FROM definitions WHERE kind=? AND vhost=? AND name=?", op[1:])
             elif op[0] == "purge":
                 db.execute("DELETE FROM messages WHERE queue_id=? AND seq>?", op[1:])
+                if op[2] == 0:  # the whole queue is gone
+                    db.execute("DELETE FROM dedup WHERE queue_id=?", op[1:2])
+            elif op[0] == "dedup":
+                db.execute("INSERT OR REPLACE INTO dedup VALUES (?,?,?)", op[1:])
+            elif op[0] == "undedup":
+                db.execute("DELETE FROM dedup WHERE queue_id=? AND key=?", op[1:])
             else:
                 db.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", op[1:])
         db.execute("COMMIT")
