@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from .exchange import Binding, Exchange, exchange_class, freeze
 from .queue import Queue
+from .stream import queue_class
 
 if TYPE_CHECKING:
     from ..store import Snapshot, Store
@@ -59,7 +60,8 @@ def recover(core: BrokerCore, snapshot: Snapshot, store: Store) -> int:
                                     bool(data["internal"]), dict(data["arguments"]))
     for vhost_name, name, data in defs.get("queue", []):
         vhost = core.add_vhost(vhost_name)
-        queue = Queue(vhost, name, True, None, bool(data["auto_delete"]), dict(data["arguments"]))
+        arguments = dict(data["arguments"])
+        queue = queue_class(arguments)(vhost, name, True, None, bool(data["auto_delete"]), arguments)
         queue.store, queue.queue_id = store, int(data["queue_id"])
         vhost.queues[name] = queue
         by_id[queue.queue_id] = queue
@@ -76,6 +78,11 @@ def recover(core: BrokerCore, snapshot: Snapshot, store: Store) -> int:
             destination.bindings.append(binding)
     for vhost in core.vhosts.values():
         vhost.store = store
+    for vhost_name, name, data in defs.get("lease", []):
+        queue_name, _, group = name.partition("\x00")
+        queue = core.vhosts[vhost_name].queues.get(queue_name) if vhost_name in core.vhosts else None
+        if queue is not None and queue.queue_id == data["queue_id"]:
+            queue.restore_lease(group, int(data["next_seq"]))
     for queue_id, keys in snapshot.dedup.items():
         queue = by_id.get(queue_id)
         if queue is not None and queue.dedup is not None:

@@ -137,3 +137,20 @@ def with_headers(header: bytes, table: dict[str, Typed]) -> bytes:
     flags |= 0x2000
     return (header[:12] + struct.pack(">H", flags) + header[14:offset] + encode_table(table)
             + header[offset:])
+
+
+def add_long_header(header: bytes, name: str, value: int) -> bytes:
+    """A content header payload with ``name`` = ``value`` (type ``l``) appended to its
+    ``headers`` table, without decoding the rest: the per-delivery headers
+    (``x-delivery-count``, ``x-stream-offset``, ``x-lease-seq``) stay cheap. A key
+    already present is shadowed (decoders keep the last)."""
+    entry = bytes((len(name),)) + name.encode() + b"l" + struct.pack(">q", value)
+    offset = headers_offset(header)
+    if offset is None:
+        flags = header[12] << 8 | header[13]
+        if flags & 0x0001:  # flag continuation: leave to the full codec
+            raise ValueError("property flag continuation")
+        return with_headers(header, {name: ("l", value)})
+    size = _U32.unpack_from(header, offset)[0]
+    end = offset + 4 + size
+    return header[:offset] + _U32.pack(size + len(entry)) + header[offset + 4:end] + entry + header[end:]

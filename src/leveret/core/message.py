@@ -9,6 +9,7 @@ a changed copy.
 
 from __future__ import annotations
 
+import copy
 import struct
 
 from pamqp import commands, decode
@@ -64,6 +65,11 @@ class Message:
                 raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
             self._properties = decoded.properties
         return self._properties
+
+    def with_long_header(self, name: str, value: int) -> Message:
+        """A copy with header ``name`` set to the integer ``value`` (wire type ``l``),
+        spliced into the raw header: for per-delivery headers on the hot path."""
+        return _with_long_header(self, name, value)
 
     @property
     def persistent(self) -> bool:
@@ -128,6 +134,18 @@ def check_properties(header: bytes) -> None:
     except (UnmarshalingException, struct.error, ValueError, TypeError,
             UnicodeDecodeError, IndexError) as exc:
         raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
+
+
+def _with_long_header(message: Message, name: str, value: int) -> Message:
+    from .field_table import add_long_header
+
+    try:
+        header = add_long_header(message.header, name, value)
+    except ValueError:  # flag continuation: take the long way
+        properties = copy.copy(message.properties)
+        properties.headers = {**(properties.headers or {}), name: value}
+        return message.with_properties(properties)
+    return Message(message.exchange, message.routing_key, header, message.body)
 
 
 def delivery_mode(header: bytes) -> int | None:

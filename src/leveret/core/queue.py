@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import queue_config
 from .dead_letter import dead_letter
 from .deduplication import DeduplicationCache, dedup_key
-from .message import Message, Properties
+from .message import Message
 
 if TYPE_CHECKING:
     from ..store import Store
     from .clock import Timer
+    from .lease import Lease
 
 PAGE_IN_BATCH = 1000  # messages read from the store at a time
 
@@ -111,6 +112,8 @@ class Queue:
         self._had_consumer = False
         self._next_seq = 0
         self._last_used = vhost.clock.time()
+        self.leases: dict[str, Lease] = {}
+        self._lease_seqs: dict[str, int] = {}  # next seq of leases recovered from the store
         self.dedup: DeduplicationCache | None = None
         if self.config.deduplication:
             ttl = self.config.cache_ttl / 1000 if self.config.cache_ttl else None
@@ -273,6 +276,29 @@ class Queue:
             self.store.set_delivery_count(entry.store_id, entry.delivery_count)  # type: ignore[union-attr]
         return entry
 
+    def take_for_lease(self) -> QueuedMessage | None:
+        """The head message for a lease (like a delivery), or None when empty."""
+        if not self._live and not self._page_in():
+            return None
+        return self._take()
+
+    def lease(self, group: str) -> Lease:
+        """The lease of consumer ``group`` (see :mod:`.lease`), created on first use."""
+        from .lease import Lease
+
+        lease = self.leases.get(group)
+        if lease is None:
+            lease = self.leases[group] = Lease(self, group, self._lease_seqs.get(group, 1))
+        return lease
+
+    def save_lease(self, lease: Lease) -> None:
+        if self.store is not None and self.durable and self.queue_id:
+            self.store.save_definition("lease", self.vhost.name, f"{self.name}\x00{lease.group}",
+                                       {"queue_id": self.queue_id, "next_seq": lease.next_seq})
+
+    def restore_lease(self, group: str, next_seq: int) -> None:
+        self._lease_seqs[group] = next_seq
+
     def get(self) -> QueuedMessage | None:
         """basic.get: the head message, or None when empty."""
         self.touch()
@@ -284,12 +310,7 @@ class Queue:
         """The message as delivered: with ``x-delivery-count`` (previous deliveries)
         when the queue has a redelivery policy or the message was delivered before."""
         if entry.delivery_count > 1 or self.config.redelivery.active:
-            properties = entry.message.properties
-            headers = dict(properties.headers or {})
-            headers["x-delivery-count"] = entry.delivery_count - 1
-            copy = Properties(**dict(properties))
-            copy.headers = headers
-            return entry.message.with_properties(copy)
+            return entry.message.with_long_header("x-delivery-count", entry.delivery_count - 1)
         return entry.message
 
     # -- settling -------------------------------------------------------------------
@@ -453,8 +474,14 @@ class Queue:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        for lease in self.leases.values():
+            lease.release_all()
 
     # -- consumers ------------------------------------------------------------------
+    def prepare_consumer(self, consumer: Consumer) -> None:
+        """Check a new consumer before it is confirmed (consume-ok); raises a
+        ChannelError if this queue cannot serve it."""
+
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
         self._had_consumer = True

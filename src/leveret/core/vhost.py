@@ -20,6 +20,7 @@ from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, exchange_class
 from .policy import Policy, matching
 from .message import Message
 from .queue import Queue
+from .stream import queue_class
 from .queue_config import amqp_type_name
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ PREDECLARED = {
     "amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
     "amq.headers": "headers", "amq.match": "headers",
     EVENT_EXCHANGE: "topic",  # leveret's advisories (dead-lettering)
+    "amq.leveret.api": "direct",  # leveret's extensions (see core.api); never routes
 }
 
 #: Queue arguments compared on redeclaration (others are not, as in RabbitMQ 3.10).
@@ -165,7 +167,8 @@ class VirtualHost:
         arguments = dict(arguments or {})
         existing = self.queues.get(name)
         if existing is None:
-            queue = Queue(self, name, durable, owner if exclusive else None, auto_delete, arguments)
+            queue = queue_class(arguments)(self, name, durable, owner if exclusive else None,
+                                           auto_delete, arguments)
             self.queues[name] = queue
             queue.store = self.store
             # Exclusive queues end with their connection, so never outlive a restart.

@@ -67,10 +67,18 @@ class Store(ABC):
     @abstractmethod
     def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
                     header: bytes, body: bytes, transient: bool = False,
-                    expires_at: float = 0.0) -> int:
+                    expires_at: float = 0.0, published_at: float = 0.0) -> int:
         """Queue a message's write; returns its store id (> 0). A ``transient`` one is
         only paged out of memory and is deleted at the next start; ``expires_at`` is
-        its TTL deadline in epoch seconds (0: none)."""
+        its TTL deadline and ``published_at`` (streams) its append time, epoch seconds."""
+
+    @abstractmethod
+    def remove_range(self, queue_id: int, below_seq: int) -> None:
+        """Forget a queue's messages with seq <= ``below_seq`` (stream retention)."""
+
+    @abstractmethod
+    def find_offset(self, queue_id: int, when: float) -> int | None:
+        """The lowest seq of a queue's messages published at or after ``when``."""
 
     @abstractmethod
     def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:

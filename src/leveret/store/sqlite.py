@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY, queue_id INTEGER NOT NULL, seq INTEGER NOT NULL,
     delivery_count INTEGER NOT NULL, exchange TEXT NOT NULL, routing_key TEXT NOT NULL,
     header BLOB NOT NULL, body BLOB NOT NULL, transient INTEGER NOT NULL,
-    expires_at REAL NOT NULL);
+    expires_at REAL NOT NULL, published_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue_id, seq);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS dedup (
@@ -182,11 +182,12 @@ class SQLiteStore(Store):
 
     def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
                     header: bytes, body: bytes, transient: bool = False,
-                    expires_at: float = 0.0) -> int:
+                    expires_at: float = 0.0, published_at: float = 0.0) -> int:
         store_id = self._next_id
         self._next_id += 1
         self._changed().inserts[store_id] = [store_id, queue_id, seq, 0, exchange, routing_key,
-                                             header, body, int(transient), expires_at]
+                                             header, body, int(transient), expires_at,
+                                             published_at]
         return store_id
 
     def save_dedup(self, queue_id: int, key: str, expires_at: float) -> None:
@@ -214,6 +215,20 @@ class SQLiteStore(Store):
         for store_id in [i for i, row in batch.inserts.items() if row[1] == queue_id]:
             del batch.inserts[store_id]
         batch.definitions.append(("purge", queue_id, 0))
+
+    def remove_range(self, queue_id: int, below_seq: int) -> None:
+        batch = self._changed()
+        for store_id in [i for i, row in batch.inserts.items()
+                         if row[1] == queue_id and row[2] <= below_seq]:
+            del batch.inserts[store_id]
+        batch.definitions.append(("trim", queue_id, below_seq))
+
+    def find_offset(self, queue_id: int, when: float) -> int | None:
+        assert self._reader is not None
+        row = self._reader.execute(
+            "SELECT min(seq) FROM messages WHERE queue_id=? AND published_at>=?",
+            (queue_id, when)).fetchone()
+        return row[0] if row else None
 
     def remove_paged(self, queue_id: int, after_seq: int) -> None:
         batch = self._changed()
@@ -289,7 +304,7 @@ class SQLiteStore(Store):
     def _write(db: sqlite3.Connection, batch: _Batch) -> None:
         db.execute("BEGIN")
         if batch.inserts:
-            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?,?)", batch.inserts.values())
+            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)", batch.inserts.values())
         if batch.counts:
             db.executemany("UPDATE messages SET delivery_count=? WHERE id=?",
                            [(c, i) for i, c in batch.counts.items()])
@@ -304,6 +319,8 @@ class SQLiteStore(Store):
                 db.execute("DELETE FROM messages WHERE queue_id=? AND seq>?", op[1:])
                 if op[2] == 0:  # the whole queue is gone
                     db.execute("DELETE FROM dedup WHERE queue_id=?", op[1:2])
+            elif op[0] == "trim":
+                db.execute("DELETE FROM messages WHERE queue_id=? AND seq<=?", op[1:])
             elif op[0] == "dedup":
                 db.execute("INSERT OR REPLACE INTO dedup VALUES (?,?,?)", op[1:])
             elif op[0] == "undedup":

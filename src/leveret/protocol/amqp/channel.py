@@ -21,6 +21,8 @@ from ...core.errors import (
     COMMAND_INVALID, FRAME_ERROR, INTERNAL_ERROR, NOT_ALLOWED, NOT_IMPLEMENTED, NO_ROUTE, UNEXPECTED_FRAME,
     ChannelError, ConnectionError, access_refused, not_found, precondition_failed,
 )
+from ...core import api
+from ...core.api import API_EXCHANGE
 from ...core.exchange import DEFAULT_EXCHANGE
 from ...core.message import Message, check_properties, declared_body_size
 from ...core.queue import ACCEPTED, REJECTED, STORED, Queue, QueuedMessage
@@ -271,13 +273,42 @@ class Channel:
             self._consume_reply_to(m, tag)
             return
         queue = self.vhost.get_queue(name, owner=self.connection)
+        arguments = m.arguments or {}
+        if "x-lease-group" in arguments:
+            self._read_lease(queue, m, tag, arguments)
+            return
         if queue.has_exclusive_consumer or (m.exclusive and queue.consumers):
             raise access_refused(f"queue '{name}' in vhost '{self.vhost.name}' in exclusive use")
-        consumer = ChannelConsumer(self, queue, tag, m.no_ack, m.exclusive, m.arguments or {})
+        consumer = ChannelConsumer(self, queue, tag, m.no_ack, m.exclusive, arguments)
+        queue.prepare_consumer(consumer)
         self.consumers[tag] = consumer
         if not m.nowait:
             self.send_method(Basic.ConsumeOk(consumer_tag=tag))
         queue.add_consumer(consumer)
+
+    def _read_lease(self, queue: Queue, m: Basic.Consume, tag: str, arguments: dict) -> None:
+        """leveret's leased read (see core.lease): deliver the range of sequence numbers
+        ``x-lease-from`` … ``x-lease-to`` (exclusive) still held by consumer group
+        ``x-lease-group``, each with header ``x-lease-seq``, then cancel the consumer."""
+        group, start, end = (arguments.get(k) for k in ("x-lease-group", "x-lease-from", "x-lease-to"))
+        if not m.no_ack:
+            raise precondition_failed("a leased read must use no-ack: acknowledge with lease.ack")
+        if isinstance(group, bytes):
+            group = group.decode()
+        if not isinstance(group, str) or not all(isinstance(v, int) for v in (start, end)):
+            raise precondition_failed("x-lease-group must be a string, x-lease-from and "
+                                      "x-lease-to integers")
+        consumer = ChannelConsumer(self, None, tag, True, False, arguments)
+        if not m.nowait:
+            self.send_method(Basic.ConsumeOk(consumer_tag=tag))
+        for seq, entry in queue.lease(group).read(start, end):
+            self.delivery_tag += 1
+            message = entry.message.with_long_header("x-lease-seq", seq)
+            parts = encode_content(self.number, message.header, message.body, self.connection.frame_max)
+            parts.insert(0, encode_deliver(self.number, consumer.encoded_tag, self.delivery_tag,
+                                           entry.redelivered, message.exchange, message.routing_key))
+            self.connection.send_parts(parts)
+        self.send_method(Basic.Cancel(consumer_tag=tag, nowait=True))
 
     def _consume_reply_to(self, m: Basic.Consume, tag: str) -> None:
         """RabbitMQ's direct reply-to: a pseudo-queue consumed with no-ack."""
@@ -444,7 +475,12 @@ class Channel:
 
     def _route(self, exchange: Any, message: Message, mandatory: bool, seq: int) -> None:
         outcome = ACCEPTED
-        if exchange.name == DEFAULT_EXCHANGE and message.routing_key.startswith(REPLY_TO_PREFIX):
+        if exchange.name == API_EXCHANGE:  # a request to leveret's extensions
+            reply = api.handle(self.vhost, message, self.connection)
+            if reply is not None:
+                self._route(self.vhost.exchanges[DEFAULT_EXCHANGE], reply, False, 0)
+            routed = True
+        elif exchange.name == DEFAULT_EXCHANGE and message.routing_key.startswith(REPLY_TO_PREFIX):
             consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_TO_PREFIX):])
             routed = consumer is not None
             if routed:

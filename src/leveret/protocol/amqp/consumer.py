@@ -34,6 +34,10 @@ class ChannelConsumer:
         self.prefetch = channel.prefetch_count
         self.unacked = 0
 
+    @property
+    def global_prefetch(self) -> int:
+        return self.channel.global_prefetch
+
     def can_accept(self) -> bool:
         channel = self.channel
         if not channel.active or not channel.connection.writable:

@@ -1,0 +1,113 @@
+"""Leased consumption: acknowledgement that outlives connections and channels.
+
+AMQP ties a delivery tag to one channel, so a message read by one process cannot be
+acknowledged by another. Spark needs exactly that: the driver plans a micro-batch, an
+executor (another process, any number of times after a crash) reads it, and the driver
+acknowledges it only when the batch is committed. A lease gives a queue's messages to
+a named consumer group under sequence numbers:
+
+- ``acquire(max)`` takes up to ``max`` ready messages and numbers them ``start`` …
+  ``end - 1`` (they count as unacknowledged, delivery count raised);
+- any connection may read a range of held sequence numbers again (``read``);
+- ``ack_upto(n)`` / ``ack(seqs)`` remove them for good; ``release(seqs)`` returns them;
+- a lease not acknowledged within ``ttl`` seconds returns its messages to the queue with
+  ``redelivered`` set (the queue's redelivery policy and dead-lettering apply, so a
+  poison message ends in the DLQ).
+
+Sequence numbers only grow; the next one is kept in the store for durable queues, so
+they keep growing across restarts (messages held at a crash come back as redelivered
+and are leased again under new numbers). Over AMQP this is reached through the
+``amq.leveret.api`` exchange (:mod:`leveret.core.api`) and consume arguments
+``x-lease-group``/``x-lease-from``/``x-lease-to``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from .queue import QueuedMessage
+
+if TYPE_CHECKING:
+    from .clock import Timer
+    from .queue import Queue
+
+DEFAULT_TTL = 300.0  # seconds
+
+
+class Lease:
+    """The messages of ``queue`` held by consumer ``group``."""
+
+    def __init__(self, queue: Queue, group: str, next_seq: int = 1) -> None:
+        self.queue = queue
+        self.group = group
+        self.next_seq = next_seq
+        self.ttl = DEFAULT_TTL
+        self.held: OrderedDict[int, tuple[QueuedMessage, float]] = OrderedDict()
+        self._timer: Timer | None = None
+
+    def acquire(self, maximum: int, ttl: float | None = None) -> tuple[int, int]:
+        """Lease up to ``maximum`` ready messages; returns ``(start, end)``."""
+        queue = self.queue
+        if ttl is not None:
+            self.ttl = ttl
+        start = self.next_seq
+        now = queue.vhost.clock.time()
+        while len(self.held) < 10_000_000 and self.next_seq - start < maximum:
+            entry = queue.take_for_lease()
+            if entry is None:
+                break
+            self.held[self.next_seq] = (entry, now)
+            self.next_seq += 1
+        if self.next_seq != start:
+            queue.save_lease(self)
+            self._arm()
+        return start, self.next_seq
+
+    def read(self, start: int, end: int) -> list[tuple[int, QueuedMessage]]:
+        """Held messages with ``start <= seq < end``, in order."""
+        return [(seq, entry) for seq, (entry, _) in self.held.items() if start <= seq < end]
+
+    def ack_upto(self, upto: int) -> int:
+        acked = 0
+        while self.held:
+            seq = next(iter(self.held))
+            if seq > upto:
+                break
+            entry, _ = self.held.pop(seq)
+            self.queue.ack(entry)
+            acked += 1
+        return acked
+
+    def ack(self, seqs: list[int]) -> int:
+        taken = [self.held.pop(s)[0] for s in seqs if s in self.held]
+        for entry in taken:
+            self.queue.ack(entry)
+        return len(taken)
+
+    def release(self, seqs: list[int]) -> int:
+        taken = [self.held.pop(s)[0] for s in seqs if s in self.held]
+        self.queue.requeue(taken)
+        return len(taken)
+
+    def release_all(self) -> None:
+        """The queue is going away or the broker stops: hand everything back."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.release(list(self.held))
+
+    def _arm(self) -> None:
+        if self._timer is None and self.held:
+            oldest = next(iter(self.held.values()))[1]
+            delay = oldest + self.ttl - self.queue.vhost.clock.time()
+            self._timer = self.queue.vhost.clock.call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        """Return messages leased longer than ``ttl`` ago (leased in order, so oldest
+        first)."""
+        self._timer = None
+        deadline = self.queue.vhost.clock.time() - self.ttl
+        expired = [seq for seq, (_, leased_at) in self.held.items() if leased_at <= deadline]
+        self.release(expired)
+        self._arm()

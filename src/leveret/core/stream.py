@@ -1,0 +1,243 @@
+"""Stream queues (``x-queue-type: stream``), as RabbitMQ streams are for AMQP 0-9-1
+clients: an append-only, durable, replayable log.
+
+Consumers read without removing: each has its own position, chosen with the consume
+argument ``x-stream-offset`` (``first``, ``last``, ``next`` — the default —, a numeric
+offset, or a timestamp: the first message published at or after it), must use manual
+acknowledgement with a prefetch (basic.qos), and every delivery carries the header
+``x-stream-offset`` (a long). Acknowledging only makes room in the prefetch window;
+nack and reject change nothing. leveret adds ``x-stream-offset-end``: the consumer gets
+offsets up to that one (exclusive), then a server-sent basic.cancel, so a reader (a
+Spark executor) can fetch a range deterministically.
+
+Retention, as RabbitMQ: the log is cut in segments of ``x-stream-max-segment-size-bytes``
+(default 500 MB); when a segment fills, whole old segments are dropped while the stream
+is over ``x-max-length-bytes`` or their newest message is older than ``x-max-age``
+(``7D``, ``12h`` …). Segments are ranges of the store's rows, not separate files.
+With a store, messages are written to it (every message: a stream is durable) and only
+the newest are kept in memory; without one, the whole log is in memory.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+from collections import deque
+from typing import Any
+
+from .errors import precondition_failed
+from .message import Message
+from .queue import ACCEPTED, GONE, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
+
+IN_MEMORY_TAIL = 10_000  # newest messages kept in memory when there is a store
+READ_BATCH = 1000  # messages read from the store at a time
+
+
+class _Cursor:
+    __slots__ = ("next", "end")
+
+    def __init__(self, next_offset: int, end: int | None) -> None:
+        self.next = next_offset
+        self.end = end
+
+
+class Stream(Queue):
+    """A stream queue; offsets start at 0."""
+
+    def __init__(self, vhost: Any, name: str, durable: bool = True,
+                 exclusive_owner: Any = None, auto_delete: bool = False,
+                 arguments: dict | None = None) -> None:
+        if not durable or exclusive_owner is not None or auto_delete:
+            raise precondition_failed(
+                f"invalid property 'durable/exclusive/auto_delete' for queue '{name}' in vhost "
+                f"'{vhost.name}': a stream must be durable, not exclusive, not auto-delete")
+        super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
+        self.first_offset = 0
+        self.next_offset = 0
+        self._tail: deque[tuple[float, Message]] = deque()  # newest messages
+        self._tail_start = 0  # offset of _tail[0]
+        self._segments: deque[list] = deque([[0, 0, 0.0]])  # [first offset, bytes, newest time]
+        self._total_bytes = 0
+        self._cursors: dict[Consumer, _Cursor] = {}
+        self._chunk: dict[int, Message] = {}  # the last batch read from the store
+
+    # -- counts ---------------------------------------------------------------------
+    @property
+    def message_count(self) -> int:
+        return self.next_offset - self.first_offset
+
+    # -- appending ------------------------------------------------------------------
+    def enqueue(self, message: Message) -> int:
+        config = self.config
+        if self.dedup is not None and not self._is_new(message):
+            return ACCEPTED
+        if config.overflow != "drop-head" and config.max_length_bytes is not None \
+                and self._total_bytes + len(message.body) > config.max_length_bytes:
+            return REJECTED
+        offset = self.next_offset
+        now = self.vhost.clock.time()
+        self.next_offset += 1
+        stored = False
+        if self.store is not None:
+            if not self.queue_id:
+                self.queue_id = self.store.new_queue_id()
+            self.store.add_message(self.queue_id, offset + 1, message.exchange,
+                                   message.routing_key, message.header, message.body,
+                                   published_at=now)
+            stored = True
+        self._tail.append((now, message))
+        if self.store is not None and len(self._tail) > IN_MEMORY_TAIL:
+            self._tail.popleft()
+            self._tail_start += 1
+        self._account(len(message.body), now)
+        if self.consumers:
+            self.drain()
+        return STORED if stored else ACCEPTED
+
+    def _is_new(self, message: Message) -> bool:
+        from .deduplication import dedup_key
+
+        key = dedup_key(message, self.config.dedup_header)
+        return key is None or self.dedup.check_and_add(key)  # type: ignore[union-attr]
+
+    def _account(self, size: int, now: float) -> None:
+        segment = self._segments[-1]
+        segment[1] += size
+        segment[2] = now
+        self._total_bytes += size
+        if segment[1] >= self.config.max_segment_size:
+            self._segments.append([self.next_offset, 0, now])
+            self._apply_retention(now)
+
+    def _apply_retention(self, now: float) -> None:
+        config = self.config
+        dropped = False
+        while len(self._segments) > 1:
+            oldest = self._segments[0]
+            too_big = config.max_length_bytes is not None and self._total_bytes > config.max_length_bytes
+            too_old = config.max_age is not None and oldest[2] < now - config.max_age
+            if not (too_big or too_old):
+                break
+            self._segments.popleft()
+            self._total_bytes -= oldest[1]
+            self.first_offset = self._segments[0][0]
+            dropped = True
+        if not dropped:
+            return
+        while self._tail and self._tail_start < self.first_offset:
+            self._tail.popleft()
+            self._tail_start += 1
+        self._chunk.clear()
+        if self.store is not None and self.queue_id:
+            self.store.remove_range(self.queue_id, self.first_offset)
+        for cursor in self._cursors.values():
+            cursor.next = max(cursor.next, self.first_offset)
+
+    def restore_paged(self, count: int, last_seq: int, size: int) -> None:
+        """At start-up: the stream's ``count`` messages end at offset ``last_seq - 1``."""
+        self.next_offset = self._tail_start = last_seq
+        self.first_offset = last_seq - count
+        self._total_bytes = size
+        self._segments = deque([[self.first_offset, size, self.vhost.clock.time()]])
+
+    # -- reading --------------------------------------------------------------------
+    def _read(self, offset: int) -> Message:
+        if offset >= self._tail_start:
+            return self._tail[offset - self._tail_start][1]
+        message = self._chunk.get(offset)
+        if message is None:
+            assert self.store is not None
+            self._chunk = {row.seq - 1: Message(row.exchange, row.routing_key, row.header, row.body)
+                           for row in self.store.read_queue(self.queue_id, offset, READ_BATCH)}
+            message = self._chunk[offset]
+        return message
+
+    def resolve_offset(self, spec: Any) -> int:
+        """Where a consumer with ``x-stream-offset: spec`` starts."""
+        if spec is None or spec in ("next", b"next"):
+            return self.next_offset
+        if spec in ("first", b"first"):
+            return self.first_offset
+        if spec in ("last", b"last"):
+            return max(self.first_offset, self.next_offset - 1)
+        if isinstance(spec, datetime.datetime):
+            return self._offset_at(spec.timestamp())
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            return min(max(spec, self.first_offset), self.next_offset)
+        raise precondition_failed(f"invalid arg 'x-stream-offset' for queue '{self.name}' in "
+                                  f"vhost '{self.vhost.name}': {spec!r}")
+
+    def _offset_at(self, when: float) -> int:
+        times = [t for t, _ in self._tail]
+        if not times or times[0] <= when or self.store is None:
+            return self._tail_start + bisect.bisect_left(times, when)
+        found = self.store.find_offset(self.queue_id, when)
+        return self.next_offset if found is None else max(found - 1, self.first_offset)
+
+    # -- consumers ------------------------------------------------------------------
+    def prepare_consumer(self, consumer: Consumer) -> None:
+        if getattr(consumer, "no_ack", False):
+            raise precondition_failed(
+                f"stream queue '{self.name}' in vhost '{self.vhost.name}' requires manual acknowledgement")
+        if not getattr(consumer, "prefetch", 1) and not getattr(consumer, "global_prefetch", 0):
+            raise precondition_failed(
+                f"consumer prefetch count is not set for stream queue '{self.name}' in vhost "
+                f"'{self.vhost.name}'")
+        arguments = getattr(consumer, "arguments", {}) or {}
+        start = self.resolve_offset(arguments.get("x-stream-offset"))
+        end = arguments.get("x-stream-offset-end")
+        if end is not None and (not isinstance(end, int) or isinstance(end, bool)):
+            raise precondition_failed(f"invalid arg 'x-stream-offset-end': {end!r}")
+        self._cursors[consumer] = _Cursor(start, end)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        self._cursors.pop(consumer, None)
+        super().remove_consumer(consumer)
+
+    def drain(self) -> None:
+        """Each consumer reads on from its own position, within its prefetch window."""
+        for consumer in list(self.consumers):
+            cursor = self._cursors.get(consumer)
+            if cursor is None:
+                continue
+            limit = self.next_offset if cursor.end is None else min(cursor.end, self.next_offset)
+            while cursor.next < limit and consumer.can_accept():
+                offset = cursor.next
+                cursor.next += 1
+                entry = QueuedMessage(self._read(offset), offset + 1)
+                entry.state = UNACKED
+                entry.delivery_count = 1
+                self.unacked_count += 1
+                consumer.deliver(self, entry)
+            if cursor.end is not None and cursor.next >= cursor.end:
+                self.remove_consumer(consumer)
+                consumer.cancel_by_broker()
+
+    def message_for_delivery(self, entry: QueuedMessage) -> Message:
+        return entry.message.with_long_header("x-stream-offset", entry.seq - 1)
+
+    # -- what streams do not do -----------------------------------------------------
+    def requeue(self, entries: list[QueuedMessage]) -> None:
+        """nack/reject/close: nothing returns to a stream (it never left)."""
+        for entry in entries:
+            self.ack(entry)
+        self.drain()
+
+    def discard(self, entry: QueuedMessage, reason: str) -> None:
+        self.ack(entry)
+
+    def get(self) -> QueuedMessage | None:
+        raise precondition_failed(f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
+                                  "basic.get is not supported, consume with x-stream-offset")
+
+    def purge(self) -> int:
+        raise precondition_failed(f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
+                                  "purge is not supported, use retention (x-max-length-bytes, x-max-age)")
+
+    def take_for_lease(self) -> QueuedMessage | None:
+        raise precondition_failed(f"queue '{self.name}' is a stream: read it with x-stream-offset")
+
+
+def queue_class(arguments: dict) -> type[Queue]:
+    """Queue or Stream, by ``x-queue-type``."""
+    return Stream if arguments.get("x-queue-type") in ("stream", b"stream") else Queue
