@@ -406,7 +406,7 @@ class Queue:
             if entry.state == DELAYED:
                 self.ack(entry)
         if self._paged and self.store is not None:
-            self.store.remove_paged(self.queue_id, self._paged_after)
+            self.store.remove_paged(self.queue_id, self._paged_after, self._next_seq)
         self.ready.clear()
         self._delayed.clear()
         self._expiring.clear()

@@ -714,19 +714,27 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         self.config = config
         self._rpc = _RPC(config)
         self._target: int | None = None
+        self._initial: dict | None = None
 
     def __getstate__(self) -> dict:
-        return {"config": self.config, "_rpc": _RPC(self.config), "_target": self._target}
+        return {"config": self.config, "_rpc": _RPC(self.config), "_target": self._target,
+                "_initial": self._initial}
 
     def _key(self) -> str:
         return "offset" if self.config.stream else "seq"
 
     def initialOffset(self) -> dict:
-        c = self.config
-        if c.stream:
-            return {"offset": _resolve_start(c.starting, stream_info(self._rpc, c.stream))}
-        info = self._rpc.call("lease.info", queue=c.queue, group=c.group)
-        return {"seq": int(info["next"])}
+        # Spark may ask more than once (when planning the first batch again): answer the
+        # same, or a queue's first batch would start after its own leases.
+        if self._initial is None:
+            c = self.config
+            if c.stream:
+                self._initial = {"offset": _resolve_start(c.starting,
+                                                          stream_info(self._rpc, c.stream))}
+            else:
+                info = self._rpc.call("lease.info", queue=c.queue, group=c.group)
+                self._initial = {"seq": int(info["next"])}
+        return dict(self._initial)
 
     def getDefaultReadLimit(self) -> Any:
         if ReadMaxRows is not None and self.config.max_per_trigger:

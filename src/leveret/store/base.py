@@ -86,8 +86,9 @@ class Store(ABC):
         including writes not yet on disk."""
 
     @abstractmethod
-    def remove_paged(self, queue_id: int, after_seq: int) -> None:
-        """Forget a queue's messages with seq > ``after_seq`` (purge of a paged tail)."""
+    def remove_paged(self, queue_id: int, after_seq: int, upto_seq: int) -> None:
+        """Forget a queue's messages with ``after_seq < seq <= upto_seq`` (purge of a
+        paged-out tail)."""
 
     @abstractmethod
     def save_dedup(self, queue_id: int, key: str, expires_at: float) -> None:

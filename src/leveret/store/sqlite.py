@@ -36,8 +36,13 @@ CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY, queue_id INTEGER NOT NULL, seq INTEGER NOT NULL,
     delivery_count INTEGER NOT NULL, exchange TEXT NOT NULL, routing_key TEXT NOT NULL,
     header BLOB NOT NULL, body BLOB NOT NULL, transient INTEGER NOT NULL,
-    expires_at REAL NOT NULL, published_at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue_id, seq);
+    expires_at REAL NOT NULL, published_at REAL NOT NULL, size INTEGER NOT NULL);
+-- covering: start-up counts a queue's messages and bytes from the index alone
+CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue_id, seq, size);
+CREATE INDEX IF NOT EXISTS messages_transient ON messages (id) WHERE transient=1;
+-- ranges of a queue's seqs being deleted in the background (queue.delete, purge, trim)
+CREATE TABLE IF NOT EXISTS pending_deletes (
+    queue_id INTEGER NOT NULL, low INTEGER NOT NULL, high INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS dedup (
     queue_id INTEGER NOT NULL, key TEXT NOT NULL, expires_at REAL NOT NULL,
@@ -45,6 +50,8 @@ CREATE TABLE IF NOT EXISTS dedup (
 """
 
 VACUUM_EVERY = 2.0  # seconds between incremental vacuums / checkpoints, at most
+DELETE_CHUNK = 5000  # rows deleted per transaction by a background range deletion
+ALL_SEQS = 2**62
 
 
 class _Batch:
@@ -100,7 +107,12 @@ class SQLiteStore(Store):
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA secure_delete=OFF")  # acked bodies need not be zeroed: 2-3x faster deletes
             db.executescript(_SCHEMA)
-            db.execute("PRAGMA quick_check(1)").fetchone()
+            clean = db.execute("SELECT value FROM meta WHERE key='clean_shutdown'").fetchone()
+            if not clean or not clean[0]:  # after a crash (or a first start): check pages
+                result = db.execute("PRAGMA quick_check(1)").fetchone()[0]
+                if result != "ok":
+                    raise sqlite3.DatabaseError(f"integrity check failed: {result}")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('clean_shutdown', 0)")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
         except OSError as exc:
@@ -113,11 +125,13 @@ class SQLiteStore(Store):
         snapshot = Snapshot()
         try:
             db.execute("DELETE FROM messages WHERE transient=1")  # paged-out, not durable
+            while self._delete_chunk(db, limit=None):  # finish deletions a crash cut short
+                pass
             for kind, vhost, name, data in db.execute(
                     "SELECT kind, vhost, name, data FROM definitions ORDER BY rowid"):
                 snapshot.definitions.setdefault(kind, []).append((vhost, name, _decode_table(data)))
             for queue_id, count, last_seq, size in db.execute(
-                    "SELECT queue_id, count(*), max(seq), sum(length(body)) FROM messages "
+                    "SELECT queue_id, count(*), max(seq), sum(size) FROM messages "
                     "GROUP BY queue_id"):
                 snapshot.queues[queue_id] = (count, last_seq, size or 0)
             for queue_id, key, expires_at in db.execute(
@@ -187,7 +201,7 @@ class SQLiteStore(Store):
         self._next_id += 1
         self._changed().inserts[store_id] = [store_id, queue_id, seq, 0, exchange, routing_key,
                                              header, body, int(transient), expires_at,
-                                             published_at]
+                                             published_at, len(body)]
         return store_id
 
     def save_dedup(self, queue_id: int, key: str, expires_at: float) -> None:
@@ -210,18 +224,22 @@ class SQLiteStore(Store):
             batch.counts.pop(store_id, None)
             batch.deletes.append(store_id)
 
-    def remove_queue(self, queue_id: int) -> None:
-        batch = self._changed()
-        for store_id in [i for i, row in batch.inserts.items() if row[1] == queue_id]:
-            del batch.inserts[store_id]
-        batch.definitions.append(("purge", queue_id, 0))
-
-    def remove_range(self, queue_id: int, below_seq: int) -> None:
+    def _delete_range(self, queue_id: int, low: int, high: int) -> None:
+        """Forget a queue's messages with ``low < seq <= high``: at once for those not
+        written yet, in the background (chunks, recorded durably) for the rest, so a
+        large deletion never stalls other writes."""
         batch = self._changed()
         for store_id in [i for i, row in batch.inserts.items()
-                         if row[1] == queue_id and row[2] <= below_seq]:
+                         if row[1] == queue_id and low < row[2] <= high]:
             del batch.inserts[store_id]
-        batch.definitions.append(("trim", queue_id, below_seq))
+        batch.definitions.append(("range", queue_id, low, high))
+
+    def remove_queue(self, queue_id: int) -> None:
+        self._delete_range(queue_id, 0, ALL_SEQS)
+        self._changed().definitions.append(("undedup_all", queue_id))
+
+    def remove_range(self, queue_id: int, below_seq: int) -> None:
+        self._delete_range(queue_id, 0, below_seq)
 
     def find_offset(self, queue_id: int, when: float) -> int | None:
         assert self._reader is not None
@@ -230,12 +248,8 @@ class SQLiteStore(Store):
             (queue_id, when)).fetchone()
         return row[0] if row else None
 
-    def remove_paged(self, queue_id: int, after_seq: int) -> None:
-        batch = self._changed()
-        for store_id in [i for i, row in batch.inserts.items()
-                         if row[1] == queue_id and row[2] > after_seq]:
-            del batch.inserts[store_id]
-        batch.definitions.append(("purge", queue_id, after_seq))
+    def remove_paged(self, queue_id: int, after_seq: int, upto_seq: int) -> None:
+        self._delete_range(queue_id, after_seq, upto_seq)
 
     def when_durable(self, callback: Callback) -> None:
         self._changed().callbacks.append(callback)
@@ -270,11 +284,18 @@ class SQLiteStore(Store):
         last_vacuum = time.monotonic()
         dirty = False  # written since the space was last all given back
         backlog = False  # the last reclaim left freed pages behind
+        deleting = True  # background range deletions may be pending
         while True:
             try:
-                batch = self._jobs.get(timeout=0.01 if backlog else VACUUM_EVERY)
-            except queue_mod.Empty:  # idle: give freed space back, a slice at a time
-                if dirty:
+                batch = self._jobs.get(timeout=0.01 if backlog or deleting else VACUUM_EVERY)
+            except queue_mod.Empty:  # idle: delete and give freed space back, in slices
+                try:
+                    deleting = self._delete_chunk(db)
+                except sqlite3.Error as exc:
+                    log.error("store %s: background deletion failed: %s", self.path, exc)
+                    deleting = False
+                dirty = dirty or deleting
+                if dirty and not deleting:
                     last_vacuum = time.monotonic()
                     backlog = dirty = self._reclaim(db)
                 continue
@@ -290,6 +311,8 @@ class SQLiteStore(Store):
                     db.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
+            if error is None:
+                deleting = deleting or any(op[0] == "range" for op in batch.definitions)
             now = time.monotonic()
             dirty = dirty or error is None
             if error is None and now - last_vacuum > VACUUM_EVERY:
@@ -304,7 +327,7 @@ class SQLiteStore(Store):
     def _write(db: sqlite3.Connection, batch: _Batch) -> None:
         db.execute("BEGIN")
         if batch.inserts:
-            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)", batch.inserts.values())
+            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", batch.inserts.values())
         if batch.counts:
             db.executemany("UPDATE messages SET delivery_count=? WHERE id=?",
                            [(c, i) for i, c in batch.counts.items()])
@@ -315,12 +338,10 @@ class SQLiteStore(Store):
                 db.execute("INSERT OR REPLACE INTO definitions VALUES (?,?,?,?)", op[1:])
             elif op[0] == "delete":
                 db.execute("DELETE FROM definitions WHERE kind=? AND vhost=? AND name=?", op[1:])
-            elif op[0] == "purge":
-                db.execute("DELETE FROM messages WHERE queue_id=? AND seq>?", op[1:])
-                if op[2] == 0:  # the whole queue is gone
-                    db.execute("DELETE FROM dedup WHERE queue_id=?", op[1:2])
-            elif op[0] == "trim":
-                db.execute("DELETE FROM messages WHERE queue_id=? AND seq<=?", op[1:])
+            elif op[0] == "range":
+                db.execute("INSERT INTO pending_deletes VALUES (?,?,?)", op[1:])
+            elif op[0] == "undedup_all":
+                db.execute("DELETE FROM dedup WHERE queue_id=?", op[1:])
             elif op[0] == "dedup":
                 db.execute("INSERT OR REPLACE INTO dedup VALUES (?,?,?)", op[1:])
             elif op[0] == "undedup":
@@ -328,6 +349,24 @@ class SQLiteStore(Store):
             else:
                 db.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", op[1:])
         db.execute("COMMIT")
+
+    @staticmethod
+    def _delete_chunk(db: sqlite3.Connection, limit: int | None = DELETE_CHUNK) -> bool:
+        """Work on the oldest pending range deletion, ``limit`` rows at most (None: all),
+        in its own transaction; whether any range deletion is still pending."""
+        row = db.execute("SELECT rowid, queue_id, low, high FROM pending_deletes "
+                         "ORDER BY rowid LIMIT 1").fetchone()
+        if row is None:
+            return False
+        rowid, queue_id, low, high = row
+        db.execute("BEGIN")
+        done = db.execute(
+            "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE queue_id=? "
+            "AND seq>? AND seq<=? LIMIT ?)", (queue_id, low, high, limit or -1)).rowcount
+        if limit is None or done < limit:
+            db.execute("DELETE FROM pending_deletes WHERE rowid=?", (rowid,))
+        db.execute("COMMIT")
+        return True
 
     @staticmethod
     def _reclaim(db: sqlite3.Connection) -> bool:
@@ -352,6 +391,11 @@ class SQLiteStore(Store):
             self._jobs.put(None)
             self._thread.join(30)
             self._thread = None
+            if self._db is not None and not self.failed:
+                try:
+                    self._db.execute("INSERT OR REPLACE INTO meta VALUES ('clean_shutdown', 1)")
+                except sqlite3.Error as exc:
+                    log.warning("store %s: cannot mark a clean shutdown: %s", self.path, exc)
         for db in (self._db, self._reader):
             if db is not None:
                 db.close()
