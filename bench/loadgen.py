@@ -100,6 +100,17 @@ class Channel:
         self.latencies_ns: list[int] = []
         self._body_left = 0
         self._body_first = False
+        # settling consumer (consume_settling): per-message decisions keyed by a body id
+        self.settle_counts: bytearray | None = None  # deliveries seen, indexed by message id
+        self.settle_rejects = 0       # settle each message this many times before acking it
+        self.settle_method = 120      # 120 basic.nack (multiple=False), 90 basic.reject
+        self.settle_bits = 2          # nack: bit 1 = requeue; reject: bit 0 = requeue
+        self.settle_out: list[bytes] = []  # frames to write at the end of this read
+        self._last_acked_tag = 0
+        self.rejected = 0             # nacks/rejects sent
+        self.acked = 0                # messages acknowledged (counted when the ack is decided)
+        self.returned = 0             # first sighting after the last rejection of a message
+        self.held_peak = 0            # max of rejected - returned (messages away from the consumer)
         # publisher-confirm state
         self.published = 0
         self._confirm_floor = 0  # every tag <= floor is confirmed
@@ -174,12 +185,38 @@ class Channel:
                                                    no_ack=(ack_every == 0)))
         return ok.consumer_tag
 
+    async def consume_settling(self, queue: str, n_ids: int, rejects: int, *, requeue: bool = True,
+                               method: str = "nack", ack_every: int = 100, consumer_tag: str = "") -> str:
+        """Start a consumer that settles by message id (the first 8 body bytes, big-endian,
+        in ``range(n_ids)``): the first ``rejects`` deliveries of each id are answered with
+        ``basic.nack`` (``multiple=False``) or ``basic.reject``, with ``requeue``; the next
+        one is acknowledged (``multiple=True`` every ``ack_every`` acked messages, so it
+        covers only acked tags: earlier nacks are written first). Frames decided during
+        one read are written together. Counters: ``rejected``, ``acked``, ``returned``,
+        ``held_peak``."""
+        self.ack_every = ack_every
+        self.measure_latency = False
+        self.settle_counts = bytearray(n_ids)
+        self.settle_rejects = rejects
+        if method == "nack":
+            self.settle_method, self.settle_bits = 120, 2 if requeue else 0
+        elif method == "reject":
+            self.settle_method, self.settle_bits = 90, 1 if requeue else 0
+        else:
+            raise ValueError(f"method must be nack or reject, not {method!r}")
+        ok = await self.rpc(commands.Basic.Consume(queue=queue, consumer_tag=consumer_tag, no_ack=False))
+        return ok.consumer_tag
+
     async def cancel(self, consumer_tag: str) -> None:
         await self.rpc(commands.Basic.Cancel(consumer_tag=consumer_tag))
 
     def ack_pending(self) -> None:
         """Acknowledge (multiple=True) everything delivered but not yet acked."""
-        if self._unacked and self.ack_every:
+        if self.settle_counts is not None:
+            if self._unacked:
+                self.conn.write(ack_frame(self.id, self._last_acked_tag, True))
+                self._unacked = 0
+        elif self._unacked and self.ack_every:
             self.conn.write(ack_frame(self.id, self.last_tag, True))
             self._unacked = 0
 
@@ -371,6 +408,7 @@ class Connection(asyncio.Protocol):
         unpack_u64 = _U64.unpack_from
         now = 0
         progress = False
+        settled = False
         while n - pos >= 8:
             ftype, chid, size = unpack_hdr(buf, pos)
             end = pos + 7 + size
@@ -380,7 +418,10 @@ class Connection(asyncio.Protocol):
                 ch = chans[chid]
                 if ch._body_first:
                     ch._body_first = False
-                    if ch.measure_latency and size >= 8:
+                    if ch.settle_counts is not None:
+                        self._settle(ch, unpack_u64(buf, pos + 7)[0])
+                        settled = True
+                    elif ch.measure_latency and size >= 8:
                         if not now:
                             now = time.monotonic_ns()
                         ch.latencies_ns.append(now - unpack_u64(buf, pos + 7)[0])
@@ -388,7 +429,7 @@ class Connection(asyncio.Protocol):
                 if ch._body_left <= 0:
                     ch.delivered += 1
                     progress = True
-                    if ch.ack_every:
+                    if ch.ack_every and ch.settle_counts is None:
                         ch._unacked += 1
                         if ch._unacked >= ch.ack_every:
                             self.transport.write(_ACK.pack(FRAME_METHOD, chid, 13, 60, 80, ch.last_tag, 1, FRAME_END))
@@ -424,8 +465,41 @@ class Connection(asyncio.Protocol):
             pos = end + 1
         if pos:
             del buf[:pos]
+        if settled:
+            for ch in chans.values():
+                if ch.settle_out:
+                    self.transport.write(b"".join(ch.settle_out))
+                    ch.settle_out.clear()
         if progress and self._progress_waiters:
             self._wake(self._progress_waiters)
+
+    @staticmethod
+    def _settle(ch: Channel, msg_id: int) -> None:
+        """Decide the delivery ``ch.last_tag`` of message ``msg_id`` (settling consumer)."""
+        counts = ch.settle_counts
+        seen = counts[msg_id] + 1
+        counts[msg_id] = seen
+        tag = ch.last_tag
+        if seen <= ch.settle_rejects:
+            ch.settle_out.append(_ACK.pack(FRAME_METHOD, ch.id, 13, 60, ch.settle_method, tag,
+                                           ch.settle_bits, FRAME_END))
+            ch.rejected += 1
+            if seen > 1:
+                ch.returned += 1
+            held = ch.rejected - ch.returned
+            if held > ch.held_peak:
+                ch.held_peak = held
+            return
+        if seen == ch.settle_rejects + 1:
+            if seen > 1:
+                ch.returned += 1
+            ch.acked += 1
+        # else: a delivery of an already acked id (should not happen); ack it again
+        ch._last_acked_tag = tag
+        ch._unacked += 1
+        if ch._unacked >= ch.ack_every:
+            ch.settle_out.append(_ACK.pack(FRAME_METHOD, ch.id, 13, 60, 80, tag, 1, FRAME_END))
+            ch._unacked = 0
 
     def _on_method(self, raw: bytes) -> None:
         """Slow path: decode a method frame with pamqp and dispatch it."""

@@ -28,8 +28,8 @@ sys.path.insert(0, str(HERE))
 
 from brokers import Broker, BrokerError, Leveret, RabbitMQ, rabbitmq_installed  # noqa: E402
 from loadgen import Connection, loop_name, new_event_loop  # noqa: E402
-from workloads import (ALIASES, BACKLOG_SECTION, EXTRA_WORKLOADS, TIME_LIMITS, WORKLOADS,  # noqa: E402
-                       Meter, Row, Settings)
+from workloads import (ALIASES, BACKLOG_SECTION, EXTRA_WORKLOADS, REDELIVERY_SECTION,  # noqa: E402
+                       TIME_LIMITS, WORKLOADS, Meter, Row, Settings)
 
 BROKERS = ("leveret", "rabbitmq")
 
@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"max seconds of timed phase per workload (default {d.seconds:g})")
     p.add_argument("--workloads", default="all",
                    help="comma-separated: " + ",".join(w for w in WORKLOADS if w not in EXTRA_WORKLOADS)
-                   + " (or a,b,c,d,e; default all); opt-in: " + ",".join(EXTRA_WORKLOADS))
+                   + " (or a,b,c,d,e,f; default all); opt-in: " + ",".join(EXTRA_WORKLOADS))
     p.add_argument("--body-size", type=int, default=d.body_size, help="body bytes for workloads a-d (default 100)")
     p.add_argument("--prefetch", type=int, default=d.prefetch, help="consumer prefetch (default 1000)")
     p.add_argument("--ack-every", type=int, default=d.ack_every,
@@ -65,6 +65,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"backlog/recovery: persistent messages in the backlog (default {d.backlog_messages})")
     p.add_argument("--backlog-body-size", type=int, default=d.backlog_body_size,
                    help=f"backlog/recovery: body bytes (default {d.backlog_body_size})")
+    p.add_argument("--nack-messages", type=int, default=d.nack_messages,
+                   help=f"nack-heavy: messages, each nacked {d.nack_rejects}x then acked "
+                   f"(default {d.nack_messages}; capped by --messages)")
+    p.add_argument("--delayed-messages", type=int, default=d.delayed_messages,
+                   help=f"delayed-redeliveries: messages (default {d.delayed_messages}; capped by --messages)")
+    p.add_argument("--redelivery-delay", type=int, default=d.redelivery_delay,
+                   help=f"delayed-redeliveries: delay in ms (default {d.redelivery_delay})")
     p.add_argument("--rabbitmq-schedulers", type=int, default=None,
                    help="Erlang scheduler threads for RabbitMQ (default: one per core)")
     p.add_argument("--python", default=sys.executable, help="interpreter used to start leveret")
@@ -109,6 +116,8 @@ def row_result(row: Row, meter: Meter) -> dict:
                    loadgen_cpu_pct=None, broker_rss_mb=row.extra["rss_after_first_mb"])
     elif "rss_settled_mb" in row.extra:  # backlog: RSS 5 s after the last confirm
         out["broker_rss_mb"] = row.extra["rss_settled_mb"]
+    elif "rss_held_mb" in row.extra:  # delayed redeliveries: RSS when all were rejected
+        out["broker_rss_mb"] = row.extra["rss_held_mb"]
     return out
 
 
@@ -182,7 +191,7 @@ def table_rows(results: dict) -> list[list[str]]:
     lev = results.get("leveret", {}).get("rows", {})
     rmq = results.get("rabbitmq", {}).get("rows", {})
     names = [n for n in dict.fromkeys([*lev, *rmq])
-             if (lev.get(n) or rmq.get(n)).get("section") != BACKLOG_SECTION]
+             if (lev.get(n) or rmq.get(n)).get("section") not in (BACKLOG_SECTION, REDELIVERY_SECTION)]
     rows = []
     for n in names:
         a, b = lev.get(n, {}), rmq.get(n, {})
@@ -243,6 +252,49 @@ def backlog_rows(results: dict) -> list[list[str]]:
     return out
 
 
+def redelivery_rows(results: dict) -> list[list[str]]:
+    """One line per figure of the delayed-redeliveries workloads: leveret, rabbitmq, ratio."""
+    lev = results.get("leveret", {}).get("rows", {})
+    rmq = results.get("rabbitmq", {}).get("rows", {})
+    names = [n for n in dict.fromkeys([*lev, *rmq])
+             if (lev.get(n) or rmq.get(n)).get("section") == REDELIVERY_SECTION]
+    fields = [
+        ("mode", "mode", "s"),
+        ("time to reject all s", "reject_s", ".2f"),
+        ("rejects/s", "reject_msg_per_s", ",.0f"),
+        ("µs CPU/msg while rejecting", "reject_cpu_us_per_msg", ".1f"),
+        ("broker / loadgen CPU % while rejecting", "reject_broker_cpu_pct", ".0f"),
+        ("held when all rejected (peak)", "held_at_reject_end", ",d"),
+        ("RSS MB: queue full → all rejected", "rss_held_mb", ",.0f"),
+        ("RSS MB peak", "peak_rss_mb", ",.0f"),
+        ("time until all acked s", "total_s", ".2f"),
+        ("  of which after the last reject s", "after_reject_s", ".2f"),
+        ("acked msg/s (whole run)", "msg_per_s", ",.0f"),
+        ("µs CPU/acked msg (whole run)", "broker_cpu_us_per_msg", ".1f"),
+    ]
+    out = []
+    for n in names:
+        a, b = lev.get(n, {}), rmq.get(n, {})
+        for label, key, spec in fields:
+            va, vb = a.get(key), b.get(key)
+            ratio = va / vb if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and vb else None
+            if key == "held_at_reject_end":
+                sa = f"{va:,} ({a['held_peak']:,})" if va is not None else "-"
+                sb = f"{vb:,} ({b['held_peak']:,})" if vb is not None else "-"
+            elif key == "reject_broker_cpu_pct":
+                sa = f"{va:.0f} / {a['reject_loadgen_cpu_pct']:.0f}" if va is not None else "-"
+                sb = f"{vb:.0f} / {b['reject_loadgen_cpu_pct']:.0f}" if vb is not None else "-"
+                ratio = None
+            elif key == "rss_held_mb":
+                sa = f"{a['rss_full_mb']:,.0f} → {va:,.0f}" if va is not None else "-"
+                sb = f"{b['rss_full_mb']:,.0f} → {vb:,.0f}" if vb is not None else "-"
+            else:
+                sa, sb = _fmt(va, spec), _fmt(vb, spec)
+            out.append([f"{n} ({(a or b).get('messages', 0):,}): {label}", sa, sb,
+                        "" if key == "mode" else _fmt(ratio, ".2f")])
+    return out
+
+
 def saturation_rows(results: dict) -> list[list[str]]:
     out = []
     for broker, res in results.items():
@@ -259,6 +311,9 @@ def print_tables(results: dict) -> None:
     sat_headers = ["broker", "workload", "broker CPU %", "loadgen CPU %"]
     blog = backlog_rows(results)
     blog_headers = ["backlog / recovery", "leveret", "rabbitmq", "ratio lev/rmq"]
+    redel = redelivery_rows(results)
+    redel_headers = ["delayed redeliveries", "leveret", "rabbitmq", "ratio lev/rmq"]
+    redel_title = "Delayed redeliveries: reject once, redelivered after the delay, then acked"
     try:
         from rich.console import Console
         from rich.table import Table
@@ -268,6 +323,9 @@ def print_tables(results: dict) -> None:
         if blog:
             print("\nBacklog and recovery (persistent messages, durable queue, no consumer):")
             _plain(blog_headers, blog)
+        if redel:
+            print(f"\n{redel_title}:")
+            _plain(redel_headers, redel)
         print("\nSaturation (100% = one core busy):")
         _plain(sat_headers, sat)
     else:
@@ -286,6 +344,13 @@ def print_tables(results: dict) -> None:
             for r in blog:
                 b.add_row(*r)
             console.print(b)
+        if redel:
+            d = Table(title=redel_title)
+            for i, h in enumerate(redel_headers):
+                d.add_column(h, justify="left" if i == 0 else "right")
+            for r in redel:
+                d.add_row(*r)
+            console.print(d)
         s = Table(title="Saturation check (100% = one core busy)")
         for i, h in enumerate(sat_headers):
             s.add_column(h, justify="left" if i < 2 else "right")
@@ -318,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
                         prefetch=args.prefetch, ack_every=args.ack_every, batch=args.batch,
                         latency_window=args.latency_window,
                         latency_rate=args.latency_rate, confirm_window=args.confirm_window,
-                        backlog_messages=args.backlog_messages, backlog_body_size=args.backlog_body_size)
+                        backlog_messages=args.backlog_messages, backlog_body_size=args.backlog_body_size,
+                        nack_messages=args.nack_messages, delayed_messages=args.delayed_messages,
+                        redelivery_delay=args.redelivery_delay)
     workloads = resolve_workloads(args.workloads)
     # recovery right after backlog reuses its queue instead of filling a second one
     if "backlog" in workloads and "recovery" in workloads:

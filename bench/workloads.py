@@ -44,6 +44,10 @@ class Settings:
     backlog_messages: int = 1_000_000  # backlog/recovery: persistent messages left in the queue
     backlog_body_size: int = 1024      # backlog/recovery: body bytes
     keep_backlog: bool = False   # backlog: leave the queue for a following recovery workload
+    nack_messages: int = 50_000  # nack-heavy: messages (also capped by ``messages``)
+    nack_rejects: int = 2        # nack-heavy: nacks (requeue) per message before its ack
+    delayed_messages: int = 100_000  # delayed-redeliveries: messages (also capped by ``messages``)
+    redelivery_delay: int = 1000  # delayed-redeliveries: ms (x-redelivery-delay / retry-queue TTL)
 
 
 @dataclass
@@ -424,6 +428,156 @@ async def wl_confirm_4k(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
     return await _confirm(broker, s, meter, 4096, "confirm 4KB")
 
 
+# ----------------------------------------------------- requeue and redelivery
+REDELIVERY_SECTION = "redelivery"  # Row.extra["section"]: delayed-redeliveries has its own table
+
+_ID = struct.Struct(">Q")
+
+
+async def _fill_with_ids(conn: Connection, ch: Channel, q: str, n: int, body_size: int, batch: int) -> int:
+    """Publish ``n`` transient messages to ``q`` whose bodies start with their id
+    (0 .. n-1, big-endian u64), padded to ``body_size``; wait until all are enqueued."""
+    pad = b"x" * max(0, body_size - 8)
+    head = message_frames(ch.id, "", q, b"\0" * (8 + len(pad)), conn.frame_max)
+    prefix, suffix = head[:-(8 + len(pad) + 1)], pad + b"\xce"
+    pack = _ID.pack
+    for start in range(0, n, batch):
+        conn.write(b"".join(prefix + pack(i) + suffix for i in range(start, min(n, start + batch))))
+        await conn.drain()
+    return await _sync_depth(ch, q, n, time.monotonic() + 120)
+
+
+async def _round_trip(ch: Channel, q: str) -> int:
+    """A passive queue.declare on ``ch``: its reply comes after the broker has handled
+    every frame written before it on that connection. Returns the queue's message count."""
+    return (await ch.queue_declare(q, passive=True)).message_count
+
+
+async def wl_nack_heavy(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
+    """Requeue loop: ``nack_messages`` 100 B messages, each id-stamped; one consumer
+    (prefetch ``prefetch``) answers the first ``nack_rejects`` (2) deliveries of every
+    message with ``basic.nack(multiple=False, requeue=True)`` and acks the next one
+    (``multiple=True`` every ``ack_every``). Rows: acked messages/s and deliveries/s
+    (same window: CPU/msg is per acked message and per delivery)."""
+    q = _name("nack")
+    n = min(s.nack_messages, s.messages)
+    conn, ch = await _open(broker)
+    try:
+        await ch.queue_declare(q)
+        depth = await _fill_with_ids(conn, ch, q, n, s.body_size, s.batch)
+        if depth < n:
+            raise RuntimeError(f"only {depth} of {n} messages enqueued")
+        cch = await conn.channel()
+        await cch.qos(s.prefetch)
+        await asyncio.sleep(0.5)  # let the broker settle after the fill
+        meter.start()
+        tag = await cch.consume_settling(q, n, s.nack_rejects, requeue=True, method="nack",
+                                         ack_every=s.ack_every)
+        done = await _wait_until(lambda: cch.acked >= n, [conn], time.monotonic() + s.seconds)
+        cch.ack_pending()
+        left = await _round_trip(ch, q)
+        meter.stop()
+        acked, deliveries = cch.acked, cch.delivered
+        await cch.cancel(tag)
+        extra = {"nacks": cch.rejected, "deliveries": deliveries, "completed": done,
+                 "left_in_queue": left, "prefilled": depth}
+        return [Row("nack-heavy acked", acked, meter.seconds, extra),
+                Row("nack-heavy deliveries", deliveries, meter.seconds, {"acked": acked, **extra})]
+    finally:
+        await _close(conn)
+        await _cleanup(broker, [q])
+
+
+async def _delayed(broker: Broker, s: Settings, meter: Meter, native: bool, label: str) -> list[Row]:
+    """Reject-once-then-ack with a ``redelivery_delay`` ms wait between the two deliveries.
+
+    ``native`` (leveret only): the queue has ``x-redelivery-delay``; the consumer rejects
+    with requeue=true and leveret holds the message as a delayed redelivery. Otherwise,
+    RabbitMQ's retry pattern: the work queue dead-letters (default exchange) to a retry
+    queue with ``x-message-ttl`` = delay, which dead-letters back to the work queue; the
+    consumer rejects with requeue=false.
+    """
+    n = min(s.delayed_messages, s.messages)
+    q = _name("delayed")
+    retry = f"{q}-retry"
+    conn, ch = await _open(broker)
+    info: dict = {}
+    sampler = None
+    try:
+        if native:
+            await ch.queue_declare(q, arguments={"x-redelivery-delay": s.redelivery_delay})
+        else:
+            await ch.queue_declare(retry, arguments={"x-message-ttl": s.redelivery_delay,
+                                                     "x-dead-letter-exchange": "",
+                                                     "x-dead-letter-routing-key": q})
+            await ch.queue_declare(q, arguments={"x-dead-letter-exchange": "",
+                                                 "x-dead-letter-routing-key": retry})
+        depth = await _fill_with_ids(conn, ch, q, n, s.body_size, s.batch)
+        if depth < n:
+            raise RuntimeError(f"only {depth} of {n} messages enqueued")
+        cconn, cch = await _open(broker)
+        try:
+            await cch.qos(s.prefetch)
+            await asyncio.sleep(1.0)  # let the broker settle after the fill
+            rss_full = broker.rss_bytes()
+            sampler = asyncio.ensure_future(_rss_sampler(broker, info, 0.1))
+            meter.start()
+            t0 = time.perf_counter()
+            cpu0 = broker.cpu_seconds()
+            gen0 = Meter._own_cpu()
+            tag = await cch.consume_settling(q, n, 1, requeue=native, method="reject", ack_every=s.ack_every)
+            deadline = time.monotonic() + s.seconds + s.grace + s.redelivery_delay / 1000
+            if not await _wait_until(lambda: cch.rejected >= n, [cconn], deadline):
+                raise TimeoutError(f"only {cch.rejected} of {n} rejected")
+            t_reject = time.perf_counter() - t0
+            cpu_reject = broker.cpu_seconds() - cpu0
+            gen_reject = Meter._own_cpu() - gen0
+            rss_held = broker.rss_bytes()
+            held_at_end = cch.rejected - cch.returned
+            if not await _wait_until(lambda: cch.acked >= n, [cconn], deadline):
+                raise TimeoutError(f"only {cch.acked} of {n} acked")
+            cch.ack_pending()
+            left = await _round_trip(cch, q)
+            meter.stop()
+            t_all = time.perf_counter() - t0
+            sampler.cancel()
+            await cch.cancel(tag)
+        finally:
+            await _close(cconn)
+        mb = 2**20
+        extra = {
+            "section": REDELIVERY_SECTION, "mode": "x-redelivery-delay" if native else "dlx+ttl retry queue",
+            "delay_ms": s.redelivery_delay, "rejected": cch.rejected, "deliveries": cch.delivered,
+            "left_in_queue": left,
+            "reject_s": round(t_reject, 3), "reject_msg_per_s": round(n / t_reject, 1),
+            "reject_cpu_us_per_msg": round(cpu_reject / n * 1e6, 2),
+            "reject_broker_cpu_pct": round(100 * cpu_reject / t_reject, 1),
+            "reject_loadgen_cpu_pct": round(100 * gen_reject / t_reject, 1),
+            "total_s": round(t_all, 3), "after_reject_s": round(t_all - t_reject, 3),
+            "held_at_reject_end": held_at_end, "held_peak": cch.held_peak,
+            "rss_full_mb": round(rss_full / mb, 1), "rss_held_mb": round(rss_held / mb, 1),
+            "peak_rss_mb": round(info.get("peak_rss", 0) / mb, 1),
+            "rss_held_growth_bytes_per_msg": round((rss_held - rss_full) / max(1, held_at_end), 1),
+        }
+        return [Row(label, cch.acked, t_all, extra)]
+    finally:
+        if sampler is not None:
+            sampler.cancel()
+        await _close(conn)
+        await _cleanup(broker, [q, retry] if not native else [q])
+
+
+async def wl_delayed_redeliveries(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
+    """``delayed_messages`` are rejected once each and acked on redelivery ``redelivery_delay``
+    ms later: leveret's ``x-redelivery-delay``, RabbitMQ's dead-letter + TTL retry queue."""
+    return await _delayed(broker, s, meter, broker.name == "leveret", "delayed-redeliveries")
+
+
+async def wl_delayed_redeliveries_dlx(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
+    """Like ``delayed-redeliveries``, but the dead-letter + TTL retry queue on both brokers."""
+    return await _delayed(broker, s, meter, False, "delayed-redeliveries dlx")
+
+
 # ------------------------------------------------------- backlog and recovery
 BACKLOG_SECTION = "backlog"  # Row.extra["section"]: shown in their own table, not the main one
 
@@ -644,6 +798,8 @@ WORKLOADS: dict[str, Workload] = {
     "fanout": wl_fanout,
     "confirm-100b": wl_confirm_100b,
     "confirm-4k": wl_confirm_4k,
+    "nack-heavy": wl_nack_heavy,
+    "delayed-redeliveries": wl_delayed_redeliveries,
 }
 
 # Opt-in (not in "all"): long-running, memory and disk heavy.
@@ -651,11 +807,13 @@ EXTRA_WORKLOADS: dict[str, Workload] = {
     "backlog": wl_backlog,
     "backlog-default": wl_backlog_default,
     "recovery": wl_recovery,
+    "delayed-redeliveries-dlx": wl_delayed_redeliveries_dlx,
 }
 
 ALIASES: dict[str, list[str]] = {
     "a": ["publish"], "b": ["consume"], "c": ["pubsub", "latency"], "d": ["fanout"],
     "e": ["confirm-100b", "confirm-4k"], "confirm": ["confirm-100b", "confirm-4k"],
+    "f": ["nack-heavy", "delayed-redeliveries"], "redelivery": ["nack-heavy", "delayed-redeliveries"],
     "all": list(WORKLOADS),
 }
 WORKLOADS.update(EXTRA_WORKLOADS)  # selectable by name; "all" stays the list above
