@@ -85,7 +85,7 @@ def resolve_workloads(spec: str) -> list[str]:
     for part in (x.strip().lower() for x in spec.split(",") if x.strip()):
         expanded = ALIASES.get(part) or ([part] if part in WORKLOADS else None)
         if expanded is None:
-            raise SystemExit(f"unknown workload {part!r}; choose from {', '.join(WORKLOADS)} or a-e")
+            raise SystemExit(f"unknown workload {part!r}; choose from {', '.join(WORKLOADS)} or a-f")
         names.extend(n for n in expanded if n not in names)
     return names
 

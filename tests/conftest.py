@@ -4,45 +4,13 @@ leveret's own pytest plugin; ``server_process`` runs ``leveret server`` as a sub
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pika
 import pytest
 
-
-class ServerProcess:
-    """A ``leveret server`` subprocess; ``port`` parsed from its ready line."""
-
-    def __init__(self, data_dir: Path, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--amqp-port", "0",
-             "--data-dir", str(data_dir), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        match = re.match(r"leveret ready: amqp://([\d.]+):(\d+)", line)
-        if not match:
-            self.proc.kill()
-            raise RuntimeError(f"no ready line: {line!r} {self.proc.stderr.read()}")
-        self.host, self.port = match.group(1), int(match.group(2))
-        self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
-        self.http_url = None
-        if "--http-port" in args:  # the management API's line follows the ready line
-            line = self.proc.stdout.readline()
-            self.http_url = line.split()[-1].removesuffix("/api/")
-
-    def terminate(self, timeout: float = 10) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+from servers import ServerProcess
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from pika.exceptions import (
 )
 
 import leveret
-from conftest import ServerProcess
+from servers import ServerProcess
 
 LEVERET = [sys.executable, "-m", "leveret"]
 READY = re.compile(r"leveret ready: amqp://([\d.]+):(\d+)$")
@@ -121,7 +121,7 @@ def test_signal_closes_connections_with_320_and_exits_0(server_process, signum):
     assert info.value.reply_code == 320
     assert "CONNECTION_FORCED" in info.value.reply_text
     assert server_process.proc.wait(10) == 0
-    assert "shutting down" in server_process.proc.stderr.read()
+    assert "shutting down" in server_process.log_path.read_text()
 
 
 def test_signal_with_no_clients_exits_0(server_process):

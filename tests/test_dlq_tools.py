@@ -14,7 +14,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from conftest import ServerProcess
+from servers import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))

@@ -25,7 +25,7 @@ import leveret
 from leveret.core.policy import Policy
 from leveret.server.broker import BlockingBroker
 
-from conftest import ServerProcess
+from servers import ServerProcess
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 TRANSIENT = pika.BasicProperties(delivery_mode=1)

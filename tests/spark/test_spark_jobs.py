@@ -8,7 +8,7 @@ import sys
 
 import pika
 import pytest
-from conftest import drain
+from spark_support import drain
 
 from leveret.spark.amqp import Client
 from leveret.spark.jobs import archive, dlq_replay, dlq_report

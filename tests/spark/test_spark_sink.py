@@ -8,7 +8,7 @@ import time
 
 import pika
 import pytest
-from conftest import drain  # tests/spark/conftest.py (rootdir-relative import)
+from spark_support import drain
 
 pytestmark = pytest.mark.timeout(180)
 

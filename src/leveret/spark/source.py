@@ -715,10 +715,11 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         self._rpc = _RPC(config)
         self._target: int | None = None
         self._initial: dict | None = None
+        self._acked = 0  # leases below this are acknowledged (queues)
 
     def __getstate__(self) -> dict:
         return {"config": self.config, "_rpc": _RPC(self.config), "_target": self._target,
-                "_initial": self._initial}
+                "_initial": self._initial, "_acked": self._acked}
 
     def _key(self) -> str:
         return "offset" if self.config.stream else "seq"
@@ -765,6 +766,16 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
             if cap is not None:
                 end = min(end, begin + cap)
             return {"offset": max(begin, end)}
+        # Spark plans a batch only after the previous one is in the commit log, so the
+        # leases below ``begin`` are done: ack them now rather than wait for commit(),
+        # which Spark calls only when it plans another batch with data (never for the
+        # last batch of an availableNow run, nor for a restarted query's last batch).
+        # Not for a new query's first offset: leases held below it belong to no batch
+        # of this checkpoint.
+        if self._initial is None or begin != int(self._initial["seq"]):
+            if begin > self._acked:
+                self._rpc.call("lease.ack", queue=c.queue, group=c.group, upto=begin - 1)
+                self._acked = begin
         want = cap if cap is not None else (c.max_per_trigger or 10_000)
         if self._target is not None:  # available-now: what was ready at the start
             want = min(want, self._target)
@@ -790,8 +801,9 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         c = self.config
         if c.queue:
             upto = int(end["seq"]) - 1
-            if upto >= 0:
+            if upto >= 0 and upto >= self._acked:
                 self._rpc.call("lease.ack", queue=c.queue, group=c.group, upto=upto)
+                self._acked = upto + 1
 
     def stop(self) -> None:
         self._rpc.close()

@@ -1,0 +1,45 @@
+"""``leveret server`` as a subprocess, for tests that need a real process (signals,
+restarts, kill -9)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+
+class ServerProcess:
+    """A ``leveret server`` subprocess; ``port`` parsed from its ready line."""
+
+    def __init__(self, data_dir: Path, *args: str) -> None:
+        # The log goes to a file: an unread pipe would block a chatty broker.
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        self._log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "leveret", "server", "--amqp-port", "0",
+             "--data-dir", str(data_dir), *args],
+            stdout=subprocess.PIPE, stderr=self._log, text=True)
+        line = self.proc.stdout.readline()
+        match = re.match(r"leveret ready: amqp://([\d.]+):(\d+)", line)
+        if not match:
+            self.proc.kill()
+            raise RuntimeError(f"no ready line: {line!r} {self.log_path.read_text()}")
+        self.host, self.port = match.group(1), int(match.group(2))
+        self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+        self.http_url = None
+        if "--http-port" in args:  # the management API's line follows the ready line
+            line = self.proc.stdout.readline()
+            self.http_url = line.split()[-1].removesuffix("/api/")
+
+    def terminate(self, timeout: float = 10) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
