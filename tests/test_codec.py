@@ -33,6 +33,15 @@ def test_ack_decodes_like_pamqp(tag, multiple):
     assert dict(decode_method(payload(method))) == dict(method)
 
 
+@settings(max_examples=100, deadline=None)
+@given(tag=st.integers(0, 2**63 - 1), multiple=st.booleans(), requeue=st.booleans())
+def test_nack_and_reject_decode_like_pamqp(tag, multiple, requeue):
+    for method in (commands.Basic.Nack(delivery_tag=tag, multiple=multiple, requeue=requeue),
+                   commands.Basic.Reject(delivery_tag=tag, requeue=requeue)):
+        decoded = decode_method(payload(method))
+        assert type(decoded) is type(method) and dict(decoded) == dict(method)
+
+
 @settings(max_examples=200, deadline=None)
 @given(channel=st.integers(1, 65535), consumer_tag=short, tag=st.integers(1, 2**63 - 1),
        redelivered=st.booleans(), exchange=exchange_name, routing_key=short)

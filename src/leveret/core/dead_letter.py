@@ -121,6 +121,20 @@ def with_death(message: Message, queue: str, reason: str, now: float,
                    field_table.with_headers(bare.header, dict(sorted(headers.items()))), bare.body)
 
 
+def death_history(message: Message) -> list[dict]:
+    """The ``x-death`` entries as ``{"queue", "reason"}``, read from the raw header
+    (decoding all properties would also keep them cached on a queued message)."""
+    offset = field_table.headers_offset(message.header)
+    if offset is None:
+        return []
+    deaths = field_table.decode_table(message.header, offset)[0].get("x-death")
+    if deaths is None or deaths[0] != "A":
+        return []
+    return [{"queue": field_table.text(item[1].get("queue")),
+             "reason": field_table.text(item[1].get("reason"))}
+            for item in deaths[1] if item[0] == "F"]
+
+
 def is_cycle(target: str, deaths: list) -> bool:
     """RabbitMQ's rule: reaching a queue that is already in the death history, with no
     ``rejected`` death on the way, is a cycle."""
@@ -144,9 +158,9 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
         if exchange is not None:  # a missing DLX drops the message, as in RabbitMQ
             dead = with_death(message, queue.name, reason, now,
                               routing_key=config.routing_key, exchange=config.exchange)
-            deaths = dead.properties.headers["x-death"]
             targets = vhost.route(exchange, dead)
-            if reason != "rejected":
+            if reason != "rejected" and targets:
+                deaths = death_history(dead)
                 targets = [q for q in targets if not is_cycle(q.name, deaths)]
             for destination in targets:
                 destination.enqueue(dead)

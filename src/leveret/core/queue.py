@@ -109,6 +109,7 @@ class Queue:
         self._delayed_count = 0
         self._expiring: list[tuple[float, int, QueuedMessage]] = []
         self._timers: dict[str, Timer] = {}
+        self._due: dict[str, float] = {}  # when each armed timer fires (epoch seconds)
         self._had_consumer = False
         self._next_seq = 0
         self._last_used = vhost.clock.time()
@@ -361,7 +362,10 @@ class Queue:
                     back.append(entry)
         if self._delayed:  # replace: a new entry may be due before the armed timer
             self._arm("redelivery", self._delayed[0][0] - now, self._redeliver_due, True)
-        self._put_back(back)
+        if back:
+            self._put_back(back)
+        else:  # the consumers' prefetch windows have room now
+            self.drain()
 
     def _put_back(self, entries: list[QueuedMessage]) -> None:
         if not entries:
@@ -449,12 +453,15 @@ class Queue:
 
     # -- timers ---------------------------------------------------------------------
     def _arm(self, name: str, delay: float, callback: Any, replace: bool = False) -> None:
+        """Set timer ``name``; with ``replace``, an armed one is moved earlier (only)."""
+        due = self.vhost.clock.time() + delay
         timer = self._timers.get(name)
         if timer is not None:
-            if not replace:
+            if not replace or self._due[name] <= due:
                 return
             timer.cancel()
         self._timers[name] = self.vhost.clock.call_later(delay, callback)
+        self._due[name] = due
 
     def _check_unused(self) -> None:
         """x-expires: delete the queue once unused (no consumers, no get, no

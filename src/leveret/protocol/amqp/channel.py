@@ -393,10 +393,12 @@ class Channel:
         """ack (requeue None), requeue (True) or discard (False) taken deliveries."""
         if requeue is None:
             for _, queue, entry, _ in taken:
-                if entry.store_id and queue is not None:
+                if queue is not None:
                     queue.ack(entry)
         elif requeue:
-            self._requeue(taken)
+            self._requeue(taken)  # the queues drain themselves
+            if not self.global_prefetch:
+                return
         else:
             for _, queue, entry, _ in taken:
                 if queue is not None:
