@@ -98,10 +98,10 @@ def handle(vhost: VirtualHost, request: Message, owner: Any) -> Message | None:
         if not isinstance(body, dict):
             raise APIError("the request body must be a JSON object")
         reply = {"ok": True, **operation(vhost, body, owner)}
-    except (APIError, json.JSONDecodeError, ValueError, TypeError) as exc:
-        reply = {"ok": False, "error": str(exc)}
     except AMQPError as exc:
         reply = {"ok": False, "error": exc.reply_text, "code": exc.reply_code}
+    except Exception as exc:  # noqa: BLE001 - any bad request is answered, never fatal
+        reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if not properties.reply_to:
         return None
     return Message.build("", properties.reply_to, json.dumps(reply).encode(), Properties(

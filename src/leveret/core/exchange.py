@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import COMMAND_INVALID, ConnectionError
+from .errors import COMMAND_INVALID, ConnectionError, precondition_failed
 from .message import Message
 from .topic import TopicTrie
 
@@ -159,6 +159,19 @@ class HeadersExchange(Exchange):
         headers = (message.properties.headers or {}) if message.has_headers else {}
         return list(dict.fromkeys(b.destination for b in self.bindings.values()
                                   if headers_match(b.arguments, headers)))
+
+
+X_MATCH = ("all", "any", "all-with-x", "any-with-x")
+
+
+def check_x_match(arguments: dict) -> None:
+    """406 for a headers binding whose ``x-match`` is not one of X_MATCH, as RabbitMQ."""
+    mode = arguments.get("x-match", "all")
+    if isinstance(mode, bytes):
+        mode = mode.decode("utf-8", "replace")
+    if mode not in X_MATCH:
+        raise precondition_failed(f"Invalid x-match field value {mode!r}; "
+                                  f"expected all, any, all-with-x, or any-with-x")
 
 
 def headers_match(arguments: dict, headers: dict) -> bool:

@@ -118,7 +118,8 @@ def check_properties(header: bytes) -> None:
             return
         for bit, kind in _PROPERTY_FIELDS:
             if flags & bit:
-                if kind == "s":
+                if kind == "s":  # pamqp (and clients) decode short strings as UTF-8
+                    header[offset + 1:offset + 1 + header[offset]].decode()
                     offset += 1 + header[offset]
                 elif kind == "o":
                     offset += 1

@@ -16,6 +16,7 @@ Every way a message dies goes through :func:`.dead_letter.dead_letter`.
 from __future__ import annotations
 
 import heapq
+import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from ..store import Store
     from .clock import Timer
     from .lease import Lease
+
+log = logging.getLogger("leveret.queue")
 
 PAGE_IN_BATCH = 1000  # messages read from the store at a time
 
@@ -141,14 +144,16 @@ class Queue:
         limit refused it (``x-overflow: reject-publish``), else ACCEPTED."""
         config = self.config
         size = len(message.body)
-        if config.overflow != "drop-head" and self._full(size):
+        if config.overflow != "drop-head" and self._full(1, size):
             if config.overflow == "reject-publish-dlx":
                 dead_letter(self, message, "maxlen")
             return REJECTED
         if self.dedup is not None:
             key = dedup_key(message, config.dedup_header)
             if key is not None and not self.dedup.check_and_add(key):
-                return ACCEPTED  # a duplicate: dropped, yet confirmed
+                # A duplicate: dropped, yet confirmed - once the original is on disk.
+                durable = self.store is not None and self.durable and message.persistent
+                return STORED if durable else ACCEPTED
         self._next_seq += 1
         seq = self._next_seq
         expires_at = self._expiry(message)
@@ -168,26 +173,22 @@ class Queue:
             self._live += 1
             if expires_at:
                 self._watch_expiry(entry)
-        if config.max_length is not None or config.max_length_bytes is not None:
-            while self._full(0) and self.message_count:
-                self._drop_head()
         if self.consumers:
-            self.drain()
+            self.drain()  # a waiting consumer takes it before any length limit applies
+        if config.max_length is not None or config.max_length_bytes is not None:
+            while self._full() and self._live + self._paged:
+                self._drop_head()
         if expires_at and config.message_ttl == 0:
             self._expire_due()  # TTL 0: delivered at once or dead, as RabbitMQ
         return STORED if durable else ACCEPTED
 
-    def _full(self, incoming: int) -> bool:
-        """Over (incoming=0) or, with ``incoming`` bytes more, at the length limit."""
+    def _full(self, adding: int = 0, size: int = 0) -> bool:
+        """Whether ``adding`` more messages of ``size`` bytes in all would put the queue
+        over its length limits (RabbitMQ's will_overflow; ``adding=0``: is it over)."""
         config = self.config
-        if config.max_length is not None:
-            count = self._live + self._paged
-            if count > config.max_length or (incoming and count >= config.max_length):
-                return True
-        if config.max_length_bytes is not None:
-            if self._bytes + incoming > config.max_length_bytes:
-                return True
-        return False
+        if config.max_length is not None and self._live + self._paged + adding > config.max_length:
+            return True
+        return config.max_length_bytes is not None and self._bytes + size > config.max_length_bytes
 
     def _drop_head(self) -> None:
         if not self._live and not self._page_in():
@@ -218,9 +219,13 @@ class Queue:
         self._next_seq = max(self._next_seq, last_seq)
 
     def _page_in(self) -> bool:
-        """Read the next messages of a paged-out tail into memory; False if none."""
-        if not self._paged or self.store is None:
-            return False
+        """Read paged-out messages into memory until some are ready (those that expired
+        on disk die on the way); False if there are none left."""
+        while self._paged and not self._live and self.store is not None:
+            self._page_in_batch()
+        return self._live > 0
+
+    def _page_in_batch(self) -> None:
         batch = min(self.config.max_in_memory, PAGE_IN_BATCH) or 1
         now = self.vhost.clock.time()
         expired = []
@@ -240,11 +245,13 @@ class Queue:
                 else:
                     self._watch_expiry(entry)
         if not self._live:  # the store lost track: do not spin
+            log.error("queue '%s': %d paged-out messages missing from the store",
+                      self.name, self._paged)
             self._paged = 0
+            self._bytes = sum(len(e.message.body) for e in self.ready if e.state == READY)
         for entry in expired:  # expired while paged out: they die now
             self._remove_ready(entry)
             self._die(entry, "expired")
-        return self._live > 0 or self._page_in()
 
     # -- taking messages out --------------------------------------------------------
     def _pop_ready(self) -> QueuedMessage:
@@ -260,12 +267,15 @@ class Queue:
         return entry
 
     def _remove_ready(self, entry: QueuedMessage) -> None:
-        """Take a READY entry out of the middle of ``ready`` (it stays as a tombstone)."""
+        """Take a READY entry out of the middle of ``ready`` (it stays as a tombstone,
+        until there are as many tombstones as live entries: then they are swept)."""
         entry.state = GONE
         self._live -= 1
         self._bytes -= len(entry.message.body)
         if not self._live:
             self.ready.clear()
+        elif len(self.ready) > 2 * self._live + 64:
+            self.ready = deque(e for e in self.ready if e.state == READY)
 
     def _take(self) -> QueuedMessage:
         """Pop the head message for a delivery, counting it (also in the store)."""
@@ -330,8 +340,12 @@ class Queue:
         self._die(entry, reason)
 
     def _die(self, entry: QueuedMessage, reason: str) -> None:
-        if not self.deleted:
-            dead_letter(self, entry.message, reason)
+        try:
+            if not self.deleted:
+                dead_letter(self, entry.message, reason)
+        except Exception:  # a message that cannot be dead-lettered must not stop the queue
+            log.exception("queue '%s': dead-lettering a message (%s) failed; it is dropped",
+                          self.name, reason)
         self.ack(entry)
 
     def requeue(self, entries: list[QueuedMessage]) -> None:
@@ -434,6 +448,9 @@ class Queue:
 
     def _watch_expiry(self, entry: QueuedMessage) -> None:
         heap = self._expiring
+        if len(heap) > 2 * (self._live + self.unacked_count) + 64:  # drop settled ones
+            heap[:] = [item for item in heap if item[2].state in (READY, UNACKED, DELAYED)]
+            heapq.heapify(heap)
         if not heap or entry.expires_at < heap[0][0]:
             self._arm("ttl", entry.expires_at - self.vhost.clock.time(), self._expire_due, True)
         heapq.heappush(heap, (entry.expires_at, entry.seq, entry))

@@ -16,7 +16,7 @@ from .errors import access_refused, not_found, precondition_failed, resource_loc
 from .definitions import binding_definition, binding_name, exchange_definition, queue_definition
 from .clock import Clock, LoopClock
 from .dead_letter import EVENT_EXCHANGE
-from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, exchange_class
+from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, check_x_match, exchange_class
 from .policy import Policy, matching
 from .message import Message
 from .queue import Queue
@@ -232,6 +232,8 @@ class VirtualHost:
         """queue.bind / exchange.bind; binding twice is a no-op."""
         source = self._bindable(source_name)
         binding = Binding(source, destination, routing_key, dict(arguments or {}))
+        if source.type == "headers":
+            check_x_match(binding.arguments)
         if not source.add_binding(binding):
             return
         if isinstance(destination, Queue):

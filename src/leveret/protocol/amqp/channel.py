@@ -182,10 +182,13 @@ class Channel:
         self.consumers.clear()
         if self.reply_to_key is not None:
             self.vhost.reply_consumers.pop(self.reply_to_key, None)
+        # Acks of an uncommitted transaction never happened: those messages come back too.
+        uncommitted = [item for action, args in self.tx or () if action == self._settle
+                       for item in args[0]]
         self.tx = None
         self._publish = None
         unacked, self.unacked = self.unacked, OrderedDict()
-        self._requeue([(tag, *item) for tag, item in unacked.items()])
+        self._requeue([(tag, *item) for tag, item in unacked.items()] + uncommitted)
 
     # -- exchanges ------------------------------------------------------------------
     def _exchange_declare(self, m: Exchange.Declare) -> None:
@@ -338,12 +341,12 @@ class Channel:
         """basic.deliver one message to ``consumer`` (called by the queue)."""
         self.delivery_tag += 1
         tag = self.delivery_tag
+        message = entry.message if queue is None else queue.message_for_delivery(entry)
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
         elif queue is not None:  # no_ack: delivered means acknowledged
             queue.ack(entry)
-        message = entry.message if queue is None else queue.message_for_delivery(entry)
         connection = self.connection
         parts = encode_content(self.number, message.header, message.body, connection.frame_max)
         parts.insert(0, encode_deliver(self.number, consumer.encoded_tag, tag, entry.redelivered,
@@ -357,11 +360,11 @@ class Channel:
             self.send_method(Basic.GetEmpty())
             return
         self.delivery_tag += 1
+        message = queue.message_for_delivery(entry)
         if not m.no_ack:
             self.unacked[self.delivery_tag] = (queue, entry, None)
         else:  # no_ack: delivered means acknowledged
             queue.ack(entry)
-        message = queue.message_for_delivery(entry)
         self._send_content(Basic.GetOk(self.delivery_tag, entry.redelivered, message.exchange,
                                        message.routing_key, queue.message_count), message)
 

@@ -122,7 +122,8 @@ class Connection:
         self._flush_requested = False
         if self.confirms_pending:
             for channel in self.confirms_pending:
-                channel.flush_confirms()
+                if self.channels.get(channel.number) is channel and not channel.closing:
+                    channel.flush_confirms()
             self.confirms_pending.clear()
         if self._out and self.state != "closed":
             self.transport.write(b"".join(self._out))
