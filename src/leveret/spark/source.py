@@ -751,11 +751,6 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
             self._target = ok.message_count if ok else 0
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        r = self._latestOffset(start, limit)
-        open("/tmp/lev_debug.log", "a").write(f"latest {start} {limit} target={self._target} init={self._initial} -> {r}\n")
-        return r
-
-    def _latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         c = self.config
         key = self._key()
         begin = int((start or self.initialOffset())[key])
@@ -803,7 +798,6 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         return read_partition(self.config, partition)
 
     def commit(self, end: dict) -> None:
-        open("/tmp/lev_debug.log", "a").write(f"commit {end}\n")
         c = self.config
         if c.queue:
             upto = int(end["seq"]) - 1
