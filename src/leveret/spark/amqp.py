@@ -15,6 +15,7 @@ raises :class:`ChannelError` and the next operation opens a fresh channel.
 from __future__ import annotations
 
 import collections
+import datetime
 import json
 import socket
 import struct
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pamqp import commands, frame, header, heartbeat
+from pamqp import commands, decode, frame, header, heartbeat
 from pamqp.body import ContentBody
 
 __all__ = ["AMQPError", "ChannelError", "Client", "ConnectionError_", "Delivery",
@@ -33,6 +34,174 @@ __all__ = ["AMQPError", "ChannelError", "Client", "ConnectionError_", "Delivery"
 
 _FRAME_END = 0xCE
 _SEND_CHUNK = 256 * 1024
+
+
+# -- hot-path frame decoding ----------------------------------------------------------
+# basic.deliver, content headers and content bodies are decoded here by hand, straight
+# out of the receive buffer: pamqp's generic unmarshalling costs most of a reader's
+# time. The objects made are the same pamqp classes with the same attribute values
+# pamqp would give. Anything unusual (a malformed frame, more than one property flag
+# word) is left to pamqp, so errors are pamqp's too.
+
+_U32 = struct.Struct(">I").unpack_from
+_I64 = struct.Struct(">q").unpack_from
+_U64 = struct.Struct(">Q").unpack_from
+_FRAME_HEAD = struct.Struct(">BHI").unpack_from
+_CONTENT_HEAD = struct.Struct(">HHQH").unpack_from
+_DELIVER_INDEX = commands.Basic.Deliver.index  # 0x003C003C
+_Deliver = commands.Basic.Deliver
+_Properties = commands.Basic.Properties
+_ContentHeader = header.ContentHeader
+_new = object.__new__
+_UTC = datetime.UTC
+_fromtimestamp = datetime.datetime.fromtimestamp
+_field_table = decode.field_table
+
+
+class _Malformed(ValueError):
+    """The fast decoder cannot decode this frame (pamqp then decides)."""
+
+
+def decode_deliver(buf: bytes | bytearray, pos: int, end: int) -> commands.Basic.Deliver:
+    """basic.deliver's arguments in ``buf[pos:end]`` (after the class and method ids)."""
+    n = buf[pos]
+    pos += 1
+    consumer_tag = str(buf[pos:pos + n], "utf-8")
+    pos += n
+    delivery_tag = _I64(buf, pos)[0]
+    redelivered = (buf[pos + 8] & 1) != 0
+    n = buf[pos + 9]
+    pos += 10
+    exchange = str(buf[pos:pos + n], "utf-8")
+    pos += n
+    n = buf[pos]
+    pos += 1
+    routing_key = str(buf[pos:pos + n], "utf-8")
+    if pos + n > end:
+        raise _Malformed("basic.deliver is truncated")
+    d = _new(_Deliver)
+    d.consumer_tag = consumer_tag
+    d.delivery_tag = delivery_tag
+    d.redelivered = redelivered
+    d.exchange = exchange
+    d.routing_key = routing_key
+    return d
+
+
+def decode_content_header(buf: bytes | bytearray, pos: int, end: int) -> header.ContentHeader:
+    """A content header frame's payload ``buf[pos:end]``."""
+    if pos + 14 > end:
+        raise _Malformed("content header is truncated")
+    class_id, weight, body_size, flags = _CONTENT_HEAD(buf, pos)
+    if flags & 1:
+        raise _Malformed("more than one property flag word")
+    pos += 14
+    content_type = content_encoding = headers = delivery_mode = priority = None
+    correlation_id = reply_to = expiration = message_id = timestamp = None
+    message_type = user_id = app_id = None
+    cluster_id = ""
+    if flags:
+        if flags & 0x8000:
+            n = buf[pos]
+            content_type = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            pos += 1 + n
+        if flags & 0x4000:
+            n = buf[pos]
+            content_encoding = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            pos += 1 + n
+        if flags & 0x2000:
+            if pos + 4 > end:
+                raise _Malformed("headers are truncated")
+            n, headers = _field_table(bytes(buf[pos:end]))
+            pos += n
+        if flags & 0x1000:
+            delivery_mode = buf[pos]
+            pos += 1
+        if flags & 0x0800:
+            priority = buf[pos]
+            pos += 1
+        if flags & 0x0400:
+            n = buf[pos]
+            correlation_id = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            pos += 1 + n
+        if flags & 0x0200:
+            n = buf[pos]
+            reply_to = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            pos += 1 + n
+        if flags & 0x0100:
+            n = buf[pos]
+            expiration = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            pos += 1 + n
+        if flags & 0x0080:
+            n = buf[pos]
+            message_id = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            pos += 1 + n
+        if flags & 0x0040:
+            if pos + 8 > end:
+                raise _Malformed("timestamp is truncated")
+            ts = _U64(buf, pos)[0]
+            if ts > 0xFFFFFFFF:  # as pamqp: above the year 2106 it is milliseconds
+                ts /= 1000.0
+            timestamp = _fromtimestamp(ts, tz=_UTC)
+            pos += 8
+        if flags & 0x0020:
+            n = buf[pos]
+            message_type = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            pos += 1 + n
+        if flags & 0x0010:
+            n = buf[pos]
+            user_id = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            pos += 1 + n
+        if flags & 0x0008:
+            n = buf[pos]
+            app_id = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            pos += 1 + n
+        if flags & 0x0004:
+            n = buf[pos]
+            cluster_id = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            pos += 1 + n
+        if pos > end:
+            raise _Malformed("content header is truncated")
+    p = _new(_Properties)
+    p.content_type = content_type
+    p.content_encoding = content_encoding
+    p.headers = headers
+    p.delivery_mode = delivery_mode
+    p.priority = priority
+    p.correlation_id = correlation_id
+    p.reply_to = reply_to
+    p.expiration = expiration
+    p.message_id = message_id
+    p.timestamp = timestamp
+    p.message_type = message_type
+    p.user_id = user_id
+    p.app_id = app_id
+    p.cluster_id = cluster_id
+    h = _new(_ContentHeader)
+    h.class_id = class_id
+    h.weight = weight
+    h.body_size = body_size
+    h.properties = p
+    return h
+
+
+def decode_frame(buf: bytes | bytearray) -> tuple[int, Any]:
+    """(channel, value) of the complete frame at the start of ``buf``, as
+    ``pamqp.frame.unmarshal`` would give them."""
+    ftype, channel, size = _FRAME_HEAD(buf, 0)
+    end = size + 7
+    if size and buf[end] == _FRAME_END and buf[0:4] != b"AMQP":
+        try:
+            if ftype == 3:
+                return channel, ContentBody(bytes(buf[7:end]))
+            if ftype == 2:
+                return channel, decode_content_header(buf, 7, end)
+            if ftype == 1 and size >= 4 and _U32(buf, 7)[0] == _DELIVER_INDEX:
+                return channel, decode_deliver(buf, 11, end)
+        except Exception:  # noqa: BLE001 - pamqp decodes (or rejects) it below
+            pass
+    _, channel, value = frame.unmarshal(bytes(buf[:end + 1]))
+    return channel, value
 
 
 class AMQPError(RuntimeError):
@@ -235,10 +404,10 @@ class Client:
             if len(buf) >= 7:
                 size = struct.unpack_from(">I", buf, 3)[0]
                 if len(buf) >= size + 8:
-                    raw = bytes(buf[:size + 8])
-                    del buf[:size + 8]
-                    _, channel, value = frame.unmarshal(raw)
-                    return channel, value
+                    try:
+                        return decode_frame(buf)
+                    finally:
+                        del buf[:size + 8]
             self._flush()
             try:
                 self._sock.settimeout(self.timeout if timeout is None else timeout)
