@@ -33,7 +33,10 @@ def main() -> None:
 
     from leveret.spark import register
 
-    spark = (SparkSession.builder.master("local[2]").appName("leveret-crash")
+    # local[2,4]: failed tasks are retried, as on a cluster. Two queries starting at
+    # once in one JVM now and then fail a task deserialising it (OptionalDataException);
+    # the retry reads the same offsets / lease range, and the sink's ids make it idempotent.
+    spark = (SparkSession.builder.master("local[2,4]").appName("leveret-crash")
              .config("spark.driver.memory", "512m")
              # a short-lived JVM: the C1 compiler alone halves the start-up time
              .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")

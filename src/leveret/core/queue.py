@@ -8,7 +8,7 @@ redelivery policy (:mod:`.redelivery`).
 
 Also here, with RabbitMQ's semantics unless noted: message TTL (``x-message-ttl`` and
 the ``expiration`` property, the lower wins; unlike RabbitMQ a message expires when due
-even if it is not at the head), ``x-expires``, length limits (``x-max-length``,
+even if it is not at the head - one paged out to the store, when it is read back), ``x-expires``, length limits (``x-max-length``,
 ``x-max-length-bytes`` with ``x-overflow``), and paging of long backlogs to the store.
 Every way a message dies goes through :func:`.dead_letter.dead_letter`.
 """
