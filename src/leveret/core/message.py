@@ -50,10 +50,6 @@ class Message:
         return cls(exchange, routing_key, header.marshal(), body)
 
     @property
-    def body_size(self) -> int:
-        return len(self.body)
-
-    @property
     def properties(self) -> Properties:
         """The 14 basic properties, decoded on first use (pamqp)."""
         if self._properties is None:
