@@ -88,6 +88,16 @@ def decode_deliver(buf: bytes | bytearray, pos: int, end: int) -> commands.Basic
     return d
 
 
+# The basic properties in flag order (AMQP 0-9-1 §4.2.6.1): flag bit, attribute, wire type.
+_PROPERTY_LAYOUT = tuple(zip(
+    (0x8000 >> i for i in range(14)),
+    ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
+     "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "message_type",
+     "user_id", "app_id", "cluster_id"),
+    "ssToosssstssss"))
+_PROPERTY_NAMES = tuple(name for _, name, _ in _PROPERTY_LAYOUT)
+
+
 def decode_content_header(buf: bytes | bytearray, pos: int, end: int) -> header.ContentHeader:
     """A content header frame's payload ``buf[pos:end]``."""
     if pos + 14 > end:
@@ -96,87 +106,36 @@ def decode_content_header(buf: bytes | bytearray, pos: int, end: int) -> header.
     if flags & 1:
         raise _Malformed("more than one property flag word")
     pos += 14
-    content_type = content_encoding = headers = delivery_mode = priority = None
-    correlation_id = reply_to = expiration = message_id = timestamp = None
-    message_type = user_id = app_id = None
-    cluster_id = ""
-    if flags:
-        if flags & 0x8000:
+    p = _new(_Properties)
+    for name in _PROPERTY_NAMES:
+        setattr(p, name, None)
+    p.cluster_id = ""
+    for flag, name, kind in _PROPERTY_LAYOUT:
+        if not flags & flag:
+            continue
+        if kind == "s":  # short string
             n = buf[pos]
-            content_type = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            value: Any = str(buf[pos + 1:pos + 1 + n], "utf-8")
             pos += 1 + n
-        if flags & 0x4000:
-            n = buf[pos]
-            content_encoding = str(buf[pos + 1:pos + 1 + n], "utf-8")
-            pos += 1 + n
-        if flags & 0x2000:
+        elif kind == "o":  # octet
+            value = buf[pos]
+            pos += 1
+        elif kind == "T":  # field table (pamqp)
             if pos + 4 > end:
                 raise _Malformed("headers are truncated")
-            n, headers = _field_table(bytes(buf[pos:end]))
+            n, value = _field_table(bytes(buf[pos:end]))
             pos += n
-        if flags & 0x1000:
-            delivery_mode = buf[pos]
-            pos += 1
-        if flags & 0x0800:
-            priority = buf[pos]
-            pos += 1
-        if flags & 0x0400:
-            n = buf[pos]
-            correlation_id = str(buf[pos + 1:pos + 1 + n], "utf-8")
-            pos += 1 + n
-        if flags & 0x0200:
-            n = buf[pos]
-            reply_to = str(buf[pos + 1:pos + 1 + n], "utf-8")
-            pos += 1 + n
-        if flags & 0x0100:
-            n = buf[pos]
-            expiration = str(buf[pos + 1:pos + 1 + n], "utf-8")
-            pos += 1 + n
-        if flags & 0x0080:
-            n = buf[pos]
-            message_id = str(buf[pos + 1:pos + 1 + n], "utf-8")
-            pos += 1 + n
-        if flags & 0x0040:
+        else:  # timestamp
             if pos + 8 > end:
                 raise _Malformed("timestamp is truncated")
             ts = _U64(buf, pos)[0]
             if ts > 0xFFFFFFFF:  # as pamqp: above the year 2106 it is milliseconds
                 ts /= 1000.0
-            timestamp = _fromtimestamp(ts, tz=_UTC)
+            value = _fromtimestamp(ts, tz=_UTC)
             pos += 8
-        if flags & 0x0020:
-            n = buf[pos]
-            message_type = str(buf[pos + 1:pos + 1 + n], "utf-8")
-            pos += 1 + n
-        if flags & 0x0010:
-            n = buf[pos]
-            user_id = str(buf[pos + 1:pos + 1 + n], "utf-8")
-            pos += 1 + n
-        if flags & 0x0008:
-            n = buf[pos]
-            app_id = str(buf[pos + 1:pos + 1 + n], "utf-8")
-            pos += 1 + n
-        if flags & 0x0004:
-            n = buf[pos]
-            cluster_id = str(buf[pos + 1:pos + 1 + n], "utf-8")
-            pos += 1 + n
-        if pos > end:
-            raise _Malformed("content header is truncated")
-    p = _new(_Properties)
-    p.content_type = content_type
-    p.content_encoding = content_encoding
-    p.headers = headers
-    p.delivery_mode = delivery_mode
-    p.priority = priority
-    p.correlation_id = correlation_id
-    p.reply_to = reply_to
-    p.expiration = expiration
-    p.message_id = message_id
-    p.timestamp = timestamp
-    p.message_type = message_type
-    p.user_id = user_id
-    p.app_id = app_id
-    p.cluster_id = cluster_id
+        setattr(p, name, value)
+    if pos > end:
+        raise _Malformed("content header is truncated")
     h = _new(_ContentHeader)
     h.class_id = class_id
     h.weight = weight
