@@ -205,8 +205,12 @@ def run(args: argparse.Namespace) -> list[tuple]:
     spark.dataSource.register(ceiling_source())
     url, n, size, parts = server.url, args.rows, args.body_size, args.partitions
     part_size = -(-n // parts)
-    gen = (spark.read.format("benchgen").option("rows", n).option("partitions", parts)
-           .option("bodySize", size))
+
+    def gen(rows: int = n):
+        # a new reader each time: DataFrameReader.option() mutates the reader it is called on
+        return (spark.read.format("benchgen").option("rows", rows).option("partitions", parts)
+                .option("bodySize", size).load())
+
     results = []
     try:
         log(f"filling the stream and the queue with {n:,} messages of {size} B ...")
@@ -216,13 +220,13 @@ def run(args: argparse.Namespace) -> list[tuple]:
         # warm-up: Python workers, the data source, a query of each kind
         aggregate(spark.read.format("leveret").option("url", url).option("stream", "bench.stream")
                   .option("limit", 2000).load())
-        aggregate(gen.option("rows", 2000).load())
+        aggregate(gen(2000))
 
         log("(a) batch read of a stream -> aggregation")
         read = (spark.read.format("leveret").option("url", url).option("stream", "bench.stream")
                 .option("partitionSize", part_size).option("prefetch", args.prefetch))
         t, cpu = timed(server, lambda: aggregate(read.load()))
-        t0, _ = timed(server, lambda: aggregate(gen.load()))
+        t0, _ = timed(server, lambda: aggregate(gen()))
         results.append(("(a) stream batch read -> count/sum", n, t, t0, cpu))
 
         log("(b) streaming read of a queue via leases (availableNow) -> noop")
@@ -253,7 +257,7 @@ def run(args: argparse.Namespace) -> list[tuple]:
 
         with Client(url) as client:
             client.queue_declare("bench.out", durable=True)
-        rows = gen.load().select("body").cache()
+        rows = gen().select("body").cache()
         rows.count()
         t, cpu = timed(server, lambda: rows.write.format("leveret").option("url", url)
                        .option("routingKey", "bench.out").mode("append").save())
