@@ -46,6 +46,7 @@ from pyspark.sql.types import (
 )
 
 from .amqp import AMQPError, ChannelError, Client, ConnectionError_, safe_url
+from .batches import record_batches
 
 __all__ = ["LeveretDataSource", "OptionError", "READ_SCHEMA", "DEFAULT_URL"]
 
@@ -304,8 +305,6 @@ def _header_value(value: Any) -> Any:
 def publish_rows(config: _WriteConfig, rows: Iterator[Any], id_prefix: str) -> int:
     """Publish ``rows`` with publisher confirms; returns when every one is confirmed.
     Raises AMQPError (with the URL) on a nack, a closed channel or a lost connection."""
-    from pamqp.commands import Basic
-
     cols = config.columns
     body_i = cols["body"]
     key_i = cols.get("routing_key")
@@ -343,7 +342,7 @@ def publish_rows(config: _WriteConfig, rows: Iterator[Any], id_prefix: str) -> i
                             _property_value(name, value)
             client.publish(config.exchange if exchange is None else exchange,
                            config.routing_key if key is None else key,
-                           body, Basic.Properties(**fields))
+                           body, fields)
             count += 1
             if client.unconfirmed >= window:
                 client.wait_confirms(low)
@@ -678,8 +677,8 @@ class LeveretBatchReader(DataSourceReader):
             count = min(count, c.limit)
         return [Browse(c.queue, count)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
-        return read_partition(self.config, partition)
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return record_batches(read_partition(self.config, partition))
 
 
 def _resolve_start(starting: str, info: dict) -> int:
@@ -794,8 +793,8 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
             return [StreamRange(c.stream, a, b) for a, b in _split(s, e, c.partition_size)]
         return [LeaseRange(c.queue, c.group, a, b) for a, b in _split(s, e, c.partition_size)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
-        return read_partition(self.config, partition)
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return record_batches(read_partition(self.config, partition))
 
     def commit(self, end: dict) -> None:
         c = self.config
