@@ -7,7 +7,7 @@ number of partitions, so the ratio shows what talking to the broker costs.
 
 (a) batch read of a stream into a Spark aggregation, (b) streaming read of a queue
 through leases (trigger availableNow) into the noop sink, (c) the sink publishing the
-rows (with publisher confirms) to a queue. The broker is a ``leveret server``
+rows (with publisher confirms) to a queue, as persistent and as transient messages. The broker is a ``leveret server``
 subprocess; its CPU time (from /proc/PID/stat) is reported per row. Each case runs
 once after a small warm-up of the same kind; the table goes to stdout, progress to
 stderr.
@@ -83,10 +83,13 @@ def fill(url: str, queue: str, rows: int, body_size: int, stream: bool) -> None:
 # -- the ceiling: the same rows made inside Spark ---------------------------------
 
 def ceiling_source():
-    """A DataSource class ``benchgen``: options rows, partitions, bodySize; rows in the
-    leveret read schema. Its writer drops what it gets."""
+    """A DataSource class ``benchgen``: options rows, partitions, bodySize, arrow; rows in
+    the leveret read schema, as tuples or (arrow=true) as the connector hands them to
+    Spark: Arrow record batches. Its writer drops what it gets (Rows, or Arrow batches
+    with arrow=true, as the connector's sink takes them)."""
     from pyspark.sql.datasource import (
         DataSource,
+        DataSourceArrowWriter,
         DataSourceReader,
         DataSourceStreamReader,
         DataSourceWriter,
@@ -95,19 +98,20 @@ def ceiling_source():
     )
 
     from leveret.spark import READ_SCHEMA
+    from leveret.spark.rows import record_batches
 
     class Range(InputPartition):
         def __init__(self, start: int, end: int) -> None:
             self.start, self.end = start, end
 
-    def make(start: int, end: int, size: int) -> Iterator[tuple]:
+    def make(start: int, end: int, size: int, arrow: bool) -> Iterator:
         import datetime as dt
 
         stamp = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
-        for i in range(start, end):
-            body = f"{i:012d}".encode().ljust(size, b".")
-            yield (body, "", "bench", {}, None, None, "application/octet-stream", stamp, 2,
-                   None, False, 0, i, None, [])
+        rows = ((f"{i:012d}".encode().ljust(size, b"."), "", "bench", {}, None, None,
+                 "application/octet-stream", stamp, 2, None, False, 0, i, None, [])
+                for i in range(start, end))
+        return record_batches(rows) if arrow else rows
 
     def split(rows: int, parts: int) -> list[Range]:
         step = -(-rows // parts)
@@ -118,18 +122,20 @@ def ceiling_source():
             self.rows = int(options["rows"])
             self.parts = int(options["partitions"])
             self.size = int(options["bodySize"])
+            self.arrow = options.get("arrow", "false") == "true"
 
         def partitions(self):
             return split(self.rows, self.parts)
 
         def read(self, partition):
-            return make(partition.start, partition.end, self.size)
+            return make(partition.start, partition.end, self.size, self.arrow)
 
     class StreamReader(DataSourceStreamReader):
         def __init__(self, options: dict) -> None:
             self.rows = int(options["rows"])
             self.parts = int(options["partitions"])
             self.size = int(options["bodySize"])
+            self.arrow = options.get("arrow", "false") == "true"
 
         def initialOffset(self):
             return {"i": 0}
@@ -143,7 +149,7 @@ def ceiling_source():
                 if end["i"] > start["i"] else []
 
         def read(self, partition):
-            return make(partition.start, partition.end, self.size)
+            return make(partition.start, partition.end, self.size, self.arrow)
 
     class Done(WriterCommitMessage):
         pass
@@ -152,6 +158,12 @@ def ceiling_source():
         def write(self, iterator):
             for row in iterator:
                 row[0]
+            return Done()
+
+    class ArrowWriter(DataSourceArrowWriter):
+        def write(self, iterator):
+            for batch in iterator:
+                batch.column(0).to_pylist()
             return Done()
 
     class BenchGen(DataSource):
@@ -169,7 +181,7 @@ def ceiling_source():
             return StreamReader(self.options)
 
         def writer(self, schema, overwrite):
-            return Writer()
+            return ArrowWriter() if self.options.get("arrow") == "true" else Writer()
 
     return BenchGen
 
@@ -190,6 +202,8 @@ def aggregate(df) -> None:
 
 
 def run(args: argparse.Namespace) -> list[tuple]:
+    """[(case, rows, seconds, ceiling seconds (tuples/Rows), ceiling seconds (Arrow),
+    broker CPU seconds)]"""
     from pyspark.sql import SparkSession
 
     from leveret.spark import register
@@ -206,10 +220,14 @@ def run(args: argparse.Namespace) -> list[tuple]:
     url, n, size, parts = server.url, args.rows, args.body_size, args.partitions
     part_size = -(-n // parts)
 
-    def gen(rows: int = n):
+    def gen(arrow: bool, rows: int = n):
         # a new reader each time: DataFrameReader.option() mutates the reader it is called on
         return (spark.read.format("benchgen").option("rows", rows).option("partitions", parts)
-                .option("bodySize", size).load())
+                .option("bodySize", size).option("arrow", str(arrow).lower()).load())
+
+    def ceilings(fn) -> tuple[float, float]:
+        """Seconds of ``fn(arrow)`` for the tuple/Row and the Arrow ceiling."""
+        return timed(server, lambda: fn(False))[0], timed(server, lambda: fn(True))[0]
 
     results = []
     try:
@@ -220,53 +238,61 @@ def run(args: argparse.Namespace) -> list[tuple]:
         # warm-up: Python workers, the data source, a query of each kind
         aggregate(spark.read.format("leveret").option("url", url).option("stream", "bench.stream")
                   .option("limit", 2000).load())
-        aggregate(gen(2000))
+        aggregate(gen(False, 2000))
+        aggregate(gen(True, 2000))
 
         log("(a) batch read of a stream -> aggregation")
         read = (spark.read.format("leveret").option("url", url).option("stream", "bench.stream")
                 .option("partitionSize", part_size).option("prefetch", args.prefetch))
         t, cpu = timed(server, lambda: aggregate(read.load()))
-        t0, _ = timed(server, lambda: aggregate(gen()))
-        results.append(("(a) stream batch read -> count/sum", n, t, t0, cpu))
+        results.append(("(a) stream batch read -> count/sum", n, t,
+                        *ceilings(lambda arrow: aggregate(gen(arrow))), cpu))
 
         log("(b) streaming read of a queue via leases (availableNow) -> noop")
         fill(url, "bench.queue", n, size, stream=False)
 
-        def stream_queue() -> None:
-            q = (spark.readStream.format("leveret").option("url", url)
-                 .option("queue", "bench.queue").option("group", "bench")
-                 .option("maxMessagesPerTrigger", n).option("partitionSize", part_size)
-                 .load().writeStream.format("noop")
-                 .option("checkpointLocation", str(work / "ck-queue"))
-                 .trigger(availableNow=True).start())
-            q.awaitTermination()
+        def noop(df, checkpoint: str) -> None:
+            (df.writeStream.format("noop").option("checkpointLocation", str(work / checkpoint))
+             .trigger(availableNow=True).start().awaitTermination())
 
-        def stream_gen() -> None:
-            q = (spark.readStream.format("benchgen").option("rows", n)
-                 .option("partitions", parts).option("bodySize", size).load()
-                 .writeStream.format("noop").option("checkpointLocation", str(work / "ck-gen"))
-                 .trigger(availableNow=True).start())
-            q.awaitTermination()
-
-        t, cpu = timed(server, stream_queue)
-        t0, _ = timed(server, stream_gen)
-        results.append(("(b) queue stream via leases -> noop", n, t, t0, cpu))
+        t, cpu = timed(server, lambda: noop(
+            spark.readStream.format("leveret").option("url", url).option("queue", "bench.queue")
+            .option("group", "bench").option("maxMessagesPerTrigger", n)
+            .option("partitionSize", part_size).load(), "ck-queue"))
+        results.append(("(b) queue stream via leases -> noop", n, t, *ceilings(lambda arrow: noop(
+            spark.readStream.format("benchgen").option("rows", n).option("partitions", parts)
+            .option("bodySize", size).option("arrow", str(arrow).lower()).load(),
+            f"ck-gen-{arrow}")), cpu))
 
         log("(c) the sink: publish with confirms")
         from leveret.spark.amqp import Client
 
-        with Client(url) as client:
-            client.queue_declare("bench.out", durable=True)
-        rows = gen().select("body").cache()
+        rows = gen(False).select("body").cache()
         rows.count()
-        t, cpu = timed(server, lambda: rows.write.format("leveret").option("url", url)
-                       .option("routingKey", "bench.out").mode("append").save())
-        t0, _ = timed(server, lambda: rows.write.format("benchgen").mode("append").save())
+
+        def sink(queue: str, persistent: str, count: int | None = None) -> None:
+            df = rows if count is None else rows.limit(count)
+            (df.write.format("leveret").option("url", url).option("routingKey", queue)
+             .option("persistent", persistent).mode("append").save())
+
+        def drop(arrow: bool) -> None:
+            rows.write.format("benchgen").option("arrow", str(arrow).lower()).mode("append") \
+                .save()
+
         with Client(url) as client:
-            published = client.queue_exists("bench.out").message_count
-        if published != n:
-            log(f"warning: bench.out has {published:,} messages, expected {n:,}")
-        results.append(("(c) sink -> queue (confirmed)", n, t, t0, cpu))
+            for queue in ("bench.out", "bench.out.transient", "bench.warm.out"):
+                client.queue_declare(queue, durable=True)
+        sink("bench.warm.out", "true", 2000)  # warm-up: the writers' workers
+        rows.limit(2000).write.format("benchgen").mode("append").save()
+        drop_times = ceilings(drop)
+        for queue, persistent, name in (("bench.out", "true", "persistent"),
+                                        ("bench.out.transient", "false", "transient")):
+            t, cpu = timed(server, lambda: sink(queue, persistent))
+            with Client(url) as client:
+                published = client.queue_exists(queue).message_count
+            if published != n:
+                log(f"warning: {queue} has {published:,} messages, expected {n:,}")
+            results.append((f"(c) sink -> queue, {name}, confirmed", n, t, *drop_times, cpu))
     finally:
         spark.stop()
         server.stop()
@@ -277,10 +303,11 @@ def run(args: argparse.Namespace) -> list[tuple]:
 def show(results: list[tuple], args: argparse.Namespace) -> None:
     title = (f"leveret Spark connector: {args.rows:,} rows of {args.body_size} B, "
              f"{args.partitions} partitions, {args.master}, {os.cpu_count()} CPU(s)")
-    header = ["case", "rows/s", "ceiling rows/s", "of ceiling", "seconds",
-              "broker CPU µs/row"]
-    lines = [[name, f"{n / t:,.0f}", f"{n / t0:,.0f}", f"{t0 / t:.0%}", f"{t:.1f}",
-              f"{cpu / n * 1e6:.1f}"] for name, n, t, t0, cpu in results]
+    header = ["case", "rows/s", "ceiling rows/s (tuples)", "of ceiling",
+              "ceiling rows/s (Arrow)", "of Arrow ceiling", "seconds", "broker CPU µs/row"]
+    lines = [[name, f"{n / t:,.0f}", f"{n / t0:,.0f}", f"{t0 / t:.0%}", f"{n / ta:,.0f}",
+              f"{ta / t:.0%}", f"{t:.1f}", f"{cpu / n * 1e6:.1f}"]
+             for name, n, t, t0, ta, cpu in results]
     try:
         from rich.console import Console
         from rich.table import Table
@@ -292,7 +319,7 @@ def show(results: list[tuple], args: argparse.Namespace) -> None:
     table = Table(*header, title=title)
     for line in lines:
         table.add_row(*line)
-    Console().print(table)
+    Console(width=160).print(table)
 
 
 def main(argv: list[str] | None = None) -> int:

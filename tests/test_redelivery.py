@@ -261,6 +261,7 @@ def test_basic_recover_requeues_with_delay(conn, ch):
     recovered = time.monotonic()
     third, fourth = rec.wait(3), rec.wait(4)
     assert_delay(recovered, third["time"], 200)
+    assert_delay(recovered, fourth["time"], 200)
     assert [(e["body"], e["count"]) for e in rec.log] == [("A", 0), ("B", 0), ("A", 1), ("B", 1)]
     ch.basic_ack(0, multiple=True)
 

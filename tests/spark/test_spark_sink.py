@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import time
 
 import pika
 import pytest

@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import precondition_failed
 from .message import Message
-from .queue import ACCEPTED, GONE, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
+from .queue import ACCEPTED, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
 
 IN_MEMORY_TAIL = 10_000  # newest messages kept in memory when there is a store
 READ_BATCH = 1000  # messages read from the store at a time

@@ -13,12 +13,10 @@ write() in reused Python workers. Each process opens its own AMQP connection
 (:class:`leveret.spark.amqp.Client`); nothing holding a socket is pickled.
 """
 
+
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import math
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,147 +28,20 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
-    WriterCommitMessage,
 )
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
 from .amqp import AMQPError, ChannelError, Client, ConnectionError_, safe_url
-from .batches import record_batches
+from .options import COMMON_OPTIONS, DEFAULT_URL, OptionError, Options, connect
+from .rows import READ_SCHEMA, as_int, delivery_row, record_batches
+from .sink import LeveretBatchWriter, LeveretStreamWriter, WriteConfig
 
 __all__ = ["LeveretDataSource", "OptionError", "READ_SCHEMA", "DEFAULT_URL"]
 
-DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
-
-DEATH_TYPE = StructType([
-    StructField("reason", StringType()),
-    StructField("queue", StringType()),
-    StructField("exchange", StringType()),
-    StructField("routing_keys", ArrayType(StringType())),
-    StructField("count", LongType()),
-    StructField("time", TimestampType()),
-])
-
-#: What a read returns (batch or streaming, queue or stream).
-READ_SCHEMA = StructType([
-    StructField("body", BinaryType()),
-    StructField("exchange", StringType()),
-    StructField("routing_key", StringType()),
-    StructField("headers", MapType(StringType(), StringType())),
-    StructField("message_id", StringType()),
-    StructField("correlation_id", StringType()),
-    StructField("content_type", StringType()),
-    StructField("timestamp", TimestampType()),
-    StructField("delivery_mode", IntegerType()),
-    StructField("priority", IntegerType()),
-    StructField("redelivered", BooleanType()),
-    StructField("delivery_count", LongType()),
-    StructField("offset", LongType()),        # streams: x-stream-offset
-    StructField("lease_seq", LongType()),     # leased queue reads: x-lease-seq
-    StructField("deaths", ArrayType(DEATH_TYPE)),  # x-death, most recent first
-])
-
-# headers that become columns rather than entries of ``headers``
-_COLUMN_HEADERS = {"x-death", "x-stream-offset", "x-lease-seq", "x-delivery-count"}
-
-_COMMON_OPTIONS = {"url", "timeout", "path"}
-_WRITE_OPTIONS = _COMMON_OPTIONS | {"exchange", "routingkey", "persistent", "jobid",
-                                    "confirmwindow", "checkpointlocation"}
-_READ_OPTIONS = _COMMON_OPTIONS | {
+READ_OPTIONS = COMMON_OPTIONS | {
     "queue", "stream", "group", "startingoffset", "endingoffset", "partitionsize",
     "maxoffsetspertrigger", "maxmessagespertrigger", "leasettlms", "leasefrom", "leaseto",
     "prefetch", "idletimeout", "limit"}
-
-# message properties a row's ``properties`` map may set
-_PROPERTY_NAMES = {"content_type", "content_encoding", "correlation_id", "reply_to",
-                   "expiration", "message_id", "timestamp", "type", "user_id", "app_id",
-                   "priority", "delivery_mode"}
-
-
-class OptionError(ValueError):
-    """A bad option of the ``leveret`` data source; the message names it."""
-
-
-# -- options -------------------------------------------------------------------------
-
-class _Options:
-    """Case-insensitive, validated view of the data source's options."""
-
-    def __init__(self, options: Any, allowed: set[str], direction: str) -> None:
-        self.raw = {str(k).lower(): v for k, v in dict(options).items()}
-        unknown = sorted(k for k in self.raw if k not in allowed)
-        if unknown:
-            names = {n.lower(): n for n in _CANONICAL}
-            shown = ", ".join(names.get(k, k) for k in unknown)
-            known = ", ".join(sorted(names.get(k, k) for k in allowed - {"path",
-                                                                          "checkpointlocation"}))
-            raise OptionError(f"leveret {direction}: unknown option(s) {shown}; "
-                              f"known options: {known}")
-
-    def str(self, name: str, default: str | None = None) -> str | None:
-        value = self.raw.get(name.lower())
-        return default if value is None else str(value)
-
-    def int(self, name: str, default: int | None = None, minimum: int = 0) -> int | None:
-        value = self.raw.get(name.lower())
-        if value is None:
-            return default
-        try:
-            number = int(str(value).strip())
-        except ValueError:
-            raise OptionError(f"leveret option {name}: expected an integer, got {value!r}") \
-                from None
-        if number < minimum:
-            raise OptionError(f"leveret option {name}: must be >= {minimum}, got {number}")
-        return number
-
-    def float(self, name: str, default: float) -> float:
-        value = self.raw.get(name.lower())
-        if value is None:
-            return default
-        try:
-            number = float(str(value).strip())
-        except ValueError:
-            raise OptionError(f"leveret option {name}: expected a number, got {value!r}") \
-                from None
-        if number <= 0:
-            raise OptionError(f"leveret option {name}: must be > 0, got {value!r}")
-        return number
-
-    def bool(self, name: str, default: bool) -> bool:
-        value = self.raw.get(name.lower())
-        if value is None:
-            return default
-        text = str(value).strip().lower()
-        if text in ("true", "1", "yes"):
-            return True
-        if text in ("false", "0", "no"):
-            return False
-        raise OptionError(f"leveret option {name}: expected true or false, got {value!r}")
-
-
-_CANONICAL = ["url", "timeout", "exchange", "routingKey", "persistent", "jobId",
-              "confirmWindow", "queue", "stream", "group", "startingOffset", "endingOffset",
-              "partitionSize", "maxOffsetsPerTrigger", "maxMessagesPerTrigger", "leaseTtlMs",
-              "leaseFrom", "leaseTo", "prefetch", "idleTimeout", "limit", "path",
-              "checkpointLocation"]
-
-
-def _connect(url: str, timeout: float) -> Client:
-    try:
-        return Client(url, timeout=timeout)
-    except AMQPError as exc:
-        raise OptionError(f"leveret option url: {exc}") from None
 
 
 # -- data source ---------------------------------------------------------------------
@@ -192,206 +63,15 @@ class LeveretDataSource(DataSource):
         return LeveretStreamReader(_ReadConfig.from_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        config = _WriteConfig.from_options(self.options, schema)
+        config = WriteConfig.from_options(self.options, schema)
         config.check_broker()
         return LeveretBatchWriter(config)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        config = _WriteConfig.from_options(self.options, schema)
+        config = WriteConfig.from_options(self.options, schema)
         config.check_broker()
         return LeveretStreamWriter(config)
 
-
-# -- writing -------------------------------------------------------------------------
-
-@dataclass
-class _WriteConfig:
-    url: str
-    exchange: str
-    routing_key: str
-    persistent: bool
-    job_id: str
-    window: int
-    timeout: float
-    columns: dict[str, int]
-
-    @classmethod
-    def from_options(cls, options: Any, schema: StructType) -> _WriteConfig:
-        opts = _Options(options, _WRITE_OPTIONS, "sink")
-        columns = _check_write_schema(schema)
-        url = opts.str("url", DEFAULT_URL)
-        try:
-            from .amqp import parse_url
-            parse_url(url)
-        except AMQPError as exc:
-            raise OptionError(f"leveret option url: {exc}") from None
-        return cls(url=url, exchange=opts.str("exchange", ""),
-                   routing_key=opts.str("routingKey", ""),
-                   persistent=opts.bool("persistent", True),
-                   job_id=opts.str("jobId") or uuid.uuid4().hex,
-                   window=opts.int("confirmWindow", 2000, minimum=1),
-                   timeout=opts.float("timeout", 30.0), columns=columns)
-
-    def check_broker(self) -> None:
-        """Fail on the driver, before any task runs: unreachable broker, refused login,
-        missing exchange."""
-        with _connect(self.url, min(self.timeout, 10.0)) as client:
-            if self.exchange and not client.exchange_exists(self.exchange):
-                raise OptionError(f"leveret option exchange: no exchange {self.exchange!r} "
-                                  f"on {safe_url(self.url)}")
-
-
-def _check_write_schema(schema: StructType) -> dict[str, int]:
-    names = {f.name.lower(): (i, f.dataType) for i, f in enumerate(schema.fields)}
-    if "body" not in names:
-        raise OptionError("leveret sink: the DataFrame needs a 'body' column (binary or string); "
-                          f"its columns are {[f.name for f in schema.fields]}")
-    expected = {
-        "body": (BinaryType, StringType),
-        "routing_key": (StringType,),
-        "exchange": (StringType,),
-        "headers": (MapType,),
-        "properties": (MapType,),
-    }
-    columns = {}
-    for name, types in expected.items():
-        if name not in names:
-            continue
-        index, dtype = names[name]
-        if not isinstance(dtype, types) or (isinstance(dtype, MapType) and
-                                            not isinstance(dtype.keyType, StringType)):
-            wanted = {"body": "binary or string", "headers": "map<string,...>",
-                      "properties": "map<string,string>"}.get(name, "string")
-            raise OptionError(f"leveret sink: column {name!r} must be {wanted}, "
-                              f"not {dtype.simpleString()}")
-        columns[name] = index
-    return columns
-
-
-@dataclass
-class LeveretCommit(WriterCommitMessage):
-    partition: int
-    published: int
-
-
-def _property_value(name: str, value: str) -> Any:
-    if name in ("priority", "delivery_mode"):
-        return int(value)
-    if name == "timestamp":
-        text = value.strip()
-        if text.lstrip("-").isdigit():
-            return _dt.datetime.fromtimestamp(int(text), _dt.timezone.utc)
-        stamp = _dt.datetime.fromisoformat(text)
-        return stamp if stamp.tzinfo else stamp.replace(tzinfo=_dt.timezone.utc)
-    if name == "type":
-        return value
-    return value
-
-
-def _header_value(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value)
-    if isinstance(value, _dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, dict):
-        return {str(k): _header_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_header_value(v) for v in value]
-    return str(value)
-
-
-def publish_rows(config: _WriteConfig, rows: Iterator[Any], id_prefix: str) -> int:
-    """Publish ``rows`` with publisher confirms; returns when every one is confirmed.
-    Raises AMQPError (with the URL) on a nack, a closed channel or a lost connection."""
-    cols = config.columns
-    body_i = cols["body"]
-    key_i = cols.get("routing_key")
-    ex_i = cols.get("exchange")
-    head_i = cols.get("headers")
-    prop_i = cols.get("properties")
-    mode = 2 if config.persistent else 1
-    window = config.window
-    low = window // 2
-    count = 0
-    with Client(config.url, timeout=config.timeout) as client:
-        client.confirm_select()
-        for row in rows:
-            body = row[body_i]
-            if body is None:
-                raise ValueError(f"leveret sink: row {count} has a null body")
-            if isinstance(body, str):
-                body = body.encode()
-            elif not isinstance(body, bytes):
-                body = bytes(body)
-            key = row[key_i] if key_i is not None else None
-            exchange = row[ex_i] if ex_i is not None else None
-            fields: dict[str, Any] = {"delivery_mode": mode,
-                                      "message_id": f"{id_prefix}{count}"}
-            if head_i is not None and row[head_i]:
-                fields["headers"] = {str(k): _header_value(v) for k, v in row[head_i].items()}
-            if prop_i is not None and row[prop_i]:
-                for name, value in row[prop_i].items():
-                    if name not in _PROPERTY_NAMES:
-                        raise ValueError(f"leveret sink: unknown message property {name!r} in "
-                                         f"the properties column; known: "
-                                         f"{', '.join(sorted(_PROPERTY_NAMES))}")
-                    if value is not None:
-                        fields["message_type" if name == "type" else name] = \
-                            _property_value(name, value)
-            client.publish(config.exchange if exchange is None else exchange,
-                           config.routing_key if key is None else key,
-                           body, fields)
-            count += 1
-            if client.unconfirmed >= window:
-                client.wait_confirms(low)
-        client.wait_confirms(0, timeout=max(config.timeout, 60.0))
-    return count
-
-
-def _task_context() -> Any:
-    from pyspark import TaskContext
-
-    return TaskContext.get()
-
-
-class LeveretBatchWriter(DataSourceWriter):
-    def __init__(self, config: _WriteConfig) -> None:
-        self.config = config
-
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        ctx = _task_context()
-        partition = ctx.partitionId() if ctx else 0
-        prefix = f"{self.config.job_id}-p{partition}-"
-        return LeveretCommit(partition, publish_rows(self.config, iterator, prefix))
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass  # every row is confirmed by the broker before its task ends
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass  # published messages cannot be taken back; a rerun with the same jobId is
-        # deduplicated by queues declared with x-message-deduplication
-
-
-class LeveretStreamWriter(DataSourceStreamWriter):
-    def __init__(self, config: _WriteConfig) -> None:
-        self.config = config
-
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        ctx = _task_context()
-        partition = ctx.partitionId() if ctx else 0
-        query = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) \
-            or self.config.job_id
-        batch = (ctx.getLocalProperty("streaming.sql.batchId") if ctx else None) or "0"
-        prefix = f"{query}-b{batch}-p{partition}-"
-        return LeveretCommit(partition, publish_rows(self.config, iterator, prefix))
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass  # may run twice for a replayed batch: nothing to do, so harmless
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
 
 
 # -- reading -------------------------------------------------------------------------
@@ -416,7 +96,7 @@ class _ReadConfig:
 
     @classmethod
     def from_options(cls, options: Any, streaming: bool) -> _ReadConfig:
-        opts = _Options(options, _READ_OPTIONS, "streaming source" if streaming else "source")
+        opts = Options(options, READ_OPTIONS, "streaming source" if streaming else "source")
         queue, stream = opts.str("queue"), opts.str("stream")
         if bool(queue) == bool(stream):
             raise OptionError("leveret source: give exactly one of the options queue "
@@ -466,7 +146,7 @@ class _ReadConfig:
     def check_broker(self) -> None:
         """Unreachable broker, refused login, or a missing queue/stream: fail now, on the
         driver, with the option's name."""
-        with _connect(self.url, min(self.timeout, 10.0)) as client:
+        with connect(self.url, min(self.timeout, 10.0)) as client:
             name = self.stream or self.queue
             if client.queue_exists(name) is None:
                 option = "stream" if self.stream else "queue"
@@ -546,56 +226,6 @@ def _split(start: int, end: int, size: int) -> list[tuple[int, int]]:
     return [(start + i * size, min(end, start + (i + 1) * size)) for i in range(n)]
 
 
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, _dt.datetime):
-        return value.isoformat()
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    return str(value)
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def delivery_row(d: Any) -> tuple:
-    """A delivery as a tuple in READ_SCHEMA order."""
-    p = d.properties
-    raw = p.headers or {}
-    headers = {}
-    for key, value in raw.items():
-        if key in _COLUMN_HEADERS:
-            continue
-        headers[key] = value if isinstance(value, str) else \
-            _text(value) if isinstance(value, bytes) else json.dumps(value,
-                                                                     default=_json_default)
-    deaths = []
-    for entry in raw.get("x-death") or []:
-        if not isinstance(entry, dict):
-            continue
-        keys = entry.get("routing-keys") or []
-        stamp = entry.get("time")
-        deaths.append((_text(entry.get("reason")), _text(entry.get("queue")),
-                       _text(entry.get("exchange")), [_text(k) for k in keys],
-                       _int(entry.get("count")),
-                       stamp if isinstance(stamp, _dt.datetime) else None))
-    return (d.body, d.exchange, d.routing_key, headers, _text(p.message_id),
-            _text(p.correlation_id), _text(p.content_type), p.timestamp, p.delivery_mode,
-            p.priority, d.redelivered, _int(raw.get("x-delivery-count")) or 0,
-            _int(raw.get("x-stream-offset")), _int(raw.get("x-lease-seq")), deaths)
-
-
 def read_partition(config: _ReadConfig, partition: InputPartition) -> Iterator[tuple]:
     """The rows of one partition (runs in a Python worker)."""
     if isinstance(partition, StreamRange):
@@ -616,7 +246,7 @@ def _read_stream(config: _ReadConfig, part: StreamRange) -> Iterator[tuple]:
         args = {"x-stream-offset": part.start, "x-stream-offset-end": part.end}
         unacked = 0
         for d in client.consume(part.stream, args, no_ack=False):
-            offset = _int(d.headers.get("x-stream-offset"))
+            offset = as_int(d.headers.get("x-stream-offset"))
             if offset is not None and offset >= part.end:
                 break
             if offset is None or offset >= part.start:

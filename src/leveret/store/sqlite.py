@@ -20,7 +20,6 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from pamqp import decode, encode
 

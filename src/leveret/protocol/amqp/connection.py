@@ -27,7 +27,7 @@ from ...core.errors import (
 )
 from .channel import Channel
 from .frames import (
-    FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT, PROTOCOL_HEADER,
+    FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT, PROTOCOL_HEADER,
     FrameError, FrameReader, decode_method, encode_method,
 )
 
