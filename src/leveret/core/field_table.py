@@ -10,6 +10,7 @@ the plain value.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Any
 
@@ -18,6 +19,8 @@ Typed = tuple[str, Any]
 _FIXED = {"b": ">b", "B": ">B", "s": ">h", "u": ">H", "I": ">i", "i": ">I", "l": ">q",
           "L": ">Q", "f": ">f", "d": ">d", "T": ">Q"}
 _U32 = struct.Struct(">I")
+_H = struct.Struct(">H").pack
+_Q = struct.Struct(">q").pack
 
 
 def headers_offset(header: bytes) -> int | None:
@@ -139,18 +142,31 @@ def with_headers(header: bytes, table: dict[str, Typed]) -> bytes:
             + header[offset:])
 
 
+@functools.cache
+def _long_key(name: str) -> bytes:
+    data = name.encode()
+    return bytes((len(data),)) + data + b"l"
+
+
 def add_long_header(header: bytes, name: str, value: int) -> bytes:
     """A content header payload with ``name`` = ``value`` (type ``l``) appended to its
     ``headers`` table, without decoding the rest: the per-delivery headers
     (``x-delivery-count``, ``x-stream-offset``, ``x-lease-seq``) stay cheap. A key
-    already present is shadowed (decoders keep the last)."""
-    entry = bytes((len(name),)) + name.encode() + b"l" + struct.pack(">q", value)
-    offset = headers_offset(header)
-    if offset is None:
-        flags = header[12] << 8 | header[13]
-        if flags & 0x0001:  # flag continuation: leave to the full codec
-            raise ValueError("property flag continuation")
-        return with_headers(header, {name: ("l", value)})
-    size = _U32.unpack_from(header, offset)[0]
-    end = offset + 4 + size
-    return header[:offset] + _U32.pack(size + len(entry)) + header[offset + 4:end] + entry + header[end:]
+    already present is shadowed (decoders keep the last). ValueError for a header with
+    property flag continuation (no client sends one; the caller takes the long way)."""
+    entry = _long_key(name) + _Q(value)
+    flags = header[12] << 8 | header[13]
+    if flags & 0x0001:
+        raise ValueError("property flag continuation")
+    offset = 14
+    if flags & 0x8000:  # content-type, content-encoding: short strings before headers
+        offset += 1 + header[offset]
+    if flags & 0x4000:
+        offset += 1 + header[offset]
+    if flags & 0x2000:
+        size = _U32.unpack_from(header, offset)[0]
+        end = offset + 4 + size
+        return b"".join((header[:offset], _U32.pack(size + len(entry)), header[offset + 4:end],
+                         entry, header[end:]))
+    return b"".join((header[:12], _H(flags | 0x2000), header[14:offset], _U32.pack(len(entry)),
+                     entry, header[offset:]))

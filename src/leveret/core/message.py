@@ -17,6 +17,7 @@ from pamqp.exceptions import UnmarshalingException
 from pamqp.header import ContentHeader
 
 from .errors import SYNTAX_ERROR, ConnectionError
+from .field_table import add_long_header
 
 Properties = commands.Basic.Properties
 
@@ -134,8 +135,6 @@ def check_properties(header: bytes) -> None:
 
 
 def _with_long_header(message: Message, name: str, value: int) -> Message:
-    from .field_table import add_long_header
-
     try:
         header = add_long_header(message.header, name, value)
     except ValueError:  # flag continuation: take the long way

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import functools
 import json
 import socket
 import struct
@@ -98,21 +99,18 @@ _PROPERTY_LAYOUT = tuple(zip(
 _PROPERTY_NAMES = tuple(name for _, name, _ in _PROPERTY_LAYOUT)
 
 
-def decode_content_header(buf: bytes | bytearray, pos: int, end: int) -> header.ContentHeader:
-    """A content header frame's payload ``buf[pos:end]``."""
-    if pos + 14 > end:
-        raise _Malformed("content header is truncated")
-    class_id, weight, body_size, flags = _CONTENT_HEAD(buf, pos)
-    if flags & 1:
-        raise _Malformed("more than one property flag word")
-    pos += 14
-    p = _new(_Properties)
-    for name in _PROPERTY_NAMES:
-        setattr(p, name, None)
-    p.cluster_id = ""
-    for flag, name, kind in _PROPERTY_LAYOUT:
-        if not flags & flag:
-            continue
+@functools.cache
+def _present(flags: int) -> tuple[tuple[str, str], ...]:
+    """(attribute, wire type) of the properties a flag word says are present."""
+    return tuple((name, kind) for flag, name, kind in _PROPERTY_LAYOUT if flags & flag)
+
+
+def decode_properties(buf: bytes | bytearray, pos: int, end: int,
+                      flags: int) -> dict[str, Any]:
+    """The properties present in ``buf[pos:end]`` by pamqp attribute name, with pamqp's
+    values (text as str, timestamps as aware datetimes, headers as pamqp decodes them)."""
+    props: dict[str, Any] = {}
+    for name, kind in _present(flags):
         if kind == "s":  # short string
             n = buf[pos]
             value: Any = str(buf[pos + 1:pos + 1 + n], "utf-8")
@@ -133,15 +131,68 @@ def decode_content_header(buf: bytes | bytearray, pos: int, end: int) -> header.
                 ts /= 1000.0
             value = _fromtimestamp(ts, tz=_UTC)
             pos += 8
-        setattr(p, name, value)
+        props[name] = value
     if pos > end:
         raise _Malformed("content header is truncated")
+    return props
+
+
+def decode_content_header(buf: bytes | bytearray, pos: int, end: int) -> header.ContentHeader:
+    """A content header frame's payload ``buf[pos:end]``."""
+    if pos + 14 > end:
+        raise _Malformed("content header is truncated")
+    class_id, weight, body_size, flags = _CONTENT_HEAD(buf, pos)
+    if flags & 1:
+        raise _Malformed("more than one property flag word")
+    props = decode_properties(buf, pos + 14, end, flags)
+    p = _new(_Properties)
+    for name in _PROPERTY_NAMES:
+        setattr(p, name, props.get(name))
+    p.cluster_id = props.get("cluster_id", "")
     h = _new(_ContentHeader)
     h.class_id = class_id
     h.weight = weight
     h.body_size = body_size
     h.properties = p
     return h
+
+
+def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
+    """A basic.deliver with its content header and a one-frame body, complete at the
+    start of ``buf``: (bytes it takes, the delivery). None when ``buf`` starts with
+    anything else, an incomplete delivery or one :func:`decode_frame` should judge
+    (a larger body, a malformed frame): the caller then reads frame by frame."""
+    size = len(buf)
+    if size < 12 or buf[0] != 1 or _U32(buf, 7)[0] != _DELIVER_INDEX:
+        return None
+    channel = buf[1:3]
+    end = 7 + _U32(buf, 3)[0]
+    pos = end + 1  # the content header frame
+    if size < pos + 21 or buf[end] != _FRAME_END or buf[pos] != 2 or buf[pos + 1:pos + 3] != channel:
+        return None
+    head_end = pos + 7 + _U32(buf, pos + 3)[0]
+    if size <= head_end or buf[head_end] != _FRAME_END:
+        return None
+    _, _, body_size, flags = _CONTENT_HEAD(buf, pos + 7)
+    taken = head_end + 1
+    if body_size:
+        body_end = taken + 7 + body_size
+        if size <= body_end or buf[taken] != 3 or buf[taken + 1:taken + 3] != channel \
+                or _U32(buf, taken + 3)[0] != body_size or buf[body_end] != _FRAME_END:
+            return None
+        body = bytes(buf[taken + 7:body_end])
+        taken = body_end + 1
+    else:
+        body = b""
+    try:
+        if flags & 1:
+            raise _Malformed("more than one property flag word")
+        d = decode_deliver(buf, 11, end)
+        props = decode_properties(buf, pos + 21, head_end, flags)
+    except Exception:  # noqa: BLE001 - decode_frame decodes (or rejects) it
+        return None
+    return taken, Delivery(d.delivery_tag, d.redelivered, d.exchange, d.routing_key, props,
+                           body, d.consumer_tag)
 
 
 # -- hot-path frame encoding ----------------------------------------------------------
@@ -297,13 +348,13 @@ class Delivery:
     redelivered: bool
     exchange: str
     routing_key: str
-    properties: commands.Basic.Properties
+    props: dict[str, Any]  # the properties present, by pamqp attribute name
     body: bytes
     consumer_tag: str = ""
 
     @property
     def headers(self) -> dict[str, Any]:
-        return self.properties.headers or {}
+        return self.props.get("headers") or {}
 
 
 class Client:
@@ -488,7 +539,9 @@ class Client:
                 raise ConnectionError_("the server does not speak AMQP 0-9-1")
             # anything else (a late delivery of a finished consumer): ignore
 
-    def _read_content(self) -> tuple[commands.Basic.Properties, bytes]:
+    def _read_content(self) -> tuple[dict[str, Any], bytes]:
+        """The content header and body frames after a basic.deliver/get-ok/return:
+        (the properties present by pamqp attribute name, body)."""
         _, head = self._read_frame()
         if not isinstance(head, header.ContentHeader):
             raise AMQPError(f"expected a content header, got {head!r}")
@@ -501,7 +554,10 @@ class Client:
                 raise AMQPError(f"expected a content body, got {body!r}")
             parts.append(body.value)
             got += len(body.value)
-        return head.properties, b"".join(parts)
+        p = head.properties
+        props = {name: value for name in _PROPERTY_NAMES
+                 if (value := getattr(p, name)) is not None}
+        return props, b"".join(parts)
 
     # -- channel -----------------------------------------------------------------
     def channel(self) -> int:
@@ -628,7 +684,15 @@ class Client:
                                                arguments=arguments))
         self._flush()
         self._expect(ch, commands.Basic.ConsumeOk)
+        buf = self._buf
         while True:
+            taken = take_delivery(buf)
+            if taken is not None:  # the common case, decoded straight from the buffer
+                size, delivery = taken
+                del buf[:size]
+                if delivery.consumer_tag == tag:
+                    yield delivery
+                continue
             try:
                 c, value = self._read_frame(timeout=idle_timeout)
             except TimeoutError:
@@ -696,7 +760,7 @@ class Client:
             if isinstance(value, commands.Basic.Deliver):
                 props, body = self._read_content()
                 if value.consumer_tag != self._reply_consumer or \
-                        props.correlation_id != correlation:
+                        props.get("correlation_id") != correlation:
                     continue
                 try:
                     reply = json.loads(body)

@@ -84,30 +84,34 @@ def as_int(value: Any) -> int | None:
 
 
 def delivery_row(d: Any) -> tuple:
-    """A delivery as a tuple in READ_SCHEMA order."""
-    p = d.properties
-    raw = p.headers or {}
+    """A delivery (:class:`leveret.spark.amqp.Delivery`) as a tuple in READ_SCHEMA
+    order."""
+    p = d.props
+    raw = p.get("headers") or {}
     headers = {}
-    for key, value in raw.items():
-        if key in _COLUMN_HEADERS:
-            continue
-        headers[key] = value if isinstance(value, str) else \
-            _text(value) if isinstance(value, bytes) else json.dumps(value,
-                                                                     default=_json_default)
     deaths = []
-    for entry in raw.get("x-death") or []:
-        if not isinstance(entry, dict):
-            continue
-        keys = entry.get("routing-keys") or []
-        stamp = entry.get("time")
-        deaths.append((_text(entry.get("reason")), _text(entry.get("queue")),
-                       _text(entry.get("exchange")), [_text(k) for k in keys],
-                       as_int(entry.get("count")),
-                       stamp if isinstance(stamp, _dt.datetime) else None))
-    return (d.body, d.exchange, d.routing_key, headers, _text(p.message_id),
-            _text(p.correlation_id), _text(p.content_type), p.timestamp, p.delivery_mode,
-            p.priority, d.redelivered, as_int(raw.get("x-delivery-count")) or 0,
-            as_int(raw.get("x-stream-offset")), as_int(raw.get("x-lease-seq")), deaths)
+    if raw:
+        for key, value in raw.items():
+            if key in _COLUMN_HEADERS:
+                continue
+            headers[key] = value if isinstance(value, str) else \
+                _text(value) if isinstance(value, bytes) else \
+                json.dumps(value, default=_json_default)
+        for entry in raw.get("x-death") or []:
+            if not isinstance(entry, dict):
+                continue
+            keys = entry.get("routing-keys") or []
+            stamp = entry.get("time")
+            deaths.append((_text(entry.get("reason")), _text(entry.get("queue")),
+                           _text(entry.get("exchange")), [_text(k) for k in keys],
+                           as_int(entry.get("count")),
+                           stamp if isinstance(stamp, _dt.datetime) else None))
+    get = p.get
+    return (d.body, d.exchange, d.routing_key, headers, _text(get("message_id")),
+            _text(get("correlation_id")), _text(get("content_type")), get("timestamp"),
+            get("delivery_mode"), get("priority"), d.redelivered,
+            as_int(raw.get("x-delivery-count")) or 0, as_int(raw.get("x-stream-offset")),
+            as_int(raw.get("x-lease-seq")), deaths)
 
 
 #: rows per record batch (Spark's default spark.sql.execution.arrow.maxRecordsPerBatch)

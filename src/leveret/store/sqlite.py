@@ -150,17 +150,17 @@ class SQLiteStore(Store):
 
     def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
         assert self._reader is not None
-        found = {row[0]: row for row in self._reader.execute(
+        rows = self._reader.execute(
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
             "transient, expires_at FROM messages WHERE queue_id=? AND seq>? ORDER BY seq LIMIT ?",
-            (queue_id, after_seq, limit))}
+            (queue_id, after_seq, limit)).fetchall()
         # Writes still on their way to disk; a batch may also be committed already.
-        for batch in (self._inflight, self._batch):
-            if batch is not None:
-                for row in batch.inserts.values():
-                    if row[1] == queue_id and row[2] > after_seq:
-                        found[row[0]] = row
-        rows = sorted(found.values(), key=lambda r: r[2])[:limit]
+        pending = [row for batch in (self._inflight, self._batch) if batch is not None
+                   for row in batch.inserts.values() if row[1] == queue_id and row[2] > after_seq]
+        if pending:
+            found = {row[0]: row for row in rows}
+            found.update((row[0], row) for row in pending)
+            rows = sorted(found.values(), key=lambda r: r[2])[:limit]
         return [StoredMessage(*row[:8], expires_at=row[9]) for row in rows]
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
