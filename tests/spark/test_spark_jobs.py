@@ -88,6 +88,35 @@ def test_dlq_replay_acks_only_what_it_replayed(spark, leveret_broker, channel):
     assert channel.queue_declare("work.dlq", passive=True).method.message_count == 0
 
 
+def test_dlq_replay_keeps_the_death_history(spark, leveret_broker, channel):
+    _dead_letters(channel)
+    url = leveret_broker.amqp_url
+    where = "reason = 'rejected' AND headers['tenant'] = 'a'"
+    assert dlq_replay(spark, url, "work.dlq", where=where, group="replayer").replayed == 2
+    bodies = []
+    for _ in range(2):
+        method, props, body = channel.basic_get("work")
+        bodies.append(body)
+        (death,) = props.headers["x-death"]
+        assert {k: death[k] for k in ("reason", "queue", "exchange", "routing-keys", "count")} \
+            == {"reason": "rejected", "queue": "work", "exchange": "",
+                "routing-keys": ["work"], "count": 1}
+        assert isinstance(death["time"], dt.datetime)
+        assert props.headers["x-first-death-queue"] == "work"
+        # it dies again: the broker adds to the history it kept
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    assert sorted(bodies) == [b"w0", b"w2"]
+    # replayed again: x-replayed-from and x-original-message-id are set, not duplicated
+    assert dlq_replay(spark, url, "work.dlq", where=where, group="replayer").replayed == 2
+    again = drain(channel, "work")
+    assert sorted(body for _, _, body in again) == [b"w0", b"w2"]
+    for _, props, body in again:
+        (death,) = props.headers["x-death"]
+        assert (death["reason"], death["queue"], death["count"]) == ("rejected", "work", 2)
+        assert props.headers["x-original-message-id"] == body.decode()
+        assert props.headers["x-replayed-from"] == "work.dlq"
+
+
 def test_archive_copies_a_stream_by_date_incrementally(spark, leveret_broker, channel,
                                                        tmp_path):
     channel.queue_declare("audit", durable=True, arguments={"x-queue-type": "stream"})

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import struct
 
 import pika
 import pytest
+import wire_types
 from spark_support import drain
+
+from leveret.spark.amqp import encode_properties
+from leveret.spark.sink import _x_death
+
+wire_types.install()
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -110,6 +118,11 @@ def test_bad_options_and_columns_are_named(spark, leveret_broker):
         (df, {"exchange": "no.such.exchange"}, "no.such.exchange"),
         (spark.range(3), {}, "'body' column"),
         (df.selectExpr("body", "1 AS routing_key"), {}, "routing_key"),
+        (df.selectExpr("body", "array('rejected') AS deaths"), {}, "column 'deaths' must be"),
+        (df.selectExpr("body", "array(named_struct('reason', 'rejected', 'queue', 'q', "
+                       "'exchange', '', 'routing_keys', array('q'), 'count', 'one', "
+                       "'time', current_timestamp())) AS deaths"), {},
+         "column 'deaths' must be"),
     ]
     for frame, options, expected in cases:
         with pytest.raises(Exception) as exc_info:
@@ -147,3 +160,85 @@ def test_streaming_write_exactly_once_across_a_replayed_batch(spark, leveret_bro
         crc.unlink()
     run()
     assert drain(channel, "events") == []  # the replay was dropped by the dedup queue
+
+
+def _dead_letters_with_history(channel) -> None:
+    """dlq gets d0 (expired in 'slow', then rejected in 'work': two x-death entries) and
+    d1 (rejected in 'work' once)."""
+    channel.queue_declare("dlq", durable=True)
+    channel.queue_declare("work", durable=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
+    channel.queue_declare("slow", durable=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work",
+        "x-message-ttl": 1})
+    channel.basic_publish("", "slow", b"d0", pika.BasicProperties(headers={"n": "0"}))
+    channel.basic_publish("", "work", b"d1", pika.BasicProperties(headers={"n": "1"}))
+    for _ in range(2):
+        method = None
+        for _ in range(100):
+            method, _, _ = channel.basic_get("work")
+            if method is not None:
+                break
+            channel.connection.sleep(0.02)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    for _ in range(100):
+        if channel.queue_declare("dlq", passive=True).method.message_count == 2:
+            break
+        channel.connection.sleep(0.02)
+
+
+def test_deaths_column_is_published_as_x_death(spark, leveret_broker, channel):
+    _dead_letters_with_history(channel)
+    channel.queue_declare("copy", durable=True)
+    url = leveret_broker.amqp_url
+    letters = spark.read.format("leveret").option("url", url).option("queue", "dlq").load()
+    (letters.selectExpr("body", "'copy' AS routing_key", "headers", "deaths")
+     .write.format("leveret").option("url", url).mode("append").save())
+    originals = {body: (props, wire_types.typed_headers(props))
+                 for _, props, body in drain(channel, "dlq")}
+    copies = {body: (props, wire_types.typed_headers(props))
+              for _, props, body in drain(channel, "copy")}
+    assert sorted(originals) == sorted(copies) == [b"d0", b"d1"]
+    d0 = copies[b"d0"][0].headers["x-death"]
+    assert [(d["reason"], d["queue"], d["count"], d["routing-keys"]) for d in d0] == \
+        [("rejected", "work", 1, ["work"]), ("expired", "slow", 1, ["slow"])]
+    for body, (props, typed) in copies.items():
+        original, original_typed = originals[body]
+        # as pika decodes them: the same entries, in the same order, with the same values
+        assert props.headers["x-death"] == original.headers["x-death"]
+        assert all(isinstance(d["time"], dt.datetime) for d in props.headers["x-death"])
+        assert props.headers["x-first-death-reason"] == original.headers["x-first-death-reason"]
+        assert props.headers["n"] == original.headers["n"]
+        # on the wire as the broker wrote it: long strings, an array of long strings, a
+        # long count, a timestamp
+        assert wire_types.shape(typed["x-death"]) == wire_types.shape(original_typed["x-death"])
+        assert all(entry[1]["count"][0] == "l" for entry in typed["x-death"][1])
+
+
+def test_x_death_entries_as_rabbitmq_writes_them():
+    deaths = [{"reason": "rejected", "queue": "work", "exchange": "", "routing_keys": ["work"],
+               "count": 3, "time": dt.datetime(2024, 5, 1, 12, 0, 7)},
+              None,
+              {"reason": "expired", "queue": "slow", "exchange": "ex",
+               "routing_keys": ["a", "b"], "count": 1, "time": None}]
+    flags, payload = encode_properties({"headers": {"x-death": _x_death(deaths)}})
+    raw = struct.pack(">H", flags) + payload
+    props = pika.spec.BasicProperties()
+    props.decode(raw)
+    assert props.headers["x-death"] == [
+        {"reason": "rejected", "queue": "work", "exchange": "", "routing-keys": ["work"],
+         "count": 3, "time": dt.datetime(2024, 5, 1, 12, 0, 7, tzinfo=dt.UTC)},
+        {"reason": "expired", "queue": "slow", "exchange": "ex", "routing-keys": ["a", "b"],
+         "count": 1}]  # a null entry or field is left out; a naive time is UTC
+    entry = wire_types.typed_headers(raw)["x-death"][1][0][1]
+    assert {k: wire_types.shape(v) for k, v in entry.items()} == \
+        {"reason": "S", "queue": "S", "exchange": "S", "routing-keys": ("A", ["S"]),
+         "count": "l", "time": "T"}
+
+
+def test_x_death_count_is_a_long():
+    deaths = [{"reason": "rejected", "queue": "work", "exchange": "", "routing_keys": ["work"],
+               "count": 3, "time": dt.datetime(2024, 5, 1, 12, 0, 7)}]
+    flags, payload = encode_properties({"headers": {"x-death": _x_death(deaths)}})
+    typed = wire_types.typed_headers(struct.pack(">H", flags) + payload)
+    assert typed["x-death"][1][0][1]["count"] == ("l", 3)

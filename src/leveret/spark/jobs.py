@@ -4,7 +4,7 @@
   original queue, reason, hour and chosen headers; Parquet, a table and a PNG chart.
 - :func:`dlq_replay`: lease a DLQ's messages, republish those a Spark SQL filter selects
   to their original exchange and routing key (from x-death) through the confirming sink,
-  then acknowledge exactly those leases and release the rest.
+  with their x-death history, then acknowledge exactly those leases and release the rest.
 - :func:`archive`: copy a stream to Parquet partitioned by date; incremental through a
   checkpoint (each run copies what arrived since the last).
 
@@ -137,9 +137,13 @@ def dlq_replay(spark: Any, url: str, queue: str, where: str | None = None,
     """Republish the dead letters of ``queue`` that ``where`` (Spark SQL over the read
     schema plus original_queue, reason, original_exchange, original_routing_key,
     died_at) selects, to their original exchange and routing key (or ``exchange`` /
-    ``routing_key``). A dead letter is acknowledged only after its copy is confirmed;
-    the others are released back to the DLQ. A crash leaves the leases to expire after
-    ``lease_ttl_ms``, so nothing is lost."""
+    ``routing_key``). A copy keeps the body, the headers (``x-death`` and
+    ``x-first-death-*`` included, so a copy that dies again adds to that history),
+    ``content_type`` and ``correlation_id``; it gets the headers ``x-replayed-from``
+    (``queue``) and ``x-original-message-id`` (the dead letter's ``message_id``; a copy
+    replayed again keeps the first). A dead letter is acknowledged only after its copy
+    is confirmed; the others are released back to the DLQ. A crash leaves the leases to
+    expire after ``lease_ttl_ms``, so nothing is lost."""
     from pyspark.sql import functions as F
 
     with Client(url) as client:
@@ -158,12 +162,13 @@ def dlq_replay(spark: Any, url: str, queue: str, where: str | None = None,
         leased = {r.lease_seq for r in letters.select("lease_seq").collect()}
         selected = letters.where(where) if where else letters
         chosen = sorted(r.lease_seq for r in selected.select("lease_seq").collect())
-        drop = ["x-first-death-queue", "x-first-death-reason", "x-first-death-exchange"]
+        ours = ["x-replayed-from", "x-original-message-id"]  # set again on a re-replay
         headers = F.map_concat(
-            F.map_filter(F.col("headers"), lambda k, v: ~k.isin(drop)),
+            F.map_filter(F.col("headers"), lambda k, v: ~k.isin(ours)),
             F.create_map(F.lit("x-replayed-from"), F.lit(queue),
                          F.lit("x-original-message-id"),
-                         F.coalesce(F.col("message_id"), F.lit(""))))
+                         F.coalesce(F.col("headers")["x-original-message-id"],
+                                    F.col("message_id"), F.lit(""))))
         props = F.map_filter(F.create_map(
             F.lit("content_type"), F.col("content_type"),
             F.lit("correlation_id"), F.col("correlation_id")), lambda k, v: v.isNotNull())
@@ -173,7 +178,8 @@ def dlq_replay(spark: Any, url: str, queue: str, where: str | None = None,
                         else F.col("original_exchange")).alias("exchange"),
                        (F.lit(routing_key) if routing_key is not None
                         else F.col("original_routing_key")).alias("routing_key"),
-                       headers.alias("headers"), props.alias("properties")))
+                       headers.alias("headers"), props.alias("properties"),
+                       F.col("deaths")))
         if chosen:
             (out.write.format("leveret").option("url", url)
              .option("jobId", f"dlq-replay-{queue}-{group}-{start}-{end}")

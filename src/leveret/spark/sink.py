@@ -7,7 +7,8 @@ connection, so Spark retries it. Each message carries a deterministic ``message_
 (job or query id, batch id, partition, row), so a retried task or replayed micro-batch
 is dropped by a queue declared with ``x-message-deduplication``: exactly-once end to end.
 Rows arrive as Arrow record batches (``DataSourceArrowWriter``), which spares Spark
-making a Row object per row.
+making a Row object per row. A ``deaths`` column (as a read returns it) is published as
+the ``x-death`` header, so dead letters written back keep their history.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import BinaryType, MapType, StringType, StructType
+from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, StructType
 
-from .amqp import AMQPError, Client, safe_url
+from .amqp import AMQPError, Client, Long, safe_url
 from .options import COMMON_OPTIONS, DEFAULT_URL, OptionError, Options, connect
+from .rows import DEATH_TYPE
 
 WRITE_OPTIONS = COMMON_OPTIONS | {"exchange", "routingkey", "persistent", "jobid",
                                     "confirmwindow", "checkpointlocation"}
@@ -36,6 +38,10 @@ WRITE_OPTIONS = COMMON_OPTIONS | {"exchange", "routingkey", "persistent", "jobid
 _PROPERTY_NAMES = {"content_type", "content_encoding", "correlation_id", "reply_to",
                    "expiration", "message_id", "timestamp", "type", "user_id", "app_id",
                    "priority", "delivery_mode"}
+
+# fields of a ``deaths`` entry (rows.DEATH_TYPE) by their x-death key
+_DEATH_KEYS = {"reason": "reason", "queue": "queue", "exchange": "exchange",
+               "routing_keys": "routing-keys", "count": "count", "time": "time"}
 
 
 @dataclass
@@ -76,6 +82,8 @@ class WriteConfig:
 
 
 def _check_write_schema(schema: StructType) -> dict[str, int]:
+    """The index of each column the sink uses, by lower-case name; OptionError naming the
+    column if ``body`` is missing or a column has the wrong type."""
     names = {f.name.lower(): (i, f.dataType) for i, f in enumerate(schema.fields)}
     if "body" not in names:
         raise OptionError("leveret sink: the DataFrame needs a 'body' column (binary or string); "
@@ -99,7 +107,22 @@ def _check_write_schema(schema: StructType) -> dict[str, int]:
             raise OptionError(f"leveret sink: column {name!r} must be {wanted}, "
                               f"not {dtype.simpleString()}")
         columns[name] = index
+    if "deaths" in names:
+        index, dtype = names["deaths"]
+        if not _is_deaths_type(dtype):
+            raise OptionError(f"leveret sink: column 'deaths' must be "
+                              f"{ArrayType(DEATH_TYPE).simpleString()} (as a read returns "
+                              f"it), not {dtype.simpleString()}")
+        columns["deaths"] = index
     return columns
+
+
+def _is_deaths_type(dtype: Any) -> bool:
+    """``array<struct<...>>`` with DEATH_TYPE's fields (any order, any nullability)."""
+    if not isinstance(dtype, ArrayType) or not isinstance(dtype.elementType, StructType):
+        return False
+    fields = {f.name: f.dataType.simpleString() for f in dtype.elementType.fields}
+    return fields == {f.name: f.dataType.simpleString() for f in DEATH_TYPE.fields}
 
 
 @dataclass
@@ -134,23 +157,35 @@ def _header_value(value: Any) -> Any:
     return str(value)
 
 
+def _x_death(deaths: list[dict | None]) -> list[dict]:
+    """A row's ``deaths`` (DEATH_TYPE entries as Arrow gives them: dicts, most recent
+    first) as the ``x-death`` header value in RabbitMQ's shape: a table per entry with
+    ``reason``, ``queue``, ``exchange`` (long strings), ``routing-keys`` (an array of
+    long strings), ``count`` (a long, ``l``, as RabbitMQ writes it) and ``time`` (a timestamp, whole seconds,
+    naive taken as UTC). Null entries and null fields are left out."""
+    return [{_DEATH_KEYS[key]: Long(value) if key == "count" else _header_value(value)
+             for key, value in death.items() if value is not None and key in _DEATH_KEYS}
+            for death in deaths if death is not None]
+
+
 def columns_of(config: WriteConfig, batches: Iterator[Any]) -> Iterator[tuple]:
-    """(body, routing_key, exchange, headers, properties) of each row of the Arrow
-    record ``batches``; None for a column the DataFrame does not have, maps as lists
-    of (key, value) pairs."""
+    """(body, routing_key, exchange, headers, properties, deaths) of each row of the
+    Arrow record ``batches``; None for a column the DataFrame does not have, maps as
+    lists of (key, value) pairs, ``deaths`` as a list of dicts."""
     cols = config.columns
     for batch in batches:
         def column(name: str) -> Any:
             index = cols.get(name)
             return repeat(None) if index is None else batch.column(index).to_pylist()
         yield from zip(column("body"), column("routing_key"), column("exchange"),
-                       column("headers"), column("properties"))
+                       column("headers"), column("properties"), column("deaths"))
 
 
 def publish_rows(config: WriteConfig, rows: Iterator[tuple], id_prefix: str) -> int:
     """Publish ``rows`` (as :func:`columns_of` makes them) with publisher confirms;
-    returns the count when every one is confirmed. Raises AMQPError (with the URL) on a
-    nack, a closed channel or a lost connection, ValueError on a null body or an
+    returns the count when every one is confirmed. A non-empty ``deaths`` becomes the
+    ``x-death`` header (replacing one in ``headers``). Raises AMQPError (with the URL)
+    on a nack, a closed channel or a lost connection, ValueError on a null body or an
     unknown property."""
     mode = 2 if config.persistent else 1
     window = config.window
@@ -158,7 +193,7 @@ def publish_rows(config: WriteConfig, rows: Iterator[tuple], id_prefix: str) -> 
     count = 0
     with Client(config.url, timeout=config.timeout) as client:
         client.confirm_select()
-        for body, key, exchange, headers, properties in rows:
+        for body, key, exchange, headers, properties, deaths in rows:
             if body is None:
                 raise ValueError(f"leveret sink: row {count} has a null body")
             if isinstance(body, str):
@@ -167,6 +202,8 @@ def publish_rows(config: WriteConfig, rows: Iterator[tuple], id_prefix: str) -> 
                                       "message_id": f"{id_prefix}{count}"}
             if headers:
                 fields["headers"] = {str(k): _header_value(v) for k, v in headers}
+            if deaths and (x_death := _x_death(deaths)):
+                fields.setdefault("headers", {})["x-death"] = x_death
             if properties:
                 fields.update(_properties(properties))
             client.publish(config.exchange if exchange is None else exchange,

@@ -17,6 +17,9 @@ write() in reused Python workers. Each process opens its own AMQP connection
 from __future__ import annotations
 
 import math
+import signal
+import sys
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -332,6 +335,25 @@ except ImportError:  # pragma: no cover
         pass
 
 
+_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def _stop_on_sigterm() -> None:
+    """In Spark's source runner process only (its main thread): make SIGTERM, which is
+    how Spark ends that process, raise SystemExit, so that the runner's
+    ``finally: reader.stop()`` runs."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is None or spec.name != _RUNNER:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def _exit(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
     """Streams: offsets are ``{"offset": n}`` (x-stream-offset); nothing is consumed.
     Queues: offsets are ``{"seq": n}``, lease sequence numbers of ``group``: each
@@ -345,10 +367,12 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         self._target: int | None = None
         self._initial: dict | None = None
         self._acked = 0  # leases below this are acknowledged (queues)
+        self._leased_to: int | None = None  # end of this process's last lease.acquire
+        _stop_on_sigterm()
 
     def __getstate__(self) -> dict:
         return {"config": self.config, "_rpc": _RPC(self.config), "_target": self._target,
-                "_initial": self._initial, "_acked": self._acked}
+                "_initial": self._initial, "_acked": self._acked, "_leased_to": None}
 
     def _key(self) -> str:
         return "offset" if self.config.stream else "seq"
@@ -412,9 +436,20 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
                 return {"seq": begin}
         got = self._rpc.call("lease.acquire", queue=c.queue, group=c.group, max=want,
                              ttl_ms=c.lease_ttl_ms)
+        first, end = int(got["start"]), int(got["end"])
+        # A batch is the range of sequence numbers from the previous end on, so a gap
+        # means someone else leased in between, and this query would read and ack their
+        # messages. (After a restart a gap is this group's own leases of a batch never
+        # planned: they are read in this one.)
+        if self._leased_to is not None and first != self._leased_to:
+            raise AMQPError(
+                f"leveret option group: another reader leases queue {c.queue!r} as group "
+                f"{c.group!r} too (it took sequence numbers {self._leased_to} to "
+                f"{first - 1}); give each query reading a queue its own group")
+        self._leased_to = end
         if self._target is not None:
-            self._target -= int(got["end"]) - int(got["start"])
-        return {"seq": max(begin, int(got["end"]))}
+            self._target -= end - first
+        return {"seq": max(begin, end)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         c = self.config
@@ -435,4 +470,39 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
                 self._acked = upto + 1
 
     def stop(self) -> None:
-        self._rpc.close()
+        """Spark stops the source (in the process that planned the batches). For a queue,
+        hand back at once (``lease.release``) the leases of this reader's ``group`` from
+        the lowest one not acknowledged, ``max(_acked, first offset of a new query)``, up
+        to the group's next sequence number: the batches Spark planned and has not
+        reported committed, and leases taken for a batch never planned. Their messages are
+        ready again now (redelivered) instead of after ``leaseTtlMs``; a restarted query
+        that replays such a batch reads fewer rows, and the messages come in a later one.
+        A reader that planned nothing releases nothing.
+
+        Spark ends the source runner process with SIGTERM, even while it waits for
+        Spark's next call (a batch running); :func:`_stop_on_sigterm` makes that raise
+        SystemExit so the runner's ``finally: reader.stop()`` gets here, and SIGTERM is
+        ignored while this runs (main thread only; the previous handler is restored).
+        Opens its own connection (a call of
+        ``_rpc`` may have been cut off), with at most a 10 s timeout. Never raises: leases
+        it cannot release expire after ``leaseTtlMs`` as before."""
+        try:
+            previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except ValueError:  # not the main thread: leave signals alone
+            previous = False
+        try:
+            self._rpc.close()
+            c = self.config
+            low = max(self._acked, int(self._initial["seq"]) if self._initial else 0)
+            if c.queue and low > 0:
+                with Client(c.url, timeout=min(c.timeout, 10.0)) as client:
+                    info = client.rpc("lease.info", {"queue": c.queue, "group": c.group})
+                    seqs = list(range(low, int(info["next"])))
+                    if seqs and int(info.get("held", 0)):
+                        client.rpc("lease.release", {"queue": c.queue, "group": c.group,
+                                                     "seqs": seqs})
+        except Exception:  # noqa: BLE001, S110 - best effort: the leases expire anyway
+            pass
+        finally:
+            if previous is not False:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
