@@ -187,6 +187,19 @@ def _dead_letters_with_history(channel) -> None:
         channel.connection.sleep(0.02)
 
 
+def test_headers_of_other_types_keep_them(spark, leveret_broker, channel):
+    channel.queue_declare("typed", durable=True)
+    df = spark.createDataFrame([("m", {"raw": b"\x00\xff"}, {"n": 7, "big": 2**40})],
+                               "body string, bin map<string,binary>, num map<string,long>")
+    (df.selectExpr("body", "'typed' AS routing_key", "bin AS headers")
+     .write.format("leveret").option("url", leveret_broker.amqp_url).mode("append").save())
+    (df.selectExpr("body", "'typed' AS routing_key", "num AS headers")
+     .write.format("leveret").option("url", leveret_broker.amqp_url).mode("append").save())
+    (_, first, _), (_, second, _) = drain(channel, "typed")
+    assert first.headers == {"raw": b"\x00\xff"}
+    assert second.headers == {"n": 7, "big": 2**40}
+
+
 def test_deaths_column_is_published_as_x_death(spark, leveret_broker, channel):
     _dead_letters_with_history(channel)
     channel.queue_declare("copy", durable=True)

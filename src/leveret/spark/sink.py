@@ -145,7 +145,7 @@ def _property_value(name: str, value: str) -> Any:
 
 def _header_value(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
-        return bytes(value)
+        return bytearray(value)  # a byte array ('x'), as pika writes bytes
     if isinstance(value, _dt.datetime):
         return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
     if isinstance(value, (str, int, float, bool)) or value is None:
