@@ -61,6 +61,7 @@ def test_sigkill_mid_batch_then_restart_stream_exactly_once_queue_at_least_once(
     for body in sorted(rows):
         for queue in ("log", "jobs"):
             channel.basic_publish("", queue, body.encode(), pika.BasicProperties(delivery_mode=2))
+    conn.close()  # idle from here on: a BlockingConnection would miss its heartbeats
     checkpoints, log = tmp_path / "ck", tmp_path / "job.log"
 
     with Client(url) as client:
@@ -94,6 +95,8 @@ def test_sigkill_mid_batch_then_restart_stream_exactly_once_queue_at_least_once(
         assert _count(client, "jobs") == 0
         assert client.rpc("lease.info", {"queue": "jobs", "group": "crash"})["held"] == 0
 
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    channel = conn.channel()
     copied = Counter(body.decode() for _, _, body in drain(channel, "copy"))
     assert set(copied) == rows
     assert max(copied.values()) == 1  # replayed rows kept their message ids: dropped
