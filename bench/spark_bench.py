@@ -7,7 +7,8 @@ number of partitions, so the ratio shows what talking to the broker costs.
 
 (a) batch read of a stream into a Spark aggregation, (b) streaming read of a queue
 through leases (trigger availableNow) into the noop sink, (c) the sink publishing the
-rows (with publisher confirms) to a queue, as persistent and as transient messages. The broker is a ``leveret server``
+rows (with publisher confirms) to a queue, as persistent and as transient messages.
+The broker is a ``leveret server``
 subprocess; its CPU time (from /proc/PID/stat) is reported per row. Each case runs
 once after a small warm-up of the same kind; the table goes to stdout, progress to
 stderr.

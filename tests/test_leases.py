@@ -70,6 +70,10 @@ def test_acquire_read_from_another_connection_and_ack(api, channel, amqp_url):
     assert api("lease.info", queue="work", group="g") == {"ok": True, "next": 5, "held": 2}
     assert api("lease.acquire", queue="work", group="g", max=100)["end"] == 11
     assert api("lease.ack", queue="work", group="g", seqs=[3, 4, 9]) == {"ok": True, "acked": 3}
+    # a range with a lower bound leaves the leases below it held
+    assert api("lease.ack", queue="work", group="g", upto=8, **{"from": 7}) == \
+        {"ok": True, "acked": 2}
+    assert api("lease.info", queue="work", group="g") == {"ok": True, "next": 11, "held": 3}
 
 
 def test_release_and_expiry_return_messages_redelivered(api, channel):
@@ -94,6 +98,8 @@ def test_release_and_expiry_return_messages_redelivered(api, channel):
     ("lease.acquire", {"queue": "nope", "group": "g", "max": 1}, "NOT_FOUND"),
     ("lease.acquire", {"queue": "work2", "group": "g"}, "'max' must be an integer"),
     ("lease.launch", {}, "unknown operation"),
+    ("lease.ack", {"queue": "work2", "group": "g", "upto": 3, "from": "1"},
+     "'from' must be an integer"),
     ("stream.info", {"stream": "work2"}, "not a stream"),
 ])
 def test_bad_requests_get_an_error_reply(api, channel, operation, request_, error):

@@ -252,8 +252,8 @@ def test_take_delivery_leaves_other_frames_and_multi_frame_bodies():
     head = frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties()), 1)
     split = frame.marshal(ContentBody(body[:4]), 1) + frame.marshal(ContentBody(body[4:]), 1)
     assert take_delivery(bytearray(deliver + head + split)) is None
-    other_channel = frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties()), 2)
-    assert take_delivery(bytearray(deliver + other_channel + frame.marshal(ContentBody(body), 2))) is None
+    other = frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties()), 2)
+    assert take_delivery(bytearray(deliver + other + frame.marshal(ContentBody(body), 2))) is None
     assert take_delivery(bytearray(frame.marshal(commands.Basic.Ack(5, True), 1))) is None
     whole = deliver + head + frame.marshal(ContentBody(body), 1)
     for bad in _corruptions(whole):  # never wrong: a delivery as pamqp reads it, or None

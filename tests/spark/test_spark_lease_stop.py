@@ -51,7 +51,7 @@ def test_stop_releases_what_spark_did_not_commit(leveret_broker, channel):
     reader = _reader(url, "jobs")
     first = reader.latestOffset(reader.initialOffset(), None)  # m5..m14
     second = reader.latestOffset(first, None)  # m15..m24; the first batch is acked
-    assert (first, second) == ({"seq": 11}, {"seq": 21})
+    assert (first, second) == ({"seq": 11, "first": 1}, {"seq": 21, "first": 1})
     assert _ready(channel, "jobs") == 5
 
     handler = signal.getsignal(signal.SIGTERM)
@@ -67,7 +67,8 @@ def test_stop_releases_what_spark_did_not_commit(leveret_broker, channel):
     reader.stop()  # again: nothing left to release
 
 
-def test_stop_leaves_leases_taken_before_the_query(leveret_broker, channel):
+def test_leases_taken_before_the_query_are_neither_acked_nor_released(leveret_broker,
+                                                                        channel):
     url = leveret_broker.amqp_url
     channel.queue_declare("jobs", durable=True)
     for i in range(30):
@@ -76,11 +77,16 @@ def test_stop_leaves_leases_taken_before_the_query(leveret_broker, channel):
         client.rpc("lease.acquire", {"queue": "jobs", "group": "etl", "max": 3})
     reader = _reader(url, "jobs")
     start = reader.initialOffset()
-    assert reader.latestOffset(start, None) == {"seq": 14}  # planned, not committed
-    assert start == {"seq": 4} and _ready(channel, "jobs") == 17
-    reader.stop()
-    assert _ready(channel, "jobs") == 27
-    assert _held(url, "jobs", "etl") == 3
+    first = reader.latestOffset(start, None)  # seqs 4..13
+    assert (start, first) == ({"seq": 4, "first": 4}, {"seq": 14, "first": 4})
+    assert reader.latestOffset(first, None) == {"seq": 24, "first": 4}  # acks 4..13
+    assert (_ready(channel, "jobs"), _held(url, "jobs", "etl")) == (7, 13)
+    reader.stop()  # releases 14..23, the batch not committed
+    assert (_ready(channel, "jobs"), _held(url, "jobs", "etl")) == (17, 3)
+    # a restarted query's reader knows its first offset from the checkpoint's
+    restarted = _reader(url, "jobs")
+    end = restarted.latestOffset({"seq": 24, "first": 4}, None)
+    assert end == {"seq": 34, "first": 4} and _held(url, "jobs", "etl") == 13
 
 
 def test_query_stop_returns_an_unfinished_batch_to_the_queue(spark, leveret_broker, channel,

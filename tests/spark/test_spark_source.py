@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pika
 import pytest
 from spark_support import drain

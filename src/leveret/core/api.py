@@ -8,7 +8,8 @@ client can use it; the Spark connector does. Operations, in the connection's vho
 
 - ``stream.info`` ``{"stream"}`` → ``{"first", "next", "messages"}`` offsets of a stream
 - ``lease.acquire`` ``{"queue", "group", "max", "ttl_ms"?}`` → ``{"start", "end"}``
-- ``lease.ack`` ``{"queue", "group", "upto"}`` or ``{..., "seqs": [...]}`` → ``{"acked"}``
+- ``lease.ack`` ``{"queue", "group", "upto", "from"?}`` (held leases ``from`` … ``upto``,
+  from the first by default) or ``{..., "seqs": [...]}`` → ``{"acked"}``
 - ``lease.release`` ``{"queue", "group", "seqs": [...]}`` → ``{"released"}``
 - ``lease.info`` ``{"queue", "group"}`` → ``{"next", "held"}``
 
@@ -68,7 +69,10 @@ def _lease_ack(vhost: VirtualHost, request: dict, owner: Any) -> dict:
     lease = _queue(vhost, request, owner).lease(_field(request, "group", str))
     if "seqs" in request:
         return {"acked": lease.ack([int(s) for s in _field(request, "seqs", list)])}
-    return {"acked": lease.ack_upto(_field(request, "upto", int))}
+    low = request.get("from", 0)
+    if not isinstance(low, int) or isinstance(low, bool):
+        raise APIError("'from' must be an integer")
+    return {"acked": lease.ack_upto(_field(request, "upto", int), low)}
 
 
 def _lease_release(vhost: VirtualHost, request: dict, owner: Any) -> dict:

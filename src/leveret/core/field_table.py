@@ -23,16 +23,24 @@ _H = struct.Struct(">H").pack
 _Q = struct.Struct(">q").pack
 
 
-def headers_offset(header: bytes) -> int | None:
-    """Where the ``headers`` table starts in a content header payload (§4.2.6.1), or
-    None if it has none (or uses property flag continuation, which no client sends)."""
+def _headers_position(header: bytes) -> tuple[int, int]:
+    """(property flags, where the ``headers`` table is or would be) in a content header
+    payload (§4.2.6.1): after content-type and content-encoding, two short strings."""
     flags = header[12] << 8 | header[13]
+    offset = 14
+    if flags & 0x8000:
+        offset += 1 + header[offset]
+    if flags & 0x4000:
+        offset += 1 + header[offset]
+    return flags, offset
+
+
+def headers_offset(header: bytes) -> int | None:
+    """Where the ``headers`` table starts in a content header payload, or None if it has
+    none (or uses property flag continuation, which no client sends)."""
+    flags, offset = _headers_position(header)
     if not flags & 0x2000 or flags & 0x0001:
         return None
-    offset = 14
-    for bit in (0x8000, 0x4000):  # content-type, content-encoding: short strings
-        if flags & bit:
-            offset += 1 + header[offset]
     return offset
 
 
@@ -131,12 +139,8 @@ def text(typed: Typed | None) -> str | None:
 def with_headers(header: bytes, table: dict[str, Typed]) -> bytes:
     """A content header payload without a ``headers`` table (flag clear) with
     ``table`` put in its place."""
-    flags = header[12] << 8 | header[13]
+    flags, offset = _headers_position(header)
     assert not flags & 0x2000
-    offset = 14
-    for bit in (0x8000, 0x4000):
-        if flags & bit:
-            offset += 1 + header[offset]
     flags |= 0x2000
     return (header[:12] + struct.pack(">H", flags) + header[14:offset] + encode_table(table)
             + header[offset:])
@@ -155,14 +159,9 @@ def add_long_header(header: bytes, name: str, value: int) -> bytes:
     already present is shadowed (decoders keep the last). ValueError for a header with
     property flag continuation (no client sends one; the caller takes the long way)."""
     entry = _long_key(name) + _Q(value)
-    flags = header[12] << 8 | header[13]
+    flags, offset = _headers_position(header)
     if flags & 0x0001:
         raise ValueError("property flag continuation")
-    offset = 14
-    if flags & 0x8000:  # content-type, content-encoding: short strings before headers
-        offset += 1 + header[offset]
-    if flags & 0x4000:
-        offset += 1 + header[offset]
     if flags & 0x2000:
         size = _U32.unpack_from(header, offset)[0]
         end = offset + 4 + size

@@ -9,7 +9,7 @@ a named consumer group under sequence numbers:
 - ``acquire(max)`` takes up to ``max`` ready messages and numbers them ``start`` …
   ``end - 1`` (they count as unacknowledged, delivery count raised);
 - any connection may read a range of held sequence numbers again (``read``);
-- ``ack_upto(n)`` / ``ack(seqs)`` remove them for good; ``release(seqs)`` returns them;
+- ``ack_upto(n, low)`` / ``ack(seqs)`` remove them for good; ``release(seqs)`` returns them;
 - a lease not acknowledged within ``ttl`` seconds returns its messages to the queue with
   ``redelivered`` set (the queue's redelivery policy and dead-lettering apply, so a
   poison message ends in the DLQ).
@@ -23,6 +23,7 @@ and are leased again under new numbers). Over AMQP this is reached through the
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -68,16 +69,10 @@ class Lease:
         """Held messages with ``start <= seq < end``, in order."""
         return [(seq, entry) for seq, (entry, _) in self.held.items() if start <= seq < end]
 
-    def ack_upto(self, upto: int) -> int:
-        acked = 0
-        while self.held:
-            seq = next(iter(self.held))
-            if seq > upto:
-                break
-            entry, _ = self.held.pop(seq)
-            self.queue.ack(entry)
-            acked += 1
-        return acked
+    def ack_upto(self, upto: int, low: int = 0) -> int:
+        """Acknowledge the held leases ``low <= seq <= upto``; returns how many."""
+        return self.ack([seq for seq in itertools.takewhile(lambda s: s <= upto, self.held)
+                         if seq >= low])
 
     def ack(self, seqs: list[int]) -> int:
         taken = [self.held.pop(s)[0] for s in seqs if s in self.held]

@@ -30,8 +30,9 @@ from typing import Any
 from pamqp import commands, decode, encode, frame, header, heartbeat
 from pamqp.body import ContentBody
 
-__all__ = ["AMQPError", "ChannelError", "Client", "ConnectionError_", "Delivery",
-           "PublishError", "RPCError", "safe_url"]
+__all__ = ["AMQPError", "ChannelError", "Client", "ConnectionError_", "Delivery", "Long",
+           "PublishError", "RPCError", "decode_frame", "encode_publish", "safe_url",
+           "take_delivery"]
 
 _FRAME_END = 0xCE
 _SEND_CHUNK = 256 * 1024
@@ -40,9 +41,10 @@ _SEND_CHUNK = 256 * 1024
 # -- hot-path frame decoding ----------------------------------------------------------
 # basic.deliver, content headers and content bodies are decoded here by hand, straight
 # out of the receive buffer: pamqp's generic unmarshalling costs most of a reader's
-# time. The objects made are the same pamqp classes with the same attribute values
-# pamqp would give. Anything unusual (a malformed frame, more than one property flag
-# word) is left to pamqp, so errors are pamqp's too.
+# time. The values are those pamqp would give (a whole delivery's properties as a dict
+# by pamqp attribute name; single frames as pamqp's classes). Anything unusual (a
+# malformed frame, more than one property flag word) is left to pamqp, so errors are
+# pamqp's too.
 
 _U32 = struct.Struct(">I").unpack_from
 _I64 = struct.Struct(">q").unpack_from
@@ -168,7 +170,8 @@ def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
     channel = buf[1:3]
     end = 7 + _U32(buf, 3)[0]
     pos = end + 1  # the content header frame
-    if size < pos + 21 or buf[end] != _FRAME_END or buf[pos] != 2 or buf[pos + 1:pos + 3] != channel:
+    if size < pos + 21 or buf[end] != _FRAME_END or buf[pos] != 2 \
+            or buf[pos + 1:pos + 3] != channel:
         return None
     head_end = pos + 7 + _U32(buf, pos + 3)[0]
     if size <= head_end or buf[head_end] != _FRAME_END:
@@ -206,6 +209,7 @@ _FRAME_HEADER = struct.Struct(">BHI").pack
 _PUBLISH_ID = struct.Struct(">HHH").pack(60, 40, 0)  # basic.publish, reserved-1
 _U32_PACK = struct.Struct(">I").pack
 _I64_PACK = struct.Struct(">q").pack
+_F64_PACK = struct.Struct(">d").pack
 _CONTENT_PREFIX = struct.Struct(">HHQH").pack
 _PROPERTY_ORDER = {name: (position, flag, kind)  # sorted by position: the wire order
                    for position, (flag, name, kind) in enumerate(_PROPERTY_LAYOUT)}
@@ -219,8 +223,8 @@ class Long(int):
 
 def encode_table(table: dict[str, Any]) -> bytes:
     """A field table as pamqp's ``encode.field_table`` writes it (keys sorted, a key cut
-    to 128 bytes), except that :class:`Long` values, at any depth, are written as
-    ``l``. TypeError for a value pamqp cannot encode."""
+    to 128 bytes), except that :class:`Long` values, at any depth, are written as ``l``
+    and floats as doubles (``d``). TypeError for a value pamqp cannot encode."""
     parts = []
     for key, item in sorted(table.items()):
         name = key.encode()
@@ -234,6 +238,8 @@ def encode_table(table: dict[str, Any]) -> bytes:
 def _table_value(item: Any) -> bytes:
     if type(item) is Long:
         return b"l" + _I64_PACK(item)
+    if type(item) is float:  # a double, as pika writes it (pamqp's 'f' loses precision)
+        return b"d" + _F64_PACK(item)
     if isinstance(item, dict):
         return b"F" + encode_table(item)
     if isinstance(item, list):
@@ -252,6 +258,10 @@ def _shortstr(value: str) -> bytes:
 def encode_properties(properties: dict[str, Any]) -> tuple[int, bytes]:
     """(property flags, encoded property list) of basic properties given by pamqp
     attribute name (``message_type`` for ``type``)."""
+    unknown = properties.keys() - _PROPERTY_ORDER.keys()
+    if unknown:
+        raise ValueError(f"unknown message properties {sorted(unknown)}; known: "
+                         f"{', '.join(_PROPERTY_NAMES)}")
     flags = 0
     parts = []
     for name in sorted(properties, key=_PROPERTY_ORDER.__getitem__):
@@ -590,6 +600,8 @@ class Client:
         p = head.properties
         props = {name: value for name in _PROPERTY_NAMES
                  if (value := getattr(p, name)) is not None}
+        if props.get("cluster_id") == "":  # pamqp's default: not on the wire
+            del props["cluster_id"]
         return props, b"".join(parts)
 
     # -- channel -----------------------------------------------------------------

@@ -63,7 +63,7 @@ _COLUMN_HEADERS = {"x-death", "x-stream-offset", "x-lease-seq", "x-delivery-coun
 def _text(value: Any) -> str | None:
     if value is None:
         return None
-    if isinstance(value, bytes):
+    if isinstance(value, (bytes, bytearray)):  # pamqp decodes x as a bytearray
         return value.decode("utf-8", "replace")
     return str(value)
 
@@ -95,7 +95,7 @@ def delivery_row(d: Any) -> tuple:
             if key in _COLUMN_HEADERS:
                 continue
             headers[key] = value if isinstance(value, str) else \
-                _text(value) if isinstance(value, bytes) else \
+                _text(value) if isinstance(value, (bytes, bytearray)) else \
                 json.dumps(value, default=_json_default)
         for entry in raw.get("x-death") or []:
             if not isinstance(entry, dict):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import datetime as _dt
 import uuid
 from collections.abc import Iterator
-from itertools import repeat
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -161,8 +161,9 @@ def _x_death(deaths: list[dict | None]) -> list[dict]:
     """A row's ``deaths`` (DEATH_TYPE entries as Arrow gives them: dicts, most recent
     first) as the ``x-death`` header value in RabbitMQ's shape: a table per entry with
     ``reason``, ``queue``, ``exchange`` (long strings), ``routing-keys`` (an array of
-    long strings), ``count`` (a long, ``l``, as RabbitMQ writes it) and ``time`` (a timestamp, whole seconds,
-    naive taken as UTC). Null entries and null fields are left out."""
+    long strings), ``count`` (a long, ``l``, as RabbitMQ writes it) and ``time`` (a
+    timestamp, whole seconds, naive taken as UTC). Null entries and null fields are left
+    out."""
     return [{_DEATH_KEYS[key]: Long(value) if key == "count" else _header_value(value)
              for key, value in death.items() if value is not None and key in _DEATH_KEYS}
             for death in deaths if death is not None]
@@ -242,7 +243,8 @@ class LeveretBatchWriter(DataSourceArrowWriter):
         ctx = _task_context()
         partition = ctx.partitionId() if ctx else 0
         prefix = f"{self.config.job_id}-p{partition}-"
-        return LeveretCommit(partition, publish_rows(self.config, columns_of(self.config, iterator), prefix))
+        rows = columns_of(self.config, iterator)
+        return LeveretCommit(partition, publish_rows(self.config, rows, prefix))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         pass  # every row is confirmed by the broker before its task ends
@@ -263,7 +265,8 @@ class LeveretStreamWriter(DataSourceStreamArrowWriter):
             or self.config.job_id
         batch = (ctx.getLocalProperty("streaming.sql.batchId") if ctx else None) or "0"
         prefix = f"{query}-b{batch}-p{partition}-"
-        return LeveretCommit(partition, publish_rows(self.config, columns_of(self.config, iterator), prefix))
+        rows = columns_of(self.config, iterator)
+        return LeveretCommit(partition, publish_rows(self.config, rows, prefix))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass  # may run twice for a replayed batch: nothing to do, so harmless

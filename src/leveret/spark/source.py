@@ -167,8 +167,10 @@ class _RPC:
     def __getstate__(self) -> dict:
         return {"config": self.config, "_client": None}
 
-    def call(self, operation: str, **payload: Any) -> dict:
-        for attempt in (1, 2):
+    def call(self, operation: str, retry: bool = True, **payload: Any) -> dict:
+        """The reply of ``operation``. A lost connection is retried once on a new one,
+        unless ``retry`` is false (for a call that must not run twice: lease.acquire)."""
+        for attempt in (1, 2) if retry else (2,):
             if self._client is None:
                 self._client = Client(self.config.url, timeout=self.config.timeout)
             try:
@@ -325,9 +327,15 @@ def _resolve_start(starting: str, info: dict) -> int:
     return max(first, int(starting))
 
 
-try:  # pyspark >= 4.1
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as _AvailableNow
+try:  # pyspark >= 4.2
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+    )
+    from pyspark.sql.streaming.datasource import (
+        SupportsTriggerAvailableNow as _AvailableNow,
+    )
 except ImportError:  # pragma: no cover
     ReadLimit = ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
 
@@ -367,12 +375,14 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         self._target: int | None = None
         self._initial: dict | None = None
         self._acked = 0  # leases below this are acknowledged (queues)
-        self._leased_to: int | None = None  # end of this process's last lease.acquire
+        self._leased_to: int | None = None  # end of this process's last acquire
+        self._first: int | None = None  # the query's first lease (queues), once known
         _stop_on_sigterm()
 
     def __getstate__(self) -> dict:
         return {"config": self.config, "_rpc": _RPC(self.config), "_target": self._target,
-                "_initial": self._initial, "_acked": self._acked, "_leased_to": None}
+                "_initial": self._initial, "_acked": self._acked, "_leased_to": None,
+                "_first": self._first}
 
     def _key(self) -> str:
         return "offset" if self.config.stream else "seq"
@@ -387,7 +397,7 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
                                                           stream_info(self._rpc, c.stream))}
             else:
                 info = self._rpc.call("lease.info", queue=c.queue, group=c.group)
-                self._initial = {"seq": int(info["next"])}
+                self._initial = {"seq": int(info["next"]), "first": int(info["next"])}
         return dict(self._initial)
 
     def getDefaultReadLimit(self) -> Any:
@@ -419,37 +429,45 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
             if cap is not None:
                 end = min(end, begin + cap)
             return {"offset": max(begin, end)}
-        # Spark plans a batch only after the previous one is in the commit log, so the
-        # leases below ``begin`` are done: ack them now rather than wait for commit(),
-        # which Spark calls only when it plans another batch with data (never for the
-        # last batch of an availableNow run, nor for a restarted query's last batch).
-        # Not for a new query's first offset: leases held below it belong to no batch
-        # of this checkpoint.
-        if self._initial is None or begin != int(self._initial["seq"]):
-            if begin > self._acked:
-                self._rpc.call("lease.ack", queue=c.queue, group=c.group, upto=begin - 1)
-                self._acked = begin
+        first = int((start or self.initialOffset()).get("first", 0))
+        self._first = first
         want = cap if cap is not None else (c.max_per_trigger or 10_000)
         if self._target is not None:  # available-now: what was ready at the start
             want = min(want, self._target)
-            if want <= 0:
-                return {"seq": begin}
-        got = self._rpc.call("lease.acquire", queue=c.queue, group=c.group, max=want,
-                             ttl_ms=c.lease_ttl_ms)
-        first, end = int(got["start"]), int(got["end"])
-        # A batch is the range of sequence numbers from the previous end on, so a gap
-        # means someone else leased in between, and this query would read and ack their
-        # messages. (After a restart a gap is this group's own leases of a batch never
-        # planned: they are read in this one.)
-        if self._leased_to is not None and first != self._leased_to:
-            raise AMQPError(
-                f"leveret option group: another reader leases queue {c.queue!r} as group "
-                f"{c.group!r} too (it took sequence numbers {self._leased_to} to "
-                f"{first - 1}); give each query reading a queue its own group")
-        self._leased_to = end
-        if self._target is not None:
-            self._target -= end - first
-        return {"seq": max(begin, end)}
+        if want > 0:
+            got = self._rpc.call("lease.acquire", queue=c.queue, group=c.group, max=want,
+                                 ttl_ms=c.lease_ttl_ms, retry=False)
+            leased, end = int(got["start"]), int(got["end"])
+            # A batch is the range of sequence numbers from the previous end on, so a
+            # gap means someone else leased in between: this query would read their
+            # messages. Fail before acknowledging anything. (After a restart a gap is
+            # this group's leases of a batch never planned: they are read in this one.)
+            if self._leased_to is not None and leased != self._leased_to:
+                raise AMQPError(
+                    f"leveret option group: another reader leases queue {c.queue!r} as "
+                    f"group {c.group!r} too (it took sequence numbers {self._leased_to} to "
+                    f"{leased - 1}); give each query reading a queue its own group")
+            self._leased_to = end
+            if self._target is not None:
+                self._target -= end - leased
+        else:
+            end = begin
+        # Spark plans a batch only after the previous one is in the commit log, so this
+        # query's leases below ``begin`` are done: ack them now rather than wait for
+        # commit(), which Spark calls only when it plans another batch with data (never
+        # for the last batch of an availableNow run, nor for a restarted query's last).
+        self._ack_below(begin, first)
+        return {"seq": max(begin, end), "first": first}
+
+    def _ack_below(self, end: int, first: int) -> None:
+        """Acknowledge this query's leases below ``end``: from ``first``, the query's
+        first offset (kept in every offset, so a restarted query knows it), never the
+        leases of the group held before the query began."""
+        low = max(first, self._acked)
+        if end > low:
+            self._rpc.call("lease.ack", queue=self.config.queue, group=self.config.group,
+                           upto=end - 1, **{"from": low})
+            self._acked = end
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         c = self.config
@@ -462,29 +480,24 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         return record_batches(read_partition(self.config, partition))
 
     def commit(self, end: dict) -> None:
-        c = self.config
-        if c.queue:
-            upto = int(end["seq"]) - 1
-            if upto >= 0 and upto >= self._acked:
-                self._rpc.call("lease.ack", queue=c.queue, group=c.group, upto=upto)
-                self._acked = upto + 1
+        if self.config.queue:
+            self._ack_below(int(end["seq"]), int(end.get("first", 0)))
 
     def stop(self) -> None:
         """Spark stops the source (in the process that planned the batches). For a queue,
-        hand back at once (``lease.release``) the leases of this reader's ``group`` from
-        the lowest one not acknowledged, ``max(_acked, first offset of a new query)``, up
-        to the group's next sequence number: the batches Spark planned and has not
-        reported committed, and leases taken for a batch never planned. Their messages are
-        ready again now (redelivered) instead of after ``leaseTtlMs``; a restarted query
-        that replays such a batch reads fewer rows, and the messages come in a later one.
-        A reader that planned nothing releases nothing.
+        hand back at once (``lease.release``) this query's leases not acknowledged, from
+        ``max(_acked, the query's first offset)`` up to the end of its last lease.acquire
+        (or, when this process acquired nothing, the group's next sequence number): the
+        batches Spark planned and has not reported committed. Their messages are ready
+        again now (redelivered) instead of after ``leaseTtlMs``; a restarted query that
+        replays such a batch reads fewer rows, and the messages come in a later one. A
+        reader that saw no offset releases nothing.
 
         Spark ends the source runner process with SIGTERM, even while it waits for
         Spark's next call (a batch running); :func:`_stop_on_sigterm` makes that raise
         SystemExit so the runner's ``finally: reader.stop()`` gets here, and SIGTERM is
         ignored while this runs (main thread only; the previous handler is restored).
-        Opens its own connection (a call of
-        ``_rpc`` may have been cut off), with at most a 10 s timeout. Never raises: leases
+        Each connection it uses waits at most ``timeout`` seconds. Never raises: leases
         it cannot release expire after ``leaseTtlMs`` as before."""
         try:
             previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -493,14 +506,16 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         try:
             self._rpc.close()
             c = self.config
-            low = max(self._acked, int(self._initial["seq"]) if self._initial else 0)
-            if c.queue and low > 0:
+            if c.queue and self._first is not None:
+                low = max(self._acked, self._first)
                 with Client(c.url, timeout=min(c.timeout, 10.0)) as client:
-                    info = client.rpc("lease.info", {"queue": c.queue, "group": c.group})
-                    seqs = list(range(low, int(info["next"])))
-                    if seqs and int(info.get("held", 0)):
+                    high = self._leased_to
+                    if high is None:
+                        info = client.rpc("lease.info", {"queue": c.queue, "group": c.group})
+                        high = int(info["next"])
+                    if high > low:
                         client.rpc("lease.release", {"queue": c.queue, "group": c.group,
-                                                     "seqs": seqs})
+                                                     "seqs": list(range(low, high))})
         except Exception:  # noqa: BLE001, S110 - best effort: the leases expire anyway
             pass
         finally:
