@@ -12,6 +12,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 
+import pika
 import pytest
 
 pytest.importorskip("pyspark")
@@ -41,3 +42,12 @@ def spark() -> Iterator:
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def channel(leveret_broker):
+    """A pika channel on the suite's broker (``leveret_broker``)."""
+    conn = pika.BlockingConnection(pika.URLParameters(leveret_broker.amqp_url))
+    yield conn.channel()
+    if conn.is_open:
+        conn.close()

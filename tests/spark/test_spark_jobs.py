@@ -16,14 +16,6 @@ from leveret.spark.jobs import archive, dlq_replay, dlq_report
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture
-def channel(leveret_broker):
-    conn = pika.BlockingConnection(pika.URLParameters(leveret_broker.amqp_url))
-    yield conn.channel()
-    if conn.is_open:
-        conn.close()
-
-
 def _dead_letters(channel) -> None:
     """work.dlq gets 4 rejected from 'work' (tenants a, b, a, b) and 2 expired from
     'slow' (tenant a)."""

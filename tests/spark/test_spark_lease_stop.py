@@ -6,21 +6,12 @@ from __future__ import annotations
 import signal
 import time
 
-import pika
 import pytest
 
 from leveret.spark.amqp import AMQPError, Client
 from leveret.spark.source import LeveretStreamReader, _ReadConfig
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def channel(leveret_broker):
-    conn = pika.BlockingConnection(pika.URLParameters(leveret_broker.amqp_url))
-    yield conn.channel()
-    if conn.is_open:
-        conn.close()
 
 
 def _ready(channel, queue: str) -> int:

@@ -19,14 +19,6 @@ wire_types.install()
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture
-def channel(leveret_broker):
-    conn = pika.BlockingConnection(pika.URLParameters(leveret_broker.amqp_url))
-    yield conn.channel()
-    if conn.is_open:
-        conn.close()
-
-
 def _spark_error(exc_info) -> str:
     return str(exc_info.value)
 

@@ -11,14 +11,6 @@ from leveret.spark.amqp import Client
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture
-def channel(leveret_broker):
-    conn = pika.BlockingConnection(pika.URLParameters(leveret_broker.amqp_url))
-    yield conn.channel()
-    if conn.is_open:
-        conn.close()
-
-
 def _publish(channel, queue, n, start=0, **props):
     for i in range(start, start + n):
         channel.basic_publish("", queue, f"m{i}".encode(), pika.BasicProperties(
