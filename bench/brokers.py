@@ -167,6 +167,17 @@ class Broker:
 
     # lifecycle ---------------------------------------------------------
     def start(self) -> "Broker":
+        """Prepare a fresh working directory and launch; on failure, clean up and raise."""
+        self.prepare()
+        try:
+            self.launch(self.start_timeout)
+        except BrokerError:
+            self.stop()
+            raise
+        return self
+
+    def prepare(self) -> None:
+        """Make the working directory (and pick ports) for a first launch."""
         raise NotImplementedError
 
     def stop(self) -> None:
@@ -208,15 +219,9 @@ class Leveret(Broker):
     def data_dir(self) -> str:
         return os.path.join(self.workdir, "data")
 
-    def start(self) -> "Leveret":
+    def prepare(self) -> None:
         self.workdir = tempfile.mkdtemp(prefix="leveret-bench-")
         os.makedirs(self.data_dir())
-        try:
-            self.launch(self.start_timeout)
-        except BrokerError:
-            self.stop()
-            raise
-        return self
 
     def launch(self, timeout: float = 900.0) -> float:
         self.log_path = os.path.join(self.workdir, "leveret.log")
@@ -316,19 +321,13 @@ class RabbitMQ(Broker):
     def data_dir(self) -> str:
         return os.path.join(self.workdir, "mnesia")
 
-    def start(self) -> "RabbitMQ":
+    def prepare(self) -> None:
         if not rabbitmq_installed():
             raise BrokerError("rabbitmq-server is not installed (apt-get install -y rabbitmq-server)")
         self.workdir = tempfile.mkdtemp(prefix="rabbitmq-bench-")
         self.port = free_port()
         self.epmd_port = free_port()
         self.extra = {"nodename": f"bench-{secrets.token_hex(4)}@localhost", "dist_port": free_port()}
-        try:
-            self.launch(self.start_timeout)
-        except BrokerError:
-            self.stop()
-            raise
-        return self
 
     def launch(self, timeout: float = 900.0) -> float:
         """Start (or restart) the node: same node name, ports and mnesia directory."""

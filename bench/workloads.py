@@ -389,6 +389,27 @@ async def wl_fanout(broker: Broker, s: Settings, meter: Meter, n_queues: int = 3
         await _cleanup(broker, queues, [x])
 
 
+async def _publish_confirmed(conn, ch, msg: bytes, total: int, window: int,
+                             deadline: float | None = None, progress=None) -> int:
+    """Write ``msg`` up to ``total`` times (until ``deadline``, a monotonic time), keeping at
+    most ``window`` publishes unconfirmed; ``progress(sent)`` after each write. Returns how
+    many were sent (their confirms may still be on the way)."""
+    sent = 0
+    while sent < total and (deadline is None or time.monotonic() < deadline):
+        allowed = min(window - (sent - ch.confirmed), total - sent)
+        if allowed <= 0:
+            await conn.wait_progress(1.0)
+            if conn.closed:
+                raise conn.closed
+            continue
+        conn.write(msg * allowed)
+        sent += allowed
+        await conn.drain()
+        if progress is not None:
+            progress(sent)
+    return sent
+
+
 async def _confirm(broker: Broker, s: Settings, meter: Meter, body_size: int, label: str) -> list[Row]:
     """(e) Persistent publishes with confirms to a durable queue, at most ``confirm_window`` unconfirmed."""
     q = _name("confirm")
@@ -397,19 +418,9 @@ async def _confirm(broker: Broker, s: Settings, meter: Meter, body_size: int, la
         await ch.queue_declare(q, durable=True)
         await ch.confirm_select()
         msg = ch.message("", q, b"x" * body_size, persistent=True)
-        sent = 0
         meter.start()
-        deadline = time.monotonic() + s.seconds
-        while sent < s.messages and time.monotonic() < deadline:
-            allowed = min(s.confirm_window - (sent - ch.confirmed), s.messages - sent)
-            if allowed <= 0:
-                await conn.wait_progress(1.0)
-                if conn.closed:
-                    raise conn.closed
-                continue
-            conn.write(msg * allowed)
-            sent += allowed
-            await conn.drain()
+        sent = await _publish_confirmed(conn, ch, msg, s.messages, s.confirm_window,
+                                        time.monotonic() + s.seconds)
         await _wait_until(lambda: ch.confirmed >= sent, [conn], time.monotonic() + s.grace)
         meter.stop()
         return [Row(label, ch.confirmed, meter.seconds, {"published": sent, "nacked": ch.nacked})]
@@ -604,27 +615,21 @@ async def _fill_backlog(broker: Broker, s: Settings, q: str, arguments: dict | N
         rss0 = broker.rss_bytes()
         disk0 = broker.disk_usage()[0]
         msg = ch.message("", q, b"x" * s.backlog_body_size, persistent=True)
-        sent = 0
         if meter is not None:
             meter.start()
         t0 = time.perf_counter()
         cpu0 = broker.cpu_seconds()
-        step, next_log = max(1, n // 10), max(1, n // 10)
-        while sent < n:
-            allowed = min(s.confirm_window - (sent - ch.confirmed), n - sent)
-            if allowed <= 0:
-                await conn.wait_progress(1.0)
-                if conn.closed:
-                    raise conn.closed
-                continue
-            conn.write(msg * allowed)
-            sent += allowed
-            await conn.drain()
+        step = next_log = max(1, n // 10)
+
+        def progress(sent: int) -> None:
+            nonlocal next_log
             if sent >= next_log:
                 next_log += step
                 print(f"    [{broker.name}] backlog: {sent:,} published, {ch.confirmed:,} confirmed, "
                       f"{time.perf_counter() - t0:.0f} s, RSS {broker.rss_bytes() / 2**20:.0f} MB",
                       file=sys.stderr, flush=True)
+
+        sent = await _publish_confirmed(conn, ch, msg, n, s.confirm_window, progress=progress)
         if not await _wait_until(lambda: ch.confirmed >= sent, [conn], time.monotonic() + 300):
             raise TimeoutError(f"only {ch.confirmed} of {sent} publishes confirmed")
         seconds = time.perf_counter() - t0
