@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from pamqp import commands, frame
 
-from leveret.core.errors import ConnectionError
-from leveret.protocol.amqp.frames import decode_method, encode_deliver
+from leveret.amqp.errors import ConnectionError
+from leveret.amqp.frames import decode_method, encode_deliver
 
 short = st.text(max_size=40).filter(lambda t: len(t.encode()) <= 255)
 exchange_name = st.from_regex(r"\A[a-zA-Z0-9_.:-]{0,40}\Z")  # what pamqp accepts

@@ -20,7 +20,7 @@ from pamqp import heartbeat as pamqp_heartbeat
 
 from leveret.core.broker import BrokerCore
 from leveret.protocol.amqp import Connection
-from leveret.protocol.amqp.frames import (
+from leveret.amqp.frames import (
     FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, PROTOCOL_HEADER, FrameError,
     FrameReader, encode_frame,
 )

@@ -14,12 +14,20 @@ import pytest
 from leveret.core import BrokerCore, Message
 from leveret.core.clock import ManualClock
 from leveret.core.dead_letter import DEAD_LETTERED, EVENT_EXCHANGE, discarded
-from leveret.core.errors import ChannelError
+from leveret.amqp import properties as wire
+from leveret.core.errors import PreconditionFailed
 from leveret.core.message import Properties
 from leveret.core.policy import Policy
 from leveret.core.queue import Queue, QueuedMessage
+from leveret.protocol.amqp.message import content_header, with_delivery_headers
 
 EPS = 0.001  # one millisecond
+
+
+def amqp_headers(message: Message, extra: tuple = ()) -> dict:
+    """The headers an AMQP consumer gets: annotations (deaths) and per-delivery headers
+    rendered by the AMQP adapter, decoded again."""
+    return wire.decode(with_delivery_headers(content_header(message), extra)).headers or {}
 
 
 # -- harness -----------------------------------------------------------------------------
@@ -40,8 +48,8 @@ class Consumer:
         return not self.prefetch or len(self.held) < self.prefetch
 
     def deliver(self, queue: Queue, entry: QueuedMessage) -> None:
-        message = queue.message_for_delivery(entry)
-        headers = message.properties.headers or {}
+        message = entry.message
+        headers = amqp_headers(message, queue.delivery_headers(entry))
         self.held.append((queue, entry))
         self.log.append({"body": message.body.decode(), "time": self.clock.time(),
                          "count": headers.get("x-delivery-count"),
@@ -337,8 +345,7 @@ def test_get_carries_delivery_count(vhost, clock):
     counts = []
     for _ in range(3):
         entry = queue.get()
-        message = queue.message_for_delivery(entry)
-        counts.append(message.properties.headers["x-delivery-count"])
+        counts.append(amqp_headers(entry.message, queue.delivery_headers(entry))["x-delivery-count"])
         queue.requeue([entry])
     assert counts == [0, 1, 2]
 
@@ -347,10 +354,10 @@ def test_no_policy_no_header_on_first_delivery(vhost, clock):
     queue = vhost.declare_queue("plain", None)
     publish(queue, "m")
     entry = queue.get()
-    assert "x-delivery-count" not in (queue.message_for_delivery(entry).properties.headers or {})
+    assert "x-delivery-count" not in (amqp_headers(entry.message, queue.delivery_headers(entry)))
     queue.requeue([entry])
     entry = queue.get()
-    assert queue.message_for_delivery(entry).properties.headers["x-delivery-count"] == 1
+    assert amqp_headers(entry.message, queue.delivery_headers(entry))["x-delivery-count"] == 1
     assert entry.redelivered
 
 
@@ -379,9 +386,9 @@ def test_poison_after_max_redeliveries_goes_to_shared_dlq(vhost, clock):
     assert dlq.durable
     dead = drain_get(dlq)
     assert bodies(dead) == ["m"]
-    death = dead[0].message.properties.headers["x-death"][0]
+    death = amqp_headers(dead[0].message)["x-death"][0]
     assert death["reason"] == "delivery_limit" and death["queue"] == "orders"
-    assert dead[0].message.properties.headers["x-first-death-reason"] == "delivery_limit"
+    assert amqp_headers(dead[0].message)["x-first-death-reason"] == "delivery_limit"
     event = drain_get(events)[0].message
     assert event.routing_key == DEAD_LETTERED and event.exchange == EVENT_EXCHANGE
     expected = {"vhost": "/", "queue": "orders", "reason": "delivery_limit",
@@ -433,7 +440,7 @@ def test_rejected_without_requeue_uses_strategy(vhost, clock):
     publish(queue, "m")
     queue.discard(queue.get(), "rejected")
     dead = drain_get(vhost.queues["leveret.DLQ"])
-    assert dead[0].message.properties.headers["x-death"][0]["reason"] == "rejected"
+    assert amqp_headers(dead[0].message)["x-death"][0]["reason"] == "rejected"
 
 
 def test_discard_strategy(vhost, clock):
@@ -466,7 +473,7 @@ def test_expired_messages_and_process_expired(vhost, clock, process_expired):
         target = "discarded"
     else:
         dead = drain_get(dlq)
-        assert dead[0].message.properties.headers["x-death"][0]["reason"] == "expired"
+        assert amqp_headers(dead[0].message)["x-death"][0]["reason"] == "expired"
         target = "queue 'leveret.DLQ'"
     event = drain_get(events)[0].message.properties.headers
     assert event["reason"] == "expired" and event["target"] == target
@@ -505,7 +512,7 @@ def test_poison_to_dead_letter_exchange_with_x_death(vhost, clock):
     for _ in range(2):
         queue.requeue([queue.get()])
     dead = drain_get(dead_q)
-    headers = dead[0].message.properties.headers
+    headers = amqp_headers(dead[0].message)
     assert headers["x-death"][0]["reason"] == "delivery_limit"
     assert headers["x-death"][0]["queue"] == "q"
     assert headers["x-death"][0]["count"] == 1
@@ -553,7 +560,7 @@ def test_message_expiring_during_its_redelivery_delay_is_not_delivered(vhost, cl
     assert consumer.bodies() == ["m"], "delivered after it expired"
     assert queue.message_count == 0
     dead = drain_get(vhost.queues["leveret.DLQ"])
-    assert dead[0].message.properties.headers["x-death"][0]["reason"] == "expired"
+    assert amqp_headers(dead[0].message)["x-death"][0]["reason"] == "expired"
 
 
 def test_expired_when_requeued_dies_at_once(vhost, clock):
@@ -591,9 +598,9 @@ def test_delete_if_empty_counts_delayed_messages(vhost, clock):
     queue = vhost.declare_queue("q", None, arguments=policy_args(redelivery_delay=1000))
     publish(queue, "A")
     queue.requeue([queue.get()])
-    with pytest.raises(ChannelError) as err:
+    with pytest.raises(PreconditionFailed) as err:
         vhost.delete_queue("q", if_empty=True)
-    assert err.value.reply_code == 406
+    assert err.value.condition == "precondition_failed"
 
 
 # -- x-expires ---------------------------------------------------------------------------
@@ -662,9 +669,9 @@ def test_x_expires_with_delayed_redelivery_and_consumer(vhost, clock):
     {"x-dead-letter-strategy": "individual", "x-dead-letter-queue-prefix": "amq."},
 ])
 def test_invalid_arguments_are_406(vhost, arguments):
-    with pytest.raises(ChannelError) as err:
+    with pytest.raises(PreconditionFailed) as err:
         vhost.declare_queue("q", None, arguments=arguments)
-    assert err.value.reply_code == 406
+    assert err.value.condition == "precondition_failed"
     assert "q" not in vhost.queues
 
 
@@ -724,6 +731,6 @@ def test_policy_and_argument_lower_limit_wins_argument_wins_otherwise(clock):
 
 def test_invalid_policy_value_is_406(clock):
     core = BrokerCore(clock=clock, policies=[Policy("p", ".*", {"redelivery-delay": -5})])
-    with pytest.raises(ChannelError) as err:
+    with pytest.raises(PreconditionFailed) as err:
         core.vhosts["/"].declare_queue("q", None)
-    assert err.value.reply_code == 406
+    assert err.value.condition == "precondition_failed"

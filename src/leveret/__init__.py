@@ -1,7 +1,24 @@
-"""leveret: an AMQP 0-9-1 message broker that RabbitMQ clients use unchanged."""
+"""leveret: a message broker that RabbitMQ (AMQP 0-9-1) clients use unchanged.
 
-__version__ = "0.1.0"
+``import leveret`` is light: the embedded :class:`Broker` and :class:`BlockingBroker`
+(which load the server, the store and aiohttp) are imported on first use.
+"""
 
-from .server.broker import BlockingBroker, Broker  # noqa: E402
+from __future__ import annotations
 
-__all__ = ["Broker", "BlockingBroker", "__version__"]
+from typing import TYPE_CHECKING, Any
+
+from .version import __version__
+
+if TYPE_CHECKING:
+    from .server.broker import BlockingBroker, Broker
+
+__all__ = ["BlockingBroker", "Broker", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Broker", "BlockingBroker"):
+        from .server import broker
+
+        return getattr(broker, name)
+    raise AttributeError(f"module 'leveret' has no attribute {name!r}")

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from . import __version__
+from .version import __version__
 from .config import ConfigError, Settings, load
 from .server.broker import Broker, new_event_loop
 from .store import DataDirLocked, StoreError

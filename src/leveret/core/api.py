@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from .errors import AMQPError
+from .errors import BrokerError
 from .message import Message, Properties
 from .vhost import VirtualHost
 
@@ -102,8 +102,8 @@ def handle(vhost: VirtualHost, request: Message, owner: Any) -> Message | None:
         if not isinstance(body, dict):
             raise APIError("the request body must be a JSON object")
         reply = {"ok": True, **operation(vhost, body, owner)}
-    except AMQPError as exc:
-        reply = {"ok": False, "error": exc.reply_text, "code": exc.reply_code}
+    except BrokerError as exc:
+        reply = {"ok": False, "error": f"{exc.condition.upper()} - {exc.text}"}
     except Exception as exc:  # noqa: BLE001 - any bad request is answered, never fatal
         reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if not properties.reply_to:

@@ -1,4 +1,4 @@
-"""Users, passwords and virtual host permissions; SASL PLAIN and AMQPLAIN.
+"""Users, passwords and virtual host permissions.
 
 As in RabbitMQ, the default user ``guest``/``guest`` exists with access to ``/`` and
 may only log in from a loopback address (``loopback_users``).
@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass, field
-
-from pamqp import decode
-
-MECHANISMS = ("PLAIN", "AMQPLAIN")
 
 
 class AuthenticationError(Exception):
@@ -24,31 +20,6 @@ class User:
     password: str
     vhosts: list[str] = field(default_factory=lambda: ["/"])
     tags: list[str] = field(default_factory=list)
-
-
-def parse_response(mechanism: str, response: bytes | str) -> tuple[str, str]:
-    """(username, password) from a connection.start-ok response.
-
-    PLAIN is ``authzid NUL authcid NUL password`` (RFC 4616); AMQPLAIN a field table
-    without its length prefix holding LOGIN and PASSWORD. Raises AuthenticationError.
-    """
-    raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
-    if mechanism == "PLAIN":
-        parts = raw.split(b"\x00")
-        if len(parts) != 3:
-            raise AuthenticationError("PLAIN response is not 'authzid NUL user NUL password'")
-        return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
-    if mechanism == "AMQPLAIN":
-        try:
-            _, table = decode.field_table(len(raw).to_bytes(4, "big") + raw)
-        except Exception as exc:  # pamqp raises several types for a bad table
-            raise AuthenticationError(f"AMQPLAIN response is not a field table: {exc}") from None
-        login, password = table.get("LOGIN"), table.get("PASSWORD")
-        if login is None or password is None:
-            raise AuthenticationError("AMQPLAIN response lacks LOGIN or PASSWORD")
-        as_text = (lambda v: v.decode() if isinstance(v, bytes) else str(v))
-        return as_text(login), as_text(password)
-    raise AuthenticationError(f"unsupported authentication mechanism '{mechanism}'")
 
 
 class UserDatabase:

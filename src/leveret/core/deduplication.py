@@ -22,11 +22,10 @@ DEFAULT_CACHE_SIZE = 100_000
 
 def dedup_key(message: Message, header: str | None) -> str | None:
     """The identity of ``message``: a header's value or its message_id; None if absent."""
-    properties = message.properties
     if header is not None:
-        value = (properties.headers or {}).get(header)
+        value = message.headers.get(header)
     else:
-        value = properties.message_id
+        value = message.properties.message_id
     if value is None or value == "":
         return None
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

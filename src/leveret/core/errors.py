@@ -1,90 +1,85 @@
-"""AMQP reply codes and the exceptions core raises with them.
+"""The errors core raises, protocol-neutral.
 
-Core raises :class:`ChannelError` for a soft error (the protocol layer closes only the
-channel) and :class:`ConnectionError` for a hard error (it closes the connection).
-The protocol layer adds the class and method id of the method that failed, as
-``channel.close`` / ``connection.close`` carry them (AMQP 0-9-1 §1.5.2.9, §1.4.2.9).
-Reply codes and texts follow AMQP 0-9-1 §1.1 and what RabbitMQ 3.10 sends.
+Each names a condition, as RabbitMQ's core does (``rabbit_misc:protocol_error``); every
+protocol adapter maps the condition to its own form: the AMQP adapter to a reply code
+that closes the channel or the connection (:mod:`leveret.protocol.amqp.errors`), a STOMP
+adapter to an ERROR frame. ``text`` is the human-readable part, without any prefix
+(RabbitMQ's AMQP texts, e.g. ``no queue 'q' in vhost '/'``).
 """
 
 from __future__ import annotations
 
-# Reply codes, AMQP 0-9-1 constants.
-REPLY_SUCCESS = 200
-CONTENT_TOO_LARGE = 311
-NO_ROUTE = 312
-NO_CONSUMERS = 313
-CONNECTION_FORCED = 320
-INVALID_PATH = 402
-ACCESS_REFUSED = 403
-NOT_FOUND = 404
-RESOURCE_LOCKED = 405
-PRECONDITION_FAILED = 406
-FRAME_ERROR = 501
-SYNTAX_ERROR = 502
-COMMAND_INVALID = 503
-CHANNEL_ERROR = 504
-UNEXPECTED_FRAME = 505
-RESOURCE_ERROR = 506
-NOT_ALLOWED = 530
-NOT_IMPLEMENTED = 540
-INTERNAL_ERROR = 541
 
-REPLY_NAMES = {
-    REPLY_SUCCESS: "OK",
-    CONTENT_TOO_LARGE: "CONTENT_TOO_LARGE",
-    NO_ROUTE: "NO_ROUTE",
-    NO_CONSUMERS: "NO_CONSUMERS",
-    CONNECTION_FORCED: "CONNECTION_FORCED",
-    INVALID_PATH: "INVALID_PATH",
-    ACCESS_REFUSED: "ACCESS_REFUSED",
-    NOT_FOUND: "NOT_FOUND",
-    RESOURCE_LOCKED: "RESOURCE_LOCKED",
-    PRECONDITION_FAILED: "PRECONDITION_FAILED",
-    FRAME_ERROR: "FRAME_ERROR",
-    SYNTAX_ERROR: "SYNTAX_ERROR",
-    COMMAND_INVALID: "COMMAND_INVALID",
-    CHANNEL_ERROR: "CHANNEL_ERROR",
-    UNEXPECTED_FRAME: "UNEXPECTED_FRAME",
-    RESOURCE_ERROR: "RESOURCE_ERROR",
-    NOT_ALLOWED: "NOT_ALLOWED",
-    NOT_IMPLEMENTED: "NOT_IMPLEMENTED",
-    INTERNAL_ERROR: "INTERNAL_ERROR",
-}
+class BrokerError(Exception):
+    """A request core cannot carry out. ``condition`` names the kind (``not_found`` …);
+    ``text`` says what was wrong."""
+
+    condition = "internal_error"
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.text!r})"
 
 
-class AMQPError(Exception):
-    """An error with an AMQP reply code.
+class NotFound(BrokerError):
+    """No such exchange, queue or virtual host (AMQP 404, soft)."""
 
-    ``reply_text`` is prefixed with the code's name, as RabbitMQ does
-    (``NOT_FOUND - no queue 'q' in vhost '/'``).
-    """
-
-    def __init__(self, reply_code: int, text: str) -> None:
-        self.reply_code = reply_code
-        self.reply_text = f"{REPLY_NAMES.get(reply_code, 'ERROR')} - {text}"
-        super().__init__(self.reply_text)
+    condition = "not_found"
 
 
-class ChannelError(AMQPError):
-    """A soft error: only the channel is closed (codes 403, 404, 405, 406)."""
+class AccessRefused(BrokerError):
+    """A reserved name or an operation the user may not perform (AMQP 403, soft)."""
+
+    condition = "access_refused"
 
 
-class ConnectionError(AMQPError):  # noqa: A001 - the AMQP name, scoped to this module
-    """A hard error: the whole connection is closed (codes 320, 5xx)."""
+class ResourceLocked(BrokerError):
+    """Another connection's exclusive queue (AMQP 405, soft)."""
+
+    condition = "resource_locked"
 
 
-def not_found(text: str) -> ChannelError:
-    return ChannelError(NOT_FOUND, text)
+class PreconditionFailed(BrokerError):
+    """An inequivalent redeclaration, an invalid argument, a queue in use or not empty,
+    an unknown delivery tag, a message too large (AMQP 406, soft)."""
+
+    condition = "precondition_failed"
 
 
-def access_refused(text: str) -> ChannelError:
-    return ChannelError(ACCESS_REFUSED, text)
+class CommandInvalid(BrokerError):
+    """A request that is invalid in itself, e.g. an unknown exchange type (AMQP 503,
+    which closes the connection)."""
+
+    condition = "command_invalid"
 
 
-def precondition_failed(text: str) -> ChannelError:
-    return ChannelError(PRECONDITION_FAILED, text)
+class NotAllowed(BrokerError):
+    """An operation refused outright, e.g. a vhost the user may not open (AMQP 530,
+    which closes the connection)."""
+
+    condition = "not_allowed"
 
 
-def resource_locked(text: str) -> ChannelError:
-    return ChannelError(RESOURCE_LOCKED, text)
+class NotImplementedFeature(BrokerError):
+    """A feature leveret does not implement (AMQP 540, which closes the connection)."""
+
+    condition = "not_implemented"
+
+
+def not_found(text: str) -> NotFound:
+    return NotFound(text)
+
+
+def access_refused(text: str) -> AccessRefused:
+    return AccessRefused(text)
+
+
+def precondition_failed(text: str) -> PreconditionFailed:
+    return PreconditionFailed(text)
+
+
+def resource_locked(text: str) -> ResourceLocked:
+    return ResourceLocked(text)

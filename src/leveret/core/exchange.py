@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import COMMAND_INVALID, ConnectionError, precondition_failed
+from .errors import CommandInvalid, precondition_failed
 from .message import Message
 from .topic import TopicTrie
 
@@ -156,7 +156,7 @@ class HeadersExchange(Exchange):
     type = "headers"
 
     def route(self, message: Message) -> tuple | list:
-        headers = (message.properties.headers or {}) if message.has_headers else {}
+        headers = message.headers
         return list(dict.fromkeys(b.destination for b in self.bindings.values()
                                   if headers_match(b.arguments, headers)))
 
@@ -206,4 +206,4 @@ def exchange_class(type_name: str) -> type[Exchange]:
     try:
         return EXCHANGE_TYPES[type_name]
     except KeyError:
-        raise ConnectionError(COMMAND_INVALID, f"invalid exchange type '{type_name}'") from None
+        raise CommandInvalid(f"invalid exchange type '{type_name}'") from None

@@ -1,168 +1,243 @@
-"""Messages as the broker holds them.
+"""Messages as the broker holds them: a protocol-neutral container (RabbitMQ's ``mc``).
 
-A message keeps its content header as the raw bytes it arrived in (the payload of the
-content header frame, AMQP 0-9-1 §4.2.6.1), so publisher to consumer needs no decoding of
-properties. :attr:`Message.properties` decodes them lazily, with pamqp, only when routing
-(headers exchange) or a feature needs them; :meth:`Message.with_properties` re-encodes
-a changed copy.
+A :class:`Message` carries
+
+- the body, the address it was published to (``exchange``, ``routing_key``) and the
+  neutral facts core acts on at once: ``persistent``, ``ttl`` (the message's own
+  expiration, milliseconds) and ``priority``;
+- the encoded form it arrived in (``encoded``, in ``format``: for AMQP 0-9-1 the content
+  header payload), so a message published and consumed over the same protocol passes
+  through without re-encoding;
+- ``deaths``: annotations core adds when the message is dead-lettered
+  (:class:`Death`). Each adapter renders them in its own form: ``x-death`` for AMQP.
+
+Everything else (``properties``: message id, reply-to, headers, …) is decoded from the
+encoded form by its :class:`MessageFormat` on first use, which happens only when routing
+(headers exchange), deduplication, dead-lettering or the broker's API needs it.
+
+Core builds messages of its own (dead-letter advisories, API replies) in the
+:data:`NEUTRAL` format: properties only, encoded as JSON for the store.
 """
 
 from __future__ import annotations
 
-import copy
-import struct
+import datetime
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Protocol
 
-from pamqp import commands, decode
-from pamqp.exceptions import UnmarshalingException
-from pamqp.header import ContentHeader
 
-from .errors import SYNTAX_ERROR, ConnectionError
-from .field_table import add_long_header
+@dataclass(slots=True)
+class Properties:
+    """The properties core knows by name; AMQP's basic properties (§4.2.6.1), which are
+    also JMS's message header fields. ``expiration`` is a TTL in milliseconds, as text;
+    ``headers`` holds application headers with plain values (str, int, bytes, …)."""
 
-Properties = commands.Basic.Properties
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: dict[str, Any] | None = None
+    delivery_mode: int | None = None
+    priority: int | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    expiration: str | None = None
+    message_id: str | None = None
+    timestamp: datetime.datetime | None = None
+    type: str | None = None
+    user_id: str | None = None
+    app_id: str | None = None
 
-_BODY_SIZE = struct.Struct(">Q")
-_HEADERS_FLAG = 0x2000  # property flag bit of `headers`, AMQP 0-9-1 §4.2.6.1
+
+PROPERTY_NAMES = tuple(f.name for f in fields(Properties))
+
+
+class MessageFormat(Protocol):
+    """A protocol's encoded form of a message; each adapter registers one."""
+
+    name: str
+
+    def properties(self, message: Message) -> Properties:
+        """Decode ``message.encoded`` into neutral properties."""
+
+    def death_history(self, message: Message) -> list[tuple[str, str]]:
+        """``(queue, reason)`` of the deaths the encoded form records, most recent
+        first (a message republished by a client after it died carries them)."""
+
+    def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
+        """A message of this format read back from the store."""
+
+
+@dataclass(frozen=True, slots=True)
+class Death:
+    """One dead-lettering of a message (an annotation core adds).
+
+    ``time`` is epoch seconds; ``exchange`` and ``routing_keys`` are where the message
+    had been published to (its routing key and any ``CC`` keys); ``original_expiration``
+    its ``expiration`` property (milliseconds as text), which the dead copy loses;
+    ``readdressed`` is true when the dead-letter routing key replaced the routing key
+    (the ``CC`` header is then dropped, as RabbitMQ does)."""
+
+    queue: str
+    reason: str
+    time: int
+    exchange: str
+    routing_keys: tuple[str, ...]
+    original_expiration: str | None = None
+    readdressed: bool = False
 
 
 class Message:
-    """One published message, shared by every queue it was routed to.
+    """One published message, shared by every queue it was routed to; never changed
+    once published (dead-lettering makes a copy)."""
 
-    ``header`` is the content header payload (class id, weight, body size, property flags
-    and properties); ``body`` the concatenated body bytes.
-    """
+    __slots__ = ("exchange", "routing_key", "body", "format", "encoded", "persistent", "ttl",
+                 "priority", "deaths", "_properties", "rendered")
 
-    __slots__ = ("exchange", "routing_key", "header", "body", "_properties", "_persistent")
-
-    def __init__(self, exchange: str, routing_key: str, header: bytes, body: bytes) -> None:
+    def __init__(self, exchange: str, routing_key: str, body: bytes, format: MessageFormat,
+                 encoded: bytes, persistent: bool = False, ttl: int | None = None,
+                 priority: int | None = None, deaths: tuple[Death, ...] = ()) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
-        self.header = header
         self.body = body
+        self.format = format
+        self.encoded = encoded
+        self.persistent = persistent
+        self.ttl = ttl
+        self.priority = priority
+        self.deaths = deaths
         self._properties: Properties | None = None
-        self._persistent: bool | None = None
+        #: An adapter's rendering of this message, cached by that adapter (AMQP: the
+        #: content header with ``x-death``), for messages not in its own format.
+        self.rendered: Any = None
 
     @classmethod
-    def build(
-        cls, exchange: str, routing_key: str, body: bytes, properties: Properties | None = None
-    ) -> Message:
-        """A message made by the broker itself (dead letters, events, tests)."""
-        header = ContentHeader(body_size=len(body), properties=properties or Properties())
-        return cls(exchange, routing_key, header.marshal(), body)
+    def build(cls, exchange: str, routing_key: str, body: bytes,
+              properties: Properties | None = None) -> Message:
+        """A message made by the broker itself (advisories, API replies), in the
+        :data:`NEUTRAL` format."""
+        properties = properties or Properties()
+        message = cls(exchange, routing_key, body, NEUTRAL, b"", properties.delivery_mode == 2,
+                      _ttl(properties.expiration), properties.priority)
+        message._properties = properties
+        return message
 
     @property
     def properties(self) -> Properties:
-        """The 14 basic properties, decoded on first use (pamqp)."""
+        """All properties, decoded on first use by the message's format."""
         if self._properties is None:
-            decoded = ContentHeader()
-            try:
-                decoded.unmarshal(self.header)
-            except (UnmarshalingException, struct.error, ValueError, TypeError,
-                    UnicodeDecodeError, IndexError) as exc:  # the publisher sent garbage
-                raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
-            self._properties = decoded.properties
+            self._properties = self.format.properties(self)
         return self._properties
 
-    def with_long_header(self, name: str, value: int) -> Message:
-        """A copy with header ``name`` set to the integer ``value`` (wire type ``l``),
-        spliced into the raw header: for per-delivery headers on the hot path."""
-        return _with_long_header(self, name, value)
-
     @property
-    def persistent(self) -> bool:
-        """delivery_mode == 2, read from the raw header without decoding the rest."""
-        if self._persistent is None:
-            self._persistent = delivery_mode(self.header) == 2
-        return self._persistent
+    def headers(self) -> dict[str, Any]:
+        """Application headers (empty if none)."""
+        return self.properties.headers or {}
 
-    @property
-    def has_expiration(self) -> bool:
-        """Whether the `expiration` property is present, read from the flags alone."""
-        return bool(self.header[12] & 0x01)
+    def dead(self, death: Death, exchange: str, routing_key: str) -> Message:
+        """The copy that dead-lettering publishes: annotated with ``death``, addressed to
+        ``exchange``/``routing_key``, without its own expiration."""
+        return Message(exchange, routing_key, self.body, self.format, self.encoded,
+                       self.persistent, None, self.priority, (*self.deaths, death))
 
-    @property
-    def has_headers(self) -> bool:
-        """Whether the `headers` property is present, read from the flags alone."""
-        return bool(self.header[12] << 8 & _HEADERS_FLAG)
+    def death_history(self) -> list[tuple[str, str]]:
+        """``(queue, reason)`` of every death, most recent first, one entry per queue and
+        reason (as ``x-death`` lists them)."""
+        history = self.format.death_history(self) if self.format is not NEUTRAL else []
+        for death in self.deaths:
+            key = (death.queue, death.reason)
+            if key in history:
+                history.remove(key)
+            history.insert(0, key)
+        return history
 
-    def with_properties(self, properties: Properties, routing_key: str | None = None,
-                        exchange: str | None = None) -> Message:
-        """A copy with other properties (re-encoded) and optionally a new address."""
-        header = ContentHeader(body_size=len(self.body), properties=properties).marshal()
-        copy = Message(self.exchange if exchange is None else exchange,
-                       self.routing_key if routing_key is None else routing_key,
-                       header, self.body)
-        copy._properties = properties
-        return copy
+    # -- the store --------------------------------------------------------------------
+    def meta(self) -> str | None:
+        """What the store must keep besides the address, the encoded form and the body:
+        JSON, or None for a message in the default format without annotations (the
+        common case costs nothing)."""
+        if self.format is _default_format and not self.deaths:
+            return None
+        meta: dict[str, Any] = {"format": self.format.name}
+        if self.format is NEUTRAL:
+            meta["properties"] = _properties_json(self.properties)
+        if self.deaths:
+            meta["deaths"] = [asdict(d) for d in self.deaths]
+        return json.dumps(meta)
+
+    @classmethod
+    def restore(cls, exchange: str, routing_key: str, encoded: bytes, body: bytes,
+                meta: str | None) -> Message:
+        """A message read back from the store (see :meth:`meta`). Raises LookupError for
+        a format no adapter has registered."""
+        data = json.loads(meta) if meta else {}
+        name = data.get("format", _default_format.name if _default_format else "")
+        if name == NEUTRAL.name:
+            properties = _properties_from_json(data["properties"])
+            message = cls.build(exchange, routing_key, body, properties)
+        else:
+            try:
+                message_format = FORMATS[name]
+            except KeyError:
+                raise LookupError(f"stored message in unknown format '{name}'") from None
+            message = message_format.restore(exchange, routing_key, encoded, body)
+        if "deaths" in data:
+            message.deaths = tuple(Death(**{**d, "routing_keys": tuple(d["routing_keys"])})
+                                   for d in data["deaths"])
+            message.ttl = None
+        return message
+
+    def __repr__(self) -> str:
+        return f"<Message {self.exchange!r} {self.routing_key!r} {len(self.body)} B>"
 
 
-#: Basic property flag bits, highest first (§4.2.6.1), with each field's wire form:
-#: s short string, T field table, o octet, t timestamp.
-_PROPERTY_FIELDS = tuple(zip([0x8000 >> i for i in range(14)], "ssToosssstssss"))
-
-
-def check_properties(header: bytes) -> None:
-    """Raise ConnectionError 502 unless a content header payload's property list is
-    well-formed, so no consumer is handed properties its client cannot decode. Only
-    sizes are walked (cheap); a ``headers`` table is decoded in full (pamqp)."""
-    flags = header[12] << 8 | header[13]
-    if not flags:
-        return
-    offset, end = 14, len(header)
+def _ttl(expiration: str | None) -> int | None:
     try:
-        if flags & 0x0003:  # continuation or reserved bit: let pamqp judge
-            ContentHeader().unmarshal(header)
-            return
-        for bit, kind in _PROPERTY_FIELDS:
-            if flags & bit:
-                if kind == "s":  # pamqp (and clients) decode short strings as UTF-8
-                    header[offset + 1:offset + 1 + header[offset]].decode()
-                    offset += 1 + header[offset]
-                elif kind == "o":
-                    offset += 1
-                elif kind == "t":
-                    offset += 8
-                else:
-                    size = 4 + int.from_bytes(header[offset:offset + 4], "big")
-                    if offset + size > end or decode.field_table(header[offset:offset + size])[0] != size:
-                        raise ValueError("headers table length mismatch")
-                    offset += size
-                if offset > end:
-                    raise ValueError("properties truncated")
-    except (UnmarshalingException, struct.error, ValueError, TypeError,
-            UnicodeDecodeError, IndexError) as exc:
-        raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
-
-
-def _with_long_header(message: Message, name: str, value: int) -> Message:
-    try:
-        header = add_long_header(message.header, name, value)
-    except ValueError:  # flag continuation: take the long way
-        properties = copy.copy(message.properties)
-        properties.headers = {**(properties.headers or {}), name: value}
-        return message.with_properties(properties)
-    return Message(message.exchange, message.routing_key, header, message.body)
-
-
-def delivery_mode(header: bytes) -> int | None:
-    """The delivery_mode property of a (checked) content header payload, skipping
-    content_type, content_encoding and headers by their lengths; None if absent."""
-    flags = header[12] << 8 | header[13]
-    if not flags & 0x1000:
+        ttl = int(expiration) if expiration is not None else None
+    except ValueError:
         return None
-    offset = 14
-    if flags & 0x8000:
-        offset += 1 + header[offset]
-    if flags & 0x4000:
-        offset += 1 + header[offset]
-    if flags & 0x2000:
-        offset += 4 + int.from_bytes(header[offset:offset + 4], "big")
-    return header[offset]
+    return ttl if ttl is None or ttl >= 0 else None
 
 
-def declared_body_size(header: bytes) -> int:
-    """Body size from a raw content header payload (bytes 4-11), in bytes.
+def _properties_json(properties: Properties) -> dict[str, Any]:
+    data = {k: v for k, v in asdict(properties).items() if v is not None}
+    if "timestamp" in data:
+        data["timestamp"] = data["timestamp"].timestamp()
+    return data
 
-    Raises ``struct.error`` if the payload is shorter than 12 bytes.
-    """
-    return _BODY_SIZE.unpack_from(header, 4)[0]
+
+def _properties_from_json(data: dict[str, Any]) -> Properties:
+    if "timestamp" in data:
+        data = {**data, "timestamp": datetime.datetime.fromtimestamp(data["timestamp"], datetime.UTC)}
+    return Properties(**data)
+
+
+class _NeutralFormat:
+    """Messages core builds: their properties are all there is."""
+
+    name = "neutral"
+
+    def properties(self, message: Message) -> Properties:
+        return Properties()
+
+    def death_history(self, message: Message) -> list[tuple[str, str]]:
+        return []
+
+    def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
+        raise LookupError("neutral messages are restored with their properties")
+
+
+NEUTRAL: MessageFormat = _NeutralFormat()
+
+#: Formats by name, registered by the protocol adapters (:func:`register_format`).
+FORMATS: dict[str, MessageFormat] = {NEUTRAL.name: NEUTRAL}
+#: The format whose messages the store keeps without metadata (the first registered).
+_default_format: MessageFormat | None = None
+
+
+def register_format(message_format: MessageFormat) -> None:
+    """Make stored messages of ``message_format`` readable (adapters call this at
+    import). The first one registered is the store's default, kept without metadata."""
+    global _default_format
+    FORMATS[message_format.name] = message_format
+    if _default_format is None:
+        _default_format = message_format

@@ -202,7 +202,8 @@ class Queue:
         if not self.queue_id:
             self.queue_id = store.new_queue_id()
         return store.add_message(self.queue_id, seq, message.exchange, message.routing_key,
-                                 message.header, message.body, transient, expires_at)
+                                 message.encoded, message.body, transient, expires_at,
+                                 meta=message.meta())
 
     def _dedup_added(self, key: str, expires_at: float) -> None:
         if self.store is not None and self.durable and self.queue_id:
@@ -230,9 +231,9 @@ class Queue:
         now = self.vhost.clock.time()
         expired = []
         for stored in self.store.read_queue(self.queue_id, self._paged_after, batch):
-            entry = QueuedMessage(Message(stored.exchange, stored.routing_key, stored.header,
-                                          stored.body), stored.seq, stored.store_id,
-                                  stored.expires_at)
+            message = Message.restore(stored.exchange, stored.routing_key, stored.header,
+                                      stored.body, stored.meta)
+            entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
             entry.delivery_count = stored.delivery_count
             entry.redelivered = stored.delivery_count > 0
             self.ready.append(entry)
@@ -317,12 +318,13 @@ class Queue:
             return None
         return self._take()
 
-    def message_for_delivery(self, entry: QueuedMessage) -> Message:
-        """The message as delivered: with ``x-delivery-count`` (previous deliveries)
-        when the queue has a redelivery policy or the message was delivered before."""
+    def delivery_headers(self, entry: QueuedMessage) -> tuple[tuple[str, int], ...]:
+        """Integer headers this delivery carries besides the message's own:
+        ``x-delivery-count`` (previous deliveries) when the queue has a redelivery policy
+        or the message was delivered before."""
         if entry.delivery_count > 1 or self.config.redelivery.active:
-            return entry.message.with_long_header("x-delivery-count", entry.delivery_count - 1)
-        return entry.message
+            return (("x-delivery-count", entry.delivery_count - 1),)
+        return ()
 
     # -- settling -------------------------------------------------------------------
     def ack(self, entry: QueuedMessage) -> None:
@@ -435,13 +437,9 @@ class Queue:
     def _expiry(self, message: Message) -> float:
         """Epoch seconds when ``message`` expires here (0: never)."""
         ttl = self.config.message_ttl
-        if message.has_expiration:
-            try:
-                own = int(message.properties.expiration)
-            except (TypeError, ValueError):
-                own = None
-            if own is not None and own >= 0:
-                ttl = own if ttl is None else min(ttl, own)
+        own = message.ttl
+        if own is not None:
+            ttl = own if ttl is None else min(ttl, own)
         if ttl is None:
             return 0.0
         return self.vhost.clock.time() + ttl / 1000

@@ -82,8 +82,8 @@ class Stream(Queue):
             if not self.queue_id:
                 self.queue_id = self.store.new_queue_id()
             self.store.add_message(self.queue_id, offset + 1, message.exchange,
-                                   message.routing_key, message.header, message.body,
-                                   published_at=now)
+                                   message.routing_key, message.encoded, message.body,
+                                   published_at=now, meta=message.meta())
             stored = True
         self._tail.append((now, message))
         if self.store is not None and len(self._tail) > IN_MEMORY_TAIL:
@@ -147,7 +147,8 @@ class Stream(Queue):
         message = self._chunk.get(offset)
         if message is None:
             assert self.store is not None
-            self._chunk = {row.seq - 1: Message(row.exchange, row.routing_key, row.header, row.body)
+            self._chunk = {row.seq - 1: Message.restore(row.exchange, row.routing_key, row.header,
+                                                        row.body, row.meta)
                            for row in self.store.read_queue(self.queue_id, offset, READ_BATCH)}
             message = self._chunk[offset]
         return message
@@ -213,8 +214,9 @@ class Stream(Queue):
                 self.remove_consumer(consumer)
                 consumer.cancel_by_broker()
 
-    def message_for_delivery(self, entry: QueuedMessage) -> Message:
-        return entry.message.with_long_header("x-stream-offset", entry.seq - 1)
+    def delivery_headers(self, entry: QueuedMessage) -> tuple[tuple[str, int], ...]:
+        """Every delivery carries its offset as ``x-stream-offset`` (RabbitMQ)."""
+        return (("x-stream-offset", entry.seq - 1),)
 
     # -- what streams do not do -----------------------------------------------------
     def requeue(self, entries: list[QueuedMessage]) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import __version__
+from ..version import __version__
 from ..core.auth import AuthenticationError
 from ..core.broker import BrokerCore
 from ..core.policy import matching

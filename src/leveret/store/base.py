@@ -24,6 +24,7 @@ class StoredMessage:
     header: bytes
     body: bytes
     expires_at: float = 0.0  # epoch seconds; 0: never
+    meta: str | None = None  # see leveret.core.message.Message.meta
 
 
 @dataclass
@@ -67,10 +68,13 @@ class Store(ABC):
     @abstractmethod
     def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
                     header: bytes, body: bytes, transient: bool = False,
-                    expires_at: float = 0.0, published_at: float = 0.0) -> int:
-        """Queue a message's write; returns its store id (> 0). A ``transient`` one is
-        only paged out of memory and is deleted at the next start; ``expires_at`` is
-        its TTL deadline and ``published_at`` (streams) its append time, epoch seconds."""
+                    expires_at: float = 0.0, published_at: float = 0.0,
+                    meta: str | None = None) -> int:
+        """Queue a message's write; returns its store id (> 0). ``header`` is the
+        message's encoded form and ``meta`` what else it carries (opaque text, None in
+        the common case). A ``transient`` one is only paged out of memory and is deleted
+        at the next start; ``expires_at`` is its TTL deadline and ``published_at``
+        (streams) its append time, epoch seconds."""
 
     @abstractmethod
     def remove_range(self, queue_id: int, below_seq: int) -> None:

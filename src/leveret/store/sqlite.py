@@ -8,7 +8,8 @@ handed to the writer never touches the disk. Deleted pages are reclaimed with
 checkpoints, without stopping the broker.
 
 Files: ``DIR/leveret.db`` (+ ``-wal``, ``-shm``). A message row holds the content
-header and body as they arrived; a definition row an AMQP field table (pamqp codec).
+header and body as they arrived (``meta``: JSON of what else the message carries, see
+:meth:`leveret.core.message.Message.meta`); a definition row an AMQP field table (pamqp codec).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY, queue_id INTEGER NOT NULL, seq INTEGER NOT NULL,
     delivery_count INTEGER NOT NULL, exchange TEXT NOT NULL, routing_key TEXT NOT NULL,
     header BLOB NOT NULL, body BLOB NOT NULL, transient INTEGER NOT NULL,
-    expires_at REAL NOT NULL, published_at REAL NOT NULL, size INTEGER NOT NULL);
+    expires_at REAL NOT NULL, published_at REAL NOT NULL, size INTEGER NOT NULL,
+    meta TEXT);
 -- covering: start-up counts a queue's messages and bytes from the index alone
 CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue_id, seq, size);
 CREATE INDEX IF NOT EXISTS messages_transient ON messages (id) WHERE transient=1;
@@ -106,6 +108,9 @@ class SQLiteStore(Store):
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA secure_delete=OFF")  # acked bodies need not be zeroed: 2-3x faster deletes
             db.executescript(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
+            if "meta" not in columns:  # a store written before messages had metadata
+                db.execute("ALTER TABLE messages ADD COLUMN meta TEXT")
             clean = db.execute("SELECT value FROM meta WHERE key='clean_shutdown'").fetchone()
             if not clean or not clean[0]:  # after a crash (or a first start): check pages
                 result = db.execute("PRAGMA quick_check(1)").fetchone()[0]
@@ -152,7 +157,7 @@ class SQLiteStore(Store):
         assert self._reader is not None
         rows = self._reader.execute(
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
-            "transient, expires_at FROM messages WHERE queue_id=? AND seq>? ORDER BY seq LIMIT ?",
+            "transient, expires_at, published_at, size, meta FROM messages WHERE queue_id=? AND seq>? ORDER BY seq LIMIT ?",
             (queue_id, after_seq, limit)).fetchall()
         # Writes still on their way to disk; a batch may also be committed already.
         pending = [row for batch in (self._inflight, self._batch) if batch is not None
@@ -161,7 +166,7 @@ class SQLiteStore(Store):
             found = {row[0]: row for row in rows}
             found.update((row[0], row) for row in pending)
             rows = sorted(found.values(), key=lambda r: r[2])[:limit]
-        return [StoredMessage(*row[:8], expires_at=row[9]) for row in rows]
+        return [StoredMessage(*row[:8], expires_at=row[9], meta=row[12]) for row in rows]
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; callbacks will run on ``loop``."""
@@ -195,12 +200,13 @@ class SQLiteStore(Store):
 
     def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
                     header: bytes, body: bytes, transient: bool = False,
-                    expires_at: float = 0.0, published_at: float = 0.0) -> int:
+                    expires_at: float = 0.0, published_at: float = 0.0,
+                    meta: str | None = None) -> int:
         store_id = self._next_id
         self._next_id += 1
         self._changed().inserts[store_id] = [store_id, queue_id, seq, 0, exchange, routing_key,
                                              header, body, int(transient), expires_at,
-                                             published_at, len(body)]
+                                             published_at, len(body), meta]
         return store_id
 
     def save_dedup(self, queue_id: int, key: str, expires_at: float) -> None:
@@ -326,7 +332,7 @@ class SQLiteStore(Store):
     def _write(db: sqlite3.Connection, batch: _Batch) -> None:
         db.execute("BEGIN")
         if batch.inserts:
-            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", batch.inserts.values())
+            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", batch.inserts.values())
         if batch.counts:
             db.executemany("UPDATE messages SET delivery_count=? WHERE id=?",
                            [(c, i) for i, c in batch.counts.items()])

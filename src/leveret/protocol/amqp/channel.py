@@ -10,24 +10,26 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable
 
 from pamqp import commands
 from pamqp.base import Frame as Method
 
-from ...core.errors import (
-    COMMAND_INVALID, FRAME_ERROR, INTERNAL_ERROR, NOT_ALLOWED, NOT_IMPLEMENTED, NO_ROUTE, UNEXPECTED_FRAME,
-    ChannelError, ConnectionError, access_refused, not_found, precondition_failed,
+from ...amqp import properties as wire
+from ...amqp.errors import (
+    COMMAND_INVALID, FRAME_ERROR, INTERNAL_ERROR, NO_ROUTE, NOT_ALLOWED, NOT_IMPLEMENTED,
+    UNEXPECTED_FRAME, ChannelError, ConnectionError,
 )
+from ...amqp.frames import encode_content, encode_deliver, encode_method
 from ...core import api
 from ...core.api import API_EXCHANGE
+from ...core.errors import access_refused, not_found, precondition_failed
 from ...core.exchange import DEFAULT_EXCHANGE
-from ...core.message import Message, check_properties, declared_body_size
+from ...core.message import Message
 from ...core.queue import ACCEPTED, REJECTED, STORED, Queue, QueuedMessage
 from .consumer import ChannelConsumer
-from .frames import encode_content, encode_deliver, encode_method
+from .message import AMQP, content_header, from_publish, replace_reply_to, with_delivery_headers
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -37,28 +39,10 @@ Basic, Exchange, Queue_, Tx, Confirm = (
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO + "."
-_REPLY_TO_FLAG = 0x0200  # property flag bit of reply_to (§4.2.6.1)
 
 
 def _new_tag(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
-
-
-_EXPIRATION = re.compile(r"[+-]?[0-9]+")
-
-
-def _check_expiration(expiration: str) -> None:
-    """406 unless ``expiration`` is a non-negative integer (RabbitMQ's check, with its
-    texts: ``rabbit_basic:parse_expiration``)."""
-    match = _EXPIRATION.match(expiration)
-    if match is None:
-        raise precondition_failed(f"invalid expiration '{expiration}': no_integer")
-    rest = expiration[match.end():]
-    if rest:
-        raise precondition_failed(f"invalid expiration '{expiration}': {{leftover_string,\"{rest}\"}}")
-    value = int(match.group())
-    if value < 0:
-        raise precondition_failed(f"invalid expiration '{expiration}': {{value_negative,{value}}}")
 
 
 class Channel:
@@ -86,6 +70,7 @@ class Channel:
         # content being assembled: publish method, header, remaining size, body chunks
         self._publish: Any = None
         self._header = b""
+        self._facts: tuple[int | None, int | None, str | None] = (None, None, None)
         self._remaining = 0
         self._chunks: list[bytes] = []
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -121,7 +106,7 @@ class Channel:
             raise ConnectionError(UNEXPECTED_FRAME, f"unexpected content header frame on channel {self.number}")
         if len(payload) < 14:
             raise ConnectionError(FRAME_ERROR, "content header frame too short")
-        size = declared_body_size(payload)
+        size = wire.declared_body_size(payload)
         class_id = int.from_bytes(payload[:2], "big")
         if class_id != 60:
             raise ConnectionError(UNEXPECTED_FRAME, f"content header for class {class_id}, expected 60")
@@ -129,7 +114,7 @@ class Channel:
         if size > limit:
             self._publish = None
             raise precondition_failed(f"message size {size} is larger than configured max size {limit}")
-        check_properties(payload)  # 502 now rather than a consumer unable to decode it
+        self._facts = wire.scan(payload)  # 502 now rather than a consumer unable to decode it
         self._header = payload
         self._remaining = size
         if size == 0:
@@ -149,9 +134,10 @@ class Channel:
     def send_method(self, method: Method) -> None:
         self.connection.send(encode_method(self.number, method))
 
-    def _send_content(self, method: Method, message: Message) -> None:
+    def _send_content(self, method: Method, message: Message, header: bytes | None = None) -> None:
         connection = self.connection
-        parts = encode_content(self.number, message.header, message.body, connection.frame_max)
+        parts = encode_content(self.number, header or content_header(message), message.body,
+                               connection.frame_max)
         parts.insert(0, encode_method(self.number, method))
         connection.send_parts(parts)
 
@@ -306,8 +292,9 @@ class Channel:
             self.send_method(Basic.ConsumeOk(consumer_tag=tag))
         for seq, entry in queue.lease(group).read(start, end):
             self.delivery_tag += 1
-            message = entry.message.with_long_header("x-lease-seq", seq)
-            parts = encode_content(self.number, message.header, message.body, self.connection.frame_max)
+            message = entry.message
+            header = with_delivery_headers(content_header(message), (("x-lease-seq", seq),))
+            parts = encode_content(self.number, header, message.body, self.connection.frame_max)
             parts.insert(0, encode_deliver(self.number, consumer.encoded_tag, self.delivery_tag,
                                            entry.redelivered, message.exchange, message.routing_key))
             self.connection.send_parts(parts)
@@ -341,14 +328,20 @@ class Channel:
         """basic.deliver one message to ``consumer`` (called by the queue)."""
         self.delivery_tag += 1
         tag = self.delivery_tag
-        message = entry.message if queue is None else queue.message_for_delivery(entry)
+        message = entry.message
+        header = (message.encoded if message.format is AMQP and not message.deaths
+                  else content_header(message))
+        if queue is not None:
+            extra = queue.delivery_headers(entry)
+            if extra:
+                header = with_delivery_headers(header, extra)
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
         elif queue is not None:  # no_ack: delivered means acknowledged
             queue.ack(entry)
         connection = self.connection
-        parts = encode_content(self.number, message.header, message.body, connection.frame_max)
+        parts = encode_content(self.number, header, message.body, connection.frame_max)
         parts.insert(0, encode_deliver(self.number, consumer.encoded_tag, tag, entry.redelivered,
                                        message.exchange, message.routing_key))
         connection.send_parts(parts)
@@ -360,13 +353,14 @@ class Channel:
             self.send_method(Basic.GetEmpty())
             return
         self.delivery_tag += 1
-        message = queue.message_for_delivery(entry)
+        message = entry.message
+        header = with_delivery_headers(content_header(message), queue.delivery_headers(entry))
         if not m.no_ack:
             self.unacked[self.delivery_tag] = (queue, entry, None)
         else:  # no_ack: delivered means acknowledged
             queue.ack(entry)
         self._send_content(Basic.GetOk(self.delivery_tag, entry.redelivered, message.exchange,
-                                       message.routing_key, queue.message_count), message)
+                                       message.routing_key, queue.message_count), message, header)
 
     # -- acknowledgements -------------------------------------------------------------
     def _take_unacked(self, tag: int, multiple: bool) -> list[tuple]:
@@ -451,16 +445,14 @@ class Channel:
         method, header, chunks = self._publish, self._header, self._chunks
         self._publish, self._header, self._chunks = None, b"", []
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        message = Message(method.exchange, method.routing_key, header, body)
         if self.connection.core.alarm_active:
             self.connection.block_publisher()
         exchange = self.vhost.get_exchange(method.exchange)
         if exchange.internal:
             raise access_refused(
                 f"cannot publish to internal exchange '{exchange.name}' in vhost '{self.vhost.name}'")
-        if message.has_expiration:
-            _check_expiration(message.properties.expiration)
-        if header[12] << 8 & _REPLY_TO_FLAG:
+        message = from_publish(method.exchange, method.routing_key, header, body, self._facts)
+        if wire.has(header, wire.REPLY_TO_FLAG):
             message = self._rewrite_reply_to(message)
         if self.confirm_mode:
             self.publish_seq += 1
@@ -475,8 +467,7 @@ class Channel:
             return message
         if self.reply_to_key is None:
             raise precondition_failed("fast reply consumer does not exist")
-        properties.reply_to = REPLY_TO_PREFIX + self.reply_to_key
-        return message.with_properties(properties)
+        return replace_reply_to(message, REPLY_TO_PREFIX + self.reply_to_key)
 
     def _route(self, exchange: Any, message: Message, mandatory: bool, seq: int) -> None:
         outcome = ACCEPTED

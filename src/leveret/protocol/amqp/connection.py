@@ -18,18 +18,21 @@ from typing import Any, Callable
 from pamqp import commands
 from pamqp.base import Frame as Method
 
-from ... import __version__
-from ...core.auth import MECHANISMS, AuthenticationError, parse_response
-from ...core.broker import BrokerCore
-from ...core.errors import (
+from ...amqp.errors import (
     ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, CONNECTION_FORCED, FRAME_ERROR,
     NOT_ALLOWED, UNEXPECTED_FRAME, ChannelError, ConnectionError,
 )
-from .channel import Channel
-from .frames import (
+from ...amqp.frames import (
     FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT, PROTOCOL_HEADER,
     FrameError, FrameReader, decode_method, encode_method,
 )
+from ...core.auth import AuthenticationError
+from ...core.broker import BrokerCore
+from ...core.errors import BrokerError
+from ...version import __version__
+from .channel import Channel
+from .errors import to_amqp
+from .sasl import MECHANISMS, parse_response
 
 log = logging.getLogger("leveret.amqp")
 
@@ -150,7 +153,10 @@ class Connection:
             return
         for frame_type, number, payload in frames:
             try:
-                self._frame(frame_type, number, payload)
+                try:
+                    self._frame(frame_type, number, payload)
+                except BrokerError as exc:
+                    raise to_amqp(exc) from None
             except ChannelError as exc:
                 self._channel_error(number, exc, payload if frame_type == FRAME_METHOD else None)
             except ConnectionError as exc:
@@ -191,11 +197,14 @@ class Connection:
             if channel is None:
                 return
             try:
-                if frame_type == FRAME_HEADER:
-                    channel.handle_header(payload)
-                else:
-                    channel.handle_body(payload)
-            except ChannelError as exc:
+                try:
+                    if frame_type == FRAME_HEADER:
+                        channel.handle_header(payload)
+                    else:
+                        channel.handle_body(payload)
+                except BrokerError as exc:
+                    raise to_amqp(exc) from None
+            except ChannelError as exc:  # a failed publish: reported against basic.publish
                 self._channel_error(number, exc, None)
 
     def _content_channel(self, frame_type: int, number: int) -> Channel | None:

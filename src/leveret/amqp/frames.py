@@ -4,7 +4,7 @@
 ``(frame_type, channel, payload)``; it raises :class:`FrameError` (reply code 501) for a
 bad end marker, an unknown frame type or a frame larger than the negotiated frame-max.
 Method payloads are decoded and encoded with pamqp; content headers pass through as raw
-bytes (see :mod:`leveret.core.message`).
+bytes (see :mod:`.properties`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pamqp import commands, frame as pamqp_frame
 from pamqp.base import Frame as Method
 from pamqp.exceptions import UnmarshalingException
 
-from ...core.errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError
+from .errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2

@@ -1,0 +1,75 @@
+"""AMQP reply codes and the exceptions that carry them.
+
+:class:`ChannelError` is a soft error (only the channel is closed) and
+:class:`ConnectionError` a hard one (the connection is closed). The broker's AMQP adapter
+adds the class and method id of the method that failed, as ``channel.close`` /
+``connection.close`` carry them (AMQP 0-9-1 §1.5.2.9, §1.4.2.9). Reply codes and texts
+follow AMQP 0-9-1 §1.1 and what RabbitMQ 3.10 sends.
+"""
+
+from __future__ import annotations
+
+# Reply codes, AMQP 0-9-1 constants.
+REPLY_SUCCESS = 200
+CONTENT_TOO_LARGE = 311
+NO_ROUTE = 312
+NO_CONSUMERS = 313
+CONNECTION_FORCED = 320
+INVALID_PATH = 402
+ACCESS_REFUSED = 403
+NOT_FOUND = 404
+RESOURCE_LOCKED = 405
+PRECONDITION_FAILED = 406
+FRAME_ERROR = 501
+SYNTAX_ERROR = 502
+COMMAND_INVALID = 503
+CHANNEL_ERROR = 504
+UNEXPECTED_FRAME = 505
+RESOURCE_ERROR = 506
+NOT_ALLOWED = 530
+NOT_IMPLEMENTED = 540
+INTERNAL_ERROR = 541
+
+REPLY_NAMES = {
+    REPLY_SUCCESS: "OK",
+    CONTENT_TOO_LARGE: "CONTENT_TOO_LARGE",
+    NO_ROUTE: "NO_ROUTE",
+    NO_CONSUMERS: "NO_CONSUMERS",
+    CONNECTION_FORCED: "CONNECTION_FORCED",
+    INVALID_PATH: "INVALID_PATH",
+    ACCESS_REFUSED: "ACCESS_REFUSED",
+    NOT_FOUND: "NOT_FOUND",
+    RESOURCE_LOCKED: "RESOURCE_LOCKED",
+    PRECONDITION_FAILED: "PRECONDITION_FAILED",
+    FRAME_ERROR: "FRAME_ERROR",
+    SYNTAX_ERROR: "SYNTAX_ERROR",
+    COMMAND_INVALID: "COMMAND_INVALID",
+    CHANNEL_ERROR: "CHANNEL_ERROR",
+    UNEXPECTED_FRAME: "UNEXPECTED_FRAME",
+    RESOURCE_ERROR: "RESOURCE_ERROR",
+    NOT_ALLOWED: "NOT_ALLOWED",
+    NOT_IMPLEMENTED: "NOT_IMPLEMENTED",
+    INTERNAL_ERROR: "INTERNAL_ERROR",
+}
+
+
+class AMQPError(Exception):
+    """An error with an AMQP reply code.
+
+    ``reply_text`` is prefixed with the code's name, as RabbitMQ does
+    (``NOT_FOUND - no queue 'q' in vhost '/'``).
+    """
+
+    def __init__(self, reply_code: int, text: str) -> None:
+        self.reply_code = reply_code
+        self.reply_text = f"{REPLY_NAMES.get(reply_code, 'ERROR')} - {text}"
+        super().__init__(self.reply_text)
+
+
+class ChannelError(AMQPError):
+    """A soft error: only the channel is closed (codes 403, 404, 405, 406)."""
+
+
+class ConnectionError(AMQPError):  # noqa: A001 - the AMQP name, scoped to this module
+    """A hard error: the whole connection is closed (codes 320, 5xx)."""
+

@@ -1,0 +1,134 @@
+"""The basic content properties (AMQP 0-9-1 §4.2.6.1) in a content header payload.
+
+A content header payload is class id (2 bytes), weight (2), body size (8), property
+flags (2, highest bit first) and the present properties in flag order. The broker keeps
+the payload as it arrived; these functions read what it needs without decoding the rest,
+and :func:`decode` / :func:`encode` go through pamqp for everything else.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pamqp import commands, decode as pamqp_decode
+from pamqp.exceptions import UnmarshalingException
+from pamqp.header import ContentHeader
+
+from .errors import SYNTAX_ERROR, ConnectionError
+
+Properties = commands.Basic.Properties
+
+#: (flag bit, pamqp attribute name, wire type) of the 14 properties in wire order;
+#: wire types: s short string, T field table, o octet, t timestamp.
+PROPERTY_LAYOUT = tuple(zip(
+    [0x8000 >> i for i in range(14)],
+    ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
+     "correlation_id", "reply_to", "expiration", "message_id", "timestamp",
+     "message_type", "user_id", "app_id", "cluster_id"),
+    "ssToosssstssss", strict=True))
+
+HEADERS_FLAG = 0x2000
+DELIVERY_MODE_FLAG = 0x1000
+PRIORITY_FLAG = 0x0800
+REPLY_TO_FLAG = 0x0200
+EXPIRATION_FLAG = 0x0100
+
+_BODY_SIZE = struct.Struct(">Q")
+_DECODE_ERRORS = (UnmarshalingException, struct.error, ValueError, TypeError,
+                  UnicodeDecodeError, IndexError)
+
+
+def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
+    """Check a content header payload and return ``(delivery_mode, priority,
+    expiration)`` (None when absent).
+
+    Raises ConnectionError 502 SYNTAX_ERROR unless the property list is well-formed, so
+    no consumer is handed properties its client cannot decode. Only sizes are walked
+    (cheap); a ``headers`` table is decoded in full (pamqp)."""
+    flags = header[12] << 8 | header[13]
+    if not flags:
+        return None, None, None
+    delivery_mode = priority = expiration = None
+    offset, end = 14, len(header)
+    try:
+        if flags & 0x0003:  # continuation or reserved bit: let pamqp judge
+            properties = decode(header)
+            return properties.delivery_mode, properties.priority, properties.expiration
+        for bit, _, kind in PROPERTY_LAYOUT:
+            if flags & bit:
+                if kind == "s":  # pamqp (and clients) decode short strings as UTF-8
+                    text = header[offset + 1:offset + 1 + header[offset]].decode()
+                    if bit == EXPIRATION_FLAG:
+                        expiration = text
+                    offset += 1 + header[offset]
+                elif kind == "o":
+                    if bit == DELIVERY_MODE_FLAG:
+                        delivery_mode = header[offset]
+                    else:
+                        priority = header[offset]
+                    offset += 1
+                elif kind == "t":
+                    offset += 8
+                else:
+                    size = 4 + int.from_bytes(header[offset:offset + 4], "big")
+                    if offset + size > end or pamqp_decode.field_table(header[offset:offset + size])[0] != size:
+                        raise ValueError("headers table length mismatch")
+                    offset += size
+                if offset > end:
+                    raise ValueError("properties truncated")
+    except _DECODE_ERRORS as exc:
+        raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
+    return delivery_mode, priority, expiration
+
+
+def decode(header: bytes) -> Properties:
+    """All 14 properties of a content header payload (pamqp); ConnectionError 502 if
+    they do not decode."""
+    decoded = ContentHeader()
+    try:
+        decoded.unmarshal(header)
+    except _DECODE_ERRORS as exc:
+        raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
+    return decoded.properties
+
+
+def encode(properties: Properties, body_size: int) -> bytes:
+    """A content header payload (class 60) for ``properties`` and a body of
+    ``body_size`` bytes (pamqp)."""
+    return ContentHeader(body_size=body_size, properties=properties).marshal()
+
+
+def delivery_mode(header: bytes) -> int | None:
+    """The delivery_mode property of a (checked) content header payload, skipping
+    content_type, content_encoding and headers by their lengths; None if absent."""
+    flags = header[12] << 8 | header[13]
+    if not flags & DELIVERY_MODE_FLAG:
+        return None
+    offset = 14
+    if flags & 0x8000:
+        offset += 1 + header[offset]
+    if flags & 0x4000:
+        offset += 1 + header[offset]
+    if flags & HEADERS_FLAG:
+        offset += 4 + int.from_bytes(header[offset:offset + 4], "big")
+    return header[offset]
+
+
+def has(header: bytes, flag: int) -> bool:
+    """Whether the property with flag bit ``flag`` is present (flags alone)."""
+    return bool((header[12] << 8 | header[13]) & flag)
+
+
+def declared_body_size(header: bytes) -> int:
+    """Body size from a raw content header payload (bytes 4-11), in bytes.
+
+    Raises ``struct.error`` if the payload is shorter than 12 bytes.
+    """
+    return int(_BODY_SIZE.unpack_from(header, 4)[0])
+
+
+def as_dict(properties: Properties) -> dict[str, Any]:
+    """The present properties by pamqp attribute name."""
+    return {name: value for _, name, _ in PROPERTY_LAYOUT
+            if (value := getattr(properties, name, None)) not in (None, "")}
