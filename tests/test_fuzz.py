@@ -19,6 +19,7 @@ from pamqp import commands, frame as pamqp_frame, header as pamqp_header
 from pamqp import heartbeat as pamqp_heartbeat
 
 from leveret.core.broker import BrokerCore
+from leveret.core.clock import ManualClock
 from leveret.protocol.amqp import Connection
 from leveret.amqp.frames import (
     FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, PROTOCOL_HEADER, FrameError,
@@ -165,7 +166,7 @@ class Harness:
     listener does once per loop turn."""
 
     def __init__(self) -> None:
-        self.core = BrokerCore()
+        self.core = BrokerCore(ManualClock())
         self.transport = FakeTransport()
         self.loop = FakeLoop()
         self.pending = set()

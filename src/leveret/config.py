@@ -42,6 +42,7 @@ from pathlib import Path
 
 from .core.auth import User, UserDatabase
 from .core.broker import BrokerCore, Limits
+from .core.clock import Clock
 from .core.policy import Policy
 
 
@@ -63,11 +64,12 @@ class Settings:
     loopback_users: list[str] = field(default_factory=lambda: ["guest"])
     policies: list[Policy] = field(default_factory=list)
 
-    def build_core(self) -> BrokerCore:
+    def build_core(self, clock: Clock) -> BrokerCore:
+        """A BrokerCore with these users, limits, policies and vhosts, on ``clock``."""
         users = UserDatabase(loopback_users=self.loopback_users)
         for user in self.users:
             users.users[user.name] = user
-        core = BrokerCore(users=users, limits=self.limits, policies=list(self.policies))
+        core = BrokerCore(clock, users=users, limits=self.limits, policies=list(self.policies))
         for name in self.vhosts:
             core.add_vhost(name)
         return core

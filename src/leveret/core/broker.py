@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from .auth import User, UserDatabase
-from .clock import Clock, LoopClock
+from .clock import Clock
 from .policy import Policy
 from .vhost import VirtualHost
 
@@ -32,6 +32,10 @@ class Limits:
 
 @dataclass
 class BrokerCore:
+    """The broker's state. ``clock`` gives time and timers (the server's event loop, or
+    a test's :class:`~.clock.ManualClock`)."""
+
+    clock: Clock
     vhosts: dict[str, VirtualHost] = field(default_factory=dict)
     users: UserDatabase = field(default_factory=UserDatabase)
     limits: Limits = field(default_factory=Limits)
@@ -40,7 +44,6 @@ class BrokerCore:
     alarm_active: bool = False
     #: Durable definitions and messages; None for a broker that keeps nothing.
     store: Store | None = None
-    clock: Clock = field(default_factory=LoopClock)
     policies: list[Policy] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -51,7 +54,7 @@ class BrokerCore:
         """Create (and persist, once a store is attached) a virtual host."""
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, self.store, self.clock, self.policies)
+            vhost = self.vhosts[name] = VirtualHost(name, self.clock, self.store, self.policies)
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost

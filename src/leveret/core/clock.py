@@ -1,16 +1,15 @@
-"""Time and timers for core, injectable so tests can step time.
+"""Time and timers for core: one injected :class:`Clock`, so tests can step time.
 
-:class:`LoopClock` uses the running asyncio loop; :class:`ManualClock` runs callbacks
-only when a test calls :meth:`ManualClock.advance`. Times are seconds: ``time()`` is
-wall-clock (epoch, for ``x-death`` and message expiry), timers take delays.
+The server gives core the event loop's clock (:class:`leveret.server.clock.LoopClock`);
+tests give a :class:`ManualClock`, which runs callbacks only when a test calls
+:meth:`ManualClock.advance`. Times are seconds: ``time()`` is wall-clock (epoch, for
+``x-death`` and message expiry), timers take delays.
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
-import time as _time
 from typing import Any, Callable, Protocol
 
 
@@ -19,19 +18,11 @@ class Timer(Protocol):
 
 
 class Clock(Protocol):
-    def time(self) -> float: ...
-
-    def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer: ...
-
-
-class LoopClock:
-    """Wall-clock time; timers on the running event loop."""
-
     def time(self) -> float:
-        return _time.time()
+        """Wall-clock time, epoch seconds."""
 
     def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
-        return asyncio.get_running_loop().call_later(max(delay, 0.0), callback)
+        """Run ``callback`` once after ``delay`` seconds (at once if negative)."""
 
 
 class _ManualTimer:

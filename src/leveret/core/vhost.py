@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import access_refused, not_found, precondition_failed, resource_locked
 from .definitions import binding_definition, binding_name, exchange_definition, queue_definition
-from .clock import Clock, LoopClock
+from .clock import Clock
 from .dead_letter import EVENT_EXCHANGE
 from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, check_x_match, exchange_class
 from .policy import Policy, matching
@@ -49,10 +49,10 @@ def _amqp_bool(value: bool) -> str:
 class VirtualHost:
     """One virtual host; ``name`` as in connection.open."""
 
-    def __init__(self, name: str, store: Store | None = None, clock: Clock | None = None,
+    def __init__(self, name: str, clock: Clock, store: Store | None = None,
                  policies: list[Policy] | None = None) -> None:
         self.name = name
-        self.clock: Clock = clock or LoopClock()
+        self.clock = clock
         #: The broker's policies (shared list); queues apply the matching one.
         self.policies: list[Policy] = policies if policies is not None else []
         #: Where durable definitions and persistent messages go (None: nowhere).

@@ -20,6 +20,7 @@ from ..core.broker import BrokerCore
 from ..store import DataDirLock
 from ..store.sqlite import SQLiteStore
 from ..management import ManagementAPI
+from .clock import LoopClock
 from .disk_monitor import DiskMonitor
 from .listener import AMQPListener
 
@@ -39,7 +40,7 @@ class Broker:
             if not hasattr(self.settings, key):
                 raise TypeError(f"unknown broker setting {key!r}")
             setattr(self.settings, key, value)
-        self.core: BrokerCore = self.settings.build_core()
+        self.core: BrokerCore = self.settings.build_core(LoopClock())
         self._listener = AMQPListener(self.core, self.settings.bind, self.settings.amqp_port)
         self._lock: DataDirLock | None = None
         self.store: SQLiteStore | None = None

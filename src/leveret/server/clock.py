@@ -1,0 +1,24 @@
+"""The clock the server gives core: wall-clock time, timers on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+from ..core.clock import Timer
+
+
+class LoopClock:
+    """:class:`leveret.core.clock.Clock` on an asyncio event loop (the running one when
+    none is given)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+
+    def time(self) -> float:
+        return time.time()
+
+    def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
+        loop = self._loop or asyncio.get_running_loop()
+        return loop.call_later(max(delay, 0.0), callback)
