@@ -261,6 +261,7 @@ properties = st.builds(
     reply_to=st.sampled_from([None, "amq.rabbitmq.reply-to", "q"]),
     delivery_mode=st.sampled_from([None, 1, 2]),
     expiration=st.sampled_from([None, "0", "100", "junk"]),
+    priority=st.sampled_from([None, 0, 5, 255]),
 )
 
 
@@ -349,6 +350,7 @@ def test_connection_survives_random_frames(script, cuts):
     for channel, value in frames:  # channel errors carry a known soft code
         if isinstance(value, commands.Channel.Close):
             assert value.reply_code in (403, 404, 405, 406), value
+    harness.core.clock.advance(1.0)  # TTLs (expiration "100") fall due without a loop
     connection.connection_lost()
 
 
