@@ -22,12 +22,10 @@ from ...amqp.errors import (
     UNEXPECTED_FRAME, ChannelError, ConnectionError,
 )
 from ...amqp.frames import encode_content, encode_deliver, encode_method
-from ...core import api
-from ...core.api import API_EXCHANGE
 from ...core.errors import access_refused, not_found, precondition_failed
-from ...core.exchange import DEFAULT_EXCHANGE
 from ...core.message import Message
-from ...core.queue import ACCEPTED, REJECTED, STORED, Queue, QueuedMessage
+from ...core.publish import REPLY_TO, REPLY_TO_PREFIX, Publisher
+from ...core.queue import Queue, QueuedMessage
 from .consumer import ChannelConsumer
 from .message import AMQP, content_header, from_publish, replace_reply_to, with_delivery_headers
 
@@ -37,8 +35,6 @@ if TYPE_CHECKING:
 Basic, Exchange, Queue_, Tx, Confirm = (
     commands.Basic, commands.Exchange, commands.Queue, commands.Tx, commands.Confirm)
 
-REPLY_TO = "amq.rabbitmq.reply-to"
-REPLY_TO_PREFIX = REPLY_TO + "."
 
 
 def _new_tag(prefix: str) -> str:
@@ -59,12 +55,7 @@ class Channel:
         self.delivery_tag = 0
         self.prefetch_count = 0  # per consumer (basic.qos global=false)
         self.global_prefetch = 0  # per channel (global=true)
-        self.confirm_mode = False
-        self.publish_seq = 0
-        self._confirmed_upto = 0  # highest seq acknowledged to the publisher
-        self._confirm_upto = 0  # highest seq ready to be acknowledged
-        self._awaiting_store = 0  # confirms waiting for the store
-        self.tx: list[tuple[Callable, tuple]] | None = None
+        self.publisher = Publisher(self.vhost, connection, self)
         self.last_queue = ""
         self.reply_to_key: str | None = None
         # content being assembled: publish method, header, remaining size, body chunks
@@ -169,9 +160,7 @@ class Channel:
         if self.reply_to_key is not None:
             self.vhost.reply_consumers.pop(self.reply_to_key, None)
         # Acks of an uncommitted transaction never happened: those messages come back too.
-        uncommitted = [item for action, args in self.tx or () if action == self._settle
-                       for item in args[0]]
-        self.tx = None
+        uncommitted = self._deferred_settlements(self.publisher.close())
         self._publish = None
         unacked, self.unacked = self.unacked, OrderedDict()
         self._requeue([(tag, *item) for tag, item in unacked.items()] + uncommitted)
@@ -412,9 +401,7 @@ class Channel:
 
     def _acknowledge(self, tag: int, multiple: bool, requeue: bool | None) -> None:
         taken = self._take_unacked(tag, multiple)
-        if self.tx is not None:
-            self.tx.append((self._settle, (taken, requeue)))
-        else:
+        if not self.publisher.defer(self._settle, taken, requeue):
             self._settle(taken, requeue)
 
     def _basic_ack(self, m: Basic.Ack) -> None:
@@ -447,19 +434,11 @@ class Channel:
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if self.connection.core.alarm_active:
             self.connection.block_publisher()
-        exchange = self.vhost.get_exchange(method.exchange)
-        if exchange.internal:
-            raise access_refused(
-                f"cannot publish to internal exchange '{exchange.name}' in vhost '{self.vhost.name}'")
+        exchange = self.publisher.exchange(method.exchange)
         message = from_publish(method.exchange, method.routing_key, header, body, self._facts)
         if wire.has(header, wire.REPLY_TO_FLAG):
             message = self._rewrite_reply_to(message)
-        if self.confirm_mode:
-            self.publish_seq += 1
-        if self.tx is not None:
-            self.tx.append((self._route, (exchange, message, method.mandatory, self.publish_seq)))
-        else:
-            self._route(exchange, message, method.mandatory, self.publish_seq)
+        self.publisher.publish(exchange, message, method.mandatory)
 
     def _rewrite_reply_to(self, message: Message) -> Message:
         properties = message.properties
@@ -469,93 +448,44 @@ class Channel:
             raise precondition_failed("fast reply consumer does not exist")
         return replace_reply_to(message, REPLY_TO_PREFIX + self.reply_to_key)
 
-    def _route(self, exchange: Any, message: Message, mandatory: bool, seq: int) -> None:
-        outcome = ACCEPTED
-        if exchange.name == API_EXCHANGE:  # a request to leveret's extensions
-            reply = api.handle(self.vhost, message, self.connection)
-            if reply is not None:
-                self._route(self.vhost.exchanges[DEFAULT_EXCHANGE], reply, False, 0)
-            routed = True
-        elif exchange.name == DEFAULT_EXCHANGE and message.routing_key.startswith(REPLY_TO_PREFIX):
-            consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_TO_PREFIX):])
-            routed = consumer is not None
-            if routed:
-                consumer.deliver(None, QueuedMessage(message, 0))
-        else:
-            queues = self.vhost.route(exchange, message)
-            routed = bool(queues)
-            for queue in queues:
-                outcome |= queue.enqueue(message)
-        if not routed and mandatory:
-            self._send_content(Basic.Return(NO_ROUTE, "NO_ROUTE", exchange.name, message.routing_key),
-                               message)
-        if seq and self.confirm_mode:
-            # A confirm means "on disk" for a persistent message in a durable queue; the
-            # ones after it wait their turn so that acks stay in publish order. A queue
-            # at its length limit with x-overflow=reject-publish makes it a nack.
-            if outcome & STORED or self._awaiting_store:
-                self._awaiting_store += 1
-                self.vhost.store.when_durable(lambda ok: self._stored(seq, ok and not outcome & REJECTED))
-            elif outcome & REJECTED:
-                self._nack(seq)
-            else:
-                self._confirm(seq)
+    # -- core's publisher events ------------------------------------------------------
+    def returned(self, exchange: str, message: Message) -> None:
+        """basic.return 312 NO_ROUTE for an unroutable mandatory message."""
+        self._send_content(Basic.Return(NO_ROUTE, "NO_ROUTE", exchange, message.routing_key),
+                           message)
 
-    def _stored(self, seq: int, ok: bool) -> None:
-        self._awaiting_store -= 1
+    def confirms_ready(self) -> None:
+        self.connection.confirm_later(self)
+
+    def rejected(self, seq: int, before: tuple[int, bool] | None) -> None:
         if self.closing or self.connection.channels.get(self.number) is not self:
             return
-        if ok:
-            self._confirm(seq)
-        else:  # not stored, or refused by a full queue: the publisher must not count on it
-            self._nack(seq)
-
-    def _nack(self, seq: int) -> None:
-        self.flush_confirms()
-        self._confirmed_upto = self._confirm_upto = max(self._confirmed_upto, seq)
+        if before is not None:
+            self.send_method(Basic.Ack(delivery_tag=before[0], multiple=before[1]))
         self.send_method(Basic.Nack(delivery_tag=seq, multiple=False, requeue=False))
-
-    def _confirm(self, seq: int) -> None:
-        self._confirm_upto = seq
-        self.connection.confirm_later(self)
 
     def flush_confirms(self) -> None:
         """Send one basic.ack (multiple when it covers several) for every publish
         confirmed since the last flush; the connection calls it once per loop turn."""
-        upto = self._confirm_upto
-        if upto > self._confirmed_upto:
-            multiple = upto - self._confirmed_upto > 1
-            self._confirmed_upto = upto
-            self.send_method(Basic.Ack(delivery_tag=upto, multiple=multiple))
+        confirms = self.publisher.take_confirms()
+        if confirms is not None:
+            self.send_method(Basic.Ack(delivery_tag=confirms[0], multiple=confirms[1]))
 
     def _confirm_select(self, m: Confirm.Select) -> None:
-        if self.tx is not None:
-            raise precondition_failed("cannot switch from tx to confirm mode")
-        self.confirm_mode = True
+        self.publisher.select_confirms()
         if not m.nowait:
             self.send_method(Confirm.SelectOk())
 
     # -- transactions ---------------------------------------------------------------
     def _tx_select(self, m: Tx.Select) -> None:
-        if self.confirm_mode:
-            raise precondition_failed("cannot switch from confirm to tx mode")
-        if self.tx is None:
-            self.tx = []
+        self.publisher.select_transaction()
         self.send_method(Tx.SelectOk())
 
     def _tx_commit(self, m: Tx.Commit) -> None:
-        if self.tx is None:
-            raise precondition_failed("channel is not transactional")
-        work, self.tx = self.tx, []
-        for action, args in work:
-            action(*args)
-        store = self.vhost.store
-        if store is not None and store.pending:  # commit-ok only once it is on disk
-            store.when_durable(self._committed)
-        else:
-            self.send_method(Tx.CommitOk())
+        self.publisher.commit(self._committed)
 
     def _committed(self, ok: bool) -> None:
+        """commit-ok once the transaction is on disk; a failed write closes the channel."""
         if self.closing or self.connection.channels.get(self.number) is not self:
             return
         if ok:
@@ -564,11 +494,8 @@ class Channel:
             self.connection.fail(ChannelError(INTERNAL_ERROR, "store write failed"), self.number, (90, 20))
 
     def _tx_rollback(self, m: Tx.Rollback) -> None:
-        if self.tx is None:
-            raise precondition_failed("channel is not transactional")
-        work, self.tx = self.tx, []
         # Acks taken during the transaction become unacknowledged again.
-        restored = [item for action, args in work if action == self._settle for item in args[0]]
+        restored = self._deferred_settlements(self.publisher.rollback())
         if restored:
             for tag, queue, entry, consumer in restored:
                 self.unacked[tag] = (queue, entry, consumer)
@@ -576,3 +503,7 @@ class Channel:
                     consumer.unacked += 1
             self.unacked = OrderedDict(sorted(self.unacked.items()))
         self.send_method(Tx.RollbackOk())
+
+    def _deferred_settlements(self, work: list[tuple[Callable, tuple]]) -> list[tuple]:
+        """The deliveries whose acknowledgements ``work`` (a transaction's) held."""
+        return [item for action, args in work if action == self._settle for item in args[0]]

@@ -1,0 +1,215 @@
+"""The one publish path: route, enqueue, persist, confirm, return, transactions.
+
+Every protocol adapter publishes through a :class:`Publisher` (one per AMQP channel, one
+per STOMP connection …), which
+
+- routes the message from its exchange (exchange-to-exchange bindings, alternate
+  exchanges), delivers to a direct reply-to consumer (RabbitMQ's
+  ``amq.rabbitmq.reply-to.<key>``), or answers a request to the broker's own API
+  (:mod:`.api`);
+- enqueues it on every queue it reaches, which writes a persistent message of a durable
+  queue to the store;
+- with confirms on, numbers publishes from 1 and confirms them in order, each once it is
+  safe: at once, or once the store has it on disk (a confirm means "on disk" for a
+  persistent message in a durable queue); a queue at its length limit with
+  ``x-overflow: reject-publish`` makes it a negative confirm, as a failed write does.
+  Positive confirms are aggregated: the adapter is told once that some are ready
+  (:meth:`PublisherEvents.confirms_ready`) and takes them all with
+  :meth:`Publisher.take_confirms` when it writes (AMQP: one ``basic.ack multiple``);
+- hands an unroutable ``mandatory`` message back to the adapter (AMQP: basic.return
+  312 NO_ROUTE);
+- in a transaction, holds publishes (and the adapter's acknowledgements, as opaque
+  actions) until commit, which runs them in order and reports once they are on disk.
+
+Confirms and transactions exclude each other, as in RabbitMQ (406).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from . import api
+from .errors import access_refused, precondition_failed
+from .exchange import DEFAULT_EXCHANGE, Exchange
+from .message import Message
+from .queue import ACCEPTED, REJECTED, STORED, QueuedMessage
+
+if TYPE_CHECKING:
+    from .vhost import VirtualHost
+
+#: Direct reply-to (RabbitMQ): a reply published to ``REPLY_TO_PREFIX + key`` goes to the
+#: reply consumer registered under ``key`` in :attr:`VirtualHost.reply_consumers`.
+REPLY_TO = "amq.rabbitmq.reply-to"
+REPLY_TO_PREFIX = REPLY_TO + "."
+
+
+class PublisherEvents(Protocol):
+    """What a publisher tells its adapter."""
+
+    def confirms_ready(self) -> None:
+        """Positive confirms wait in :meth:`Publisher.take_confirms` (called once until
+        they are taken)."""
+
+    def rejected(self, seq: int, before: tuple[int, bool] | None) -> None:
+        """Publish ``seq`` is not safe (a failed write, a full queue): a negative
+        confirm. ``before`` holds the positive confirms that must go out first, as
+        :meth:`Publisher.take_confirms` gives them (or None)."""
+
+    def returned(self, exchange: str, message: Message) -> None:
+        """A ``mandatory`` message reached no queue."""
+
+
+class Publisher:
+    """One publisher's session with core, on ``vhost``; ``owner`` is the connection
+    (opaque) for exclusive-queue checks in API requests."""
+
+    def __init__(self, vhost: VirtualHost, owner: Any, events: PublisherEvents) -> None:
+        self.vhost = vhost
+        self.owner = owner
+        self.events = events
+        self.confirming = False
+        self.seq = 0  # publishes numbered while confirming
+        self._taken = 0  # confirms handed to the adapter (positive or negative)
+        self._ready = 0  # confirms that may be handed out
+        self._awaiting_store = 0
+        self.transaction: list[tuple[Callable[..., None], tuple]] | None = None
+        self.closed = False
+
+    # -- modes --------------------------------------------------------------------------
+    def select_confirms(self) -> None:
+        """Confirm every publish from now on; PreconditionFailed in a transaction."""
+        if self.transaction is not None:
+            raise precondition_failed("cannot switch from tx to confirm mode")
+        self.confirming = True
+
+    def select_transaction(self) -> None:
+        """Hold publishes until commit; PreconditionFailed with confirms on."""
+        if self.confirming:
+            raise precondition_failed("cannot switch from confirm to tx mode")
+        if self.transaction is None:
+            self.transaction = []
+
+    # -- publishing ---------------------------------------------------------------------
+    def exchange(self, name: str) -> Exchange:
+        """The exchange to publish to: NotFound if missing, AccessRefused if internal."""
+        exchange = self.vhost.get_exchange(name)
+        if exchange.internal:
+            raise access_refused(
+                f"cannot publish to internal exchange '{name}' in vhost '{self.vhost.name}'")
+        return exchange
+
+    def publish(self, exchange: Exchange, message: Message, mandatory: bool = False) -> None:
+        """Publish ``message`` through ``exchange`` (see the module doc)."""
+        seq = 0
+        if self.confirming:
+            self.seq = seq = self.seq + 1
+        if self.transaction is not None:
+            self.transaction.append((self._route, (exchange, message, mandatory, seq)))
+        else:
+            self._route(exchange, message, mandatory, seq)
+
+    def _route(self, exchange: Exchange, message: Message, mandatory: bool, seq: int) -> None:
+        vhost = self.vhost
+        outcome = ACCEPTED
+        if exchange.name == api.API_EXCHANGE:  # a request to leveret's extensions
+            reply = api.handle(vhost, message, self.owner)
+            if reply is not None:
+                self._route(vhost.exchanges[DEFAULT_EXCHANGE], reply, False, 0)
+            routed = True
+        elif exchange.name == DEFAULT_EXCHANGE and message.routing_key.startswith(REPLY_TO_PREFIX):
+            consumer = vhost.reply_consumers.get(message.routing_key[len(REPLY_TO_PREFIX):])
+            routed = consumer is not None
+            if routed:
+                consumer.deliver(None, QueuedMessage(message, 0))
+        else:
+            queues = vhost.route(exchange, message)
+            routed = bool(queues)
+            for queue in queues:
+                outcome |= queue.enqueue(message)
+        if not routed and mandatory:
+            self.events.returned(exchange.name, message)
+        if seq:
+            self._settle(seq, outcome)
+
+    # -- confirms -----------------------------------------------------------------------
+    def _settle(self, seq: int, outcome: int) -> None:
+        # Confirms stay in publish order: once one waits for the store, the ones after
+        # it wait their turn too.
+        if outcome & STORED or self._awaiting_store:
+            self._awaiting_store += 1
+            store = self.vhost.store
+            assert store is not None
+            store.when_durable(lambda ok: self._stored(seq, ok and not outcome & REJECTED))
+        elif outcome & REJECTED:
+            self._reject(seq)
+        else:
+            self._confirm(seq)
+
+    def _stored(self, seq: int, ok: bool) -> None:
+        self._awaiting_store -= 1
+        if self.closed:
+            return
+        if ok:
+            self._confirm(seq)
+        else:  # not stored, or refused by a full queue: the publisher must not count on it
+            self._reject(seq)
+
+    def _confirm(self, seq: int) -> None:
+        first = self._ready == self._taken
+        self._ready = seq
+        if first:
+            self.events.confirms_ready()
+
+    def _reject(self, seq: int) -> None:
+        before = self.take_confirms()
+        self._ready = self._taken = max(self._taken, seq)
+        self.events.rejected(seq, before)
+
+    def take_confirms(self) -> tuple[int, bool] | None:
+        """The positive confirms ready since the last call: ``(highest seq, multiple)``
+        (``multiple``: it covers more than one publish), or None."""
+        upto = self._ready
+        if upto <= self._taken:
+            return None
+        multiple = upto - self._taken > 1
+        self._taken = upto
+        return upto, multiple
+
+    # -- transactions -------------------------------------------------------------------
+    def defer(self, action: Callable[..., None], *args: Any) -> bool:
+        """In a transaction, hold ``action(*args)`` (an adapter's acknowledgement) until
+        commit and return True; otherwise return False (the caller runs it now)."""
+        if self.transaction is None:
+            return False
+        self.transaction.append((action, args))
+        return True
+
+    def commit(self, done: Callable[[bool], None]) -> None:
+        """Run the transaction's work in order; ``done(ok)`` once it is on disk (at once
+        if nothing had to be written). PreconditionFailed outside a transaction."""
+        if self.transaction is None:
+            raise precondition_failed("channel is not transactional")
+        work, self.transaction = self.transaction, []
+        for action, args in work:
+            action(*args)
+        store = self.vhost.store
+        if store is not None and store.pending:
+            store.when_durable(lambda ok: None if self.closed else done(ok))
+        else:
+            done(True)
+
+    def rollback(self) -> list[tuple[Callable[..., None], tuple]]:
+        """Drop the transaction's work and return it, so the adapter can undo its own
+        actions (acknowledgements become unacknowledged again). PreconditionFailed
+        outside a transaction."""
+        if self.transaction is None:
+            raise precondition_failed("channel is not transactional")
+        work, self.transaction = self.transaction, []
+        return work
+
+    def close(self) -> list[tuple[Callable[..., None], tuple]]:
+        """The publisher is gone: no more events; returns an open transaction's work
+        (never committed) for the adapter to undo."""
+        self.closed = True
+        work, self.transaction = self.transaction or [], None
+        return work
