@@ -71,7 +71,8 @@ def amqp_type_name(value: Any) -> str:
     if isinstance(value, int):
         return "signedint" if -2**31 <= value < 2**31 else "long"
     return {str: "longstr", bytes: "binary", float: "double", dict: "table",
-            list: "array", type(None): "void", Decimal: "decimal"}.get(type(value), "timestamp")
+            list: "array", type(None): "void", Decimal: "decimal",
+            bytearray: "binary"}.get(type(value), "timestamp")  # pamqp decodes x as bytearray
 
 
 def build(arguments: dict, policy_definition: dict | None = None,

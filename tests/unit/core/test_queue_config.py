@@ -129,6 +129,17 @@ def test_binary_strings_are_read_as_text(key, value, path, expected):
     assert field(config(policy={key: value}), path) == expected
 
 
+@pytest.mark.parametrize("arguments,text", [
+    ({"x-dead-letter-exchange": bytearray(b"dlx")},
+     "invalid type 'binary' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'"),
+    ({"x-max-length": bytearray(b"1")},
+     "invalid arg 'x-max-length' for queue 'q' in vhost '/': \"expected integer, got binary\""),
+])
+def test_byte_arrays_from_the_wire_are_refused_as_binary(arguments, text):
+    # pamqp decodes a field of type x (pika's bytes) to a bytearray, not bytes
+    assert refused(arguments) == text
+
+
 def test_max_in_memory_length_wins_over_lazy_mode():
     assert config({"x-queue-mode": "lazy", "x-max-in-memory-length": 5}).max_in_memory == 5
     assert config({"x-queue-mode": "lazy"}, {"max-in-memory-length": 0}).max_in_memory == 0
@@ -367,6 +378,7 @@ def test_type_error_text_without_a_where_is_well_formed():
     (2**31, "long"), (-2**31 - 1, "long"), ("s", "longstr"), (b"b", "binary"), (1.5, "double"),
     ({}, "table"), ([], "array"), (None, "void"),
     (datetime.datetime(2024, 1, 1), "timestamp"), (decimal.Decimal("1.5"), "decimal"),
+    (bytearray(b"x"), "binary"),
 ])
 def test_amqp_type_name_is_rabbitmqs_name_for_the_field_type(value, name):
     assert amqp_type_name(value) == name

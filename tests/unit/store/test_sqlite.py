@@ -175,6 +175,14 @@ def test_replacing_a_definition_keeps_the_order_it_was_first_saved_in(opened):
         ("/", "third", {"version": 1})]
 
 
+def test_definition_field_types_survive_the_round_trip(opened):
+    data = {"arguments": {"x-binary": bytearray(b"\x00\xff"), "x-long": 2**40, "x-neg": -3,
+                          "x-list": [1, "a", None], "x-table": {"t": True}}, "flag": False}
+    opened.store.save_definition("queue", "/", "q", data)
+    assert opened.durable()
+    assert reopen(opened).definitions == {"queue": [("/", "q", data)]}
+
+
 def test_definition_saved_and_deleted_in_one_batch_is_gone(opened):
     opened.store.save_definition("queue", "/", "q", {"durable": True})
     opened.store.delete_definition("queue", "/", "q")
