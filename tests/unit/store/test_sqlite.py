@@ -137,9 +137,14 @@ def test_lock_can_be_taken_again_after_release(tmp_path):
     first.acquire()
     first.release()
     second = DataDirLock(tmp_path)
-    second.acquire()
+    second.acquire()  # the first one's release freed it
+    with pytest.raises(DataDirLocked):
+        DataDirLock(tmp_path).acquire()  # and now the second one holds it
     second.release()
     second.release()  # releasing twice is harmless
+    third = DataDirLock(tmp_path)
+    third.acquire()
+    third.release()
 
 
 # -- definitions ------------------------------------------------------------------------
