@@ -241,7 +241,7 @@ def parse(header: bytes) -> pamqp_header.ContentHeader:
 ALL_BUT_HEADERS = dict(
     content_type="text/plain", content_encoding="gzip", delivery_mode=2, priority=3,
     correlation_id="corr", reply_to="replies", expiration="60000", message_id="m-1",
-    timestamp=datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc), message_type="t",
+    timestamp=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC), message_type="t",
     user_id="guest", app_id="app")
 
 
@@ -284,7 +284,8 @@ def test_with_headers_puts_a_table_where_none_was_and_keeps_every_other_property
     assert parsed.properties.headers == {"x-death": [{"count": 1, "reason": "expired"}], "b-first": 7}
     assert _props(parsed.properties) == {**_props(properties), "headers": parsed.properties.headers}
     offset = field_table.headers_offset(rewritten)
-    assert field_table.decode_table(rewritten, offset) == (table, offset + len(field_table.encode_table(table)))
+    end = offset + len(field_table.encode_table(table))
+    assert field_table.decode_table(rewritten, offset) == (table, end)
     assert list(field_table.decode_table(rewritten, offset)[0]) == ["x-death", "b-first"]  # our order
 
 

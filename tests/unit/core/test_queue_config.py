@@ -12,8 +12,15 @@ from hypothesis import given, strategies as st
 
 from leveret.core.errors import ChannelError
 from leveret.core.queue_config import (
-    DEFAULT_DLQ_PREFIX, DEFAULT_IN_MEMORY, DEFAULT_SHARED_DLQ, LAZY_IN_MEMORY, DeadLetterConfig,
-    QueueConfig, amqp_type_name, build, parse_age,
+    DEFAULT_DLQ_PREFIX,
+    DEFAULT_IN_MEMORY,
+    DEFAULT_SHARED_DLQ,
+    LAZY_IN_MEMORY,
+    DeadLetterConfig,
+    QueueConfig,
+    amqp_type_name,
+    build,
+    parse_age,
 )
 from leveret.core.redelivery import RedeliveryPolicy
 
@@ -257,7 +264,8 @@ def test_invalid_argument_gets_rabbitmqs_text(arguments, text):
 @pytest.mark.parametrize("arguments,text", [
     ({"x-message-ttl": 1.5}, "invalid arg 'x-message-ttl'" + WHERE + ': "expected integer, got double"'),
     ({"x-expires": b"1"}, "invalid arg 'x-expires'" + WHERE + ': "expected integer, got longstr"'),
-    ({"x-max-length": 2**40 * -1}, "invalid arg 'x-max-length'" + WHERE + ": {value_negative,-1099511627776}"),
+    ({"x-max-length": -(2**40)}, "invalid arg 'x-max-length'" + WHERE +
+     ": {value_negative,-1099511627776}"),
     ({"x-max-length-bytes": {"a": 1}}, "invalid arg 'x-max-length-bytes'" + WHERE +
      ': "expected integer, got table"'),
     ({"x-max-length": [1]}, "invalid arg 'x-max-length'" + WHERE + ': "expected integer, got array"'),
@@ -310,7 +318,8 @@ def test_type_errors_name_rabbitmqs_field_type(arguments, text):
      ": '2'"),
     ({"x-redelivery-backoff-multiplier": True}, "invalid arg 'x-redelivery-backoff-multiplier'" + WHERE +
      ": True"),
-    ({"x-redelivery-max-delay": -1}, "invalid arg 'x-redelivery-max-delay'" + WHERE + ": {value_negative,-1}"),
+    ({"x-redelivery-max-delay": -1}, "invalid arg 'x-redelivery-max-delay'" + WHERE +
+     ": {value_negative,-1}"),
     ({"x-max-in-memory-length": -1}, "invalid arg 'x-max-in-memory-length'" + WHERE +
      ": {value_negative,-1}"),
     ({"x-message-deduplication": "true"}, "invalid arg 'x-message-deduplication'" + WHERE + ": 'true'"),

@@ -7,12 +7,12 @@ it came from is what the listener passes as ``from_loopback``.
 from __future__ import annotations
 
 from pamqp import commands, encode as pamqp_encode, frame as pamqp_frame
+from test_fuzz import FakeLoop, FakeTransport  # the sans-I/O fakes of tests/test_fuzz.py
 
 from leveret.core.auth import User, UserDatabase
 from leveret.core.broker import BrokerCore
 from leveret.protocol.amqp import Connection
 from leveret.protocol.amqp.frames import FRAME_METHOD, PROTOCOL_HEADER, FrameReader, encode_frame
-from test_fuzz import FakeLoop, FakeTransport  # the sans-I/O fakes of tests/test_fuzz.py
 
 C = commands.Connection
 

@@ -84,7 +84,7 @@ def test_new_directory_loads_an_empty_snapshot_and_creates_the_database(tmp_path
 
 def test_unopenable_path_raises_store_error_naming_the_file(tmp_path):
     (tmp_path / "leveret.db").mkdir()  # a directory where the database file should be
-    with pytest.raises(StoreError, match="leveret.db"):
+    with pytest.raises(StoreError, match=r"leveret\.db"):
         SQLiteStore(tmp_path).load()
 
 
