@@ -434,11 +434,6 @@ def test_wrong_password_is_403_on_the_wire(port):
     assert "Login was refused" in close.reply_text
 
 
-@pytest.mark.skip(reason="needs a non-loopback address: guest may only log in via localhost")
-def test_guest_from_remote_address_is_403():
-    pass
-
-
 # -- connection errors on the wire -------------------------------------------------------
 def test_unknown_auth_mechanism_is_503(port):
     with RawClient(port) as client:

@@ -47,6 +47,13 @@ def headers_offset(header: bytes) -> int | None:
 def decode_table(data: bytes, offset: int = 0) -> tuple[dict[str, Typed], int]:
     """The table at ``offset`` and the offset after it; ValueError if malformed."""
     try:
+        return _decode_table(data, offset)
+    except RecursionError:  # tables in tables, thousands deep, fit in one frame
+        raise ValueError("malformed field table: nested too deeply") from None
+
+
+def _decode_table(data: bytes, offset: int) -> tuple[dict[str, Typed], int]:
+    try:
         size = _U32.unpack_from(data, offset)[0]
         offset += 4
         end = offset + size
@@ -77,9 +84,11 @@ def _decode_value(data: bytes, offset: int) -> tuple[Typed, int]:
             raise IndexError("string past the end")
         return (tag, bytes(data[offset + 4:end])), end
     if tag == "D":
+        if offset + 5 > len(data):
+            raise IndexError("decimal past the end")
         return (tag, bytes(data[offset:offset + 5])), offset + 5
     if tag == "F":
-        table, end = decode_table(data, offset)
+        table, end = _decode_table(data, offset)
         return (tag, table), end
     if tag == "A":
         size = _U32.unpack_from(data, offset)[0]

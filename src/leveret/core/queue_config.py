@@ -9,6 +9,7 @@ PRECONDITION_FAILED at declaration, naming the argument.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from .errors import precondition_failed
@@ -70,7 +71,8 @@ def amqp_type_name(value: Any) -> str:
     if isinstance(value, int):
         return "signedint" if -2**31 <= value < 2**31 else "long"
     return {str: "longstr", bytes: "binary", float: "double", dict: "table",
-            list: "array", type(None): "void"}.get(type(value), "timestamp")
+            list: "array", type(None): "void", Decimal: "decimal",
+            bytearray: "binary"}.get(type(value), "timestamp")  # pamqp decodes x as bytearray
 
 
 def build(arguments: dict, policy_definition: dict | None = None,
@@ -89,7 +91,7 @@ def build(arguments: dict, policy_definition: dict | None = None,
                 ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not ok and kind is str:
                 raise precondition_failed(f"invalid type '{amqp_type_name(value)}' for arg "
-                                          f"'{source}' in{where.replace(' for ', ' ', 1)}")
+                                          f"'{source}'{where.replace(' for ', ' in ', 1)}")
             if not ok and kind is int:
                 raise precondition_failed(f"invalid arg '{source}'{where}: \"expected integer, "
                                           f"got {amqp_type_name(value)}\"")
@@ -105,7 +107,8 @@ def build(arguments: dict, policy_definition: dict | None = None,
 
     overflow = get("overflow", str) or "drop-head"
     if overflow not in OVERFLOW_MODES:
-        raise precondition_failed(f"invalid arg 'x-overflow'{where}: invalid_overflow")
+        source = "x-overflow" if arguments.get("x-overflow") is not None else "overflow"
+        raise precondition_failed(f"invalid arg '{source}'{where}: invalid_overflow")
     strategy = get("dead-letter-strategy", str)
     if strategy is not None and strategy not in STRATEGIES:
         raise precondition_failed(f"invalid arg 'x-dead-letter-strategy': '{strategy}'")

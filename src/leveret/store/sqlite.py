@@ -340,7 +340,10 @@ class SQLiteStore(Store):
             db.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in batch.deletes])
         for op in batch.definitions:
             if op[0] == "save":
-                db.execute("INSERT OR REPLACE INTO definitions VALUES (?,?,?,?)", op[1:])
+                # an upsert keeps the row (and its rowid: load() returns definitions in
+                # the order they were first saved); INSERT OR REPLACE would move it last
+                db.execute("INSERT INTO definitions VALUES (?,?,?,?) ON CONFLICT (kind, vhost, "
+                           "name) DO UPDATE SET data=excluded.data", op[1:])
             elif op[0] == "delete":
                 db.execute("DELETE FROM definitions WHERE kind=? AND vhost=? AND name=?", op[1:])
             elif op[0] == "range":

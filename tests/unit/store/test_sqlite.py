@@ -1,0 +1,512 @@
+"""The SQLite store on a real database in ``tmp_path``: what is written, when it is
+durable (group commit), and what ``load()`` recovers after a reopen.
+
+Writes need the writer thread (``start(loop)``) and run on an event loop; every test
+drives a private loop and waits for durability with ``when_durable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leveret.store import DataDirLock, DataDirLocked, Snapshot, StoreError
+from leveret.store.sqlite import SQLiteStore
+
+TIMEOUT = 10.0
+
+
+class Opened:
+    """A started store and the loop its callbacks run on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.loop = asyncio.new_event_loop()
+        self.store = SQLiteStore(path)
+        self.snapshot = self.store.load()
+        self.store.start(self.loop)
+
+    def durable(self) -> bool:
+        """Wait until everything queued so far is on disk; the callback's ``ok``."""
+        future = self.loop.create_future()
+        self.store.when_durable(future.set_result)
+        return self.loop.run_until_complete(asyncio.wait_for(future, TIMEOUT))
+
+    def turn(self) -> None:
+        """Run one event-loop turn (the store submits a batch per turn)."""
+        self.loop.run_until_complete(asyncio.sleep(0))
+
+    def close(self) -> None:
+        self.store.close()
+        self.loop.close()
+
+
+@pytest.fixture
+def opened(tmp_path: Path) -> Iterator[Opened]:
+    handle = Opened(tmp_path)
+    yield handle
+    if handle.store._db is not None:
+        handle.close()
+
+
+def reopen(handle: Opened) -> Snapshot:
+    """Close the store and read a fresh snapshot from disk, as at the next start."""
+    handle.close()
+    store = SQLiteStore(handle.path)
+    try:
+        return store.load()
+    finally:
+        store.close()
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path / "leveret.db", isolation_level=None)
+
+
+def add(store: SQLiteStore, queue_id: int, seq: int, body: bytes = b"", **kwargs) -> int:
+    return store.add_message(queue_id, seq, "ex", f"rk.{seq}", b"HDR" + bytes([seq % 256]),
+                             body or f"body {seq}".encode(), **kwargs)
+
+
+# -- opening --------------------------------------------------------------------------
+def test_new_directory_loads_an_empty_snapshot_and_creates_the_database(tmp_path):
+    store = SQLiteStore(tmp_path / "data")
+    snapshot = store.load()
+    store.close()
+    assert (snapshot.definitions, snapshot.queues, snapshot.dedup) == ({}, {}, {})
+    assert (tmp_path / "data" / "leveret.db").is_file()
+
+
+def test_unopenable_path_raises_store_error_naming_the_file(tmp_path):
+    (tmp_path / "leveret.db").mkdir()  # a directory where the database file should be
+    with pytest.raises(StoreError, match=r"leveret\.db"):
+        SQLiteStore(tmp_path).load()
+
+
+def test_garbage_database_file_raises_store_error_naming_the_file(tmp_path):
+    (tmp_path / "leveret.db").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match=r"cannot open store .*leveret\.db"):
+        SQLiteStore(tmp_path).load()
+
+
+def test_close_marks_a_clean_shutdown_and_reopen_clears_the_mark(opened):
+    opened.close()
+    with raw(opened.path) as db:
+        assert db.execute("SELECT value FROM meta WHERE key='clean_shutdown'").fetchone() == (1,)
+    store = SQLiteStore(opened.path)
+    store.load()
+    with raw(opened.path) as db:  # running: a crash from now on must be detected
+        assert db.execute("SELECT value FROM meta WHERE key='clean_shutdown'").fetchone() == (0,)
+    store.close()
+
+
+def test_reopen_after_close_keeps_writing(opened):
+    add(opened.store, 1, 1)
+    assert opened.durable()
+    opened.close()
+    again = Opened(opened.path)
+    try:
+        assert again.snapshot.queues == {1: (1, 1, len(b"body 1"))}
+        store_id = add(again.store, 1, 2)
+        assert store_id == 2  # ids continue after the highest one on disk
+        assert again.durable()
+    finally:
+        again.close()
+    assert reopen(again).queues == {1: (2, 2, 2 * len(b"body 1"))}
+
+
+# -- the data-directory lock ------------------------------------------------------------
+def test_lock_refuses_a_second_opener_naming_the_directory(tmp_path):
+    first = DataDirLock(tmp_path / "data")
+    first.acquire()
+    try:
+        with pytest.raises(DataDirLocked, match=str(tmp_path / "data")):
+            DataDirLock(tmp_path / "data").acquire()
+        assert (tmp_path / "data" / "leveret.lock").read_text().strip().isdigit()  # the pid
+    finally:
+        first.release()
+
+
+def test_lock_can_be_taken_again_after_release(tmp_path):
+    first = DataDirLock(tmp_path)
+    first.acquire()
+    first.release()
+    second = DataDirLock(tmp_path)
+    second.acquire()  # the first one's release freed it
+    with pytest.raises(DataDirLocked):
+        DataDirLock(tmp_path).acquire()  # and now the second one holds it
+    second.release()
+    second.release()  # releasing twice is harmless
+    third = DataDirLock(tmp_path)
+    third.acquire()
+    third.release()
+
+
+# -- definitions ------------------------------------------------------------------------
+def test_definitions_saved_replaced_and_deleted_are_what_load_returns(opened):
+    store = opened.store
+    store.save_definition("vhost", "/", "/", {})
+    store.save_definition("queue", "/", "a", {"durable": True, "arguments": {"x-message-ttl": 100}})
+    store.save_definition("queue", "/", "b", {"durable": True})
+    store.save_definition("queue", "other", "a", {"durable": False})
+    store.save_definition("exchange", "/", "ex", {"type": "topic", "internal": False})
+    store.delete_definition("queue", "/", "b")
+    store.delete_definition("queue", "/", "never-saved")  # deleting nothing is fine
+    assert opened.durable()
+    snapshot = reopen(opened)
+    assert snapshot.definitions == {
+        "vhost": [("/", "/", {})],
+        "queue": [("/", "a", {"durable": True, "arguments": {"x-message-ttl": 100}}),
+                  ("other", "a", {"durable": False})],
+        "exchange": [("/", "ex", {"type": "topic", "internal": False})],
+    }
+
+
+def test_replacing_a_definition_keeps_the_order_it_was_first_saved_in(opened):
+    store = opened.store
+    for name in ("first", "second", "third"):
+        store.save_definition("queue", "/", name, {"version": 1})
+    assert opened.durable()
+    store.save_definition("queue", "/", "first", {"version": 2})  # a later batch
+    assert opened.durable()
+    snapshot = reopen(opened)
+    assert snapshot.definitions["queue"] == [
+        ("/", "first", {"version": 2}), ("/", "second", {"version": 1}),
+        ("/", "third", {"version": 1})]
+
+
+def test_definition_field_types_survive_the_round_trip(opened):
+    data = {"arguments": {"x-binary": bytearray(b"\x00\xff"), "x-long": 2**40, "x-neg": -3,
+                          "x-list": [1, "a", None], "x-table": {"t": True}}, "flag": False}
+    opened.store.save_definition("queue", "/", "q", data)
+    assert opened.durable()
+    assert reopen(opened).definitions == {"queue": [("/", "q", data)]}
+
+
+def test_definition_saved_and_deleted_in_one_batch_is_gone(opened):
+    opened.store.save_definition("queue", "/", "q", {"durable": True})
+    opened.store.delete_definition("queue", "/", "q")
+    assert opened.durable()
+    assert reopen(opened).definitions == {}
+
+
+def test_new_queue_ids_are_never_reused_after_reopen(opened):
+    ids = [opened.store.new_queue_id() for _ in range(3)]
+    assert ids == [1, 2, 3]
+    assert opened.durable()
+    opened.close()
+    again = Opened(opened.path)
+    try:
+        assert again.store.new_queue_id() == 4
+    finally:
+        again.close()
+
+
+# -- messages ---------------------------------------------------------------------------
+def test_added_messages_are_recovered_with_every_field(opened):
+    store = opened.store
+    first = store.add_message(7, 1, "amq.direct", "key", b"\x00\x3c header", b"hello",
+                              expires_at=1234.5)
+    second = store.add_message(7, 2, "", "q", b"h2", b"")
+    other = store.add_message(9, 5, "x", "y", b"h3", b"abc")
+    assert 0 < first < second < other
+    assert opened.durable()
+    snapshot = reopen(opened)
+    assert snapshot.queues == {7: (2, 2, 5), 9: (1, 5, 3)}
+    store = SQLiteStore(opened.path)
+    store.load()
+    try:
+        messages = store.read_queue(7, 0, 10)
+    finally:
+        store.close()
+    assert [(m.store_id, m.queue_id, m.seq, m.delivery_count, m.exchange, m.routing_key, m.header,
+             m.body, m.expires_at) for m in messages] == [
+        (first, 7, 1, 0, "amq.direct", "key", b"\x00\x3c header", b"hello", 1234.5),
+        (second, 7, 2, 0, "", "q", b"h2", b"", 0.0)]
+
+
+def test_removed_message_is_not_recovered(opened):
+    kept, gone = add(opened.store, 1, 1), add(opened.store, 1, 2)
+    assert opened.durable()
+    opened.store.remove_message(gone)
+    assert opened.durable()
+    snapshot = reopen(opened)
+    assert snapshot.queues == {1: (1, 1, len(b"body 1"))}
+    with raw(opened.path) as db:
+        assert db.execute("SELECT id FROM messages").fetchall() == [(kept,)]
+
+
+def test_message_removed_before_its_batch_is_written_never_reaches_the_disk(opened):
+    store_id = add(opened.store, 1, 1)
+    opened.store.set_delivery_count(store_id, 3)
+    opened.store.remove_message(store_id)  # same loop turn: acked before the write
+    assert opened.durable()
+    with raw(opened.path) as db:
+        assert db.execute("SELECT count(*) FROM messages").fetchone() == (0,)
+    assert reopen(opened).queues == {}
+
+
+def test_delivery_count_is_recovered_whether_set_before_or_after_the_write(opened):
+    store = opened.store
+    written = add(store, 1, 1)
+    assert opened.durable()
+    store.set_delivery_count(written, 2)
+    pending = add(store, 1, 2)
+    store.set_delivery_count(pending, 5)  # still in the batch being built
+    assert opened.durable()
+    store.set_delivery_count(written, 3)  # the last count wins
+    assert opened.durable()
+    opened.close()
+    store = SQLiteStore(opened.path)
+    store.load()
+    try:
+        assert [(m.seq, m.delivery_count) for m in store.read_queue(1, 0, 10)] == [(1, 3), (2, 5)]
+    finally:
+        store.close()
+
+
+def test_delivery_count_of_a_removed_message_is_dropped(opened):
+    store_id = add(opened.store, 1, 1)
+    assert opened.durable()
+    opened.store.set_delivery_count(store_id, 4)
+    opened.store.remove_message(store_id)
+    assert opened.durable()
+    assert reopen(opened).queues == {}
+
+
+def test_transient_messages_are_readable_while_running_and_deleted_at_the_next_start(opened):
+    add(opened.store, 1, 1)
+    add(opened.store, 1, 2, transient=True)
+    assert opened.durable()
+    assert [m.seq for m in opened.store.read_queue(1, 0, 10)] == [1, 2]
+    snapshot = reopen(opened)
+    assert snapshot.queues == {1: (1, 1, len(b"body 1"))}
+
+
+def test_store_ids_after_reopen_follow_the_highest_id_on_disk(opened):
+    ids = [add(opened.store, 1, seq) for seq in range(1, 4)]
+    opened.store.remove_message(ids[0])
+    assert opened.durable()
+    opened.close()
+    again = Opened(opened.path)
+    try:
+        assert add(again.store, 1, 4) == ids[-1] + 1
+    finally:
+        again.close()
+
+
+# -- when_durable: group commit ---------------------------------------------------------
+def test_when_durable_fires_after_the_rows_are_committed(opened):
+    seen = []
+
+    def callback(ok: bool) -> None:  # runs on the loop, after the writer committed
+        with raw(opened.path) as db:
+            seen.append((ok, db.execute("SELECT count(*) FROM messages").fetchone()[0]))
+
+    add(opened.store, 1, 1)
+    add(opened.store, 1, 2)
+    opened.store.when_durable(callback)
+    assert not seen  # never synchronously
+    assert opened.durable()
+    assert seen == [(True, 2)]
+
+
+def test_when_durable_callbacks_fire_once_each_in_call_order_across_batches(opened):
+    order: list[tuple[str, bool]] = []
+    add(opened.store, 1, 1)
+    opened.store.when_durable(lambda ok: order.append(("a", ok)))
+    opened.store.when_durable(lambda ok: order.append(("b", ok)))
+    opened.turn()  # batch 1 goes to the writer; the next one accumulates meanwhile
+    add(opened.store, 1, 2)
+    opened.store.when_durable(lambda ok: order.append(("c", ok)))
+    assert opened.durable()
+    assert order == [("a", True), ("b", True), ("c", True)]
+
+
+def test_when_durable_with_nothing_queued_still_answers(opened):
+    assert opened.durable() is True
+
+
+def test_pending_is_true_until_the_batch_is_written(opened):
+    assert not opened.store.pending
+    add(opened.store, 1, 1)
+    assert opened.store.pending
+    opened.turn()  # handed to the writer: in flight until the loop hears back
+    assert opened.durable()
+    assert not opened.store.pending
+
+
+def test_failed_write_answers_false_names_the_file_and_later_writes_succeed(opened):
+    # Another writer behind the store's back takes the id the store hands out next:
+    # the batch's INSERT fails with a UNIQUE constraint and is rolled back.
+    with raw(opened.path) as db:
+        db.execute("INSERT INTO messages VALUES (1, 99, 1, 0, '', '', x'', x'', 0, 0, 0, 0)")
+    results = []
+    add(opened.store, 1, 1)
+    opened.store.save_definition("queue", "/", "lost", {})  # same batch: rolled back too
+    opened.store.when_durable(results.append)
+    assert opened.durable() is False
+    assert results == [False]
+    assert opened.store.failed is not None
+    assert "leveret.db" in opened.store.failed and "UNIQUE" in opened.store.failed
+    opened.store.save_definition("queue", "/", "kept", {})
+    assert opened.durable() is True  # the store carries on
+    opened.close()
+    with raw(opened.path) as db:  # not a clean shutdown: the next start checks the pages
+        assert db.execute("SELECT value FROM meta WHERE key='clean_shutdown'").fetchone() == (0,)
+    snapshot = reopen(opened)
+    assert snapshot.definitions == {"queue": [("/", "kept", {})]}
+    assert snapshot.queues == {99: (1, 1, 0)}  # only the intruder's row
+
+
+def test_close_writes_what_is_still_queued(opened):
+    add(opened.store, 1, 1)
+    opened.store.save_definition("queue", "/", "q", {"durable": True})
+    snapshot = reopen(opened)  # no durable() wait: close() itself must write it
+    assert snapshot.queues == {1: (1, 1, len(b"body 1"))}
+    assert snapshot.definitions == {"queue": [("/", "q", {"durable": True})]}
+
+
+# -- read_queue: paging -----------------------------------------------------------------
+def test_read_queue_pages_in_seq_order_from_disk_and_unwritten_batches(opened):
+    store = opened.store
+    for seq in (5, 1, 3):  # written out of seq order
+        add(store, 1, seq)
+    add(store, 2, 2)  # another queue
+    assert opened.durable()
+    for seq in (4, 2, 6):  # not written yet
+        add(store, 1, seq)
+    pages, after = [], 0
+    while page := store.read_queue(1, after, 2):
+        pages.append([m.seq for m in page])
+        after = page[-1].seq
+    assert pages == [[1, 2], [3, 4], [5, 6]]
+    assert [m.body for m in store.read_queue(1, 3, 1)] == [b"body 4"]
+    assert [m.seq for m in store.read_queue(2, 0, 10)] == [2]
+    assert store.read_queue(3, 0, 10) == []
+
+
+def test_read_queue_sees_a_batch_while_the_writer_has_it(opened):
+    add(opened.store, 1, 1)
+    opened.turn()  # handed to the writer, maybe not committed yet
+    assert [m.seq for m in opened.store.read_queue(1, 0, 10)] == [1]
+    add(opened.store, 1, 2)
+    assert [m.seq for m in opened.store.read_queue(1, 0, 10)] == [1, 2]
+    assert opened.durable()
+    assert [m.seq for m in opened.store.read_queue(1, 0, 10)] == [1, 2]
+
+
+def test_find_offset_gives_the_first_seq_published_at_or_after_a_time(opened):
+    for seq, when in ((1, 100.0), (2, 200.0), (3, 300.0)):
+        add(opened.store, 1, seq, published_at=when)
+    assert opened.durable()
+    assert opened.store.find_offset(1, 150.0) == 2
+    assert opened.store.find_offset(1, 0.0) == 1
+    assert opened.store.find_offset(1, 301.0) is None
+
+
+# -- range deletions (queue.delete, purge of a paged-out tail, stream retention) ---------
+def wait_for_seqs(handle: Opened, queue_id: int, expected: list[int]) -> list[int]:
+    """The background deletion runs when the writer is idle: poll until it is done."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        seqs = [m.seq for m in handle.store.read_queue(queue_id, 0, 10_000)]
+        if seqs == expected or time.monotonic() > deadline:
+            return seqs
+        time.sleep(0.01)
+
+
+def test_remove_queue_forgets_written_and_unwritten_messages_and_dedup_keys(opened):
+    store = opened.store
+    for seq in range(1, 6):
+        add(store, 1, seq)
+    add(store, 2, 1)
+    store.save_dedup(1, "k1", 0.0)
+    store.save_dedup(2, "k2", 0.0)
+    assert opened.durable()
+    add(store, 1, 6)  # not written yet
+    store.remove_queue(1)
+    assert opened.durable()
+    assert wait_for_seqs(opened, 1, []) == []
+    assert [m.seq for m in store.read_queue(2, 0, 10)] == [1]
+    snapshot = reopen(opened)
+    assert snapshot.queues == {2: (1, 1, len(b"body 1"))}
+    assert snapshot.dedup == {2: [("k2", 0.0)]}
+
+
+def test_remove_paged_forgets_only_the_range_after_and_up_to(opened):
+    store = opened.store
+    for seq in range(1, 9):
+        add(store, 1, seq)
+    assert opened.durable()
+    add(store, 1, 9)
+    store.remove_paged(1, 3, 6)  # 4, 5, 6 go
+    assert opened.durable()
+    assert wait_for_seqs(opened, 1, [1, 2, 3, 7, 8, 9]) == [1, 2, 3, 7, 8, 9]
+    assert reopen(opened).queues == {1: (6, 9, 6 * len(b"body 1"))}
+
+
+def test_remove_range_forgets_a_streams_head(opened):
+    for seq in range(1, 6):
+        add(opened.store, 1, seq)
+    assert opened.durable()
+    opened.store.remove_range(1, 3)  # seq <= 3
+    assert opened.durable()
+    assert wait_for_seqs(opened, 1, [4, 5]) == [4, 5]
+
+
+def test_background_deletion_removes_large_ranges_in_chunks(tmp_path):
+    handle = Opened(tmp_path)
+    for seq in range(1, 13):
+        add(handle.store, 1, seq)
+    assert handle.durable()
+    handle.close()
+    with raw(tmp_path) as db:
+        db.execute("INSERT INTO pending_deletes VALUES (1, 2, 11)")  # 3..11: 9 rows
+        steps = []
+        while SQLiteStore._delete_chunk(db, limit=4):
+            steps.append(db.execute("SELECT count(*) FROM messages").fetchone()[0])
+        assert steps == [8, 4, 3]  # 4 rows, 4 rows, the last 1 (then the range is done)
+        assert db.execute("SELECT count(*) FROM pending_deletes").fetchone() == (0,)
+        assert db.execute("SELECT seq FROM messages ORDER BY seq").fetchall() == [(1,), (2,), (12,)]
+
+
+def test_range_deletion_cut_short_by_a_crash_is_finished_at_the_next_load(tmp_path):
+    handle = Opened(tmp_path)
+    for seq in range(1, 11):
+        add(handle.store, 1, seq)
+    assert handle.durable()
+    handle.close()
+    with raw(tmp_path) as db:  # recorded durably, but no chunk ran before the "crash"
+        db.execute("INSERT INTO pending_deletes VALUES (1, 0, 8)")
+    store = SQLiteStore(tmp_path)
+    try:
+        snapshot = store.load()
+        assert snapshot.queues == {1: (2, 10, len(b"body 9") + len(b"body 10"))}
+        assert [m.seq for m in store.read_queue(1, 0, 100)] == [9, 10]
+    finally:
+        store.close()
+    with raw(tmp_path) as db:
+        assert db.execute("SELECT count(*) FROM pending_deletes").fetchone() == (0,)
+
+
+# -- deduplication keys -----------------------------------------------------------------
+def test_dedup_keys_saved_replaced_and_deleted_are_recovered_oldest_first(opened):
+    store = opened.store
+    store.save_dedup(1, "a", 0.0)
+    store.save_dedup(1, "b", 50.5)
+    store.save_dedup(1, "c", 0.0)
+    store.save_dedup(2, "a", 7.0)
+    store.delete_dedup(1, "b")
+    store.delete_dedup(1, "missing")
+    assert opened.durable()
+    store.save_dedup(1, "a", 99.0)  # saved again: new expiry
+    assert opened.durable()
+    snapshot = reopen(opened)
+    assert snapshot.dedup[2] == [("a", 7.0)]
+    assert snapshot.dedup[1] == [("c", 0.0), ("a", 99.0)]  # saved again: the newest
