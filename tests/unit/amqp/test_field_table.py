@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from pamqp import commands, decode as pamqp_decode, encode as pamqp_encode, header as pamqp_header
 
-from leveret.core import field_table  # moving to leveret.amqp.field_table: change this line only
+from leveret.amqp import field_table
 
 Properties = commands.Basic.Properties
 

@@ -10,7 +10,7 @@ import decimal
 import pytest
 from hypothesis import given, strategies as st
 
-from leveret.core.errors import ChannelError
+from leveret.core.errors import PreconditionFailed
 from leveret.core.queue_config import (
     DEFAULT_DLQ_PREFIX,
     DEFAULT_IN_MEMORY,
@@ -32,13 +32,10 @@ def config(arguments: dict | None = None, policy: dict | None = None) -> QueueCo
 
 
 def refused(arguments: dict, policy: dict | None = None, where: str = WHERE) -> str:
-    """The reply text of the 406 that build() raises."""
-    with pytest.raises(ChannelError) as info:
+    """The text of the PreconditionFailed (AMQP 406) that build() raises."""
+    with pytest.raises(PreconditionFailed) as info:
         build(arguments, policy, where)
-    assert info.value.reply_code == 406
-    prefix = "PRECONDITION_FAILED - "
-    assert info.value.reply_text.startswith(prefix)
-    return info.value.reply_text[len(prefix):]
+    return info.value.text
 
 
 def field(cfg: QueueConfig, path: str):

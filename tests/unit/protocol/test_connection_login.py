@@ -11,8 +11,9 @@ from test_fuzz import FakeLoop, FakeTransport  # the sans-I/O fakes of tests/tes
 
 from leveret.core.auth import User, UserDatabase
 from leveret.core.broker import BrokerCore
+from leveret.core.clock import ManualClock
 from leveret.protocol.amqp import Connection
-from leveret.protocol.amqp.frames import FRAME_METHOD, PROTOCOL_HEADER, FrameReader, encode_frame
+from leveret.amqp.frames import FRAME_METHOD, PROTOCOL_HEADER, FrameReader, encode_frame
 
 C = commands.Connection
 
@@ -21,7 +22,7 @@ class Client:
     """A Connection from ``peer``, fed as the listener feeds it (flush after each read)."""
 
     def __init__(self, from_loopback: bool, core: BrokerCore | None = None) -> None:
-        self.core = core or BrokerCore()
+        self.core = core or BrokerCore(ManualClock())
         self.transport = FakeTransport()
         self.loop = FakeLoop()
         self.pending: set[Connection] = set()
@@ -97,7 +98,7 @@ def test_guest_from_loopback_gets_connection_tune():
 
 def test_a_user_not_limited_to_loopback_logs_in_from_anywhere():
     users = UserDatabase([User("guest", "guest"), User("alice", "s3cret")], loopback_users=["guest"])
-    client = Client(from_loopback=False, core=BrokerCore(users=users))
+    client = Client(from_loopback=False, core=BrokerCore(ManualClock(), users=users))
     client.login("alice", "s3cret")
     assert isinstance(client.methods()[-1], C.Tune)
     assert client.connection.user.name == "alice"

@@ -345,7 +345,7 @@ def test_failed_write_answers_false_names_the_file_and_later_writes_succeed(open
     # Another writer behind the store's back takes the id the store hands out next:
     # the batch's INSERT fails with a UNIQUE constraint and is rolled back.
     with raw(opened.path) as db:
-        db.execute("INSERT INTO messages VALUES (1, 99, 1, 0, '', '', x'', x'', 0, 0, 0, 0)")
+        db.execute("INSERT INTO messages VALUES (1, 99, 1, 0, '', '', x'', x'', 0, 0, 0, 0, NULL)")
     results = []
     add(opened.store, 1, 1)
     opened.store.save_definition("queue", "/", "lost", {})  # same batch: rolled back too
