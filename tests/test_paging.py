@@ -21,7 +21,7 @@ def open_channel(broker):
 
 
 def in_memory(broker, name: str) -> int:
-    return broker.call(lambda: len(broker.core.vhosts["/"].queues[name].ready))
+    return broker.call(lambda: len(broker.core.vhosts["/"].queues[name].backlog.ready))
 
 
 @pytest.mark.parametrize("durable,persistent", [(True, True), (True, False), (False, False)])

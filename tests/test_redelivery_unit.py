@@ -18,7 +18,7 @@ from leveret.amqp import properties as wire
 from leveret.core.errors import PreconditionFailed
 from leveret.core.message import Properties
 from leveret.core.policy import Policy
-from leveret.core.queue import Queue, QueuedMessage
+from leveret.core.queues import Queue, QueuedMessage
 from leveret.protocol.amqp.message import content_header, with_delivery_headers
 
 EPS = 0.001  # one millisecond

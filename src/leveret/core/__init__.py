@@ -2,7 +2,7 @@
 
 from .broker import BrokerCore, Limits
 from .message import Message
-from .queue import Queue
+from .queues import Queue
 from .vhost import VirtualHost
 
 __all__ = ["BrokerCore", "Limits", "Message", "Queue", "VirtualHost"]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from .message import Death, Message, Properties
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from .queues import Queue
 
 log = logging.getLogger("leveret.dead_letter")
 

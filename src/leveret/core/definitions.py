@@ -12,8 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .exchange import Binding, Exchange, exchange_class, freeze
-from .queue import Queue
-from .stream import queue_class
+from .queues import Queue, queue_class
 
 if TYPE_CHECKING:
     from ..store import Snapshot, Store

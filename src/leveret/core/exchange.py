@@ -53,6 +53,8 @@ class Exchange:
         self.internal = internal
         self.arguments = dict(arguments or {})
         self.bindings: dict[tuple, Binding] = {}
+        #: How many bindings lead to other exchanges (routing must follow them).
+        self.exchange_bindings = 0
 
     @property
     def alternate_exchange(self) -> str | None:
@@ -63,12 +65,16 @@ class Exchange:
         if binding.key in self.bindings:
             return False
         self.bindings[binding.key] = binding
+        if isinstance(binding.destination, Exchange):
+            self.exchange_bindings += 1
         self._bind(binding)
         return True
 
     def remove_binding(self, binding: Binding) -> Binding | None:
         existing = self.bindings.pop(binding.key, None)
         if existing is not None:
+            if isinstance(existing.destination, Exchange):
+                self.exchange_bindings -= 1
             self._unbind(existing)
         return existing
 

@@ -27,11 +27,11 @@ import itertools
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from .queue import QueuedMessage
+from .queues import QueuedMessage
 
 if TYPE_CHECKING:
     from .clock import Timer
-    from .queue import Queue
+    from .queues import Queue
 
 DEFAULT_TTL = 300.0  # seconds
 

@@ -32,7 +32,7 @@ from . import api
 from .errors import access_refused, precondition_failed
 from .exchange import DEFAULT_EXCHANGE, Exchange
 from .message import Message
-from .queue import ACCEPTED, REJECTED, STORED, QueuedMessage
+from .queues import ACCEPTED, REJECTED, STORED, QueuedMessage
 
 if TYPE_CHECKING:
     from .vhost import VirtualHost

@@ -19,8 +19,7 @@ from .dead_letter import EVENT_EXCHANGE
 from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, check_x_match, exchange_class
 from .policy import Policy, matching
 from .message import Message
-from .queue import Queue
-from .stream import queue_class
+from .queues import Queue, queue_class
 from .queue_config import amqp_type_name
 
 if TYPE_CHECKING:
@@ -206,7 +205,7 @@ class VirtualHost:
         count = queue.message_count
         del self.queues[name]
         queue.deleted = True
-        queue.stop_timers()
+        queue.stop()
         if queue.store is not None:
             if queue.queue_id:
                 queue.store.remove_queue(queue.queue_id)
@@ -218,7 +217,6 @@ class VirtualHost:
         for consumer in list(queue.consumers):
             consumer.cancel_by_broker()
         queue.consumers.clear()
-        queue.ready.clear()
         return count
 
     def connection_closed(self, owner: Any) -> None:
@@ -273,7 +271,7 @@ class VirtualHost:
             queue = self.queues.get(message.routing_key)
             return [queue] if queue is not None else []
         found = exchange.route(message)
-        if found and all(type(d) is Queue for d in found) and not exchange.alternate_exchange:
+        if found and not exchange.exchange_bindings and not exchange.alternate_exchange:
             return list(found)
         queues: dict[Queue, None] = {}
         seen: set[int] = set()

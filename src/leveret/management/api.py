@@ -28,7 +28,7 @@ from ..version import __version__
 from ..core.auth import AuthenticationError
 from ..core.broker import BrokerCore
 from ..core.policy import matching
-from ..core.queue import Queue
+from ..core.queues import Queue
 
 
 def _jsonable(value: Any) -> Any:

@@ -25,7 +25,7 @@ from ...amqp.frames import encode_content, encode_deliver, encode_method
 from ...core.errors import access_refused, not_found, precondition_failed
 from ...core.message import Message
 from ...core.publish import REPLY_TO, REPLY_TO_PREFIX, Publisher
-from ...core.queue import Queue, QueuedMessage
+from ...core.queues import Queue, QueuedMessage
 from .consumer import ChannelConsumer
 from .message import AMQP, content_header, from_publish, replace_reply_to, with_delivery_headers
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from ...core.queue import Queue, QueuedMessage
+from ...core.queues import Queue, QueuedMessage
 
 if TYPE_CHECKING:
     from .channel import Channel

@@ -25,9 +25,10 @@ import datetime
 from collections import deque
 from typing import Any
 
-from .errors import precondition_failed
-from .message import Message
-from .queue import ACCEPTED, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
+from ..deduplication import dedup_key
+from ..errors import precondition_failed
+from ..message import Message
+from .base import ACCEPTED, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
 
 IN_MEMORY_TAIL = 10_000  # newest messages kept in memory when there is a store
 READ_BATCH = 1000  # messages read from the store at a time
@@ -43,6 +44,8 @@ class _Cursor:
 
 class Stream(Queue):
     """A stream queue; offsets start at 0."""
+
+    type_name = "stream"
 
     def __init__(self, vhost: Any, name: str, durable: bool = True,
                  exclusive_owner: Any = None, auto_delete: bool = False,
@@ -95,8 +98,6 @@ class Stream(Queue):
         return STORED if stored else ACCEPTED
 
     def _is_new(self, message: Message) -> bool:
-        from .deduplication import dedup_key
-
         key = dedup_key(message, self.config.dedup_header)
         return key is None or self.dedup.check_and_add(key)  # type: ignore[union-attr]
 
@@ -236,10 +237,5 @@ class Stream(Queue):
         raise precondition_failed(f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
                                   "purge is not supported, use retention (x-max-length-bytes, x-max-age)")
 
-    def take_for_lease(self) -> QueuedMessage | None:
+    def lease(self, group: str) -> Any:
         raise precondition_failed(f"queue '{self.name}' is a stream: read it with x-stream-offset")
-
-
-def queue_class(arguments: dict) -> type[Queue]:
-    """Queue or Stream, by ``x-queue-type``."""
-    return Stream if arguments.get("x-queue-type") in ("stream", b"stream") else Queue

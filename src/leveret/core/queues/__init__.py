@@ -1,0 +1,38 @@
+"""Queue types behind one interface, as RabbitMQ's ``rabbit_queue_type``.
+
+- :mod:`.base`: :class:`Queue`, the interface every type implements (and what they
+  share: identity, configuration, consumers, bindings, ``x-expires``), the
+  :class:`Consumer` protocol adapters implement, :class:`QueuedMessage`;
+- :mod:`.classic`: the classic queue (FIFO, round-robin dispatch, TTL, length limits,
+  redelivery delays, leases), its ordered storage with paging in :mod:`.backlog`;
+- :mod:`.stream`: the stream queue (an append-only log read by offset);
+- :mod:`.timers`: named timers on core's clock.
+
+A new type (priority, delayed, quorum) is a new module registered in :data:`QUEUE_TYPES`.
+"""
+
+from __future__ import annotations
+
+from .base import (
+    ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage,
+)
+from .classic import ClassicQueue
+from .stream import Stream
+
+#: x-queue-type -> the type's class.
+QUEUE_TYPES: dict[str, type[Queue]] = {cls.type_name: cls for cls in (ClassicQueue, Stream)}
+
+
+def queue_class(arguments: dict) -> type[Queue]:
+    """The class for a queue declared with ``arguments`` (by ``x-queue-type``, classic
+    by default). An unknown type gets the classic class, whose configuration
+    (:mod:`..queue_config`) refuses it with RabbitMQ's 406 text."""
+    name = arguments.get("x-queue-type", "classic")
+    if isinstance(name, (bytes, bytearray)):
+        name = name.decode("utf-8", "replace")
+    return QUEUE_TYPES.get(name, ClassicQueue) if isinstance(name, str) else ClassicQueue
+
+
+__all__ = ["ACCEPTED", "DELAYED", "GONE", "QUEUE_TYPES", "READY", "REJECTED", "STORED",
+           "UNACKED", "ClassicQueue", "Consumer", "Queue", "QueuedMessage", "Stream",
+           "queue_class"]

@@ -1,0 +1,148 @@
+"""A classic queue's ready messages, in order: in memory, and paged out to the store
+past ``x-max-in-memory-length``.
+
+In memory they are a deque in ``seq`` order that may hold tombstones (entries taken out
+of the middle, e.g. by TTL, marked GONE and swept once they outnumber the live ones).
+Paged-out messages are all after every message in memory: only their count stays in
+memory, and they are read back in order, :data:`PAGE_IN_BATCH` at a time, as consumers
+catch up.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..message import Message
+from .base import GONE, READY, QueuedMessage
+
+if TYPE_CHECKING:
+    from ...store import Store
+
+log = logging.getLogger("leveret.queue")
+
+PAGE_IN_BATCH = 1000  # messages read from the store at a time
+
+
+class Backlog:
+    """The ready messages of queue ``name``; ``max_in_memory`` entries at most in memory
+    when the queue has a store (the queue passes its store to the calls that use it)."""
+
+    def __init__(self, name: str, max_in_memory: int) -> None:
+        self.name = name
+        self.max_in_memory = max_in_memory
+        self.ready: deque[QueuedMessage] = deque()  # may hold GONE entries (tombstones)
+        self.live = 0  # READY entries in ``ready``
+        self.bytes = 0  # body bytes of ready messages (in memory and paged)
+        self.paged = 0  # messages on disk only, after every message in ``ready``
+        self.paged_after = 0  # seq of the last message not paged out
+
+    def __len__(self) -> int:
+        """Ready messages, in memory and paged out."""
+        return self.live + self.paged
+
+    # -- adding -------------------------------------------------------------------------
+    def must_page(self) -> bool:
+        """Whether the next message goes to the store rather than to memory (the queue
+        asks only when it has a store)."""
+        return self.paged > 0 or self.live >= self.max_in_memory
+
+    def append(self, entry: QueuedMessage) -> None:
+        """A new message at the tail, in memory."""
+        self.ready.append(entry)
+        self.live += 1
+        self.bytes += len(entry.message.body)
+
+    def appended_paged(self, seq: int, size: int) -> None:
+        """A new message at the tail was written to the store only."""
+        if not self.paged:
+            self.paged_after = seq - 1
+        self.paged += 1
+        self.bytes += size
+
+    def restore(self, count: int, size: int) -> None:
+        """At start-up: ``count`` messages (``size`` body bytes) wait in the store."""
+        self.paged, self.paged_after, self.bytes = count, 0, size
+
+    # -- reading back -------------------------------------------------------------------
+    def page_in(self, store: Store | None, queue_id: int, now: float) -> list[QueuedMessage]:
+        """Read paged-out messages from ``store`` until some are in memory; returns every
+        entry read. Those that expired while on disk (``now``: epoch seconds) are
+        already taken out again (state GONE), for the caller to dead-letter."""
+        read: list[QueuedMessage] = []
+        while self.paged and not self.live and store is not None:
+            read += self._page_in_batch(store, queue_id, now)
+        return read
+
+    def _page_in_batch(self, store: Store, queue_id: int, now: float) -> list[QueuedMessage]:
+        read, expired = [], []
+        for stored in store.read_queue(queue_id, self.paged_after,
+                                       min(self.max_in_memory, PAGE_IN_BATCH) or 1):
+            message = Message.restore(stored.exchange, stored.routing_key, stored.header,
+                                      stored.body, stored.meta)
+            entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
+            entry.delivery_count = stored.delivery_count
+            entry.redelivered = stored.delivery_count > 0
+            self.ready.append(entry)
+            self.live += 1
+            self.paged_after = stored.seq
+            self.paged -= 1
+            read.append(entry)
+            if entry.expires_at and entry.expires_at <= now:
+                expired.append(entry)
+        if not self.live:  # the store lost track: do not spin
+            log.error("queue '%s': %d paged-out messages missing from the store",
+                      self.name, self.paged)
+            self.paged = 0
+            self.bytes = sum(len(e.message.body) for e in self.ready if e.state == READY)
+        for entry in expired:
+            self.remove(entry)
+        return read
+
+    # -- taking out ---------------------------------------------------------------------
+    def pop(self) -> QueuedMessage:
+        """Pop the first READY entry (there must be one), skipping tombstones."""
+        ready = self.ready
+        entry = ready.popleft()
+        while entry.state != READY:
+            entry = ready.popleft()
+        self.live -= 1
+        self.bytes -= len(entry.message.body)
+        if not self.live:
+            ready.clear()  # only tombstones are left
+        return entry
+
+    def remove(self, entry: QueuedMessage) -> None:
+        """Take a READY entry out of the middle (it stays as a tombstone until there are
+        as many tombstones as live entries: then they are swept)."""
+        entry.state = GONE
+        self.live -= 1
+        self.bytes -= len(entry.message.body)
+        if not self.live:
+            self.ready.clear()
+        elif len(self.ready) > 2 * self.live + 64:
+            self.ready = deque(e for e in self.ready if e.state == READY)
+
+    def put_back(self, entries: list[QueuedMessage]) -> None:
+        """Returned messages (in seq order) go back to their original positions."""
+        for entry in entries:
+            entry.state = READY
+            self.bytes += len(entry.message.body)
+        self.live += len(entries)
+        ready = self.ready
+        if not ready or entries[-1].seq < ready[0].seq:
+            ready.extendleft(reversed(entries))
+        else:
+            self.ready = deque(heapq.merge(ready, entries))
+
+    def clear(self, store: Store | None, queue_id: int, upto_seq: int) -> list[QueuedMessage]:
+        """Purge: drop everything (paged-out messages up to ``upto_seq`` leave ``store``
+        in the background); returns the in-memory entries that were READY."""
+        dropped = [e for e in self.ready if e.state == READY]
+        if self.paged and store is not None:
+            store.remove_paged(queue_id, self.paged_after, upto_seq)
+        self.ready.clear()
+        self.live = self.paged = self.bytes = 0
+        return dropped

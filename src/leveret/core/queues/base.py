@@ -1,0 +1,238 @@
+"""What every queue type is: identity, configuration, consumers, bindings, ``x-expires``.
+
+:class:`Queue` is the interface the rest of core (and the adapters) use, as
+``rabbit_queue_type`` is RabbitMQ's; each queue type (:mod:`.classic`, :mod:`.stream`)
+implements it. A queue hands a message to a consumer as a :class:`QueuedMessage` and
+forgets about it until the adapter settles it: :meth:`Queue.ack`, :meth:`Queue.discard`
+or :meth:`Queue.requeue` (AMQP 0-9-1 §3.1.4).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .. import queue_config
+from ..deduplication import DeduplicationCache
+from ..errors import precondition_failed
+from ..message import Message
+from .timers import Timers
+
+if TYPE_CHECKING:
+    from ...store import Store
+    from ..lease import Lease
+
+# Result flags of Queue.enqueue.
+ACCEPTED, STORED, REJECTED = 0, 1, 2
+
+# QueuedMessage.state
+READY, UNACKED, GONE, DELAYED = 0, 1, 2, 3
+
+
+class QueuedMessage:
+    """A message's place in one queue: ``seq`` orders it, ``delivery_count`` counts the
+    deliveries so far (0 before the first), ``expires_at`` is epoch seconds (0: never)."""
+
+    __slots__ = ("message", "seq", "redelivered", "delivery_count", "store_id", "state",
+                 "expires_at")
+
+    def __init__(self, message: Message, seq: int, store_id: int = 0,
+                 expires_at: float = 0.0) -> None:
+        self.message = message
+        self.seq = seq
+        self.redelivered = False
+        self.delivery_count = 0
+        self.store_id = store_id  # > 0 while the message is in the store
+        self.state = READY
+        self.expires_at = expires_at
+
+    def __lt__(self, other: QueuedMessage) -> bool:
+        return self.seq < other.seq
+
+
+class Consumer(Protocol):
+    """What a queue needs of a consumer; each adapter implements it.
+
+    ``no_ack`` (deliveries count as acknowledged), ``prefetch`` (the consumer's own
+    window, 0: none) and ``global_prefetch`` (its session's, 0: none) and ``arguments``
+    (the subscription's, e.g. ``x-stream-offset``) let a queue type refuse a consumer
+    it cannot serve (:meth:`Queue.prepare_consumer`)."""
+
+    tag: str
+    exclusive: bool
+    no_ack: bool
+    prefetch: int
+    arguments: dict
+
+    @property
+    def global_prefetch(self) -> int: ...
+
+    def can_accept(self) -> bool:
+        """Whether a delivery may go out now (window open, socket writable)."""
+
+    def deliver(self, queue: Queue | None, entry: QueuedMessage) -> None:
+        """Send ``entry`` (``queue`` None: a direct reply-to message)."""
+
+    def cancel_by_broker(self) -> None:
+        """The queue is gone (or a ranged read ended): RabbitMQ's consumer cancel
+        notification."""
+
+
+class Queue:
+    """One queue of a virtual host; subclasses are the queue types.
+
+    ``exclusive_owner`` is the connection that declared an exclusive queue (opaque to
+    core); ``arguments`` the ``x-`` arguments of queue.declare, which with the matching
+    policy make ``config`` (:mod:`..queue_config`; raises PreconditionFailed if invalid).
+    ``store`` and ``queue_id`` are set for a queue whose messages go to the store.
+    """
+
+    #: x-queue-type of this type.
+    type_name = ""
+
+    def __init__(self, vhost: Any, name: str, durable: bool = False,
+                 exclusive_owner: Any = None, auto_delete: bool = False,
+                 arguments: dict | None = None) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = dict(arguments or {})
+        self.config = queue_config.build(self.arguments, vhost.policy_for(name, "queues"),
+                                         f" for queue '{name}' in vhost '{vhost.name}'")
+        self.consumers: deque[Consumer] = deque()
+        self.bindings: list = []  # Bindings whose destination is this queue
+        self.deleted = False
+        self.store: Store | None = None
+        self.queue_id = 0
+        self.unacked_count = 0  # delivered, not yet acknowledged
+        self.timers = Timers(vhost.clock)
+        self._had_consumer = False
+        self._last_used = vhost.clock.time()
+        self.dedup: DeduplicationCache | None = None
+        if self.config.deduplication:
+            ttl = self.config.cache_ttl / 1000 if self.config.cache_ttl else None
+            self.dedup = DeduplicationCache(self.config.cache_size, ttl, vhost.clock,
+                                            self._dedup_added, self._dedup_evicted)
+        if self.config.expires is not None:
+            self.timers.arm("expires", self.config.expires / 1000, self._check_unused)
+
+    # -- the interface each type implements ---------------------------------------------
+    @property
+    def message_count(self) -> int:
+        """Messages waiting for delivery, not counting unacknowledged ones."""
+        raise NotImplementedError
+
+    def enqueue(self, message: Message) -> int:
+        """Append ``message``; returns STORED when it went to the store durably (a
+        confirm must wait for the store), REJECTED when the queue refused it, else
+        ACCEPTED."""
+        raise NotImplementedError
+
+    def drain(self) -> None:
+        """Deliver to consumers that can take more."""
+        raise NotImplementedError
+
+    def get(self) -> QueuedMessage | None:
+        """basic.get: the head message (as a delivery), or None when empty."""
+        raise NotImplementedError
+
+    def requeue(self, entries: list[QueuedMessage]) -> None:
+        """Delivered messages come back unacknowledged (nack/reject with requeue, a
+        closed channel, basic.recover)."""
+        raise NotImplementedError
+
+    def discard(self, entry: QueuedMessage, reason: str) -> None:
+        """A delivered message is refused for good (``rejected``)."""
+        raise NotImplementedError
+
+    def purge(self) -> int:
+        """Drop every waiting message; returns how many."""
+        raise NotImplementedError
+
+    def restore_paged(self, count: int, last_seq: int, size: int) -> None:
+        """At start-up: ``count`` messages (``size`` body bytes, the highest seq
+        ``last_seq``) wait in the store."""
+        raise NotImplementedError
+
+    def delivery_headers(self, entry: QueuedMessage) -> tuple[tuple[str, int], ...]:
+        """Integer headers this delivery carries besides the message's own (each adapter
+        renders them in its form)."""
+        return ()
+
+    def prepare_consumer(self, consumer: Consumer) -> None:
+        """Check a new consumer before it is confirmed (consume-ok); raises a
+        BrokerError if this queue cannot serve it."""
+
+    def lease(self, group: str) -> Lease:
+        """The lease of consumer ``group`` (:mod:`..lease`); PreconditionFailed for a
+        queue type without leases."""
+        raise precondition_failed(
+            f"queue '{self.name}' in vhost '{self.vhost.name}' is a {self.type_name} queue: "
+            "it cannot be leased")
+
+    # -- shared behaviour ---------------------------------------------------------------
+    def touch(self) -> None:
+        """The queue was used (declare, get, consume): restarts ``x-expires``."""
+        self._last_used = self.vhost.clock.time()
+
+    def ack(self, entry: QueuedMessage) -> None:
+        """The message was acknowledged: it leaves the store."""
+        if entry.state == UNACKED:
+            self.unacked_count -= 1
+        entry.state = GONE
+        if entry.store_id:
+            if self.store is not None:  # None once the queue is deleted
+                self.store.remove_message(entry.store_id)
+            entry.store_id = 0
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self._had_consumer = True
+        self.touch()
+        self.drain()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Forget ``consumer``; an ``auto_delete`` queue that has had one goes with its
+        last (RabbitMQ)."""
+        try:
+            self.consumers.remove(consumer)
+        except ValueError:
+            return
+        self.touch()
+        if self.auto_delete and not self.consumers and self._had_consumer and not self.deleted:
+            self.vhost.delete_queue(self.name)
+
+    @property
+    def has_exclusive_consumer(self) -> bool:
+        return any(c.exclusive for c in self.consumers)
+
+    def stop(self) -> None:
+        """The queue is deleted or the broker stops: cancel its timers."""
+        self.timers.cancel_all()
+
+    def _check_unused(self) -> None:
+        """x-expires: delete the queue once unused (no consumers, no get, no
+        redeclare) for that long."""
+        self.timers.fired("expires")
+        if self.deleted:
+            return
+        idle = self.vhost.clock.time() - self._last_used
+        expires = self.config.expires / 1000  # type: ignore[operator]
+        if not self.consumers and idle >= expires:
+            self.vhost.delete_queue(self.name)
+        else:
+            self.timers.arm("expires", expires - idle if not self.consumers else expires,
+                            self._check_unused)
+
+    def _dedup_added(self, key: str, expires_at: float) -> None:
+        if self.store is not None and self.durable and self.queue_id:
+            self.store.save_dedup(self.queue_id, key, expires_at)
+
+    def _dedup_evicted(self, key: str) -> None:
+        if self.store is not None and self.durable and self.queue_id:
+            self.store.delete_dedup(self.queue_id, key)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

@@ -1,0 +1,331 @@
+"""Classic queues: ready messages in FIFO order, consumers served round-robin.
+
+A queue hands a message to the next consumer whose ``can_accept()`` is true (prefetch
+window open, socket writable) and forgets it until the adapter settles it (AMQP 0-9-1
+§3.1.4). A requeued message returns to its original position with ``redelivered`` set,
+as in RabbitMQ, after the delay of the queue's redelivery policy (:mod:`..redelivery`).
+
+The parts: ordered storage with paging (:class:`.backlog.Backlog`), dispatch to
+consumers (:meth:`ClassicQueue.drain`), and two timer heaps: messages due to expire and
+redeliveries waiting out their delay. Also here, with RabbitMQ's semantics unless noted:
+message TTL (``x-message-ttl`` and the message's own expiration, the lower wins; unlike
+RabbitMQ a message expires when due even if it is not at the head - one paged out to the
+store, when it is read back), length limits (``x-max-length``, ``x-max-length-bytes``
+with ``x-overflow``), deduplication and leases. Every way a message dies goes through
+:func:`..dead_letter.dead_letter`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..dead_letter import dead_letter
+from ..deduplication import dedup_key
+from ..message import Message
+from .backlog import Backlog
+from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from ..lease import Lease
+
+log = logging.getLogger("leveret.queue")
+
+
+class ClassicQueue(Queue):
+    """A classic queue (``x-queue-type: classic``, the default). With a store,
+    persistent messages of a durable queue are written there until they are
+    acknowledged or die, and a backlog beyond ``config.max_in_memory`` is paged out."""
+
+    type_name = "classic"
+
+    def __init__(self, vhost: Any, name: str, durable: bool = False,
+                 exclusive_owner: Any = None, auto_delete: bool = False,
+                 arguments: dict | None = None) -> None:
+        super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
+        self.backlog = Backlog(name, self.config.max_in_memory)
+        self._delayed: list[tuple[float, int, QueuedMessage]] = []  # redeliveries waiting
+        self._delayed_count = 0
+        self._expiring: list[tuple[float, int, QueuedMessage]] = []
+        self._next_seq = 0
+        self.leases: dict[str, Lease] = {}
+        self._lease_seqs: dict[str, int] = {}  # next seq of leases recovered from the store
+
+    # -- counts ---------------------------------------------------------------------
+    @property
+    def message_count(self) -> int:
+        """Messages waiting for delivery (ready, paged out or delayed redeliveries),
+        not counting unacknowledged ones."""
+        return len(self.backlog) + self._delayed_count
+
+    # -- publishing -----------------------------------------------------------------
+    def enqueue(self, message: Message) -> int:
+        """Append ``message``. Returns STORED when it was written to the store durably
+        (a confirm must wait for :meth:`Store.when_durable`), REJECTED when the length
+        limit refused it (``x-overflow: reject-publish``), else ACCEPTED."""
+        config = self.config
+        size = len(message.body)
+        if config.overflow != "drop-head" and self._full(1, size):
+            if config.overflow == "reject-publish-dlx":
+                dead_letter(self, message, "maxlen")
+            return REJECTED
+        if self.dedup is not None:
+            key = dedup_key(message, config.dedup_header)
+            if key is not None and not self.dedup.check_and_add(key):
+                # A duplicate: dropped, yet confirmed - once the original is on disk.
+                durable = self.store is not None and self.durable and message.persistent
+                return STORED if durable else ACCEPTED
+        self._next_seq += 1
+        seq = self._next_seq
+        expires_at = self._expiry(message)
+        store = self.store
+        durable = (store is not None and self.durable and self.exclusive_owner is None
+                   and message.persistent)
+        backlog = self.backlog
+        if store is not None and backlog.must_page():
+            self._write(seq, message, expires_at, transient=not durable)
+            backlog.appended_paged(seq, size)
+        else:
+            entry = QueuedMessage(message, seq, self._write(seq, message, expires_at) if durable else 0,
+                                  expires_at)
+            backlog.append(entry)
+            if expires_at:
+                self._watch_expiry(entry)
+        if self.consumers:
+            self.drain()  # a waiting consumer takes it before any length limit applies
+        if config.max_length is not None or config.max_length_bytes is not None:
+            while self._full() and len(backlog):
+                self._drop_head()
+        if expires_at and config.message_ttl == 0:
+            self._expire_due()  # TTL 0: delivered at once or dead, as RabbitMQ
+        return STORED if durable else ACCEPTED
+
+    def _full(self, adding: int = 0, size: int = 0) -> bool:
+        """Whether ``adding`` more messages of ``size`` bytes in all would put the queue
+        over its length limits (RabbitMQ's will_overflow; ``adding=0``: is it over)."""
+        config = self.config
+        if config.max_length is not None and len(self.backlog) + adding > config.max_length:
+            return True
+        return config.max_length_bytes is not None and self.backlog.bytes + size > config.max_length_bytes
+
+    def _drop_head(self) -> None:
+        if not self._has_ready():
+            return
+        self._die(self.backlog.pop(), "maxlen")
+
+    def _write(self, seq: int, message: Message, expires_at: float, transient: bool = False) -> int:
+        store = self.store
+        assert store is not None
+        if not self.queue_id:
+            self.queue_id = store.new_queue_id()
+        return store.add_message(self.queue_id, seq, message.exchange, message.routing_key,
+                                 message.encoded, message.body, transient, expires_at,
+                                 meta=message.meta())
+
+    # -- paging ---------------------------------------------------------------------
+    def restore_paged(self, count: int, last_seq: int, size: int) -> None:
+        self.backlog.restore(count, size)
+        self._next_seq = max(self._next_seq, last_seq)
+
+    def _has_ready(self) -> bool:
+        """Whether a message is ready in memory, reading paged-out ones back if needed
+        (those that expired on disk die on the way)."""
+        backlog = self.backlog
+        if backlog.live:
+            return True
+        if not backlog.paged:
+            return False
+        for entry in backlog.page_in(self.store, self.queue_id, self.vhost.clock.time()):
+            if entry.state == GONE:  # expired while paged out: it dies now
+                self._die(entry, "expired")
+            elif entry.expires_at:
+                self._watch_expiry(entry)
+        return backlog.live > 0
+
+    # -- taking messages out --------------------------------------------------------
+    def _take(self) -> QueuedMessage:
+        """Pop the head message for a delivery, counting it (also in the store)."""
+        entry = self.backlog.pop()
+        entry.state = UNACKED
+        self.unacked_count += 1
+        entry.delivery_count += 1
+        if entry.store_id:
+            self.store.set_delivery_count(entry.store_id, entry.delivery_count)  # type: ignore[union-attr]
+        return entry
+
+    def take_for_lease(self) -> QueuedMessage | None:
+        """The head message for a lease (like a delivery), or None when empty."""
+        return self._take() if self._has_ready() else None
+
+    def lease(self, group: str) -> Lease:
+        """The lease of consumer ``group`` (see :mod:`..lease`), created on first use."""
+        from ..lease import Lease
+
+        lease = self.leases.get(group)
+        if lease is None:
+            lease = self.leases[group] = Lease(self, group, self._lease_seqs.get(group, 1))
+        return lease
+
+    def save_lease(self, lease: Lease) -> None:
+        if self.store is not None and self.durable and self.queue_id:
+            self.store.save_definition("lease", self.vhost.name, f"{self.name}\x00{lease.group}",
+                                       {"queue_id": self.queue_id, "next_seq": lease.next_seq})
+
+    def restore_lease(self, group: str, next_seq: int) -> None:
+        self._lease_seqs[group] = next_seq
+
+    def get(self) -> QueuedMessage | None:
+        """basic.get: the head message, or None when empty."""
+        self.touch()
+        return self._take() if self._has_ready() else None
+
+    def delivery_headers(self, entry: QueuedMessage) -> tuple[tuple[str, int], ...]:
+        """``x-delivery-count`` (previous deliveries) when the queue has a redelivery
+        policy or the message was delivered before (ActiveMQ's JMSXDeliveryCount - 1,
+        as RabbitMQ's quorum queues count)."""
+        if entry.delivery_count > 1 or self.config.redelivery.active:
+            return (("x-delivery-count", entry.delivery_count - 1),)
+        return ()
+
+    # -- settling -------------------------------------------------------------------
+    def discard(self, entry: QueuedMessage, reason: str) -> None:
+        """A delivered message dies (``rejected``): dead-lettered as configured."""
+        self._die(entry, reason)
+
+    def _die(self, entry: QueuedMessage, reason: str) -> None:
+        try:
+            if not self.deleted:
+                dead_letter(self, entry.message, reason)
+        except Exception:  # a message that cannot be dead-lettered must not stop the queue
+            log.exception("queue '%s': dead-lettering a message (%s) failed; it is dropped",
+                          self.name, reason)
+        self.ack(entry)
+
+    def requeue(self, entries: list[QueuedMessage]) -> None:
+        """Unacknowledged messages come back: back to their original position, marked
+        redelivered, after the redelivery policy's delay; a poison message (policy
+        exhausted) or an expired one dies instead."""
+        if self.deleted or not entries:
+            return
+        policy = self.config.redelivery
+        now = self.vhost.clock.time()
+        back = []
+        for entry in sorted(entries):
+            if entry.state == UNACKED:
+                self.unacked_count -= 1
+                entry.state = READY
+            entry.redelivered = True
+            if policy.exhausted(entry.delivery_count):
+                self._die(entry, "delivery_limit")
+            elif entry.expires_at and entry.expires_at <= now:
+                self._die(entry, "expired")
+            else:
+                delay = policy.delay(entry.delivery_count)
+                if delay > 0:
+                    entry.state = DELAYED
+                    self._delayed_count += 1
+                    heapq.heappush(self._delayed, (now + delay / 1000, entry.seq, entry))
+                else:
+                    back.append(entry)
+        if self._delayed:  # replace: a new entry may be due before the armed timer
+            self.timers.arm("redelivery", self._delayed[0][0] - now, self._redeliver_due, True)
+        if back:
+            self._put_back(back)
+        else:  # the consumers' prefetch windows have room now
+            self.drain()
+
+    def _put_back(self, entries: list[QueuedMessage]) -> None:
+        if not entries:
+            return
+        self.backlog.put_back(entries)
+        for entry in entries:
+            if entry.expires_at:
+                self._watch_expiry(entry)
+        self.drain()
+
+    def _redeliver_due(self) -> None:
+        self.timers.fired("redelivery")
+        now = self.vhost.clock.time()
+        due = []
+        while self._delayed and self._delayed[0][0] <= now:
+            entry = heapq.heappop(self._delayed)[2]
+            if entry.state == DELAYED:
+                self._delayed_count -= 1
+                if entry.expires_at and entry.expires_at <= now and not self.deleted:
+                    self._die(entry, "expired")  # expired while waiting: never delivered
+                else:
+                    due.append(entry)
+        if self._delayed:
+            self.timers.arm("redelivery", self._delayed[0][0] - now, self._redeliver_due)
+        if not self.deleted:
+            self._put_back(sorted(due))  # in queue order, not due order
+
+    def purge(self) -> int:
+        """Drop every waiting message (unacknowledged ones stay); returns how many."""
+        count = self.message_count
+        for entry in self.backlog.clear(self.store, self.queue_id, self._next_seq):
+            self.ack(entry)
+        for _, _, entry in self._delayed:
+            if entry.state == DELAYED:
+                self.ack(entry)
+        self._delayed.clear()
+        self._expiring.clear()
+        self._delayed_count = 0
+        return count
+
+    # -- TTL ------------------------------------------------------------------------
+    def _expiry(self, message: Message) -> float:
+        """Epoch seconds when ``message`` expires here (0: never)."""
+        ttl = self.config.message_ttl
+        own = message.ttl
+        if own is not None:
+            ttl = own if ttl is None else min(ttl, own)
+        if ttl is None:
+            return 0.0
+        return self.vhost.clock.time() + ttl / 1000
+
+    def _watch_expiry(self, entry: QueuedMessage) -> None:
+        heap = self._expiring
+        if len(heap) > 2 * (self.backlog.live + self.unacked_count) + 64:  # drop settled ones
+            heap[:] = [item for item in heap if item[2].state in (READY, UNACKED, DELAYED)]
+            heapq.heapify(heap)
+        if not heap or entry.expires_at < heap[0][0]:
+            self.timers.arm("ttl", entry.expires_at - self.vhost.clock.time(), self._expire_due, True)
+        heapq.heappush(heap, (entry.expires_at, entry.seq, entry))
+
+    def _expire_due(self) -> None:
+        """Dead-letter every ready message whose time has come, wherever it is."""
+        self.timers.fired("ttl")
+        heap = self._expiring
+        now = self.vhost.clock.time()
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)[2]
+            if entry.state == READY and entry.expires_at <= now:
+                self.backlog.remove(entry)
+                self._die(entry, "expired")
+        if heap and not self.deleted:
+            self.timers.arm("ttl", heap[0][0] - now, self._expire_due, True)
+
+    # -- lifecycle ------------------------------------------------------------------
+    def stop(self) -> None:
+        """Deleted, or the broker stops: timers off, leases handed back, memory freed."""
+        super().stop()
+        for lease in self.leases.values():
+            lease.release_all()
+        self.backlog.ready.clear()
+
+    # -- dispatch -------------------------------------------------------------------
+    def drain(self) -> None:
+        """Deliver ready messages round-robin to consumers that can take them."""
+        consumers = self.consumers
+        backlog = self.backlog
+        while consumers and (backlog.live or self._has_ready()):
+            for _ in range(len(consumers)):
+                consumer = consumers[0]
+                consumers.rotate(-1)
+                if consumer.can_accept():
+                    consumer.deliver(self, self._take())
+                    break
+            else:
+                return
