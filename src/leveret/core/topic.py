@@ -62,8 +62,9 @@ class _Node:
 
 
 class TopicTrie:
-    """Binding keys with their destinations; :meth:`match` returns destinations in
-    binding order without duplicates."""
+    """Binding keys with their destinations; :meth:`match` returns destinations
+    without duplicates, in the order of a depth-first walk of the trie (at each node
+    the ``#`` branch, then the literal word, then ``*``)."""
 
     _CACHE_LIMIT = 4096
 
@@ -74,6 +75,7 @@ class TopicTrie:
         self._hash_low: dict[_Node, int] = {}
 
     def add(self, binding_key: str, destination: Hashable) -> None:
+        """Bind ``destination`` with ``binding_key`` (adding it twice is one binding)."""
         node = self._root
         for word in split_key(binding_key):
             node = node.add_child(word)
@@ -81,6 +83,8 @@ class TopicTrie:
         self._cache.clear()
 
     def remove(self, binding_key: str, destination: Hashable) -> None:
+        """Unbind ``destination`` from ``binding_key``; nothing happens if it was not
+        bound."""
         path = [self._root]
         words = split_key(binding_key)
         for word in words:
@@ -103,9 +107,11 @@ class TopicTrie:
         found = self._cache.get(routing_key)
         if found is None:
             result: dict[Hashable, None] = {}
-            self._walk(self._root, split_key(routing_key), 0, result)
-            if self._hash_low:
-                self._hash_low.clear()
+            try:
+                self._walk(self._root, split_key(routing_key), 0, result)
+            finally:  # stale marks would hide states from the next match
+                if self._hash_low:
+                    self._hash_low.clear()
             found = tuple(result)
             if len(self._cache) >= self._CACHE_LIMIT:
                 self._cache.clear()
