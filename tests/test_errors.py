@@ -613,6 +613,72 @@ def test_client_sending_heartbeats_is_kept_and_server_sends_heartbeats(port):
         client.open_channel(2)  # still alive and answering
 
 
+@pytest.fixture
+def stall_broker(port, monkeypatch):
+    """``stall_broker(seconds)`` blocks the broker's event loop for ``seconds`` inside
+    a read, as a slow publish would: another connection sends a request whose handling
+    sleeps (an extra operation of amq.leveret.api). Returns at once."""
+    from leveret.core import api
+
+    def stall(vhost, request, owner):
+        time.sleep(request["seconds"])
+        return {}
+
+    monkeypatch.setitem(api.OPERATIONS, "test.stall", stall)
+    staller = connected(port)
+
+    def start(seconds: float) -> None:
+        staller.publish(1, "test.stall", b'{"seconds": %f}' % seconds, exchange=api.API_EXCHANGE)
+        time.sleep(0.1)  # the loop is now asleep
+
+    yield start
+    staller.close()
+
+
+@pytest.mark.parametrize("probe", ["FIONREAD", "recheck"])
+def test_heartbeats_sent_during_a_broker_stall_keep_the_client(port, stall_broker, monkeypatch,
+                                                              probe):
+    """The loop stalls for 3 heartbeat intervals while the client keeps sending
+    heartbeats; they wait unread on the socket when the overdue heartbeat check runs
+    (uvloop runs timers before reading), and they are a sign of life: kept. The server
+    asks the kernel (FIONREAD); where it cannot, the check looks again after a poll."""
+    if probe == "recheck":
+        from leveret.server import listener
+        monkeypatch.setattr(listener, "ioctl", None)  # as on Windows
+    with connected(port, heartbeat_interval=1) as client:
+        stall_broker(3.0)
+        deadline = time.monotonic() + 4.5  # the stall, then two more intervals
+        while time.monotonic() < deadline:
+            client.send_heartbeat()
+            time.sleep(0.25)
+        client.sock.settimeout(5)
+        client.open_channel(2)  # still open and answering
+        client.publish(2, "", b"after the stall")
+        client.send_method(2, Basic.Get(queue="", no_ack=True))  # no queue: 404 on ch 2
+        assert client.expect(commands.Channel.Close, 2).reply_code == 404
+
+
+def test_pika_client_with_heartbeats_survives_a_broker_stall(amqp_url, stall_broker):
+    conn = connect(amqp_url + "?heartbeat=1")
+    try:
+        channel = conn.channel()
+        stall_broker(3.0)
+        conn.sleep(5.5)  # pika sends its heartbeats meanwhile; past the next checks
+        assert conn.is_open
+        roundtrip(channel)
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_silent_client_is_dropped_after_a_broker_stall(port, stall_broker):
+    """Unread data is what keeps a client: one that sent nothing during the stall is
+    still dropped for missed heartbeats."""
+    with connected(port, heartbeat_interval=1) as client:
+        stall_broker(3.0)
+        assert client.closed_within(6.0), "silent client was never dropped"
+
+
 # -- clients that vanish --------------------------------------------------------------------
 class Publisher(threading.Thread):
     """A pika client publishing with confirms into ``queue`` until stopped; ``sent``

@@ -108,6 +108,25 @@ def test_bad_requests_get_an_error_reply(api, channel, operation, request_, erro
     assert reply["ok"] is False and error in reply["error"]
 
 
+def test_a_bug_in_an_operation_closes_only_that_connection_with_541(amqp_url, monkeypatch, caplog):
+    """A programming error is not answered as a bad request: the server logs it and
+    closes the requesting connection with 541 INTERNAL_ERROR; others keep working."""
+    from leveret.core import api as core_api
+
+    def broken(vhost, request, owner):
+        raise AttributeError("'Lease' object has no attribute 'helt'")
+
+    monkeypatch.setitem(core_api.OPERATIONS, "lease.info", broken)
+    client, other = Api(amqp_url), Api(amqp_url)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        client("lease.info", queue="work", group="g")
+    assert info.value.reply_code == 541
+    assert any(r.name == "leveret.server" and r.exc_info and r.exc_info[0] is AttributeError
+               for r in caplog.records), "the bug was not logged with its traceback"
+    assert other("lease.launch")["ok"] is False  # another connection is unaffected
+    other.connection.close()
+
+
 def test_leased_read_needs_no_ack(api, channel):
     fill(channel, "strict", 1)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:

@@ -3,7 +3,8 @@
 A client publishes to the exchange ``amq.leveret.api`` with the operation as routing
 key, a JSON object as body, ``reply_to`` (a queue, or RabbitMQ's direct reply-to) and
 optionally ``correlation_id``; the broker answers on the default exchange to
-``reply_to`` with ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. Any AMQP
+``reply_to`` with ``{"ok": true, ...}`` or, for a bad request, ``{"ok": false, "error":
+"..."}`` (a bug instead closes the connection with 541, see :func:`handle`). Any AMQP
 client can use it; the Spark connector does. Operations, in the connection's vhost:
 
 - ``stream.info`` ``{"stream"}`` → ``{"first", "next", "messages"}`` offsets of a stream
@@ -23,12 +24,18 @@ from typing import Any, Callable
 
 from .errors import BrokerError
 from .message import Message, Properties
+from .queues import Stream
 from .vhost import VirtualHost
 
 API_EXCHANGE = "amq.leveret.api"
 
 
 _KINDS = {int: "an integer", str: "a string", list: "a list"}
+# Sequence numbers and offsets are SQLite integers: none can be larger.
+MAX_INT = 2**63 - 1
+# A lease's TTL, as RabbitMQ bounds its TTLs (Erlang's timer limit): about 49.7 days.
+MAX_TTL_MS = 2**32 - 1
+_REQUIRED = object()
 
 
 class APIError(ValueError):
@@ -36,10 +43,38 @@ class APIError(ValueError):
 
 
 def _field(request: dict, name: str, kind: type) -> Any:
+    """Field ``name`` of type ``kind``; APIError if missing or of another type."""
     value = request.get(name)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
         raise APIError(f"'{name}' must be {_KINDS.get(kind, kind.__name__)}")
     return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is no number
+
+
+def _integer(request: dict, name: str, minimum: int = 0, maximum: int = MAX_INT,
+             default: Any = _REQUIRED) -> int:
+    """Integer field ``name`` with ``minimum <= value <= maximum`` (``default`` when
+    absent, if given); APIError if missing, not an integer, or out of range."""
+    if default is not _REQUIRED and name not in request:
+        return default
+    value = request.get(name)
+    if not _is_int(value):
+        raise APIError(f"'{name}' must be an integer")
+    if not minimum <= value <= maximum:
+        raise APIError(f"'{name}' must be an integer from {minimum} to {maximum}")
+    return value
+
+
+def _seqs(request: dict) -> list[int]:
+    """Field ``seqs``: a list of sequence numbers (integers from 0 to MAX_INT); APIError
+    otherwise."""
+    seqs = request.get("seqs")
+    if not isinstance(seqs, list) or not all(_is_int(s) and 0 <= s <= MAX_INT for s in seqs):
+        raise APIError(f"'seqs' must be a list of integers from 0 to {MAX_INT}")
+    return seqs
 
 
 def _queue(vhost: VirtualHost, request: dict, owner: Any) -> Any:
@@ -48,7 +83,7 @@ def _queue(vhost: VirtualHost, request: dict, owner: Any) -> Any:
 
 def _stream_info(vhost: VirtualHost, request: dict, owner: Any) -> dict:
     stream = vhost.get_queue(_field(request, "stream", str), owner)
-    if getattr(stream, "first_offset", None) is None:
+    if not isinstance(stream, Stream):
         raise APIError(f"'{stream.name}' is not a stream")
     return {"first": stream.first_offset, "next": stream.next_offset,
             "messages": stream.message_count}
@@ -56,28 +91,28 @@ def _stream_info(vhost: VirtualHost, request: dict, owner: Any) -> dict:
 
 def _lease_acquire(vhost: VirtualHost, request: dict, owner: Any) -> dict:
     queue = _queue(vhost, request, owner)
-    maximum = _field(request, "max", int)
+    maximum = _integer(request, "max")
+    group = _field(request, "group", str)
     ttl = request.get("ttl_ms")
-    if ttl is not None and (not isinstance(ttl, int) or ttl <= 0):
-        raise APIError("'ttl_ms' must be a positive integer")
-    start, end = queue.lease(_field(request, "group", str)).acquire(
-        maximum, ttl / 1000 if ttl else None)
+    if ttl is not None and not (_is_int(ttl) and 0 < ttl <= MAX_TTL_MS):
+        raise APIError(f"'ttl_ms' must be a positive integer up to {MAX_TTL_MS}")
+    start, end = queue.lease(group).acquire(maximum, ttl / 1000 if ttl else None)
     return {"start": start, "end": end}
 
 
 def _lease_ack(vhost: VirtualHost, request: dict, owner: Any) -> dict:
-    lease = _queue(vhost, request, owner).lease(_field(request, "group", str))
+    queue, group = _queue(vhost, request, owner), _field(request, "group", str)
     if "seqs" in request:
-        return {"acked": lease.ack([int(s) for s in _field(request, "seqs", list)])}
-    low = request.get("from", 0)
-    if not isinstance(low, int) or isinstance(low, bool):
-        raise APIError("'from' must be an integer")
-    return {"acked": lease.ack_upto(_field(request, "upto", int), low)}
+        seqs = _seqs(request)
+        return {"acked": queue.lease(group).ack(seqs)}
+    low, upto = _integer(request, "from", default=0), _integer(request, "upto")
+    return {"acked": queue.lease(group).ack_upto(upto, low)}
 
 
 def _lease_release(vhost: VirtualHost, request: dict, owner: Any) -> dict:
-    lease = _queue(vhost, request, owner).lease(_field(request, "group", str))
-    return {"released": lease.release([int(s) for s in _field(request, "seqs", list)])}
+    queue, group = _queue(vhost, request, owner), _field(request, "group", str)
+    seqs = _seqs(request)
+    return {"released": queue.lease(group).release(seqs)}
 
 
 def _lease_info(vhost: VirtualHost, request: dict, owner: Any) -> dict:
@@ -92,21 +127,40 @@ OPERATIONS: dict[str, Callable[[VirtualHost, dict, Any], dict]] = {
 
 
 def handle(vhost: VirtualHost, request: Message, owner: Any) -> Message | None:
-    """Carry out one request; returns the reply to route (None without reply_to)."""
+    """Carry out one request; returns the reply to route (None without reply_to).
+
+    Bad requests are answered ``{"ok": false, "error": ...}``: an unknown operation, a
+    body that is not a JSON object, a field missing, of the wrong type or out of range
+    (:class:`APIError`), and broker errors such as a missing or locked queue
+    (:class:`~.errors.BrokerError`, whose condition comes as ``"condition"``, e.g.
+    ``not_found``). Any other exception is
+    a bug in leveret and propagates, so it is seen: the server logs it and closes this
+    connection with 541 INTERNAL_ERROR.
+    """
     properties = request.properties
     try:
-        operation = OPERATIONS.get(request.routing_key)
-        if operation is None:
-            raise APIError(f"unknown operation '{request.routing_key}'")
-        body = json.loads(request.body or b"{}")
-        if not isinstance(body, dict):
-            raise APIError("the request body must be a JSON object")
-        reply = {"ok": True, **operation(vhost, body, owner)}
+        reply = {"ok": True, **_carry_out(vhost, request, owner)}
+    except APIError as exc:
+        reply = {"ok": False, "error": str(exc)}
     except BrokerError as exc:
-        reply = {"ok": False, "error": f"{exc.condition.upper()} - {exc.text}"}
-    except Exception as exc:  # noqa: BLE001 - any bad request is answered, never fatal
-        reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        reply = {"ok": False, "error": f"{exc.condition.upper()} - {exc.text}",
+                 "condition": exc.condition}
     if not properties.reply_to:
         return None
     return Message.build("", properties.reply_to, json.dumps(reply).encode(), Properties(
         content_type="application/json", correlation_id=properties.correlation_id))
+
+
+def _carry_out(vhost: VirtualHost, request: Message, owner: Any) -> dict:
+    operation = OPERATIONS.get(request.routing_key)
+    if operation is None:
+        raise APIError(f"unknown operation '{request.routing_key}'")
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError as exc:  # JSONDecodeError, or UnicodeDecodeError for bad UTF-8
+        raise APIError(f"the request body is not JSON: {exc}") from None
+    except RecursionError:  # nesting too deep for the parser: bad input, not a bug
+        raise APIError("the request body nests too deeply") from None
+    if not isinstance(body, dict):
+        raise APIError("the request body must be a JSON object")
+    return operation(vhost, body, owner)

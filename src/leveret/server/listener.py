@@ -10,6 +10,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import struct
+from typing import Callable
+
+try:
+    from fcntl import ioctl
+    from termios import FIONREAD
+except ImportError:  # Windows: the connection then defers its heartbeat verdict instead
+    ioctl = None  # type: ignore[assignment]
 
 from ..core.broker import BrokerCore
 from ..protocol.amqp import Connection
@@ -37,6 +45,24 @@ class Flusher:
             connection.flush()
 
 
+def input_waiting_probe(transport: asyncio.BaseTransport) -> Callable[[], bool] | None:
+    """A function telling whether bytes wait unread in the kernel on ``transport``'s
+    socket (FIONREAD), for the heartbeat check; None where it cannot be asked (no
+    socket, or no FIONREAD). Works the same under asyncio and uvloop: it asks the
+    kernel, not the loop."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or ioctl is None:
+        return None
+
+    def input_waiting() -> bool:
+        try:
+            return struct.unpack("i", ioctl(sock.fileno(), FIONREAD, b"\0\0\0\0"))[0] > 0
+        except (OSError, ValueError):  # the socket is closed (fileno -1) or gone
+            return False
+
+    return input_waiting
+
+
 class AMQPProtocol(asyncio.Protocol):
     def __init__(self, listener: AMQPListener) -> None:
         self.listener = listener
@@ -51,7 +77,8 @@ class AMQPProtocol(asyncio.Protocol):
             loopback = False
         listener = self.listener
         self.connection = Connection(listener.core, transport, listener.loop,
-                                     listener.flusher.request, f"{peer[0]}:{peer[1]}", loopback)
+                                     listener.flusher.request, f"{peer[0]}:{peer[1]}", loopback,
+                                     input_waiting_probe(transport))
         listener.connections.add(self.connection)
 
     def data_received(self, data: bytes) -> None:

@@ -2,9 +2,10 @@
 
 Sans-I/O at its edges: the server feeds it bytes (:meth:`Connection.data_received`) and
 gives it a transport with ``write``/``close``/``abort``, a loop for time and timers,
-and a ``request_flush`` callback through which output is written once per event-loop
-turn. Handshake and reply codes follow AMQP 0-9-1 §2.2.4 and RabbitMQ 3.10:
-a wrong protocol header is answered with ``AMQP\\x00\\x00\\x09\\x01`` and the socket
+a ``request_flush`` callback through which output is written once per event-loop
+turn, and optionally ``input_waiting``, which tells whether bytes wait unread on the
+socket (the heartbeat check counts them as a sign of life). Handshake and reply codes
+follow AMQP 0-9-1 §2.2.4 and RabbitMQ 3.10: a wrong protocol header is answered with ``AMQP\\x00\\x00\\x09\\x01`` and the socket
 closed; refused logins get connection.close 403; hard errors (320, 5xx) close the
 connection, soft ones only the channel.
 """
@@ -40,6 +41,7 @@ C = commands.Connection
 _PUBLISH_IDS = (60, 40)
 HANDSHAKE_TIMEOUT = 10.0  # seconds, as RabbitMQ's handshake_timeout
 CLOSE_TIMEOUT = 3.0  # seconds to wait for connection.close-ok
+HEARTBEAT_RECHECK = 0.1  # seconds: long enough for the loop to poll its sockets once
 
 
 def server_properties() -> dict:
@@ -73,7 +75,8 @@ class Connection:
 
     def __init__(self, core: BrokerCore, transport: Any, loop: Any,
                  request_flush: Callable[[Connection], None], peer: str = "",
-                 from_loopback: bool = True) -> None:
+                 from_loopback: bool = True,
+                 input_waiting: Callable[[], bool] | None = None) -> None:
         self.core = core
         self.transport = transport
         self.loop = loop
@@ -99,6 +102,8 @@ class Connection:
         self._flush_requested = False
         self._timer: Any = loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
         self.last_received = self.last_sent = loop.time()
+        self._input_waiting = input_waiting
+        self._rechecking = False  # the missed-heartbeat verdict was deferred once
 
     # -- output ---------------------------------------------------------------------
     def send(self, data: bytes) -> None:
@@ -348,12 +353,24 @@ class Connection:
             self.close_transport(abort=True)
 
     def _heartbeat_tick(self) -> None:
+        """Every heartbeat/2 seconds: drop the client if nothing came from it for two
+        heartbeat intervals (RabbitMQ's rule), send a heartbeat if we were quiet."""
         now = self.loop.time()
         if now - self.last_received > 2 * self.heartbeat:
-            log.warning("connection %s: missed heartbeats from client, timeout: %ss",
-                        self.peer, self.heartbeat)
-            self.close_transport(abort=True)
-            return
+            # After the event loop stalls, this timer can run before the bytes that
+            # arrived meanwhile are read (uvloop runs due timers before it polls the
+            # sockets again). Bytes waiting unread are a sign of life; without a way
+            # to ask, look once more after the loop has polled.
+            if self._input_waiting is None and not self._rechecking:
+                self._rechecking = True
+                self._timer = self.loop.call_later(HEARTBEAT_RECHECK, self._heartbeat_tick)
+                return
+            if self._input_waiting is None or not self._input_waiting():
+                log.warning("connection %s: missed heartbeats from client, timeout: %ss",
+                            self.peer, self.heartbeat)
+                self.close_transport(abort=True)
+                return
+        self._rechecking = False
         if now - self.last_sent >= self.heartbeat / 2 and not self._out:
             self.send(HEARTBEAT)
         self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
