@@ -1,4 +1,38 @@
-"""leveret's protocol-independent core: virtual hosts, exchanges, queues, routing."""
+"""leveret's protocol-neutral core.
+
+The layers (dependencies point down only; nothing here imports a protocol, the server,
+sockets or asyncio)::
+
+    server/        event loop, listeners, the clock it gives core (server/clock.py)
+       │
+    protocol/amqp  sans-I/O adapter: AMQP frames ⇄ calls on core (leveret.amqp: the codec)
+       │
+    core/          this package
+       │
+    store/         durable definitions and messages (SQLite)
+
+Where each concept lives in core:
+
+===================  ===============================================================
+concept              module
+===================  ===============================================================
+broker state         :mod:`.broker` (vhosts, users, limits, alarms, the clock)
+virtual host         :mod:`.vhost` (declare/delete/bind, routing across exchanges)
+exchange types       :mod:`.exchange`; topic matching :mod:`.topic`
+message container    :mod:`.message` (neutral facts, encoded form, death annotations)
+publish path         :mod:`.publish` (route, enqueue, confirm, return, transactions)
+queue types          :mod:`.queues` (the interface, classic, stream, paging, timers)
+dead-lettering       :mod:`.dead_letter` (every death, one path)
+redelivery policy    :mod:`.redelivery` (ActiveMQ's back-off)
+queue arguments      :mod:`.queue_config`; policies :mod:`.policy`
+deduplication        :mod:`.deduplication`
+leases               :mod:`.lease`; the broker's API requests :mod:`.api`
+users                :mod:`.auth`
+errors               :mod:`.errors` (neutral conditions; adapters map them)
+time                 :mod:`.clock` (injected; tests use ManualClock)
+durable definitions  :mod:`.definitions` (what is saved, recovery at start-up)
+===================  ===============================================================
+"""
 
 from .broker import BrokerCore, Limits
 from .message import Message
