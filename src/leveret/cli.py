@@ -9,10 +9,10 @@ import sys
 
 import click
 
-from .version import __version__
 from .config import ConfigError, Settings, load
 from .server.broker import Broker, new_event_loop
 from .store import DataDirLocked, StoreError
+from .version import __version__
 
 
 @click.group()

@@ -93,7 +93,7 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
         raise ConfigError(f"{path}: {exc}") from None
 
     def typed(section: str, key: str, value: object, kind: type) -> object:
-        if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
             raise ConfigError(f"{path}: {section}{key} must be {kind.__name__}")
         return value
 

@@ -20,7 +20,8 @@ See :mod:`leveret.core.lease` for what a lease is.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import BrokerError
 from .message import Message, Properties
@@ -45,7 +46,7 @@ class APIError(ValueError):
 def _field(request: dict, name: str, kind: type) -> Any:
     """Field ``name`` of type ``kind``; APIError if missing or of another type."""
     value = request.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise APIError(f"'{name}' must be {_KINDS.get(kind, kind.__name__)}")
     return value
 

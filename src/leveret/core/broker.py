@@ -5,8 +5,9 @@ Protocol adapters (:mod:`leveret.protocol`) drive it; it knows nothing of socket
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from .auth import User, UserDatabase
 from .clock import Clock

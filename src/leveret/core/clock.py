@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 
 class Timer(Protocol):

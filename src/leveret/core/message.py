@@ -90,8 +90,19 @@ class Message:
     """One published message, shared by every queue it was routed to; never changed
     once published (dead-lettering makes a copy)."""
 
-    __slots__ = ("exchange", "routing_key", "body", "format", "encoded", "persistent", "ttl",
-                 "priority", "deaths", "_properties", "rendered")
+    __slots__ = (
+        "_properties",
+        "body",
+        "deaths",
+        "encoded",
+        "exchange",
+        "format",
+        "persistent",
+        "priority",
+        "rendered",
+        "routing_key",
+        "ttl",
+    )
 
     def __init__(self, exchange: str, routing_key: str, body: bytes, format: MessageFormat,
                  encoded: bytes, persistent: bool = False, ttl: int | None = None,

@@ -26,7 +26,8 @@ Confirms and transactions exclude each other, as in RabbitMQ (406).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import api
 from .errors import access_refused, precondition_failed

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from .errors import precondition_failed
 from .deduplication import DEFAULT_CACHE_SIZE
+from .errors import precondition_failed
 from .redelivery import RedeliveryPolicy
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")

@@ -22,7 +22,7 @@ class _Node:
     wildcard branches already walk them, and walking them twice would double the work
     for every such word."""
 
-    __slots__ = ("children", "star", "hash", "destinations")
+    __slots__ = ("children", "destinations", "hash", "star")
 
     def __init__(self) -> None:
         self.children: dict[str, _Node] = {}  # literal words only

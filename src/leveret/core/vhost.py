@@ -12,15 +12,15 @@ import base64
 import os
 from typing import TYPE_CHECKING, Any
 
-from .errors import access_refused, not_found, precondition_failed, resource_locked
-from .definitions import binding_definition, binding_name, exchange_definition, queue_definition
 from .clock import Clock
 from .dead_letter import EVENT_EXCHANGE
+from .definitions import binding_definition, binding_name, exchange_definition, queue_definition
+from .errors import access_refused, not_found, precondition_failed, resource_locked
 from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, check_x_match, exchange_class
-from .policy import Policy, matching
 from .message import Message
-from .queues import Queue, queue_class
+from .policy import Policy, matching
 from .queue_config import amqp_type_name
+from .queues import Queue, queue_class
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -307,11 +307,16 @@ class VirtualHost:
         for key in keys:
             new, old = received.get(key), current.get(key)
             if new != old:
-                def show(v: Any) -> str:  # as rabbit_misc:equivalence_fail
-                    if v is None:
-                        return "none"
-                    if new is not None and old is not None:
-                        return f"'{v}'"
-                    return f"the value '{v}' of type '{amqp_type_name(v)}'"
+                both = new is not None and old is not None
                 raise precondition_failed(
-                    f"inequivalent arg '{key}' {what}: received {show(new)} but current is {show(old)}")
+                    f"inequivalent arg '{key}' {what}: received {_shown(new, both)} "
+                    f"but current is {_shown(old, both)}")
+
+
+def _shown(value: Any, both: bool) -> str:
+    """A value in an inequivalent-argument text, as rabbit_misc:equivalence_fail."""
+    if value is None:
+        return "none"
+    if both:
+        return f"'{value}'"
+    return f"the value '{value}' of type '{amqp_type_name(value)}'"

@@ -24,11 +24,11 @@ from typing import Any
 
 from aiohttp import web
 
-from ..version import __version__
 from ..core.auth import AuthenticationError
 from ..core.broker import BrokerCore
 from ..core.policy import matching
 from ..core.queues import Queue
+from ..version import __version__
 
 
 def _jsonable(value: Any) -> Any:

@@ -17,9 +17,9 @@ from typing import Any
 
 from ..config import Settings
 from ..core.broker import BrokerCore
+from ..management import ManagementAPI
 from ..store import DataDirLock
 from ..store.sqlite import SQLiteStore
-from ..management import ManagementAPI
 from .clock import LoopClock
 from .disk_monitor import DiskMonitor
 from .listener import AMQPListener

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from typing import Callable
+from collections.abc import Callable
 
 from ..core.broker import BrokerCore
 

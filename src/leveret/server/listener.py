@@ -11,7 +11,7 @@ import asyncio
 import ipaddress
 import logging
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 try:
     from fcntl import ioctl

@@ -6,7 +6,7 @@ Core decides *what* must be durable and *when* a confirm may go out; a store dec
 the loop once everything queued before it is on disk.
 """
 
-from .base import Snapshot, StoredMessage, Store, StoreError
+from .base import Snapshot, Store, StoredMessage, StoreError
 from .lock import DataDirLock, DataDirLocked
 
 __all__ = ["DataDirLock", "DataDirLocked", "Snapshot", "Store", "StoreError", "StoredMessage"]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pamqp import decode, encode
 
-from .base import Callback, Snapshot, Store, StoreError, StoredMessage
+from .base import Callback, Snapshot, Store, StoredMessage, StoreError
 
 log = logging.getLogger("leveret.store")
 
@@ -56,7 +56,7 @@ ALL_SEQS = 2**62
 
 
 class _Batch:
-    __slots__ = ("inserts", "counts", "deletes", "definitions", "callbacks")
+    __slots__ = ("callbacks", "counts", "definitions", "deletes", "inserts")
 
     def __init__(self) -> None:
         self.inserts: dict[int, list] = {}
@@ -157,7 +157,8 @@ class SQLiteStore(Store):
         assert self._reader is not None
         rows = self._reader.execute(
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
-            "transient, expires_at, published_at, size, meta FROM messages WHERE queue_id=? AND seq>? ORDER BY seq LIMIT ?",
+            "transient, expires_at, published_at, size, meta FROM messages "
+            "WHERE queue_id=? AND seq>? ORDER BY seq LIMIT ?",
             (queue_id, after_seq, limit)).fetchall()
         # Writes still on their way to disk; a batch may also be committed already.
         pending = [row for batch in (self._inflight, self._batch) if batch is not None

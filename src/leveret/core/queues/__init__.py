@@ -14,7 +14,16 @@ A new type (priority, delayed, quorum) is a new module registered in :data:`QUEU
 from __future__ import annotations
 
 from .base import (
-    ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage,
+    ACCEPTED,
+    DELAYED,
+    GONE,
+    READY,
+    REJECTED,
+    STORED,
+    UNACKED,
+    Consumer,
+    Queue,
+    QueuedMessage,
 )
 from .classic import ClassicQueue
 from .stream import Stream

@@ -33,8 +33,15 @@ class QueuedMessage:
     """A message's place in one queue: ``seq`` orders it, ``delivery_count`` counts the
     deliveries so far (0 before the first), ``expires_at`` is epoch seconds (0: never)."""
 
-    __slots__ = ("message", "seq", "redelivered", "delivery_count", "store_id", "state",
-                 "expires_at")
+    __slots__ = (
+        "delivery_count",
+        "expires_at",
+        "message",
+        "redelivered",
+        "seq",
+        "state",
+        "store_id",
+    )
 
     def __init__(self, message: Message, seq: int, store_id: int = 0,
                  expires_at: float = 0.0) -> None:

@@ -35,7 +35,7 @@ READ_BATCH = 1000  # messages read from the store at a time
 
 
 class _Cursor:
-    __slots__ = ("next", "end")
+    __slots__ = ("end", "next")
 
     def __init__(self, next_offset: int, end: int | None) -> None:
         self.next = next_offset

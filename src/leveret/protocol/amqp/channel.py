@@ -11,15 +11,23 @@ from __future__ import annotations
 import base64
 import os
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 from pamqp.base import Frame as Method
 
 from ...amqp import properties as wire
 from ...amqp.errors import (
-    COMMAND_INVALID, FRAME_ERROR, INTERNAL_ERROR, NO_ROUTE, NOT_ALLOWED, NOT_IMPLEMENTED,
-    UNEXPECTED_FRAME, ChannelError, ConnectionError,
+    COMMAND_INVALID,
+    FRAME_ERROR,
+    INTERNAL_ERROR,
+    NO_ROUTE,
+    NOT_ALLOWED,
+    NOT_IMPLEMENTED,
+    UNEXPECTED_FRAME,
+    ChannelError,
+    ConnectionError,
 )
 from ...amqp.frames import encode_content, encode_deliver, encode_method
 from ...core.errors import access_refused, not_found, precondition_failed
@@ -41,6 +49,11 @@ def _new_tag(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
+#: An unacknowledged delivery: its queue (None: direct reply-to), entry and consumer
+#: (None: basic.get).
+Unacked = tuple[Queue | None, QueuedMessage, ChannelConsumer | None]
+
+
 class Channel:
     """Channel ``number`` of ``connection``; created by channel.open."""
 
@@ -51,7 +64,7 @@ class Channel:
         self.closing = False  # channel.close sent, awaiting close-ok
         self.active = True  # channel.flow
         self.consumers: dict[str, ChannelConsumer] = {}
-        self.unacked: OrderedDict[int, tuple[Queue | None, QueuedMessage, ChannelConsumer | None]] = OrderedDict()
+        self.unacked: OrderedDict[int, Unacked] = OrderedDict()
         self.delivery_tag = 0
         self.prefetch_count = 0  # per consumer (basic.qos global=false)
         self.global_prefetch = 0  # per channel (global=true)
@@ -94,7 +107,8 @@ class Channel:
 
     def handle_header(self, payload: bytes) -> None:
         if self._publish is None or self._header:
-            raise ConnectionError(UNEXPECTED_FRAME, f"unexpected content header frame on channel {self.number}")
+            raise ConnectionError(UNEXPECTED_FRAME,
+                                  f"unexpected content header frame on channel {self.number}")
         if len(payload) < 14:
             raise ConnectionError(FRAME_ERROR, "content header frame too short")
         size = wire.declared_body_size(payload)

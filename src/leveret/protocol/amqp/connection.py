@@ -5,27 +5,43 @@ gives it a transport with ``write``/``close``/``abort``, a loop for time and tim
 a ``request_flush`` callback through which output is written once per event-loop
 turn, and optionally ``input_waiting``, which tells whether bytes wait unread on the
 socket (the heartbeat check counts them as a sign of life). Handshake and reply codes
-follow AMQP 0-9-1 §2.2.4 and RabbitMQ 3.10: a wrong protocol header is answered with ``AMQP\\x00\\x00\\x09\\x01`` and the socket
-closed; refused logins get connection.close 403; hard errors (320, 5xx) close the
-connection, soft ones only the channel.
+follow AMQP 0-9-1 §2.2.4 and RabbitMQ 3.10: a wrong protocol header is answered with
+``AMQP\\x00\\x00\\x09\\x01`` and the socket closed; refused logins get
+connection.close 403; hard errors (320, 5xx) close the connection, soft ones only the
+channel.
 """
 
 from __future__ import annotations
 
 import logging
 import platform
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pamqp import commands
 from pamqp.base import Frame as Method
 
 from ...amqp.errors import (
-    ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, CONNECTION_FORCED, FRAME_ERROR,
-    NOT_ALLOWED, UNEXPECTED_FRAME, ChannelError, ConnectionError,
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    CONNECTION_FORCED,
+    FRAME_ERROR,
+    NOT_ALLOWED,
+    UNEXPECTED_FRAME,
+    ChannelError,
+    ConnectionError,
 )
 from ...amqp.frames import (
-    FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT, PROTOCOL_HEADER,
-    FrameError, FrameReader, decode_method, encode_method,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    HEARTBEAT,
+    PROTOCOL_HEADER,
+    FrameError,
+    FrameReader,
+    decode_method,
+    encode_method,
 )
 from ...core.auth import AuthenticationError
 from ...core.broker import BrokerCore
@@ -250,7 +266,8 @@ class Connection:
             self.send_method(number, commands.Channel.CloseOk())
             return
         if channel.expecting_content:
-            raise ConnectionError(UNEXPECTED_FRAME, f"expected content header for class 60, got {method.name}")
+            raise ConnectionError(UNEXPECTED_FRAME,
+                                  f"expected content header for class 60, got {method.name}")
         if method.name.startswith("Connection."):
             raise ConnectionError(COMMAND_INVALID, f"{method.name} on channel {number}")
         channel.handle_method(method)

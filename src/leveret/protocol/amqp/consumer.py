@@ -19,8 +19,17 @@ class ChannelConsumer:
     (basic.qos with global=false, RabbitMQ's semantics); 0 means unlimited.
     """
 
-    __slots__ = ("channel", "queue", "tag", "encoded_tag", "no_ack", "exclusive",
-                 "arguments", "prefetch", "unacked")
+    __slots__ = (
+        "arguments",
+        "channel",
+        "encoded_tag",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "queue",
+        "tag",
+        "unacked",
+    )
 
     def __init__(self, channel: Channel, queue: Queue | None, tag: str, no_ack: bool,
                  exclusive: bool, arguments: dict) -> None:

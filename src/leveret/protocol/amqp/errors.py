@@ -6,8 +6,17 @@ A soft error closes the channel (403, 404, 405, 406); a hard one the connection 
 from __future__ import annotations
 
 from ...amqp.errors import (
-    ACCESS_REFUSED, COMMAND_INVALID, INTERNAL_ERROR, NOT_ALLOWED, NOT_FOUND, NOT_IMPLEMENTED,
-    PRECONDITION_FAILED, RESOURCE_LOCKED, AMQPError, ChannelError, ConnectionError,
+    ACCESS_REFUSED,
+    COMMAND_INVALID,
+    INTERNAL_ERROR,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    AMQPError,
+    ChannelError,
+    ConnectionError,
 )
 from ...core.errors import BrokerError
 

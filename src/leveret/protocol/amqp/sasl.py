@@ -33,6 +33,9 @@ def parse_response(mechanism: str, response: bytes | str) -> tuple[str, str]:
         login, password = table.get("LOGIN"), table.get("PASSWORD")
         if login is None or password is None:
             raise AuthenticationError("AMQPLAIN response lacks LOGIN or PASSWORD")
-        as_text = (lambda v: v.decode() if isinstance(v, bytes) else str(v))
-        return as_text(login), as_text(password)
+        return _text(login), _text(password)
     raise AuthenticationError(f"unsupported authentication mechanism '{mechanism}'")
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
