@@ -789,6 +789,8 @@ def _backlog_limit(s: Settings) -> float:
     return s.backlog_messages / 500 + 600
 
 
+from pika_publish import wl_publish_pika  # noqa: E402 - it imports this module's helpers
+
 TIME_LIMITS: dict[str, Callable[[Settings], float]] = {
     "backlog": _backlog_limit,
     "backlog-default": _backlog_limit,
@@ -797,6 +799,7 @@ TIME_LIMITS: dict[str, Callable[[Settings], float]] = {
 
 WORKLOADS: dict[str, Workload] = {
     "publish": wl_publish,
+    "publish-pika": wl_publish_pika,
     "consume": wl_consume,
     "pubsub": wl_pubsub,
     "latency": wl_latency,
@@ -816,7 +819,7 @@ EXTRA_WORKLOADS: dict[str, Workload] = {
 }
 
 ALIASES: dict[str, list[str]] = {
-    "a": ["publish"], "b": ["consume"], "c": ["pubsub", "latency"], "d": ["fanout"],
+    "a": ["publish", "publish-pika"], "b": ["consume"], "c": ["pubsub", "latency"], "d": ["fanout"],
     "e": ["confirm-100b", "confirm-4k"], "confirm": ["confirm-100b", "confirm-4k"],
     "f": ["nack-heavy", "delayed-redeliveries"], "redelivery": ["nack-heavy", "delayed-redeliveries"],
     "all": list(WORKLOADS),

@@ -27,11 +27,9 @@ import itertools
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from .queues import QueuedMessage
-
 if TYPE_CHECKING:
     from .clock import Timer
-    from .queues import Queue
+    from .queues import Queue, QueuedMessage
 
 DEFAULT_TTL = 300.0  # seconds
 

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..dead_letter import dead_letter
 from ..deduplication import dedup_key
+from ..lease import Lease
 from ..message import Message
 from .backlog import Backlog
 from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Queue, QueuedMessage
-
-if TYPE_CHECKING:
-    from ..lease import Lease
 
 log = logging.getLogger("leveret.queue")
 
@@ -160,8 +158,6 @@ class ClassicQueue(Queue):
 
     def lease(self, group: str) -> Lease:
         """The lease of consumer ``group`` (see :mod:`..lease`), created on first use."""
-        from ..lease import Lease
-
         lease = self.leases.get(group)
         if lease is None:
             lease = self.leases[group] = Lease(self, group, self._lease_seqs.get(group, 1))

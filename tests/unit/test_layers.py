@@ -1,0 +1,151 @@
+"""The architecture, checked: dependencies point downward and nothing imports in a circle.
+
+Imports are read from the source (every ``import`` that runs, at module level or in a
+function; those under ``if TYPE_CHECKING:`` are for the type checker only), so the test
+sees what ``python -c "import ..."`` would load, and also lazy imports that hide a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGE = SRC / "leveret"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The leveret modules ``path`` imports at run time."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names if a.name.startswith("leveret"))
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")
+                    base = base[:len(base) - child.level + 1]
+                    target = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    target = child.module or ""
+                if not target.startswith("leveret"):
+                    continue
+                for alias in child.names:  # `from .x import y` may name a module y
+                    sub = f"{target}.{alias.name}"
+                    found.add(sub if sub in modules else target)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    found.discard(name)
+    return {m for m in found if m in modules}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    paths = list(PACKAGE.rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    return {_module_name(p): _imports(p, modules) for p in paths}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_no_import_cycles(graph):
+    assert not _cycles(graph)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("layer,forbidden", [
+    ("leveret.amqp", ("leveret.core", "leveret.protocol", "leveret.server", "leveret.store",
+                      "leveret.spark", "leveret.tools", "leveret.management")),
+    ("leveret.core", ("leveret.protocol", "leveret.server", "leveret.amqp", "leveret.spark",
+                      "leveret.tools", "leveret.management", "leveret.cli")),
+    ("leveret.protocol", ("leveret.server", "leveret.spark", "leveret.tools", "leveret.cli")),
+    ("leveret.store", ("leveret.core", "leveret.protocol", "leveret.server")),
+])
+def test_dependencies_point_down(graph, layer, forbidden):
+    bad = sorted((m, d) for m, deps in graph.items() if m.startswith(layer)
+                 for d in deps if d.startswith(forbidden))
+    assert not bad, f"{layer} imports a layer above it: {bad}"
+
+
+def _loaded_by(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_import_leveret_is_light():
+    loaded = _loaded_by("import leveret")
+    assert not {m for m in loaded if m.startswith(("leveret.server", "leveret.store", "aiohttp"))}
+
+
+def test_core_loads_no_event_loop_or_protocol():
+    loaded = _loaded_by("import leveret.core, leveret.core.publish")
+    assert not {m for m in loaded if m.startswith(("leveret.server", "leveret.protocol",
+                                                   "leveret.amqp", "aiohttp", "uvloop"))}
+    assert "asyncio" not in loaded
+
+
+def test_amqp_codec_is_a_leaf():
+    loaded = _loaded_by("import leveret.amqp.frames, leveret.amqp.properties, leveret.amqp.field_table")
+    assert {m for m in loaded if m.startswith("leveret")} <= {
+        "leveret", "leveret.version", "leveret.amqp", "leveret.amqp.errors", "leveret.amqp.frames",
+        "leveret.amqp.properties", "leveret.amqp.field_table"}
