@@ -41,31 +41,38 @@ class FrameReader:
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
-        self._buffer = bytearray()
+        self._buffer = b""  # the start of a frame not yet complete
 
     def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
-        buffer = self._buffer
-        buffer += data
+        """Complete frames in what has arrived so far, as ``(type, channel, payload)``.
+        Raises FrameError (501) for a bad end marker, an unknown frame type or a frame
+        larger than ``max_size``."""
+        # Immutable bytes: a payload is one slice (one copy), and only an incomplete
+        # frame at the end is kept (at most frame-max bytes).
+        buffer = self._buffer + data if self._buffer else bytes(data)
         frames = []
         offset = 0
         end = len(buffer)
+        max_size = self.max_size
         unpack_head = _FRAME_HEAD.unpack_from
         while end - offset >= 7:
             frame_type, channel, size = unpack_head(buffer, offset)
-            if size + FRAME_OVERHEAD > self.max_size:
-                raise FrameError(f"frame size {size} exceeds frame_max {self.max_size}")
+            if size + FRAME_OVERHEAD > max_size:
+                raise FrameError(f"frame size {size} exceeds frame_max {max_size}")
             stop = offset + 7 + size
             if stop >= end:
                 break
             if buffer[stop] != FRAME_END:
                 raise FrameError(f"frame end marker {buffer[stop]:#x}, expected 0xce")
-            if frame_type not in (FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT):
+            if frame_type not in _FRAME_TYPES:
                 raise FrameError(f"unknown frame type {frame_type}")
-            frames.append((frame_type, channel, bytes(buffer[offset + 7:stop])))
+            frames.append((frame_type, channel, buffer[offset + 7:stop]))
             offset = stop + 1
-        if offset:
-            del buffer[:offset]
+        self._buffer = buffer[offset:] if offset < end else b""
         return frames
+
+
+_FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
 
 
 # Hand-written codecs for the methods on the publish -> deliver -> ack/nack path. A
