@@ -128,7 +128,7 @@ class Message:
         :data:`NEUTRAL` format."""
         properties = properties or Properties()
         message = cls(exchange, routing_key, body, NEUTRAL, b"", properties.delivery_mode == 2,
-                      _ttl(properties.expiration), properties.priority)
+                      ttl_of(properties.expiration), properties.priority)
         message._properties = properties
         return message
 
@@ -201,7 +201,9 @@ class Message:
         return f"<Message {self.exchange!r} {self.routing_key!r} {len(self.body)} B>"
 
 
-def _ttl(expiration: str | None) -> int | None:
+def ttl_of(expiration: str | None) -> int | None:
+    """A message's own TTL in milliseconds from its ``expiration`` property (text, as
+    AMQP and JMS carry it); None when absent or not a non-negative integer."""
     try:
         ttl = int(expiration) if expiration is not None else None
     except ValueError:

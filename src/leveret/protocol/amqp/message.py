@@ -14,7 +14,7 @@ from typing import Any
 
 from ...amqp import field_table, properties as wire
 from ...core.errors import precondition_failed
-from ...core.message import NEUTRAL, Death, Message, Properties, register_format
+from ...core.message import NEUTRAL, Death, Message, Properties, register_format, ttl_of
 
 _EXPIRATION = re.compile(r"[+-]?[0-9]+")
 
@@ -49,7 +49,7 @@ class AMQPFormat:
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
         delivery_mode, priority, expiration = wire.scan(encoded)
         return Message(exchange, routing_key, body, self, encoded, delivery_mode == 2,
-                       _ttl(expiration), priority)
+                       ttl_of(expiration), priority)
 
 
 AMQP = AMQPFormat()
@@ -78,13 +78,6 @@ def _check_expiration(expiration: str) -> int:
     if value < 0:
         raise precondition_failed(f"invalid expiration '{expiration}': {{value_negative,{value}}}")
     return value
-
-
-def _ttl(expiration: str | None) -> int | None:
-    try:
-        return int(expiration) if expiration is not None else None
-    except ValueError:
-        return None
 
 
 def content_header(message: Message) -> bytes:
