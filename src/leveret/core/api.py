@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import BrokerError
 from .message import Message, Properties
@@ -51,7 +51,7 @@ def _field(request: dict, name: str, kind: type) -> Any:
     return value
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is no number
 
 

@@ -31,15 +31,18 @@ from .queues import QueuedMessage
 
 if TYPE_CHECKING:
     from .clock import Timer
-    from .queues import Queue
+    from .queues import ClassicQueue
 
 DEFAULT_TTL = 300.0  # seconds
 
 
 class Lease:
-    """The messages of ``queue`` held by consumer ``group``."""
+    """The messages of ``queue`` held by consumer ``group`` (only classic queues lease:
+    :meth:`.queues.Queue.lease` raises PreconditionFailed for the other types).
+    ``held`` maps a sequence number to the entry and when it was leased (epoch
+    seconds); ``ttl`` is in seconds."""
 
-    def __init__(self, queue: Queue, group: str, next_seq: int = 1) -> None:
+    def __init__(self, queue: ClassicQueue, group: str, next_seq: int = 1) -> None:
         self.queue = queue
         self.group = group
         self.next_seq = next_seq

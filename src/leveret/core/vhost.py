@@ -20,7 +20,7 @@ from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, check_x_match, exchan
 from .message import Message
 from .policy import Policy, matching
 from .queue_config import amqp_type_name
-from .queues import Queue, queue_class
+from .queues import Consumer, Queue, queue_class
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -59,7 +59,7 @@ class VirtualHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         #: Direct reply-to consumers by the key in ``amq.rabbitmq.reply-to.<key>``.
-        self.reply_consumers: dict[str, Any] = {}
+        self.reply_consumers: dict[str, Consumer] = {}
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
@@ -113,17 +113,18 @@ class VirtualHost:
                 self.store.save_definition("exchange", self.name, name, exchange_definition(exchange))
             return exchange
         what = f"for exchange '{name}' {self._where()}"
+        if type != existing.type:
+            raise precondition_failed(
+                f"inequivalent arg 'type' {what}: received '{type}' but current is '{existing.type}'")
         for field, received, current in (
-            ("type", type, existing.type),
             ("durable", durable, existing.durable),
             ("auto_delete", auto_delete, existing.auto_delete),
             ("internal", internal, existing.internal),
         ):
             if received != current:
-                if isinstance(received, bool):
-                    received, current = _amqp_bool(received), _amqp_bool(current)
                 raise precondition_failed(
-                    f"inequivalent arg '{field}' {what}: received '{received}' but current is '{current}'")
+                    f"inequivalent arg '{field}' {what}: received '{_amqp_bool(received)}' "
+                    f"but current is '{_amqp_bool(current)}'")
         self._check_args(arguments, existing.arguments, ("alternate-exchange",), what)
         return existing
 
@@ -236,9 +237,10 @@ class VirtualHost:
             return
         if isinstance(destination, Queue):
             destination.bindings.append(binding)
-        if self._durable(binding):
-            self.store.save_definition(  # type: ignore[union-attr]
-                "binding", self.name, binding_name(binding), binding_definition(binding))
+        store = self.store
+        if store is not None and self._durable(binding):
+            store.save_definition("binding", self.name, binding_name(binding),
+                                  binding_definition(binding))
 
     def unbind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
                arguments: dict | None = None) -> None:
@@ -258,8 +260,9 @@ class VirtualHost:
             return
         if isinstance(removed.destination, Queue):
             removed.destination.bindings.remove(removed)
-        if self._durable(removed):
-            self.store.delete_definition("binding", self.name, binding_name(removed))  # type: ignore[union-attr]
+        store = self.store
+        if store is not None and self._durable(removed):
+            store.delete_definition("binding", self.name, binding_name(removed))
         if source.auto_delete and not source.bindings and source.name in self.exchanges:
             self._remove_exchange(source)
 

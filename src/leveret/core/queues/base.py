@@ -226,7 +226,8 @@ class Queue:
         if self.deleted:
             return
         idle = self.vhost.clock.time() - self._last_used
-        expires = self.config.expires / 1000  # type: ignore[operator]
+        assert self.config.expires is not None  # this timer is armed only when it is set
+        expires = self.config.expires / 1000
         if not self.consumers and idle >= expires:
             self.vhost.delete_queue(self.name)
         else:

@@ -150,8 +150,8 @@ class ClassicQueue(Queue):
         entry.state = UNACKED
         self.unacked_count += 1
         entry.delivery_count += 1
-        if entry.store_id:
-            self.store.set_delivery_count(entry.store_id, entry.delivery_count)  # type: ignore[union-attr]
+        if entry.store_id and self.store is not None:  # as in ack: None once deleted
+            self.store.set_delivery_count(entry.store_id, entry.delivery_count)
         return entry
 
     def take_for_lease(self) -> QueuedMessage | None:

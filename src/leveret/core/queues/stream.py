@@ -23,12 +23,15 @@ from __future__ import annotations
 import bisect
 import datetime
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..deduplication import dedup_key
+from ..deduplication import DeduplicationCache, dedup_key
 from ..errors import precondition_failed
 from ..message import Message
 from .base import ACCEPTED, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from ..lease import Lease
 
 IN_MEMORY_TAIL = 10_000  # newest messages kept in memory when there is a store
 READ_BATCH = 1000  # messages read from the store at a time
@@ -72,7 +75,7 @@ class Stream(Queue):
     # -- appending ------------------------------------------------------------------
     def enqueue(self, message: Message) -> int:
         config = self.config
-        if self.dedup is not None and not self._is_new(message):
+        if self.dedup is not None and not self._is_new(self.dedup, message):
             return ACCEPTED
         if config.overflow != "drop-head" and config.max_length_bytes is not None \
                 and self._total_bytes + len(message.body) > config.max_length_bytes:
@@ -97,9 +100,9 @@ class Stream(Queue):
             self.drain()
         return STORED if stored else ACCEPTED
 
-    def _is_new(self, message: Message) -> bool:
+    def _is_new(self, dedup: DeduplicationCache, message: Message) -> bool:
         key = dedup_key(message, self.config.dedup_header)
-        return key is None or self.dedup.check_and_add(key)  # type: ignore[union-attr]
+        return key is None or dedup.check_and_add(key)
 
     def _account(self, size: int, now: float) -> None:
         segment = self._segments[-1]
@@ -237,5 +240,5 @@ class Stream(Queue):
         raise precondition_failed(f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
                                   "purge is not supported, use retention (x-max-length-bytes, x-max-age)")
 
-    def lease(self, group: str) -> Any:
+    def lease(self, group: str) -> Lease:
         raise precondition_failed(f"queue '{self.name}' is a stream: read it with x-stream-offset")
