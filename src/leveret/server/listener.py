@@ -12,6 +12,7 @@ import ipaddress
 import logging
 import struct
 from collections.abc import Callable
+from typing import cast
 
 try:
     from fcntl import ioctl
@@ -64,11 +65,19 @@ def input_waiting_probe(transport: asyncio.BaseTransport) -> Callable[[], bool] 
 
 
 class AMQPProtocol(asyncio.Protocol):
+    """One accepted socket: asyncio's callbacks passed on to its :class:`Connection`."""
+
+    #: Made by :meth:`connection_made`, which asyncio calls before any other method.
+    connection: Connection
+
     def __init__(self, listener: AMQPListener) -> None:
         self.listener = listener
-        self.connection: Connection | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """A client connected: make its Connection (loopback peers may log in as
+        ``guest``) with a write buffer of :data:`HIGH_WATER` bytes."""
+        # A stream server (create_server) gives a stream transport, asyncio's or uvloop's.
+        transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=HIGH_WATER)
         peer = transport.get_extra_info("peername") or ("", 0)
         try:
@@ -106,13 +115,15 @@ class AMQPProtocol(asyncio.Protocol):
 class AMQPListener:
     """Accepts AMQP clients on ``host:port`` (port 0 picks a free one)."""
 
+    #: The running loop and its flusher, set by :meth:`start` (protocols exist only after).
+    loop: asyncio.AbstractEventLoop
+    flusher: Flusher
+
     def __init__(self, core: BrokerCore, host: str, port: int) -> None:
         self.core = core
         self.host = host
         self.port = port
         self.connections: set[Connection] = set()
-        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self.flusher: Flusher = None  # type: ignore[assignment]
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
