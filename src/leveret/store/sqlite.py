@@ -167,7 +167,10 @@ class SQLiteStore(Store):
             found = {row[0]: row for row in rows}
             found.update((row[0], row) for row in pending)
             rows = sorted(found.values(), key=lambda r: r[2])[:limit]
-        return [StoredMessage(*row[:8], expires_at=row[9], meta=row[12]) for row in rows]
+        # columns: id, queue_id, seq, delivery_count, exchange, routing_key, header, body,
+        # transient, expires_at, published_at, size, meta
+        return [StoredMessage(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7],
+                              expires_at=row[9], meta=row[12]) for row in rows]
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; callbacks will run on ``loop``."""
