@@ -51,7 +51,9 @@ class Lease:
         self._timer: Timer | None = None
 
     def acquire(self, maximum: int, ttl: float | None = None) -> tuple[int, int]:
-        """Lease up to ``maximum`` ready messages; returns ``(start, end)``."""
+        """Lease up to ``maximum`` ready messages under sequence numbers ``start`` …
+        ``end - 1``; returns ``(start, end)`` (equal when none was ready). ``ttl`` (seconds)
+        replaces the lease's TTL for every held message."""
         queue = self.queue
         if ttl is not None:
             self.ttl = ttl
@@ -78,12 +80,16 @@ class Lease:
                          if seq >= low])
 
     def ack(self, seqs: list[int]) -> int:
+        """Acknowledge the held leases among ``seqs`` (others are ignored): their
+        messages leave the queue and the store; returns how many."""
         taken = [self.held.pop(s)[0] for s in seqs if s in self.held]
         for entry in taken:
             self.queue.ack(entry)
         return len(taken)
 
     def release(self, seqs: list[int]) -> int:
+        """Return the held leases among ``seqs`` to the queue as redelivered (the
+        redelivery policy applies); returns how many."""
         taken = [self.held.pop(s)[0] for s in seqs if s in self.held]
         self.queue.requeue(taken)
         return len(taken)

@@ -1,9 +1,11 @@
 """A virtual host: its exchanges, queues and bindings, and routing between them.
 
-Operations raise :class:`~leveret.core.errors.ChannelError` with RabbitMQ's reply codes
-and texts: 404 for a missing exchange or queue, 403 for the reserved ``amq.`` prefix or
-the default exchange, 405 for another connection's exclusive queue, 406 for an
-inequivalent redeclaration or a failed if-unused/if-empty.
+Operations raise core's neutral errors (:mod:`~leveret.core.errors`) with RabbitMQ's
+texts: NotFound (AMQP 404) for a missing exchange or queue, AccessRefused (403) for the
+reserved ``amq.`` prefix or the default exchange, ResourceLocked (405) for another
+connection's exclusive queue, PreconditionFailed (406) for an inequivalent redeclaration,
+an invalid argument or a failed if-unused/if-empty, CommandInvalid (503) for an unknown
+exchange type.
 """
 
 from __future__ import annotations
@@ -74,13 +76,15 @@ class VirtualHost:
         return f"in vhost '{self.name}'"
 
     def get_exchange(self, name: str) -> Exchange:
+        """The exchange; NotFound if there is none."""
         try:
             return self.exchanges[name]
         except KeyError:
             raise not_found(f"no exchange '{name}' {self._where()}") from None
 
     def get_queue(self, name: str, owner: Any = None) -> Queue:
-        """The queue, checking exclusive ownership when ``owner`` is given (405)."""
+        """The queue; NotFound if there is none, ResourceLocked if ``owner`` is given and
+        another connection owns it exclusively."""
         queue = self.queues.get(name)
         if queue is None:
             raise not_found(f"no queue '{name}' {self._where()}")
@@ -98,7 +102,9 @@ class VirtualHost:
     def declare_exchange(self, name: str, type: str, passive: bool = False,
                          durable: bool = False, auto_delete: bool = False,
                          internal: bool = False, arguments: dict | None = None) -> Exchange:
-        """exchange.declare (§1.7.2.1); returns the existing or new exchange."""
+        """exchange.declare (§1.7.2.1); returns the existing or new exchange. NotFound
+        for a passive declare of a missing one, AccessRefused for an ``amq.`` name,
+        CommandInvalid for an unknown type, PreconditionFailed if inequivalent."""
         if passive:
             return self.get_exchange(name)
         if name == DEFAULT_EXCHANGE or name.startswith("amq."):
@@ -129,7 +135,9 @@ class VirtualHost:
         return existing
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
-        """exchange.delete: idempotent for a missing exchange, as in RabbitMQ."""
+        """exchange.delete: idempotent for a missing exchange, as in RabbitMQ.
+        AccessRefused for the default or an ``amq.`` exchange, PreconditionFailed with
+        ``if_unused`` while it has bindings."""
         if name == DEFAULT_EXCHANGE or name.startswith("amq."):
             raise access_refused(f"operation not permitted on exchange '{name}'")
         exchange = self.exchanges.get(name)
@@ -151,13 +159,18 @@ class VirtualHost:
 
     # -- queues ---------------------------------------------------------------------
     def new_queue_name(self) -> str:
+        """A server-named queue's name, RabbitMQ's form: ``amq.gen-`` and 22 random
+        URL-safe base64 characters."""
         return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
     def declare_queue(self, name: str, owner: Any, passive: bool = False,
                       durable: bool = False, exclusive: bool = False,
                       auto_delete: bool = False, arguments: dict | None = None) -> Queue:
         """queue.declare (§1.8.2.1). ``owner`` is the declaring connection; an empty
-        ``name`` gets a server-generated ``amq.gen-…`` name."""
+        ``name`` gets a server-generated ``amq.gen-…`` name. NotFound for a passive declare
+        of a missing queue, AccessRefused for an ``amq.`` name, ResourceLocked for another
+        connection's exclusive queue, PreconditionFailed for an invalid argument or an
+        inequivalent redeclaration."""
         if passive:
             return self.get_queue(name, owner)
         if not name:
@@ -193,7 +206,9 @@ class VirtualHost:
 
     def delete_queue(self, name: str, owner: Any = None, if_unused: bool = False,
                      if_empty: bool = False) -> int:
-        """queue.delete: returns the number of ready messages deleted (0 if missing)."""
+        """queue.delete: returns the number of ready messages deleted (0 if missing);
+        its consumers are cancelled. ResourceLocked for another connection's exclusive
+        queue, PreconditionFailed for ``if_unused``/``if_empty`` when it is not."""
         queue = self.queues.get(name)
         if queue is None:
             return 0
@@ -228,7 +243,9 @@ class VirtualHost:
     # -- bindings -------------------------------------------------------------------
     def bind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
              arguments: dict | None = None) -> None:
-        """queue.bind / exchange.bind; binding twice is a no-op."""
+        """queue.bind / exchange.bind; binding twice is a no-op. NotFound for a missing
+        source, AccessRefused for the default exchange, PreconditionFailed for a headers
+        binding with a bad ``x-match``."""
         source = self._bindable(source_name)
         binding = Binding(source, destination, routing_key, dict(arguments or {}))
         if source.type == "headers":
@@ -244,7 +261,8 @@ class VirtualHost:
 
     def unbind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
                arguments: dict | None = None) -> None:
-        """queue.unbind / exchange.unbind; a missing binding is not an error."""
+        """queue.unbind / exchange.unbind; a missing binding is not an error. NotFound
+        for a missing source, AccessRefused for the default exchange."""
         source = self._bindable(source_name)
         self._drop_binding(Binding(source, destination, routing_key, dict(arguments or {})))
 

@@ -72,7 +72,9 @@ class Consumer(Protocol):
     arguments: dict
 
     @property
-    def global_prefetch(self) -> int: ...
+    def global_prefetch(self) -> int:
+        """The prefetch window of the consumer's session (AMQP: basic.qos global on its
+        channel), 0: none."""
 
     def can_accept(self) -> bool:
         """Whether a delivery may go out now (window open, socket writable)."""
@@ -195,6 +197,8 @@ class Queue:
             entry.store_id = 0
 
     def add_consumer(self, consumer: Consumer) -> None:
+        """Subscribe ``consumer`` (checked by :meth:`prepare_consumer` first) and deliver
+        to it what it can take."""
         self.consumers.append(consumer)
         self._had_consumer = True
         self.touch()
@@ -213,6 +217,7 @@ class Queue:
 
     @property
     def has_exclusive_consumer(self) -> bool:
+        """Whether a consumer holds the queue exclusively (basic.consume exclusive)."""
         return any(c.exclusive for c in self.consumers)
 
     def stop(self) -> None:

@@ -125,6 +125,8 @@ class ClassicQueue(Queue):
 
     # -- paging ---------------------------------------------------------------------
     def restore_paged(self, count: int, last_seq: int, size: int) -> None:
+        """At start-up: ``count`` messages (``size`` body bytes, seqs up to ``last_seq``)
+        wait in the store; they are read back as consumers reach them."""
         self.backlog.restore(count, size)
         self._next_seq = max(self._next_seq, last_seq)
 
@@ -168,11 +170,13 @@ class ClassicQueue(Queue):
         return lease
 
     def save_lease(self, lease: Lease) -> None:
+        """Persist ``lease``'s next sequence number (durable queues with a store only)."""
         if self.store is not None and self.durable and self.queue_id:
             self.store.save_definition("lease", self.vhost.name, f"{self.name}\x00{lease.group}",
                                        {"queue_id": self.queue_id, "next_seq": lease.next_seq})
 
     def restore_lease(self, group: str, next_seq: int) -> None:
+        """At start-up: group ``group``'s lease, once made, numbers on from ``next_seq``."""
         self._lease_seqs[group] = next_seq
 
     def get(self) -> QueuedMessage | None:

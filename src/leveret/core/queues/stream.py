@@ -70,10 +70,15 @@ class Stream(Queue):
     # -- counts ---------------------------------------------------------------------
     @property
     def message_count(self) -> int:
+        """Messages in the log (``first_offset`` … ``next_offset - 1``); reading does
+        not remove them."""
         return self.next_offset - self.first_offset
 
     # -- appending ------------------------------------------------------------------
     def enqueue(self, message: Message) -> int:
+        """Append ``message`` at ``next_offset``: STORED with a store (every message is
+        written), else ACCEPTED; ACCEPTED too for a duplicate, which is dropped; REJECTED
+        when it would pass ``x-max-length-bytes`` and ``x-overflow`` is not ``drop-head``."""
         config = self.config
         if self.dedup is not None and not self._is_new(self.dedup, message):
             return ACCEPTED
@@ -158,7 +163,9 @@ class Stream(Queue):
         return message
 
     def resolve_offset(self, spec: Any) -> int:
-        """Where a consumer with ``x-stream-offset: spec`` starts."""
+        """The offset where a consumer with ``x-stream-offset: spec`` starts: ``first``,
+        ``last``, ``next`` (also None), an offset (clamped to the log) or a timestamp.
+        PreconditionFailed for anything else."""
         if spec is None or spec in ("next", b"next"):
             return self.next_offset
         if spec in ("first", b"first"):
@@ -181,6 +188,9 @@ class Stream(Queue):
 
     # -- consumers ------------------------------------------------------------------
     def prepare_consumer(self, consumer: Consumer) -> None:
+        """Place the consumer at its ``x-stream-offset``. PreconditionFailed, as
+        RabbitMQ, for no-ack or no prefetch, and for a bad offset or
+        ``x-stream-offset-end`` (not an integer)."""
         if getattr(consumer, "no_ack", False):
             raise precondition_failed(
                 f"stream queue '{self.name}' in vhost '{self.vhost.name}' requires manual acknowledgement")
@@ -196,6 +206,7 @@ class Stream(Queue):
         self._cursors[consumer] = _Cursor(start, end)
 
     def remove_consumer(self, consumer: Consumer) -> None:
+        """Forget ``consumer`` and its position."""
         self._cursors.pop(consumer, None)
         super().remove_consumer(consumer)
 
@@ -230,15 +241,19 @@ class Stream(Queue):
         self.drain()
 
     def discard(self, entry: QueuedMessage, reason: str) -> None:
+        """reject/nack without requeue: only frees the prefetch slot (nothing dies)."""
         self.ack(entry)
 
     def get(self) -> QueuedMessage | None:
+        """Always PreconditionFailed: streams are read by consuming."""
         raise precondition_failed(f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
                                   "basic.get is not supported, consume with x-stream-offset")
 
     def purge(self) -> int:
+        """Always PreconditionFailed: a stream shrinks by retention only."""
         raise precondition_failed(f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
                                   "purge is not supported, use retention (x-max-length-bytes, x-max-age)")
 
     def lease(self, group: str) -> Lease:
+        """Always PreconditionFailed: streams are read by offset, not leased."""
         raise precondition_failed(f"queue '{self.name}' is a stream: read it with x-stream-offset")
