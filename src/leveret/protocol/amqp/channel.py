@@ -97,15 +97,24 @@ class Channel:
     # -- frames in ------------------------------------------------------------------
     @property
     def expecting_content(self) -> bool:
+        """Whether a basic.publish waits for its content header and body frames (any
+        other method is then a 505 UNEXPECTED_FRAME)."""
         return self._publish is not None
 
     def handle_method(self, method: Method) -> None:
+        """Carry out one method received on this channel. Raises ConnectionError 503 for
+        a method a client may not send, the handlers' ChannelError/ConnectionError, and
+        core's neutral errors (the connection maps them, :func:`.errors.to_amqp`)."""
         handler = self._handlers.get(type(method))
         if handler is None:  # a server-only method, or connection.* off channel 0
             raise ConnectionError(COMMAND_INVALID, f"unimplemented method {method.name}")
         handler(method)
 
     def handle_header(self, payload: bytes) -> None:
+        """A content header frame's payload (§4.2.6) for the pending basic.publish.
+        ConnectionError 505 without one or for a class other than 60, 501 if too short,
+        502 for undecodable properties; PreconditionFailed (406) over
+        ``max_message_size`` bytes."""
         if self._publish is None or self._header:
             raise ConnectionError(UNEXPECTED_FRAME,
                                   f"unexpected content header frame on channel {self.number}")
@@ -126,6 +135,9 @@ class Channel:
             self._content_complete()
 
     def handle_body(self, payload: bytes) -> None:
+        """A content body frame's payload; the message is published once the body
+        size the header declared has arrived. ConnectionError 505 without a header or
+        for more bytes than declared."""
         if not self._header:
             raise ConnectionError(UNEXPECTED_FRAME, f"unexpected content body frame on channel {self.number}")
         self._remaining -= len(payload)
@@ -137,6 +149,7 @@ class Channel:
 
     # -- frames out -----------------------------------------------------------------
     def send_method(self, method: Method) -> None:
+        """Queue ``method`` on this channel (written at the connection's next flush)."""
         self.connection.send(encode_method(self.number, method))
 
     def _send_content(self, method: Method, message: Message, header: bytes | None = None) -> None:
@@ -472,9 +485,13 @@ class Channel:
                            message)
 
     def confirms_ready(self) -> None:
+        """Publisher confirms are ready: send them at the connection's next flush
+        (:meth:`flush_confirms`)."""
         self.connection.confirm_later(self)
 
     def rejected(self, seq: int, before: tuple[int, bool] | None) -> None:
+        """basic.nack publish ``seq`` (after basic.ack for ``before``, the confirms
+        ready ahead of it), unless the channel is closing."""
         if self.closing or self.connection.channels.get(self.number) is not self:
             return
         if before is not None:

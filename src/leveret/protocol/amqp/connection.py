@@ -94,6 +94,9 @@ class Loop(Protocol):
 
 
 def server_properties() -> dict:
+    """connection.start's ``server-properties`` table (§1.4.2.1), with RabbitMQ's
+    ``capabilities`` so clients enable confirms, consumer cancel notifications,
+    connection.blocked and direct reply-to."""
     return {
         "product": "leveret",
         "version": __version__,
@@ -156,12 +159,15 @@ class Connection:
 
     # -- output ---------------------------------------------------------------------
     def send(self, data: bytes) -> None:
+        """Queue encoded frames; the server writes them at :meth:`flush`, once per
+        event-loop turn."""
         if not self._flush_requested:
             self._flush_requested = True
             self._request_flush(self)
         self._out.append(data)
 
     def send_parts(self, parts: list[bytes]) -> None:
+        """Queue several encoded frames (a delivery: method, header, body)."""
         if not self._flush_requested:
             self._flush_requested = True
             self._request_flush(self)
@@ -188,10 +194,15 @@ class Connection:
         self._out.clear()
 
     def send_method(self, channel: int, method: Method) -> None:
+        """Queue ``method`` as a method frame on ``channel``."""
         self.send(encode_method(channel, method))
 
     # -- input ----------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
+        """Feed bytes read from the socket: the protocol header first (§4.2.2), then
+        frames. Errors are answered here: channel.close for soft ones, connection.close
+        for hard ones (a bad frame: 501, then the socket is closed). Anything else it
+        raises is a bug in leveret (the server closes the connection with 541)."""
         self.last_received = self.loop.time()
         if self.state == "header":
             data = self._protocol_header(data)
@@ -485,6 +496,8 @@ class Connection:
                 channel.release()
 
     def close_transport(self, abort: bool = False) -> None:
+        """Write what is queued and close the socket (``abort``: drop it at once);
+        :meth:`connection_lost` follows from the server."""
         if self.state == "closed":
             return
         self.flush()
