@@ -36,6 +36,8 @@ class Flusher:
         self._dirty: list[Connection] = []
 
     def request(self, connection: Connection) -> None:
+        """Flush ``connection`` at the end of this loop turn (the Connection asks once
+        per turn)."""
         if not self._dirty:
             self._loop.call_soon(self._flush)
         self._dirty.append(connection)
@@ -91,6 +93,8 @@ class AMQPProtocol(asyncio.Protocol):
         listener.connections.add(self.connection)
 
     def data_received(self, data: bytes) -> None:
+        """Feed the Connection; an exception from it is a bug: logged, and the
+        connection closed with 541 INTERNAL_ERROR."""
         try:
             self.connection.data_received(data)
         except Exception:  # a bug must cost one connection, never the broker
@@ -98,12 +102,16 @@ class AMQPProtocol(asyncio.Protocol):
             self.connection.close(541, "internal error")
 
     def pause_writing(self) -> None:
+        """Over :data:`HIGH_WATER` bytes buffered: consumers of this connection pause."""
         self.connection.set_writable(False)
 
     def resume_writing(self) -> None:
+        """The buffer drained below the low water mark: deliveries resume."""
         self.connection.set_writable(True)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """The socket is closed: release the Connection's channels, consumers and
+        exclusive queues."""
         connection = self.connection
         self.listener.connections.discard(connection)
         try:
@@ -127,6 +135,8 @@ class AMQPListener:
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
+        """Listen on the running loop; :attr:`port` is then the port bound. Raises
+        OSError if it cannot be bound."""
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop)
         self._server = await self.loop.create_server(
