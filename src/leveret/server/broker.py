@@ -28,8 +28,9 @@ from .listener import AMQPListener
 class Broker:
     """An AMQP broker on ``host:amqp_port`` (0 picks a free port).
 
-    Keyword arguments override :class:`~leveret.config.Settings` fields; ``core``
-    exposes virtual hosts, queues and users to embedding code.
+    Keyword arguments override :class:`~leveret.config.Settings` fields (``host`` is
+    ``bind``; TypeError for an unknown one); ``core`` exposes virtual hosts, queues and
+    users to embedding code.
     """
 
     def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:

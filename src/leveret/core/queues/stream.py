@@ -46,7 +46,8 @@ class _Cursor:
 
 
 class Stream(Queue):
-    """A stream queue; offsets start at 0."""
+    """A stream queue; offsets start at 0. PreconditionFailed (AMQP 406, as RabbitMQ)
+    unless declared durable, not exclusive and not auto-delete."""
 
     type_name = "stream"
 
