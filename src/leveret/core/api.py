@@ -25,7 +25,7 @@ from typing import Any, TypeGuard
 
 from .errors import BrokerError
 from .message import Message, Properties
-from .queues import Stream
+from .queues import Queue, Stream
 from .vhost import VirtualHost
 
 API_EXCHANGE = "amq.leveret.api"
@@ -78,7 +78,7 @@ def _seqs(request: dict) -> list[int]:
     return seqs
 
 
-def _queue(vhost: VirtualHost, request: dict, owner: Any) -> Any:
+def _queue(vhost: VirtualHost, request: dict, owner: Any) -> Queue:
     return vhost.get_queue(_field(request, "queue", str), owner)
 
 

@@ -21,6 +21,7 @@ from .timers import Timers
 if TYPE_CHECKING:
     from ...store import Store
     from ..lease import Lease
+    from ..vhost import VirtualHost
 
 # Result flags of Queue.enqueue.
 ACCEPTED, STORED, REJECTED = 0, 1, 2
@@ -99,7 +100,7 @@ class Queue:
     #: x-queue-type of this type.
     type_name = ""
 
-    def __init__(self, vhost: Any, name: str, durable: bool = False,
+    def __init__(self, vhost: VirtualHost, name: str, durable: bool = False,
                  exclusive_owner: Any = None, auto_delete: bool = False,
                  arguments: dict | None = None) -> None:
         self.vhost = vhost

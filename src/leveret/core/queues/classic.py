@@ -29,6 +29,7 @@ from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Que
 
 if TYPE_CHECKING:
     from ..lease import Lease
+    from ..vhost import VirtualHost
 
 log = logging.getLogger("leveret.queue")
 
@@ -40,7 +41,7 @@ class ClassicQueue(Queue):
 
     type_name = "classic"
 
-    def __init__(self, vhost: Any, name: str, durable: bool = False,
+    def __init__(self, vhost: VirtualHost, name: str, durable: bool = False,
                  exclusive_owner: Any = None, auto_delete: bool = False,
                  arguments: dict | None = None) -> None:
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)

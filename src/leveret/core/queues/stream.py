@@ -32,6 +32,7 @@ from .base import ACCEPTED, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMe
 
 if TYPE_CHECKING:
     from ..lease import Lease
+    from ..vhost import VirtualHost
 
 IN_MEMORY_TAIL = 10_000  # newest messages kept in memory when there is a store
 READ_BATCH = 1000  # messages read from the store at a time
@@ -51,7 +52,7 @@ class Stream(Queue):
 
     type_name = "stream"
 
-    def __init__(self, vhost: Any, name: str, durable: bool = True,
+    def __init__(self, vhost: VirtualHost, name: str, durable: bool = True,
                  exclusive_owner: Any = None, auto_delete: bool = False,
                  arguments: dict | None = None) -> None:
         if not durable or exclusive_owner is not None or auto_delete:
