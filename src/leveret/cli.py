@@ -6,6 +6,8 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -13,6 +15,8 @@ from .config import ConfigError, Settings, load
 from .server.broker import Broker, new_event_loop
 from .store import DataDirLocked, StoreError
 from .version import __version__
+
+T = TypeVar("T")
 
 
 @click.group()
@@ -95,7 +99,8 @@ def dlq() -> None:
     """Browse, replay and purge dead-letter queues of a running broker."""
 
 
-def _run(action):  # type: ignore[no-untyped-def]
+def _run(action: Callable[[], T]) -> T:
+    """``action()``, with a DLQError (unreachable broker, no queue …) as a click error."""
     from .tools.dlq import DLQError
 
     try:
@@ -199,7 +204,8 @@ def pipeline() -> None:
     submitted master is used."""
 
 
-def _spark_session(master: str | None):  # type: ignore[no-untyped-def]
+def _spark_session(master: str | None) -> Any:
+    """A SparkSession (:func:`leveret.spark.jobs.session`); a click error without pyspark."""
     try:
         from .spark.jobs import session
     except ImportError as exc:  # pyspark missing
@@ -223,7 +229,8 @@ def _check_queue(url: str, name: str) -> None:
         raise click.ClickException(str(exc)) from None
 
 
-def _pipeline_run(action):  # type: ignore[no-untyped-def]
+def _pipeline_run(action: Callable[[], T]) -> T:
+    """``action()``, with AMQP, option and value errors as a click error."""
     from .spark.amqp import AMQPError
     from .spark.source import OptionError
 

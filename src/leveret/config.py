@@ -52,6 +52,8 @@ class ConfigError(ValueError):
 
 @dataclass
 class Settings:
+    """Everything a broker is started with (see the module doc for the file form)."""
+
     bind: str = "127.0.0.1"
     amqp_port: int = 5672
     data_dir: str | None = None  # None: keep nothing on disk (embedded default)

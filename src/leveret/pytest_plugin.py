@@ -20,5 +20,6 @@ from .server.broker import BlockingBroker
 
 @pytest.fixture
 def leveret_broker() -> Iterator[BlockingBroker]:
+    """A broker for one test, without a data directory (nothing is kept on disk)."""
     with BlockingBroker(amqp_port=0) as broker:
         yield broker

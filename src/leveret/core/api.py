@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import BrokerError
 from .message import Message, Properties
-from .queues import Stream
+from .queues import Queue, Stream
 from .vhost import VirtualHost
 
 API_EXCHANGE = "amq.leveret.api"
@@ -51,7 +51,7 @@ def _field(request: dict, name: str, kind: type) -> Any:
     return value
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is no number
 
 
@@ -78,7 +78,7 @@ def _seqs(request: dict) -> list[int]:
     return seqs
 
 
-def _queue(vhost: VirtualHost, request: dict, owner: Any) -> Any:
+def _queue(vhost: VirtualHost, request: dict, owner: Any) -> Queue:
     return vhost.get_queue(_field(request, "queue", str), owner)
 
 

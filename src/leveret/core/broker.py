@@ -69,7 +69,8 @@ class BrokerCore:
 
     def attach_store(self, store: Store) -> int:
         """Recover definitions and messages from ``store`` and persist from now on;
-        returns the number of messages recovered."""
+        returns the number of messages recovered. Raises StoreError (naming the file) if
+        the store cannot be read."""
         from .definitions import recover
 
         snapshot = store.load()

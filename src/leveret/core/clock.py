@@ -15,10 +15,15 @@ from typing import Any, Protocol
 
 
 class Timer(Protocol):
-    def cancel(self) -> None: ...
+    """A pending callback of :meth:`Clock.call_later` (asyncio's TimerHandle fits)."""
+
+    def cancel(self) -> None:
+        """Do not run the callback (nothing happens if it ran already)."""
 
 
 class Clock(Protocol):
+    """What core asks for time: wall-clock seconds and one-shot timers."""
+
     def time(self) -> float:
         """Wall-clock time, epoch seconds."""
 
@@ -45,14 +50,18 @@ class ManualClock:
         self._order = itertools.count()
 
     def time(self) -> float:
+        """The clock's epoch seconds (``start`` plus every :meth:`advance`)."""
         return self.now
 
     def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
+        """Run ``callback`` when :meth:`advance` passes ``now + delay`` seconds."""
         timer = _ManualTimer()
         heapq.heappush(self._timers, (self.now + max(delay, 0.0), next(self._order), timer, callback))
         return timer
 
     def advance(self, seconds: float) -> None:
+        """Move time on by ``seconds``, running due timers in order of their due time
+        (ties in order of arming), each with ``now`` set to its due time."""
         end = self.now + seconds
         while self._timers and self._timers[0][0] <= end:
             when, _, timer, callback = heapq.heappop(self._timers)

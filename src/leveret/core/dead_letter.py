@@ -103,8 +103,8 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
         if exchange is not None:  # a missing DLX drops the message, as in RabbitMQ
             readdressed = config.routing_key is not None
             death = death_of(message, queue.name, reason, now, readdressed)
-            dead = message.dead(death, config.exchange,
-                                config.routing_key if readdressed else message.routing_key)
+            routing_key = message.routing_key if config.routing_key is None else config.routing_key
+            dead = message.dead(death, config.exchange, routing_key)
             targets = vhost.route(exchange, dead)
             if reason != "rejected" and targets:
                 history = dead.death_history()

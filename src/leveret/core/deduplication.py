@@ -45,6 +45,8 @@ class DeduplicationCache:
         self._on_evict = on_evict
 
     def restore(self, key: str, expires_at: float) -> None:
+        """At start-up: ``key`` was seen, valid until ``expires_at`` (epoch seconds, 0:
+        until evicted); no ``on_add``, the store has it."""
         self._seen[key] = expires_at
 
     def check_and_add(self, key: str) -> bool:

@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .exchange import Binding, Exchange, exchange_class, freeze
-from .queues import Queue, queue_class
+from .queues import ClassicQueue, Queue, queue_class
 
 if TYPE_CHECKING:
     from ..store import Snapshot, Store
@@ -22,22 +22,28 @@ log = logging.getLogger("leveret.recovery")
 
 
 def exchange_definition(exchange: Exchange) -> dict:
+    """A durable exchange as the store keeps it (a field table)."""
     return {"type": exchange.type, "durable": True, "auto_delete": exchange.auto_delete,
             "internal": exchange.internal, "arguments": exchange.arguments}
 
 
 def queue_definition(queue: Queue) -> dict:
+    """A durable queue as the store keeps it: its store ``queue_id``, ``auto_delete`` and
+    declared ``arguments`` (durable is implied; exclusive queues are never saved)."""
     return {"queue_id": queue.queue_id, "auto_delete": queue.auto_delete,
             "arguments": queue.arguments}
 
 
 def binding_name(binding: Binding) -> str:
+    """The store key of a binding: source, destination kind and name, routing key and
+    arguments, NUL-separated (unique per binding, as its identity in the exchange)."""
     kind = "queue" if isinstance(binding.destination, Queue) else "exchange"
     return "\x00".join((binding.source.name, kind, binding.destination.name,
                         binding.routing_key, repr(freeze(binding.arguments))))
 
 
 def binding_definition(binding: Binding) -> dict:
+    """A durable binding as the store keeps it (a field table)."""
     kind = "queue" if isinstance(binding.destination, Queue) else "exchange"
     return {"source": binding.source.name, "destination_type": kind,
             "destination": binding.destination.name, "routing_key": binding.routing_key,
@@ -79,21 +85,22 @@ def recover(core: BrokerCore, snapshot: Snapshot, store: Store) -> int:
         vhost.store = store
     for vhost_name, name, data in defs.get("lease", []):
         queue_name, _, group = name.partition("\x00")
-        queue = core.vhosts[vhost_name].queues.get(queue_name) if vhost_name in core.vhosts else None
-        if queue is not None and queue.queue_id == data["queue_id"]:
-            queue.restore_lease(group, int(data["next_seq"]))
+        leased = core.vhosts[vhost_name].queues.get(queue_name) if vhost_name in core.vhosts else None
+        # Only classic queues lease (Queue.lease refuses the other types).
+        if isinstance(leased, ClassicQueue) and leased.queue_id == data["queue_id"]:
+            leased.restore_lease(group, int(data["next_seq"]))
     for queue_id, keys in snapshot.dedup.items():
-        queue = by_id.get(queue_id)
-        if queue is not None and queue.dedup is not None:
+        found = by_id.get(queue_id)
+        if found is not None and found.dedup is not None:
             for key, expires_at in keys:
-                queue.dedup.restore(key, expires_at)
+                found.dedup.restore(key, expires_at)
     count = 0
     for queue_id, (queued, last_seq, size) in snapshot.queues.items():
-        queue = by_id.get(queue_id)
-        if queue is None:  # its queue was deleted before the purge reached the disk
+        found = by_id.get(queue_id)
+        if found is None:  # its queue was deleted before the purge reached the disk
             store.remove_queue(queue_id)
             continue
-        queue.restore_paged(queued, last_seq, size)
+        found.restore_paged(queued, last_seq, size)
         count += queued
     log.info("recovered %d exchanges, %d queues, %d bindings and %d messages in %.2f s",
              len(defs.get("exchange", [])), len(by_id), len(defs.get("binding", [])), count,

@@ -70,16 +70,20 @@ class NotImplementedFeature(BrokerError):
 
 
 def not_found(text: str) -> NotFound:
+    """A :class:`NotFound` to raise."""
     return NotFound(text)
 
 
 def access_refused(text: str) -> AccessRefused:
+    """An :class:`AccessRefused` to raise."""
     return AccessRefused(text)
 
 
 def precondition_failed(text: str) -> PreconditionFailed:
+    """A :class:`PreconditionFailed` to raise."""
     return PreconditionFailed(text)
 
 
 def resource_locked(text: str) -> ResourceLocked:
+    """A :class:`ResourceLocked` to raise."""
     return ResourceLocked(text)

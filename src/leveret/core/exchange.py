@@ -37,6 +37,8 @@ class Binding:
 
     @property
     def key(self) -> tuple:
+        """The binding's identity in its source: ``(destination, routing_key, frozen
+        arguments)``; a second identical bind is a no-op."""
         return (self.destination, self.routing_key, freeze(self.arguments))
 
 
@@ -58,6 +60,8 @@ class Exchange:
 
     @property
     def alternate_exchange(self) -> str | None:
+        """The ``alternate-exchange`` argument (RabbitMQ): where messages this exchange
+        cannot route go; None if unset."""
         return self.arguments.get("alternate-exchange")
 
     def add_binding(self, binding: Binding) -> bool:
@@ -71,6 +75,8 @@ class Exchange:
         return True
 
     def remove_binding(self, binding: Binding) -> Binding | None:
+        """Remove the binding with ``binding``'s key; returns the one removed, or None if
+        there was none."""
         existing = self.bindings.pop(binding.key, None)
         if existing is not None:
             if isinstance(existing.destination, Exchange):
@@ -115,6 +121,7 @@ class DirectExchange(Exchange):
                 del self._by_key[binding.routing_key]
 
     def route(self, message: Message) -> tuple | list:
+        """Destinations bound with exactly ``message.routing_key``."""
         dests = self._by_key.get(message.routing_key)
         return list(dests) if dests else ()
 
@@ -125,6 +132,7 @@ class FanoutExchange(Exchange):
     type = "fanout"
 
     def route(self, message: Message) -> tuple | list:
+        """Every bound destination, once each."""
         return list(dict.fromkeys(b.destination for b in self.bindings.values()))
 
 
@@ -151,6 +159,7 @@ class TopicExchange(Exchange):
             self._trie.remove(binding.routing_key, binding.destination)
 
     def route(self, message: Message) -> tuple | list:
+        """Destinations whose binding pattern matches ``message.routing_key``."""
         return self._trie.match(message.routing_key)
 
 
@@ -162,6 +171,8 @@ class HeadersExchange(Exchange):
     type = "headers"
 
     def route(self, message: Message) -> tuple | list:
+        """Destinations whose binding arguments match the message's headers (decodes the
+        properties)."""
         headers = message.headers
         return list(dict.fromkeys(b.destination for b in self.bindings.values()
                                   if headers_match(b.arguments, headers)))
@@ -171,7 +182,8 @@ X_MATCH = ("all", "any", "all-with-x", "any-with-x")
 
 
 def check_x_match(arguments: dict) -> None:
-    """406 for a headers binding whose ``x-match`` is not one of X_MATCH, as RabbitMQ."""
+    """PreconditionFailed (AMQP 406) for a headers binding whose ``x-match`` is not one
+    of X_MATCH, as RabbitMQ."""
     mode = arguments.get("x-match", "all")
     if isinstance(mode, bytes):
         mode = mode.decode("utf-8", "replace")
@@ -181,6 +193,8 @@ def check_x_match(arguments: dict) -> None:
 
 
 def headers_match(arguments: dict, headers: dict) -> bool:
+    """Whether ``headers`` (a message's) satisfy a headers binding's ``arguments``
+    under its ``x-match`` (see :class:`HeadersExchange`)."""
     mode = arguments.get("x-match", "all")
     if isinstance(mode, bytes):
         mode = mode.decode()

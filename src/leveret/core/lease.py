@@ -29,15 +29,18 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .clock import Timer
-    from .queues import Queue, QueuedMessage
+    from .queues import ClassicQueue, QueuedMessage
 
 DEFAULT_TTL = 300.0  # seconds
 
 
 class Lease:
-    """The messages of ``queue`` held by consumer ``group``."""
+    """The messages of ``queue`` held by consumer ``group`` (only classic queues lease:
+    :meth:`.queues.Queue.lease` raises PreconditionFailed for the other types).
+    ``held`` maps a sequence number to the entry and when it was leased (epoch
+    seconds); ``ttl`` is in seconds."""
 
-    def __init__(self, queue: Queue, group: str, next_seq: int = 1) -> None:
+    def __init__(self, queue: ClassicQueue, group: str, next_seq: int = 1) -> None:
         self.queue = queue
         self.group = group
         self.next_seq = next_seq
@@ -46,7 +49,9 @@ class Lease:
         self._timer: Timer | None = None
 
     def acquire(self, maximum: int, ttl: float | None = None) -> tuple[int, int]:
-        """Lease up to ``maximum`` ready messages; returns ``(start, end)``."""
+        """Lease up to ``maximum`` ready messages under sequence numbers ``start`` …
+        ``end - 1``; returns ``(start, end)`` (equal when none was ready). ``ttl`` (seconds)
+        replaces the lease's TTL for every held message."""
         queue = self.queue
         if ttl is not None:
             self.ttl = ttl
@@ -73,12 +78,16 @@ class Lease:
                          if seq >= low])
 
     def ack(self, seqs: list[int]) -> int:
+        """Acknowledge the held leases among ``seqs`` (others are ignored): their
+        messages leave the queue and the store; returns how many."""
         taken = [self.held.pop(s)[0] for s in seqs if s in self.held]
         for entry in taken:
             self.queue.ack(entry)
         return len(taken)
 
     def release(self, seqs: list[int]) -> int:
+        """Return the held leases among ``seqs`` to the queue as redelivered (the
+        redelivery policy applies); returns how many."""
         taken = [self.held.pop(s)[0] for s in seqs if s in self.held]
         self.queue.requeue(taken)
         return len(taken)

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Policy:
+    """One policy of virtual host ``vhost`` (see the module doc). Raises ValueError
+    for a bad ``apply_to``, re.error for a bad ``pattern``."""
+
     name: str
     pattern: str
     definition: dict
@@ -29,6 +32,8 @@ class Policy:
         self._regex = re.compile(self.pattern)
 
     def matches(self, vhost: str, name: str, kind: str) -> bool:
+        """Whether it applies to the ``kind`` (``queues``/``exchanges``) ``name`` in
+        ``vhost``."""
         return (self.vhost == vhost and self.apply_to in (kind, "all")
                 and self._regex.search(name) is not None)
 

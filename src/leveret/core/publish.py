@@ -120,7 +120,7 @@ class Publisher:
         elif exchange.name == DEFAULT_EXCHANGE and message.routing_key.startswith(REPLY_TO_PREFIX):
             consumer = vhost.reply_consumers.get(message.routing_key[len(REPLY_TO_PREFIX):])
             routed = consumer is not None
-            if routed:
+            if consumer is not None:
                 consumer.deliver(None, QueuedMessage(message, 0))
         else:
             queues = vhost.route(exchange, message)

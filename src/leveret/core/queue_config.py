@@ -43,6 +43,9 @@ class DeadLetterConfig:
 
 @dataclass(frozen=True)
 class QueueConfig:
+    """A queue's effective settings (:func:`build`); None: no limit. Lengths count
+    messages, sizes are body bytes."""
+
     message_ttl: int | None = None  # ms
     expires: int | None = None  # ms
     max_length: int | None = None
@@ -77,7 +80,8 @@ def amqp_type_name(value: Any) -> str:
 
 def build(arguments: dict, policy_definition: dict | None = None,
           where: str = "") -> QueueConfig:
-    """The effective config; raises ChannelError 406 for an invalid value, with
+    """The effective config of a queue declared with ``arguments`` under the policy
+    ``policy_definition``. Raises PreconditionFailed (AMQP 406) for an invalid value, with
     RabbitMQ's text (``where``: `` for queue 'q' in vhost '/'``)."""
     policy = policy_definition or {}
 
@@ -172,7 +176,7 @@ _AGE_UNITS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60,
 
 def parse_age(text: str | None) -> float | None:
     """RabbitMQ's ``x-max-age`` (``7D``, ``12h``, ``30m``, ``10s``; Y, M, D, h, m, s) in
-    seconds; 406 if malformed."""
+    seconds; PreconditionFailed (AMQP 406) if malformed."""
     if text is None:
         return None
     if len(text) < 2 or text[-1] not in _AGE_UNITS or not text[:-1].isdigit():

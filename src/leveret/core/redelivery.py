@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class RedeliveryPolicy:
+    """A queue's redelivery policy (see the module doc); delays in milliseconds."""
+
     max_redeliveries: int = -1  # -1: unlimited
     initial_delay: int = 0  # ms; 0 requeues at once
     exponential: bool = False
@@ -43,4 +45,6 @@ class RedeliveryPolicy:
 
     @property
     def active(self) -> bool:
+        """Whether it limits or delays redeliveries (deliveries then carry
+        ``x-delivery-count``)."""
         return self.max_redeliveries >= 0 or self.initial_delay > 0

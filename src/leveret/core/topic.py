@@ -13,6 +13,7 @@ from collections.abc import Hashable
 
 
 def split_key(key: str) -> list[str]:
+    """The words of a routing or binding key (none for the empty key)."""
     return key.split(".") if key else []
 
 

@@ -1,9 +1,11 @@
 """A virtual host: its exchanges, queues and bindings, and routing between them.
 
-Operations raise :class:`~leveret.core.errors.ChannelError` with RabbitMQ's reply codes
-and texts: 404 for a missing exchange or queue, 403 for the reserved ``amq.`` prefix or
-the default exchange, 405 for another connection's exclusive queue, 406 for an
-inequivalent redeclaration or a failed if-unused/if-empty.
+Operations raise core's neutral errors (:mod:`~leveret.core.errors`) with RabbitMQ's
+texts: NotFound (AMQP 404) for a missing exchange or queue, AccessRefused (403) for the
+reserved ``amq.`` prefix or the default exchange, ResourceLocked (405) for another
+connection's exclusive queue, PreconditionFailed (406) for an inequivalent redeclaration,
+an invalid argument or a failed if-unused/if-empty, CommandInvalid (503) for an unknown
+exchange type.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, check_x_match, exchan
 from .message import Message
 from .policy import Policy, matching
 from .queue_config import amqp_type_name
-from .queues import Queue, queue_class
+from .queues import Consumer, Queue, queue_class
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -59,7 +61,7 @@ class VirtualHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         #: Direct reply-to consumers by the key in ``amq.rabbitmq.reply-to.<key>``.
-        self.reply_consumers: dict[str, Any] = {}
+        self.reply_consumers: dict[str, Consumer] = {}
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
@@ -74,13 +76,15 @@ class VirtualHost:
         return f"in vhost '{self.name}'"
 
     def get_exchange(self, name: str) -> Exchange:
+        """The exchange; NotFound if there is none."""
         try:
             return self.exchanges[name]
         except KeyError:
             raise not_found(f"no exchange '{name}' {self._where()}") from None
 
     def get_queue(self, name: str, owner: Any = None) -> Queue:
-        """The queue, checking exclusive ownership when ``owner`` is given (405)."""
+        """The queue; NotFound if there is none, ResourceLocked if ``owner`` is given and
+        another connection owns it exclusively."""
         queue = self.queues.get(name)
         if queue is None:
             raise not_found(f"no queue '{name}' {self._where()}")
@@ -98,7 +102,9 @@ class VirtualHost:
     def declare_exchange(self, name: str, type: str, passive: bool = False,
                          durable: bool = False, auto_delete: bool = False,
                          internal: bool = False, arguments: dict | None = None) -> Exchange:
-        """exchange.declare (§1.7.2.1); returns the existing or new exchange."""
+        """exchange.declare (§1.7.2.1); returns the existing or new exchange. NotFound
+        for a passive declare of a missing one, AccessRefused for an ``amq.`` name,
+        CommandInvalid for an unknown type, PreconditionFailed if inequivalent."""
         if passive:
             return self.get_exchange(name)
         if name == DEFAULT_EXCHANGE or name.startswith("amq."):
@@ -113,22 +119,25 @@ class VirtualHost:
                 self.store.save_definition("exchange", self.name, name, exchange_definition(exchange))
             return exchange
         what = f"for exchange '{name}' {self._where()}"
+        if type != existing.type:
+            raise precondition_failed(
+                f"inequivalent arg 'type' {what}: received '{type}' but current is '{existing.type}'")
         for field, received, current in (
-            ("type", type, existing.type),
             ("durable", durable, existing.durable),
             ("auto_delete", auto_delete, existing.auto_delete),
             ("internal", internal, existing.internal),
         ):
             if received != current:
-                if isinstance(received, bool):
-                    received, current = _amqp_bool(received), _amqp_bool(current)
                 raise precondition_failed(
-                    f"inequivalent arg '{field}' {what}: received '{received}' but current is '{current}'")
+                    f"inequivalent arg '{field}' {what}: received '{_amqp_bool(received)}' "
+                    f"but current is '{_amqp_bool(current)}'")
         self._check_args(arguments, existing.arguments, ("alternate-exchange",), what)
         return existing
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
-        """exchange.delete: idempotent for a missing exchange, as in RabbitMQ."""
+        """exchange.delete: idempotent for a missing exchange, as in RabbitMQ.
+        AccessRefused for the default or an ``amq.`` exchange, PreconditionFailed with
+        ``if_unused`` while it has bindings."""
         if name == DEFAULT_EXCHANGE or name.startswith("amq."):
             raise access_refused(f"operation not permitted on exchange '{name}'")
         exchange = self.exchanges.get(name)
@@ -150,13 +159,18 @@ class VirtualHost:
 
     # -- queues ---------------------------------------------------------------------
     def new_queue_name(self) -> str:
+        """A server-named queue's name, RabbitMQ's form: ``amq.gen-`` and 22 random
+        URL-safe base64 characters."""
         return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
     def declare_queue(self, name: str, owner: Any, passive: bool = False,
                       durable: bool = False, exclusive: bool = False,
                       auto_delete: bool = False, arguments: dict | None = None) -> Queue:
         """queue.declare (§1.8.2.1). ``owner`` is the declaring connection; an empty
-        ``name`` gets a server-generated ``amq.gen-…`` name."""
+        ``name`` gets a server-generated ``amq.gen-…`` name. NotFound for a passive declare
+        of a missing queue, AccessRefused for an ``amq.`` name, ResourceLocked for another
+        connection's exclusive queue, PreconditionFailed for an invalid argument or an
+        inequivalent redeclaration."""
         if passive:
             return self.get_queue(name, owner)
         if not name:
@@ -192,7 +206,9 @@ class VirtualHost:
 
     def delete_queue(self, name: str, owner: Any = None, if_unused: bool = False,
                      if_empty: bool = False) -> int:
-        """queue.delete: returns the number of ready messages deleted (0 if missing)."""
+        """queue.delete: returns the number of ready messages deleted (0 if missing);
+        its consumers are cancelled. ResourceLocked for another connection's exclusive
+        queue, PreconditionFailed for ``if_unused``/``if_empty`` when it is not."""
         queue = self.queues.get(name)
         if queue is None:
             return 0
@@ -227,7 +243,9 @@ class VirtualHost:
     # -- bindings -------------------------------------------------------------------
     def bind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
              arguments: dict | None = None) -> None:
-        """queue.bind / exchange.bind; binding twice is a no-op."""
+        """queue.bind / exchange.bind; binding twice is a no-op. NotFound for a missing
+        source, AccessRefused for the default exchange, PreconditionFailed for a headers
+        binding with a bad ``x-match``."""
         source = self._bindable(source_name)
         binding = Binding(source, destination, routing_key, dict(arguments or {}))
         if source.type == "headers":
@@ -236,13 +254,15 @@ class VirtualHost:
             return
         if isinstance(destination, Queue):
             destination.bindings.append(binding)
-        if self._durable(binding):
-            self.store.save_definition(  # type: ignore[union-attr]
-                "binding", self.name, binding_name(binding), binding_definition(binding))
+        store = self.store
+        if store is not None and self._durable(binding):
+            store.save_definition("binding", self.name, binding_name(binding),
+                                  binding_definition(binding))
 
     def unbind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
                arguments: dict | None = None) -> None:
-        """queue.unbind / exchange.unbind; a missing binding is not an error."""
+        """queue.unbind / exchange.unbind; a missing binding is not an error. NotFound
+        for a missing source, AccessRefused for the default exchange."""
         source = self._bindable(source_name)
         self._drop_binding(Binding(source, destination, routing_key, dict(arguments or {})))
 
@@ -258,8 +278,9 @@ class VirtualHost:
             return
         if isinstance(removed.destination, Queue):
             removed.destination.bindings.remove(removed)
-        if self._durable(removed):
-            self.store.delete_definition("binding", self.name, binding_name(removed))  # type: ignore[union-attr]
+        store = self.store
+        if store is not None and self._durable(removed):
+            store.delete_definition("binding", self.name, binding_name(removed))
         if source.auto_delete and not source.bindings and source.name in self.exchanges:
             self._remove_exchange(source)
 

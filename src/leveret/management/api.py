@@ -68,13 +68,16 @@ class ManagementAPI:
         self.app = app
 
     async def start(self) -> None:
+        """Listen on the running loop; :attr:`port` is then the port bound (OSError if it
+        cannot be bound)."""
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = self._runner.addresses[0][1]
 
     async def stop(self) -> None:
+        """Stop listening and close open HTTP connections."""
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -123,6 +126,8 @@ class ManagementAPI:
 
     # -- handlers -------------------------------------------------------------------
     async def overview(self, request: web.Request) -> web.Response:
+        """``GET /api/overview``: product, version, object and message totals over the
+        vhosts the user may open."""
         vhosts = self._visible_vhosts(request)
         queues = [q for v in vhosts for q in v.queues.values()]
         return web.json_response({
@@ -135,14 +140,18 @@ class ManagementAPI:
         })
 
     async def vhosts(self, request: web.Request) -> web.Response:
+        """``GET /api/vhosts``: the vhosts the user may open, ``[{"name"}]``."""
         return web.json_response([{"name": v.name} for v in self._visible_vhosts(request)])
 
     async def queues(self, request: web.Request) -> web.Response:
+        """``GET /api/queues[/{vhost}]``: queues by vhost, then name (404 for a vhost
+        the user may not open)."""
         vhosts = [self._vhost(request)] if "vhost" in request.match_info else self._visible_vhosts(request)
         return web.json_response([self._queue_info(q) for v in vhosts
                                   for q in sorted(v.queues.values(), key=lambda q: q.name)])
 
     async def queue(self, request: web.Request) -> web.Response:
+        """``GET /api/queues/{vhost}/{name}``: one queue; 404 if missing."""
         queue = self._vhost(request).queues.get(request.match_info["name"])
         if queue is None:
             raise web.HTTPNotFound(text='{"error": "Object Not Found", "reason": "queue"}',
@@ -150,6 +159,9 @@ class ManagementAPI:
         return web.json_response(self._queue_info(queue))
 
     async def purge(self, request: web.Request) -> web.Response:
+        """``DELETE /api/queues/{vhost}/{name}/contents``: purge ready messages (204); 404
+        if missing. A stream refuses it with PreconditionFailed, which is not mapped
+        to an HTTP status (aiohttp answers 500)."""
         queue = self._vhost(request).queues.get(request.match_info["name"])
         if queue is None:
             raise web.HTTPNotFound(text='{"error": "Object Not Found", "reason": "queue"}',
@@ -158,6 +170,7 @@ class ManagementAPI:
         return web.Response(status=204)
 
     async def exchanges(self, request: web.Request) -> web.Response:
+        """``GET /api/exchanges/{vhost}``: by name; the default exchange's is ``""``."""
         vhost = self._vhost(request)
         return web.json_response([
             {"name": e.name, "vhost": vhost.name, "type": e.type, "durable": e.durable,
@@ -166,6 +179,8 @@ class ManagementAPI:
             for e in sorted(vhost.exchanges.values(), key=lambda e: e.name)])
 
     async def bindings(self, request: web.Request) -> web.Response:
+        """``GET /api/bindings/{vhost}``: every binding, by source exchange (RabbitMQ's
+        implicit default-exchange bindings are not listed)."""
         vhost = self._vhost(request)
         rows = []
         for exchange in vhost.exchanges.values():

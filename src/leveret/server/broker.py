@@ -28,8 +28,9 @@ from .listener import AMQPListener
 class Broker:
     """An AMQP broker on ``host:amqp_port`` (0 picks a free port).
 
-    Keyword arguments override :class:`~leveret.config.Settings` fields; ``core``
-    exposes virtual hosts, queues and users to embedding code.
+    Keyword arguments override :class:`~leveret.config.Settings` fields (``host`` is
+    ``bind``; TypeError for an unknown one); ``core`` exposes virtual hosts, queues and
+    users to embedding code.
     """
 
     def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
@@ -49,6 +50,7 @@ class Broker:
 
     @property
     def host(self) -> str:
+        """The address it listens on (the ``bind`` setting)."""
         return self.settings.bind
 
     @property
@@ -58,6 +60,8 @@ class Broker:
 
     @property
     def amqp_url(self) -> str:
+        """``amqp://guest:guest@host:port/%2F``: the default user on vhost ``/`` (after
+        start)."""
         return f"amqp://guest:guest@{self.host}:{self.amqp_port}/%2F"
 
     async def start(self) -> Broker:
@@ -135,21 +139,27 @@ class BlockingBroker:
 
     @property
     def core(self) -> BrokerCore:
+        """The broker's core; touch it only on the broker's thread (:meth:`call`)."""
         return self.broker.core
 
     @property
     def amqp_port(self) -> int:
+        """The port actually bound (after start)."""
         return self.broker.amqp_port
 
     @property
     def amqp_url(self) -> str:
+        """See :attr:`Broker.amqp_url`."""
         return self.broker.amqp_url
 
     @property
     def http_url(self) -> str | None:
+        """The management API's base URL, when it runs."""
         return self.broker.http_url
 
     def start(self) -> BlockingBroker:
+        """Start the thread and wait until the broker listens; raises what
+        :meth:`Broker.start` raised (DataDirLocked, StoreError, OSError)."""
         started = threading.Event()
         failure: list[BaseException] = []
 
@@ -175,13 +185,16 @@ class BlockingBroker:
         return self
 
     def call(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn(*args)`` on the broker's loop thread and return its result."""
+        """Run ``fn(*args)`` on the broker's loop thread and return its result (or
+        raise its exception); TimeoutError after 10 seconds."""
         assert self._loop is not None
         async def call() -> Any:
             return fn(*args)
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(10)
 
     def stop(self) -> None:
+        """Stop the broker (as :meth:`Broker.stop`) and its thread, waiting up to 10
+        seconds for it."""
         if self._loop is not None and self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)

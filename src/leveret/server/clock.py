@@ -18,8 +18,11 @@ class LoopClock:
         self._loop = loop
 
     def time(self) -> float:
+        """Wall-clock time, epoch seconds."""
         return time.time()
 
     def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
+        """``loop.call_later`` (at once for a negative ``delay``, in seconds); must be
+        called on the loop's thread."""
         loop = self._loop or asyncio.get_running_loop()
         return loop.call_later(max(delay, 0.0), callback)

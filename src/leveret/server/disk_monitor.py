@@ -18,6 +18,9 @@ log = logging.getLogger("leveret.alarm")
 
 
 class DiskMonitor:
+    """Checks the free space under ``path`` every ``interval`` seconds against
+    ``limit()`` bytes and sets the alarm of ``core``."""
+
     def __init__(self, core: BrokerCore, path: str, limit: Callable[[], int],
                  interval: float = 1.0) -> None:
         self.core = core
@@ -27,6 +30,8 @@ class DiskMonitor:
         self._task: asyncio.Task | None = None
 
     def check(self) -> None:
+        """Compare once; raise or clear the alarm when the state changes. A failed
+        ``statvfs`` is logged and changes nothing."""
         try:
             free = shutil.disk_usage(self.path).free
         except OSError as exc:
@@ -44,9 +49,11 @@ class DiskMonitor:
             await asyncio.sleep(self.interval)
 
     def start(self) -> None:
+        """Check now and then every ``interval`` seconds, on the running loop."""
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def stop(self) -> None:
+        """Stop checking (the alarm stays as it is)."""
         if self._task is not None:
             self._task.cancel()
             self._task = None

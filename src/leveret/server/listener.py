@@ -12,6 +12,7 @@ import ipaddress
 import logging
 import struct
 from collections.abc import Callable
+from typing import cast
 
 try:
     from fcntl import ioctl
@@ -35,6 +36,8 @@ class Flusher:
         self._dirty: list[Connection] = []
 
     def request(self, connection: Connection) -> None:
+        """Flush ``connection`` at the end of this loop turn (the Connection asks once
+        per turn)."""
         if not self._dirty:
             self._loop.call_soon(self._flush)
         self._dirty.append(connection)
@@ -64,11 +67,19 @@ def input_waiting_probe(transport: asyncio.BaseTransport) -> Callable[[], bool] 
 
 
 class AMQPProtocol(asyncio.Protocol):
+    """One accepted socket: asyncio's callbacks passed on to its :class:`Connection`."""
+
+    #: Made by :meth:`connection_made`, which asyncio calls before any other method.
+    connection: Connection
+
     def __init__(self, listener: AMQPListener) -> None:
         self.listener = listener
-        self.connection: Connection | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """A client connected: make its Connection (loopback peers may log in as
+        ``guest``) with a write buffer of :data:`HIGH_WATER` bytes."""
+        # A stream server (create_server) gives a stream transport, asyncio's or uvloop's.
+        transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=HIGH_WATER)
         peer = transport.get_extra_info("peername") or ("", 0)
         try:
@@ -82,6 +93,8 @@ class AMQPProtocol(asyncio.Protocol):
         listener.connections.add(self.connection)
 
     def data_received(self, data: bytes) -> None:
+        """Feed the Connection; an exception from it is a bug: logged, and the
+        connection closed with 541 INTERNAL_ERROR."""
         try:
             self.connection.data_received(data)
         except Exception:  # a bug must cost one connection, never the broker
@@ -89,12 +102,16 @@ class AMQPProtocol(asyncio.Protocol):
             self.connection.close(541, "internal error")
 
     def pause_writing(self) -> None:
+        """Over :data:`HIGH_WATER` bytes buffered: consumers of this connection pause."""
         self.connection.set_writable(False)
 
     def resume_writing(self) -> None:
+        """The buffer drained below the low water mark: deliveries resume."""
         self.connection.set_writable(True)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """The socket is closed: release the Connection's channels, consumers and
+        exclusive queues."""
         connection = self.connection
         self.listener.connections.discard(connection)
         try:
@@ -106,16 +123,20 @@ class AMQPProtocol(asyncio.Protocol):
 class AMQPListener:
     """Accepts AMQP clients on ``host:port`` (port 0 picks a free one)."""
 
+    #: The running loop and its flusher, set by :meth:`start` (protocols exist only after).
+    loop: asyncio.AbstractEventLoop
+    flusher: Flusher
+
     def __init__(self, core: BrokerCore, host: str, port: int) -> None:
         self.core = core
         self.host = host
         self.port = port
         self.connections: set[Connection] = set()
-        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self.flusher: Flusher = None  # type: ignore[assignment]
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
+        """Listen on the running loop; :attr:`port` is then the port bound. Raises
+        OSError if it cannot be bound."""
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop)
         self._server = await self.loop.create_server(

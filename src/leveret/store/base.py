@@ -59,7 +59,8 @@ class Store(ABC):
         """Create or replace a definition; ``data`` is an AMQP field table."""
 
     @abstractmethod
-    def delete_definition(self, kind: str, vhost: str, name: str) -> None: ...
+    def delete_definition(self, kind: str, vhost: str, name: str) -> None:
+        """Forget a definition (nothing happens if there is none)."""
 
     @abstractmethod
     def new_queue_id(self) -> int:
@@ -82,7 +83,8 @@ class Store(ABC):
 
     @abstractmethod
     def find_offset(self, queue_id: int, when: float) -> int | None:
-        """The lowest seq of a queue's messages published at or after ``when``."""
+        """The lowest seq of a queue's messages published at or after ``when`` (epoch
+        seconds), None if there is none."""
 
     @abstractmethod
     def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
@@ -99,7 +101,8 @@ class Store(ABC):
         """Remember a deduplication key of a durable queue (expires_at 0: never)."""
 
     @abstractmethod
-    def delete_dedup(self, queue_id: int, key: str) -> None: ...
+    def delete_dedup(self, queue_id: int, key: str) -> None:
+        """Forget a deduplication key (evicted from the cache)."""
 
     @abstractmethod
     def set_delivery_count(self, store_id: int, count: int) -> None:

@@ -23,6 +23,9 @@ class DataDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        """Take the lock (never waits) and write this process's pid into the file.
+        DataDirLocked if another process holds it; OSError if the directory or file
+        cannot be made."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -37,6 +40,7 @@ class DataDirLock:
         self._fd = fd
 
     def release(self) -> None:
+        """Let the lock go (the file stays); nothing happens if it is not held."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

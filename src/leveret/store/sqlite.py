@@ -124,6 +124,10 @@ class SQLiteStore(Store):
         return db
 
     def load(self) -> Snapshot:
+        """Open ``leveret.db`` (created if missing; an integrity check after an unclean
+        shutdown), drop transient rows, finish range deletions a crash cut short, and
+        read definitions, per-queue message counts and deduplication keys. Blocks;
+        StoreError naming the file."""
         started = time.monotonic()
         db = self._db = self._connect()
         snapshot = Snapshot()
@@ -154,6 +158,8 @@ class SQLiteStore(Store):
         return snapshot
 
     def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
+        """Committed rows (read on a second connection) merged with the inserts still in
+        the in-flight and the current batch."""
         assert self._reader is not None
         rows = self._reader.execute(
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
@@ -167,7 +173,10 @@ class SQLiteStore(Store):
             found = {row[0]: row for row in rows}
             found.update((row[0], row) for row in pending)
             rows = sorted(found.values(), key=lambda r: r[2])[:limit]
-        return [StoredMessage(*row[:8], expires_at=row[9], meta=row[12]) for row in rows]
+        # columns: id, queue_id, seq, delivery_count, exchange, routing_key, header, body,
+        # transient, expires_at, published_at, size, meta
+        return [StoredMessage(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7],
+                              expires_at=row[9], meta=row[12]) for row in rows]
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; callbacks will run on ``loop``."""
@@ -188,12 +197,16 @@ class SQLiteStore(Store):
         return self._batch
 
     def save_definition(self, kind: str, vhost: str, name: str, data: dict) -> None:
+        """Queued in the current batch; an upsert, so a definition keeps its place in
+        :meth:`load`'s order."""
         self._changed().definitions.append(("save", kind, vhost, name, _encode_table(data)))
 
     def delete_definition(self, kind: str, vhost: str, name: str) -> None:
+        """Queued in the current batch."""
         self._changed().definitions.append(("delete", kind, vhost, name))
 
     def new_queue_id(self) -> int:
+        """The next id of a counter kept in the ``meta`` table (saved with the batch)."""
         queue_id = self._next_queue_id
         self._next_queue_id += 1
         self._changed().definitions.append(("meta", "next_queue_id", self._next_queue_id))
@@ -203,6 +216,8 @@ class SQLiteStore(Store):
                     header: bytes, body: bytes, transient: bool = False,
                     expires_at: float = 0.0, published_at: float = 0.0,
                     meta: str | None = None) -> int:
+        """The row waits in the current batch: removed before the batch goes to the
+        writer thread, it never touches the disk."""
         store_id = self._next_id
         self._next_id += 1
         self._changed().inserts[store_id] = [store_id, queue_id, seq, 0, exchange, routing_key,
@@ -211,12 +226,15 @@ class SQLiteStore(Store):
         return store_id
 
     def save_dedup(self, queue_id: int, key: str, expires_at: float) -> None:
+        """Queued in the current batch."""
         self._changed().definitions.append(("dedup", queue_id, key, expires_at))
 
     def delete_dedup(self, queue_id: int, key: str) -> None:
+        """Queued in the current batch."""
         self._changed().definitions.append(("undedup", queue_id, key))
 
     def set_delivery_count(self, store_id: int, count: int) -> None:
+        """Updates an insert still in the batch, else queues an UPDATE."""
         batch = self._changed()
         row = batch.inserts.get(store_id)
         if row is not None:
@@ -225,6 +243,7 @@ class SQLiteStore(Store):
             batch.counts[store_id] = count
 
     def remove_message(self, store_id: int) -> None:
+        """Drops an insert still in the batch, else queues a DELETE."""
         batch = self._changed()
         if batch.inserts.pop(store_id, None) is None:
             batch.counts.pop(store_id, None)
@@ -241,13 +260,18 @@ class SQLiteStore(Store):
         batch.definitions.append(("range", queue_id, low, high))
 
     def remove_queue(self, queue_id: int) -> None:
+        """A range deletion of all its seqs (done in the background, in chunks) and of
+        its deduplication keys."""
         self._delete_range(queue_id, 0, ALL_SEQS)
         self._changed().definitions.append(("undedup_all", queue_id))
 
     def remove_range(self, queue_id: int, below_seq: int) -> None:
+        """A range deletion, done in the background in chunks."""
         self._delete_range(queue_id, 0, below_seq)
 
     def find_offset(self, queue_id: int, when: float) -> int | None:
+        """Looks at committed rows only (a stream asks only about messages older than
+        its in-memory tail)."""
         assert self._reader is not None
         row = self._reader.execute(
             "SELECT min(seq) FROM messages WHERE queue_id=? AND published_at>=?",
@@ -255,13 +279,16 @@ class SQLiteStore(Store):
         return row[0] if row else None
 
     def remove_paged(self, queue_id: int, after_seq: int, upto_seq: int) -> None:
+        """A range deletion, done in the background in chunks."""
         self._delete_range(queue_id, after_seq, upto_seq)
 
     def when_durable(self, callback: Callback) -> None:
+        """The callback rides with the current batch and runs once it is committed."""
         self._changed().callbacks.append(callback)
 
     @property
     def pending(self) -> bool:
+        """Whether a batch is being written or changes wait for the next one."""
         return self._writing or bool(self._batch)
 
     def _submit(self) -> None:
@@ -393,6 +420,9 @@ class SQLiteStore(Store):
             return False
 
     def close(self) -> None:
+        """Hand the current batch to the writer (its callbacks may never run: the loop
+        is stopping), wait up to 30 s for the writer thread, mark a clean shutdown (no
+        integrity check at the next start) unless a write failed, close the database."""
         if self._thread is not None:
             if self._batch:
                 batch, self._batch = self._batch, _Batch()

@@ -21,6 +21,7 @@ from .timers import Timers
 if TYPE_CHECKING:
     from ...store import Store
     from ..lease import Lease
+    from ..vhost import VirtualHost
 
 # Result flags of Queue.enqueue.
 ACCEPTED, STORED, REJECTED = 0, 1, 2
@@ -72,7 +73,9 @@ class Consumer(Protocol):
     arguments: dict
 
     @property
-    def global_prefetch(self) -> int: ...
+    def global_prefetch(self) -> int:
+        """The prefetch window of the consumer's session (AMQP: basic.qos global on its
+        channel), 0: none."""
 
     def can_accept(self) -> bool:
         """Whether a delivery may go out now (window open, socket writable)."""
@@ -97,7 +100,7 @@ class Queue:
     #: x-queue-type of this type.
     type_name = ""
 
-    def __init__(self, vhost: Any, name: str, durable: bool = False,
+    def __init__(self, vhost: VirtualHost, name: str, durable: bool = False,
                  exclusive_owner: Any = None, auto_delete: bool = False,
                  arguments: dict | None = None) -> None:
         self.vhost = vhost
@@ -195,6 +198,8 @@ class Queue:
             entry.store_id = 0
 
     def add_consumer(self, consumer: Consumer) -> None:
+        """Subscribe ``consumer`` (checked by :meth:`prepare_consumer` first) and deliver
+        to it what it can take."""
         self.consumers.append(consumer)
         self._had_consumer = True
         self.touch()
@@ -213,6 +218,7 @@ class Queue:
 
     @property
     def has_exclusive_consumer(self) -> bool:
+        """Whether a consumer holds the queue exclusively (basic.consume exclusive)."""
         return any(c.exclusive for c in self.consumers)
 
     def stop(self) -> None:
@@ -226,7 +232,8 @@ class Queue:
         if self.deleted:
             return
         idle = self.vhost.clock.time() - self._last_used
-        expires = self.config.expires / 1000  # type: ignore[operator]
+        assert self.config.expires is not None  # this timer is armed only when it is set
+        expires = self.config.expires / 1000
         if not self.consumers and idle >= expires:
             self.vhost.delete_queue(self.name)
         else:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..dead_letter import dead_letter
 from ..deduplication import dedup_key
@@ -27,6 +27,9 @@ from ..lease import Lease
 from ..message import Message
 from .backlog import Backlog
 from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from ..vhost import VirtualHost
 
 log = logging.getLogger("leveret.queue")
 
@@ -38,7 +41,7 @@ class ClassicQueue(Queue):
 
     type_name = "classic"
 
-    def __init__(self, vhost: Any, name: str, durable: bool = False,
+    def __init__(self, vhost: VirtualHost, name: str, durable: bool = False,
                  exclusive_owner: Any = None, auto_delete: bool = False,
                  arguments: dict | None = None) -> None:
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
@@ -123,6 +126,8 @@ class ClassicQueue(Queue):
 
     # -- paging ---------------------------------------------------------------------
     def restore_paged(self, count: int, last_seq: int, size: int) -> None:
+        """At start-up: ``count`` messages (``size`` body bytes, seqs up to ``last_seq``)
+        wait in the store; they are read back as consumers reach them."""
         self.backlog.restore(count, size)
         self._next_seq = max(self._next_seq, last_seq)
 
@@ -148,8 +153,8 @@ class ClassicQueue(Queue):
         entry.state = UNACKED
         self.unacked_count += 1
         entry.delivery_count += 1
-        if entry.store_id:
-            self.store.set_delivery_count(entry.store_id, entry.delivery_count)  # type: ignore[union-attr]
+        if entry.store_id and self.store is not None:  # as in ack: None once deleted
+            self.store.set_delivery_count(entry.store_id, entry.delivery_count)
         return entry
 
     def take_for_lease(self) -> QueuedMessage | None:
@@ -164,11 +169,13 @@ class ClassicQueue(Queue):
         return lease
 
     def save_lease(self, lease: Lease) -> None:
+        """Persist ``lease``'s next sequence number (durable queues with a store only)."""
         if self.store is not None and self.durable and self.queue_id:
             self.store.save_definition("lease", self.vhost.name, f"{self.name}\x00{lease.group}",
                                        {"queue_id": self.queue_id, "next_seq": lease.next_seq})
 
     def restore_lease(self, group: str, next_seq: int) -> None:
+        """At start-up: group ``group``'s lease, once made, numbers on from ``next_seq``."""
         self._lease_seqs[group] = next_seq
 
     def get(self) -> QueuedMessage | None:

@@ -23,12 +23,16 @@ from __future__ import annotations
 import bisect
 import datetime
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..deduplication import dedup_key
+from ..deduplication import DeduplicationCache, dedup_key
 from ..errors import precondition_failed
 from ..message import Message
 from .base import ACCEPTED, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from ..lease import Lease
+    from ..vhost import VirtualHost
 
 IN_MEMORY_TAIL = 10_000  # newest messages kept in memory when there is a store
 READ_BATCH = 1000  # messages read from the store at a time
@@ -43,11 +47,12 @@ class _Cursor:
 
 
 class Stream(Queue):
-    """A stream queue; offsets start at 0."""
+    """A stream queue; offsets start at 0. PreconditionFailed (AMQP 406, as RabbitMQ)
+    unless declared durable, not exclusive and not auto-delete."""
 
     type_name = "stream"
 
-    def __init__(self, vhost: Any, name: str, durable: bool = True,
+    def __init__(self, vhost: VirtualHost, name: str, durable: bool = True,
                  exclusive_owner: Any = None, auto_delete: bool = False,
                  arguments: dict | None = None) -> None:
         if not durable or exclusive_owner is not None or auto_delete:
@@ -67,12 +72,17 @@ class Stream(Queue):
     # -- counts ---------------------------------------------------------------------
     @property
     def message_count(self) -> int:
+        """Messages in the log (``first_offset`` … ``next_offset - 1``); reading does
+        not remove them."""
         return self.next_offset - self.first_offset
 
     # -- appending ------------------------------------------------------------------
     def enqueue(self, message: Message) -> int:
+        """Append ``message`` at ``next_offset``: STORED with a store (every message is
+        written), else ACCEPTED; ACCEPTED too for a duplicate, which is dropped; REJECTED
+        when it would pass ``x-max-length-bytes`` and ``x-overflow`` is not ``drop-head``."""
         config = self.config
-        if self.dedup is not None and not self._is_new(message):
+        if self.dedup is not None and not self._is_new(self.dedup, message):
             return ACCEPTED
         if config.overflow != "drop-head" and config.max_length_bytes is not None \
                 and self._total_bytes + len(message.body) > config.max_length_bytes:
@@ -97,9 +107,9 @@ class Stream(Queue):
             self.drain()
         return STORED if stored else ACCEPTED
 
-    def _is_new(self, message: Message) -> bool:
+    def _is_new(self, dedup: DeduplicationCache, message: Message) -> bool:
         key = dedup_key(message, self.config.dedup_header)
-        return key is None or self.dedup.check_and_add(key)  # type: ignore[union-attr]
+        return key is None or dedup.check_and_add(key)
 
     def _account(self, size: int, now: float) -> None:
         segment = self._segments[-1]
@@ -155,7 +165,9 @@ class Stream(Queue):
         return message
 
     def resolve_offset(self, spec: Any) -> int:
-        """Where a consumer with ``x-stream-offset: spec`` starts."""
+        """The offset where a consumer with ``x-stream-offset: spec`` starts: ``first``,
+        ``last``, ``next`` (also None), an offset (clamped to the log) or a timestamp.
+        PreconditionFailed for anything else."""
         if spec is None or spec in ("next", b"next"):
             return self.next_offset
         if spec in ("first", b"first"):
@@ -178,6 +190,9 @@ class Stream(Queue):
 
     # -- consumers ------------------------------------------------------------------
     def prepare_consumer(self, consumer: Consumer) -> None:
+        """Place the consumer at its ``x-stream-offset``. PreconditionFailed, as
+        RabbitMQ, for no-ack or no prefetch, and for a bad offset or
+        ``x-stream-offset-end`` (not an integer)."""
         if getattr(consumer, "no_ack", False):
             raise precondition_failed(
                 f"stream queue '{self.name}' in vhost '{self.vhost.name}' requires manual acknowledgement")
@@ -193,6 +208,7 @@ class Stream(Queue):
         self._cursors[consumer] = _Cursor(start, end)
 
     def remove_consumer(self, consumer: Consumer) -> None:
+        """Forget ``consumer`` and its position."""
         self._cursors.pop(consumer, None)
         super().remove_consumer(consumer)
 
@@ -227,15 +243,19 @@ class Stream(Queue):
         self.drain()
 
     def discard(self, entry: QueuedMessage, reason: str) -> None:
+        """reject/nack without requeue: only frees the prefetch slot (nothing dies)."""
         self.ack(entry)
 
     def get(self) -> QueuedMessage | None:
+        """Always PreconditionFailed: streams are read by consuming."""
         raise precondition_failed(f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
                                   "basic.get is not supported, consume with x-stream-offset")
 
     def purge(self) -> int:
+        """Always PreconditionFailed: a stream shrinks by retention only."""
         raise precondition_failed(f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
                                   "purge is not supported, use retention (x-max-length-bytes, x-max-age)")
 
-    def lease(self, group: str) -> Any:
+    def lease(self, group: str) -> Lease:
+        """Always PreconditionFailed: streams are read by offset, not leased."""
         raise precondition_failed(f"queue '{self.name}' is a stream: read it with x-stream-offset")

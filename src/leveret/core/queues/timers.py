@@ -35,6 +35,7 @@ class Timers:
         self._timers.pop(name, None)
 
     def cancel_all(self) -> None:
+        """Cancel every armed timer (the owner is deleted or stopping)."""
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()

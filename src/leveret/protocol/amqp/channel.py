@@ -40,10 +40,6 @@ from .message import AMQP, content_header, from_publish, replace_reply_to, with_
 if TYPE_CHECKING:
     from .connection import Connection
 
-Basic, Exchange, Queue_, Tx, Confirm = (
-    commands.Basic, commands.Exchange, commands.Queue, commands.Tx, commands.Confirm)
-
-
 
 def _new_tag(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
@@ -60,7 +56,9 @@ class Channel:
     def __init__(self, connection: Connection, number: int) -> None:
         self.connection = connection
         self.number = number
-        self.vhost = connection.vhost
+        vhost = connection.vhost
+        assert vhost is not None  # channel.open is refused before connection.open
+        self.vhost = vhost
         self.closing = False  # channel.close sent, awaiting close-ok
         self.active = True  # channel.flow
         self.consumers: dict[str, ChannelConsumer] = {}
@@ -72,7 +70,7 @@ class Channel:
         self.last_queue = ""
         self.reply_to_key: str | None = None
         # content being assembled: publish method, header, remaining size, body chunks
-        self._publish: Any = None
+        self._publish: commands.Basic.Publish | None = None
         self._header = b""
         self._facts: tuple[int | None, int | None, str | None] = (None, None, None)
         self._remaining = 0
@@ -80,32 +78,43 @@ class Channel:
         self._handlers: dict[type, Callable[[Any], None]] = {
             commands.Channel.Flow: self._channel_flow,
             commands.Channel.FlowOk: lambda m: None,
-            Exchange.Declare: self._exchange_declare, Exchange.Delete: self._exchange_delete,
-            Exchange.Bind: self._exchange_bind, Exchange.Unbind: self._exchange_unbind,
-            Queue_.Declare: self._queue_declare, Queue_.Bind: self._queue_bind,
-            Queue_.Unbind: self._queue_unbind, Queue_.Purge: self._queue_purge,
-            Queue_.Delete: self._queue_delete,
-            Basic.Qos: self._basic_qos, Basic.Consume: self._basic_consume,
-            Basic.Cancel: self._basic_cancel, Basic.Publish: self._basic_publish,
-            Basic.Get: self._basic_get, Basic.Ack: self._basic_ack,
-            Basic.Reject: self._basic_reject, Basic.Nack: self._basic_nack,
-            Basic.Recover: self._basic_recover, Basic.RecoverAsync: self._basic_recover,
-            Confirm.Select: self._confirm_select, Tx.Select: self._tx_select,
-            Tx.Commit: self._tx_commit, Tx.Rollback: self._tx_rollback,
+            commands.Exchange.Declare: self._exchange_declare,
+            commands.Exchange.Delete: self._exchange_delete,
+            commands.Exchange.Bind: self._exchange_bind,
+            commands.Exchange.Unbind: self._exchange_unbind,
+            commands.Queue.Declare: self._queue_declare, commands.Queue.Bind: self._queue_bind,
+            commands.Queue.Unbind: self._queue_unbind, commands.Queue.Purge: self._queue_purge,
+            commands.Queue.Delete: self._queue_delete,
+            commands.Basic.Qos: self._basic_qos, commands.Basic.Consume: self._basic_consume,
+            commands.Basic.Cancel: self._basic_cancel, commands.Basic.Publish: self._basic_publish,
+            commands.Basic.Get: self._basic_get, commands.Basic.Ack: self._basic_ack,
+            commands.Basic.Reject: self._basic_reject, commands.Basic.Nack: self._basic_nack,
+            commands.Basic.Recover: self._basic_recover, commands.Basic.RecoverAsync: self._basic_recover,
+            commands.Confirm.Select: self._confirm_select, commands.Tx.Select: self._tx_select,
+            commands.Tx.Commit: self._tx_commit, commands.Tx.Rollback: self._tx_rollback,
         }
 
     # -- frames in ------------------------------------------------------------------
     @property
     def expecting_content(self) -> bool:
+        """Whether a basic.publish waits for its content header and body frames (any
+        other method is then a 505 UNEXPECTED_FRAME)."""
         return self._publish is not None
 
     def handle_method(self, method: Method) -> None:
+        """Carry out one method received on this channel. Raises ConnectionError 503 for
+        a method a client may not send, the handlers' ChannelError/ConnectionError, and
+        core's neutral errors (the connection maps them, :func:`.errors.to_amqp`)."""
         handler = self._handlers.get(type(method))
         if handler is None:  # a server-only method, or connection.* off channel 0
             raise ConnectionError(COMMAND_INVALID, f"unimplemented method {method.name}")
         handler(method)
 
     def handle_header(self, payload: bytes) -> None:
+        """A content header frame's payload (§4.2.6) for the pending basic.publish.
+        ConnectionError 505 without one or for a class other than 60, 501 if too short,
+        502 for undecodable properties; PreconditionFailed (406) over
+        ``max_message_size`` bytes."""
         if self._publish is None or self._header:
             raise ConnectionError(UNEXPECTED_FRAME,
                                   f"unexpected content header frame on channel {self.number}")
@@ -126,6 +135,9 @@ class Channel:
             self._content_complete()
 
     def handle_body(self, payload: bytes) -> None:
+        """A content body frame's payload; the message is published once the body
+        size the header declared has arrived. ConnectionError 505 without a header or
+        for more bytes than declared."""
         if not self._header:
             raise ConnectionError(UNEXPECTED_FRAME, f"unexpected content body frame on channel {self.number}")
         self._remaining -= len(payload)
@@ -137,6 +149,7 @@ class Channel:
 
     # -- frames out -----------------------------------------------------------------
     def send_method(self, method: Method) -> None:
+        """Queue ``method`` on this channel (written at the connection's next flush)."""
         self.connection.send(encode_method(self.number, method))
 
     def _send_content(self, method: Method, message: Message, header: bytes | None = None) -> None:
@@ -180,26 +193,26 @@ class Channel:
         self._requeue([(tag, *item) for tag, item in unacked.items()] + uncommitted)
 
     # -- exchanges ------------------------------------------------------------------
-    def _exchange_declare(self, m: Exchange.Declare) -> None:
+    def _exchange_declare(self, m: commands.Exchange.Declare) -> None:
         self.vhost.declare_exchange(m.exchange, m.exchange_type, m.passive, m.durable,
                                     m.auto_delete, m.internal, m.arguments)
         if not m.nowait:
-            self.send_method(Exchange.DeclareOk())
+            self.send_method(commands.Exchange.DeclareOk())
 
-    def _exchange_delete(self, m: Exchange.Delete) -> None:
+    def _exchange_delete(self, m: commands.Exchange.Delete) -> None:
         self.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
-            self.send_method(Exchange.DeleteOk())
+            self.send_method(commands.Exchange.DeleteOk())
 
-    def _exchange_bind(self, m: Exchange.Bind) -> None:
+    def _exchange_bind(self, m: commands.Exchange.Bind) -> None:
         self.vhost.bind(m.source, self.vhost.get_exchange(m.destination), m.routing_key, m.arguments)
         if not m.nowait:
-            self.send_method(Exchange.BindOk())
+            self.send_method(commands.Exchange.BindOk())
 
-    def _exchange_unbind(self, m: Exchange.Unbind) -> None:
+    def _exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
         self.vhost.unbind(m.source, self.vhost.get_exchange(m.destination), m.routing_key, m.arguments)
         if not m.nowait:
-            self.send_method(Exchange.UnbindOk())
+            self.send_method(commands.Exchange.UnbindOk())
 
     # -- queues ---------------------------------------------------------------------
     def _queue_name(self, name: str) -> str:
@@ -213,50 +226,50 @@ class Channel:
     def _queue(self, name: str) -> Queue:
         return self.vhost.get_queue(self._queue_name(name), owner=self.connection)
 
-    def _queue_declare(self, m: Queue_.Declare) -> None:
+    def _queue_declare(self, m: commands.Queue.Declare) -> None:
         if m.passive and m.queue == REPLY_TO:
-            self.send_method(Queue_.DeclareOk(queue=REPLY_TO, message_count=0, consumer_count=0))
+            self.send_method(commands.Queue.DeclareOk(queue=REPLY_TO, message_count=0, consumer_count=0))
             return
         name = self._queue_name(m.queue) if m.passive else m.queue
         queue = self.vhost.declare_queue(name, self.connection, m.passive, m.durable,
                                          m.exclusive, m.auto_delete, m.arguments)
         self.last_queue = queue.name
         if not m.nowait:
-            self.send_method(Queue_.DeclareOk(queue=queue.name, message_count=queue.message_count,
+            self.send_method(commands.Queue.DeclareOk(queue=queue.name, message_count=queue.message_count,
                                               consumer_count=len(queue.consumers)))
 
-    def _queue_bind(self, m: Queue_.Bind) -> None:
+    def _queue_bind(self, m: commands.Queue.Bind) -> None:
         self.vhost.bind(m.exchange, self._queue(m.queue), m.routing_key, m.arguments)
         if not m.nowait:
-            self.send_method(Queue_.BindOk())
+            self.send_method(commands.Queue.BindOk())
 
-    def _queue_unbind(self, m: Queue_.Unbind) -> None:
+    def _queue_unbind(self, m: commands.Queue.Unbind) -> None:
         self.vhost.unbind(m.exchange, self._queue(m.queue), m.routing_key, m.arguments)
-        self.send_method(Queue_.UnbindOk())
+        self.send_method(commands.Queue.UnbindOk())
 
-    def _queue_purge(self, m: Queue_.Purge) -> None:
+    def _queue_purge(self, m: commands.Queue.Purge) -> None:
         count = self._queue(m.queue).purge()
         if not m.nowait:
-            self.send_method(Queue_.PurgeOk(message_count=count))
+            self.send_method(commands.Queue.PurgeOk(message_count=count))
 
-    def _queue_delete(self, m: Queue_.Delete) -> None:
+    def _queue_delete(self, m: commands.Queue.Delete) -> None:
         count = self.vhost.delete_queue(self._queue_name(m.queue), self.connection,
                                         m.if_unused, m.if_empty)
         if not m.nowait:
-            self.send_method(Queue_.DeleteOk(message_count=count))
+            self.send_method(commands.Queue.DeleteOk(message_count=count))
 
     # -- consuming ------------------------------------------------------------------
-    def _basic_qos(self, m: Basic.Qos) -> None:
+    def _basic_qos(self, m: commands.Basic.Qos) -> None:
         if m.prefetch_size:
             raise ConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
         if m.global_:
             self.global_prefetch = m.prefetch_count
         else:
             self.prefetch_count = m.prefetch_count
-        self.send_method(Basic.QosOk())
+        self.send_method(commands.Basic.QosOk())
         self.resume()
 
-    def _basic_consume(self, m: Basic.Consume) -> None:
+    def _basic_consume(self, m: commands.Basic.Consume) -> None:
         name = self._queue_name(m.queue)
         tag = m.consumer_tag or _new_tag("amq.ctag-")
         if tag in self.consumers:
@@ -275,10 +288,10 @@ class Channel:
         queue.prepare_consumer(consumer)
         self.consumers[tag] = consumer
         if not m.nowait:
-            self.send_method(Basic.ConsumeOk(consumer_tag=tag))
+            self.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
         queue.add_consumer(consumer)
 
-    def _read_lease(self, queue: Queue, m: Basic.Consume, tag: str, arguments: dict) -> None:
+    def _read_lease(self, queue: Queue, m: commands.Basic.Consume, tag: str, arguments: dict) -> None:
         """leveret's leased read (see core.lease): deliver the range of sequence numbers
         ``x-lease-from`` … ``x-lease-to`` (exclusive) still held by consumer group
         ``x-lease-group``, each with header ``x-lease-seq``, then cancel the consumer."""
@@ -287,12 +300,12 @@ class Channel:
             raise precondition_failed("a leased read must use no-ack: acknowledge with lease.ack")
         if isinstance(group, bytes):
             group = group.decode()
-        if not isinstance(group, str) or not all(isinstance(v, int) for v in (start, end)):
+        if not isinstance(group, str) or not isinstance(start, int) or not isinstance(end, int):
             raise precondition_failed("x-lease-group must be a string, x-lease-from and "
                                       "x-lease-to integers")
         consumer = ChannelConsumer(self, None, tag, True, False, arguments)
         if not m.nowait:
-            self.send_method(Basic.ConsumeOk(consumer_tag=tag))
+            self.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
         for seq, entry in queue.lease(group).read(start, end):
             self.delivery_tag += 1
             message = entry.message
@@ -301,9 +314,9 @@ class Channel:
             parts.insert(0, encode_deliver(self.number, consumer.encoded_tag, self.delivery_tag,
                                            entry.redelivered, message.exchange, message.routing_key))
             self.connection.send_parts(parts)
-        self.send_method(Basic.Cancel(consumer_tag=tag, nowait=True))
+        self.send_method(commands.Basic.Cancel(consumer_tag=tag, nowait=True))
 
-    def _consume_reply_to(self, m: Basic.Consume, tag: str) -> None:
+    def _consume_reply_to(self, m: commands.Basic.Consume, tag: str) -> None:
         """RabbitMQ's direct reply-to: a pseudo-queue consumed with no-ack."""
         if not m.no_ack:
             raise precondition_failed("reply consumer cannot acknowledge")
@@ -314,9 +327,10 @@ class Channel:
         self.consumers[tag] = consumer
         self.vhost.reply_consumers[self.reply_to_key] = consumer
         if not m.nowait:
-            self.send_method(Basic.ConsumeOk(consumer_tag=tag))
+            self.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
 
-    def _basic_cancel(self, m: Basic.Cancel) -> None:
+    def _basic_cancel(self, m: commands.Basic.Cancel) -> None:
+        assert m.consumer_tag is not None  # decoded from the wire: pamqp's None is a default
         consumer = self.consumers.pop(m.consumer_tag, None)
         if consumer is not None:
             if consumer.queue is not None:
@@ -325,7 +339,7 @@ class Channel:
                 self.vhost.reply_consumers.pop(self.reply_to_key, None)
                 self.reply_to_key = None
         if not m.nowait:
-            self.send_method(Basic.CancelOk(consumer_tag=m.consumer_tag))
+            self.send_method(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
 
     def deliver(self, consumer: ChannelConsumer, queue: Queue | None, entry: QueuedMessage) -> None:
         """basic.deliver one message to ``consumer`` (called by the queue)."""
@@ -349,11 +363,11 @@ class Channel:
                                        message.exchange, message.routing_key))
         connection.send_parts(parts)
 
-    def _basic_get(self, m: Basic.Get) -> None:
+    def _basic_get(self, m: commands.Basic.Get) -> None:
         queue = self._queue(m.queue)
         entry = queue.get()
         if entry is None:
-            self.send_method(Basic.GetEmpty())
+            self.send_method(commands.Basic.GetEmpty())
             return
         self.delivery_tag += 1
         message = entry.message
@@ -362,7 +376,7 @@ class Channel:
             self.unacked[self.delivery_tag] = (queue, entry, None)
         else:  # no_ack: delivered means acknowledged
             queue.ack(entry)
-        self._send_content(Basic.GetOk(self.delivery_tag, entry.redelivered, message.exchange,
+        self._send_content(commands.Basic.GetOk(self.delivery_tag, entry.redelivered, message.exchange,
                                        message.routing_key, queue.message_count), message, header)
 
     # -- acknowledgements -------------------------------------------------------------
@@ -418,24 +432,25 @@ class Channel:
         if not self.publisher.defer(self._settle, taken, requeue):
             self._settle(taken, requeue)
 
-    def _basic_ack(self, m: Basic.Ack) -> None:
+    def _basic_ack(self, m: commands.Basic.Ack) -> None:
         self._acknowledge(m.delivery_tag, m.multiple, None)
 
-    def _basic_reject(self, m: Basic.Reject) -> None:
+    def _basic_reject(self, m: commands.Basic.Reject) -> None:
+        assert m.delivery_tag is not None  # decoded from the wire: pamqp's None is a default
         self._acknowledge(m.delivery_tag, False, m.requeue)
 
-    def _basic_nack(self, m: Basic.Nack) -> None:
+    def _basic_nack(self, m: commands.Basic.Nack) -> None:
         self._acknowledge(m.delivery_tag, m.multiple, m.requeue)
 
-    def _basic_recover(self, m: Basic.Recover | Basic.RecoverAsync) -> None:
+    def _basic_recover(self, m: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
         if not m.requeue:
             raise ConnectionError(NOT_IMPLEMENTED, "requeue=false")
         self._settle(self._take_unacked(0, True), True)
-        if isinstance(m, Basic.Recover):
-            self.send_method(Basic.RecoverOk())
+        if isinstance(m, commands.Basic.Recover):
+            self.send_method(commands.Basic.RecoverOk())
 
     # -- publishing -----------------------------------------------------------------
-    def _basic_publish(self, m: Basic.Publish) -> None:
+    def _basic_publish(self, m: commands.Basic.Publish) -> None:
         if m.immediate:
             raise ConnectionError(NOT_IMPLEMENTED, "immediate=true")
         self._publish = m
@@ -444,6 +459,7 @@ class Channel:
 
     def _content_complete(self) -> None:
         method, header, chunks = self._publish, self._header, self._chunks
+        assert method is not None  # content frames are refused without a basic.publish
         self._publish, self._header, self._chunks = None, b"", []
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if self.connection.core.alarm_active:
@@ -465,37 +481,41 @@ class Channel:
     # -- core's publisher events ------------------------------------------------------
     def returned(self, exchange: str, message: Message) -> None:
         """basic.return 312 NO_ROUTE for an unroutable mandatory message."""
-        self._send_content(Basic.Return(NO_ROUTE, "NO_ROUTE", exchange, message.routing_key),
+        self._send_content(commands.Basic.Return(NO_ROUTE, "NO_ROUTE", exchange, message.routing_key),
                            message)
 
     def confirms_ready(self) -> None:
+        """Publisher confirms are ready: send them at the connection's next flush
+        (:meth:`flush_confirms`)."""
         self.connection.confirm_later(self)
 
     def rejected(self, seq: int, before: tuple[int, bool] | None) -> None:
+        """basic.nack publish ``seq`` (after basic.ack for ``before``, the confirms
+        ready ahead of it), unless the channel is closing."""
         if self.closing or self.connection.channels.get(self.number) is not self:
             return
         if before is not None:
-            self.send_method(Basic.Ack(delivery_tag=before[0], multiple=before[1]))
-        self.send_method(Basic.Nack(delivery_tag=seq, multiple=False, requeue=False))
+            self.send_method(commands.Basic.Ack(delivery_tag=before[0], multiple=before[1]))
+        self.send_method(commands.Basic.Nack(delivery_tag=seq, multiple=False, requeue=False))
 
     def flush_confirms(self) -> None:
         """Send one basic.ack (multiple when it covers several) for every publish
         confirmed since the last flush; the connection calls it once per loop turn."""
         confirms = self.publisher.take_confirms()
         if confirms is not None:
-            self.send_method(Basic.Ack(delivery_tag=confirms[0], multiple=confirms[1]))
+            self.send_method(commands.Basic.Ack(delivery_tag=confirms[0], multiple=confirms[1]))
 
-    def _confirm_select(self, m: Confirm.Select) -> None:
+    def _confirm_select(self, m: commands.Confirm.Select) -> None:
         self.publisher.select_confirms()
         if not m.nowait:
-            self.send_method(Confirm.SelectOk())
+            self.send_method(commands.Confirm.SelectOk())
 
     # -- transactions ---------------------------------------------------------------
-    def _tx_select(self, m: Tx.Select) -> None:
+    def _tx_select(self, m: commands.Tx.Select) -> None:
         self.publisher.select_transaction()
-        self.send_method(Tx.SelectOk())
+        self.send_method(commands.Tx.SelectOk())
 
-    def _tx_commit(self, m: Tx.Commit) -> None:
+    def _tx_commit(self, m: commands.Tx.Commit) -> None:
         self.publisher.commit(self._committed)
 
     def _committed(self, ok: bool) -> None:
@@ -503,11 +523,11 @@ class Channel:
         if self.closing or self.connection.channels.get(self.number) is not self:
             return
         if ok:
-            self.send_method(Tx.CommitOk())
+            self.send_method(commands.Tx.CommitOk())
         else:
             self.connection.fail(ChannelError(INTERNAL_ERROR, "store write failed"), self.number, (90, 20))
 
-    def _tx_rollback(self, m: Tx.Rollback) -> None:
+    def _tx_rollback(self, m: commands.Tx.Rollback) -> None:
         # Acks taken during the transaction become unacknowledged again.
         restored = self._deferred_settlements(self.publisher.rollback())
         if restored:
@@ -516,7 +536,7 @@ class Channel:
                 if consumer is not None:
                     consumer.unacked += 1
             self.unacked = OrderedDict(sorted(self.unacked.items()))
-        self.send_method(Tx.RollbackOk())
+        self.send_method(commands.Tx.RollbackOk())
 
     def _deferred_settlements(self, work: list[tuple[Callable, tuple]]) -> list[tuple]:
         """The deliveries whose acknowledgements ``work`` (a transaction's) held."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import platform
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pamqp import commands
 from pamqp.base import Frame as Method
@@ -43,9 +43,11 @@ from ...amqp.frames import (
     decode_method,
     encode_method,
 )
-from ...core.auth import AuthenticationError
+from ...core.auth import AuthenticationError, User
 from ...core.broker import BrokerCore
+from ...core.clock import Timer
 from ...core.errors import BrokerError
+from ...core.vhost import VirtualHost
 from ...version import __version__
 from .channel import Channel
 from .errors import to_amqp
@@ -60,7 +62,41 @@ CLOSE_TIMEOUT = 3.0  # seconds to wait for connection.close-ok
 HEARTBEAT_RECHECK = 0.1  # seconds: long enough for the loop to poll its sockets once
 
 
+class Transport(Protocol):
+    """What a connection writes to and closes: an asyncio transport (the server's), or
+    a test's fake."""
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` for the socket (never blocks)."""
+
+    def close(self) -> None:
+        """Close once the queued data is written."""
+
+    def abort(self) -> None:
+        """Close at once, dropping queued data."""
+
+    def pause_reading(self) -> None:
+        """Stop calling :meth:`Connection.data_received` (a blocked publisher)."""
+
+    def resume_reading(self) -> None:
+        """Read again after :meth:`pause_reading`."""
+
+
+class Loop(Protocol):
+    """The event loop as a connection uses it: monotonic time and timers (an asyncio
+    loop, or a test's fake that moves time by hand)."""
+
+    def time(self) -> float:
+        """Monotonic time in seconds."""
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
+        """Run ``callback`` once after ``delay`` seconds."""
+
+
 def server_properties() -> dict:
+    """connection.start's ``server-properties`` table (§1.4.2.1), with RabbitMQ's
+    ``capabilities`` so clients enable confirms, consumer cancel notifications,
+    connection.blocked and direct reply-to."""
     return {
         "product": "leveret",
         "version": __version__,
@@ -89,7 +125,7 @@ class Connection:
     ``closed`` at the end.
     """
 
-    def __init__(self, core: BrokerCore, transport: Any, loop: Any,
+    def __init__(self, core: BrokerCore, transport: Transport, loop: Loop,
                  request_flush: Callable[[Connection], None], peer: str = "",
                  from_loopback: bool = True,
                  input_waiting: Callable[[], bool] | None = None) -> None:
@@ -100,10 +136,10 @@ class Connection:
         self.peer = peer
         self.from_loopback = from_loopback
         self.state = "header"
-        self.user = None
-        self.vhost: Any = None
-        self.client_properties: dict = {}
-        self.capabilities: dict = {}
+        self.user: User | None = None  # set by connection.start-ok
+        self.vhost: VirtualHost | None = None  # set by connection.open
+        self.client_properties: dict[str, Any] = {}
+        self.capabilities: dict[str, Any] = {}
         limits = core.limits
         self.channel_max = limits.channel_max
         self.frame_max = limits.frame_max
@@ -116,19 +152,22 @@ class Connection:
         self._header = b""
         self._out: list[bytes] = []
         self._flush_requested = False
-        self._timer: Any = loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
+        self._timer: Timer = loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
         self.last_received = self.last_sent = loop.time()
         self._input_waiting = input_waiting
         self._rechecking = False  # the missed-heartbeat verdict was deferred once
 
     # -- output ---------------------------------------------------------------------
     def send(self, data: bytes) -> None:
+        """Queue encoded frames; the server writes them at :meth:`flush`, once per
+        event-loop turn."""
         if not self._flush_requested:
             self._flush_requested = True
             self._request_flush(self)
         self._out.append(data)
 
     def send_parts(self, parts: list[bytes]) -> None:
+        """Queue several encoded frames (a delivery: method, header, body)."""
         if not self._flush_requested:
             self._flush_requested = True
             self._request_flush(self)
@@ -155,10 +194,15 @@ class Connection:
         self._out.clear()
 
     def send_method(self, channel: int, method: Method) -> None:
+        """Queue ``method`` as a method frame on ``channel``."""
         self.send(encode_method(channel, method))
 
     # -- input ----------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
+        """Feed bytes read from the socket: the protocol header first (§4.2.2), then
+        frames. Errors are answered here: channel.close for soft ones, connection.close
+        for hard ones (a bad frame: 501, then the socket is closed). Anything else it
+        raises is a bug in leveret (the server closes the connection with 541)."""
         self.last_received = self.loop.time()
         if self.state == "header":
             data = self._protocol_header(data)
@@ -297,22 +341,26 @@ class Connection:
             if isinstance(method, C.CloseOk):
                 self.close_transport()
             return
-        handler = {
-            "start": (C.StartOk, self._start_ok), "tune": (C.TuneOk, self._tune_ok),
-            "open": (C.Open, self._open), "opened": (C.UpdateSecret, self._update_secret),
-        }[self.state]
-        if isinstance(method, handler[0]):
-            handler[1](method)
+        state = self.state
+        if state == "start" and isinstance(method, C.StartOk):
+            self._start_ok(method)
+        elif state == "tune" and isinstance(method, C.TuneOk):
+            self._tune_ok(method)
+        elif state == "open" and isinstance(method, C.Open):
+            self._open(method)
+        elif state == "opened" and isinstance(method, C.UpdateSecret):
+            self._update_secret(method)
         elif not isinstance(method, (C.Blocked, C.Unblocked)):
             raise ConnectionError(COMMAND_INVALID, f"unexpected {method.name} in state {self.state}")
 
-    def _login(self, mechanism: str, response: Any) -> Any:
+    def _login(self, mechanism: str, response: str | bytes) -> User:
         username, password = parse_response(mechanism, response)
         return self.core.users.authenticate(username, password, self.from_loopback, mechanism)
 
     def _start_ok(self, m: C.StartOk) -> None:
         self.client_properties = m.client_properties or {}
-        self.capabilities = self.client_properties.get("capabilities") or {}
+        capabilities = self.client_properties.get("capabilities")
+        self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         if m.mechanism not in MECHANISMS:
             raise ConnectionError(COMMAND_INVALID, f"unknown authentication mechanism '{m.mechanism}'")
         try:
@@ -340,12 +388,14 @@ class Connection:
         self.state = "open"
 
     def _open(self, m: C.Open) -> None:
+        user = self.user
+        assert user is not None  # state "open" follows a successful start-ok
         vhost = self.core.vhosts.get(m.virtual_host)
         if vhost is None:
             raise ConnectionError(NOT_ALLOWED, f"vhost '{m.virtual_host}' not found")
-        if not self.core.users.may_access(self.user, vhost.name):
+        if not self.core.users.may_access(user, vhost.name):
             raise ConnectionError(NOT_ALLOWED,
-                                  f"access to vhost '{vhost.name}' refused for user '{self.user.name}'")
+                                  f"access to vhost '{vhost.name}' refused for user '{user.name}'")
         self.vhost = vhost
         self.state = "opened"
         self.send_method(0, C.OpenOk())
@@ -355,6 +405,7 @@ class Connection:
         self.core.alarm_listeners.append(self._on_alarm)
 
     def _update_secret(self, m: C.UpdateSecret) -> None:
+        assert self.user is not None  # state "opened" follows a successful start-ok
         try:
             self.core.users.authenticate(self.user.name, m.new_secret.decode()
                                          if isinstance(m.new_secret, bytes) else str(m.new_secret),
@@ -445,6 +496,8 @@ class Connection:
                 channel.release()
 
     def close_transport(self, abort: bool = False) -> None:
+        """Write what is queued and close the socket (``abort``: drop it at once);
+        :meth:`connection_lost` follows from the server."""
         if self.state == "closed":
             return
         self.flush()

@@ -45,9 +45,13 @@ class ChannelConsumer:
 
     @property
     def global_prefetch(self) -> int:
+        """The channel's prefetch count (basic.qos global=true), 0: unlimited."""
         return self.channel.global_prefetch
 
     def can_accept(self) -> bool:
+        """Whether a delivery may go out now: channel flow on, socket below its high
+        water mark, and (unless no-ack) room in the consumer's and the channel's
+        prefetch windows."""
         channel = self.channel
         if not channel.active or not channel.connection.writable:
             return False
@@ -58,6 +62,7 @@ class ChannelConsumer:
         return not channel.global_prefetch or len(channel.unacked) < channel.global_prefetch
 
     def deliver(self, queue: Queue | None, entry: QueuedMessage) -> None:
+        """Send ``entry`` as basic.deliver (``queue`` None: a direct reply-to message)."""
         self.channel.deliver(self, queue, entry)
 
     def cancel_by_broker(self) -> None:

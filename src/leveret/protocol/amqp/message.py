@@ -25,6 +25,8 @@ class AMQPFormat:
     name = "amqp-0-9-1"
 
     def properties(self, message: Message) -> Properties:
+        """Decode the content header's property list (``type`` is AMQP's
+        ``message-type``)."""
         decoded = wire.decode(message.encoded)
         return Properties(
             decoded.content_type, decoded.content_encoding, decoded.headers,
@@ -47,6 +49,8 @@ class AMQPFormat:
                 for item in deaths[1] if item[0] == "F"]
 
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
+        """A message read back from the store: its facts scanned from the header,
+        whose ``expiration`` was checked at publish."""
         delivery_mode, priority, expiration = wire.scan(encoded)
         return Message(exchange, routing_key, body, self, encoded, delivery_mode == 2,
                        ttl_of(expiration), priority)
