@@ -83,8 +83,14 @@ _DELIVER_HEAD = struct.Struct(">BHIHH")
 _ACK_ARGS = struct.Struct(">QB")
 
 
-def _publish(payload: bytes) -> Method:
-    """basic.publish: reserved short, exchange, routing key (short strings), bits."""
+#: The first four bytes of a basic.publish method frame's payload (class 60, method 40).
+PUBLISH_ID = _PUBLISH.to_bytes(4, "big")
+
+
+def publish_fields(payload: bytes) -> tuple[str, str, bool, bool]:
+    """``(exchange, routing_key, mandatory, immediate)`` of a basic.publish method
+    payload: reserved short, exchange, routing key (short strings), bits. Raises
+    ValueError, IndexError (UnicodeDecodeError) if malformed."""
     at = 6
     size = payload[at]
     exchange = payload[at + 1:at + 1 + size].decode()
@@ -94,9 +100,14 @@ def _publish(payload: bytes) -> Method:
     bits = payload[at + 1 + size]
     if len(payload) != at + 2 + size:
         raise ValueError("basic.publish has trailing bytes")
+    return exchange, routing_key, bool(bits & 1), bool(bits & 2)
+
+
+def _publish(payload: bytes) -> Method:
+    exchange, routing_key, mandatory, immediate = publish_fields(payload)
     method = commands.Basic.Publish.__new__(commands.Basic.Publish)
     method.ticket, method.exchange, method.routing_key = 0, exchange, routing_key
-    method.mandatory, method.immediate = bool(bits & 1), bool(bits & 2)
+    method.mandatory, method.immediate = mandatory, immediate
     return method
 
 

@@ -50,6 +50,9 @@ def _new_tag(prefix: str) -> str:
 Unacked = tuple[Queue | None, QueuedMessage, ChannelConsumer | None]
 
 
+_REPLY_TO_HIGH_BITS = wire.REPLY_TO_FLAG >> 8  # reply_to's bit in the first flag byte
+
+
 class Channel:
     """Channel ``number`` of ``connection``; created by channel.open."""
 
@@ -462,13 +465,23 @@ class Channel:
         assert method is not None  # content frames are refused without a basic.publish
         self._publish, self._header, self._chunks = None, b"", []
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self.publish_content(method.exchange, method.routing_key, method.mandatory, header,
+                             body, self._facts)
+
+    def publish_content(self, exchange_name: str, routing_key: str, mandatory: bool,
+                        header: bytes, body: bytes,
+                        facts: tuple[int | None, int | None, str | None]) -> None:
+        """Publish a complete message: ``header`` is its checked content header payload
+        and ``facts`` what :func:`wire.scan` read from it. Raises NotFound (404) for a
+        missing exchange, AccessRefused (403) for an internal one, PreconditionFailed
+        (406) for a bad expiration or a direct reply-to without its consumer."""
         if self.connection.core.alarm_active:
             self.connection.block_publisher()
-        exchange = self.publisher.exchange(method.exchange)
-        message = from_publish(method.exchange, method.routing_key, header, body, self._facts)
-        if wire.has(header, wire.REPLY_TO_FLAG):
+        exchange = self.publisher.exchange(exchange_name)
+        message = from_publish(exchange_name, routing_key, header, body, facts)
+        if header[12] & _REPLY_TO_HIGH_BITS:
             message = self._rewrite_reply_to(message)
-        self.publisher.publish(exchange, message, method.mandatory)
+        self.publisher.publish(exchange, message, mandatory)
 
     def _rewrite_reply_to(self, message: Message) -> Message:
         properties = message.properties

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from pamqp import commands
 from pamqp.base import Frame as Method
 
+from ...amqp import properties as wire
 from ...amqp.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -33,15 +34,18 @@ from ...amqp.errors import (
     ConnectionError,
 )
 from ...amqp.frames import (
+    FRAME_BODY,
     FRAME_HEADER,
     FRAME_HEARTBEAT,
     FRAME_METHOD,
     HEARTBEAT,
     PROTOCOL_HEADER,
+    PUBLISH_ID,
     FrameError,
     FrameReader,
     decode_method,
     encode_method,
+    publish_fields,
 )
 from ...core.auth import AuthenticationError, User
 from ...core.broker import BrokerCore
@@ -53,6 +57,7 @@ from .channel import Channel
 from .errors import to_amqp
 from .sasl import MECHANISMS, parse_response
 
+_BASIC_CLASS = (60).to_bytes(2, "big")  # class id of a content header for basic.publish
 log = logging.getLogger("leveret.amqp")
 
 C = commands.Connection
@@ -216,7 +221,17 @@ class Connection:
             self._connection_error(exc, 0, 0)
             self.close_transport()
             return
-        for frame_type, number, payload in frames:
+        i, count = 0, len(frames)
+        while i < count:
+            frame_type, number, payload = frames[i]
+            if frame_type == FRAME_METHOD and payload[:4] == PUBLISH_ID:
+                taken = self._publish_whole(frames, i)
+                if taken:  # a whole message in this read: published in one go
+                    i += taken
+                    if self.state == "closed":
+                        return
+                    continue
+            i += 1
             try:
                 try:
                     self._frame(frame_type, number, payload)
@@ -229,6 +244,51 @@ class Connection:
                 self._connection_error(exc, class_id, method_id)
             if self.state == "closed":
                 return
+
+    def _publish_whole(self, frames: list[tuple[int, int, bytes]], i: int) -> int:
+        """The hot path: ``frames[i]`` is a basic.publish whose content header and single
+        body frame follow in the same read, on an open channel. Publish it without the
+        per-frame state machine and return how many frames it took; return 0 for
+        anything unusual (a malformed method or header, ``immediate``, a body in several
+        frames, a message over the size limit, a channel not ready for it), which the
+        per-frame path then handles, errors included."""
+        _, number, payload = frames[i]
+        channel = self.channels.get(number)
+        if (channel is None or channel.closing or channel.expecting_content
+                or self.state != "opened" or i + 1 >= len(frames)):
+            return 0
+        header_type, header_number, header = frames[i + 1]
+        if header_type != FRAME_HEADER or header_number != number or len(header) < 14 \
+                or header[:2] != _BASIC_CLASS:
+            return 0
+        size = wire.declared_body_size(header)
+        if size > self.core.limits.max_message_size:
+            return 0
+        if size:
+            if i + 2 >= len(frames):
+                return 0
+            body_type, body_number, body = frames[i + 2]
+            if body_type != FRAME_BODY or body_number != number or len(body) != size:
+                return 0
+        else:
+            body = b""
+        try:
+            exchange, routing_key, mandatory, immediate = publish_fields(payload)
+            facts = wire.scan(header)
+        except (ValueError, IndexError, ConnectionError):  # the per-frame path reports it
+            return 0
+        if immediate:
+            return 0
+        try:
+            try:
+                channel.publish_content(exchange, routing_key, mandatory, header, body, facts)
+            except BrokerError as exc:
+                raise to_amqp(exc) from None
+        except ChannelError as exc:  # reported against basic.publish, as the frame path does
+            self._channel_error(number, exc, None)
+        except ConnectionError as exc:
+            self._connection_error(exc, 0, 0)
+        return 3 if size else 2
 
     def _protocol_header(self, data: bytes) -> bytes:
         """Check the 8-byte protocol header (§4.2.2); returns the bytes after it."""
