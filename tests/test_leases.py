@@ -133,3 +133,12 @@ def test_leased_read_needs_no_ack(api, channel):
         channel.basic_consume("strict", lambda *a: None, arguments={
             "x-lease-group": "g", "x-lease-from": 1, "x-lease-to": 2})
     assert info.value.reply_code == 406
+
+
+@pytest.mark.parametrize("bounds", [(True, 2), (1, False), ("1", 2)])
+def test_leased_read_bounds_must_be_integers(api, channel, bounds):
+    fill(channel, "bounded", 1)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        channel.basic_consume("bounded", lambda *a: None, auto_ack=True, arguments={
+            "x-lease-group": "g", "x-lease-from": bounds[0], "x-lease-to": bounds[1]})
+    assert info.value.reply_code == 406 and "integers" in info.value.reply_text

@@ -25,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from ..core.auth import AuthenticationError
+from ..core.errors import BrokerError
 from ..core.broker import BrokerCore
 from ..core.policy import matching
 from ..core.queues import Queue
@@ -46,6 +47,22 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+#: Core's neutral errors as HTTP statuses (RabbitMQ's management API answers a
+#: precondition failure with 400 bad_request).
+_STATUS = {"not_found": 404, "access_refused": 403, "resource_locked": 405,
+           "precondition_failed": 400}
+
+
+@web.middleware
+async def _broker_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A request core refuses gets a JSON error with a 4xx status, never a 500."""
+    try:
+        return await handler(request)
+    except BrokerError as exc:
+        return web.json_response({"error": exc.condition, "reason": exc.text},
+                                 status=_STATUS.get(exc.condition, 400))
+
+
 class ManagementAPI:
     """Serves the API for ``core`` on ``host:port`` (0 picks a free port)."""
 
@@ -54,7 +71,7 @@ class ManagementAPI:
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
-        app = web.Application(middlewares=[self._authenticate])
+        app = web.Application(middlewares=[self._authenticate, _broker_errors])
         app.add_routes([
             web.get("/api/overview", self.overview),
             web.get("/api/vhosts", self.vhosts),
@@ -160,8 +177,7 @@ class ManagementAPI:
 
     async def purge(self, request: web.Request) -> web.Response:
         """``DELETE /api/queues/{vhost}/{name}/contents``: purge ready messages (204); 404
-        if missing. A stream refuses it with PreconditionFailed, which is not mapped
-        to an HTTP status (aiohttp answers 500)."""
+        if missing; 400 for a stream (which cannot be purged)."""
         queue = self._vhost(request).queues.get(request.match_info["name"])
         if queue is None:
             raise web.HTTPNotFound(text='{"error": "Object Not Found", "reason": "queue"}',

@@ -404,8 +404,7 @@ class SQLiteStore(Store):
         db.execute("COMMIT")
         return True
 
-    @staticmethod
-    def _reclaim(db: sqlite3.Connection) -> bool:
+    def _reclaim(self, db: sqlite3.Connection) -> bool:
         """Give up to 4096 freed pages back to the file system and keep the WAL short;
         whether more freed pages remain."""
         try:
@@ -416,7 +415,7 @@ class SQLiteStore(Store):
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             return free > 1024 + 4096
         except sqlite3.Error as exc:
-            log.warning("store %s: reclaiming space failed: %s", "leveret.db", exc)
+            log.warning("store %s: reclaiming space failed: %s", self.path, exc)
             return False
 
     def close(self) -> None:

@@ -303,7 +303,7 @@ class Channel:
             raise precondition_failed("a leased read must use no-ack: acknowledge with lease.ack")
         if isinstance(group, bytes):
             group = group.decode()
-        if not isinstance(group, str) or not isinstance(start, int) or not isinstance(end, int):
+        if not isinstance(group, str) or not _is_integer(start) or not _is_integer(end):
             raise precondition_failed("x-lease-group must be a string, x-lease-from and "
                                       "x-lease-to integers")
         consumer = ChannelConsumer(self, None, tag, True, False, arguments)
@@ -554,3 +554,8 @@ class Channel:
     def _deferred_settlements(self, work: list[tuple[Callable, tuple]]) -> list[tuple]:
         """The deliveries whose acknowledgements ``work`` (a transaction's) held."""
         return [item for action, args in work if action == self._settle for item in args[0]]
+
+
+def _is_integer(value: object) -> bool:
+    """An integer field value (a boolean is not one, though Python says so)."""
+    return isinstance(value, int) and not isinstance(value, bool)
