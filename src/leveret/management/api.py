@@ -25,8 +25,8 @@ from typing import Any
 from aiohttp import web
 
 from ..core.auth import AuthenticationError
-from ..core.errors import BrokerError
 from ..core.broker import BrokerCore
+from ..core.errors import BrokerError
 from ..core.policy import matching
 from ..core.queues import Queue
 from ..version import __version__

@@ -12,7 +12,7 @@ import base64
 import os
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from pamqp import commands
 from pamqp.base import Frame as Method
@@ -556,6 +556,6 @@ class Channel:
         return [item for action, args in work if action == self._settle for item in args[0]]
 
 
-def _is_integer(value: object) -> bool:
+def _is_integer(value: object) -> TypeGuard[int]:
     """An integer field value (a boolean is not one, though Python says so)."""
     return isinstance(value, int) and not isinstance(value, bool)
