@@ -8,6 +8,7 @@ import datetime
 import decimal
 
 import pytest
+from test_dead_letter_rabbitmq import INVALID
 from hypothesis import given, strategies as st
 
 from leveret.core.errors import PreconditionFailed
@@ -234,23 +235,8 @@ def test_policy_keys_with_the_x_prefix_are_not_policy_keys():
 
 
 # -- 406 texts --------------------------------------------------------------------------
-RABBITMQ_TEXTS = [  # as in tests/test_dead_letter_rabbitmq.py (RabbitMQ 3.10)
-    ({"x-message-ttl": -1}, "invalid arg 'x-message-ttl' for queue 'q' in vhost '/': {value_negative,-1}"),
-    ({"x-message-ttl": "100"}, "invalid arg 'x-message-ttl' for queue 'q' in vhost '/': "
-                               '"expected integer, got longstr"'),
-    ({"x-expires": 0}, "invalid arg 'x-expires' for queue 'q' in vhost '/': {value_zero,0}"),
-    ({"x-expires": -5}, "invalid arg 'x-expires' for queue 'q' in vhost '/': {value_negative,-5}"),
-    ({"x-max-length": -1}, "invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-1}"),
-    ({"x-max-length": True}, "invalid arg 'x-max-length' for queue 'q' in vhost '/': "
-                             '"expected integer, got bool"'),
-    ({"x-max-length-bytes": "x"}, "invalid arg 'x-max-length-bytes' for queue 'q' in vhost '/': "
-                                  '"expected integer, got longstr"'),
-    ({"x-overflow": "nope"}, "invalid arg 'x-overflow' for queue 'q' in vhost '/': invalid_overflow"),
-    ({"x-dead-letter-exchange": 5}, "invalid type 'signedint' for arg 'x-dead-letter-exchange' "
-                                    "in queue 'q' in vhost '/'"),
-    ({"x-dead-letter-routing-key": "k"}, "invalid arg 'x-dead-letter-routing-key' for queue 'q' in "
-                                         "vhost '/': routing_key_but_no_dlx_defined"),
-]
+# The texts checked against RabbitMQ 3.10 (tests/test_dead_letter_rabbitmq.py)
+RABBITMQ_TEXTS = INVALID
 
 
 @pytest.mark.parametrize("arguments,text", RABBITMQ_TEXTS)
