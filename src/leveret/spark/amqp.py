@@ -15,8 +15,6 @@ raises :class:`ChannelError` and the next operation opens a fresh channel.
 from __future__ import annotations
 
 import collections
-import datetime
-import functools
 import json
 import socket
 import struct
@@ -27,296 +25,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pamqp import commands, decode, encode, frame, header, heartbeat
+from pamqp import commands, frame, header, heartbeat
 from pamqp.body import ContentBody
+
+from ..amqp.delivery import Delivery, decode_frame, take_delivery
+from ..amqp.field_table import Long
+from ..amqp.frames import encode_publish
+from ..amqp.properties import PROPERTY_NAMES, encode_properties
 
 __all__ = ["AMQPError", "ChannelError", "Client", "ConnectionError_", "Delivery", "Long",
            "PublishError", "RPCError", "decode_frame", "encode_publish", "safe_url",
-           "take_delivery"]
+           "take_delivery", "encode_properties"]
 
-_FRAME_END = 0xCE
 _SEND_CHUNK = 256 * 1024
-
-
-# -- hot-path frame decoding ----------------------------------------------------------
-# basic.deliver, content headers and content bodies are decoded here by hand, straight
-# out of the receive buffer: pamqp's generic unmarshalling costs most of a reader's
-# time. The values are those pamqp would give (a whole delivery's properties as a dict
-# by pamqp attribute name; single frames as pamqp's classes). Anything unusual (a
-# malformed frame, more than one property flag word) is left to pamqp, so errors are
-# pamqp's too.
-
-_U32 = struct.Struct(">I").unpack_from
-_I64 = struct.Struct(">q").unpack_from
-_U64 = struct.Struct(">Q").unpack_from
-_FRAME_HEAD = struct.Struct(">BHI").unpack_from
-_CONTENT_HEAD = struct.Struct(">HHQH").unpack_from
-_DELIVER_INDEX = commands.Basic.Deliver.index  # 0x003C003C
-_Deliver = commands.Basic.Deliver
-_Properties = commands.Basic.Properties
-_ContentHeader = header.ContentHeader
-_new = object.__new__
-_UTC = datetime.UTC
-_fromtimestamp = datetime.datetime.fromtimestamp
-_field_table = decode.field_table
-
-
-class _Malformed(ValueError):
-    """The fast decoder cannot decode this frame (pamqp then decides)."""
-
-
-def decode_deliver(buf: bytes | bytearray, pos: int, end: int) -> commands.Basic.Deliver:
-    """basic.deliver's arguments in ``buf[pos:end]`` (after the class and method ids)."""
-    n = buf[pos]
-    pos += 1
-    consumer_tag = str(buf[pos:pos + n], "utf-8")
-    pos += n
-    delivery_tag = _I64(buf, pos)[0]
-    redelivered = (buf[pos + 8] & 1) != 0
-    n = buf[pos + 9]
-    pos += 10
-    exchange = str(buf[pos:pos + n], "utf-8")
-    pos += n
-    n = buf[pos]
-    pos += 1
-    routing_key = str(buf[pos:pos + n], "utf-8")
-    if pos + n > end:
-        raise _Malformed("basic.deliver is truncated")
-    d = _new(_Deliver)
-    d.consumer_tag = consumer_tag
-    d.delivery_tag = delivery_tag
-    d.redelivered = redelivered
-    d.exchange = exchange
-    d.routing_key = routing_key
-    return d
-
-
-# The basic properties in flag order (AMQP 0-9-1 §4.2.6.1): flag bit, attribute, wire type.
-_PROPERTY_LAYOUT = tuple(zip(
-    (0x8000 >> i for i in range(14)),
-    ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
-     "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "message_type",
-     "user_id", "app_id", "cluster_id"),
-    "ssToosssstssss"))
-_PROPERTY_NAMES = tuple(name for _, name, _ in _PROPERTY_LAYOUT)
-
-
-@functools.cache
-def _present(flags: int) -> tuple[tuple[str, str], ...]:
-    """(attribute, wire type) of the properties a flag word says are present."""
-    return tuple((name, kind) for flag, name, kind in _PROPERTY_LAYOUT if flags & flag)
-
-
-def decode_properties(buf: bytes | bytearray, pos: int, end: int,
-                      flags: int) -> dict[str, Any]:
-    """The properties present in ``buf[pos:end]`` by pamqp attribute name, with pamqp's
-    values (text as str, timestamps as aware datetimes, headers as pamqp decodes them)."""
-    props: dict[str, Any] = {}
-    for name, kind in _present(flags):
-        if kind == "s":  # short string
-            n = buf[pos]
-            value: Any = str(buf[pos + 1:pos + 1 + n], "utf-8")
-            pos += 1 + n
-        elif kind == "o":  # octet
-            value = buf[pos]
-            pos += 1
-        elif kind == "T":  # field table (pamqp)
-            if pos + 4 > end:
-                raise _Malformed("headers are truncated")
-            n, value = _field_table(bytes(buf[pos:end]))
-            pos += n
-        else:  # timestamp
-            if pos + 8 > end:
-                raise _Malformed("timestamp is truncated")
-            ts = _U64(buf, pos)[0]
-            if ts > 0xFFFFFFFF:  # as pamqp: above the year 2106 it is milliseconds
-                ts /= 1000.0
-            value = _fromtimestamp(ts, tz=_UTC)
-            pos += 8
-        props[name] = value
-    if pos > end:
-        raise _Malformed("content header is truncated")
-    return props
-
-
-def decode_content_header(buf: bytes | bytearray, pos: int, end: int) -> header.ContentHeader:
-    """A content header frame's payload ``buf[pos:end]``."""
-    if pos + 14 > end:
-        raise _Malformed("content header is truncated")
-    class_id, weight, body_size, flags = _CONTENT_HEAD(buf, pos)
-    if flags & 1:
-        raise _Malformed("more than one property flag word")
-    props = decode_properties(buf, pos + 14, end, flags)
-    p = _new(_Properties)
-    for name in _PROPERTY_NAMES:
-        setattr(p, name, props.get(name))
-    p.cluster_id = props.get("cluster_id", "")
-    h = _new(_ContentHeader)
-    h.class_id = class_id
-    h.weight = weight
-    h.body_size = body_size
-    h.properties = p
-    return h
-
-
-def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
-    """A basic.deliver with its content header and a one-frame body, complete at the
-    start of ``buf``: (bytes it takes, the delivery). None when ``buf`` starts with
-    anything else, an incomplete delivery or one :func:`decode_frame` should judge
-    (a larger body, a malformed frame): the caller then reads frame by frame."""
-    size = len(buf)
-    if size < 12 or buf[0] != 1 or _U32(buf, 7)[0] != _DELIVER_INDEX:
-        return None
-    channel = buf[1:3]
-    end = 7 + _U32(buf, 3)[0]
-    pos = end + 1  # the content header frame
-    if size < pos + 21 or buf[end] != _FRAME_END or buf[pos] != 2 \
-            or buf[pos + 1:pos + 3] != channel:
-        return None
-    head_end = pos + 7 + _U32(buf, pos + 3)[0]
-    if size <= head_end or buf[head_end] != _FRAME_END:
-        return None
-    _, _, body_size, flags = _CONTENT_HEAD(buf, pos + 7)
-    taken = head_end + 1
-    if body_size:
-        body_end = taken + 7 + body_size
-        if size <= body_end or buf[taken] != 3 or buf[taken + 1:taken + 3] != channel \
-                or _U32(buf, taken + 3)[0] != body_size or buf[body_end] != _FRAME_END:
-            return None
-        body = bytes(buf[taken + 7:body_end])
-        taken = body_end + 1
-    else:
-        body = b""
-    try:
-        if flags & 1:
-            raise _Malformed("more than one property flag word")
-        d = decode_deliver(buf, 11, end)
-        props = decode_properties(buf, pos + 21, head_end, flags)
-    except Exception:  # noqa: BLE001 - decode_frame decodes (or rejects) it
-        return None
-    return taken, Delivery(d.delivery_tag, d.redelivered, d.exchange, d.routing_key, props,
-                           body, d.consumer_tag)
-
-
-# -- hot-path frame encoding ----------------------------------------------------------
-# basic.publish with its content header and body frames, encoded by hand for the sink:
-# pamqp's generic marshalling cost about 25 µs a message, more than the broker spends
-# confirming it. The bytes are pamqp's (tests/spark/test_spark_codec.py): properties
-# that are None or "" are left out, naive timestamps are UTC, tables are pamqp's but
-# for Long values.
-
-_FRAME_HEADER = struct.Struct(">BHI").pack
-_PUBLISH_ID = struct.Struct(">HHH").pack(60, 40, 0)  # basic.publish, reserved-1
-_U32_PACK = struct.Struct(">I").pack
-_I64_PACK = struct.Struct(">q").pack
-_F64_PACK = struct.Struct(">d").pack
-_CONTENT_PREFIX = struct.Struct(">HHQH").pack
-_PROPERTY_ORDER = {name: (position, flag, kind)  # sorted by position: the wire order
-                   for position, (flag, name, kind) in enumerate(_PROPERTY_LAYOUT)}
-_END = b"\xce"
-
-
-class Long(int):
-    """An integer a field table carries as ``l`` (signed 64 bits) whatever its size, as
-    RabbitMQ writes ``x-death`` ``count``; a plain int gets pamqp's smallest type."""
-
-
-def encode_table(table: dict[str, Any]) -> bytes:
-    """A field table as pamqp's ``encode.field_table`` writes it (keys sorted, a key cut
-    to 128 bytes), except that :class:`Long` values, at any depth, are written as ``l``
-    and floats as doubles (``d``). TypeError for a value pamqp cannot encode."""
-    parts = []
-    for key, item in sorted(table.items()):
-        name = key.encode()
-        if len(name) > 128:
-            name = name[:128].decode("utf-8", "ignore").encode()
-        parts += (bytes((len(name),)), name, _table_value(item))
-    data = b"".join(parts)
-    return _U32_PACK(len(data)) + data
-
-
-def _table_value(item: Any) -> bytes:
-    if type(item) is Long:
-        return b"l" + _I64_PACK(item)
-    if type(item) is float:  # a double, as pika writes it (pamqp's 'f' loses precision)
-        return b"d" + _F64_PACK(item)
-    if isinstance(item, dict):
-        return b"F" + encode_table(item)
-    if isinstance(item, list):
-        data = b"".join(map(_table_value, item))
-        return b"A" + _U32_PACK(len(data)) + data
-    return encode.encode_table_value(item)
-
-
-def _shortstr(value: str) -> bytes:
-    data = value.encode()
-    if len(data) > 255:
-        raise ValueError(f"AMQP short string longer than 255 bytes: {value[:40]!r}...")
-    return bytes((len(data),)) + data
-
-
-def encode_properties(properties: dict[str, Any]) -> tuple[int, bytes]:
-    """(property flags, encoded property list) of basic properties given by pamqp
-    attribute name (``message_type`` for ``type``)."""
-    unknown = properties.keys() - _PROPERTY_ORDER.keys()
-    if unknown:
-        raise ValueError(f"unknown message properties {sorted(unknown)}; known: "
-                         f"{', '.join(_PROPERTY_NAMES)}")
-    flags = 0
-    parts = []
-    for name in sorted(properties, key=_PROPERTY_ORDER.__getitem__):
-        value = properties[name]
-        if value is None or value == "":
-            continue
-        _, flag, kind = _PROPERTY_ORDER[name]
-        flags |= flag
-        if kind == "s":
-            parts.append(_shortstr(value))
-        elif kind == "o":
-            parts.append(bytes((value,)))
-        elif kind == "T":
-            parts.append(encode_table(value))
-        else:
-            parts.append(encode.timestamp(value))
-    return flags, b"".join(parts)
-
-
-def encode_publish(channel: int, exchange: str, routing_key: str, body: bytes,
-                   properties: dict[str, Any], frame_max: int,
-                   mandatory: bool = False) -> bytes:
-    """The frames of one basic.publish: method, content header, body (split to fit
-    ``frame_max``), as pamqp's ``frame.marshal`` would write them."""
-    method = b"".join((_PUBLISH_ID, _shortstr(exchange), _shortstr(routing_key),
-                       b"\x01" if mandatory else b"\x00"))
-    flags, props = encode_properties(properties)
-    size = len(body)
-    head = _CONTENT_PREFIX(60, 0, size, flags) + props
-    parts = [_FRAME_HEADER(1, channel, len(method)), method, _END,
-             _FRAME_HEADER(2, channel, len(head)), head, _END]
-    step = frame_max - 8
-    for i in range(0, size, step):
-        chunk = body[i:i + step]
-        parts += (_FRAME_HEADER(3, channel, len(chunk)), chunk, _END)
-    return b"".join(parts)
-
-
-def decode_frame(buf: bytes | bytearray) -> tuple[int, Any]:
-    """(channel, value) of the complete frame at the start of ``buf``, as
-    ``pamqp.frame.unmarshal`` would give them."""
-    ftype, channel, size = _FRAME_HEAD(buf, 0)
-    end = size + 7
-    if size and buf[end] == _FRAME_END and buf[0:4] != b"AMQP":
-        try:
-            if ftype == 3:
-                return channel, ContentBody(bytes(buf[7:end]))
-            if ftype == 2:
-                return channel, decode_content_header(buf, 7, end)
-            if ftype == 1 and size >= 4 and _U32(buf, 7)[0] == _DELIVER_INDEX:
-                return channel, decode_deliver(buf, 11, end)
-        except Exception:  # noqa: BLE001 - pamqp decodes (or rejects) it below
-            pass
-    _, channel, value = frame.unmarshal(bytes(buf[:end + 1]))
-    return channel, value
+_PROPERTY_NAMES = PROPERTY_NAMES
 
 
 class AMQPError(RuntimeError):
@@ -381,23 +103,6 @@ def parse_url(url: str) -> URLParams:
     return URLParams(parts.hostname, port or 5672,
                      urllib.parse.unquote(parts.username or "guest"),
                      urllib.parse.unquote(parts.password or "guest"), vhost)
-
-
-@dataclass
-class Delivery:
-    """One message received with basic.deliver or basic.get-ok."""
-
-    delivery_tag: int
-    redelivered: bool
-    exchange: str
-    routing_key: str
-    props: dict[str, Any]  # the properties present, by pamqp attribute name
-    body: bytes
-    consumer_tag: str = ""
-
-    @property
-    def headers(self) -> dict[str, Any]:
-        return self.props.get("headers") or {}
 
 
 class Client:
