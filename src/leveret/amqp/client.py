@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import socket
 import struct
 import urllib.parse
 import uuid
@@ -58,6 +59,7 @@ _PUBLISH_ID = struct.Struct(">HHH").pack(60, 40, 0)
 API_EXCHANGE = "amq.leveret.api"
 DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
 PENDING, ACKED, NACKED = 0, 1, 2  # publish confirm states
+_METHODS = {cls.name: cls for cls in commands.INDEX_MAPPING.values()}
 
 
 class ClientError(AMQPError):
@@ -283,6 +285,14 @@ class Channel:
             finally:
                 self._waiter = None
 
+    async def call(self, method: Any, timeout: float | None = None) -> Any:
+        """Send any synchronous pamqp method (``commands.Queue.Purge(...)``) and return
+        the broker's reply (None for basic.get-empty, a :class:`Delivery` for
+        basic.get-ok). Raises ChannelError, ConnectionError, Timeout (``timeout`` in
+        seconds; the connection's by default)."""
+        replies = tuple(_METHODS[name] for name in method.valid_responses)
+        return await self._call(method, *replies, timeout=timeout)
+
     async def exchange_declare(self, exchange: str, exchange_type: str = "direct",
                                passive: bool = False, durable: bool = False,
                                auto_delete: bool = False, internal: bool = False,
@@ -363,6 +373,11 @@ class Channel:
     def unconfirmed(self) -> int:
         """Publishes sent in confirm mode and not yet acked or nacked."""
         return self._unconfirmed
+
+    @property
+    def next_seq(self) -> int:
+        """The confirm sequence number the next publish gets (1 + publishes so far)."""
+        return self._next_seq
 
     def acked(self) -> list[int]:
         """Sequence numbers of the publishes the broker acked (``track=True`` only)."""
@@ -670,7 +685,10 @@ class Channel:
 
 
 class Connection(asyncio.Protocol):
-    """One AMQP connection; open it with :meth:`connect`."""
+    """One AMQP connection; open it with :meth:`connect`. Subclasses may set
+    ``channel_class`` to a subclass of :class:`Channel`."""
+
+    channel_class: type[Channel] = Channel
 
     def __init__(self, url: str, timeout: float, loop: asyncio.AbstractEventLoop) -> None:
         self.url = url
@@ -809,7 +827,7 @@ class Connection(asyncio.Protocol):
         while number in self._channels:
             number = number % self.channel_max + 1
         self._next_channel = number % self.channel_max + 1
-        channel = Channel(self, number)
+        channel = self.channel_class(self, number)
         self._channels[number] = channel
         try:
             await channel._call(commands.Channel.Open(), commands.Channel.OpenOk)
@@ -881,9 +899,8 @@ class Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
-                import socket
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
+            except (OSError, AttributeError, TypeError):  # not TCP, or uvloop's
                 pass
 
     def _pause_reading(self, consumer: Consumer) -> None:
