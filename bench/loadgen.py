@@ -31,7 +31,6 @@ import asyncio
 import struct
 import time
 import urllib.parse
-from typing import Any
 
 from pamqp import commands
 

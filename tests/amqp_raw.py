@@ -15,7 +15,12 @@ import time
 from pamqp import commands, heartbeat
 
 from leveret.amqp.delivery import decode_frame
-from leveret.amqp.frames import HEARTBEAT, PROTOCOL_HEADER, encode_method, encode_publish
+from leveret.amqp.frames import (
+    HEARTBEAT,
+    PROTOCOL_HEADER,
+    encode_method,
+    encode_publish,
+)
 from leveret.amqp.properties import properties_dict
 
 PLAIN_GUEST = "\x00guest\x00guest"

@@ -9,7 +9,8 @@ pika's BlockingConnection waits for each confirm in turn; the client keeps the p
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from pamqp import commands
 

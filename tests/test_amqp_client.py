@@ -11,6 +11,7 @@ import pytest
 from leveret.amqp import errors
 from leveret.amqp.client import (
     BlockingClient,
+    Channel,
     ChannelError,
     ClientError,
     Connection,
@@ -139,7 +140,7 @@ def test_server_sent_cancel_ends_consumers(amqp_url):
         consumer = await ch.consume("doomed")
         other = await conn.channel()
         await other.queue_delete("doomed")
-        assert await consumer.batch(5) == [] and consumer.cancelled
+        assert not await consumer.batch(5) and consumer.cancelled
         assert ch.is_open
         await conn.close()
     run(main())
@@ -216,7 +217,39 @@ def test_connection_errors(amqp_url):
 def test_leaf_package():
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-c", "import leveret.amqp.client, sys; print(sorted("
-                          "m for m in sys.modules if m.startswith('leveret')))"],
+    code = ("import leveret.amqp.client, sys; "
+            "print(sorted(m for m in sys.modules if m.startswith('leveret')))")
+    out = subprocess.run([sys.executable, "-c", code],
                          capture_output=True, text=True, check=True).stdout
     assert not any(part in out for part in ("core", "protocol", "server", "store", "spark"))
+
+
+def test_confirm_bookkeeping_without_a_broker():
+    """Acks in any order, single or multiple, nacks recorded or raised; the state of
+    untracked channels is trimmed."""
+    loop = asyncio.new_event_loop()
+    try:
+        conn = Connection("amqp://h/", 10, loop)
+        ch = Channel(conn, 1)
+        ch.confirming, ch.on_nack, ch._track = True, "record", True
+        assert ch._sequence(10) == 1 and ch.unconfirmed == 10
+        ch._settle(3, False, 1)      # single, out of order
+        ch._settle(3, False, 1)      # twice: counted once
+        ch._settle(2, True, 1)       # multiple: 1, 2
+        ch._settle(5, False, 2)      # a nack
+        ch._settle(7, True, 1)       # multiple over settled 3 and 5: 4, 6, 7
+        assert ch.unconfirmed == 3 and ch.acked() == [1, 2, 3, 4, 6, 7]
+        assert ch.nacked == [5] and ch._low == 8
+        ch._settle(10, True, 2)
+        assert ch.unconfirmed == 0 and ch.nacked == [5, 8, 9, 10]
+
+        raising = Channel(conn, 2)
+        raising.confirming = True
+        raising._sequence(70_000)
+        raising._settle(69_999, True, 1)
+        assert raising.unconfirmed == 1 and len(raising._state) < 70_000  # trimmed
+        raising._settle(70_000, False, 2)
+        with pytest.raises(PublishError, match="nacked"):
+            raising.publish("", "q", b"x")
+    finally:
+        loop.close()

@@ -37,7 +37,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pamqp import commands, frame as pamqp_frame, header as pamqp_header, heartbeat
+from pamqp import commands, heartbeat
+from pamqp import frame as pamqp_frame
+from pamqp import header as pamqp_header
 from pamqp.body import ContentBody
 
 from . import errors
@@ -127,7 +129,7 @@ def parse_url(url: str) -> URLParams:
         raise ClientError(f"invalid AMQP URL {safe_url(url)!r}: the scheme must be amqp://")
     if not parts.hostname:
         raise ClientError(f"invalid AMQP URL {safe_url(url)!r}: no host")
-    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    path = parts.path.removeprefix("/")
     vhost = urllib.parse.unquote(path) if path else "/"
     return URLParams(parts.hostname, port or 5672,
                      urllib.parse.unquote(parts.username or "guest"),
@@ -186,16 +188,24 @@ class Consumer:
         self._waiter = None
         self.channel.connection._resume_reading(self)
 
-    def take(self) -> list[Delivery]:
+    def take(self) -> collections.deque[Delivery]:
         """The deliveries received so far (possibly none), without waiting."""
-        batch = list(self.ready)
-        self.ready.clear()
+        batch = self.ready
+        self.ready = collections.deque()
         self.channel.connection._resume_reading(self)
         return batch
 
-    async def batch(self, timeout: float | None = None) -> list[Delivery]:
+    def _wake(self) -> None:
+        """After a read that pushed deliveries here (the fast path)."""
+        if self._waiter is not None:
+            _resolve(self._waiter)
+            self._waiter = None
+        if len(self.ready) > _READ_HIGH:
+            self.channel.connection._pause_reading(self)
+
+    async def batch(self, timeout: float | None = None) -> collections.deque[Delivery]:
         """The deliveries received so far, waiting up to ``timeout`` seconds (None:
-        forever) for at least one. An empty list means the timeout passed, or the
+        forever) for at least one. An empty batch means the timeout passed, or the
         consumer ended (``cancelled``). Raises the channel's or connection's error if it
         closed."""
         if not self.ready and not self.cancelled:
@@ -203,7 +213,7 @@ class Consumer:
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await asyncio.wait_for(asyncio.shield(self._waiter), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             finally:
                 self._waiter = None
@@ -279,7 +289,7 @@ class Channel:
             conn._flush()
             try:
                 return await asyncio.wait_for(waiter, timeout or conn.timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise Timeout(f"{conn.safe_url}: no {reply[0].__name__} within "
                               f"{timeout or conn.timeout:g}s") from None
             finally:
@@ -389,7 +399,10 @@ class Channel:
         first = self._next_seq
         if self.confirming:
             self._next_seq += count
-            self._state += bytes(count)
+            if count == 1:
+                self._state.append(PENDING)
+            else:
+                self._state += bytes(count)
             self._unconfirmed += count
         return first
 
@@ -471,7 +484,7 @@ class Channel:
             self._confirm_waiter = loop.create_future()
             try:
                 await asyncio.wait_for(self._confirm_waiter, remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             finally:
                 self._confirm_waiter = None
@@ -583,7 +596,7 @@ class Channel:
             conn._flush()
             try:
                 body = await asyncio.wait_for(future, limit)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise RPCError(f"{conn.safe_url}: no reply to {API_EXCHANGE} {operation!r} "
                                f"within {limit:g}s (is this a leveret broker with the "
                                "API?)") from None
@@ -734,7 +747,7 @@ class Connection(asyncio.Protocol):
         try:
             await asyncio.wait_for(loop.create_connection(lambda: conn, p.host, p.port),
                                    timeout)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise ConnectionLost(f"cannot connect to {conn.safe_url}: {exc!r}") from None
         try:
             await conn._handshake(name, heartbeat, frame_max)
@@ -788,7 +801,7 @@ class Connection(asyncio.Protocol):
         self._flush()
         try:
             return await asyncio.wait_for(waiter, self.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise Timeout(f"{self.safe_url}: no {reply[0].__name__} within "
                           f"{self.timeout:g}s") from None
         finally:
@@ -803,7 +816,7 @@ class Connection(asyncio.Protocol):
                     reply_code=200, reply_text="bye", class_id=0, method_id=0))
                 self._flush()
                 await asyncio.wait_for(asyncio.shield(self._closed_waiter), timeout)
-            except (asyncio.TimeoutError, AMQPError, OSError):
+            except (TimeoutError, AMQPError, OSError):
                 pass
         self._lost(ConnectionLost(f"connection to {self.safe_url} closed"))
         self._abort()
@@ -927,35 +940,58 @@ class Connection(asyncio.Protocol):
 
     def _process(self, buf: bytearray) -> None:
         channels = self._channels
-        while True:
-            taken = take_delivery(buf)
-            if taken is not None:  # the common case, decoded straight from the buffer
+        pushed: set[Consumer] = set()
+        last = None
+        try:
+            while True:
+                taken = take_delivery(buf)
+                if taken is None:
+                    if self._frame(buf):
+                        continue
+                    return
+                # the common case, decoded straight from the buffer, no call per message
                 size, delivery = taken
                 del buf[:size]
                 channel = channels.get(delivery.channel)
-                if channel is not None and channel._content is None:
-                    channel._deliver(delivery)
-                continue
-            if len(buf) < 7:
-                return
-            if buf[:4] == b"AMQP":
-                raise ConnectionLost(f"{self.safe_url} does not speak AMQP 0-9-1 "
-                                     f"(it sent {bytes(buf[:8])!r})")
-            size = _U32(buf, 3)[0] + 8
-            if len(buf) < size:
-                return
-            number, value = decode_frame(buf)
-            del buf[:size]
-            if number == 0:
-                self._on_connection_frame(value)
-                continue
-            channel = channels.get(number)
-            if channel is None:
-                continue  # a closed channel's late frames
-            if isinstance(value, (pamqp_header.ContentHeader, ContentBody)):
-                channel._on_content(value)
-            else:
-                channel._on_method(value)
+                if channel is None:
+                    continue  # a closed channel's late delivery
+                consumer = channel._consumers.get(delivery.consumer_tag)
+                if consumer is None:
+                    continue  # a cancelled consumer's: requeued when the channel closes
+                if consumer.callback is not None:
+                    consumer.callback(delivery)
+                    continue
+                consumer.ready.append(delivery)
+                if consumer is not last:
+                    pushed.add(consumer)
+                    last = consumer
+        finally:
+            for consumer in pushed:
+                consumer._wake()
+
+    def _frame(self, buf: bytearray) -> bool:
+        """Handle the frame at the start of ``buf``; False if it is incomplete."""
+        if len(buf) < 7:
+            return False
+        if buf[:4] == b"AMQP":
+            raise ConnectionLost(f"{self.safe_url} does not speak AMQP 0-9-1 "
+                                 f"(it sent {bytes(buf[:8])!r})")
+        size = _U32(buf, 3)[0] + 8
+        if len(buf) < size:
+            return False
+        number, value = decode_frame(buf)
+        del buf[:size]
+        if number == 0:
+            self._on_connection_frame(value)
+            return True
+        channel = self._channels.get(number)
+        if channel is None:
+            return True  # a closed channel's late frames
+        if isinstance(value, (pamqp_header.ContentHeader, ContentBody)):
+            channel._on_content(value)
+        else:
+            channel._on_method(value)
+        return True
 
     def _on_connection_frame(self, value: Any) -> None:
         kind = type(value)
@@ -1158,9 +1194,8 @@ class BlockingClient:
         client's timeout. Deliveries are decoded and handed over in batches."""
         consumer = self._run(self._channel().consume(queue, no_ack=no_ack,
                                                      arguments=arguments))
-        ready = consumer.ready
         while True:
-            if ready:
+            if consumer.ready:
                 batch = consumer.take()
             else:
                 batch = self._run(consumer.batch(idle_timeout or self.timeout))

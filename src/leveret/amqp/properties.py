@@ -11,11 +11,9 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from pamqp import commands, decode as pamqp_decode
+from pamqp import commands, decode as pamqp_decode, encode as pamqp_encode
 from pamqp.exceptions import UnmarshalingException
 from pamqp.header import ContentHeader
-
-from pamqp import encode as pamqp_encode
 
 from .errors import SYNTAX_ERROR, ConnectionError
 from .field_table import encode_plain_table
