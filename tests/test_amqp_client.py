@@ -172,6 +172,13 @@ def test_blocking_consume_batches_and_idle_timeout(amqp_url):
             if seen % 100 == 0:
                 client.ack(d.delivery_tag, multiple=True)
         assert seen == 5000
+        sizes = [10, 300_000, 0, 10, 140_000, 7]  # multi-frame bodies take the slow path
+        for i, size in enumerate(sizes):
+            client.publish("", "many", bytes([i]) * size, {"message_id": str(i)})
+        client.wait_confirms(0)
+        got = [(d.props["message_id"], len(d.body))
+               for d in client.consume("many", no_ack=True, idle_timeout=0.5)]
+        assert got == [(str(i), size) for i, size in enumerate(sizes)]
         with pytest.raises(Timeout):
             client.timeout = 0.3
             next(iter(client.consume("many")))

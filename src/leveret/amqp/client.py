@@ -730,6 +730,8 @@ class Connection(asyncio.Protocol):
         self._paused: set[int] = set()
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._default: Channel | None = None
+        self._hold = False  # data_received only buffers: a blocking consumer decodes
+        self._data_waiter: asyncio.Future | None = None
 
     # -- opening and closing ------------------------------------------------------
     @classmethod
@@ -930,6 +932,9 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         buf = self._buf
         buf += data
+        if self._hold:
+            _resolve(self._data_waiter)
+            return
         try:
             self._process(buf)
         except AMQPError as exc:
@@ -968,6 +973,52 @@ class Connection(asyncio.Protocol):
         finally:
             for consumer in pushed:
                 consumer._wake()
+
+    def _pull(self, consumer: Consumer) -> Delivery | None:
+        """For a blocking consumer: decode the receive buffer up to the next delivery
+        for ``consumer`` and return it, handling every other frame on the way (one
+        delivery at a time, as the caller takes them: the cheapest per message). None
+        when the buffer holds no complete frame, or the slow path put deliveries in
+        ``consumer.ready`` or ended it."""
+        buf = self._buf
+        channels = self._channels
+        tag, number = consumer.tag, consumer.channel.number
+        try:
+            while True:
+                taken = take_delivery(buf)
+                if taken is None:
+                    if not self._frame(buf) or consumer.ready or consumer.cancelled:
+                        return None
+                    continue
+                size, delivery = taken
+                del buf[:size]
+                if delivery.consumer_tag == tag and delivery.channel == number:
+                    return delivery
+                channel = channels.get(delivery.channel)
+                if channel is not None:
+                    channel._deliver(delivery)
+        except AMQPError as exc:
+            self._protocol_error(exc)
+        except Exception as exc:  # noqa: BLE001 - a frame pamqp cannot decode
+            self._protocol_error(ConnectionError(errors.FRAME_ERROR, f"bad frame: {exc!r}"))
+        return None
+
+    async def _wait_data(self, timeout: float) -> bool:
+        """Send what is buffered, then wait up to ``timeout`` seconds for bytes, which
+        are only buffered (see :meth:`_pull`). False on timeout."""
+        self._flush()
+        if self.error is not None:
+            return True
+        self._data_waiter = waiter = self._loop.create_future()
+        self._hold = True
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            return False
+        finally:
+            self._hold = False
+            self._data_waiter = None
+        return True
 
     def _frame(self, buf: bytearray) -> bool:
         """Handle the frame at the start of ``buf``; False if it is incomplete."""
@@ -1039,6 +1090,7 @@ class Connection(asyncio.Protocol):
             return
         self.error = error
         _resolve(self._closed_waiter)
+        _resolve(self._data_waiter)
         _fail(self._waiter, error)
         for channel in list(self._channels.values()):
             channel._closed(error)
@@ -1191,21 +1243,35 @@ class BlockingClient:
         """Deliveries of a new consumer until the broker cancels it (basic.cancel), or,
         with ``idle_timeout`` (seconds), until none arrives for that long (it is then
         cancelled). Without ``idle_timeout``, Timeout if none arrives within the
-        client's timeout. Deliveries are decoded and handed over in batches."""
+        client's timeout. Deliveries are decoded one by one straight from the receive
+        buffer as they are taken (what costs least per message), frames of any other
+        kind handled on the way; the event loop runs only when the buffer is empty.
+        Raises ChannelError/ConnectionError if the channel or connection closes."""
+        conn = self.connection
         consumer = self._run(self._channel().consume(queue, no_ack=no_ack,
                                                      arguments=arguments))
+        limit = idle_timeout or self.timeout
+        pull = conn._pull
         while True:
+            if consumer.ready:  # put there by the slow path (or while another call ran)
+                yield from consumer.take()
+                continue
+            delivery = pull(consumer)
+            if delivery is not None:
+                yield delivery
+                continue
             if consumer.ready:
-                batch = consumer.take()
-            else:
-                batch = self._run(consumer.batch(idle_timeout or self.timeout))
-            if batch:
-                yield from batch
                 continue
             if consumer.cancelled:
+                if consumer.error is not None:
+                    raise consumer.error
                 return
+            if conn.error is not None:
+                raise conn.error
+            if self._run(conn._wait_data(limit)):
+                continue
             if idle_timeout is None:
-                raise Timeout(f"{self.connection.safe_url}: no delivery from {queue!r} "
+                raise Timeout(f"{conn.safe_url}: no delivery from {queue!r} "
                               f"within {self.timeout:g}s")
             try:
                 self._run(consumer.cancel())
