@@ -33,7 +33,7 @@ import socket
 import struct
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +61,8 @@ _PUBLISH_ID = struct.Struct(">HHH").pack(60, 40, 0)
 API_EXCHANGE = "amq.leveret.api"
 DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
 PENDING, ACKED, NACKED = 0, 1, 2  # publish confirm states
-_METHODS = {cls.name: cls for cls in commands.INDEX_MAPPING.values()}
+_METHODS: dict[str, type] = {cls.name: cls  # type: ignore[attr-defined]
+                             for cls in commands.INDEX_MAPPING.values()}
 
 
 class ClientError(AMQPError):
@@ -446,7 +447,7 @@ class Channel:
             pack(2, number, head_size) + _CONTENT_PREFIX(60, 0, 0, 0)[:4]
         tail = struct.pack(">H", flags) + props + b"\xce"
         q = struct.Struct(">Q").pack
-        parts = []
+        parts: list[bytes] = []
         count = 0
         for body in bodies:
             size = len(body)
@@ -491,6 +492,7 @@ class Channel:
 
     def _settle(self, tag: int, multiple: bool, value: int) -> None:
         state, base = self._state, self._base
+        settled: Sequence[int]
         if multiple:
             lo, hi = self._low - base, tag - base + 1
             if hi > lo:

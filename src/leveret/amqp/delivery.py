@@ -189,7 +189,7 @@ def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
     try:
         if flags & 1:
             raise _Malformed("more than one property flag word")
-        d = decode_deliver(buf, 11, end)
+        d: Any = decode_deliver(buf, 11, end)
         props = decode_properties(buf, pos + 21, head_end, flags)
     except Exception:  # noqa: BLE001 - decode_frame decodes (or rejects) it
         return None

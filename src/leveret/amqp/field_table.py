@@ -188,7 +188,7 @@ def encode_plain_table(table: dict[str, Any]) -> bytes:
     sorted, a key cut to 128 bytes), except that :class:`Long` values, at any depth, are
     written as ``l`` and floats as doubles (``d``). TypeError for a value pamqp cannot
     encode."""
-    parts = []
+    parts: list[bytes] = []
     for key, item in sorted(table.items()):
         name = key.encode()
         if len(name) > 128:
