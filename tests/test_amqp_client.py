@@ -139,8 +139,11 @@ def test_server_sent_cancel_ends_consumers(amqp_url):
         await ch.queue_declare("doomed")
         consumer = await ch.consume("doomed")
         other = await conn.channel()
+        other.publish_many("", "doomed", [b"a", b"b"])
+        await asyncio.sleep(0.2)
         await other.queue_delete("doomed")
-        assert not await consumer.batch(5) and consumer.cancelled
+        assert [d.body async for d in consumer] == [b"a", b"b"]  # ends at basic.cancel
+        assert consumer.cancelled and not await consumer.batch(5)
         assert ch.is_open
         await conn.close()
     run(main())
