@@ -1,11 +1,12 @@
-"""A small, fast asyncio AMQP 0-9-1 client used only as a load generator.
+"""The load generator: :mod:`leveret.amqp.client` with a counting fast path.
 
 General-purpose clients (pika, aio-pika) spend tens of microseconds of
-Python per message, which would make the *client* the bottleneck.  This
-client avoids that:
+Python per message, which would make the *client* the bottleneck. The
+connection, handshake, channels and synchronous methods are
+:class:`leveret.amqp.client.Connection`'s; on top of them:
 
 * Publishing: the method, content-header and body frames of a message are
-  marshalled once (with pamqp) and the resulting bytes are repeated, so a
+  encoded once (:func:`leveret.amqp.frames.encode_publish`) and the resulting bytes are repeated, so a
   batch of N messages is one ``bytes * N`` and one ``transport.write``.
   Back-pressure is respected: writers ``await drain()`` while the transport
   buffer is above its high-water mark.
@@ -15,8 +16,9 @@ client avoids that:
   of content headers, the first 8 body bytes when latency is measured, and
   ``basic.ack``/``basic.nack`` from the broker for publisher confirms.
   Deliveries are acknowledged with ``multiple=True`` every ``ack_every``
-  messages.  Every other method frame goes through ``pamqp.frame.unmarshal``
-  and answers the oldest pending RPC on its channel.
+  messages.  Every other method frame is decoded by the client
+  and goes to the client's own frame handling (replies, channel.close,
+  connection.close).
 
 Times are in seconds unless a name says otherwise; latency timestamps are
 ``time.monotonic_ns()`` (CLOCK_MONOTONIC, comparable across processes on one
@@ -26,19 +28,24 @@ Linux host).
 from __future__ import annotations
 
 import asyncio
-import collections
 import struct
 import time
-from typing import Any
+import urllib.parse
 
-from pamqp import commands, frame, header
-from pamqp.body import ContentBody
+from pamqp import commands
 
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
+from leveret.amqp import client
+from leveret.amqp.client import AMQPError
+from leveret.amqp.delivery import decode_frame
+from leveret.amqp.frames import (
+    FRAME_BODY,
+    FRAME_END,
+    FRAME_HEADER,
+    FRAME_METHOD,
+    encode_publish,
+)
+
+__all__ = ["AMQPError", "Channel", "Connection", "ack_frame", "message_frames"]
 
 _HDR = struct.Struct(">BHI")  # frame type, channel, payload size
 _U32 = struct.Struct(">I")
@@ -48,10 +55,6 @@ _ACK = struct.Struct(">BHIHHQBB")  # a complete basic.ack method frame
 _BASIC_DELIVER = (60 << 16) | 60
 _BASIC_ACK = (60 << 16) | 80
 _BASIC_NACK = (60 << 16) | 120
-
-
-class AMQPError(Exception):
-    """The broker closed a channel or the connection, or the socket failed."""
 
 
 def ack_frame(channel: int, delivery_tag: int, multiple: bool) -> bytes:
@@ -65,19 +68,13 @@ def message_frames(channel: int, exchange: str, routing_key: str, body: bytes,
 
     The body is split into body frames of at most ``frame_max - 8`` bytes.
     """
-    parts = [
-        frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key), channel),
-        frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties(delivery_mode=delivery_mode)),
-                      channel),
-    ]
-    step = frame_max - 8
-    for i in range(0, len(body), step):
-        parts.append(frame.marshal(ContentBody(body[i:i + step]), channel))
-    return b"".join(parts)
+    return encode_publish(channel, exchange, routing_key, body,
+                          {"delivery_mode": delivery_mode}, frame_max)
 
 
-class Channel:
-    """One AMQP channel: RPC helpers plus counters kept by the fast parser.
+class Channel(client.Channel):
+    """One AMQP channel (declarations, qos, confirm.select: the client's) plus counters
+    kept by the fast parser.
 
     Consumer counters: ``delivered`` (messages fully received), ``last_tag``
     (newest delivery tag), ``latencies_ns`` (list of end-to-end latencies in
@@ -86,11 +83,10 @@ class Channel:
     ``nacked`` (publishes nacked).
     """
 
-    def __init__(self, conn: "Connection", channel_id: int) -> None:
+    def __init__(self, conn: Connection, channel_id: int) -> None:
+        super().__init__(conn, channel_id)
         self.conn = conn
         self.id = channel_id
-        self._pending: collections.deque[asyncio.Future] = collections.deque()
-        self.closed: AMQPError | None = None
         # consumer state
         self.delivered = 0
         self.last_tag = 0
@@ -111,65 +107,18 @@ class Channel:
         self.acked = 0                # messages acknowledged (counted when the ack is decided)
         self.returned = 0             # first sighting after the last rejection of a message
         self.held_peak = 0            # max of rejected - returned (messages away from the consumer)
-        # publisher-confirm state
+        # publisher-confirm state (the fast parser's, not the client's window)
         self.published = 0
         self._confirm_floor = 0  # every tag <= floor is confirmed
         self._confirm_singles: set[int] = set()
         self.nacked = 0
 
-    # ----------------------------------------------------------- RPC layer
-    async def rpc(self, method: Any) -> Any:
-        """Send a synchronous method and return the broker's reply frame."""
-        if self.closed:
-            raise self.closed
-        data = frame.marshal(method, self.id)
-        fut = self.conn.loop.create_future()
-        self._pending.append(fut)
-        self.conn.write(data)
-        return await fut
-
-    def _reply(self, value: Any) -> None:
-        if self._pending:
-            fut = self._pending.popleft()
-            if not fut.done():
-                fut.set_result(value)
-
-    def _fail(self, exc: AMQPError) -> None:
-        self.closed = exc
-        while self._pending:
-            fut = self._pending.popleft()
-            if not fut.done():
-                fut.set_exception(exc)
-
-    async def queue_declare(self, queue: str = "", *, durable: bool = False, passive: bool = False,
-                            exclusive: bool = False, auto_delete: bool = False,
-                            arguments: dict | None = None) -> commands.Queue.DeclareOk:
-        return await self.rpc(commands.Queue.Declare(queue=queue, durable=durable, passive=passive,
-                                                     exclusive=exclusive, auto_delete=auto_delete,
-                                                     arguments=arguments))
-
-    async def queue_delete(self, queue: str) -> None:
-        await self.rpc(commands.Queue.Delete(queue=queue))
-
-    async def queue_bind(self, queue: str, exchange: str, routing_key: str = "") -> None:
-        await self.rpc(commands.Queue.Bind(queue=queue, exchange=exchange, routing_key=routing_key))
-
-    async def exchange_declare(self, exchange: str, exchange_type: str = "direct", *,
-                               durable: bool = False, auto_delete: bool = False) -> None:
-        await self.rpc(commands.Exchange.Declare(exchange=exchange, exchange_type=exchange_type,
-                                                 durable=durable, auto_delete=auto_delete))
+    @property
+    def closed(self) -> BaseException | None:
+        return self.error
 
     async def exchange_declare_passive(self, exchange: str) -> None:
-        await self.rpc(commands.Exchange.Declare(exchange=exchange, passive=True))
-
-    async def exchange_delete(self, exchange: str) -> None:
-        await self.rpc(commands.Exchange.Delete(exchange=exchange))
-
-    async def qos(self, prefetch_count: int) -> None:
-        await self.rpc(commands.Basic.Qos(prefetch_count=prefetch_count))
-
-    async def confirm_select(self) -> None:
-        await self.rpc(commands.Confirm.Select())
+        await self.exchange_declare(exchange, passive=True)
 
     async def consume(self, queue: str, *, ack_every: int = 100, measure_latency: bool = False,
                       consumer_tag: str = "") -> str:
@@ -181,8 +130,9 @@ class Channel:
         """
         self.ack_every = ack_every
         self.measure_latency = measure_latency
-        ok = await self.rpc(commands.Basic.Consume(queue=queue, consumer_tag=consumer_tag,
-                                                   no_ack=(ack_every == 0)))
+        ok = await self._call(commands.Basic.Consume(queue=queue, consumer_tag=consumer_tag,
+                                                     no_ack=(ack_every == 0)),
+                              commands.Basic.ConsumeOk)
         return ok.consumer_tag
 
     async def consume_settling(self, queue: str, n_ids: int, rejects: int, *, requeue: bool = True,
@@ -204,11 +154,13 @@ class Channel:
             self.settle_method, self.settle_bits = 90, 1 if requeue else 0
         else:
             raise ValueError(f"method must be nack or reject, not {method!r}")
-        ok = await self.rpc(commands.Basic.Consume(queue=queue, consumer_tag=consumer_tag, no_ack=False))
+        ok = await self._call(commands.Basic.Consume(queue=queue, consumer_tag=consumer_tag,
+                                                     no_ack=False), commands.Basic.ConsumeOk)
         return ok.consumer_tag
 
-    async def cancel(self, consumer_tag: str) -> None:
-        await self.rpc(commands.Basic.Cancel(consumer_tag=consumer_tag))
+    async def cancel(self, consumer_tag: str) -> None:  # type: ignore[override]
+        await self._call(commands.Basic.Cancel(consumer_tag=consumer_tag),
+                         commands.Basic.CancelOk)
 
     def ack_pending(self) -> None:
         """Acknowledge (multiple=True) everything delivered but not yet acked."""
@@ -219,11 +171,6 @@ class Channel:
         elif self._unacked and self.ack_every:
             self.conn.write(ack_frame(self.id, self.last_tag, True))
             self._unacked = 0
-
-    async def close(self) -> None:
-        if not self.closed and not self.conn.closed:
-            await self.rpc(commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
-            self.closed = AMQPError("channel closed by client")
 
     # -------------------------------------------------------- publish side
     def message(self, exchange: str, routing_key: str, body: bytes, persistent: bool = False) -> bytes:
@@ -252,111 +199,50 @@ class Channel:
             singles.discard(self._confirm_floor)
 
 
-class Connection(asyncio.Protocol):
-    """An AMQP connection with a fast incremental frame parser.
+class Connection(client.Connection):
+    """:class:`leveret.amqp.client.Connection` with the load generator's fast parser.
 
     Open with ``await Connection.open(host, port)``; then ``await
-    conn.channel()``.  ``write()`` queues bytes, ``drain()`` waits while the
-    transport's write buffer is above its high-water mark.
+    conn.channel()``.  ``write()`` queues bytes (sent once per loop turn, or at once
+    above 256 KiB), ``drain()`` waits while the transport's write buffer is above its
+    high-water mark.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    channel_class = Channel
+
+    def __init__(self, url: str, timeout: float, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(url, timeout, loop)
         self.loop = loop
-        self.transport: asyncio.Transport | None = None
-        self._buf = bytearray()
-        self._channels: dict[int, Channel] = {}
-        self._chan0 = Channel(self, 0)
-        self._channels[0] = self._chan0
-        self._next_channel = 1
-        self._paused = False
-        self._drain_waiters: list[asyncio.Future] = []
         self._progress_waiters: list[asyncio.Future] = []
-        self._progress = False
-        self.closed: AMQPError | None = None
-        self.frame_max = 131072
-        self.server_properties: dict = {}
-        self.blocked = False
 
     # ------------------------------------------------------------- opening
     @classmethod
     async def open(cls, host: str, port: int, user: str = "guest", password: str = "guest",
                    vhost: str = "/", timeout: float = 10.0) -> "Connection":
-        """Connect and perform the AMQP handshake (SASL PLAIN, heartbeats off)."""
-        loop = asyncio.get_running_loop()
-        _, conn = await asyncio.wait_for(loop.create_connection(lambda: cls(loop), host, port), timeout)
-        try:
-            await asyncio.wait_for(conn._handshake(user, password, vhost), timeout)
-        except BaseException:
-            conn.abort()
-            raise
+        """Connect and perform the AMQP handshake (SASL PLAIN, heartbeats off); later
+        calls have no time limit of their own (the workloads set theirs)."""
+        quote = urllib.parse.quote
+        url = (f"amqp://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/"
+               f"{quote(vhost, safe='')}")
+        conn = await cls.connect(url, timeout=timeout, name="leveret-bench-loadgen")
+        conn.timeout = 1e9
         return conn
 
-    async def _handshake(self, user: str, password: str, vhost: str) -> None:
-        c0 = self._chan0
-        start_fut = self.loop.create_future()
-        c0._pending.append(start_fut)
-        self.transport.write(frame.marshal(header.ProtocolHeader(), 0))
-        start = await start_fut
-        if not isinstance(start, commands.Connection.Start):
-            raise AMQPError(f"expected connection.start, got {start!r}")
-        self.server_properties = start.server_properties or {}
-        tune_fut = self.loop.create_future()
-        c0._pending.append(tune_fut)
-        self.write(frame.marshal(commands.Connection.StartOk(
-            client_properties={
-                "product": "leveret-bench-loadgen",
-                "capabilities": {"publisher_confirms": True, "basic.nack": True,
-                                 "consumer_cancel_notify": True, "connection.blocked": True},
-            },
-            mechanism="PLAIN", response=f"\0{user}\0{password}", locale="en_US"), 0))
-        tune = await tune_fut
-        if not isinstance(tune, commands.Connection.Tune):
-            raise AMQPError(f"expected connection.tune, got {tune!r}")
-        self.frame_max = tune.frame_max or 131072
-        self.write(frame.marshal(commands.Connection.TuneOk(
-            channel_max=tune.channel_max, frame_max=self.frame_max, heartbeat=0), 0))
-        await c0.rpc(commands.Connection.Open(virtual_host=vhost))
+    @property
+    def closed(self) -> BaseException | None:
+        return self.error
 
-    async def channel(self) -> Channel:
-        """Open a new channel."""
-        ch = Channel(self, self._next_channel)
-        self._next_channel += 1
-        self._channels[ch.id] = ch
-        await ch.rpc(commands.Channel.Open())
-        return ch
-
-    async def close(self) -> None:
-        """Close politely (connection.close / close-ok), then the socket."""
-        if self.closed or self.transport is None:
-            return
-        try:
-            close = commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
-            await asyncio.wait_for(self._chan0.rpc(close), 5)
-        except (AMQPError, asyncio.TimeoutError, ConnectionError):
-            pass
-        self.closed = self.closed or AMQPError("connection closed by client")
-        self.transport.close()
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self._transport
 
     def abort(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
+        if self._transport is not None:
+            self._transport.abort()
 
     # ------------------------------------------------------------- writing
     def write(self, data: bytes) -> None:
-        if self.closed:
-            raise self.closed
-        self.transport.write(data)
-
-    async def drain(self) -> None:
-        """Wait while the transport is paused by back-pressure."""
-        while self._paused:
-            if self.closed:
-                raise self.closed
-            fut = self.loop.create_future()
-            self._drain_waiters.append(fut)
-            await fut
-        if self.closed:
-            raise self.closed
+        self._write(data)
 
     async def wait_progress(self, timeout: float | None = None) -> None:
         """Wait until the parser has seen deliveries or confirms (or timeout)."""
@@ -371,23 +257,11 @@ class Connection(asyncio.Protocol):
 
     # ---------------------------------------------------- protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        super().connection_made(transport)
         transport.set_write_buffer_limits(high=1 << 20, low=256 << 10)  # type: ignore[attr-defined]
 
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        self._wake(self._drain_waiters)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        err = self.closed or AMQPError(f"connection lost: {exc!r}" if exc else "connection lost")
-        self.closed = err
-        for ch in self._channels.values():
-            ch._fail(err)
-        self._paused = False
-        self._wake(self._drain_waiters)
+    def _lost(self, error: BaseException) -> None:
+        super()._lost(error)
         self._wake(self._progress_waiters)
 
     @staticmethod
@@ -415,7 +289,10 @@ class Connection(asyncio.Protocol):
             if end >= n:
                 break
             if ftype == FRAME_BODY:
-                ch = chans[chid]
+                ch = chans.get(chid)
+                if ch is None:  # a closed channel's late frames
+                    pos = end + 1
+                    continue
                 if ch._body_first:
                     ch._body_first = False
                     if ch.settle_counts is not None:
@@ -432,10 +309,13 @@ class Connection(asyncio.Protocol):
                     if ch.ack_every and ch.settle_counts is None:
                         ch._unacked += 1
                         if ch._unacked >= ch.ack_every:
-                            self.transport.write(_ACK.pack(FRAME_METHOD, chid, 13, 60, 80, ch.last_tag, 1, FRAME_END))
+                            self._write(_ACK.pack(FRAME_METHOD, chid, 13, 60, 80, ch.last_tag, 1, FRAME_END))
                             ch._unacked = 0
             elif ftype == FRAME_HEADER:
-                ch = chans[chid]
+                ch = chans.get(chid)
+                if ch is None:
+                    pos = end + 1
+                    continue
                 body_size = unpack_u64(buf, pos + 11)[0]
                 ch._body_left = body_size
                 ch._body_first = True
@@ -445,15 +325,15 @@ class Connection(asyncio.Protocol):
                     if ch.ack_every:
                         ch._unacked += 1
                         if ch._unacked >= ch.ack_every:
-                            self.transport.write(_ACK.pack(FRAME_METHOD, chid, 13, 60, 80, ch.last_tag, 1, FRAME_END))
+                            self._write(_ACK.pack(FRAME_METHOD, chid, 13, 60, 80, ch.last_tag, 1, FRAME_END))
                             ch._unacked = 0
             elif ftype == FRAME_METHOD:
                 cm = unpack_u32(buf, pos + 7)[0]
-                if cm == _BASIC_DELIVER:
+                ch = chans.get(chid)
+                if cm == _BASIC_DELIVER and ch is not None:
                     tag_at = pos + 12 + buf[pos + 11]  # skip consumer-tag shortstr
-                    chans[chid].last_tag = unpack_u64(buf, tag_at)[0]
-                elif cm == _BASIC_ACK or cm == _BASIC_NACK:
-                    ch = chans[chid]
+                    ch.last_tag = unpack_u64(buf, tag_at)[0]
+                elif (cm == _BASIC_ACK or cm == _BASIC_NACK) and ch is not None:
                     tag = unpack_u64(buf, pos + 11)[0]
                     ch._on_confirm(tag, bool(buf[pos + 19] & 1))
                     if cm == _BASIC_NACK:
@@ -461,6 +341,8 @@ class Connection(asyncio.Protocol):
                     progress = True
                 else:
                     self._on_method(bytes(buf[pos:end + 1]))
+                    if self.error is not None:
+                        return
             # heartbeats (type 8) are ignored: we negotiate heartbeat=0
             pos = end + 1
         if pos:
@@ -468,8 +350,9 @@ class Connection(asyncio.Protocol):
         if settled:
             for ch in chans.values():
                 if ch.settle_out:
-                    self.transport.write(b"".join(ch.settle_out))
+                    self._write(b"".join(ch.settle_out))
                     ch.settle_out.clear()
+        self._flush()
         if progress and self._progress_waiters:
             self._wake(self._progress_waiters)
 
@@ -502,36 +385,19 @@ class Connection(asyncio.Protocol):
             ch._unacked = 0
 
     def _on_method(self, raw: bytes) -> None:
-        """Slow path: decode a method frame with pamqp and dispatch it."""
-        _, chid, value = frame.unmarshal(raw)
+        """Slow path: the client decodes and handles every other frame (replies,
+        channel.close, connection.close, blocked/unblocked)."""
+        chid, value = decode_frame(raw)
+        if chid == 0:
+            self._on_connection_frame(value)
+            return
+        if isinstance(value, (commands.Basic.Cancel, commands.Basic.Return)):
+            return  # not expected in the benchmark workloads
         ch = self._channels.get(chid)
-        if isinstance(value, commands.Connection.Close):
-            err = AMQPError(f"connection closed by broker: {value.reply_code} {value.reply_text} "
-                            f"(class {value.class_id} method {value.method_id})")
-            self.closed = err
-            try:
-                self.transport.write(frame.marshal(commands.Connection.CloseOk(), 0))
-            finally:
-                for c in self._channels.values():
-                    c._fail(err)
-                self._wake(self._progress_waiters)
-                self.transport.close()
-        elif isinstance(value, commands.Connection.CloseOk):
-            self.closed = AMQPError("connection closed")
-            self._chan0._reply(value)
-        elif isinstance(value, commands.Channel.Close):
-            self.transport.write(frame.marshal(commands.Channel.CloseOk(), chid))
-            if ch is not None:
-                ch._fail(AMQPError(f"channel {chid} closed by broker: {value.reply_code} {value.reply_text}"))
+        if ch is not None:
+            ch._on_method(value)
+        if isinstance(value, commands.Channel.Close):
             self._wake(self._progress_waiters)
-        elif isinstance(value, commands.Connection.Blocked):
-            self.blocked = True
-        elif isinstance(value, commands.Connection.Unblocked):
-            self.blocked = False
-        elif isinstance(value, (commands.Basic.Cancel, commands.Basic.Return)):
-            pass  # not expected in the benchmark workloads
-        elif ch is not None:
-            ch._reply(value)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

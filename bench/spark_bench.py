@@ -66,7 +66,7 @@ class Server:
 def fill(url: str, queue: str, rows: int, body_size: int, stream: bool) -> None:
     from pamqp.commands import Basic
 
-    from leveret.spark.amqp import Client
+    from leveret.amqp.client import BlockingClient as Client
 
     with Client(url, timeout=60) as client:
         args = {"x-queue-type": "stream"} if stream else None
@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> list[tuple]:
             f"ck-gen-{arrow}")), cpu))
 
         log("(c) the sink: publish with confirms")
-        from leveret.spark.amqp import Client
+        from leveret.amqp.client import BlockingClient as Client
 
         rows = gen(False).select("body").cache()
         rows.count()

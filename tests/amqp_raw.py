@@ -1,8 +1,9 @@
 """A tiny raw AMQP 0-9-1 client over a plain socket, for tests that must send what no
 real client library would: bad frames, half messages, abrupt disconnects.
 
-Frames are encoded and decoded with pamqp; the framing loop is written out here so a
-test can also send arbitrary bytes.
+Frames are encoded and decoded with :mod:`leveret.amqp` (its frames and fast paths,
+which are checked against pamqp); the socket and the framing loop are written out here so
+a test can also send arbitrary bytes.
 """
 
 from __future__ import annotations
@@ -11,9 +12,17 @@ import socket
 import struct
 import time
 
-from pamqp import body as pamqp_body, commands, frame, header as pamqp_header, heartbeat
+from pamqp import commands, heartbeat
 
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+from leveret.amqp.delivery import decode_frame
+from leveret.amqp.frames import (
+    HEARTBEAT,
+    PROTOCOL_HEADER,
+    encode_method,
+    encode_publish,
+)
+from leveret.amqp.properties import properties_dict
+
 PLAIN_GUEST = "\x00guest\x00guest"
 FRAME_END = b"\xce"
 
@@ -38,7 +47,7 @@ class RawClient:
         self.sock.sendall(data)
 
     def send_method(self, channel: int, method) -> None:
-        self.send(frame.marshal(method, channel))
+        self.send(encode_method(channel, method))
 
     def publish(self, channel: int, routing_key: str, body: bytes, exchange: str = "",
                 properties: commands.Basic.Properties | None = None) -> None:
@@ -47,15 +56,12 @@ class RawClient:
     @staticmethod
     def publish_frames(channel: int, routing_key: str, body: bytes, exchange: str = "",
                        properties: commands.Basic.Properties | None = None) -> bytes:
-        return b"".join([
-            frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key), channel),
-            frame.marshal(pamqp_header.ContentHeader(
-                body_size=len(body), properties=properties or commands.Basic.Properties()), channel),
-            frame.marshal(pamqp_body.ContentBody(body), channel) if body else b"",
-        ])
+        # the body in one frame, whatever its size (a test may want it too large)
+        return encode_publish(channel, exchange, routing_key, body,
+                              properties_dict(properties), len(body) + 9)
 
     def send_heartbeat(self) -> None:
-        self.send(frame.marshal(heartbeat.Heartbeat(), 0))
+        self.send(HEARTBEAT)
 
     # -- receiving ------------------------------------------------------------------
     def _fill(self, count: int) -> None:
@@ -78,7 +84,7 @@ class RawClient:
         self._fill(7)
         size = struct.unpack_from(">I", self.buffer, 3)[0]
         data = self.read_raw(7 + size + 1)
-        _, channel, value = frame.unmarshal(data)
+        channel, value = decode_frame(data)
         if isinstance(value, heartbeat.Heartbeat):
             self.heartbeats_received += 1
         return channel, value

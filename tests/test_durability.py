@@ -8,7 +8,7 @@ subprocess with real clients over TCP:
 * the data directory is locked, and unusable or corrupt stores are refused by name;
 * space freed by acknowledged messages goes back to the file system while running.
 
-Fast confirmed publishing uses the small pamqp/asyncio client in ``tests/publisher.py``
+Fast confirmed publishing uses leveret.amqp.client (through ``tests/publisher.py``)
 (pika's BlockingConnection waits for each confirm in turn).
 """
 
@@ -609,7 +609,7 @@ async def churn_until_killed(server: Server, names: list[str], initial: dict[str
                     log_at[client.publish(channel, "", name, body)] = len(log)
                 if rng.random() < 0.3:
                     await client.wait_confirms(channel)
-                await client.writer.drain()
+                await client.drain()
             elif roll < 0.8:
                 log.append(("purge", name))
                 await client.rpc(channel, commands.Queue.Purge(queue=name))

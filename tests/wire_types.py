@@ -4,6 +4,9 @@ pika (like pamqp) decodes a ``long`` (``l``) and a ``short-short`` (``b``) integ
 alike as ``int``; a Java or .NET client does not (Spring AMQP reads ``x-death``
 ``count`` as a ``Long``). :func:`install` makes pika keep the raw bytes of each content
 header so that :func:`typed_headers` can decode the headers table with its type tags.
+
+The decoder here is written independently of :mod:`leveret.amqp.field_table` on purpose:
+it checks the broker's bytes, so it must not share the broker's codec (or its bugs).
 """
 
 from __future__ import annotations

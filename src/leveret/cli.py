@@ -219,10 +219,10 @@ _MASTER = click.option("--master", default=None,
 
 def _check_queue(url: str, name: str) -> None:
     """Fail fast, before starting Spark: unreachable broker, refused login, no queue."""
-    from .spark.amqp import AMQPError, Client
+    from .amqp.client import AMQPError, BlockingClient
 
     try:
-        with Client(url) as client:
+        with BlockingClient(url) as client:
             if client.queue_exists(name) is None:
                 raise click.ClickException(f"no queue or stream {name!r} on the broker")
     except AMQPError as exc:
@@ -231,7 +231,7 @@ def _check_queue(url: str, name: str) -> None:
 
 def _pipeline_run(action: Callable[[], T]) -> T:
     """``action()``, with AMQP, option and value errors as a click error."""
-    from .spark.amqp import AMQPError
+    from .amqp.client import AMQPError
     from .spark.source import OptionError
 
     try:

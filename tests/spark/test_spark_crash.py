@@ -16,7 +16,7 @@ import pika
 import pytest
 from spark_support import drain
 
-from leveret.spark.amqp import Client
+from leveret.amqp.client import BlockingClient as Client
 
 pytestmark = pytest.mark.timeout(400)
 

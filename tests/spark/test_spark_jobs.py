@@ -10,7 +10,7 @@ import pika
 import pytest
 from spark_support import drain
 
-from leveret.spark.amqp import Client
+from leveret.amqp.client import BlockingClient as Client
 from leveret.spark.jobs import archive, dlq_replay, dlq_report
 
 pytestmark = pytest.mark.timeout(180)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from leveret.spark.amqp import AMQPError, Client
+from leveret.amqp.client import AMQPError, BlockingClient as Client
 from leveret.spark.source import LeveretStreamReader, _ReadConfig
 
 pytestmark = pytest.mark.timeout(180)

@@ -11,7 +11,7 @@ import pytest
 import wire_types
 from spark_support import drain
 
-from leveret.spark.amqp import encode_properties
+from leveret.amqp.properties import encode_properties
 from leveret.spark.sink import _x_death
 
 wire_types.install()

@@ -8,5 +8,9 @@ the benchmarks and the tests load only this.
   (pamqp, with hand-written fast paths for publish/deliver/ack checked against pamqp);
 - :mod:`.properties`: the 14 basic content properties (§4.2.6.1) read and checked
   without a full decode;
-- :mod:`.field_table`: field tables that keep their wire types, and header splicing.
+- :mod:`.field_table`: field tables that keep their wire types, and header splicing;
+  plain tables with :class:`~.field_table.Long` values for publishing;
+- :mod:`.delivery`: deliveries decoded by hand straight from a receive buffer (checked
+  against pamqp);
+- :mod:`.client`: the one client, asyncio, with a blocking façade (``BlockingClient``).
 """

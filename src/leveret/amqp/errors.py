@@ -73,3 +73,12 @@ class ChannelError(AMQPError):
 class ConnectionError(AMQPError):  # noqa: A001 - the AMQP name, scoped to this module
     """A hard error: the whole connection is closed (codes 320, 5xx)."""
 
+
+
+def from_reply(cls: type[AMQPError], reply_code: int, reply_text: str) -> AMQPError:
+    """An exception of ``cls`` for a channel.close / connection.close received from a
+    peer: ``reply_text`` is kept as sent (it already starts with the code's name)."""
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, reply_text)
+    exc.reply_code, exc.reply_text = reply_code, reply_text
+    return exc

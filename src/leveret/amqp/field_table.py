@@ -6,6 +6,9 @@ the smallest type, in sorted key order. RabbitMQ keeps a header's type (a publis
 a ``Long``). Here a value is a ``(tag, value)`` pair: tables are dicts of such pairs (in
 wire order), arrays lists of them; anything else (``S`` text, ``x`` bytes, numbers) is
 the plain value.
+
+Plain tables (what clients publish) are dicts of Python values encoded as pamqp does,
+except :class:`Long` values (``l``) and floats (``d``): :func:`encode_plain_table`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import functools
 import struct
 from typing import Any
 
+from pamqp import encode as pamqp_encode
+
 Typed = tuple[str, Any]
 
 _FIXED = {"b": ">b", "B": ">B", "s": ">h", "u": ">H", "I": ">i", "i": ">I", "l": ">q",
@@ -21,6 +26,7 @@ _FIXED = {"b": ">b", "B": ">B", "s": ">h", "u": ">H", "I": ">i", "i": ">I", "l":
 _U32 = struct.Struct(">I")
 _H = struct.Struct(">H").pack
 _Q = struct.Struct(">q").pack
+_D = struct.Struct(">d").pack
 
 
 def _headers_position(header: bytes) -> tuple[int, int]:
@@ -178,3 +184,37 @@ def add_long_header(header: bytes, name: str, value: int) -> bytes:
                          entry, header[end:]))
     return b"".join((header[:12], _H(flags | 0x2000), header[14:offset], _U32.pack(len(entry)),
                      entry, header[offset:]))
+
+
+class Long(int):
+    """An integer a plain field table carries as ``l`` (signed 64 bits) whatever its
+    size, as RabbitMQ writes ``x-death`` ``count``; a plain int gets pamqp's smallest
+    type."""
+
+
+def encode_plain_table(table: dict[str, Any]) -> bytes:
+    """A table of plain Python values as pamqp's ``encode.field_table`` writes it (keys
+    sorted, a key cut to 128 bytes), except that :class:`Long` values, at any depth, are
+    written as ``l`` and floats as doubles (``d``). TypeError for a value pamqp cannot
+    encode."""
+    parts: list[bytes] = []
+    for key, item in sorted(table.items()):
+        name = key.encode()
+        if len(name) > 128:
+            name = name[:128].decode("utf-8", "ignore").encode()
+        parts += (bytes((len(name),)), name, _plain_value(item))
+    data = b"".join(parts)
+    return _U32.pack(len(data)) + data
+
+
+def _plain_value(item: Any) -> bytes:
+    if type(item) is Long:
+        return b"l" + _Q(item)
+    if type(item) is float:  # a double, as pika writes it (pamqp's 'f' loses precision)
+        return b"d" + _D(item)
+    if isinstance(item, dict):
+        return b"F" + encode_plain_table(item)
+    if isinstance(item, list):
+        data = b"".join(map(_plain_value, item))
+        return b"A" + _U32.pack(len(data)) + data
+    return pamqp_encode.encode_table_value(item)

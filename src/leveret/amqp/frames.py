@@ -16,6 +16,7 @@ from pamqp.base import Frame as Method
 from pamqp.exceptions import UnmarshalingException
 
 from .errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError
+from .properties import encode_properties, shortstr
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2
@@ -192,3 +193,29 @@ def encode_content(channel: int, header: bytes, body: bytes, frame_max: int) -> 
             piece = body[start:start + chunk]
             parts += (pack(FRAME_BODY, channel, len(piece)), piece, b"\xce")
     return parts
+
+
+_PUBLISH_ID = struct.Struct(">HHH").pack(60, 40, 0)  # basic.publish, reserved-1
+_CONTENT_PREFIX = struct.Struct(">HHQH").pack
+
+
+def encode_publish(channel: int, exchange: str, routing_key: str, body: bytes,
+                   properties: dict, frame_max: int, mandatory: bool = False) -> bytes:
+    """The frames of one basic.publish: method, content header, body (split to fit
+    ``frame_max``, in bytes), as pamqp's ``frame.marshal`` would write them (by hand:
+    pamqp's generic marshalling costs ~25 µs a message). ``properties`` by pamqp
+    attribute name. Raises ValueError (a short string above 255 bytes, an unknown
+    property) or TypeError (a header value that cannot be encoded)."""
+    method = b"".join((_PUBLISH_ID, shortstr(exchange), shortstr(routing_key),
+                       b"\x01" if mandatory else b"\x00"))
+    flags, props = encode_properties(properties)
+    size = len(body)
+    head = _CONTENT_PREFIX(60, 0, size, flags) + props
+    pack = _FRAME_HEAD.pack
+    parts = [pack(FRAME_METHOD, channel, len(method)), method, b"\xce",
+             pack(FRAME_HEADER, channel, len(head)), head, b"\xce"]
+    step = frame_max - FRAME_OVERHEAD
+    for i in range(0, size, step):
+        chunk = body[i:i + step]
+        parts += (pack(FRAME_BODY, channel, len(chunk)), chunk, b"\xce")
+    return b"".join(parts)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from pamqp import commands, decode as pamqp_decode
+from pamqp import commands, decode as pamqp_decode, encode as pamqp_encode
 from pamqp.exceptions import UnmarshalingException
 from pamqp.header import ContentHeader
 
 from .errors import SYNTAX_ERROR, ConnectionError
+from .field_table import encode_plain_table
 
 Properties = commands.Basic.Properties
 
@@ -27,6 +28,7 @@ PROPERTY_LAYOUT = tuple(zip(
      "correlation_id", "reply_to", "expiration", "message_id", "timestamp",
      "message_type", "user_id", "app_id", "cluster_id"),
     "ssToosssstssss", strict=True))
+PROPERTY_NAMES = tuple(name for _, name, _ in PROPERTY_LAYOUT)
 
 HEADERS_FLAG = 0x2000
 DELIVERY_MODE_FLAG = 0x1000
@@ -132,3 +134,58 @@ def as_dict(properties: Properties) -> dict[str, Any]:
     """The present properties by pamqp attribute name."""
     return {name: value for _, name, _ in PROPERTY_LAYOUT
             if (value := getattr(properties, name, None)) not in (None, "")}
+
+
+# Hand-written encoding of a publish's properties (the sink's and load generator's hot
+# path): pamqp's generic marshalling costs more than the broker spends on a message.
+# The bytes are pamqp's (tests/unit/amqp/test_codec_fastpaths.py): properties that are
+# None or "" are left out, naive timestamps are UTC, tables are pamqp's but for Long
+# values and floats (see :func:`.field_table.encode_plain_table`).
+_PROPERTY_ORDER = {name: (position, flag, kind)  # sorted by position: the wire order
+                   for position, (flag, name, kind) in enumerate(PROPERTY_LAYOUT)}
+
+
+def shortstr(value: str) -> bytes:
+    """An AMQP short string (length octet + UTF-8); ValueError above 255 bytes."""
+    data = value.encode()
+    if len(data) > 255:
+        raise ValueError(f"AMQP short string longer than 255 bytes: {value[:40]!r}...")
+    return bytes((len(data),)) + data
+
+
+def encode_properties(properties: dict[str, Any]) -> tuple[int, bytes]:
+    """(property flags, encoded property list) of basic properties given by pamqp
+    attribute name (``message_type`` for ``type``).
+
+    Raises ValueError for an unknown name or a short string above 255 bytes, TypeError
+    for a header value that cannot be encoded."""
+    unknown = properties.keys() - _PROPERTY_ORDER.keys()
+    if unknown:
+        raise ValueError(f"unknown message properties {sorted(unknown)}; known: "
+                         f"{', '.join(PROPERTY_NAMES)}")
+    flags = 0
+    parts = []
+    for name in sorted(properties, key=_PROPERTY_ORDER.__getitem__):
+        value = properties[name]
+        if value is None or value == "":
+            continue
+        _, flag, kind = _PROPERTY_ORDER[name]
+        flags |= flag
+        if kind == "s":
+            parts.append(shortstr(value))
+        elif kind == "o":
+            parts.append(bytes((value,)))
+        elif kind == "T":
+            parts.append(encode_plain_table(value))
+        else:
+            parts.append(pamqp_encode.timestamp(value))
+    return flags, b"".join(parts)
+
+
+def properties_dict(properties: Properties | dict[str, Any] | None) -> dict[str, Any]:
+    """Properties by pamqp attribute name, from a ``Basic.Properties``, a dict or None."""
+    if properties is None:
+        return {}
+    if isinstance(properties, Properties):
+        return {name: getattr(properties, name) for name in PROPERTY_NAMES}
+    return properties

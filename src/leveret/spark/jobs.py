@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from .amqp import Client
+from ..amqp.client import BlockingClient
 
 __all__ = ["archive", "dlq_replay", "dlq_report", "session", "ReplayResult"]
 
@@ -146,7 +146,7 @@ def dlq_replay(spark: Any, url: str, queue: str, where: str | None = None,
     expire after ``lease_ttl_ms``, so nothing is lost."""
     from pyspark.sql import functions as F
 
-    with Client(url) as client:
+    with BlockingClient(url) as client:
         if client.queue_exists(queue) is None:
             raise ValueError(f"no queue {queue!r} on the broker")
         lease = client.rpc("lease.acquire", {"queue": queue, "group": group,
@@ -184,7 +184,7 @@ def dlq_replay(spark: Any, url: str, queue: str, where: str | None = None,
             (out.write.format("leveret").option("url", url)
              .option("jobId", f"dlq-replay-{queue}-{group}-{start}-{end}")
              .mode("append").save())
-        with Client(url) as client:
+        with BlockingClient(url) as client:
             if chosen:
                 client.rpc("lease.ack", {"queue": queue, "group": group, "seqs": chosen})
             rest = sorted(leased - set(chosen))
@@ -194,7 +194,7 @@ def dlq_replay(spark: Any, url: str, queue: str, where: str | None = None,
     except BaseException:
         # give back what was not acknowledged now rather than after the TTL
         try:
-            with Client(url) as client:
+            with BlockingClient(url) as client:
                 info = client.rpc("lease.info", {"queue": queue, "group": group})
                 if int(info.get("held", 0)):
                     client.rpc("lease.release", {"queue": queue, "group": group,

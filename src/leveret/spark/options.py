@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .amqp import AMQPError, Client
+from ..amqp.client import AMQPError, BlockingClient
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
@@ -82,9 +82,9 @@ CANONICAL = ["url", "timeout", "exchange", "routingKey", "persistent", "jobId",
               "checkpointLocation"]
 
 
-def connect(url: str, timeout: float) -> Client:
+def connect(url: str, timeout: float) -> BlockingClient:
     try:
-        return Client(url, timeout=timeout)
+        return BlockingClient(url, timeout=timeout)
     except AMQPError as exc:
         raise OptionError(f"leveret option url: {exc}") from None
 

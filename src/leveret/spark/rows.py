@@ -84,7 +84,7 @@ def as_int(value: Any) -> int | None:
 
 
 def delivery_row(d: Any) -> tuple:
-    """A delivery (:class:`leveret.spark.amqp.Delivery`) as a tuple in READ_SCHEMA
+    """A delivery (:class:`leveret.amqp.delivery.Delivery`) as a tuple in READ_SCHEMA
     order."""
     p = d.props
     raw = p.get("headers") or {}

@@ -27,7 +27,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, StructType
 
-from .amqp import AMQPError, Client, Long, safe_url
+from ..amqp.client import AMQPError, BlockingClient, parse_url, safe_url
+from ..amqp.field_table import Long
 from .options import COMMON_OPTIONS, DEFAULT_URL, OptionError, Options, connect
 from .rows import DEATH_TYPE
 
@@ -61,7 +62,6 @@ class WriteConfig:
         columns = _check_write_schema(schema)
         url = opts.str("url", DEFAULT_URL)
         try:
-            from .amqp import parse_url
             parse_url(url)
         except AMQPError as exc:
             raise OptionError(f"leveret option url: {exc}") from None
@@ -192,7 +192,7 @@ def publish_rows(config: WriteConfig, rows: Iterator[tuple], id_prefix: str) -> 
     window = config.window
     low = window // 2
     count = 0
-    with Client(config.url, timeout=config.timeout) as client:
+    with BlockingClient(config.url, timeout=config.timeout) as client:
         client.confirm_select()
         for body, key, exchange, headers, properties, deaths in rows:
             if body is None:

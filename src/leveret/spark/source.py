@@ -10,7 +10,7 @@ Register it with ``spark.dataSource.register(LeveretDataSource)`` (or
 Spark calls the connector in several processes: the planning callbacks (schema, reader,
 writer, latestOffset, partitions, commit) in the driver's Python runner, read() and
 write() in reused Python workers. Each process opens its own AMQP connection
-(:class:`leveret.spark.amqp.Client`); nothing holding a socket is pickled.
+(:class:`leveret.amqp.client.BlockingClient`); nothing holding a socket is pickled.
 """
 
 
@@ -34,7 +34,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .amqp import AMQPError, ChannelError, Client, ConnectionError_, safe_url
+from ..amqp.client import BlockingClient, ChannelError, ClientError, safe_url
+from ..amqp.errors import ConnectionError as ConnectionClosed
 from .options import COMMON_OPTIONS, DEFAULT_URL, OptionError, Options, connect
 from .rows import READ_SCHEMA, as_int, delivery_row, record_batches
 from .sink import LeveretBatchWriter, LeveretStreamWriter, WriteConfig
@@ -162,7 +163,7 @@ class _RPC:
 
     def __init__(self, config: _ReadConfig) -> None:
         self.config = config
-        self._client: Client | None = None
+        self._client: BlockingClient | None = None
 
     def __getstate__(self) -> dict:
         return {"config": self.config, "_client": None}
@@ -172,23 +173,23 @@ class _RPC:
         unless ``retry`` is false (for a call that must not run twice: lease.acquire)."""
         for attempt in (1, 2) if retry else (2,):
             if self._client is None:
-                self._client = Client(self.config.url, timeout=self.config.timeout)
+                self._client = BlockingClient(self.config.url, timeout=self.config.timeout)
             try:
                 return self._client.rpc(operation, payload)
             except ChannelError as exc:
-                if exc.code == 404 and "amq.leveret.api" in str(exc):
-                    raise AMQPError(f"{safe_url(self.config.url)} has no amq.leveret.api "
+                if exc.reply_code == 404 and "amq.leveret.api" in str(exc):
+                    raise ClientError(f"{safe_url(self.config.url)} has no amq.leveret.api "
                                     "exchange: is it a leveret broker?") from None
                 raise
-            except ConnectionError_:
+            except ConnectionClosed:
                 self._client = None
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
 
-    def client(self) -> Client:
+    def client(self) -> BlockingClient:
         if self._client is None:
-            self._client = Client(self.config.url, timeout=self.config.timeout)
+            self._client = BlockingClient(self.config.url, timeout=self.config.timeout)
         return self._client
 
     def close(self) -> None:
@@ -197,7 +198,7 @@ class _RPC:
             self._client = None
 
 
-def stream_info(client: Client | _RPC, stream: str) -> dict:
+def stream_info(client: BlockingClient | _RPC, stream: str) -> dict:
     if isinstance(client, _RPC):
         return client.call("stream.info", stream=stream)
     return client.rpc("stream.info", {"stream": stream})
@@ -246,7 +247,7 @@ def read_partition(config: _ReadConfig, partition: InputPartition) -> Iterator[t
 def _read_stream(config: _ReadConfig, part: StreamRange) -> Iterator[tuple]:
     if part.end <= part.start:
         return
-    with Client(config.url, timeout=config.timeout) as client:
+    with BlockingClient(config.url, timeout=config.timeout) as client:
         client.qos(config.prefetch)
         args = {"x-stream-offset": part.start, "x-stream-offset-end": part.end}
         unacked = 0
@@ -267,7 +268,7 @@ def _read_stream(config: _ReadConfig, part: StreamRange) -> Iterator[tuple]:
 def _read_lease(config: _ReadConfig, part: LeaseRange) -> Iterator[tuple]:
     if part.end <= part.start:
         return
-    with Client(config.url, timeout=config.timeout) as client:
+    with BlockingClient(config.url, timeout=config.timeout) as client:
         args = {"x-lease-group": part.group, "x-lease-from": part.start,
                 "x-lease-to": part.end}
         for d in client.consume(part.queue, args, no_ack=True):
@@ -279,7 +280,7 @@ def _browse(config: _ReadConfig, part: Browse) -> Iterator[tuple]:
     the channel closes and the broker requeues them in their places (marked redelivered)."""
     rows = []
     if part.count > 0:
-        with Client(config.url, timeout=config.timeout) as client:
+        with BlockingClient(config.url, timeout=config.timeout) as client:
             client.qos(min(config.prefetch, part.count) or 1)
             for d in client.consume(part.queue, no_ack=False, idle_timeout=config.idle_timeout):
                 rows.append(delivery_row(d))
@@ -295,7 +296,7 @@ class LeveretBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         c = self.config
         if c.stream:
-            with Client(c.url, timeout=c.timeout) as client:
+            with BlockingClient(c.url, timeout=c.timeout) as client:
                 info = stream_info(client, c.stream)
             start = _resolve_start(c.starting, info)
             end = int(info["next"]) if c.ending == "next" else int(c.ending)
@@ -305,7 +306,7 @@ class LeveretBatchReader(DataSourceReader):
         if c.lease_from is not None:
             return [LeaseRange(c.queue, c.group, s, e)
                     for s, e in _split(c.lease_from, c.lease_to, c.partition_size)]
-        with Client(c.url, timeout=c.timeout) as client:
+        with BlockingClient(c.url, timeout=c.timeout) as client:
             ok = client.queue_exists(c.queue)
         count = ok.message_count if ok else 0
         if c.limit is not None:
@@ -443,7 +444,7 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
             # messages. Fail before acknowledging anything. (After a restart a gap is
             # this group's leases of a batch never planned: they are read in this one.)
             if self._leased_to is not None and leased != self._leased_to:
-                raise AMQPError(
+                raise ClientError(
                     f"leveret option group: another reader leases queue {c.queue!r} as "
                     f"group {c.group!r} too (it took sequence numbers {self._leased_to} to "
                     f"{leased - 1}); give each query reading a queue its own group")
@@ -508,7 +509,7 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
             c = self.config
             if c.queue and self._first is not None:
                 low = max(self._acked, self._first)
-                with Client(c.url, timeout=min(c.timeout, 10.0)) as client:
+                with BlockingClient(c.url, timeout=min(c.timeout, 10.0)) as client:
                     high = self._leased_to
                     if high is None:
                         info = client.rpc("lease.info", {"queue": c.queue, "group": c.group})

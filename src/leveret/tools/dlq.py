@@ -1,6 +1,6 @@
 """Browse, replay and purge dead-letter queues of a running broker (``leveret dlq``).
 
-Works over AMQP with pika, against leveret or RabbitMQ; listing queues needs the
+Works over AMQP with :mod:`leveret.amqp.client`, against leveret or RabbitMQ; listing queues needs the
 management HTTP API (``leveret server --http-port``, or RabbitMQ's on 15672).
 
 Replay is crash-safe: each dead letter is republished with publisher confirms and only
@@ -10,18 +10,22 @@ The replayed message keeps its ``x-death`` history and carries ``x-replay-count`
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import pika
+from pamqp.commands import Basic
+
+from ..amqp.client import AMQPError, Channel, ChannelError, Connection, safe_url
+from ..amqp.field_table import Long
 
 DEFAULT_PATTERN = r"^(leveret\.DLQ|DLQ\..+)$"
 
@@ -36,7 +40,7 @@ class DeadLetter:
 
     delivery_tag: int
     body: bytes
-    properties: pika.BasicProperties
+    properties: Basic.Properties
     headers: dict = field(default_factory=dict)
 
     @property
@@ -67,26 +71,18 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-@contextmanager
-def connect(url: str) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
+@asynccontextmanager
+async def connect(url: str) -> AsyncIterator[Channel]:
     """A channel to ``url``; DLQError with the URL (password hidden) if it fails."""
     try:
-        connection = pika.BlockingConnection(pika.URLParameters(url))
-    except pika.exceptions.AMQPError as exc:
-        raise DLQError(f"cannot connect to {_safe(url)}: {exc!r}") from None
+        connection = await Connection.connect(url, name="leveret dlq")
+        channel = await connection.channel()
+    except AMQPError as exc:
+        raise DLQError(f"cannot connect to {safe_url(url)}: {exc}") from None
     try:
-        yield connection.channel()
+        yield channel
     finally:
-        if connection.is_open:
-            connection.close()
-
-
-def _safe(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    return url
+        await connection.close()
 
 
 def list_queues(http_url: str, user: str = "guest", password: str = "guest",
@@ -106,30 +102,35 @@ def list_queues(http_url: str, user: str = "guest", password: str = "guest",
 
 def browse(url: str, queue: str, limit: int | None = None) -> list[DeadLetter]:
     """Up to ``limit`` messages of ``queue``, left in place (they are requeued when the
-    channel closes, so their ``redelivered`` flag is set)."""
-    found = []
-    with connect(url) as channel:
-        _check_queue(channel, queue)
-        for letter in _fetch(channel, queue):
+    channel closes, so their ``redelivered`` flag is set). Raises DLQError."""
+    return asyncio.run(_browse(url, queue, limit))
+
+
+async def _browse(url: str, queue: str, limit: int | None) -> list[DeadLetter]:
+    found: list[DeadLetter] = []
+    async with connect(url) as channel:
+        await _check_queue(channel, queue)
+        async for letter in _fetch(channel, queue):
             found.append(letter)
             if limit is not None and len(found) >= limit:
                 break
     return found
 
 
-def _check_queue(channel: Any, queue: str) -> int:
+async def _check_queue(channel: Channel, queue: str) -> int:
     try:
-        return channel.queue_declare(queue, passive=True).method.message_count
-    except pika.exceptions.ChannelClosedByBroker as exc:
+        return (await channel.queue_declare(queue, passive=True)).message_count
+    except ChannelError as exc:
         raise DLQError(f"no queue '{queue}': {exc.reply_text}") from None
 
 
-def _fetch(channel: Any, queue: str) -> Iterator[DeadLetter]:
+async def _fetch(channel: Channel, queue: str) -> AsyncIterator[DeadLetter]:
     while True:
-        method, properties, body = channel.basic_get(queue, auto_ack=False)
-        if method is None:
+        delivery = await channel.get(queue, no_ack=False)
+        if delivery is None:
             return
-        yield DeadLetter(method.delivery_tag, body, properties, dict(properties.headers or {}))
+        yield DeadLetter(delivery.delivery_tag, delivery.body,
+                         Basic.Properties(**delivery.props), dict(delivery.headers))
 
 
 Matcher = Callable[[DeadLetter], bool]
@@ -155,12 +156,20 @@ def replay(url: str, queue: str, matches: Matcher = lambda letter: True,
     many were replayed; raises DLQError if the broker refuses a republish (nack or
     return), leaving that message in the DLQ.
     """
+    return asyncio.run(_replay(url, queue, matches, limit, exchange, routing_key, progress))
+
+
+async def _replay(url: str, queue: str, matches: Matcher, limit: int | None,
+                  exchange: str | None, routing_key: str | None,
+                  progress: Callable[[int], None]) -> int:
     replayed = 0
-    with connect(url) as channel:
-        total = _check_queue(channel, queue)
-        publisher = channel.connection.channel()
-        publisher.confirm_delivery()
-        for seen, letter in enumerate(_fetch(channel, queue), 1):
+    async with connect(url) as channel:
+        total = await _check_queue(channel, queue)
+        publisher = await channel.connection.channel()
+        await publisher.confirm_select(on_nack="record")
+        seen = 0
+        async for letter in _fetch(channel, queue):
+            seen += 1
             if seen > total or (limit is not None and replayed >= limit):
                 break  # only what was there when we started; the rest stays
             if not matches(letter):
@@ -172,22 +181,39 @@ def replay(url: str, queue: str, matches: Matcher = lambda letter: True,
                 target_key = routing_key
             headers = dict(letter.headers)
             headers["x-replay-count"] = int(headers.get("x-replay-count", 0)) + 1
+            if isinstance(headers.get("x-death"), list):  # counts stay longs, as RabbitMQ
+                headers["x-death"] = [_long_count(d) for d in headers["x-death"]]
             properties = letter.properties
             properties.headers = headers
             try:
-                publisher.basic_publish(target_exchange, target_key, letter.body, properties,
-                                        mandatory=True)
-            except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as exc:
+                publisher.publish(target_exchange, target_key, letter.body, properties,
+                                  mandatory=True)
+                await publisher.wait_confirms(0)
+            except AMQPError as exc:
                 raise DLQError(f"replay of a message to exchange '{target_exchange}' with "
-                               f"routing key '{target_key}' was refused: {exc!r}") from None
-            channel.basic_ack(letter.delivery_tag)
+                               f"routing key '{target_key}' failed: {exc}") from None
+            if publisher.nacked or publisher.returned:
+                why = "nacked" if publisher.nacked else "unroutable (returned)"
+                raise DLQError(f"replay of a message to exchange '{target_exchange}' with "
+                               f"routing key '{target_key}' was refused: {why}")
+            channel.ack(letter.delivery_tag)
             replayed += 1
             progress(replayed)
     return replayed
 
 
+def _long_count(death: Any) -> Any:
+    if isinstance(death, dict) and type(death.get("count")) is int:
+        return {**death, "count": Long(death["count"])}
+    return death
+
+
 def purge(url: str, queue: str) -> int:
-    """Delete every message of ``queue``; returns how many."""
-    with connect(url) as channel:
-        _check_queue(channel, queue)
-        return channel.queue_purge(queue).method.message_count
+    """Delete every message of ``queue``; returns how many. Raises DLQError."""
+    return asyncio.run(_purge(url, queue))
+
+
+async def _purge(url: str, queue: str) -> int:
+    async with connect(url) as channel:
+        await _check_queue(channel, queue)
+        return await channel.queue_purge(queue)

@@ -1,7 +1,8 @@
-"""The Spark client's hand-written decoder of the hot frames (basic.deliver, content
-header, content body) gives exactly what pamqp gives, and leaves what it cannot decode
-to pamqp (so malformed frames fail the same way); its hand-written basic.publish
-encoder writes exactly pamqp's bytes."""
+"""leveret.amqp's hand-written decoders of the hot frames (basic.deliver, content
+header, content body: :mod:`leveret.amqp.delivery`) give exactly what pamqp gives, and
+leave what they cannot decode to pamqp (so malformed frames fail the same way); the
+hand-written basic.publish encoder (:func:`leveret.amqp.frames.encode_publish`) writes
+exactly pamqp's bytes."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from hypothesis import strategies as st  # noqa: E402
 from pamqp import commands, frame, header  # noqa: E402
 from pamqp.body import ContentBody  # noqa: E402
 
-from leveret.spark.amqp import decode_frame, encode_publish, take_delivery  # noqa: E402
+from leveret.amqp.delivery import decode_frame, take_delivery  # noqa: E402
+from leveret.amqp.frames import encode_publish  # noqa: E402
 
 shortstr = st.text(max_size=40).filter(lambda s: len(s.encode()) <= 255)
 optional_shortstr = st.none() | shortstr
