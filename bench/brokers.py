@@ -211,10 +211,14 @@ class Leveret(Broker):
 
     READY = re.compile(r"leveret ready: amqp://([\d.]+|\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
 
-    def __init__(self, python: str = sys.executable, start_timeout: float = 30.0) -> None:
+    def __init__(self, python: str = sys.executable, start_timeout: float = 30.0,
+                 src: str | None = None) -> None:
         super().__init__(name="leveret")
         self.python = python
         self.start_timeout = start_timeout
+        #: Another leveret source tree (its src/) for the broker alone, e.g. a checkout
+        #: of an older commit, so the same bench measures before and after a change.
+        self.src = src
 
     def data_dir(self) -> str:
         return os.path.join(self.workdir, "data")
@@ -227,6 +231,8 @@ class Leveret(Broker):
         self.log_path = os.path.join(self.workdir, "leveret.log")
         cmd = [self.python, "-m", "leveret", "server", "--amqp-port", "0", "--data-dir", self.data_dir()]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if self.src:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (self.src, env.get("PYTHONPATH"))))
         offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         with open(self.log_path, "ab") as log:
             t0 = time.monotonic()

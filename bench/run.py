@@ -75,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rabbitmq-schedulers", type=int, default=None,
                    help="Erlang scheduler threads for RabbitMQ (default: one per core)")
     p.add_argument("--python", default=sys.executable, help="interpreter used to start leveret")
+    p.add_argument("--leveret-src", default=None,
+                   help="run the broker from another source tree's src/ (e.g. a worktree of an "
+                        "older commit), to compare before and after with the same bench")
     p.add_argument("--output", default=str(HERE / "results" / "latest.json"), help="JSON results path")
     p.add_argument("--pause", type=float, default=1.0, help="seconds to idle between workloads (default 1)")
     return p.parse_args(argv)
@@ -92,7 +95,7 @@ def resolve_workloads(spec: str) -> list[str]:
 
 def make_broker(name: str, args: argparse.Namespace) -> Broker:
     if name == "leveret":
-        return Leveret(python=args.python)
+        return Leveret(python=args.python, src=args.leveret_src)
     return RabbitMQ(schedulers=args.rabbitmq_schedulers)
 
 

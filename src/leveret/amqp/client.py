@@ -37,9 +37,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequenc
 from dataclasses import dataclass
 from typing import Any
 
-from pamqp import commands, heartbeat
-from pamqp import frame as pamqp_frame
-from pamqp import header as pamqp_header
+from pamqp import commands, frame as pamqp_frame, header as pamqp_header, heartbeat
 from pamqp.body import ContentBody
 
 from . import errors
@@ -941,7 +939,7 @@ class Connection(asyncio.Protocol):
             self._process(buf)
         except AMQPError as exc:
             self._protocol_error(exc)
-        except Exception as exc:  # noqa: BLE001 - a frame pamqp cannot decode
+        except Exception as exc:
             self._protocol_error(ConnectionError(errors.FRAME_ERROR, f"bad frame: {exc!r}"))
         self._flush()
 
@@ -1001,7 +999,7 @@ class Connection(asyncio.Protocol):
                     channel._deliver(delivery)
         except AMQPError as exc:
             self._protocol_error(exc)
-        except Exception as exc:  # noqa: BLE001 - a frame pamqp cannot decode
+        except Exception as exc:
             self._protocol_error(ConnectionError(errors.FRAME_ERROR, f"bad frame: {exc!r}"))
         return None
 

@@ -191,7 +191,7 @@ def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
             raise _Malformed("more than one property flag word")
         d: Any = decode_deliver(buf, 11, end)
         props = decode_properties(buf, pos + 21, head_end, flags)
-    except Exception:  # noqa: BLE001 - decode_frame decodes (or rejects) it
+    except Exception:
         return None
     return taken, Delivery(d.delivery_tag, d.redelivered, d.exchange, d.routing_key, props,
                            body, d.consumer_tag, buf[1] << 8 | buf[2])
@@ -211,7 +211,7 @@ def decode_frame(buf: bytes | bytearray) -> tuple[int, Any]:
                 return channel, decode_content_header(buf, 7, end)
             if ftype == 1 and size >= 4 and _U32(buf, 7)[0] == _DELIVER_INDEX:
                 return channel, decode_deliver(buf, 11, end)
-        except Exception:  # noqa: BLE001 - pamqp decodes (or rejects) it below
+        except Exception:
             pass
     _, channel, value = frame.unmarshal(bytes(buf[:end + 1]))
     return channel, value

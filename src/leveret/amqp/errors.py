@@ -70,7 +70,7 @@ class ChannelError(AMQPError):
     """A soft error: only the channel is closed (codes 403, 404, 405, 406)."""
 
 
-class ConnectionError(AMQPError):  # noqa: A001 - the AMQP name, scoped to this module
+class ConnectionError(AMQPError):
     """A hard error: the whole connection is closed (codes 320, 5xx)."""
 
 

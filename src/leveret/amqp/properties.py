@@ -74,7 +74,8 @@ def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
                     offset += 8
                 else:
                     size = 4 + int.from_bytes(header[offset:offset + 4], "big")
-                    if offset + size > end or pamqp_decode.field_table(header[offset:offset + size])[0] != size:
+                    table = header[offset:offset + size]
+                    if offset + size > end or pamqp_decode.field_table(table)[0] != size:
                         raise ValueError("headers table length mismatch")
                     offset += size
                 if offset > end:

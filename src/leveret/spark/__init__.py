@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LeveretDataSource", "OptionError", "READ_SCHEMA", "register"]
+__all__ = ["READ_SCHEMA", "LeveretDataSource", "OptionError", "register"]
 
 
 def register(spark: Any) -> None:

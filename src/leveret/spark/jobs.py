@@ -22,7 +22,7 @@ from typing import Any
 
 from ..amqp.client import BlockingClient
 
-__all__ = ["archive", "dlq_replay", "dlq_report", "session", "ReplayResult"]
+__all__ = ["ReplayResult", "archive", "dlq_replay", "dlq_report", "session"]
 
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 

@@ -3,7 +3,7 @@ every error names the option (:class:`OptionError`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 from ..amqp.client import AMQPError, BlockingClient
 
@@ -33,11 +33,26 @@ class Options:
             raise OptionError(f"leveret {direction}: unknown option(s) {shown}; "
                               f"known options: {known}")
 
-    def str(self, name: str, default: str | None = None) -> str | None:
+    @overload
+    def text(self, name: str, default: str) -> str: ...
+
+    @overload
+    def text(self, name: str, default: None = None) -> str | None: ...
+
+    def text(self, name: str, default: str | None = None) -> str | None:
+        """Option ``name`` as text, or ``default``."""
         value = self.raw.get(name.lower())
         return default if value is None else str(value)
 
-    def int(self, name: str, default: int | None = None, minimum: int = 0) -> int | None:
+    @overload
+    def integer(self, name: str, default: int, minimum: int = 0) -> int: ...
+
+    @overload
+    def integer(self, name: str, default: None = None, minimum: int = 0) -> int | None: ...
+
+    def integer(self, name: str, default: int | None = None, minimum: int = 0) -> int | None:
+        """Option ``name`` as an integer of at least ``minimum``, or ``default``;
+        OptionError otherwise."""
         value = self.raw.get(name.lower())
         if value is None:
             return default
@@ -50,7 +65,8 @@ class Options:
             raise OptionError(f"leveret option {name}: must be >= {minimum}, got {number}")
         return number
 
-    def float(self, name: str, default: float) -> float:
+    def number(self, name: str, default: float) -> float:
+        """Option ``name`` as a positive number, or ``default``; OptionError otherwise."""
         value = self.raw.get(name.lower())
         if value is None:
             return default
@@ -63,7 +79,8 @@ class Options:
             raise OptionError(f"leveret option {name}: must be > 0, got {value!r}")
         return number
 
-    def bool(self, name: str, default: bool) -> bool:
+    def flag(self, name: str, default: bool) -> bool:
+        """Option ``name`` as true/false (also 1/0, yes/no), or ``default``."""
         value = self.raw.get(name.lower())
         if value is None:
             return default
@@ -83,6 +100,8 @@ CANONICAL = ["url", "timeout", "exchange", "routingKey", "persistent", "jobId",
 
 
 def connect(url: str, timeout: float) -> BlockingClient:
+    """A client of the broker at ``url``; OptionError naming the option if it cannot
+    connect (``timeout`` in seconds)."""
     try:
         return BlockingClient(url, timeout=timeout)
     except AMQPError as exc:

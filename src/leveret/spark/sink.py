@@ -60,17 +60,17 @@ class WriteConfig:
     def from_options(cls, options: Any, schema: StructType) -> WriteConfig:
         opts = Options(options, WRITE_OPTIONS, "sink")
         columns = _check_write_schema(schema)
-        url = opts.str("url", DEFAULT_URL)
+        url = opts.text("url", DEFAULT_URL)
         try:
             parse_url(url)
         except AMQPError as exc:
             raise OptionError(f"leveret option url: {exc}") from None
-        return cls(url=url, exchange=opts.str("exchange", ""),
-                   routing_key=opts.str("routingKey", ""),
-                   persistent=opts.bool("persistent", True),
-                   job_id=opts.str("jobId") or uuid.uuid4().hex,
-                   window=opts.int("confirmWindow", 2000, minimum=1),
-                   timeout=opts.float("timeout", 30.0), columns=columns)
+        return cls(url=url, exchange=opts.text("exchange", ""),
+                   routing_key=opts.text("routingKey", ""),
+                   persistent=opts.flag("persistent", True),
+                   job_id=opts.text("jobId") or uuid.uuid4().hex,
+                   window=opts.integer("confirmWindow", 2000, minimum=1),
+                   timeout=opts.number("timeout", 30.0), columns=columns)
 
     def check_broker(self) -> None:
         """Fail on the driver, before any task runs: unreachable broker, refused login,
@@ -137,9 +137,9 @@ def _property_value(name: str, value: str) -> Any:
     if name == "timestamp":
         text = value.strip()
         if text.lstrip("-").isdigit():
-            return _dt.datetime.fromtimestamp(int(text), _dt.timezone.utc)
+            return _dt.datetime.fromtimestamp(int(text), _dt.UTC)
         stamp = _dt.datetime.fromisoformat(text)
-        return stamp if stamp.tzinfo else stamp.replace(tzinfo=_dt.timezone.utc)
+        return stamp if stamp.tzinfo else stamp.replace(tzinfo=_dt.UTC)
     return value
 
 
@@ -147,7 +147,7 @@ def _header_value(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
         return bytearray(value)  # a byte array ('x'), as pika writes bytes
     if isinstance(value, _dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, dict):
@@ -174,12 +174,10 @@ def columns_of(config: WriteConfig, batches: Iterator[Any]) -> Iterator[tuple]:
     Arrow record ``batches``; None for a column the DataFrame does not have, maps as
     lists of (key, value) pairs, ``deaths`` as a list of dicts."""
     cols = config.columns
+    names = ("body", "routing_key", "exchange", "headers", "properties", "deaths")
     for batch in batches:
-        def column(name: str) -> Any:
-            index = cols.get(name)
-            return repeat(None) if index is None else batch.column(index).to_pylist()
-        yield from zip(column("body"), column("routing_key"), column("exchange"),
-                       column("headers"), column("properties"), column("deaths"))
+        yield from zip(*(repeat(None) if cols.get(name) is None
+                         else batch.column(cols[name]).to_pylist() for name in names))
 
 
 def publish_rows(config: WriteConfig, rows: Iterator[tuple], id_prefix: str) -> int:

@@ -40,7 +40,7 @@ from .options import COMMON_OPTIONS, DEFAULT_URL, OptionError, Options, connect
 from .rows import READ_SCHEMA, as_int, delivery_row, record_batches
 from .sink import LeveretBatchWriter, LeveretStreamWriter, WriteConfig
 
-__all__ = ["LeveretDataSource", "OptionError", "READ_SCHEMA", "DEFAULT_URL"]
+__all__ = ["DEFAULT_URL", "READ_SCHEMA", "LeveretDataSource", "OptionError"]
 
 READ_OPTIONS = COMMON_OPTIONS | {
     "queue", "stream", "group", "startingoffset", "endingoffset", "partitionsize",
@@ -98,28 +98,35 @@ class _ReadConfig:
     limit: int | None
     timeout: float
 
+    @property
+    def source_name(self) -> str:
+        """The stream or queue read (exactly one of them is set)."""
+        name = self.stream or self.queue
+        assert name is not None, "from_options requires a queue or a stream"
+        return name
+
     @classmethod
     def from_options(cls, options: Any, streaming: bool) -> _ReadConfig:
         opts = Options(options, READ_OPTIONS, "streaming source" if streaming else "source")
-        queue, stream = opts.str("queue"), opts.str("stream")
+        queue, stream = opts.text("queue"), opts.text("stream")
         if bool(queue) == bool(stream):
             raise OptionError("leveret source: give exactly one of the options queue "
                               "(a classic queue) or stream (a stream queue)")
-        url = opts.str("url", DEFAULT_URL)
-        lease_from, lease_to = opts.int("leaseFrom"), opts.int("leaseTo")
+        url = opts.text("url", DEFAULT_URL)
+        lease_from, lease_to = opts.integer("leaseFrom"), opts.integer("leaseTo")
         if (lease_from is None) != (lease_to is None):
             raise OptionError("leveret source: options leaseFrom and leaseTo go together")
         if lease_from is not None and (stream or streaming):
             raise OptionError("leveret source: leaseFrom/leaseTo are for batch reads of a queue")
         for name in ("startingOffset", "endingOffset", "maxOffsetsPerTrigger"):
-            if queue and opts.str(name) is not None:
+            if queue and opts.text(name) is not None:
                 raise OptionError(f"leveret option {name} is for streams (option stream), "
                                   "not queues")
-        if stream and opts.str("maxMessagesPerTrigger") is not None:
+        if stream and opts.text("maxMessagesPerTrigger") is not None:
             raise OptionError("leveret option maxMessagesPerTrigger is for queues; "
                               "use maxOffsetsPerTrigger with a stream")
-        starting = (opts.str("startingOffset") or ("next" if streaming else "first")).lower()
-        ending = (opts.str("endingOffset") or "next").lower()
+        starting = (opts.text("startingOffset") or ("next" if streaming else "first")).lower()
+        ending = (opts.text("endingOffset") or "next").lower()
         for name, value, words in (("startingOffset", starting, ("first", "next", "last")),
                                    ("endingOffset", ending, ("next",))):
             if value not in words and not value.lstrip("-").isdigit():
@@ -128,18 +135,18 @@ class _ReadConfig:
         if ending != "next" and streaming:
             raise OptionError("leveret option endingOffset is for batch reads")
         config = cls(
-            url=url, queue=queue, stream=stream, group=opts.str("group", "spark"),
+            url=url, queue=queue, stream=stream, group=opts.text("group", "spark"),
             starting=starting, ending=ending,
-            partition_size=opts.int("partitionSize", 50_000, minimum=1),
-            max_per_trigger=opts.int("maxOffsetsPerTrigger" if stream else
+            partition_size=opts.integer("partitionSize", 50_000, minimum=1),
+            max_per_trigger=opts.integer("maxOffsetsPerTrigger" if stream else
                                      "maxMessagesPerTrigger", None if stream else 10_000,
                                      minimum=1),
-            lease_ttl_ms=opts.int("leaseTtlMs", 300_000, minimum=1),
+            lease_ttl_ms=opts.integer("leaseTtlMs", 300_000, minimum=1),
             lease_from=lease_from, lease_to=lease_to,
-            prefetch=opts.int("prefetch", 1000, minimum=1),
-            idle_timeout=opts.float("idleTimeout", 1.0),
-            limit=opts.int("limit", None, minimum=0),
-            timeout=opts.float("timeout", 30.0))
+            prefetch=opts.integer("prefetch", 1000, minimum=1),
+            idle_timeout=opts.number("idleTimeout", 1.0),
+            limit=opts.integer("limit", None, minimum=0),
+            timeout=opts.number("timeout", 30.0))
         config.check_broker()
         return config
 
@@ -151,7 +158,7 @@ class _ReadConfig:
         """Unreachable broker, refused login, or a missing queue/stream: fail now, on the
         driver, with the option's name."""
         with connect(self.url, min(self.timeout, 10.0)) as client:
-            name = self.stream or self.queue
+            name = self.source_name
             if client.queue_exists(name) is None:
                 option = "stream" if self.stream else "queue"
                 raise OptionError(f"leveret option {option}: no queue {name!r} on "
@@ -304,14 +311,15 @@ class LeveretBatchReader(DataSourceReader):
                 end = min(end, start + c.limit)
             return [StreamRange(c.stream, s, e) for s, e in _split(start, end, c.partition_size)]
         if c.lease_from is not None:
-            return [LeaseRange(c.queue, c.group, s, e)
+            assert c.lease_to is not None, "from_options requires leaseTo with leaseFrom"
+            return [LeaseRange(c.source_name, c.group, s, e)
                     for s, e in _split(c.lease_from, c.lease_to, c.partition_size)]
         with BlockingClient(c.url, timeout=c.timeout) as client:
-            ok = client.queue_exists(c.queue)
-        count = ok.message_count if ok else 0
+            ok = client.queue_exists(c.source_name)
+        count = (ok.message_count or 0) if ok else 0
         if c.limit is not None:
             count = min(count, c.limit)
-        return [Browse(c.queue, count)]
+        return [Browse(c.source_name, count)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return record_batches(read_partition(self.config, partition))
@@ -333,8 +341,6 @@ try:  # pyspark >= 4.2
         ReadAllAvailable,
         ReadLimit,
         ReadMaxRows,
-    )
-    from pyspark.sql.streaming.datasource import (
         SupportsTriggerAvailableNow as _AvailableNow,
     )
 except ImportError:  # pragma: no cover
@@ -411,7 +417,7 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         if c.stream:
             self._target = int(stream_info(self._rpc, c.stream)["next"])
         else:  # lease at most the messages ready now
-            ok = self._rpc.client().queue_exists(c.queue)
+            ok = self._rpc.client().queue_exists(c.source_name)
             self._target = ok.message_count if ok else 0
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
@@ -466,8 +472,10 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         leases of the group held before the query began."""
         low = max(first, self._acked)
         if end > low:
-            self._rpc.call("lease.ack", queue=self.config.queue, group=self.config.group,
-                           upto=end - 1, **{"from": low})
+            payload: dict[str, Any] = {"queue": self.config.source_name,
+                                       "group": self.config.group, "upto": end - 1,
+                                       "from": low}  # 'from' is a Python keyword
+            self._rpc.call("lease.ack", **payload)
             self._acked = end
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
@@ -475,7 +483,7 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         s, e = int(start[self._key()]), int(end[self._key()])
         if c.stream:
             return [StreamRange(c.stream, a, b) for a, b in _split(s, e, c.partition_size)]
-        return [LeaseRange(c.queue, c.group, a, b) for a, b in _split(s, e, c.partition_size)]
+        return [LeaseRange(c.source_name, c.group, a, b) for a, b in _split(s, e, c.partition_size)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return record_batches(read_partition(self.config, partition))
@@ -517,7 +525,7 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
                     if high > low:
                         client.rpc("lease.release", {"queue": c.queue, "group": c.group,
                                                      "seqs": list(range(low, high))})
-        except Exception:  # noqa: BLE001, S110 - best effort: the leases expire anyway
+        except Exception:
             pass
         finally:
             if previous is not False:

@@ -119,9 +119,10 @@ async def _browse(url: str, queue: str, limit: int | None) -> list[DeadLetter]:
 
 async def _check_queue(channel: Channel, queue: str) -> int:
     try:
-        return (await channel.queue_declare(queue, passive=True)).message_count
+        declared = await channel.queue_declare(queue, passive=True)
     except ChannelError as exc:
         raise DLQError(f"no queue '{queue}': {exc.reply_text}") from None
+    return declared.message_count or 0
 
 
 async def _fetch(channel: Channel, queue: str) -> AsyncIterator[DeadLetter]:
