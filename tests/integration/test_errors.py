@@ -14,13 +14,15 @@ import time
 
 import pika
 import pytest
+from amqp_raw import PROTOCOL_HEADER, RawClient, connected, raw_frame
 from pamqp import commands, frame, header as pamqp_header
 from pika.exceptions import (
-    AuthenticationError, ChannelClosedByBroker, ConnectionClosedByBroker,
-    ProbableAccessDeniedError, ProbableAuthenticationError,
+    AuthenticationError,
+    ChannelClosedByBroker,
+    ConnectionClosedByBroker,
+    ProbableAccessDeniedError,
+    ProbableAuthenticationError,
 )
-
-from amqp_raw import PROTOCOL_HEADER, RawClient, connected, raw_frame
 
 Basic, Queue, Exchange, Tx = commands.Basic, commands.Queue, commands.Exchange, commands.Tx
 
