@@ -230,7 +230,11 @@ def test_exclusive_queue_is_deleted_with_its_connection(amqp_url, channel):
     conn = connect(amqp_url)
     conn.channel().queue_declare("mine", exclusive=True)
     conn.close()
-    channel.queue_declare("mine", exclusive=True)  # free to take now
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:  # gone with its owner
+        channel.connection.channel().queue_declare("mine", passive=True)
+    assert info.value.reply_code == 404
+    declared = channel.queue_declare("mine", exclusive=True)  # free to take now
+    assert declared.method.queue == "mine" and declared.method.message_count == 0
 
 
 # -- 406 PRECONDITION_FAILED ---------------------------------------------------------------
