@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pika
 import pytest
-
 from servers import ServerProcess
 
 

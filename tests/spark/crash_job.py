@@ -28,8 +28,7 @@ def main() -> None:
     url, checkpoints = sys.argv[1:3]
     _say("starting")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
+    from pyspark.sql import SparkSession, functions as F
 
     from leveret.spark import register
 

@@ -12,8 +12,12 @@ import struct
 import pytest
 
 pytest.importorskip("hypothesis")
-from hypothesis import assume, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    assume,
+    given,
+    settings,
+    strategies as st,  # noqa: E402
+)
 from pamqp import commands, frame, header  # noqa: E402
 from pamqp.body import ContentBody  # noqa: E402
 

@@ -8,8 +8,8 @@ import datetime
 import decimal
 
 import pytest
-from test_dead_letter_rabbitmq import INVALID
 from hypothesis import given, strategies as st
+from rabbitmq_reference import INVALID_QUEUE_ARGUMENTS
 
 from leveret.core.errors import PreconditionFailed
 from leveret.core.queue_config import (
@@ -236,7 +236,7 @@ def test_policy_keys_with_the_x_prefix_are_not_policy_keys():
 
 # -- 406 texts --------------------------------------------------------------------------
 # The texts checked against RabbitMQ 3.10 (tests/test_dead_letter_rabbitmq.py)
-RABBITMQ_TEXTS = INVALID
+RABBITMQ_TEXTS = INVALID_QUEUE_ARGUMENTS
 
 
 @pytest.mark.parametrize("arguments,text", RABBITMQ_TEXTS)

@@ -7,13 +7,13 @@ it came from is what the listener passes as ``from_loopback``.
 from __future__ import annotations
 
 from pamqp import commands, encode as pamqp_encode, frame as pamqp_frame
-from test_fuzz import FakeLoop, FakeTransport  # the sans-I/O fakes of tests/test_fuzz.py
+from sans_io import FakeLoop, FakeTransport
 
+from leveret.amqp.frames import FRAME_METHOD, PROTOCOL_HEADER, FrameReader, encode_frame
 from leveret.core.auth import User, UserDatabase
 from leveret.core.broker import BrokerCore
 from leveret.core.clock import ManualClock
 from leveret.protocol.amqp import Connection
-from leveret.amqp.frames import FRAME_METHOD, PROTOCOL_HEADER, FrameReader, encode_frame
 
 C = commands.Connection
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from pamqp import commands, frame, heartbeat
 
+from leveret.amqp.frames import PROTOCOL_HEADER
 from leveret.core import BrokerCore
 from leveret.core.clock import ManualClock
 from leveret.protocol.amqp import Connection
 from leveret.protocol.amqp.connection import HEARTBEAT_RECHECK
-from leveret.amqp.frames import PROTOCOL_HEADER
 
 HEARTBEAT = 2  # seconds, as negotiated in tune-ok
 

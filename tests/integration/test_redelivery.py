@@ -20,12 +20,11 @@ import aio_pika
 import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
+from servers import ServerProcess
 
 import leveret
 from leveret.core.policy import Policy
 from leveret.server.broker import BlockingBroker
-
-from servers import ServerProcess
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 TRANSIENT = pika.BasicProperties(delivery_mode=1)

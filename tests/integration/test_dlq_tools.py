@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pika
 import pytest
-
 from servers import ServerProcess
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 import email_retry  # noqa: E402
 

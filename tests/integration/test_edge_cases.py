@@ -7,10 +7,9 @@ import time
 
 import pika
 import pytest
+from amqp_raw import RawClient
 from pamqp import body, commands, frame
 from pamqp.header import ContentHeader
-
-from amqp_raw import RawClient
 
 
 def test_reject_publish_refuses_empty_bodies_too(channel):

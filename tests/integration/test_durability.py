@@ -31,9 +31,7 @@ import pika
 import pytest
 from pamqp import commands
 from pika.exceptions import ChannelClosedByBroker
-
-sys.path.insert(0, str(Path(__file__).parent))
-from publisher import TRANSIENT, AsyncClient, ConnectionLost, body_index, make_body  # noqa: E402
+from publisher import TRANSIENT, AsyncClient, ConnectionLost, body_index, make_body
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
+from leveret.amqp import properties as wire
 from leveret.core import BrokerCore, Message
 from leveret.core.clock import ManualClock
 from leveret.core.dead_letter import DEAD_LETTERED, EVENT_EXCHANGE, discarded
-from leveret.amqp import properties as wire
 from leveret.core.errors import PreconditionFailed
 from leveret.core.message import Properties
 from leveret.core.policy import Policy

@@ -21,12 +21,14 @@ from pathlib import Path
 import pika
 import pytest
 from pika.exceptions import (
-    AuthenticationError, ConnectionClosedByBroker, ProbableAccessDeniedError,
+    AuthenticationError,
+    ConnectionClosedByBroker,
+    ProbableAccessDeniedError,
     ProbableAuthenticationError,
 )
+from servers import ServerProcess
 
 import leveret
-from servers import ServerProcess
 
 LEVERET = [sys.executable, "-m", "leveret"]
 READY = re.compile(r"leveret ready: amqp://([\d.]+):(\d+)$")

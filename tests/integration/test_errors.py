@@ -14,13 +14,15 @@ import time
 
 import pika
 import pytest
+from amqp_raw import PROTOCOL_HEADER, RawClient, connected, raw_frame
 from pamqp import commands, frame, header as pamqp_header
 from pika.exceptions import (
-    AuthenticationError, ChannelClosedByBroker, ConnectionClosedByBroker,
-    ProbableAccessDeniedError, ProbableAuthenticationError,
+    AuthenticationError,
+    ChannelClosedByBroker,
+    ConnectionClosedByBroker,
+    ProbableAccessDeniedError,
+    ProbableAuthenticationError,
 )
-
-from amqp_raw import PROTOCOL_HEADER, RawClient, connected, raw_frame
 
 Basic, Queue, Exchange, Tx = commands.Basic, commands.Queue, commands.Exchange, commands.Tx
 
@@ -228,7 +230,11 @@ def test_exclusive_queue_is_deleted_with_its_connection(amqp_url, channel):
     conn = connect(amqp_url)
     conn.channel().queue_declare("mine", exclusive=True)
     conn.close()
-    channel.queue_declare("mine", exclusive=True)  # free to take now
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:  # gone with its owner
+        channel.connection.channel().queue_declare("mine", passive=True)
+    assert info.value.reply_code == 404
+    declared = channel.queue_declare("mine", exclusive=True)  # free to take now
+    assert declared.method.queue == "mine" and declared.method.message_count == 0
 
 
 # -- 406 PRECONDITION_FAILED ---------------------------------------------------------------
