@@ -28,16 +28,33 @@ def main() -> None:
 @main.command()
 @click.option("--bind", default=None, help="Address to listen on [127.0.0.1].")
 @click.option("--amqp-port", type=int, default=None, help="AMQP port; 0 picks a free one [5672].")
-@click.option("--http-port", type=int, default=None,
-              help="Serve the management HTTP API on this port (RabbitMQ's is 15672); "
-                   "0 picks a free one [off].")
+@click.option(
+    "--http-port",
+    type=int,
+    default=None,
+    help="Serve the management HTTP API on this port (RabbitMQ's is 15672); 0 picks a free one [off].",
+)
 @click.option("--data-dir", default=None, help="Directory for the broker's data [./leveret-data].")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
-              help="TOML config file (users, vhosts, limits).")
-@click.option("--log-level", default=None,
-              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
-def server(bind: str | None, amqp_port: int | None, http_port: int | None, data_dir: str | None,
-           config_file: str | None, log_level: str | None) -> None:
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML config file (users, vhosts, limits).",
+)
+@click.option(
+    "--log-level",
+    default=None,
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+)
+def server(
+    bind: str | None,
+    amqp_port: int | None,
+    http_port: int | None,
+    data_dir: str | None,
+    config_file: str | None,
+    log_level: str | None,
+) -> None:
     """Run the broker until SIGTERM or SIGINT.
 
     Prints "leveret ready: amqp://HOST:PORT" once it accepts clients (then the management
@@ -50,17 +67,24 @@ def server(bind: str | None, amqp_port: int | None, http_port: int | None, data_
             load(config_file, settings)
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
-    for key, value in (("bind", bind), ("amqp_port", amqp_port), ("http_port", http_port),
-                       ("data_dir", data_dir),
-                       ("log_level", log_level)):
+    for key, value in (
+        ("bind", bind),
+        ("amqp_port", amqp_port),
+        ("http_port", http_port),
+        ("data_dir", data_dir),
+        ("log_level", log_level),
+    ):
         if value is not None:
             setattr(settings, key, value)
     if settings.http_port is not None and settings.http_port < 0:
         settings.http_port = None
     if settings.data_dir is None:
         settings.data_dir = "./leveret-data"
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
@@ -90,8 +114,12 @@ async def _serve(settings: Settings) -> None:
 
 
 # -- leveret dlq ------------------------------------------------------------------------
-_URL = click.option("--url", default="amqp://guest:guest@127.0.0.1:5672/%2F", show_default=True,
-                    help="AMQP URL of the broker.")
+_URL = click.option(
+    "--url",
+    default="amqp://guest:guest@127.0.0.1:5672/%2F",
+    show_default=True,
+    help="AMQP URL of the broker.",
+)
 
 
 @main.group()
@@ -110,12 +138,20 @@ def _run(action: Callable[[], T]) -> T:
 
 
 @dlq.command("list")
-@click.option("--http-url", default="http://127.0.0.1:15672", show_default=True,
-              help="Management API of the broker (leveret server --http-port).")
+@click.option(
+    "--http-url",
+    default="http://127.0.0.1:15672",
+    show_default=True,
+    help="Management API of the broker (leveret server --http-port).",
+)
 @click.option("--user", default="guest", show_default=True)
 @click.option("--password", default="guest", show_default=True)
-@click.option("--pattern", default=None, help="Regular expression for DLQ names "
-              r"[^(leveret\.DLQ|DLQ\..+)$].")
+@click.option(
+    "--pattern",
+    default=None,
+    help="Regular expression for DLQ names "
+    r"[^(leveret\.DLQ|DLQ\..+)$].",
+)
 def dlq_list(http_url: str, user: str, password: str, pattern: str | None) -> None:
     """List dead-letter queues with their message counts."""
     from rich.console import Console
@@ -142,14 +178,31 @@ def dlq_show(queue: str, url: str, limit: int) -> None:
     from .tools.dlq import browse
 
     letters = _run(lambda: browse(url, queue, limit))
-    table = Table("#", "message id", "reason", "from queue", "exchange", "routing key",
-                  "deaths", "body", title=f"{queue}: {len(letters)} shown")
+    table = Table(
+        "#",
+        "message id",
+        "reason",
+        "from queue",
+        "exchange",
+        "routing key",
+        "deaths",
+        "body",
+        title=f"{queue}: {len(letters)} shown",
+    )
     for i, letter in enumerate(letters, 1):
         exchange, key = letter.origin() if letter.deaths else ("", "")
         deaths = sum(int(d.get("count", 1)) for d in letter.deaths)
         body = letter.body[:40].decode("utf-8", "replace")
-        table.add_row(str(i), str(letter.properties.message_id or ""), letter.reason,
-                      letter.original_queue, exchange, key, str(deaths), body)
+        table.add_row(
+            str(i),
+            str(letter.properties.message_id or ""),
+            letter.reason,
+            letter.original_queue,
+            exchange,
+            key,
+            str(deaths),
+            body,
+        )
     Console().print(table)
 
 
@@ -158,14 +211,29 @@ def dlq_show(queue: str, url: str, limit: int) -> None:
 @_URL
 @click.option("--exchange", default=None, help="Republish here instead of the original exchange.")
 @click.option("--routing-key", default=None, help="Routing key to use instead of the original.")
-@click.option("--reason", default=None,
-              type=click.Choice(["rejected", "expired", "maxlen", "delivery_limit"]),
-              help="Only dead letters that first died for this reason.")
-@click.option("--header", "header_filters", multiple=True, metavar="NAME=VALUE",
-              help="Only dead letters with this header value (repeatable).")
+@click.option(
+    "--reason",
+    default=None,
+    type=click.Choice(["rejected", "expired", "maxlen", "delivery_limit"]),
+    help="Only dead letters that first died for this reason.",
+)
+@click.option(
+    "--header",
+    "header_filters",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Only dead letters with this header value (repeatable).",
+)
 @click.option("--limit", type=int, default=None, help="Replay at most this many.")
-def dlq_replay(queue: str, url: str, exchange: str | None, routing_key: str | None,
-               reason: str | None, header_filters: tuple[str, ...], limit: int | None) -> None:
+def dlq_replay(
+    queue: str,
+    url: str,
+    exchange: str | None,
+    routing_key: str | None,
+    reason: str | None,
+    header_filters: tuple[str, ...],
+    limit: int | None,
+) -> None:
     """Republish dead letters (confirmed, then acknowledged: a crash loses nothing)."""
     from rich.progress import Progress
 
@@ -179,8 +247,17 @@ def dlq_replay(queue: str, url: str, exchange: str | None, routing_key: str | No
         headers[name] = value
     with Progress(transient=True) as progress:
         task = progress.add_task(f"replaying {queue}", total=limit)
-        count = _run(lambda: replay(url, queue, matcher(reason, headers), limit, exchange,
-                                    routing_key, lambda n: progress.update(task, completed=n)))
+        count = _run(
+            lambda: replay(
+                url,
+                queue,
+                matcher(reason, headers),
+                limit,
+                exchange,
+                routing_key,
+                lambda n: progress.update(task, completed=n),
+            )
+        )
     click.echo(f"replayed {count} message(s) from {queue}")
 
 
@@ -213,8 +290,9 @@ def _spark_session(master: str | None) -> Any:
     return session(master)
 
 
-_MASTER = click.option("--master", default=None,
-                       help="Spark master URL [local[*], or the one spark-submit gives].")
+_MASTER = click.option(
+    "--master", default=None, help="Spark master URL [local[*], or the one spark-submit gives]."
+)
 
 
 def _check_queue(url: str, name: str) -> None:
@@ -246,12 +324,19 @@ def _pipeline_run(action: Callable[[], T]) -> T:
 @_MASTER
 @click.option("--output", default=None, help="Directory for the report as Parquet.")
 @click.option("--chart", default=None, help="PNG file for a chart of dead letters per hour.")
-@click.option("--header", "headers", multiple=True, metavar="NAME",
-              help="Also group by this header (repeatable).")
+@click.option(
+    "--header", "headers", multiple=True, metavar="NAME", help="Also group by this header (repeatable)."
+)
 @click.option("--limit", type=int, default=None, help="Read at most this many dead letters.")
-def pipeline_dlq_report(queue: str, url: str, master: str | None, output: str | None,
-                        chart: str | None, headers: tuple[str, ...],
-                        limit: int | None) -> None:
+def pipeline_dlq_report(
+    queue: str,
+    url: str,
+    master: str | None,
+    output: str | None,
+    chart: str | None,
+    headers: tuple[str, ...],
+    limit: int | None,
+) -> None:
     """Count dead letters by original queue, reason, hour and headers (browsing QUEUE)."""
     from rich.console import Console
     from rich.table import Table
@@ -261,12 +346,10 @@ def pipeline_dlq_report(queue: str, url: str, master: str | None, output: str | 
     _check_queue(url, queue)
     spark = _spark_session(master)
     try:
-        table = _pipeline_run(lambda: dlq_report(spark, url, queue, output, headers, chart,
-                                                 limit))
+        table = _pipeline_run(lambda: dlq_report(spark, url, queue, output, headers, chart, limit))
     finally:
         spark.stop()
-    view = Table(*table.columns, title=f"{queue}: {int(table['dead_letters'].sum())} "
-                 "dead letter(s)")
+    view = Table(*table.columns, title=f"{queue}: {int(table['dead_letters'].sum())} dead letter(s)")
     for row in table.itertuples(index=False):
         view.add_row(*("" if v is None else str(v) for v in row))
     Console().print(view)
@@ -279,28 +362,45 @@ def pipeline_dlq_report(queue: str, url: str, master: str | None, output: str | 
 @click.argument("queue")
 @_URL
 @_MASTER
-@click.option("--where", default=None,
-              help="Spark SQL filter, e.g. \"reason = 'rejected' AND original_queue = 'q'\".")
+@click.option(
+    "--where", default=None, help="Spark SQL filter, e.g. \"reason = 'rejected' AND original_queue = 'q'\"."
+)
 @click.option("--exchange", default=None, help="Republish here instead of the original exchange.")
 @click.option("--routing-key", default=None, help="Routing key to use instead of the original.")
-@click.option("--max", "max_messages", type=int, default=100_000, show_default=True,
-              help="Lease at most this many dead letters.")
+@click.option(
+    "--max",
+    "max_messages",
+    type=int,
+    default=100_000,
+    show_default=True,
+    help="Lease at most this many dead letters.",
+)
 @click.option("--group", default="leveret-dlq-replay", show_default=True, help="Lease group.")
-def pipeline_dlq_replay(queue: str, url: str, master: str | None, where: str | None,
-                        exchange: str | None, routing_key: str | None, max_messages: int,
-                        group: str) -> None:
+def pipeline_dlq_replay(
+    queue: str,
+    url: str,
+    master: str | None,
+    where: str | None,
+    exchange: str | None,
+    routing_key: str | None,
+    max_messages: int,
+    group: str,
+) -> None:
     """Republish selected dead letters; each is acknowledged once its copy is confirmed."""
     from .spark.jobs import dlq_replay
 
     _check_queue(url, queue)
     spark = _spark_session(master)
     try:
-        result = _pipeline_run(lambda: dlq_replay(spark, url, queue, where, exchange,
-                                                  routing_key, max_messages, group))
+        result = _pipeline_run(
+            lambda: dlq_replay(spark, url, queue, where, exchange, routing_key, max_messages, group)
+        )
     finally:
         spark.stop()
-    click.echo(f"replayed {result.replayed} of {result.leased} dead letter(s) from {queue}; "
-               f"{result.released} left in place")
+    click.echo(
+        f"replayed {result.replayed} of {result.leased} dead letter(s) from {queue}; "
+        f"{result.released} left in place"
+    )
 
 
 @pipeline.command("archive")
@@ -308,20 +408,25 @@ def pipeline_dlq_replay(queue: str, url: str, master: str | None, where: str | N
 @_URL
 @_MASTER
 @click.option("--output", required=True, help="Directory for Parquet files, by date.")
-@click.option("--checkpoint", required=True,
-              help="Checkpoint directory: each run copies what arrived since the last.")
-@click.option("--starting-offset", default="first", show_default=True,
-              help="Where the first run starts: first, next or an offset.")
-def pipeline_archive(stream: str, url: str, master: str | None, output: str, checkpoint: str,
-                     starting_offset: str) -> None:
+@click.option(
+    "--checkpoint", required=True, help="Checkpoint directory: each run copies what arrived since the last."
+)
+@click.option(
+    "--starting-offset",
+    default="first",
+    show_default=True,
+    help="Where the first run starts: first, next or an offset.",
+)
+def pipeline_archive(
+    stream: str, url: str, master: str | None, output: str, checkpoint: str, starting_offset: str
+) -> None:
     """Copy a stream's new messages to Parquet partitioned by date."""
     from .spark.jobs import archive
 
     _check_queue(url, stream)
     spark = _spark_session(master)
     try:
-        count = _pipeline_run(lambda: archive(spark, url, stream, output, checkpoint,
-                                              starting_offset))
+        count = _pipeline_run(lambda: archive(spark, url, stream, output, checkpoint, starting_offset))
     finally:
         spark.stop()
     click.echo(f"archived {count} message(s) from {stream} to {output}")

@@ -77,8 +77,14 @@ class Settings:
         return core
 
 
-_SERVER_KEYS = {"bind": str, "amqp_port": int, "data_dir": str, "log_level": str,
-                "disk_free_limit": int, "http_port": int}
+_SERVER_KEYS = {
+    "bind": str,
+    "amqp_port": int,
+    "data_dir": str,
+    "log_level": str,
+    "disk_free_limit": int,
+    "http_port": int,
+}
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _LIMIT_KEYS = {"heartbeat": int, "frame_max": int, "channel_max": int, "max_message_size": int}
 
@@ -129,21 +135,34 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
             raise ConfigError(f"{path}: unknown key(s) users.{', users.'.join(sorted(unknown))}")
         if not isinstance(entry.get("name"), str) or not isinstance(entry.get("password"), str):
             raise ConfigError(f"{path}: each [[users]] needs string name and password")
-        settings.users.append(User(name=entry["name"], password=entry["password"],
-                                   vhosts=strings("users.vhosts", entry.get("vhosts", ["/"])),
-                                   tags=strings("users.tags", entry.get("tags", []))))
+        settings.users.append(
+            User(
+                name=entry["name"],
+                password=entry["password"],
+                vhosts=strings("users.vhosts", entry.get("vhosts", ["/"])),
+                tags=strings("users.tags", entry.get("tags", [])),
+            )
+        )
     policies = data.pop("policies", [])
     if not isinstance(policies, list) or not all(isinstance(e, dict) for e in policies):
         raise ConfigError(f"{path}: policies must be [[policies]] tables")
     for entry in policies:
         try:
-            settings.policies.append(Policy(
-                name=entry["name"], pattern=entry["pattern"], definition=dict(entry["definition"]),
-                apply_to=entry.get("apply_to", "all"), priority=int(entry.get("priority", 0)),
-                vhost=entry.get("vhost", "/")))
+            settings.policies.append(
+                Policy(
+                    name=entry["name"],
+                    pattern=entry["pattern"],
+                    definition=dict(entry["definition"]),
+                    apply_to=entry.get("apply_to", "all"),
+                    priority=int(entry.get("priority", 0)),
+                    vhost=entry.get("vhost", "/"),
+                )
+            )
         except (KeyError, TypeError, ValueError, re.error) as exc:
-            raise ConfigError(f"{path}: each [[policies]] needs name, pattern (a regular "
-                              f"expression) and a definition table ({exc})") from None
+            raise ConfigError(
+                f"{path}: each [[policies]] needs name, pattern (a regular "
+                f"expression) and a definition table ({exc})"
+            ) from None
     if data:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(data))}")
     return settings

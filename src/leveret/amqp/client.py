@@ -46,9 +46,24 @@ from .errors import AMQPError, ChannelError, ConnectionError
 from .frames import HEARTBEAT, PROTOCOL_HEADER, encode_publish
 from .properties import PROPERTY_NAMES, encode_properties, properties_dict, shortstr
 
-__all__ = ["AMQPError", "BlockingClient", "Channel", "ChannelError", "ClientError",
-           "Connection", "ConnectionError", "ConnectionLost", "Consumer", "Delivery",
-           "PublishError", "RPCError", "Timeout", "URLParams", "parse_url", "safe_url"]
+__all__ = [
+    "AMQPError",
+    "BlockingClient",
+    "Channel",
+    "ChannelError",
+    "ClientError",
+    "Connection",
+    "ConnectionError",
+    "ConnectionLost",
+    "Consumer",
+    "Delivery",
+    "PublishError",
+    "RPCError",
+    "Timeout",
+    "URLParams",
+    "parse_url",
+    "safe_url",
+]
 
 SEND_CHUNK = 256 * 1024  # bytes buffered before a write without waiting for the loop turn
 _READ_HIGH = 20000  # deliveries waiting in a consumer before the socket stops being read
@@ -59,8 +74,10 @@ _PUBLISH_ID = struct.Struct(">HHH").pack(60, 40, 0)
 API_EXCHANGE = "amq.leveret.api"
 DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
 PENDING, ACKED, NACKED = 0, 1, 2  # publish confirm states
-_METHODS: dict[str, type] = {cls.name: cls  # type: ignore[attr-defined]
-                             for cls in commands.INDEX_MAPPING.values()}
+_METHODS: dict[str, type] = {
+    cls.name: cls  # type: ignore[attr-defined]
+    for cls in commands.INDEX_MAPPING.values()
+}
 
 
 class ClientError(AMQPError):
@@ -130,9 +147,13 @@ def parse_url(url: str) -> URLParams:
         raise ClientError(f"invalid AMQP URL {safe_url(url)!r}: no host")
     path = parts.path.removeprefix("/")
     vhost = urllib.parse.unquote(path) if path else "/"
-    return URLParams(parts.hostname, port or 5672,
-                     urllib.parse.unquote(parts.username or "guest"),
-                     urllib.parse.unquote(parts.password or "guest"), vhost)
+    return URLParams(
+        parts.hostname,
+        port or 5672,
+        urllib.parse.unquote(parts.username or "guest"),
+        urllib.parse.unquote(parts.password or "guest"),
+        vhost,
+    )
 
 
 def _props(properties: pamqp_header.ContentHeader) -> dict[str, Any]:
@@ -159,8 +180,9 @@ class Consumer:
     the consumer ends (cancelled by us or by the broker: queue deleted, stream range
     done, ...); ``error`` when its channel or connection closed."""
 
-    def __init__(self, channel: Channel, tag: str, queue: str,
-                 callback: Callable[[Delivery], None] | None) -> None:
+    def __init__(
+        self, channel: Channel, tag: str, queue: str, callback: Callable[[Delivery], None] | None
+    ) -> None:
         self.channel, self.tag, self.queue = channel, tag, queue
         self.callback = callback
         self.ready: collections.deque[Delivery] = collections.deque()
@@ -235,8 +257,7 @@ class Consumer:
         if self.cancelled or not self.channel.is_open:
             self.cancelled = True
             return
-        await self.channel._call(commands.Basic.Cancel(consumer_tag=self.tag),
-                                 commands.Basic.CancelOk)
+        await self.channel._call(commands.Basic.Cancel(consumer_tag=self.tag), commands.Basic.CancelOk)
         self.channel._consumers.pop(self.tag, None)
         self._end()
 
@@ -289,8 +310,9 @@ class Channel:
             try:
                 return await asyncio.wait_for(waiter, timeout or conn.timeout)
             except TimeoutError:
-                raise Timeout(f"{conn.safe_url}: no {reply[0].__name__} within "
-                              f"{timeout or conn.timeout:g}s") from None
+                raise Timeout(
+                    f"{conn.safe_url}: no {reply[0].__name__} within {timeout or conn.timeout:g}s"
+                ) from None
             finally:
                 self._waiter = None
 
@@ -302,65 +324,97 @@ class Channel:
         replies = tuple(_METHODS[name] for name in method.valid_responses)
         return await self._call(method, *replies, timeout=timeout)
 
-    async def exchange_declare(self, exchange: str, exchange_type: str = "direct",
-                               passive: bool = False, durable: bool = False,
-                               auto_delete: bool = False, internal: bool = False,
-                               arguments: dict | None = None) -> None:
+    async def exchange_declare(
+        self,
+        exchange: str,
+        exchange_type: str = "direct",
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict | None = None,
+    ) -> None:
         """exchange.declare. Raises ChannelError (404 passive and missing, 406 a
         different declaration, ...)."""
-        await self._call(commands.Exchange.Declare(
-            exchange=exchange, exchange_type=exchange_type, passive=passive, durable=durable,
-            auto_delete=auto_delete, internal=internal, arguments=arguments),
-            commands.Exchange.DeclareOk)
+        await self._call(
+            commands.Exchange.Declare(
+                exchange=exchange,
+                exchange_type=exchange_type,
+                passive=passive,
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=arguments,
+            ),
+            commands.Exchange.DeclareOk,
+        )
 
     async def exchange_delete(self, exchange: str, if_unused: bool = False) -> None:
         """exchange.delete. Raises ChannelError."""
-        await self._call(commands.Exchange.Delete(exchange=exchange, if_unused=if_unused),
-                         commands.Exchange.DeleteOk)
+        await self._call(
+            commands.Exchange.Delete(exchange=exchange, if_unused=if_unused), commands.Exchange.DeleteOk
+        )
 
-    async def queue_declare(self, queue: str = "", passive: bool = False,
-                            durable: bool = False, exclusive: bool = False,
-                            auto_delete: bool = False,
-                            arguments: dict | None = None) -> commands.Queue.DeclareOk:
+    async def queue_declare(
+        self,
+        queue: str = "",
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict | None = None,
+    ) -> commands.Queue.DeclareOk:
         """queue.declare; the reply has ``queue``, ``message_count``, ``consumer_count``.
         Raises ChannelError (404 passive and missing, 406 different arguments, ...)."""
-        return await self._call(commands.Queue.Declare(
-            queue=queue, passive=passive, durable=durable, exclusive=exclusive,
-            auto_delete=auto_delete, arguments=arguments), commands.Queue.DeclareOk)
+        return await self._call(
+            commands.Queue.Declare(
+                queue=queue,
+                passive=passive,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+                arguments=arguments,
+            ),
+            commands.Queue.DeclareOk,
+        )
 
-    async def queue_bind(self, queue: str, exchange: str, routing_key: str = "",
-                         arguments: dict | None = None) -> None:
+    async def queue_bind(
+        self, queue: str, exchange: str, routing_key: str = "", arguments: dict | None = None
+    ) -> None:
         """queue.bind. Raises ChannelError."""
-        await self._call(commands.Queue.Bind(queue=queue, exchange=exchange,
-                                             routing_key=routing_key, arguments=arguments),
-                         commands.Queue.BindOk)
+        await self._call(
+            commands.Queue.Bind(queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments),
+            commands.Queue.BindOk,
+        )
 
     async def queue_purge(self, queue: str) -> int:
         """queue.purge; the number of messages purged. Raises ChannelError."""
-        return (await self._call(commands.Queue.Purge(queue=queue),
-                                 commands.Queue.PurgeOk)).message_count
+        return (await self._call(commands.Queue.Purge(queue=queue), commands.Queue.PurgeOk)).message_count
 
-    async def queue_delete(self, queue: str, if_unused: bool = False,
-                           if_empty: bool = False) -> int:
+    async def queue_delete(self, queue: str, if_unused: bool = False, if_empty: bool = False) -> int:
         """queue.delete; the number of messages deleted. Raises ChannelError."""
-        return (await self._call(commands.Queue.Delete(queue=queue, if_unused=if_unused,
-                                                       if_empty=if_empty),
-                                 commands.Queue.DeleteOk)).message_count
+        return (
+            await self._call(
+                commands.Queue.Delete(queue=queue, if_unused=if_unused, if_empty=if_empty),
+                commands.Queue.DeleteOk,
+            )
+        ).message_count
 
-    async def qos(self, prefetch_count: int, prefetch_size: int = 0,
-                  global_: bool = False) -> None:
+    async def qos(self, prefetch_count: int, prefetch_size: int = 0, global_: bool = False) -> None:
         """basic.qos (``prefetch_size`` in bytes, 0 for no limit)."""
-        await self._call(commands.Basic.Qos(prefetch_size=prefetch_size,
-                                            prefetch_count=prefetch_count,
-                                            global_=global_), commands.Basic.QosOk)
+        await self._call(
+            commands.Basic.Qos(prefetch_size=prefetch_size, prefetch_count=prefetch_count, global_=global_),
+            commands.Basic.QosOk,
+        )
 
     async def close(self) -> None:
         """channel.close (nothing if already closed)."""
         if self.is_open:
             try:
-                await self._call(commands.Channel.Close(reply_code=200, reply_text="bye",
-                                                        class_id=0, method_id=0),
-                                 commands.Channel.CloseOk)
+                await self._call(
+                    commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0),
+                    commands.Channel.CloseOk,
+                )
             finally:
                 self._closed(ChannelError(errors.REPLY_SUCCESS, "channel closed"))
 
@@ -405,9 +459,14 @@ class Channel:
             self._unconfirmed += count
         return first
 
-    def publish(self, exchange: str, routing_key: str, body: bytes,
-                properties: dict[str, Any] | commands.Basic.Properties | None = None,
-                mandatory: bool = False) -> int:
+    def publish(
+        self,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        properties: dict[str, Any] | commands.Basic.Properties | None = None,
+        mandatory: bool = False,
+    ) -> int:
         """Buffer one basic.publish (sent at the end of this loop turn, or at once above
         256 KiB buffered). ``properties`` by pamqp attribute name (``message_type`` for
         ``type``) or a ``Basic.Properties``. Returns the confirm sequence number (0
@@ -419,13 +478,27 @@ class Channel:
         if self._nack_error is not None:
             raise self._nack_error
         conn = self.connection
-        conn._write(encode_publish(self.number, exchange, routing_key, body,
-                                   properties_dict(properties), conn.frame_max, mandatory))
+        conn._write(
+            encode_publish(
+                self.number,
+                exchange,
+                routing_key,
+                body,
+                properties_dict(properties),
+                conn.frame_max,
+                mandatory,
+            )
+        )
         return self._sequence(1) if self.confirming else 0
 
-    def publish_many(self, exchange: str, routing_key: str, bodies: Iterable[bytes],
-                     properties: dict[str, Any] | commands.Basic.Properties | None = None,
-                     mandatory: bool = False) -> int:
+    def publish_many(
+        self,
+        exchange: str,
+        routing_key: str,
+        bodies: Iterable[bytes],
+        properties: dict[str, Any] | commands.Basic.Properties | None = None,
+        mandatory: bool = False,
+    ) -> int:
         """The batched fast path: buffer one basic.publish per body, all with the same
         exchange, routing key and properties (encoded once), in a single write. Returns
         the first confirm sequence number (0 outside confirm mode). Raises as
@@ -436,13 +509,19 @@ class Channel:
             raise self._nack_error
         conn = self.connection
         number, step = self.number, conn.frame_max - 8
-        method = b"".join((_PUBLISH_ID, shortstr(exchange), shortstr(routing_key),
-                           b"\x01" if mandatory else b"\x00"))
+        method = b"".join(
+            (_PUBLISH_ID, shortstr(exchange), shortstr(routing_key), b"\x01" if mandatory else b"\x00")
+        )
         flags, props = encode_properties(properties_dict(properties))
         pack = _FRAME_HEAD.pack
         head_size = 14 + len(props)
-        method_frame = pack(1, number, len(method)) + method + b"\xce" + \
-            pack(2, number, head_size) + _CONTENT_PREFIX(60, 0, 0, 0)[:4]
+        method_frame = (
+            pack(1, number, len(method))
+            + method
+            + b"\xce"
+            + pack(2, number, head_size)
+            + _CONTENT_PREFIX(60, 0, 0, 0)[:4]
+        )
         tail = struct.pack(">H", flags) + props + b"\xce"
         q = struct.Struct(">Q").pack
         parts: list[bytes] = []
@@ -451,7 +530,7 @@ class Channel:
             size = len(body)
             parts += (method_frame, q(size), tail)
             for i in range(0, size, step):
-                chunk = body[i:i + step] if size > step else body
+                chunk = body[i : i + step] if size > step else body
                 parts += (pack(3, number, len(chunk)), chunk, b"\xce")
             count += 1
         conn._write(b"".join(parts))
@@ -477,8 +556,9 @@ class Channel:
                 raise self.error
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise Timeout(f"{conn.safe_url}: {self._unconfirmed} publish(es) not "
-                              f"confirmed within {limit:g}s")
+                raise Timeout(
+                    f"{conn.safe_url}: {self._unconfirmed} publish(es) not confirmed within {limit:g}s"
+                )
             self._confirm_below = below
             self._confirm_waiter = loop.create_future()
             try:
@@ -520,7 +600,8 @@ class Channel:
                 self._nack_error = PublishError(
                     f"{self.connection.safe_url} refused (nacked) a published message "
                     f"(sequence {settled[0]}): a queue may be full (x-overflow "
-                    "reject-publish) or the broker failed to store it")
+                    "reject-publish) or the broker failed to store it"
+                )
         low, end = self._low - base, len(state)
         while low < end and state[low] != PENDING:
             low += 1
@@ -529,23 +610,32 @@ class Channel:
             del state[:low]
             self._base += low
         if self._confirm_waiter is not None and (
-                self._unconfirmed <= self._confirm_below or self._nack_error is not None):
+            self._unconfirmed <= self._confirm_below or self._nack_error is not None
+        ):
             _resolve(self._confirm_waiter)
 
     # -- consuming ----------------------------------------------------------------
-    async def consume(self, queue: str, no_ack: bool = False, exclusive: bool = False,
-                      arguments: dict | None = None, consumer_tag: str = "",
-                      callback: Callable[[Delivery], None] | None = None) -> Consumer:
+    async def consume(
+        self,
+        queue: str,
+        no_ack: bool = False,
+        exclusive: bool = False,
+        arguments: dict | None = None,
+        consumer_tag: str = "",
+        callback: Callable[[Delivery], None] | None = None,
+    ) -> Consumer:
         """basic.consume; the :class:`Consumer` (its deliveries in ``ready``, or given to
         ``callback``). Raises ChannelError (404 no queue, 403 exclusive, ...)."""
         tag = consumer_tag or f"leveret-{uuid.uuid4().hex[:12]}"
         consumer = Consumer(self, tag, queue, callback)
         self._consumers[tag] = consumer
         try:
-            await self._call(commands.Basic.Consume(queue=queue, consumer_tag=tag,
-                                                    no_ack=no_ack, exclusive=exclusive,
-                                                    arguments=arguments),
-                             commands.Basic.ConsumeOk)
+            await self._call(
+                commands.Basic.Consume(
+                    queue=queue, consumer_tag=tag, no_ack=no_ack, exclusive=exclusive, arguments=arguments
+                ),
+                commands.Basic.ConsumeOk,
+            )
         except BaseException:
             self._consumers.pop(tag, None)
             raise
@@ -553,29 +643,33 @@ class Channel:
 
     async def get(self, queue: str, no_ack: bool = False) -> Delivery | None:
         """basic.get: one message or None if the queue is empty. Raises ChannelError."""
-        return await self._call(commands.Basic.Get(queue=queue, no_ack=no_ack),
-                                commands.Basic.GetOk, commands.Basic.GetEmpty)
+        return await self._call(
+            commands.Basic.Get(queue=queue, no_ack=no_ack), commands.Basic.GetOk, commands.Basic.GetEmpty
+        )
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
         """Buffer a basic.ack (sent with the next write)."""
         if self.error is not None:
             raise self.error
-        self.connection._send_method(self.number, commands.Basic.Ack(
-            delivery_tag=delivery_tag, multiple=multiple))
+        self.connection._send_method(
+            self.number, commands.Basic.Ack(delivery_tag=delivery_tag, multiple=multiple)
+        )
 
     def nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True) -> None:
         """Buffer a basic.nack (sent with the next write)."""
         if self.error is not None:
             raise self.error
-        self.connection._send_method(self.number, commands.Basic.Nack(
-            delivery_tag=delivery_tag, multiple=multiple, requeue=requeue))
+        self.connection._send_method(
+            self.number, commands.Basic.Nack(delivery_tag=delivery_tag, multiple=multiple, requeue=requeue)
+        )
 
     def reject(self, delivery_tag: int, requeue: bool = True) -> None:
         """Buffer a basic.reject (sent with the next write)."""
         if self.error is not None:
             raise self.error
-        self.connection._send_method(self.number, commands.Basic.Reject(
-            delivery_tag=delivery_tag, requeue=requeue))
+        self.connection._send_method(
+            self.number, commands.Basic.Reject(delivery_tag=delivery_tag, requeue=requeue)
+        )
 
     # -- amq.leveret.api ----------------------------------------------------------
     async def rpc(self, operation: str, payload: dict, timeout: float | None = None) -> dict:
@@ -584,22 +678,30 @@ class Channel:
         ChannelError 404 if the broker has no such exchange."""
         conn = self.connection
         if self._reply_consumer is None or self._reply_consumer.cancelled:
-            self._reply_consumer = await self.consume(DIRECT_REPLY_TO, no_ack=True,
-                                                      callback=self._on_reply)
+            self._reply_consumer = await self.consume(DIRECT_REPLY_TO, no_ack=True, callback=self._on_reply)
         correlation = uuid.uuid4().hex
         future = self._replies[correlation] = asyncio.get_running_loop().create_future()
         limit = timeout or conn.timeout
         try:
-            self.publish(API_EXCHANGE, operation, json.dumps(payload).encode(),
-                         {"reply_to": DIRECT_REPLY_TO, "correlation_id": correlation,
-                          "content_type": "application/json"})
+            self.publish(
+                API_EXCHANGE,
+                operation,
+                json.dumps(payload).encode(),
+                {
+                    "reply_to": DIRECT_REPLY_TO,
+                    "correlation_id": correlation,
+                    "content_type": "application/json",
+                },
+            )
             conn._flush()
             try:
                 body = await asyncio.wait_for(future, limit)
             except TimeoutError:
-                raise RPCError(f"{conn.safe_url}: no reply to {API_EXCHANGE} {operation!r} "
-                               f"within {limit:g}s (is this a leveret broker with the "
-                               "API?)") from None
+                raise RPCError(
+                    f"{conn.safe_url}: no reply to {API_EXCHANGE} {operation!r} "
+                    f"within {limit:g}s (is this a leveret broker with the "
+                    "API?)"
+                ) from None
         finally:
             self._replies.pop(correlation, None)
         try:
@@ -650,8 +752,9 @@ class Channel:
         elif kind is commands.Basic.Cancel:  # the broker cancelled a consumer
             consumer = self._consumers.pop(value.consumer_tag, None)
             if not value.nowait:
-                self.connection._send_method(self.number, commands.Basic.CancelOk(
-                    consumer_tag=value.consumer_tag))
+                self.connection._send_method(
+                    self.number, commands.Basic.CancelOk(consumer_tag=value.consumer_tag)
+                )
             if consumer is not None:
                 consumer._end()
         elif kind is commands.Channel.Close:
@@ -670,8 +773,9 @@ class Channel:
     def _on_content(self, value: Any) -> None:
         content = self._content
         if content is None:
-            raise ConnectionError(errors.UNEXPECTED_FRAME, f"content frame on channel "
-                                  f"{self.number} without a method")
+            raise ConnectionError(
+                errors.UNEXPECTED_FRAME, f"content frame on channel {self.number} without a method"
+            )
         if content[2] is None:
             if not isinstance(value, pamqp_header.ContentHeader):
                 raise ConnectionError(errors.UNEXPECTED_FRAME, "expected a content header")
@@ -685,10 +789,16 @@ class Channel:
             return
         self._content = None
         kind, method, head, parts = content[:4]
-        delivery = Delivery(getattr(method, "delivery_tag", 0),
-                            getattr(method, "redelivered", False), method.exchange,
-                            method.routing_key, _props(head), b"".join(parts),
-                            getattr(method, "consumer_tag", ""), self.number)
+        delivery = Delivery(
+            getattr(method, "delivery_tag", 0),
+            getattr(method, "redelivered", False),
+            method.exchange,
+            method.routing_key,
+            _props(head),
+            b"".join(parts),
+            getattr(method, "consumer_tag", ""),
+            self.number,
+        )
         if kind == "deliver":
             self._deliver(delivery)
         elif kind == "get":
@@ -735,8 +845,14 @@ class Connection(asyncio.Protocol):
 
     # -- opening and closing ------------------------------------------------------
     @classmethod
-    async def connect(cls, url: str, timeout: float = 10.0, name: str = "leveret",
-                      heartbeat: int = 0, frame_max: int = 131072) -> Connection:
+    async def connect(
+        cls,
+        url: str,
+        timeout: float = 10.0,
+        name: str = "leveret",
+        heartbeat: int = 0,
+        frame_max: int = 131072,
+    ) -> Connection:
         """Connect, log in (PLAIN) and open the URL's vhost. ``timeout`` (seconds)
         bounds each step and is the default for later calls; ``heartbeat`` (seconds,
         0: off) is negotiated down to the broker's; ``frame_max`` in bytes. Raises
@@ -747,8 +863,7 @@ class Connection(asyncio.Protocol):
         conn = cls(url, timeout, loop)
         p = conn.params
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: conn, p.host, p.port),
-                                   timeout)
+            await asyncio.wait_for(loop.create_connection(lambda: conn, p.host, p.port), timeout)
         except (TimeoutError, OSError) as exc:
             raise ConnectionLost(f"cannot connect to {conn.safe_url}: {exc!r}") from None
         try:
@@ -767,12 +882,22 @@ class Connection(asyncio.Protocol):
             raise ConnectionLost(f"cannot connect to {self.safe_url}: PLAIN login not offered")
         self.server_properties = start.server_properties or {}
         try:
-            tune = await self._call0(commands.Connection.StartOk(
-                client_properties={"product": name, "capabilities": {
-                    "publisher_confirms": True, "consumer_cancel_notify": True,
-                    "basic.nack": True, "connection.blocked": True}},
-                mechanism="PLAIN", response=f"\0{p.user}\0{p.password}"),
-                commands.Connection.Tune)
+            tune = await self._call0(
+                commands.Connection.StartOk(
+                    client_properties={
+                        "product": name,
+                        "capabilities": {
+                            "publisher_confirms": True,
+                            "consumer_cancel_notify": True,
+                            "basic.nack": True,
+                            "connection.blocked": True,
+                        },
+                    },
+                    mechanism="PLAIN",
+                    response=f"\0{p.user}\0{p.password}",
+                ),
+                commands.Connection.Tune,
+            )
         except ConnectionError as exc:
             message = f"login to {self.safe_url} refused for user {p.user!r}: {exc}"
             if isinstance(exc, ConnectionLost):
@@ -781,10 +906,13 @@ class Connection(asyncio.Protocol):
         self.frame_max = min(tune.frame_max or frame_max, frame_max)
         self.channel_max = tune.channel_max or 2047
         self.heartbeat = min(heartbeat, tune.heartbeat) if tune.heartbeat else heartbeat
-        self._send_method(0, commands.Connection.TuneOk(
-            channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat))
-        await self._call0(commands.Connection.Open(virtual_host=p.vhost),
-                          commands.Connection.OpenOk)
+        self._send_method(
+            0,
+            commands.Connection.TuneOk(
+                channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
+            ),
+        )
+        await self._call0(commands.Connection.Open(virtual_host=p.vhost), commands.Connection.OpenOk)
         if self.heartbeat:
             self._beat()
 
@@ -804,8 +932,7 @@ class Connection(asyncio.Protocol):
         try:
             return await asyncio.wait_for(waiter, self.timeout)
         except TimeoutError:
-            raise Timeout(f"{self.safe_url}: no {reply[0].__name__} within "
-                          f"{self.timeout:g}s") from None
+            raise Timeout(f"{self.safe_url}: no {reply[0].__name__} within {self.timeout:g}s") from None
         finally:
             self._waiter = None
 
@@ -814,8 +941,9 @@ class Connection(asyncio.Protocol):
         raises."""
         if self.error is None and self._transport is not None:
             try:
-                self._send_method(0, commands.Connection.Close(
-                    reply_code=200, reply_text="bye", class_id=0, method_id=0))
+                self._send_method(
+                    0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+                )
                 self._flush()
                 await asyncio.wait_for(asyncio.shield(self._closed_waiter), timeout)
             except (TimeoutError, AMQPError, OSError):
@@ -1025,8 +1153,7 @@ class Connection(asyncio.Protocol):
         if len(buf) < 7:
             return False
         if buf[:4] == b"AMQP":
-            raise ConnectionLost(f"{self.safe_url} does not speak AMQP 0-9-1 "
-                                 f"(it sent {bytes(buf[:8])!r})")
+            raise ConnectionLost(f"{self.safe_url} does not speak AMQP 0-9-1 (it sent {bytes(buf[:8])!r})")
         size = _U32(buf, 3)[0] + 8
         if len(buf) < size:
             return False
@@ -1051,9 +1178,13 @@ class Connection(asyncio.Protocol):
         if kind is commands.Connection.Close:
             self._send_method(0, commands.Connection.CloseOk())
             self._flush()
-            self._lost(errors.from_reply(ConnectionError, value.reply_code,
-                                         f"{self.safe_url} closed the connection: "
-                                         f"{value.reply_code} {value.reply_text}"))
+            self._lost(
+                errors.from_reply(
+                    ConnectionError,
+                    value.reply_code,
+                    f"{self.safe_url} closed the connection: {value.reply_code} {value.reply_text}",
+                )
+            )
             self._abort()
         elif kind is commands.Connection.CloseOk:
             _resolve(self._closed_waiter)
@@ -1064,16 +1195,19 @@ class Connection(asyncio.Protocol):
         elif self._waiter is not None and isinstance(value, self._expect):
             _resolve(self._waiter, value)
         elif self._waiter is not None:
-            self._protocol_error(ConnectionError(
-                errors.COMMAND_INVALID, f"expected {self._expect[0].__name__}, got {value!r}"))
+            self._protocol_error(
+                ConnectionError(errors.COMMAND_INVALID, f"expected {self._expect[0].__name__}, got {value!r}")
+            )
 
     def _protocol_error(self, exc: AMQPError) -> None:
         try:
-            if self.error is None and self._transport is not None and \
-                    not isinstance(exc, ConnectionLost):
-                self._send_method(0, commands.Connection.Close(
-                    reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
-                    class_id=0, method_id=0))
+            if self.error is None and self._transport is not None and not isinstance(exc, ConnectionLost):
+                self._send_method(
+                    0,
+                    commands.Connection.Close(
+                        reply_code=exc.reply_code, reply_text=exc.reply_text[:255], class_id=0, method_id=0
+                    ),
+                )
                 self._flush()
         except AMQPError:
             pass
@@ -1081,8 +1215,7 @@ class Connection(asyncio.Protocol):
         self._abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost(ConnectionLost(f"connection to {self.safe_url} lost: "
-                                  f"{exc or 'closed by the broker'}"))
+        self._lost(ConnectionLost(f"connection to {self.safe_url} lost: {exc or 'closed by the broker'}"))
         self._write_ok.set()
 
     def _lost(self, error: BaseException) -> None:
@@ -1136,8 +1269,7 @@ class BlockingClient:
         self.close()
 
     def __getstate__(self) -> None:
-        raise TypeError("leveret.amqp.client.BlockingClient cannot be pickled: open one "
-                        "per process")
+        raise TypeError("leveret.amqp.client.BlockingClient cannot be pickled: open one per process")
 
     def _channel(self) -> Channel:
         channel = self.connection._default
@@ -1150,20 +1282,28 @@ class BlockingClient:
         return self._channel().number
 
     # -- declarations -------------------------------------------------------------
-    def exchange_declare(self, exchange: str, exchange_type: str = "direct",
-                         **kwargs: Any) -> None:
+    def exchange_declare(self, exchange: str, exchange_type: str = "direct", **kwargs: Any) -> None:
         """See :meth:`Channel.exchange_declare`."""
         self._run(self._channel().exchange_declare(exchange, exchange_type, **kwargs))
 
-    def queue_declare(self, queue: str = "", passive: bool = False, durable: bool = True,
-                      arguments: dict | None = None, **kwargs: Any) -> commands.Queue.DeclareOk:
+    def queue_declare(
+        self,
+        queue: str = "",
+        passive: bool = False,
+        durable: bool = True,
+        arguments: dict | None = None,
+        **kwargs: Any,
+    ) -> commands.Queue.DeclareOk:
         """See :meth:`Channel.queue_declare` (durable by default here)."""
-        return self._run(self._channel().queue_declare(queue, passive=passive,
-                                                       durable=durable, arguments=arguments,
-                                                       **kwargs))
+        return self._run(
+            self._channel().queue_declare(
+                queue, passive=passive, durable=durable, arguments=arguments, **kwargs
+            )
+        )
 
-    def queue_bind(self, queue: str, exchange: str, routing_key: str = "",
-                   arguments: dict | None = None) -> None:
+    def queue_bind(
+        self, queue: str, exchange: str, routing_key: str = "", arguments: dict | None = None
+    ) -> None:
         """See :meth:`Channel.queue_bind`."""
         self._run(self._channel().queue_bind(queue, exchange, routing_key, arguments))
 
@@ -1207,9 +1347,14 @@ class BlockingClient:
         channel = self.connection._default
         return channel.unconfirmed if channel is not None and channel.is_open else 0
 
-    def publish(self, exchange: str, routing_key: str, body: bytes,
-                properties: dict[str, Any] | commands.Basic.Properties | None = None,
-                mandatory: bool = False) -> int:
+    def publish(
+        self,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        properties: dict[str, Any] | commands.Basic.Properties | None = None,
+        mandatory: bool = False,
+    ) -> int:
         """Buffer one message (sent when 256 KiB are buffered, or with the next call
         that waits); see :meth:`Channel.publish`."""
         seq = self._channel().publish(exchange, routing_key, body, properties, mandatory)
@@ -1238,8 +1383,13 @@ class BlockingClient:
         """basic.get; see :meth:`Channel.get`."""
         return self._run(self._channel().get(queue, no_ack))
 
-    def consume(self, queue: str, arguments: dict | None = None, no_ack: bool = False,
-                idle_timeout: float | None = None) -> Iterator[Delivery]:
+    def consume(
+        self,
+        queue: str,
+        arguments: dict | None = None,
+        no_ack: bool = False,
+        idle_timeout: float | None = None,
+    ) -> Iterator[Delivery]:
         """Deliveries of a new consumer until the broker cancels it (basic.cancel), or,
         with ``idle_timeout`` (seconds), until none arrives for that long (it is then
         cancelled). Without ``idle_timeout``, Timeout if none arrives within the
@@ -1248,8 +1398,7 @@ class BlockingClient:
         kind handled on the way; the event loop runs only when the buffer is empty.
         Raises ChannelError/ConnectionError if the channel or connection closes."""
         conn = self.connection
-        consumer = self._run(self._channel().consume(queue, no_ack=no_ack,
-                                                     arguments=arguments))
+        consumer = self._run(self._channel().consume(queue, no_ack=no_ack, arguments=arguments))
         limit = idle_timeout or self.timeout
         pull = conn._pull
         while True:
@@ -1271,8 +1420,7 @@ class BlockingClient:
             if self._run(conn._wait_data(limit)):
                 continue
             if idle_timeout is None:
-                raise Timeout(f"{conn.safe_url}: no delivery from {queue!r} "
-                              f"within {self.timeout:g}s")
+                raise Timeout(f"{conn.safe_url}: no delivery from {queue!r} within {self.timeout:g}s")
             try:
                 self._run(consumer.cancel())
             except AMQPError:

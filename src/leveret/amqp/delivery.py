@@ -22,8 +22,14 @@ from pamqp.body import ContentBody
 from .frames import FRAME_END
 from .properties import PROPERTY_LAYOUT, PROPERTY_NAMES
 
-__all__ = ["Delivery", "decode_content_header", "decode_deliver", "decode_frame",
-           "decode_properties", "take_delivery"]
+__all__ = [
+    "Delivery",
+    "decode_content_header",
+    "decode_deliver",
+    "decode_frame",
+    "decode_properties",
+    "take_delivery",
+]
 
 _U32 = struct.Struct(">I").unpack_from
 _I64 = struct.Struct(">q").unpack_from
@@ -73,17 +79,17 @@ def decode_deliver(buf: bytes | bytearray, pos: int, end: int) -> commands.Basic
     Raises ValueError (or IndexError/UnicodeDecodeError) if they do not decode."""
     n = buf[pos]
     pos += 1
-    consumer_tag = str(buf[pos:pos + n], "utf-8")
+    consumer_tag = str(buf[pos : pos + n], "utf-8")
     pos += n
     delivery_tag = _I64(buf, pos)[0]
     redelivered = (buf[pos + 8] & 1) != 0
     n = buf[pos + 9]
     pos += 10
-    exchange = str(buf[pos:pos + n], "utf-8")
+    exchange = str(buf[pos : pos + n], "utf-8")
     pos += n
     n = buf[pos]
     pos += 1
-    routing_key = str(buf[pos:pos + n], "utf-8")
+    routing_key = str(buf[pos : pos + n], "utf-8")
     if pos + n > end:
         raise _Malformed("basic.deliver is truncated")
     d = _new(_Deliver)
@@ -101,8 +107,7 @@ def _present(flags: int) -> tuple[tuple[str, str], ...]:
     return tuple((name, kind) for flag, name, kind in PROPERTY_LAYOUT if flags & flag)
 
 
-def decode_properties(buf: bytes | bytearray, pos: int, end: int,
-                      flags: int) -> dict[str, Any]:
+def decode_properties(buf: bytes | bytearray, pos: int, end: int, flags: int) -> dict[str, Any]:
     """The properties present in ``buf[pos:end]`` by pamqp attribute name, with pamqp's
     values (text as str, timestamps as aware datetimes, headers as pamqp decodes them).
 
@@ -111,7 +116,7 @@ def decode_properties(buf: bytes | bytearray, pos: int, end: int,
     for name, kind in _present(flags):
         if kind == "s":  # short string
             n = buf[pos]
-            value: Any = str(buf[pos + 1:pos + 1 + n], "utf-8")
+            value: Any = str(buf[pos + 1 : pos + 1 + n], "utf-8")
             pos += 1 + n
         elif kind == "o":  # octet
             value = buf[pos]
@@ -169,8 +174,7 @@ def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
     channel = buf[1:3]
     end = 7 + _U32(buf, 3)[0]
     pos = end + 1  # the content header frame
-    if size < pos + 21 or buf[end] != FRAME_END or buf[pos] != 2 \
-            or buf[pos + 1:pos + 3] != channel:
+    if size < pos + 21 or buf[end] != FRAME_END or buf[pos] != 2 or buf[pos + 1 : pos + 3] != channel:
         return None
     head_end = pos + 7 + _U32(buf, pos + 3)[0]
     if size <= head_end or buf[head_end] != FRAME_END:
@@ -179,10 +183,15 @@ def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
     taken = head_end + 1
     if body_size:
         body_end = taken + 7 + body_size
-        if size <= body_end or buf[taken] != 3 or buf[taken + 1:taken + 3] != channel \
-                or _U32(buf, taken + 3)[0] != body_size or buf[body_end] != FRAME_END:
+        if (
+            size <= body_end
+            or buf[taken] != 3
+            or buf[taken + 1 : taken + 3] != channel
+            or _U32(buf, taken + 3)[0] != body_size
+            or buf[body_end] != FRAME_END
+        ):
             return None
-        body = bytes(buf[taken + 7:body_end])
+        body = bytes(buf[taken + 7 : body_end])
         taken = body_end + 1
     else:
         body = b""
@@ -193,8 +202,16 @@ def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
         props = decode_properties(buf, pos + 21, head_end, flags)
     except Exception:
         return None
-    return taken, Delivery(d.delivery_tag, d.redelivered, d.exchange, d.routing_key, props,
-                           body, d.consumer_tag, buf[1] << 8 | buf[2])
+    return taken, Delivery(
+        d.delivery_tag,
+        d.redelivered,
+        d.exchange,
+        d.routing_key,
+        props,
+        body,
+        d.consumer_tag,
+        buf[1] << 8 | buf[2],
+    )
 
 
 def decode_frame(buf: bytes | bytearray) -> tuple[int, Any]:
@@ -213,5 +230,5 @@ def decode_frame(buf: bytes | bytearray) -> tuple[int, Any]:
                 return channel, decode_deliver(buf, 11, end)
         except Exception:
             pass
-    _, channel, value = frame.unmarshal(bytes(buf[:end + 1]))
+    _, channel, value = frame.unmarshal(bytes(buf[: end + 1]))
     return channel, value

@@ -74,7 +74,6 @@ class ConnectionError(AMQPError):
     """A hard error: the whole connection is closed (codes 320, 5xx)."""
 
 
-
 def from_reply(cls: type[AMQPError], reply_code: int, reply_text: str) -> AMQPError:
     """An exception of ``cls`` for a channel.close / connection.close received from a
     peer: ``reply_text`` is kept as sent (it already starts with the code's name)."""

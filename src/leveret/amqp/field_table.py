@@ -21,8 +21,19 @@ from pamqp import encode as pamqp_encode
 
 Typed = tuple[str, Any]
 
-_FIXED = {"b": ">b", "B": ">B", "s": ">h", "u": ">H", "I": ">i", "i": ">I", "l": ">q",
-          "L": ">Q", "f": ">f", "d": ">d", "T": ">Q"}
+_FIXED = {
+    "b": ">b",
+    "B": ">B",
+    "s": ">h",
+    "u": ">H",
+    "I": ">i",
+    "i": ">I",
+    "l": ">q",
+    "L": ">Q",
+    "f": ">f",
+    "d": ">d",
+    "T": ">Q",
+}
 _U32 = struct.Struct(">I")
 _H = struct.Struct(">H").pack
 _Q = struct.Struct(">q").pack
@@ -66,7 +77,7 @@ def _decode_table(data: bytes, offset: int) -> tuple[dict[str, Typed], int]:
         table: dict[str, Typed] = {}
         while offset < end:
             length = data[offset]
-            key = data[offset + 1:offset + 1 + length].decode()
+            key = data[offset + 1 : offset + 1 + length].decode()
             table[key], offset = _decode_value(data, offset + 1 + length)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise ValueError(f"malformed field table: {exc}") from None
@@ -88,11 +99,11 @@ def _decode_value(data: bytes, offset: int) -> tuple[Typed, int]:
         end = offset + 4 + size
         if end > len(data):
             raise IndexError("string past the end")
-        return (tag, bytes(data[offset + 4:end])), end
+        return (tag, bytes(data[offset + 4 : end])), end
     if tag == "D":
         if offset + 5 > len(data):
             raise IndexError("decimal past the end")
-        return (tag, bytes(data[offset:offset + 5])), offset + 5
+        return (tag, bytes(data[offset : offset + 5])), offset + 5
     if tag == "F":
         table, end = _decode_table(data, offset)
         return (tag, table), end
@@ -157,8 +168,7 @@ def with_headers(header: bytes, table: dict[str, Typed]) -> bytes:
     flags, offset = _headers_position(header)
     assert not flags & 0x2000
     flags |= 0x2000
-    return (header[:12] + struct.pack(">H", flags) + header[14:offset] + encode_table(table)
-            + header[offset:])
+    return header[:12] + struct.pack(">H", flags) + header[14:offset] + encode_table(table) + header[offset:]
 
 
 @functools.cache
@@ -180,10 +190,12 @@ def add_long_header(header: bytes, name: str, value: int) -> bytes:
     if flags & 0x2000:
         size = _U32.unpack_from(header, offset)[0]
         end = offset + 4 + size
-        return b"".join((header[:offset], _U32.pack(size + len(entry)), header[offset + 4:end],
-                         entry, header[end:]))
-    return b"".join((header[:12], _H(flags | 0x2000), header[14:offset], _U32.pack(len(entry)),
-                     entry, header[offset:]))
+        return b"".join(
+            (header[:offset], _U32.pack(size + len(entry)), header[offset + 4 : end], entry, header[end:])
+        )
+    return b"".join(
+        (header[:12], _H(flags | 0x2000), header[14:offset], _U32.pack(len(entry)), entry, header[offset:])
+    )
 
 
 class Long(int):

@@ -67,7 +67,7 @@ class FrameReader:
                 raise FrameError(f"frame end marker {buffer[stop]:#x}, expected 0xce")
             if frame_type not in _FRAME_TYPES:
                 raise FrameError(f"unknown frame type {frame_type}")
-            frames.append((frame_type, channel, buffer[offset + 7:stop]))
+            frames.append((frame_type, channel, buffer[offset + 7 : stop]))
             offset = stop + 1
         self._buffer = buffer[offset:] if offset < end else b""
         return frames
@@ -94,10 +94,10 @@ def publish_fields(payload: bytes) -> tuple[str, str, bool, bool]:
     ValueError, IndexError (UnicodeDecodeError) if malformed."""
     at = 6
     size = payload[at]
-    exchange = payload[at + 1:at + 1 + size].decode()
+    exchange = payload[at + 1 : at + 1 + size].decode()
     at += 1 + size
     size = payload[at]
-    routing_key = payload[at + 1:at + 1 + size].decode()
+    routing_key = payload[at + 1 : at + 1 + size].decode()
     bits = payload[at + 1 + size]
     if len(payload) != at + 2 + size:
         raise ValueError("basic.publish has trailing bytes")
@@ -136,14 +136,23 @@ def _reject(payload: bytes) -> Method:
 _FAST_DECODERS = {_PUBLISH: _publish, _ACK: _ack, _NACK: _nack, _REJECT: _reject}
 
 
-def encode_deliver(channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool,
-                   exchange: str, routing_key: str) -> bytes:
+def encode_deliver(
+    channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str
+) -> bytes:
     """A basic.deliver method frame; ``consumer_tag`` already encoded (UTF-8)."""
     exchange_bytes, key_bytes = exchange.encode(), routing_key.encode()
-    args = b"".join((bytes((len(consumer_tag),)), consumer_tag,
-                     delivery_tag.to_bytes(8, "big"), b"\x01" if redelivered else b"\x00",
-                     bytes((len(exchange_bytes),)), exchange_bytes,
-                     bytes((len(key_bytes),)), key_bytes))
+    args = b"".join(
+        (
+            bytes((len(consumer_tag),)),
+            consumer_tag,
+            delivery_tag.to_bytes(8, "big"),
+            b"\x01" if redelivered else b"\x00",
+            bytes((len(exchange_bytes),)),
+            exchange_bytes,
+            bytes((len(key_bytes),)),
+            key_bytes,
+        )
+    )
     return _DELIVER_HEAD.pack(FRAME_METHOD, channel, 4 + len(args), 60, 60) + args + b"\xce"
 
 
@@ -164,13 +173,18 @@ def decode_method(payload: bytes) -> Method:
             raise ConnectionError(SYNTAX_ERROR, f"cannot decode method {index:#x}: {exc}") from None
     cls = commands.INDEX_MAPPING.get(index)
     if cls is None:
-        raise ConnectionError(
-            NOT_IMPLEMENTED, f"unknown method class {index >> 16} method {index & 0xFFFF}")
+        raise ConnectionError(NOT_IMPLEMENTED, f"unknown method class {index >> 16} method {index & 0xFFFF}")
     method = cls()
     try:
         method.unmarshal(payload[4:])
-    except (UnmarshalingException, struct.error, ValueError, TypeError,
-            UnicodeDecodeError, IndexError) as exc:
+    except (
+        UnmarshalingException,
+        struct.error,
+        ValueError,
+        TypeError,
+        UnicodeDecodeError,
+        IndexError,
+    ) as exc:
         raise ConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {exc}") from None
     return method
 
@@ -190,7 +204,7 @@ def encode_content(channel: int, header: bytes, body: bytes, frame_max: int) -> 
         chunk = frame_max - FRAME_OVERHEAD
         pack = _FRAME_HEAD.pack
         for start in range(0, len(body), chunk):
-            piece = body[start:start + chunk]
+            piece = body[start : start + chunk]
             parts += (pack(FRAME_BODY, channel, len(piece)), piece, b"\xce")
     return parts
 
@@ -199,23 +213,37 @@ _PUBLISH_ID = struct.Struct(">HHH").pack(60, 40, 0)  # basic.publish, reserved-1
 _CONTENT_PREFIX = struct.Struct(">HHQH").pack
 
 
-def encode_publish(channel: int, exchange: str, routing_key: str, body: bytes,
-                   properties: dict, frame_max: int, mandatory: bool = False) -> bytes:
+def encode_publish(
+    channel: int,
+    exchange: str,
+    routing_key: str,
+    body: bytes,
+    properties: dict,
+    frame_max: int,
+    mandatory: bool = False,
+) -> bytes:
     """The frames of one basic.publish: method, content header, body (split to fit
     ``frame_max``, in bytes), as pamqp's ``frame.marshal`` would write them (by hand:
     pamqp's generic marshalling costs ~25 µs a message). ``properties`` by pamqp
     attribute name. Raises ValueError (a short string above 255 bytes, an unknown
     property) or TypeError (a header value that cannot be encoded)."""
-    method = b"".join((_PUBLISH_ID, shortstr(exchange), shortstr(routing_key),
-                       b"\x01" if mandatory else b"\x00"))
+    method = b"".join(
+        (_PUBLISH_ID, shortstr(exchange), shortstr(routing_key), b"\x01" if mandatory else b"\x00")
+    )
     flags, props = encode_properties(properties)
     size = len(body)
     head = _CONTENT_PREFIX(60, 0, size, flags) + props
     pack = _FRAME_HEAD.pack
-    parts = [pack(FRAME_METHOD, channel, len(method)), method, b"\xce",
-             pack(FRAME_HEADER, channel, len(head)), head, b"\xce"]
+    parts = [
+        pack(FRAME_METHOD, channel, len(method)),
+        method,
+        b"\xce",
+        pack(FRAME_HEADER, channel, len(head)),
+        head,
+        b"\xce",
+    ]
     step = frame_max - FRAME_OVERHEAD
     for i in range(0, size, step):
-        chunk = body[i:i + step]
+        chunk = body[i : i + step]
         parts += (pack(FRAME_BODY, channel, len(chunk)), chunk, b"\xce")
     return b"".join(parts)

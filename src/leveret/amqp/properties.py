@@ -22,12 +22,29 @@ Properties = commands.Basic.Properties
 
 #: (flag bit, pamqp attribute name, wire type) of the 14 properties in wire order;
 #: wire types: s short string, T field table, o octet, t timestamp.
-PROPERTY_LAYOUT = tuple(zip(
-    [0x8000 >> i for i in range(14)],
-    ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
-     "correlation_id", "reply_to", "expiration", "message_id", "timestamp",
-     "message_type", "user_id", "app_id", "cluster_id"),
-    "ssToosssstssss", strict=True))
+PROPERTY_LAYOUT = tuple(
+    zip(
+        [0x8000 >> i for i in range(14)],
+        (
+            "content_type",
+            "content_encoding",
+            "headers",
+            "delivery_mode",
+            "priority",
+            "correlation_id",
+            "reply_to",
+            "expiration",
+            "message_id",
+            "timestamp",
+            "message_type",
+            "user_id",
+            "app_id",
+            "cluster_id",
+        ),
+        "ssToosssstssss",
+        strict=True,
+    )
+)
 PROPERTY_NAMES = tuple(name for _, name, _ in PROPERTY_LAYOUT)
 
 HEADERS_FLAG = 0x2000
@@ -37,8 +54,7 @@ REPLY_TO_FLAG = 0x0200
 EXPIRATION_FLAG = 0x0100
 
 _BODY_SIZE = struct.Struct(">Q")
-_DECODE_ERRORS = (UnmarshalingException, struct.error, ValueError, TypeError,
-                  UnicodeDecodeError, IndexError)
+_DECODE_ERRORS = (UnmarshalingException, struct.error, ValueError, TypeError, UnicodeDecodeError, IndexError)
 
 
 def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
@@ -60,7 +76,7 @@ def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
         for bit, _, kind in PROPERTY_LAYOUT:
             if flags & bit:
                 if kind == "s":  # pamqp (and clients) decode short strings as UTF-8
-                    text = header[offset + 1:offset + 1 + header[offset]].decode()
+                    text = header[offset + 1 : offset + 1 + header[offset]].decode()
                     if bit == EXPIRATION_FLAG:
                         expiration = text
                     offset += 1 + header[offset]
@@ -73,8 +89,8 @@ def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
                 elif kind == "t":
                     offset += 8
                 else:
-                    size = 4 + int.from_bytes(header[offset:offset + 4], "big")
-                    table = header[offset:offset + size]
+                    size = 4 + int.from_bytes(header[offset : offset + 4], "big")
+                    table = header[offset : offset + size]
                     if offset + size > end or pamqp_decode.field_table(table)[0] != size:
                         raise ValueError("headers table length mismatch")
                     offset += size
@@ -114,7 +130,7 @@ def delivery_mode(header: bytes) -> int | None:
     if flags & 0x4000:
         offset += 1 + header[offset]
     if flags & HEADERS_FLAG:
-        offset += 4 + int.from_bytes(header[offset:offset + 4], "big")
+        offset += 4 + int.from_bytes(header[offset : offset + 4], "big")
     return header[offset]
 
 
@@ -133,8 +149,11 @@ def declared_body_size(header: bytes) -> int:
 
 def as_dict(properties: Properties) -> dict[str, Any]:
     """The present properties by pamqp attribute name."""
-    return {name: value for _, name, _ in PROPERTY_LAYOUT
-            if (value := getattr(properties, name, None)) not in (None, "")}
+    return {
+        name: value
+        for _, name, _ in PROPERTY_LAYOUT
+        if (value := getattr(properties, name, None)) not in (None, "")
+    }
 
 
 # Hand-written encoding of a publish's properties (the sink's and load generator's hot
@@ -142,8 +161,10 @@ def as_dict(properties: Properties) -> dict[str, Any]:
 # The bytes are pamqp's (tests/unit/amqp/test_codec_fastpaths.py): properties that are
 # None or "" are left out, naive timestamps are UTC, tables are pamqp's but for Long
 # values and floats (see :func:`.field_table.encode_plain_table`).
-_PROPERTY_ORDER = {name: (position, flag, kind)  # sorted by position: the wire order
-                   for position, (flag, name, kind) in enumerate(PROPERTY_LAYOUT)}
+_PROPERTY_ORDER = {
+    name: (position, flag, kind)  # sorted by position: the wire order
+    for position, (flag, name, kind) in enumerate(PROPERTY_LAYOUT)
+}
 
 
 def shortstr(value: str) -> bytes:
@@ -162,8 +183,7 @@ def encode_properties(properties: dict[str, Any]) -> tuple[int, bytes]:
     for a header value that cannot be encoded."""
     unknown = properties.keys() - _PROPERTY_ORDER.keys()
     if unknown:
-        raise ValueError(f"unknown message properties {sorted(unknown)}; known: "
-                         f"{', '.join(PROPERTY_NAMES)}")
+        raise ValueError(f"unknown message properties {sorted(unknown)}; known: {', '.join(PROPERTY_NAMES)}")
     flags = 0
     parts = []
     for name in sorted(properties, key=_PROPERTY_ORDER.__getitem__):

@@ -55,8 +55,9 @@ def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is no number
 
 
-def _integer(request: dict, name: str, minimum: int = 0, maximum: int = MAX_INT,
-             default: Any = _REQUIRED) -> int:
+def _integer(
+    request: dict, name: str, minimum: int = 0, maximum: int = MAX_INT, default: Any = _REQUIRED
+) -> int:
     """Integer field ``name`` with ``minimum <= value <= maximum`` (``default`` when
     absent, if given); APIError if missing, not an integer, or out of range."""
     if default is not _REQUIRED and name not in request:
@@ -86,8 +87,7 @@ def _stream_info(vhost: VirtualHost, request: dict, owner: Any) -> dict:
     stream = vhost.get_queue(_field(request, "stream", str), owner)
     if not isinstance(stream, Stream):
         raise APIError(f"'{stream.name}' is not a stream")
-    return {"first": stream.first_offset, "next": stream.next_offset,
-            "messages": stream.message_count}
+    return {"first": stream.first_offset, "next": stream.next_offset, "messages": stream.message_count}
 
 
 def _lease_acquire(vhost: VirtualHost, request: dict, owner: Any) -> dict:
@@ -122,8 +122,11 @@ def _lease_info(vhost: VirtualHost, request: dict, owner: Any) -> dict:
 
 
 OPERATIONS: dict[str, Callable[[VirtualHost, dict, Any], dict]] = {
-    "stream.info": _stream_info, "lease.acquire": _lease_acquire, "lease.ack": _lease_ack,
-    "lease.release": _lease_release, "lease.info": _lease_info,
+    "stream.info": _stream_info,
+    "lease.acquire": _lease_acquire,
+    "lease.ack": _lease_ack,
+    "lease.release": _lease_release,
+    "lease.info": _lease_info,
 }
 
 
@@ -144,12 +147,15 @@ def handle(vhost: VirtualHost, request: Message, owner: Any) -> Message | None:
     except APIError as exc:
         reply = {"ok": False, "error": str(exc)}
     except BrokerError as exc:
-        reply = {"ok": False, "error": f"{exc.condition.upper()} - {exc.text}",
-                 "condition": exc.condition}
+        reply = {"ok": False, "error": f"{exc.condition.upper()} - {exc.text}", "condition": exc.condition}
     if not properties.reply_to:
         return None
-    return Message.build("", properties.reply_to, json.dumps(reply).encode(), Properties(
-        content_type="application/json", correlation_id=properties.correlation_id))
+    return Message.build(
+        "",
+        properties.reply_to,
+        json.dumps(reply).encode(),
+        Properties(content_type="application/json", correlation_id=properties.correlation_id),
+    )
 
 
 def _carry_out(vhost: VirtualHost, request: Message, owner: Any) -> dict:

@@ -32,8 +32,9 @@ class UserDatabase:
         self.users = {u.name: u for u in (users if users is not None else [User("guest", "guest")])}
         self.loopback_users = set(loopback_users if loopback_users is not None else ["guest"])
 
-    def authenticate(self, username: str, password: str, from_loopback: bool,
-                     mechanism: str = "PLAIN") -> User:
+    def authenticate(
+        self, username: str, password: str, from_loopback: bool, mechanism: str = "PLAIN"
+    ) -> User:
         """The user, if ``password`` is right and the user may log in from here
         (``from_loopback``: the peer is 127/8 or ::1). Raises AuthenticationError with
         RabbitMQ's texts (the AMQP adapter sends them in connection.close 403)."""
@@ -41,10 +42,10 @@ class UserDatabase:
         if user is None or not hmac.compare_digest(user.password.encode(), password.encode()):
             raise AuthenticationError(
                 f"Login was refused using authentication mechanism {mechanism}. "
-                "For details see the broker logfile.")
+                "For details see the broker logfile."
+            )
         if username in self.loopback_users and not from_loopback:
-            raise AuthenticationError(
-                f"user '{username}' can only connect via localhost")
+            raise AuthenticationError(f"user '{username}' can only connect via localhost")
         return user
 
     @staticmethod

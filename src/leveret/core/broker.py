@@ -64,8 +64,9 @@ class BrokerCore:
         """Create or replace a user (persisted once a store is attached)."""
         self.users.users[user.name] = user
         if self.store is not None:
-            self.store.save_definition("user", "", user.name, {
-                "password": user.password, "vhosts": user.vhosts, "tags": user.tags})
+            self.store.save_definition(
+                "user", "", user.name, {"password": user.password, "vhosts": user.vhosts, "tags": user.tags}
+            )
 
     def attach_store(self, store: Store) -> int:
         """Recover definitions and messages from ``store`` and persist from now on;
@@ -76,9 +77,12 @@ class BrokerCore:
         snapshot = store.load()
         for _, name, data in snapshot.definitions.get("user", []):
             if name not in self.users.users:
-                self.users.users[name] = User(name, str(data["password"]),
-                                              [str(v) for v in data["vhosts"]],
-                                              [str(t) for t in data["tags"]])
+                self.users.users[name] = User(
+                    name,
+                    str(data["password"]),
+                    [str(v) for v in data["vhosts"]],
+                    [str(t) for t in data["tags"]],
+                )
         self.store = store
         return recover(self, snapshot, store)
 

@@ -56,16 +56,20 @@ class DiscardCounter:
         if self._last_report is None:
             self._last_report = now
         if now - self._last_report >= REPORT_INTERVAL:
-            log.info("discarded %d dead letters in the last %.0f s (last from %s, %d in all)",
-                     self._since_report, now - self._last_report, queue, self.total)
+            log.info(
+                "discarded %d dead letters in the last %.0f s (last from %s, %d in all)",
+                self._since_report,
+                now - self._last_report,
+                queue,
+                self.total,
+            )
             self._since_report, self._last_report = 0, now
 
 
 discarded = DiscardCounter()
 
 
-def death_of(message: Message, queue: str, reason: str, now: float,
-             readdressed: bool = False) -> Death:
+def death_of(message: Message, queue: str, reason: str, now: float, readdressed: bool = False) -> Death:
     """The :class:`~.message.Death` annotation for ``message`` dying in ``queue``: its
     address then (routing key and any ``CC`` keys, as RabbitMQ records them), and its
     own expiration, which only a message that has not died before still has."""
@@ -75,8 +79,7 @@ def death_of(message: Message, queue: str, reason: str, now: float,
         if isinstance(cc, list):
             routing_keys += [key for key in cc if isinstance(key, str)]
     expiration = None if message.deaths else message.properties.expiration
-    return Death(queue, reason, int(now), message.exchange, tuple(routing_keys), expiration,
-                 readdressed)
+    return Death(queue, reason, int(now), message.exchange, tuple(routing_keys), expiration, readdressed)
 
 
 def is_cycle(target: str, history: list[tuple[str, str]]) -> bool:
@@ -113,8 +116,9 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
                 destination.enqueue(dead)
             target = f"exchange '{config.exchange}'"
     elif config.strategy is not None:
-        eligible = ((reason != "expired" or config.process_expired)
-                    and (message.persistent or config.process_non_persistent))
+        eligible = (reason != "expired" or config.process_expired) and (
+            message.persistent or config.process_non_persistent
+        )
         if config.strategy == "discard" or not eligible:
             discarded.add(queue.name, now)
             target = "discarded"
@@ -134,9 +138,18 @@ def _advise(queue: Queue, message: Message, reason: str, target: str) -> None:
     if exchange is None or not exchange.bindings:
         return
     message_id = message.properties.message_id
-    info = {"vhost": vhost.name, "queue": queue.name, "reason": reason, "target": target,
-            "message_id": message_id or ""}
-    event = Message.build(EVENT_EXCHANGE, DEAD_LETTERED, json.dumps(info).encode(),
-                          Properties(content_type="application/json", headers=info))
+    info = {
+        "vhost": vhost.name,
+        "queue": queue.name,
+        "reason": reason,
+        "target": target,
+        "message_id": message_id or "",
+    }
+    event = Message.build(
+        EVENT_EXCHANGE,
+        DEAD_LETTERED,
+        json.dumps(info).encode(),
+        Properties(content_type="application/json", headers=info),
+    )
     for destination in vhost.route(exchange, event):
         destination.enqueue(event)

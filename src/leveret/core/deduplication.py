@@ -35,8 +35,9 @@ class DeduplicationCache:
     """The keys seen, oldest first; ``size`` entries at most, each valid ``ttl``
     seconds (None: until evicted). ``on_add``/``on_evict`` keep a store in step."""
 
-    def __init__(self, size: int, ttl: float | None, clock: Clock,
-                 on_add: Any = None, on_evict: Any = None) -> None:
+    def __init__(
+        self, size: int, ttl: float | None, clock: Clock, on_add: Any = None, on_evict: Any = None
+    ) -> None:
         self.size = size
         self.ttl = ttl
         self.clock = clock

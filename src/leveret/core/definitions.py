@@ -23,31 +23,46 @@ log = logging.getLogger("leveret.recovery")
 
 def exchange_definition(exchange: Exchange) -> dict:
     """A durable exchange as the store keeps it (a field table)."""
-    return {"type": exchange.type, "durable": True, "auto_delete": exchange.auto_delete,
-            "internal": exchange.internal, "arguments": exchange.arguments}
+    return {
+        "type": exchange.type,
+        "durable": True,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+        "arguments": exchange.arguments,
+    }
 
 
 def queue_definition(queue: Queue) -> dict:
     """A durable queue as the store keeps it: its store ``queue_id``, ``auto_delete`` and
     declared ``arguments`` (durable is implied; exclusive queues are never saved)."""
-    return {"queue_id": queue.queue_id, "auto_delete": queue.auto_delete,
-            "arguments": queue.arguments}
+    return {"queue_id": queue.queue_id, "auto_delete": queue.auto_delete, "arguments": queue.arguments}
 
 
 def binding_name(binding: Binding) -> str:
     """The store key of a binding: source, destination kind and name, routing key and
     arguments, NUL-separated (unique per binding, as its identity in the exchange)."""
     kind = "queue" if isinstance(binding.destination, Queue) else "exchange"
-    return "\x00".join((binding.source.name, kind, binding.destination.name,
-                        binding.routing_key, repr(freeze(binding.arguments))))
+    return "\x00".join(
+        (
+            binding.source.name,
+            kind,
+            binding.destination.name,
+            binding.routing_key,
+            repr(freeze(binding.arguments)),
+        )
+    )
 
 
 def binding_definition(binding: Binding) -> dict:
     """A durable binding as the store keeps it (a field table)."""
     kind = "queue" if isinstance(binding.destination, Queue) else "exchange"
-    return {"source": binding.source.name, "destination_type": kind,
-            "destination": binding.destination.name, "routing_key": binding.routing_key,
-            "arguments": binding.arguments}
+    return {
+        "source": binding.source.name,
+        "destination_type": kind,
+        "destination": binding.destination.name,
+        "routing_key": binding.routing_key,
+        "arguments": binding.arguments,
+    }
 
 
 def recover(core: BrokerCore, snapshot: Snapshot, store: Store) -> int:
@@ -61,8 +76,9 @@ def recover(core: BrokerCore, snapshot: Snapshot, store: Store) -> int:
     for vhost_name, name, data in defs.get("exchange", []):
         vhost = core.add_vhost(vhost_name)
         cls = exchange_class(str(data["type"]))
-        vhost.exchanges[name] = cls(name, True, bool(data["auto_delete"]),
-                                    bool(data["internal"]), dict(data["arguments"]))
+        vhost.exchanges[name] = cls(
+            name, True, bool(data["auto_delete"]), bool(data["internal"]), dict(data["arguments"])
+        )
     for vhost_name, name, data in defs.get("queue", []):
         vhost = core.add_vhost(vhost_name)
         arguments = dict(data["arguments"])
@@ -102,7 +118,12 @@ def recover(core: BrokerCore, snapshot: Snapshot, store: Store) -> int:
             continue
         found.restore_paged(queued, last_seq, size)
         count += queued
-    log.info("recovered %d exchanges, %d queues, %d bindings and %d messages in %.2f s",
-             len(defs.get("exchange", [])), len(by_id), len(defs.get("binding", [])), count,
-             time.monotonic() - started)
+    log.info(
+        "recovered %d exchanges, %d queues, %d bindings and %d messages in %.2f s",
+        len(defs.get("exchange", [])),
+        len(by_id),
+        len(defs.get("binding", [])),
+        count,
+        time.monotonic() - started,
+    )
     return count

@@ -47,8 +47,14 @@ class Exchange:
 
     type = ""
 
-    def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
-                 internal: bool = False, arguments: dict | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict | None = None,
+    ) -> None:
         self.name = name
         self.durable = durable
         self.auto_delete = auto_delete
@@ -111,8 +117,10 @@ class DirectExchange(Exchange):
         self._by_key.setdefault(binding.routing_key, {})[binding.destination] = None
 
     def _unbind(self, binding: Binding) -> None:
-        if any(b.destination is binding.destination and b.routing_key == binding.routing_key
-               for b in self.bindings.values()):
+        if any(
+            b.destination is binding.destination and b.routing_key == binding.routing_key
+            for b in self.bindings.values()
+        ):
             return  # still bound under other arguments
         dests = self._by_key.get(binding.routing_key)
         if dests is not None:
@@ -174,8 +182,11 @@ class HeadersExchange(Exchange):
         """Destinations whose binding arguments match the message's headers (decodes the
         properties)."""
         headers = message.headers
-        return list(dict.fromkeys(b.destination for b in self.bindings.values()
-                                  if headers_match(b.arguments, headers)))
+        return list(
+            dict.fromkeys(
+                b.destination for b in self.bindings.values() if headers_match(b.arguments, headers)
+            )
+        )
 
 
 X_MATCH = ("all", "any", "all-with-x", "any-with-x")
@@ -188,8 +199,9 @@ def check_x_match(arguments: dict) -> None:
     if isinstance(mode, bytes):
         mode = mode.decode("utf-8", "replace")
     if mode not in X_MATCH:
-        raise precondition_failed(f"Invalid x-match field value {mode!r}; "
-                                  f"expected all, any, all-with-x, or any-with-x")
+        raise precondition_failed(
+            f"Invalid x-match field value {mode!r}; expected all, any, all-with-x, or any-with-x"
+        )
 
 
 def headers_match(arguments: dict, headers: dict) -> bool:
@@ -199,8 +211,7 @@ def headers_match(arguments: dict, headers: dict) -> bool:
     if isinstance(mode, bytes):
         mode = mode.decode()
     with_x = mode.endswith("-with-x")
-    wanted = [(k, v) for k, v in arguments.items()
-              if k != "x-match" and (with_x or not k.startswith("x-"))]
+    wanted = [(k, v) for k, v in arguments.items() if k != "x-match" and (with_x or not k.startswith("x-"))]
     hits = (k in headers and (v is None or _same_value(headers[k], v)) for k, v in wanted)
     if mode.startswith("any"):
         return any(hits)

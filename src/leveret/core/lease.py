@@ -74,8 +74,7 @@ class Lease:
 
     def ack_upto(self, upto: int, low: int = 0) -> int:
         """Acknowledge the held leases ``low <= seq <= upto``; returns how many."""
-        return self.ack([seq for seq in itertools.takewhile(lambda s: s <= upto, self.held)
-                         if seq >= low])
+        return self.ack([seq for seq in itertools.takewhile(lambda s: s <= upto, self.held) if seq >= low])
 
     def ack(self, seqs: list[int]) -> int:
         """Acknowledge the held leases among ``seqs`` (others are ignored): their

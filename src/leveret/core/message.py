@@ -104,9 +104,18 @@ class Message:
         "ttl",
     )
 
-    def __init__(self, exchange: str, routing_key: str, body: bytes, format: MessageFormat,
-                 encoded: bytes, persistent: bool = False, ttl: int | None = None,
-                 priority: int | None = None, deaths: tuple[Death, ...] = ()) -> None:
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        format: MessageFormat,
+        encoded: bytes,
+        persistent: bool = False,
+        ttl: int | None = None,
+        priority: int | None = None,
+        deaths: tuple[Death, ...] = (),
+    ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.body = body
@@ -122,13 +131,22 @@ class Message:
         self.rendered: Any = None
 
     @classmethod
-    def build(cls, exchange: str, routing_key: str, body: bytes,
-              properties: Properties | None = None) -> Message:
+    def build(
+        cls, exchange: str, routing_key: str, body: bytes, properties: Properties | None = None
+    ) -> Message:
         """A message made by the broker itself (advisories, API replies), in the
         :data:`NEUTRAL` format."""
         properties = properties or Properties()
-        message = cls(exchange, routing_key, body, NEUTRAL, b"", properties.delivery_mode == 2,
-                      ttl_of(properties.expiration), properties.priority)
+        message = cls(
+            exchange,
+            routing_key,
+            body,
+            NEUTRAL,
+            b"",
+            properties.delivery_mode == 2,
+            ttl_of(properties.expiration),
+            properties.priority,
+        )
         message._properties = properties
         return message
 
@@ -147,8 +165,17 @@ class Message:
     def dead(self, death: Death, exchange: str, routing_key: str) -> Message:
         """The copy that dead-lettering publishes: annotated with ``death``, addressed to
         ``exchange``/``routing_key``, without its own expiration."""
-        return Message(exchange, routing_key, self.body, self.format, self.encoded,
-                       self.persistent, None, self.priority, (*self.deaths, death))
+        return Message(
+            exchange,
+            routing_key,
+            self.body,
+            self.format,
+            self.encoded,
+            self.persistent,
+            None,
+            self.priority,
+            (*self.deaths, death),
+        )
 
     def death_history(self) -> list[tuple[str, str]]:
         """``(queue, reason)`` of every death, most recent first, one entry per queue and
@@ -176,8 +203,9 @@ class Message:
         return json.dumps(meta)
 
     @classmethod
-    def restore(cls, exchange: str, routing_key: str, encoded: bytes, body: bytes,
-                meta: str | None) -> Message:
+    def restore(
+        cls, exchange: str, routing_key: str, encoded: bytes, body: bytes, meta: str | None
+    ) -> Message:
         """A message read back from the store (see :meth:`meta`). Raises LookupError for
         a format no adapter has registered."""
         data = json.loads(meta) if meta else {}
@@ -192,8 +220,9 @@ class Message:
                 raise LookupError(f"stored message in unknown format '{name}'") from None
             message = message_format.restore(exchange, routing_key, encoded, body)
         if "deaths" in data:
-            message.deaths = tuple(Death(**{**d, "routing_keys": tuple(d["routing_keys"])})
-                                   for d in data["deaths"])
+            message.deaths = tuple(
+                Death(**{**d, "routing_keys": tuple(d["routing_keys"])}) for d in data["deaths"]
+            )
             message.ttl = None
         return message
 

@@ -34,8 +34,7 @@ class Policy:
     def matches(self, vhost: str, name: str, kind: str) -> bool:
         """Whether it applies to the ``kind`` (``queues``/``exchanges``) ``name`` in
         ``vhost``."""
-        return (self.vhost == vhost and self.apply_to in (kind, "all")
-                and self._regex.search(name) is not None)
+        return self.vhost == vhost and self.apply_to in (kind, "all") and self._regex.search(name) is not None
 
 
 def matching(policies: list[Policy], vhost: str, name: str, kind: str) -> Policy | None:

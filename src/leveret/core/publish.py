@@ -95,8 +95,7 @@ class Publisher:
         """The exchange to publish to: NotFound if missing, AccessRefused if internal."""
         exchange = self.vhost.get_exchange(name)
         if exchange.internal:
-            raise access_refused(
-                f"cannot publish to internal exchange '{name}' in vhost '{self.vhost.name}'")
+            raise access_refused(f"cannot publish to internal exchange '{name}' in vhost '{self.vhost.name}'")
         return exchange
 
     def publish(self, exchange: Exchange, message: Message, mandatory: bool = False) -> None:
@@ -118,7 +117,7 @@ class Publisher:
                 self._route(vhost.exchanges[DEFAULT_EXCHANGE], reply, False, 0)
             routed = True
         elif exchange.name == DEFAULT_EXCHANGE and message.routing_key.startswith(REPLY_TO_PREFIX):
-            consumer = vhost.reply_consumers.get(message.routing_key[len(REPLY_TO_PREFIX):])
+            consumer = vhost.reply_consumers.get(message.routing_key[len(REPLY_TO_PREFIX) :])
             routed = consumer is not None
             if consumer is not None:
                 consumer.deliver(None, QueuedMessage(message, 0))

@@ -23,8 +23,7 @@ DEFAULT_DLQ_PREFIX = "DLQ."
 DEFAULT_IN_MEMORY = 50_000  # ready messages kept in memory before paging out
 LAZY_IN_MEMORY = 1_000  # the same for x-queue-mode=lazy
 
-_MIN_WINS = {"message-ttl", "expires", "max-length", "max-length-bytes", "max-redeliveries",
-             "delivery-limit"}
+_MIN_WINS = {"message-ttl", "expires", "max-length", "max-length-bytes", "max-redeliveries", "delivery-limit"}
 
 
 @dataclass(frozen=True)
@@ -72,14 +71,20 @@ def amqp_type_name(value: Any) -> str:
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
-        return "signedint" if -2**31 <= value < 2**31 else "long"
-    return {str: "longstr", bytes: "binary", float: "double", dict: "table",
-            list: "array", type(None): "void", Decimal: "decimal",
-            bytearray: "binary"}.get(type(value), "timestamp")  # pamqp decodes x as bytearray
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    return {
+        str: "longstr",
+        bytes: "binary",
+        float: "double",
+        dict: "table",
+        list: "array",
+        type(None): "void",
+        Decimal: "decimal",
+        bytearray: "binary",
+    }.get(type(value), "timestamp")  # pamqp decodes x as bytearray
 
 
-def build(arguments: dict, policy_definition: dict | None = None,
-          where: str = "") -> QueueConfig:
+def build(arguments: dict, policy_definition: dict | None = None, where: str = "") -> QueueConfig:
     """The effective config of a queue declared with ``arguments`` under the policy
     ``policy_definition``. Raises PreconditionFailed (AMQP 406) for an invalid value, with
     RabbitMQ's text (``where``: `` for queue 'q' in vhost '/'``)."""
@@ -94,16 +99,18 @@ def build(arguments: dict, policy_definition: dict | None = None,
             if kind is float:
                 ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not ok and kind is str:
-                raise precondition_failed(f"invalid type '{amqp_type_name(value)}' for arg "
-                                          f"'{source}'{where.replace(' for ', ' in ', 1)}")
+                raise precondition_failed(
+                    f"invalid type '{amqp_type_name(value)}' for arg "
+                    f"'{source}'{where.replace(' for ', ' in ', 1)}"
+                )
             if not ok and kind is int:
-                raise precondition_failed(f"invalid arg '{source}'{where}: \"expected integer, "
-                                          f"got {amqp_type_name(value)}\"")
+                raise precondition_failed(
+                    f"invalid arg '{source}'{where}: \"expected integer, got {amqp_type_name(value)}\""
+                )
             if not ok:
                 raise precondition_failed(f"invalid arg '{source}'{where}: {value!r}")
             if minimum is not None and value < minimum:
-                detail = ("value_zero" if value == 0 else "value_negative" if value < 0
-                          else "value_too_small")
+                detail = "value_zero" if value == 0 else "value_negative" if value < 0 else "value_too_small"
                 raise precondition_failed(f"invalid arg '{source}'{where}: {{{detail},{value}}}")
         if arg is not None and pol is not None and key in _MIN_WINS:
             return min(arg, pol)
@@ -118,12 +125,14 @@ def build(arguments: dict, policy_definition: dict | None = None,
         raise precondition_failed(f"invalid arg 'x-dead-letter-strategy': '{strategy}'")
     exchange = get("dead-letter-exchange", str)
     if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
-        raise precondition_failed(f"invalid arg 'x-dead-letter-routing-key'{where}: "
-                                  "routing_key_but_no_dlx_defined")
+        raise precondition_failed(
+            f"invalid arg 'x-dead-letter-routing-key'{where}: routing_key_but_no_dlx_defined"
+        )
     if exchange is not None and strategy is not None:
         raise precondition_failed(
             "x-dead-letter-exchange and x-dead-letter-strategy cannot both be set: "
-            "choose RabbitMQ's dead-letter exchange or an ActiveMQ dead-letter strategy")
+            "choose RabbitMQ's dead-letter exchange or an ActiveMQ dead-letter strategy"
+        )
     for key in ("dead-letter-queue", "dead-letter-queue-prefix"):
         name = get(key, str)
         if strategy is not None and name is not None and name.startswith("amq."):
@@ -133,8 +142,7 @@ def build(arguments: dict, policy_definition: dict | None = None,
     if queue_type not in ("classic", "stream"):
         raise precondition_failed(f"invalid arg 'x-queue-type': '{queue_type}'")
     max_age = parse_age(get("max-age", str))
-    limits = [v for v in (get("max-redeliveries", int, 0), get("delivery-limit", int, 0))
-              if v is not None]
+    limits = [v for v in (get("max-redeliveries", int, 0), get("delivery-limit", int, 0)) if v is not None]
     in_memory = get("max-in-memory-length", int, 0)
     if in_memory is None:
         in_memory = LAZY_IN_MEMORY if get("queue-mode", str) == "lazy" else DEFAULT_IN_MEMORY

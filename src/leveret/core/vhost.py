@@ -29,17 +29,29 @@ if TYPE_CHECKING:
 
 #: Exchanges every virtual host has, as in RabbitMQ.
 PREDECLARED = {
-    "amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
-    "amq.headers": "headers", "amq.match": "headers",
+    "amq.direct": "direct",
+    "amq.fanout": "fanout",
+    "amq.topic": "topic",
+    "amq.headers": "headers",
+    "amq.match": "headers",
     EVENT_EXCHANGE: "topic",  # leveret's advisories (dead-lettering)
     "amq.leveret.api": "direct",  # leveret's extensions (see core.api); never routes
 }
 
 #: Queue arguments compared on redeclaration (others are not, as in RabbitMQ 3.10).
 EQUIVALENCE_ARGS = (
-    "x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-overflow",
-    "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-priority",
-    "x-queue-mode", "x-queue-type", "x-single-active-consumer", "x-delivery-limit",
+    "x-message-ttl",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-overflow",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-priority",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "x-delivery-limit",
 )
 
 
@@ -50,8 +62,9 @@ def _amqp_bool(value: bool) -> str:
 class VirtualHost:
     """One virtual host; ``name`` as in connection.open."""
 
-    def __init__(self, name: str, clock: Clock, store: Store | None = None,
-                 policies: list[Policy] | None = None) -> None:
+    def __init__(
+        self, name: str, clock: Clock, store: Store | None = None, policies: list[Policy] | None = None
+    ) -> None:
         self.name = name
         self.clock = clock
         #: The broker's policies (shared list); queues apply the matching one.
@@ -96,12 +109,20 @@ class VirtualHost:
         return resource_locked(
             f"cannot obtain exclusive access to locked queue '{name}' {self._where()}. "
             "It could be originally declared on another connection or the exclusive "
-            "property value does not match that of the original declaration.")
+            "property value does not match that of the original declaration."
+        )
 
     # -- exchanges ------------------------------------------------------------------
-    def declare_exchange(self, name: str, type: str, passive: bool = False,
-                         durable: bool = False, auto_delete: bool = False,
-                         internal: bool = False, arguments: dict | None = None) -> Exchange:
+    def declare_exchange(
+        self,
+        name: str,
+        type: str,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict | None = None,
+    ) -> Exchange:
         """exchange.declare (§1.7.2.1); returns the existing or new exchange. NotFound
         for a passive declare of a missing one, AccessRefused for an ``amq.`` name,
         CommandInvalid for an unknown type, PreconditionFailed if inequivalent."""
@@ -121,7 +142,8 @@ class VirtualHost:
         what = f"for exchange '{name}' {self._where()}"
         if type != existing.type:
             raise precondition_failed(
-                f"inequivalent arg 'type' {what}: received '{type}' but current is '{existing.type}'")
+                f"inequivalent arg 'type' {what}: received '{type}' but current is '{existing.type}'"
+            )
         for field, received, current in (
             ("durable", durable, existing.durable),
             ("auto_delete", auto_delete, existing.auto_delete),
@@ -130,7 +152,8 @@ class VirtualHost:
             if received != current:
                 raise precondition_failed(
                     f"inequivalent arg '{field}' {what}: received '{_amqp_bool(received)}' "
-                    f"but current is '{_amqp_bool(current)}'")
+                    f"but current is '{_amqp_bool(current)}'"
+                )
         self._check_args(arguments, existing.arguments, ("alternate-exchange",), what)
         return existing
 
@@ -163,9 +186,16 @@ class VirtualHost:
         URL-safe base64 characters."""
         return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
-    def declare_queue(self, name: str, owner: Any, passive: bool = False,
-                      durable: bool = False, exclusive: bool = False,
-                      auto_delete: bool = False, arguments: dict | None = None) -> Queue:
+    def declare_queue(
+        self,
+        name: str,
+        owner: Any,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict | None = None,
+    ) -> Queue:
         """queue.declare (§1.8.2.1). ``owner`` is the declaring connection; an empty
         ``name`` gets a server-generated ``amq.gen-…`` name. NotFound for a passive declare
         of a missing queue, AccessRefused for an ``amq.`` name, ResourceLocked for another
@@ -180,8 +210,9 @@ class VirtualHost:
         arguments = dict(arguments or {})
         existing = self.queues.get(name)
         if existing is None:
-            queue = queue_class(arguments)(self, name, durable, owner if exclusive else None,
-                                           auto_delete, arguments)
+            queue = queue_class(arguments)(
+                self, name, durable, owner if exclusive else None, auto_delete, arguments
+            )
             self.queues[name] = queue
             queue.store = self.store
             # Exclusive queues end with their connection, so never outlive a restart.
@@ -195,17 +226,21 @@ class VirtualHost:
         if exclusive != (existing.exclusive_owner is not None):
             raise self._locked(name)
         what = f"for queue '{name}' {self._where()}"
-        for field, received, current in (("durable", durable, existing.durable),
-                                         ("auto_delete", auto_delete, existing.auto_delete)):
+        for field, received, current in (
+            ("durable", durable, existing.durable),
+            ("auto_delete", auto_delete, existing.auto_delete),
+        ):
             if received != current:
                 raise precondition_failed(
                     f"inequivalent arg '{field}' {what}: received '{_amqp_bool(received)}' "
-                    f"but current is '{_amqp_bool(current)}'")
+                    f"but current is '{_amqp_bool(current)}'"
+                )
         self._check_args(arguments, existing.arguments, EQUIVALENCE_ARGS, what)
         return existing
 
-    def delete_queue(self, name: str, owner: Any = None, if_unused: bool = False,
-                     if_empty: bool = False) -> int:
+    def delete_queue(
+        self, name: str, owner: Any = None, if_unused: bool = False, if_empty: bool = False
+    ) -> int:
         """queue.delete: returns the number of ready messages deleted (0 if missing);
         its consumers are cancelled. ResourceLocked for another connection's exclusive
         queue, PreconditionFailed for ``if_unused``/``if_empty`` when it is not."""
@@ -241,8 +276,9 @@ class VirtualHost:
             self.delete_queue(queue.name)
 
     # -- bindings -------------------------------------------------------------------
-    def bind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
-             arguments: dict | None = None) -> None:
+    def bind(
+        self, source_name: str, destination: Queue | Exchange, routing_key: str, arguments: dict | None = None
+    ) -> None:
         """queue.bind / exchange.bind; binding twice is a no-op. NotFound for a missing
         source, AccessRefused for the default exchange, PreconditionFailed for a headers
         binding with a bad ``x-match``."""
@@ -256,11 +292,11 @@ class VirtualHost:
             destination.bindings.append(binding)
         store = self.store
         if store is not None and self._durable(binding):
-            store.save_definition("binding", self.name, binding_name(binding),
-                                  binding_definition(binding))
+            store.save_definition("binding", self.name, binding_name(binding), binding_definition(binding))
 
-    def unbind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
-               arguments: dict | None = None) -> None:
+    def unbind(
+        self, source_name: str, destination: Queue | Exchange, routing_key: str, arguments: dict | None = None
+    ) -> None:
         """queue.unbind / exchange.unbind; a missing binding is not an error. NotFound
         for a missing source, AccessRefused for the default exchange."""
         source = self._bindable(source_name)
@@ -319,9 +355,13 @@ class VirtualHost:
     def _durable(self, binding: Binding) -> bool:
         """RabbitMQ: a binding is durable when its source and destination are."""
         destination = binding.destination
-        return (self.store is not None and binding.source.durable and destination.durable
-                and bool(binding.source.name)
-                and getattr(destination, "exclusive_owner", None) is None)
+        return (
+            self.store is not None
+            and binding.source.durable
+            and destination.durable
+            and bool(binding.source.name)
+            and getattr(destination, "exclusive_owner", None) is None
+        )
 
     @staticmethod
     def _check_args(received: dict, current: dict, keys: tuple, what: str) -> None:
@@ -331,7 +371,8 @@ class VirtualHost:
                 both = new is not None and old is not None
                 raise precondition_failed(
                     f"inequivalent arg '{key}' {what}: received {_shown(new, both)} "
-                    f"but current is {_shown(old, both)}")
+                    f"but current is {_shown(old, both)}"
+                )
 
 
 def _shown(value: Any, both: bool) -> str:

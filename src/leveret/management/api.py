@@ -49,8 +49,7 @@ def _jsonable(value: Any) -> Any:
 
 #: Core's neutral errors as HTTP statuses (RabbitMQ's management API answers a
 #: precondition failure with 400 bad_request).
-_STATUS = {"not_found": 404, "access_refused": 403, "resource_locked": 405,
-           "precondition_failed": 400}
+_STATUS = {"not_found": 404, "access_refused": 403, "resource_locked": 405, "precondition_failed": 400}
 
 
 @web.middleware
@@ -59,8 +58,9 @@ async def _broker_errors(request: web.Request, handler: Any) -> web.StreamRespon
     try:
         return await handler(request)
     except BrokerError as exc:
-        return web.json_response({"error": exc.condition, "reason": exc.text},
-                                 status=_STATUS.get(exc.condition, 400))
+        return web.json_response(
+            {"error": exc.condition, "reason": exc.text}, status=_STATUS.get(exc.condition, 400)
+        )
 
 
 class ManagementAPI:
@@ -72,16 +72,18 @@ class ManagementAPI:
         self.port = port
         self._runner: web.AppRunner | None = None
         app = web.Application(middlewares=[self._authenticate, _broker_errors])
-        app.add_routes([
-            web.get("/api/overview", self.overview),
-            web.get("/api/vhosts", self.vhosts),
-            web.get("/api/queues", self.queues),
-            web.get("/api/queues/{vhost}", self.queues),
-            web.get("/api/queues/{vhost}/{name}", self.queue),
-            web.delete("/api/queues/{vhost}/{name}/contents", self.purge),
-            web.get("/api/exchanges/{vhost}", self.exchanges),
-            web.get("/api/bindings/{vhost}", self.bindings),
-        ])
+        app.add_routes(
+            [
+                web.get("/api/overview", self.overview),
+                web.get("/api/vhosts", self.vhosts),
+                web.get("/api/queues", self.queues),
+                web.get("/api/queues/{vhost}", self.queues),
+                web.get("/api/queues/{vhost}/{name}", self.queue),
+                web.delete("/api/queues/{vhost}/{name}/contents", self.purge),
+                web.get("/api/exchanges/{vhost}", self.exchanges),
+                web.get("/api/bindings/{vhost}", self.bindings),
+            ]
+        )
         self.app = app
 
     async def start(self) -> None:
@@ -112,8 +114,9 @@ class ManagementAPI:
             loopback = peer in ("", "localhost") or ipaddress.ip_address(peer).is_loopback
             request["user"] = self.core.users.authenticate(username, password, loopback)
         except (AuthenticationError, ValueError, UnicodeDecodeError) as exc:
-            return web.json_response({"error": "not_authorised", "reason": str(exc)},
-                                     status=401, headers=challenge)
+            return web.json_response(
+                {"error": "not_authorised", "reason": str(exc)}, status=401, headers=challenge
+            )
         return await handler(request)
 
     # -- helpers --------------------------------------------------------------------
@@ -121,20 +124,27 @@ class ManagementAPI:
         name = request.match_info["vhost"]
         vhost = self.core.vhosts.get(name)
         if vhost is None or not self.core.users.may_access(request["user"], name):
-            raise web.HTTPNotFound(text=f'{{"error": "Object Not Found", "reason": "vhost {name}"}}',
-                                   content_type="application/json")
+            raise web.HTTPNotFound(
+                text=f'{{"error": "Object Not Found", "reason": "vhost {name}"}}',
+                content_type="application/json",
+            )
         return vhost
 
     def _visible_vhosts(self, request: web.Request) -> list:
-        return [v for name, v in self.core.vhosts.items()
-                if self.core.users.may_access(request["user"], name)]
+        return [
+            v for name, v in self.core.vhosts.items() if self.core.users.may_access(request["user"], name)
+        ]
 
     def _queue_info(self, queue: Queue) -> dict:
         policy = matching(self.core.policies, queue.vhost.name, queue.name, "queues")
         return {
-            "name": queue.name, "vhost": queue.vhost.name, "durable": queue.durable,
-            "auto_delete": queue.auto_delete, "exclusive": queue.exclusive_owner is not None,
-            "arguments": _jsonable(queue.arguments), "policy": policy.name if policy else None,
+            "name": queue.name,
+            "vhost": queue.vhost.name,
+            "durable": queue.durable,
+            "auto_delete": queue.auto_delete,
+            "exclusive": queue.exclusive_owner is not None,
+            "arguments": _jsonable(queue.arguments),
+            "policy": policy.name if policy else None,
             "messages_ready": queue.message_count,
             "messages_unacknowledged": queue.unacked_count,
             "messages": queue.message_count + queue.unacked_count,
@@ -147,14 +157,22 @@ class ManagementAPI:
         vhosts the user may open."""
         vhosts = self._visible_vhosts(request)
         queues = [q for v in vhosts for q in v.queues.values()]
-        return web.json_response({
-            "product_name": "leveret", "product_version": __version__,
-            "management_version": __version__,
-            "object_totals": {"vhosts": len(vhosts), "queues": len(queues),
-                              "exchanges": sum(len(v.exchanges) for v in vhosts)},
-            "queue_totals": {"messages_ready": sum(q.message_count for q in queues),
-                             "messages_unacknowledged": sum(q.unacked_count for q in queues)},
-        })
+        return web.json_response(
+            {
+                "product_name": "leveret",
+                "product_version": __version__,
+                "management_version": __version__,
+                "object_totals": {
+                    "vhosts": len(vhosts),
+                    "queues": len(queues),
+                    "exchanges": sum(len(v.exchanges) for v in vhosts),
+                },
+                "queue_totals": {
+                    "messages_ready": sum(q.message_count for q in queues),
+                    "messages_unacknowledged": sum(q.unacked_count for q in queues),
+                },
+            }
+        )
 
     async def vhosts(self, request: web.Request) -> web.Response:
         """``GET /api/vhosts``: the vhosts the user may open, ``[{"name"}]``."""
@@ -164,15 +182,17 @@ class ManagementAPI:
         """``GET /api/queues[/{vhost}]``: queues by vhost, then name (404 for a vhost
         the user may not open)."""
         vhosts = [self._vhost(request)] if "vhost" in request.match_info else self._visible_vhosts(request)
-        return web.json_response([self._queue_info(q) for v in vhosts
-                                  for q in sorted(v.queues.values(), key=lambda q: q.name)])
+        return web.json_response(
+            [self._queue_info(q) for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
+        )
 
     async def queue(self, request: web.Request) -> web.Response:
         """``GET /api/queues/{vhost}/{name}``: one queue; 404 if missing."""
         queue = self._vhost(request).queues.get(request.match_info["name"])
         if queue is None:
-            raise web.HTTPNotFound(text='{"error": "Object Not Found", "reason": "queue"}',
-                                   content_type="application/json")
+            raise web.HTTPNotFound(
+                text='{"error": "Object Not Found", "reason": "queue"}', content_type="application/json"
+            )
         return web.json_response(self._queue_info(queue))
 
     async def purge(self, request: web.Request) -> web.Response:
@@ -180,19 +200,29 @@ class ManagementAPI:
         if missing; 400 for a stream (which cannot be purged)."""
         queue = self._vhost(request).queues.get(request.match_info["name"])
         if queue is None:
-            raise web.HTTPNotFound(text='{"error": "Object Not Found", "reason": "queue"}',
-                                   content_type="application/json")
+            raise web.HTTPNotFound(
+                text='{"error": "Object Not Found", "reason": "queue"}', content_type="application/json"
+            )
         queue.purge()
         return web.Response(status=204)
 
     async def exchanges(self, request: web.Request) -> web.Response:
         """``GET /api/exchanges/{vhost}``: by name; the default exchange's is ``""``."""
         vhost = self._vhost(request)
-        return web.json_response([
-            {"name": e.name, "vhost": vhost.name, "type": e.type, "durable": e.durable,
-             "auto_delete": e.auto_delete, "internal": e.internal,
-             "arguments": _jsonable(e.arguments)}
-            for e in sorted(vhost.exchanges.values(), key=lambda e: e.name)])
+        return web.json_response(
+            [
+                {
+                    "name": e.name,
+                    "vhost": vhost.name,
+                    "type": e.type,
+                    "durable": e.durable,
+                    "auto_delete": e.auto_delete,
+                    "internal": e.internal,
+                    "arguments": _jsonable(e.arguments),
+                }
+                for e in sorted(vhost.exchanges.values(), key=lambda e: e.name)
+            ]
+        )
 
     async def bindings(self, request: web.Request) -> web.Response:
         """``GET /api/bindings/{vhost}``: every binding, by source exchange (RabbitMQ's
@@ -201,9 +231,14 @@ class ManagementAPI:
         rows = []
         for exchange in vhost.exchanges.values():
             for binding in exchange.bindings.values():
-                rows.append({
-                    "source": exchange.name, "vhost": vhost.name,
-                    "destination": binding.destination.name,
-                    "destination_type": "queue" if isinstance(binding.destination, Queue) else "exchange",
-                    "routing_key": binding.routing_key, "arguments": _jsonable(binding.arguments)})
+                rows.append(
+                    {
+                        "source": exchange.name,
+                        "vhost": vhost.name,
+                        "destination": binding.destination.name,
+                        "destination_type": "queue" if isinstance(binding.destination, Queue) else "exchange",
+                        "routing_key": binding.routing_key,
+                        "arguments": _jsonable(binding.arguments),
+                    }
+                )
         return web.json_response(rows)

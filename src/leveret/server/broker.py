@@ -80,8 +80,9 @@ class Broker:
             except BaseException:
                 self._close_store()
                 raise
-            self._disk_monitor = DiskMonitor(self.core, self.settings.data_dir,
-                                             lambda: self.settings.disk_free_limit)
+            self._disk_monitor = DiskMonitor(
+                self.core, self.settings.data_dir, lambda: self.settings.disk_free_limit
+            )
             self._disk_monitor.start()
         try:
             await self._listener.start()
@@ -188,8 +189,10 @@ class BlockingBroker:
         """Run ``fn(*args)`` on the broker's loop thread and return its result (or
         raise its exception); TimeoutError after 10 seconds."""
         assert self._loop is not None
+
         async def call() -> Any:
             return fn(*args)
+
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(10)
 
     def stop(self) -> None:

@@ -21,8 +21,7 @@ class DiskMonitor:
     """Checks the free space under ``path`` every ``interval`` seconds against
     ``limit()`` bytes and sets the alarm of ``core``."""
 
-    def __init__(self, core: BrokerCore, path: str, limit: Callable[[], int],
-                 interval: float = 1.0) -> None:
+    def __init__(self, core: BrokerCore, path: str, limit: Callable[[], int], interval: float = 1.0) -> None:
         self.core = core
         self.path = path
         self.limit = limit  # read at every check, so it can be changed at run time
@@ -39,8 +38,12 @@ class DiskMonitor:
             return
         low = free < self.limit()
         if low != self.core.alarm_active:
-            log.warning("free disk space %s: %d bytes free, limit %d bytes",
-                        "is low" if low else "is back", free, self.limit())
+            log.warning(
+                "free disk space %s: %d bytes free, limit %d bytes",
+                "is low" if low else "is back",
+                free,
+                self.limit(),
+            )
             self.core.set_alarm(low)
 
     async def _run(self) -> None:

@@ -87,9 +87,15 @@ class AMQPProtocol(asyncio.Protocol):
         except ValueError:
             loopback = False
         listener = self.listener
-        self.connection = Connection(listener.core, transport, listener.loop,
-                                     listener.flusher.request, f"{peer[0]}:{peer[1]}", loopback,
-                                     input_waiting_probe(transport))
+        self.connection = Connection(
+            listener.core,
+            transport,
+            listener.loop,
+            listener.flusher.request,
+            f"{peer[0]}:{peer[1]}",
+            loopback,
+            input_waiting_probe(transport),
+        )
         listener.connections.add(self.connection)
 
     def data_received(self, data: bytes) -> None:
@@ -140,7 +146,8 @@ class AMQPListener:
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop)
         self._server = await self.loop.create_server(
-            lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
+            lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self, grace: float = 3.0) -> None:

@@ -19,6 +19,7 @@ class OptionError(ValueError):
 
 # -- options -------------------------------------------------------------------------
 
+
 class Options:
     """Case-insensitive, validated view of the data source's options."""
 
@@ -28,10 +29,8 @@ class Options:
         if unknown:
             names = {n.lower(): n for n in CANONICAL}
             shown = ", ".join(names.get(k, k) for k in unknown)
-            known = ", ".join(sorted(names.get(k, k) for k in allowed - {"path",
-                                                                          "checkpointlocation"}))
-            raise OptionError(f"leveret {direction}: unknown option(s) {shown}; "
-                              f"known options: {known}")
+            known = ", ".join(sorted(names.get(k, k) for k in allowed - {"path", "checkpointlocation"}))
+            raise OptionError(f"leveret {direction}: unknown option(s) {shown}; known options: {known}")
 
     @overload
     def text(self, name: str, default: str) -> str: ...
@@ -59,8 +58,7 @@ class Options:
         try:
             number = int(str(value).strip())
         except ValueError:
-            raise OptionError(f"leveret option {name}: expected an integer, got {value!r}") \
-                from None
+            raise OptionError(f"leveret option {name}: expected an integer, got {value!r}") from None
         if number < minimum:
             raise OptionError(f"leveret option {name}: must be >= {minimum}, got {number}")
         return number
@@ -73,8 +71,7 @@ class Options:
         try:
             number = float(str(value).strip())
         except ValueError:
-            raise OptionError(f"leveret option {name}: expected a number, got {value!r}") \
-                from None
+            raise OptionError(f"leveret option {name}: expected a number, got {value!r}") from None
         if number <= 0:
             raise OptionError(f"leveret option {name}: must be > 0, got {value!r}")
         return number
@@ -92,11 +89,31 @@ class Options:
         raise OptionError(f"leveret option {name}: expected true or false, got {value!r}")
 
 
-CANONICAL = ["url", "timeout", "exchange", "routingKey", "persistent", "jobId",
-              "confirmWindow", "queue", "stream", "group", "startingOffset", "endingOffset",
-              "partitionSize", "maxOffsetsPerTrigger", "maxMessagesPerTrigger", "leaseTtlMs",
-              "leaseFrom", "leaseTo", "prefetch", "idleTimeout", "limit", "path",
-              "checkpointLocation"]
+CANONICAL = [
+    "url",
+    "timeout",
+    "exchange",
+    "routingKey",
+    "persistent",
+    "jobId",
+    "confirmWindow",
+    "queue",
+    "stream",
+    "group",
+    "startingOffset",
+    "endingOffset",
+    "partitionSize",
+    "maxOffsetsPerTrigger",
+    "maxMessagesPerTrigger",
+    "leaseTtlMs",
+    "leaseFrom",
+    "leaseTo",
+    "prefetch",
+    "idleTimeout",
+    "limit",
+    "path",
+    "checkpointLocation",
+]
 
 
 def connect(url: str, timeout: float) -> BlockingClient:
@@ -106,4 +123,3 @@ def connect(url: str, timeout: float) -> BlockingClient:
         return BlockingClient(url, timeout=timeout)
     except AMQPError as exc:
         raise OptionError(f"leveret option url: {exc}") from None
-

@@ -28,33 +28,37 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-DEATH_TYPE = StructType([
-    StructField("reason", StringType()),
-    StructField("queue", StringType()),
-    StructField("exchange", StringType()),
-    StructField("routing_keys", ArrayType(StringType())),
-    StructField("count", LongType()),
-    StructField("time", TimestampType()),
-])
+DEATH_TYPE = StructType(
+    [
+        StructField("reason", StringType()),
+        StructField("queue", StringType()),
+        StructField("exchange", StringType()),
+        StructField("routing_keys", ArrayType(StringType())),
+        StructField("count", LongType()),
+        StructField("time", TimestampType()),
+    ]
+)
 
 #: What a read returns (batch or streaming, queue or stream).
-READ_SCHEMA = StructType([
-    StructField("body", BinaryType()),
-    StructField("exchange", StringType()),
-    StructField("routing_key", StringType()),
-    StructField("headers", MapType(StringType(), StringType())),
-    StructField("message_id", StringType()),
-    StructField("correlation_id", StringType()),
-    StructField("content_type", StringType()),
-    StructField("timestamp", TimestampType()),
-    StructField("delivery_mode", IntegerType()),
-    StructField("priority", IntegerType()),
-    StructField("redelivered", BooleanType()),
-    StructField("delivery_count", LongType()),
-    StructField("offset", LongType()),        # streams: x-stream-offset
-    StructField("lease_seq", LongType()),     # leased queue reads: x-lease-seq
-    StructField("deaths", ArrayType(DEATH_TYPE)),  # x-death, most recent first
-])
+READ_SCHEMA = StructType(
+    [
+        StructField("body", BinaryType()),
+        StructField("exchange", StringType()),
+        StructField("routing_key", StringType()),
+        StructField("headers", MapType(StringType(), StringType())),
+        StructField("message_id", StringType()),
+        StructField("correlation_id", StringType()),
+        StructField("content_type", StringType()),
+        StructField("timestamp", TimestampType()),
+        StructField("delivery_mode", IntegerType()),
+        StructField("priority", IntegerType()),
+        StructField("redelivered", BooleanType()),
+        StructField("delivery_count", LongType()),
+        StructField("offset", LongType()),  # streams: x-stream-offset
+        StructField("lease_seq", LongType()),  # leased queue reads: x-lease-seq
+        StructField("deaths", ArrayType(DEATH_TYPE)),  # x-death, most recent first
+    ]
+)
 
 # headers that become columns rather than entries of ``headers``
 _COLUMN_HEADERS = {"x-death", "x-stream-offset", "x-lease-seq", "x-delivery-count"}
@@ -94,24 +98,46 @@ def delivery_row(d: Any) -> tuple:
         for key, value in raw.items():
             if key in _COLUMN_HEADERS:
                 continue
-            headers[key] = value if isinstance(value, str) else \
-                _text(value) if isinstance(value, (bytes, bytearray)) else \
-                json.dumps(value, default=_json_default)
+            headers[key] = (
+                value
+                if isinstance(value, str)
+                else _text(value)
+                if isinstance(value, (bytes, bytearray))
+                else json.dumps(value, default=_json_default)
+            )
         for entry in raw.get("x-death") or []:
             if not isinstance(entry, dict):
                 continue
             keys = entry.get("routing-keys") or []
             stamp = entry.get("time")
-            deaths.append((_text(entry.get("reason")), _text(entry.get("queue")),
-                           _text(entry.get("exchange")), [_text(k) for k in keys],
-                           as_int(entry.get("count")),
-                           stamp if isinstance(stamp, _dt.datetime) else None))
+            deaths.append(
+                (
+                    _text(entry.get("reason")),
+                    _text(entry.get("queue")),
+                    _text(entry.get("exchange")),
+                    [_text(k) for k in keys],
+                    as_int(entry.get("count")),
+                    stamp if isinstance(stamp, _dt.datetime) else None,
+                )
+            )
     get = p.get
-    return (d.body, d.exchange, d.routing_key, headers, _text(get("message_id")),
-            _text(get("correlation_id")), _text(get("content_type")), get("timestamp"),
-            get("delivery_mode"), get("priority"), d.redelivered,
-            as_int(raw.get("x-delivery-count")) or 0, as_int(raw.get("x-stream-offset")),
-            as_int(raw.get("x-lease-seq")), deaths)
+    return (
+        d.body,
+        d.exchange,
+        d.routing_key,
+        headers,
+        _text(get("message_id")),
+        _text(get("correlation_id")),
+        _text(get("content_type")),
+        get("timestamp"),
+        get("delivery_mode"),
+        get("priority"),
+        d.redelivered,
+        as_int(raw.get("x-delivery-count")) or 0,
+        as_int(raw.get("x-stream-offset")),
+        as_int(raw.get("x-lease-seq")),
+        deaths,
+    )
 
 
 #: rows per record batch (Spark's default spark.sql.execution.arrow.maxRecordsPerBatch)
@@ -136,8 +162,8 @@ def record_batch(rows: list[tuple]) -> Any:
     schema = arrow_schema()
     columns = zip(*rows) if rows else ([] for _ in schema)
     return pa.RecordBatch.from_arrays(
-        [pa.array(column, type=field.type) for column, field in zip(columns, schema)],
-        schema=schema)
+        [pa.array(column, type=field.type) for column, field in zip(columns, schema)], schema=schema
+    )
 
 
 def record_batches(rows: Iterable[tuple], body_index: int = 0) -> Iterator[Any]:

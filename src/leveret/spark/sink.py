@@ -32,17 +32,40 @@ from ..amqp.field_table import Long
 from .options import COMMON_OPTIONS, DEFAULT_URL, OptionError, Options, connect
 from .rows import DEATH_TYPE
 
-WRITE_OPTIONS = COMMON_OPTIONS | {"exchange", "routingkey", "persistent", "jobid",
-                                    "confirmwindow", "checkpointlocation"}
+WRITE_OPTIONS = COMMON_OPTIONS | {
+    "exchange",
+    "routingkey",
+    "persistent",
+    "jobid",
+    "confirmwindow",
+    "checkpointlocation",
+}
 
 # message properties a row's ``properties`` map may set
-_PROPERTY_NAMES = {"content_type", "content_encoding", "correlation_id", "reply_to",
-                   "expiration", "message_id", "timestamp", "type", "user_id", "app_id",
-                   "priority", "delivery_mode"}
+_PROPERTY_NAMES = {
+    "content_type",
+    "content_encoding",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+    "priority",
+    "delivery_mode",
+}
 
 # fields of a ``deaths`` entry (rows.DEATH_TYPE) by their x-death key
-_DEATH_KEYS = {"reason": "reason", "queue": "queue", "exchange": "exchange",
-               "routing_keys": "routing-keys", "count": "count", "time": "time"}
+_DEATH_KEYS = {
+    "reason": "reason",
+    "queue": "queue",
+    "exchange": "exchange",
+    "routing_keys": "routing-keys",
+    "count": "count",
+    "time": "time",
+}
 
 
 @dataclass
@@ -65,20 +88,25 @@ class WriteConfig:
             parse_url(url)
         except AMQPError as exc:
             raise OptionError(f"leveret option url: {exc}") from None
-        return cls(url=url, exchange=opts.text("exchange", ""),
-                   routing_key=opts.text("routingKey", ""),
-                   persistent=opts.flag("persistent", True),
-                   job_id=opts.text("jobId") or uuid.uuid4().hex,
-                   window=opts.integer("confirmWindow", 2000, minimum=1),
-                   timeout=opts.number("timeout", 30.0), columns=columns)
+        return cls(
+            url=url,
+            exchange=opts.text("exchange", ""),
+            routing_key=opts.text("routingKey", ""),
+            persistent=opts.flag("persistent", True),
+            job_id=opts.text("jobId") or uuid.uuid4().hex,
+            window=opts.integer("confirmWindow", 2000, minimum=1),
+            timeout=opts.number("timeout", 30.0),
+            columns=columns,
+        )
 
     def check_broker(self) -> None:
         """Fail on the driver, before any task runs: unreachable broker, refused login,
         missing exchange."""
         with connect(self.url, min(self.timeout, 10.0)) as client:
             if self.exchange and not client.exchange_exists(self.exchange):
-                raise OptionError(f"leveret option exchange: no exchange {self.exchange!r} "
-                                  f"on {safe_url(self.url)}")
+                raise OptionError(
+                    f"leveret option exchange: no exchange {self.exchange!r} on {safe_url(self.url)}"
+                )
 
 
 def _check_write_schema(schema: StructType) -> dict[str, int]:
@@ -86,8 +114,10 @@ def _check_write_schema(schema: StructType) -> dict[str, int]:
     column if ``body`` is missing or a column has the wrong type."""
     names = {f.name.lower(): (i, f.dataType) for i, f in enumerate(schema.fields)}
     if "body" not in names:
-        raise OptionError("leveret sink: the DataFrame needs a 'body' column (binary or string); "
-                          f"its columns are {[f.name for f in schema.fields]}")
+        raise OptionError(
+            "leveret sink: the DataFrame needs a 'body' column (binary or string); "
+            f"its columns are {[f.name for f in schema.fields]}"
+        )
     expected = {
         "body": (BinaryType, StringType),
         "routing_key": (StringType,),
@@ -100,19 +130,24 @@ def _check_write_schema(schema: StructType) -> dict[str, int]:
         if name not in names:
             continue
         index, dtype = names[name]
-        if not isinstance(dtype, types) or (isinstance(dtype, MapType) and
-                                            not isinstance(dtype.keyType, StringType)):
-            wanted = {"body": "binary or string", "headers": "map<string,...>",
-                      "properties": "map<string,string>"}.get(name, "string")
-            raise OptionError(f"leveret sink: column {name!r} must be {wanted}, "
-                              f"not {dtype.simpleString()}")
+        if not isinstance(dtype, types) or (
+            isinstance(dtype, MapType) and not isinstance(dtype.keyType, StringType)
+        ):
+            wanted = {
+                "body": "binary or string",
+                "headers": "map<string,...>",
+                "properties": "map<string,string>",
+            }.get(name, "string")
+            raise OptionError(f"leveret sink: column {name!r} must be {wanted}, not {dtype.simpleString()}")
         columns[name] = index
     if "deaths" in names:
         index, dtype = names["deaths"]
         if not _is_deaths_type(dtype):
-            raise OptionError(f"leveret sink: column 'deaths' must be "
-                              f"{ArrayType(DEATH_TYPE).simpleString()} (as a read returns "
-                              f"it), not {dtype.simpleString()}")
+            raise OptionError(
+                f"leveret sink: column 'deaths' must be "
+                f"{ArrayType(DEATH_TYPE).simpleString()} (as a read returns "
+                f"it), not {dtype.simpleString()}"
+            )
         columns["deaths"] = index
     return columns
 
@@ -164,9 +199,15 @@ def _x_death(deaths: list[dict | None]) -> list[dict]:
     long strings), ``count`` (a long, ``l``, as RabbitMQ writes it) and ``time`` (a
     timestamp, whole seconds, naive taken as UTC). Null entries and null fields are left
     out."""
-    return [{_DEATH_KEYS[key]: Long(value) if key == "count" else _header_value(value)
-             for key, value in death.items() if value is not None and key in _DEATH_KEYS}
-            for death in deaths if death is not None]
+    return [
+        {
+            _DEATH_KEYS[key]: Long(value) if key == "count" else _header_value(value)
+            for key, value in death.items()
+            if value is not None and key in _DEATH_KEYS
+        }
+        for death in deaths
+        if death is not None
+    ]
 
 
 def columns_of(config: WriteConfig, batches: Iterator[Any]) -> Iterator[tuple]:
@@ -176,8 +217,12 @@ def columns_of(config: WriteConfig, batches: Iterator[Any]) -> Iterator[tuple]:
     cols = config.columns
     names = ("body", "routing_key", "exchange", "headers", "properties", "deaths")
     for batch in batches:
-        yield from zip(*(repeat(None) if cols.get(name) is None
-                         else batch.column(cols[name]).to_pylist() for name in names))
+        yield from zip(
+            *(
+                repeat(None) if cols.get(name) is None else batch.column(cols[name]).to_pylist()
+                for name in names
+            )
+        )
 
 
 def publish_rows(config: WriteConfig, rows: Iterator[tuple], id_prefix: str) -> int:
@@ -197,17 +242,19 @@ def publish_rows(config: WriteConfig, rows: Iterator[tuple], id_prefix: str) -> 
                 raise ValueError(f"leveret sink: row {count} has a null body")
             if isinstance(body, str):
                 body = body.encode()
-            fields: dict[str, Any] = {"delivery_mode": mode,
-                                      "message_id": f"{id_prefix}{count}"}
+            fields: dict[str, Any] = {"delivery_mode": mode, "message_id": f"{id_prefix}{count}"}
             if headers:
                 fields["headers"] = {str(k): _header_value(v) for k, v in headers}
             if deaths and (x_death := _x_death(deaths)):
                 fields.setdefault("headers", {})["x-death"] = x_death
             if properties:
                 fields.update(_properties(properties))
-            client.publish(config.exchange if exchange is None else exchange,
-                           config.routing_key if key is None else key,
-                           body, fields)
+            client.publish(
+                config.exchange if exchange is None else exchange,
+                config.routing_key if key is None else key,
+                body,
+                fields,
+            )
             count += 1
             if client.unconfirmed >= window:
                 client.wait_confirms(low)
@@ -220,8 +267,10 @@ def _properties(pairs: list[tuple[str, str | None]]) -> dict[str, Any]:
     fields = {}
     for name, value in pairs:
         if name not in _PROPERTY_NAMES:
-            raise ValueError(f"leveret sink: unknown message property {name!r} in the "
-                             f"properties column; known: {', '.join(sorted(_PROPERTY_NAMES))}")
+            raise ValueError(
+                f"leveret sink: unknown message property {name!r} in the "
+                f"properties column; known: {', '.join(sorted(_PROPERTY_NAMES))}"
+            )
         if value is not None:
             fields["message_type" if name == "type" else name] = _property_value(name, value)
     return fields
@@ -259,8 +308,7 @@ class LeveretStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         ctx = _task_context()
         partition = ctx.partitionId() if ctx else 0
-        query = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) \
-            or self.config.job_id
+        query = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or self.config.job_id
         batch = (ctx.getLocalProperty("streaming.sql.batchId") if ctx else None) or "0"
         prefix = f"{query}-b{batch}-p{partition}-"
         rows = columns_of(self.config, iterator)
@@ -271,4 +319,3 @@ class LeveretStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass
-

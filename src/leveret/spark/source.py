@@ -13,7 +13,6 @@ write() in reused Python workers. Each process opens its own AMQP connection
 (:class:`leveret.amqp.client.BlockingClient`); nothing holding a socket is pickled.
 """
 
-
 from __future__ import annotations
 
 import math
@@ -43,12 +42,25 @@ from .sink import LeveretBatchWriter, LeveretStreamWriter, WriteConfig
 __all__ = ["DEFAULT_URL", "READ_SCHEMA", "LeveretDataSource", "OptionError"]
 
 READ_OPTIONS = COMMON_OPTIONS | {
-    "queue", "stream", "group", "startingoffset", "endingoffset", "partitionsize",
-    "maxoffsetspertrigger", "maxmessagespertrigger", "leasettlms", "leasefrom", "leaseto",
-    "prefetch", "idletimeout", "limit"}
+    "queue",
+    "stream",
+    "group",
+    "startingoffset",
+    "endingoffset",
+    "partitionsize",
+    "maxoffsetspertrigger",
+    "maxmessagespertrigger",
+    "leasettlms",
+    "leasefrom",
+    "leaseto",
+    "prefetch",
+    "idletimeout",
+    "limit",
+}
 
 
 # -- data source ---------------------------------------------------------------------
+
 
 class LeveretDataSource(DataSource):
     """``format("leveret")``: read queues and streams of a leveret broker, publish rows."""
@@ -77,8 +89,8 @@ class LeveretDataSource(DataSource):
         return LeveretStreamWriter(config)
 
 
-
 # -- reading -------------------------------------------------------------------------
+
 
 @dataclass
 class _ReadConfig:
@@ -110,8 +122,10 @@ class _ReadConfig:
         opts = Options(options, READ_OPTIONS, "streaming source" if streaming else "source")
         queue, stream = opts.text("queue"), opts.text("stream")
         if bool(queue) == bool(stream):
-            raise OptionError("leveret source: give exactly one of the options queue "
-                              "(a classic queue) or stream (a stream queue)")
+            raise OptionError(
+                "leveret source: give exactly one of the options queue "
+                "(a classic queue) or stream (a stream queue)"
+            )
         url = opts.text("url", DEFAULT_URL)
         lease_from, lease_to = opts.integer("leaseFrom"), opts.integer("leaseTo")
         if (lease_from is None) != (lease_to is None):
@@ -120,33 +134,44 @@ class _ReadConfig:
             raise OptionError("leveret source: leaseFrom/leaseTo are for batch reads of a queue")
         for name in ("startingOffset", "endingOffset", "maxOffsetsPerTrigger"):
             if queue and opts.text(name) is not None:
-                raise OptionError(f"leveret option {name} is for streams (option stream), "
-                                  "not queues")
+                raise OptionError(f"leveret option {name} is for streams (option stream), not queues")
         if stream and opts.text("maxMessagesPerTrigger") is not None:
-            raise OptionError("leveret option maxMessagesPerTrigger is for queues; "
-                              "use maxOffsetsPerTrigger with a stream")
+            raise OptionError(
+                "leveret option maxMessagesPerTrigger is for queues; use maxOffsetsPerTrigger with a stream"
+            )
         starting = (opts.text("startingOffset") or ("next" if streaming else "first")).lower()
         ending = (opts.text("endingOffset") or "next").lower()
-        for name, value, words in (("startingOffset", starting, ("first", "next", "last")),
-                                   ("endingOffset", ending, ("next",))):
+        for name, value, words in (
+            ("startingOffset", starting, ("first", "next", "last")),
+            ("endingOffset", ending, ("next",)),
+        ):
             if value not in words and not value.lstrip("-").isdigit():
-                raise OptionError(f"leveret option {name}: expected "
-                                  f"{', '.join(words)} or an offset, got {value!r}")
+                raise OptionError(
+                    f"leveret option {name}: expected {', '.join(words)} or an offset, got {value!r}"
+                )
         if ending != "next" and streaming:
             raise OptionError("leveret option endingOffset is for batch reads")
         config = cls(
-            url=url, queue=queue, stream=stream, group=opts.text("group", "spark"),
-            starting=starting, ending=ending,
+            url=url,
+            queue=queue,
+            stream=stream,
+            group=opts.text("group", "spark"),
+            starting=starting,
+            ending=ending,
             partition_size=opts.integer("partitionSize", 50_000, minimum=1),
-            max_per_trigger=opts.integer("maxOffsetsPerTrigger" if stream else
-                                     "maxMessagesPerTrigger", None if stream else 10_000,
-                                     minimum=1),
+            max_per_trigger=opts.integer(
+                "maxOffsetsPerTrigger" if stream else "maxMessagesPerTrigger",
+                None if stream else 10_000,
+                minimum=1,
+            ),
             lease_ttl_ms=opts.integer("leaseTtlMs", 300_000, minimum=1),
-            lease_from=lease_from, lease_to=lease_to,
+            lease_from=lease_from,
+            lease_to=lease_to,
             prefetch=opts.integer("prefetch", 1000, minimum=1),
             idle_timeout=opts.number("idleTimeout", 1.0),
             limit=opts.integer("limit", None, minimum=0),
-            timeout=opts.number("timeout", 30.0))
+            timeout=opts.number("timeout", 30.0),
+        )
         config.check_broker()
         return config
 
@@ -161,8 +186,7 @@ class _ReadConfig:
             name = self.source_name
             if client.queue_exists(name) is None:
                 option = "stream" if self.stream else "queue"
-                raise OptionError(f"leveret option {option}: no queue {name!r} on "
-                                  f"{safe_url(self.url)}")
+                raise OptionError(f"leveret option {option}: no queue {name!r} on {safe_url(self.url)}")
 
 
 class _RPC:
@@ -185,8 +209,10 @@ class _RPC:
                 return self._client.rpc(operation, payload)
             except ChannelError as exc:
                 if exc.reply_code == 404 and "amq.leveret.api" in str(exc):
-                    raise ClientError(f"{safe_url(self.config.url)} has no amq.leveret.api "
-                                    "exchange: is it a leveret broker?") from None
+                    raise ClientError(
+                        f"{safe_url(self.config.url)} has no amq.leveret.api "
+                        "exchange: is it a leveret broker?"
+                    ) from None
                 raise
             except ConnectionClosed:
                 self._client = None
@@ -276,8 +302,7 @@ def _read_lease(config: _ReadConfig, part: LeaseRange) -> Iterator[tuple]:
     if part.end <= part.start:
         return
     with BlockingClient(config.url, timeout=config.timeout) as client:
-        args = {"x-lease-group": part.group, "x-lease-from": part.start,
-                "x-lease-to": part.end}
+        args = {"x-lease-group": part.group, "x-lease-from": part.start, "x-lease-to": part.end}
         for d in client.consume(part.queue, args, no_ack=True):
             yield delivery_row(d)
 
@@ -312,8 +337,10 @@ class LeveretBatchReader(DataSourceReader):
             return [StreamRange(c.stream, s, e) for s, e in _split(start, end, c.partition_size)]
         if c.lease_from is not None:
             assert c.lease_to is not None, "from_options requires leaseTo with leaseFrom"
-            return [LeaseRange(c.source_name, c.group, s, e)
-                    for s, e in _split(c.lease_from, c.lease_to, c.partition_size)]
+            return [
+                LeaseRange(c.source_name, c.group, s, e)
+                for s, e in _split(c.lease_from, c.lease_to, c.partition_size)
+            ]
         with BlockingClient(c.url, timeout=c.timeout) as client:
             ok = client.queue_exists(c.source_name)
         count = (ok.message_count or 0) if ok else 0
@@ -387,9 +414,15 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         _stop_on_sigterm()
 
     def __getstate__(self) -> dict:
-        return {"config": self.config, "_rpc": _RPC(self.config), "_target": self._target,
-                "_initial": self._initial, "_acked": self._acked, "_leased_to": None,
-                "_first": self._first}
+        return {
+            "config": self.config,
+            "_rpc": _RPC(self.config),
+            "_target": self._target,
+            "_initial": self._initial,
+            "_acked": self._acked,
+            "_leased_to": None,
+            "_first": self._first,
+        }
 
     def _key(self) -> str:
         return "offset" if self.config.stream else "seq"
@@ -400,8 +433,7 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         if self._initial is None:
             c = self.config
             if c.stream:
-                self._initial = {"offset": _resolve_start(c.starting,
-                                                          stream_info(self._rpc, c.stream))}
+                self._initial = {"offset": _resolve_start(c.starting, stream_info(self._rpc, c.stream))}
             else:
                 info = self._rpc.call("lease.info", queue=c.queue, group=c.group)
                 self._initial = {"seq": int(info["next"]), "first": int(info["next"])}
@@ -442,8 +474,9 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         if self._target is not None:  # available-now: what was ready at the start
             want = min(want, self._target)
         if want > 0:
-            got = self._rpc.call("lease.acquire", queue=c.queue, group=c.group, max=want,
-                                 ttl_ms=c.lease_ttl_ms, retry=False)
+            got = self._rpc.call(
+                "lease.acquire", queue=c.queue, group=c.group, max=want, ttl_ms=c.lease_ttl_ms, retry=False
+            )
             leased, end = int(got["start"]), int(got["end"])
             # A batch is the range of sequence numbers from the previous end on, so a
             # gap means someone else leased in between: this query would read their
@@ -453,7 +486,8 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
                 raise ClientError(
                     f"leveret option group: another reader leases queue {c.queue!r} as "
                     f"group {c.group!r} too (it took sequence numbers {self._leased_to} to "
-                    f"{leased - 1}); give each query reading a queue its own group")
+                    f"{leased - 1}); give each query reading a queue its own group"
+                )
             self._leased_to = end
             if self._target is not None:
                 self._target -= end - leased
@@ -472,9 +506,12 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
         leases of the group held before the query began."""
         low = max(first, self._acked)
         if end > low:
-            payload: dict[str, Any] = {"queue": self.config.source_name,
-                                       "group": self.config.group, "upto": end - 1,
-                                       "from": low}  # 'from' is a Python keyword
+            payload: dict[str, Any] = {
+                "queue": self.config.source_name,
+                "group": self.config.group,
+                "upto": end - 1,
+                "from": low,
+            }  # 'from' is a Python keyword
             self._rpc.call("lease.ack", **payload)
             self._acked = end
 
@@ -523,8 +560,10 @@ class LeveretStreamReader(DataSourceStreamReader, _AvailableNow):
                         info = client.rpc("lease.info", {"queue": c.queue, "group": c.group})
                         high = int(info["next"])
                     if high > low:
-                        client.rpc("lease.release", {"queue": c.queue, "group": c.group,
-                                                     "seqs": list(range(low, high))})
+                        client.rpc(
+                            "lease.release",
+                            {"queue": c.queue, "group": c.group, "seqs": list(range(low, high))},
+                        )
         except Exception:
             pass
         finally:

@@ -67,10 +67,19 @@ class Store(ABC):
         """A queue id never used before in this store."""
 
     @abstractmethod
-    def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
-                    header: bytes, body: bytes, transient: bool = False,
-                    expires_at: float = 0.0, published_at: float = 0.0,
-                    meta: str | None = None) -> int:
+    def add_message(
+        self,
+        queue_id: int,
+        seq: int,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+        transient: bool = False,
+        expires_at: float = 0.0,
+        published_at: float = 0.0,
+        meta: str | None = None,
+    ) -> int:
         """Queue a message's write; returns its store id (> 0). ``header`` is the
         message's encoded form and ``meta`` what else it carries (opaque text, None in
         the common case). A ``transient`` one is only paged out of memory and is deleted

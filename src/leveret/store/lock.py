@@ -33,8 +33,8 @@ class DataDirLock:
         except BlockingIOError:
             os.close(fd)
             raise DataDirLocked(
-                f"data directory {self.path.parent} is in use by another leveret "
-                f"(lock file {self.path})") from None
+                f"data directory {self.path.parent} is in use by another leveret (lock file {self.path})"
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd

@@ -66,8 +66,7 @@ class _Batch:
         self.callbacks: list[Callback] = []
 
     def __bool__(self) -> bool:
-        return bool(self.inserts or self.counts or self.deletes or self.definitions
-                    or self.callbacks)
+        return bool(self.inserts or self.counts or self.deletes or self.definitions or self.callbacks)
 
 
 def _encode_table(data: dict) -> bytes:
@@ -136,14 +135,16 @@ class SQLiteStore(Store):
             while self._delete_chunk(db, limit=None):  # finish deletions a crash cut short
                 pass
             for kind, vhost, name, data in db.execute(
-                    "SELECT kind, vhost, name, data FROM definitions ORDER BY rowid"):
+                "SELECT kind, vhost, name, data FROM definitions ORDER BY rowid"
+            ):
                 snapshot.definitions.setdefault(kind, []).append((vhost, name, _decode_table(data)))
             for queue_id, count, last_seq, size in db.execute(
-                    "SELECT queue_id, count(*), max(seq), sum(size) FROM messages "
-                    "GROUP BY queue_id"):
+                "SELECT queue_id, count(*), max(seq), sum(size) FROM messages GROUP BY queue_id"
+            ):
                 snapshot.queues[queue_id] = (count, last_seq, size or 0)
             for queue_id, key, expires_at in db.execute(
-                    "SELECT queue_id, key, expires_at FROM dedup ORDER BY rowid"):
+                "SELECT queue_id, key, expires_at FROM dedup ORDER BY rowid"
+            ):
                 snapshot.dedup.setdefault(queue_id, []).append((key, expires_at))
             row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
             last = db.execute("SELECT max(id) FROM messages").fetchone()[0]
@@ -152,9 +153,13 @@ class SQLiteStore(Store):
             raise StoreError(f"cannot read store {self.path}: {exc}") from None
         self._next_id = (last or 0) + 1
         self._next_queue_id = row[0] if row else 1
-        log.info("store %s: %d messages in %d queues, indexed in %.2f s", self.path,
-                 sum(q[0] for q in snapshot.queues.values()), len(snapshot.queues),
-                 time.monotonic() - started)
+        log.info(
+            "store %s: %d messages in %d queues, indexed in %.2f s",
+            self.path,
+            sum(q[0] for q in snapshot.queues.values()),
+            len(snapshot.queues),
+            time.monotonic() - started,
+        )
         return snapshot
 
     def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
@@ -165,18 +170,37 @@ class SQLiteStore(Store):
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
             "transient, expires_at, published_at, size, meta FROM messages "
             "WHERE queue_id=? AND seq>? ORDER BY seq LIMIT ?",
-            (queue_id, after_seq, limit)).fetchall()
+            (queue_id, after_seq, limit),
+        ).fetchall()
         # Writes still on their way to disk; a batch may also be committed already.
-        pending = [row for batch in (self._inflight, self._batch) if batch is not None
-                   for row in batch.inserts.values() if row[1] == queue_id and row[2] > after_seq]
+        pending = [
+            row
+            for batch in (self._inflight, self._batch)
+            if batch is not None
+            for row in batch.inserts.values()
+            if row[1] == queue_id and row[2] > after_seq
+        ]
         if pending:
             found = {row[0]: row for row in rows}
             found.update((row[0], row) for row in pending)
             rows = sorted(found.values(), key=lambda r: r[2])[:limit]
         # columns: id, queue_id, seq, delivery_count, exchange, routing_key, header, body,
         # transient, expires_at, published_at, size, meta
-        return [StoredMessage(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7],
-                              expires_at=row[9], meta=row[12]) for row in rows]
+        return [
+            StoredMessage(
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                row[4],
+                row[5],
+                row[6],
+                row[7],
+                expires_at=row[9],
+                meta=row[12],
+            )
+            for row in rows
+        ]
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; callbacks will run on ``loop``."""
@@ -212,17 +236,38 @@ class SQLiteStore(Store):
         self._changed().definitions.append(("meta", "next_queue_id", self._next_queue_id))
         return queue_id
 
-    def add_message(self, queue_id: int, seq: int, exchange: str, routing_key: str,
-                    header: bytes, body: bytes, transient: bool = False,
-                    expires_at: float = 0.0, published_at: float = 0.0,
-                    meta: str | None = None) -> int:
+    def add_message(
+        self,
+        queue_id: int,
+        seq: int,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+        transient: bool = False,
+        expires_at: float = 0.0,
+        published_at: float = 0.0,
+        meta: str | None = None,
+    ) -> int:
         """The row waits in the current batch: removed before the batch goes to the
         writer thread, it never touches the disk."""
         store_id = self._next_id
         self._next_id += 1
-        self._changed().inserts[store_id] = [store_id, queue_id, seq, 0, exchange, routing_key,
-                                             header, body, int(transient), expires_at,
-                                             published_at, len(body), meta]
+        self._changed().inserts[store_id] = [
+            store_id,
+            queue_id,
+            seq,
+            0,
+            exchange,
+            routing_key,
+            header,
+            body,
+            int(transient),
+            expires_at,
+            published_at,
+            len(body),
+            meta,
+        ]
         return store_id
 
     def save_dedup(self, queue_id: int, key: str, expires_at: float) -> None:
@@ -254,8 +299,9 @@ class SQLiteStore(Store):
         written yet, in the background (chunks, recorded durably) for the rest, so a
         large deletion never stalls other writes."""
         batch = self._changed()
-        for store_id in [i for i, row in batch.inserts.items()
-                         if row[1] == queue_id and low < row[2] <= high]:
+        for store_id in [
+            i for i, row in batch.inserts.items() if row[1] == queue_id and low < row[2] <= high
+        ]:
             del batch.inserts[store_id]
         batch.definitions.append(("range", queue_id, low, high))
 
@@ -274,8 +320,8 @@ class SQLiteStore(Store):
         its in-memory tail)."""
         assert self._reader is not None
         row = self._reader.execute(
-            "SELECT min(seq) FROM messages WHERE queue_id=? AND published_at>=?",
-            (queue_id, when)).fetchone()
+            "SELECT min(seq) FROM messages WHERE queue_id=? AND published_at>=?", (queue_id, when)
+        ).fetchone()
         return row[0] if row else None
 
     def remove_paged(self, queue_id: int, after_seq: int, upto_seq: int) -> None:
@@ -362,16 +408,20 @@ class SQLiteStore(Store):
         if batch.inserts:
             db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", batch.inserts.values())
         if batch.counts:
-            db.executemany("UPDATE messages SET delivery_count=? WHERE id=?",
-                           [(c, i) for i, c in batch.counts.items()])
+            db.executemany(
+                "UPDATE messages SET delivery_count=? WHERE id=?", [(c, i) for i, c in batch.counts.items()]
+            )
         if batch.deletes:
             db.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in batch.deletes])
         for op in batch.definitions:
             if op[0] == "save":
                 # an upsert keeps the row (and its rowid: load() returns definitions in
                 # the order they were first saved); INSERT OR REPLACE would move it last
-                db.execute("INSERT INTO definitions VALUES (?,?,?,?) ON CONFLICT (kind, vhost, "
-                           "name) DO UPDATE SET data=excluded.data", op[1:])
+                db.execute(
+                    "INSERT INTO definitions VALUES (?,?,?,?) ON CONFLICT (kind, vhost, "
+                    "name) DO UPDATE SET data=excluded.data",
+                    op[1:],
+                )
             elif op[0] == "delete":
                 db.execute("DELETE FROM definitions WHERE kind=? AND vhost=? AND name=?", op[1:])
             elif op[0] == "range":
@@ -390,15 +440,18 @@ class SQLiteStore(Store):
     def _delete_chunk(db: sqlite3.Connection, limit: int | None = DELETE_CHUNK) -> bool:
         """Work on the oldest pending range deletion, ``limit`` rows at most (None: all),
         in its own transaction; whether any range deletion is still pending."""
-        row = db.execute("SELECT rowid, queue_id, low, high FROM pending_deletes "
-                         "ORDER BY rowid LIMIT 1").fetchone()
+        row = db.execute(
+            "SELECT rowid, queue_id, low, high FROM pending_deletes ORDER BY rowid LIMIT 1"
+        ).fetchone()
         if row is None:
             return False
         rowid, queue_id, low, high = row
         db.execute("BEGIN")
         done = db.execute(
             "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE queue_id=? "
-            "AND seq>? AND seq<=? LIMIT ?)", (queue_id, low, high, limit or -1)).rowcount
+            "AND seq>? AND seq<=? LIMIT ?)",
+            (queue_id, low, high, limit or -1),
+        ).rowcount
         if limit is None or done < limit:
             db.execute("DELETE FROM pending_deletes WHERE rowid=?", (rowid,))
         db.execute("COMMIT")

@@ -49,8 +49,11 @@ class DeadLetter:
 
     @property
     def reason(self) -> str:
-        return _text(self.headers.get("x-first-death-reason") or
-                     (self.deaths[-1].get("reason") if self.deaths else "") or "")
+        return _text(
+            self.headers.get("x-first-death-reason")
+            or (self.deaths[-1].get("reason") if self.deaths else "")
+            or ""
+        )
 
     @property
     def original_queue(self) -> str:
@@ -85,8 +88,9 @@ async def connect(url: str) -> AsyncIterator[Channel]:
         await connection.close()
 
 
-def list_queues(http_url: str, user: str = "guest", password: str = "guest",
-                pattern: str = DEFAULT_PATTERN) -> list[dict]:
+def list_queues(
+    http_url: str, user: str = "guest", password: str = "guest", pattern: str = DEFAULT_PATTERN
+) -> list[dict]:
     """Queues whose name matches ``pattern``, from the management API ``/api/queues``."""
     request = urllib.request.Request(http_url.rstrip("/") + "/api/queues")
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -130,8 +134,9 @@ async def _fetch(channel: Channel, queue: str) -> AsyncIterator[DeadLetter]:
         delivery = await channel.get(queue, no_ack=False)
         if delivery is None:
             return
-        yield DeadLetter(delivery.delivery_tag, delivery.body,
-                         Basic.Properties(**delivery.props), dict(delivery.headers))
+        yield DeadLetter(
+            delivery.delivery_tag, delivery.body, Basic.Properties(**delivery.props), dict(delivery.headers)
+        )
 
 
 Matcher = Callable[[DeadLetter], bool]
@@ -139,17 +144,24 @@ Matcher = Callable[[DeadLetter], bool]
 
 def matcher(reason: str | None = None, headers: dict[str, str] | None = None) -> Matcher:
     """A filter on the first death's reason and on header values (compared as text)."""
+
     def matches(letter: DeadLetter) -> bool:
         if reason is not None and letter.reason != reason:
             return False
         return all(_text(letter.headers.get(k, "")) == v for k, v in (headers or {}).items())
+
     return matches
 
 
-def replay(url: str, queue: str, matches: Matcher = lambda letter: True,
-           limit: int | None = None, exchange: str | None = None,
-           routing_key: str | None = None,
-           progress: Callable[[int], None] = lambda n: None) -> int:
+def replay(
+    url: str,
+    queue: str,
+    matches: Matcher = lambda letter: True,
+    limit: int | None = None,
+    exchange: str | None = None,
+    routing_key: str | None = None,
+    progress: Callable[[int], None] = lambda n: None,
+) -> int:
     """Republish matching dead letters, each confirmed before it is acknowledged.
 
     Goes to ``exchange``/``routing_key`` when given, else where the message was first
@@ -160,9 +172,15 @@ def replay(url: str, queue: str, matches: Matcher = lambda letter: True,
     return asyncio.run(_replay(url, queue, matches, limit, exchange, routing_key, progress))
 
 
-async def _replay(url: str, queue: str, matches: Matcher, limit: int | None,
-                  exchange: str | None, routing_key: str | None,
-                  progress: Callable[[int], None]) -> int:
+async def _replay(
+    url: str,
+    queue: str,
+    matches: Matcher,
+    limit: int | None,
+    exchange: str | None,
+    routing_key: str | None,
+    progress: Callable[[int], None],
+) -> int:
     replayed = 0
     async with connect(url) as channel:
         total = await _check_queue(channel, queue)
@@ -187,16 +205,19 @@ async def _replay(url: str, queue: str, matches: Matcher, limit: int | None,
             properties = letter.properties
             properties.headers = headers
             try:
-                publisher.publish(target_exchange, target_key, letter.body, properties,
-                                  mandatory=True)
+                publisher.publish(target_exchange, target_key, letter.body, properties, mandatory=True)
                 await publisher.wait_confirms(0)
             except AMQPError as exc:
-                raise DLQError(f"replay of a message to exchange '{target_exchange}' with "
-                               f"routing key '{target_key}' failed: {exc}") from None
+                raise DLQError(
+                    f"replay of a message to exchange '{target_exchange}' with "
+                    f"routing key '{target_key}' failed: {exc}"
+                ) from None
             if publisher.nacked or publisher.returned:
                 why = "nacked" if publisher.nacked else "unroutable (returned)"
-                raise DLQError(f"replay of a message to exchange '{target_exchange}' with "
-                               f"routing key '{target_key}' was refused: {why}")
+                raise DLQError(
+                    f"replay of a message to exchange '{target_exchange}' with "
+                    f"routing key '{target_key}' was refused: {why}"
+                )
             channel.ack(letter.delivery_tag)
             replayed += 1
             progress(replayed)

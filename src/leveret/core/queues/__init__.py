@@ -42,6 +42,19 @@ def queue_class(arguments: dict) -> type[Queue]:
     return QUEUE_TYPES.get(name, ClassicQueue) if isinstance(name, str) else ClassicQueue
 
 
-__all__ = ["ACCEPTED", "DELAYED", "GONE", "QUEUE_TYPES", "READY", "REJECTED", "STORED",
-           "UNACKED", "ClassicQueue", "Consumer", "Queue", "QueuedMessage", "Stream",
-           "queue_class"]
+__all__ = [
+    "ACCEPTED",
+    "DELAYED",
+    "GONE",
+    "QUEUE_TYPES",
+    "READY",
+    "REJECTED",
+    "STORED",
+    "UNACKED",
+    "ClassicQueue",
+    "Consumer",
+    "Queue",
+    "QueuedMessage",
+    "Stream",
+    "queue_class",
+]

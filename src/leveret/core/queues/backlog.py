@@ -78,10 +78,12 @@ class Backlog:
 
     def _page_in_batch(self, store: Store, queue_id: int, now: float) -> list[QueuedMessage]:
         read, expired = [], []
-        for stored in store.read_queue(queue_id, self.paged_after,
-                                       min(self.max_in_memory, PAGE_IN_BATCH) or 1):
-            message = Message.restore(stored.exchange, stored.routing_key, stored.header,
-                                      stored.body, stored.meta)
+        for stored in store.read_queue(
+            queue_id, self.paged_after, min(self.max_in_memory, PAGE_IN_BATCH) or 1
+        ):
+            message = Message.restore(
+                stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
+            )
             entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
             entry.delivery_count = stored.delivery_count
             entry.redelivered = stored.delivery_count > 0
@@ -93,8 +95,7 @@ class Backlog:
             if entry.expires_at and entry.expires_at <= now:
                 expired.append(entry)
         if not self.live:  # the store lost track: do not spin
-            log.error("queue '%s': %d paged-out messages missing from the store",
-                      self.name, self.paged)
+            log.error("queue '%s': %d paged-out messages missing from the store", self.name, self.paged)
             self.paged = 0
             self.bytes = sum(len(e.message.body) for e in self.ready if e.state == READY)
         for entry in expired:

@@ -44,8 +44,7 @@ class QueuedMessage:
         "store_id",
     )
 
-    def __init__(self, message: Message, seq: int, store_id: int = 0,
-                 expires_at: float = 0.0) -> None:
+    def __init__(self, message: Message, seq: int, store_id: int = 0, expires_at: float = 0.0) -> None:
         self.message = message
         self.seq = seq
         self.redelivered = False
@@ -100,17 +99,24 @@ class Queue:
     #: x-queue-type of this type.
     type_name = ""
 
-    def __init__(self, vhost: VirtualHost, name: str, durable: bool = False,
-                 exclusive_owner: Any = None, auto_delete: bool = False,
-                 arguments: dict | None = None) -> None:
+    def __init__(
+        self,
+        vhost: VirtualHost,
+        name: str,
+        durable: bool = False,
+        exclusive_owner: Any = None,
+        auto_delete: bool = False,
+        arguments: dict | None = None,
+    ) -> None:
         self.vhost = vhost
         self.name = name
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = dict(arguments or {})
-        self.config = queue_config.build(self.arguments, vhost.policy_for(name, "queues"),
-                                         f" for queue '{name}' in vhost '{vhost.name}'")
+        self.config = queue_config.build(
+            self.arguments, vhost.policy_for(name, "queues"), f" for queue '{name}' in vhost '{vhost.name}'"
+        )
         self.consumers: deque[Consumer] = deque()
         self.bindings: list = []  # Bindings whose destination is this queue
         self.deleted = False
@@ -123,8 +129,9 @@ class Queue:
         self.dedup: DeduplicationCache | None = None
         if self.config.deduplication:
             ttl = self.config.cache_ttl / 1000 if self.config.cache_ttl else None
-            self.dedup = DeduplicationCache(self.config.cache_size, ttl, vhost.clock,
-                                            self._dedup_added, self._dedup_evicted)
+            self.dedup = DeduplicationCache(
+                self.config.cache_size, ttl, vhost.clock, self._dedup_added, self._dedup_evicted
+            )
         if self.config.expires is not None:
             self.timers.arm("expires", self.config.expires / 1000, self._check_unused)
 
@@ -180,7 +187,8 @@ class Queue:
         queue type without leases."""
         raise precondition_failed(
             f"queue '{self.name}' in vhost '{self.vhost.name}' is a {self.type_name} queue: "
-            "it cannot be leased")
+            "it cannot be leased"
+        )
 
     # -- shared behaviour ---------------------------------------------------------------
     def touch(self) -> None:
@@ -237,8 +245,7 @@ class Queue:
         if not self.consumers and idle >= expires:
             self.vhost.delete_queue(self.name)
         else:
-            self.timers.arm("expires", expires - idle if not self.consumers else expires,
-                            self._check_unused)
+            self.timers.arm("expires", expires - idle if not self.consumers else expires, self._check_unused)
 
     def _dedup_added(self, key: str, expires_at: float) -> None:
         if self.store is not None and self.durable and self.queue_id:

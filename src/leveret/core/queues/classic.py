@@ -41,9 +41,15 @@ class ClassicQueue(Queue):
 
     type_name = "classic"
 
-    def __init__(self, vhost: VirtualHost, name: str, durable: bool = False,
-                 exclusive_owner: Any = None, auto_delete: bool = False,
-                 arguments: dict | None = None) -> None:
+    def __init__(
+        self,
+        vhost: VirtualHost,
+        name: str,
+        durable: bool = False,
+        exclusive_owner: Any = None,
+        auto_delete: bool = False,
+        arguments: dict | None = None,
+    ) -> None:
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
         self.backlog = Backlog(name, self.config.max_in_memory)
         self._delayed: list[tuple[float, int, QueuedMessage]] = []  # redeliveries waiting
@@ -81,15 +87,15 @@ class ClassicQueue(Queue):
         seq = self._next_seq
         expires_at = self._expiry(message)
         store = self.store
-        durable = (store is not None and self.durable and self.exclusive_owner is None
-                   and message.persistent)
+        durable = store is not None and self.durable and self.exclusive_owner is None and message.persistent
         backlog = self.backlog
         if store is not None and backlog.must_page():
             self._write(seq, message, expires_at, transient=not durable)
             backlog.appended_paged(seq, size)
         else:
-            entry = QueuedMessage(message, seq, self._write(seq, message, expires_at) if durable else 0,
-                                  expires_at)
+            entry = QueuedMessage(
+                message, seq, self._write(seq, message, expires_at) if durable else 0, expires_at
+            )
             backlog.append(entry)
             if expires_at:
                 self._watch_expiry(entry)
@@ -120,9 +126,17 @@ class ClassicQueue(Queue):
         assert store is not None
         if not self.queue_id:
             self.queue_id = store.new_queue_id()
-        return store.add_message(self.queue_id, seq, message.exchange, message.routing_key,
-                                 message.encoded, message.body, transient, expires_at,
-                                 meta=message.meta())
+        return store.add_message(
+            self.queue_id,
+            seq,
+            message.exchange,
+            message.routing_key,
+            message.encoded,
+            message.body,
+            transient,
+            expires_at,
+            meta=message.meta(),
+        )
 
     # -- paging ---------------------------------------------------------------------
     def restore_paged(self, count: int, last_seq: int, size: int) -> None:
@@ -171,8 +185,12 @@ class ClassicQueue(Queue):
     def save_lease(self, lease: Lease) -> None:
         """Persist ``lease``'s next sequence number (durable queues with a store only)."""
         if self.store is not None and self.durable and self.queue_id:
-            self.store.save_definition("lease", self.vhost.name, f"{self.name}\x00{lease.group}",
-                                       {"queue_id": self.queue_id, "next_seq": lease.next_seq})
+            self.store.save_definition(
+                "lease",
+                self.vhost.name,
+                f"{self.name}\x00{lease.group}",
+                {"queue_id": self.queue_id, "next_seq": lease.next_seq},
+            )
 
     def restore_lease(self, group: str, next_seq: int) -> None:
         """At start-up: group ``group``'s lease, once made, numbers on from ``next_seq``."""
@@ -201,8 +219,9 @@ class ClassicQueue(Queue):
             if not self.deleted:
                 dead_letter(self, entry.message, reason)
         except Exception:  # a message that cannot be dead-lettered must not stop the queue
-            log.exception("queue '%s': dead-lettering a message (%s) failed; it is dropped",
-                          self.name, reason)
+            log.exception(
+                "queue '%s': dead-lettering a message (%s) failed; it is dropped", self.name, reason
+            )
         self.ack(entry)
 
     def requeue(self, entries: list[QueuedMessage]) -> None:

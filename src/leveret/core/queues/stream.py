@@ -52,13 +52,20 @@ class Stream(Queue):
 
     type_name = "stream"
 
-    def __init__(self, vhost: VirtualHost, name: str, durable: bool = True,
-                 exclusive_owner: Any = None, auto_delete: bool = False,
-                 arguments: dict | None = None) -> None:
+    def __init__(
+        self,
+        vhost: VirtualHost,
+        name: str,
+        durable: bool = True,
+        exclusive_owner: Any = None,
+        auto_delete: bool = False,
+        arguments: dict | None = None,
+    ) -> None:
         if not durable or exclusive_owner is not None or auto_delete:
             raise precondition_failed(
                 f"invalid property 'durable/exclusive/auto_delete' for queue '{name}' in vhost "
-                f"'{vhost.name}': a stream must be durable, not exclusive, not auto-delete")
+                f"'{vhost.name}': a stream must be durable, not exclusive, not auto-delete"
+            )
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
         self.first_offset = 0
         self.next_offset = 0
@@ -84,8 +91,11 @@ class Stream(Queue):
         config = self.config
         if self.dedup is not None and not self._is_new(self.dedup, message):
             return ACCEPTED
-        if config.overflow != "drop-head" and config.max_length_bytes is not None \
-                and self._total_bytes + len(message.body) > config.max_length_bytes:
+        if (
+            config.overflow != "drop-head"
+            and config.max_length_bytes is not None
+            and self._total_bytes + len(message.body) > config.max_length_bytes
+        ):
             return REJECTED
         offset = self.next_offset
         now = self.vhost.clock.time()
@@ -94,9 +104,16 @@ class Stream(Queue):
         if self.store is not None:
             if not self.queue_id:
                 self.queue_id = self.store.new_queue_id()
-            self.store.add_message(self.queue_id, offset + 1, message.exchange,
-                                   message.routing_key, message.encoded, message.body,
-                                   published_at=now, meta=message.meta())
+            self.store.add_message(
+                self.queue_id,
+                offset + 1,
+                message.exchange,
+                message.routing_key,
+                message.encoded,
+                message.body,
+                published_at=now,
+                meta=message.meta(),
+            )
             stored = True
         self._tail.append((now, message))
         if self.store is not None and len(self._tail) > IN_MEMORY_TAIL:
@@ -158,9 +175,10 @@ class Stream(Queue):
         message = self._chunk.get(offset)
         if message is None:
             assert self.store is not None
-            self._chunk = {row.seq - 1: Message.restore(row.exchange, row.routing_key, row.header,
-                                                        row.body, row.meta)
-                           for row in self.store.read_queue(self.queue_id, offset, READ_BATCH)}
+            self._chunk = {
+                row.seq - 1: Message.restore(row.exchange, row.routing_key, row.header, row.body, row.meta)
+                for row in self.store.read_queue(self.queue_id, offset, READ_BATCH)
+            }
             message = self._chunk[offset]
         return message
 
@@ -178,8 +196,9 @@ class Stream(Queue):
             return self._offset_at(spec.timestamp())
         if isinstance(spec, int) and not isinstance(spec, bool):
             return min(max(spec, self.first_offset), self.next_offset)
-        raise precondition_failed(f"invalid arg 'x-stream-offset' for queue '{self.name}' in "
-                                  f"vhost '{self.vhost.name}': {spec!r}")
+        raise precondition_failed(
+            f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost '{self.vhost.name}': {spec!r}"
+        )
 
     def _offset_at(self, when: float) -> int:
         times = [t for t, _ in self._tail]
@@ -195,11 +214,13 @@ class Stream(Queue):
         ``x-stream-offset-end`` (not an integer)."""
         if getattr(consumer, "no_ack", False):
             raise precondition_failed(
-                f"stream queue '{self.name}' in vhost '{self.vhost.name}' requires manual acknowledgement")
+                f"stream queue '{self.name}' in vhost '{self.vhost.name}' requires manual acknowledgement"
+            )
         if not getattr(consumer, "prefetch", 1) and not getattr(consumer, "global_prefetch", 0):
             raise precondition_failed(
                 f"consumer prefetch count is not set for stream queue '{self.name}' in vhost "
-                f"'{self.vhost.name}'")
+                f"'{self.vhost.name}'"
+            )
         arguments = getattr(consumer, "arguments", {}) or {}
         start = self.resolve_offset(arguments.get("x-stream-offset"))
         end = arguments.get("x-stream-offset-end")
@@ -248,13 +269,17 @@ class Stream(Queue):
 
     def get(self) -> QueuedMessage | None:
         """Always PreconditionFailed: streams are read by consuming."""
-        raise precondition_failed(f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
-                                  "basic.get is not supported, consume with x-stream-offset")
+        raise precondition_failed(
+            f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
+            "basic.get is not supported, consume with x-stream-offset"
+        )
 
     def purge(self) -> int:
         """Always PreconditionFailed: a stream shrinks by retention only."""
-        raise precondition_failed(f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
-                                  "purge is not supported, use retention (x-max-length-bytes, x-max-age)")
+        raise precondition_failed(
+            f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
+            "purge is not supported, use retention (x-max-length-bytes, x-max-age)"
+        )
 
     def lease(self, group: str) -> Lease:
         """Always PreconditionFailed: streams are read by offset, not leased."""

@@ -17,8 +17,7 @@ class Timers:
         self._timers: dict[str, Timer] = {}
         self._due: dict[str, float] = {}  # when each armed timer fires (epoch seconds)
 
-    def arm(self, name: str, delay: float, callback: Callable[[], Any],
-            replace: bool = False) -> None:
+    def arm(self, name: str, delay: float, callback: Callable[[], Any], replace: bool = False) -> None:
         """Run ``callback`` in ``delay`` seconds unless timer ``name`` is armed; with
         ``replace``, an armed one is moved earlier (never later)."""
         due = self.clock.time() + delay

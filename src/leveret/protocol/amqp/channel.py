@@ -85,16 +85,25 @@ class Channel:
             commands.Exchange.Delete: self._exchange_delete,
             commands.Exchange.Bind: self._exchange_bind,
             commands.Exchange.Unbind: self._exchange_unbind,
-            commands.Queue.Declare: self._queue_declare, commands.Queue.Bind: self._queue_bind,
-            commands.Queue.Unbind: self._queue_unbind, commands.Queue.Purge: self._queue_purge,
+            commands.Queue.Declare: self._queue_declare,
+            commands.Queue.Bind: self._queue_bind,
+            commands.Queue.Unbind: self._queue_unbind,
+            commands.Queue.Purge: self._queue_purge,
             commands.Queue.Delete: self._queue_delete,
-            commands.Basic.Qos: self._basic_qos, commands.Basic.Consume: self._basic_consume,
-            commands.Basic.Cancel: self._basic_cancel, commands.Basic.Publish: self._basic_publish,
-            commands.Basic.Get: self._basic_get, commands.Basic.Ack: self._basic_ack,
-            commands.Basic.Reject: self._basic_reject, commands.Basic.Nack: self._basic_nack,
-            commands.Basic.Recover: self._basic_recover, commands.Basic.RecoverAsync: self._basic_recover,
-            commands.Confirm.Select: self._confirm_select, commands.Tx.Select: self._tx_select,
-            commands.Tx.Commit: self._tx_commit, commands.Tx.Rollback: self._tx_rollback,
+            commands.Basic.Qos: self._basic_qos,
+            commands.Basic.Consume: self._basic_consume,
+            commands.Basic.Cancel: self._basic_cancel,
+            commands.Basic.Publish: self._basic_publish,
+            commands.Basic.Get: self._basic_get,
+            commands.Basic.Ack: self._basic_ack,
+            commands.Basic.Reject: self._basic_reject,
+            commands.Basic.Nack: self._basic_nack,
+            commands.Basic.Recover: self._basic_recover,
+            commands.Basic.RecoverAsync: self._basic_recover,
+            commands.Confirm.Select: self._confirm_select,
+            commands.Tx.Select: self._tx_select,
+            commands.Tx.Commit: self._tx_commit,
+            commands.Tx.Rollback: self._tx_rollback,
         }
 
     # -- frames in ------------------------------------------------------------------
@@ -119,8 +128,9 @@ class Channel:
         502 for undecodable properties; PreconditionFailed (406) over
         ``max_message_size`` bytes."""
         if self._publish is None or self._header:
-            raise ConnectionError(UNEXPECTED_FRAME,
-                                  f"unexpected content header frame on channel {self.number}")
+            raise ConnectionError(
+                UNEXPECTED_FRAME, f"unexpected content header frame on channel {self.number}"
+            )
         if len(payload) < 14:
             raise ConnectionError(FRAME_ERROR, "content header frame too short")
         size = wire.declared_body_size(payload)
@@ -157,8 +167,9 @@ class Channel:
 
     def _send_content(self, method: Method, message: Message, header: bytes | None = None) -> None:
         connection = self.connection
-        parts = encode_content(self.number, header or content_header(message), message.body,
-                               connection.frame_max)
+        parts = encode_content(
+            self.number, header or content_header(message), message.body, connection.frame_max
+        )
         parts.insert(0, encode_method(self.number, method))
         connection.send_parts(parts)
 
@@ -197,8 +208,9 @@ class Channel:
 
     # -- exchanges ------------------------------------------------------------------
     def _exchange_declare(self, m: commands.Exchange.Declare) -> None:
-        self.vhost.declare_exchange(m.exchange, m.exchange_type, m.passive, m.durable,
-                                    m.auto_delete, m.internal, m.arguments)
+        self.vhost.declare_exchange(
+            m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal, m.arguments
+        )
         if not m.nowait:
             self.send_method(commands.Exchange.DeclareOk())
 
@@ -234,12 +246,16 @@ class Channel:
             self.send_method(commands.Queue.DeclareOk(queue=REPLY_TO, message_count=0, consumer_count=0))
             return
         name = self._queue_name(m.queue) if m.passive else m.queue
-        queue = self.vhost.declare_queue(name, self.connection, m.passive, m.durable,
-                                         m.exclusive, m.auto_delete, m.arguments)
+        queue = self.vhost.declare_queue(
+            name, self.connection, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments
+        )
         self.last_queue = queue.name
         if not m.nowait:
-            self.send_method(commands.Queue.DeclareOk(queue=queue.name, message_count=queue.message_count,
-                                              consumer_count=len(queue.consumers)))
+            self.send_method(
+                commands.Queue.DeclareOk(
+                    queue=queue.name, message_count=queue.message_count, consumer_count=len(queue.consumers)
+                )
+            )
 
     def _queue_bind(self, m: commands.Queue.Bind) -> None:
         self.vhost.bind(m.exchange, self._queue(m.queue), m.routing_key, m.arguments)
@@ -256,8 +272,7 @@ class Channel:
             self.send_method(commands.Queue.PurgeOk(message_count=count))
 
     def _queue_delete(self, m: commands.Queue.Delete) -> None:
-        count = self.vhost.delete_queue(self._queue_name(m.queue), self.connection,
-                                        m.if_unused, m.if_empty)
+        count = self.vhost.delete_queue(self._queue_name(m.queue), self.connection, m.if_unused, m.if_empty)
         if not m.nowait:
             self.send_method(commands.Queue.DeleteOk(message_count=count))
 
@@ -304,8 +319,7 @@ class Channel:
         if isinstance(group, bytes):
             group = group.decode()
         if not isinstance(group, str) or not _is_integer(start) or not _is_integer(end):
-            raise precondition_failed("x-lease-group must be a string, x-lease-from and "
-                                      "x-lease-to integers")
+            raise precondition_failed("x-lease-group must be a string, x-lease-from and x-lease-to integers")
         consumer = ChannelConsumer(self, None, tag, True, False, arguments)
         if not m.nowait:
             self.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
@@ -314,8 +328,17 @@ class Channel:
             message = entry.message
             header = with_delivery_headers(content_header(message), (("x-lease-seq", seq),))
             parts = encode_content(self.number, header, message.body, self.connection.frame_max)
-            parts.insert(0, encode_deliver(self.number, consumer.encoded_tag, self.delivery_tag,
-                                           entry.redelivered, message.exchange, message.routing_key))
+            parts.insert(
+                0,
+                encode_deliver(
+                    self.number,
+                    consumer.encoded_tag,
+                    self.delivery_tag,
+                    entry.redelivered,
+                    message.exchange,
+                    message.routing_key,
+                ),
+            )
             self.connection.send_parts(parts)
         self.send_method(commands.Basic.Cancel(consumer_tag=tag, nowait=True))
 
@@ -349,8 +372,7 @@ class Channel:
         self.delivery_tag += 1
         tag = self.delivery_tag
         message = entry.message
-        header = (message.encoded if message.format is AMQP and not message.deaths
-                  else content_header(message))
+        header = message.encoded if message.format is AMQP and not message.deaths else content_header(message)
         if queue is not None:
             extra = queue.delivery_headers(entry)
             if extra:
@@ -362,8 +384,17 @@ class Channel:
             queue.ack(entry)
         connection = self.connection
         parts = encode_content(self.number, header, message.body, connection.frame_max)
-        parts.insert(0, encode_deliver(self.number, consumer.encoded_tag, tag, entry.redelivered,
-                                       message.exchange, message.routing_key))
+        parts.insert(
+            0,
+            encode_deliver(
+                self.number,
+                consumer.encoded_tag,
+                tag,
+                entry.redelivered,
+                message.exchange,
+                message.routing_key,
+            ),
+        )
         connection.send_parts(parts)
 
     def _basic_get(self, m: commands.Basic.Get) -> None:
@@ -379,8 +410,17 @@ class Channel:
             self.unacked[self.delivery_tag] = (queue, entry, None)
         else:  # no_ack: delivered means acknowledged
             queue.ack(entry)
-        self._send_content(commands.Basic.GetOk(self.delivery_tag, entry.redelivered, message.exchange,
-                                       message.routing_key, queue.message_count), message, header)
+        self._send_content(
+            commands.Basic.GetOk(
+                self.delivery_tag,
+                entry.redelivered,
+                message.exchange,
+                message.routing_key,
+                queue.message_count,
+            ),
+            message,
+            header,
+        )
 
     # -- acknowledgements -------------------------------------------------------------
     def _take_unacked(self, tag: int, multiple: bool) -> list[tuple]:
@@ -465,12 +505,17 @@ class Channel:
         assert method is not None  # content frames are refused without a basic.publish
         self._publish, self._header, self._chunks = None, b"", []
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self.publish_content(method.exchange, method.routing_key, method.mandatory, header,
-                             body, self._facts)
+        self.publish_content(method.exchange, method.routing_key, method.mandatory, header, body, self._facts)
 
-    def publish_content(self, exchange_name: str, routing_key: str, mandatory: bool,
-                        header: bytes, body: bytes,
-                        facts: tuple[int | None, int | None, str | None]) -> None:
+    def publish_content(
+        self,
+        exchange_name: str,
+        routing_key: str,
+        mandatory: bool,
+        header: bytes,
+        body: bytes,
+        facts: tuple[int | None, int | None, str | None],
+    ) -> None:
         """Publish a complete message: ``header`` is its checked content header payload
         and ``facts`` what :func:`wire.scan` read from it. Raises NotFound (404) for a
         missing exchange, AccessRefused (403) for an internal one, PreconditionFailed
@@ -494,8 +539,9 @@ class Channel:
     # -- core's publisher events ------------------------------------------------------
     def returned(self, exchange: str, message: Message) -> None:
         """basic.return 312 NO_ROUTE for an unroutable mandatory message."""
-        self._send_content(commands.Basic.Return(NO_ROUTE, "NO_ROUTE", exchange, message.routing_key),
-                           message)
+        self._send_content(
+            commands.Basic.Return(NO_ROUTE, "NO_ROUTE", exchange, message.routing_key), message
+        )
 
     def confirms_ready(self) -> None:
         """Publisher confirms are ready: send them at the connection's next flush

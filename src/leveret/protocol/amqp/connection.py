@@ -130,10 +130,16 @@ class Connection:
     ``closed`` at the end.
     """
 
-    def __init__(self, core: BrokerCore, transport: Transport, loop: Loop,
-                 request_flush: Callable[[Connection], None], peer: str = "",
-                 from_loopback: bool = True,
-                 input_waiting: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        core: BrokerCore,
+        transport: Transport,
+        loop: Loop,
+        request_flush: Callable[[Connection], None],
+        peer: str = "",
+        from_loopback: bool = True,
+        input_waiting: Callable[[], bool] | None = None,
+    ) -> None:
         self.core = core
         self.transport = transport
         self.loop = loop
@@ -254,12 +260,21 @@ class Connection:
         per-frame path then handles, errors included."""
         _, number, payload = frames[i]
         channel = self.channels.get(number)
-        if (channel is None or channel.closing or channel.expecting_content
-                or self.state != "opened" or i + 1 >= len(frames)):
+        if (
+            channel is None
+            or channel.closing
+            or channel.expecting_content
+            or self.state != "opened"
+            or i + 1 >= len(frames)
+        ):
             return 0
         header_type, header_number, header = frames[i + 1]
-        if header_type != FRAME_HEADER or header_number != number or len(header) < 14 \
-                or header[:2] != _BASIC_CLASS:
+        if (
+            header_type != FRAME_HEADER
+            or header_number != number
+            or len(header) < 14
+            or header[:2] != _BASIC_CLASS
+        ):
             return 0
         size = wire.declared_body_size(header)
         if size > self.core.limits.max_message_size:
@@ -302,9 +317,16 @@ class Connection:
             self.close_transport()
             return b""
         self.state = "start"
-        self.send_method(0, C.Start(version_major=0, version_minor=9,
-                                    server_properties=server_properties(),
-                                    mechanisms=" ".join(MECHANISMS), locales="en_US"))
+        self.send_method(
+            0,
+            C.Start(
+                version_major=0,
+                version_minor=9,
+                server_properties=server_properties(),
+                mechanisms=" ".join(MECHANISMS),
+                locales="en_US",
+            ),
+        )
         return rest
 
     def _frame(self, frame_type: int, number: int, payload: bytes) -> None:
@@ -370,8 +392,9 @@ class Connection:
             self.send_method(number, commands.Channel.CloseOk())
             return
         if channel.expecting_content:
-            raise ConnectionError(UNEXPECTED_FRAME,
-                                  f"expected content header for class 60, got {method.name}")
+            raise ConnectionError(
+                UNEXPECTED_FRAME, f"expected content header for class 60, got {method.name}"
+            )
         if method.name.startswith("Connection."):
             raise ConnectionError(COMMAND_INVALID, f"{method.name} on channel {number}")
         channel.handle_method(method)
@@ -387,9 +410,15 @@ class Connection:
         class_id, method_id = ids
         channel.release()
         channel.closing = True
-        self.send_method(number, commands.Channel.Close(
-            reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
-            class_id=class_id, method_id=method_id))
+        self.send_method(
+            number,
+            commands.Channel.Close(
+                reply_code=exc.reply_code,
+                reply_text=exc.reply_text[:255],
+                class_id=class_id,
+                method_id=method_id,
+            ),
+        )
 
     # -- connection methods -----------------------------------------------------------
     def _connection_method(self, method: Method) -> None:
@@ -430,8 +459,9 @@ class Connection:
             raise ConnectionError(ACCESS_REFUSED, str(exc)) from None
         self.state = "tune"
         limits = self.core.limits
-        self.send_method(0, C.Tune(channel_max=limits.channel_max, frame_max=limits.frame_max,
-                                   heartbeat=limits.heartbeat))
+        self.send_method(
+            0, C.Tune(channel_max=limits.channel_max, frame_max=limits.frame_max, heartbeat=limits.heartbeat)
+        )
 
     def _tune_ok(self, m: C.TuneOk) -> None:
         limits = self.core.limits
@@ -454,8 +484,9 @@ class Connection:
         if vhost is None:
             raise ConnectionError(NOT_ALLOWED, f"vhost '{m.virtual_host}' not found")
         if not self.core.users.may_access(user, vhost.name):
-            raise ConnectionError(NOT_ALLOWED,
-                                  f"access to vhost '{vhost.name}' refused for user '{user.name}'")
+            raise ConnectionError(
+                NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{user.name}'"
+            )
         self.vhost = vhost
         self.state = "opened"
         self.send_method(0, C.OpenOk())
@@ -467,9 +498,11 @@ class Connection:
     def _update_secret(self, m: C.UpdateSecret) -> None:
         assert self.user is not None  # state "opened" follows a successful start-ok
         try:
-            self.core.users.authenticate(self.user.name, m.new_secret.decode()
-                                         if isinstance(m.new_secret, bytes) else str(m.new_secret),
-                                         self.from_loopback)
+            self.core.users.authenticate(
+                self.user.name,
+                m.new_secret.decode() if isinstance(m.new_secret, bytes) else str(m.new_secret),
+                self.from_loopback,
+            )
         except AuthenticationError as exc:
             raise ConnectionError(ACCESS_REFUSED, str(exc)) from None
         self.send_method(0, C.UpdateSecretOk())
@@ -494,8 +527,9 @@ class Connection:
                 self._timer = self.loop.call_later(HEARTBEAT_RECHECK, self._heartbeat_tick)
                 return
             if self._input_waiting is None or not self._input_waiting():
-                log.warning("connection %s: missed heartbeats from client, timeout: %ss",
-                            self.peer, self.heartbeat)
+                log.warning(
+                    "connection %s: missed heartbeats from client, timeout: %ss", self.peer, self.heartbeat
+                )
                 self.close_transport(abort=True)
                 return
         self._rechecking = False
@@ -535,14 +569,24 @@ class Connection:
             return
         log.info("connection %s: closing with %s", self.peer, exc.reply_text)
         self._release_channels()
-        self.send_method(0, C.Close(reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
-                                    class_id=class_id, method_id=method_id))
+        self.send_method(
+            0,
+            C.Close(
+                reply_code=exc.reply_code,
+                reply_text=exc.reply_text[:255],
+                class_id=class_id,
+                method_id=method_id,
+            ),
+        )
         self.state = "closing"
         self._timer.cancel()
         self._timer = self.loop.call_later(CLOSE_TIMEOUT, self.close_transport)
 
-    def close(self, reply_code: int = CONNECTION_FORCED,
-              text: str = "broker forced connection closure with reason 'shutdown'") -> None:
+    def close(
+        self,
+        reply_code: int = CONNECTION_FORCED,
+        text: str = "broker forced connection closure with reason 'shutdown'",
+    ) -> None:
         """Close from the broker's side (shutdown): connection.close, then the socket."""
         if self.state in ("opened", "open", "tune", "start"):
             self._connection_error(ConnectionError(reply_code, text), 0, 0)

@@ -31,8 +31,9 @@ class ChannelConsumer:
         "unacked",
     )
 
-    def __init__(self, channel: Channel, queue: Queue | None, tag: str, no_ack: bool,
-                 exclusive: bool, arguments: dict) -> None:
+    def __init__(
+        self, channel: Channel, queue: Queue | None, tag: str, no_ack: bool, exclusive: bool, arguments: dict
+    ) -> None:
         self.channel = channel
         self.queue = queue
         self.tag = tag

@@ -29,10 +29,20 @@ class AMQPFormat:
         ``message-type``)."""
         decoded = wire.decode(message.encoded)
         return Properties(
-            decoded.content_type, decoded.content_encoding, decoded.headers,
-            decoded.delivery_mode, decoded.priority, decoded.correlation_id, decoded.reply_to,
-            decoded.expiration, decoded.message_id, decoded.timestamp, decoded.message_type,
-            decoded.user_id, decoded.app_id)
+            decoded.content_type,
+            decoded.content_encoding,
+            decoded.headers,
+            decoded.delivery_mode,
+            decoded.priority,
+            decoded.correlation_id,
+            decoded.reply_to,
+            decoded.expiration,
+            decoded.message_id,
+            decoded.timestamp,
+            decoded.message_type,
+            decoded.user_id,
+            decoded.app_id,
+        )
 
     def death_history(self, message: Message) -> list[tuple[str, str]]:
         """The ``x-death`` entries, read from the raw header (typed, so a ``count`` of
@@ -44,24 +54,32 @@ class AMQPFormat:
         deaths = field_table.decode_table(header, offset)[0].get("x-death")
         if deaths is None or deaths[0] != "A":
             return []
-        return [(field_table.text(item[1].get("queue")) or "",
-                 field_table.text(item[1].get("reason")) or "")
-                for item in deaths[1] if item[0] == "F"]
+        return [
+            (field_table.text(item[1].get("queue")) or "", field_table.text(item[1].get("reason")) or "")
+            for item in deaths[1]
+            if item[0] == "F"
+        ]
 
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
         """A message read back from the store: its facts scanned from the header,
         whose ``expiration`` was checked at publish."""
         delivery_mode, priority, expiration = wire.scan(encoded)
-        return Message(exchange, routing_key, body, self, encoded, delivery_mode == 2,
-                       ttl_of(expiration), priority)
+        return Message(
+            exchange, routing_key, body, self, encoded, delivery_mode == 2, ttl_of(expiration), priority
+        )
 
 
 AMQP = AMQPFormat()
 register_format(AMQP)
 
 
-def from_publish(exchange: str, routing_key: str, header: bytes, body: bytes,
-                 facts: tuple[int | None, int | None, str | None] | None = None) -> Message:
+def from_publish(
+    exchange: str,
+    routing_key: str,
+    header: bytes,
+    body: bytes,
+    facts: tuple[int | None, int | None, str | None] | None = None,
+) -> Message:
     """The message of a basic.publish; ``facts`` is what :func:`wire.scan` returned for
     ``header``, if it was called already. Raises ConnectionError 502 for properties that
     do not decode, and PreconditionFailed for an ``expiration`` that is not a
@@ -75,7 +93,7 @@ def _check_expiration(expiration: str) -> int:
     match = _EXPIRATION.match(expiration)
     if match is None:
         raise precondition_failed(f"invalid expiration '{expiration}': no_integer")
-    rest = expiration[match.end():]
+    rest = expiration[match.end() :]
     if rest:
         raise precondition_failed(f"invalid expiration '{expiration}': {{leftover_string,\"{rest}\"}}")
     value = int(match.group())
@@ -114,22 +132,33 @@ def with_delivery_headers(header: bytes, headers: tuple[tuple[str, int], ...]) -
 
 def encode_properties(properties: Properties, body_size: int) -> bytes:
     """A content header payload for neutral ``properties`` (pamqp)."""
-    return wire.encode(wire.Properties(
-        content_type=properties.content_type, content_encoding=properties.content_encoding,
-        headers=properties.headers, delivery_mode=properties.delivery_mode,
-        priority=properties.priority, correlation_id=properties.correlation_id,
-        reply_to=properties.reply_to, expiration=properties.expiration,
-        message_id=properties.message_id, timestamp=properties.timestamp,
-        message_type=properties.type, user_id=properties.user_id, app_id=properties.app_id),
-        body_size)
+    return wire.encode(
+        wire.Properties(
+            content_type=properties.content_type,
+            content_encoding=properties.content_encoding,
+            headers=properties.headers,
+            delivery_mode=properties.delivery_mode,
+            priority=properties.priority,
+            correlation_id=properties.correlation_id,
+            reply_to=properties.reply_to,
+            expiration=properties.expiration,
+            message_id=properties.message_id,
+            timestamp=properties.timestamp,
+            message_type=properties.type,
+            user_id=properties.user_id,
+            app_id=properties.app_id,
+        ),
+        body_size,
+    )
 
 
 def replace_reply_to(message: Message, reply_to: str) -> Message:
     """A copy of an AMQP message with another ``reply_to`` (direct reply-to)."""
     decoded = wire.decode(message.encoded)
     decoded.reply_to = reply_to
-    return from_publish(message.exchange, message.routing_key,
-                        wire.encode(decoded, len(message.body)), message.body)
+    return from_publish(
+        message.exchange, message.routing_key, wire.encode(decoded, len(message.body)), message.body
+    )
 
 
 def _render_deaths(header: bytes, deaths: tuple[Death, ...], body_size: int) -> bytes:
@@ -159,8 +188,10 @@ def _apply_death(headers: dict[str, Any], death: Death) -> None:
     if death.readdressed:
         headers.pop("CC", None)
     info: dict[str, Any] = {
-        "reason": ("S", death.reason.encode()), "queue": ("S", death.queue.encode()),
-        "time": ("T", death.time), "exchange": ("S", death.exchange.encode()),
+        "reason": ("S", death.reason.encode()),
+        "queue": ("S", death.queue.encode()),
+        "time": ("T", death.time),
+        "exchange": ("S", death.exchange.encode()),
         "routing-keys": ("A", [("S", key.encode()) for key in death.routing_keys]),
     }
     if death.original_expiration is not None:
@@ -174,8 +205,11 @@ def _apply_death(headers: dict[str, Any], death: Death) -> None:
         return
     entries = list(existing[1])
     for i, item in enumerate(entries):
-        if (item[0] == "F" and field_table.text(item[1].get("queue")) == death.queue
-                and field_table.text(item[1].get("reason")) == death.reason):
+        if (
+            item[0] == "F"
+            and field_table.text(item[1].get("queue")) == death.queue
+            and field_table.text(item[1].get("reason")) == death.reason
+        ):
             entry = dict(item[1])
             count = entry.get("count")
             entry["count"] = ("l", (count[1] if count and isinstance(count[1], int) else 0) + 1)
@@ -187,5 +221,12 @@ def _apply_death(headers: dict[str, Any], death: Death) -> None:
     headers["x-death"] = ("A", entries)
 
 
-__all__ = ["AMQP", "NEUTRAL", "content_header", "encode_properties", "from_publish",
-           "replace_reply_to", "with_delivery_headers"]
+__all__ = [
+    "AMQP",
+    "NEUTRAL",
+    "content_header",
+    "encode_properties",
+    "from_publish",
+    "replace_reply_to",
+    "with_delivery_headers",
+]
