@@ -230,7 +230,7 @@ class Connection:
         i, count = 0, len(frames)
         while i < count:
             frame_type, number, payload = frames[i]
-            if frame_type == FRAME_METHOD and payload[:4] == PUBLISH_ID:
+            if frame_type == FRAME_METHOD and i + 1 < count and payload[:4] == PUBLISH_ID:
                 taken = self._publish_whole(frames, i)
                 if taken:  # a whole message in this read: published in one go
                     i += taken
