@@ -164,8 +164,10 @@ class Message:
 
     def dead(self, death: Death, exchange: str, routing_key: str) -> Message:
         """The copy that dead-lettering publishes: annotated with ``death``, addressed to
-        ``exchange``/``routing_key``, without its own expiration."""
-        return Message(
+        ``exchange``/``routing_key``, without its own expiration. Its properties are
+        decoded anew (its format shows the deaths in them), except a NEUTRAL message's,
+        which are all it has."""
+        copy = Message(
             exchange,
             routing_key,
             self.body,
@@ -176,6 +178,9 @@ class Message:
             self.priority,
             (*self.deaths, death),
         )
+        if self.format is NEUTRAL:
+            copy._properties = self._properties
+        return copy
 
     def death_history(self) -> list[tuple[str, str]]:
         """``(queue, reason)`` of every death, most recent first, one entry per queue and
@@ -193,7 +198,7 @@ class Message:
         """What the store must keep besides the address, the encoded form and the body:
         JSON, or None for a message in the default format without annotations (the
         common case costs nothing)."""
-        if self.format is _default_format and not self.deaths:
+        if self.format.name == DEFAULT_FORMAT and not self.deaths:
             return None
         meta: dict[str, Any] = {"format": self.format.name}
         if self.format is NEUTRAL:
@@ -209,7 +214,7 @@ class Message:
         """A message read back from the store (see :meth:`meta`). Raises LookupError for
         a format no adapter has registered."""
         data = json.loads(meta) if meta else {}
-        name = data.get("format", _default_format.name if _default_format else "")
+        name = data.get("format", DEFAULT_FORMAT)
         if name == NEUTRAL.name:
             properties = _properties_from_json(data["properties"])
             message = cls.build(exchange, routing_key, body, properties)
@@ -273,13 +278,13 @@ NEUTRAL: MessageFormat = _NeutralFormat()
 #: Formats by name, registered by the protocol adapters (:func:`register_format`).
 FORMATS: dict[str, MessageFormat] = {NEUTRAL.name: NEUTRAL}
 #: The format whose messages the store keeps without metadata (the first registered).
-_default_format: MessageFormat | None = None
+#: The format of stored rows without metadata: the store kept only AMQP 0-9-1 content
+#: headers before messages had formats, and it is still the common case.
+DEFAULT_FORMAT = "amqp-0-9-1"
 
 
 def register_format(message_format: MessageFormat) -> None:
     """Make stored messages of ``message_format`` readable (adapters call this at
-    import). The first one registered is the store's default, kept without metadata."""
-    global _default_format
+    import; reading a stored message of a format no adapter registered raises
+    LookupError)."""
     FORMATS[message_format.name] = message_format
-    if _default_format is None:
-        _default_format = message_format

@@ -335,7 +335,7 @@ class ClassicQueue(Queue):
         super().stop()
         for lease in self.leases.values():
             lease.release_all()
-        self.backlog.ready.clear()
+        self.backlog.clear(None, self.queue_id, self._next_seq)  # the store forgets the queue itself
 
     # -- dispatch -------------------------------------------------------------------
     def drain(self) -> None:

@@ -25,9 +25,11 @@ class AMQPFormat:
     name = "amqp-0-9-1"
 
     def properties(self, message: Message) -> Properties:
-        """Decode the content header's property list (``type`` is AMQP's
-        ``message-type``)."""
-        decoded = wire.decode(message.encoded)
+        """The properties as a consumer would get them: with the deaths rendered
+        (``x-death``, ``x-first-death-*``, no ``CC`` after a readdressing death), so a
+        headers exchange routing dead letters sees what RabbitMQ's does (``type`` is
+        AMQP's ``message-type``)."""
+        decoded = wire.decode(content_header(message))
         return Properties(
             decoded.content_type,
             decoded.content_encoding,
