@@ -200,6 +200,29 @@ def test_dead_letter_routing_key_and_cc(channel):
     assert without_time(headers["x-death"][1][0]) == death("rejected", "src", ["src", "other"])
 
 
+def test_headers_dead_letter_exchange_routes_on_the_death(channel):
+    """A headers DLX sees the dead message as RabbitMQ 3.10.8 routes it: with
+    ``x-first-death-*`` (matched with ``all-with-x``) and without the ``CC`` the dead-letter
+    routing key dropped."""
+    channel.exchange_declare("dlx-h", "headers")
+    channel.queue_declare("by-reason")
+    channel.queue_declare("by-cc")
+    channel.queue_bind("by-reason", "dlx-h", arguments={
+        "x-match": "all-with-x", "x-first-death-reason": "rejected"})
+    channel.queue_bind("by-cc", "dlx-h", arguments={"x-match": "any", "CC": None})
+    channel.queue_declare("work", arguments={"x-dead-letter-exchange": "dlx-h",
+                                             "x-dead-letter-routing-key": "k"})
+    channel.basic_publish("", "work", b"m", pika.BasicProperties(
+        headers={"CC": ["other"], "region": "emea"}))
+    method = wait_for(lambda: channel.basic_get("work")[0])
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    assert wait_for(lambda: count(channel, "by-reason") == 1)
+    assert count(channel, "by-cc") == 0
+    _, properties, _ = channel.basic_get("by-reason", auto_ack=True)
+    assert sorted(properties.headers) == ["region", "x-death", "x-first-death-exchange",
+                                          "x-first-death-queue", "x-first-death-reason"]
+
+
 def test_cc_kept_without_dead_letter_routing_key(channel):
     channel.queue_declare("src", arguments={"x-dead-letter-exchange": "dlx"})
     channel.exchange_declare("dlx", "fanout")
