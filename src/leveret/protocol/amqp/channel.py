@@ -372,6 +372,7 @@ class Channel:
         self.delivery_tag += 1
         tag = self.delivery_tag
         message = entry.message
+        # content_header's common case inlined: this runs once per delivery
         header = message.encoded if message.format is AMQP and not message.deaths else content_header(message)
         if queue is not None:
             extra = queue.delivery_headers(entry)
