@@ -15,6 +15,7 @@ Example file::
     channel_max = 2047
     max_message_size = 134217728    # bytes; larger messages get 406 PRECONDITION_FAILED
     disk_free_limit = 50000000      # bytes free under data_dir; below it publishers block
+    read_coalesce_ms = 1            # hold a client streaming small writes this long; 0: off
 
     [[policies]]                    # RabbitMQ's policies: keys without the x- prefix
     name = "orders-dlx"
@@ -60,6 +61,7 @@ class Settings:
     log_level: str = "info"
     disk_free_limit: int = 50_000_000  # bytes; below it publishers are blocked
     http_port: int | None = None  # management API port; None: off
+    read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
     limits: Limits = field(default_factory=Limits)
     vhosts: list[str] = field(default_factory=lambda: ["/"])
     users: list[User] = field(default_factory=list)
@@ -84,6 +86,7 @@ _SERVER_KEYS = {
     "log_level": str,
     "disk_free_limit": int,
     "http_port": int,
+    "read_coalesce_ms": int,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _LIMIT_KEYS = {"heartbeat": int, "frame_max": int, "channel_max": int, "max_message_size": int}
@@ -120,6 +123,8 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
             setattr(settings.limits, key, typed("server.", key, value, _LIMIT_KEYS[key]))
         else:
             raise ConfigError(f"{path}: unknown key server.{key}")
+    if settings.read_coalesce_ms < 0:
+        raise ConfigError(f"{path}: server.read_coalesce_ms must be 0 or more")
     if settings.log_level.lower() not in _LOG_LEVELS:
         raise ConfigError(f"{path}: server.log_level must be one of {', '.join(_LOG_LEVELS)}")
     if "vhosts" in data:

@@ -192,13 +192,14 @@ def test_config_file_is_overridden_by_options(tmp_path):
     ("loopback_users = 'guest'\n", "loopback_users"),
     ("server = 5\n", "server"),
     ("[server]\nlog_level = 'loud'\n", "log_level"),
+    ("[server]\nread_coalesce_ms = -1\n", "read_coalesce_ms"),
     ("[[users]]\nname = 'bob'\n", "users"),
     ("[[users]]\nname = 'bob'\npassword = 'x'\nvhosts = '/'\n", "vhosts"),
     ("[[users]]\nname = 'bob'\npassword = 'x'\npasswd = 'y'\n", "passwd"),
     ("vhosts = [\n", ""),
     ("this is not toml\n", ""),
 ], ids=["unknown-key", "unknown-server-key", "str-for-int", "bool-for-int",
-        "str-for-list", "str-for-loopback", "int-for-table", "bad-log-level",
+        "str-for-list", "str-for-loopback", "int-for-table", "bad-log-level", "negative-read-coalesce",
         "user-without-password", "user-vhosts-str", "unknown-user-key", "truncated",
         "not-toml"])
 def test_invalid_config_exits_nonzero_naming_the_file(tmp_path, text, complaint):

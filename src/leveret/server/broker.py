@@ -42,7 +42,10 @@ class Broker:
                 raise TypeError(f"unknown broker setting {key!r}")
             setattr(self.settings, key, value)
         self.core: BrokerCore = self.settings.build_core(LoopClock())
-        self._listener = AMQPListener(self.core, self.settings.bind, self.settings.amqp_port)
+        #: The AMQP listener: its connections and read coalescing counts.
+        self.listener = AMQPListener(
+            self.core, self.settings.bind, self.settings.amqp_port, self.settings.read_coalesce_ms / 1000
+        )
         self._lock: DataDirLock | None = None
         self.store: SQLiteStore | None = None
         self._disk_monitor: DiskMonitor | None = None
@@ -56,7 +59,7 @@ class Broker:
     @property
     def amqp_port(self) -> int:
         """The port actually bound (after start)."""
-        return self._listener.port
+        return self.listener.port
 
     @property
     def amqp_url(self) -> str:
@@ -85,12 +88,12 @@ class Broker:
             )
             self._disk_monitor.start()
         try:
-            await self._listener.start()
+            await self.listener.start()
             if self.settings.http_port is not None:
                 self.management = ManagementAPI(self.core, self.settings.bind, self.settings.http_port)
                 await self.management.start()
         except BaseException:
-            await self._listener.stop()
+            await self.listener.stop()
             self._close_store()
             raise
         return self
@@ -105,7 +108,7 @@ class Broker:
     async def stop(self) -> None:
         """Close every connection with 320 CONNECTION_FORCED, stop listening, then
         write what the store has queued and close it."""
-        await self._listener.stop()
+        await self.listener.stop()
         if self.management is not None:
             await self.management.stop()
             self.management = None

@@ -22,6 +22,7 @@ except ImportError:  # Windows: the connection then defers its heartbeat verdict
 
 from ..core.broker import BrokerCore
 from ..protocol.amqp import Connection
+from .read_coalescing import ReadCoalescer
 
 log = logging.getLogger("leveret.server")
 
@@ -71,6 +72,7 @@ class AMQPProtocol(asyncio.Protocol):
 
     #: Made by :meth:`connection_made`, which asyncio calls before any other method.
     connection: Connection
+    coalescer: ReadCoalescer
 
     def __init__(self, listener: AMQPListener) -> None:
         self.listener = listener
@@ -97,15 +99,26 @@ class AMQPProtocol(asyncio.Protocol):
             input_waiting_probe(transport),
         )
         listener.connections.add(self.connection)
+        self.coalescer = ReadCoalescer(
+            transport,
+            listener.loop,
+            listener.read_coalesce,
+            lambda: not self.connection.blocked,
+            listener.count_read_hold,
+        )
 
     def data_received(self, data: bytes) -> None:
         """Feed the Connection; an exception from it is a bug: logged, and the
-        connection closed with 541 INTERNAL_ERROR."""
+        connection closed with 541 INTERNAL_ERROR. Then let read coalescing decide
+        whether to hold the socket."""
+        connection = self.connection
         try:
-            self.connection.data_received(data)
+            connection.data_received(data)
         except Exception:  # a bug must cost one connection, never the broker
-            log.exception("internal error on connection %s", self.connection.peer)
-            self.connection.close(541, "internal error")
+            log.exception("internal error on connection %s", connection.peer)
+            connection.close(541, "internal error")
+            return
+        self.coalescer.after_read(len(data), connection.quiet)
 
     def pause_writing(self) -> None:
         """Over :data:`HIGH_WATER` bytes buffered: consumers of this connection pause."""
@@ -127,18 +140,26 @@ class AMQPProtocol(asyncio.Protocol):
 
 
 class AMQPListener:
-    """Accepts AMQP clients on ``host:port`` (port 0 picks a free one)."""
+    """Accepts AMQP clients on ``host:port`` (port 0 picks a free one); a client
+    streaming small writes is read at most once per ``read_coalesce`` seconds (see
+    :mod:`.read_coalescing`; 0 reads at once)."""
 
     #: The running loop and its flusher, set by :meth:`start` (protocols exist only after).
     loop: asyncio.AbstractEventLoop
     flusher: Flusher
 
-    def __init__(self, core: BrokerCore, host: str, port: int) -> None:
+    def __init__(self, core: BrokerCore, host: str, port: int, read_coalesce: float = 0.001) -> None:
         self.core = core
         self.host = host
         self.port = port
+        self.read_coalesce = read_coalesce  # seconds; see read_coalescing.py (0: off)
+        self.read_holds = 0  # sockets held by read coalescing, since start
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
+
+    def count_read_hold(self) -> None:
+        """A connection's socket was held by read coalescing."""
+        self.read_holds += 1
 
     async def start(self) -> None:
         """Listen on the running loop; :attr:`port` is then the port bound. Raises

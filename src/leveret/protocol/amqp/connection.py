@@ -168,6 +168,13 @@ class Connection:
         self._input_waiting = input_waiting
         self._rechecking = False  # the missed-heartbeat verdict was deferred once
 
+    @property
+    def quiet(self) -> bool:
+        """Open, not blocked, and nothing queued to send: the last read asked for no
+        answer, so reading the next one may wait a little (the server's read
+        coalescing)."""
+        return not self._flush_requested and self.state == "opened" and not self.blocked
+
     # -- output ---------------------------------------------------------------------
     def send(self, data: bytes) -> None:
         """Queue encoded frames; the server writes them at :meth:`flush`, once per

@@ -1,0 +1,129 @@
+"""Read coalescing decided read by read, with a manual clock and a recording transport:
+when a socket is held, for how long, and when it must not be."""
+
+from __future__ import annotations
+
+import pytest
+from sans_io import FakeLoop
+
+from leveret.server.read_coalescing import LARGE_READ, SMALL_READ, STREAK, STREAMING_GAP, ReadCoalescer
+
+HOLD = 0.001
+
+
+class Socket:
+    """A transport that records pause/resume calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.closing = False
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+class Rig:
+    def __init__(self, hold: float = HOLD) -> None:
+        self.socket, self.loop = Socket(), FakeLoop()
+        self.clock = 10.0
+        self.blocked = False
+        self.holds = 0
+        self.coalescer = ReadCoalescer(
+            self.socket, self.loop, hold, lambda: not self.blocked, self._count, lambda: self.clock
+        )
+
+    def _count(self) -> None:
+        self.holds += 1
+
+    def read(self, size: int = 135, quiet: bool = True, gap: float = 20e-6) -> None:
+        self.clock += gap
+        self.coalescer.after_read(size, quiet)
+
+    def release(self) -> None:
+        """Run the hold's timer (the only timer the coalescer sets)."""
+        timer = self.loop.timers.pop()
+        assert timer.when == pytest.approx(self.loop.now + HOLD)
+        timer.callback()
+
+
+def test_a_stream_of_small_quiet_reads_is_held_once_it_is_a_stream():
+    rig = Rig()
+    for _ in range(STREAK):  # the first read has no predecessor, so STREAK + 1 reads
+        rig.read()
+    assert rig.socket.calls == []
+    rig.read()
+    assert rig.socket.calls == ["pause"] and rig.holds == 1
+    assert rig.coalescer.holding and len(rig.loop.timers) == 1
+
+
+def test_the_read_after_a_hold_continues_the_stream_unless_it_is_large():
+    rig = Rig()
+    for _ in range(STREAK + 1):
+        rig.read()
+    rig.release()
+    assert rig.socket.calls == ["pause", "resume"] and not rig.coalescer.holding
+    rig.read(size=20 * SMALL_READ, gap=1e-6)  # what accumulated, read at once: held again
+    assert rig.socket.calls[-1] == "pause" and rig.holds == 2
+    rig.release()
+    rig.read(size=LARGE_READ, gap=1e-6)  # large enough to pay for its own wake-up
+    assert rig.socket.calls[-1] == "resume" and rig.holds == 2
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        {"quiet": False},  # it asked for an answer (a reply, a confirm, a delivery)
+        {"gap": STREAMING_GAP * 2},  # the client writes slower than the broker wakes
+        {"size": SMALL_READ},  # a read this size is not the per-frame trickle
+    ],
+    ids=["answered", "slow", "large"],
+)
+def test_reads_that_are_not_a_quiet_fast_trickle_are_never_held(read):
+    rig = Rig()
+    for _ in range(10 * STREAK):
+        rig.read(**read)
+    assert rig.socket.calls == [] and rig.holds == 0
+
+
+def test_one_answered_read_restarts_the_count():
+    rig = Rig()
+    for _ in range(STREAK):
+        rig.read()
+    rig.read(quiet=False)
+    for _ in range(STREAK - 1):
+        rig.read()
+    assert rig.socket.calls == []
+    rig.read()
+    assert rig.socket.calls == ["pause"]
+
+
+def test_hold_zero_turns_it_off():
+    rig = Rig(hold=0)
+    for _ in range(10 * STREAK):
+        rig.read()
+    assert rig.socket.calls == [] and rig.loop.timers == []
+
+
+def test_a_hold_ending_during_a_resource_alarm_leaves_the_socket_paused():
+    """connection.blocked paused the socket too: only the alarm's end resumes it."""
+    rig = Rig()
+    for _ in range(STREAK + 1):
+        rig.read()
+    rig.blocked = True
+    rig.release()
+    assert rig.socket.calls == ["pause"] and not rig.coalescer.holding
+
+
+def test_a_hold_ending_after_the_socket_closed_does_not_touch_it():
+    rig = Rig()
+    for _ in range(STREAK + 1):
+        rig.read()
+    rig.socket.closing = True
+    rig.release()
+    assert rig.socket.calls == ["pause"]
