@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 import struct
 from collections.abc import Callable
 from typing import cast
@@ -27,6 +28,7 @@ from .read_coalescing import ReadCoalescer
 log = logging.getLogger("leveret.server")
 
 HIGH_WATER = 4 * 1024 * 1024  # bytes buffered for a client before its consumers pause
+READ_SIZE = 256 * 1024  # bytes per read of a held socket (asyncio's own read size)
 
 
 class Flusher:
@@ -99,26 +101,59 @@ class AMQPProtocol(asyncio.Protocol):
             input_waiting_probe(transport),
         )
         listener.connections.add(self.connection)
+        self.transport = transport
+        # Holding needs a socket the listener can read itself when the hold ends early
+        # (plain TCP: under TLS the bytes on the socket are not the frames).
+        sock = transport.get_extra_info("socket")
+        plain = sock is not None and transport.get_extra_info("sslcontext") is None
+        self._fileno = sock.fileno() if plain else -1
         self.coalescer = ReadCoalescer(
             transport,
             listener.loop,
-            listener.read_coalesce,
+            listener.read_coalesce if plain else 0,
             lambda: not self.connection.blocked,
-            listener.count_read_hold,
+            lambda: listener.hold_started(self),
+            lambda: listener.held.discard(self),
         )
 
     def data_received(self, data: bytes) -> None:
+        """Read what held sockets have (so this connection sees what they sent before
+        it), feed the Connection, then let read coalescing decide whether to hold this
+        socket."""
+        if self.listener.held:
+            self.listener.read_held()
+        if self._feed(data):
+            self.coalescer.after_read(len(data), self.connection.quiet)
+
+    def _feed(self, data: bytes) -> bool:
         """Feed the Connection; an exception from it is a bug: logged, and the
-        connection closed with 541 INTERNAL_ERROR. Then let read coalescing decide
-        whether to hold the socket."""
+        connection closed with 541 INTERNAL_ERROR (then False)."""
         connection = self.connection
         try:
             connection.data_received(data)
         except Exception:  # a bug must cost one connection, never the broker
             log.exception("internal error on connection %s", connection.peer)
             connection.close(541, "internal error")
+            return False
+        return True
+
+    def read_now(self) -> None:
+        """End this socket's hold early: read and feed what waits on it, then let the
+        loop read it again."""
+        if not self.coalescer.release():
             return
-        self.coalescer.after_read(len(data), connection.quiet)
+        while True:
+            try:
+                data = os.read(self._fileno, READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # reset: the loop reports it once reading resumes
+                break
+            if not data or not self._feed(data):  # end of stream: likewise
+                break
+            if self.connection.blocked or self.transport.is_closing():
+                return  # a resource alarm or a close paused it meanwhile
+        self.transport.resume_reading()
 
     def pause_writing(self) -> None:
         """Over :data:`HIGH_WATER` bytes buffered: consumers of this connection pause."""
@@ -133,6 +168,7 @@ class AMQPProtocol(asyncio.Protocol):
         exclusive queues."""
         connection = self.connection
         self.listener.connections.discard(connection)
+        self.coalescer.release()  # a hold's timer must not outlive the socket
         try:
             connection.connection_lost()
         except Exception:
@@ -154,12 +190,20 @@ class AMQPListener:
         self.port = port
         self.read_coalesce = read_coalesce  # seconds; see read_coalescing.py (0: off)
         self.read_holds = 0  # sockets held by read coalescing, since start
+        self.held: set[AMQPProtocol] = set()  # sockets held now
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
 
-    def count_read_hold(self) -> None:
-        """A connection's socket was held by read coalescing."""
+    def hold_started(self, protocol: AMQPProtocol) -> None:
+        """Read coalescing holds ``protocol``'s socket."""
         self.read_holds += 1
+        self.held.add(protocol)
+
+    def read_held(self) -> None:
+        """End every hold and read what the held sockets have: another connection is
+        about to be read, and must see what they sent before it."""
+        for protocol in list(self.held):
+            protocol.read_now()
 
     async def start(self) -> None:
         """Listen on the running loop; :attr:`port` is then the port bound. Raises

@@ -11,6 +11,12 @@ to send back, the socket is not read for ``hold`` seconds; what arrived meanwhil
 then read in one go. A connection that gets replies, confirms or deliveries from its
 reads, or sends at a human pace, is never held, so request/response latency is
 unchanged; a fire-and-forget stream's messages are delayed by at most ``hold``.
+
+Nothing a held client sent is hidden from the others: before the broker reads another
+connection, it ends every hold and reads what the held sockets have (the listener's
+``read_held``). Code that publishes without confirms and at once looks from a second
+connection (a passive declare, a basic.get) sees the messages, as it would had they been
+read one by one.
 """
 
 from __future__ import annotations
@@ -35,19 +41,24 @@ class Readable(Protocol):
     def is_closing(self) -> bool: ...
 
 
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
 class TimerLoop(Protocol):
     """The event loop as read coalescing uses it."""
 
-    def call_later(self, delay: float, callback: Callable[[], object]) -> object: ...
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Cancellable: ...
 
 
 class ReadCoalescer:
     """Decides, after each read of one socket, whether to hold the socket for ``hold``
-    seconds (0 disables). ``may_resume`` tells whether reading may resume when the
-    hold ends (False while the connection is blocked for publishing by a resource
-    alarm: that pause is the alarm's to end). ``on_hold`` is called each time the
-    socket is held (the listener counts them). ``now`` is a precise monotonic clock in
-    seconds (uvloop's ``loop.time()`` counts whole milliseconds)."""
+    seconds (0 disables). ``may_resume`` tells whether reading may resume when a hold
+    ends (False while the connection is blocked for publishing by a resource alarm:
+    that pause is the alarm's to end). ``on_hold`` and ``on_release`` are called when a
+    hold starts and ends (the listener keeps the set of held sockets). ``now`` is a
+    precise monotonic clock in seconds (uvloop's ``loop.time()`` counts whole
+    milliseconds)."""
 
     def __init__(
         self,
@@ -56,6 +67,7 @@ class ReadCoalescer:
         hold: float,
         may_resume: Callable[[], bool],
         on_hold: Callable[[], None] = lambda: None,
+        on_release: Callable[[], None] = lambda: None,
         now: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._transport = transport
@@ -63,11 +75,17 @@ class ReadCoalescer:
         self.hold = hold
         self._may_resume = may_resume
         self._on_hold = on_hold
+        self._on_release = on_release
         self._now = now
         self._last = -1.0  # when the previous read arrived
         self._streak = 0
         self._resumed = False  # the next read is what arrived during a hold
-        self.holding = False
+        self._timer: Cancellable | None = None
+
+    @property
+    def holding(self) -> bool:
+        """Whether the socket is held now."""
+        return self._timer is not None
 
     def after_read(self, size: int, quiet: bool) -> None:
         """A read of ``size`` bytes was handled; ``quiet``: it left nothing to send back
@@ -84,19 +102,31 @@ class ReadCoalescer:
         self._last = now
         self._resumed = False
         self._streak = self._streak + 1 if streaming else 0
-        if self._streak >= STREAK and self.hold > 0 and not self.holding:
+        if self._streak >= STREAK and self.hold > 0 and self._timer is None:
             self._streak = 0
-            self.holding = True
-            self._on_hold()
             self._transport.pause_reading()
-            self._loop.call_later(self.hold, self._release)
+            self._timer = self._loop.call_later(self.hold, self._expired)
+            self._on_hold()
 
-    def _release(self) -> None:
-        self.holding = False
+    def release(self) -> bool:
+        """End the hold now; returns whether the socket may be read (False when there was
+        no hold, the transport is closing or ``may_resume`` says no). Reading it is then
+        the caller's job: what arrived during the hold continues the stream."""
+        if self._timer is None:
+            return False
+        self._timer.cancel()
+        return self._end_hold()
+
+    def _expired(self) -> None:
+        if self._timer is not None and self._end_hold():
+            self._transport.resume_reading()
+
+    def _end_hold(self) -> bool:
+        self._timer = None
+        self._on_release()
         if self._transport.is_closing() or not self._may_resume():
-            return
-        # What arrived during the hold is read at once: it continues the stream.
+            return False
         self._last = self._now()
         self._streak = STREAK - 1
         self._resumed = True
-        self._transport.resume_reading()
+        return True

@@ -33,19 +33,23 @@ class Rig:
         self.socket, self.loop = Socket(), FakeLoop()
         self.clock = 10.0
         self.blocked = False
-        self.holds = 0
+        self.holds = self.releases = 0
         self.coalescer = ReadCoalescer(
-            self.socket, self.loop, hold, lambda: not self.blocked, self._count, lambda: self.clock
+            self.socket, self.loop, hold, lambda: not self.blocked, self._held, self._released,
+            lambda: self.clock,
         )
 
-    def _count(self) -> None:
+    def _held(self) -> None:
         self.holds += 1
+
+    def _released(self) -> None:
+        self.releases += 1
 
     def read(self, size: int = 135, quiet: bool = True, gap: float = 20e-6) -> None:
         self.clock += gap
         self.coalescer.after_read(size, quiet)
 
-    def release(self) -> None:
+    def expire(self) -> None:
         """Run the hold's timer (the only timer the coalescer sets)."""
         timer = self.loop.timers.pop()
         assert timer.when == pytest.approx(self.loop.now + HOLD)
@@ -66,11 +70,11 @@ def test_the_read_after_a_hold_continues_the_stream_unless_it_is_large():
     rig = Rig()
     for _ in range(STREAK + 1):
         rig.read()
-    rig.release()
+    rig.expire()
     assert rig.socket.calls == ["pause", "resume"] and not rig.coalescer.holding
     rig.read(size=20 * SMALL_READ, gap=1e-6)  # what accumulated, read at once: held again
     assert rig.socket.calls[-1] == "pause" and rig.holds == 2
-    rig.release()
+    rig.expire()
     rig.read(size=LARGE_READ, gap=1e-6)  # large enough to pay for its own wake-up
     assert rig.socket.calls[-1] == "resume" and rig.holds == 2
 
@@ -116,7 +120,7 @@ def test_a_hold_ending_during_a_resource_alarm_leaves_the_socket_paused():
     for _ in range(STREAK + 1):
         rig.read()
     rig.blocked = True
-    rig.release()
+    rig.expire()
     assert rig.socket.calls == ["pause"] and not rig.coalescer.holding
 
 
@@ -125,5 +129,28 @@ def test_a_hold_ending_after_the_socket_closed_does_not_touch_it():
     for _ in range(STREAK + 1):
         rig.read()
     rig.socket.closing = True
-    rig.release()
+    rig.expire()
     assert rig.socket.calls == ["pause"]
+
+
+def test_released_early_the_caller_reads_and_the_stream_goes_on():
+    """Another connection is about to be read: the listener ends the hold and reads the
+    socket itself; the timer is cancelled and the next read may hold again."""
+    rig = Rig()
+    for _ in range(STREAK + 1):
+        rig.read()
+    timer = rig.loop.timers[-1]
+    assert rig.coalescer.release() is True
+    assert timer.cancelled and not rig.coalescer.holding and rig.releases == 1
+    assert rig.socket.calls == ["pause"]  # resuming is the caller's, after its read
+    assert rig.coalescer.release() is False  # no hold: nothing to end
+    rig.read(size=4 * SMALL_READ, gap=1e-6)
+    assert rig.socket.calls == ["pause", "pause"] and rig.holds == 2
+
+
+def test_released_early_during_an_alarm_the_caller_must_not_read():
+    rig = Rig()
+    for _ in range(STREAK + 1):
+        rig.read()
+    rig.blocked = True
+    assert rig.coalescer.release() is False and rig.releases == 1

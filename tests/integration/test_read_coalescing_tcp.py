@@ -63,6 +63,27 @@ def test_a_frame_by_frame_publisher_is_read_in_batches_and_loses_nothing(hold_ms
         assert listener.read_holds > 0 if hold_ms else listener.read_holds == 0
 
 
+def test_what_a_held_client_sent_is_seen_by_the_next_connection_read():
+    """A 10 s hold, so only the early release can explain the count: a passive declare
+    from a second connection sees every message the first one sent before it."""
+    with BlockingBroker(amqp_port=0, read_coalesce_ms=10_000) as broker:
+        listener = broker.broker.listener
+        with connected(broker.amqp_port) as client, connected(broker.amqp_port) as observer:
+            client.send_method(1, commands.Queue.Declare(queue="q"))
+            client.expect(commands.Queue.DeclareOk, 1)
+            for sent in range(MESSAGES, MESSAGES * (ROUNDS + 1), MESSAGES):
+                trickle(client, MESSAGES)
+                time.sleep(0.05)  # whatever was not held is read by now
+                count, answered_in = depth(observer)
+                assert count == sent and answered_in < 1
+                if listener.read_holds:
+                    break
+            assert listener.read_holds > 0 and not listener.held
+            trickle(client, 10)  # and the released socket is read again by the loop
+            time.sleep(0.05)
+            assert depth(observer)[0] == sent + 10
+
+
 def test_a_publisher_waiting_for_confirms_is_never_held():
     with BlockingBroker(amqp_port=0) as broker:
         with connected(broker.amqp_port) as client:
