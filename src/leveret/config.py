@@ -16,22 +16,39 @@ Example file::
     max_message_size = 134217728    # bytes; larger messages get 406 PRECONDITION_FAILED
     disk_free_limit = 50000000      # bytes free under data_dir; below it publishers block
     read_coalesce_ms = 1            # hold a client streaming small writes this long; 0: off
+    http_allowed_hosts = ["broker.example.com"]  # Host names the HTTP API answers
 
     [[policies]]                    # RabbitMQ's policies: keys without the x- prefix
     name = "orders-dlx"
-    pattern = "^orders\\."          # a regular expression on the queue name
+    pattern = '^orders\\.'          # a regular expression on the queue name
     apply_to = "queues"             # queues, exchanges or all
     priority = 1                    # the highest-priority matching policy applies
     definition = { dead-letter-exchange = "dlx", message-ttl = 60000, max-redeliveries = 5 }
 
     [[users]]
     name = "alice"
-    password = "s3cret"
-    vhosts = ["/", "orders"]        # "*" for all
+    password = "s3cret"             # or password_hash (+ hashing_algorithm), RabbitMQ's
+    vhosts = ["/", "orders"]        # full permissions there ("*": every vhost above)
     tags = ["administrator"]
 
-The guest/guest user always exists (vhost ``/``, loopback only) unless ``[[users]]``
-redefines ``guest``, as in RabbitMQ.
+    [[permissions]]                 # finer permissions: RabbitMQ's regular expressions
+    user = "bob"
+    vhost = "orders"
+    configure = '^bob\\.'
+    write = ".*"
+    read = ".*"
+
+    [[topic_permissions]]
+    user = "bob"
+    vhost = "orders"
+    exchange = "amq.topic"
+    write = '^orders\\.'
+    read = ".*"
+
+The guest/guest user (tag administrator, full permissions on ``/``, loopback only)
+exists unless ``[[users]]`` redefines ``guest``, as in RabbitMQ. Users and permissions
+seed a new data directory; once the broker has stored them, the stored ones (changed
+through the HTTP API) win.
 """
 
 from __future__ import annotations
@@ -41,9 +58,11 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core.auth import User, UserDatabase
+from .core import passwords
+from .core.auth import Permission, TopicPermission, User, UserDatabase, check_pattern
 from .core.broker import BrokerCore, Limits
 from .core.clock import Clock
+from .core.passwords import DEFAULT_ALGORITHM
 from .core.policy import Policy
 
 
@@ -62,17 +81,29 @@ class Settings:
     disk_free_limit: int = 50_000_000  # bytes; below it publishers are blocked
     http_port: int | None = None  # management API port; None: off
     read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
+    #: Host header names the HTTP API answers (None: loopback names and the bind address).
+    http_allowed_hosts: list[str] | None = None
     limits: Limits = field(default_factory=Limits)
     vhosts: list[str] = field(default_factory=lambda: ["/"])
     users: list[User] = field(default_factory=list)
+    permissions: list[tuple[str, str, Permission]] = field(default_factory=list)  # user, vhost
+    topic_permissions: list[tuple[str, str, TopicPermission]] = field(default_factory=list)
     loopback_users: list[str] = field(default_factory=lambda: ["guest"])
     policies: list[Policy] = field(default_factory=list)
 
     def build_core(self, clock: Clock) -> BrokerCore:
-        """A BrokerCore with these users, limits, policies and vhosts, on ``clock``."""
+        """A BrokerCore with these users, permissions, limits, policies and vhosts, on
+        ``clock``; the default guest stays unless the users redefine it."""
         users = UserDatabase(loopback_users=self.loopback_users)
         for user in self.users:
+            if user.name == "guest":  # redefined: its default permission goes too
+                users.permissions.clear()
             users.users[user.name] = user
+        for name, vhost, permission in self.permissions:
+            for target in self.vhosts if vhost == "*" else [vhost]:
+                users.permissions[(target, name)] = permission
+        for name, vhost, topic in self.topic_permissions:
+            users.topic_permissions[(vhost, name, topic.exchange)] = topic
         core = BrokerCore(clock, users=users, limits=self.limits, policies=list(self.policies))
         for name in self.vhosts:
             core.add_vhost(name)
@@ -89,6 +120,50 @@ _SERVER_KEYS = {
     "read_coalesce_ms": int,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
+_TABLE_KEYS = {
+    "permissions": ("user", "vhost", "configure", "write", "read"),
+    "topic_permissions": ("user", "vhost", "exchange", "write", "read"),
+}
+
+
+def _user(path: str | Path, entry: dict) -> User:
+    """A [[users]] table: name, password or password_hash (+ hashing_algorithm), tags,
+    vhosts (full permissions there; default ``["/"]``)."""
+    unknown = set(entry) - {"name", "password", "password_hash", "hashing_algorithm", "vhosts", "tags"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) users.{', users.'.join(sorted(unknown))}")
+    name, password, password_hash = entry.get("name"), entry.get("password"), entry.get("password_hash")
+    if not isinstance(name, str) or not (isinstance(password, str) or isinstance(password_hash, str)):
+        raise ConfigError(f"{path}: each [[users]] needs string name and password (or password_hash)")
+    tags = entry.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise ConfigError(f"{path}: users.tags must be a list of strings")
+    if isinstance(password, str):
+        return User.with_password(name, password, tags)
+    algorithm = entry.get("hashing_algorithm", DEFAULT_ALGORITHM)
+    try:
+        passwords.validate(str(password_hash), str(algorithm))
+    except passwords.HashError as exc:
+        raise ConfigError(f"{path}: users.password_hash of '{name}': {exc}") from None
+    return User(name, str(password_hash), str(algorithm), tags)
+
+
+def _tables(path: str | Path, value: object, key: str) -> list[dict]:
+    """[[permissions]] or [[topic_permissions]] tables, each with exactly its string
+    keys and valid regular expressions."""
+    keys = _TABLE_KEYS[key]
+    if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+        raise ConfigError(f"{path}: {key} must be [[{key}]] tables")
+    for entry in value:
+        if set(entry) != set(keys) or not all(isinstance(entry[k], str) for k in keys):
+            raise ConfigError(f"{path}: each [[{key}]] needs exactly the strings {', '.join(keys)}")
+        for field_name in ("configure", "write", "read"):
+            problem = field_name in entry and check_pattern(entry[field_name])
+            if problem:
+                raise ConfigError(f"{path}: {key}.{field_name} '{entry[field_name]}': {problem}")
+    return value
+
+
 _LIMIT_KEYS = {"heartbeat": int, "frame_max": int, "channel_max": int, "max_message_size": int}
 
 
@@ -117,6 +192,8 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
     if not isinstance(server, dict):
         raise ConfigError(f"{path}: [server] must be a table")
     for key, value in server.items():
+        if key == "http_allowed_hosts":
+            continue  # a list, read below
         if key in _SERVER_KEYS:
             setattr(settings, key, typed("server.", key, value, _SERVER_KEYS[key]))
         elif key in _LIMIT_KEYS:
@@ -129,24 +206,26 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
         raise ConfigError(f"{path}: server.log_level must be one of {', '.join(_LOG_LEVELS)}")
     if "vhosts" in data:
         settings.vhosts = strings("vhosts", data.pop("vhosts"))
+    allowed = server.get("http_allowed_hosts") if isinstance(server, dict) else None
+    if allowed is not None:
+        settings.http_allowed_hosts = strings("server.http_allowed_hosts", allowed)
     if "loopback_users" in data:
         settings.loopback_users = strings("loopback_users", data.pop("loopback_users"))
     users = data.pop("users", [])
     if not isinstance(users, list) or not all(isinstance(e, dict) for e in users):
         raise ConfigError(f"{path}: users must be [[users]] tables")
     for entry in users:
-        unknown = set(entry) - {"name", "password", "vhosts", "tags"}
-        if unknown:
-            raise ConfigError(f"{path}: unknown key(s) users.{', users.'.join(sorted(unknown))}")
-        if not isinstance(entry.get("name"), str) or not isinstance(entry.get("password"), str):
-            raise ConfigError(f"{path}: each [[users]] needs string name and password")
-        settings.users.append(
-            User(
-                name=entry["name"],
-                password=entry["password"],
-                vhosts=strings("users.vhosts", entry.get("vhosts", ["/"])),
-                tags=strings("users.tags", entry.get("tags", [])),
-            )
+        user = _user(path, entry)
+        settings.users.append(user)
+        for vhost in strings("users.vhosts", entry.get("vhosts", ["/"])):
+            settings.permissions.append((user.name, vhost, Permission()))
+    for entry in _tables(path, data.pop("permissions", []), "permissions"):
+        settings.permissions.append(
+            (entry["user"], entry["vhost"], Permission(entry["configure"], entry["write"], entry["read"]))
+        )
+    for entry in _tables(path, data.pop("topic_permissions", []), "topic_permissions"):
+        settings.topic_permissions.append(
+            (entry["user"], entry["vhost"], TopicPermission(entry["exchange"], entry["write"], entry["read"]))
         )
     policies = data.pop("policies", [])
     if not isinstance(policies, list) or not all(isinstance(e, dict) for e in policies):

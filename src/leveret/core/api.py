@@ -26,7 +26,7 @@ from typing import Any, TypeGuard
 from .errors import BrokerError
 from .message import Message, Properties
 from .queues import Queue, Stream
-from .vhost import VirtualHost
+from .session import Session
 
 API_EXCHANGE = "amq.leveret.api"
 
@@ -79,19 +79,20 @@ def _seqs(request: dict) -> list[int]:
     return seqs
 
 
-def _queue(vhost: VirtualHost, request: dict, owner: Any) -> Queue:
-    return vhost.get_queue(_field(request, "queue", str), owner)
+def _queue(session: Session, request: dict) -> Queue:
+    """The request's queue: every operation reads it (read permission, as consuming)."""
+    return session.readable_queue(_field(request, "queue", str))
 
 
-def _stream_info(vhost: VirtualHost, request: dict, owner: Any) -> dict:
-    stream = vhost.get_queue(_field(request, "stream", str), owner)
+def _stream_info(session: Session, request: dict) -> dict:
+    stream = session.readable_queue(_field(request, "stream", str))
     if not isinstance(stream, Stream):
         raise APIError(f"'{stream.name}' is not a stream")
     return {"first": stream.first_offset, "next": stream.next_offset, "messages": stream.message_count}
 
 
-def _lease_acquire(vhost: VirtualHost, request: dict, owner: Any) -> dict:
-    queue = _queue(vhost, request, owner)
+def _lease_acquire(session: Session, request: dict) -> dict:
+    queue = _queue(session, request)
     maximum = _integer(request, "max")
     group = _field(request, "group", str)
     ttl = request.get("ttl_ms")
@@ -101,8 +102,8 @@ def _lease_acquire(vhost: VirtualHost, request: dict, owner: Any) -> dict:
     return {"start": start, "end": end}
 
 
-def _lease_ack(vhost: VirtualHost, request: dict, owner: Any) -> dict:
-    queue, group = _queue(vhost, request, owner), _field(request, "group", str)
+def _lease_ack(session: Session, request: dict) -> dict:
+    queue, group = _queue(session, request), _field(request, "group", str)
     if "seqs" in request:
         seqs = _seqs(request)
         return {"acked": queue.lease(group).ack(seqs)}
@@ -110,18 +111,18 @@ def _lease_ack(vhost: VirtualHost, request: dict, owner: Any) -> dict:
     return {"acked": queue.lease(group).ack_upto(upto, low)}
 
 
-def _lease_release(vhost: VirtualHost, request: dict, owner: Any) -> dict:
-    queue, group = _queue(vhost, request, owner), _field(request, "group", str)
+def _lease_release(session: Session, request: dict) -> dict:
+    queue, group = _queue(session, request), _field(request, "group", str)
     seqs = _seqs(request)
     return {"released": queue.lease(group).release(seqs)}
 
 
-def _lease_info(vhost: VirtualHost, request: dict, owner: Any) -> dict:
-    lease = _queue(vhost, request, owner).lease(_field(request, "group", str))
+def _lease_info(session: Session, request: dict) -> dict:
+    lease = _queue(session, request).lease(_field(request, "group", str))
     return {"next": lease.next_seq, "held": len(lease.held)}
 
 
-OPERATIONS: dict[str, Callable[[VirtualHost, dict, Any], dict]] = {
+OPERATIONS: dict[str, Callable[[Session, dict], dict]] = {
     "stream.info": _stream_info,
     "lease.acquire": _lease_acquire,
     "lease.ack": _lease_ack,
@@ -130,8 +131,9 @@ OPERATIONS: dict[str, Callable[[VirtualHost, dict, Any], dict]] = {
 }
 
 
-def handle(vhost: VirtualHost, request: Message, owner: Any) -> Message | None:
-    """Carry out one request; returns the reply to route (None without reply_to).
+def handle(session: Session, request: Message) -> Message | None:
+    """Carry out one request for ``session`` (its user's permissions apply: every
+    operation reads its queue); returns the reply to route (None without reply_to).
 
     Bad requests are answered ``{"ok": false, "error": ...}``: an unknown operation, a
     body that is not a JSON object, a field missing, of the wrong type or out of range
@@ -143,7 +145,7 @@ def handle(vhost: VirtualHost, request: Message, owner: Any) -> Message | None:
     """
     properties = request.properties
     try:
-        reply = {"ok": True, **_carry_out(vhost, request, owner)}
+        reply = {"ok": True, **_carry_out(session, request)}
     except APIError as exc:
         reply = {"ok": False, "error": str(exc)}
     except BrokerError as exc:
@@ -158,7 +160,7 @@ def handle(vhost: VirtualHost, request: Message, owner: Any) -> Message | None:
     )
 
 
-def _carry_out(vhost: VirtualHost, request: Message, owner: Any) -> dict:
+def _carry_out(session: Session, request: Message) -> dict:
     operation = OPERATIONS.get(request.routing_key)
     if operation is None:
         raise APIError(f"unknown operation '{request.routing_key}'")
@@ -170,4 +172,4 @@ def _carry_out(vhost: VirtualHost, request: Message, owner: Any) -> dict:
         raise APIError("the request body nests too deeply") from None
     if not isinstance(body, dict):
         raise APIError("the request body must be a JSON object")
-    return operation(vhost, body, owner)
+    return operation(session, body)

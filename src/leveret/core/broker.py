@@ -6,11 +6,12 @@ Protocol adapters (:mod:`leveret.protocol`) drive it; it knows nothing of socket
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from .auth import User, UserDatabase
+from .auth import Permission, TopicPermission, User, UserDatabase
 from .clock import Clock
+from .login_throttle import LoginThrottle
 from .policy import Policy
 from .vhost import VirtualHost
 
@@ -43,11 +44,15 @@ class BrokerCore:
     #: Called with True/False when a resource alarm starts/ends (connection.blocked).
     alarm_listeners: list[Callable[[bool], None]] = field(default_factory=list)
     alarm_active: bool = False
+    #: Called with a vhost's name when it is deleted (its connections close: 320).
+    vhost_deleted_listeners: list[Callable[[str], None]] = field(default_factory=list)
     #: Durable definitions and messages; None for a broker that keeps nothing.
     store: Store | None = None
     policies: list[Policy] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        #: Failed logins per source address, for every protocol and the HTTP API.
+        self.login_throttle = LoginThrottle(self.clock)
         if not self.vhosts:
             self.add_vhost("/")
 
@@ -60,31 +65,135 @@ class BrokerCore:
                 self.store.save_definition("vhost", name, "", {})
         return vhost
 
-    def add_user(self, user: User) -> None:
-        """Create or replace a user (persisted once a store is attached)."""
-        self.users.users[user.name] = user
+    def delete_vhost(self, name: str) -> bool:
+        """Delete a virtual host with its queues, exchanges, bindings, messages and
+        permissions; connections to it are closed (RabbitMQ: 320 CONNECTION_FORCED).
+        False if there is none."""
+        vhost = self.vhosts.pop(name, None)
+        if vhost is None:
+            return False
+        for listener in list(self.vhost_deleted_listeners):
+            listener(name)
+        vhost.delete_all()
+        for vhost_name, user in [k for k in self.users.permissions if k[0] == name]:
+            self.clear_permission(user, vhost_name)
+        for vhost_name, user, _ in [k for k in self.users.topic_permissions if k[0] == name]:
+            self.clear_topic_permissions(user, vhost_name)
         if self.store is not None:
-            self.store.save_definition(
-                "user", "", user.name, {"password": user.password, "vhosts": user.vhosts, "tags": user.tags}
-            )
+            self.store.delete_definition("vhost", name, "")
+        return True
+
+    # -- users and permissions (persisted once a store is attached) -----------------
+    def add_user(self, user: User) -> None:
+        """Create or replace a user."""
+        self.users.users[user.name] = user
+        self.users.changed()
+        self._save("user", "", user.name, user.definition())
+
+    def delete_user(self, name: str) -> bool:
+        """Delete a user with its permissions and topic permissions; False if unknown."""
+        doomed = [k for k in self.users.permissions if k[1] == name]
+        doomed_topics = [k for k in self.users.topic_permissions if k[1] == name]
+        if not self.users.delete_user(name):
+            return False
+        if self.store is not None:
+            self.store.delete_definition("user", "", name)
+            for vhost, _ in doomed:
+                self.store.delete_definition("permission", vhost, name)
+            for vhost, _, exchange in doomed_topics:
+                self.store.delete_definition("topic_permission", vhost, _topic_key(name, exchange))
+        return True
+
+    def set_permission(self, user: str, vhost: str, permission: Permission) -> None:
+        """Give ``user`` ``permission`` in ``vhost`` (both must exist: the caller checks)."""
+        self.users.permissions[(vhost, user)] = permission
+        self.users.changed()
+        self._save("permission", vhost, user, asdict(permission))
+
+    def clear_permission(self, user: str, vhost: str) -> bool:
+        """Take ``user``'s permission in ``vhost`` away; False if there was none."""
+        if self.users.permissions.pop((vhost, user), None) is None:
+            return False
+        self.users.changed()
+        if self.store is not None:
+            self.store.delete_definition("permission", vhost, user)
+        return True
+
+    def set_topic_permission(self, user: str, vhost: str, topic: TopicPermission) -> None:
+        """Give ``user`` ``topic`` (on its exchange) in ``vhost``."""
+        self.users.topic_permissions[(vhost, user, topic.exchange)] = topic
+        self.users.changed()
+        self._save("topic_permission", vhost, _topic_key(user, topic.exchange), asdict(topic))
+
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
+        """Take ``user``'s topic permissions in ``vhost`` away (on ``exchange`` only, if
+        given); False if there were none."""
+        keys = [
+            k
+            for k in self.users.topic_permissions
+            if k[0] == vhost and k[1] == user and exchange in (None, k[2])
+        ]
+        for key in keys:
+            del self.users.topic_permissions[key]
+            if self.store is not None:
+                self.store.delete_definition("topic_permission", vhost, _topic_key(user, key[2]))
+        self.users.changed()
+        return bool(keys)
+
+    def _save(self, kind: str, vhost: str, name: str, data: dict) -> None:
+        if self.store is not None:
+            self.store.save_definition(kind, vhost, name, data)
 
     def attach_store(self, store: Store) -> int:
         """Recover definitions and messages from ``store`` and persist from now on;
-        returns the number of messages recovered. Raises StoreError (naming the file) if
-        the store cannot be read."""
+        returns the number of messages recovered. Users and permissions: the store's
+        win; the configured ones (or the default guest) seed a store that has never had
+        any. Raises StoreError (naming the file) if the store cannot be read."""
         from .definitions import recover
 
         snapshot = store.load()
-        for _, name, data in snapshot.definitions.get("user", []):
-            if name not in self.users.users:
-                self.users.users[name] = User(
-                    name,
-                    str(data["password"]),
-                    [str(v) for v in data["vhosts"]],
-                    [str(t) for t in data["tags"]],
-                )
         self.store = store
+        seeded = any(name == "users_seeded" for _, name, _ in snapshot.definitions.get("meta", []))
+        if seeded or snapshot.definitions.get("user"):
+            self.users.users.clear()
+            self.users.permissions.clear()
+            self.users.topic_permissions.clear()
+        self._recover_users(snapshot.definitions)
+        if not seeded:
+            for user in list(self.users.users.values()):
+                self._save("user", "", user.name, user.definition())
+            for (vhost, name), permission in self.users.permissions.items():
+                self._save("permission", vhost, name, asdict(permission))
+            for (vhost, name, exchange), topic in self.users.topic_permissions.items():
+                self._save("topic_permission", vhost, _topic_key(name, exchange), asdict(topic))
+            store.save_definition("meta", "", "users_seeded", {})
+        self.users.changed()
         return recover(self, snapshot, store)
+
+    def _recover_users(self, definitions: dict) -> None:
+        users = self.users
+        for _, name, data in definitions.get("user", []):
+            if "password" in data:  # written before passwords were hashed: hash it now
+                user = User.with_password(name, str(data["password"]), [str(t) for t in data["tags"]])
+                users.users[name] = user
+                for vhost in data.get("vhosts", []):
+                    users.permissions[(str(vhost), name)] = Permission()
+                self._save("user", "", name, user.definition())
+                continue
+            users.users[name] = User(
+                name,
+                str(data["password_hash"]),
+                str(data["hashing_algorithm"]),
+                [str(t) for t in data["tags"]],
+            )
+        for vhost, name, data in definitions.get("permission", []):
+            users.permissions[(vhost, name)] = Permission(
+                str(data["configure"]), str(data["write"]), str(data["read"])
+            )
+        for vhost, key, data in definitions.get("topic_permission", []):
+            user = key.partition("\x00")[0]
+            topic = TopicPermission(str(data["exchange"]), str(data["write"]), str(data["read"]))
+            users.topic_permissions[(vhost, user, topic.exchange)] = topic
 
     def set_alarm(self, active: bool) -> None:
         """Raise or clear a resource alarm; publishers get connection.blocked/unblocked."""
@@ -93,3 +202,8 @@ class BrokerCore:
         self.alarm_active = active
         for listener in list(self.alarm_listeners):
             listener(active)
+
+
+def _topic_key(user: str, exchange: str) -> str:
+    """A topic permission's store key: user and exchange, NUL-separated."""
+    return f"{user}\x00{exchange}"

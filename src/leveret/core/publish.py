@@ -36,7 +36,7 @@ from .message import Message
 from .queues import ACCEPTED, REJECTED, STORED, QueuedMessage
 
 if TYPE_CHECKING:
-    from .vhost import VirtualHost
+    from .session import Session
 
 #: Direct reply-to (RabbitMQ): a reply published to ``REPLY_TO_PREFIX + key`` goes to the
 #: reply consumer registered under ``key`` in :attr:`VirtualHost.reply_consumers`.
@@ -61,12 +61,13 @@ class PublisherEvents(Protocol):
 
 
 class Publisher:
-    """One publisher's session with core, on ``vhost``; ``owner`` is the connection
-    (opaque) for exclusive-queue checks in API requests."""
+    """One publisher in ``session`` (its vhost, its user's permissions, its connection
+    as the owner of exclusive queues)."""
 
-    def __init__(self, vhost: VirtualHost, owner: Any, events: PublisherEvents) -> None:
-        self.vhost = vhost
-        self.owner = owner
+    def __init__(self, session: Session, events: PublisherEvents) -> None:
+        self.session = session
+        self.vhost = session.vhost
+        self.access = session.access
         self.events = events
         self.confirming = False
         self.seq = 0  # publishes numbered while confirming
@@ -91,11 +92,16 @@ class Publisher:
             self.transaction = []
 
     # -- publishing ---------------------------------------------------------------------
-    def exchange(self, name: str) -> Exchange:
-        """The exchange to publish to: NotFound if missing, AccessRefused if internal."""
+    def exchange(self, name: str, routing_key: str) -> Exchange:
+        """The exchange to publish to with ``routing_key``, in RabbitMQ's order: write
+        permission on it (AccessRefused), NotFound if missing, AccessRefused if
+        internal, topic write permission on a topic exchange (AccessRefused)."""
+        self.access.publish(name)
         exchange = self.vhost.get_exchange(name)
         if exchange.internal:
             raise access_refused(f"cannot publish to internal exchange '{name}' in vhost '{self.vhost.name}'")
+        if exchange.type == "topic" and self.access.users.topic_permissions:
+            self.access.topic("write", name, routing_key)
         return exchange
 
     def publish(self, exchange: Exchange, message: Message, mandatory: bool = False) -> None:
@@ -112,7 +118,7 @@ class Publisher:
         vhost = self.vhost
         outcome = ACCEPTED
         if exchange.name == api.API_EXCHANGE:  # a request to leveret's extensions
-            reply = api.handle(vhost, message, self.owner)
+            reply = api.handle(self.session, message)
             if reply is not None:
                 self._route(vhost.exchanges[DEFAULT_EXCHANGE], reply, False, 0)
             routed = True

@@ -195,17 +195,19 @@ class VirtualHost:
         exclusive: bool = False,
         auto_delete: bool = False,
         arguments: dict | None = None,
+        server_named: bool = False,
     ) -> Queue:
         """queue.declare (§1.8.2.1). ``owner`` is the declaring connection; an empty
-        ``name`` gets a server-generated ``amq.gen-…`` name. NotFound for a passive declare
-        of a missing queue, AccessRefused for an ``amq.`` name, ResourceLocked for another
+        ``name`` gets a server-generated ``amq.gen-…`` name (``server_named``: ``name`` is
+        one already, from :meth:`new_queue_name`). NotFound for a passive declare of a
+        missing queue, AccessRefused for an ``amq.`` name, ResourceLocked for another
         connection's exclusive queue, PreconditionFailed for an invalid argument or an
         inequivalent redeclaration."""
         if passive:
             return self.get_queue(name, owner)
         if not name:
             name = self.new_queue_name()
-        elif name.startswith("amq."):
+        elif name.startswith("amq.") and not server_named:
             raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         arguments = dict(arguments or {})
         existing = self.queues.get(name)
@@ -269,6 +271,15 @@ class VirtualHost:
             consumer.cancel_by_broker()
         queue.consumers.clear()
         return count
+
+    def delete_all(self) -> None:
+        """The vhost is being deleted: delete every queue (consumers are cancelled) and
+        exchange, and their stored definitions and messages."""
+        for name in list(self.queues):
+            self.delete_queue(name)
+        for exchange in list(self.exchanges.values()):
+            if exchange.name in self.exchanges:
+                self._remove_exchange(exchange)
 
     def connection_closed(self, owner: Any) -> None:
         """Delete the exclusive queues of a closed connection."""

@@ -16,20 +16,23 @@ API so existing tools and scripts can read it:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 import decimal
 import ipaddress
+import logging
 from typing import Any
 
 from aiohttp import web
 
-from ..core.auth import AuthenticationError
+from ..core.auth import AuthenticationError, User
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
 from ..core.policy import matching
 from ..core.queues import Queue
 from ..version import __version__
+from .admin import AdminAPI
 
 
 def _jsonable(value: Any) -> Any:
@@ -63,15 +66,69 @@ async def _broker_errors(request: web.Request, handler: Any) -> web.StreamRespon
         )
 
 
-class ManagementAPI:
-    """Serves the API for ``core`` on ``host:port`` (0 picks a free port)."""
+#: Any of these tags opens the management API (RabbitMQ's rule); ``administrator``
+#: and ``monitoring`` see every vhost, the others those they have a permission in.
+MANAGEMENT_TAGS = frozenset(("administrator", "monitoring", "policymaker", "management"))
+SEES_ALL_TAGS = frozenset(("administrator", "monitoring"))
+#: Routes that need the administrator tag (all methods, except GET on a vhost).
+ADMIN_PATHS = frozenset(
+    (
+        "/api/users",
+        "/api/users/{user}",
+        "/api/users/{user}/permissions",
+        "/api/users/{user}/topic-permissions",
+        "/api/permissions",
+        "/api/permissions/{vhost}/{user}",
+        "/api/topic-permissions",
+        "/api/topic-permissions/{vhost}/{user}",
+        "/api/vhosts/{vhost}/permissions",
+    )
+)
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+#: Sent with every answer: RabbitMQ's content security policy, and no sniffing,
+#: framing or caching of what the API says.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "script-src 'self' 'unsafe-eval' 'unsafe-inline'; object-src 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+log = logging.getLogger("leveret.management")
 
-    def __init__(self, core: BrokerCore, host: str, port: int) -> None:
+
+def _unauthorised(reason: str) -> web.Response:
+    return web.json_response(
+        {"error": "not_authorised", "reason": reason},
+        status=401,
+        headers={"WWW-Authenticate": 'Basic realm="leveret"'},
+    )
+
+
+def host_name(header: str) -> str:
+    """The host part of a ``Host`` header: ``name``, ``name:port``, ``[v6]:port``."""
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    if header.count(":") == 1:
+        return header.partition(":")[0]
+    return header
+
+
+class ManagementAPI:
+    """Serves the API for ``core`` on ``host:port`` (0 picks a free port).
+    ``allowed_hosts``: the names a request's ``Host`` header may carry (against DNS
+    rebinding); by default the loopback names and ``host`` itself."""
+
+    def __init__(
+        self, core: BrokerCore, host: str, port: int, allowed_hosts: list[str] | None = None
+    ) -> None:
         self.core = core
         self.host = host
         self.port = port
+        defaults = [*LOOPBACK_HOSTS, host] if host not in ("", "0.0.0.0", "::") else list(LOOPBACK_HOSTS)
+        self.allowed_hosts = {h.lower() for h in (allowed_hosts or defaults)}
         self._runner: web.AppRunner | None = None
-        app = web.Application(middlewares=[self._authenticate, _broker_errors])
+        app = web.Application(middlewares=[self._guard, self._authenticate, _broker_errors])
         app.add_routes(
             [
                 web.get("/api/overview", self.overview),
@@ -82,6 +139,7 @@ class ManagementAPI:
                 web.delete("/api/queues/{vhost}/{name}/contents", self.purge),
                 web.get("/api/exchanges/{vhost}", self.exchanges),
                 web.get("/api/bindings/{vhost}", self.bindings),
+                *AdminAPI(core).routes(),
             ]
         )
         self.app = app
@@ -102,28 +160,73 @@ class ManagementAPI:
             self._runner = None
 
     @web.middleware
+    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Refuse a ``Host`` not in :attr:`allowed_hosts` (400; a browser page on
+        another site cannot reach the API through DNS rebinding), and send
+        :data:`SECURITY_HEADERS` with every answer."""
+        host = host_name(request.headers.get("Host", "")).lower()
+        if host not in self.allowed_hosts:
+            log.warning("HTTP request from %s refused: Host '%s' not allowed", request.remote, host)
+            response: web.StreamResponse = web.json_response(
+                {"error": "bad_request", "reason": f"Host '{host}' is not allowed (http_allowed_hosts)"},
+                status=400,
+            )
+        else:
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:
+                response = exc
+        response.headers.update(SECURITY_HEADERS)
+        if isinstance(response, web.HTTPException):
+            raise response
+        return response
+
+    @web.middleware
     async def _authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        challenge = {"WWW-Authenticate": 'Basic realm="leveret"'}
+        """HTTP basic login with the broker's users: a refused login is RabbitMQ's 401
+        ``Login failed`` (logged without the secret, slowed down per address); then
+        the tags must allow the route (401 ``Not management user`` / ``Not
+        administrator user``)."""
         header = request.headers.get("Authorization", "")
+        peer = request.remote or ""
+        username = "?"
         try:
             scheme, _, encoded = header.partition(" ")
             if scheme.lower() != "basic":
                 raise AuthenticationError("basic authentication required")
             username, _, password = base64.b64decode(encoded).decode().partition(":")
-            peer = request.remote or ""
             loopback = peer in ("", "localhost") or ipaddress.ip_address(peer).is_loopback
-            request["user"] = self.core.users.authenticate(username, password, loopback)
+            user = self.core.users.authenticate(username, password, loopback)
         except (AuthenticationError, ValueError, UnicodeDecodeError) as exc:
+            log.warning("HTTP access denied: user '%s' from %s - %s", username, peer, exc)
+            delay = self.core.login_throttle.failed(peer)
+            if delay:
+                await asyncio.sleep(delay)
             return web.json_response(
-                {"error": "not_authorised", "reason": str(exc)}, status=401, headers=challenge
+                {"error": "not_authorized", "reason": "Login failed"},
+                status=401,
+                headers={"WWW-Authenticate": 'Basic realm="leveret"'},
             )
+        self.core.login_throttle.succeeded(peer)
+        tags = set(user.tags)
+        if not tags & MANAGEMENT_TAGS:
+            return _unauthorised("Not management user")
+        resource = request.match_info.route.resource
+        path = resource.canonical if resource is not None else ""
+        admin = path in ADMIN_PATHS or (path == "/api/vhosts/{vhost}" and request.method != "GET")
+        if admin and "administrator" not in tags:
+            return _unauthorised("Not administrator user")
+        request["user"] = user
         return await handler(request)
 
     # -- helpers --------------------------------------------------------------------
+    def _sees(self, user: User, vhost: str) -> bool:
+        return bool(SEES_ALL_TAGS.intersection(user.tags)) or self.core.users.may_access(user, vhost)
+
     def _vhost(self, request: web.Request) -> Any:
         name = request.match_info["vhost"]
         vhost = self.core.vhosts.get(name)
-        if vhost is None or not self.core.users.may_access(request["user"], name):
+        if vhost is None or not self._sees(request["user"], name):
             raise web.HTTPNotFound(
                 text=f'{{"error": "Object Not Found", "reason": "vhost {name}"}}',
                 content_type="application/json",
@@ -131,9 +234,7 @@ class ManagementAPI:
         return vhost
 
     def _visible_vhosts(self, request: web.Request) -> list:
-        return [
-            v for name, v in self.core.vhosts.items() if self.core.users.may_access(request["user"], name)
-        ]
+        return [v for name, v in self.core.vhosts.items() if self._sees(request["user"], name)]
 
     def _queue_info(self, queue: Queue) -> dict:
         policy = matching(self.core.policies, queue.vhost.name, queue.name, "queues")

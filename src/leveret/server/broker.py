@@ -90,7 +90,9 @@ class Broker:
         try:
             await self.listener.start()
             if self.settings.http_port is not None:
-                self.management = ManagementAPI(self.core, self.settings.bind, self.settings.http_port)
+                self.management = ManagementAPI(
+                    self.core, self.settings.bind, self.settings.http_port, self.settings.http_allowed_hosts
+                )
                 await self.management.start()
         except BaseException:
             await self.listener.stop()

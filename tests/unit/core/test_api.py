@@ -12,11 +12,15 @@ import json
 import pytest
 
 from leveret.core import BrokerCore, Message, api
+from leveret.core.access import Access
+from leveret.core.auth import UserDatabase
 from leveret.core.clock import ManualClock
 from leveret.core.lease import Lease
 from leveret.core.message import Properties
+from leveret.core.session import Session
 
 OWNER = "connection-1"  # stands for the requesting connection (exclusive ownership)
+USERS = UserDatabase()  # guest, with every permission on "/"
 
 
 @pytest.fixture
@@ -36,7 +40,8 @@ def call(vhost, operation: str, body, reply_to: str | None = "replies") -> dict 
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     request = Message.build(api.API_EXCHANGE, operation, raw,
                             Properties(reply_to=reply_to, correlation_id="c-1"))
-    reply = api.handle(vhost, request, OWNER)
+    session = Session(vhost, Access(USERS, USERS.users["guest"], vhost.name), OWNER)
+    reply = api.handle(session, request)
     if reply is None:
         return None
     assert (reply.exchange, reply.routing_key) == ("", "replies")
@@ -132,8 +137,8 @@ def test_broker_errors_carry_their_condition(vhost, operation, body, condition, 
 
 # -- a bug propagates -------------------------------------------------------------------
 def test_a_programming_error_in_an_operation_propagates(vhost, monkeypatch):
-    def broken(vhost, request, owner):
-        return {"next": vhost.no_such_attribute}
+    def broken(session, request):
+        return {"next": session.no_such_attribute}
 
     monkeypatch.setitem(api.OPERATIONS, "lease.info", broken)
     with pytest.raises(AttributeError, match="no_such_attribute"):

@@ -97,7 +97,8 @@ def test_guest_from_loopback_gets_connection_tune():
 
 
 def test_a_user_not_limited_to_loopback_logs_in_from_anywhere():
-    users = UserDatabase([User("guest", "guest"), User("alice", "s3cret")], loopback_users=["guest"])
+    users = UserDatabase([User.with_password("guest", "guest"), User.with_password("alice", "s3cret")],
+                         loopback_users=["guest"])
     client = Client(from_loopback=False, core=BrokerCore(ManualClock(), users=users))
     client.login("alice", "s3cret")
     assert isinstance(client.methods()[-1], C.Tune)

@@ -69,7 +69,10 @@ class Channel:
         self.delivery_tag = 0
         self.prefetch_count = 0  # per consumer (basic.qos global=false)
         self.global_prefetch = 0  # per channel (global=true)
-        self.publisher = Publisher(self.vhost, connection, self)
+        session = connection.session
+        assert session is not None  # made with the vhost, at connection.open
+        self.session = session
+        self.publisher = Publisher(session, self)
         self.last_queue = ""
         self.reply_to_key: str | None = None
         # content being assembled: publish method, header, remaining size, body chunks
@@ -208,24 +211,24 @@ class Channel:
 
     # -- exchanges ------------------------------------------------------------------
     def _exchange_declare(self, m: commands.Exchange.Declare) -> None:
-        self.vhost.declare_exchange(
+        self.session.declare_exchange(
             m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal, m.arguments
         )
         if not m.nowait:
             self.send_method(commands.Exchange.DeclareOk())
 
     def _exchange_delete(self, m: commands.Exchange.Delete) -> None:
-        self.vhost.delete_exchange(m.exchange, m.if_unused)
+        self.session.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self.send_method(commands.Exchange.DeleteOk())
 
     def _exchange_bind(self, m: commands.Exchange.Bind) -> None:
-        self.vhost.bind(m.source, self.vhost.get_exchange(m.destination), m.routing_key, m.arguments)
+        self.session.bind(m.source, "exchange", m.destination, m.routing_key, m.arguments)
         if not m.nowait:
             self.send_method(commands.Exchange.BindOk())
 
     def _exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
-        self.vhost.unbind(m.source, self.vhost.get_exchange(m.destination), m.routing_key, m.arguments)
+        self.session.unbind(m.source, "exchange", m.destination, m.routing_key, m.arguments)
         if not m.nowait:
             self.send_method(commands.Exchange.UnbindOk())
 
@@ -238,16 +241,16 @@ class Channel:
             raise not_found("no previously declared queue")
         return self.last_queue
 
-    def _queue(self, name: str) -> Queue:
-        return self.vhost.get_queue(self._queue_name(name), owner=self.connection)
+    def _readable_queue(self, name: str) -> Queue:
+        return self.session.readable_queue(self._queue_name(name))
 
     def _queue_declare(self, m: commands.Queue.Declare) -> None:
         if m.passive and m.queue == REPLY_TO:
             self.send_method(commands.Queue.DeclareOk(queue=REPLY_TO, message_count=0, consumer_count=0))
             return
         name = self._queue_name(m.queue) if m.passive else m.queue
-        queue = self.vhost.declare_queue(
-            name, self.connection, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments
+        queue = self.session.declare_queue(
+            name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments
         )
         self.last_queue = queue.name
         if not m.nowait:
@@ -258,21 +261,21 @@ class Channel:
             )
 
     def _queue_bind(self, m: commands.Queue.Bind) -> None:
-        self.vhost.bind(m.exchange, self._queue(m.queue), m.routing_key, m.arguments)
+        self.session.bind(m.exchange, "queue", self._queue_name(m.queue), m.routing_key, m.arguments)
         if not m.nowait:
             self.send_method(commands.Queue.BindOk())
 
     def _queue_unbind(self, m: commands.Queue.Unbind) -> None:
-        self.vhost.unbind(m.exchange, self._queue(m.queue), m.routing_key, m.arguments)
+        self.session.unbind(m.exchange, "queue", self._queue_name(m.queue), m.routing_key, m.arguments)
         self.send_method(commands.Queue.UnbindOk())
 
     def _queue_purge(self, m: commands.Queue.Purge) -> None:
-        count = self._queue(m.queue).purge()
+        count = self._readable_queue(m.queue).purge()
         if not m.nowait:
             self.send_method(commands.Queue.PurgeOk(message_count=count))
 
     def _queue_delete(self, m: commands.Queue.Delete) -> None:
-        count = self.vhost.delete_queue(self._queue_name(m.queue), self.connection, m.if_unused, m.if_empty)
+        count = self.session.delete_queue(self._queue_name(m.queue), m.if_unused, m.if_empty)
         if not m.nowait:
             self.send_method(commands.Queue.DeleteOk(message_count=count))
 
@@ -295,7 +298,7 @@ class Channel:
         if name == REPLY_TO:
             self._consume_reply_to(m, tag)
             return
-        queue = self.vhost.get_queue(name, owner=self.connection)
+        queue = self.session.readable_queue(name)
         arguments = m.arguments or {}
         if "x-lease-group" in arguments:
             self._read_lease(queue, m, tag, arguments)
@@ -399,7 +402,7 @@ class Channel:
         connection.send_parts(parts)
 
     def _basic_get(self, m: commands.Basic.Get) -> None:
-        queue = self._queue(m.queue)
+        queue = self._readable_queue(m.queue)
         entry = queue.get()
         if entry is None:
             self.send_method(commands.Basic.GetEmpty())
@@ -523,7 +526,7 @@ class Channel:
         (406) for a bad expiration or a direct reply-to without its consumer."""
         if self.connection.core.alarm_active:
             self.connection.block_publisher()
-        exchange = self.publisher.exchange(exchange_name)
+        exchange = self.publisher.exchange(exchange_name, routing_key)
         message = from_publish(exchange_name, routing_key, header, body, facts)
         if header[12] & _REPLY_TO_HIGH_BITS:
             message = self._rewrite_reply_to(message)

@@ -47,10 +47,12 @@ from ...amqp.frames import (
     encode_method,
     publish_fields,
 )
+from ...core.access import Access
 from ...core.auth import AuthenticationError, User
 from ...core.broker import BrokerCore
 from ...core.clock import Timer
 from ...core.errors import BrokerError
+from ...core.session import Session
 from ...core.vhost import VirtualHost
 from ...version import __version__
 from .channel import Channel
@@ -126,7 +128,8 @@ class Connection:
     """State machine of one client connection.
 
     States: ``header`` → ``start`` (start sent) → ``tune`` → ``open`` (awaiting
-    connection.open) → ``opened``; ``closing`` after connection.close is sent,
+    connection.open) → ``opened``; ``refusing`` while a refused login waits out its
+    throttle delay (nothing is read); ``closing`` after connection.close is sent,
     ``closed`` at the end.
     """
 
@@ -149,6 +152,7 @@ class Connection:
         self.state = "header"
         self.user: User | None = None  # set by connection.start-ok
         self.vhost: VirtualHost | None = None  # set by connection.open
+        self.session: Session | None = None  # the user's operations in the vhost, likewise
         self.client_properties: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         limits = core.limits
@@ -226,7 +230,7 @@ class Connection:
             data = self._protocol_header(data)
             if not data:
                 return
-        if self.state == "closed":
+        if self.state == "closed" or self.state == "refusing":
             return
         try:
             frames = self._reader.feed(data)
@@ -255,7 +259,7 @@ class Connection:
             except ConnectionError as exc:
                 class_id, method_id = _ids(payload) if frame_type == FRAME_METHOD else (0, 0)
                 self._connection_error(exc, class_id, method_id)
-            if self.state == "closed":
+            if self.state == "closed" or self.state == "refusing":
                 return
 
     def _publish_whole(self, frames: list[tuple[int, int, bytes]], i: int) -> int:
@@ -449,26 +453,46 @@ class Connection:
         elif not isinstance(method, (C.Blocked, C.Unblocked)):
             raise ConnectionError(COMMAND_INVALID, f"unexpected {method.name} in state {self.state}")
 
-    def _login(self, mechanism: str, response: str | bytes) -> User:
-        username, password = parse_response(mechanism, response)
-        return self.core.users.authenticate(username, password, self.from_loopback, mechanism)
-
     def _start_ok(self, m: C.StartOk) -> None:
         self.client_properties = m.client_properties or {}
         capabilities = self.client_properties.get("capabilities")
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         if m.mechanism not in MECHANISMS:
             raise ConnectionError(COMMAND_INVALID, f"unknown authentication mechanism '{m.mechanism}'")
+        username = "?"
+        address = self.peer.rpartition(":")[0]
         try:
-            self.user = self._login(m.mechanism, m.response)
+            username, password = parse_response(m.mechanism, m.response)
+            self.user = self.core.users.authenticate(username, password, self.from_loopback, m.mechanism)
         except AuthenticationError as exc:
-            log.warning("connection %s: login refused: %s", self.peer, exc)
+            # RabbitMQ's log line, with the address; never the secret.
+            log.warning(
+                "connection %s: %s login refused: user '%s' - %s", self.peer, m.mechanism, username, exc
+            )
+            delay = self.core.login_throttle.failed(address)
+            if delay:  # read nothing more, answer later (a guesser's rate drops)
+                self.state = "refusing"
+                self.transport.pause_reading()
+                self._timer.cancel()
+                text = str(exc)  # exc is unbound after the except clause
+                self._timer = self.loop.call_later(delay, lambda: self._refuse_login(text))
+                return
             raise ConnectionError(ACCESS_REFUSED, str(exc)) from None
+        self.core.login_throttle.succeeded(address)
         self.state = "tune"
         limits = self.core.limits
         self.send_method(
             0, C.Tune(channel_max=limits.channel_max, frame_max=limits.frame_max, heartbeat=limits.heartbeat)
         )
+
+    def _refuse_login(self, text: str) -> None:
+        """A throttled refusal's time has come: connection.close 403, read again for
+        the close-ok."""
+        if self.state != "refusing":
+            return
+        self.state = "start"
+        self._connection_error(ConnectionError(ACCESS_REFUSED, text), 0, 0)
+        self.transport.resume_reading()
 
     def _tune_ok(self, m: C.TuneOk) -> None:
         limits = self.core.limits
@@ -489,18 +513,25 @@ class Connection:
         assert user is not None  # state "open" follows a successful start-ok
         vhost = self.core.vhosts.get(m.virtual_host)
         if vhost is None:
-            raise ConnectionError(NOT_ALLOWED, f"vhost '{m.virtual_host}' not found")
+            raise ConnectionError(NOT_ALLOWED, f"vhost {m.virtual_host} not found")
         if not self.core.users.may_access(user, vhost.name):
             raise ConnectionError(
                 NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{user.name}'"
             )
         self.vhost = vhost
+        self.session = Session(vhost, Access(self.core.users, user, vhost.name), self)
         self.state = "opened"
         self.send_method(0, C.OpenOk())
         self._timer.cancel()
         if self.heartbeat:
             self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
         self.core.alarm_listeners.append(self._on_alarm)
+        self.core.vhost_deleted_listeners.append(self._on_vhost_deleted)
+
+    def _on_vhost_deleted(self, name: str) -> None:
+        """This connection's vhost is being deleted: 320, as RabbitMQ."""
+        if self.vhost is not None and self.vhost.name == name:
+            self.close(CONNECTION_FORCED, f"vhost '{name}' is deleted")
 
     def _update_secret(self, m: C.UpdateSecret) -> None:
         assert self.user is not None  # state "opened" follows a successful start-ok
@@ -625,6 +656,8 @@ class Connection:
             self.vhost.connection_closed(self)
         if self._on_alarm in self.core.alarm_listeners:
             self.core.alarm_listeners.remove(self._on_alarm)
+        if self._on_vhost_deleted in self.core.vhost_deleted_listeners:
+            self.core.vhost_deleted_listeners.remove(self._on_vhost_deleted)
 
 
 def _ids(payload: bytes) -> tuple[int, int]:

@@ -1,0 +1,138 @@
+"""One user's operations in one virtual host, each checked as RabbitMQ checks it
+(``rabbit_channel``) before :class:`~.vhost.VirtualHost` carries it out. Every protocol
+adapter goes through a Session, so every protocol enforces the same permissions:
+
+=====================================  ===============================================
+operation                              permission (see :mod:`.access`)
+=====================================  ===============================================
+declare an exchange (not passive)      configure on it; with ``alternate-exchange``,
+                                       when it is created: read on it, write on the AE
+delete an exchange                     configure on it
+declare a queue (not passive)          configure on it (a server-named one too); with
+                                       ``x-dead-letter-exchange``, when it is created:
+                                       read on it, write on the DLX
+delete a queue                         configure on it
+bind, unbind                           write on the destination, read on the source;
+                                       topic read on a topic source's routing key
+consume, get, purge                    read on the queue
+publish                                write on the exchange (``amq.default`` for the
+                                       default one); topic write on a topic exchange
+=====================================  ===============================================
+
+Passive declares check nothing but existence, as RabbitMQ. Checks come before the
+existence checks, in RabbitMQ's order, so the same request gets the same error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .access import Access
+from .exchange import DEFAULT_EXCHANGE, Exchange
+from .queues import Queue
+from .vhost import VirtualHost
+
+
+class Session:
+    """``access``'s operations on ``vhost``; ``owner`` is the connection, for exclusive
+    queues. Errors: core's neutral ones (AccessRefused for a refused permission with
+    RabbitMQ's text, then whatever the vhost raises)."""
+
+    def __init__(self, vhost: VirtualHost, access: Access, owner: Any) -> None:
+        self.vhost = vhost
+        self.access = access
+        self.owner = owner
+
+    # -- exchanges ------------------------------------------------------------------
+    def declare_exchange(
+        self,
+        name: str,
+        type: str,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict | None = None,
+    ) -> Exchange:
+        """exchange.declare (see :meth:`VirtualHost.declare_exchange`)."""
+        if not passive and name != DEFAULT_EXCHANGE:  # the default: the vhost refuses it
+            self.access.configure("exchange", name)
+            alternate = (arguments or {}).get("alternate-exchange")
+            if name not in self.vhost.exchanges and isinstance(alternate, str):
+                self.access.read("exchange", name)
+                self.access.write("exchange", alternate)
+        return self.vhost.declare_exchange(name, type, passive, durable, auto_delete, internal, arguments)
+
+    def delete_exchange(self, name: str, if_unused: bool = False) -> None:
+        """exchange.delete; the default and ``amq.`` exchanges are refused first."""
+        if name != DEFAULT_EXCHANGE and not name.startswith("amq."):
+            self.access.configure("exchange", name)
+        self.vhost.delete_exchange(name, if_unused)
+
+    # -- queues ---------------------------------------------------------------------
+    def declare_queue(
+        self,
+        name: str,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict | None = None,
+    ) -> Queue:
+        """queue.declare (see :meth:`VirtualHost.declare_queue`); an empty ``name`` gets a
+        server-generated one, checked like any other."""
+        vhost = self.vhost
+        if passive:
+            return vhost.declare_queue(name, self.owner, True)
+        server_named = not name
+        if server_named:
+            name = vhost.new_queue_name()
+        if not name.startswith("amq.") or server_named:  # else the vhost refuses the name
+            self.access.configure("queue", name)
+            dead_letter_exchange = (arguments or {}).get("x-dead-letter-exchange")
+            if name not in vhost.queues and isinstance(dead_letter_exchange, str):
+                self.access.read("queue", name)
+                self.access.write("exchange", dead_letter_exchange)
+        return vhost.declare_queue(
+            name, self.owner, False, durable, exclusive, auto_delete, arguments, server_named
+        )
+
+    def delete_queue(self, name: str, if_unused: bool = False, if_empty: bool = False) -> int:
+        """queue.delete: the number of messages deleted (0 for a missing queue)."""
+        self.access.configure("queue", name)
+        return self.vhost.delete_queue(name, self.owner, if_unused, if_empty)
+
+    def readable_queue(self, name: str) -> Queue:
+        """The queue to consume from, get from or purge: read on it, then NotFound or
+        ResourceLocked from the vhost."""
+        self.access.read("queue", name)
+        return self.vhost.get_queue(name, self.owner)
+
+    # -- bindings -------------------------------------------------------------------
+    def _check_binding(self, source: str, kind: str, destination: str, routing_key: str) -> None:
+        self.access.write(kind, destination)
+        if source == DEFAULT_EXCHANGE or (kind == "exchange" and destination == DEFAULT_EXCHANGE):
+            return  # the vhost refuses bindings to or from the default exchange
+        self.access.read("exchange", source)
+        exchange = self.vhost.exchanges.get(source)
+        if exchange is not None and exchange.type == "topic":
+            self.access.topic("read", source, routing_key)
+
+    def _destination(self, kind: str, name: str) -> Queue | Exchange:
+        if kind == "queue":
+            return self.vhost.get_queue(name, self.owner)
+        return self.vhost.get_exchange(name)
+
+    def bind(
+        self, source: str, kind: str, destination: str, routing_key: str, arguments: dict | None = None
+    ) -> None:
+        """queue.bind (``kind`` ``queue``) or exchange.bind (``exchange``)."""
+        self._check_binding(source, kind, destination, routing_key)
+        self.vhost.bind(source, self._destination(kind, destination), routing_key, arguments)
+
+    def unbind(
+        self, source: str, kind: str, destination: str, routing_key: str, arguments: dict | None = None
+    ) -> None:
+        """queue.unbind or exchange.unbind."""
+        self._check_binding(source, kind, destination, routing_key)
+        self.vhost.unbind(source, self._destination(kind, destination), routing_key, arguments)
