@@ -285,23 +285,29 @@ class RabbitMQ(Broker):
     plugin), and an empty ``rabbitmq-env.conf`` so /etc settings are ignored.
 
     ``schedulers``: if set, Erlang scheduler threads (``+S N:N``); default is
-    one per core.
+    one per core. ``management``: enable ``rabbitmq_management`` on a free
+    loopback port (``http_port``), for the tests that compare HTTP answers.
     """
 
-    def __init__(self, start_timeout: float = 90.0, schedulers: int | None = None) -> None:
+    def __init__(self, start_timeout: float = 90.0, schedulers: int | None = None,
+                 management: bool = False) -> None:
         super().__init__(name="rabbitmq")
         self.start_timeout = start_timeout
         self.schedulers = schedulers
+        self.management = management
         self.epmd_port = 0
+        self.http_port = 0
 
     def _env(self) -> dict:
         w = self.workdir
         Path(w, "rabbitmq-env.conf").write_text("")
-        Path(w, "enabled_plugins").write_text("[].\n")
+        Path(w, "enabled_plugins").write_text("[rabbitmq_management].\n" if self.management else "[].\n")
         Path(w, "rabbitmq.conf").write_text(
             "loopback_users.guest = true\n"
             "log.console = false\n"
             "log.file.level = warning\n"
+            + (f"management.tcp.port = {self.http_port}\nmanagement.tcp.ip = 127.0.0.1\n"
+               if self.management else "")
         )
         erl_args = "-kernel inet_dist_use_interface {127,0,0,1}"
         if self.schedulers:
@@ -333,6 +339,7 @@ class RabbitMQ(Broker):
         self.workdir = tempfile.mkdtemp(prefix="rabbitmq-bench-")
         self.port = free_port()
         self.epmd_port = free_port()
+        self.http_port = free_port() if self.management else 0
         self.extra = {"nodename": f"bench-{secrets.token_hex(4)}@localhost", "dist_port": free_port()}
 
     def launch(self, timeout: float = 900.0) -> float:

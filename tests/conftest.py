@@ -10,6 +10,9 @@ from pathlib import Path
 import pika
 import pytest
 from servers import ServerProcess
+from targets import Target, rabbitmq_installed, start_rabbitmq
+
+from leveret import BlockingBroker
 
 
 @pytest.fixture
@@ -35,6 +38,29 @@ def connection(amqp_url: str) -> Iterator[pika.BlockingConnection]:
 @pytest.fixture
 def channel(connection: pika.BlockingConnection):
     return connection.channel()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_target() -> Iterator[Target]:
+    """One private RabbitMQ node with management for the session (skipped when
+    rabbitmq-server is not installed)."""
+    if not rabbitmq_installed():
+        pytest.skip("rabbitmq-server is not installed: only leveret is checked")
+    node, target = start_rabbitmq()
+    yield target
+    node.stop()
+
+
+@pytest.fixture(params=["leveret", "rabbitmq"])
+def target(request) -> Iterator[Target]:
+    """The test's broker: a fresh leveret (AMQP and HTTP), or the session's RabbitMQ."""
+    if request.param == "rabbitmq":
+        yield request.getfixturevalue("rabbitmq_target")
+        return
+    with BlockingBroker(amqp_port=0, http_port=0) as broker:
+        management = broker.broker.management
+        assert management is not None
+        yield Target("leveret", broker.broker.host, broker.amqp_port, management.port)
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -134,7 +134,11 @@ class UserDatabase:
         (``from_loopback``: the peer is 127/8 or ::1). Raises AuthenticationError with
         RabbitMQ's texts (the AMQP adapter sends them in connection.close 403)."""
         user = self.users.get(username)
-        if user is None or not check_password(password, user.password_hash, user.hashing_algorithm):
+        if (
+            user is None
+            or not password  # RabbitMQ refuses a blank password whatever the hash
+            or not check_password(password, user.password_hash, user.hashing_algorithm)
+        ):
             raise AuthenticationError(
                 f"Login was refused using authentication mechanism {mechanism}. "
                 "For details see the broker logfile."

@@ -5,7 +5,8 @@ need the ``administrator`` tag (the caller checks, see :mod:`.api`).
 
 - ``GET /api/whoami`` → ``{"name", "tags"}``
 - ``GET /api/users``; ``GET|PUT|DELETE /api/users/{user}``: PUT ``{"password"}`` or
-  ``{"password_hash", "hashing_algorithm"?}`` (or neither: no password) and ``"tags"``
+  ``{"password_hash", "hashing_algorithm"?}`` (neither, or an empty one: no password
+  logs in) and ``"tags"``
   (a comma-separated string or a list; required) → 201 created, 204 replaced
 - ``GET /api/users/{user}/permissions``, ``/api/users/{user}/topic-permissions``
 - ``GET /api/permissions``; ``GET|PUT|DELETE /api/permissions/{vhost}/{user}``: PUT
@@ -19,6 +20,7 @@ need the ``administrator`` tag (the caller checks, see :mod:`.api`).
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 from aiohttp import web
@@ -146,6 +148,8 @@ class AdminAPI:
             return bad_request("tags must be a string or a list of strings")
         if isinstance(body.get("password"), str):
             user = User.with_password(name, body["password"], tags)
+        elif "password_hash" not in body:  # neither: no password works (RabbitMQ hashes a random one)
+            user = User.with_password(name, secrets.token_urlsafe(32), tags)
         else:
             password_hash = body.get("password_hash", "")
             algorithm = body.get("hashing_algorithm", passwords.DEFAULT_ALGORITHM)

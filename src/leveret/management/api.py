@@ -21,6 +21,7 @@ import base64
 import datetime
 import decimal
 import ipaddress
+import json
 import logging
 from typing import Any
 
@@ -32,7 +33,7 @@ from ..core.errors import BrokerError
 from ..core.policy import matching
 from ..core.queues import Queue
 from ..version import __version__
-from .admin import AdminAPI
+from .admin import NOT_FOUND, AdminAPI
 
 
 def _jsonable(value: Any) -> Any:
@@ -66,8 +67,9 @@ async def _broker_errors(request: web.Request, handler: Any) -> web.StreamRespon
         )
 
 
-#: Any of these tags opens the management API (RabbitMQ's rule); ``administrator``
-#: and ``monitoring`` see every vhost, the others those they have a permission in.
+#: Any of these tags opens the management API (RabbitMQ's rule). ``administrator``
+#: works in every vhost; the others in those they have a permission in, though
+#: ``monitoring`` lists every vhost.
 MANAGEMENT_TAGS = frozenset(("administrator", "monitoring", "policymaker", "management"))
 SEES_ALL_TAGS = frozenset(("administrator", "monitoring"))
 #: Routes that need the administrator tag (all methods, except GET on a vhost).
@@ -220,21 +222,30 @@ class ManagementAPI:
         return await handler(request)
 
     # -- helpers --------------------------------------------------------------------
-    def _sees(self, user: User, vhost: str) -> bool:
-        return bool(SEES_ALL_TAGS.intersection(user.tags)) or self.core.users.may_access(user, vhost)
+    def _works_in(self, user: User, vhost: str) -> bool:
+        """Whether ``user``'s lists and requests reach into ``vhost``: an administrator
+        everywhere, anyone else where they have a permission (RabbitMQ 3.10)."""
+        return "administrator" in user.tags or self.core.users.may_access(user, vhost)
 
     def _vhost(self, request: web.Request) -> Any:
+        """The route's vhost: RabbitMQ's 401 if the user has no permission there, 404 if
+        there is none."""
         name = request.match_info["vhost"]
-        vhost = self.core.vhosts.get(name)
-        if vhost is None or not self._sees(request["user"], name):
-            raise web.HTTPNotFound(
-                text=f'{{"error": "Object Not Found", "reason": "vhost {name}"}}',
+        if not self._works_in(request["user"], name):
+            raise web.HTTPUnauthorized(
+                text=json.dumps(
+                    {"error": "not_authorised", "reason": "User not authorised to access virtual host"}
+                ),
                 content_type="application/json",
             )
+        vhost = self.core.vhosts.get(name)
+        if vhost is None:
+            raise web.HTTPNotFound(text=json.dumps(NOT_FOUND), content_type="application/json")
         return vhost
 
     def _visible_vhosts(self, request: web.Request) -> list:
-        return [v for name, v in self.core.vhosts.items() if self._sees(request["user"], name)]
+        """The vhosts whose queues, exchanges and bindings the user's lists show."""
+        return [v for name, v in self.core.vhosts.items() if self._works_in(request["user"], name)]
 
     def _queue_info(self, queue: Queue) -> dict:
         policy = matching(self.core.policies, queue.vhost.name, queue.name, "queues")
@@ -276,8 +287,12 @@ class ManagementAPI:
         )
 
     async def vhosts(self, request: web.Request) -> web.Response:
-        """``GET /api/vhosts``: the vhosts the user may open, ``[{"name"}]``."""
-        return web.json_response([{"name": v.name} for v in self._visible_vhosts(request)])
+        """``GET /api/vhosts``: ``[{"name"}]``, every vhost for administrators and
+        monitoring users, else those the user has a permission in (RabbitMQ 3.10)."""
+        user = request["user"]
+        sees_all = bool(SEES_ALL_TAGS.intersection(user.tags))
+        names = [n for n in self.core.vhosts if sees_all or self.core.users.may_access(user, n)]
+        return web.json_response([{"name": n} for n in names])
 
     async def queues(self, request: web.Request) -> web.Response:
         """``GET /api/queues[/{vhost}]``: queues by vhost, then name (404 for a vhost

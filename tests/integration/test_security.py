@@ -1,0 +1,137 @@
+"""leveret's own guards, beyond RabbitMQ's rules (those are in test_permissions.py and
+test_management_access.py): failed logins slowed down and logged without the secret,
+the HTTP API's Host check and security headers, and users and permissions that live in
+the store (hashed), win over the config file once stored, and survive restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pika
+import pytest
+from amqp_raw import PLAIN_GUEST, RawClient
+from pamqp import commands
+from servers import ServerProcess
+from targets import Target
+
+from leveret import BlockingBroker
+from leveret.core.login_throttle import BASE, FREE
+from leveret.store.sqlite import SQLiteStore
+
+
+def refused_after(port: int, password: str) -> float:
+    """Seconds from a PLAIN start-ok with ``password`` to its connection.close 403."""
+    with RawClient(port) as client:
+        client.send(b"AMQP\x00\x00\x09\x01")
+        client.expect(commands.Connection.Start, 0)
+        started = time.monotonic()
+        client.send_method(0, commands.Connection.StartOk(
+            client_properties={}, mechanism="PLAIN", response=f"\x00guest\x00{password}", locale="en_US"))
+        close = client.expect_connection_close()
+        assert close.reply_code == 403
+        return time.monotonic() - started
+
+
+def test_failed_logins_from_one_address_are_answered_later_and_logged_without_the_secret(caplog):
+    caplog.set_level(logging.WARNING, "leveret.amqp")
+    with BlockingBroker(amqp_port=0) as broker:
+        delays = [refused_after(broker.amqp_port, "not-the-password") for _ in range(FREE + 2)]
+        assert max(delays[:FREE]) < BASE
+        assert delays[FREE] >= BASE * 0.9 and delays[FREE + 1] >= 2 * BASE * 0.9
+        # a right password still gets in at once, and starts the count afresh
+        with RawClient(broker.amqp_port) as client:
+            client.handshake(response=PLAIN_GUEST)
+        assert refused_after(broker.amqp_port, "wrong again") < BASE
+    lines = [r.getMessage() for r in caplog.records if "login refused" in r.getMessage()]
+    assert len(lines) == FREE + 3
+    assert all("user 'guest'" in line and "PLAIN" in line for line in lines)
+    assert not any("not-the-password" in r.getMessage() for r in caplog.records)
+
+
+@pytest.fixture
+def http_broker():
+    with BlockingBroker(amqp_port=0, http_port=0) as broker:
+        assert broker.broker.management is not None
+        yield Target("leveret", broker.broker.host, broker.amqp_port, broker.broker.management.port)
+
+
+def test_the_http_api_answers_only_its_own_host_names(http_broker):
+    port = http_broker.http_port
+    for host in ("localhost", f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+        assert http_broker.http("GET", "/api/whoami", headers={"Host": host})[0] == 200, host
+    status, body = http_broker.http("GET", "/api/whoami", headers={"Host": f"evil.example:{port}"})
+    assert (status, body) == (400, {"error": "bad_request",
+                                    "reason": "Host 'evil.example' is not allowed (http_allowed_hosts)"})
+
+
+def test_http_answers_carry_security_headers(http_broker, caplog):
+    caplog.set_level(logging.WARNING, "leveret.management")
+    for password, path, status in (("guest", "/api/whoami", 200), ("nope", "/api/whoami", 401),
+                                   ("guest", "/api/queues/%2F/missing", 404)):
+        got, _, headers = http_broker.http_raw("GET", path, password=password)
+        assert got == status
+        assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
+        assert headers["content-security-policy"].startswith("script-src 'self'")
+    assert any("HTTP access denied: user 'guest'" in r.getMessage() for r in caplog.records)
+    assert not any("nope" in r.getMessage() for r in caplog.records)
+
+
+CONFIG = """
+[[users]]
+name = "alice"
+password = "from-config"
+tags = ["administrator"]
+"""
+
+
+def test_stored_users_win_over_the_config_and_survive_restarts(tmp_path):
+    config = tmp_path / "leveret.toml"
+    config.write_text(CONFIG)
+    args = ("--config", str(config), "--http-port", "0")
+    server = ServerProcess(tmp_path / "data", *args)
+    try:
+        target = Target("leveret", server.host, server.port, int(server.http_url.rsplit(":", 1)[1]))
+        assert target.http("PUT", "/api/users/alice", {"password": "changed", "tags": "administrator"},
+                           user="alice", password="from-config") == (204, None)
+        assert target.http("DELETE", "/api/users/guest", user="alice", password="changed") == (204, None)
+        server.terminate()
+        server = ServerProcess(tmp_path / "data", *args)
+        target = Target("leveret", server.host, server.port, int(server.http_url.rsplit(":", 1)[1]))
+        target.amqp("alice", "changed").close()
+        for user, password in (("alice", "from-config"), ("guest", "guest")):
+            with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+                target.amqp(user, password)
+        stored = target.http("GET", "/api/users/alice", user="alice", password="changed")[1]
+        assert stored["hashing_algorithm"] == "rabbit_password_hashing_sha256"
+    finally:
+        server.kill()
+    text = b"".join(path.read_bytes() for path in (tmp_path / "data").iterdir() if path.is_file())
+    assert b"changed" not in text and b"from-config" not in text  # only hashes on disk
+
+
+def test_users_stored_in_clear_by_an_older_leveret_are_hashed_at_start(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    loop = asyncio.new_event_loop()
+    store = SQLiteStore(str(data))
+    store.load()
+    store.start(loop)
+    store.save_definition("user", "", "old", {"password": "plain", "vhosts": ["/"], "tags": []})
+    written = loop.create_future()
+    store.when_durable(written.set_result)
+    assert loop.run_until_complete(asyncio.wait_for(written, 10))
+    store.close()
+    loop.close()
+    server = ServerProcess(data)
+    try:
+        pika.BlockingConnection(pika.URLParameters(f"amqp://old:plain@{server.host}:{server.port}/%2F")).close()
+    finally:
+        server.kill()
+    store = SQLiteStore(str(data))
+    try:
+        rows = {name: row for _, name, row in store.load().definitions["user"]}
+    finally:
+        store.close()
+    assert "password" not in rows["old"] and rows["old"]["password_hash"]

@@ -1,0 +1,93 @@
+"""The same test against leveret and against a RabbitMQ 3.10 node, through the same AMQP
+and HTTP calls: :class:`Target` is either broker, seen as a client sees it.
+
+RabbitMQ runs when ``rabbitmq-server`` is installed (``apt-get install
+rabbitmq-server``): one private node with the management plugin per test session,
+started by the benchmarks' launcher (bench/brokers.py: its own ports, epmd and
+directory; a system RabbitMQ is never touched). Without it those cases are skipped, and
+the expected answers written in the tests (read from RabbitMQ 3.10.8) still check
+leveret.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pika
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from brokers import RabbitMQ, rabbitmq_installed  # noqa: E402
+
+
+class Target:
+    """A broker as its clients see it: AMQP and the management HTTP API."""
+
+    def __init__(self, name: str, host: str, amqp_port: int, http_port: int) -> None:
+        self.name, self.host, self.amqp_port, self.http_port = name, host, amqp_port, http_port
+
+    def url(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> str:
+        quoted = urllib.parse.quote(vhost, safe="")
+        return f"amqp://{user}:{password}@{self.host}:{self.amqp_port}/{quoted}"
+
+    def amqp(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> pika.BlockingConnection:
+        return pika.BlockingConnection(pika.URLParameters(self.url(user, password, vhost)))
+
+    def http(self, method: str, path: str, body: Any = None, user: str = "guest",
+             password: str = "guest", headers: dict | None = None) -> tuple[int, Any]:
+        """(status, decoded JSON body or None)."""
+        status, payload, _ = self.http_raw(method, path, body, user, password, headers)
+        return status, payload
+
+    def http_raw(self, method: str, path: str, body: Any = None, user: str = "guest",
+                 password: str = "guest", headers: dict | None = None) -> tuple[int, Any, dict]:
+        """(status, decoded JSON body or None, response headers lower-cased)."""
+        sent = {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(),
+                "Content-Type": "application/json", **(headers or {})}
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"http://{self.host}:{self.http_port}{path}", data=data,
+                                         method=method, headers=sent)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                status, raw, got = response.status, response.read(), response.headers
+        except urllib.error.HTTPError as error:
+            status, raw, got = error.code, error.read(), error.headers
+        try:
+            payload = json.loads(raw) if raw else None
+        except ValueError:
+            payload = raw.decode(errors="replace")
+        return status, payload, {k.lower(): v for k, v in got.items()}
+
+
+def unique(prefix: str) -> str:
+    """A name no other test uses (the RabbitMQ node is shared by the session)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def start_rabbitmq() -> tuple[RabbitMQ, Target]:
+    """A private RabbitMQ node with management, ready for HTTP."""
+    node = RabbitMQ(management=True)
+    node.start()
+    target = Target("rabbitmq", "127.0.0.1", node.port, node.http_port)
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if target.http("GET", "/api/overview")[0] == 200:
+                return node, target
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            node.stop()
+            raise RuntimeError("RabbitMQ's management plugin did not answer in 90 s")
+        time.sleep(0.5)
+
+
+__all__ = ["Target", "rabbitmq_installed", "start_rabbitmq", "unique"]
