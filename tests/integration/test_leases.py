@@ -113,7 +113,7 @@ def test_a_bug_in_an_operation_closes_only_that_connection_with_541(amqp_url, mo
     closes the requesting connection with 541 INTERNAL_ERROR; others keep working."""
     from leveret.core import api as core_api
 
-    def broken(vhost, request, owner):
+    def broken(session, request):
         raise AttributeError("'Lease' object has no attribute 'helt'")
 
     monkeypatch.setitem(core_api.OPERATIONS, "lease.info", broken)

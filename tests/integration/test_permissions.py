@@ -174,8 +174,11 @@ def test_deleting_a_vhost_closes_its_connections(target):
     with pytest.raises(ConnectionClosedByBroker) as caught:
         for _ in range(50):
             connection.process_data_events(0.1)
-    assert (caught.value.reply_code, caught.value.reply_text) == \
-        (320, f"CONNECTION_FORCED - vhost '{vhost}' is deleted")
+    deleted = (320, f"CONNECTION_FORCED - vhost '{vhost}' is deleted")
+    # RabbitMQ says "is down" when its vhost supervisor stops before the deletion notice
+    down = (320, f"CONNECTION_FORCED - vhost '{vhost}' is down")
+    assert (caught.value.reply_code, caught.value.reply_text) in \
+        ({deleted} if target.name == "leveret" else {deleted, down})
     assert target.http("GET", f"/api/vhosts/{vhost}")[0] == 404
     assert target.http("DELETE", f"/api/vhosts/{vhost}") == (404, {"error": "Object Not Found",
                                                                   "reason": "Not Found"})

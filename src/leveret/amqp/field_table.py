@@ -40,6 +40,30 @@ _Q = struct.Struct(">q").pack
 _D = struct.Struct(">d").pack
 
 
+#: Tables and arrays inside one another that a peer may send. Real clients nest three
+#: deep (x-death: an array of tables); a bound keeps decoding cheap and every later
+#: walk of the value safe (2,000 levels made pamqp's decoder recurse out of stack).
+MAX_NESTING = 64
+
+
+def nests_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether decoded ``value`` has tables or arrays nested more than ``limit`` deep
+    (walked without recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def _headers_position(header: bytes) -> tuple[int, int]:
     """(property flags, where the ``headers`` table is or would be) in a content header
     payload (§4.2.6.1): after content-type and content-encoding, two short strings."""

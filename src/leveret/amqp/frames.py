@@ -16,6 +16,7 @@ from pamqp.base import Frame as Method
 from pamqp.exceptions import UnmarshalingException
 
 from .errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError
+from .field_table import MAX_NESTING, nests_deeper
 from .properties import encode_properties, shortstr
 
 FRAME_METHOD = 1
@@ -156,11 +157,15 @@ def encode_deliver(
     return _DELIVER_HEAD.pack(FRAME_METHOD, channel, 4 + len(args), 60, 60) + args + b"\xce"
 
 
+_TOO_DEEP = f"field tables nested more than {MAX_NESTING} deep"
+
+
 def decode_method(payload: bytes) -> Method:
     """A method frame payload as a pamqp command.
 
     Raises ConnectionError 540 for an unknown class/method id and 502 for arguments that
-    do not decode.
+    do not decode, field tables included that nest more than
+    :data:`~.field_table.MAX_NESTING` deep.
     """
     if len(payload) < 4:
         raise ConnectionError(SYNTAX_ERROR, "method frame too short")
@@ -186,6 +191,12 @@ def decode_method(payload: bytes) -> Method:
         IndexError,
     ) as exc:
         raise ConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {exc}") from None
+    except RecursionError:
+        raise ConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {_TOO_DEEP}") from None
+    for name in method.__slots__:  # pamqp's arguments
+        value = getattr(method, name, None)
+        if isinstance(value, dict) and nests_deeper(value):
+            raise ConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {_TOO_DEEP}")
     return method
 
 

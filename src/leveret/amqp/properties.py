@@ -16,7 +16,7 @@ from pamqp.exceptions import UnmarshalingException
 from pamqp.header import ContentHeader
 
 from .errors import SYNTAX_ERROR, ConnectionError
-from .field_table import encode_plain_table
+from .field_table import MAX_NESTING, encode_plain_table, nests_deeper
 
 Properties = commands.Basic.Properties
 
@@ -54,7 +54,16 @@ REPLY_TO_FLAG = 0x0200
 EXPIRATION_FLAG = 0x0100
 
 _BODY_SIZE = struct.Struct(">Q")
-_DECODE_ERRORS = (UnmarshalingException, struct.error, ValueError, TypeError, UnicodeDecodeError, IndexError)
+# RecursionError: tables nested deeper than pamqp's recursive decoder can go.
+_DECODE_ERRORS = (
+    UnmarshalingException,
+    struct.error,
+    ValueError,
+    TypeError,
+    UnicodeDecodeError,
+    IndexError,
+    RecursionError,
+)
 
 
 def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
@@ -91,8 +100,11 @@ def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
                 else:
                     size = 4 + int.from_bytes(header[offset : offset + 4], "big")
                     table = header[offset : offset + size]
-                    if offset + size > end or pamqp_decode.field_table(table)[0] != size:
+                    consumed, headers = pamqp_decode.field_table(table)
+                    if offset + size > end or consumed != size:
                         raise ValueError("headers table length mismatch")
+                    if nests_deeper(headers):
+                        raise ValueError(f"headers nested more than {MAX_NESTING} deep")
                     offset += size
                 if offset > end:
                     raise ValueError("properties truncated")

@@ -5,7 +5,8 @@ sockets or asyncio)::
 
     server/        event loop, listeners, the clock it gives core (server/clock.py)
        │
-    protocol/amqp  sans-I/O adapter: AMQP frames ⇄ calls on core (leveret.amqp: the codec)
+    protocol/amqp  sans-I/O adapter: AMQP frames ⇄ calls on a core Session (leveret.amqp:
+       │       the codec); management/: HTTP ⇄ core
        │
     core/          this package
        │
@@ -27,7 +28,10 @@ redelivery policy    :mod:`.redelivery` (ActiveMQ's back-off)
 queue arguments      :mod:`.queue_config`; policies :mod:`.policy`
 deduplication        :mod:`.deduplication`
 leases               :mod:`.lease`; the broker's API requests :mod:`.api`
-users                :mod:`.auth`
+users, permissions   :mod:`.auth` (the database), :mod:`.passwords` (RabbitMQ's hashes)
+permission checks    :mod:`.access` (one user in one vhost, RabbitMQ's texts)
+checked operations   :mod:`.session` (what each protocol calls: declare, bind, ...)
+failed logins        :mod:`.login_throttle` (slowed down per address)
 errors               :mod:`.errors` (neutral conditions; adapters map them)
 time                 :mod:`.clock` (injected; tests use ManualClock)
 durable definitions  :mod:`.definitions` (what is saved, recovery at start-up)

@@ -62,8 +62,15 @@ class QueueConfig:
     max_segment_size: int = 500_000_000  # bytes (streams)
 
 
-def _text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
+def _text(value: Any, source: str, where: str) -> Any:
+    """A long string argument as text: pamqp hands over bytes that are not UTF-8, which
+    no queue argument can use (406, not an internal error)."""
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        raise precondition_failed(f"invalid arg '{source}'{where}: not valid UTF-8") from None
 
 
 def amqp_type_name(value: Any) -> str:
@@ -91,7 +98,8 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
     policy = policy_definition or {}
 
     def get(key: str, kind: type, minimum: int | None = None) -> Any:
-        arg, pol = _text(arguments.get("x-" + key)), _text(policy.get(key))
+        arg = _text(arguments.get("x-" + key), "x-" + key, where)
+        pol = _text(policy.get(key), key, where)
         for source, value in (("x-" + key, arg), (key, pol)):
             if value is None:
                 continue

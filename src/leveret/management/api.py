@@ -1,9 +1,12 @@
 """A subset of RabbitMQ's management HTTP API (``/api/...``), JSON over aiohttp.
 
 It reads and changes the broker only through core's public objects. Authentication
-is HTTP basic with the broker's users (``guest`` from loopback only, as for AMQP);
-a refused login is 401, a missing vhost or queue 404. Field names follow RabbitMQ's
-API so existing tools and scripts can read it:
+is HTTP basic with the broker's users (``guest`` from loopback only, as for AMQP); a
+refused login is RabbitMQ's 401 ``Login failed`` (logged, throttled per address), a
+user without a management tag gets 401 ``Not management user``, administration needs
+``administrator``; a missing vhost or queue is 404. Requests must name an allowed
+``Host``; answers carry :data:`SECURITY_HEADERS`. Field names follow RabbitMQ's API so
+existing tools and scripts can read it:
 
 - ``GET /api/overview``: product, version and object totals
 - ``GET /api/vhosts``
@@ -12,6 +15,7 @@ API so existing tools and scripts can read it:
   messages_ready, messages_unacknowledged, consumers
 - ``GET /api/exchanges/{vhost}``, ``GET /api/bindings/{vhost}``
 - ``DELETE /api/queues/{vhost}/{name}/contents``: purge
+- users, permissions, topic permissions, vhosts: see :mod:`.admin`
 """
 
 from __future__ import annotations
