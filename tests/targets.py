@@ -25,7 +25,7 @@ from typing import Any
 import pika
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from brokers import RabbitMQ, rabbitmq_installed  # noqa: E402
+from brokers import RabbitMQ, rabbitmq_installed
 
 
 class Target:

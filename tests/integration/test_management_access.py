@@ -185,8 +185,9 @@ def test_a_failed_login_is_401_login_failed(target):
 
 def test_password_hashes_move_between_rabbitmq_and_leveret(rabbitmq_target):
     """RabbitMQ → leveret → RabbitMQ: a user's password_hash, copied, keeps working."""
-    from leveret import BlockingBroker
     from targets import Target
+
+    from leveret import BlockingBroker
 
     user = unique("u")
     rabbitmq = rabbitmq_target

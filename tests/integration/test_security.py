@@ -135,3 +135,30 @@ def test_users_stored_in_clear_by_an_older_leveret_are_hashed_at_start(tmp_path)
     finally:
         store.close()
     assert "password" not in rows["old"] and rows["old"]["password_hash"]
+
+
+def test_security_relevant_actions_are_audited_without_secrets(http_broker, caplog):
+    caplog.set_level(logging.INFO, "leveret.audit")
+    http_broker.http("PUT", "/api/vhosts/audited")
+    http_broker.http("PUT", "/api/users/carol", {"password": "carols-secret", "tags": "management"})
+    http_broker.http("PUT", "/api/permissions/audited/carol", {"configure": "", "write": ".*", "read": ".*"})
+    with http_broker.amqp(vhost="audited") as connection:
+        connection.channel().queue_declare("q")
+    http_broker.http("DELETE", "/api/queues/audited/q/contents")
+    http_broker.http("DELETE", "/api/users/carol")
+    http_broker.http("GET", "/api/whoami", user="carol", password="wrong-secret")
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        http_broker.amqp("carol", "wrong-secret")
+    lines = [r.getMessage() for r in caplog.records if r.name == "leveret.audit"]
+    expected = [
+        "vhost.put by user 'guest' from 127.0.0.1: vhost='audited'",
+        "user.put by user 'guest' from 127.0.0.1: user='carol', tags='management'",
+        "permission.put by user 'guest' from 127.0.0.1: user='carol' vhost='audited' configure='' "
+        "write='.*' read='.*'",
+        "queue.purge by user 'guest' from 127.0.0.1: vhost='audited' queue='q' messages=0",
+        "user.delete by user 'guest' from 127.0.0.1: user='carol'",
+        "login.refused by user 'carol' from 127.0.0.1: protocol='http'",
+        "login.refused by user 'carol' from 127.0.0.1: protocol='amqp' mechanism='PLAIN'",
+    ]
+    assert [line.replace(",", "") for line in lines] == [line.replace(",", "") for line in expected]
+    assert not any("secret" in line for line in lines)

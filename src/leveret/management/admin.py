@@ -25,7 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..core import passwords
+from ..core import audit, passwords
 from ..core.auth import Permission, TopicPermission, User, check_pattern
 from ..core.broker import BrokerCore
 
@@ -90,8 +90,12 @@ def _topic_row(user: str, vhost: str, topic: TopicPermission) -> dict:
     return {"user": user, "vhost": vhost, **vars(topic)}
 
 
+def _audit(request: web.Request, action: str, /, **details: object) -> None:
+    audit.record(action, request["user"].name, request.remote or "", **details)
+
+
 class AdminAPI:
-    """The handlers, on ``core``."""
+    """The handlers, on ``core``; every change is recorded in the audit log."""
 
     def __init__(self, core: BrokerCore) -> None:
         self.core = core
@@ -162,11 +166,13 @@ class AdminAPI:
             user = User(name, password_hash, algorithm, tags)
         created = name not in self.core.users.users
         self.core.add_user(user)
+        _audit(request, "user.put", user=name, tags=",".join(tags))
         return web.Response(status=201 if created else 204)
 
     async def delete_user(self, request: web.Request) -> web.Response:
         if not self.core.delete_user(request.match_info["user"]):
             return not_found()
+        _audit(request, "user.delete", user=request.match_info["user"])
         return web.Response(status=204)
 
     async def user_permissions(self, request: web.Request) -> web.Response:
@@ -212,11 +218,14 @@ class AdminAPI:
         vhost, user = request.match_info["vhost"], request.match_info["user"]
         created = self.core.users.permission(user, vhost) is None
         self.core.set_permission(user, vhost, Permission(body["configure"], body["write"], body["read"]))
+        _audit(request, "permission.put", user=user, vhost=vhost, **{k: body[k] for k in keys})
         return web.Response(status=201 if created else 204)
 
     async def delete_permission(self, request: web.Request) -> web.Response:
-        if not self.core.clear_permission(request.match_info["user"], request.match_info["vhost"]):
+        user, vhost = request.match_info["user"], request.match_info["vhost"]
+        if not self.core.clear_permission(user, vhost):
             return not_found()
+        _audit(request, "permission.delete", user=user, vhost=vhost)
         return web.Response(status=204)
 
     # -- topic permissions ----------------------------------------------------------
@@ -245,11 +254,14 @@ class AdminAPI:
         topic = TopicPermission(body["exchange"], body["write"], body["read"])
         created = self.core.users.topic_permission(user, vhost, topic.exchange) is None
         self.core.set_topic_permission(user, vhost, topic)
+        _audit(request, "topic_permission.put", user=user, vhost=vhost, **vars(topic))
         return web.Response(status=201 if created else 204)
 
     async def delete_topic_permission(self, request: web.Request) -> web.Response:
-        if not self.core.clear_topic_permissions(request.match_info["user"], request.match_info["vhost"]):
+        user, vhost = request.match_info["user"], request.match_info["vhost"]
+        if not self.core.clear_topic_permissions(user, vhost):
             return not_found()
+        _audit(request, "topic_permission.delete", user=user, vhost=vhost)
         return web.Response(status=204)
 
     # -- vhosts ---------------------------------------------------------------------
@@ -265,11 +277,13 @@ class AdminAPI:
             return web.Response(status=204)
         self.core.add_vhost(name)
         self.core.set_permission(request["user"].name, name, Permission())
+        _audit(request, "vhost.put", vhost=name)
         return web.Response(status=201)
 
     async def delete_vhost(self, request: web.Request) -> web.Response:
         if not self.core.delete_vhost(request.match_info["vhost"]):
             return not_found()
+        _audit(request, "vhost.delete", vhost=request.match_info["vhost"])
         return web.Response(status=204)
 
     async def vhost_permissions(self, request: web.Request) -> web.Response:

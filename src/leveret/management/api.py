@@ -31,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..core import audit
 from ..core.auth import AuthenticationError, User
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
@@ -205,6 +206,7 @@ class ManagementAPI:
             user = self.core.users.authenticate(username, password, loopback)
         except (AuthenticationError, ValueError, UnicodeDecodeError) as exc:
             log.warning("HTTP access denied: user '%s' from %s - %s", username, peer, exc)
+            audit.record("login.refused", username, peer, protocol="http")
             delay = self.core.login_throttle.failed(peer)
             if delay:
                 await asyncio.sleep(delay)
@@ -323,7 +325,15 @@ class ManagementAPI:
             raise web.HTTPNotFound(
                 text='{"error": "Object Not Found", "reason": "queue"}', content_type="application/json"
             )
-        queue.purge()
+        count = queue.purge()
+        audit.record(
+            "queue.purge",
+            request["user"].name,
+            request.remote or "",
+            vhost=queue.vhost.name,
+            queue=queue.name,
+            messages=count,
+        )
         return web.Response(status=204)
 
     async def exchanges(self, request: web.Request) -> web.Response:

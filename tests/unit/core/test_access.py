@@ -51,7 +51,7 @@ def test_malformed_hashes_are_refused_and_never_match(password_hash, algorithm):
 def test_blank_passwords_and_unknown_users_are_refused_alike():
     users = UserDatabase([User("nopw", passwords.hash_password(""))], loopback_users=[])
     for name, password in (("nopw", ""), ("nobody", "x")):
-        with pytest.raises(AuthenticationError, match="Login was refused using authentication mechanism PLAIN"):
+        with pytest.raises(AuthenticationError, match="Login was refused using authentication mechanism"):
             users.authenticate(name, password, from_loopback=True)
 
 

@@ -47,6 +47,7 @@ from ...amqp.frames import (
     encode_method,
     publish_fields,
 )
+from ...core import audit
 from ...core.access import Access
 from ...core.auth import AuthenticationError, User
 from ...core.broker import BrokerCore
@@ -469,6 +470,7 @@ class Connection:
             log.warning(
                 "connection %s: %s login refused: user '%s' - %s", self.peer, m.mechanism, username, exc
             )
+            audit.record("login.refused", username, address, protocol="amqp", mechanism=m.mechanism)
             delay = self.core.login_throttle.failed(address)
             if delay:  # read nothing more, answer later (a guesser's rate drops)
                 self.state = "refusing"
