@@ -510,3 +510,28 @@ def test_dedup_keys_saved_replaced_and_deleted_are_recovered_oldest_first(opened
     snapshot = reopen(opened)
     assert snapshot.dedup[2] == [("a", 7.0)]
     assert snapshot.dedup[1] == [("c", 0.0), ("a", 99.0)]  # saved again: the newest
+
+
+def test_pages_are_checked_in_the_background_after_an_unclean_shutdown_only(tmp_path):
+    """Start-up does not read every page (it would grow with the backlog); after a
+    crash a background quick_check gives its verdict once the store runs."""
+    first = Opened(tmp_path)
+    first.store.save_definition("vhost", "/", "", {})
+    assert first.durable()
+    first.store._thread = None  # a crash: no clean-shutdown mark is written
+    first.store.close()
+    first.loop.close()
+    again = Opened(tmp_path)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while again.store.integrity is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert again.store.integrity == "ok"
+    finally:
+        again.close()
+    clean = Opened(tmp_path)  # closed cleanly just now: nothing to check
+    try:
+        time.sleep(0.1)
+        assert clean.store.integrity is None
+    finally:
+        clean.close()
