@@ -13,6 +13,7 @@ import click
 
 from .config import ConfigError, Settings, load
 from .server.broker import Broker, new_event_loop
+from .server.tls import TLSError
 from .store import DataDirLocked, StoreError
 from .version import __version__
 
@@ -89,7 +90,7 @@ def server(
     asyncio.set_event_loop(loop)
     try:
         loop.run_until_complete(_serve(settings))
-    except (DataDirLocked, StoreError) as exc:
+    except (DataDirLocked, StoreError, TLSError) as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
@@ -107,6 +108,8 @@ async def _serve(settings: Settings) -> None:
     click.echo(f"leveret ready: amqp://{broker.host}:{broker.amqp_port}")
     if broker.http_url:
         click.echo(f"leveret management: {broker.http_url}/api/")
+    if broker.amqps_port is not None:
+        click.echo(f"leveret amqps: amqps://{broker.host}:{broker.amqps_port}")
     sys.stdout.flush()
     await stop.wait()
     logging.getLogger("leveret").info("shutting down")

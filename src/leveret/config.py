@@ -17,6 +17,16 @@ Example file::
     disk_free_limit = 50000000      # bytes free under data_dir; below it publishers block
     read_coalesce_ms = 1            # hold a client streaming small writes this long; 0: off
     http_allowed_hosts = ["broker.example.com"]  # Host names the HTTP API answers
+    amqps_port = 5671               # AMQP over TLS (needs [ssl_options])
+    https_port = 15671              # the HTTP API over TLS
+    ssl_cert_login_from = "distinguished_name"  # EXTERNAL: the user a certificate names
+
+    [ssl_options]                   # RabbitMQ's words
+    certfile = "server.pem"
+    keyfile = "server.key"
+    cacertfile = "ca.pem"           # CAs of client certificates
+    verify = "verify_peer"          # or verify_none (the default)
+    fail_if_no_peer_cert = true
 
     [[policies]]                    # RabbitMQ's policies: keys without the x- prefix
     name = "orders-dlx"
@@ -64,6 +74,7 @@ from .core.broker import BrokerCore, Limits
 from .core.clock import Clock
 from .core.passwords import DEFAULT_ALGORITHM
 from .core.policy import Policy
+from .server.tls import LOGIN_FROM, TLSError, TLSOptions
 
 
 class ConfigError(ValueError):
@@ -83,6 +94,10 @@ class Settings:
     read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
     #: Host header names the HTTP API answers (None: loopback names and the bind address).
     http_allowed_hosts: list[str] | None = None
+    amqps_port: int | None = None  # AMQP over TLS (RabbitMQ: 5671); None: off
+    https_port: int | None = None  # the management API over TLS (RabbitMQ: 15671); None: off
+    ssl_options: TLSOptions | None = None  # RabbitMQ's words; needed by the TLS ports
+    ssl_cert_login_from: str = "distinguished_name"  # or common_name: a certificate's user
     limits: Limits = field(default_factory=Limits)
     vhosts: list[str] = field(default_factory=lambda: ["/"])
     users: list[User] = field(default_factory=list)
@@ -118,6 +133,9 @@ _SERVER_KEYS = {
     "disk_free_limit": int,
     "http_port": int,
     "read_coalesce_ms": int,
+    "amqps_port": int,
+    "https_port": int,
+    "ssl_cert_login_from": str,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _TABLE_KEYS = {
@@ -200,6 +218,18 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
             setattr(settings.limits, key, typed("server.", key, value, _LIMIT_KEYS[key]))
         else:
             raise ConfigError(f"{path}: unknown key server.{key}")
+    ssl_options = data.pop("ssl_options", None)
+    if ssl_options is not None:
+        if not isinstance(ssl_options, dict):
+            raise ConfigError(f"{path}: ssl_options must be a table")
+        try:
+            settings.ssl_options = TLSOptions.from_dict(ssl_options)
+        except TLSError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    if settings.ssl_cert_login_from not in LOGIN_FROM:
+        raise ConfigError(f"{path}: server.ssl_cert_login_from must be one of {', '.join(LOGIN_FROM)}")
+    if (settings.amqps_port is not None or settings.https_port is not None) and settings.ssl_options is None:
+        raise ConfigError(f"{path}: amqps_port and https_port need [ssl_options] (certfile, keyfile)")
     if settings.read_coalesce_ms < 0:
         raise ConfigError(f"{path}: server.read_coalesce_ms must be 0 or more")
     if settings.log_level.lower() not in _LOG_LEVELS:

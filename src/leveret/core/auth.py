@@ -147,6 +147,19 @@ class UserDatabase:
             raise AuthenticationError(f"user '{username}' can only connect via localhost")
         return user
 
+    def authenticate_external(self, username: str, from_loopback: bool) -> User:
+        """The user a verified client certificate names (SASL EXTERNAL): it must exist,
+        no password is asked. AuthenticationError with RabbitMQ's texts otherwise."""
+        user = self.users.get(username)
+        if user is None:
+            raise AuthenticationError(
+                "Login was refused using authentication mechanism EXTERNAL. "
+                "For details see the broker logfile."
+            )
+        if username in self.loopback_users and not from_loopback:
+            raise AuthenticationError(f"user '{username}' can only connect via localhost")
+        return user
+
     def permission(self, user: str, vhost: str) -> Permission | None:
         """``user``'s permission in ``vhost``, if any."""
         return self.permissions.get((vhost, user))

@@ -27,6 +27,7 @@ import decimal
 import ipaddress
 import json
 import logging
+from ssl import SSLContext
 from typing import Any
 
 from aiohttp import web
@@ -122,16 +123,25 @@ def host_name(header: str) -> str:
 
 
 class ManagementAPI:
-    """Serves the API for ``core`` on ``host:port`` (0 picks a free port).
+    """Serves the API for ``core`` on ``host:port`` (0 picks a free port), and over TLS
+    on ``https_port`` with the ``tls`` context.
     ``allowed_hosts``: the names a request's ``Host`` header may carry (against DNS
     rebinding); by default the loopback names and ``host`` itself."""
 
     def __init__(
-        self, core: BrokerCore, host: str, port: int, allowed_hosts: list[str] | None = None
+        self,
+        core: BrokerCore,
+        host: str,
+        port: int | None,
+        allowed_hosts: list[str] | None = None,
+        https_port: int | None = None,
+        tls: SSLContext | None = None,
     ) -> None:
         self.core = core
         self.host = host
-        self.port = port
+        self.port = port  # plain HTTP (None: off)
+        self.https_port = https_port  # HTTPS with ``tls`` (None: off)
+        self._tls = tls
         defaults = [*LOOPBACK_HOSTS, host] if host not in ("", "0.0.0.0", "::") else list(LOOPBACK_HOSTS)
         self.allowed_hosts = {h.lower() for h in (allowed_hosts or defaults)}
         self._runner: web.AppRunner | None = None
@@ -156,9 +166,12 @@ class ManagementAPI:
         cannot be bound)."""
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        if self.port is not None:
+            await web.TCPSite(self._runner, self.host, self.port).start()
+            self.port = self._runner.addresses[-1][1]
+        if self.https_port is not None:
+            await web.TCPSite(self._runner, self.host, self.https_port, ssl_context=self._tls).start()
+            self.https_port = self._runner.addresses[-1][1]
 
     async def stop(self) -> None:
         """Stop listening and close open HTTP connections."""

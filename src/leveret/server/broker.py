@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from ssl import SSLContext
 from typing import Any
 
 from ..config import Settings
@@ -23,6 +24,7 @@ from ..store.sqlite import SQLiteStore
 from .clock import LoopClock
 from .disk_monitor import DiskMonitor
 from .listener import AMQPListener
+from .tls import TLSError
 
 
 class Broker:
@@ -46,6 +48,8 @@ class Broker:
         self.listener = AMQPListener(
             self.core, self.settings.bind, self.settings.amqp_port, self.settings.read_coalesce_ms / 1000
         )
+        #: AMQP over TLS, when ``amqps_port`` is set (its context is made at start).
+        self.tls_listener: AMQPListener | None = None
         self._lock: DataDirLock | None = None
         self.store: SQLiteStore | None = None
         self._disk_monitor: DiskMonitor | None = None
@@ -87,30 +91,65 @@ class Broker:
                 self.core, self.settings.data_dir, lambda: self.settings.disk_free_limit
             )
             self._disk_monitor.start()
+        settings = self.settings
         try:
+            tls = self._tls_context()
             await self.listener.start()
-            if self.settings.http_port is not None:
+            if settings.amqps_port is not None:
+                self.tls_listener = AMQPListener(
+                    self.core, settings.bind, settings.amqps_port, 0, tls, settings.ssl_cert_login_from
+                )
+                await self.tls_listener.start()
+            if settings.http_port is not None or settings.https_port is not None:
                 self.management = ManagementAPI(
-                    self.core, self.settings.bind, self.settings.http_port, self.settings.http_allowed_hosts
+                    self.core,
+                    settings.bind,
+                    settings.http_port,
+                    settings.http_allowed_hosts,
+                    settings.https_port,
+                    tls,
                 )
                 await self.management.start()
         except BaseException:
-            await self.listener.stop()
+            await self._stop_listeners()
             self._close_store()
             raise
         return self
 
+    def _tls_context(self) -> SSLContext | None:
+        """The server's TLS context when a TLS port is set (TLSError if ssl_options are
+        missing or cannot be loaded)."""
+        settings = self.settings
+        if settings.amqps_port is None and settings.https_port is None:
+            return None
+        if settings.ssl_options is None:
+            raise TLSError("amqps_port and https_port need ssl_options (certfile, keyfile)")
+        return settings.ssl_options.server_context()
+
+    @property
+    def amqps_port(self) -> int | None:
+        """The AMQP-over-TLS port actually bound (after start), if any."""
+        return self.tls_listener.port if self.tls_listener is not None else None
+
+    async def _stop_listeners(self) -> None:
+        await self.listener.stop()
+        if self.tls_listener is not None:
+            await self.tls_listener.stop()
+            self.tls_listener = None
+
     @property
     def http_url(self) -> str | None:
-        """The management API's base URL, when it runs."""
+        """The management API's base URL, when it runs (over TLS if only https)."""
         if self.management is None:
             return None
+        if self.management.port is None:
+            return f"https://{self.host}:{self.management.https_port}"
         return f"http://{self.host}:{self.management.port}"
 
     async def stop(self) -> None:
         """Close every connection with 320 CONNECTION_FORCED, stop listening, then
         write what the store has queued and close it."""
-        await self.listener.stop()
+        await self._stop_listeners()
         if self.management is not None:
             await self.management.stop()
             self.management = None

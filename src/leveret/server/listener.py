@@ -13,6 +13,7 @@ import logging
 import os
 import struct
 from collections.abc import Callable
+from ssl import SSLContext
 from typing import cast
 
 try:
@@ -24,6 +25,7 @@ except ImportError:  # Windows: the connection then defers its heartbeat verdict
 from ..core.broker import BrokerCore
 from ..protocol.amqp import Connection
 from .read_coalescing import ReadCoalescer
+from .tls import certificate_identity
 
 log = logging.getLogger("leveret.server")
 
@@ -91,6 +93,11 @@ class AMQPProtocol(asyncio.Protocol):
         except ValueError:
             loopback = False
         listener = self.listener
+        certificate_user = None
+        if listener.ssl is not None:
+            ssl_object = transport.get_extra_info("ssl_object")
+            certificate = ssl_object.getpeercert() if ssl_object is not None else None
+            certificate_user = certificate_identity(certificate, listener.login_from)
         self.connection = Connection(
             listener.core,
             transport,
@@ -99,6 +106,7 @@ class AMQPProtocol(asyncio.Protocol):
             f"{peer[0]}:{peer[1]}",
             loopback,
             input_waiting_probe(transport),
+            certificate_user,
         )
         listener.connections.add(self.connection)
         self.transport = transport
@@ -184,10 +192,20 @@ class AMQPListener:
     loop: asyncio.AbstractEventLoop
     flusher: Flusher
 
-    def __init__(self, core: BrokerCore, host: str, port: int, read_coalesce: float = 0.001) -> None:
+    def __init__(
+        self,
+        core: BrokerCore,
+        host: str,
+        port: int,
+        read_coalesce: float = 0.001,
+        ssl: SSLContext | None = None,
+        login_from: str = "distinguished_name",
+    ) -> None:
         self.core = core
         self.host = host
         self.port = port
+        self.ssl = ssl  # amqps: TLS, and EXTERNAL for verified client certificates
+        self.login_from = login_from  # which part of a certificate names its user
         self.read_coalesce = read_coalesce  # seconds; see read_coalescing.py (0: off)
         self.read_holds = 0  # sockets held by read coalescing, since start
         self.held: set[AMQPProtocol] = set()  # sockets held now
@@ -211,7 +229,7 @@ class AMQPListener:
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop)
         self._server = await self.loop.create_server(
-            lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True
+            lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True, ssl=self.ssl
         )
         self.port = self._server.sockets[0].getsockname()[1]
 

@@ -143,6 +143,7 @@ class Connection:
         peer: str = "",
         from_loopback: bool = True,
         input_waiting: Callable[[], bool] | None = None,
+        certificate_user: str | None = None,
     ) -> None:
         self.core = core
         self.transport = transport
@@ -150,6 +151,9 @@ class Connection:
         self._request_flush = request_flush
         self.peer = peer
         self.from_loopback = from_loopback
+        # The user a verified TLS client certificate names: EXTERNAL is offered then.
+        self.certificate_user = certificate_user
+        self.mechanisms = (("EXTERNAL",) if certificate_user else ()) + MECHANISMS
         self.state = "header"
         self.user: User | None = None  # set by connection.start-ok
         self.vhost: VirtualHost | None = None  # set by connection.open
@@ -335,7 +339,7 @@ class Connection:
                 version_major=0,
                 version_minor=9,
                 server_properties=server_properties(),
-                mechanisms=" ".join(MECHANISMS),
+                mechanisms=" ".join(self.mechanisms),
                 locales="en_US",
             ),
         )
@@ -458,13 +462,17 @@ class Connection:
         self.client_properties = m.client_properties or {}
         capabilities = self.client_properties.get("capabilities")
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
-        if m.mechanism not in MECHANISMS:
+        if m.mechanism not in self.mechanisms:
             raise ConnectionError(COMMAND_INVALID, f"unknown authentication mechanism '{m.mechanism}'")
         username = "?"
         address = self.peer.rpartition(":")[0]
         try:
-            username, password = parse_response(m.mechanism, m.response)
-            self.user = self.core.users.authenticate(username, password, self.from_loopback, m.mechanism)
+            if m.mechanism == "EXTERNAL":  # the certificate is the credential
+                username = self.certificate_user or "?"
+                self.user = self.core.users.authenticate_external(username, self.from_loopback)
+            else:
+                username, password = parse_response(m.mechanism, m.response)
+                self.user = self.core.users.authenticate(username, password, self.from_loopback, m.mechanism)
         except AuthenticationError as exc:
             # RabbitMQ's log line, with the address; never the secret.
             log.warning(
