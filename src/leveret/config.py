@@ -15,6 +15,7 @@ Example file::
     channel_max = 2047
     max_message_size = 134217728    # bytes; larger messages get 406 PRECONDITION_FAILED
     disk_free_limit = 50000000      # bytes free under data_dir; below it publishers block
+    disk_reserve = 16777216         # bytes message writes always leave free (deletes, WAL)
     read_coalesce_ms = 1            # hold a client streaming small writes this long; 0: off
     http_allowed_hosts = ["broker.example.com"]  # Host names the HTTP API answers
     amqps_port = 5671               # AMQP over TLS (needs [ssl_options])
@@ -90,6 +91,7 @@ class Settings:
     data_dir: str | None = None  # None: keep nothing on disk (embedded default)
     log_level: str = "info"
     disk_free_limit: int = 50_000_000  # bytes; below it publishers are blocked
+    disk_reserve: int = 16 * 1024 * 1024  # bytes the store never fills with messages
     http_port: int | None = None  # management API port; None: off
     read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
     #: Host header names the HTTP API answers (None: loopback names and the bind address).
@@ -131,6 +133,7 @@ _SERVER_KEYS = {
     "data_dir": str,
     "log_level": str,
     "disk_free_limit": int,
+    "disk_reserve": int,
     "http_port": int,
     "read_coalesce_ms": int,
     "amqps_port": int,

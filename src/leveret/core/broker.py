@@ -44,6 +44,7 @@ class BrokerCore:
     #: Called with True/False when a resource alarm starts/ends (connection.blocked).
     alarm_listeners: list[Callable[[bool], None]] = field(default_factory=list)
     alarm_active: bool = False
+    alarm_sources: set[str] = field(default_factory=set)
     #: Called with a vhost's name when it is deleted (its connections close: 320).
     vhost_deleted_listeners: list[Callable[[str], None]] = field(default_factory=list)
     #: Durable definitions and messages; None for a broker that keeps nothing.
@@ -195,13 +196,21 @@ class BrokerCore:
             topic = TopicPermission(str(data["exchange"]), str(data["write"]), str(data["read"]))
             users.topic_permissions[(vhost, user, topic.exchange)] = topic
 
-    def set_alarm(self, active: bool) -> None:
-        """Raise or clear a resource alarm; publishers get connection.blocked/unblocked."""
-        if active == self.alarm_active:
+    def set_alarm(self, active: bool, source: str = "disk") -> None:
+        """Raise or clear a resource alarm from ``source`` (``disk``: free space under
+        the limit; ``store``: the store cannot write); publishers are blocked while any
+        source is raised, and get connection.blocked/unblocked as the first is raised
+        and the last cleared."""
+        was = self.alarm_active
+        if active:
+            self.alarm_sources.add(source)
+        else:
+            self.alarm_sources.discard(source)
+        self.alarm_active = bool(self.alarm_sources)
+        if self.alarm_active == was:
             return
-        self.alarm_active = active
         for listener in list(self.alarm_listeners):
-            listener(active)
+            listener(self.alarm_active)
 
 
 def _topic_key(user: str, exchange: str) -> str:

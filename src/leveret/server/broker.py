@@ -81,7 +81,9 @@ class Broker:
             self._lock = DataDirLock(self.settings.data_dir)
             self._lock.acquire()
             try:
-                self.store = SQLiteStore(self.settings.data_dir)
+                self.store = SQLiteStore(self.settings.data_dir, self.settings.disk_reserve)
+                core = self.core
+                self.store.on_stall = lambda stalled: core.set_alarm(stalled, "store")
                 self.core.attach_store(self.store)
                 self.store.start(asyncio.get_running_loop())
             except BaseException:

@@ -37,14 +37,14 @@ class DiskMonitor:
             log.warning("cannot read free disk space of %s: %s", self.path, exc)
             return
         low = free < self.limit()
-        if low != self.core.alarm_active:
+        if low != ("disk" in self.core.alarm_sources):
             log.warning(
                 "free disk space %s: %d bytes free, limit %d bytes",
                 "is low" if low else "is back",
                 free,
                 self.limit(),
             )
-            self.core.set_alarm(low)
+            self.core.set_alarm(low, "disk")
 
     async def _run(self) -> None:
         while True:

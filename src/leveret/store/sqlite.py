@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue as queue_mod
+import shutil
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pamqp import decode, encode
@@ -53,6 +55,8 @@ CREATE TABLE IF NOT EXISTS dedup (
 VACUUM_EVERY = 2.0  # seconds between incremental vacuums / checkpoints, at most
 DELETE_CHUNK = 5000  # rows deleted per transaction by a background range deletion
 ALL_SEQS = 2**62
+RESERVE = 16 * 1024 * 1024  # bytes a message write must leave free on the file system
+RETRY = 0.5  # seconds between attempts to write a batch that did not fit
 
 
 class _Batch:
@@ -68,6 +72,34 @@ class _Batch:
     def __bool__(self) -> bool:
         return bool(self.inserts or self.counts or self.deletes or self.definitions or self.callbacks)
 
+    def absorb(self, newer: _Batch) -> None:
+        """Take in the changes made after this batch (which could not be written), as
+        if they had been made to it: a newer delete of a row this batch inserts drops
+        the insert, so the merged batch never deletes what it inserts."""
+        for store_id in newer.deletes:
+            if self.inserts.pop(store_id, None) is None:
+                self.counts.pop(store_id, None)
+                self.deletes.append(store_id)
+        for store_id, count in newer.counts.items():
+            row = self.inserts.get(store_id)
+            if row is not None:
+                row[3] = count
+            else:
+                self.counts[store_id] = count
+        self.inserts.update(newer.inserts)
+        self.definitions += newer.definitions
+        self.callbacks += newer.callbacks
+
+    def insert_bytes(self) -> int:
+        """Bytes of message bodies this batch inserts."""
+        return sum(row[11] for row in self.inserts.values())
+
+
+def _out_of_room(exc: sqlite3.Error) -> bool:
+    """SQLITE_FULL ("database or disk is full") or an I/O error: worth retrying."""
+    text = str(exc).lower()
+    return "full" in text or "disk i/o error" in text
+
 
 def _encode_table(data: dict) -> bytes:
     return encode.field_table(data)
@@ -77,11 +109,27 @@ def _decode_table(blob: bytes) -> dict:
     return decode.field_table(blob)[1]
 
 
-class SQLiteStore(Store):
-    """SQLite store in ``data_dir``. Raises StoreError naming the file on failure."""
+class _NoRoom(Exception):
+    """Writing a batch's messages would leave less than the reserve free."""
 
-    def __init__(self, data_dir: str | Path) -> None:
+
+class SQLiteStore(Store):
+    """SQLite store in ``data_dir``. Raises StoreError naming the file on failure.
+
+    A full disk loses nothing: messages are written only while ``reserve`` bytes stay
+    free after them (the rest of a batch, deletions included, goes on), so deleting,
+    reclaiming and SQLite's own journal always have room. A batch that does not fit, or
+    that fails with "disk full" or an I/O error, is kept: later changes join it, its
+    callbacks (publisher confirms) wait, ``on_stall(True)`` is called (the broker
+    raises its alarm) and it is tried again every :data:`RETRY` seconds until it is
+    written (``on_stall(False)``)."""
+
+    def __init__(self, data_dir: str | Path, reserve: int = RESERVE) -> None:
         self.path = Path(data_dir) / "leveret.db"
+        self.reserve = reserve  # bytes kept free by message writes (0: no check)
+        self.on_stall: Callable[[bool], None] | None = None
+        self.stalled: str | None = None  # why the store cannot write now, if it cannot
+        self._retry_at = 0.0  # monotonic time before which a stalled batch is not retried
         self._loop: asyncio.AbstractEventLoop | None = None
         self._batch = _Batch()
         self._scheduled = False
@@ -366,16 +414,43 @@ class SQLiteStore(Store):
 
     def _submit(self) -> None:
         self._scheduled = False
-        if self._writing or not self._batch:
+        if self._writing or not self._batch or time.monotonic() < self._retry_at:
             return
         batch, self._batch = self._batch, _Batch()
         self._writing = True
         self._inflight = batch
         self._jobs.put(batch)
 
+    def _stalled(self, batch: _Batch, reason: str) -> None:
+        """The writer could not write ``batch`` (no room): keep it, with every change
+        made since, and try again in :data:`RETRY` seconds."""
+        self._writing = False
+        self._inflight = None
+        batch.absorb(self._batch)
+        self._batch = batch
+        self._retry_at = time.monotonic() + RETRY
+        assert self._loop is not None
+        self._loop.call_later(RETRY, self._retry)
+        if self.stalled is None:
+            self.stalled = reason
+            log.error(
+                "store %s: cannot write (%s); publishers are blocked until there is room", self.path, reason
+            )
+            if self.on_stall is not None:
+                self.on_stall(True)
+
+    def _retry(self) -> None:
+        self._retry_at = 0.0  # the loop's timer may run a hair before RETRY has passed
+        self._submit()
+
     def _written(self, batch: _Batch, error: str | None) -> None:
         self._writing = False
         self._inflight = None
+        if self.stalled is not None and error is None:
+            log.warning("store %s: writing again", self.path)
+            self.stalled = None
+            if self.on_stall is not None:
+                self.on_stall(False)
         if error is not None and self.failed is None:
             self.failed = error
         for callback in batch.callbacks:
@@ -409,14 +484,23 @@ class SQLiteStore(Store):
                 return
             error = None
             try:
-                self._write(db, batch)
+                self._write_with_room(db, batch)
+            except _NoRoom as exc:
+                deleting = True  # the rest of the batch may have recorded range deletions
+                if not self._report(self._stalled, batch, str(exc)):
+                    return
+                continue
             except sqlite3.Error as exc:
-                error = f"store {self.path}: {exc}"
-                log.error("write failed: %s", error)
                 try:
                     db.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
+                if _out_of_room(exc):
+                    if not self._report(self._stalled, batch, str(exc)):
+                        return
+                    continue
+                error = f"store {self.path}: {exc}"
+                log.error("write failed: %s", error)
             if error is None:
                 deleting = deleting or any(op[0] == "range" for op in batch.definitions)
             now = time.monotonic()
@@ -424,10 +508,38 @@ class SQLiteStore(Store):
             if error is None and now - last_vacuum > VACUUM_EVERY:
                 last_vacuum = now
                 backlog = self._reclaim(db)
-            try:
-                self._loop.call_soon_threadsafe(self._written, batch, error)
-            except RuntimeError:  # loop closed during shutdown
+            if not self._report(self._written, batch, error):
                 return
+
+    def _report(self, callback: Callable[..., None], *args: object) -> bool:
+        """Run ``callback(*args)`` on the event loop; False once the loop is closed
+        (shutdown: the writer stops)."""
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            return False
+        return True
+
+    def _write_with_room(self, db: sqlite3.Connection, batch: _Batch) -> None:
+        """Write ``batch``; if its messages would leave less than :attr:`reserve` free,
+        write everything else (deletions free room), keep only the messages in it and
+        raise _NoRoom."""
+        if self.reserve and batch.inserts:
+            free = shutil.disk_usage(self.path.parent).free
+            need = 2 * batch.insert_bytes() + 256 * 1024  # the WAL, then the table: twice
+            # Once stalled, wait for a quarter of the reserve more: no flapping alarm.
+            reserve = self.reserve + (self.reserve // 4 if self.stalled else 0)
+            if free - need < reserve:
+                rest = _Batch()
+                rest.counts, rest.deletes, rest.definitions = batch.counts, batch.deletes, batch.definitions
+                if rest:
+                    self._write(db, rest)
+                    batch.counts, batch.deletes, batch.definitions = {}, [], []
+                raise _NoRoom(
+                    f"{free} bytes free, {need} needed for messages, {self.reserve} kept in reserve"
+                )
+        self._write(db, batch)
 
     @staticmethod
     def _write(db: sqlite3.Connection, batch: _Batch) -> None:

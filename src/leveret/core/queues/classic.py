@@ -68,8 +68,8 @@ class ClassicQueue(Queue):
 
     # -- publishing -----------------------------------------------------------------
     def enqueue(self, message: Message) -> int:
-        """Append ``message``. Returns STORED when it was written to the store durably
-        (a confirm must wait for :meth:`Store.when_durable`), REJECTED when the length
+        """Append ``message``. Returns STORED when it went to the store, durably or
+        paged out (a confirm must wait for :meth:`Store.when_durable`), REJECTED when the length
         limit refused it (``x-overflow: reject-publish``), else ACCEPTED."""
         config = self.config
         size = len(message.body)
@@ -89,9 +89,13 @@ class ClassicQueue(Queue):
         store = self.store
         durable = store is not None and self.durable and self.exclusive_owner is None and message.persistent
         backlog = self.backlog
+        stored = durable  # whether a confirm must wait for the store
         if store is not None and backlog.must_page():
+            # Paged out, the message exists only in the store: its confirm waits for
+            # the write, as a persistent message's does, transient or not.
             self._write(seq, message, expires_at, transient=not durable)
             backlog.appended_paged(seq, size)
+            stored = True
         else:
             entry = QueuedMessage(
                 message, seq, self._write(seq, message, expires_at) if durable else 0, expires_at
@@ -106,7 +110,7 @@ class ClassicQueue(Queue):
                 self._drop_head()
         if expires_at and config.message_ttl == 0:
             self._expire_due()  # TTL 0: delivered at once or dead, as RabbitMQ
-        return STORED if durable else ACCEPTED
+        return STORED if stored else ACCEPTED
 
     def _full(self, adding: int = 0, size: int = 0) -> bool:
         """Whether ``adding`` more messages of ``size`` bytes in all would put the queue
