@@ -16,6 +16,8 @@ Example file::
     max_message_size = 134217728    # bytes; larger messages get 406 PRECONDITION_FAILED
     disk_free_limit = 50000000      # bytes free under data_dir; below it publishers block
     disk_reserve = 16777216         # bytes message writes always leave free (deletes, WAL)
+    vm_memory_high_watermark = 0.4  # of RAM; above it publishers are blocked (RabbitMQ's)
+    vm_memory_high_watermark_paging_ratio = 0.5  # of the watermark; queues page out above
     read_coalesce_ms = 1            # hold a client streaming small writes this long; 0: off
     http_allowed_hosts = ["broker.example.com"]  # Host names the HTTP API answers
     amqps_port = 5671               # AMQP over TLS (needs [ssl_options])
@@ -92,6 +94,9 @@ class Settings:
     log_level: str = "info"
     disk_free_limit: int = 50_000_000  # bytes; below it publishers are blocked
     disk_reserve: int = 16 * 1024 * 1024  # bytes the store never fills with messages
+    vm_memory_high_watermark: float = 0.4  # of the machine's RAM: above it publishers block
+    vm_memory_high_watermark_absolute: int | None = None  # bytes; wins over the fraction
+    vm_memory_high_watermark_paging_ratio: float = 0.5  # of the watermark: queues page out
     http_port: int | None = None  # management API port; None: off
     read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
     #: Host header names the HTTP API answers (None: loopback names and the bind address).
@@ -107,6 +112,14 @@ class Settings:
     topic_permissions: list[tuple[str, str, TopicPermission]] = field(default_factory=list)
     loopback_users: list[str] = field(default_factory=lambda: ["guest"])
     policies: list[Policy] = field(default_factory=list)
+
+    def memory_limit(self) -> int:
+        """The memory high watermark in bytes (0: unknown RAM, no alarm)."""
+        if self.vm_memory_high_watermark_absolute is not None:
+            return self.vm_memory_high_watermark_absolute
+        from .server.memory_monitor import total_memory
+
+        return int(total_memory() * self.vm_memory_high_watermark)
 
     def build_core(self, clock: Clock) -> BrokerCore:
         """A BrokerCore with these users, permissions, limits, policies and vhosts, on
@@ -134,6 +147,9 @@ _SERVER_KEYS = {
     "log_level": str,
     "disk_free_limit": int,
     "disk_reserve": int,
+    "vm_memory_high_watermark": float,
+    "vm_memory_high_watermark_absolute": int,
+    "vm_memory_high_watermark_paging_ratio": float,
     "http_port": int,
     "read_coalesce_ms": int,
     "amqps_port": int,
@@ -200,6 +216,8 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
         raise ConfigError(f"{path}: {exc}") from None
 
     def typed(section: str, key: str, value: object, kind: type) -> object:
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
         if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
             raise ConfigError(f"{path}: {section}{key} must be {kind.__name__}")
         return value

@@ -45,6 +45,7 @@ class BrokerCore:
     alarm_listeners: list[Callable[[bool], None]] = field(default_factory=list)
     alarm_active: bool = False
     alarm_sources: set[str] = field(default_factory=set)
+    memory_pressure: bool = False
     #: Called with a vhost's name when it is deleted (its connections close: 320).
     vhost_deleted_listeners: list[Callable[[str], None]] = field(default_factory=list)
     #: Durable definitions and messages; None for a broker that keeps nothing.
@@ -62,6 +63,7 @@ class BrokerCore:
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(name, self.clock, self.store, self.policies)
+            vhost.memory_pressure = self.memory_pressure
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost
@@ -196,9 +198,18 @@ class BrokerCore:
             topic = TopicPermission(str(data["exchange"]), str(data["write"]), str(data["read"]))
             users.topic_permissions[(vhost, user, topic.exchange)] = topic
 
+    def set_memory_pressure(self, active: bool) -> None:
+        """Memory is past the paging threshold (RabbitMQ's
+        ``vm_memory_high_watermark_paging_ratio``): queues page new messages out to
+        the store rather than keep them in memory, until it is cleared."""
+        self.memory_pressure = active
+        for vhost in self.vhosts.values():
+            vhost.memory_pressure = active
+
     def set_alarm(self, active: bool, source: str = "disk") -> None:
         """Raise or clear a resource alarm from ``source`` (``disk``: free space under
-        the limit; ``store``: the store cannot write); publishers are blocked while any
+        the limit; ``store``: the store cannot write; ``memory``: over the high
+        watermark); publishers are blocked while any
         source is raised, and get connection.blocked/unblocked as the first is raised
         and the last cleared."""
         was = self.alarm_active

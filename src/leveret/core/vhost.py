@@ -75,6 +75,9 @@ class VirtualHost:
         self.queues: dict[str, Queue] = {}
         #: Direct reply-to consumers by the key in ``amq.rabbitmq.reply-to.<key>``.
         self.reply_consumers: dict[str, Consumer] = {}
+        #: Memory is short (see BrokerCore.set_memory_pressure): queues with a store page
+        #: every new message out instead of keeping it in memory.
+        self.memory_pressure = False
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)

@@ -24,6 +24,7 @@ from ..store.sqlite import SQLiteStore
 from .clock import LoopClock
 from .disk_monitor import DiskMonitor
 from .listener import AMQPListener
+from .memory_monitor import MemoryMonitor
 from .tls import TLSError
 
 
@@ -53,6 +54,7 @@ class Broker:
         self._lock: DataDirLock | None = None
         self.store: SQLiteStore | None = None
         self._disk_monitor: DiskMonitor | None = None
+        self._memory_monitor: MemoryMonitor | None = None
         self.management: ManagementAPI | None = None
 
     @property
@@ -94,6 +96,10 @@ class Broker:
             )
             self._disk_monitor.start()
         settings = self.settings
+        self._memory_monitor = MemoryMonitor(
+            self.core, settings.memory_limit, settings.vm_memory_high_watermark_paging_ratio
+        )
+        self._memory_monitor.start()
         try:
             tls = self._tls_context()
             await self.listener.start()
@@ -158,6 +164,9 @@ class Broker:
         self._close_store()
 
     def _close_store(self) -> None:
+        if self._memory_monitor is not None:
+            self._memory_monitor.stop()
+            self._memory_monitor = None
         if self._disk_monitor is not None:
             self._disk_monitor.stop()
             self._disk_monitor = None

@@ -90,7 +90,7 @@ class ClassicQueue(Queue):
         durable = store is not None and self.durable and self.exclusive_owner is None and message.persistent
         backlog = self.backlog
         stored = durable  # whether a confirm must wait for the store
-        if store is not None and backlog.must_page():
+        if store is not None and (backlog.must_page() or self.vhost.memory_pressure):
             # Paged out, the message exists only in the store: its confirm waits for
             # the write, as a persistent message's does, transient or not.
             self._write(seq, message, expires_at, transient=not durable)

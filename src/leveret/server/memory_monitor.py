@@ -1,0 +1,102 @@
+"""The memory resource alarm, as RabbitMQ's ``vm_memory_high_watermark``.
+
+Every ``interval`` seconds it reads the broker's resident memory (``/proc/self/statm``)
+and compares it with the high watermark (a fraction of the machine's RAM, 0.4 by
+default, or an absolute number of bytes):
+
+- above ``paging_ratio`` × watermark (0.5, RabbitMQ's default), queues page every new
+  message out to the store (core's memory pressure), so memory stops growing with the
+  backlog;
+- above the watermark, the alarm is raised: publishers get connection.blocked and are
+  no longer read from, until memory is back under it.
+
+Without ``/proc`` (not Linux) it does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+
+from ..core.broker import BrokerCore
+
+log = logging.getLogger("leveret.alarm")
+
+
+def total_memory() -> int:
+    """The machine's RAM in bytes (0 if it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def resident_memory() -> int | None:
+    """This process's resident set in bytes, or None where /proc is not there."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class MemoryMonitor:
+    """Checks resident memory every ``interval`` seconds against ``limit()`` bytes and
+    sets ``core``'s memory alarm and memory pressure."""
+
+    def __init__(
+        self,
+        core: BrokerCore,
+        limit: Callable[[], int],
+        paging_ratio: float = 0.5,
+        interval: float = 0.25,
+        resident: Callable[[], int | None] = resident_memory,
+    ) -> None:
+        self.core = core
+        self.limit = limit  # read at every check, so it can be changed at run time
+        self.paging_ratio = paging_ratio
+        self.interval = interval
+        self._resident = resident
+        self._task: asyncio.Task | None = None
+
+    def check(self) -> None:
+        """Compare once; change the alarm and the pressure when their state changes."""
+        used = self._resident()
+        limit = self.limit()
+        if used is None or limit <= 0:
+            return
+        pressure = used > limit * self.paging_ratio
+        if pressure != self.core.memory_pressure:
+            log.warning(
+                "memory %s: %d bytes resident, paging above %d bytes",
+                "pressure: paging messages out" if pressure else "pressure over",
+                used,
+                int(limit * self.paging_ratio),
+            )
+            self.core.set_memory_pressure(pressure)
+        high = used > limit
+        if high != ("memory" in self.core.alarm_sources):
+            log.warning(
+                "memory %s: %d bytes resident, high watermark %d bytes",
+                "alarm set" if high else "alarm cleared",
+                used,
+                limit,
+            )
+            self.core.set_alarm(high, "memory")
+
+    async def _run(self) -> None:
+        while True:
+            self.check()
+            await asyncio.sleep(self.interval)
+
+    def start(self) -> None:
+        """Check now and then every ``interval`` seconds, on the running loop."""
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        """Stop checking (the alarm and pressure stay as they are)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
