@@ -162,6 +162,16 @@ class BrokerCore:
             self.users.permissions.clear()
             self.users.topic_permissions.clear()
         self._recover_users(snapshot.definitions)
+        for vhost, name, data in snapshot.definitions.get("policy", []):
+            stored = Policy(
+                name,
+                str(data["pattern"]),
+                dict(data["definition"]),
+                str(data["apply_to"]),
+                int(data["priority"]),
+                vhost,
+            )
+            self.policies[:] = [p for p in self.policies if (p.vhost, p.name) != (vhost, name)] + [stored]
         if not seeded:
             for user in list(self.users.users.values()):
                 self._save("user", "", user.name, user.definition())
@@ -197,6 +207,24 @@ class BrokerCore:
             user = key.partition("\x00")[0]
             topic = TopicPermission(str(data["exchange"]), str(data["write"]), str(data["read"]))
             users.topic_permissions[(vhost, user, topic.exchange)] = topic
+
+    def set_policy(self, policy: Policy) -> None:
+        """Add a policy, or replace the one of the same vhost and name; persisted (the
+        config file's are not: they come from the file at each start). Like RabbitMQ's
+        ``set_policy``, it applies to queues declared from now on."""
+        self.policies[:] = [p for p in self.policies if (p.vhost, p.name) != (policy.vhost, policy.name)]
+        self.policies.append(policy)  # the list is shared with every vhost
+        self._save(
+            "policy",
+            policy.vhost,
+            policy.name,
+            {
+                "pattern": policy.pattern,
+                "definition": policy.definition,
+                "apply_to": policy.apply_to,
+                "priority": policy.priority,
+            },
+        )
 
     def set_memory_pressure(self, active: bool) -> None:
         """Memory is past the paging threshold (RabbitMQ's

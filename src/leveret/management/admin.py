@@ -15,6 +15,8 @@ need the ``administrator`` tag (the caller checks, see :mod:`.api`).
   PUT ``{"exchange", "write", "read"}``
 - ``GET|PUT|DELETE /api/vhosts/{vhost}``, ``GET /api/vhosts/{vhost}/permissions``: a
   new vhost gives its creator full permissions there, as RabbitMQ does
+- ``GET /api/definitions`` (export), ``POST /api/definitions`` (import, 204): see
+  :mod:`leveret.core.definitions_document`
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from typing import Any
 
 from aiohttp import web
 
-from ..core import audit, passwords
+from ..core import audit, definitions_document, passwords
 from ..core.auth import Permission, TopicPermission, User, check_pattern
 from ..core.broker import BrokerCore
+from ..version import __version__
 
 NOT_FOUND = {"error": "Object Not Found", "reason": "Not Found"}
 
@@ -122,6 +125,8 @@ class AdminAPI:
             web.put("/api/vhosts/{vhost}", self.put_vhost),
             web.delete("/api/vhosts/{vhost}", self.delete_vhost),
             web.get("/api/vhosts/{vhost}/permissions", self.vhost_permissions),
+            web.get("/api/definitions", self.definitions),
+            web.post("/api/definitions", self.import_definitions),
         ]
 
     # -- users ----------------------------------------------------------------------
@@ -292,3 +297,23 @@ class AdminAPI:
             return not_found()
         rows = [_permission_row(u, v, p) for (v, u), p in self.core.users.permissions.items() if v == name]
         return web.json_response(rows)
+
+    # -- definitions ----------------------------------------------------------------
+    async def definitions(self, request: web.Request) -> web.Response:
+        """Everything, as RabbitMQ's definitions document (users with hashes)."""
+        return web.json_response(definitions_document.export(self.core, __version__))
+
+    async def import_definitions(self, request: web.Request) -> web.Response:
+        """Add what a definitions document (RabbitMQ's or ours) defines; 400 with the
+        reason for a malformed one, nothing changed then."""
+        body = await _body(request)
+        if isinstance(body, web.Response):
+            return body
+        definitions_document.import_document(self.core, body)
+        _audit(
+            request,
+            "definitions.import",
+            users=len(body.get("users", [])),
+            queues=len(body.get("queues", [])),
+        )
+        return web.Response(status=204)

@@ -90,6 +90,7 @@ ADMIN_PATHS = frozenset(
         "/api/topic-permissions",
         "/api/topic-permissions/{vhost}/{user}",
         "/api/vhosts/{vhost}/permissions",
+        "/api/definitions",
     )
 )
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
