@@ -1,13 +1,14 @@
 """RabbitMQ's definitions document (``GET``/``POST /api/definitions``, ``rabbitmqctl
 export_definitions``): users with their password hashes, vhosts, permissions, topic
-permissions, policies, exchanges, queues and bindings, as JSON-ready
-dicts with RabbitMQ 3.10's keys. A document exported by RabbitMQ imports here with
-working passwords, and one exported here imports into RabbitMQ.
+permissions, policies, exchanges, queues and bindings, as JSON-ready dicts with
+RabbitMQ 3.10's keys. A document exported by RabbitMQ imports here with working
+passwords, and one exported here imports into RabbitMQ.
 
 Export leaves out what RabbitMQ 3.10 leaves out: exclusive queues, the default and
 ``amq.*`` exchanges and the implicit default-exchange bindings; transient queues and
-exchanges are in it, marked ``"durable": false``, as RabbitMQ writes them. Import adds and replaces, never deletes; a malformed document raises
-PreconditionFailed naming the offending entry, before anything is changed.
+exchanges are in it, marked ``"durable": false``, as RabbitMQ writes them. Import
+adds and replaces, never deletes; a malformed document raises PreconditionFailed
+naming the offending entry, before anything is changed.
 """
 
 from __future__ import annotations
