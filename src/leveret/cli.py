@@ -15,6 +15,7 @@ from .config import ConfigError, Settings, load
 from .server.broker import Broker, new_event_loop
 from .server.tls import TLSError
 from .store import DataDirLocked, StoreError
+from .tools.ctl import ctl
 from .version import __version__
 
 T = TypeVar("T")
@@ -123,6 +124,9 @@ _URL = click.option(
     show_default=True,
     help="AMQP URL of the broker.",
 )
+
+
+main.add_command(ctl)
 
 
 @main.group()

@@ -226,6 +226,16 @@ class BrokerCore:
             },
         )
 
+    def clear_policy(self, vhost: str, name: str) -> bool:
+        """Remove a policy; False if there is none by that name in ``vhost``."""
+        kept = [p for p in self.policies if (p.vhost, p.name) != (vhost, name)]
+        if len(kept) == len(self.policies):
+            return False
+        self.policies[:] = kept
+        if self.store is not None:
+            self.store.delete_definition("policy", vhost, name)
+        return True
+
     def set_memory_pressure(self, active: bool) -> None:
         """Memory is past the paging threshold (RabbitMQ's
         ``vm_memory_high_watermark_paging_ratio``): queues page new messages out to

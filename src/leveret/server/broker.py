@@ -12,20 +12,26 @@ Like ActiveMQ's embedded broker, it needs nothing else running::
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+from pathlib import Path
 from ssl import SSLContext
 from typing import Any
 
 from ..config import Settings
 from ..core.broker import BrokerCore
 from ..management import ManagementAPI
+from ..protocol.amqp import Connection
 from ..store import DataDirLock
 from ..store.sqlite import SQLiteStore
 from .clock import LoopClock
+from .control import SOCKET_NAME, ControlServer
 from .disk_monitor import DiskMonitor
 from .listener import AMQPListener
 from .memory_monitor import MemoryMonitor
 from .tls import TLSError
+
+log = logging.getLogger("leveret.server")
 
 
 class Broker:
@@ -55,6 +61,7 @@ class Broker:
         self.store: SQLiteStore | None = None
         self._disk_monitor: DiskMonitor | None = None
         self._memory_monitor: MemoryMonitor | None = None
+        self._control: ControlServer | None = None
         self.management: ManagementAPI | None = None
 
     @property
@@ -108,6 +115,13 @@ class Broker:
                     self.core, settings.bind, settings.amqps_port, 0, tls, settings.ssl_cert_login_from
                 )
                 await self.tls_listener.start()
+            if settings.data_dir is not None:  # leveret ctl's socket lives there
+                control = ControlServer(self, Path(settings.data_dir) / SOCKET_NAME)
+                try:
+                    await control.start()
+                    self._control = control
+                except OSError as exc:  # e.g. a path too long for a Unix socket
+                    log.warning("leveret ctl is unavailable: cannot listen on %s: %s", control.path, exc)
             if settings.http_port is not None or settings.https_port is not None:
                 self.management = ManagementAPI(
                     self.core,
@@ -139,7 +153,22 @@ class Broker:
         """The AMQP-over-TLS port actually bound (after start), if any."""
         return self.tls_listener.port if self.tls_listener is not None else None
 
+    def connections(self) -> list[tuple[str, Connection]]:
+        """Every client connection with its name, RabbitMQ's form
+        ``"peer -> listener"`` (`` (TLS)`` appended for amqps)."""
+        found = []
+        for listener, suffix in ((self.listener, ""), (self.tls_listener, " (TLS)")):
+            if listener is not None:
+                for connection in listener.connections:
+                    found.append(
+                        (f"{connection.peer} -> {listener.host}:{listener.port}{suffix}", connection)
+                    )
+        return sorted(found, key=lambda item: item[0])
+
     async def _stop_listeners(self) -> None:
+        if self._control is not None:
+            await self._control.stop()
+            self._control = None
         await self.listener.stop()
         if self.tls_listener is not None:
             await self.tls_listener.stop()

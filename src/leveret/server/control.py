@@ -1,0 +1,533 @@
+"""The control socket that ``leveret ctl`` talks to, as ``rabbitmqctl`` talks to a node.
+
+A Unix socket ``leveret.ctl`` in the data directory, readable and writable by the
+broker's own user only (mode 0600): its file permissions are the guard, as the Erlang
+cookie's are for rabbitmqctl. One JSON object a line each way: a request
+``{"command": NAME, "args": {...}}``, an answer ``{"ok": true, "columns": [...],
+"rows": [[...]]}`` (a listing), ``{"ok": true, "message": "..."}`` or ``{"ok": false,
+"error": "..."}``. Changes are recorded in the audit log under the caller's system
+user name (from the socket's peer credentials).
+
+The commands and their RabbitMQ column names are in :data:`COMMANDS`; see
+``leveret ctl --help``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import pwd
+import socket
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core import audit, definitions_document
+from ..core.auth import Permission, TopicPermission, User, check_pattern
+from ..core.errors import BrokerError
+from ..core.policy import Policy
+from ..core.queues import Queue
+from ..version import __version__
+
+if TYPE_CHECKING:
+    from ..protocol.amqp import Connection
+    from .broker import Broker
+
+log = logging.getLogger("leveret.control")
+SOCKET_NAME = "leveret.ctl"
+MAX_REQUEST = 64 * 1024 * 1024  # bytes: an imported definitions document fits
+
+
+class CommandError(Exception):
+    """A request that cannot be carried out; its text goes back to ``leveret ctl``."""
+
+
+Handler = Callable[["Broker", dict[str, Any]], dict[str, Any]]
+COMMANDS: dict[str, Handler] = {}
+CHANGES: set[str] = set()  # commands that change the broker: audited
+
+
+def command(name: str, changes: bool = False) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        COMMANDS[name] = handler
+        if changes:
+            CHANGES.add(name)
+        return handler
+
+    return register
+
+
+def _table(columns: list[str], rows: list[list[Any]]) -> dict[str, Any]:
+    return {"columns": columns, "rows": rows}
+
+
+def _done(message: str) -> dict[str, Any]:
+    return {"message": message}
+
+
+def _vhost(broker: Broker, args: dict[str, Any]) -> Any:
+    name = args.get("vhost", "/")
+    vhost = broker.core.vhosts.get(name)
+    if vhost is None:
+        raise CommandError(f"virtual host '{name}' does not exist")
+    return vhost
+
+
+def _user(broker: Broker, name: str) -> User:
+    user = broker.core.users.users.get(name)
+    if user is None:
+        raise CommandError(f"user '{name}' does not exist")
+    return user
+
+
+def _patterns(*patterns: str) -> None:
+    for pattern in patterns:
+        problem = check_pattern(pattern)
+        if problem is not None:
+            raise CommandError(f"invalid regular expression '{pattern}': {problem}")
+
+
+# -- status ---------------------------------------------------------------------------
+@command("status")
+def _status(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    core, settings = broker.core, broker.settings
+    rows: list[list[Any]] = [
+        ["product", "leveret"],
+        ["version", __version__],
+        ["pid", os.getpid()],
+        ["data_dir", settings.data_dir],
+        ["amqp_listener", f"{broker.host}:{broker.amqp_port}"],
+        ["amqps_listener", f"{broker.host}:{broker.amqps_port}" if broker.amqps_port else ""],
+        ["http_api", broker.http_url or ""],
+        ["alarms", ",".join(sorted(core.alarm_sources))],
+        ["memory_pressure", core.memory_pressure],
+        ["vm_memory_high_watermark_bytes", settings.memory_limit()],
+        ["disk_free_limit", settings.disk_free_limit],
+        ["vhosts", len(core.vhosts)],
+        ["queues", sum(len(v.queues) for v in core.vhosts.values())],
+        ["connections", len(broker.connections())],
+    ]
+    return _table(["key", "value"], rows)
+
+
+@command("set_vm_memory_high_watermark", changes=True)
+def _set_memory(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    value = str(args["value"])
+    settings = broker.settings
+    try:
+        if args.get("absolute"):
+            settings.vm_memory_high_watermark_absolute = int(value)
+        else:
+            fraction = float(value)
+            if not 0 < fraction <= 1:
+                raise ValueError("a fraction of RAM from 0 to 1")
+            settings.vm_memory_high_watermark, settings.vm_memory_high_watermark_absolute = fraction, None
+    except ValueError as exc:
+        raise CommandError(f"invalid watermark '{value}': {exc}") from None
+    return _done(f"memory high watermark: {settings.memory_limit()} bytes")
+
+
+@command("set_disk_free_limit", changes=True)
+def _set_disk(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        limit = int(args["value"])
+    except ValueError:
+        raise CommandError(f"invalid disk free limit '{args['value']}' (bytes)") from None
+    broker.settings.disk_free_limit = limit
+    return _done(f"disk free limit: {limit} bytes")
+
+
+# -- users, vhosts, permissions -------------------------------------------------------
+@command("list_users")
+def _list_users(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    users = sorted(broker.core.users.users.values(), key=lambda u: u.name)
+    return _table(["user", "tags"], [[u.name, "[" + ", ".join(u.tags) + "]"] for u in users])
+
+
+@command("add_user", changes=True)
+def _add_user(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    name = args["user"]
+    if name in broker.core.users.users:
+        raise CommandError(f"user '{name}' already exists")
+    broker.core.add_user(User.with_password(name, args["password"]))
+    return _done(f'Adding user "{name}" ...')
+
+
+@command("change_password", changes=True)
+def _change_password(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    user = _user(broker, args["user"])
+    broker.core.add_user(User.with_password(user.name, args["password"], user.tags))
+    return _done(f'Changing password for user "{user.name}" ...')
+
+
+@command("set_user_tags", changes=True)
+def _set_tags(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    user = _user(broker, args["user"])
+    broker.core.add_user(User(user.name, user.password_hash, user.hashing_algorithm, list(args["tags"])))
+    return _done(f'Setting tags for user "{user.name}" to [{", ".join(args["tags"])}] ...')
+
+
+@command("delete_user", changes=True)
+def _delete_user(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    if not broker.core.delete_user(args["user"]):
+        raise CommandError(f"user '{args['user']}' does not exist")
+    return _done(f'Deleting user "{args["user"]}" ...')
+
+
+@command("list_vhosts")
+def _list_vhosts(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    return _table(["name"], [[name] for name in sorted(broker.core.vhosts)])
+
+
+@command("add_vhost", changes=True)
+def _add_vhost(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    broker.core.add_vhost(args["vhost"])
+    return _done(f'Adding vhost "{args["vhost"]}" ...')
+
+
+@command("delete_vhost", changes=True)
+def _delete_vhost(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    if not broker.core.delete_vhost(args["vhost"]):
+        raise CommandError(f"virtual host '{args['vhost']}' does not exist")
+    return _done(f'Deleting vhost "{args["vhost"]}" ...')
+
+
+@command("set_permissions", changes=True)
+def _set_permissions(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost, user = _vhost(broker, args), _user(broker, args["user"])
+    _patterns(args["configure"], args["write"], args["read"])
+    broker.core.set_permission(
+        user.name, vhost.name, Permission(args["configure"], args["write"], args["read"])
+    )
+    return _done(f'Setting permissions for user "{user.name}" in vhost "{vhost.name}" ...')
+
+
+@command("clear_permissions", changes=True)
+def _clear_permissions(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    broker.core.clear_permission(args["user"], vhost.name)
+    return _done(f'Clearing permissions for user "{args["user"]}" in vhost "{vhost.name}" ...')
+
+
+@command("list_permissions")
+def _list_permissions(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    rows = [
+        [user, p.configure, p.write, p.read]
+        for (name, user), p in sorted(broker.core.users.permissions.items())
+        if name == vhost.name
+    ]
+    return _table(["user", "configure", "write", "read"], rows)
+
+
+@command("list_user_permissions")
+def _list_user_permissions(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    user = _user(broker, args["user"])
+    rows = [
+        [vhost, p.configure, p.write, p.read]
+        for (vhost, name), p in sorted(broker.core.users.permissions.items())
+        if name == user.name
+    ]
+    return _table(["vhost", "configure", "write", "read"], rows)
+
+
+@command("set_topic_permissions", changes=True)
+def _set_topic(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost, user = _vhost(broker, args), _user(broker, args["user"])
+    _patterns(args["write"], args["read"])
+    broker.core.set_topic_permission(
+        user.name, vhost.name, TopicPermission(args["exchange"], args["write"], args["read"])
+    )
+    return _done(f'Setting topic permissions on "{args["exchange"]}" for user "{user.name}" ...')
+
+
+@command("clear_topic_permissions", changes=True)
+def _clear_topic(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    broker.core.clear_topic_permissions(args["user"], vhost.name, args.get("exchange"))
+    return _done(f'Clearing topic permissions for user "{args["user"]}" ...')
+
+
+@command("list_topic_permissions")
+def _list_topic(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    topics = broker.core.users.topic_permissions.items()
+    rows = [
+        [user, t.exchange, t.write, t.read] for (name, user, _), t in sorted(topics) if name == vhost.name
+    ]
+    return _table(["user", "exchange", "write", "read"], rows)
+
+
+# -- policies -------------------------------------------------------------------------
+@command("set_policy", changes=True)
+def _set_policy(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    try:
+        definition = json.loads(args["definition"])
+        if not isinstance(definition, dict):
+            raise ValueError("not a JSON object")
+        policy = Policy(
+            args["name"],
+            args["pattern"],
+            definition,
+            args.get("apply_to", "all"),
+            int(args.get("priority", 0)),
+            vhost.name,
+        )
+    except ValueError as exc:
+        raise CommandError(f"invalid policy: {exc}") from None
+    broker.core.set_policy(policy)
+    return _done(f'Setting policy "{policy.name}" for pattern "{policy.pattern}" ...')
+
+
+@command("clear_policy", changes=True)
+def _clear_policy(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    if not broker.core.clear_policy(vhost.name, args["name"]):
+        raise CommandError(f"policy '{args['name']}' does not exist in vhost '{vhost.name}'")
+    return _done(f'Clearing policy "{args["name"]}" ...')
+
+
+@command("list_policies")
+def _list_policies(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    rows = [
+        [p.vhost, p.name, p.pattern, p.apply_to, json.dumps(p.definition), p.priority]
+        for p in broker.core.policies
+        if p.vhost == vhost.name
+    ]
+    return _table(["vhost", "name", "pattern", "apply-to", "definition", "priority"], rows)
+
+
+# -- listings -------------------------------------------------------------------------
+def _columns(
+    args: dict[str, Any], available: dict[str, Callable[[Any], Any]], default: list[str]
+) -> list[str]:
+    columns = args.get("columns") or default
+    unknown = [c for c in columns if c not in available]
+    if unknown:
+        raise CommandError(f"unknown column(s) {', '.join(unknown)}; known: {', '.join(available)}")
+    return columns
+
+
+QUEUE_INFO: dict[str, Callable[[Queue], Any]] = {
+    "name": lambda q: q.name,
+    "durable": lambda q: q.durable,
+    "auto_delete": lambda q: q.auto_delete,
+    "exclusive": lambda q: q.exclusive_owner is not None,
+    "arguments": lambda q: json.dumps(definitions_document._plain(q.arguments)),
+    "messages": lambda q: q.message_count + q.unacked_count,
+    "messages_ready": lambda q: q.message_count,
+    "messages_unacknowledged": lambda q: q.unacked_count,
+    "consumers": lambda q: len(q.consumers),
+    "type": lambda q: q.type_name,
+}
+
+
+@command("list_queues")
+def _list_queues(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    columns = _columns(args, QUEUE_INFO, ["name", "messages"])
+    queues = sorted(vhost.queues.values(), key=lambda q: q.name)
+    return _table(columns, [[QUEUE_INFO[c](q) for c in columns] for q in queues])
+
+
+@command("list_exchanges")
+def _list_exchanges(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    info: dict[str, Callable[[Any], Any]] = {
+        "name": lambda e: e.name,
+        "type": lambda e: e.type,
+        "durable": lambda e: e.durable,
+        "auto_delete": lambda e: e.auto_delete,
+        "internal": lambda e: e.internal,
+        "arguments": lambda e: json.dumps(definitions_document._plain(e.arguments)),
+    }
+    columns = _columns(args, info, ["name", "type"])
+    exchanges = sorted(vhost.exchanges.values(), key=lambda e: e.name)
+    return _table(columns, [[info[c](e) for c in columns] for e in exchanges])
+
+
+@command("list_bindings")
+def _list_bindings(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    rows = []
+    for exchange in sorted(vhost.exchanges.values(), key=lambda e: e.name):
+        for binding in exchange.bindings.values():
+            kind = "queue" if isinstance(binding.destination, Queue) else "exchange"
+            arguments = json.dumps(definitions_document._plain(binding.arguments))
+            rows.append(
+                ["exchange", exchange.name, kind, binding.destination.name, binding.routing_key, arguments]
+            )
+    columns = [
+        "source_kind",
+        "source_name",
+        "destination_kind",
+        "destination_name",
+        "routing_key",
+        "arguments",
+    ]
+    return _table(columns, rows)
+
+
+CONNECTION_INFO: dict[str, Callable[[tuple[str, Connection]], Any]] = {
+    "name": lambda c: c[0],
+    "user": lambda c: c[1].user.name if c[1].user else "",
+    "vhost": lambda c: c[1].vhost.name if c[1].vhost else "",
+    "peer_host": lambda c: c[1].peer.rpartition(":")[0],
+    "peer_port": lambda c: int(c[1].peer.rpartition(":")[2] or 0),
+    "state": lambda c: "running" if c[1].state == "opened" else c[1].state,
+    "channels": lambda c: len(c[1].channels),
+    "protocol": lambda c: "AMQP 0-9-1",
+    "ssl": lambda c: c[1].certificate_user is not None or c[0].endswith(" (TLS)"),
+}
+
+
+@command("list_connections")
+def _list_connections(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    columns = _columns(args, CONNECTION_INFO, ["user", "peer_host", "peer_port", "state"])
+    return _table(columns, [[CONNECTION_INFO[c](item) for c in columns] for item in broker.connections()])
+
+
+@command("list_consumers")
+def _list_consumers(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    rows = []
+    for name, connection in broker.connections():
+        if connection.vhost is not vhost:
+            continue
+        for channel in connection.channels.values():
+            for consumer in channel.consumers.values():
+                queue = consumer.queue.name if consumer.queue is not None else ""
+                arguments = json.dumps(definitions_document._plain(consumer.arguments))
+                rows.append(
+                    [
+                        queue,
+                        f"{name} ({channel.number})",
+                        consumer.tag,
+                        not consumer.no_ack,
+                        consumer.prefetch,
+                        arguments,
+                    ]
+                )
+    columns = ["queue_name", "channel_pid", "consumer_tag", "ack_required", "prefetch_count", "arguments"]
+    return _table(columns, rows)
+
+
+# -- actions --------------------------------------------------------------------------
+@command("close_connection", changes=True)
+def _close_connection(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    for name, connection in broker.connections():
+        if name == args["name"]:
+            connection.close(320, args.get("explanation") or "Closed via leveret ctl")
+            return _done(f"Closing connection {name}, reason: {args.get('explanation', '')} ...")
+    raise CommandError(f"no connection named '{args['name']}' (see list_connections name)")
+
+
+@command("purge_queue", changes=True)
+def _purge_queue(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    queue = _vhost(broker, args).queues.get(args["queue"])
+    if queue is None:
+        raise CommandError(f"queue '{args['queue']}' does not exist")
+    count = queue.purge()
+    return _done(f"Purging queue '{queue.name}' in vhost '{queue.vhost.name}': {count} messages ...")
+
+
+@command("delete_queue", changes=True)
+def _delete_queue(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    if args["queue"] not in vhost.queues:
+        raise CommandError(f"queue '{args['queue']}' does not exist")
+    count = vhost.delete_queue(args["queue"])
+    return _done(
+        f"Deleting queue '{args['queue']}' on vhost '{vhost.name}' ...\nQueue was successfully deleted "
+        f"with {count} ready messages"
+    )
+
+
+@command("export_definitions")
+def _export(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    return {"document": definitions_document.export(broker.core, __version__)}
+
+
+@command("import_definitions", changes=True)
+def _import(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    definitions_document.import_document(broker.core, args["document"])
+    return _done("Importing definitions ...")
+
+
+# -- the socket -----------------------------------------------------------------------
+def _peer_user(writer: asyncio.StreamWriter) -> str:
+    """The system user on the other end of the socket (SO_PEERCRED), else '?'."""
+    sock = writer.get_extra_info("socket")
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return pwd.getpwuid(struct.unpack("3i", creds)[1]).pw_name
+    except (OSError, KeyError, AttributeError):
+        return "?"
+
+
+def carry_out(broker: Broker, request: Any, who: str) -> dict[str, Any]:
+    """Answer one request (see the module doc); never raises for bad input."""
+    if not isinstance(request, dict) or request.get("command") not in COMMANDS:
+        known = ", ".join(sorted(COMMANDS))
+        return {"ok": False, "error": f"unknown command; known: {known}"}
+    name, args = request["command"], request.get("args") or {}
+    try:
+        result = COMMANDS[name](broker, args)
+    except KeyError as exc:
+        return {"ok": False, "error": f"{name}: missing argument {exc}"}
+    except (CommandError, BrokerError) as exc:
+        return {"ok": False, "error": str(exc)}
+    if name in CHANGES:
+        details = {k: v for k, v in args.items() if k not in ("password", "document")}
+        audit.record(f"ctl.{name}", who, "local socket", **details)
+    return {"ok": True, **result}
+
+
+class ControlServer:
+    """Serves the control socket of ``broker`` at ``path`` (mode 0600)."""
+
+    def __init__(self, broker: Broker, path: Path) -> None:
+        self.broker = broker
+        self.path = path
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        """Listen (replacing a socket file a crashed broker left behind)."""
+        if self.path.exists() or self.path.is_symlink():
+            self.path.unlink()
+        old_umask = os.umask(0o177)  # the socket is made 0600, never briefly wider
+        try:
+            self._server = await asyncio.start_unix_server(self._serve, str(self.path), limit=MAX_REQUEST)
+        finally:
+            os.umask(old_umask)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        who = _peer_user(writer)
+        try:
+            while line := await reader.readline():
+                try:
+                    request = json.loads(line)
+                except ValueError as exc:
+                    answer: dict[str, Any] = {"ok": False, "error": f"not JSON: {exc}"}
+                else:
+                    answer = carry_out(self.broker, request, who)
+                writer.write(json.dumps(answer, default=str).encode() + b"\n")
+                await writer.drain()
+        except (ConnectionError, asyncio.LimitOverrunError, ValueError) as exc:
+            log.warning("control socket: %s", exc)
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        """Stop listening and remove the socket file."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        if self.path.exists():
+            self.path.unlink()

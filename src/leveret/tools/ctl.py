@@ -1,0 +1,368 @@
+"""``leveret ctl``: daily administration of a running broker, as ``rabbitmqctl`` does it,
+over the control socket in its data directory (see :mod:`leveret.server.control`).
+
+Same command names, arguments and column names as rabbitmqctl; ``-p VHOST`` picks the
+vhost (default ``/``). Listings print a tab-separated header and rows (``-q``: without
+the "Listing ..." line); a refused command prints ``Error: ...`` on stderr and exits 1,
+a broker that is not running (no socket) exits 69, as rabbitmqctl's "unavailable".
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..server.control import SOCKET_NAME
+
+UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE, rabbitmqctl's code when the node is down
+
+
+def request(data_dir: str, command: str, args: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
+    """Send one request to the broker using ``data_dir``; its answer. Raises
+    click.ClickException (exit 69) when no broker answers there."""
+    path = Path(data_dir) / SOCKET_NAME
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(path))
+            sock.sendall(json.dumps({"command": command, "args": args}).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+    except OSError as exc:
+        error = click.ClickException(f"cannot reach the broker of {data_dir} ({path}): {exc}")
+        error.exit_code = UNAVAILABLE
+        raise error from None
+    return json.loads(data)
+
+
+def _show(answer: dict[str, Any], info: str | None, quiet: bool) -> None:
+    if not answer.get("ok"):
+        click.echo(f"Error: {answer.get('error')}", err=True)
+        sys.exit(1)
+    if "columns" in answer:
+        if info and not quiet:
+            click.echo(info)
+        click.echo("\t".join(answer["columns"]))
+        for row in answer["rows"]:
+            click.echo("\t".join(_cell(value) for value in row))
+    elif "document" in answer:
+        click.echo(json.dumps(answer["document"], indent=2))
+    elif not quiet:
+        click.echo(answer.get("message", ""))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class Context:
+    def __init__(self, data_dir: str, quiet: bool) -> None:
+        self.data_dir, self.quiet = data_dir, quiet
+
+    def run(self, command: str, info: str | None = None, **args: Any) -> None:
+        _show(
+            request(self.data_dir, command, {k: v for k, v in args.items() if v is not None}),
+            info,
+            self.quiet,
+        )
+
+
+@click.group()
+@click.option("--data-dir", default="./leveret-data", show_default=True, help="The broker's data directory.")
+@click.option("-q", "--quiet", is_flag=True, help="No informational line before listings.")
+@click.pass_context
+def ctl(context: click.Context, data_dir: str, quiet: bool) -> None:
+    """Administer a running broker (rabbitmqctl's commands), through the control socket
+    in its data directory (readable by the broker's system user only)."""
+    context.obj = Context(data_dir, quiet)
+
+
+VHOST = click.option("-p", "--vhost", default="/", show_default=True, help="Virtual host.")
+pass_ctx = click.make_pass_decorator(Context)
+
+
+@ctl.command()
+@pass_ctx
+def status(ctx: Context) -> None:
+    """Listeners, alarms, memory and disk limits, counts."""
+    ctx.run("status", "Status of leveret ...")
+
+
+@ctl.command("list_users")
+@pass_ctx
+def list_users(ctx: Context) -> None:
+    """Users and their tags."""
+    ctx.run("list_users", "Listing users ...")
+
+
+@ctl.command("add_user")
+@click.argument("user")
+@click.argument("password")
+@pass_ctx
+def add_user(ctx: Context, user: str, password: str) -> None:
+    """Create a user (no tags, no permissions)."""
+    ctx.run("add_user", user=user, password=password)
+
+
+@ctl.command("delete_user")
+@click.argument("user")
+@pass_ctx
+def delete_user(ctx: Context, user: str) -> None:
+    """Delete a user with its permissions."""
+    ctx.run("delete_user", user=user)
+
+
+@ctl.command("change_password")
+@click.argument("user")
+@click.argument("password")
+@pass_ctx
+def change_password(ctx: Context, user: str, password: str) -> None:
+    """Set a user's password."""
+    ctx.run("change_password", user=user, password=password)
+
+
+@ctl.command("set_user_tags")
+@click.argument("user")
+@click.argument("tags", nargs=-1)
+@pass_ctx
+def set_user_tags(ctx: Context, user: str, tags: tuple[str, ...]) -> None:
+    """Replace a user's tags (none: clear them)."""
+    ctx.run("set_user_tags", user=user, tags=list(tags))
+
+
+@ctl.command("list_vhosts")
+@pass_ctx
+def list_vhosts(ctx: Context) -> None:
+    """Virtual hosts."""
+    ctx.run("list_vhosts", "Listing vhosts ...")
+
+
+@ctl.command("add_vhost")
+@click.argument("vhost")
+@pass_ctx
+def add_vhost(ctx: Context, vhost: str) -> None:
+    """Create a virtual host."""
+    ctx.run("add_vhost", vhost=vhost)
+
+
+@ctl.command("delete_vhost")
+@click.argument("vhost")
+@pass_ctx
+def delete_vhost(ctx: Context, vhost: str) -> None:
+    """Delete a virtual host with everything in it (its connections are closed)."""
+    ctx.run("delete_vhost", vhost=vhost)
+
+
+@ctl.command("set_permissions")
+@VHOST
+@click.argument("user")
+@click.argument("configure")
+@click.argument("write")
+@click.argument("read")
+@pass_ctx
+def set_permissions(ctx: Context, vhost: str, user: str, configure: str, write: str, read: str) -> None:
+    """Set a user's configure, write and read expressions in a vhost."""
+    ctx.run("set_permissions", vhost=vhost, user=user, configure=configure, write=write, read=read)
+
+
+@ctl.command("clear_permissions")
+@VHOST
+@click.argument("user")
+@pass_ctx
+def clear_permissions(ctx: Context, vhost: str, user: str) -> None:
+    """Take a user's permissions in a vhost away."""
+    ctx.run("clear_permissions", vhost=vhost, user=user)
+
+
+@ctl.command("list_permissions")
+@VHOST
+@pass_ctx
+def list_permissions(ctx: Context, vhost: str) -> None:
+    """Permissions in a vhost."""
+    ctx.run("list_permissions", f'Listing permissions for vhost "{vhost}" ...', vhost=vhost)
+
+
+@ctl.command("list_user_permissions")
+@click.argument("user")
+@pass_ctx
+def list_user_permissions(ctx: Context, user: str) -> None:
+    """A user's permissions in every vhost."""
+    ctx.run("list_user_permissions", f'Listing permissions for user "{user}" ...', user=user)
+
+
+@ctl.command("set_topic_permissions")
+@VHOST
+@click.argument("user")
+@click.argument("exchange")
+@click.argument("write")
+@click.argument("read")
+@pass_ctx
+def set_topic_permissions(ctx: Context, vhost: str, user: str, exchange: str, write: str, read: str) -> None:
+    """Narrow a user's routing keys on a topic exchange."""
+    ctx.run("set_topic_permissions", vhost=vhost, user=user, exchange=exchange, write=write, read=read)
+
+
+@ctl.command("clear_topic_permissions")
+@VHOST
+@click.argument("user")
+@click.argument("exchange", required=False)
+@pass_ctx
+def clear_topic_permissions(ctx: Context, vhost: str, user: str, exchange: str | None) -> None:
+    """Remove a user's topic permissions (on one exchange, or all)."""
+    ctx.run("clear_topic_permissions", vhost=vhost, user=user, exchange=exchange)
+
+
+@ctl.command("list_topic_permissions")
+@VHOST
+@pass_ctx
+def list_topic_permissions(ctx: Context, vhost: str) -> None:
+    """Topic permissions in a vhost."""
+    ctx.run("list_topic_permissions", f'Listing topic permissions for vhost "{vhost}" ...', vhost=vhost)
+
+
+@ctl.command("set_policy")
+@VHOST
+@click.option("--priority", type=int, default=0, show_default=True)
+@click.option(
+    "--apply-to", default="all", show_default=True, type=click.Choice(["all", "queues", "exchanges"])
+)
+@click.argument("name")
+@click.argument("pattern")
+@click.argument("definition")
+@pass_ctx
+def set_policy(
+    ctx: Context, vhost: str, priority: int, apply_to: str, name: str, pattern: str, definition: str
+) -> None:
+    """Set a policy (DEFINITION is JSON, e.g. '{"max-length": 1000}'); it is stored and
+    applies to queues declared from now on."""
+    ctx.run(
+        "set_policy",
+        vhost=vhost,
+        priority=priority,
+        apply_to=apply_to,
+        name=name,
+        pattern=pattern,
+        definition=definition,
+    )
+
+
+@ctl.command("clear_policy")
+@VHOST
+@click.argument("name")
+@pass_ctx
+def clear_policy(ctx: Context, vhost: str, name: str) -> None:
+    """Remove a policy."""
+    ctx.run("clear_policy", vhost=vhost, name=name)
+
+
+@ctl.command("list_policies")
+@VHOST
+@pass_ctx
+def list_policies(ctx: Context, vhost: str) -> None:
+    """Policies of a vhost."""
+    ctx.run("list_policies", f'Listing policies for vhost "{vhost}" ...', vhost=vhost)
+
+
+def _listing(name: str, what: str, vhosted: bool = True) -> None:
+    """A list_* command taking RabbitMQ's column names as arguments."""
+
+    @click.argument("columns", nargs=-1)
+    @pass_ctx
+    def run(ctx: Context, columns: tuple[str, ...], vhost: str = "/") -> None:
+        info = f"Listing {what} for vhost {vhost} ..." if vhosted else f"Listing {what} ..."
+        ctx.run(name, info, vhost=vhost if vhosted else None, columns=list(columns) or None)
+
+    run.__doc__ = f"{what.capitalize()}, with the columns named (RabbitMQ's names)."
+    if vhosted:
+        run = VHOST(run)
+    ctl.command(name)(run)
+
+
+_listing("list_queues", "queues")
+_listing("list_exchanges", "exchanges")
+_listing("list_bindings", "bindings")
+_listing("list_consumers", "consumers")
+_listing("list_connections", "connections", vhosted=False)
+
+
+@ctl.command("close_connection")
+@click.argument("name")
+@click.argument("explanation", default="Closed via leveret ctl")
+@pass_ctx
+def close_connection(ctx: Context, name: str, explanation: str) -> None:
+    """Close a connection (NAME from list_connections name) with 320 CONNECTION_FORCED."""
+    ctx.run("close_connection", name=name, explanation=explanation)
+
+
+@ctl.command("purge_queue")
+@VHOST
+@click.argument("queue")
+@pass_ctx
+def purge_queue(ctx: Context, vhost: str, queue: str) -> None:
+    """Delete a queue's ready messages."""
+    ctx.run("purge_queue", vhost=vhost, queue=queue)
+
+
+@ctl.command("delete_queue")
+@VHOST
+@click.argument("queue")
+@pass_ctx
+def delete_queue(ctx: Context, vhost: str, queue: str) -> None:
+    """Delete a queue (its consumers are cancelled)."""
+    ctx.run("delete_queue", vhost=vhost, queue=queue)
+
+
+@ctl.command("export_definitions")
+@click.argument("path", type=click.Path(dir_okay=False, allow_dash=True))
+@pass_ctx
+def export_definitions(ctx: Context, path: str) -> None:
+    """Write RabbitMQ's definitions document to PATH (``-``: standard output)."""
+    answer = request(ctx.data_dir, "export_definitions", {})
+    text = json.dumps(answer["document"], indent=2)
+    if path == "-":
+        click.echo(text)
+    else:
+        Path(path).write_text(text)
+        if not ctx.quiet:
+            click.echo(f"Exported definitions to {path}")
+
+
+@ctl.command("import_definitions")
+@click.argument("path", type=click.Path(dir_okay=False, allow_dash=True))
+@pass_ctx
+def import_definitions(ctx: Context, path: str) -> None:
+    """Add what a definitions document (RabbitMQ's or leveret's) defines."""
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise click.ClickException(f"{path} is not JSON: {exc}") from None
+    ctx.run("import_definitions", document=document)
+
+
+@ctl.command("set_vm_memory_high_watermark")
+@click.option("--absolute", is_flag=True, help="VALUE is in bytes, not a fraction of RAM.")
+@click.argument("value")
+@pass_ctx
+def set_vm_memory_high_watermark(ctx: Context, absolute: bool, value: str) -> None:
+    """Set the memory high watermark (a fraction of RAM, or bytes with --absolute)."""
+    ctx.run("set_vm_memory_high_watermark", value=value, absolute=absolute or None)
+
+
+@ctl.command("set_disk_free_limit")
+@click.argument("value")
+@pass_ctx
+def set_disk_free_limit(ctx: Context, value: str) -> None:
+    """Set the free disk space (bytes) below which publishers are blocked."""
+    ctx.run("set_disk_free_limit", value=value)
