@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from . import log_limit
 from .config import ConfigError, Settings, load
 from .server.broker import Broker, new_event_loop
 from .server.tls import TLSError
@@ -87,6 +88,9 @@ def server(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # A flood of bad connections or logins costs a few log lines, not one each (the
+    # audit log is never thinned; an embedding program keeps its own logging as is).
+    log_limit.limit("leveret.amqp", "leveret.management", "leveret.server")
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:

@@ -162,3 +162,19 @@ def test_security_relevant_actions_are_audited_without_secrets(http_broker, capl
     ]
     assert [line.replace(",", "") for line in lines] == [line.replace(",", "") for line in expected]
     assert not any("secret" in line for line in lines)
+
+
+def test_a_flood_of_bad_connections_costs_a_few_log_lines(tmp_path):
+    """`leveret server` thins its log: at most 20 lines of one kind per 10 s."""
+    server = ServerProcess(tmp_path / "data")
+    try:
+        for _ in range(100):
+            with RawClient(server.port) as client:
+                client.send(b"AMQP\x00\x00\x09\x01")
+                client.expect(commands.Connection.Start, 0)
+                client.send(b"\x09\x00\x00\x00\x00\x00\x00\xce")  # an unknown frame type: 501
+                client.closed_within(5)
+        lines = [line for line in server.log_path.read_text().splitlines() if "closing with FRAME_ERROR" in line]
+        assert 1 <= len(lines) <= 20
+    finally:
+        server.kill()
