@@ -137,3 +137,43 @@ def test_confirmed_messages_survive_a_full_disk(small_disk, config, kind):
         assert confirmed <= drain(server.url, "q")
     finally:
         server.kill()
+
+
+def test_a_durable_declare_ok_waits_until_the_queue_is_on_disk(small_disk, config):
+    """While the store cannot write (here: a persistent message that does not fit in
+    what the reserve leaves), a durable queue.declare gets its -ok only once the queue
+    is on disk, and it survives a restart."""
+    server = start(small_disk, config)
+    try:
+        setup = pika.BlockingConnection(pika.URLParameters(server.url))
+        setup.channel().queue_declare("q", durable=True)
+        setup.close()
+        fill(small_disk / "filler", leave=RESERVE // 2)
+        publisher = Publisher(server.url, "q", 16 * 1024, pika.BasicProperties(delivery_mode=2))
+        publisher.start()  # its first message cannot be written: the store waits for room
+        time.sleep(1)
+        assert publisher.confirmed == []
+        answers: list[str] = []
+
+        def declare() -> None:
+            connection = pika.BlockingConnection(pika.URLParameters(server.url))
+            connection.channel().queue_declare("kept", durable=True)
+            answers.append("declare-ok")
+            connection.close()
+
+        declarer = threading.Thread(target=declare, daemon=True)
+        declarer.start()
+        time.sleep(2)
+        assert answers == []  # not on disk yet: no declare-ok
+        (small_disk / "filler").unlink()
+        declarer.join(30)
+        assert answers == ["declare-ok"]
+        publisher.stop.set()
+        publisher.join(30)
+        server.terminate()
+        server = start(small_disk, config)
+        connection = pika.BlockingConnection(pika.URLParameters(server.url))
+        connection.channel().queue_declare("kept", passive=True)  # it survived the restart
+        connection.close()
+    finally:
+        server.kill()

@@ -50,6 +50,10 @@ class Store(ABC):
     """Durable definitions and messages. Methods are called on the event loop and must
     not block it; writes become durable in groups, in call order."""
 
+    #: Definitions saved or deleted so far: a protocol adapter compares it before and
+    #: after a declare to know whether its -ok must wait for :meth:`when_durable`.
+    definition_changes = 0
+
     @abstractmethod
     def load(self) -> Snapshot:
         """Read everything (start-up; may block). Raises StoreError naming the file."""

@@ -298,10 +298,12 @@ class SQLiteStore(Store):
     def save_definition(self, kind: str, vhost: str, name: str, data: dict) -> None:
         """Queued in the current batch; an upsert, so a definition keeps its place in
         :meth:`load`'s order."""
+        self.definition_changes += 1
         self._changed().definitions.append(("save", kind, vhost, name, _encode_table(data)))
 
     def delete_definition(self, kind: str, vhost: str, name: str) -> None:
         """Queued in the current batch."""
+        self.definition_changes += 1
         self._changed().definitions.append(("delete", kind, vhost, name))
 
     def new_queue_id(self) -> int:

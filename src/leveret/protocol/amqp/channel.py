@@ -25,6 +25,7 @@ from ...amqp.errors import (
     NO_ROUTE,
     NOT_ALLOWED,
     NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
     UNEXPECTED_FRAME,
     ChannelError,
     ConnectionError,
@@ -51,6 +52,19 @@ Unacked = tuple[Queue | None, QueuedMessage, ChannelConsumer | None]
 
 
 _REPLY_TO_HIGH_BITS = wire.REPLY_TO_FLAG >> 8  # reply_to's bit in the first flag byte
+#: Methods that may save or delete a durable definition (their -ok waits for the disk).
+_DEFINING = frozenset(
+    (
+        commands.Exchange.Declare,
+        commands.Exchange.Delete,
+        commands.Exchange.Bind,
+        commands.Exchange.Unbind,
+        commands.Queue.Declare,
+        commands.Queue.Delete,
+        commands.Queue.Bind,
+        commands.Queue.Unbind,
+    )
+)
 
 
 class Channel:
@@ -75,6 +89,7 @@ class Channel:
         self.publisher = Publisher(session, self)
         self.last_queue = ""
         self.reply_to_key: str | None = None
+        self._held_replies: list[Method] | None = None  # replies waiting for the store
         # content being assembled: publish method, header, remaining size, body chunks
         self._publish: commands.Basic.Publish | None = None
         self._header = b""
@@ -123,7 +138,36 @@ class Channel:
         handler = self._handlers.get(type(method))
         if handler is None:  # a server-only method, or connection.* off channel 0
             raise ConnectionError(COMMAND_INVALID, f"unimplemented method {method.name}")
-        handler(method)
+        store = self.vhost.store
+        if store is None or type(method) not in _DEFINING:
+            handler(method)
+            return
+        # A durable definition changed: its -ok promises it is on disk, so the reply
+        # waits for the store (and the connection reads nothing more meanwhile), as
+        # RabbitMQ's channel waits for its database.
+        before = store.definition_changes
+        self._held_replies = []
+        try:
+            handler(method)
+        finally:
+            replies, self._held_replies = self._held_replies, None
+        if store.definition_changes == before:
+            for reply in replies:
+                self.send_method(reply)
+        else:
+            self.connection.wait_for_store(store, lambda ok: self._stored(ok, replies, method))
+
+    def _stored(self, ok: bool, replies: list[Method], method: Method) -> None:
+        """The definitions a method changed are on disk (``ok``), or could not be
+        written: then the channel is closed with 406 instead of the -ok."""
+        if self.closing or self.connection.channels.get(self.number) is not self:
+            return
+        if ok:
+            for reply in replies:
+                self.send_method(reply)
+            return
+        error = ChannelError(PRECONDITION_FAILED, f"{method.name} could not be written to disk")
+        self.connection._channel_error(self.number, error, None)
 
     def handle_header(self, payload: bytes) -> None:
         """A content header frame's payload (§4.2.6) for the pending basic.publish.
@@ -165,7 +209,11 @@ class Channel:
 
     # -- frames out -----------------------------------------------------------------
     def send_method(self, method: Method) -> None:
-        """Queue ``method`` on this channel (written at the connection's next flush)."""
+        """Queue ``method`` on this channel (written at the connection's next flush;
+        held back while a definition is being written, see :meth:`handle_method`)."""
+        if self._held_replies is not None:
+            self._held_replies.append(method)
+            return
         self.connection.send(encode_method(self.number, method))
 
     def _send_content(self, method: Method, message: Message, header: bytes | None = None) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import platform
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 from pamqp.base import Frame as Method
@@ -61,6 +61,9 @@ from .errors import to_amqp
 from .sasl import MECHANISMS, parse_response
 
 _BASIC_CLASS = (60).to_bytes(2, "big")  # class id of a content header for basic.publish
+if TYPE_CHECKING:
+    from ...store import Store
+
 log = logging.getLogger("leveret.amqp")
 
 C = commands.Connection
@@ -175,6 +178,8 @@ class Connection:
         self._timer: Timer = loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
         self.last_received = self.last_sent = loop.time()
         self._input_waiting = input_waiting
+        # Frames read while a reply waits for the store (wait_for_store), else None.
+        self._stash: list[tuple[int, int, bytes]] | None = None
         self._rechecking = False  # the missed-heartbeat verdict was deferred once
 
     @property
@@ -243,8 +248,17 @@ class Connection:
             self._connection_error(exc, 0, 0)
             self.close_transport()
             return
+        if self._stash is not None:  # a reply waits for the store: so does the rest
+            self._stash += frames
+            return
+        self._run_frames(frames)
+
+    def _run_frames(self, frames: list[tuple[int, int, bytes]]) -> None:
         i, count = 0, len(frames)
         while i < count:
+            if self._stash is not None:  # the last frame made a reply wait for the store
+                self._stash += frames[i:]
+                return
             frame_type, number, payload = frames[i]
             if frame_type == FRAME_METHOD and i + 1 < count and payload[:4] == PUBLISH_ID:
                 taken = self._publish_whole(frames, i)
@@ -266,6 +280,23 @@ class Connection:
                 self._connection_error(exc, class_id, method_id)
             if self.state == "closed" or self.state == "refusing":
                 return
+
+    def wait_for_store(self, store: Store, callback: Callable[[bool], None]) -> None:
+        """Run ``callback(ok)`` once ``store`` has written what is queued (a durable
+        declare's -ok), reading and handling nothing else from this client until then,
+        so replies keep their order."""
+        self._stash = []
+        self.transport.pause_reading()
+        store.when_durable(lambda ok: self._stored(ok, callback))
+
+    def _stored(self, ok: bool, callback: Callable[[bool], None]) -> None:
+        if self.state == "closed":
+            return
+        stash, self._stash = self._stash or [], None
+        callback(ok)
+        self._run_frames(stash)  # may wait again (and stash the rest)
+        if self._stash is None and not self.blocked and self.state != "closed":
+            self.transport.resume_reading()
 
     def _publish_whole(self, frames: list[tuple[int, int, bytes]], i: int) -> int:
         """The hot path: ``frames[i]`` is a basic.publish whose content header and single
