@@ -66,3 +66,29 @@ def test_a_flood_without_confirms_is_paged_out_and_blocked_under_the_watermark(t
         assert 0 < count <= sent[0]
     finally:
         server.kill()
+
+
+def test_a_consumer_that_never_reads_costs_a_bounded_buffer(tmp_path: Path):
+    """With prefetch unlimited, a consumer that never reads its socket gets what its
+    socket buffers hold, not the whole backlog copied into the broker's memory."""
+    server = ServerProcess(tmp_path / "data")
+    try:
+        publisher = connected(server.port)
+        publisher.send_method(1, commands.Queue.Declare(queue="backlog"))
+        publisher.expect(commands.Queue.DeclareOk, 1)
+        chunk = publisher.publish_frames(1, "backlog", b"x" * 1024) * 1000
+        for _ in range(100):
+            publisher.send(chunk)
+        publisher.send_method(1, commands.Queue.Declare(queue="backlog", passive=True))
+        assert publisher.expect(commands.Queue.DeclareOk, 1).message_count == 100_000
+        before = resident(server.proc.pid)
+        lazy = connected(server.port)
+        lazy.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        lazy.send_method(1, commands.Basic.Consume(queue="backlog", consumer_tag="lazy"))
+        time.sleep(3)  # it never reads
+        grown = resident(server.proc.pid) - before
+        assert grown < 30 * MB, grown / MB  # was: the whole backlog (~130 MB here)
+        publisher.send_method(1, commands.Queue.Declare(queue="backlog", passive=True))
+        assert publisher.expect(commands.Queue.DeclareOk, 1).consumer_count == 1  # still served
+    finally:
+        server.kill()

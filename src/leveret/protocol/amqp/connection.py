@@ -71,6 +71,7 @@ _PUBLISH_IDS = (60, 40)
 HANDSHAKE_TIMEOUT = 10.0  # seconds, as RabbitMQ's handshake_timeout
 CLOSE_TIMEOUT = 3.0  # seconds to wait for connection.close-ok
 HEARTBEAT_RECHECK = 0.1  # seconds: long enough for the loop to poll its sockets once
+OUTPUT_LIMIT = 1024 * 1024  # bytes of deliveries queued in one loop turn, at most
 
 
 class Transport(Protocol):
@@ -169,7 +170,8 @@ class Connection:
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.confirms_pending: set[Channel] = set()
-        self.writable = True
+        self._transport_writable = True  # below the transport's high water mark
+        self._out_size = 0  # bytes queued in _out since the last flush
         self.blocked = False
         self._reader = FrameReader(limits.frame_max)
         self._header = b""
@@ -204,6 +206,15 @@ class Connection:
             self._flush_requested = True
             self._request_flush(self)
         self._out += parts
+        for part in parts:
+            self._out_size += len(part)
+
+    @property
+    def writable(self) -> bool:
+        """Whether deliveries may be queued now: the transport is below its high water
+        mark and this loop turn has queued less than :data:`OUTPUT_LIMIT` bytes (one
+        turn could otherwise queue a whole backlog for a client that never reads)."""
+        return self._transport_writable and self._out_size < OUTPUT_LIMIT
 
     def confirm_later(self, channel: Channel) -> None:
         """``channel`` has publisher confirms to send: one basic.ack at the flush."""
@@ -221,9 +232,12 @@ class Connection:
                     channel.flush_confirms()
             self.confirms_pending.clear()
         if self._out and self.state != "closed":
-            self.transport.write(b"".join(self._out))
+            self.transport.write(b"".join(self._out))  # may call set_writable(False)
             self.last_sent = self.loop.time()
         self._out.clear()
+        full, self._out_size = self._out_size >= OUTPUT_LIMIT, 0
+        if full and self._transport_writable:  # room again: consumers carry on
+            self._resume_channels()
 
     def send_method(self, channel: int, method: Method) -> None:
         """Queue ``method`` as a method frame on ``channel``."""
@@ -637,10 +651,13 @@ class Connection:
 
     def set_writable(self, writable: bool) -> None:
         """The transport's buffer crossed its high (False) or low (True) water mark."""
-        self.writable = writable
+        self._transport_writable = writable
         if writable:
-            for channel in list(self.channels.values()):
-                channel.resume()
+            self._resume_channels()
+
+    def _resume_channels(self) -> None:
+        for channel in list(self.channels.values()):
+            channel.resume()
 
     # -- closing --------------------------------------------------------------------
     def _connection_error(self, exc: ConnectionError, class_id: int, method_id: int) -> None:
