@@ -222,7 +222,7 @@ class Channel:
             self.number, header or content_header(message), message.body, connection.frame_max
         )
         parts.insert(0, encode_method(self.number, method))
-        connection.send_parts(parts)
+        connection.send_parts(parts, len(message.body))
 
     # -- channel --------------------------------------------------------------------
     def _channel_flow(self, method: commands.Channel.Flow) -> None:
@@ -390,7 +390,7 @@ class Channel:
                     message.routing_key,
                 ),
             )
-            self.connection.send_parts(parts)
+            self.connection.send_parts(parts, len(message.body))
         self.send_method(commands.Basic.Cancel(consumer_tag=tag, nowait=True))
 
     def _consume_reply_to(self, m: commands.Basic.Consume, tag: str) -> None:
@@ -447,7 +447,7 @@ class Channel:
                 message.routing_key,
             ),
         )
-        connection.send_parts(parts)
+        connection.send_parts(parts, len(message.body))
 
     def _basic_get(self, m: commands.Basic.Get) -> None:
         queue = self._readable_queue(m.queue)

@@ -170,8 +170,11 @@ class Connection:
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.confirms_pending: set[Channel] = set()
+        #: Deliveries may be queued now: the transport is below its high water mark and
+        #: this loop turn has queued less than OUTPUT_LIMIT body bytes.
+        self.writable = True
         self._transport_writable = True  # below the transport's high water mark
-        self._out_size = 0  # bytes queued in _out since the last flush
+        self._out_size = 0  # body bytes of deliveries queued since the last flush
         self.blocked = False
         self._reader = FrameReader(limits.frame_max)
         self._header = b""
@@ -200,21 +203,18 @@ class Connection:
             self._request_flush(self)
         self._out.append(data)
 
-    def send_parts(self, parts: list[bytes]) -> None:
-        """Queue several encoded frames (a delivery: method, header, body)."""
+    def send_parts(self, parts: list[bytes], size: int) -> None:
+        """Queue several encoded frames (a delivery: method, header, body) carrying a
+        body of ``size`` bytes."""
         if not self._flush_requested:
             self._flush_requested = True
             self._request_flush(self)
         self._out += parts
-        for part in parts:
-            self._out_size += len(part)
-
-    @property
-    def writable(self) -> bool:
-        """Whether deliveries may be queued now: the transport is below its high water
-        mark and this loop turn has queued less than :data:`OUTPUT_LIMIT` bytes (one
-        turn could otherwise queue a whole backlog for a client that never reads)."""
-        return self._transport_writable and self._out_size < OUTPUT_LIMIT
+        self._out_size += size
+        if self._out_size >= OUTPUT_LIMIT:
+            # One loop turn could otherwise queue a whole backlog for a client that
+            # never reads: consumers wait for the flush (and the transport's room).
+            self.writable = False
 
     def confirm_later(self, channel: Channel) -> None:
         """``channel`` has publisher confirms to send: one basic.ack at the flush."""
@@ -237,6 +237,7 @@ class Connection:
         self._out.clear()
         full, self._out_size = self._out_size >= OUTPUT_LIMIT, 0
         if full and self._transport_writable:  # room again: consumers carry on
+            self.writable = True
             self._resume_channels()
 
     def send_method(self, channel: int, method: Method) -> None:
@@ -652,7 +653,8 @@ class Connection:
     def set_writable(self, writable: bool) -> None:
         """The transport's buffer crossed its high (False) or low (True) water mark."""
         self._transport_writable = writable
-        if writable:
+        self.writable = writable and self._out_size < OUTPUT_LIMIT
+        if self.writable:
             self._resume_channels()
 
     def _resume_channels(self) -> None:
