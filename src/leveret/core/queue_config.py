@@ -21,6 +21,10 @@ STRATEGIES = ("shared", "individual", "discard")
 DEFAULT_SHARED_DLQ = "leveret.DLQ"
 DEFAULT_DLQ_PREFIX = "DLQ."
 DEFAULT_IN_MEMORY = 50_000  # ready messages kept in memory before paging out
+#: Body bytes a classic queue keeps in memory before paging new messages out (with a
+#: store): a few large messages page too (``x-max-in-memory-bytes``, as RabbitMQ's
+#: quorum queues name it).
+DEFAULT_IN_MEMORY_BYTES = 64 * 1024 * 1024
 LAZY_IN_MEMORY = 1_000  # the same for x-queue-mode=lazy
 
 _MIN_WINS = {"message-ttl", "expires", "max-length", "max-length-bytes", "max-redeliveries", "delivery-limit"}
@@ -51,6 +55,7 @@ class QueueConfig:
     max_length_bytes: int | None = None
     overflow: str = "drop-head"
     max_in_memory: int = DEFAULT_IN_MEMORY
+    max_in_memory_bytes: int = DEFAULT_IN_MEMORY_BYTES
     dead_letter: DeadLetterConfig = field(default_factory=DeadLetterConfig)
     redelivery: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
     deduplication: bool = False
@@ -161,6 +166,7 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
         max_length_bytes=get("max-length-bytes", int, 0),
         overflow=overflow,
         max_in_memory=in_memory,
+        max_in_memory_bytes=_or(get("max-in-memory-bytes", int, 0), DEFAULT_IN_MEMORY_BYTES),
         deduplication=_flag(get("message-deduplication", bool), False),
         dedup_header=get("deduplication-header", str),
         cache_size=_or(get("cache-size", int, 1), DEFAULT_CACHE_SIZE),

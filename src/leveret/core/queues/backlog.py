@@ -1,5 +1,5 @@
 """A classic queue's ready messages, in order: in memory, and paged out to the store
-past ``x-max-in-memory-length``.
+past ``x-max-in-memory-length`` messages or ``x-max-in-memory-bytes`` body bytes.
 
 In memory they are a deque in ``seq`` order that may hold tombstones (entries taken out
 of the middle, e.g. by TTL, marked GONE and swept once they outnumber the live ones).
@@ -30,9 +30,11 @@ class Backlog:
     """The ready messages of queue ``name``; ``max_in_memory`` entries at most in memory
     when the queue has a store (the queue passes its store to the calls that use it)."""
 
-    def __init__(self, name: str, max_in_memory: int) -> None:
+    def __init__(self, name: str, max_in_memory: int, max_in_memory_bytes: int = 64 * 1024 * 1024) -> None:
         self.name = name
         self.max_in_memory = max_in_memory
+        self.max_in_memory_bytes = max_in_memory_bytes
+        self.memory_bytes = 0  # body bytes of the ready messages in memory
         self.ready: deque[QueuedMessage] = deque()  # may hold GONE entries (tombstones)
         self.live = 0  # READY entries in ``ready``
         self.bytes = 0  # body bytes of ready messages (in memory and paged)
@@ -47,13 +49,17 @@ class Backlog:
     def must_page(self) -> bool:
         """Whether the next message goes to the store rather than to memory (the queue
         asks only when it has a store)."""
-        return self.paged > 0 or self.live >= self.max_in_memory
+        return (
+            self.paged > 0 or self.live >= self.max_in_memory or self.memory_bytes >= self.max_in_memory_bytes
+        )
 
     def append(self, entry: QueuedMessage) -> None:
         """A new message at the tail, in memory."""
         self.ready.append(entry)
         self.live += 1
-        self.bytes += len(entry.message.body)
+        size = len(entry.message.body)
+        self.bytes += size
+        self.memory_bytes += size
 
     def appended_paged(self, seq: int, size: int) -> None:
         """A new message at the tail was written to the store only."""
@@ -78,8 +84,11 @@ class Backlog:
 
     def _page_in_batch(self, store: Store, queue_id: int, now: float) -> list[QueuedMessage]:
         read, expired = [], []
+        # As many as fit the byte budget at the backlog's average size (at least one).
+        average = self.bytes // len(self) if len(self) else 0
+        by_bytes = self.max_in_memory_bytes // average if average else PAGE_IN_BATCH
         for stored in store.read_queue(
-            queue_id, self.paged_after, min(self.max_in_memory, PAGE_IN_BATCH) or 1
+            queue_id, self.paged_after, max(1, min(self.max_in_memory, PAGE_IN_BATCH, by_bytes))
         ):
             message = Message.restore(
                 stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
@@ -89,6 +98,7 @@ class Backlog:
             entry.redelivered = stored.delivery_count > 0
             self.ready.append(entry)
             self.live += 1
+            self.memory_bytes += len(stored.body)
             self.paged_after = stored.seq
             self.paged -= 1
             read.append(entry)
@@ -97,7 +107,7 @@ class Backlog:
         if not self.live:  # the store lost track: do not spin
             log.error("queue '%s': %d paged-out messages missing from the store", self.name, self.paged)
             self.paged = 0
-            self.bytes = sum(len(e.message.body) for e in self.ready if e.state == READY)
+            self.bytes = self.memory_bytes = sum(len(e.message.body) for e in self.ready if e.state == READY)
         for entry in expired:
             self.remove(entry)
         return read
@@ -110,7 +120,9 @@ class Backlog:
         while entry.state != READY:
             entry = ready.popleft()
         self.live -= 1
-        self.bytes -= len(entry.message.body)
+        size = len(entry.message.body)
+        self.bytes -= size
+        self.memory_bytes -= size
         if not self.live:
             ready.clear()  # only tombstones are left
         return entry
@@ -120,7 +132,9 @@ class Backlog:
         as many tombstones as live entries: then they are swept)."""
         entry.state = GONE
         self.live -= 1
-        self.bytes -= len(entry.message.body)
+        size = len(entry.message.body)
+        self.bytes -= size
+        self.memory_bytes -= size
         if not self.live:
             self.ready.clear()
         elif len(self.ready) > 2 * self.live + 64:
@@ -130,7 +144,9 @@ class Backlog:
         """Returned messages (in seq order) go back to their original positions."""
         for entry in entries:
             entry.state = READY
-            self.bytes += len(entry.message.body)
+            size = len(entry.message.body)
+            self.bytes += size
+            self.memory_bytes += size
         self.live += len(entries)
         ready = self.ready
         if not ready or entries[-1].seq < ready[0].seq:
@@ -145,5 +161,5 @@ class Backlog:
         if self.paged and store is not None:
             store.remove_paged(queue_id, self.paged_after, upto_seq)
         self.ready.clear()
-        self.live = self.paged = self.bytes = 0
+        self.live = self.paged = self.bytes = self.memory_bytes = 0
         return dropped

@@ -51,7 +51,7 @@ class ClassicQueue(Queue):
         arguments: dict | None = None,
     ) -> None:
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
-        self.backlog = Backlog(name, self.config.max_in_memory)
+        self.backlog = Backlog(name, self.config.max_in_memory, self.config.max_in_memory_bytes)
         self._delayed: list[tuple[float, int, QueuedMessage]] = []  # redeliveries waiting
         self._delayed_count = 0
         self._expiring: list[tuple[float, int, QueuedMessage]] = []
