@@ -7,17 +7,17 @@ publishing connections get connection.blocked and are no longer read from.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shutil
 from collections.abc import Callable
 
 from ..core.broker import BrokerCore
+from .periodic import PeriodicCheck
 
 log = logging.getLogger("leveret.alarm")
 
 
-class DiskMonitor:
+class DiskMonitor(PeriodicCheck):
     """Checks the free space under ``path`` every ``interval`` seconds against
     ``limit()`` bytes and sets the alarm of ``core``."""
 
@@ -26,7 +26,6 @@ class DiskMonitor:
         self.path = path
         self.limit = limit  # read at every check, so it can be changed at run time
         self.interval = interval
-        self._task: asyncio.Task | None = None
 
     def check(self) -> None:
         """Compare once; raise or clear the alarm when the state changes. A failed
@@ -45,18 +44,3 @@ class DiskMonitor:
                 self.limit(),
             )
             self.core.set_alarm(low, "disk")
-
-    async def _run(self) -> None:
-        while True:
-            self.check()
-            await asyncio.sleep(self.interval)
-
-    def start(self) -> None:
-        """Check now and then every ``interval`` seconds, on the running loop."""
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def stop(self) -> None:
-        """Stop checking (the alarm stays as it is)."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None

@@ -15,12 +15,12 @@ Without ``/proc`` (not Linux) it does nothing.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Callable
 
 from ..core.broker import BrokerCore
+from .periodic import PeriodicCheck
 
 log = logging.getLogger("leveret.alarm")
 
@@ -42,7 +42,7 @@ def resident_memory() -> int | None:
         return None
 
 
-class MemoryMonitor:
+class MemoryMonitor(PeriodicCheck):
     """Checks resident memory every ``interval`` seconds against ``limit()`` bytes and
     sets ``core``'s memory alarm and memory pressure."""
 
@@ -59,7 +59,6 @@ class MemoryMonitor:
         self.paging_ratio = paging_ratio
         self.interval = interval
         self._resident = resident
-        self._task: asyncio.Task | None = None
 
     def check(self) -> None:
         """Compare once; change the alarm and the pressure when their state changes."""
@@ -85,18 +84,3 @@ class MemoryMonitor:
                 limit,
             )
             self.core.set_alarm(high, "memory")
-
-    async def _run(self) -> None:
-        while True:
-            self.check()
-            await asyncio.sleep(self.interval)
-
-    def start(self) -> None:
-        """Check now and then every ``interval`` seconds, on the running loop."""
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def stop(self) -> None:
-        """Stop checking (the alarm and pressure stay as they are)."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
