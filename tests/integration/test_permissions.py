@@ -191,3 +191,14 @@ def test_a_deleted_user_can_no_longer_log_in(target, account):
     assert target.http("DELETE", f"/api/users/{user}")[0] == 204
     with pytest.raises((ProbableAccessDeniedError, pika.exceptions.ProbableAuthenticationError)):
         target.amqp(user, "pw", vhost)
+
+
+def test_purging_over_http_needs_read_on_the_queue(target, account):
+    """The management API purges as the user does over AMQP."""
+    vhost, user = account
+    grant(target, vhost, user, read="^mine")
+    target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": "management"})
+    with target.amqp(vhost=vhost) as admin:
+        admin.channel().queue_declare("theirs")
+    assert target.http("DELETE", f"/api/queues/{vhost}/theirs/contents", user=user, password="pw") == \
+        (401, {"error": "not_authorised", "reason": "Access refused."})

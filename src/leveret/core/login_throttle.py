@@ -1,8 +1,10 @@
 """Failed logins slowed down per source address, so a password cannot be guessed at
 thousands of tries a second (measured before this: 4,500 wrong AMQP passwords/s).
 
-The first :data:`FREE` failures from an address are answered at once; after that each
-answer waits twice as long as the last, from :data:`BASE` up to :data:`LIMIT` seconds.
+The first :data:`FREE` failures from an address are answered at once; after that every
+answer to that address, right password or not, waits twice as long as the last, from
+:data:`BASE` up to :data:`LIMIT` seconds (so a guesser gains nothing by hanging up
+early).
 An address that stays quiet for :data:`FORGET` seconds, or logs in, starts afresh.
 Every protocol adapter and the HTTP API ask the same throttle. RabbitMQ has no
 equivalent (it relies on its default of loopback-only ``guest``).
@@ -38,6 +40,16 @@ class LoginThrottle:
         if len(self._failures) > MAX_SOURCES:
             del self._failures[next(iter(self._failures))]
         if count <= FREE:
+            return 0.0
+        return min(LIMIT, BASE * 2 ** (count - FREE - 1))
+
+    def delay(self, source: str) -> float:
+        """Seconds to wait before answering any login from ``source`` now (a right
+        password too): once an address is throttled, a guesser cannot tell a quick
+        answer from a slow refusal."""
+        now = self.clock.time()
+        count, last = self._failures.get(source, (0, now))
+        if count <= FREE or now - last > FORGET:
             return 0.0
         return min(LIMIT, BASE * 2 ** (count - FREE - 1))
 

@@ -106,6 +106,8 @@ class Publisher:
 
     def publish(self, exchange: Exchange, message: Message, mandatory: bool = False) -> None:
         """Publish ``message`` through ``exchange`` (see the module doc)."""
+        if exchange.name == api.API_EXCHANGE and message.properties.reply_to:
+            self.access.publish(DEFAULT_EXCHANGE)  # the reply goes through the default exchange
         seq = 0
         if self.confirming:
             self.seq = seq = self.seq + 1

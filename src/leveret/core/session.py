@@ -10,7 +10,9 @@ declare an exchange (not passive)      configure on it; with ``alternate-exchang
 delete an exchange                     configure on it
 declare a queue (not passive)          configure on it (a server-named one too); with
                                        ``x-dead-letter-exchange``, when it is created:
-                                       read on it, write on the DLX
+                                       read on it, write on the DLX; with
+                                       ``x-dead-letter-strategy``: read on it,
+                                       configure and write on the dead-letter queue
 delete a queue                         configure on it
 bind, unbind                           write on the destination, read on the source;
                                        topic read on a topic source's routing key
@@ -29,8 +31,21 @@ from typing import Any
 
 from .access import Access
 from .exchange import DEFAULT_EXCHANGE, Exchange
+from .queue_config import DEFAULT_DLQ_PREFIX, DEFAULT_SHARED_DLQ
 from .queues import Queue
 from .vhost import VirtualHost
+
+
+def _strategy_queue(name: str, arguments: dict) -> str | None:
+    """The queue an ``x-dead-letter-strategy`` (ActiveMQ's) sends dead messages to."""
+    strategy = arguments.get("x-dead-letter-strategy")
+    if strategy == "shared":
+        queue = arguments.get("x-dead-letter-queue")
+        return queue if isinstance(queue, str) and queue else DEFAULT_SHARED_DLQ
+    if strategy == "individual":
+        prefix = arguments.get("x-dead-letter-queue-prefix")
+        return (prefix if isinstance(prefix, str) and prefix else DEFAULT_DLQ_PREFIX) + name
+    return None
 
 
 class Session:
@@ -89,10 +104,18 @@ class Session:
             name = vhost.new_queue_name()
         if not name.startswith("amq.") or server_named:  # else the vhost refuses the name
             self.access.configure("queue", name)
-            dead_letter_exchange = (arguments or {}).get("x-dead-letter-exchange")
+            args = arguments or {}
+            dead_letter_exchange = args.get("x-dead-letter-exchange")
             if name not in vhost.queues and isinstance(dead_letter_exchange, str):
                 self.access.read("queue", name)
                 self.access.write("exchange", dead_letter_exchange)
+            dead_letter_queue = _strategy_queue(name, args)
+            if name not in vhost.queues and dead_letter_queue is not None:
+                # ActiveMQ's strategy sends dead messages straight to a queue it may
+                # create: read on this one, configure and write on that one.
+                self.access.read("queue", name)
+                self.access.configure("queue", dead_letter_queue)
+                self.access.write("queue", dead_letter_queue)
         return vhost.declare_queue(
             name, self.owner, False, durable, exclusive, auto_delete, arguments, server_named
         )

@@ -33,6 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from ..core import audit
+from ..core.access import Access
 from ..core.auth import AuthenticationError, User
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
@@ -211,6 +212,9 @@ class ManagementAPI:
         header = request.headers.get("Authorization", "")
         peer = request.remote or ""
         username = "?"
+        delay = self.core.login_throttle.delay(peer)
+        if delay:  # this address failed too often: every answer waits, a right one too
+            await asyncio.sleep(delay)
         try:
             scheme, _, encoded = header.partition(" ")
             if scheme.lower() != "basic":
@@ -221,9 +225,7 @@ class ManagementAPI:
         except (AuthenticationError, ValueError, UnicodeDecodeError) as exc:
             log.warning("HTTP access denied: user '%s' from %s - %s", username, peer, exc)
             audit.record("login.refused", username, peer, protocol="http")
-            delay = self.core.login_throttle.failed(peer)
-            if delay:
-                await asyncio.sleep(delay)
+            self.core.login_throttle.failed(peer)
             return web.json_response(
                 {"error": "not_authorized", "reason": "Login failed"},
                 status=401,
@@ -332,9 +334,17 @@ class ManagementAPI:
         return web.json_response(self._queue_info(queue))
 
     async def purge(self, request: web.Request) -> web.Response:
-        """``DELETE /api/queues/{vhost}/{name}/contents``: purge ready messages (204); 404
-        if missing; 400 for a stream (which cannot be purged)."""
-        queue = self._vhost(request).queues.get(request.match_info["name"])
+        """``DELETE /api/queues/{vhost}/{name}/contents``: purge ready messages (204); 401
+        ``Access refused.`` without read permission on the queue (RabbitMQ's answer),
+        404 if missing, 400 for a stream (which cannot be purged)."""
+        vhost = self._vhost(request)
+        name = request.match_info["name"]
+        # RabbitMQ's API purges through AMQP as the user: read on the queue, or its 401.
+        try:
+            Access(self.core.users, request["user"], vhost.name).read("queue", name)
+        except BrokerError:
+            return _unauthorised("Access refused.")
+        queue = vhost.queues.get(name)
         if queue is None:
             raise web.HTTPNotFound(
                 text='{"error": "Object Not Found", "reason": "queue"}', content_type="application/json"

@@ -31,6 +31,7 @@ log = logging.getLogger("leveret.server")
 
 HIGH_WATER = 4 * 1024 * 1024  # bytes buffered for a client before its consumers pause
 READ_SIZE = 256 * 1024  # bytes per read of a held socket (asyncio's own read size)
+DRAIN_LIMIT = 4 * READ_SIZE  # bytes read from a held socket at once, at most
 
 
 class Flusher:
@@ -119,7 +120,7 @@ class AMQPProtocol(asyncio.Protocol):
             transport,
             listener.loop,
             listener.read_coalesce if plain else 0,
-            lambda: not self.connection.blocked,
+            lambda: not self.connection.reading_paused,
             lambda: listener.hold_started(self),
             lambda: listener.held.discard(self),
         )
@@ -128,6 +129,8 @@ class AMQPProtocol(asyncio.Protocol):
         """Read what held sockets have (so this connection sees what they sent before
         it), feed the Connection, then let read coalescing decide whether to hold this
         socket."""
+        if self.coalescer.holding:  # another pause was lifted during the hold: it is over
+            self.coalescer.release()
         if self.listener.held:
             self.listener.read_held()
         if self._feed(data):
@@ -146,11 +149,13 @@ class AMQPProtocol(asyncio.Protocol):
         return True
 
     def read_now(self) -> None:
-        """End this socket's hold early: read and feed what waits on it, then let the
-        loop read it again."""
+        """End this socket's hold early: read and feed what waits on it (at most
+        :data:`DRAIN_LIMIT` bytes, so a flooding client cannot keep the loop here), then
+        let the loop read it again. Nothing is read while the connection has another
+        reason not to read (a resource alarm, a reply waiting for the store)."""
         if not self.coalescer.release():
             return
-        while True:
+        for _ in range(DRAIN_LIMIT // READ_SIZE):
             try:
                 data = os.read(self._fileno, READ_SIZE)
             except (BlockingIOError, InterruptedError):
@@ -159,8 +164,8 @@ class AMQPProtocol(asyncio.Protocol):
                 break
             if not data or not self._feed(data):  # end of stream: likewise
                 break
-            if self.connection.blocked or self.transport.is_closing():
-                return  # a resource alarm or a close paused it meanwhile
+            if self.connection.reading_paused or self.transport.is_closing():
+                return  # paused meanwhile: whoever paused it resumes it
         self.transport.resume_reading()
 
     def pause_writing(self) -> None:
@@ -221,7 +226,8 @@ class AMQPListener:
         """End every hold and read what the held sockets have: another connection is
         about to be read, and must see what they sent before it."""
         for protocol in list(self.held):
-            protocol.read_now()
+            if protocol in self.held:  # reading one may have released another
+                protocol.read_now()
 
     async def start(self) -> None:
         """Listen on the running loop; :attr:`port` is then the port bound. Raises

@@ -86,6 +86,13 @@ class _Batch:
                 row[3] = count
             else:
                 self.counts[store_id] = count
+        for op in newer.definitions:
+            if op[0] == "range":  # a later purge or truncation: of these inserts too
+                _, queue_id, low, high = op
+                for store_id in [
+                    i for i, row in self.inserts.items() if row[1] == queue_id and low < row[2] <= high
+                ]:
+                    del self.inserts[store_id]
         self.inserts.update(newer.inserts)
         self.definitions += newer.definitions
         self.callbacks += newer.callbacks
@@ -619,6 +626,14 @@ class SQLiteStore(Store):
         if self._thread is not None:
             if self._batch:
                 batch, self._batch = self._batch, _Batch()
+                if self.stalled is not None and batch.inserts:
+                    log.warning(
+                        "store %s: stopping while it cannot write: %d messages that were never "
+                        "confirmed may not be kept (%s)",
+                        self.path,
+                        len(batch.inserts),
+                        self.stalled,
+                    )
                 self._jobs.put(batch)  # its callbacks are dropped: the loop is stopping
             self._jobs.put(None)
             self._thread.join(30)

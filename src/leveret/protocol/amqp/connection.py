@@ -28,6 +28,7 @@ from ...amqp.errors import (
     COMMAND_INVALID,
     CONNECTION_FORCED,
     FRAME_ERROR,
+    INTERNAL_ERROR,
     NOT_ALLOWED,
     UNEXPECTED_FRAME,
     ChannelError,
@@ -133,9 +134,9 @@ class Connection:
     """State machine of one client connection.
 
     States: ``header`` → ``start`` (start sent) → ``tune`` → ``open`` (awaiting
-    connection.open) → ``opened``; ``refusing`` while a refused login waits out its
-    throttle delay (nothing is read); ``closing`` after connection.close is sent,
-    ``closed`` at the end.
+    connection.open) → ``opened``; ``refusing`` while a login from an address that
+    failed too often waits out its throttle delay (nothing is read); ``closing`` after
+    connection.close is sent, ``closed`` at the end.
     """
 
     def __init__(
@@ -188,11 +189,17 @@ class Connection:
         self._rechecking = False  # the missed-heartbeat verdict was deferred once
 
     @property
+    def reading_paused(self) -> bool:
+        """Whether this connection has a reason of its own not to be read now: blocked
+        by a resource alarm, or a reply waiting for the store."""
+        return self.blocked or self._stash is not None
+
+    @property
     def quiet(self) -> bool:
         """Open, not blocked, and nothing queued to send: the last read asked for no
         answer, so reading the next one may wait a little (the server's read
         coalescing)."""
-        return not self._flush_requested and self.state == "opened" and not self.blocked
+        return not self._flush_requested and self.state == "opened" and not self.reading_paused
 
     # -- output ---------------------------------------------------------------------
     def send(self, data: bytes) -> None:
@@ -308,8 +315,13 @@ class Connection:
         if self.state == "closed":
             return
         stash, self._stash = self._stash or [], None
-        callback(ok)
-        self._run_frames(stash)  # may wait again (and stash the rest)
+        try:
+            callback(ok)
+            self._run_frames(stash)  # may wait again (and stash the rest)
+        except Exception:  # a bug costs this connection only, not the store's callbacks
+            log.exception("internal error on connection %s", self.peer)
+            self.close(INTERNAL_ERROR, "internal error")
+            return
         if self._stash is None and not self.blocked and self.state != "closed":
             self.transport.resume_reading()
 
@@ -510,6 +522,31 @@ class Connection:
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         if m.mechanism not in self.mechanisms:
             raise ConnectionError(COMMAND_INVALID, f"unknown authentication mechanism '{m.mechanism}'")
+        delay = self.core.login_throttle.delay(self.peer.rpartition(":")[0])
+        if delay:  # this address failed too often: every answer waits, a right one too
+            self.state = "refusing"
+            self.transport.pause_reading()
+            self._timer.cancel()
+            self._timer = self.loop.call_later(delay, lambda: self._delayed_login(m))
+            return
+        self._login(m)
+
+    def _delayed_login(self, m: C.StartOk) -> None:
+        """The throttle delay has passed: log in (or refuse) and read again."""
+        if self.state != "refusing":
+            return
+        self.state = "start"
+        self._timer = self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
+        self.transport.resume_reading()
+        try:
+            self._login(m)
+        except ConnectionError as exc:
+            self._connection_error(exc, 10, 11)
+
+    def _login(self, m: C.StartOk) -> None:
+        """Authenticate connection.start-ok; ConnectionError 403 if refused (logged
+        with user, address and mechanism, never the secret, and counted against the
+        address)."""
         username = "?"
         address = self.peer.rpartition(":")[0]
         try:
@@ -525,14 +562,7 @@ class Connection:
                 "connection %s: %s login refused: user '%s' - %s", self.peer, m.mechanism, username, exc
             )
             audit.record("login.refused", username, address, protocol="amqp", mechanism=m.mechanism)
-            delay = self.core.login_throttle.failed(address)
-            if delay:  # read nothing more, answer later (a guesser's rate drops)
-                self.state = "refusing"
-                self.transport.pause_reading()
-                self._timer.cancel()
-                text = str(exc)  # exc is unbound after the except clause
-                self._timer = self.loop.call_later(delay, lambda: self._refuse_login(text))
-                return
+            self.core.login_throttle.failed(address)
             raise ConnectionError(ACCESS_REFUSED, str(exc)) from None
         self.core.login_throttle.succeeded(address)
         self.state = "tune"
@@ -540,15 +570,6 @@ class Connection:
         self.send_method(
             0, C.Tune(channel_max=limits.channel_max, frame_max=limits.frame_max, heartbeat=limits.heartbeat)
         )
-
-    def _refuse_login(self, text: str) -> None:
-        """A throttled refusal's time has come: connection.close 403, read again for
-        the close-ok."""
-        if self.state != "refusing":
-            return
-        self.state = "start"
-        self._connection_error(ConnectionError(ACCESS_REFUSED, text), 0, 0)
-        self.transport.resume_reading()
 
     def _tune_ok(self, m: C.TuneOk) -> None:
         limits = self.core.limits
@@ -636,7 +657,8 @@ class Connection:
         told with connection.unblocked."""
         if not active and self.blocked:
             self.blocked = False
-            self.transport.resume_reading()
+            if self._stash is None:  # else the store's answer resumes reading
+                self.transport.resume_reading()
             if self.capabilities.get("connection.blocked") and self.state == "opened":
                 self.send_method(0, C.Unblocked())
 
