@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import pika
 from amqp_raw import connected
 from pamqp import commands
 from servers import ServerProcess
@@ -90,5 +91,29 @@ def test_a_consumer_that_never_reads_costs_a_bounded_buffer(tmp_path: Path):
         assert grown < 30 * MB, grown / MB  # was: the whole backlog (~130 MB here)
         publisher.send_method(1, commands.Queue.Declare(queue="backlog", passive=True))
         assert publisher.expect(commands.Queue.DeclareOk, 1).consumer_count == 1  # still served
+    finally:
+        server.kill()
+
+
+def test_memory_of_large_acked_messages_is_given_back(tmp_path: Path):
+    """Three 40 MB persistent messages, stored, read and acked: the broker's resident
+    memory comes back near where it started (SQLite kept a copy of the last message in
+    a cached statement's bindings before)."""
+    server = ServerProcess(tmp_path / "data")
+    try:
+        idle = resident(server.proc.pid)
+        connection = pika.BlockingConnection(pika.URLParameters(server.url))
+        channel = connection.channel()
+        channel.queue_declare("large", durable=True)
+        channel.confirm_delivery()
+        body = b"x" * (40 * MB)
+        for _ in range(3):
+            channel.basic_publish("", "large", body, pika.BasicProperties(delivery_mode=2))
+        for _ in range(3):
+            method, _, got = channel.basic_get("large", auto_ack=True)
+            assert got == body
+        connection.close()
+        time.sleep(1)
+        assert resident(server.proc.pid) - idle < 30 * MB, (resident(server.proc.pid) - idle) / MB
     finally:
         server.kill()

@@ -157,7 +157,12 @@ class SQLiteStore(Store):
     def _connect(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            # No statement cache: a cached INSERT keeps a copy of the last message body it
+            # bound (SQLite copies blobs), so a 100 MB message stayed resident after its
+            # ack. Batches make re-preparing cheap.
+            db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, cached_statements=0
+            )
             db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode.lower() != "wal":
@@ -228,7 +233,9 @@ class SQLiteStore(Store):
                 snapshot.dedup.setdefault(queue_id, []).append((key, expires_at))
             row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
             last = db.execute("SELECT max(id) FROM messages").fetchone()[0]
-            self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._reader = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, cached_statements=0
+            )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read store {self.path}: {exc}") from None
         self._next_id = (last or 0) + 1
