@@ -154,3 +154,52 @@ def test_released_early_during_an_alarm_the_caller_must_not_read():
         rig.read()
     rig.blocked = True
     assert rig.coalescer.release() is False and rig.releases == 1
+
+
+def test_a_hold_lifted_by_another_pause_ends_before_the_read_is_fed(tmp_path):
+    """The store's answer resumes reading while a hold's timer still runs: the read the
+    loop then delivers must be fed before anything drained from the socket (found by
+    review: newer bytes overtook it)."""
+    import socket
+
+    from leveret.server.listener import AMQPProtocol
+
+    class Connection:
+        reading_paused = False
+        quiet = True
+        peer = "x"
+
+        def __init__(self) -> None:
+            self.fed: list[bytes] = []
+
+        def data_received(self, data: bytes) -> None:
+            self.fed.append(data)
+
+    class Listener:
+        def __init__(self) -> None:
+            self.held: set = set()
+
+        def read_held(self) -> None:
+            for protocol in list(self.held):
+                if protocol in self.held:
+                    protocol.read_now()
+
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    listener, protocol = Listener(), AMQPProtocol.__new__(AMQPProtocol)
+    protocol.listener, protocol.connection, protocol.transport = listener, Connection(), Socket()
+    protocol._fileno = ours.fileno()
+    clock = [0.0]
+    protocol.coalescer = ReadCoalescer(
+        protocol.transport, FakeLoop(), HOLD, lambda: True, lambda: listener.held.add(protocol),
+        lambda: listener.held.discard(protocol), lambda: clock[0],
+    )
+    for i in range(STREAK + 1):
+        clock[0] += 1e-5
+        protocol.data_received(b"s%d" % i)
+    assert protocol.coalescer.holding
+    theirs.send(b"SECOND")
+    protocol.data_received(b"FIRST")
+    assert protocol.connection.fed[-1] == b"FIRST" and b"SECOND" not in protocol.connection.fed
+    ours.close()
+    theirs.close()

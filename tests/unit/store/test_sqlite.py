@@ -535,3 +535,24 @@ def test_pages_are_checked_in_the_background_after_an_unclean_shutdown_only(tmp_
         assert clean.store.integrity is None
     finally:
         clean.close()
+
+
+def test_a_stalled_batch_drops_the_inserts_a_later_range_deletion_covers(tmp_path):
+    """While a batch waits for room, a purge lands in the next one: merging them must
+    drop the stalled inserts the purge covers, or they would be written after the
+    range deletion ran and come back (found by review)."""
+    store = SQLiteStore(tmp_path, reserve=10**18)  # never room for messages
+    store.load()
+    db = store._db
+    stalled = store._batch
+    store.add_message(7, 1, "", "q", b"h", b"body")
+    store._batch = newer = type(stalled)()
+    store.remove_paged(7, 0, 10)
+    stalled.absorb(newer)
+    assert not stalled.inserts and ("range", 7, 0, 10) in stalled.definitions
+    store.reserve = 0
+    store._write_with_room(db, stalled)
+    while store._delete_chunk(db):
+        pass
+    assert db.execute("SELECT COUNT(*) FROM messages").fetchone() == (0,)
+    store.close()
