@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .passwords import DEFAULT_ALGORITHM, check_password, hash_password
@@ -103,6 +103,8 @@ class TopicPermission:
 
 
 FULL = Permission()
+#: Keys of removed grants: permissions (vhost, user), topic permissions (vhost, user, exchange).
+Grants = tuple[list[tuple[str, str]], list[tuple[str, str, str]]]
 
 
 class UserDatabase:
@@ -173,21 +175,23 @@ class UserDatabase:
         """``user``'s topic permission on ``exchange`` in ``vhost``, if any."""
         return self.topic_permissions.get((vhost, user, exchange))
 
-    def delete_user(self, name: str) -> bool:
-        """Remove a user with its permissions and topic permissions; False if unknown."""
+    def delete_user(self, name: str) -> Grants | None:
+        """Remove a user with its permissions and topic permissions; returns the keys of
+        those removed (None if the user is unknown)."""
         if self.users.pop(name, None) is None:
-            return False
-        for key in [k for k in self.permissions if k[1] == name]:
-            del self.permissions[key]
-        for tkey in [k for k in self.topic_permissions if k[1] == name]:
-            del self.topic_permissions[tkey]
-        self.changed()
-        return True
+            return None
+        return self._forget(lambda vhost, user: user == name)
 
-    def delete_vhost(self, vhost: str) -> None:
-        """Forget every permission and topic permission in ``vhost``."""
-        for key in [k for k in self.permissions if k[0] == vhost]:
+    def delete_vhost(self, vhost: str) -> Grants:
+        """Forget every permission and topic permission in ``vhost``; returns their keys."""
+        return self._forget(lambda in_vhost, user: in_vhost == vhost)
+
+    def _forget(self, doomed: Callable[[str, str], bool]) -> Grants:
+        permissions = [k for k in self.permissions if doomed(*k)]
+        topics = [k for k in self.topic_permissions if doomed(k[0], k[1])]
+        for key in permissions:
             del self.permissions[key]
-        for tkey in [k for k in self.topic_permissions if k[0] == vhost]:
-            del self.topic_permissions[tkey]
+        for topic_key in topics:
+            del self.topic_permissions[topic_key]
         self.changed()
+        return permissions, topics

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from .auth import Permission, TopicPermission, User, UserDatabase
+from .auth import Grants, Permission, TopicPermission, User, UserDatabase
 from .clock import Clock
 from .login_throttle import LoginThrottle
 from .policy import Policy
@@ -78,10 +78,7 @@ class BrokerCore:
         for listener in list(self.vhost_deleted_listeners):
             listener(name)
         vhost.delete_all()
-        for vhost_name, user in [k for k in self.users.permissions if k[0] == name]:
-            self.clear_permission(user, vhost_name)
-        for vhost_name, user, _ in [k for k in self.users.topic_permissions if k[0] == name]:
-            self.clear_topic_permissions(user, vhost_name)
+        self._forget_stored(self.users.delete_vhost(name))
         if self.store is not None:
             self.store.delete_definition("vhost", name, "")
         return True
@@ -95,17 +92,23 @@ class BrokerCore:
 
     def delete_user(self, name: str) -> bool:
         """Delete a user with its permissions and topic permissions; False if unknown."""
-        doomed = [k for k in self.users.permissions if k[1] == name]
-        doomed_topics = [k for k in self.users.topic_permissions if k[1] == name]
-        if not self.users.delete_user(name):
+        removed = self.users.delete_user(name)
+        if removed is None:
             return False
         if self.store is not None:
             self.store.delete_definition("user", "", name)
-            for vhost, _ in doomed:
-                self.store.delete_definition("permission", vhost, name)
-            for vhost, _, exchange in doomed_topics:
-                self.store.delete_definition("topic_permission", vhost, _topic_key(name, exchange))
+        self._forget_stored(removed)
         return True
+
+    def _forget_stored(self, removed: Grants) -> None:
+        """Delete the stored rows of grants the user database removed."""
+        if self.store is None:
+            return
+        permissions, topics = removed
+        for vhost, user in permissions:
+            self.store.delete_definition("permission", vhost, user)
+        for vhost, user, exchange in topics:
+            self.store.delete_definition("topic_permission", vhost, _topic_key(user, exchange))
 
     def set_permission(self, user: str, vhost: str, permission: Permission) -> None:
         """Give ``user`` ``permission`` in ``vhost`` (both must exist: the caller checks)."""

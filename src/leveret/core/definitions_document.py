@@ -13,6 +13,8 @@ naming the offending entry, before anything is changed.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 from typing import Any
 
 from . import passwords
@@ -71,7 +73,7 @@ def export(core: BrokerCore, version: str) -> dict[str, Any]:
                         "vhost": vhost.name,
                         "durable": queue.durable,
                         "auto_delete": queue.auto_delete,
-                        "arguments": _plain(queue.arguments),
+                        "arguments": jsonable(queue.arguments),
                     }
                 )
         for exchange in vhost.exchanges.values():
@@ -88,7 +90,7 @@ def export(core: BrokerCore, version: str) -> dict[str, Any]:
                         "durable": True,
                         "auto_delete": exchange.auto_delete,
                         "internal": exchange.internal,
-                        "arguments": _plain(exchange.arguments),
+                        "arguments": jsonable(exchange.arguments),
                     }
                 )
             for binding in exchange.bindings.values():
@@ -102,7 +104,7 @@ def export(core: BrokerCore, version: str) -> dict[str, Any]:
                         "destination": destination.name,
                         "destination_type": "queue" if isinstance(destination, Queue) else "exchange",
                         "routing_key": binding.routing_key,
-                        "arguments": _plain(binding.arguments),
+                        "arguments": jsonable(binding.arguments),
                     }
                 )
     return document
@@ -229,12 +231,17 @@ def _policy(entry: dict) -> Policy:
         raise precondition_failed(f"definitions: policy {entry.get('name')!r}: {exc}") from None
 
 
-def _plain(value: Any) -> Any:
-    """Field-table values as JSON can hold them (bytes as text)."""
+def jsonable(value: Any) -> Any:
+    """Field-table values as JSON can hold them: bytes as text, timestamps as epoch
+    seconds, decimals as floats (definitions, the HTTP API, ``leveret ctl``)."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    if isinstance(value, decimal.Decimal):
+        return float(value)
     return value

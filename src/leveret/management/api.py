@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
-import decimal
 import ipaddress
 import json
 import logging
@@ -36,27 +34,12 @@ from ..core import audit
 from ..core.access import Access
 from ..core.auth import AuthenticationError, User
 from ..core.broker import BrokerCore
+from ..core.definitions_document import jsonable
 from ..core.errors import BrokerError
 from ..core.policy import matching
 from ..core.queues import Queue
 from ..version import __version__
 from .admin import NOT_FOUND, AdminAPI
-
-
-def _jsonable(value: Any) -> Any:
-    """Field-table values as JSON: bytes as text, timestamps as epoch seconds."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, datetime.datetime):
-        return int(value.timestamp())
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    return value
-
 
 #: Core's neutral errors as HTTP statuses (RabbitMQ's management API answers a
 #: precondition failure with 400 bad_request).
@@ -277,7 +260,7 @@ class ManagementAPI:
             "durable": queue.durable,
             "auto_delete": queue.auto_delete,
             "exclusive": queue.exclusive_owner is not None,
-            "arguments": _jsonable(queue.arguments),
+            "arguments": jsonable(queue.arguments),
             "policy": policy.name if policy else None,
             "messages_ready": queue.message_count,
             "messages_unacknowledged": queue.unacked_count,
@@ -372,7 +355,7 @@ class ManagementAPI:
                     "durable": e.durable,
                     "auto_delete": e.auto_delete,
                     "internal": e.internal,
-                    "arguments": _jsonable(e.arguments),
+                    "arguments": jsonable(e.arguments),
                 }
                 for e in sorted(vhost.exchanges.values(), key=lambda e: e.name)
             ]
@@ -392,7 +375,7 @@ class ManagementAPI:
                         "destination": binding.destination.name,
                         "destination_type": "queue" if isinstance(binding.destination, Queue) else "exchange",
                         "routing_key": binding.routing_key,
-                        "arguments": _jsonable(binding.arguments),
+                        "arguments": jsonable(binding.arguments),
                     }
                 )
         return web.json_response(rows)

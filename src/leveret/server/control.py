@@ -318,7 +318,7 @@ QUEUE_INFO: dict[str, Callable[[Queue], Any]] = {
     "durable": lambda q: q.durable,
     "auto_delete": lambda q: q.auto_delete,
     "exclusive": lambda q: q.exclusive_owner is not None,
-    "arguments": lambda q: json.dumps(definitions_document._plain(q.arguments)),
+    "arguments": lambda q: json.dumps(definitions_document.jsonable(q.arguments)),
     "messages": lambda q: q.message_count + q.unacked_count,
     "messages_ready": lambda q: q.message_count,
     "messages_unacknowledged": lambda q: q.unacked_count,
@@ -344,7 +344,7 @@ def _list_exchanges(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
         "durable": lambda e: e.durable,
         "auto_delete": lambda e: e.auto_delete,
         "internal": lambda e: e.internal,
-        "arguments": lambda e: json.dumps(definitions_document._plain(e.arguments)),
+        "arguments": lambda e: json.dumps(definitions_document.jsonable(e.arguments)),
     }
     columns = _columns(args, info, ["name", "type"])
     exchanges = sorted(vhost.exchanges.values(), key=lambda e: e.name)
@@ -358,7 +358,7 @@ def _list_bindings(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     for exchange in sorted(vhost.exchanges.values(), key=lambda e: e.name):
         for binding in exchange.bindings.values():
             kind = "queue" if isinstance(binding.destination, Queue) else "exchange"
-            arguments = json.dumps(definitions_document._plain(binding.arguments))
+            arguments = json.dumps(definitions_document.jsonable(binding.arguments))
             rows.append(
                 ["exchange", exchange.name, kind, binding.destination.name, binding.routing_key, arguments]
             )
@@ -382,7 +382,7 @@ CONNECTION_INFO: dict[str, Callable[[tuple[str, Connection]], Any]] = {
     "state": lambda c: "running" if c[1].state == "opened" else c[1].state,
     "channels": lambda c: len(c[1].channels),
     "protocol": lambda c: "AMQP 0-9-1",
-    "ssl": lambda c: c[1].certificate_user is not None or c[0].endswith(" (TLS)"),
+    "ssl": lambda c: c[0].endswith(" (TLS)"),
 }
 
 
@@ -402,7 +402,7 @@ def _list_consumers(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
         for channel in connection.channels.values():
             for consumer in channel.consumers.values():
                 queue = consumer.queue.name if consumer.queue is not None else ""
-                arguments = json.dumps(definitions_document._plain(consumer.arguments))
+                arguments = json.dumps(definitions_document.jsonable(consumer.arguments))
                 rows.append(
                     [
                         queue,

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from ..core.clock import Timer
+
 SMALL_READ = 1024  # bytes: a read this small carries a handful of frames at most
 LARGE_READ = 64 * 1024  # bytes: a read this large amortises its wake-up by itself
 STREAMING_GAP = 100e-6  # seconds between reads: the client writes faster than we wake
@@ -41,14 +43,10 @@ class Readable(Protocol):
     def is_closing(self) -> bool: ...
 
 
-class Cancellable(Protocol):
-    def cancel(self) -> None: ...
-
-
 class TimerLoop(Protocol):
     """The event loop as read coalescing uses it."""
 
-    def call_later(self, delay: float, callback: Callable[[], object]) -> Cancellable: ...
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer: ...
 
 
 class ReadCoalescer:
@@ -80,7 +78,7 @@ class ReadCoalescer:
         self._last = -1.0  # when the previous read arrived
         self._streak = 0
         self._resumed = False  # the next read is what arrived during a hold
-        self._timer: Cancellable | None = None
+        self._timer: Timer | None = None
 
     @property
     def holding(self) -> bool:
