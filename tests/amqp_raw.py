@@ -37,8 +37,11 @@ class ConnectionGone(Exception):
 
 
 class RawClient:
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0,
+                 source: str | None = None) -> None:
+        """``source``: the local address to connect from (another host, as the broker sees it)."""
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.buffer = b""
         self.heartbeats_received = 0
 

@@ -5,10 +5,17 @@ answers: statuses, bodies, reply codes and texts, read from RabbitMQ 3.10.8."""
 
 from __future__ import annotations
 
+import base64
+import http.client
+import ipaddress
+import json
 import re
+import socket
 
 import pika
 import pytest
+from amqp_raw import PLAIN_GUEST, RawClient
+from pamqp import commands
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, ProbableAccessDeniedError
 from targets import Target, unique
 
@@ -202,3 +209,66 @@ def test_purging_over_http_needs_read_on_the_queue(target, account):
         admin.channel().queue_declare("theirs")
     assert target.http("DELETE", f"/api/queues/{vhost}/theirs/contents", user=user, password="pw") == \
         (401, {"error": "not_authorised", "reason": "Access refused."})
+
+
+# -- guest only from loopback ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def other_host() -> str:
+    """A local address that is not loopback: a connection from it to 127.0.0.1 reaches the
+    broker as one from another host would. Skipped on a machine with no such address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # picks the source address; sends nothing
+        except OSError:
+            pytest.skip("no route off this host, so no non-loopback source address")
+        address = probe.getsockname()[0]
+    if ipaddress.ip_address(address).is_loopback:
+        pytest.skip("this host's only address is a loopback one")
+    return address
+
+
+def http_from(target: Target, source: str, path: str, user: str, password: str) -> tuple[int, object]:
+    connection = http.client.HTTPConnection(target.host, target.http_port, timeout=10,
+                                            source_address=(source, 0))
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    try:
+        connection.request("GET", path, headers={"Authorization": f"Basic {token}"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        connection.close()
+
+
+def guest_login_from(target: Target, source: str) -> object:
+    """What a PLAIN guest/guest start-ok sent from ``source`` gets: tune or close."""
+    with RawClient(target.amqp_port, target.host, source=source) as client:
+        client.send(b"AMQP\x00\x00\x09\x01")
+        client.expect(commands.Connection.Start, 0)
+        client.send_method(0, commands.Connection.StartOk(
+            client_properties={}, mechanism="PLAIN", response=PLAIN_GUEST, locale="en_US"))
+        return client.read_frame()[1]
+
+
+def test_guest_is_refused_from_another_host_over_amqp_and_http(target, account, other_host):
+    """RabbitMQ's ``loopback_users``: guest logs in from loopback only (over a real TCP
+    connection from a non-loopback address of this machine to 127.0.0.1)."""
+    answer = guest_login_from(target, other_host)
+    if target.name == "rabbitmq":
+        # RabbitMQ 3.10 asks where the connection arrived (127.0.0.1), not where it came
+        # from, so this one gets in; leveret asks the peer's address, as RabbitMQ's HTTP
+        # API does, which also holds when a NAT rule forwards a remote peer to 127.0.0.1.
+        assert isinstance(answer, commands.Connection.Tune)
+    else:
+        assert isinstance(answer, commands.Connection.Close)
+        assert (answer.reply_code, answer.reply_text) == (
+            403, "ACCESS_REFUSED - user 'guest' can only connect via localhost")
+    assert http_from(target, other_host, "/api/whoami", "guest", "guest") == (
+        401, {"error": "not_authorised", "reason": "User can only log in via localhost"})
+    # another user, with the same rights, logs in from there
+    vhost, user = account
+    grant(target, vhost, user)
+    target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": "administrator"})
+    with RawClient(target.amqp_port, target.host, source=other_host) as client:
+        client.handshake(channel_max=2047, frame_max=131072, vhost=vhost, response=f"\x00{user}\x00pw")
+    status, body = http_from(target, other_host, "/api/whoami", user, "pw")
+    assert status == 200 and body["name"] == user

@@ -35,6 +35,11 @@ class AuthenticationError(Exception):
     """Login refused; the text is what connection.close 403 carries."""
 
 
+class LoopbackOnly(AuthenticationError):
+    """The password was right, but the user is one of ``loopback_users`` and the peer is
+    not a loopback address (RabbitMQ's HTTP API answers this with its own reason)."""
+
+
 @dataclass
 class User:
     """A broker user: RabbitMQ's password hash and algorithm (an empty hash: no password
@@ -146,7 +151,7 @@ class UserDatabase:
                 "For details see the broker logfile."
             )
         if username in self.loopback_users and not from_loopback:
-            raise AuthenticationError(f"user '{username}' can only connect via localhost")
+            raise LoopbackOnly(f"user '{username}' can only connect via localhost")
         return user
 
     def authenticate_external(self, username: str, from_loopback: bool) -> User:
@@ -159,7 +164,7 @@ class UserDatabase:
                 "For details see the broker logfile."
             )
         if username in self.loopback_users and not from_loopback:
-            raise AuthenticationError(f"user '{username}' can only connect via localhost")
+            raise LoopbackOnly(f"user '{username}' can only connect via localhost")
         return user
 
     def permission(self, user: str, vhost: str) -> Permission | None:

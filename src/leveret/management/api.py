@@ -32,7 +32,7 @@ from aiohttp import web
 
 from ..core import audit
 from ..core.access import Access
-from ..core.auth import AuthenticationError, User
+from ..core.auth import AuthenticationError, LoopbackOnly, User
 from ..core.broker import BrokerCore
 from ..core.definitions_document import jsonable
 from ..core.errors import BrokerError
@@ -209,6 +209,8 @@ class ManagementAPI:
             log.warning("HTTP access denied: user '%s' from %s - %s", username, peer, exc)
             audit.record("login.refused", username, peer, protocol="http")
             self.core.login_throttle.failed(peer)
+            if isinstance(exc, LoopbackOnly):
+                return _unauthorised("User can only log in via localhost")
             return web.json_response(
                 {"error": "not_authorized", "reason": "Login failed"},
                 status=401,
