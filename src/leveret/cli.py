@@ -37,6 +37,12 @@ def main() -> None:
     default=None,
     help="Serve the management HTTP API on this port (RabbitMQ's is 15672); 0 picks a free one [off].",
 )
+@click.option(
+    "--stomp-port",
+    type=int,
+    default=None,
+    help="STOMP port (ActiveMQ's is 61613); 0 picks a free one, -1 turns it off [61613].",
+)
 @click.option("--data-dir", default=None, help="Directory for the broker's data [./leveret-data].")
 @click.option(
     "--config",
@@ -54,17 +60,18 @@ def server(
     bind: str | None,
     amqp_port: int | None,
     http_port: int | None,
+    stomp_port: int | None,
     data_dir: str | None,
     config_file: str | None,
     log_level: str | None,
 ) -> None:
     """Run the broker until SIGTERM or SIGINT.
 
-    Prints "leveret ready: amqp://HOST:PORT" once it accepts clients (then the management
-    API's address); on a signal, closes every connection with 320 CONNECTION_FORCED and
+    Prints "leveret ready: amqp://HOST:PORT stomp://HOST:PORT" once it accepts clients
+    (then the management API's address); on a signal, closes every connection with 320 CONNECTION_FORCED and
     exits 0.
     """
-    settings = Settings()
+    settings = Settings(stomp_port=61613)
     if config_file:
         try:
             load(config_file, settings)
@@ -74,6 +81,7 @@ def server(
         ("bind", bind),
         ("amqp_port", amqp_port),
         ("http_port", http_port),
+        ("stomp_port", stomp_port),
         ("data_dir", data_dir),
         ("log_level", log_level),
     ):
@@ -81,6 +89,8 @@ def server(
             setattr(settings, key, value)
     if settings.http_port is not None and settings.http_port < 0:
         settings.http_port = None
+    if settings.stomp_port is not None and settings.stomp_port < 0:
+        settings.stomp_port = None
     if settings.data_dir is None:
         settings.data_dir = "./leveret-data"
     logging.basicConfig(
@@ -90,7 +100,7 @@ def server(
     )
     # A flood of bad connections or logins costs a few log lines, not one each (the
     # audit log is never thinned; an embedding program keeps its own logging as is).
-    log_limit.limit("leveret.amqp", "leveret.management", "leveret.server")
+    log_limit.limit("leveret.amqp", "leveret.stomp", "leveret.management", "leveret.server")
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
@@ -110,7 +120,10 @@ async def _serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    click.echo(f"leveret ready: amqp://{broker.host}:{broker.amqp_port}")
+    ready = f"leveret ready: amqp://{broker.host}:{broker.amqp_port}"
+    if broker.stomp_url:
+        ready += " " + broker.stomp_url
+    click.echo(ready)
     if broker.http_url:
         click.echo(f"leveret management: {broker.http_url}/api/")
     if broker.amqps_port is not None:

@@ -5,8 +5,9 @@ Installed with leveret (entry point ``pytest11``); no docker, Erlang or JVM::
     def test_publish(leveret_broker):
         conn = pika.BlockingConnection(pika.URLParameters(leveret_broker.amqp_url))
 
-Each test gets a fresh in-process broker on a free loopback port
-(:class:`leveret.BlockingBroker`); it is stopped after the test.
+Each test gets a fresh in-process broker on free loopback ports
+(:class:`leveret.BlockingBroker`): ``amqp_url`` for AMQP clients, ``stomp_url``
+(``stomp://127.0.0.1:PORT``) for STOMP ones; it is stopped after the test.
 """
 
 from __future__ import annotations
@@ -21,5 +22,5 @@ from .server.broker import BlockingBroker
 @pytest.fixture
 def leveret_broker() -> Iterator[BlockingBroker]:
     """A broker for one test, without a data directory (nothing is kept on disk)."""
-    with BlockingBroker(amqp_port=0) as broker:
+    with BlockingBroker(amqp_port=0, stomp_port=0) as broker:
         yield broker

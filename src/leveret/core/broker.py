@@ -51,6 +51,9 @@ class BrokerCore:
     #: Durable definitions and messages; None for a broker that keeps nothing.
     store: Store | None = None
     policies: list[Policy] = field(default_factory=list)
+    #: JMS client ids of open connections (STOMP's ``client-id``): unique in the broker,
+    #: as ActiveMQ refuses a second connection with one in use.
+    client_ids: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         #: Failed logins per source address, for every protocol and the HTTP API.

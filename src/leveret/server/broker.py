@@ -21,13 +21,13 @@ from typing import Any
 from ..config import Settings
 from ..core.broker import BrokerCore
 from ..management import ManagementAPI
-from ..protocol.amqp import Connection
+from ..protocol.stomp import StompConnection
 from ..store import DataDirLock
 from ..store.sqlite import SQLiteStore
 from .clock import LoopClock
 from .control import SOCKET_NAME, ControlServer
 from .disk_monitor import DiskMonitor
-from .listener import AMQPListener
+from .listener import AnyConnection, Listener
 from .memory_monitor import MemoryMonitor
 from .tls import TLSError
 
@@ -52,11 +52,13 @@ class Broker:
             setattr(self.settings, key, value)
         self.core: BrokerCore = self.settings.build_core(LoopClock())
         #: The AMQP listener: its connections and read coalescing counts.
-        self.listener = AMQPListener(
+        self.listener = Listener(
             self.core, self.settings.bind, self.settings.amqp_port, self.settings.read_coalesce_ms / 1000
         )
         #: AMQP over TLS, when ``amqps_port`` is set (its context is made at start).
-        self.tls_listener: AMQPListener | None = None
+        self.tls_listener: Listener | None = None
+        #: STOMP, when ``stomp_port`` is set.
+        self.stomp_listener: Listener | None = None
         self._lock: DataDirLock | None = None
         self.store: SQLiteStore | None = None
         self._disk_monitor: DiskMonitor | None = None
@@ -111,10 +113,15 @@ class Broker:
             tls = self._tls_context()
             await self.listener.start()
             if settings.amqps_port is not None:
-                self.tls_listener = AMQPListener(
+                self.tls_listener = Listener(
                     self.core, settings.bind, settings.amqps_port, 0, tls, settings.ssl_cert_login_from
                 )
                 await self.tls_listener.start()
+            if settings.stomp_port is not None:
+                self.stomp_listener = Listener(
+                    self.core, settings.bind, settings.stomp_port, 0, connection_class=StompConnection
+                )
+                await self.stomp_listener.start()
             if settings.data_dir is not None:  # leveret ctl's socket lives there
                 control = ControlServer(self, Path(settings.data_dir) / SOCKET_NAME)
                 try:
@@ -149,15 +156,27 @@ class Broker:
         return settings.ssl_options.server_context()
 
     @property
+    def stomp_port(self) -> int | None:
+        """The STOMP port actually bound (after start), if any."""
+        return self.stomp_listener.port if self.stomp_listener is not None else None
+
+    @property
+    def stomp_url(self) -> str | None:
+        """``stomp://host:port`` (after start), if STOMP has its own port."""
+        port = self.stomp_port
+        return f"stomp://{self.host}:{port}" if port is not None else None
+
+    @property
     def amqps_port(self) -> int | None:
         """The AMQP-over-TLS port actually bound (after start), if any."""
         return self.tls_listener.port if self.tls_listener is not None else None
 
-    def connections(self) -> list[tuple[str, Connection]]:
+    def connections(self) -> list[tuple[str, AnyConnection]]:
         """Every client connection with its name, RabbitMQ's form
-        ``"peer -> listener"`` (`` (TLS)`` appended for amqps)."""
+        ``"peer -> listener"`` (`` (TLS)`` appended for amqps, `` (STOMP)`` for STOMP)."""
         found = []
-        for listener, suffix in ((self.listener, ""), (self.tls_listener, " (TLS)")):
+        listeners = ((self.listener, ""), (self.tls_listener, " (TLS)"), (self.stomp_listener, " (STOMP)"))
+        for listener, suffix in listeners:
             if listener is not None:
                 for connection in listener.connections:
                     found.append(
@@ -173,6 +192,9 @@ class Broker:
         if self.tls_listener is not None:
             await self.tls_listener.stop()
             self.tls_listener = None
+        if self.stomp_listener is not None:
+            await self.stomp_listener.stop()
+            self.stomp_listener = None
 
     @property
     def http_url(self) -> str | None:
@@ -241,6 +263,11 @@ class BlockingBroker:
     def http_url(self) -> str | None:
         """The management API's base URL, when it runs."""
         return self.broker.http_url
+
+    @property
+    def stomp_url(self) -> str | None:
+        """See :attr:`Broker.stomp_url`."""
+        return self.broker.stomp_url
 
     def start(self) -> BlockingBroker:
         """Start the thread and wait until the broker listens; raises what

@@ -30,11 +30,12 @@ from ..core.auth import Permission, TopicPermission, User, check_pattern
 from ..core.errors import BrokerError
 from ..core.policy import Policy
 from ..core.queues import Queue
+from ..protocol.stomp import StompConnection
 from ..version import __version__
 
 if TYPE_CHECKING:
-    from ..protocol.amqp import Connection
     from .broker import Broker
+    from .listener import AnyConnection
 
 log = logging.getLogger("leveret.control")
 SOCKET_NAME = "leveret.ctl"
@@ -373,15 +374,16 @@ def _list_bindings(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     return _table(columns, rows)
 
 
-CONNECTION_INFO: dict[str, Callable[[tuple[str, Connection]], Any]] = {
+CONNECTION_INFO: dict[str, Callable[[tuple[str, AnyConnection]], Any]] = {
     "name": lambda c: c[0],
     "user": lambda c: c[1].user.name if c[1].user else "",
     "vhost": lambda c: c[1].vhost.name if c[1].vhost else "",
     "peer_host": lambda c: c[1].peer.rpartition(":")[0],
     "peer_port": lambda c: int(c[1].peer.rpartition(":")[2] or 0),
-    "state": lambda c: "running" if c[1].state == "opened" else c[1].state,
-    "channels": lambda c: len(c[1].channels),
-    "protocol": lambda c: "AMQP 0-9-1",
+    "state": lambda c: "running" if c[1].state in ("opened", "connected") else c[1].state,
+    # a STOMP connection is one channel, as RabbitMQ's STOMP plugin counts it
+    "channels": lambda c: 1 if isinstance(c[1], StompConnection) else len(c[1].channels),
+    "protocol": lambda c: f"STOMP {c[1].version}" if isinstance(c[1], StompConnection) else "AMQP 0-9-1",
     "ssl": lambda c: c[0].endswith(" (TLS)"),
 }
 
@@ -398,6 +400,11 @@ def _list_consumers(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for name, connection in broker.connections():
         if connection.vhost is not vhost:
+            continue
+        if isinstance(connection, StompConnection):
+            for group in connection.subscriptions.values():
+                for sub in group:
+                    rows.append([sub.queue.name, f"{name} (1)", sub.tag, not sub.no_ack, sub.prefetch, "{}"])
             continue
         for channel in connection.channels.values():
             for consumer in channel.consumers.values():

@@ -1,4 +1,4 @@
-"""The AMQP TCP listener: asyncio protocol objects feeding protocol.amqp connections.
+"""TCP listeners: asyncio protocol objects feeding sans-I/O connections (AMQP, STOMP).
 
 Output of every connection is written once per event-loop turn: a connection with
 something to send registers here, and one ``call_soon`` callback flushes them all, so a
@@ -24,6 +24,7 @@ except ImportError:  # Windows: the connection then defers its heartbeat verdict
 
 from ..core.broker import BrokerCore
 from ..protocol.amqp import Connection
+from ..protocol.stomp import StompConnection
 from .read_coalescing import ReadCoalescer
 from .tls import certificate_identity
 
@@ -34,14 +35,19 @@ READ_SIZE = 256 * 1024  # bytes per read of a held socket (asyncio's own read si
 DRAIN_LIMIT = 4 * READ_SIZE  # bytes read from a held socket at once, at most
 
 
+#: A client's sans-I/O connection, whichever protocol it speaks.
+AnyConnection = Connection | StompConnection
+ConnectionClass = type[Connection] | type[StompConnection]
+
+
 class Flusher:
     """Flushes connections with pending output at the end of the loop turn."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._dirty: list[Connection] = []
+        self._dirty: list[AnyConnection] = []
 
-    def request(self, connection: Connection) -> None:
+    def request(self, connection: AnyConnection) -> None:
         """Flush ``connection`` at the end of this loop turn (the Connection asks once
         per turn)."""
         if not self._dirty:
@@ -72,14 +78,15 @@ def input_waiting_probe(transport: asyncio.BaseTransport) -> Callable[[], bool] 
     return input_waiting
 
 
-class AMQPProtocol(asyncio.Protocol):
-    """One accepted socket: asyncio's callbacks passed on to its :class:`Connection`."""
+class ClientProtocol(asyncio.Protocol):
+    """One accepted socket: asyncio's callbacks passed on to its connection (the
+    listener's ``connection_class``)."""
 
     #: Made by :meth:`connection_made`, which asyncio calls before any other method.
-    connection: Connection
+    connection: AnyConnection
     coalescer: ReadCoalescer
 
-    def __init__(self, listener: AMQPListener) -> None:
+    def __init__(self, listener: Listener) -> None:
         self.listener = listener
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -99,7 +106,7 @@ class AMQPProtocol(asyncio.Protocol):
             ssl_object = transport.get_extra_info("ssl_object")
             certificate = ssl_object.getpeercert() if ssl_object is not None else None
             certificate_user = certificate_identity(certificate, listener.login_from)
-        self.connection = Connection(
+        self.connection = listener.connection_class(
             listener.core,
             transport,
             listener.loop,
@@ -188,10 +195,11 @@ class AMQPProtocol(asyncio.Protocol):
             log.exception("internal error releasing connection %s", connection.peer)
 
 
-class AMQPListener:
-    """Accepts AMQP clients on ``host:port`` (port 0 picks a free one); a client
-    streaming small writes is read at most once per ``read_coalesce`` seconds (see
-    :mod:`.read_coalescing`; 0 reads at once)."""
+class Listener:
+    """Accepts clients of ``connection_class``'s protocol (AMQP by default) on
+    ``host:port`` (port 0 picks a free one); a client streaming small writes is read at
+    most once per ``read_coalesce`` seconds (see :mod:`.read_coalescing`; 0 reads at
+    once)."""
 
     #: The running loop and its flusher, set by :meth:`start` (protocols exist only after).
     loop: asyncio.AbstractEventLoop
@@ -205,19 +213,21 @@ class AMQPListener:
         read_coalesce: float = 0.001,
         ssl: SSLContext | None = None,
         login_from: str = "distinguished_name",
+        connection_class: ConnectionClass = Connection,
     ) -> None:
         self.core = core
+        self.connection_class = connection_class
         self.host = host
         self.port = port
         self.ssl = ssl  # amqps: TLS, and EXTERNAL for verified client certificates
         self.login_from = login_from  # which part of a certificate names its user
         self.read_coalesce = read_coalesce  # seconds; see read_coalescing.py (0: off)
         self.read_holds = 0  # sockets held by read coalescing, since start
-        self.held: set[AMQPProtocol] = set()  # sockets held now
-        self.connections: set[Connection] = set()
+        self.held: set[ClientProtocol] = set()  # sockets held now
+        self.connections: set[AnyConnection] = set()
         self._server: asyncio.base_events.Server | None = None
 
-    def hold_started(self, protocol: AMQPProtocol) -> None:
+    def hold_started(self, protocol: ClientProtocol) -> None:
         """Read coalescing holds ``protocol``'s socket."""
         self.read_holds += 1
         self.held.add(protocol)
@@ -235,7 +245,7 @@ class AMQPListener:
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop)
         self._server = await self.loop.create_server(
-            lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True, ssl=self.ssl
+            lambda: ClientProtocol(self), self.host, self.port, reuse_address=True, ssl=self.ssl
         )
         self.port = self._server.sockets[0].getsockname()[1]
 

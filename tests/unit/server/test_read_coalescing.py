@@ -162,7 +162,7 @@ def test_a_hold_lifted_by_another_pause_ends_before_the_read_is_fed(tmp_path):
     review: newer bytes overtook it)."""
     import socket
 
-    from leveret.server.listener import AMQPProtocol
+    from leveret.server.listener import ClientProtocol
 
     class Connection:
         reading_paused = False
@@ -186,7 +186,7 @@ def test_a_hold_lifted_by_another_pause_ends_before_the_read_is_fed(tmp_path):
 
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
-    listener, protocol = Listener(), AMQPProtocol.__new__(AMQPProtocol)
+    listener, protocol = Listener(), ClientProtocol.__new__(ClientProtocol)
     protocol.listener, protocol.connection, protocol.transport = listener, Connection(), Socket()
     protocol._fileno = ours.fileno()
     clock = [0.0]

@@ -1,0 +1,807 @@
+"""One STOMP 1.0-1.2 connection, sans-I/O, with ActiveMQ 5.17's semantics.
+
+The server feeds it bytes (:meth:`StompConnection.data_received`) and gives it the same
+transport, loop and ``request_flush`` callback an AMQP connection gets
+(:mod:`leveret.protocol.amqp.connection`). Everything a client asks goes through core:
+its :class:`~leveret.core.session.Session` (users, permissions and their RabbitMQ
+texts), one :class:`~leveret.core.publish.Publisher` (confirm mode: a RECEIPT for a
+persistent SEND goes out once the message is on disk) and one more per open
+transaction.
+
+Errors follow STOMP 1.2: an ERROR frame (``message`` header, ``receipt-id`` when the
+failing frame asked for a receipt, a short text body), then the connection is closed;
+other clients are not touched. See ``shared/reference/stomp-activemq.md`` for the
+ActiveMQ behaviour this follows and where leveret differs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ...core import audit
+from ...core.access import Access
+from ...core.auth import AuthenticationError, User
+from ...core.broker import BrokerCore
+from ...core.clock import Timer
+from ...core.errors import BrokerError
+from ...core.message import Message
+from ...core.publish import Publisher
+from ...core.queues import Queue, QueuedMessage
+from ...core.session import Session
+from ...core.vhost import VirtualHost
+from ...version import __version__
+from . import destinations
+from .destinations import Destination
+from .frames import HEARTBEAT, Frame, FrameError, FrameParser, encode, escape
+from .message import STOMP, MessageIds, decode_block, destination_of, from_send, header_block
+from .subscription import ACK_MODES, QUEUE_PREFETCH, TOPIC_PREFETCH, Subscription
+
+if TYPE_CHECKING:
+    from ..amqp.connection import Loop, Transport
+
+log = logging.getLogger("leveret.stomp")
+
+VERSIONS = ("1.0", "1.1", "1.2")
+CONNECT_TIMEOUT = 30.0  # seconds to send CONNECT (ActiveMQ's default)
+HEARTBEAT_GRACE = 1.5  # a client may be this many intervals late before it is dropped
+OUTPUT_LIMIT = 1024 * 1024  # bytes of MESSAGE bodies queued in one loop turn, at most
+#: The x-arguments of a queue a STOMP client brings into being: ActiveMQ's default
+#: redelivery policy and shared dead-letter queue, without its silent drop of
+#: non-persistent messages.
+STOMP_QUEUE_ARGUMENTS: dict[str, Any] = {
+    "x-max-redeliveries": 6,
+    "x-redelivery-delay": 1000,
+    "x-dead-letter-strategy": "shared",
+    "x-dead-letter-queue": "ActiveMQ.DLQ",
+    "x-dead-letter-non-persistent": True,
+}
+
+
+class StompError(Exception):
+    """Something the client did wrong: ERROR with this message, then close."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+class StompConnection:
+    """State machine of one STOMP client connection: ``connecting`` until CONNECT (or
+    STOMP), ``refusing`` while a throttled login waits, ``connected``, then
+    ``closed``."""
+
+    def __init__(
+        self,
+        core: BrokerCore,
+        transport: Transport,
+        loop: Loop,
+        request_flush: Callable[[Any], None],
+        peer: str = "",
+        from_loopback: bool = True,
+        input_waiting: Callable[[], bool] | None = None,
+        certificate_user: str | None = None,
+    ) -> None:
+        self.core = core
+        self.transport = transport
+        self.loop = loop
+        self._request_flush = request_flush
+        self.peer = peer
+        self.from_loopback = from_loopback
+        self.certificate_user = certificate_user
+        self.state = "connecting"
+        self.version = "1.0"
+        self.user: User | None = None
+        self.vhost: VirtualHost | None = None
+        self.session: Session | None = None
+        self.publisher: Publisher | None = None
+        self.client_id: str | None = None
+        self.session_id = ""
+        self.subscriptions: dict[str, list[Subscription]] = {}
+        self.transactions: dict[str, Publisher] = {}
+        #: delivery number -> its subscription, for every unacknowledged MESSAGE
+        self.deliveries: dict[int, Subscription] = {}
+        self.message_ids: dict[str, int] = {}  # 1.0/1.1 ACK by message-id
+        self._delivery_seq = 0
+        #: receipts waiting for publishes to be confirmed: (publish seq, receipt-id, is
+        #: that SEND's own receipt, then-callback)
+        self._receipts: deque[tuple[int, str, bool, Callable[[], None] | None]] = deque()
+        self._confirmed = 0
+        self._ids: MessageIds | None = None
+        self.writable = True
+        self._transport_writable = True
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._flush_requested = False
+        self.blocked = False
+        self.parser = FrameParser()
+        self._timer: Timer = loop.call_later(CONNECT_TIMEOUT, self._connect_timeout)
+        self._send_timer: Timer | None = None
+        self._read_interval = 0.0  # seconds between client heart-beats (0: none)
+        self._send_interval = 0.0
+        self.last_received = self.last_sent = loop.time()
+        self._input_waiting = input_waiting
+
+    # -- what the server asks -----------------------------------------------------------
+    @property
+    def reading_paused(self) -> bool:
+        """Whether reading waits on this connection's account (a resource alarm)."""
+        return self.blocked
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing queued to send, connected: reads may be coalesced."""
+        return not self._flush_requested and self.state == "connected" and not self.blocked
+
+    # -- output -------------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        """Queue bytes; the server writes them at :meth:`flush`, once per loop turn."""
+        if not self._flush_requested:
+            self._flush_requested = True
+            self._request_flush(self)
+        self._out.append(data)
+
+    def send_frame(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
+        self.send(encode(command, headers, body, self.version))
+
+    def flush(self) -> None:
+        """Write everything queued in one transport write."""
+        self._flush_requested = False
+        if self._out and self.state != "closed":
+            self.transport.write(b"".join(self._out))
+            self.last_sent = self.loop.time()
+        self._out.clear()
+        full, self._out_size = self._out_size >= OUTPUT_LIMIT, 0
+        if full and self._transport_writable:
+            self.writable = True
+            self._resume()
+
+    def set_writable(self, writable: bool) -> None:
+        """The transport crossed its high (False) or low (True) water mark."""
+        self._transport_writable = writable
+        self.writable = writable and self._out_size < OUTPUT_LIMIT
+        if self.writable:
+            self._resume()
+
+    def _resume(self) -> None:
+        for subscriptions in list(self.subscriptions.values()):
+            for subscription in subscriptions:
+                subscription.queue.drain()
+
+    # -- input --------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        """Feed bytes read from the socket; frames are handled in order, and the first
+        error ends the connection (ERROR frame, then close)."""
+        self.last_received = self.loop.time()
+        if self.state in ("closed", "refusing"):
+            return
+        try:
+            frames = self.parser.feed(data)
+        except FrameError as exc:
+            self._error(str(exc), None)
+            return
+        for frame in frames:
+            if frame is HEARTBEAT:
+                continue
+            assert frame is not None
+            self._handle(frame)
+            if self.state in ("closed", "refusing"):
+                return
+
+    def _handle(self, frame: Frame) -> None:
+        receipt = frame.headers.get("receipt")
+        try:
+            try:
+                self._dispatch(frame)
+            except BrokerError as exc:
+                raise StompError(exc.text) from None
+        except StompError as exc:
+            self._error(exc.message, receipt, exc.detail)
+            return
+        if receipt is not None and frame.command not in ("CONNECT", "STOMP", "DISCONNECT"):
+            self._receipt(receipt, frame.command == "SEND" and "transaction" not in frame.headers)
+
+    def _dispatch(self, frame: Frame) -> None:
+        command = frame.command
+        if self.state == "connecting":
+            if command in ("CONNECT", "STOMP"):
+                self._connect(frame)
+                return
+            raise StompError("Not connected", f"a {command[:20]} frame came before CONNECT")
+        handler = self._HANDLERS.get(command)
+        if handler is None:
+            if command in ("CONNECT", "STOMP"):
+                raise StompError("Already connected")
+            raise StompError(f"Unknown STOMP action: {command[:40]}")
+        handler(self, frame)
+
+    # -- CONNECT ------------------------------------------------------------------------
+    def _connect(self, frame: Frame) -> None:
+        headers = frame.headers
+        self.version = _negotiate(headers.get("accept-version"))
+        self.parser.version = self.version
+        heart_beat = _heart_beat(headers.get("heart-beat", "0,0"))
+        delay = self.core.login_throttle.delay(self.peer.rpartition(":")[0])
+        if delay:  # this address failed too often: every answer waits, a right one too
+            self.state = "refusing"
+            self.transport.pause_reading()
+            self._timer.cancel()
+            self._timer = self.loop.call_later(delay, lambda: self._delayed_login(frame, heart_beat))
+            return
+        self._login(frame, heart_beat)
+
+    def _delayed_login(self, frame: Frame, heart_beat: tuple[int, int]) -> None:
+        if self.state != "refusing":
+            return
+        self.state = "connecting"
+        self.transport.resume_reading()
+        try:
+            self._login(frame, heart_beat)
+        except StompError as exc:
+            self._error(exc.message, frame.headers.get("receipt"), exc.detail)
+
+    def _login(self, frame: Frame, heart_beat: tuple[int, int]) -> None:
+        """Authenticate login/passcode (no login: ``guest``, as RabbitMQ's STOMP
+        ``default_user``), pick the vhost (the ``host`` header when a vhost has that
+        name, else ``/``), register ``client-id``; CONNECTED."""
+        headers = frame.headers
+        login = headers.get("login", "guest")
+        address = self.peer.rpartition(":")[0]
+        try:
+            user = self.core.users.authenticate(
+                login, headers.get("passcode", "guest"), self.from_loopback, "STOMP"
+            )
+        except AuthenticationError as exc:
+            log.warning("connection %s: STOMP login refused: user '%s' - %s", self.peer, login, exc)
+            audit.record("login.refused", login, address, protocol="stomp")
+            self.core.login_throttle.failed(address)
+            raise StompError("Authentication failed", str(exc)) from None
+        self.core.login_throttle.succeeded(address)
+        host = headers.get("host", "/")
+        vhost = self.core.vhosts.get(host) or self.core.vhosts.get("/")
+        if vhost is None:
+            raise StompError("Virtual host not found", f"vhost {host} not found")
+        if not self.core.users.may_access(user, vhost.name):
+            raise StompError(
+                "Access refused", f"access to vhost '{vhost.name}' refused for user '{user.name}'"
+            )
+        client_id = headers.get("client-id")
+        if client_id is not None:
+            if client_id in self.core.client_ids:
+                raise StompError("Client ID in use", f"client-id '{client_id}' is already connected")
+            self.core.client_ids[client_id] = self
+            self.client_id = client_id
+        self.user, self.vhost = user, vhost
+        self.session = Session(vhost, Access(self.core.users, user, vhost.name), self)
+        self.publisher = Publisher(self.session, self)
+        self.publisher.select_confirms()
+        self.session_id = client_id or f"{self.peer}-{id(self):x}"
+        self._ids = MessageIds(self.session_id)
+        self.state = "connected"
+        self._timer.cancel()
+        client_sends, client_wants = heart_beat
+        self._read_interval = client_sends / 1000
+        self._send_interval = client_wants / 1000
+        connected = {
+            "version": self.version,
+            "session": self.session_id,
+            "server": f"leveret/{__version__}",
+            "heart-beat": f"{client_wants},{client_sends}",
+        }
+        self.send_frame("CONNECTED", connected)
+        if self._read_interval:
+            self._timer = self.loop.call_later(self._read_interval * HEARTBEAT_GRACE, self._check_heartbeat)
+        if self._send_interval:
+            self._send_timer = self.loop.call_later(self._send_interval, self._send_heartbeat)
+        self.core.alarm_listeners.append(self._on_alarm)
+        self.core.vhost_deleted_listeners.append(self._on_vhost_deleted)
+
+    # -- SEND ---------------------------------------------------------------------------
+    def _send(self, frame: Frame) -> None:
+        """Publish to every destination named; a persistent message's receipt waits
+        for the disk. During a resource alarm the connection is read no more (STOMP has
+        no connection.blocked) until it ends."""
+        headers = frame.headers
+        targets = destinations.parse(headers.get("destination", ""))
+        publisher = self._publisher_for(headers.get("transaction"))
+        if self.core.alarm_active:
+            self._block()
+        assert self._ids is not None
+        message_id = self._ids.next()
+        for target in targets:
+            exchange_name, routing_key = self._send_address(target)
+            exchange = publisher.exchange(exchange_name, routing_key)
+            publisher.publish(
+                exchange, from_send(exchange_name, routing_key, headers, frame.body, message_id)
+            )
+
+    def _send_address(self, target: Destination) -> tuple[str, str]:
+        if target.kind == "queue":
+            self._queue(target)
+            return "", target.name
+        return target.exchange, target.name
+
+    def _publisher_for(self, transaction: str | None) -> Publisher:
+        if transaction is None:
+            assert self.publisher is not None
+            return self.publisher
+        publisher = self.transactions.get(transaction)
+        if publisher is None:
+            raise StompError("Invalid transaction id", f"transaction '{transaction}' was not begun")
+        return publisher
+
+    def _queue(self, target: Destination) -> Queue:
+        """The queue a ``/queue/`` destination names, created durable (with the STOMP
+        redelivery and dead-letter defaults) when missing, as ActiveMQ creates it."""
+        session = self.session
+        assert session is not None
+        queue = session.vhost.queues.get(target.name)
+        if queue is not None or not target.create:
+            return session.readable_queue(target.name) if queue is None else queue
+        return session.declare_queue(target.name, durable=True, arguments=dict(STOMP_QUEUE_ARGUMENTS))
+
+    # -- receipts and publisher events ----------------------------------------------------
+    def _receipt(self, receipt_id: str, own: bool, then: Callable[[], None] | None = None) -> None:
+        """RECEIPT once every publish so far is safe (on disk when it must be)."""
+        assert self.publisher is not None
+        needed = self.publisher.seq
+        if needed <= self._confirmed and not self._receipts:
+            self.send_frame("RECEIPT", {"receipt-id": receipt_id})
+            if then is not None:
+                then()
+        else:
+            self._receipts.append((needed, receipt_id, own, then))
+
+    def confirms_ready(self) -> None:
+        assert self.publisher is not None
+        confirms = self.publisher.take_confirms()
+        if confirms is not None:
+            self._release_receipts(confirms[0])
+
+    def _release_receipts(self, upto: int) -> None:
+        self._confirmed = max(self._confirmed, upto)
+        receipts = self._receipts
+        while receipts and receipts[0][0] <= self._confirmed and self.state == "connected":
+            _, receipt_id, _, then = receipts.popleft()
+            self.send_frame("RECEIPT", {"receipt-id": receipt_id})
+            if then is not None:
+                then()
+
+    def rejected(self, seq: int, before: tuple[int, bool] | None) -> None:
+        """A publish was refused (a failed write, a full queue): a SEND that asked for
+        a receipt gets ERROR instead (the client must not count on it)."""
+        if before is not None:
+            self._release_receipts(before[0])
+        for needed, receipt_id, own, _ in self._receipts:
+            if needed == seq and own:
+                self._error("Message not accepted", receipt_id, "the broker could not take the message")
+                return
+        self._confirmed = max(self._confirmed, seq - 1)
+        self._release_receipts(seq)
+
+    def returned(self, exchange: str, message: Message) -> None:
+        """Never called: STOMP publishes are not mandatory."""
+
+    # -- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------
+    def _subscribe(self, frame: Frame) -> None:
+        headers = frame.headers
+        destination = headers.get("destination", "")
+        targets = destinations.parse(destination)
+        sub_id = headers.get("id")
+        if sub_id is None:
+            if self.version != "1.0":
+                raise StompError("Subscription id missing", "SUBSCRIBE needs an id header from STOMP 1.1 on")
+            sub_id = destination
+        if sub_id in self.subscriptions:
+            raise StompError("Duplicate subscription id", f"subscription '{sub_id}' already exists")
+        ack_mode = headers.get("ack", "auto")
+        if ack_mode not in ACK_MODES:
+            raise StompError(
+                "Invalid ack mode", f"ack mode '{ack_mode}' is not one of {', '.join(ACK_MODES)}"
+            )
+        if "selector" in headers:
+            raise StompError("Selectors are not supported yet", "leveret does not evaluate selectors yet")
+        exclusive = headers.get("activemq.exclusive") == "true"
+        made = []
+        try:
+            for target in targets:
+                queue, temporary = self._subscription_queue(target)
+                prefetch = _int_header(
+                    headers,
+                    "activemq.prefetchSize",
+                    QUEUE_PREFETCH if target.kind == "queue" else TOPIC_PREFETCH,
+                )
+                if queue.has_exclusive_consumer or (exclusive and queue.consumers):
+                    raise StompError(
+                        "Exclusive consumer in use",
+                        f"queue '{queue.name}' in vhost '{queue.vhost.name}' in exclusive use",
+                    )
+                subscription = Subscription(
+                    self, sub_id, target.text, queue, ack_mode, max(1, prefetch), exclusive, temporary
+                )
+                queue.prepare_consumer(subscription)
+                made.append(subscription)
+        except (StompError, BrokerError):
+            for subscription in made:
+                if subscription.temporary:
+                    subscription.queue.vhost.delete_queue(subscription.queue.name)
+            raise
+        self.subscriptions[sub_id] = made
+        receipt = headers.get("receipt")
+        if receipt is not None:  # before the first MESSAGE (then none is sent for it)
+            headers.pop("receipt")
+            self._receipt(receipt, False)
+        for subscription in made:
+            subscription.queue.add_consumer(subscription)
+
+    def _subscription_queue(self, target: Destination) -> tuple[Queue, bool]:
+        """A queue destination's queue; for a topic (or exchange) a new exclusive,
+        auto-delete queue bound to it, which ends with the subscription."""
+        if target.kind == "queue":
+            return self._queue(target), False
+        session = self.session
+        assert session is not None
+        queue = session.declare_queue("", exclusive=True, auto_delete=True)
+        try:
+            key = target.binding_key if target.kind == "topic" else target.name
+            session.bind(target.exchange, "queue", queue.name, key)
+        except BrokerError:
+            session.vhost.delete_queue(queue.name)
+            raise
+        return queue, True
+
+    def _unsubscribe(self, frame: Frame) -> None:
+        headers = frame.headers
+        sub_id = headers.get("id")
+        if sub_id is None:
+            if self.version != "1.0" or "destination" not in headers:
+                raise StompError("Subscription id missing", "UNSUBSCRIBE needs an id header")
+            sub_id = headers["destination"]
+        subscriptions = self.subscriptions.pop(sub_id, None)
+        if subscriptions is None:
+            raise StompError("No subscription matched", f"no subscription '{sub_id}'")
+        for subscription in subscriptions:
+            self._end_subscription(subscription)
+
+    def _end_subscription(self, subscription: Subscription) -> None:
+        """Stop deliveries and give back what it did not acknowledge (redelivered)."""
+        subscription.queue.remove_consumer(subscription)
+        unacked = list(subscription.unacked.items())
+        subscription.unacked.clear()
+        for number, _ in unacked:
+            self.deliveries.pop(number, None)
+        if unacked:
+            subscription.queue.requeue([entry for _, entry in unacked])
+
+    def subscription_cancelled(self, subscription: Subscription) -> None:
+        """Its queue was deleted: forget the subscription."""
+        subscriptions = self.subscriptions.get(subscription.id)
+        if subscriptions is not None and subscription in subscriptions:
+            subscriptions.remove(subscription)
+            if not subscriptions:
+                del self.subscriptions[subscription.id]
+        for number in subscription.unacked:
+            self.deliveries.pop(number, None)
+        subscription.unacked.clear()
+
+    # -- MESSAGE ------------------------------------------------------------------------
+    def deliver(self, subscription: Subscription, entry: QueuedMessage) -> None:
+        """One MESSAGE to ``subscription`` (called through its queue)."""
+        self._delivery_seq += 1
+        number = self._delivery_seq
+        message = entry.message
+        queue = subscription.queue
+        fallback_id = f"ID:{queue.name}:{entry.seq}"
+        block = header_block(message, entry.expires_at, fallback_id)
+        head = [
+            "MESSAGE\n",
+            f"destination:{escape(destination_of(message), self.version)}\n",
+            f"subscription:{escape(subscription.id, self.version)}\n",
+        ]
+        if subscription.no_ack:
+            queue.ack(entry)
+        else:
+            subscription.unacked[number] = entry
+            self.deliveries[number] = subscription
+            if self.version == "1.2":
+                head.append(f"ack:{number}\n")
+            else:
+                self.message_ids[_message_id(message, block)] = number
+        if entry.redelivered:
+            head.append("redelivered:true\n")
+        for name, value in queue.delivery_headers(entry):
+            head.append(f"{name}:{value}\n")
+        body = message.body
+        head.append(f"content-length:{len(body)}\n")
+        if self.version != "1.2" and b"\\" in block:
+            block = _reescape(block, self.version)
+        self._out_size += len(body)
+        self.send("".join(head).encode() + block + b"\n")
+        self._out.append(body)
+        self._out.append(b"\x00")
+        if self._out_size >= OUTPUT_LIMIT:
+            self.writable = False
+
+    # -- ACK / NACK -----------------------------------------------------------------------
+    def _ack(self, frame: Frame) -> None:
+        self._settle(frame, None)
+
+    def _nack(self, frame: Frame) -> None:
+        if self.version == "1.0":
+            raise StompError("Unknown STOMP action: NACK", "NACK exists from STOMP 1.1 on")
+        # RabbitMQ's header: requeue:false dead-letters at once; else the redelivery policy
+        self._settle(frame, frame.headers.get("requeue", "true") != "false")
+
+    def _settle(self, frame: Frame, requeue: bool | None) -> None:
+        """ACK (``requeue`` None) or NACK a delivery, in a transaction at COMMIT. The
+        ``client`` ack mode settles every earlier delivery of the subscription too."""
+        number = self._delivery_number(frame)
+        subscription = self.deliveries.get(number) if number is not None else None
+        if subscription is None or number is None:
+            name = "id" if self.version == "1.2" else "message-id"
+            raise StompError(
+                f"Unexpected {frame.command} received for {name} [{frame.headers.get(name, '')}]"
+            )
+        transaction = frame.headers.get("transaction")
+        if transaction is not None:
+            self._publisher_for(transaction).defer(self._settle_now, subscription, number, requeue)
+        else:
+            self._settle_now(subscription, number, requeue)
+
+    def _delivery_number(self, frame: Frame) -> int | None:
+        headers = frame.headers
+        if self.version == "1.2":
+            try:
+                return int(headers.get("id", ""))
+            except ValueError:
+                return None
+        return self.message_ids.get(headers.get("message-id", ""))
+
+    def _settle_now(self, subscription: Subscription, number: int, requeue: bool | None) -> None:
+        unacked = subscription.unacked
+        if number not in unacked:  # settled meanwhile (a transaction's second ACK)
+            return
+        if subscription.ack_mode == "client":
+            taken = []
+            while unacked:
+                current, entry = unacked.popitem(last=False)
+                taken.append((current, entry))
+                if current == number:
+                    break
+        else:
+            taken = [(number, unacked.pop(number))]
+        for current, _ in taken:
+            self.deliveries.pop(current, None)
+        if self.version != "1.2":
+            for key in [k for k, v in self.message_ids.items() if v in dict(taken)]:
+                del self.message_ids[key]
+        queue = subscription.queue
+        entries = [entry for _, entry in taken]
+        if requeue is None:
+            for entry in entries:
+                queue.ack(entry)
+        elif requeue:
+            queue.requeue(entries)
+        else:
+            for entry in entries:
+                queue.discard(entry, "rejected")
+        queue.drain()
+
+    # -- transactions -------------------------------------------------------------------
+    def _begin(self, frame: Frame) -> None:
+        name = _required(frame, "transaction")
+        if name in self.transactions:
+            raise StompError("Transaction already started", f"transaction '{name}' is already open")
+        assert self.session is not None
+        publisher = Publisher(self.session, self)
+        publisher.select_transaction()
+        self.transactions[name] = publisher
+
+    def _commit(self, frame: Frame) -> None:
+        """Run the transaction's SENDs and ACKs; its RECEIPT once they are on disk."""
+        name = _required(frame, "transaction")
+        publisher = self.transactions.pop(name, None)
+        if publisher is None:
+            raise StompError("Invalid transaction id", f"transaction '{name}' was not begun")
+        receipt = frame.headers.pop("receipt", None)
+        publisher.commit(lambda ok: self._committed(ok, receipt))
+        publisher.close()
+
+    def _committed(self, ok: bool, receipt: str | None) -> None:
+        if self.state != "connected":
+            return
+        if not ok:
+            self._error("Transaction not committed", receipt, "the store could not write it")
+        elif receipt is not None:
+            self._receipt(receipt, False)
+
+    def _abort(self, frame: Frame) -> None:
+        """Drop the transaction's SENDs; its ACKs never happened (the messages stay
+        with their subscription, as ActiveMQ keeps them)."""
+        name = _required(frame, "transaction")
+        publisher = self.transactions.pop(name, None)
+        if publisher is None:
+            raise StompError("Invalid transaction id", f"transaction '{name}' was not begun")
+        publisher.close()
+
+    # -- DISCONNECT, errors, closing ----------------------------------------------------------
+    def _disconnect(self, frame: Frame) -> None:
+        receipt = frame.headers.get("receipt")
+        self.transport.pause_reading()
+        if receipt is None:
+            self.close_transport()
+        else:  # after everything before it is safe
+            self._receipt(receipt, False, self.close_transport)
+
+    def _error(self, message: str, receipt: str | None, detail: str = "") -> None:
+        """ERROR (with ``receipt-id`` when the failing frame asked for a receipt), then
+        close once it is written."""
+        if self.state == "closed":
+            return
+        log.info("STOMP connection %s: ERROR %s %s", self.peer, message, detail)
+        headers = {"message": message[:1000], "content-type": "text/plain"}
+        if receipt is not None:
+            headers["receipt-id"] = receipt
+        body = (detail or message)[:4000].encode()
+        headers["content-length"] = str(len(body))
+        self.send(encode("ERROR", headers, body, self.version))
+        self.close_transport()
+
+    def _block(self) -> None:
+        if not self.blocked:
+            self.blocked = True
+            self.transport.pause_reading()
+
+    def _on_alarm(self, active: bool) -> None:
+        if not active and self.blocked:
+            self.blocked = False
+            self.transport.resume_reading()
+
+    def _on_vhost_deleted(self, name: str) -> None:
+        if self.vhost is not None and self.vhost.name == name:
+            self._error("Virtual host deleted", None, f"vhost '{name}' is deleted")
+
+    def _connect_timeout(self) -> None:
+        if self.state in ("connecting", "refusing"):
+            log.warning("STOMP connection %s: no CONNECT within %ss", self.peer, CONNECT_TIMEOUT)
+            self.close_transport(abort=True)
+
+    def _check_heartbeat(self) -> None:
+        """Drop a client silent for its heart-beat interval times the grace factor."""
+        if self.state != "connected":
+            return
+        allowed = self._read_interval * HEARTBEAT_GRACE
+        silent = self.loop.time() - self.last_received
+        if silent > allowed and not (self._input_waiting is not None and self._input_waiting()):
+            log.warning("STOMP connection %s: no heart-beat for %.1f s", self.peer, silent)
+            self.close_transport(abort=True)
+            return
+        self._timer = self.loop.call_later(max(0.05, allowed - silent), self._check_heartbeat)
+
+    def _send_heartbeat(self) -> None:
+        if self.state != "connected":
+            return
+        if self.loop.time() - self.last_sent >= self._send_interval * 0.9 and not self._out:
+            self.send(b"\n")
+        self._send_timer = self.loop.call_later(self._send_interval, self._send_heartbeat)
+
+    def close(self, reply_code: int = 320, text: str = "broker shutting down") -> None:
+        """Close from the broker's side (shutdown): ERROR, then the socket."""
+        if self.state == "connected":
+            self._error("Connection closed by the broker", None, text)
+        else:
+            self.close_transport()
+
+    def close_transport(self, abort: bool = False) -> None:
+        """Write what is queued and close (``abort``: drop it). Subscriptions end now,
+        not when the socket is gone, so a client that got its DISCONNECT receipt and
+        reconnects finds its messages back in their queues."""
+        if self.state == "closed":
+            return
+        self.flush()
+        self.state = "closed"
+        (self.transport.abort if abort else self.transport.close)()
+        self._release()
+
+    def connection_lost(self) -> None:
+        """The socket is gone: see :meth:`_release`."""
+        self.state = "closed"
+        self._out.clear()
+        self._release()
+
+    def _release(self) -> None:
+        """Open transactions roll back, unacknowledged messages come back
+        (redelivered, their delivery count raised), temporary queues go (once)."""
+        self._timer.cancel()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+        for publisher in self.transactions.values():
+            publisher.close()
+        self.transactions.clear()
+        if self.publisher is not None:
+            self.publisher.close()
+        subscriptions, self.subscriptions = self.subscriptions, {}
+        for group in subscriptions.values():
+            for subscription in group:
+                self._end_subscription(subscription)
+        self.deliveries.clear()
+        self.message_ids.clear()
+        if self.vhost is not None:
+            self.vhost.connection_closed(self)
+            self.vhost = None
+        if self.client_id is not None and self.core.client_ids.get(self.client_id) is self:
+            del self.core.client_ids[self.client_id]
+        if self._on_alarm in self.core.alarm_listeners:
+            self.core.alarm_listeners.remove(self._on_alarm)
+        if self._on_vhost_deleted in self.core.vhost_deleted_listeners:
+            self.core.vhost_deleted_listeners.remove(self._on_vhost_deleted)
+
+    _HANDLERS: ClassVar[dict[str, Callable[[StompConnection, Frame], None]]] = {
+        "SEND": _send,
+        "SUBSCRIBE": _subscribe,
+        "UNSUBSCRIBE": _unsubscribe,
+        "ACK": _ack,
+        "NACK": _nack,
+        "BEGIN": _begin,
+        "COMMIT": _commit,
+        "ABORT": _abort,
+        "DISCONNECT": _disconnect,
+    }
+
+
+def _negotiate(accept_version: str | None) -> str:
+    """The highest version both sides speak (absent: 1.0); StompError if none."""
+    if accept_version is None:
+        return "1.0"
+    offered = {v.strip() for v in accept_version.split(",")}
+    for version in reversed(VERSIONS):
+        if version in offered:
+            return version
+    raise StompError("Invalid Protocol version", f"supported versions are {','.join(VERSIONS)}")
+
+
+def _heart_beat(value: str) -> tuple[int, int]:
+    """The CONNECT ``heart-beat`` pair (ms the client can send, ms it wants)."""
+    try:
+        sends, wants = (int(part.strip()) for part in value.split(","))
+    except ValueError:
+        raise StompError(
+            "Invalid heart-beat header", f"heart-beat '{value[:40]}' is not two integers"
+        ) from None
+    if sends < 0 or wants < 0:
+        raise StompError("Invalid heart-beat header", f"heart-beat '{value[:40]}' is negative")
+    return sends, wants
+
+
+def _required(frame: Frame, name: str) -> str:
+    value = frame.headers.get(name)
+    if value is None:
+        raise StompError(f"Missing {name} header", f"{frame.command} needs a {name} header")
+    return value
+
+
+def _int_header(headers: dict[str, str], name: str, default: int) -> int:
+    value = headers.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise StompError(f"Invalid {name} header", f"{name} '{value[:40]}' is not an integer") from None
+
+
+def _message_id(message: Message, block: bytes) -> str:
+    """The ``message-id`` a MESSAGE carries (its block's first line when sent over
+    STOMP)."""
+    if message.format is STOMP and block.startswith(b"message-id:"):
+        return decode_block(block[: block.index(b"\n") + 1])["message-id"]
+    return decode_block(block).get("message-id", "")
+
+
+def _reescape(block: bytes, version: str) -> bytes:
+    """A stored (1.2-escaped) header block as ``version`` writes headers."""
+    headers = decode_block(block)
+    return "".join(f"{escape(k, version)}:{escape(v, version)}\n" for k, v in headers.items()).encode()

@@ -1,0 +1,259 @@
+"""STOMP 1.0-1.2 frames: a sans-I/O parser fed bytes, and the encoder.
+
+A frame is a command line, header lines, an empty line, a body and a NUL (STOMP 1.2
+"Augmented BNF"). Between frames a bare ``\\n`` (or ``\\r\\n``) is a heart-beat. The
+body runs for ``content-length`` bytes when that header is present (a NUL must follow),
+else up to the first NUL. Header values are escaped from 1.1 on (``\\\\``, ``\\n``,
+``\\c``; 1.2 adds ``\\r``), except in CONNECT and CONNECTED; STOMP 1.0 values are
+trimmed, as ActiveMQ reads them. A header given twice keeps its first value (1.2).
+
+Limits are ActiveMQ 5.17's (``StompWireFormat``): a command line of 1024 bytes, a
+header line of 10240 bytes, 1000 headers, a body of ``max_body`` bytes (100 MiB).
+Anything malformed or past a limit raises :class:`FrameError`: the connection
+answers with an ERROR frame and closes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_COMMAND_LINE = 1024  # bytes
+MAX_HEADER_LINE = 10 * 1024  # bytes
+MAX_HEADERS = 1000
+MAX_BODY = 100 * 1024 * 1024  # bytes (ActiveMQ's maxDataLength)
+
+#: What the parser returns for each heart-beat (an end of line between frames).
+HEARTBEAT = None
+
+#: Commands a client sends (1.2 §"Client Frames"); others are refused by name.
+CLIENT_COMMANDS = frozenset(
+    (
+        "CONNECT",
+        "STOMP",
+        "SEND",
+        "SUBSCRIBE",
+        "UNSUBSCRIBE",
+        "ACK",
+        "NACK",
+        "BEGIN",
+        "COMMIT",
+        "ABORT",
+        "DISCONNECT",
+    )
+)
+
+_UNESCAPE = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
+_UNESCAPE_12 = {**_UNESCAPE, "\\r": "\r"}
+
+
+class FrameError(Exception):
+    """A frame that cannot be read (malformed, or over a limit); the text is the ERROR
+    frame's ``message``."""
+
+
+@dataclass(slots=True)
+class Frame:
+    """One frame: ``headers`` maps each name to its first value."""
+
+    command: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    def __repr__(self) -> str:
+        return f"<Frame {self.command} {self.headers} {len(self.body)} B>"
+
+
+class FrameParser:
+    """Turns bytes into frames. ``version`` (``"1.0"``, ``"1.1"``, ``"1.2"``) decides
+    escaping and trimming and may change after CONNECT; until then frames are read
+    as 1.2 reads them, which CONNECT's own rules (no escaping) override."""
+
+    def __init__(self, max_body: int = MAX_BODY) -> None:
+        self.version = "1.2"
+        self.max_body = max_body
+        self._buffer = bytearray()
+        # a frame whose headers are read, waiting for its body
+        self._command = ""
+        self._headers: dict[str, str] | None = None
+        self._length: int | None = None
+        self._searched = 0  # bytes already searched for the NUL (no content-length)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[Frame | None]:
+        """The frames (and :data:`HEARTBEAT` markers) ``data`` completes, in order.
+        Raises FrameError; the parser is then unusable."""
+        buffer = self._buffer
+        buffer += data
+        out: list[Frame | None] = []
+        while True:
+            if self._headers is None:
+                # end-of-lines between frames are heart-beats
+                start = 0
+                while start < len(buffer) and buffer[start] in (10, 13):
+                    if buffer[start] == 10:
+                        out.append(HEARTBEAT)
+                    start += 1
+                if start:
+                    del buffer[:start]
+                if not buffer or not self._read_head():
+                    return out
+            frame = self._read_body()
+            if frame is None:
+                return out
+            out.append(frame)
+
+    def _read_head(self) -> bool:
+        """Read the command and headers if they are all here; False if not yet."""
+        buffer = self._buffer
+        end = buffer.find(b"\n\n")
+        end_crlf = buffer.find(b"\r\n\r\n")
+        if end_crlf != -1 and (end == -1 or end_crlf < end):
+            head_end, skip = end_crlf, 4
+        elif end != -1:
+            head_end, skip = end, 2
+        else:
+            # a mixed "\r\n\n" ending, or not here yet: also bound what we wait for
+            mixed = buffer.find(b"\r\n\n")
+            if mixed == -1:
+                mixed = buffer.find(b"\n\r\n")
+            if mixed == -1:
+                self._check_partial_head()
+                return False
+            head_end, skip = mixed, 3
+        if buffer[:head_end].find(0) != -1:
+            raise FrameError("frame headers contain a NUL byte")
+        try:
+            head = buffer[:head_end].decode()
+        except UnicodeDecodeError:
+            raise FrameError("frame headers are not valid UTF-8") from None
+        del buffer[: head_end + skip]
+        lines = head.split("\n")
+        command = lines[0].rstrip("\r")
+        if len(lines[0]) > MAX_COMMAND_LINE:
+            raise FrameError(f"the command line is longer than {MAX_COMMAND_LINE} bytes")
+        if len(lines) - 1 > MAX_HEADERS:
+            raise FrameError(f"the frame has more than {MAX_HEADERS} headers")
+        self._command = command
+        self._headers = self._parse_headers(command, lines[1:])
+        length = self._headers.get("content-length")
+        self._length = None
+        if length is not None:
+            length = length.strip()
+            if not length.isdigit():
+                raise FrameError(f"invalid content-length '{length[:40]}'")
+            self._length = int(length)
+            if self._length > self.max_body:
+                raise FrameError(f"the body is longer than {self.max_body} bytes")
+        self._searched = 0
+        return True
+
+    def _check_partial_head(self) -> None:
+        """Headers not complete yet: refuse them already if they are past the limits."""
+        buffer = self._buffer
+        first = buffer.find(b"\n")
+        if first == -1:
+            if len(buffer) > MAX_COMMAND_LINE + 1:
+                raise FrameError(f"the command line is longer than {MAX_COMMAND_LINE} bytes")
+            return
+        last = buffer.rfind(b"\n")
+        if len(buffer) - last - 1 > MAX_HEADER_LINE:
+            raise FrameError(f"a header line is longer than {MAX_HEADER_LINE} bytes")
+        if len(buffer) > MAX_COMMAND_LINE + (MAX_HEADER_LINE + 1) * MAX_HEADERS:
+            raise FrameError(f"the frame has more than {MAX_HEADERS} headers")
+
+    def _parse_headers(self, command: str, lines: list[str]) -> dict[str, str]:
+        version = self.version
+        escaped = version != "1.0" and command not in ("CONNECT", "STOMP", "CONNECTED")
+        trim = version == "1.0"
+        headers: dict[str, str] = {}
+        for line in lines:
+            if len(line) > MAX_HEADER_LINE:
+                raise FrameError(f"a header line is longer than {MAX_HEADER_LINE} bytes")
+            if line.endswith("\r"):
+                line = line[:-1]
+            name, colon, value = line.partition(":")
+            if not colon:
+                raise FrameError(f"header line without a colon: '{line[:60]}'")
+            if escaped:
+                name, value = self._unescape(name), self._unescape(value)
+            elif trim:
+                name, value = name.strip(), value.strip()
+            headers.setdefault(name, value)  # a repeated header: the first wins
+        return headers
+
+    def _unescape(self, text: str) -> str:
+        if "\\" not in text:
+            return text
+        table = _UNESCAPE_12 if self.version == "1.2" else _UNESCAPE
+        out = []
+        i = 0
+        while i < len(text):
+            char = text[i]
+            if char == "\\":
+                pair = text[i : i + 2]
+                replaced = table.get(pair)
+                if replaced is None:
+                    raise FrameError(f"invalid escape sequence '{pair}' in a header")
+                out.append(replaced)
+                i += 2
+            else:
+                out.append(char)
+                i += 1
+        return "".join(out)
+
+    def _read_body(self) -> Frame | None:
+        buffer = self._buffer
+        length = self._length
+        if length is not None:
+            if len(buffer) <= length:
+                return None
+            if buffer[length] != 0:
+                raise FrameError("the body is not followed by a NUL byte (content-length is wrong)")
+            body = bytes(buffer[:length])
+            del buffer[: length + 1]
+        else:
+            end = buffer.find(0, self._searched)
+            if end == -1:
+                self._searched = len(buffer)
+                if len(buffer) > self.max_body:
+                    raise FrameError(f"the body is longer than {self.max_body} bytes")
+                return None
+            if end > self.max_body:
+                raise FrameError(f"the body is longer than {self.max_body} bytes")
+            body = bytes(buffer[:end])
+            del buffer[: end + 1]
+        headers, self._headers = self._headers, None
+        assert headers is not None  # _read_body runs after _read_head
+        return Frame(self._command, headers, body)
+
+
+def escape(value: str, version: str) -> str:
+    """A header value as ``version`` writes it (1.1: ``\\\\``, ``\\n``, ``\\c``; 1.2
+    also ``\\r``; 1.0 cannot carry line breaks, which become spaces)."""
+    if version == "1.0":
+        return value.replace("\r", " ").replace("\n", " ") if ("\n" in value or "\r" in value) else value
+    if "\\" in value:
+        value = value.replace("\\", "\\\\")
+    if "\n" in value:
+        value = value.replace("\n", "\\n")
+    if ":" in value:
+        value = value.replace(":", "\\c")
+    if "\r" in value:
+        value = value.replace("\r", "\\r" if version == "1.2" else " ")
+    return value
+
+
+def encode(command: str, headers: dict[str, str] | list[tuple[str, str]], body: bytes, version: str) -> bytes:
+    """One frame's bytes; headers escaped as ``version`` requires (never in
+    CONNECTED)."""
+    items = headers.items() if isinstance(headers, dict) else headers
+    if command == "CONNECTED":
+        lines = [f"{name}:{value}" for name, value in items]
+    else:
+        lines = [f"{escape(name, version)}:{escape(value, version)}" for name, value in items]
+    head = command + "\n" + "".join(line + "\n" for line in lines) + "\n"
+    return head.encode() + body + b"\x00"

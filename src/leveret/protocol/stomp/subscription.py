@@ -1,0 +1,86 @@
+"""A STOMP subscription: core's Consumer on one queue, written as MESSAGE frames.
+
+Ack modes (STOMP 1.2 §SUBSCRIBE, ActiveMQ's): ``auto`` counts a message acknowledged
+once sent; ``client`` is cumulative (ACK of one message acknowledges every earlier
+message of the subscription); ``client-individual`` acknowledges just that one.
+``activemq.prefetchSize`` bounds the unacknowledged deliveries (defaults: 1000 on a
+queue, 32767 on a topic, as ActiveMQ).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from ...core.queues import Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from .connection import StompConnection
+
+ACK_MODES = ("auto", "client", "client-individual")
+QUEUE_PREFETCH = 1000
+TOPIC_PREFETCH = 32767
+
+
+class Subscription:
+    """Subscription ``id`` of ``connection`` on ``queue``."""
+
+    __slots__ = (
+        "ack_mode",
+        "arguments",
+        "connection",
+        "destination",
+        "exclusive",
+        "id",
+        "no_ack",
+        "prefetch",
+        "queue",
+        "tag",
+        "temporary",
+        "unacked",
+    )
+
+    def __init__(
+        self,
+        connection: StompConnection,
+        id: str,
+        destination: str,
+        queue: Queue,
+        ack_mode: str,
+        prefetch: int,
+        exclusive: bool,
+        temporary: bool,
+    ) -> None:
+        self.connection = connection
+        self.id = id
+        self.tag = f"stomp-{id}"
+        self.destination = destination
+        self.queue = queue
+        self.ack_mode = ack_mode
+        self.no_ack = ack_mode == "auto"
+        self.prefetch = prefetch
+        self.exclusive = exclusive
+        self.arguments: dict = {}
+        #: a topic subscription's own queue, deleted with the subscription
+        self.temporary = temporary
+        #: delivery number -> entry, in delivery order (client modes only)
+        self.unacked: OrderedDict[int, QueuedMessage] = OrderedDict()
+
+    @property
+    def global_prefetch(self) -> int:
+        return 0
+
+    def can_accept(self) -> bool:
+        """Room in the prefetch window (client modes) and a writable socket."""
+        if not self.connection.writable:
+            return False
+        return self.no_ack or len(self.unacked) < self.prefetch
+
+    def deliver(self, queue: Queue | None, entry: QueuedMessage) -> None:
+        """Send ``entry`` as a MESSAGE frame (called by the queue)."""
+        self.connection.deliver(self, entry)
+
+    def cancel_by_broker(self) -> None:
+        """The queue was deleted: the subscription ends (ActiveMQ sends nothing; the
+        connection forgets it)."""
+        self.connection.subscription_cancelled(self)
