@@ -1,0 +1,379 @@
+"""STOMP 1.0-1.2 with stomp.py against a real leveret over TCP: sending and
+subscribing, ack modes, receipts, transactions, topics with wildcards, AMQP clients on
+the same queues and exchanges, and the errors (an ERROR frame, the connection closed,
+other clients undisturbed)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pika
+import pytest
+from stomp_clients import Client
+
+from leveret import BlockingBroker
+
+VERSIONS = ("1.0", "1.1", "1.2")
+
+
+@pytest.fixture
+def broker():
+    with BlockingBroker(amqp_port=0, stomp_port=0) as running:
+        yield running
+
+
+@pytest.fixture
+def port(broker) -> int:
+    return broker.broker.stomp_port
+
+
+def amqp(broker) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+
+
+# -- the basics, in every version --------------------------------------------------------
+@pytest.mark.parametrize("version", VERSIONS)
+def test_send_subscribe_and_ack_in_each_version(port, version):
+    with Client(port, version) as client:
+        client.subscribe("/queue/basics", ack="client-individual" if version != "1.0" else "client")
+        client.send("/queue/basics", "hello", color="red", persistent="true", priority="7")
+        frame = client.message()
+        assert frame.body == b"hello"
+        headers = frame.headers
+        assert headers["destination"] == "/queue/basics"
+        assert headers["color"] == "red" and headers["persistent"] == "true" and headers["priority"] == "7"
+        assert headers["message-id"].startswith("ID:") and headers["expires"] == "0"
+        assert int(headers["timestamp"]) > 1_600_000_000_000  # epoch milliseconds
+        assert "redelivered" not in headers
+        assert ("ack" in headers) == (version == "1.2")
+        client.ack(frame)
+        client.send("/queue/basics", "second")  # the receipt proves the ACK was taken first
+    with Client(port, version) as again:
+        again.subscribe("/queue/basics")
+        assert again.message().body == b"second"  # the first was acknowledged: gone
+
+
+def test_connected_frame_negotiates_the_highest_common_version(port):
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"CONNECT\naccept-version:1.0,1.1,1.2\nhost:/\nlogin:guest\npasscode:guest\n"
+                     b"heart-beat:0,2000\n\n\x00")
+        reply = read_frame(sock)
+    command, headers, _ = parse(reply)
+    assert command == "CONNECTED"
+    assert headers["version"] == "1.2" and headers["server"].startswith("leveret/")
+    assert headers["heart-beat"] == "2000,0" and headers["session"]
+
+
+def test_a_binary_body_with_nul_bytes_passes_through_with_content_length(port):
+    body = bytes(range(256)) * 4
+    with Client(port) as client:
+        client.subscribe("/queue/binary")
+        client.send("/queue/binary", body)
+        frame = client.message()
+        assert frame.body == body and frame.headers["content-length"] == str(len(body))
+
+
+# -- acknowledgement ------------------------------------------------------------------------
+def test_client_ack_is_cumulative_and_client_individual_is_not(port):
+    with Client(port) as client:
+        for i in range(3):
+            client.send("/queue/cumulative", f"c{i}")
+            client.send("/queue/individual", f"i{i}")
+        client.subscribe("/queue/cumulative", ack="client")
+        client.subscribe("/queue/individual", ack="client-individual")
+        frames = {}
+        for _ in range(6):
+            frame = client.message()
+            frames[frame.body.decode()] = frame
+        client.ack(frames["c1"])  # c0 and c1
+        client.ack(frames["i1"])  # i1 only
+        client.send("/queue/other", "sync")
+    with Client(port) as again:  # the rest came back when the first client left
+        again.subscribe("/queue/cumulative")
+        again.subscribe("/queue/individual")
+        bodies = sorted(again.message().body for _ in range(3))
+        again.no_message()
+    assert bodies == [b"c2", b"i0", b"i2"]
+
+
+def test_unacknowledged_messages_come_back_redelivered_when_the_client_leaves(port):
+    with Client(port) as first:
+        first.subscribe("/queue/comeback", ack="client-individual")
+        first.send("/queue/comeback", "once")
+        assert "redelivered" not in first.message().headers
+    with Client(port) as second:
+        second.subscribe("/queue/comeback", ack="client-individual")
+        frame = second.message()
+        assert frame.body == b"once" and frame.headers["redelivered"] == "true"
+
+
+def test_prefetch_size_bounds_unacknowledged_deliveries(port):
+    with Client(port) as client:
+        for i in range(5):
+            client.send("/queue/prefetch", str(i))
+        client.subscribe("/queue/prefetch", ack="client-individual", **{"activemq.prefetchSize": "2"})
+        first, second = client.message(), client.message()
+        client.no_message()
+        client.ack(first)
+        assert client.message().body == b"2"
+        client.no_message()
+        client.ack(second)
+        assert client.message().body == b"3"
+
+
+def test_auto_ack_messages_are_gone_once_sent(port):
+    with Client(port) as client:
+        client.subscribe("/queue/auto")
+        client.send("/queue/auto", "x")
+        client.message()
+    with Client(port) as again:
+        again.subscribe("/queue/auto")
+        again.no_message()
+
+
+# -- NACK and dead letters --------------------------------------------------------------
+def test_nack_with_requeue_false_dead_letters_with_activemqs_headers(port):
+    with Client(port) as client:
+        client.subscribe("/queue/poison", ack="client-individual")
+        client.send("/queue/poison", "bad", expires=str(int(time.time() * 1000) + 60_000))
+        client.nack(client.message(), requeue="false")
+        client.subscribe("/queue/ActiveMQ.DLQ")
+        dead = client.message()
+    assert dead.body == b"bad"
+    assert dead.headers["original-destination"] == "/queue/poison"
+    assert dead.headers["dlqDeliveryFailureCause"] == "rejected"
+    assert dead.headers["expires"] == "0" and int(dead.headers["originalExpiration"]) > 0
+
+
+def test_nack_follows_the_queues_redelivery_policy_then_dead_letters(broker, port):
+    """A queue declared over AMQP with ActiveMQ's policy words: two redeliveries, then
+    the shared DLQ (never a silent drop, even for a non-persistent message)."""
+    with amqp(broker) as connection:
+        connection.channel().queue_declare("retry", durable=True, arguments={
+            "x-max-redeliveries": 2, "x-dead-letter-strategy": "shared",
+            "x-dead-letter-non-persistent": True})
+    with Client(port) as client:
+        client.subscribe("/queue/retry", ack="client-individual")
+        client.send("/queue/retry", "flaky")
+        counts = []
+        for _ in range(3):
+            frame = client.message()
+            counts.append((frame.headers.get("redelivered"), frame.headers["x-delivery-count"]))
+            client.nack(frame)
+        client.subscribe("/queue/leveret.DLQ")
+        dead = client.message()
+    assert counts == [(None, "0"), ("true", "1"), ("true", "2")]
+    assert dead.body == b"flaky" and dead.headers["dlqDeliveryFailureCause"] == "delivery_limit"
+
+
+# -- transactions -------------------------------------------------------------------------
+def test_sends_in_a_transaction_arrive_on_commit_and_not_on_abort(port):
+    with Client(port) as client:
+        client.subscribe("/queue/tx")
+        client.conn.begin("t1")
+        client.send("/queue/tx", "aborted", transaction="t1")
+        client.conn.abort("t1")
+        client.conn.begin("t2")
+        client.send("/queue/tx", "one", transaction="t2")
+        client.send("/queue/tx", "two", transaction="t2")
+        client.no_message()
+        client.conn.commit("t2", receipt="commit-t2")
+        client.wait_receipt("commit-t2")
+        assert [client.message().body, client.message().body] == [b"one", b"two"]
+        client.no_message()
+
+
+def test_an_ack_in_an_aborted_transaction_never_happened(port):
+    with Client(port) as client:
+        client.subscribe("/queue/txack", ack="client-individual")
+        client.send("/queue/txack", "keep")
+        frame = client.message()
+        client.conn.begin("t")
+        client.ack(frame, transaction="t")
+        client.conn.abort("t")
+        client.send("/queue/sync", "x")
+    with Client(port) as again:  # still unacknowledged when the first left: redelivered
+        again.subscribe("/queue/txack")
+        assert again.message().headers["redelivered"] == "true"
+
+
+# -- topics and the AMQP side -----------------------------------------------------------------
+def test_topic_wildcards_star_and_greater_than(port):
+    with Client(port) as client:
+        client.subscribe("/topic/orders.*", id="star")
+        client.subscribe("/topic/orders.>", id="rest")
+        client.send("/topic/orders.eu", "one word")
+        client.send("/topic/orders.eu.paris", "two words")
+        got = sorted((f.headers["subscription"], f.body) for f in (client.message(), client.message(),
+                                                                    client.message()))
+        client.no_message()
+    assert got == [("rest", b"one word"), ("rest", b"two words"), ("star", b"one word")]
+
+
+def test_a_topic_message_reaches_only_subscribers_present_when_sent(port):
+    with Client(port) as client:
+        client.send("/topic/news", "nobody listens")
+        client.subscribe("/topic/news")
+        client.send("/topic/news", "heard")
+        assert client.message().body == b"heard"
+        client.no_message()
+
+
+def test_stomp_to_amqp_keeps_body_and_properties(broker, port):
+    body = b"\x00binary\xffbody"
+    with amqp(broker) as connection:
+        channel = connection.channel()
+        channel.queue_declare("to-amqp", durable=True)
+        with Client(port) as client:
+            client.send("/queue/to-amqp", body, persistent="true", priority="6", type="order",
+                        **{"correlation-id": "c-1", "reply-to": "/queue/replies", "color": "blue",
+                           "content-type": "application/octet-stream"})
+        method, properties, got = channel.basic_get("to-amqp", auto_ack=True)
+    assert got == body
+    assert properties.delivery_mode == 2 and properties.priority == 6
+    assert properties.correlation_id == "c-1" and properties.reply_to == "/queue/replies"
+    assert properties.type == "order" and properties.content_type == "application/octet-stream"
+    assert properties.message_id.startswith("ID:") and properties.timestamp is not None
+    assert properties.headers["color"] == "blue"
+
+
+def test_amqp_to_stomp_keeps_body_and_properties(broker, port):
+    with Client(port) as client:
+        client.subscribe("/queue/from-amqp")
+        with amqp(broker) as connection:
+            connection.channel().basic_publish("", "from-amqp", b"\x00raw\x01", pika.BasicProperties(
+                delivery_mode=2, priority=3, correlation_id="c-9", reply_to="answers", type="t",
+                message_id="m-1", timestamp=1_700_000_000, expiration="60000",
+                headers={"color": "green", "count": 5, "flag": True}))
+        frame = client.message()
+    headers = frame.headers
+    assert frame.body == b"\x00raw\x01"
+    assert headers["persistent"] == "true" and headers["priority"] == "3"
+    assert headers["correlation-id"] == "c-9" and headers["reply-to"] == "answers"
+    assert headers["type"] == "t" and headers["message-id"] == "m-1"
+    assert headers["timestamp"] == "1700000000000"
+    assert int(headers["expires"]) > time.time() * 1000
+    assert (headers["color"], headers["count"], headers["flag"]) == ("green", "5", "true")
+
+
+def test_amqp_publishes_to_amq_topic_reach_stomp_topic_subscribers(broker, port):
+    with Client(port) as client:
+        client.subscribe("/topic/prices.>")
+        with amqp(broker) as connection:
+            connection.channel().basic_publish("amq.topic", "prices.eu.fx", b"1.08")
+        frame = client.message()
+    assert frame.body == b"1.08" and frame.headers["destination"] == "/topic/prices.eu.fx"
+
+
+def test_composite_destination_sends_to_each(port):
+    with Client(port) as client:
+        client.subscribe("/queue/comp-a")
+        client.subscribe("/topic/comp-b")
+        client.send("/queue/comp-a,/topic/comp-b", "both")
+        frames = [client.message(), client.message()]
+    assert sorted(f.headers["destination"] for f in frames) == ["/queue/comp-a", "/topic/comp-b"]
+    assert frames[0].headers["message-id"] == frames[1].headers["message-id"]
+
+
+# -- errors ----------------------------------------------------------------------------------
+def read_frame(sock: socket.socket, timeout: float = 5.0) -> bytes:
+    sock.settimeout(timeout)
+    data = b""
+    while b"\x00" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def parse(raw: bytes) -> tuple[str, dict[str, str], bytes]:
+    head, _, body = raw.partition(b"\n\n")
+    lines = head.decode().lstrip("\n").split("\n")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers.setdefault(name, value)
+    return lines[0], headers, body.rstrip(b"\x00")
+
+
+def error_for(port: int, frames: bytes, connect: bool = True) -> tuple[dict[str, str], bool]:
+    """Send ``frames`` (after a CONNECT); the ERROR's headers and whether the broker
+    then closed the socket."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        if connect:
+            sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00")
+            assert parse(read_frame(sock))[0] == "CONNECTED"
+        sock.sendall(frames)
+        data = read_frame(sock)
+        command, headers, _ = parse(data)
+        assert command == "ERROR", data
+        sock.settimeout(5)
+        try:
+            closed = sock.recv(65536) == b""
+        except ConnectionResetError:
+            closed = True
+    return headers, closed
+
+
+@pytest.mark.parametrize(("frames", "connect", "message"), [
+    (b"SEND\ndestination:/queue/x\n\nhi\x00", False, "Not connected"),
+    (b"CONNECT\naccept-version:2.0\n\n\x00", False, "Invalid Protocol version"),
+    (b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:wrong\n\n\x00", False, "Authentication failed"),
+    (b"SEND\ndestination:/nowhere/x\n\nhi\x00", True, "unknown destination prefix '/nowhere/' in '/nowhere/x'"),
+    (b"ACK\nid:999\n\n\x00", True, "Unexpected ACK received for message-id [999]"),
+    (b"SUBSCRIBE\ndestination:/queue/x\n\n\x00", True, "Subscription id missing"),
+    (b"SUBSCRIBE\nid:1\ndestination:/queue/x\nack:sometimes\n\n\x00", True, "Invalid ack mode"),
+    (b"COMMIT\ntransaction:never\n\n\x00", True, "Invalid transaction id"),
+    (b"SEND\ndestination:/queue/x\ncontent-length:999999999999\n\n\x00", True,
+     "the body is longer than 104857600 bytes"),
+    (b"SEND\ndestination:/queue/x\ncontent-length:2\n\nhello\x00", True,
+     "the body is not followed by a NUL byte (content-length is wrong)"),
+    (b"SEND\ndestination:/queue/x\nbad\\escape:1\n\n\x00", True, "invalid escape sequence '\\e' in a header"),
+    (b"FLY\n\n\x00", True, "Unknown STOMP action: FLY"),
+], ids=["before-connect", "version", "password", "prefix", "ack-id", "sub-id", "ack-mode", "tx", "oversized",
+        "content-length", "escape", "command"])
+def test_a_bad_frame_gets_an_error_and_the_connection_closes(port, frames, connect, message):
+    with Client(port) as bystander:
+        bystander.subscribe("/queue/bystander")
+        headers, closed = error_for(port, frames, connect)
+        assert headers["message"] == message and closed
+        bystander.send("/queue/bystander", "still here")
+        assert bystander.message().body == b"still here"
+
+
+def test_an_error_names_the_receipt_of_the_frame_that_failed(port):
+    headers, closed = error_for(port, b"SEND\ndestination:/bad/x\nreceipt:r-7\n\nhi\x00")
+    assert headers["receipt-id"] == "r-7" and closed
+
+
+def test_permissions_apply_to_stomp_as_to_amqp(broker, port):
+    core = broker.core
+    broker.call(lambda: core.add_user("limited", "pw"))
+    broker.call(lambda: core.set_permission("/", "limited", "^mine", "^mine", "^mine"))
+    with Client(port) as admin:
+        admin.send("/queue/theirs", "private")
+    with Client(port, login="limited", passcode="pw") as client:
+        client.send("/queue/mine", "ok")
+        client.conn.subscribe("/queue/theirs", "1")
+        error = client.error()
+    assert error.headers["message"] == (
+        "access to queue 'theirs' in vhost '/' refused for user 'limited'")
+
+
+def test_heart_beats_are_sent_and_a_silent_client_is_dropped(port):
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\nheart-beat:200,100\n\n\x00")
+        assert parse(read_frame(sock))[0] == "CONNECTED"
+        started = time.monotonic()
+        sock.settimeout(2)
+        received = b""
+        while time.monotonic() - started < 2:
+            chunk = sock.recv(100)
+            if not chunk:
+                break
+            received += chunk
+        elapsed = time.monotonic() - started
+    assert received.count(b"\n") >= 2  # the broker's heart-beats, every 100 ms
+    assert 0.25 <= elapsed < 1.5  # silent for 200 ms × 1.5 grace: dropped
