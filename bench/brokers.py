@@ -483,6 +483,13 @@ def activemq_installed() -> bool:
     return os.path.exists(ACTIVEMQ_JAR) and _java17() is not None
 
 
+def _activemq_extra_jars() -> list[str]:
+    """Jars the Debian package recommends but does not put on ActiveMQ's classpath: XStream
+    and Jettison, which STOMP needs for advisory messages and ``transformation:jms-json|xml``
+    (without them the broker logs NoClassDefFoundError and drops those dispatches)."""
+    return [j for j in ("/usr/share/java/xstream.jar", "/usr/share/java/jettison.jar") if os.path.exists(j)]
+
+
 # The JVM options /usr/bin/activemq passes to Java > 8 (so the broker runs on 17).
 _ACTIVEMQ_JVM_OPENS = [
     "--add-reads=java.xml=java.logging",
@@ -634,7 +641,7 @@ class ActiveMQ(Broker):
             self.java, "-Xms64M", f"-Xmx{self.heap}", *_ACTIVEMQ_JVM_OPENS,
             f"-Dlog4j.configuration=file:{conf}/log4j.properties",
             f"-Djava.io.tmpdir={w}/tmp",
-            f"-Dactivemq.classpath={conf}:",
+            f"-Dactivemq.classpath={':'.join([conf, *_activemq_extra_jars()])}",
             f"-Dactivemq.home={ACTIVEMQ_HOME}",
             f"-Dactivemq.base={w}",
             f"-Dactivemq.conf={conf}",
