@@ -1,8 +1,8 @@
 """Raw-socket STOMP probes against a private ActiveMQ (bench/brokers.py), printing the exact
 bytes of each answer. The results are written up in activemq-observed.md beside this file.
 
-    python shared-notes/activemq_probe.py            # all probes
-    python shared-notes/activemq_probe.py nack dlq   # only those whose name contains a word
+    python bench/activemq_probe.py            # all probes
+    python bench/activemq_probe.py nack dlq   # only those whose name contains a word
 """
 
 from __future__ import annotations
