@@ -5,6 +5,7 @@ other clients undisturbed)."""
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 
@@ -13,8 +14,10 @@ import pytest
 from stomp_clients import Client
 
 from leveret import BlockingBroker
+from leveret.core.auth import Permission, User
 
 VERSIONS = ("1.0", "1.1", "1.2")
+UNESCAPE = {"n": "\n", "r": "\r", "c": ":", "\\": "\\"}
 
 
 @pytest.fixture
@@ -289,12 +292,13 @@ def read_frame(sock: socket.socket, timeout: float = 5.0) -> bytes:
 
 
 def parse(raw: bytes) -> tuple[str, dict[str, str], bytes]:
+    """(command, headers unescaped as STOMP 1.2 does, body) of one frame."""
     head, _, body = raw.partition(b"\n\n")
     lines = head.decode().lstrip("\n").split("\n")
     headers: dict[str, str] = {}
     for line in lines[1:]:
         name, _, value = line.partition(":")
-        headers.setdefault(name, value)
+        headers.setdefault(name, re.sub(r"\\(.)", lambda m: UNESCAPE[m.group(1)], value))
     return lines[0], headers, body.rstrip(b"\x00")
 
 
@@ -349,9 +353,12 @@ def test_an_error_names_the_receipt_of_the_frame_that_failed(port):
 
 
 def test_permissions_apply_to_stomp_as_to_amqp(broker, port):
+    """As with RabbitMQ's STOMP plugin: a SEND to /queue/X publishes through the default
+    exchange (write on ``amq.default``), a SUBSCRIBE reads the queue; a queue STOMP
+    creates needs configure on it (not on the DLQ its broker-chosen defaults name)."""
     core = broker.core
-    broker.call(lambda: core.add_user("limited", "pw"))
-    broker.call(lambda: core.set_permission("/", "limited", "^mine", "^mine", "^mine"))
+    broker.call(lambda: core.add_user(User.with_password("limited", "pw")))
+    broker.call(lambda: core.set_permission("limited", "/", Permission("^mine", r"^(mine|amq\.default)$", "^mine")))
     with Client(port) as admin:
         admin.send("/queue/theirs", "private")
     with Client(port, login="limited", passcode="pw") as client:

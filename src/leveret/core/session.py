@@ -93,9 +93,13 @@ class Session:
         exclusive: bool = False,
         auto_delete: bool = False,
         arguments: dict | None = None,
+        defaults: dict | None = None,
     ) -> Queue:
         """queue.declare (see :meth:`VirtualHost.declare_queue`); an empty ``name`` gets a
-        server-generated one, checked like any other."""
+        server-generated one, checked like any other. ``defaults`` are arguments the
+        broker adds for a queue it creates on a client's behalf (STOMP's redelivery and
+        dead-letter defaults): the client did not choose them, so they are not checked
+        against its permissions."""
         vhost = self.vhost
         if passive:
             return vhost.declare_queue(name, self.owner, True)
@@ -116,6 +120,8 @@ class Session:
                 self.access.read("queue", name)
                 self.access.configure("queue", dead_letter_queue)
                 self.access.write("queue", dead_letter_queue)
+        if defaults:
+            arguments = {**defaults, **(arguments or {})}
         return vhost.declare_queue(
             name, self.owner, False, durable, exclusive, auto_delete, arguments, server_named
         )

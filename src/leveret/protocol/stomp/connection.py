@@ -339,9 +339,11 @@ class StompConnection:
         session = self.session
         assert session is not None
         queue = session.vhost.queues.get(target.name)
-        if queue is not None or not target.create:
-            return session.readable_queue(target.name) if queue is None else queue
-        return session.declare_queue(target.name, durable=True, arguments=dict(STOMP_QUEUE_ARGUMENTS))
+        if queue is not None:
+            return queue
+        if not target.create:  # RabbitMQ's /amq/queue/: NotFound
+            return session.vhost.get_queue(target.name, self)
+        return session.declare_queue(target.name, durable=True, defaults=STOMP_QUEUE_ARGUMENTS)
 
     # -- receipts and publisher events ----------------------------------------------------
     def _receipt(self, receipt_id: str, own: bool, then: Callable[[], None] | None = None) -> None:
@@ -440,10 +442,11 @@ class StompConnection:
     def _subscription_queue(self, target: Destination) -> tuple[Queue, bool]:
         """A queue destination's queue; for a topic (or exchange) a new exclusive,
         auto-delete queue bound to it, which ends with the subscription."""
-        if target.kind == "queue":
-            return self._queue(target), False
         session = self.session
         assert session is not None
+        if target.kind == "queue":
+            self._queue(target)
+            return session.readable_queue(target.name), False
         queue = session.declare_queue("", exclusive=True, auto_delete=True)
         try:
             key = target.binding_key if target.kind == "topic" else target.name
@@ -542,8 +545,9 @@ class StompConnection:
         subscription = self.deliveries.get(number) if number is not None else None
         if subscription is None or number is None:
             name = "id" if self.version == "1.2" else "message-id"
+            # ActiveMQ's text, which says message-id whatever the version
             raise StompError(
-                f"Unexpected {frame.command} received for {name} [{frame.headers.get(name, '')}]"
+                f"Unexpected {frame.command} received for message-id [{frame.headers.get(name, '')}]"
             )
         transaction = frame.headers.get("transaction")
         if transaction is not None:
