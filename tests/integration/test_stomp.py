@@ -384,3 +384,16 @@ def test_heart_beats_are_sent_and_a_silent_client_is_dropped(port):
         elapsed = time.monotonic() - started
     assert received.count(b"\n") >= 2  # the broker's heart-beats, every 100 ms
     assert 0.25 <= elapsed < 1.5  # silent for 200 ms × 1.5 grace: dropped
+
+
+# -- one port, both protocols ---------------------------------------------------------------
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_amqp_port_also_speaks_stomp(broker, version):
+    """ActiveMQ's "auto" transport: the first bytes tell STOMP from AMQP, so one port
+    (and one firewall rule) serves both."""
+    with Client(broker.amqp_port, version) as client, amqp(broker) as connection:
+        client.subscribe("/queue/shared-port")
+        connection.channel().basic_publish("", "shared-port", b"from amqp")
+        assert client.message().body == b"from amqp"
+        client.send("/queue/shared-port", "from stomp")
+        assert client.message().body == b"from stomp"

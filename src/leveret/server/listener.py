@@ -106,7 +106,7 @@ class ClientProtocol(asyncio.Protocol):
             ssl_object = transport.get_extra_info("ssl_object")
             certificate = ssl_object.getpeercert() if ssl_object is not None else None
             certificate_user = certificate_identity(certificate, listener.login_from)
-        self.connection = listener.connection_class(
+        self._arguments = (
             listener.core,
             transport,
             listener.loop,
@@ -116,6 +116,10 @@ class ClientProtocol(asyncio.Protocol):
             input_waiting_probe(transport),
             certificate_user,
         )
+        self.connection = listener.connection_class(*self._arguments)
+        # An AMQP port also takes STOMP (ActiveMQ's "auto" transport): told apart by the
+        # first byte, before the AMQP connection has read anything.
+        self._sniffing = listener.connection_class is Connection
         listener.connections.add(self.connection)
         self.transport = transport
         # Holding needs a socket the listener can read itself when the hold ends early
@@ -136,12 +140,29 @@ class ClientProtocol(asyncio.Protocol):
         """Read what held sockets have (so this connection sees what they sent before
         it), feed the Connection, then let read coalescing decide whether to hold this
         socket."""
+        if self._sniffing:
+            self._sniff(data)
         if self.coalescer.holding:  # another pause was lifted during the hold: it is over
             self.coalescer.release()
         if self.listener.held:
             self.listener.read_held()
         if self._feed(data):
             self.coalescer.after_read(len(data), self.connection.quiet)
+
+    def _sniff(self, data: bytes) -> None:
+        """The first bytes on an AMQP port: ``AMQP`` (or anything else, which the AMQP
+        connection answers with its protocol header) stays AMQP; a STOMP frame or a
+        heart-beat (``C``\ ONNECT, ``S``\ TOMP, end of line) becomes a STOMP
+        connection."""
+        self._sniffing = False
+        if data[:1] not in (b"C", b"S", b"\n", b"\r"):
+            return
+        listener = self.listener
+        amqp = self.connection
+        listener.connections.discard(amqp)
+        amqp.connection_lost()  # nothing happened yet: this only cancels its timer
+        self.connection = StompConnection(*self._arguments)
+        listener.connections.add(self.connection)
 
     def _feed(self, data: bytes) -> bool:
         """Feed the Connection; an exception from it is a bug: logged, and the
