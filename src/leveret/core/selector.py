@@ -76,13 +76,17 @@ Lookup = Callable[[str], Any]
 _Fn = Callable[[Lookup], Any]
 
 
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class SelectorError(ValueError):
     """An invalid selector: ``str(error)`` is ``invalid selector '<text>': <detail>``;
-    ``position`` is the 0-based offset of the offending token (None if none)."""
+    ``position`` is the 0-based offset of the offending token (None if none); long
+    selectors and tokens are shown cut to 80 characters."""
 
     def __init__(self, selector: str, detail: str, position: int | None = None) -> None:
-        shown = selector if len(selector) <= 80 else selector[:77] + "..."
-        super().__init__(f"invalid selector '{shown}': {detail}")
+        super().__init__(f"invalid selector '{_short(selector)}': {detail}")
         self.selector, self.detail, self.position = selector, detail, position
 
 
@@ -171,9 +175,9 @@ def _integer(text: str, word: str, pos: int) -> int:
         else:
             value = int(digits, 8 if digits.startswith("0") else 10)
     except ValueError:
-        raise SelectorError(text, f"invalid number '{word}' at position {pos}", pos) from None
+        raise SelectorError(text, f"invalid number '{_short(word)}' at position {pos}", pos) from None
     if value >= 2**63 and digits[0] not in "123456789":  # hex and octal are Java longs
-        raise SelectorError(text, f"number out of range '{word}' at position {pos}", pos)
+        raise SelectorError(text, f"number out of range '{_short(word)}' at position {pos}", pos)
     return value
 
 
@@ -217,7 +221,7 @@ class _Parser:
 
     def unexpected(self, what: str) -> SelectorError:
         tok = self.peek()
-        found = "" if tok.kind == "end" else f", found '{tok.text}'"
+        found = "" if tok.kind == "end" else f", found '{_short(tok.text)}'"
         return SelectorError(self.text, f"expected {what} at position {tok.pos}{found}", tok.pos)
 
     def nest(self, levels: int, pos: int) -> None:
@@ -234,7 +238,7 @@ class _Parser:
     def parse(self) -> _Fn:
         node = self.boolean(self.or_())
         if self.peek().kind != "end":
-            raise self.fail(f"unexpected '{self.peek().text}'", self.peek().pos)
+            raise self.fail(f"unexpected '{_short(self.peek().text)}'", self.peek().pos)
         return node.fn
 
     def boolean(self, node: _Node) -> _Node:

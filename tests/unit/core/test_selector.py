@@ -324,6 +324,9 @@ def test_long_selectors_are_refused_and_shown_shortened():
         compile_selector(text)
     assert str(caught.value) == f"invalid selector '{text[:77]}...': longer than {MAX_LENGTH} characters"
     assert caught.value.position is None
+    with pytest.raises(SelectorError) as caught:
+        compile_selector("a = 0x" + "f" * 200)
+    assert caught.value.detail == f"number out of range '0x{'f' * 75}...' at position 4"
 
 
 @pytest.mark.parametrize(("opening", "closing"), [("(", ")"), ("NOT ", ""), ("- ", ""), ("(-", ")")])
