@@ -25,6 +25,8 @@ publish path         :mod:`.publish` (route, enqueue, confirm, return, transacti
 queue types          :mod:`.queues` (the interface, classic, stream, paging, timers)
 dead-lettering       :mod:`.dead_letter` (every death, one path)
 redelivery policy    :mod:`.redelivery` (ActiveMQ's back-off)
+message selectors    :mod:`.selector` (JMS's SQL subset, as ActiveMQ; values
+                     :mod:`.selector_values`, on messages :mod:`.selector_lookup`)
 queue arguments      :mod:`.queue_config`; policies :mod:`.policy`
 deduplication        :mod:`.deduplication`
 leases               :mod:`.lease`; the broker's API requests :mod:`.api`
