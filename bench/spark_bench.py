@@ -40,7 +40,7 @@ class Server:
     def __init__(self, data_dir: Path) -> None:
         self.log = open(data_dir.parent / "server.log", "a")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0", "--data-dir",
+            [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0", "--web-stomp-port", "0", "--data-dir",
              str(data_dir), "--log-level", "warning"],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()

@@ -19,7 +19,7 @@ class ServerProcess:
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         self._log = open(self.log_path, "a")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
+            [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0", "--web-stomp-port", "0",
              "--data-dir", str(data_dir), *args],
             stdout=subprocess.PIPE, stderr=self._log, text=True)
         line = self.proc.stdout.readline()

@@ -43,6 +43,12 @@ def main() -> None:
     default=None,
     help="STOMP port (ActiveMQ's is 61613); 0 picks a free one, -1 turns it off [61613].",
 )
+@click.option(
+    "--web-stomp-port",
+    type=int,
+    default=None,
+    help="STOMP over WebSocket port, path /ws (RabbitMQ's is 15674); 0 picks a free one, -1 off [15674].",
+)
 @click.option("--data-dir", default=None, help="Directory for the broker's data [./leveret-data].")
 @click.option(
     "--config",
@@ -61,6 +67,7 @@ def server(
     amqp_port: int | None,
     http_port: int | None,
     stomp_port: int | None,
+    web_stomp_port: int | None,
     data_dir: str | None,
     config_file: str | None,
     log_level: str | None,
@@ -71,7 +78,7 @@ def server(
     (then the management API's address); on a signal, closes every connection with 320 CONNECTION_FORCED and
     exits 0.
     """
-    settings = Settings(stomp_port=61613)
+    settings = Settings(stomp_port=61613, web_stomp_port=15674)
     if config_file:
         try:
             load(config_file, settings)
@@ -82,6 +89,7 @@ def server(
         ("amqp_port", amqp_port),
         ("http_port", http_port),
         ("stomp_port", stomp_port),
+        ("web_stomp_port", web_stomp_port),
         ("data_dir", data_dir),
         ("log_level", log_level),
     ):
@@ -91,6 +99,8 @@ def server(
         settings.http_port = None
     if settings.stomp_port is not None and settings.stomp_port < 0:
         settings.stomp_port = None
+    if settings.web_stomp_port is not None and settings.web_stomp_port < 0:
+        settings.web_stomp_port = None
     if settings.data_dir is None:
         settings.data_dir = "./leveret-data"
     logging.basicConfig(
@@ -126,6 +136,8 @@ async def _serve(settings: Settings) -> None:
     click.echo(ready)
     if broker.http_url:
         click.echo(f"leveret management: {broker.http_url}/api/")
+    if broker.web_stomp_url:
+        click.echo(f"leveret web-stomp: {broker.web_stomp_url}")
     if broker.amqps_port is not None:
         click.echo(f"leveret amqps: amqps://{broker.host}:{broker.amqps_port}")
     sys.stdout.flush()

@@ -10,6 +10,7 @@ Example file::
     amqp_port = 5672
     http_port = 15672               # the management HTTP API (RabbitMQ's port)
     stomp_port = 61613              # STOMP 1.0-1.2 (ActiveMQ's port); the AMQP port takes STOMP too
+    web_stomp_port = 15674          # STOMP over WebSocket, ws://HOST:PORT/ws (RabbitMQ's port)
     data_dir = "./leveret-data"
     heartbeat = 60                  # seconds proposed in connection.tune; 0 disables
     frame_max = 131072              # bytes
@@ -102,6 +103,9 @@ class Settings:
     #: STOMP port (ActiveMQ's is 61613; ``leveret server`` listens there by default);
     #: None: off (clients may still speak STOMP on the AMQP port)
     stomp_port: int | None = None
+    #: STOMP over WebSocket (``ws://HOST:PORT/ws``; RabbitMQ's Web STOMP port is 15674,
+    #: ``leveret server``'s default); None: off
+    web_stomp_port: int | None = None
     read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
     #: Host header names the HTTP API answers (None: loopback names and the bind address).
     http_allowed_hosts: list[str] | None = None
@@ -156,6 +160,7 @@ _SERVER_KEYS = {
     "vm_memory_high_watermark_paging_ratio": float,
     "http_port": int,
     "stomp_port": int,
+    "web_stomp_port": int,
     "read_coalesce_ms": int,
     "amqps_port": int,
     "https_port": int,

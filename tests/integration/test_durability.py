@@ -44,7 +44,7 @@ class Server:
         self.data_dir, self.log_path = data_dir, log_path
         self._log = open(log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
+            [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0", "--web-stomp-port", "0",
              "--data-dir", str(data_dir), *args],
             stdout=subprocess.PIPE, stderr=self._log, text=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], 60)
@@ -107,7 +107,7 @@ def start_server(tmp_path):
 
 def run_server_expecting_failure(data_dir: Path, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0", "--data-dir",
+        [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0", "--web-stomp-port", "0", "--data-dir",
          str(data_dir)], capture_output=True, text=True, timeout=timeout)
 
 

@@ -30,6 +30,7 @@ from .disk_monitor import DiskMonitor
 from .listener import AnyConnection, Listener
 from .memory_monitor import MemoryMonitor
 from .tls import TLSError
+from .web_stomp import PATH as WEB_STOMP_PATH, WebStompServer
 
 log = logging.getLogger("leveret.server")
 
@@ -59,6 +60,8 @@ class Broker:
         self.tls_listener: Listener | None = None
         #: STOMP, when ``stomp_port`` is set.
         self.stomp_listener: Listener | None = None
+        #: STOMP over WebSocket, when ``web_stomp_port`` is set.
+        self.web_stomp: WebStompServer | None = None
         self._lock: DataDirLock | None = None
         self.store: SQLiteStore | None = None
         self._disk_monitor: DiskMonitor | None = None
@@ -122,6 +125,9 @@ class Broker:
                     self.core, settings.bind, settings.stomp_port, 0, connection_class=StompConnection
                 )
                 await self.stomp_listener.start()
+            if settings.web_stomp_port is not None:
+                self.web_stomp = WebStompServer(self.core, settings.bind, settings.web_stomp_port)
+                await self.web_stomp.start()
             if settings.data_dir is not None:  # leveret ctl's socket lives there
                 control = ControlServer(self, Path(settings.data_dir) / SOCKET_NAME)
                 try:
@@ -167,6 +173,13 @@ class Broker:
         return f"stomp://{self.host}:{port}" if port is not None else None
 
     @property
+    def web_stomp_url(self) -> str | None:
+        """``ws://host:port/ws`` (after start), if STOMP over WebSocket runs."""
+        if self.web_stomp is None:
+            return None
+        return f"ws://{self.host}:{self.web_stomp.port}{WEB_STOMP_PATH}"
+
+    @property
     def amqps_port(self) -> int | None:
         """The AMQP-over-TLS port actually bound (after start), if any."""
         return self.tls_listener.port if self.tls_listener is not None else None
@@ -195,6 +208,9 @@ class Broker:
         if self.stomp_listener is not None:
             await self.stomp_listener.stop()
             self.stomp_listener = None
+        if self.web_stomp is not None:
+            await self.web_stomp.stop()
+            self.web_stomp = None
 
     @property
     def http_url(self) -> str | None:
@@ -268,6 +284,11 @@ class BlockingBroker:
     def stomp_url(self) -> str | None:
         """See :attr:`Broker.stomp_url`."""
         return self.broker.stomp_url
+
+    @property
+    def web_stomp_url(self) -> str | None:
+        """See :attr:`Broker.web_stomp_url`."""
+        return self.broker.web_stomp_url
 
     def start(self) -> BlockingBroker:
         """Start the thread and wait until the broker listens; raises what

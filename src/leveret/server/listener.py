@@ -150,7 +150,7 @@ class ClientProtocol(asyncio.Protocol):
             self.coalescer.after_read(len(data), self.connection.quiet)
 
     def _sniff(self, data: bytes) -> None:
-        """The first bytes on an AMQP port: ``AMQP`` (or anything else, which the AMQP
+        r"""The first bytes on an AMQP port: ``AMQP`` (or anything else, which the AMQP
         connection answers with its protocol header) stays AMQP; a STOMP frame or a
         heart-beat (``C``\ ONNECT, ``S``\ TOMP, end of line) becomes a STOMP
         connection."""

@@ -201,6 +201,8 @@ class StompConnection:
         except StompError as exc:
             self._error(exc.message, receipt, exc.detail)
             return
+        # (a handler that sent the receipt itself, or will, took the header out)
+        receipt = frame.headers.get("receipt")
         if receipt is not None and frame.command not in ("CONNECT", "STOMP", "DISCONNECT"):
             self._receipt(receipt, frame.command == "SEND" and "transaction" not in frame.headers)
 

@@ -1,0 +1,163 @@
+"""STOMP over WebSocket, for browser applications (RabbitMQ's Web STOMP plugin; ActiveMQ's
+``ws`` transport): ``ws://HOST:PORT/ws`` with the subprotocols ``v10.stomp``,
+``v11.stomp`` and ``v12.stomp`` (a client may also ask for none), on aiohttp's WebSocket
+server.
+
+Each WebSocket is one :class:`~leveret.protocol.stomp.StompConnection`, fed the bytes of
+every message received (text or binary; STOMP frames may span messages or share one).
+What it writes goes out once per event-loop turn as one text message when it is UTF-8,
+else as a binary one (a body with arbitrary bytes), so stomp.js gets exactly the frames
+a TCP client gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from ..core.broker import BrokerCore
+from ..protocol.stomp import StompConnection
+from .listener import HIGH_WATER, Flusher
+
+log = logging.getLogger("leveret.server")
+
+SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+PATH = "/ws"
+
+
+class WebSocketTransport:
+    """The transport a StompConnection writes to: queued messages sent in order by one
+    writer task; reading pauses between messages."""
+
+    def __init__(self, socket: web.WebSocketResponse, connection_ready: asyncio.Event) -> None:
+        self.socket = socket
+        self.connection: StompConnection | None = None
+        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._queued = 0
+        self._writable = True
+        self.reading = connection_ready  # set while reading is allowed
+        self.closing = False
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    def write(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self._queued += len(data)
+        self._outbox.put_nowait(data)
+        if self._writable and self._queued > HIGH_WATER and self.connection is not None:
+            self._writable = False
+            self.connection.set_writable(False)
+
+    async def _write_loop(self) -> None:
+        while True:
+            data = await self._outbox.get()
+            if data is None:
+                break
+            try:
+                try:
+                    await self.socket.send_str(data.decode())
+                except UnicodeDecodeError:
+                    await self.socket.send_bytes(data)
+            except (ConnectionError, RuntimeError):  # the client went away
+                break
+            self._queued -= len(data)
+            if not self._writable and self._queued < HIGH_WATER // 4 and self.connection is not None:
+                self._writable = True
+                self.connection.set_writable(True)
+        if not self.socket.closed:
+            await self.socket.close()
+
+    def close(self) -> None:
+        """Close once everything queued is sent."""
+        if not self.closing:
+            self.closing = True
+            self._outbox.put_nowait(None)
+
+    def abort(self) -> None:
+        self.close()
+
+    def pause_reading(self) -> None:
+        self.reading.clear()
+
+    def resume_reading(self) -> None:
+        self.reading.set()
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+class WebStompServer:
+    """Serves STOMP over WebSocket on ``host:port`` (0 picks a free port)."""
+
+    def __init__(self, core: BrokerCore, host: str, port: int) -> None:
+        self.core = core
+        self.host = host
+        self.port = port
+        self.connections: set[StompConnection] = set()
+        self._runner: web.AppRunner | None = None
+        self._flusher: Flusher | None = None
+        self.app = web.Application()
+        self.app.add_routes([web.get(PATH, self._websocket)])
+
+    async def start(self) -> None:
+        """Listen; :attr:`port` is then the port bound (OSError if it cannot be)."""
+        self._flusher = Flusher(asyncio.get_running_loop())
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        self.port = self._runner.addresses[-1][1]
+
+    async def stop(self) -> None:
+        """Close every connection (ERROR, then the socket), then stop listening."""
+        for connection in list(self.connections):
+            connection.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        socket = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=0, heartbeat=None)
+        await socket.prepare(request)
+        loop = asyncio.get_running_loop()
+        reading = asyncio.Event()
+        reading.set()
+        transport = WebSocketTransport(socket, reading)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        host, port = (peer[0], peer[1]) if peer else ("", 0)
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        assert self._flusher is not None
+        connection = StompConnection(
+            self.core, transport, loop, self._flusher.request, f"{host}:{port}", loopback
+        )
+        transport.connection = connection
+        self.connections.add(connection)
+        try:
+            async for message in socket:
+                if message.type == WSMsgType.TEXT:
+                    data: Any = message.data.encode()
+                elif message.type == WSMsgType.BINARY:
+                    data = message.data
+                else:
+                    break
+                try:
+                    connection.data_received(data)
+                except Exception:  # a bug costs this connection only
+                    log.exception("internal error on STOMP connection %s", connection.peer)
+                    connection.close()
+                    break
+                if connection.state == "closed":
+                    break
+                await reading.wait()
+        finally:
+            self.connections.discard(connection)
+            connection.connection_lost()
+            transport.close()
+            await transport._writer
+        return socket
