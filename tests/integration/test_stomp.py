@@ -397,3 +397,46 @@ def test_the_amqp_port_also_speaks_stomp(broker, version):
         assert client.message().body == b"from amqp"
         client.send("/queue/shared-port", "from stomp")
         assert client.message().body == b"from stomp"
+
+
+# -- selectors ---------------------------------------------------------------------------
+def test_selectors_pick_messages_and_compare_header_strings_as_numbers(port):
+    """ActiveMQ's STOMP selectors: header values are strings, compared with a number as
+    numbers (``count:5`` matches ``count > 3``)."""
+    with Client(port) as client:
+        for i, (color, count) in enumerate([("red", 5), ("blue", 1), ("red", 2), ("red", 9)]):
+            client.send("/queue/selected", f"m{i}", color=color, count=str(count))
+        client.subscribe("/queue/selected", id="big-red", selector="color = 'red' AND count > 3")
+        got = sorted(client.message().body for _ in range(2))
+        client.no_message()
+    assert got == [b"m0", b"m3"]
+
+
+def test_a_selector_consumer_is_not_starved_by_a_backlog_it_does_not_want(port):
+    with Client(port) as client:
+        for i in range(3000):
+            client.send("/queue/haystack", f"hay{i}", receipt=(i == 2999), kind="hay")
+        client.send("/queue/haystack", "needle", kind="needle")
+        client.subscribe("/queue/haystack", selector="kind = 'needle'")
+        assert client.message().body == b"needle"
+
+
+def test_an_invalid_selector_gets_an_error(port):
+    headers, closed = error_for(port, b"SUBSCRIBE\nid:1\ndestination:/queue/x\nselector:color = \n\n\x00")
+    assert headers["message"] == "Invalid selector" and closed
+
+
+def test_amqp_consumers_use_selectors_too(broker):
+    with amqp(broker) as connection:
+        channel = connection.channel()
+        channel.queue_declare("amqp-selected")
+        for i, region in enumerate(["eu", "us", "eu"]):
+            channel.basic_publish("", "amqp-selected", f"m{i}".encode(),
+                                  pika.BasicProperties(headers={"region": region}, priority=i))
+        got = []
+        channel.basic_consume("amqp-selected", lambda ch, method, props, body: got.append(body),
+                              auto_ack=True, arguments={"x-selector": "region = 'eu' AND JMSPriority >= 1"})
+        connection.process_data_events(0.3)
+        assert got == [b"m2"]
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="406"):
+            channel.basic_consume("amqp-selected", lambda *a: None, arguments={"x-selector": "region ="})

@@ -40,6 +40,7 @@ class Consumer:
         self.prefetch = prefetch
         self.tag = tag
         self.exclusive = False
+        self.selector = None
         self.held: list[tuple[Queue, QueuedMessage]] = []
         self.log: list[dict] = []
         self.cancelled = False

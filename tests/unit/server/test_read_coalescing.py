@@ -188,7 +188,7 @@ def test_a_hold_lifted_by_another_pause_ends_before_the_read_is_fed(tmp_path):
     ours.setblocking(False)
     listener, protocol = Listener(), ClientProtocol.__new__(ClientProtocol)
     protocol.listener, protocol.connection, protocol.transport = listener, Connection(), Socket()
-    protocol._fileno = ours.fileno()
+    protocol._fileno, protocol._sniffing = ours.fileno(), False
     clock = [0.0]
     protocol.coalescer = ReadCoalescer(
         protocol.transport, FakeLoop(), HOLD, lambda: True, lambda: listener.held.add(protocol),

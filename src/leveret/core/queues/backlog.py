@@ -37,6 +37,7 @@ class Backlog:
         self.memory_bytes = 0  # body bytes of the ready messages in memory
         self.ready: deque[QueuedMessage] = deque()  # may hold GONE entries (tombstones)
         self.live = 0  # READY entries in ``ready``
+        self.holes = 0  # entries in ``ready`` taken out of the middle (tombstones)
         self.bytes = 0  # body bytes of ready messages (in memory and paged)
         self.paged = 0  # messages on disk only, after every message in ``ready``
         self.paged_after = 0  # seq of the last message not paged out
@@ -82,6 +83,19 @@ class Backlog:
             read += self._page_in_batch(store, queue_id, now)
         return read
 
+    def page_in_more(self, store: Store | None, queue_id: int, now: float) -> list[QueuedMessage]:
+        """One more batch from the store even though some are in memory (selector
+        consumers looking past messages they do not want), up to twice the in-memory
+        limits; returns the entries read (see :meth:`page_in`)."""
+        if (
+            not self.paged
+            or store is None
+            or self.live >= 2 * self.max_in_memory
+            or self.memory_bytes >= 2 * self.max_in_memory_bytes
+        ):
+            return []
+        return self._page_in_batch(store, queue_id, now)
+
     def _page_in_batch(self, store: Store, queue_id: int, now: float) -> list[QueuedMessage]:
         read, expired = [], []
         # As many as fit the byte budget at the backlog's average size (at least one).
@@ -118,6 +132,7 @@ class Backlog:
         ready = self.ready
         entry = ready.popleft()
         while entry.state != READY:
+            self.holes -= 1
             entry = ready.popleft()
         self.live -= 1
         size = len(entry.message.body)
@@ -125,23 +140,34 @@ class Backlog:
         self.memory_bytes -= size
         if not self.live:
             ready.clear()  # only tombstones are left
+            self.holes = 0
         return entry
 
     def remove(self, entry: QueuedMessage) -> None:
         """Take a READY entry out of the middle (it stays as a tombstone until there are
-        as many tombstones as live entries: then they are swept)."""
+        as many tombstones as live entries: then they are swept). Its state is GONE;
+        the caller may give it another (delivered) but not READY while it is a
+        tombstone: :meth:`put_back` sweeps them first."""
         entry.state = GONE
         self.live -= 1
+        self.holes += 1
         size = len(entry.message.body)
         self.bytes -= size
         self.memory_bytes -= size
         if not self.live:
             self.ready.clear()
+            self.holes = 0
         elif len(self.ready) > 2 * self.live + 64:
-            self.ready = deque(e for e in self.ready if e.state == READY)
+            self._sweep()
+
+    def _sweep(self) -> None:
+        self.ready = deque(e for e in self.ready if e.state == READY)
+        self.holes = 0
 
     def put_back(self, entries: list[QueuedMessage]) -> None:
         """Returned messages (in seq order) go back to their original positions."""
+        if self.holes:  # a returned entry may still be there as a tombstone
+            self._sweep()
         for entry in entries:
             entry.state = READY
             size = len(entry.message.body)
@@ -161,5 +187,5 @@ class Backlog:
         if self.paged and store is not None:
             store.remove_paged(queue_id, self.paged_after, upto_seq)
         self.ready.clear()
-        self.live = self.paged = self.bytes = self.memory_bytes = 0
+        self.live = self.paged = self.bytes = self.memory_bytes = self.holes = 0
         return dropped

@@ -21,6 +21,7 @@ from .timers import Timers
 if TYPE_CHECKING:
     from ...store import Store
     from ..lease import Lease
+    from ..selector import Selector
     from ..vhost import VirtualHost
 
 # Result flags of Queue.enqueue.
@@ -63,13 +64,17 @@ class Consumer(Protocol):
     ``no_ack`` (deliveries count as acknowledged), ``prefetch`` (the consumer's own
     window, 0: none) and ``global_prefetch`` (its session's, 0: none) and ``arguments``
     (the subscription's, e.g. ``x-stream-offset``) let a queue type refuse a consumer
-    it cannot serve (:meth:`Queue.prepare_consumer`)."""
+    it cannot serve (:meth:`Queue.prepare_consumer`). ``selector`` (a JMS message
+    selector, :mod:`..selector`) limits the messages it gets; ``examined`` is the
+    queue's bookmark for it (the last seq its selector turned down)."""
 
     tag: str
     exclusive: bool
     no_ack: bool
     prefetch: int
     arguments: dict
+    selector: Selector | None
+    examined: int
 
     @property
     def global_prefetch(self) -> int:
@@ -123,6 +128,7 @@ class Queue:
         self.store: Store | None = None
         self.queue_id = 0
         self.unacked_count = 0  # delivered, not yet acknowledged
+        self.selective = 0  # consumers with a selector
         self.timers = Timers(vhost.clock)
         self._had_consumer = False
         self._last_used = vhost.clock.time()
@@ -208,6 +214,9 @@ class Queue:
     def add_consumer(self, consumer: Consumer) -> None:
         """Subscribe ``consumer`` (checked by :meth:`prepare_consumer` first) and deliver
         to it what it can take."""
+        if consumer.selector is not None:
+            consumer.examined = 0
+            self.selective += 1
         self.consumers.append(consumer)
         self._had_consumer = True
         self.touch()
@@ -220,6 +229,8 @@ class Queue:
             self.consumers.remove(consumer)
         except ValueError:
             return
+        if consumer.selector is not None:
+            self.selective -= 1
         self.touch()
         if self.auto_delete and not self.consumers and self._had_consumer and not self.deleted:
             self.vhost.delete_queue(self.name)

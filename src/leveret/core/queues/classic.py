@@ -18,6 +18,7 @@ with ``x-overflow``), deduplication and leases. Every way a message dies goes th
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from ..dead_letter import dead_letter
 from ..deduplication import dedup_key
 from ..lease import Lease
 from ..message import Message
+from ..selector import message_lookup
 from .backlog import Backlog
 from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Queue, QueuedMessage
 
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
     from ..vhost import VirtualHost
 
 log = logging.getLogger("leveret.queue")
+
+#: Messages a dispatch with selectors looks at in one event-loop turn, at most.
+SCAN_BUDGET = 10_000
 
 
 class ClassicQueue(Queue):
@@ -167,7 +172,10 @@ class ClassicQueue(Queue):
     # -- taking messages out --------------------------------------------------------
     def _take(self) -> QueuedMessage:
         """Pop the head message for a delivery, counting it (also in the store)."""
-        entry = self.backlog.pop()
+        return self._taken(self.backlog.pop())
+
+    def _taken(self, entry: QueuedMessage) -> QueuedMessage:
+        """``entry``, out of the backlog, is delivered: count it (also in the store)."""
         entry.state = UNACKED
         self.unacked_count += 1
         entry.delivery_count += 1
@@ -264,6 +272,11 @@ class ClassicQueue(Queue):
     def _put_back(self, entries: list[QueuedMessage]) -> None:
         if not entries:
             return
+        if self.selective:  # selectors look at the returned messages again
+            first = entries[0].seq - 1
+            for consumer in self.consumers:
+                if consumer.selector is not None:
+                    consumer.examined = min(consumer.examined, first)
         self.backlog.put_back(entries)
         for entry in entries:
             if entry.expires_at:
@@ -344,6 +357,9 @@ class ClassicQueue(Queue):
     # -- dispatch -------------------------------------------------------------------
     def drain(self) -> None:
         """Deliver ready messages round-robin to consumers that can take them."""
+        if self.selective:
+            self._drain_selective()
+            return
         consumers = self.consumers
         backlog = self.backlog
         while consumers and (backlog.live or self._has_ready()):
@@ -355,3 +371,74 @@ class ClassicQueue(Queue):
                     break
             else:
                 return
+
+    def _drain_selective(self) -> None:
+        """Dispatch when consumers have selectors: each message goes to the consumer
+        served least recently of those that can take it and whose selector matches it. A consumer
+        remembers the last message its selector turned down (``examined``), so a backlog
+        it does not want is looked at once, not at every dispatch, and never hides the
+        messages behind it: unlike ActiveMQ, which looks at the first 200 paged-in
+        messages only, the scan goes on past them, reading paged-out ones back, at most
+        :data:`SCAN_BUDGET` messages per turn (then it resumes on the next turn)."""
+        backlog = self.backlog
+        consumers = self.consumers
+        budget = SCAN_BUDGET
+        while budget > 0:
+            accepting = [c for c in consumers if c.can_accept()]
+            if not accepting or not self._has_ready():
+                return
+            lowest = -1 if any(c.selector is None for c in accepting) else min(c.examined for c in accepting)
+            candidates = list(
+                itertools.islice((e for e in backlog.ready if e.state == READY and e.seq > lowest), budget)
+            )
+            budget -= len(candidates)
+            if self._offer(candidates):
+                return  # nobody can take more
+            if budget <= 0:
+                break
+            # every message in memory was offered: read more from the store, if any
+            read = backlog.page_in_more(self.store, self.queue_id, self.vhost.clock.time())
+            if not read:
+                return
+            for entry in read:
+                if entry.state == GONE:
+                    self._die(entry, "expired")
+                elif entry.expires_at:
+                    self._watch_expiry(entry)
+        self.timers.arm("selector-scan", 0, self.drain, True)  # the budget ran out: go on later
+
+    def _offer(self, candidates: list[QueuedMessage]) -> bool:
+        """Offer ``candidates`` (in seq order) to the consumers; True once none can take
+        more."""
+        consumers = self.consumers
+        for entry in candidates:
+            if entry.state != READY:
+                continue
+            lookup = None
+            taker = None
+            can_take = False
+            for consumer in consumers:
+                if not consumer.can_accept():
+                    continue
+                can_take = True
+                selector = consumer.selector
+                if selector is None:
+                    taker = consumer
+                    break
+                if entry.seq <= consumer.examined:
+                    continue
+                if lookup is None:
+                    lookup = message_lookup(entry.message)
+                if selector.matches(lookup):
+                    taker = consumer
+                    break
+                consumer.examined = entry.seq
+            if not can_take:
+                return True
+            if taker is not None:
+                consumers.remove(taker)  # the least recently served go first
+                consumers.append(taker)
+                self.backlog.remove(entry)  # a tombstone until swept
+                self._taken(entry)
+                taker.deliver(self, entry)
+        return False

@@ -211,7 +211,12 @@ class Stream(Queue):
     def prepare_consumer(self, consumer: Consumer) -> None:
         """Place the consumer at its ``x-stream-offset``. PreconditionFailed, as
         RabbitMQ, for no-ack or no prefetch, and for a bad offset or
-        ``x-stream-offset-end`` (not an integer)."""
+        ``x-stream-offset-end`` (not an integer); a selector too (a stream is read in
+        order by offset)."""
+        if consumer.selector is not None:
+            raise precondition_failed(
+                f"stream queue '{self.name}' in vhost '{self.vhost.name}' does not support selectors"
+            )
         if getattr(consumer, "no_ack", False):
             raise precondition_failed(
                 f"stream queue '{self.name}' in vhost '{self.vhost.name}' requires manual acknowledgement"

@@ -6,10 +6,29 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
+from ...core.errors import precondition_failed
 from ...core.queues import Queue, QueuedMessage
+from ...core.selector import Selector, SelectorError, compile_selector
 
 if TYPE_CHECKING:
     from .channel import Channel
+
+
+def selector_of(arguments: dict) -> Selector | None:
+    """The consumer's JMS selector from basic.consume's ``x-selector`` argument (a
+    leveret extension; strings compare as JMS properties do, without STOMP's
+    conversion); PreconditionFailed (406) for one that does not compile."""
+    text = arguments.get("x-selector")
+    if text is None:
+        return None
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    if not isinstance(text, str):
+        raise precondition_failed("invalid arg 'x-selector': a selector is a string")
+    try:
+        return compile_selector(text)
+    except SelectorError as exc:
+        raise precondition_failed(str(exc)) from None
 
 
 class ChannelConsumer:
@@ -17,16 +36,19 @@ class ChannelConsumer:
 
     ``prefetch`` is the per-consumer prefetch count in force when it subscribed
     (basic.qos with global=false, RabbitMQ's semantics); 0 means unlimited.
+    ``selector`` comes from the ``x-selector`` argument (see :func:`selector_of`).
     """
 
     __slots__ = (
         "arguments",
         "channel",
         "encoded_tag",
+        "examined",
         "exclusive",
         "no_ack",
         "prefetch",
         "queue",
+        "selector",
         "tag",
         "unacked",
     )
@@ -43,6 +65,8 @@ class ChannelConsumer:
         self.arguments = arguments
         self.prefetch = channel.prefetch_count
         self.unacked = 0
+        self.selector = selector_of(arguments)
+        self.examined = 0
 
     @property
     def global_prefetch(self) -> int:

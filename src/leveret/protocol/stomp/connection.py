@@ -30,6 +30,7 @@ from ...core.errors import BrokerError
 from ...core.message import Message
 from ...core.publish import Publisher
 from ...core.queues import Queue, QueuedMessage
+from ...core.selector import SelectorError, compile_selector
 from ...core.session import Session
 from ...core.vhost import VirtualHost
 from ...version import __version__
@@ -406,8 +407,12 @@ class StompConnection:
             raise StompError(
                 "Invalid ack mode", f"ack mode '{ack_mode}' is not one of {', '.join(ACK_MODES)}"
             )
+        selector = None
         if "selector" in headers:
-            raise StompError("Selectors are not supported yet", "leveret does not evaluate selectors yet")
+            try:  # header strings compare with numbers as numbers, as ActiveMQ's STOMP does
+                selector = compile_selector(headers["selector"], convert_strings=True)
+            except SelectorError as exc:
+                raise StompError("Invalid selector", str(exc)) from None
         exclusive = headers.get("activemq.exclusive") == "true"
         made = []
         try:
@@ -424,7 +429,15 @@ class StompConnection:
                         f"queue '{queue.name}' in vhost '{queue.vhost.name}' in exclusive use",
                     )
                 subscription = Subscription(
-                    self, sub_id, target.text, queue, ack_mode, max(1, prefetch), exclusive, temporary
+                    self,
+                    sub_id,
+                    target.text,
+                    queue,
+                    ack_mode,
+                    max(1, prefetch),
+                    exclusive,
+                    temporary,
+                    selector,
                 )
                 queue.prepare_consumer(subscription)
                 made.append(subscription)

@@ -4,7 +4,8 @@ Ack modes (STOMP 1.2 §SUBSCRIBE, ActiveMQ's): ``auto`` counts a message acknowl
 once sent; ``client`` is cumulative (ACK of one message acknowledges every earlier
 message of the subscription); ``client-individual`` acknowledges just that one.
 ``activemq.prefetchSize`` bounds the unacknowledged deliveries (defaults: 1000 on a
-queue, 32767 on a topic, as ActiveMQ).
+queue, 32767 on a topic, as ActiveMQ). A ``selector`` (JMS SQL-92, evaluated in core)
+picks the messages it gets.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from ...core.queues import Queue, QueuedMessage
+from ...core.selector import Selector
 
 if TYPE_CHECKING:
     from .connection import StompConnection
@@ -30,11 +32,13 @@ class Subscription:
         "arguments",
         "connection",
         "destination",
+        "examined",
         "exclusive",
         "id",
         "no_ack",
         "prefetch",
         "queue",
+        "selector",
         "tag",
         "temporary",
         "unacked",
@@ -50,6 +54,7 @@ class Subscription:
         prefetch: int,
         exclusive: bool,
         temporary: bool,
+        selector: Selector | None = None,
     ) -> None:
         self.connection = connection
         self.id = id
@@ -61,6 +66,8 @@ class Subscription:
         self.prefetch = prefetch
         self.exclusive = exclusive
         self.arguments: dict = {}
+        self.selector = selector
+        self.examined = 0
         #: a topic subscription's own queue, deleted with the subscription
         self.temporary = temporary
         #: delivery number -> entry, in delivery order (client modes only)
