@@ -440,3 +440,77 @@ def test_amqp_consumers_use_selectors_too(broker):
         assert got == [b"m2"]
         with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="406"):
             channel.basic_consume("amqp-selected", lambda *a: None, arguments={"x-selector": "region ="})
+
+
+# -- temporary destinations and durable subscriptions --------------------------------------
+def test_reply_to_a_temporary_queue_works_across_connections(port):
+    """Request/reply as ActiveMQ programs do it: the requester's reply-to names its
+    /temp-queue/, the responder sends to the reply-to it got, the queue goes with the
+    requester's connection."""
+    with Client(port) as responder, Client(port) as requester:
+        responder.subscribe("/queue/service")
+        requester.subscribe("/temp-queue/replies")
+        requester.send("/queue/service", "what time is it?", **{"reply-to": "/temp-queue/replies"})
+        request = responder.message()
+        reply_to = request.headers["reply-to"]
+        assert reply_to.startswith("/remote-temp-queue/")
+        responder.send(reply_to, "noon")
+        reply = requester.message()
+        assert reply.body == b"noon"
+    with Client(port) as late:  # the requester is gone: so is its queue
+        late.conn.send(reply_to, "too late", headers={"receipt": "r"})
+        assert "no queue" in late.error().headers["message"]
+
+
+def test_a_temporary_topic_reaches_the_subscribers_of_its_connection(port):
+    with Client(port) as owner, Client(port) as other:
+        owner.subscribe("/temp-topic/events")
+        other.subscribe("/queue/ask")
+        owner.send("/queue/ask", "tell me", **{"reply-to": "/temp-topic/events"})
+        other.send(other.message().headers["reply-to"], "told")
+        assert owner.message().body == b"told"
+
+
+def test_a_durable_subscriber_gets_what_was_published_while_it_was_away(tmp_path):
+    """Identity is client-id + activemq.subscriptionName; persistent messages wait
+    across a broker restart, and UNSUBSCRIBE with the name ends the subscription."""
+    durable = {"activemq.subscriptionName": "audit"}
+    with BlockingBroker(amqp_port=0, stomp_port=0, data_dir=str(tmp_path)) as broker:
+        port = broker.broker.stomp_port
+        with Client(port, **{"client-id": "auditor"}) as subscriber:
+            subscriber.subscribe("/topic/ledger.>", **durable)
+        with Client(port) as publisher:
+            publisher.send("/topic/ledger.eu", "kept", persistent="true")
+            publisher.send("/topic/ledger.us", "kept too", persistent="true")
+    with BlockingBroker(amqp_port=0, stomp_port=0, data_dir=str(tmp_path)) as broker:
+        port = broker.broker.stomp_port
+        with Client(port, **{"client-id": "auditor"}) as subscriber:
+            subscriber.subscribe("/topic/ledger.>", ack="client-individual", **durable)
+            frames = [subscriber.message(), subscriber.message()]
+            assert [f.body for f in frames] == [b"kept", b"kept too"]
+            assert frames[0].headers["destination"] == "/topic/ledger.eu"
+            for frame in frames:
+                subscriber.ack(frame)
+            with Client(port, **{"client-id": "intruder"}) as other:  # another identity
+                other.subscribe("/topic/ledger.>", **durable)
+                other.no_message()
+            subscriber.conn.unsubscribe("1", headers=durable)
+            subscriber.send("/topic/ledger.eu", "after the end")
+            subscriber.no_message()
+        with Client(port, **{"client-id": "auditor"}) as again:  # a new subscription: empty
+            again.subscribe("/topic/ledger.>", **durable)
+            again.no_message()
+
+
+def test_a_durable_subscription_has_one_consumer_at_a_time(port):
+    with Client(port, **{"client-id": "one"}) as first:
+        first.subscribe("/topic/single", **{"activemq.subscriptionName": "s"})
+        with Client(port, **{"client-id": "one-bis"}) as second:
+            second.subscribe("/topic/single", **{"activemq.subscriptionName": "s"})  # another client-id
+        # the same client-id twice is refused at CONNECT
+        headers, closed = error_for(port, b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n"
+                                          b"client-id:one\n\n\x00", connect=False)
+        assert headers["message"] == "Client ID in use" and closed
+        # and a second SUBSCRIBE to the same subscription while it has its consumer
+        first.conn.subscribe("/topic/single", "again", headers={"activemq.subscriptionName": "s"})
+        assert first.error().headers["message"] == "Durable consumer is in use"

@@ -17,6 +17,7 @@ ActiveMQ behaviour this follows and where leveret differs.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -59,6 +60,15 @@ STOMP_QUEUE_ARGUMENTS: dict[str, Any] = {
     "x-dead-letter-queue": "ActiveMQ.DLQ",
     "x-dead-letter-non-persistent": True,
 }
+
+
+TEMP_QUEUE_PREFIX = "leveret.temp-queue."
+TEMP_TOPIC_PREFIX = "leveret.temp-topic."
+
+
+def durable_queue_name(client_id: str, name: str) -> str:
+    """The queue holding durable topic subscription ``name`` of ``client_id``."""
+    return f"durable.{client_id}.{name}"
 
 
 class StompError(Exception):
@@ -112,6 +122,7 @@ class StompConnection:
         self._receipts: deque[tuple[int, str, bool, Callable[[], None] | None]] = deque()
         self._confirmed = 0
         self._ids: MessageIds | None = None
+        self._uid = secrets.token_hex(6)  # names this connection's temporary destinations
         self.writable = True
         self._transport_writable = True
         self._out: list[bytes] = []
@@ -310,6 +321,7 @@ class StompConnection:
         headers = frame.headers
         targets = destinations.parse(headers.get("destination", ""))
         publisher = self._publisher_for(headers.get("transaction"))
+        self._reply_to(headers)
         if self.core.alarm_active:
             self._block()
         assert self._ids is not None
@@ -322,10 +334,35 @@ class StompConnection:
             )
 
     def _send_address(self, target: Destination) -> tuple[str, str]:
+        target = self._resolve(target)
         if target.kind == "queue":
             self._queue(target)
             return "", target.name
         return target.exchange, target.name
+
+    def _resolve(self, target: Destination) -> Destination:
+        """A ``/temp-queue/N`` or ``/temp-topic/N`` as this connection's own queue or
+        topic (their names are unique to the connection); others as they are."""
+        if target.kind == "temp-queue":
+            return Destination("queue", TEMP_QUEUE_PREFIX + self._uid + "." + target.name, "", target.text)
+        if target.kind == "temp-topic":
+            name = TEMP_TOPIC_PREFIX + self._uid + "." + target.name
+            return Destination("topic", name, destinations.TOPIC_EXCHANGE, target.text, False)
+        return target
+
+    def _reply_to(self, headers: dict[str, str]) -> None:
+        """A ``reply-to`` naming a temporary destination of this connection is rewritten
+        to the name other connections send to (ActiveMQ's ``/remote-temp-queue/``), and
+        the temporary queue is made if need be."""
+        reply_to = headers.get("reply-to", "")
+        if not reply_to.startswith(("/temp-queue/", "/temp-topic/")):
+            return
+        target = self._resolve(destinations.parse(reply_to)[0])
+        if target.kind == "queue":
+            self._queue(target)
+            headers["reply-to"] = "/remote-temp-queue/" + target.name
+        else:
+            headers["reply-to"] = "/remote-temp-topic/" + target.name
 
     def _publisher_for(self, transaction: str | None) -> Publisher:
         if transaction is None:
@@ -344,8 +381,10 @@ class StompConnection:
         queue = session.vhost.queues.get(target.name)
         if queue is not None:
             return queue
-        if not target.create:  # RabbitMQ's /amq/queue/: NotFound
+        if not target.create:  # RabbitMQ's /amq/queue/, a gone temporary queue: NotFound
             return session.vhost.get_queue(target.name, self)
+        if target.name.startswith(TEMP_QUEUE_PREFIX):  # ours (others' are not created)
+            return session.declare_queue(target.name, exclusive=True)
         return session.declare_queue(target.name, durable=True, defaults=STOMP_QUEUE_ARGUMENTS)
 
     # -- receipts and publisher events ----------------------------------------------------
@@ -417,7 +456,7 @@ class StompConnection:
         made = []
         try:
             for target in targets:
-                queue, temporary = self._subscription_queue(target)
+                queue, temporary = self._subscription_queue(self._resolve(target), headers)
                 prefetch = _int_header(
                     headers,
                     "activemq.prefetchSize",
@@ -454,14 +493,18 @@ class StompConnection:
         for subscription in made:
             subscription.queue.add_consumer(subscription)
 
-    def _subscription_queue(self, target: Destination) -> tuple[Queue, bool]:
+    def _subscription_queue(self, target: Destination, headers: dict[str, str]) -> tuple[Queue, bool]:
         """A queue destination's queue; for a topic (or exchange) a new exclusive,
-        auto-delete queue bound to it, which ends with the subscription."""
+        auto-delete queue bound to it, which ends with the subscription, or with
+        ``activemq.subscriptionName`` a durable subscription (:meth:`_durable_queue`)."""
         session = self.session
         assert session is not None
         if target.kind == "queue":
             self._queue(target)
             return session.readable_queue(target.name), False
+        name = headers.get("activemq.subscriptionName")
+        if name is not None:
+            return self._durable_queue(target, name), False
         queue = session.declare_queue("", exclusive=True, auto_delete=True)
         try:
             key = target.binding_key if target.kind == "topic" else target.name
@@ -471,6 +514,25 @@ class StompConnection:
             raise
         return queue, True
 
+    def _durable_queue(self, target: Destination, name: str) -> Queue:
+        """The queue of durable subscription ``name`` of this connection's client-id
+        (ActiveMQ's identity): durable, bound to the topic, kept while nobody
+        subscribes (persistent messages across restarts too); one consumer at a time."""
+        session = self.session
+        assert session is not None
+        if self.client_id is None:
+            raise StompError(
+                "Durable subscription needs a client-id", "CONNECT with a client-id header first"
+            )
+        queue_name = durable_queue_name(self.client_id, name)
+        existing = session.vhost.queues.get(queue_name)
+        if existing is not None and existing.consumers:
+            raise StompError("Durable consumer is in use", f"subscription '{name}' has an active consumer")
+        session.declare_queue(queue_name, durable=True, defaults=STOMP_QUEUE_ARGUMENTS)
+        key = target.binding_key if target.kind == "topic" else target.name
+        session.bind(target.exchange, "queue", queue_name, key)
+        return session.readable_queue(queue_name)
+
     def _unsubscribe(self, frame: Frame) -> None:
         headers = frame.headers
         sub_id = headers.get("id")
@@ -479,10 +541,27 @@ class StompConnection:
                 raise StompError("Subscription id missing", "UNSUBSCRIBE needs an id header")
             sub_id = headers["destination"]
         subscriptions = self.subscriptions.pop(sub_id, None)
-        if subscriptions is None:
+        durable = headers.get("activemq.subscriptionName")
+        if subscriptions is None and durable is None:
             raise StompError("No subscription matched", f"no subscription '{sub_id}'")
-        for subscription in subscriptions:
+        for subscription in subscriptions or ():
             self._end_subscription(subscription)
+        if durable is not None:  # ActiveMQ: UNSUBSCRIBE with the name destroys it
+            self._destroy_durable(durable)
+
+    def _destroy_durable(self, name: str) -> None:
+        session = self.session
+        assert session is not None
+        if self.client_id is None:
+            raise StompError(
+                "Durable subscription needs a client-id", "CONNECT with a client-id header first"
+            )
+        queue = session.vhost.queues.get(durable_queue_name(self.client_id, name))
+        if queue is None:
+            return
+        if queue.consumers:
+            raise StompError("Durable consumer is in use", f"subscription '{name}' has an active consumer")
+        session.delete_queue(queue.name)
 
     def _end_subscription(self, subscription: Subscription) -> None:
         """Stop deliveries and give back what it did not acknowledge (redelivered)."""

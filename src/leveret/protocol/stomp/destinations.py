@@ -7,6 +7,10 @@ exchanges so STOMP and AMQP clients meet (the reference's decision 7):
                                ``*`` is one word and ``>`` the rest (AMQP's ``#``)
 ``/exchange/E/key``            RabbitMQ's STOMP name: exchange ``E``, routing key ``key``
 ``/amq/queue/Q``               RabbitMQ's STOMP name for an existing queue ``Q``
+``/temp-queue/N``              this connection's temporary queue ``N`` (deleted with it)
+``/temp-topic/N``              this connection's temporary topic ``N``
+``/remote-temp-queue/Q``       another connection's temporary queue, as its ``reply-to``
+                               header names it (``/remote-temp-topic/T`` likewise)
 ``/a,/b``                      composite: every destination listed (ActiveMQ)
 ===========================  ==========================================================
 
@@ -30,10 +34,12 @@ class DestinationError(BrokerError):
 
 @dataclass(frozen=True, slots=True)
 class Destination:
-    """One destination: ``kind`` is ``queue``, ``topic`` or ``exchange``; ``name`` the
-    queue, or the routing key (a topic or exchange); ``exchange`` where a SEND
-    goes; ``create`` whether a missing queue is made (ActiveMQ's ``/queue/``; not
-    RabbitMQ's ``/amq/queue/``)."""
+    """One destination: ``kind`` is ``queue``, ``topic``, ``exchange``, ``temp-queue``
+    or ``temp-topic`` (the connection resolves those two to a queue or a topic of its
+    own); ``name`` the queue, or the routing key (a topic or exchange); ``exchange``
+    where a SEND goes; ``create`` whether a missing queue is made (ActiveMQ's
+    ``/queue/``; not RabbitMQ's ``/amq/queue/`` nor another connection's temporary
+    queue)."""
 
     kind: str
     name: str
@@ -61,6 +67,15 @@ def _parse_one(part: str, whole: str) -> Destination:
         kind, exchange, create = "queue", "", True
     elif part.startswith("/topic/"):
         name = part[len("/topic/") :]
+        kind, exchange, create = "topic", TOPIC_EXCHANGE, False
+    elif part.startswith("/temp-queue/") or part.startswith("/temp-topic/"):
+        kind, _, name = part[1:].partition("/")
+        exchange, create = "", True
+    elif part.startswith("/remote-temp-queue/"):
+        name = part[len("/remote-temp-queue/") :]
+        kind, exchange, create = "queue", "", False
+    elif part.startswith("/remote-temp-topic/"):
+        name = part[len("/remote-temp-topic/") :]
         kind, exchange, create = "topic", TOPIC_EXCHANGE, False
     elif part.startswith("/amq/queue/"):
         name = part[len("/amq/queue/") :]

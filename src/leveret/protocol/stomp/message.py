@@ -220,8 +220,12 @@ def destination_of(message: Message) -> str:
     exchange is ``/queue/<key>``, ``amq.topic`` is ``/topic/<key>``, any other exchange
     ``/exchange/<name>/<key>`` (RabbitMQ's STOMP name)."""
     if message.exchange == "":
+        if message.routing_key.startswith("leveret.temp-queue."):
+            return "/remote-temp-queue/" + message.routing_key
         return "/queue/" + message.routing_key
     if message.exchange == "amq.topic":
+        if message.routing_key.startswith("leveret.temp-topic."):
+            return "/remote-temp-topic/" + message.routing_key
         return "/topic/" + message.routing_key
     return f"/exchange/{message.exchange}/{message.routing_key}"
 
