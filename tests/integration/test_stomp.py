@@ -514,3 +514,20 @@ def test_a_durable_subscription_has_one_consumer_at_a_time(port):
         # and a second SUBSCRIBE to the same subscription while it has its consumer
         first.conn.subscribe("/topic/single", "again", headers={"activemq.subscriptionName": "s"})
         assert first.error().headers["message"] == "Durable consumer is in use"
+
+
+def test_virtual_topics_give_each_consumer_group_its_own_copy(port):
+    """ActiveMQ's virtual topics: a publisher sends to a topic, each group of consumers
+    reads its own queue Consumer.<group>.VirtualTopic.<name> (copies go only to groups
+    that exist); the copy names its queue and the topic it was sent to."""
+    with Client(port) as billing, Client(port) as shipping, Client(port) as publisher:
+        publisher.send("/topic/VirtualTopic.Orders", "before anyone")
+        billing.subscribe("/queue/Consumer.Billing.VirtualTopic.Orders")
+        shipping.subscribe("/queue/Consumer.Shipping.VirtualTopic.Orders")
+        publisher.send("/topic/VirtualTopic.Orders", "order 1")
+        for client, group in ((billing, "Billing"), (shipping, "Shipping")):
+            frame = client.message()
+            assert frame.body == b"order 1"
+            assert frame.headers["destination"] == f"/queue/Consumer.{group}.VirtualTopic.Orders"
+            assert frame.headers["original-destination"] == "/topic/VirtualTopic.Orders"
+            client.no_message()

@@ -17,6 +17,7 @@ ActiveMQ behaviour this follows and where leveret differs.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from collections import deque
 from collections.abc import Callable
@@ -62,6 +63,9 @@ STOMP_QUEUE_ARGUMENTS: dict[str, Any] = {
 }
 
 
+#: ActiveMQ's virtual topics: a queue ``Consumer.<group>.VirtualTopic.<name>`` gets a copy
+#: of every message sent to the topic ``VirtualTopic.<name>`` once it exists.
+VIRTUAL_TOPIC_CONSUMER = re.compile(r"^Consumer\.[^.]+\.(VirtualTopic\..+)$")
 TEMP_QUEUE_PREFIX = "leveret.temp-queue."
 TEMP_TOPIC_PREFIX = "leveret.temp-topic."
 
@@ -385,7 +389,11 @@ class StompConnection:
             return session.vhost.get_queue(target.name, self)
         if target.name.startswith(TEMP_QUEUE_PREFIX):  # ours (others' are not created)
             return session.declare_queue(target.name, exclusive=True)
-        return session.declare_queue(target.name, durable=True, defaults=STOMP_QUEUE_ARGUMENTS)
+        queue = session.declare_queue(target.name, durable=True, defaults=STOMP_QUEUE_ARGUMENTS)
+        virtual = VIRTUAL_TOPIC_CONSUMER.match(target.name)
+        if virtual is not None:  # ActiveMQ's virtual topic: this group gets its own copy
+            session.bind(destinations.TOPIC_EXCHANGE, "queue", queue.name, virtual.group(1))
+        return queue
 
     # -- receipts and publisher events ----------------------------------------------------
     def _receipt(self, receipt_id: str, own: bool, then: Callable[[], None] | None = None) -> None:
@@ -456,7 +464,8 @@ class StompConnection:
         made = []
         try:
             for target in targets:
-                queue, temporary = self._subscription_queue(self._resolve(target), headers)
+                target = self._resolve(target)
+                queue, temporary = self._subscription_queue(target, headers)
                 prefetch = _int_header(
                     headers,
                     "activemq.prefetchSize",
@@ -478,6 +487,7 @@ class StompConnection:
                     temporary,
                     selector,
                 )
+                subscription.on_topic = target.kind != "queue"
                 queue.prepare_consumer(subscription)
                 made.append(subscription)
         except (StompError, BrokerError):
@@ -593,11 +603,18 @@ class StompConnection:
         queue = subscription.queue
         fallback_id = f"ID:{queue.name}:{entry.seq}"
         block = header_block(message, entry.expires_at, fallback_id)
-        head = [
-            "MESSAGE\n",
-            f"destination:{escape(destination_of(message), self.version)}\n",
-            f"subscription:{escape(subscription.id, self.version)}\n",
-        ]
+        origin = destination_of(message)
+        if message.exchange and not subscription.on_topic:
+            # a copy in a queue (a virtual topic's): ActiveMQ names the queue and says
+            # where the message was sent
+            head = [
+                "MESSAGE\n",
+                f"destination:{escape('/queue/' + queue.name, self.version)}\n",
+                f"original-destination:{escape(origin, self.version)}\n",
+            ]
+        else:
+            head = ["MESSAGE\n", f"destination:{escape(origin, self.version)}\n"]
+        head.append(f"subscription:{escape(subscription.id, self.version)}\n")
         if subscription.no_ack:
             queue.ack(entry)
         else:

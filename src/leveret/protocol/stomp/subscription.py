@@ -36,6 +36,7 @@ class Subscription:
         "exclusive",
         "id",
         "no_ack",
+        "on_topic",
         "prefetch",
         "queue",
         "selector",
@@ -70,6 +71,8 @@ class Subscription:
         self.examined = 0
         #: a topic subscription's own queue, deleted with the subscription
         self.temporary = temporary
+        #: subscribed to a topic (or an exchange), durably or not, rather than a queue
+        self.on_topic = temporary
         #: delivery number -> entry, in delivery order (client modes only)
         self.unacked: OrderedDict[int, QueuedMessage] = OrderedDict()
 
