@@ -26,6 +26,12 @@ Example file::
     https_port = 15671              # the HTTP API over TLS
     ssl_cert_login_from = "distinguished_name"  # EXTERNAL: the user a certificate names
 
+    [stomp_queue_arguments]         # queues STOMP clients create (default: ActiveMQ's policy)
+    x-max-redeliveries = 6
+    x-redelivery-delay = 1000
+    x-dead-letter-strategy = "shared"
+    x-dead-letter-queue = "ActiveMQ.DLQ"
+
     [ssl_options]                   # RabbitMQ's words
     certfile = "server.pem"
     keyfile = "server.key"
@@ -72,6 +78,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .core import passwords
 from .core.auth import Permission, TopicPermission, User, UserDatabase, check_pattern
@@ -120,6 +127,9 @@ class Settings:
     topic_permissions: list[tuple[str, str, TopicPermission]] = field(default_factory=list)
     loopback_users: list[str] = field(default_factory=lambda: ["guest"])
     policies: list[Policy] = field(default_factory=list)
+    #: x-arguments of the queues STOMP clients create (None: ActiveMQ's defaults, see
+    #: core.broker.ACTIVEMQ_QUEUE_DEFAULTS)
+    stomp_queue_arguments: dict[str, Any] | None = None
 
     def memory_limit(self) -> int:
         """The memory high watermark in bytes (0: unknown RAM, no alarm)."""
@@ -143,6 +153,8 @@ class Settings:
         for name, vhost, topic in self.topic_permissions:
             users.topic_permissions[(vhost, name, topic.exchange)] = topic
         core = BrokerCore(clock, users=users, limits=self.limits, policies=list(self.policies))
+        if self.stomp_queue_arguments is not None:
+            core.auto_queue_arguments = dict(self.stomp_queue_arguments)
         for name in self.vhosts:
             core.add_vhost(name)
         return core
@@ -249,6 +261,13 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
             setattr(settings.limits, key, typed("server.", key, value, _LIMIT_KEYS[key]))
         else:
             raise ConfigError(f"{path}: unknown key server.{key}")
+    stomp_queue_arguments = data.pop("stomp_queue_arguments", None)
+    if stomp_queue_arguments is not None:
+        if not isinstance(stomp_queue_arguments, dict) or not all(
+            isinstance(k, str) and k.startswith("x-") for k in stomp_queue_arguments
+        ):
+            raise ConfigError(f"{path}: [stomp_queue_arguments] must be a table of x-arguments")
+        settings.stomp_queue_arguments = stomp_queue_arguments
     ssl_options = data.pop("ssl_options", None)
     if ssl_options is not None:
         if not isinstance(ssl_options, dict):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .auth import Grants, Permission, TopicPermission, User, UserDatabase
 from .clock import Clock
@@ -17,6 +17,17 @@ from .vhost import VirtualHost
 
 if TYPE_CHECKING:
     from ..store import Store
+
+
+#: ActiveMQ's defaults (maximumRedeliveries 6, redeliveryDelay 1000 ms, the shared
+#: ``ActiveMQ.DLQ``) as queue arguments, non-persistent messages dead-lettered too.
+ACTIVEMQ_QUEUE_DEFAULTS: dict[str, Any] = {
+    "x-max-redeliveries": 6,
+    "x-redelivery-delay": 1000,
+    "x-dead-letter-strategy": "shared",
+    "x-dead-letter-queue": "ActiveMQ.DLQ",
+    "x-dead-letter-non-persistent": True,
+}
 
 
 @dataclass
@@ -51,6 +62,10 @@ class BrokerCore:
     #: Durable definitions and messages; None for a broker that keeps nothing.
     store: Store | None = None
     policies: list[Policy] = field(default_factory=list)
+    #: The x-arguments of a queue an adapter creates on a client's behalf (a STOMP SEND
+    #: or SUBSCRIBE to ``/queue/X``): ActiveMQ's default redelivery policy and shared
+    #: dead-letter queue, without its silent drop of non-persistent messages.
+    auto_queue_arguments: dict[str, Any] = field(default_factory=lambda: dict(ACTIVEMQ_QUEUE_DEFAULTS))
     #: JMS client ids of open connections (STOMP's ``client-id``): unique in the broker,
     #: as ActiveMQ refuses a second connection with one in use.
     client_ids: dict[str, object] = field(default_factory=dict)

@@ -51,18 +51,6 @@ VERSIONS = ("1.0", "1.1", "1.2")
 CONNECT_TIMEOUT = 30.0  # seconds to send CONNECT (ActiveMQ's default)
 HEARTBEAT_GRACE = 1.5  # a client may be this many intervals late before it is dropped
 OUTPUT_LIMIT = 1024 * 1024  # bytes of MESSAGE bodies queued in one loop turn, at most
-#: The x-arguments of a queue a STOMP client brings into being: ActiveMQ's default
-#: redelivery policy and shared dead-letter queue, without its silent drop of
-#: non-persistent messages.
-STOMP_QUEUE_ARGUMENTS: dict[str, Any] = {
-    "x-max-redeliveries": 6,
-    "x-redelivery-delay": 1000,
-    "x-dead-letter-strategy": "shared",
-    "x-dead-letter-queue": "ActiveMQ.DLQ",
-    "x-dead-letter-non-persistent": True,
-}
-
-
 #: ActiveMQ's virtual topics: a queue ``Consumer.<group>.VirtualTopic.<name>`` gets a copy
 #: of every message sent to the topic ``VirtualTopic.<name>`` once it exists.
 VIRTUAL_TOPIC_CONSUMER = re.compile(r"^Consumer\.[^.]+\.(VirtualTopic\..+)$")
@@ -389,7 +377,7 @@ class StompConnection:
             return session.vhost.get_queue(target.name, self)
         if target.name.startswith(TEMP_QUEUE_PREFIX):  # ours (others' are not created)
             return session.declare_queue(target.name, exclusive=True)
-        queue = session.declare_queue(target.name, durable=True, defaults=STOMP_QUEUE_ARGUMENTS)
+        queue = session.declare_queue(target.name, durable=True, defaults=self.core.auto_queue_arguments)
         virtual = VIRTUAL_TOPIC_CONSUMER.match(target.name)
         if virtual is not None:  # ActiveMQ's virtual topic: this group gets its own copy
             session.bind(destinations.TOPIC_EXCHANGE, "queue", queue.name, virtual.group(1))
@@ -538,7 +526,7 @@ class StompConnection:
         existing = session.vhost.queues.get(queue_name)
         if existing is not None and existing.consumers:
             raise StompError("Durable consumer is in use", f"subscription '{name}' has an active consumer")
-        session.declare_queue(queue_name, durable=True, defaults=STOMP_QUEUE_ARGUMENTS)
+        session.declare_queue(queue_name, durable=True, defaults=self.core.auto_queue_arguments)
         key = target.binding_key if target.kind == "topic" else target.name
         session.bind(target.exchange, "queue", queue_name, key)
         return session.readable_queue(queue_name)
