@@ -5,6 +5,7 @@ other clients undisturbed)."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import time
@@ -531,3 +532,35 @@ def test_virtual_topics_give_each_consumer_group_its_own_copy(port):
             assert frame.headers["destination"] == f"/queue/Consumer.{group}.VirtualTopic.Orders"
             assert frame.headers["original-destination"] == "/topic/VirtualTopic.Orders"
             client.no_message()
+
+
+# -- advisories --------------------------------------------------------------------------
+def test_advisory_topics_tell_of_connections_queues_consumers_and_dead_letters(port):
+    """ActiveMQ's advisory topics with JSON bodies, to any subscriber."""
+    with Client(port) as watcher:
+        watcher.subscribe("/topic/ActiveMQ.Advisory.>")
+        with Client(port, **{"client-id": "watched"}) as client:
+            client.subscribe("/queue/advised", ack="client-individual")
+            client.send("/queue/advised", "doomed")
+            client.nack(client.message(), requeue="false")
+            client.send("/queue/sync", "x")
+        events = []
+        while True:
+            try:
+                frame = watcher.message(timeout=1)
+            except AssertionError:
+                break
+            events.append((frame.headers["destination"], json.loads(frame.body)))
+    topics = [(destination.removeprefix("/topic/ActiveMQ.Advisory."), body["type"], body["event"])
+              for destination, body in events]
+    assert topics[0] == ("Connection", "ConnectionInfo", "added")
+    assert ("Queue", "DestinationInfo", "added") in topics
+    assert ("Consumer.Queue.advised", "ConsumerInfo", "added") in topics
+    assert ("MessageDLQd.Queue.advised", "Message", "rejected") in topics
+    assert ("Consumer.Queue.advised", "ConsumerInfo", "removed") in topics
+    assert topics[-1] == ("Connection", "ConnectionInfo", "removed")
+    connected = events[0][1]
+    assert connected["clientId"] == "watched" and connected["userName"] == "guest"
+    assert connected["protocol"] == "STOMP 1.2"
+    created = [body for destination, body in events if destination.endswith(".Queue")]
+    assert {body["destination"] for body in created} >= {"/queue/advised", "/queue/ActiveMQ.DLQ"}

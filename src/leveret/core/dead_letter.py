@@ -28,6 +28,7 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
+from . import advisory
 from .message import Death, Message, Properties
 
 if TYPE_CHECKING:
@@ -130,6 +131,10 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
                 dlq.enqueue(message.dead(death, message.exchange, message.routing_key))
                 target = f"queue '{name}'"
     _advise(queue, message, reason, target)
+    if reason == "expired":
+        advisory.message_event(vhost, "Expired", queue.name, message, reason)
+    if dead is not None or target.startswith("queue "):
+        advisory.message_event(vhost, "MessageDLQd", queue.name, message, reason)
 
 
 def _advise(queue: Queue, message: Message, reason: str, target: str) -> None:

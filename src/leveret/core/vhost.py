@@ -14,6 +14,7 @@ import base64
 import os
 from typing import TYPE_CHECKING, Any
 
+from . import advisory
 from .clock import Clock
 from .dead_letter import EVENT_EXCHANGE
 from .definitions import binding_definition, binding_name, exchange_definition, queue_definition
@@ -224,6 +225,7 @@ class VirtualHost:
             if durable and not exclusive and self.store is not None:
                 queue.queue_id = self.store.new_queue_id()
                 self.store.save_definition("queue", self.name, name, queue_definition(queue))
+            advisory.queue_event(self, name, "added")
             return queue
         existing.touch()
         if existing.exclusive_owner is not None and existing.exclusive_owner is not owner:
@@ -273,6 +275,7 @@ class VirtualHost:
         for consumer in list(queue.consumers):
             consumer.cancel_by_broker()
         queue.consumers.clear()
+        advisory.queue_event(self, name, "removed")
         return count
 
     def delete_all(self) -> None:

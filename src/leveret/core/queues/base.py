@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import queue_config
+from .. import advisory, queue_config
 from ..deduplication import DeduplicationCache
 from ..errors import precondition_failed
 from ..message import Message
@@ -220,6 +220,7 @@ class Queue:
         self.consumers.append(consumer)
         self._had_consumer = True
         self.touch()
+        advisory.consumer_event(self.vhost, self.name, consumer.tag, "added")
         self.drain()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -232,6 +233,7 @@ class Queue:
         if consumer.selector is not None:
             self.selective -= 1
         self.touch()
+        advisory.consumer_event(self.vhost, self.name, consumer.tag, "removed")
         if self.auto_delete and not self.consumers and self._had_consumer and not self.deleted:
             self.vhost.delete_queue(self.name)
 

@@ -48,7 +48,7 @@ from ...amqp.frames import (
     encode_method,
     publish_fields,
 )
-from ...core import audit
+from ...core import advisory, audit
 from ...core.access import Access
 from ...core.auth import AuthenticationError, User
 from ...core.broker import BrokerCore
@@ -604,6 +604,7 @@ class Connection:
             self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
         self.core.alarm_listeners.append(self._on_alarm)
         self.core.vhost_deleted_listeners.append(self._on_vhost_deleted)
+        advisory.connection_event(vhost, "added", self.peer, user.name, "AMQP 0-9-1")
 
     def _on_vhost_deleted(self, name: str) -> None:
         """This connection's vhost is being deleted: 320, as RabbitMQ."""
@@ -736,6 +737,9 @@ class Connection:
         self._out.clear()
         if self.vhost is not None:
             self.vhost.connection_closed(self)
+            user = self.user.name if self.user is not None else ""
+            advisory.connection_event(self.vhost, "removed", self.peer, user, "AMQP 0-9-1")
+            self.vhost = None
         if self._on_alarm in self.core.alarm_listeners:
             self.core.alarm_listeners.remove(self._on_alarm)
         if self._on_vhost_deleted in self.core.vhost_deleted_listeners:

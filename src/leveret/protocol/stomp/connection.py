@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...core import audit
+from ...core import advisory, audit
 from ...core.access import Access
 from ...core.auth import AuthenticationError, User
 from ...core.broker import BrokerCore
@@ -304,6 +304,7 @@ class StompConnection:
             self._send_timer = self.loop.call_later(self._send_interval, self._send_heartbeat)
         self.core.alarm_listeners.append(self._on_alarm)
         self.core.vhost_deleted_listeners.append(self._on_vhost_deleted)
+        advisory.connection_event(vhost, "added", self.peer, user.name, f"STOMP {self.version}", client_id)
 
     # -- SEND ---------------------------------------------------------------------------
     def _send(self, frame: Frame) -> None:
@@ -834,6 +835,10 @@ class StompConnection:
         self.message_ids.clear()
         if self.vhost is not None:
             self.vhost.connection_closed(self)
+            user = self.user.name if self.user is not None else ""
+            advisory.connection_event(
+                self.vhost, "removed", self.peer, user, f"STOMP {self.version}", self.client_id
+            )
             self.vhost = None
         if self.client_id is not None and self.core.client_ids.get(self.client_id) is self:
             del self.core.client_ids[self.client_id]
