@@ -23,11 +23,12 @@ class ServerProcess:
              "--data-dir", str(data_dir), *args],
             stdout=subprocess.PIPE, stderr=self._log, text=True)
         line = self.proc.stdout.readline()
-        match = re.match(r"leveret ready: amqp://([\d.]+):(\d+)", line)
+        match = re.match(r"leveret ready: amqp://([\d.]+):(\d+)(?: stomp://[\d.]+:(\d+))?", line)
         if not match:
             self.proc.kill()
             raise RuntimeError(f"no ready line: {line!r} {self.log_path.read_text()}")
         self.host, self.port = match.group(1), int(match.group(2))
+        self.stomp_port = int(match.group(3)) if match.group(3) else None
         self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
         self.http_url = None
         if "--http-port" in args:  # the management API's line follows the ready line

@@ -711,8 +711,7 @@ class StompConnection:
         if publisher is None:
             raise StompError("Invalid transaction id", f"transaction '{name}' was not begun")
         receipt = frame.headers.pop("receipt", None)
-        publisher.commit(lambda ok: self._committed(ok, receipt))
-        publisher.close()
+        publisher.commit(lambda ok: self._committed(ok, receipt))  # (a closed one would not call)
 
     def _committed(self, ok: bool, receipt: str | None) -> None:
         if self.state != "connected":
