@@ -564,3 +564,24 @@ def test_advisory_topics_tell_of_connections_queues_consumers_and_dead_letters(p
     assert connected["protocol"] == "STOMP 1.2"
     created = [body for destination, body in events if destination.endswith(".Queue")]
     assert {body["destination"] for body in created} >= {"/queue/advised", "/queue/ActiveMQ.DLQ"}
+
+
+def test_text_and_bytes_messages_as_activemq_tells_them_apart(port):
+    """A SEND without content-length is a JMS text message (MESSAGE without
+    content-length), with it a bytes message; amq-msg-type forces either."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00")
+        read_frame(sock)
+        sock.sendall(b"SUBSCRIBE\nid:1\ndestination:/queue/kinds\n\n\x00"
+                     b"SEND\ndestination:/queue/kinds\n\ntext body\x00"
+                     b"SEND\ndestination:/queue/kinds\ncontent-length:5\n\nbytes\x00"
+                     b"SEND\ndestination:/queue/kinds\ncontent-length:4\namq-msg-type:text\n\ntext\x00")
+        frames = []
+        buffer = b""
+        while len(frames) < 3:
+            buffer += sock.recv(65536)
+            while b"\x00" in buffer:
+                frame, _, buffer = buffer.partition(b"\x00")
+                frames.append(parse(frame + b"\x00"))
+    assert [(body, "content-length" in headers) for _, headers, body in frames] == [
+        (b"text body", False), (b"bytes", True), (b"text", False)]

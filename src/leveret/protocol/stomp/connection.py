@@ -39,7 +39,7 @@ from ...version import __version__
 from . import destinations
 from .destinations import Destination
 from .frames import HEARTBEAT, Frame, FrameError, FrameParser, encode, escape
-from .message import STOMP, MessageIds, decode_block, destination_of, from_send, header_block
+from .message import STOMP, MessageIds, decode_block, destination_of, from_send, header_block, is_text
 from .subscription import ACK_MODES, QUEUE_PREFETCH, TOPIC_PREFETCH, Subscription
 
 if TYPE_CHECKING:
@@ -618,7 +618,8 @@ class StompConnection:
         for name, value in queue.delivery_headers(entry):
             head.append(f"{name}:{value}\n")
         body = message.body
-        head.append(f"content-length:{len(body)}\n")
+        if not is_text(message):
+            head.append(f"content-length:{len(body)}\n")
         if self.version != "1.2" and b"\\" in block:
             block = _reescape(block, self.version)
         self._out_size += len(body)

@@ -55,6 +55,17 @@ _PROPERTY_HEADERS = {
     "message-id": "message_id",
 }
 DEFAULT_PRIORITY = 4  # JMS's
+#: The line that marks a JMS text message in a stored header block (ActiveMQ's
+#: ``amq-msg-type``; AMQP consumers see it as a header too).
+TEXT_MARK = "amq-msg-type:text"
+
+
+def is_text(message: Message) -> bool:
+    """Whether a message sent over STOMP was a text message (MESSAGE without
+    content-length, as ActiveMQ sends a TextMessage), which needs a body without NUL."""
+    return (
+        message.format is STOMP and b"\namq-msg-type:text\n" in message.encoded and b"\0" not in message.body
+    )
 
 
 class StompFormat:
@@ -195,10 +206,15 @@ def from_send(
         if not 0 <= priority <= 9:
             raise precondition_failed(f"invalid priority '{priority_text}': not between 0 and 9")
     persistent = headers.get("persistent") == "true"
+    # ActiveMQ: a SEND without content-length (or amq-msg-type:text) is a JMS text message
+    # and goes out without one; with it, a bytes message
+    kind = headers.get("amq-msg-type")
+    text = kind == "text" or (kind is None and "content-length" not in headers)
     kept = [
         (name, value)
         for name, value in headers.items()
-        if name not in FRAME_HEADERS and name not in ("priority", "expires", "persistent", "timestamp")
+        if name not in FRAME_HEADERS
+        and name not in ("priority", "expires", "persistent", "timestamp", "amq-msg-type")
     ]
     timestamp = headers.get("timestamp") or str(now_ms)
     expires = str(now_ms + ttl) if ttl is not None else "0"
@@ -210,6 +226,8 @@ def from_send(
     ]
     if persistent:
         lines.append("persistent:true")
+    if text:
+        lines.append(TEXT_MARK)
     lines += [f"{escape(name, '1.2')}:{escape(value, '1.2')}" for name, value in kept]
     block = ("\n".join(lines) + "\n").encode()
     return Message(exchange, routing_key, body, STOMP, block, persistent, ttl, priority)
