@@ -585,3 +585,24 @@ def test_text_and_bytes_messages_as_activemq_tells_them_apart(port):
                 frames.append(parse(frame + b"\x00"))
     assert [(body, "content-length" in headers) for _, headers, body in frames] == [
         (b"text body", False), (b"bytes", True), (b"text", False)]
+
+
+def test_a_queue_browser_sees_the_messages_and_leaves_them(port):
+    with Client(port) as client:
+        for i in range(3):
+            client.send("/queue/browsed", f"b{i}")
+        client.subscribe("/queue/browsed", id="look", browser="true")
+        frames = [client.message() for _ in range(4)]
+        assert [f.body for f in frames[:3]] == [b"b0", b"b1", b"b2"]
+        assert frames[3].headers["browser"] == "end" and frames[3].body == b""
+        client.subscribe("/queue/browsed", id="take")
+        assert [client.message().body for _ in range(3)] == [b"b0", b"b1", b"b2"]  # still there
+
+
+def test_no_local_subscribers_do_not_get_their_own_messages(port):
+    with Client(port) as me, Client(port) as other:
+        me.subscribe("/topic/chat", **{"activemq.noLocal": "true"})
+        me.send("/topic/chat", "mine")
+        other.send("/topic/chat", "theirs")
+        assert me.message().body == b"theirs"
+        me.no_message()

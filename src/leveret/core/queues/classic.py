@@ -208,6 +208,21 @@ class ClassicQueue(Queue):
         """At start-up: group ``group``'s lease, once made, numbers on from ``next_seq``."""
         self._lease_seqs[group] = next_seq
 
+    def browse(self, limit: int) -> list[QueuedMessage]:
+        """Up to ``limit`` ready messages in order, in memory then paged out (read from
+        the store, not kept), left in the queue."""
+        backlog = self.backlog
+        found = list(itertools.islice((e for e in backlog.ready if e.state == READY), limit))
+        if len(found) < limit and backlog.paged and self.store is not None:
+            for stored in self.store.read_queue(self.queue_id, backlog.paged_after, limit - len(found)):
+                message = Message.restore(
+                    stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
+                )
+                entry = QueuedMessage(message, stored.seq, 0, stored.expires_at)
+                entry.redelivered = stored.delivery_count > 0
+                found.append(entry)
+        return found
+
     def get(self) -> QueuedMessage | None:
         """basic.get: the head message, or None when empty."""
         self.touch()

@@ -55,6 +55,7 @@ OUTPUT_LIMIT = 1024 * 1024  # bytes of MESSAGE bodies queued in one loop turn, a
 #: of every message sent to the topic ``VirtualTopic.<name>`` once it exists.
 VIRTUAL_TOPIC_CONSUMER = re.compile(r"^Consumer\.[^.]+\.(VirtualTopic\..+)$")
 TEMP_QUEUE_PREFIX = "leveret.temp-queue."
+BROWSE_LIMIT = 400  # messages a queue browser sees (ActiveMQ's maxBrowsePageSize)
 TEMP_TOPIC_PREFIX = "leveret.temp-topic."
 
 
@@ -450,6 +451,9 @@ class StompConnection:
             except SelectorError as exc:
                 raise StompError("Invalid selector", str(exc)) from None
         exclusive = headers.get("activemq.exclusive") == "true"
+        if headers.get("browser") == "true":
+            self._browse(sub_id, targets, headers)
+            return
         made = []
         try:
             for target in targets:
@@ -477,6 +481,7 @@ class StompConnection:
                     selector,
                 )
                 subscription.on_topic = target.kind != "queue"
+                subscription.no_local = headers.get("activemq.noLocal") == "true"
                 queue.prepare_consumer(subscription)
                 made.append(subscription)
         except (StompError, BrokerError):
@@ -491,6 +496,24 @@ class StompConnection:
             self._receipt(receipt, False)
         for subscription in made:
             subscription.queue.add_consumer(subscription)
+
+    def _browse(self, sub_id: str, targets: list[Destination], headers: dict[str, str]) -> None:
+        """A queue browser (``browser:true``): the messages waiting, as MESSAGE frames,
+        left in the queue (at most ActiveMQ's maxBrowsePageSize, 400), then one MESSAGE
+        with ``browser:end``. Nothing stays subscribed."""
+        receipt = headers.pop("receipt", None)
+        if receipt is not None:
+            self._receipt(receipt, False)
+        for target in targets:
+            target = self._resolve(target)
+            if target.kind != "queue":
+                raise StompError("Only queues can be browsed", f"'{target.text}' is not a queue")
+            session = self.session
+            assert session is not None
+            queue = session.readable_queue(target.name)
+            for entry in queue.browse(BROWSE_LIMIT):
+                self._message(sub_id, queue, entry, None)
+        self.send_frame("MESSAGE", {"subscription": sub_id, "message-id": "", "browser": "end"})
 
     def _subscription_queue(self, target: Destination, headers: dict[str, str]) -> tuple[Queue, bool]:
         """A queue destination's queue; for a topic (or exchange) a new exclusive,
@@ -586,30 +609,50 @@ class StompConnection:
     # -- MESSAGE ------------------------------------------------------------------------
     def deliver(self, subscription: Subscription, entry: QueuedMessage) -> None:
         """One MESSAGE to ``subscription`` (called through its queue)."""
-        self._delivery_seq += 1
-        number = self._delivery_seq
-        message = entry.message
         queue = subscription.queue
-        fallback_id = f"ID:{queue.name}:{entry.seq}"
-        block = header_block(message, entry.expires_at, fallback_id)
+        message = entry.message
+        if subscription.no_local and self._sent_here(message):
+            queue.ack(entry)  # activemq.noLocal: not what this connection sent
+            queue.drain()
+            return
+        if subscription.no_ack:
+            queue.ack(entry)
+            number = None
+        else:
+            self._delivery_seq += 1
+            number = self._delivery_seq
+            subscription.unacked[number] = entry
+            self.deliveries[number] = subscription
+        self._message(subscription.id, queue, entry, number, subscription.on_topic)
+
+    def _sent_here(self, message: Message) -> bool:
+        """Whether this connection sent ``message`` (its id has the connection's prefix)."""
+        if self._ids is None or message.format is not STOMP:
+            return False
+        return message.encoded.startswith(b"message-id:" + escape(self._ids.prefix, "1.2").encode())
+
+    def _message(
+        self, sub_id: str, queue: Queue, entry: QueuedMessage, number: int | None, on_topic: bool = False
+    ) -> None:
+        """Write ``entry`` as a MESSAGE of subscription ``sub_id``; ``number`` is the
+        delivery's number when it waits for an ACK."""
+        message = entry.message
+        block = header_block(message, entry.expires_at, f"ID:{queue.name}:{entry.seq}")
+        version = self.version
         origin = destination_of(message)
-        if message.exchange and not subscription.on_topic:
+        if message.exchange and not on_topic:
             # a copy in a queue (a virtual topic's): ActiveMQ names the queue and says
             # where the message was sent
             head = [
                 "MESSAGE\n",
-                f"destination:{escape('/queue/' + queue.name, self.version)}\n",
-                f"original-destination:{escape(origin, self.version)}\n",
+                f"destination:{escape('/queue/' + queue.name, version)}\n",
+                f"original-destination:{escape(origin, version)}\n",
             ]
         else:
-            head = ["MESSAGE\n", f"destination:{escape(origin, self.version)}\n"]
-        head.append(f"subscription:{escape(subscription.id, self.version)}\n")
-        if subscription.no_ack:
-            queue.ack(entry)
-        else:
-            subscription.unacked[number] = entry
-            self.deliveries[number] = subscription
-            if self.version == "1.2":
+            head = ["MESSAGE\n", f"destination:{escape(origin, version)}\n"]
+        head.append(f"subscription:{escape(sub_id, version)}\n")
+        if number is not None:
+            if version == "1.2":
                 head.append(f"ack:{number}\n")
             else:
                 self.message_ids[_message_id(message, block)] = number
@@ -620,8 +663,8 @@ class StompConnection:
         body = message.body
         if not is_text(message):
             head.append(f"content-length:{len(body)}\n")
-        if self.version != "1.2" and b"\\" in block:
-            block = _reescape(block, self.version)
+        if version != "1.2" and b"\\" in block:
+            block = _reescape(block, version)
         self._out_size += len(body)
         self.send("".join(head).encode() + block + b"\n")
         self._out.append(body)

@@ -36,6 +36,7 @@ class Subscription:
         "exclusive",
         "id",
         "no_ack",
+        "no_local",
         "on_topic",
         "prefetch",
         "queue",
@@ -73,6 +74,8 @@ class Subscription:
         self.temporary = temporary
         #: subscribed to a topic (or an exchange), durably or not, rather than a queue
         self.on_topic = temporary
+        #: activemq.noLocal: not the messages this connection sent
+        self.no_local = False
         #: delivery number -> entry, in delivery order (client modes only)
         self.unacked: OrderedDict[int, QueuedMessage] = OrderedDict()
 
