@@ -606,3 +606,17 @@ def test_no_local_subscribers_do_not_get_their_own_messages(port):
         other.send("/topic/chat", "theirs")
         assert me.message().body == b"theirs"
         me.no_message()
+
+
+def test_message_groups_keep_a_groups_messages_on_one_consumer(port):
+    with Client(port) as one, Client(port) as two, Client(port) as producer:
+        one.subscribe("/queue/grouped", ack="client-individual")
+        two.subscribe("/queue/grouped", ack="client-individual")
+        for i in range(8):
+            producer.send("/queue/grouped", f"{'xy'[i % 2]}{i}", JMSXGroupID="xy"[i % 2])
+        got = {name: [client.message() for _ in range(4)] for name, client in (("one", one), ("two", two))}
+    groups = {name: {f.headers["JMSXGroupID"] for f in frames} for name, frames in got.items()}
+    assert sorted(map(sorted, groups.values())) == [["x"], ["y"]]
+    for frames in got.values():
+        bodies = [int(f.body[1:]) for f in frames]
+        assert bodies == sorted(bodies)  # in order within the group

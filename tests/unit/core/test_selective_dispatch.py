@@ -124,3 +124,41 @@ def test_requeued_messages_are_looked_at_again_and_prefetch_is_respected():
     assert second.bodies() == ["0"]  # served least recently, it goes first
     assert first.bodies() == ["1"]  # and the first, with room again, takes the next
     assert queue.message_count == 1
+
+
+# -- message groups ------------------------------------------------------------------------
+def test_a_message_group_sticks_to_one_consumer_until_it_leaves_or_the_group_closes():
+    queue = setup()
+    first, second = Consumer("first"), Consumer("second")
+    queue.add_consumer(first)
+    queue.add_consumer(second)
+    for i in range(6):
+        publish(queue, f"{'AB'[i % 2]}{i}", JMSXGroupID="AB"[i % 2])
+    groups = {consumer.tag: {body[0] for body in consumer.bodies()} for consumer in (first, second)}
+    assert sorted(map(sorted, groups.values())) == [["A"], ["B"]]  # one group each, whole
+    owner_of_a = first if groups["first"] == {"A"} else second
+    other = second if owner_of_a is first else first
+    queue.remove_consumer(owner_of_a)
+    publish(queue, "A6", JMSXGroupID="A")
+    assert other.bodies()[-1] == "A6"  # the group moved with its consumer gone
+    third = Consumer("third")
+    queue.add_consumer(third)
+    publish(queue, "A7", JMSXGroupID="A", JMSXGroupSeq=-1)  # still the owner's; closes the group
+    assert other.bodies()[-1] == "A7" and third.bodies() == []
+    publish(queue, "A8", JMSXGroupID="A")
+    assert third.bodies() == ["A8"]  # served least recently: the closed group may go there
+
+
+def test_a_group_waits_for_its_busy_consumer_without_blocking_other_messages():
+    queue = setup()
+    busy, free = Consumer("busy", prefetch=1), Consumer("free")
+    queue.add_consumer(busy)
+    publish(queue, "g1", JMSXGroupID="g")
+    queue.add_consumer(free)
+    publish(queue, "g2", JMSXGroupID="g")  # busy is full: g2 waits for it
+    publish(queue, "other")
+    assert busy.bodies() == ["g1"] and free.bodies() == ["other"]
+    held_queue, entry = busy.held.pop()
+    held_queue.ack(entry)
+    queue.drain()
+    assert busy.bodies() == ["g2"]

@@ -20,15 +20,17 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..dead_letter import dead_letter
 from ..deduplication import dedup_key
 from ..lease import Lease
 from ..message import Message
+from ..message_groups import message_group
 from ..selector import message_lookup
 from .backlog import Backlog
-from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Queue, QueuedMessage
+from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
 
 if TYPE_CHECKING:
     from ..vhost import VirtualHost
@@ -62,6 +64,8 @@ class ClassicQueue(Queue):
         self._expiring: list[tuple[float, int, QueuedMessage]] = []
         self._next_seq = 0
         self.leases: dict[str, Lease] = {}
+        #: message group -> its consumer, once a message with JMSXGroupID came (else None)
+        self.group_owners: dict[str, Consumer] | None = None
         self._lease_seqs: dict[str, int] = {}  # next seq of leases recovered from the store
 
     # -- counts ---------------------------------------------------------------------
@@ -88,6 +92,8 @@ class ClassicQueue(Queue):
                 # A duplicate: dropped, yet confirmed - once the original is on disk.
                 durable = self.store is not None and self.durable and message.persistent
                 return STORED if durable else ACCEPTED
+        if self.group_owners is None and message_group(message) is not None:
+            self.group_owners = {}  # from now on, dispatch keeps groups together
         self._next_seq += 1
         seq = self._next_seq
         expires_at = self._expiry(message)
@@ -372,7 +378,7 @@ class ClassicQueue(Queue):
     # -- dispatch -------------------------------------------------------------------
     def drain(self) -> None:
         """Deliver ready messages round-robin to consumers that can take them."""
-        if self.selective:
+        if self.selective or self.group_owners is not None:
             self._drain_selective()
             return
         consumers = self.consumers
@@ -403,6 +409,8 @@ class ClassicQueue(Queue):
             if not accepting or not self._has_ready():
                 return
             lowest = -1 if any(c.selector is None for c in accepting) else min(c.examined for c in accepting)
+            if self.group_owners:  # messages of a busy group's owner wait where they are
+                lowest = -1
             candidates = list(
                 itertools.islice((e for e in backlog.ready if e.state == READY and e.seq > lowest), budget)
             )
@@ -426,13 +434,21 @@ class ClassicQueue(Queue):
         """Offer ``candidates`` (in seq order) to the consumers; True once none can take
         more."""
         consumers = self.consumers
+        owners = self.group_owners
         for entry in candidates:
             if entry.state != READY:
                 continue
             lookup = None
             taker = None
             can_take = False
-            for consumer in consumers:
+            group = message_group(entry.message) if owners is not None else None
+            offered: Iterable[Consumer] = consumers
+            if group is not None:
+                owner = owners.get(group[0]) if owners else None
+                if owner is not None:
+                    offered = (owner,)  # a group sticks to its consumer
+                    can_take = any(c.can_accept() for c in consumers)
+            for consumer in offered:
                 if not consumer.can_accept():
                     continue
                 can_take = True
@@ -453,7 +469,34 @@ class ClassicQueue(Queue):
             if taker is not None:
                 consumers.remove(taker)  # the least recently served go first
                 consumers.append(taker)
+                if group is not None:
+                    self._assign_group(group, taker)
                 self.backlog.remove(entry)  # a tombstone until swept
                 self._taken(entry)
                 taker.deliver(self, entry)
         return False
+
+    # -- message groups (ActiveMQ's JMSXGroupID) -------------------------------------------
+    def _assign_group(self, group: tuple[str, int | None], consumer: Consumer) -> None:
+        """Messages of ``group`` go to ``consumer`` from now on, until it leaves or the
+        group is closed (a message with ``JMSXGroupSeq`` -1)."""
+        owners = self.group_owners
+        assert owners is not None
+        name, sequence = group
+        if sequence == -1:
+            owners.pop(name, None)
+        else:
+            owners[name] = consumer
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """As :meth:`Queue.remove_consumer`; its message groups find another consumer,
+        and selectors look again at the messages they had skipped for them."""
+        owners = self.group_owners
+        if owners:
+            orphans = [name for name, owner in owners.items() if owner is consumer]
+            for name in orphans:
+                del owners[name]
+            if orphans:
+                for other in self.consumers:
+                    other.examined = 0
+        super().remove_consumer(consumer)
