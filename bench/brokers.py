@@ -200,7 +200,7 @@ class Broker:
         return disk_usage(self.data_dir())
 
     # lifecycle ---------------------------------------------------------
-    def start(self) -> "Broker":
+    def start(self) -> Broker:
         """Prepare a fresh working directory and launch; on failure, clean up and raise."""
         self.prepare()
         try:
@@ -230,7 +230,7 @@ class Broker:
         ``time.monotonic()`` just before it was spawned (it is ready on return)."""
         raise NotImplementedError
 
-    def __enter__(self) -> "Broker":
+    def __enter__(self) -> Broker:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -218,7 +218,7 @@ class Connection(client.Connection):
     # ------------------------------------------------------------- opening
     @classmethod
     async def open(cls, host: str, port: int, user: str = "guest", password: str = "guest",
-                   vhost: str = "/", timeout: float = 10.0) -> "Connection":
+                   vhost: str = "/", timeout: float = 10.0) -> Connection:
         """Connect and perform the AMQP handshake (SASL PLAIN, heartbeats off); later
         calls have no time limit of their own (the workloads set theirs)."""
         quote = urllib.parse.quote
@@ -252,7 +252,7 @@ class Connection(client.Connection):
         self._progress_waiters.append(fut)
         try:
             await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     # ---------------------------------------------------- protocol callbacks
@@ -271,7 +271,7 @@ class Connection(client.Connection):
                 fut.set_result(None)
         waiters.clear()
 
-    def data_received(self, data: bytes) -> None:  # noqa: C901 - hot path, kept flat on purpose
+    def data_received(self, data: bytes) -> None:  # hot path, kept flat on purpose
         buf = self._buf
         buf += data
         n = len(buf)

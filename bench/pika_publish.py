@@ -17,7 +17,6 @@ import asyncio
 import time
 
 import pika
-
 from brokers import Broker
 
 BURST = 200  # publishes per ioloop turn: small enough that pika's buffer stays short

@@ -28,8 +28,17 @@ sys.path.insert(0, str(HERE))
 
 from brokers import Broker, BrokerError, Leveret, RabbitMQ, rabbitmq_installed  # noqa: E402
 from loadgen import Connection, loop_name, new_event_loop  # noqa: E402
-from workloads import (ALIASES, BACKLOG_SECTION, EXTRA_WORKLOADS, REDELIVERY_SECTION,  # noqa: E402
-                       TIME_LIMITS, WORKLOADS, Meter, Row, Settings)
+from workloads import (  # noqa: E402
+    ALIASES,
+    BACKLOG_SECTION,
+    EXTRA_WORKLOADS,
+    REDELIVERY_SECTION,
+    TIME_LIMITS,
+    WORKLOADS,
+    Meter,
+    Row,
+    Settings,
+)
 
 BROKERS = ("leveret", "rabbitmq")
 
@@ -149,7 +158,7 @@ def run_broker(name: str, workloads: list[str], settings: Settings, args: argpar
         log(f"[{name}] ready on {broker.host}:{broker.port} (pid {broker.pid}) in {time.monotonic() - t:.1f}s")
         try:
             out["info"] = loop.run_until_complete(_server_info(broker))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             out["info"] = {"error": repr(e)}
         out["info"]["pid"] = broker.pid
         out["info"]["idle_rss_mb"] = round(broker.rss_bytes() / 2**20, 1)
@@ -165,7 +174,7 @@ def run_broker(name: str, workloads: list[str], settings: Settings, args: argpar
             try:
                 rows = loop.run_until_complete(
                     asyncio.wait_for(WORKLOADS[wl_name](broker, settings, meter), limit))
-            except Exception as e:  # noqa: BLE001 - keep going with the next workload
+            except Exception as e:  # keep going with the next workload
                 out["errors"][wl_name] = f"{type(e).__name__}: {e}"
                 log(f"[{name}] {wl_name}: FAILED: {type(e).__name__}: {e}")
                 continue
@@ -410,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     print_tables(results)
     doc = {
         "meta": {
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "loadgen_loop": loop_name(), "settings": vars(settings), "workloads": workloads,
             "pythonpath": os.environ.get("PYTHONPATH", ""),

@@ -108,7 +108,7 @@ def ceiling_source():
     def make(start: int, end: int, size: int, arrow: bool) -> Iterator:
         import datetime as dt
 
-        stamp = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+        stamp = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
         rows = ((f"{i:012d}".encode().ljust(size, b"."), "", "bench", {}, None, None,
                  "application/octet-stream", stamp, 2, None, False, 0, i, None, [])
                 for i in range(start, end))

@@ -17,12 +17,11 @@ import statistics
 import struct
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
-
-from loadgen import Channel, Connection, message_frames
 
 from brokers import Broker
+from loadgen import Channel, Connection, message_frames
 
 
 @dataclass
@@ -121,7 +120,7 @@ async def _close(*conns: Connection) -> None:
     for c in conns:
         try:
             await c.close()
-        except Exception:  # noqa: BLE001 - best-effort
+        except Exception:  # best-effort
             c.abort()
 
 
@@ -129,18 +128,18 @@ async def _cleanup(broker: Broker, queues: list[str], exchanges: list[str] = ())
     """Delete benchmark queues/exchanges on a fresh connection (best effort)."""
     try:
         conn, ch = await _open(broker)
-    except Exception:  # noqa: BLE001 - broker may be dead; nothing to clean then
+    except Exception:  # broker may be dead; nothing to clean then
         return
     try:
         for q in queues:
             try:
                 await asyncio.wait_for(ch.queue_delete(q), 30)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 ch = await conn.channel()
         for x in exchanges:
             try:
                 await asyncio.wait_for(ch.exchange_delete(x), 30)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 ch = await conn.channel()
     finally:
         await _close(conn)
@@ -713,7 +712,7 @@ async def _measure_restart(broker: Broker, q: str, n: int, kill: bool) -> dict:
     while conn is None:  # the port answers the protocol header; the handshake may still wait
         try:
             conn = await Connection.open(broker.host, broker.port, timeout=600)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.05)

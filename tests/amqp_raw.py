@@ -127,7 +127,7 @@ class RawClient:
             self.sock.settimeout(max(0.01, deadline - time.monotonic()))
             try:
                 data = self.sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 return False
             except (ConnectionResetError, BrokenPipeError):
                 return True

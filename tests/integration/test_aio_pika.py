@@ -243,7 +243,7 @@ HEADERS = {
     "bool-false": False,
     "float": 2.5,  # pamqp sends a 32-bit float: pick an exact one
     "decimal": decimal.Decimal("12.34"),
-    "datetime": datetime.datetime(2024, 5, 17, 12, 30, 45, tzinfo=datetime.timezone.utc),
+    "datetime": datetime.datetime(2024, 5, 17, 12, 30, 45, tzinfo=datetime.UTC),
     "none": None,
     "nested": {"a": 1, "b": "two", "c": {"deep": [1, "x", True]}},
     "list": [1, "two", 3.5, None, bytearray(b"bytes"), {"k": "v"}, [True, False]],
@@ -258,7 +258,7 @@ def assert_headers_equal(received: dict, sent: dict) -> None:
         got = received[key]
         if isinstance(value, datetime.datetime):
             # AMQP timestamps are whole seconds; pamqp may decode them naive or aware.
-            got_utc = got if got.tzinfo else got.replace(tzinfo=datetime.timezone.utc)
+            got_utc = got if got.tzinfo else got.replace(tzinfo=datetime.UTC)
             assert got_utc == value, key
         else:
             assert got == value, key
@@ -280,7 +280,7 @@ def test_headers_table_with_every_field_type_round_trips():
 
 
 def test_basic_properties_round_trip():
-    timestamp = datetime.datetime(2023, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    timestamp = datetime.datetime(2023, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     # pamqp refuses to encode cluster_id (deprecated in 0-9-1), so this covers the other
     # 13; tests/test_pika_select.py round-trips all 14 with pika.
     properties = commands.Basic.Properties(
@@ -318,7 +318,7 @@ def test_basic_properties_round_trip():
             assert message.reply_to == "some-reply-queue"
             assert message.expiration == 600.0  # aio-pika decodes ms to seconds
             assert message.message_id == "msg-456"
-            assert message.timestamp.replace(tzinfo=datetime.timezone.utc) == timestamp
+            assert message.timestamp.replace(tzinfo=datetime.UTC) == timestamp
             assert message.type == "order.created"
             assert message.user_id == "guest"
             assert message.app_id == "leveret-tests"
@@ -336,7 +336,7 @@ def test_properties_set_through_aio_pika_message_round_trip():
                 b"payload", headers={"h": "v"}, content_type="text/plain", content_encoding="utf-8",
                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT, priority=3, correlation_id="c",
                 reply_to="r", expiration=30, message_id="m",
-                timestamp=datetime.datetime(2022, 2, 2, 2, 2, 2, tzinfo=datetime.timezone.utc),
+                timestamp=datetime.datetime(2022, 2, 2, 2, 2, 2, tzinfo=datetime.UTC),
                 type="t", user_id="guest", app_id="a")
             await channel.default_exchange.publish(sent, routing_key="message-props")
             got = await get_one(queue)
@@ -345,7 +345,7 @@ def test_properties_set_through_aio_pika_message_round_trip():
                          "priority", "correlation_id", "reply_to", "expiration", "message_id",
                          "type", "user_id", "app_id"):
                 assert getattr(got, name) == getattr(sent, name), name
-            assert got.timestamp.replace(tzinfo=datetime.timezone.utc) == sent.timestamp
+            assert got.timestamp.replace(tzinfo=datetime.UTC) == sent.timestamp
 
     run(body)
 

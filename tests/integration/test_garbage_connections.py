@@ -47,7 +47,7 @@ def test_broker_survives_garbage_connections(leveret_broker):
                 try:
                     while sock.recv(65536):
                         pass
-                except (socket.timeout, ConnectionResetError):
+                except (TimeoutError, ConnectionResetError):
                     pass
         if i % 50 == 0:
             channel.basic_publish("", "steady", b"%d" % i)

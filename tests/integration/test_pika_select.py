@@ -164,7 +164,7 @@ def test_all_14_basic_properties_and_header_types_round_trip(channel):
     headers = {
         "str": "ünïcode", "bytes": b"\x00\xffraw", "int": 42, "negative": -7,
         "long": 2 ** 40, "bool": True, "false": False, "decimal": decimal.Decimal("3.25"),
-        "timestamp": datetime.datetime(2020, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc), "void": None,
+        "timestamp": datetime.datetime(2020, 1, 2, 3, 4, 5, tzinfo=datetime.UTC), "void": None,
         "table": {"nested": {"deeper": [1, "a"]}}, "array": [1, "two", None, [3], {"k": b"v"}],
     }
     sent = pika.BasicProperties(

@@ -70,7 +70,7 @@ def test_timestamp_offset(channel):
     publish(channel, "ts", [b"before"])
     channel.queue_declare("ts", passive=True)  # a round trip: "before" is appended
     time.sleep(1.1)
-    since = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    since = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     time.sleep(0.1)
     publish(channel, "ts", [b"after"])
     assert [b for _, b in read(channel, "ts", 5, since, timeout=1)] == [b"after"]

@@ -112,8 +112,8 @@ def test_dlq_replay_keeps_the_death_history(spark, leveret_broker, channel):
 def test_archive_copies_a_stream_by_date_incrementally(spark, leveret_broker, channel,
                                                        tmp_path):
     channel.queue_declare("audit", durable=True, arguments={"x-queue-type": "stream"})
-    days = [dt.datetime(2024, 5, 1, 12, tzinfo=dt.timezone.utc),
-            dt.datetime(2024, 5, 2, 12, tzinfo=dt.timezone.utc)]
+    days = [dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC),
+            dt.datetime(2024, 5, 2, 12, tzinfo=dt.UTC)]
 
     def publish(n, start):
         for i in range(start, start + n):

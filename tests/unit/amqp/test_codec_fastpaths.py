@@ -12,17 +12,17 @@ import struct
 import pytest
 
 pytest.importorskip("hypothesis")
-from hypothesis import (  # noqa: E402
+from hypothesis import (
     assume,
     given,
     settings,
-    strategies as st,  # noqa: E402
+    strategies as st,
 )
-from pamqp import commands, frame, header  # noqa: E402
-from pamqp.body import ContentBody  # noqa: E402
+from pamqp import commands, frame, header
+from pamqp.body import ContentBody
 
-from leveret.amqp.delivery import decode_frame, take_delivery  # noqa: E402
-from leveret.amqp.frames import encode_publish  # noqa: E402
+from leveret.amqp.delivery import decode_frame, take_delivery
+from leveret.amqp.frames import encode_publish
 
 shortstr = st.text(max_size=40).filter(lambda s: len(s.encode()) <= 255)
 optional_shortstr = st.none() | shortstr
@@ -73,7 +73,7 @@ def _both(raw: bytes):
     def run(fn, data):
         try:
             return _state(fn(data))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return type(exc)
 
     def theirs(data):
