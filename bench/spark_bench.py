@@ -38,11 +38,12 @@ def log(*args: object) -> None:
 
 class Server:
     def __init__(self, data_dir: Path) -> None:
-        self.log = open(data_dir.parent / "server.log", "a")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0", "--web-stomp-port", "0", "--data-dir",
-             str(data_dir), "--log-level", "warning"],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
+        # The child keeps its own copy of the descriptor: ours is closed at once.
+        with open(data_dir.parent / "server.log", "a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
+                 "--web-stomp-port", "0", "--data-dir", str(data_dir), "--log-level", "warning"],
+                stdout=subprocess.PIPE, stderr=log, text=True)
         line = self.proc.stdout.readline()
         match = re.match(r"leveret ready: amqp://([\d.]+):(\d+)", line)
         if not match:

@@ -17,11 +17,12 @@ class ServerProcess:
         # The log goes to a file: an unread pipe would block a chatty broker.
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
-        self._log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0", "--web-stomp-port", "0",
-             "--data-dir", str(data_dir), *args],
-            stdout=subprocess.PIPE, stderr=self._log, text=True)
+        # The child keeps its own copy of the descriptor: ours is closed at once.
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
+                 "--web-stomp-port", "0", "--data-dir", str(data_dir), *args],
+                stdout=subprocess.PIPE, stderr=log, text=True)
         line = self.proc.stdout.readline()
         match = re.match(r"leveret ready: amqp://([\d.]+):(\d+)(?: stomp://[\d.]+:(\d+))?", line)
         if not match:
@@ -43,4 +44,3 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self._log.close()

@@ -42,11 +42,12 @@ class Server:
 
     def __init__(self, data_dir: Path, log_path: Path, *args: str) -> None:
         self.data_dir, self.log_path = data_dir, log_path
-        self._log = open(log_path, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0", "--web-stomp-port", "0",
-             "--data-dir", str(data_dir), *args],
-            stdout=subprocess.PIPE, stderr=self._log, text=True)
+        # The child keeps its own copy of the descriptor: ours is closed at once.
+        with open(log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
+                 "--web-stomp-port", "0", "--data-dir", str(data_dir), *args],
+                stdout=subprocess.PIPE, stderr=log, text=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], 60)
         line = self.proc.stdout.readline() if ready else ""
         match = re.match(r"leveret ready: amqp://([\d.]+):(\d+)", line)
@@ -81,7 +82,6 @@ class Server:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
-        self._log.close()
 
     def assert_clean_log(self) -> None:
         text = self.log()
