@@ -333,7 +333,7 @@ class Connection(client.Connection):
                 if cm == _BASIC_DELIVER and ch is not None:
                     tag_at = pos + 12 + buf[pos + 11]  # skip consumer-tag shortstr
                     ch.last_tag = unpack_u64(buf, tag_at)[0]
-                elif (cm == _BASIC_ACK or cm == _BASIC_NACK) and ch is not None:
+                elif cm in (_BASIC_ACK, _BASIC_NACK) and ch is not None:
                     tag = unpack_u64(buf, pos + 11)[0]
                     ch._on_confirm(tag, bool(buf[pos + 19] & 1))
                     if cm == _BASIC_NACK:

@@ -289,7 +289,7 @@ def run(args: argparse.Namespace) -> list[tuple]:
         drop_times = ceilings(drop)
         for queue, persistent, name in (("bench.out", "true", "persistent"),
                                         ("bench.out.transient", "false", "transient")):
-            t, cpu = timed(server, lambda: sink(queue, persistent))
+            t, cpu = timed(server, lambda queue=queue, persistent=persistent: sink(queue, persistent))
             with Client(url) as client:
                 published = client.queue_exists(queue).message_count
             if published != n:

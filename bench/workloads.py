@@ -364,7 +364,7 @@ async def wl_fanout(broker: Broker, s: Settings, meter: Meter, n_queues: int = 3
         while sent < s.messages and time.monotonic() < deadline:
             allowed = min(s.fanout_backlog - (sent - min(c.delivered for c in chans)), s.messages - sent, s.batch)
             if allowed <= 0:
-                await _wait_until(lambda: min(c.delivered for c in chans) > sent - s.fanout_backlog + s.batch,
+                await _wait_until(lambda sent=sent: min(c.delivered for c in chans) > sent - s.fanout_backlog + s.batch,
                                   cconns, min(deadline, time.monotonic() + 1.0))
                 continue
             pconn.write(msg * allowed)
@@ -376,7 +376,7 @@ async def wl_fanout(broker: Broker, s: Settings, meter: Meter, n_queues: int = 3
         await _wait_until(lambda: all(c.delivered >= sent for c in chans), cconns, time.monotonic() + s.grace)
         meter.stop()
         delivered = sum(c.delivered for c in chans)
-        for cconn, cch, tag in consumers:
+        for _cconn, cch, tag in consumers:
             cch.ack_pending()
             await cch.cancel(tag)
         return [
