@@ -5,6 +5,7 @@ of the protocol layer and by benchmarks of the publish path."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from hypothesis import HealthCheck, settings
@@ -24,7 +25,7 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
     """``data`` cut at the given points (taken modulo its length)."""
     points = sorted({c % (len(data) + 1) for c in cuts})
     bounds = [0, *points, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 class FakeTimer:

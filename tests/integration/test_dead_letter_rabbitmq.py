@@ -131,7 +131,7 @@ def test_rejected_message_x_death_exactly_as_rabbitmq(channel):
     assert headers["x-first-death-exchange"] == ("S", "")
     tag, deaths = headers["x-death"]
     assert tag == "A" and len(deaths) == 1
-    assert list(deaths[0][1]) == FIRST_DEATH_ORDER + ["original-expiration"]
+    assert list(deaths[0][1]) == [*FIRST_DEATH_ORDER, "original-expiration"]
     assert without_time(deaths[0]) == death("rejected", "src", ["src"], original_expiration="60000")
     assert_now(deaths[0][1]["time"])
     # as pika users see it
@@ -146,7 +146,7 @@ def test_repeated_deaths_increment_count_keep_time_and_reorder(leveret_broker, c
     channel.queue_declare("b", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "a"})
     channel.basic_publish("", "a", b"m", pika.BasicProperties(expiration="60000"))
     for queue in ["a", "b", "a", "b"]:
-        assert wait_for(lambda: count(channel, queue) == 1)
+        assert wait_for(lambda queue=queue: count(channel, queue) == 1)
         reject(channel, queue)
         count(channel, queue)  # a round trip: the rejection has been handled
         clock.offset += 100  # each death 100 s later
@@ -160,8 +160,8 @@ def test_repeated_deaths_increment_count_keep_time_and_reorder(leveret_broker, c
          "queue": ("S", "a"), "reason": ("S", "rejected"), "routing-keys": ("A", [("S", "a")])},
     ]
     # incremented entries have sorted keys and keep the time of their first death
-    assert [list(d[1]) for d in deaths] == [SORTED_ORDER, SORTED_ORDER[:2] + ["original-expiration"]
-                                            + SORTED_ORDER[2:]]
+    assert [list(d[1]) for d in deaths] == [SORTED_ORDER,
+                                            [*SORTED_ORDER[:2], "original-expiration", *SORTED_ORDER[2:]]]
     first = deaths[1][1]["time"][1]
     assert_now(deaths[1][1]["time"])
     assert deaths[0][1]["time"][1] - first in (100, 101)
@@ -346,7 +346,7 @@ def test_rejection_on_the_way_breaks_the_cycle(channel):
                                            "x-dead-letter-routing-key": "m1"})
     channel.basic_publish("", "m1", b"m")
     reject(channel, "m1")
-    _, _, body, headers = wait_get(channel, "m1")  # back after expiring in m2
+    _, _, _body, headers = wait_get(channel, "m1")  # back after expiring in m2
     deaths = headers["x-death"][1]
     assert [without_time(d) for d in deaths] == [
         {"count": ("l", 1), "exchange": ("S", ""), "queue": ("S", "m2"), "reason": ("S", "expired"),

@@ -205,7 +205,7 @@ def check_bodies(bodies: list[bytes]) -> dict[str, list[int]]:
 
 
 def increasing(values: list[int]) -> bool:
-    return all(a < b for a, b in zip(values, values[1:]))
+    return all(a < b for a, b in itertools.pairwise(values))
 
 
 # -- 1. clean restart ------------------------------------------------------------------
@@ -793,10 +793,8 @@ def test_space_of_acknowledged_messages_is_reclaimed_while_running(start_server,
 
     ch = conn.channel()
     ch.basic_qos(prefetch_count=1000)
-    received = 0
-    for method, _, _ in ch.consume("big", inactivity_timeout=5):
+    for received, (method, _, _) in enumerate(ch.consume("big", inactivity_timeout=5), 1):
         assert method is not None
-        received += 1
         if received % 500 == 0:
             ch.basic_ack(method.delivery_tag, multiple=True)
         if received == count:
@@ -866,7 +864,7 @@ def test_kill_with_a_gigabyte_queued_restarts_in_seconds_with_a_cold_cache(start
     ch = conn.channel()
     assert ch.queue_declare("backlog", durable=True, passive=True).method.message_count == count
     for expected in (0, 1):  # the head of the queue reads back intact
-        method, _, body = ch.basic_get("backlog", auto_ack=True)
+        _method, _, body = ch.basic_get("backlog", auto_ack=True)
         assert body_index(body) == ("gb", expected) and len(body) == size
     conn.close()
     server.terminate()

@@ -221,7 +221,7 @@ def test_other_connection_touching_exclusive_queue_is_405(exclusive_queue, chann
 def test_exclusive_queue_is_untouched_by_other_connections_attempt(owner, channel, bystander):
     owner.basic_publish("", "mine", b"still here")
     assert_channel_error(405, channel, bystander, lambda: channel.queue_delete("mine"))
-    method, _, body = owner.basic_get("mine", auto_ack=True)
+    _method, _, body = owner.basic_get("mine", auto_ack=True)
     assert body == b"still here"
 
 

@@ -110,7 +110,7 @@ def test_memory_of_large_acked_messages_is_given_back(tmp_path: Path):
         for _ in range(3):
             channel.basic_publish("", "large", body, pika.BasicProperties(delivery_mode=2))
         for _ in range(3):
-            method, _, got = channel.basic_get("large", auto_ack=True)
+            _method, _, got = channel.basic_get("large", auto_ack=True)
             assert got == body
         connection.close()
         time.sleep(1)

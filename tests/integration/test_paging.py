@@ -61,7 +61,7 @@ def test_large_messages_page_out_past_the_byte_budget(broker):
     assert in_memory(broker, "large") == 4  # 3 × 300 kB under 1 MB, the 4th crosses it
     got = []
     for _ in bodies:
-        method, _, body = ch.basic_get("large", auto_ack=True)
+        _method, _, body = ch.basic_get("large", auto_ack=True)
         got.append(body)
         assert in_memory(broker, "large") <= 4
     assert got == bodies

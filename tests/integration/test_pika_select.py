@@ -174,7 +174,7 @@ def test_all_14_basic_properties_and_header_types_round_trip(channel):
         cluster_id="cluster")
     channel.queue_declare("props14")
     channel.basic_publish("", "props14", b"body", sent)
-    method, got, body = channel.basic_get("props14", auto_ack=True)
+    _method, got, body = channel.basic_get("props14", auto_ack=True)
     assert body == b"body"
     for name in ("content_type", "content_encoding", "delivery_mode", "priority",
                  "correlation_id", "reply_to", "expiration", "message_id", "timestamp",
@@ -567,7 +567,7 @@ def test_consumer_sees_requeued_messages_redelivered_in_order(channel):
 def test_nack_and_reject_without_requeue_drop_messages(channel):
     channel.queue_declare("dropped")
     publish_all(channel, "dropped", ["a", "b", "c"])
-    (a, _), (b, _), (c, _) = take(channel, "dropped", 3)
+    (a, _), (_b, _), (c, _) = take(channel, "dropped", 3)
     channel.basic_reject(a.delivery_tag, requeue=False)
     channel.basic_nack(c.delivery_tag, multiple=True, requeue=False)
     assert counts(channel, "dropped") == (0, 0)

@@ -394,8 +394,7 @@ def test_expired_and_process_expired(conn, ch, process_expired):
     else:
         _, props, body = get(ch, "leveret.DLQ")
         assert body == b"old" and text(props.headers["x-death"][0]["reason"]) == "expired"
-        assert text(props.headers["x-death"][0]["original-expiration"] if "original-expiration"
-                    in props.headers["x-death"][0] else "") in ("", "100")
+        assert text(props.headers["x-death"][0].get("original-expiration", "")) in ("", "100")
 
 
 @pytest.mark.parametrize("flag", [None, False, True])
@@ -412,7 +411,7 @@ def test_non_persistent_and_dlq(conn, ch, flag):
     assert depth(conn, "np") == 0
     expected = [b"transient", b"persistent"] if flag else [b"persistent"]
     got = [get(ch, "DLQ.np", timeout=0.2)[2] for _ in range(len(expected) + 1)]
-    assert got == expected + [None]
+    assert got == [*expected, None]
 
 
 # -- configuration ----------------------------------------------------------------------

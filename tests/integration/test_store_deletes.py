@@ -16,7 +16,7 @@ N = 30_000
 def fill(ch, queue: str, n: int, arguments: dict | None = None) -> None:
     ch.queue_declare(queue, durable=True, arguments=arguments)
     props = pika.BasicProperties(delivery_mode=2)
-    for i in range(n):
+    for _ in range(n):
         ch.basic_publish("", queue, b"x" * 200, props)
     ch.queue_declare(queue, passive=True)  # a round trip: all routed
 

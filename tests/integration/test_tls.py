@@ -92,9 +92,11 @@ def test_a_client_certificate_logs_in_with_external(files, login_from, name):
 
 
 def test_external_with_a_certificate_naming_no_user_is_refused(files):
-    with BlockingBroker(amqp_port=0, amqps_port=0, ssl_options=options(files, verify="verify_peer")) as broker:
-        with pytest.raises(pika.exceptions.ProbableAuthenticationError, match="EXTERNAL"):
-            connect(broker, files, certificate=True, credentials=ExternalCredentials())
+    with (
+        BlockingBroker(amqp_port=0, amqps_port=0, ssl_options=options(files, verify="verify_peer")) as broker,
+        pytest.raises(pika.exceptions.ProbableAuthenticationError, match="EXTERNAL"),
+    ):
+        connect(broker, files, certificate=True, credentials=ExternalCredentials())
 
 
 def test_fail_if_no_peer_cert_refuses_clients_without_one(files):

@@ -130,7 +130,7 @@ def test_rpc_with_direct_reply_to(amqp_url):
                          auto_ack=True)
     client.basic_publish("", "rpc_direct", b"ping",
                          pika.BasicProperties(reply_to="amq.rabbitmq.reply-to", correlation_id="c1"))
-    method, props, body = next(server.consume("rpc_direct", inactivity_timeout=5))
+    method, props, _body = next(server.consume("rpc_direct", inactivity_timeout=5))
     assert props.reply_to.startswith("amq.rabbitmq.reply-to.")
     server.basic_publish("", props.reply_to, b"pong", pika.BasicProperties(correlation_id="c1"))
     server.basic_ack(method.delivery_tag)

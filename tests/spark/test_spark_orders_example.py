@@ -46,7 +46,7 @@ def test_orders_pipeline_enriches_retries_dead_letters_reports_and_replays(
     channel = conn.channel()
     seen = []
     for _ in range(invalid):
-        method, props, body = channel.basic_get("orders.review", auto_ack=True)
+        _method, props, body = channel.basic_get("orders.review", auto_ack=True)
         o = json.loads(body)
         seen.append(o["order_id"])
         assert o["quantity"] == -1 and o["total"] == -o["price"]

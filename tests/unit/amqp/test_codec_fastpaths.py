@@ -221,7 +221,7 @@ def _pamqp_delivery(raw: bytes):
         n, _, part = frame.unmarshal(raw[taken:])
         taken += n
         body += part.value
-    props = {name: value for name in _ATTRIBUTES + ("cluster_id",)
+    props = {name: value for name in (*_ATTRIBUTES, "cluster_id")
              if (value := getattr(head.properties, name)) is not None and
              not (name == "cluster_id" and value == "")}
     return taken, (deliver.delivery_tag, deliver.redelivered, deliver.exchange,

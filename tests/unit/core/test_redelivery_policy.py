@@ -61,7 +61,7 @@ class Consumer:
 
     # settling, as the channel would on basic.ack / basic.nack(requeue) / close
     def _pop(self, body: str | None) -> tuple[Queue, QueuedMessage]:
-        for i, (queue, entry) in enumerate(self.held):
+        for i, (_queue, entry) in enumerate(self.held):
             if body is None or entry.message.body.decode() == body:
                 return self.held.pop(i)
         raise AssertionError(f"not held: {body}")
@@ -152,7 +152,7 @@ def _redelivery_times(clock, queue, consumer, redeliveries):
         start = clock.time()
         seen = len(consumer.log)
         # step one millisecond at a time to find the exact moment it comes back
-        for step in range(1, 100_000):
+        for _step in range(1, 100_000):
             clock.advance(EPS)
             if len(consumer.log) > seen:
                 waits.append(round((consumer.log[-1]["time"] - start) * 1000))

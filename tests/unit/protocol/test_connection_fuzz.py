@@ -157,7 +157,7 @@ def test_connection_survives_random_frames(script, cuts):
         assert len(closes) <= 1
         if connection.state == "closed":
             assert harness.transport.closed or harness.transport.aborted
-    for channel, value in frames:  # channel errors carry a known soft code
+    for _channel, value in frames:  # channel errors carry a known soft code
         if isinstance(value, commands.Channel.Close):
             assert value.reply_code in (403, 404, 405, 406), value
     harness.core.clock.advance(1.0)  # TTLs (expiration "100") fall due without a loop
