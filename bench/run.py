@@ -59,11 +59,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workloads", default="all",
                    help="comma-separated: " + ",".join(w for w in WORKLOADS if w not in EXTRA_WORKLOADS)
                    + " (or a,b,c,d,e,f; default all); opt-in: " + ",".join(EXTRA_WORKLOADS))
-    p.add_argument("--body-size", type=int, default=d.body_size, help="body bytes for workloads a-d (default 100)")
+    p.add_argument("--body-size", type=int, default=d.body_size,
+                   help="body bytes for workloads a-d (default 100)")
     p.add_argument("--prefetch", type=int, default=d.prefetch, help="consumer prefetch (default 1000)")
     p.add_argument("--ack-every", type=int, default=d.ack_every,
                    help="consumers ack (multiple=True) every N deliveries (default 100)")
-    p.add_argument("--batch", type=int, default=d.batch, help="messages per socket write when flooding (default 500)")
+    p.add_argument("--batch", type=int, default=d.batch,
+                   help="messages per socket write when flooding (default 500)")
     p.add_argument("--latency-window", type=int, default=d.latency_window,
                    help="pubsub: max messages in flight (default 1000)")
     p.add_argument("--latency-rate", type=int, default=d.latency_rate,
@@ -71,14 +73,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--confirm-window", type=int, default=d.confirm_window,
                    help="confirm workloads: max unconfirmed publishes (default 1000)")
     p.add_argument("--backlog-messages", type=int, default=d.backlog_messages,
-                   help=f"backlog/recovery: persistent messages in the backlog (default {d.backlog_messages})")
+                   help="backlog/recovery: persistent messages in the backlog "
+                   f"(default {d.backlog_messages})")
     p.add_argument("--backlog-body-size", type=int, default=d.backlog_body_size,
                    help=f"backlog/recovery: body bytes (default {d.backlog_body_size})")
     p.add_argument("--nack-messages", type=int, default=d.nack_messages,
                    help=f"nack-heavy: messages, each nacked {d.nack_rejects}x then acked "
                    f"(default {d.nack_messages}; capped by --messages)")
     p.add_argument("--delayed-messages", type=int, default=d.delayed_messages,
-                   help=f"delayed-redeliveries: messages (default {d.delayed_messages}; capped by --messages)")
+                   help=f"delayed-redeliveries: messages (default {d.delayed_messages}; "
+                   "capped by --messages)")
     p.add_argument("--redelivery-delay", type=int, default=d.redelivery_delay,
                    help=f"delayed-redeliveries: delay in ms (default {d.redelivery_delay})")
     p.add_argument("--rabbitmq-schedulers", type=int, default=None,
@@ -123,7 +127,8 @@ def row_result(row: Row, meter: Meter) -> dict:
     out.update(row.extra)
     if "cpu_at_count_s" in row.extra:  # recovery: CPU of the new process from its start
         cpu = row.extra["cpu_at_count_s"]
-        out.update(broker_cpu_s=cpu, broker_cpu_us_per_msg=round(cpu / row.messages * 1e6, 2) if row.messages else None,
+        out.update(broker_cpu_s=cpu,
+                   broker_cpu_us_per_msg=round(cpu / row.messages * 1e6, 2) if row.messages else None,
                    broker_cpu_pct=round(100 * cpu / row.seconds, 1) if row.seconds else None,
                    loadgen_cpu_pct=None, broker_rss_mb=row.extra["rss_after_first_mb"])
     elif "rss_settled_mb" in row.extra:  # backlog: RSS 5 s after the last confirm
@@ -155,7 +160,8 @@ def run_broker(name: str, workloads: list[str], settings: Settings, args: argpar
         return out
     loop = new_event_loop()
     try:
-        log(f"[{name}] ready on {broker.host}:{broker.port} (pid {broker.pid}) in {time.monotonic() - t:.1f}s")
+        log(f"[{name}] ready on {broker.host}:{broker.port} (pid {broker.pid}) "
+            f"in {time.monotonic() - t:.1f}s")
         try:
             out["info"] = loop.run_until_complete(_server_info(broker))
         except Exception as e:
@@ -184,7 +190,8 @@ def run_broker(name: str, workloads: list[str], settings: Settings, args: argpar
                 lat = f"  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms" if "p50_ms" in r else ""
                 log(f"[{name}] {row.name:15s} {r['messages']:>8d} msgs in {r['seconds']:6.2f}s = "
                     f"{r['msg_per_s']:>10,.0f} msg/s  {r['broker_cpu_us_per_msg'] or 0:7.2f} µs CPU/msg  "
-                    f"broker {r['broker_cpu_pct'] or 0:5.1f}% CPU  loadgen {r['loadgen_cpu_pct'] or 0:5.1f}% CPU  "
+                    f"broker {r['broker_cpu_pct'] or 0:5.1f}% CPU  "
+                    f"loadgen {r['loadgen_cpu_pct'] or 0:5.1f}% CPU  "
                     f"RSS {r['broker_rss_mb']:.0f} MB{lat}")
             time.sleep(args.pause)
     finally:
@@ -313,7 +320,8 @@ def saturation_rows(results: dict) -> list[list[str]]:
         for n, r in res.get("rows", {}).items():
             if "cpu_at_count_s" in r:
                 continue  # recovery: no load-generator window
-            out.append([broker, n, _fmt(r.get("broker_cpu_pct"), ".0f"), _fmt(r.get("loadgen_cpu_pct"), ".0f")])
+            out.append([broker, n, _fmt(r.get("broker_cpu_pct"), ".0f"),
+                        _fmt(r.get("loadgen_cpu_pct"), ".0f")])
     return out
 
 

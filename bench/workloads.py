@@ -362,10 +362,12 @@ async def wl_fanout(broker: Broker, s: Settings, meter: Meter, n_queues: int = 3
         meter.start()
         deadline = time.monotonic() + s.seconds
         while sent < s.messages and time.monotonic() < deadline:
-            allowed = min(s.fanout_backlog - (sent - min(c.delivered for c in chans)), s.messages - sent, s.batch)
+            allowed = min(s.fanout_backlog - (sent - min(c.delivered for c in chans)), s.messages - sent,
+                          s.batch)
             if allowed <= 0:
-                await _wait_until(lambda sent=sent: min(c.delivered for c in chans) > sent - s.fanout_backlog + s.batch,
-                                  cconns, min(deadline, time.monotonic() + 1.0))
+                await _wait_until(
+                    lambda sent=sent: min(c.delivered for c in chans) > sent - s.fanout_backlog + s.batch,
+                    cconns, min(deadline, time.monotonic() + 1.0))
                 continue
             pconn.write(msg * allowed)
             sent += allowed
