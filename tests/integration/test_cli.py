@@ -203,7 +203,8 @@ def test_config_file_is_overridden_by_options(tmp_path):
     ("vhosts = [\n", ""),
     ("this is not toml\n", ""),
 ], ids=["unknown-key", "unknown-server-key", "str-for-int", "bool-for-int",
-        "str-for-list", "str-for-loopback", "int-for-table", "bad-log-level", "negative-read-coalesce", "tls-without-options",
+        "str-for-list", "str-for-loopback", "int-for-table", "bad-log-level", "negative-read-coalesce",
+        "tls-without-options",
         "tls-without-key", "tls-bad-verify", "bad-permission-regex",
         "user-without-password", "user-vhosts-str", "unknown-user-key", "truncated",
         "not-toml"])

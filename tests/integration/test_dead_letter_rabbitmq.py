@@ -481,7 +481,12 @@ POLICY_TOML = r'''
 name = "pol"
 pattern = "^pol\\."
 apply_to = "queues"
-definition = { message-ttl = 100, max-length = 5, dead-letter-exchange = "", dead-letter-routing-key = "poldlq" }
+
+[policies.definition]
+message-ttl = 100
+max-length = 5
+dead-letter-exchange = ""
+dead-letter-routing-key = "poldlq"
 '''
 
 

@@ -55,7 +55,8 @@ def test_an_export_holds_durable_things_and_password_hashes(target, leveret):
         assert {"users", "vhosts", "permissions", "topic_permissions", "policies", "queues", "exchanges",
                 "bindings"} <= set(document)
         mine = next(u for u in document["users"] if u["name"] == user)
-        assert mine["hashing_algorithm"] == "rabbit_password_hashing_sha256" and mine["tags"] == ["monitoring"]
+        assert (mine["hashing_algorithm"] == "rabbit_password_hashing_sha256"
+                and mine["tags"] == ["monitoring"])
         queues = {(q["vhost"], q["name"]): q["durable"] for q in document["queues"]}
         assert queues[(vhost, "orders.eu")] is True and queues[(vhost, "scratch")] is False
         assert {"source": "orders", "vhost": vhost, "destination": "orders.eu", "destination_type": "queue",

@@ -78,7 +78,8 @@ def test_dlq_errors_are_clear(server):
     missing = leveret("dlq", "show", "no-such-queue", "--url", server.url)
     assert missing.returncode != 0 and "no queue 'no-such-queue'" in missing.stderr
     unreachable = leveret("dlq", "show", "DLQ.emails", "--url", "amqp://guest:guest@127.0.0.1:1/%2F")
-    assert unreachable.returncode != 0 and "cannot connect to amqp://guest:***@127.0.0.1:1" in unreachable.stderr
+    assert (unreachable.returncode != 0
+            and "cannot connect to amqp://guest:***@127.0.0.1:1" in unreachable.stderr)
 
 
 def test_refused_replay_leaves_the_dead_letter(server, dead_letters):

@@ -28,7 +28,9 @@ def garbage_payloads(count: int, seed: int = 20240501) -> list[bytes]:
         elif kind == 2:
             payloads.append(valid_start + noise)
         else:
-            payloads.append(valid_start + method_frame(0, commands.Connection.TuneOk(channel_max=0, frame_max=0, heartbeat=0))
+            payloads.append(valid_start
+                            + method_frame(0, commands.Connection.TuneOk(channel_max=0, frame_max=0,
+                                                                         heartbeat=0))
                             + method_frame(0, commands.Connection.Open(virtual_host="/"))
                             + encode_frame(rng.randint(0, 9), rng.randint(0, 3), noise))
     return payloads

@@ -88,7 +88,8 @@ def test_release_and_expiry_return_messages_redelivered(api, channel):
     api("lease.info", queue="slow", group="g")
     assert channel.queue_declare("slow", passive=True).method.message_count == 2
     # leased again and left to expire: past x-max-redeliveries they are poison messages
-    assert api("lease.acquire", queue="slow", group="g", max=5, ttl_ms=200) == {"ok": True, "start": 4, "end": 6}
+    assert api("lease.acquire", queue="slow", group="g", max=5, ttl_ms=200) == {"ok": True, "start": 4,
+                                                                              "end": 6}
     time.sleep(0.5)
     api("lease.info", queue="slow", group="g")
     assert channel.queue_declare("DLQ.slow", passive=True).method.message_count == 2

@@ -67,7 +67,8 @@ def test_a_password_hash_made_by_rabbitmq_logs_in(target, names):
     assert target.http("GET", f"/api/users/{user}")[1]["password_hash"] == known
 
 
-@pytest.mark.parametrize("body", [{}, {"password_hash": ""}, {"password": ""}], ids=["none", "no-hash", "blank"])
+@pytest.mark.parametrize("body", [{}, {"password_hash": ""}, {"password": ""}],
+                         ids=["none", "no-hash", "blank"])
 def test_a_user_without_a_password_cannot_log_in(target, names, body):
     user = names("u")
     assert target.http("PUT", f"/api/users/{user}", {**body, "tags": "management"}) == (201, None)
@@ -147,7 +148,8 @@ def test_tags_decide_which_routes_a_user_may_call(target, names, tag):
         if status == 401:
             assert body == (NOT_MANAGEMENT if not tag else NOT_ADMIN), route
     if tag:
-        assert target.http("GET", "/api/whoami", user=user, password="pw") == (200, {"name": user, "tags": [tag]})
+        assert target.http("GET", "/api/whoami", user=user, password="pw") == (
+            200, {"name": user, "tags": [tag]})
     admin = tag == "administrator"
     writes = [("PUT", f"/api/vhosts/{user}", 201), ("DELETE", f"/api/vhosts/{user}", 204),
               ("PUT", f"/api/users/{user}", 204)]
@@ -199,7 +201,8 @@ def test_password_hashes_move_between_rabbitmq_and_leveret(rabbitmq_target):
             assert broker.broker.management is not None
             leveret = Target("leveret", broker.broker.host, broker.amqp_port, broker.broker.management.port)
             for made_by in (made_by_rabbitmq, None):
-                body = {"password_hash": made_by, "tags": ""} if made_by else {"password": "s3cret", "tags": ""}
+                body = ({"password_hash": made_by, "tags": ""} if made_by
+                        else {"password": "s3cret", "tags": ""})
                 leveret.http("PUT", f"/api/users/{user}", body)
                 leveret.http("PUT", f"/api/permissions/%2F/{user}", FULL)
                 leveret.amqp(user, "s3cret").close()

@@ -105,7 +105,8 @@ def test_write_permission_governs_publish_and_binding_destinations(target, accou
     assert refusal(target, vhost, user, lambda ch: ch.queue_declare("mine.sync")) is None
     # the default exchange is checked as amq.default
     assert refusal(target, vhost, user, publish("")) == refused("exchange", "amq.default", vhost, user)
-    assert refusal(target, vhost, user, publish("amq.fanout")) == refused("exchange", "amq.fanout", vhost, user)
+    assert refusal(target, vhost, user, publish("amq.fanout")) == \
+        refused("exchange", "amq.fanout", vhost, user)
     assert refusal(target, vhost, user, lambda ch: ch.queue_bind("theirs", "amq.direct", "k")) == \
         refused("queue", "theirs", vhost, user)
     grant(target, vhost, user, write="^(mine|amq\\.default)")

@@ -123,7 +123,8 @@ def test_select_connection_publish_consume_with_confirms(amqp_url):
     connection.ioloop.call_later(15, connection.ioloop.stop)  # safety net
     connection.ioloop.start()
 
-    assert state["closed"], f"stopped early: {len(state['acked'])} confirms, {len(state['received'])} deliveries"
+    assert state["closed"], (f"stopped early: {len(state['acked'])} confirms, "
+                             f"{len(state['received'])} deliveries")
     assert state["acked"] == set(range(1, total + 1))
     assert state["nacked"] == 0
     assert state["received"] == [(i, b"msg-%d" % i) for i in range(total)]
@@ -588,7 +589,8 @@ def test_basic_recover_redelivers_unacked(channel):
     channel.queue_declare("recover")
     publish_all(channel, "recover", ["r1", "r2"])
     deliveries = []
-    channel.basic_consume("recover", lambda ch, m, p, b: deliveries.append((b, m.redelivered, m.delivery_tag)))
+    channel.basic_consume("recover",
+                          lambda ch, m, p, b: deliveries.append((b, m.redelivered, m.delivery_tag)))
     wait_until(lambda: len(deliveries) == 2, channel.connection)
     channel.basic_recover(requeue=True)
     wait_until(lambda: len(deliveries) == 4, channel.connection)

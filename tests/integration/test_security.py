@@ -177,7 +177,8 @@ def test_a_flood_of_bad_connections_costs_a_few_log_lines(tmp_path):
                 client.expect(commands.Connection.Start, 0)
                 client.send(b"\x09\x00\x00\x00\x00\x00\x00\xce")  # an unknown frame type: 501
                 client.closed_within(5)
-        lines = [line for line in server.log_path.read_text().splitlines() if "closing with FRAME_ERROR" in line]
+        lines = [line for line in server.log_path.read_text().splitlines()
+                 if "closing with FRAME_ERROR" in line]
         assert 1 <= len(lines) <= 20
     finally:
         server.kill()
@@ -204,5 +205,6 @@ def test_a_dead_letter_strategy_and_api_replies_need_their_permissions(http_brok
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
         channel.basic_publish("amq.leveret.api", "lease.info", b"{}", pika.BasicProperties(reply_to="victim"))
         channel.queue_declare("bob.q", passive=True)
-    assert caught.value.reply_text.endswith("access to exchange 'amq.default' in vhost '/' refused for user 'bob'")
+    assert caught.value.reply_text.endswith(
+        "access to exchange 'amq.default' in vhost '/' refused for user 'bob'")
     connection.close()

@@ -72,7 +72,8 @@ def test_amqp_over_tls_carries_messages_and_the_plain_port_stays(files):
         plain.close()
         with pytest.raises((pika.exceptions.AMQPConnectionError, ssl.SSLError)):  # TLS to the plain port
             pika.BlockingConnection(pika.ConnectionParameters(
-                "localhost", broker.amqp_port, ssl_options=pika.SSLOptions(client_context(files), "localhost"),
+                "localhost", broker.amqp_port,
+                ssl_options=pika.SSLOptions(client_context(files), "localhost"),
                 connection_attempts=1, socket_timeout=3))
 
 

@@ -17,5 +17,6 @@ def test_a_flood_of_one_kind_costs_a_burst_then_one_summary():
     other = logging.LogRecord("leveret.amqp", logging.INFO, __file__, 1, "another kind", (), None)
     assert limit.filter(other)  # kinds are counted apart
     clock[0] = 10.0
-    late = logging.LogRecord("leveret.amqp", logging.INFO, __file__, 1, "connection %s: bad header", ("x",), None)
+    late = logging.LogRecord("leveret.amqp", logging.INFO, __file__, 1, "connection %s: bad header", ("x",),
+                             None)
     assert limit.filter(late) and late.getMessage() == "connection x: bad header (and 97 more like it)"

@@ -61,7 +61,8 @@ methods = st.one_of(
     st.builds(commands.Confirm.Select),
     st.builds(commands.Tx.Select), st.builds(commands.Tx.Commit), st.builds(commands.Tx.Rollback),
     st.builds(commands.Connection.Blocked), st.builds(commands.Connection.CloseOk),
-    st.builds(commands.Connection.TuneOk, channel_max=st.just(0), frame_max=st.just(4096), heartbeat=st.just(0)),
+    st.builds(commands.Connection.TuneOk, channel_max=st.just(0), frame_max=st.just(4096),
+              heartbeat=st.just(0)),
 )
 
 properties = st.builds(

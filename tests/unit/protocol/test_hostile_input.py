@@ -60,7 +60,8 @@ def test_client_properties_nested_too_deep_get_502_before_login(depth, caplog):
         harness.feed(method(0, 10, 11, args + shortstr("en_US")))
     close = last(harness)
     assert isinstance(close, commands.Connection.Close)
-    text = f"SYNTAX_ERROR - cannot decode Connection.StartOk: field tables nested more than {MAX_NESTING} deep"
+    text = ("SYNTAX_ERROR - cannot decode Connection.StartOk: "
+            f"field tables nested more than {MAX_NESTING} deep")
     assert (close.reply_code, close.reply_text) == (502, text)
     assert len(caplog.records) == 1 and not caplog.records[0].exc_info  # one line, no traceback
     assert harness.transport.closed or harness.connection.state == "closing"
