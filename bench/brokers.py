@@ -263,7 +263,8 @@ class Leveret(Broker):
 
     def launch(self, timeout: float = 900.0) -> float:
         self.log_path = os.path.join(self.workdir, "leveret.log")
-        cmd = [self.python, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0", "--web-stomp-port", "0", "--data-dir", self.data_dir()]
+        cmd = [self.python, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
+               "--web-stomp-port", "0", "--data-dir", self.data_dir()]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if self.src:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (self.src, env.get("PYTHONPATH"))))

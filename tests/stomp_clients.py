@@ -107,7 +107,8 @@ class Client:
                     return
             except queue.Empty:
                 if not self.events.errors.empty():
-                    raise AssertionError(f"ERROR instead of receipt: {self.events.errors.queue[0].headers}")
+                    raise AssertionError(
+                        f"ERROR instead of receipt: {self.events.errors.queue[0].headers}") from None
         raise AssertionError(f"no RECEIPT {receipt} within {timeout} s")
 
     def error(self, timeout: float = 5.0) -> Frame:

@@ -107,8 +107,9 @@ def start_server(tmp_path):
 
 def run_server_expecting_failure(data_dir: Path, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0", "--web-stomp-port", "0", "--data-dir",
-         str(data_dir)], capture_output=True, text=True, timeout=timeout)
+        [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
+         "--web-stomp-port", "0", "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=timeout)
 
 
 # -- pika helpers ----------------------------------------------------------------------

@@ -233,7 +233,7 @@ def test_stomp_to_amqp_keeps_body_and_properties(broker, port):
             client.send("/queue/to-amqp", body, persistent="true", priority="6", type="order",
                         **{"correlation-id": "c-1", "reply-to": "/queue/replies", "color": "blue",
                            "content-type": "application/octet-stream"})
-        method, properties, got = channel.basic_get("to-amqp", auto_ack=True)
+        _method, properties, got = channel.basic_get("to-amqp", auto_ack=True)
     assert got == body
     assert properties.delivery_mode == 2 and properties.priority == 6
     assert properties.correlation_id == "c-1" and properties.reply_to == "/queue/replies"
@@ -326,7 +326,8 @@ def error_for(port: int, frames: bytes, connect: bool = True) -> tuple[dict[str,
     (b"SEND\ndestination:/queue/x\n\nhi\x00", False, "Not connected"),
     (b"CONNECT\naccept-version:2.0\n\n\x00", False, "Invalid Protocol version"),
     (b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:wrong\n\n\x00", False, "Authentication failed"),
-    (b"SEND\ndestination:/nowhere/x\n\nhi\x00", True, "unknown destination prefix '/nowhere/' in '/nowhere/x'"),
+    (b"SEND\ndestination:/nowhere/x\n\nhi\x00", True,
+     "unknown destination prefix '/nowhere/' in '/nowhere/x'"),
     (b"ACK\nid:999\n\n\x00", True, "Unexpected ACK received for message-id [999]"),
     (b"SUBSCRIBE\ndestination:/queue/x\n\n\x00", True, "Subscription id missing"),
     (b"SUBSCRIBE\nid:1\ndestination:/queue/x\nack:sometimes\n\n\x00", True, "Invalid ack mode"),
@@ -359,7 +360,8 @@ def test_permissions_apply_to_stomp_as_to_amqp(broker, port):
     creates needs configure on it (not on the DLQ its broker-chosen defaults name)."""
     core = broker.core
     broker.call(lambda: core.add_user(User.with_password("limited", "pw")))
-    broker.call(lambda: core.set_permission("limited", "/", Permission("^mine", r"^(mine|amq\.default)$", "^mine")))
+    broker.call(lambda: core.set_permission("limited", "/",
+                                            Permission("^mine", r"^(mine|amq\.default)$", "^mine")))
     with Client(port) as admin:
         admin.send("/queue/theirs", "private")
     with Client(port, login="limited", passcode="pw") as client:

@@ -91,7 +91,8 @@ frames = st.builds(
 
 
 @FUZZ
-@given(st.sampled_from(["1.0", "1.1", "1.2"]), st.lists(st.one_of(frames, st.binary(max_size=30)), max_size=12),
+@given(st.sampled_from(["1.0", "1.1", "1.2"]),
+       st.lists(st.one_of(frames, st.binary(max_size=30)), max_size=12),
        st.lists(st.integers(0, 400), max_size=4))
 def test_a_connection_fed_random_frames_never_raises(version, sequence, cuts):
     core = BrokerCore(ManualClock())
