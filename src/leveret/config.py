@@ -15,6 +15,7 @@ Example file::
     heartbeat = 60                  # seconds proposed in connection.tune; 0 disables
     frame_max = 131072              # bytes
     channel_max = 2047
+    stomp_heartbeat_grace = 1.5     # STOMP clients may be this many heart-beat intervals late
     max_message_size = 134217728    # bytes; larger messages get 406 PRECONDITION_FAILED
     disk_free_limit = 50000000      # bytes free under data_dir; below it publishers block
     disk_reserve = 16777216         # bytes message writes always leave free (deletes, WAL)
@@ -223,7 +224,13 @@ def _tables(path: str | Path, value: object, key: str) -> list[dict]:
     return value
 
 
-_LIMIT_KEYS = {"heartbeat": int, "frame_max": int, "channel_max": int, "max_message_size": int}
+_LIMIT_KEYS = {
+    "heartbeat": int,
+    "frame_max": int,
+    "channel_max": int,
+    "max_message_size": int,
+    "stomp_heartbeat_grace": float,
+}
 
 
 def load(path: str | Path, settings: Settings | None = None) -> Settings:

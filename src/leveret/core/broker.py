@@ -41,6 +41,9 @@ class Limits:
     frame_max: int = 131072
     heartbeat: int = 60
     max_message_size: int = 128 * 1024 * 1024
+    #: STOMP: a client silent for this many of its heart-beat intervals is dropped
+    #: (ActiveMQ's multiplier is 1.0, which drops clients a little late by chance).
+    stomp_heartbeat_grace: float = 1.5
 
 
 @dataclass

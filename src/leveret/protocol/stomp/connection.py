@@ -49,7 +49,6 @@ log = logging.getLogger("leveret.stomp")
 
 VERSIONS = ("1.0", "1.1", "1.2")
 CONNECT_TIMEOUT = 30.0  # seconds to send CONNECT (ActiveMQ's default)
-HEARTBEAT_GRACE = 1.5  # a client may be this many intervals late before it is dropped
 OUTPUT_LIMIT = 1024 * 1024  # bytes of MESSAGE bodies queued in one loop turn, at most
 #: ActiveMQ's virtual topics: a queue ``Consumer.<group>.VirtualTopic.<name>`` gets a copy
 #: of every message sent to the topic ``VirtualTopic.<name>`` once it exists.
@@ -300,7 +299,9 @@ class StompConnection:
         }
         self.send_frame("CONNECTED", connected)
         if self._read_interval:
-            self._timer = self.loop.call_later(self._read_interval * HEARTBEAT_GRACE, self._check_heartbeat)
+            self._timer = self.loop.call_later(
+                self._read_interval * self.core.limits.stomp_heartbeat_grace, self._check_heartbeat
+            )
         if self._send_interval:
             self._send_timer = self.loop.call_later(self._send_interval, self._send_heartbeat)
         self.core.alarm_listeners.append(self._on_alarm)
@@ -820,7 +821,7 @@ class StompConnection:
         """Drop a client silent for its heart-beat interval times the grace factor."""
         if self.state != "connected":
             return
-        allowed = self._read_interval * HEARTBEAT_GRACE
+        allowed = self._read_interval * self.core.limits.stomp_heartbeat_grace
         silent = self.loop.time() - self.last_received
         if silent > allowed and not (self._input_waiting is not None and self._input_waiting()):
             log.warning("STOMP connection %s: no heart-beat for %.1f s", self.peer, silent)
