@@ -39,7 +39,16 @@ from ...version import __version__
 from . import destinations
 from .destinations import Destination
 from .frames import HEARTBEAT, Frame, FrameError, FrameParser, encode, escape
-from .message import STOMP, MessageIds, decode_block, destination_of, from_send, header_block, is_text
+from .message import (
+    STOMP,
+    MessageIds,
+    decode_block,
+    destination_of,
+    from_send,
+    header_block,
+    is_text,
+    queue_destination,
+)
 from .subscription import ACK_MODES, QUEUE_PREFETCH, TOPIC_PREFETCH, Subscription
 
 if TYPE_CHECKING:
@@ -641,16 +650,15 @@ class StompConnection:
         block = header_block(message, entry.expires_at, f"ID:{queue.name}:{entry.seq}")
         version = self.version
         origin = destination_of(message)
-        if message.exchange and not on_topic:
-            # a copy in a queue (a virtual topic's): ActiveMQ names the queue and says
-            # where the message was sent
-            head = [
-                "MESSAGE\n",
-                f"destination:{escape('/queue/' + queue.name, version)}\n",
-                f"original-destination:{escape(origin, version)}\n",
-            ]
-        else:
+        if on_topic:
             head = ["MESSAGE\n", f"destination:{escape(origin, version)}\n"]
+        else:
+            # from a queue, ActiveMQ names the queue; a message sent elsewhere (a virtual
+            # topic's copy, a dead letter) also says where it was sent
+            here = queue_destination(queue.name)
+            head = ["MESSAGE\n", f"destination:{escape(here, version)}\n"]
+            if here != origin and not message.deaths:  # a dead letter has its own
+                head.append(f"original-destination:{escape(origin, version)}\n")
         head.append(f"subscription:{escape(sub_id, version)}\n")
         if number is not None:
             if version == "1.2":

@@ -233,14 +233,20 @@ def from_send(
     return Message(exchange, routing_key, body, STOMP, block, persistent, ttl, priority)
 
 
+def queue_destination(name: str) -> str:
+    """The STOMP name of queue ``name`` (another connection's temporary queue is
+    ``/remote-temp-queue/``)."""
+    if name.startswith("leveret.temp-queue."):
+        return "/remote-temp-queue/" + name
+    return "/queue/" + name
+
+
 def destination_of(message: Message) -> str:
     """The STOMP destination a message was sent to, from its address: the default
     exchange is ``/queue/<key>``, ``amq.topic`` is ``/topic/<key>``, any other exchange
     ``/exchange/<name>/<key>`` (RabbitMQ's STOMP name)."""
     if message.exchange == "":
-        if message.routing_key.startswith("leveret.temp-queue."):
-            return "/remote-temp-queue/" + message.routing_key
-        return "/queue/" + message.routing_key
+        return queue_destination(message.routing_key)
     if message.exchange == "amq.topic":
         if message.routing_key.startswith("leveret.temp-topic."):
             return "/remote-temp-topic/" + message.routing_key
