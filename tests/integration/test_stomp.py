@@ -334,11 +334,13 @@ def error_for(port: int, frames: bytes, connect: bool = True) -> tuple[dict[str,
     (b"COMMIT\ntransaction:never\n\n\x00", True, "Invalid transaction id"),
     (b"SEND\ndestination:/queue/x\ncontent-length:999999999999\n\n\x00", True,
      "the body is longer than 104857600 bytes"),
+    (b"SEND\ndestination:/queue/x\ncontent-length:\xc2\xb2\n\n\x00", True, "invalid content-length '\u00b2'"),
     (b"SEND\ndestination:/queue/x\ncontent-length:2\n\nhello\x00", True,
      "the body is not followed by a NUL byte (content-length is wrong)"),
     (b"SEND\ndestination:/queue/x\nbad\\escape:1\n\n\x00", True, "invalid escape sequence '\\e' in a header"),
     (b"FLY\n\n\x00", True, "Unknown STOMP action: FLY"),
 ], ids=["before-connect", "version", "password", "prefix", "ack-id", "sub-id", "ack-mode", "tx", "oversized",
+        "superscript-length",
         "content-length", "escape", "command"])
 def test_a_bad_frame_gets_an_error_and_the_connection_closes(port, frames, connect, message):
     with Client(port) as bystander:
@@ -622,3 +624,53 @@ def test_message_groups_keep_a_groups_messages_on_one_consumer(port):
     for frames in got.values():
         bodies = [int(f.body[1:]) for f in frames]
         assert bodies == sorted(bodies)  # in order within the group
+
+
+# -- found by review ------------------------------------------------------------------------
+def test_message_ids_stay_unique_when_a_client_id_reconnects(port):
+    ids = []
+    for _ in range(2):
+        with Client(port, **{"client-id": "billing"}) as client:
+            client.subscribe("/queue/ids")
+            client.send("/queue/ids", "x")
+            ids.append(client.message().headers["message-id"])
+    assert ids[0] != ids[1]
+
+
+def test_frames_behind_a_throttled_connect_are_handled_after_the_login(port):
+    from leveret.core.login_throttle import FREE
+
+    for _ in range(FREE + 1):
+        headers, _ = error_for(port, b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:wrong\n\n\x00",
+                               connect=False)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00"
+                     b"SEND\ndestination:/queue/pipelined\nreceipt:s1\n\nhi\x00")
+        data = b""
+        while data.count(b"\x00") < 2:
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+    assert data.startswith(b"CONNECTED") and b"RECEIPT\nreceipt-id:s1" in data
+
+
+def test_a_subscribe_receipt_comes_before_the_first_message_even_behind_a_disk_write(tmp_path):
+    with BlockingBroker(amqp_port=0, stomp_port=0, data_dir=str(tmp_path)) as broker, \
+            socket.create_connection(("127.0.0.1", broker.broker.stomp_port)) as sock:
+        sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00")
+        read_frame(sock)
+        sock.sendall(b"SEND\ndestination:/queue/early\npersistent:true\n\nx\x00"
+                     b"SUBSCRIBE\nid:1\ndestination:/queue/early\nreceipt:sub\n\n\x00")
+        data = b""
+        while data.count(b"\x00") < 2:
+            data += sock.recv(65536)
+    assert data.index(b"RECEIPT") < data.index(b"MESSAGE")
+
+
+def test_a_queue_browser_applies_its_selector(port):
+    with Client(port) as client:
+        client.send("/queue/browse-sel", "red", color="red")
+        client.send("/queue/browse-sel", "blue", color="blue")
+        client.subscribe("/queue/browse-sel", browser="true", selector="color = 'red'")
+        assert client.message().body == b"red"
+        assert client.message().headers["browser"] == "end"

@@ -21,11 +21,14 @@ from aiohttp import WSMsgType, web
 
 from ..core.broker import BrokerCore
 from ..protocol.stomp import StompConnection
+from ..protocol.stomp.frames import MAX_BODY, MAX_COMMAND_LINE, MAX_HEADER_LINE, MAX_HEADERS
 from .listener import HIGH_WATER, Flusher
 
 log = logging.getLogger("leveret.server")
 
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+#: bytes in one WebSocket message: a whole frame of the largest body with its headers
+MAX_MESSAGE = MAX_BODY + MAX_COMMAND_LINE + MAX_HEADERS * (MAX_HEADER_LINE + 1) + 2
 PATH = "/ws"
 
 
@@ -120,7 +123,8 @@ class WebStompServer:
             self._runner = None
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
-        socket = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=0, heartbeat=None)
+        # one WebSocket message holds at most a frame of the largest size STOMP takes
+        socket = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=MAX_MESSAGE, heartbeat=None)
         await socket.prepare(request)
         loop = asyncio.get_running_loop()
         reading = asyncio.Event()

@@ -188,9 +188,10 @@ class Queue:
         """Check a new consumer before it is confirmed (consume-ok); raises a
         BrokerError if this queue cannot serve it."""
 
-    def browse(self, limit: int) -> list[QueuedMessage]:
-        """Up to ``limit`` waiting messages, in order, left where they are (a JMS queue
-        browser); PreconditionFailed for a queue type that cannot be browsed."""
+    def browse(self, limit: int, selector: Selector | None = None) -> list[QueuedMessage]:
+        """Up to ``limit`` waiting messages (those ``selector`` matches), in order, left
+        where they are (a JMS queue browser); PreconditionFailed for a queue type that
+        cannot be browsed."""
         raise precondition_failed(
             f"queue '{self.name}' in vhost '{self.vhost.name}' is a {self.type_name} queue: "
             "it cannot be browsed"

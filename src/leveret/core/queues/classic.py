@@ -29,16 +29,19 @@ from ..lease import Lease
 from ..message import Message
 from ..message_groups import message_group
 from ..selector import message_lookup
-from .backlog import Backlog
+from .backlog import PAGE_IN_BATCH, Backlog
 from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
 
 if TYPE_CHECKING:
+    from ..selector import Selector
     from ..vhost import VirtualHost
 
 log = logging.getLogger("leveret.queue")
 
 #: Messages a dispatch with selectors looks at in one event-loop turn, at most.
 SCAN_BUDGET = 10_000
+#: Batches of paged-out messages a queue browser reads, at most (100,000 messages).
+BROWSE_BATCHES = 100
 
 
 class ClassicQueue(Queue):
@@ -214,19 +217,31 @@ class ClassicQueue(Queue):
         """At start-up: group ``group``'s lease, once made, numbers on from ``next_seq``."""
         self._lease_seqs[group] = next_seq
 
-    def browse(self, limit: int) -> list[QueuedMessage]:
-        """Up to ``limit`` ready messages in order, in memory then paged out (read from
-        the store, not kept), left in the queue."""
+    def browse(self, limit: int, selector: Selector | None = None) -> list[QueuedMessage]:
+        """Up to ``limit`` ready messages ``selector`` matches, in order, in memory then
+        paged out (read from the store, not kept), left in the queue."""
         backlog = self.backlog
-        found = list(itertools.islice((e for e in backlog.ready if e.state == READY), limit))
-        if len(found) < limit and backlog.paged and self.store is not None:
-            for stored in self.store.read_queue(self.queue_id, backlog.paged_after, limit - len(found)):
+
+        def wanted(entry: QueuedMessage) -> bool:
+            return selector is None or selector.matches(message_lookup(entry.message))
+
+        found = list(itertools.islice((e for e in backlog.ready if e.state == READY and wanted(e)), limit))
+        after = backlog.paged_after
+        for _ in range(BROWSE_BATCHES):  # a selector nothing matches reads this far at most
+            if len(found) >= limit or not backlog.paged or self.store is None:
+                break
+            rows = self.store.read_queue(self.queue_id, after, PAGE_IN_BATCH)
+            if not rows:
+                break
+            for stored in rows:
+                after = stored.seq
                 message = Message.restore(
                     stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
                 )
                 entry = QueuedMessage(message, stored.seq, 0, stored.expires_at)
                 entry.redelivered = stored.delivery_count > 0
-                found.append(entry)
+                if wanted(entry) and len(found) < limit:
+                    found.append(entry)
         return found
 
     def get(self) -> QueuedMessage | None:

@@ -32,7 +32,7 @@ from ...core.errors import BrokerError
 from ...core.message import Message
 from ...core.publish import Publisher
 from ...core.queues import Queue, QueuedMessage
-from ...core.selector import SelectorError, compile_selector
+from ...core.selector import Selector, SelectorError, compile_selector
 from ...core.session import Session
 from ...core.vhost import VirtualHost
 from ...version import __version__
@@ -70,6 +70,25 @@ TEMP_TOPIC_PREFIX = "leveret.temp-topic."
 def durable_queue_name(client_id: str, name: str) -> str:
     """The queue holding durable topic subscription ``name`` of ``client_id``."""
     return f"durable.{client_id}.{name}"
+
+
+_NEVER = 1 << 62  # a commit barrier's publish seq until its commit is on disk
+
+
+class _Pending:
+    """A RECEIPT that waits: for publish ``needed`` to be confirmed, in order with the
+    others; ``own`` when it is that SEND's receipt; ``then`` runs after it is sent (a
+    DISCONNECT's close). A commit barrier has no receipt id until its commit is done."""
+
+    __slots__ = ("needed", "own", "receipt_id", "then")
+
+    def __init__(
+        self, needed: int, receipt_id: str | None, own: bool, then: Callable[[], None] | None
+    ) -> None:
+        self.needed = needed
+        self.receipt_id = receipt_id
+        self.own = own
+        self.then = then
 
 
 class StompError(Exception):
@@ -120,10 +139,13 @@ class StompConnection:
         self._delivery_seq = 0
         #: receipts waiting for publishes to be confirmed: (publish seq, receipt-id, is
         #: that SEND's own receipt, then-callback)
-        self._receipts: deque[tuple[int, str, bool, Callable[[], None] | None]] = deque()
+        self._receipts: deque[_Pending] = deque()
         self._confirmed = 0
         self._ids: MessageIds | None = None
         self._uid = secrets.token_hex(6)  # names this connection's temporary destinations
+        # what came behind a CONNECT whose login waits out the throttle
+        self._waiting: list[Frame | None] = []
+        self._held = bytearray()
         self.writable = True
         self._transport_writable = True
         self._out: list[bytes] = []
@@ -189,19 +211,28 @@ class StompConnection:
         """Feed bytes read from the socket; frames are handled in order, and the first
         error ends the connection (ERROR frame, then close)."""
         self.last_received = self.loop.time()
-        if self.state in ("closed", "refusing"):
+        if self.state == "closed":
+            return
+        if self.state == "refusing":  # a throttled login: kept for after it
+            self._held += data
             return
         try:
             frames = self.parser.feed(data)
         except FrameError as exc:
             self._error(str(exc), None)
             return
-        for frame in frames:
+        self._run(frames)
+
+    def _run(self, frames: list[Frame | None]) -> None:
+        for i, frame in enumerate(frames):
             if frame is HEARTBEAT:
                 continue
             assert frame is not None
             self._handle(frame)
-            if self.state in ("closed", "refusing"):
+            if self.state == "closed":
+                return
+            if self.state == "refusing":  # the rest waits for the login
+                self._waiting = frames[i + 1 :]
                 return
 
     def _handle(self, frame: Frame) -> None:
@@ -249,6 +280,7 @@ class StompConnection:
         self._login(frame, heart_beat)
 
     def _delayed_login(self, frame: Frame, heart_beat: tuple[int, int]) -> None:
+        """The throttle delay has passed: log in, then handle what came meanwhile."""
         if self.state != "refusing":
             return
         self.state = "connecting"
@@ -257,6 +289,12 @@ class StompConnection:
             self._login(frame, heart_beat)
         except StompError as exc:
             self._error(exc.message, frame.headers.get("receipt"), exc.detail)
+            return
+        waiting, self._waiting = self._waiting, []
+        held, self._held = bytes(self._held), bytearray()
+        self._run(waiting)
+        if held and self.state != "closed":
+            self.data_received(held)
 
     def _login(self, frame: Frame, heart_beat: tuple[int, int]) -> None:
         """Authenticate login/passcode (no login: ``guest``, as RabbitMQ's STOMP
@@ -294,7 +332,8 @@ class StompConnection:
         self.publisher = Publisher(self.session, self)
         self.publisher.select_confirms()
         self.session_id = client_id or f"{self.peer}-{id(self):x}"
-        self._ids = MessageIds(self.session_id)
+        # the connection's own part keeps ids unique when a client-id reconnects
+        self._ids = MessageIds(f"{self.session_id}-{self._uid}")
         self.state = "connected"
         self._timer.cancel()
         client_sends, client_wants = heart_beat
@@ -397,7 +436,8 @@ class StompConnection:
 
     # -- receipts and publisher events ----------------------------------------------------
     def _receipt(self, receipt_id: str, own: bool, then: Callable[[], None] | None = None) -> None:
-        """RECEIPT once every publish so far is safe (on disk when it must be)."""
+        """RECEIPT once every publish so far is safe (on disk when it must be), and
+        every transaction committed before it too."""
         assert self.publisher is not None
         needed = self.publisher.seq
         if needed <= self._confirmed and not self._receipts:
@@ -405,7 +445,14 @@ class StompConnection:
             if then is not None:
                 then()
         else:
-            self._receipts.append((needed, receipt_id, own, then))
+            self._receipts.append(_Pending(needed, receipt_id, own, then))
+
+    def _commit_barrier(self) -> _Pending:
+        """A place in the receipts' queue for a commit on its way to disk: receipts
+        asked for after it wait for it (:meth:`_committed` lifts it)."""
+        barrier = _Pending(_NEVER, None, False, None)
+        self._receipts.append(barrier)
+        return barrier
 
     def confirms_ready(self) -> None:
         assert self.publisher is not None
@@ -416,20 +463,23 @@ class StompConnection:
     def _release_receipts(self, upto: int) -> None:
         self._confirmed = max(self._confirmed, upto)
         receipts = self._receipts
-        while receipts and receipts[0][0] <= self._confirmed and self.state == "connected":
-            _, receipt_id, _, then = receipts.popleft()
-            self.send_frame("RECEIPT", {"receipt-id": receipt_id})
-            if then is not None:
-                then()
+        while receipts and receipts[0].needed <= self._confirmed and self.state == "connected":
+            pending = receipts.popleft()
+            if pending.receipt_id is not None:
+                self.send_frame("RECEIPT", {"receipt-id": pending.receipt_id})
+            if pending.then is not None:
+                pending.then()
 
     def rejected(self, seq: int, before: tuple[int, bool] | None) -> None:
         """A publish was refused (a failed write, a full queue): a SEND that asked for
         a receipt gets ERROR instead (the client must not count on it)."""
         if before is not None:
             self._release_receipts(before[0])
-        for needed, receipt_id, own, _ in self._receipts:
-            if needed == seq and own:
-                self._error("Message not accepted", receipt_id, "the broker could not take the message")
+        for pending in self._receipts:
+            if pending.needed == seq and pending.own:
+                self._error(
+                    "Message not accepted", pending.receipt_id, "the broker could not take the message"
+                )
                 return
         self._confirmed = max(self._confirmed, seq - 1)
         self._release_receipts(seq)
@@ -462,7 +512,7 @@ class StompConnection:
                 raise StompError("Invalid selector", str(exc)) from None
         exclusive = headers.get("activemq.exclusive") == "true"
         if headers.get("browser") == "true":
-            self._browse(sub_id, targets, headers)
+            self._browse(sub_id, targets, headers, selector)
             return
         made = []
         try:
@@ -500,20 +550,21 @@ class StompConnection:
                     subscription.queue.vhost.delete_queue(subscription.queue.name)
             raise
         self.subscriptions[sub_id] = made
-        receipt = headers.get("receipt")
-        if receipt is not None:  # before the first MESSAGE (then none is sent for it)
-            headers.pop("receipt")
-            self._receipt(receipt, False)
+        receipt = headers.pop("receipt", None)
+        if receipt is not None:  # at once, before the first MESSAGE (it promises no write)
+            self.send_frame("RECEIPT", {"receipt-id": receipt})
         for subscription in made:
             subscription.queue.add_consumer(subscription)
 
-    def _browse(self, sub_id: str, targets: list[Destination], headers: dict[str, str]) -> None:
+    def _browse(
+        self, sub_id: str, targets: list[Destination], headers: dict[str, str], selector: Selector | None
+    ) -> None:
         """A queue browser (``browser:true``): the messages waiting, as MESSAGE frames,
         left in the queue (at most ActiveMQ's maxBrowsePageSize, 400), then one MESSAGE
         with ``browser:end``. Nothing stays subscribed."""
         receipt = headers.pop("receipt", None)
         if receipt is not None:
-            self._receipt(receipt, False)
+            self.send_frame("RECEIPT", {"receipt-id": receipt})
         for target in targets:
             target = self._resolve(target)
             if target.kind != "queue":
@@ -521,7 +572,7 @@ class StompConnection:
             session = self.session
             assert session is not None
             queue = session.readable_queue(target.name)
-            for entry in queue.browse(BROWSE_LIMIT):
+            for entry in queue.browse(BROWSE_LIMIT, selector):
                 self._message(sub_id, queue, entry, None)
         self.send_frame("MESSAGE", {"subscription": sub_id, "message-id": "", "browser": "end"})
 
@@ -764,15 +815,21 @@ class StompConnection:
         if publisher is None:
             raise StompError("Invalid transaction id", f"transaction '{name}' was not begun")
         receipt = frame.headers.pop("receipt", None)
-        publisher.commit(lambda ok: self._committed(ok, receipt))  # (a closed one would not call)
+        barrier = self._commit_barrier()
+        publisher.commit(lambda ok: self._committed(ok, receipt, barrier))  # (a closed one would not call)
 
-    def _committed(self, ok: bool, receipt: str | None) -> None:
+    def _committed(self, ok: bool, receipt: str | None, barrier: _Pending) -> None:
+        """The transaction is on disk (or failed): its receipt, and the receipts behind
+        it, may go."""
         if self.state != "connected":
             return
         if not ok:
             self._error("Transaction not committed", receipt, "the store could not write it")
-        elif receipt is not None:
-            self._receipt(receipt, False)
+            return
+        assert self.publisher is not None
+        barrier.needed = self.publisher.seq  # and what was published before the COMMIT
+        barrier.receipt_id = receipt
+        self._release_receipts(self._confirmed)
 
     def _abort(self, frame: Frame) -> None:
         """Drop the transaction's SENDs; its ACKs never happened (the messages stay

@@ -143,7 +143,7 @@ class FrameParser:
         self._length = None
         if length is not None:
             length = length.strip()
-            if not length.isdigit():
+            if not (length.isascii() and length.isdigit()):
                 raise FrameError(f"invalid content-length '{length[:40]}'")
             self._length = int(length)
             if self._length > self.max_body:
