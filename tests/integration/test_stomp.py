@@ -643,6 +643,7 @@ def test_frames_behind_a_throttled_connect_are_handled_after_the_login(port):
     for _ in range(FREE + 1):
         headers, _ = error_for(port, b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:wrong\n\n\x00",
                                connect=False)
+        assert headers["message"] == "Authentication failed"
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00"
                      b"SEND\ndestination:/queue/pipelined\nreceipt:s1\n\nhi\x00")
