@@ -675,3 +675,39 @@ def test_a_queue_browser_applies_its_selector(port):
         client.subscribe("/queue/browse-sel", browser="true", selector="color = 'red'")
         assert client.message().body == b"red"
         assert client.message().headers["browser"] == "end"
+
+
+def test_no_local_on_a_queue_leaves_the_message_for_other_consumers(port):
+    with Client(port) as me, Client(port) as other:
+        me.subscribe("/queue/work", **{"activemq.noLocal": "true"})
+        me.send("/queue/work", "for someone else")
+        me.no_message()
+        other.subscribe("/queue/work")
+        assert other.message().body == b"for someone else"
+
+
+def test_a_topic_subscription_keeps_only_what_its_selector_matches(broker, port):
+    with Client(port) as client:
+        client.subscribe("/topic/prices", selector="sym = 'ACME'")
+        for _ in range(50):
+            client.send("/topic/prices", "other", receipt=False, sym="OTHER")
+        client.send("/topic/prices", "acme", sym="ACME")
+        assert client.message().body == b"acme"
+        held = broker.call(lambda: sum(q.message_count for q in broker.core.vhosts["/"].queues.values()))
+        assert held == 0  # nothing piles up in the subscription's queue
+
+
+def test_exclusive_subscriptions_stand_by_and_take_over(port):
+    """ActiveMQ's exclusive consumer: the first gets everything, a second one waits
+    and takes over when the first leaves."""
+    with Client(port) as standby:
+        first = Client(port)
+        first.subscribe("/queue/exclusive", ack="client-individual", **{"activemq.exclusive": "true"})
+        standby.subscribe("/queue/exclusive", **{"activemq.exclusive": "true"})
+        first.send("/queue/exclusive", "one")
+        assert first.message().body == b"one"
+        standby.no_message()
+        first.close()
+        assert standby.message().body == b"one"  # redelivered to the one that took over
+        standby.send("/queue/exclusive", "two")
+        assert standby.message().body == b"two"

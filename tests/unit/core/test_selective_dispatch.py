@@ -163,3 +163,37 @@ def test_a_group_waits_for_its_busy_consumer_without_blocking_other_messages():
     held_queue.ack(entry)
     queue.drain()
     assert busy.bodies() == ["g2"]
+
+
+def test_a_busy_group_does_not_make_every_dispatch_rescan_the_queue():
+    """Found by review: 10,500 messages of a group whose consumer is full used to be
+    rescanned from the head at every dispatch (a core busy, other messages starved)."""
+    queue = setup()
+    owner, idle = Consumer("owner", prefetch=1), Consumer("idle")
+    queue.add_consumer(owner)
+    for i in range(SCAN_BUDGET + 500):
+        publish(queue, f"g{i}", JMSXGroupID="G")
+    queue.add_consumer(idle)  # looks at the group's messages once (two turns of the budget)
+    queue.drain()
+    publish(queue, "free")
+    assert idle.bodies() == ["free"] and owner.bodies() == ["g0"]
+    # the idle consumer's bookmark is past the group's messages: they are not looked at again
+    assert idle.examined == SCAN_BUDGET + 500
+    publish(queue, "free again")
+    assert idle.bodies() == ["free", "free again"] and idle.examined == SCAN_BUDGET + 500
+
+
+def test_after_a_group_closes_its_skipped_messages_are_looked_at_again():
+    """Found by review: a selector consumer skipped a group's message while another
+    owned the group, and never looked again after the group closed."""
+    queue = setup()
+    a, b = Consumer("a", "x = 1"), Consumer("b", "x = 2")
+    queue.add_consumer(a)
+    queue.add_consumer(b)
+    publish(queue, "g1", JMSXGroupID="G", x=1)
+    publish(queue, "g2", JMSXGroupID="G", x=2)  # the group is a's: b skips it
+    publish(queue, "n3", x=5)
+    publish(queue, "g4", JMSXGroupID="G", JMSXGroupSeq=-1, x=1)  # a takes it, the group closes
+    publish(queue, "n5", x=2)
+    assert a.bodies() == ["g1", "g4"]
+    assert b.bodies() == ["g2", "n5"]

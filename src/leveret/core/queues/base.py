@@ -129,6 +129,9 @@ class Queue:
         self.queue_id = 0
         self.unacked_count = 0  # delivered, not yet acknowledged
         self.selective = 0  # consumers with a selector
+        #: Only messages this selector matches are kept (a JMS topic subscription's own
+        #: queue with a selector or noLocal: what it would not deliver is not kept).
+        self.admit: Selector | None = None
         self.timers = Timers(vhost.clock)
         self._had_consumer = False
         self._last_used = vhost.clock.time()
@@ -223,8 +226,8 @@ class Queue:
     def add_consumer(self, consumer: Consumer) -> None:
         """Subscribe ``consumer`` (checked by :meth:`prepare_consumer` first) and deliver
         to it what it can take."""
+        consumer.examined = 0
         if consumer.selector is not None:
-            consumer.examined = 0
             self.selective += 1
         self.consumers.append(consumer)
         self._had_consumer = True

@@ -20,7 +20,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..dead_letter import dead_letter
@@ -40,6 +39,8 @@ log = logging.getLogger("leveret.queue")
 
 #: Messages a dispatch with selectors looks at in one event-loop turn, at most.
 SCAN_BUDGET = 10_000
+#: Message groups whose consumer a queue remembers (ActiveMQ's default group cache).
+GROUP_CACHE = 1024
 #: Batches of paged-out messages a queue browser reads, at most (100,000 messages).
 BROWSE_BATCHES = 100
 
@@ -83,6 +84,8 @@ class ClassicQueue(Queue):
         """Append ``message``. Returns STORED when it went to the store, durably or
         paged out (a confirm must wait for :meth:`Store.when_durable`), REJECTED when the length
         limit refused it (``x-overflow: reject-publish``), else ACCEPTED."""
+        if self.admit is not None and not self.admit.matches(message_lookup(message)):
+            return ACCEPTED  # a topic subscription that does not want it
         config = self.config
         size = len(message.body)
         if config.overflow != "drop-head" and self._full(1, size):
@@ -409,13 +412,16 @@ class ClassicQueue(Queue):
                 return
 
     def _drain_selective(self) -> None:
-        """Dispatch when consumers have selectors: each message goes to the consumer
-        served least recently of those that can take it and whose selector matches it. A consumer
-        remembers the last message its selector turned down (``examined``), so a backlog
-        it does not want is looked at once, not at every dispatch, and never hides the
-        messages behind it: unlike ActiveMQ, which looks at the first 200 paged-in
-        messages only, the scan goes on past them, reading paged-out ones back, at most
-        :data:`SCAN_BUDGET` messages per turn (then it resumes on the next turn)."""
+        """Dispatch when consumers have selectors or messages have groups: each message
+        goes to the consumer served least recently of those that can take it, whose
+        selector matches it and, for a message of a group, the group's consumer. A
+        consumer remembers the last message it turned down (``examined``), so a backlog
+        it does not want is looked at once, not at every dispatch, and does not hide
+        the messages behind it: unlike ActiveMQ, which looks at the first 200 paged-in
+        messages only, the scan goes on past them, reading paged-out ones back (up to
+        twice the queue's in-memory limits; beyond that, matching messages wait for the
+        head of the queue to move), at most :data:`SCAN_BUDGET` messages per turn (then
+        it resumes on the next turn)."""
         backlog = self.backlog
         consumers = self.consumers
         budget = SCAN_BUDGET
@@ -423,9 +429,7 @@ class ClassicQueue(Queue):
             accepting = [c for c in consumers if c.can_accept()]
             if not accepting or not self._has_ready():
                 return
-            lowest = -1 if any(c.selector is None for c in accepting) else min(c.examined for c in accepting)
-            if self.group_owners:  # messages of a busy group's owner wait where they are
-                lowest = -1
+            lowest = min(c.examined for c in accepting)
             candidates = list(
                 itertools.islice((e for e in backlog.ready if e.state == READY and e.seq > lowest), budget)
             )
@@ -457,30 +461,32 @@ class ClassicQueue(Queue):
             taker = None
             can_take = False
             group = message_group(entry.message) if owners is not None else None
-            offered: Iterable[Consumer] = consumers
-            if group is not None:
-                owner = owners.get(group[0]) if owners else None
-                if owner is not None:
-                    offered = (owner,)  # a group sticks to its consumer
-                    can_take = any(c.can_accept() for c in consumers)
-            for consumer in offered:
+            owner = owners.get(group[0]) if owners and group is not None else None
+            for consumer in consumers:
                 if not consumer.can_accept():
                     continue
                 can_take = True
-                selector = consumer.selector
-                if selector is None:
-                    taker = consumer
-                    break
                 if entry.seq <= consumer.examined:
                     continue
-                if lookup is None:
-                    lookup = message_lookup(entry.message)
-                if selector.matches(lookup):
-                    taker = consumer
-                    break
-                consumer.examined = entry.seq
+                if owner is not None and consumer is not owner:
+                    consumer.examined = entry.seq  # another consumer's group
+                    continue
+                selector = consumer.selector
+                if selector is not None:
+                    if lookup is None:
+                        lookup = message_lookup(entry.message)
+                    if not selector.matches(lookup):
+                        consumer.examined = entry.seq
+                        continue
+                taker = consumer
+                break
             if not can_take:
                 return True
+            if taker is None and self.admit is not None:
+                if not self.admit.matches(lookup or message_lookup(entry.message)):
+                    self.backlog.remove(entry)  # kept from before the subscriber came back
+                    self.ack(entry)
+                continue
             if taker is not None:
                 consumers.remove(taker)  # the least recently served go first
                 consumers.append(taker)
@@ -498,9 +504,13 @@ class ClassicQueue(Queue):
         owners = self.group_owners
         assert owners is not None
         name, sequence = group
-        if sequence == -1:
-            owners.pop(name, None)
-        else:
+        if sequence == -1 or len(owners) >= GROUP_CACHE:
+            # closed (or the oldest forgotten, as ActiveMQ's group cache does): what
+            # others skipped as that group's, they look at again
+            owners.pop(name if sequence == -1 else next(iter(owners)), None)
+            for other in self.consumers:
+                other.examined = 0
+        if sequence != -1:
             owners[name] = consumer
 
     def remove_consumer(self, consumer: Consumer) -> None:

@@ -504,12 +504,7 @@ class StompConnection:
             raise StompError(
                 "Invalid ack mode", f"ack mode '{ack_mode}' is not one of {', '.join(ACK_MODES)}"
             )
-        selector = None
-        if "selector" in headers:
-            try:  # header strings compare with numbers as numbers, as ActiveMQ's STOMP does
-                selector = compile_selector(headers["selector"], convert_strings=True)
-            except SelectorError as exc:
-                raise StompError("Invalid selector", str(exc)) from None
+        selector = self._selector(headers)
         exclusive = headers.get("activemq.exclusive") == "true"
         if headers.get("browser") == "true":
             self._browse(sub_id, targets, headers, selector)
@@ -524,8 +519,8 @@ class StompConnection:
                     "activemq.prefetchSize",
                     QUEUE_PREFETCH if target.kind == "queue" else TOPIC_PREFETCH,
                 )
-                if queue.has_exclusive_consumer or (exclusive and queue.consumers):
-                    raise StompError(
+                if any(c.exclusive and not isinstance(c, Subscription) for c in queue.consumers):
+                    raise StompError(  # an AMQP exclusive consumer holds it
                         "Exclusive consumer in use",
                         f"queue '{queue.name}' in vhost '{queue.vhost.name}' in exclusive use",
                     )
@@ -541,7 +536,9 @@ class StompConnection:
                     selector,
                 )
                 subscription.on_topic = target.kind != "queue"
-                subscription.no_local = headers.get("activemq.noLocal") == "true"
+                if subscription.temporary or target.kind != "queue":
+                    # a topic subscription's queue keeps only what it will deliver
+                    queue.admit = selector
                 queue.prepare_consumer(subscription)
                 made.append(subscription)
         except (StompError, BrokerError):
@@ -555,6 +552,24 @@ class StompConnection:
             self.send_frame("RECEIPT", {"receipt-id": receipt})
         for subscription in made:
             subscription.queue.add_consumer(subscription)
+
+    def _selector(self, headers: dict[str, str]) -> Selector | None:
+        """The subscription's filter: its ``selector`` (header strings compare with
+        numbers as numbers, as ActiveMQ's STOMP does) and, with ``activemq.noLocal``,
+        not what this connection sent (as ActiveMQ adds a NoLocalExpression), so a
+        message it does not want stays for other consumers."""
+        text = headers.get("selector")
+        if text is not None:
+            try:
+                compile_selector(text, convert_strings=True)
+            except SelectorError as exc:
+                raise StompError("Invalid selector", str(exc)) from None
+            text = f"({text})"
+        if headers.get("activemq.noLocal") == "true" and self._ids is not None:
+            prefix = "".join("!" + c if c in "!%_" else c for c in self._ids.prefix).replace("'", "''")
+            mine = f"NOT (JMSMessageID LIKE '{prefix}%' ESCAPE '!')"
+            text = mine if text is None else f"{text} AND {mine}"
+        return compile_selector(text, convert_strings=True) if text is not None else None
 
     def _browse(
         self, sub_id: str, targets: list[Destination], headers: dict[str, str], selector: Selector | None
@@ -647,8 +662,11 @@ class StompConnection:
         session.delete_queue(queue.name)
 
     def _end_subscription(self, subscription: Subscription) -> None:
-        """Stop deliveries and give back what it did not acknowledge (redelivered)."""
+        """Stop deliveries and give back what it did not acknowledge (redelivered); a
+        standby exclusive subscription takes over."""
         subscription.queue.remove_consumer(subscription)
+        if subscription.exclusive:
+            subscription.queue.drain()
         unacked = list(subscription.unacked.items())
         subscription.unacked.clear()
         for number, _ in unacked:
@@ -671,11 +689,6 @@ class StompConnection:
     def deliver(self, subscription: Subscription, entry: QueuedMessage) -> None:
         """One MESSAGE to ``subscription`` (called through its queue)."""
         queue = subscription.queue
-        message = entry.message
-        if subscription.no_local and self._sent_here(message):
-            queue.ack(entry)  # activemq.noLocal: not what this connection sent
-            queue.drain()
-            return
         if subscription.no_ack:
             queue.ack(entry)
             number = None
@@ -685,12 +698,6 @@ class StompConnection:
             subscription.unacked[number] = entry
             self.deliveries[number] = subscription
         self._message(subscription.id, queue, entry, number, subscription.on_topic)
-
-    def _sent_here(self, message: Message) -> bool:
-        """Whether this connection sent ``message`` (its id has the connection's prefix)."""
-        if self._ids is None or message.format is not STOMP:
-            return False
-        return message.encoded.startswith(b"message-id:" + escape(self._ids.prefix, "1.2").encode())
 
     def _message(
         self, sub_id: str, queue: Queue, entry: QueuedMessage, number: int | None, on_topic: bool = False

@@ -5,11 +5,13 @@ once sent; ``client`` is cumulative (ACK of one message acknowledges every earli
 message of the subscription); ``client-individual`` acknowledges just that one.
 ``activemq.prefetchSize`` bounds the unacknowledged deliveries (defaults: 1000 on a
 queue, 32767 on a topic, as ActiveMQ). A ``selector`` (JMS SQL-92, evaluated in core)
-picks the messages it gets.
+picks the messages it gets. ``activemq.exclusive`` subscriptions are ActiveMQ's
+exclusive consumers: the oldest gets everything, the others stand by.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,17 @@ QUEUE_PREFETCH = 1000
 TOPIC_PREFETCH = 32767
 
 
+_ORDER = itertools.count()
+
+
+def active_exclusive(queue: Queue) -> Subscription | None:
+    """ActiveMQ's exclusive consumer: of the exclusive subscriptions on ``queue``, the
+    oldest gets every message; the others (and the non-exclusive ones) stand by and
+    take over when it leaves."""
+    exclusive = [c for c in queue.consumers if isinstance(c, Subscription) and c.exclusive]
+    return min(exclusive, key=lambda c: c.order) if exclusive else None
+
+
 class Subscription:
     """Subscription ``id`` of ``connection`` on ``queue``."""
 
@@ -36,8 +49,8 @@ class Subscription:
         "exclusive",
         "id",
         "no_ack",
-        "no_local",
         "on_topic",
+        "order",
         "prefetch",
         "queue",
         "selector",
@@ -67,6 +80,7 @@ class Subscription:
         self.no_ack = ack_mode == "auto"
         self.prefetch = prefetch
         self.exclusive = exclusive
+        self.order = next(_ORDER)  # subscription order, for the exclusive one's standbys
         self.arguments: dict = {}
         self.selector = selector
         self.examined = 0
@@ -74,8 +88,6 @@ class Subscription:
         self.temporary = temporary
         #: subscribed to a topic (or an exchange), durably or not, rather than a queue
         self.on_topic = temporary
-        #: activemq.noLocal: not the messages this connection sent
-        self.no_local = False
         #: delivery number -> entry, in delivery order (client modes only)
         self.unacked: OrderedDict[int, QueuedMessage] = OrderedDict()
 
@@ -84,9 +96,12 @@ class Subscription:
         return 0
 
     def can_accept(self) -> bool:
-        """Room in the prefetch window (client modes) and a writable socket."""
+        """Room in the prefetch window (client modes), a writable socket, and not on
+        standby behind an exclusive subscription."""
         if not self.connection.writable:
             return False
+        if (self.no_ack or len(self.unacked) < self.prefetch) and self.queue.has_exclusive_consumer:
+            return self is active_exclusive(self.queue)
         return self.no_ack or len(self.unacked) < self.prefetch
 
     def deliver(self, queue: Queue | None, entry: QueuedMessage) -> None:
