@@ -711,3 +711,25 @@ def test_exclusive_subscriptions_stand_by_and_take_over(port):
         assert standby.message().body == b"one"  # redelivered to the one that took over
         standby.send("/queue/exclusive", "two")
         assert standby.message().body == b"two"
+
+
+def test_a_1_1_ack_names_its_subscription_when_one_message_reaches_two(port):
+    with Client(port, "1.1") as client:
+        client.subscribe("/topic/twice", id="s1", ack="client-individual")
+        client.subscribe("/topic/twice", id="s2", ack="client-individual")
+        client.send("/topic/twice", "x")
+        frames = {f.headers["subscription"]: f for f in (client.message(), client.message())}
+        assert frames["s1"].headers["message-id"] == frames["s2"].headers["message-id"]
+        client.ack(frames["s1"])
+        client.ack(frames["s2"])
+        client.send("/queue/sync", "x")  # its receipt: both ACKs were taken, no ERROR
+        assert client.events.errors.empty()
+
+
+def test_a_1_0_unsubscribe_by_destination_finds_a_subscription_with_an_id(port):
+    with Client(port, "1.0") as client:
+        client.subscribe("/queue/by-destination", id="mine")
+        client.conn.unsubscribe(destination="/queue/by-destination", headers={"receipt": "u"})
+        client.wait_receipt("u")
+        client.send("/queue/by-destination", "after")
+        client.no_message()

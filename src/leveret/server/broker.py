@@ -186,9 +186,15 @@ class Broker:
 
     def connections(self) -> list[tuple[str, AnyConnection]]:
         """Every client connection with its name, RabbitMQ's form
-        ``"peer -> listener"`` (`` (TLS)`` appended for amqps, `` (STOMP)`` for STOMP)."""
+        ``"peer -> listener"`` (`` (TLS)`` appended for amqps, `` (STOMP)`` for STOMP,
+        `` (Web STOMP)`` for STOMP over WebSocket)."""
         found = []
-        listeners = ((self.listener, ""), (self.tls_listener, " (TLS)"), (self.stomp_listener, " (STOMP)"))
+        listeners: tuple[tuple[Listener | WebStompServer | None, str], ...] = (
+            (self.listener, ""),
+            (self.tls_listener, " (TLS)"),
+            (self.stomp_listener, " (STOMP)"),
+            (self.web_stomp, " (Web STOMP)"),
+        )
         for listener, suffix in listeners:
             if listener is not None:
                 for connection in listener.connections:

@@ -135,7 +135,9 @@ class StompConnection:
         self.transactions: dict[str, Publisher] = {}
         #: delivery number -> its subscription, for every unacknowledged MESSAGE
         self.deliveries: dict[int, Subscription] = {}
-        self.message_ids: dict[str, int] = {}  # 1.0/1.1 ACK by message-id
+        #: 1.0/1.1 ACK by message-id: (subscription, message-id) -> delivery number, and back
+        self.message_ids: dict[tuple[str, str], int] = {}
+        self._id_of: dict[int, tuple[str, str]] = {}
         self._delivery_seq = 0
         #: receipts waiting for publishes to be confirmed: (publish seq, receipt-id, is
         #: that SEND's own receipt, then-callback)
@@ -612,6 +614,13 @@ class StompConnection:
             raise
         return queue, True
 
+    def _subscription_to(self, destination: str) -> str:
+        """STOMP 1.0's UNSUBSCRIBE by destination: the id of a subscription to it."""
+        for sub_id, group in self.subscriptions.items():
+            if sub_id == destination or any(sub.destination == destination for sub in group):
+                return sub_id
+        return destination
+
     def _durable_queue(self, target: Destination, name: str) -> Queue:
         """The queue of durable subscription ``name`` of this connection's client-id
         (ActiveMQ's identity): durable, bound to the topic, kept while nobody
@@ -637,7 +646,7 @@ class StompConnection:
         if sub_id is None:
             if self.version != "1.0" or "destination" not in headers:
                 raise StompError("Subscription id missing", "UNSUBSCRIBE needs an id header")
-            sub_id = headers["destination"]
+            sub_id = self._subscription_to(headers["destination"])
         subscriptions = self.subscriptions.pop(sub_id, None)
         durable = headers.get("activemq.subscriptionName")
         if subscriptions is None and durable is None:
@@ -670,7 +679,7 @@ class StompConnection:
         unacked = list(subscription.unacked.items())
         subscription.unacked.clear()
         for number, _ in unacked:
-            self.deliveries.pop(number, None)
+            self._forget(number)
         if unacked:
             subscription.queue.requeue([entry for _, entry in unacked])
 
@@ -682,7 +691,7 @@ class StompConnection:
             if not subscriptions:
                 del self.subscriptions[subscription.id]
         for number in subscription.unacked:
-            self.deliveries.pop(number, None)
+            self._forget(number)
         subscription.unacked.clear()
 
     # -- MESSAGE ------------------------------------------------------------------------
@@ -722,7 +731,9 @@ class StompConnection:
             if version == "1.2":
                 head.append(f"ack:{number}\n")
             else:
-                self.message_ids[_message_id(message, block)] = number
+                key = (sub_id, _message_id(message, block))
+                self.message_ids[key] = number
+                self._id_of[number] = key
         if entry.redelivered:
             head.append("redelivered:true\n")
         for name, value in queue.delivery_headers(entry):
@@ -773,7 +784,22 @@ class StompConnection:
                 return int(headers.get("id", ""))
             except ValueError:
                 return None
-        return self.message_ids.get(headers.get("message-id", ""))
+        message_id = headers.get("message-id", "")
+        sub_id = headers.get("subscription")
+        if sub_id is not None:  # 1.1 names the subscription
+            return self.message_ids.get((sub_id, message_id))
+        for candidate in self.subscriptions:  # 1.0 does not
+            number = self.message_ids.get((candidate, message_id))
+            if number is not None:
+                return number
+        return None
+
+    def _forget(self, number: int) -> None:
+        """Delivery ``number`` is settled or given back: no ACK may name it now."""
+        self.deliveries.pop(number, None)
+        key = self._id_of.pop(number, None)
+        if key is not None and self.message_ids.get(key) == number:
+            del self.message_ids[key]
 
     def _settle_now(self, subscription: Subscription, number: int, requeue: bool | None) -> None:
         unacked = subscription.unacked
@@ -789,10 +815,7 @@ class StompConnection:
         else:
             taken = [(number, unacked.pop(number))]
         for current, _ in taken:
-            self.deliveries.pop(current, None)
-        if self.version != "1.2":
-            for key in [k for k, v in self.message_ids.items() if v in dict(taken)]:
-                del self.message_ids[key]
+            self._forget(current)
         queue = subscription.queue
         entries = [entry for _, entry in taken]
         if requeue is None:
@@ -949,6 +972,7 @@ class StompConnection:
                 self._end_subscription(subscription)
         self.deliveries.clear()
         self.message_ids.clear()
+        self._id_of.clear()
         if self.vhost is not None:
             self.vhost.connection_closed(self)
             user = self.user.name if self.user is not None else ""

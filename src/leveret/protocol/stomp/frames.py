@@ -77,6 +77,7 @@ class FrameParser:
         self._headers: dict[str, str] | None = None
         self._length: int | None = None
         self._searched = 0  # bytes already searched for the NUL (no content-length)
+        self._head_scanned = 0  # bytes already searched for the end of the headers
 
     @property
     def buffered(self) -> int:
@@ -109,21 +110,26 @@ class FrameParser:
     def _read_head(self) -> bool:
         """Read the command and headers if they are all here; False if not yet."""
         buffer = self._buffer
-        end = buffer.find(b"\n\n")
-        end_crlf = buffer.find(b"\r\n\r\n")
-        if end_crlf != -1 and (end == -1 or end_crlf < end):
-            head_end, skip = end_crlf, 4
-        elif end != -1:
-            head_end, skip = end, 2
-        else:
-            # a mixed "\r\n\n" ending, or not here yet: also bound what we wait for
-            mixed = buffer.find(b"\r\n\n")
-            if mixed == -1:
-                mixed = buffer.find(b"\n\r\n")
-            if mixed == -1:
-                self._check_partial_head()
-                return False
-            head_end, skip = mixed, 3
+        # the head ends at the first empty line ("\n" then "\n" or "\r\n"); what was
+        # searched before is not searched again (a client may send it a byte at a time)
+        pos = buffer.find(b"\n", self._head_scanned)
+        head_end = -1
+        while pos != -1:
+            following = buffer[pos + 1 : pos + 3]
+            if following[:1] == b"\n":
+                head_end, skip = pos, 2
+                break
+            if following == b"\r\n":
+                head_end, skip = pos, 3
+                break
+            if len(following) < 2 and following in (b"", b"\r"):  # not all here yet
+                break
+            pos = buffer.find(b"\n", pos + 1)
+        if head_end == -1:
+            self._head_scanned = pos if pos != -1 else max(0, len(buffer) - 1)
+            self._check_partial_head()
+            return False
+        self._head_scanned = 0
         if buffer[:head_end].find(0) != -1:
             raise FrameError("frame headers contain a NUL byte")
         try:
