@@ -78,41 +78,49 @@ class FrameParser:
         self._length: int | None = None
         self._searched = 0  # bytes already searched for the NUL (no content-length)
         self._head_scanned = 0  # bytes already searched for the end of the headers
+        self._pos = 0  # where the next frame starts in the buffer, during feed()
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a frame."""
-        return len(self._buffer)
+        return len(self._buffer) - self._pos
 
     def feed(self, data: bytes) -> list[Frame | None]:
         """The frames (and :data:`HEARTBEAT` markers) ``data`` completes, in order.
-        Raises FrameError; the parser is then unusable."""
+        Raises FrameError; the parser is then unusable. Frames are read at a position
+        in the buffer, which drops what was read once per call (a read of many small
+        frames costs one pass, not one copy per frame)."""
         buffer = self._buffer
         buffer += data
         out: list[Frame | None] = []
-        while True:
-            if self._headers is None:
-                # end-of-lines between frames are heart-beats
-                start = 0
-                while start < len(buffer) and buffer[start] in (10, 13):
-                    if buffer[start] == 10:
-                        out.append(HEARTBEAT)
-                    start += 1
-                if start:
-                    del buffer[:start]
-                if not buffer or not self._read_head():
+        self._pos = 0
+        try:
+            while True:
+                if self._headers is None:
+                    # end-of-lines between frames are heart-beats
+                    pos, size = self._pos, len(buffer)
+                    while pos < size and buffer[pos] in (10, 13):
+                        if buffer[pos] == 10:
+                            out.append(HEARTBEAT)
+                        pos += 1
+                    self._pos = pos
+                    if pos == size or not self._read_head():
+                        return out
+                frame = self._read_body()
+                if frame is None:
                     return out
-            frame = self._read_body()
-            if frame is None:
-                return out
-            out.append(frame)
+                out.append(frame)
+        finally:
+            if self._pos:
+                del buffer[: self._pos]
+                self._pos = 0
 
     def _read_head(self) -> bool:
         """Read the command and headers if they are all here; False if not yet."""
-        buffer = self._buffer
+        buffer, start = self._buffer, self._pos
         # the head ends at the first empty line ("\n" then "\n" or "\r\n"); what was
         # searched before is not searched again (a client may send it a byte at a time)
-        pos = buffer.find(b"\n", self._head_scanned)
+        pos = buffer.find(b"\n", start + self._head_scanned)
         head_end = -1
         while pos != -1:
             following = buffer[pos + 1 : pos + 3]
@@ -124,19 +132,22 @@ class FrameParser:
                 break
             if len(following) < 2 and following in (b"", b"\r"):  # not all here yet
                 break
+            if pos - start > MAX_COMMAND_LINE + (MAX_HEADER_LINE + 1) * MAX_HEADERS:
+                raise FrameError(f"the frame has more than {MAX_HEADERS} headers")
             pos = buffer.find(b"\n", pos + 1)
         if head_end == -1:
-            self._head_scanned = pos if pos != -1 else max(0, len(buffer) - 1)
+            self._head_scanned = (pos if pos != -1 else max(start, len(buffer) - 1)) - start
             self._check_partial_head()
             return False
         self._head_scanned = 0
-        if buffer[:head_end].find(0) != -1:
+        head_bytes = buffer[start:head_end]
+        if head_bytes.find(0) != -1:
             raise FrameError("frame headers contain a NUL byte")
         try:
-            head = buffer[:head_end].decode()
+            head = head_bytes.decode()
         except UnicodeDecodeError:
             raise FrameError("frame headers are not valid UTF-8") from None
-        del buffer[: head_end + skip]
+        self._pos = head_end + skip
         lines = head.split("\n")
         command = lines[0].rstrip("\r")
         if len(lines[0]) > MAX_COMMAND_LINE:
@@ -159,16 +170,16 @@ class FrameParser:
 
     def _check_partial_head(self) -> None:
         """Headers not complete yet: refuse them already if they are past the limits."""
-        buffer = self._buffer
-        first = buffer.find(b"\n")
+        buffer, start = self._buffer, self._pos
+        first = buffer.find(b"\n", start)
         if first == -1:
-            if len(buffer) > MAX_COMMAND_LINE + 1:
+            if len(buffer) - start > MAX_COMMAND_LINE + 1:
                 raise FrameError(f"the command line is longer than {MAX_COMMAND_LINE} bytes")
             return
-        last = buffer.rfind(b"\n")
+        last = buffer.rfind(b"\n", start)
         if len(buffer) - last - 1 > MAX_HEADER_LINE:
             raise FrameError(f"a header line is longer than {MAX_HEADER_LINE} bytes")
-        if len(buffer) > MAX_COMMAND_LINE + (MAX_HEADER_LINE + 1) * MAX_HEADERS:
+        if len(buffer) - start > MAX_COMMAND_LINE + (MAX_HEADER_LINE + 1) * MAX_HEADERS:
             raise FrameError(f"the frame has more than {MAX_HEADERS} headers")
 
     def _parse_headers(self, command: str, lines: list[str]) -> dict[str, str]:
@@ -212,26 +223,26 @@ class FrameParser:
         return "".join(out)
 
     def _read_body(self) -> Frame | None:
-        buffer = self._buffer
+        buffer, start = self._buffer, self._pos
         length = self._length
         if length is not None:
-            if len(buffer) <= length:
+            if len(buffer) - start <= length:
                 return None
-            if buffer[length] != 0:
+            if buffer[start + length] != 0:
                 raise FrameError("the body is not followed by a NUL byte (content-length is wrong)")
-            body = bytes(buffer[:length])
-            del buffer[: length + 1]
+            body = bytes(buffer[start : start + length])
+            self._pos = start + length + 1
         else:
-            end = buffer.find(0, self._searched)
+            end = buffer.find(0, start + self._searched)
             if end == -1:
-                self._searched = len(buffer)
-                if len(buffer) > self.max_body:
+                self._searched = len(buffer) - start
+                if self._searched > self.max_body:
                     raise FrameError(f"the body is longer than {self.max_body} bytes")
                 return None
-            if end > self.max_body:
+            if end - start > self.max_body:
                 raise FrameError(f"the body is longer than {self.max_body} bytes")
-            body = bytes(buffer[:end])
-            del buffer[: end + 1]
+            body = bytes(buffer[start:end])
+            self._pos = end + 1
         headers, self._headers = self._headers, None
         assert headers is not None  # _read_body runs after _read_head
         return Frame(self._command, headers, body)
