@@ -20,7 +20,7 @@ import logging
 import re
 import secrets
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...core import advisory, audit
@@ -574,7 +574,7 @@ class StompConnection:
         return compile_selector(text, convert_strings=True) if text is not None else None
 
     def _browse(
-        self, sub_id: str, targets: list[Destination], headers: dict[str, str], selector: Selector | None
+        self, sub_id: str, targets: Sequence[Destination], headers: dict[str, str], selector: Selector | None
     ) -> None:
         """A queue browser (``browser:true``): the messages waiting, as MESSAGE frames,
         left in the queue (at most ActiveMQ's maxBrowsePageSize, 400), then one MESSAGE

@@ -19,6 +19,7 @@ Any other ``/prefix/`` is refused by name.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ...core.errors import BrokerError
@@ -53,12 +54,14 @@ class Destination:
         return ".".join("#" if word == ">" else word for word in self.name.split("."))
 
 
-def parse(text: str) -> list[Destination]:
-    """The destinations of a ``destination`` header (several for a composite one).
-    DestinationError for an empty name or an unknown prefix."""
+@functools.lru_cache(maxsize=1024)
+def parse(text: str) -> tuple[Destination, ...]:
+    """The destinations of a ``destination`` header (several for a composite one),
+    remembered for the next SEND to the same place. DestinationError for an empty
+    name or an unknown prefix."""
     if not text:
         raise DestinationError("the destination header is missing or empty")
-    return [_parse_one(part.strip(), text) for part in text.split(",")]
+    return tuple(_parse_one(part.strip(), text) for part in text.split(","))
 
 
 def _parse_one(part: str, whole: str) -> Destination:

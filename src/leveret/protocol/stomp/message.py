@@ -103,7 +103,7 @@ class StompFormat:
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
         """A message read back from the store: its facts from the stored headers (the
         TTL is what was left at publish; the store keeps the absolute expiry)."""
-        headers = decode_block(encoded)
+        headers = _facts(encoded)
         return Message(
             exchange,
             routing_key,
@@ -128,6 +128,21 @@ def decode_block(block: bytes) -> dict[str, str]:
             name, _, value = line.partition(":")
             headers.setdefault(_unescape(name), _unescape(value))
     return headers
+
+
+_FACTS = (b"priority", b"expires", b"persistent", b"expiration")
+
+
+def _facts(block: bytes) -> dict[str, str]:
+    """The headers a message's facts come from (priority, expiry, persistence), read
+    from the first lines of a stored block, where :func:`from_send` writes them,
+    without decoding the rest."""
+    facts: dict[str, str] = {}
+    for line in block.split(b"\n", 6)[:6]:
+        name, _, value = line.partition(b":")
+        if name in _FACTS and name.decode() not in facts:
+            facts[name.decode()] = value.decode()
+    return facts
 
 
 def _unescape(text: str) -> str:
