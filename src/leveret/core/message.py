@@ -22,6 +22,7 @@ Core builds messages of its own (dead-letter advisories, API replies) in the
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
@@ -198,8 +199,9 @@ class Message:
         """What the store must keep besides the address, the encoded form and the body:
         JSON, or None for a message in the default format without annotations (the
         common case costs nothing)."""
-        if self.format.name == DEFAULT_FORMAT and not self.deaths:
-            return None
+        if not self.deaths and self.format is not NEUTRAL:
+            # the common case: one string per format, made once
+            return None if self.format.name == DEFAULT_FORMAT else _format_meta(self.format.name)
         meta: dict[str, Any] = {"format": self.format.name}
         if self.format is NEUTRAL:
             meta["properties"] = _properties_json(self.properties)
@@ -233,6 +235,11 @@ class Message:
 
     def __repr__(self) -> str:
         return f"<Message {self.exchange!r} {self.routing_key!r} {len(self.body)} B>"
+
+
+@functools.lru_cache(maxsize=16)
+def _format_meta(name: str) -> str:
+    return json.dumps({"format": name})
 
 
 def ttl_of(expiration: str | None) -> int | None:
