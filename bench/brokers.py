@@ -122,10 +122,12 @@ def amqp_port_open(host: str, port: int) -> bool:
 
 
 def stomp_connect(host: str, port: int, login: str | None = "guest", passcode: str | None = "guest",
-                  accept_version: str = "1.2", timeout: float = 2.0) -> tuple[str, dict[str, str]] | None:
+                  accept_version: str = "1.2", timeout: float = 2.0,
+                  host_header: str = "localhost") -> tuple[str, dict[str, str]] | None:
     """One STOMP CONNECT on a fresh socket: (command, headers) of the answer
-    (``CONNECTED`` or ``ERROR``), or None if the port is closed or says nothing."""
-    lines = ["CONNECT", f"accept-version:{accept_version}", "host:localhost", "heart-beat:0,0"]
+    (``CONNECTED`` or ``ERROR``), or None if the port is closed or says nothing.
+    ``host_header``: RabbitMQ takes it as the vhost (``/``); ActiveMQ ignores it."""
+    lines = ["CONNECT", f"accept-version:{accept_version}", f"host:{host_header}", "heart-beat:0,0"]
     if login is not None:
         lines += [f"login:{login}", f"passcode:{passcode or ''}"]
     try:
@@ -167,6 +169,9 @@ class Broker:
     name: str
     host: str = "127.0.0.1"
     port: int = 0
+    #: the STOMP port (leveret: from its ready line; RabbitMQ with ``stomp=True``;
+    #: ActiveMQ: ``port``); 0 when the broker does not listen for STOMP
+    stomp_port: int = 0
     pid: int = 0
     root: subprocess.Popen | None = None
     workdir: str = ""
@@ -238,12 +243,14 @@ class Broker:
 
 
 class Leveret(Broker):
-    """``python -m leveret server --amqp-port 0 --data-dir <tmp>``.
+    """``python -m leveret server --amqp-port 0 --stomp-port 0 --web-stomp-port 0 --data-dir <tmp>``.
 
-    Ready when it prints ``leveret ready: amqp://127.0.0.1:PORT``.
+    Ready when it prints ``leveret ready: amqp://127.0.0.1:PORT stomp://127.0.0.1:PORT``
+    (``stomp_port`` is the second one).
     """
 
     READY = re.compile(r"leveret ready: amqp://([\d.]+|\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
+    READY_STOMP = re.compile(r"leveret ready: \S+ stomp://(?:[\d.]+|\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
 
     def __init__(self, python: str = sys.executable, start_timeout: float = 30.0,
                  src: str | None = None) -> None:
@@ -278,10 +285,13 @@ class Leveret(Broker):
         while time.monotonic() < deadline:
             with open(self.log_path, "rb") as f:
                 f.seek(offset)
-                m = self.READY.search(f.read().decode(errors="replace"))
+                text = f.read().decode(errors="replace")
+            m = self.READY.search(text)
             if m:
                 self.host = m.group(1).strip("[]")
                 self.port = int(m.group(2))
+                m_stomp = self.READY_STOMP.search(text)
+                self.stomp_port = int(m_stomp.group(1)) if m_stomp else 0
                 return t0
             if self.root.poll() is not None:
                 break
@@ -322,27 +332,34 @@ class RabbitMQ(Broker):
     ``schedulers``: if set, Erlang scheduler threads (``+S N:N``); default is
     one per core. ``management``: enable ``rabbitmq_management`` on a free
     loopback port (``http_port``), for the tests that compare HTTP answers.
+    ``stomp``: enable ``rabbitmq_stomp`` (through the enabled-plugins file) with one
+    listener on a free loopback port (``stomp_port``); the node is then ready once
+    that port also answers a STOMP CONNECT (guest/guest, vhost ``/``) with CONNECTED.
     """
 
     def __init__(self, start_timeout: float = 90.0, schedulers: int | None = None,
-                 management: bool = False) -> None:
+                 management: bool = False, stomp: bool = False) -> None:
         super().__init__(name="rabbitmq")
         self.start_timeout = start_timeout
         self.schedulers = schedulers
         self.management = management
+        self.stomp = stomp
         self.epmd_port = 0
         self.http_port = 0
 
     def _env(self) -> dict:
         w = self.workdir
         Path(w, "rabbitmq-env.conf").write_text("")
-        Path(w, "enabled_plugins").write_text("[rabbitmq_management].\n" if self.management else "[].\n")
+        plugins = [name for name, wanted in (("rabbitmq_management", self.management),
+                                             ("rabbitmq_stomp", self.stomp)) if wanted]
+        Path(w, "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
         Path(w, "rabbitmq.conf").write_text(
             "loopback_users.guest = true\n"
             "log.console = false\n"
             "log.file.level = warning\n"
             + (f"management.tcp.port = {self.http_port}\nmanagement.tcp.ip = 127.0.0.1\n"
                if self.management else "")
+            + (f"stomp.listeners.tcp.1 = 127.0.0.1:{self.stomp_port}\n" if self.stomp else "")
         )
         erl_args = "-kernel inet_dist_use_interface {127,0,0,1}"
         if self.schedulers:
@@ -375,6 +392,7 @@ class RabbitMQ(Broker):
         self.port = free_port()
         self.epmd_port = free_port()
         self.http_port = free_port() if self.management else 0
+        self.stomp_port = free_port() if self.stomp else 0
         self.extra = {"nodename": f"bench-{secrets.token_hex(4)}@localhost", "dist_port": free_port()}
 
     def launch(self, timeout: float = 900.0) -> float:
@@ -391,13 +409,17 @@ class RabbitMQ(Broker):
         while time.monotonic() < deadline:
             if self.root.poll() is not None:
                 break
-            if amqp_port_open(self.host, self.port):
+            if amqp_port_open(self.host, self.port) and (not self.stomp or self._stomp_ready()):
                 beam = self._find_beam()
                 if beam:
                     self.pid = beam
                     return t0
             time.sleep(0.05)
         raise BrokerError(f"RabbitMQ did not start on port {self.port}\n{self.log_tail()}")
+
+    def _stomp_ready(self) -> bool:
+        answer = stomp_connect(self.host, self.stomp_port, host_header="/")
+        return answer is not None and answer[0] == "CONNECTED"
 
     def find_pid(self) -> int:
         """The beam.smp PID of the running node (0 while it is not up yet)."""
@@ -613,7 +635,7 @@ class ActiveMQ(Broker):
         self.workdir = tempfile.mkdtemp(prefix="activemq-bench-")
         for d in (self.conf_dir(), self.data_dir(), os.path.join(self.workdir, "tmp")):
             os.makedirs(d)
-        self.port = free_port()
+        self.port = self.stomp_port = free_port()
         self.openwire_port = free_port() if self.openwire else 0
         self.extra = {"openwire_port": self.openwire_port}
         self._write_config()
