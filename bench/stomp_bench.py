@@ -364,16 +364,55 @@ class Phase:
     late: int = 0
     acked_s: float | None = None
     server: str = ""
+    profile: dict = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
         return self.messages / self.seconds if self.seconds else 0.0
 
 
-def run_phase(broker: Broker, job: Job, clients: int, profile: str | None = None) -> Phase:
+PROFILE_RATE = 200  # py-spy samples per second
+
+
+def profile_summary(path: str, window_s: float, gil: bool) -> dict:
+    """Busy share of each thread in a py-spy ``--threads --format raw`` file: samples ÷
+    (window × rate), in % of the wall time. py-spy leaves idle threads out (and with
+    ``--gil`` keeps only the thread holding the GIL), so the second before the start,
+    when the broker is idle, adds nothing. Threads are named by their outermost leveret
+    function (the event loop runs ``leveret/__main__.py``)."""
+    threads: dict[str, int] = {}
+    names: dict[str, str] = {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        thread = frames[0]
+        threads[thread] = threads.get(thread, 0) + int(count)
+        if thread not in names:
+            ours = [f for f in frames[1:] if "leveret/" in f]
+            names[thread] = ("event loop" if any("leveret/__main__.py" in f for f in ours)
+                             else ours[0].split(" (")[0] if ours else frames[-1].split(" (")[0])
+    possible = max(window_s, 1e-9) * PROFILE_RATE
+    out = {f"{names[t]} ({t.split(' ')[-1].strip('()')})": round(100 * n / possible, 1)
+           for t, n in sorted(threads.items(), key=lambda item: -item[1])}
+    summary: dict = {"threads_busy_pct" if not gil else "threads_holding_gil_pct": out}
+    if gil:
+        summary["gil_held_pct"] = round(100 * sum(threads.values()) / possible, 1)
+    return summary
+
+
+def run_phase(broker: Broker, job: Job, clients: int, profile: str | None = None,
+              profile_gil: bool = False) -> Phase:
     """Run ``job`` in ``clients`` worker processes at once and measure the broker.
 
-    Send jobs split ``job.count`` between the workers; receive jobs share one counter."""
+    Send jobs split ``job.count`` between the workers; receive jobs share one counter.
+    ``profile``: record the broker with py-spy into that file (``profile_gil``: only
+    the samples of the thread holding the GIL)."""
     ctx = mp.get_context("fork")
     ready, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
     t0_shared = ctx.Value("d", 0.0)
@@ -399,7 +438,8 @@ def run_phase(broker: Broker, job: Job, clients: int, profile: str | None = None
             server = detail
         if profile:
             spy = subprocess.Popen(["py-spy", "record", "--pid", str(broker.pid), "--format", "raw",
-                                    "--rate", "200", "-o", profile],
+                                    "--threads", "--rate", str(PROFILE_RATE), "-o", profile,
+                                    *(["--gil"] if profile_gil else [])],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # py-spy attaches
         threads0 = thread_cpu(broker)
@@ -445,6 +485,8 @@ def run_phase(broker: Broker, job: Job, clients: int, profile: str | None = None
     phase.late = sum(o.get("late", 0) for o in outs)
     if job.kind == "receive":
         phase.acked_s = max(o["t_acked"] for o in outs) - t0
+    if profile:
+        phase.profile = profile_summary(profile, phase.window_s, profile_gil)
     return phase
 
 
@@ -464,11 +506,18 @@ class Settings:
     drain_seconds: float = 60.0
     warmup: int = 50_000
     pause: float = 1.0
+    profile_gil: bool = False
 
 
-def verdict(row: dict, cores: int) -> str:
+#: Brokers whose Python code runs one thread at a time (the GIL): leveret's event loop and
+#: its store writer thread together can use one core, whatever the machine has.
+GIL_BOUND = frozenset({"leveret"})
+
+
+def verdict(row: dict, cores: int, gil_bound: bool = False) -> str:
     """Which process limited the rate: a client process or a broker thread at ≥ 85% of a
-    core (a busy event loop still waits a little for its reads), or the machine (≥ 85% of
+    core (a busy event loop still waits a little for its reads); a GIL-bound broker
+    process at ≥ 85% of one core (its threads take turns); or the machine (≥ 85% of
     every core busy: by the broker, or with a share of other processes of 25% or more);
     else neither: the rate is bound by waits (the disk, receipts, the prefetch window,
     hand-offs between the broker's threads)."""
@@ -476,6 +525,8 @@ def verdict(row: dict, cores: int) -> str:
         return "client"
     if row["busiest_thread_pct"] >= 85:
         return "broker (one thread)"
+    if gil_bound and row["broker_cpu_pct"] >= 85:
+        return "broker (one core: GIL)"
     if row["machine_cpu_pct"] >= 85 * cores:
         if row["other_cpu_pct"] >= 25:
             return f"all cores busy (other processes {row['other_cpu_pct']:.0f}%)"
@@ -487,7 +538,7 @@ def _per_msg(cpu_s: float, messages: int) -> float | None:
     return round(cpu_s / messages * 1e6, 2) if messages else None
 
 
-def row_from(case: str, phase: Phase) -> dict:
+def row_from(case: str, phase: Phase, gil_bound: bool = False) -> dict:
     window = phase.window_s or 1e-9
     client_max = max(phase.client_cpu_s, default=0.0)
     row = {
@@ -514,7 +565,7 @@ def row_from(case: str, phase: Phase) -> dict:
         row["acked_s"] = round(phase.acked_s, 4)
     if phase.late:
         row["late_deliveries"] = phase.late
-    row["saturated"] = verdict(row, os.cpu_count() or 1)
+    row["saturated"] = verdict(row, os.cpu_count() or 1, gil_bound)
     return row
 
 
@@ -540,8 +591,8 @@ def run_case(broker: Broker, case: str, s: Settings, profile_dir: str | None) ->
     if case.startswith("send-"):
         persistent = case == "send-persistent"
         phase = run_phase(broker, _job(broker, "send", destination, s.messages, s.seconds, s, persistent),
-                          s.clients, profile)
-        row = row_from(case, phase)
+                          s.clients, profile, s.profile_gil)
+        row = row_from(case, phase, broker.name in GIL_BOUND)
         time.sleep(s.pause)
         got = drain(broker, destination, phase.messages, s)
         row["drained"] = got
@@ -556,8 +607,8 @@ def run_case(broker: Broker, case: str, s: Settings, profile_dir: str | None) ->
             f"({fill.rate:,.0f} msg/s)")
         time.sleep(s.pause)
         phase = run_phase(broker, _job(broker, "receive", destination, fill.messages, s.seconds, s),
-                          s.clients, profile)
-        row = row_from(case, phase)
+                          s.clients, profile, s.profile_gil)
+        row = row_from(case, phase, broker.name in GIL_BOUND)
         row["filled"] = fill.messages
         left = fill.messages - phase.messages
         if left > 0:
@@ -566,6 +617,9 @@ def run_case(broker: Broker, case: str, s: Settings, profile_dir: str | None) ->
     row["server"] = phase.server
     if profile:
         row["profile"] = profile
+        row.update(phase.profile)
+        log(f"[{broker.name}] {case}: py-spy, % of the wall time: "
+            + ", ".join(f"{k}: {v}" for k, v in phase.profile.items()))
     return row
 
 
@@ -743,7 +797,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--leveret-src", default=None, help="run the leveret broker from another tree's src/")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="record leveret with py-spy during each timed phase into DIR/leveret-<case>.txt "
-                        "(collapsed stacks; slows the broker, so do not compare these figures)")
+                        "(collapsed stacks with thread ids; slows the broker, so do not compare "
+                        "these figures)")
+    p.add_argument("--profile-gil", action="store_true",
+                   help="with --profile: only samples that hold the GIL (py-spy --gil); the log then "
+                        "shows how much of the time the GIL was held")
     p.add_argument("--output", default=str(HERE / "results" / "stomp-latest.json"), help="JSON results path")
     return p.parse_args(argv)
 
@@ -759,7 +817,7 @@ def main(argv: list[str] | None = None) -> int:
                  receipt_every=args.receipt_every, window=args.window, batch=args.batch,
                  prefetch=args.prefetch, ack_batch=args.ack_batch,
                  fill_seconds=args.fill_seconds, drain_seconds=args.drain_seconds,
-                 warmup=args.warmup, pause=args.pause)
+                 warmup=args.warmup, pause=args.pause, profile_gil=args.profile_gil)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     for name in [*cases, *brokers]:
