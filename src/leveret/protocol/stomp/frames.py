@@ -120,8 +120,14 @@ class FrameParser:
         buffer, start = self._buffer, self._pos
         # the head ends at the first empty line ("\n" then "\n" or "\r\n"); what was
         # searched before is not searched again (a client may send it a byte at a time)
-        pos = buffer.find(b"\n", start + self._head_scanned)
-        head_end = -1
+        scanned = start + self._head_scanned
+        head_end = buffer.find(b"\n\n", max(start, scanned - 1))
+        if head_end != -1 and buffer.find(b"\r", start, head_end) == -1:
+            pos = -1  # the common case: lines end with \n alone
+            skip = 2
+        else:
+            head_end = -1
+            pos = buffer.find(b"\n", scanned)
         while pos != -1:
             following = buffer[pos + 1 : pos + 3]
             if following[:1] == b"\n":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import itertools
 import time
 from typing import Any
@@ -210,7 +211,30 @@ def from_send(
     """The message of a SEND (see the module doc). Raises PreconditionFailed for a
     ``priority`` outside 0-9 or an ``expires``/``expiration`` that is not an integer."""
     now_ms = int(time.time() * 1000)
-    ttl = _ttl_from(headers, now_ms)
+    ttl = _ttl_from(headers, now_ms) if "expires" in headers or "expiration" in headers else None
+    key = tuple(
+        (name, "" if name == "content-length" else value)
+        for name, value in headers.items()
+        if name not in _PER_FRAME
+    )
+    priority, persistent, rest = _send_form(key)
+    timestamp = headers.get("timestamp")
+    timestamp = escape(timestamp, "1.2") if timestamp else str(now_ms)
+    expires = now_ms + ttl if ttl is not None else 0
+    block = (
+        f"message-id:{escape(message_id, '1.2')}\npriority:{priority}\nexpires:{expires}\n"
+        f"timestamp:{timestamp}\n"
+    ).encode() + rest
+    return Message(exchange, routing_key, body, STOMP, block, persistent, ttl, priority)
+
+
+@functools.lru_cache(maxsize=256)
+def _send_form(items: tuple[tuple[str, str], ...]) -> tuple[int, bool, bytes]:
+    """What a SEND's headers make of a message besides its id and times: priority,
+    persistence and the rest of its header block (``persistent``, the text mark, the
+    client's headers), worked out once for a producer that sends the same headers
+    again and again."""
+    headers = dict(items)
     priority_text = headers.get("priority")
     priority = DEFAULT_PRIORITY
     if priority_text is not None:
@@ -225,27 +249,24 @@ def from_send(
     # and goes out without one; with it, a bytes message
     kind = headers.get("amq-msg-type")
     text = kind == "text" or (kind is None and "content-length" not in headers)
-    kept = [
-        (name, value)
-        for name, value in headers.items()
-        if name not in FRAME_HEADERS
-        and name not in ("priority", "expires", "persistent", "timestamp", "amq-msg-type")
-    ]
-    timestamp = headers.get("timestamp") or str(now_ms)
-    expires = str(now_ms + ttl) if ttl is not None else "0"
-    lines = [
-        f"message-id:{escape(message_id, '1.2')}",
-        f"priority:{priority}",
-        f"expires:{expires}",
-        f"timestamp:{escape(timestamp, '1.2')}",
-    ]
+    lines = []
     if persistent:
         lines.append("persistent:true")
     if text:
         lines.append(TEXT_MARK)
-    lines += [f"{escape(name, '1.2')}:{escape(value, '1.2')}" for name, value in kept]
-    block = ("\n".join(lines) + "\n").encode()
-    return Message(exchange, routing_key, body, STOMP, block, persistent, ttl, priority)
+    lines += [
+        f"{escape(name, '1.2')}:{escape(value, '1.2')}"
+        for name, value in items
+        if name not in FRAME_HEADERS and name not in _BROKER_SET
+    ]
+    return priority, persistent, "".join(line + "\n" for line in lines).encode()
+
+
+#: SEND headers that differ from frame to frame and that _send_form does not use
+#: (content-length counts by its presence only).
+_PER_FRAME = frozenset(("receipt", "transaction", "timestamp", "expires", "expiration"))
+#: SEND headers the broker writes itself in the block (from the client's values or not).
+_BROKER_SET = frozenset(("priority", "expires", "persistent", "timestamp", "amq-msg-type"))
 
 
 def queue_destination(name: str) -> str:
