@@ -215,7 +215,8 @@ class Message:
     ) -> Message:
         """A message read back from the store (see :meth:`meta`). Raises LookupError for
         a format no adapter has registered."""
-        data = json.loads(meta) if meta else {}
+        # a format's name alone (the common case) is parsed once; the rest each time
+        data = (_parsed_meta(meta) if len(meta) < 48 else json.loads(meta)) if meta else {}
         name = data.get("format", DEFAULT_FORMAT)
         if name == NEUTRAL.name:
             properties = _properties_from_json(data["properties"])
@@ -240,6 +241,12 @@ class Message:
 @functools.lru_cache(maxsize=16)
 def _format_meta(name: str) -> str:
     return json.dumps({"format": name})
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_meta(meta: str) -> dict[str, Any]:
+    """Short metadata (a format's name), parsed once. Callers must not change it."""
+    return json.loads(meta)
 
 
 def ttl_of(expiration: str | None) -> int | None:
