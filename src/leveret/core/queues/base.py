@@ -129,6 +129,7 @@ class Queue:
         self.queue_id = 0
         self.unacked_count = 0  # delivered, not yet acknowledged
         self.selective = 0  # consumers with a selector
+        self._exclusive = 0  # exclusive consumers
         #: Only messages this selector matches are kept (a JMS topic subscription's own
         #: queue with a selector or noLocal: what it would not deliver is not kept).
         self.admit: Selector | None = None
@@ -229,6 +230,8 @@ class Queue:
         consumer.examined = 0
         if consumer.selector is not None:
             self.selective += 1
+        if consumer.exclusive:
+            self._exclusive += 1
         self.consumers.append(consumer)
         self._had_consumer = True
         self.touch()
@@ -244,6 +247,8 @@ class Queue:
             return
         if consumer.selector is not None:
             self.selective -= 1
+        if consumer.exclusive:
+            self._exclusive -= 1
         self.touch()
         advisory.consumer_event(self.vhost, self.name, consumer.tag, "removed")
         if self.auto_delete and not self.consumers and self._had_consumer and not self.deleted:
@@ -252,7 +257,7 @@ class Queue:
     @property
     def has_exclusive_consumer(self) -> bool:
         """Whether a consumer holds the queue exclusively (basic.consume exclusive)."""
-        return any(c.exclusive for c in self.consumers)
+        return self._exclusive > 0
 
     def stop(self) -> None:
         """The queue is deleted or the broker stops: cancel its timers."""

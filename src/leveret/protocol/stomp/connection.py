@@ -706,10 +706,16 @@ class StompConnection:
             number = self._delivery_seq
             subscription.unacked[number] = entry
             self.deliveries[number] = subscription
-        self._message(subscription.id, queue, entry, number, subscription.on_topic)
+        self._message(subscription.id, queue, entry, number, subscription.on_topic, subscription)
 
     def _message(
-        self, sub_id: str, queue: Queue, entry: QueuedMessage, number: int | None, on_topic: bool = False
+        self,
+        sub_id: str,
+        queue: Queue,
+        entry: QueuedMessage,
+        number: int | None,
+        on_topic: bool = False,
+        subscription: Subscription | None = None,
     ) -> None:
         """Write ``entry`` as a MESSAGE of subscription ``sub_id``; ``number`` is the
         delivery's number when it waits for an ACK."""
@@ -718,15 +724,23 @@ class StompConnection:
         version = self.version
         origin = destination_of(message)
         if on_topic:
-            head = ["MESSAGE\n", f"destination:{escape(origin, version)}\n"]
+            head = [
+                f"MESSAGE\ndestination:{escape(origin, version)}\nsubscription:{escape(sub_id, version)}\n"
+            ]
         else:
             # from a queue, ActiveMQ names the queue; a message sent elsewhere (a virtual
             # topic's copy, a dead letter) also says where it was sent
             here = queue_destination(queue.name)
-            head = ["MESSAGE\n", f"destination:{escape(here, version)}\n"]
+            start = subscription.frame_start if subscription is not None else None
+            if start is None:
+                start = (
+                    f"MESSAGE\ndestination:{escape(here, version)}\nsubscription:{escape(sub_id, version)}\n"
+                )
+                if subscription is not None:
+                    subscription.frame_start = start  # the same for every MESSAGE it gets
+            head = [start]
             if here != origin and not message.deaths:  # a dead letter has its own
                 head.append(f"original-destination:{escape(origin, version)}\n")
-        head.append(f"subscription:{escape(sub_id, version)}\n")
         if number is not None:
             if version == "1.2":
                 head.append(f"ack:{number}\n")

@@ -47,6 +47,7 @@ class Subscription:
         "destination",
         "examined",
         "exclusive",
+        "frame_start",
         "id",
         "no_ack",
         "on_topic",
@@ -88,6 +89,9 @@ class Subscription:
         self.temporary = temporary
         #: subscribed to a topic (or an exchange), durably or not, rather than a queue
         self.on_topic = temporary
+        #: a queue subscription's MESSAGE frames start alike (command, destination,
+        #: subscription): made once
+        self.frame_start: str | None = None
         #: delivery number -> entry, in delivery order (client modes only)
         self.unacked: OrderedDict[int, QueuedMessage] = OrderedDict()
 
