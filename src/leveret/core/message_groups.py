@@ -10,14 +10,14 @@ from .message import NEUTRAL, Message
 
 GROUP_ID = "JMSXGroupID"
 GROUP_SEQ = "JMSXGroupSeq"
-_GROUP_ID_BYTES = GROUP_ID.encode()
+GROUP_ID_BYTES = GROUP_ID.encode()  # in an encoded form that may hold a group
 
 
 def message_group(message: Message) -> tuple[str, int | None] | None:
     """``(group id, JMSXGroupSeq or None)`` of a message in a group, else None. A
     message whose encoded form does not mention the header costs one substring search
     (the properties are decoded only for those that do)."""
-    if message.format is not NEUTRAL and _GROUP_ID_BYTES not in message.encoded:
+    if message.format is not NEUTRAL and GROUP_ID_BYTES not in message.encoded:
         return None
     headers = message.headers
     group = headers.get(GROUP_ID)

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from ..dead_letter import dead_letter
 from ..deduplication import dedup_key
 from ..lease import Lease
-from ..message import Message
-from ..message_groups import message_group
+from ..message import NEUTRAL, Message
+from ..message_groups import GROUP_ID_BYTES, message_group
 from ..selector import message_lookup
 from .backlog import PAGE_IN_BATCH, Backlog
 from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
@@ -98,7 +98,11 @@ class ClassicQueue(Queue):
                 # A duplicate: dropped, yet confirmed - once the original is on disk.
                 durable = self.store is not None and self.durable and message.persistent
                 return STORED if durable else ACCEPTED
-        if self.group_owners is None and message_group(message) is not None:
+        if (
+            self.group_owners is None
+            and (message.format is NEUTRAL or GROUP_ID_BYTES in message.encoded)
+            and message_group(message) is not None
+        ):
             self.group_owners = {}  # from now on, dispatch keeps groups together
         self._next_seq += 1
         seq = self._next_seq

@@ -195,21 +195,25 @@ def _ttl_from(headers: dict[str, str], now_ms: int) -> int | None:
 
 
 class MessageIds:
-    """ActiveMQ-style message ids for one connection: ``ID:<session>:<n>``."""
+    """ActiveMQ-style message ids for one connection: ``ID:<session>:<n>``
+    (``prefix`` is the part before the number)."""
 
     def __init__(self, session: str) -> None:
         self.prefix = f"ID:{session}:"
+        self._escaped = escape(self.prefix, "1.2")
         self._counter = itertools.count(1)
 
     def next(self) -> str:
-        return f"{self.prefix}{next(self._counter)}"
+        """The next id as a 1.2 header value (escaped, as a header block holds it)."""
+        return f"{self._escaped}{next(self._counter)}"
 
 
 def from_send(
     exchange: str, routing_key: str, headers: dict[str, str], body: bytes, message_id: str
 ) -> Message:
-    """The message of a SEND (see the module doc). Raises PreconditionFailed for a
-    ``priority`` outside 0-9 or an ``expires``/``expiration`` that is not an integer."""
+    """The message of a SEND (see the module doc); ``message_id`` is escaped already
+    (:meth:`MessageIds.next`). Raises PreconditionFailed for a ``priority`` outside
+    0-9 or an ``expires``/``expiration`` that is not an integer."""
     now_ms = int(time.time() * 1000)
     ttl = _ttl_from(headers, now_ms) if "expires" in headers or "expiration" in headers else None
     key = tuple(
@@ -222,8 +226,7 @@ def from_send(
     timestamp = escape(timestamp, "1.2") if timestamp else str(now_ms)
     expires = now_ms + ttl if ttl is not None else 0
     block = (
-        f"message-id:{escape(message_id, '1.2')}\npriority:{priority}\nexpires:{expires}\n"
-        f"timestamp:{timestamp}\n"
+        f"message-id:{message_id}\npriority:{priority}\nexpires:{expires}\ntimestamp:{timestamp}\n"
     ).encode() + rest
     return Message(exchange, routing_key, body, STOMP, block, persistent, ttl, priority)
 
