@@ -57,6 +57,7 @@ from ...core.errors import BrokerError
 from ...core.session import Session
 from ...core.vhost import VirtualHost
 from ...version import __version__
+from ..output import Output
 from .channel import Channel
 from .errors import to_amqp
 from .sasl import MECHANISMS, parse_response
@@ -72,7 +73,6 @@ _PUBLISH_IDS = (60, 40)
 HANDSHAKE_TIMEOUT = 10.0  # seconds, as RabbitMQ's handshake_timeout
 CLOSE_TIMEOUT = 3.0  # seconds to wait for connection.close-ok
 HEARTBEAT_RECHECK = 0.1  # seconds: long enough for the loop to poll its sockets once
-OUTPUT_LIMIT = 1024 * 1024  # bytes of deliveries queued in one loop turn, at most
 
 
 class Transport(Protocol):
@@ -130,7 +130,7 @@ def server_properties() -> dict:
     }
 
 
-class Connection:
+class Connection(Output):
     """State machine of one client connection.
 
     States: ``header`` → ``start`` (start sent) → ``tune`` → ``open`` (awaiting
@@ -153,7 +153,6 @@ class Connection:
         self.core = core
         self.transport = transport
         self.loop = loop
-        self._request_flush = request_flush
         self.peer = peer
         self.from_loopback = from_loopback
         # The user a verified TLS client certificate names: EXTERNAL is offered then.
@@ -171,18 +170,12 @@ class Connection:
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.confirms_pending: set[Channel] = set()
-        #: Deliveries may be queued now: the transport is below its high water mark and
-        #: this loop turn has queued less than OUTPUT_LIMIT body bytes.
-        self.writable = True
-        self._transport_writable = True  # below the transport's high water mark
-        self._out_size = 0  # body bytes of deliveries queued since the last flush
+        self._init_output(request_flush)
         self.blocked = False
         self._reader = FrameReader(limits.frame_max)
         self._header = b""
-        self._out: list[bytes] = []
-        self._flush_requested = False
         self._timer: Timer = loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
-        self.last_received = self.last_sent = loop.time()
+        self.last_received = loop.time()
         self._input_waiting = input_waiting
         # Frames read while a reply waits for the store (wait_for_store), else None.
         self._stash: list[tuple[int, int, bytes]] | None = None
@@ -201,51 +194,19 @@ class Connection:
         coalescing)."""
         return not self._flush_requested and self.state == "opened" and not self.reading_paused
 
-    # -- output ---------------------------------------------------------------------
-    def send(self, data: bytes) -> None:
-        """Queue encoded frames; the server writes them at :meth:`flush`, once per
-        event-loop turn."""
-        if not self._flush_requested:
-            self._flush_requested = True
-            self._request_flush(self)
-        self._out.append(data)
-
-    def send_parts(self, parts: list[bytes], size: int) -> None:
-        """Queue several encoded frames (a delivery: method, header, body) carrying a
-        body of ``size`` bytes."""
-        if not self._flush_requested:
-            self._flush_requested = True
-            self._request_flush(self)
-        self._out += parts
-        self._out_size += size
-        if self._out_size >= OUTPUT_LIMIT:
-            # One loop turn could otherwise queue a whole backlog for a client that
-            # never reads: consumers wait for the flush (and the transport's room).
-            self.writable = False
-
+    # -- output (see protocol/output.py) -------------------------------------------
     def confirm_later(self, channel: Channel) -> None:
         """``channel`` has publisher confirms to send: one basic.ack at the flush."""
         self.confirms_pending.add(channel)
-        if not self._flush_requested:
-            self._flush_requested = True
-            self._request_flush(self)
+        self._want_flush()
 
-    def flush(self) -> None:
-        """Write everything queued since the last flush in one transport write."""
-        self._flush_requested = False
+    def _flushing(self) -> None:
+        """The turn's publisher confirms: one basic.ack per channel."""
         if self.confirms_pending:
             for channel in self.confirms_pending:
                 if self.channels.get(channel.number) is channel and not channel.closing:
                     channel.flush_confirms()
             self.confirms_pending.clear()
-        if self._out and self.state != "closed":
-            self.transport.write(b"".join(self._out))  # may call set_writable(False)
-            self.last_sent = self.loop.time()
-        self._out.clear()
-        full, self._out_size = self._out_size >= OUTPUT_LIMIT, 0
-        if full and self._transport_writable:  # room again: consumers carry on
-            self.writable = True
-            self._resume_channels()
 
     def send_method(self, channel: int, method: Method) -> None:
         """Queue ``method`` as a method frame on ``channel``."""
@@ -673,14 +634,7 @@ class Connection:
             if self.capabilities.get("connection.blocked"):
                 self.send_method(0, C.Blocked(reason="low on resources"))
 
-    def set_writable(self, writable: bool) -> None:
-        """The transport's buffer crossed its high (False) or low (True) water mark."""
-        self._transport_writable = writable
-        self.writable = writable and self._out_size < OUTPUT_LIMIT
-        if self.writable:
-            self._resume_channels()
-
-    def _resume_channels(self) -> None:
+    def _resume(self) -> None:
         for channel in list(self.channels.values()):
             channel.resume()
 

@@ -36,8 +36,9 @@ from ...core.selector import Selector, SelectorError, compile_selector
 from ...core.session import Session
 from ...core.vhost import VirtualHost
 from ...version import __version__
+from ..output import Output
 from . import destinations
-from .destinations import Destination
+from .destinations import TEMP_QUEUE_PREFIX, TEMP_TOPIC_PREFIX, Destination
 from .frames import HEARTBEAT, Frame, FrameError, FrameParser, encode, escape
 from .message import (
     STOMP,
@@ -58,13 +59,10 @@ log = logging.getLogger("leveret.stomp")
 
 VERSIONS = ("1.0", "1.1", "1.2")
 CONNECT_TIMEOUT = 30.0  # seconds to send CONNECT (ActiveMQ's default)
-OUTPUT_LIMIT = 1024 * 1024  # bytes of MESSAGE bodies queued in one loop turn, at most
 #: ActiveMQ's virtual topics: a queue ``Consumer.<group>.VirtualTopic.<name>`` gets a copy
 #: of every message sent to the topic ``VirtualTopic.<name>`` once it exists.
 VIRTUAL_TOPIC_CONSUMER = re.compile(r"^Consumer\.[^.]+\.(VirtualTopic\..+)$")
-TEMP_QUEUE_PREFIX = "leveret.temp-queue."
 BROWSE_LIMIT = 400  # messages a queue browser sees (ActiveMQ's maxBrowsePageSize)
-TEMP_TOPIC_PREFIX = "leveret.temp-topic."
 
 
 def durable_queue_name(client_id: str, name: str) -> str:
@@ -100,7 +98,7 @@ class StompError(Exception):
         self.detail = detail
 
 
-class StompConnection:
+class StompConnection(Output):
     """State machine of one STOMP client connection: ``connecting`` until CONNECT (or
     STOMP), ``refusing`` while a throttled login waits, ``connected``, then
     ``closed``."""
@@ -119,7 +117,6 @@ class StompConnection:
         self.core = core
         self.transport = transport
         self.loop = loop
-        self._request_flush = request_flush
         self.peer = peer
         self.from_loopback = from_loopback
         self.certificate_user = certificate_user
@@ -148,18 +145,14 @@ class StompConnection:
         # what came behind a CONNECT whose login waits out the throttle
         self._waiting: list[Frame | None] = []
         self._held = bytearray()
-        self.writable = True
-        self._transport_writable = True
-        self._out: list[bytes] = []
-        self._out_size = 0
-        self._flush_requested = False
+        self._init_output(request_flush)
         self.blocked = False
         self.parser = FrameParser()
         self._timer: Timer = loop.call_later(CONNECT_TIMEOUT, self._connect_timeout)
         self._send_timer: Timer | None = None
         self._read_interval = 0.0  # seconds between client heart-beats (0: none)
         self._send_interval = 0.0
-        self.last_received = self.last_sent = loop.time()
+        self.last_received = loop.time()
         self._input_waiting = input_waiting
 
     # -- what the server asks -----------------------------------------------------------
@@ -173,35 +166,9 @@ class StompConnection:
         """Nothing queued to send, connected: reads may be coalesced."""
         return not self._flush_requested and self.state == "connected" and not self.blocked
 
-    # -- output -------------------------------------------------------------------------
-    def send(self, data: bytes) -> None:
-        """Queue bytes; the server writes them at :meth:`flush`, once per loop turn."""
-        if not self._flush_requested:
-            self._flush_requested = True
-            self._request_flush(self)
-        self._out.append(data)
-
+    # -- output (see protocol/output.py) -----------------------------------------------
     def send_frame(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
         self.send(encode(command, headers, body, self.version))
-
-    def flush(self) -> None:
-        """Write everything queued in one transport write."""
-        self._flush_requested = False
-        if self._out and self.state != "closed":
-            self.transport.write(b"".join(self._out))
-            self.last_sent = self.loop.time()
-        self._out.clear()
-        full, self._out_size = self._out_size >= OUTPUT_LIMIT, 0
-        if full and self._transport_writable:
-            self.writable = True
-            self._resume()
-
-    def set_writable(self, writable: bool) -> None:
-        """The transport crossed its high (False) or low (True) water mark."""
-        self._transport_writable = writable
-        self.writable = writable and self._out_size < OUTPUT_LIMIT
-        if self.writable:
-            self._resume()
 
     def _resume(self) -> None:
         for subscriptions in list(self.subscriptions.values()):
@@ -706,7 +673,7 @@ class StompConnection:
             number = self._delivery_seq
             subscription.unacked[number] = entry
             self.deliveries[number] = subscription
-        self._message(subscription.id, queue, entry, number, subscription.on_topic, subscription)
+        self._message(subscription.id, queue, entry, number, subscription)
 
     def _message(
         self,
@@ -714,16 +681,16 @@ class StompConnection:
         queue: Queue,
         entry: QueuedMessage,
         number: int | None,
-        on_topic: bool = False,
         subscription: Subscription | None = None,
     ) -> None:
         """Write ``entry`` as a MESSAGE of subscription ``sub_id``; ``number`` is the
-        delivery's number when it waits for an ACK."""
+        delivery's number when it waits for an ACK; ``subscription`` is None for a
+        browser's copy."""
         message = entry.message
         block = header_block(message, entry.expires_at, f"ID:{queue.name}:{entry.seq}")
         version = self.version
         origin = destination_of(message)
-        if on_topic:
+        if subscription is not None and subscription.on_topic:
             head = [
                 f"MESSAGE\ndestination:{escape(origin, version)}\nsubscription:{escape(sub_id, version)}\n"
             ]
@@ -757,12 +724,7 @@ class StompConnection:
             head.append(f"content-length:{len(body)}\n")
         if version != "1.2" and b"\\" in block:
             block = _reescape(block, version)
-        self._out_size += len(body)
-        self.send("".join(head).encode() + block + b"\n")
-        self._out.append(body)
-        self._out.append(b"\x00")
-        if self._out_size >= OUTPUT_LIMIT:
-            self.writable = False
+        self.send_parts(["".join(head).encode() + block + b"\n", body, b"\x00"], len(body))
 
     # -- ACK / NACK -----------------------------------------------------------------------
     def _ack(self, frame: Frame) -> None:

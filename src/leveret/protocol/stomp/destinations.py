@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from ...core.errors import BrokerError
 
 TOPIC_EXCHANGE = "amq.topic"
+#: The names of a connection's temporary queues and topics start with these.
+TEMP_QUEUE_PREFIX = "leveret.temp-queue."
+TEMP_TOPIC_PREFIX = "leveret.temp-topic."
 
 
 class DestinationError(BrokerError):
@@ -64,36 +67,32 @@ def parse(text: str) -> tuple[Destination, ...]:
     return tuple(_parse_one(part.strip(), text) for part in text.split(","))
 
 
+#: prefix -> (kind, exchange a SEND goes to, whether a missing queue is made)
+_PREFIXES = {
+    "/queue/": ("queue", "", True),
+    "/topic/": ("topic", TOPIC_EXCHANGE, False),
+    "/temp-queue/": ("temp-queue", "", True),
+    "/temp-topic/": ("temp-topic", "", True),
+    "/remote-temp-queue/": ("queue", "", False),
+    "/remote-temp-topic/": ("topic", TOPIC_EXCHANGE, False),
+    "/amq/queue/": ("queue", "", False),
+}
+
+
 def _parse_one(part: str, whole: str) -> Destination:
-    if part.startswith("/queue/"):
-        name = part[len("/queue/") :]
-        kind, exchange, create = "queue", "", True
-    elif part.startswith("/topic/"):
-        name = part[len("/topic/") :]
-        kind, exchange, create = "topic", TOPIC_EXCHANGE, False
-    elif part.startswith("/temp-queue/") or part.startswith("/temp-topic/"):
-        kind, _, name = part[1:].partition("/")
-        exchange, create = "", True
-    elif part.startswith("/remote-temp-queue/"):
-        name = part[len("/remote-temp-queue/") :]
-        kind, exchange, create = "queue", "", False
-    elif part.startswith("/remote-temp-topic/"):
-        name = part[len("/remote-temp-topic/") :]
-        kind, exchange, create = "topic", TOPIC_EXCHANGE, False
-    elif part.startswith("/amq/queue/"):
-        name = part[len("/amq/queue/") :]
-        kind, exchange, create = "queue", "", False
-    elif part.startswith("/exchange/"):
+    if part.startswith("/exchange/"):
         exchange, _, name = part[len("/exchange/") :].partition("/")
         if not exchange:
             raise DestinationError(f"invalid destination '{whole}': no exchange name")
-        kind, create = "exchange", False
-    elif part.startswith("/"):
-        prefix = "/" + part[1:].partition("/")[0] + "/"
-        raise DestinationError(f"unknown destination prefix '{prefix}' in '{whole}'")
-    else:  # ActiveMQ: a name without a prefix is a queue
-        name = part
-        kind, exchange, create = "queue", "", True
-    if not name and kind != "exchange":
+        return Destination("exchange", name, exchange, part, False)
+    if not part.startswith("/"):  # ActiveMQ: a name without a prefix is a queue
+        prefix, name = "/queue/", part
+    else:
+        prefix = "/amq/queue/" if part.startswith("/amq/queue/") else "/" + part[1:].partition("/")[0] + "/"
+        if prefix not in _PREFIXES:
+            raise DestinationError(f"unknown destination prefix '{prefix}' in '{whole}'")
+        name = part[len(prefix) :]
+    if not name:
         raise DestinationError(f"invalid destination '{whole}': no name")
+    kind, exchange, create = _PREFIXES[prefix]
     return Destination(kind, name, exchange, part, create)

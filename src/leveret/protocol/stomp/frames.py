@@ -202,31 +202,11 @@ class FrameParser:
             if not colon:
                 raise FrameError(f"header line without a colon: '{line[:60]}'")
             if escaped:
-                name, value = self._unescape(name), self._unescape(value)
+                name, value = unescape(name, version), unescape(value, version)
             elif trim:
                 name, value = name.strip(), value.strip()
             headers.setdefault(name, value)  # a repeated header: the first wins
         return headers
-
-    def _unescape(self, text: str) -> str:
-        if "\\" not in text:
-            return text
-        table = _UNESCAPE_12 if self.version == "1.2" else _UNESCAPE
-        out = []
-        i = 0
-        while i < len(text):
-            char = text[i]
-            if char == "\\":
-                pair = text[i : i + 2]
-                replaced = table.get(pair)
-                if replaced is None:
-                    raise FrameError(f"invalid escape sequence '{pair}' in a header")
-                out.append(replaced)
-                i += 2
-            else:
-                out.append(char)
-                i += 1
-        return "".join(out)
 
     def _read_body(self) -> Frame | None:
         buffer, start = self._buffer, self._pos
@@ -252,6 +232,29 @@ class FrameParser:
         headers, self._headers = self._headers, None
         assert headers is not None  # _read_body runs after _read_head
         return Frame(self._command, headers, body)
+
+
+def unescape(text: str, version: str) -> str:
+    """A header value as ``version`` escapes it, read back (1.1: ``\\\\``, ``\\n``,
+    ``\\c``; 1.2 also ``\\r``); FrameError for any other escape sequence."""
+    if "\\" not in text:
+        return text
+    table = _UNESCAPE_12 if version == "1.2" else _UNESCAPE
+    out = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            pair = text[i : i + 2]
+            replaced = table.get(pair)
+            if replaced is None:
+                raise FrameError(f"invalid escape sequence '{pair}' in a header")
+            out.append(replaced)
+            i += 2
+        else:
+            out.append(char)
+            i += 1
+    return "".join(out)
 
 
 def escape(value: str, version: str) -> str:

@@ -29,7 +29,8 @@ from typing import Any
 
 from ...core.errors import precondition_failed
 from ...core.message import Message, Properties, register_format
-from .frames import escape
+from .destinations import TEMP_QUEUE_PREFIX, TEMP_TOPIC_PREFIX
+from .frames import escape, unescape
 
 #: SEND headers that address the frame, not the message (never stored nor echoed).
 FRAME_HEADERS = frozenset(
@@ -127,7 +128,7 @@ def decode_block(block: bytes) -> dict[str, str]:
     for line in block.decode().split("\n"):
         if line:
             name, _, value = line.partition(":")
-            headers.setdefault(_unescape(name), _unescape(value))
+            headers.setdefault(unescape(name, "1.2"), unescape(value, "1.2"))
     return headers
 
 
@@ -144,20 +145,6 @@ def _facts(block: bytes) -> dict[str, str]:
         if name in _FACTS and name.decode() not in facts:
             facts[name.decode()] = value.decode()
     return facts
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text):
-            out.append({"n": "\n", "c": ":", "r": "\r", "\\": "\\"}.get(text[i + 1], text[i + 1]))
-            i += 2
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
 
 
 def _int(value: str | None, default: int) -> int:
@@ -275,7 +262,7 @@ _BROKER_SET = frozenset(("priority", "expires", "persistent", "timestamp", "amq-
 def queue_destination(name: str) -> str:
     """The STOMP name of queue ``name`` (another connection's temporary queue is
     ``/remote-temp-queue/``)."""
-    if name.startswith("leveret.temp-queue."):
+    if name.startswith(TEMP_QUEUE_PREFIX):
         return "/remote-temp-queue/" + name
     return "/queue/" + name
 
@@ -287,7 +274,7 @@ def destination_of(message: Message) -> str:
     if message.exchange == "":
         return queue_destination(message.routing_key)
     if message.exchange == "amq.topic":
-        if message.routing_key.startswith("leveret.temp-topic."):
+        if message.routing_key.startswith(TEMP_TOPIC_PREFIX):
             return "/remote-temp-topic/" + message.routing_key
         return "/topic/" + message.routing_key
     return f"/exchange/{message.exchange}/{message.routing_key}"
@@ -358,7 +345,9 @@ def _with_death_headers(block: bytes, message: Message) -> bytes:
     if death.original_expiration is not None:
         added["originalExpiration"] = death.original_expiration
     kept = [
-        line for line in block.decode().split("\n") if line and _unescape(line.partition(":")[0]) not in added
+        line
+        for line in block.decode().split("\n")
+        if line and unescape(line.partition(":")[0], "1.2") not in added
     ]
     lines = [f"{name}:{escape(value, '1.2')}" for name, value in added.items()] + kept
     return ("\n".join(lines) + "\n").encode()
