@@ -74,6 +74,9 @@ class Publisher:
         self._taken = 0  # confirms handed to the adapter (positive or negative)
         self._ready = 0  # confirms that may be handed out
         self._awaiting_store = 0
+        # confirms waiting for the store's current batch: seqs, negative when refused
+        self._store_group: list[int] | None = None
+        self._store_token: object = None
         self.transaction: list[tuple[Callable[..., None], tuple]] | None = None
         self.closed = False
 
@@ -142,25 +145,34 @@ class Publisher:
     # -- confirms -----------------------------------------------------------------------
     def _settle(self, seq: int, outcome: int) -> None:
         # Confirms stay in publish order: once one waits for the store, the ones after
-        # it wait their turn too.
+        # it wait their turn too. Those waiting for the same write share one callback.
         if outcome & STORED or self._awaiting_store:
             self._awaiting_store += 1
             store = self.vhost.store
             assert store is not None
-            store.when_durable(lambda ok: self._stored(seq, ok and not outcome & REJECTED))
+            token = store.batch_token()
+            group = self._store_group
+            if group is None or token is not self._store_token:
+                self._store_group = group = []
+                self._store_token = token
+                store.when_durable(lambda ok: self._stored(group, ok))
+            group.append(-seq if outcome & REJECTED else seq)
         elif outcome & REJECTED:
             self._reject(seq)
         else:
             self._confirm(seq)
 
-    def _stored(self, seq: int, ok: bool) -> None:
-        self._awaiting_store -= 1
+    def _stored(self, group: list[int], ok: bool) -> None:
+        self._awaiting_store -= len(group)
+        if self._store_group is group:
+            self._store_group = self._store_token = None
         if self.closed:
             return
-        if ok:
-            self._confirm(seq)
-        else:  # not stored, or refused by a full queue: the publisher must not count on it
-            self._reject(seq)
+        for seq in group:
+            if ok and seq > 0:
+                self._confirm(seq)
+            else:  # not stored, or refused by a full queue: the publisher must not count on it
+                self._reject(abs(seq))
 
     def _confirm(self, seq: int) -> None:
         first = self._ready == self._taken

@@ -134,6 +134,12 @@ class Store(ABC):
         """Call ``callback(True)`` on the loop once every write queued so far is on
         disk (fsynced), or ``callback(False)`` if writing them failed."""
 
+    def batch_token(self) -> object:
+        """What identifies the group of writes being gathered now: callbacks given to
+        :meth:`when_durable` while it stays the same (``is``) may share one call. The
+        default is a new token each time (never shared)."""
+        return object()
+
     @property
     @abstractmethod
     def pending(self) -> bool:

@@ -423,6 +423,9 @@ class SQLiteStore(Store):
         """The callback rides with the current batch and runs once it is committed."""
         self._changed().callbacks.append(callback)
 
+    def batch_token(self) -> object:
+        return self._batch  # replaced by a new batch when this one is handed to the writer
+
     @property
     def pending(self) -> bool:
         """Whether a batch is being written or changes wait for the next one."""

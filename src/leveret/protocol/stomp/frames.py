@@ -21,6 +21,10 @@ MAX_COMMAND_LINE = 1024  # bytes
 MAX_HEADER_LINE = 10 * 1024  # bytes
 MAX_HEADERS = 1000
 MAX_BODY = 100 * 1024 * 1024  # bytes (ActiveMQ's maxDataLength)
+#: Header blocks up to this size are remembered once read: a producer sends the same
+#: headers frame after frame, and a repeat costs a dict lookup and a copy.
+HEAD_CACHE_MAX_BYTES = 512
+HEAD_CACHE_ENTRIES = 128  # per connection; the cache starts afresh when full
 
 #: What the parser returns for each heart-beat (an end of line between frames).
 HEARTBEAT = None
@@ -69,8 +73,10 @@ class FrameParser:
     as 1.2 reads them, which CONNECT's own rules (no escaping) override."""
 
     def __init__(self, max_body: int = MAX_BODY) -> None:
-        self.version = "1.2"
+        self._version = "1.2"
         self.max_body = max_body
+        # head bytes -> (command, headers); CONNECT's escaping differs, so it is not kept
+        self._heads: dict[bytes, tuple[str, dict[str, str]]] = {}
         self._buffer = bytearray()
         # a frame whose headers are read, waiting for its body
         self._command = ""
@@ -79,6 +85,15 @@ class FrameParser:
         self._searched = 0  # bytes already searched for the NUL (no content-length)
         self._head_scanned = 0  # bytes already searched for the end of the headers
         self._pos = 0  # where the next frame starts in the buffer, during feed()
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    @version.setter
+    def version(self, version: str) -> None:
+        self._version = version
+        self._heads.clear()  # escaping and trimming depend on it
 
     @property
     def buffered(self) -> int:
@@ -146,33 +161,47 @@ class FrameParser:
             self._check_partial_head()
             return False
         self._head_scanned = 0
-        head_bytes = buffer[start:head_end]
+        self._pos = head_end + skip
+        head_bytes = bytes(buffer[start:head_end])
+        known = self._heads.get(head_bytes)
+        if known is None:
+            known = self._read_new_head(head_bytes)
+        self._command, headers, self._length = known
+        self._headers = headers.copy()  # a handler may take a header out
+        self._searched = 0
+        return True
+
+    def _read_new_head(self, head_bytes: bytes) -> tuple[str, dict[str, str], int | None]:
+        """Check and read a header block not seen lately: its command, headers and
+        content-length (None: the body ends at the first NUL), remembered."""
         if head_bytes.find(0) != -1:
             raise FrameError("frame headers contain a NUL byte")
         try:
             head = head_bytes.decode()
         except UnicodeDecodeError:
             raise FrameError("frame headers are not valid UTF-8") from None
-        self._pos = head_end + skip
         lines = head.split("\n")
         command = lines[0].rstrip("\r")
         if len(lines[0]) > MAX_COMMAND_LINE:
             raise FrameError(f"the command line is longer than {MAX_COMMAND_LINE} bytes")
         if len(lines) - 1 > MAX_HEADERS:
             raise FrameError(f"the frame has more than {MAX_HEADERS} headers")
-        self._command = command
-        self._headers = self._parse_headers(command, lines[1:])
-        length = self._headers.get("content-length")
-        self._length = None
-        if length is not None:
-            length = length.strip()
-            if not (length.isascii() and length.isdigit()):
-                raise FrameError(f"invalid content-length '{length[:40]}'")
-            self._length = int(length)
-            if self._length > self.max_body:
+        headers = self._parse_headers(command, lines[1:])
+        length_text = headers.get("content-length")
+        length = None
+        if length_text is not None:
+            length_text = length_text.strip()
+            if not (length_text.isascii() and length_text.isdigit()):
+                raise FrameError(f"invalid content-length '{length_text[:40]}'")
+            length = int(length_text)
+            if length > self.max_body:
                 raise FrameError(f"the body is longer than {self.max_body} bytes")
-        self._searched = 0
-        return True
+        known = (command, headers, length)
+        if len(head_bytes) <= HEAD_CACHE_MAX_BYTES and command not in ("CONNECT", "STOMP"):
+            if len(self._heads) >= HEAD_CACHE_ENTRIES:
+                self._heads.clear()
+            self._heads[head_bytes] = known
+        return known
 
     def _check_partial_head(self) -> None:
         """Headers not complete yet: refuse them already if they are past the limits."""
