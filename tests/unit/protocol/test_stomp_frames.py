@@ -13,7 +13,9 @@ def test_a_repeated_head_gives_a_fresh_headers_dict_each_time():
     parser = FrameParser()
     first, second = parser.feed(SEND * 2)
     assert first is not None and second is not None
-    assert first.headers == second.headers == {"destination": "/queue/q", "content-length": "2", "receipt": "r1"}
+    assert (
+        first.headers == second.headers == {"destination": "/queue/q", "content-length": "2", "receipt": "r1"}
+    )
     first.headers.pop("receipt")  # a handler takes a header out: the next frame keeps it
     (third,) = parser.feed(SEND)
     assert third is not None and third.headers["receipt"] == "r1" and third.body == b"hi"
@@ -43,7 +45,9 @@ def test_a_bad_head_is_refused_every_time_it_comes(head):
 
 def test_the_memory_of_heads_stays_bounded():
     parser = FrameParser()
-    frames = parser.feed(b"".join(b"SEND\ndestination:/queue/q%d\n\n\0" % i for i in range(3 * HEAD_CACHE_ENTRIES)))
+    frames = parser.feed(
+        b"".join(b"SEND\ndestination:/queue/q%d\n\n\0" % i for i in range(3 * HEAD_CACHE_ENTRIES))
+    )
     assert [f.headers["destination"] for f in frames if f is not None] == [
         f"/queue/q{i}" for i in range(3 * HEAD_CACHE_ENTRIES)
     ]

@@ -75,8 +75,8 @@ class FrameParser:
     def __init__(self, max_body: int = MAX_BODY) -> None:
         self._version = "1.2"
         self.max_body = max_body
-        # head bytes -> (command, headers); CONNECT's escaping differs, so it is not kept
-        self._heads: dict[bytes, tuple[str, dict[str, str]]] = {}
+        # head bytes -> (command, headers, content-length); not CONNECT's (no escaping)
+        self._heads: dict[bytes, tuple[str, dict[str, str], int | None]] = {}
         self._buffer = bytearray()
         # a frame whose headers are read, waiting for its body
         self._command = ""
