@@ -41,6 +41,7 @@ class Consumer:
         self.tag = tag
         self.exclusive = False
         self.selector = None
+        self.priority = 0
         self.held: list[tuple[Queue, QueuedMessage]] = []
         self.log: list[dict] = []
         self.cancelled = False

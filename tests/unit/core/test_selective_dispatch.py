@@ -27,8 +27,9 @@ class Counting:
 
 
 class Consumer:
-    def __init__(self, tag: str, selector: str | None = None, prefetch: int = 0) -> None:
+    def __init__(self, tag: str, selector: str | None = None, prefetch: int = 0, priority: int = 0) -> None:
         self.tag, self.prefetch, self.exclusive, self.no_ack, self.arguments = tag, prefetch, False, False, {}
+        self.priority = priority
         self.global_prefetch = 0
         self.selector = Counting(selector) if selector else None
         self.examined = 0
@@ -197,3 +198,21 @@ def test_after_a_group_closes_its_skipped_messages_are_looked_at_again():
     publish(queue, "n5", x=2)
     assert a.bodies() == ["g1", "g4"]
     assert b.bodies() == ["g2", "n5"]
+
+
+def test_a_higher_priority_gets_what_its_selector_matches_and_a_lower_one_the_rest():
+    queue = setup()
+    low = Consumer("low", "color IS NOT NULL")
+    high = Consumer("high", "color = 'red'", priority=5)
+    higher_but_full = Consumer("full", prefetch=1, priority=9)
+    for consumer in (low, high, higher_but_full):
+        queue.add_consumer(consumer)
+    assert [c.tag for c in queue.consumers] == ["full", "high", "low"]
+    for i, color in enumerate(["red", "blue", "red", "red", "green"]):
+        publish(queue, f"{color}{i}", color=color)
+    assert higher_but_full.bodies() == ["red0"]  # then its window is full
+    assert high.bodies() == ["red2", "red3"]
+    assert low.bodies() == ["blue1", "green4"]
+    queue.remove_consumer(higher_but_full)
+    queue.remove_consumer(high)
+    assert queue.prioritized == 0 and list(queue.consumers) == [low]

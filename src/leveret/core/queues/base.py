@@ -66,7 +66,9 @@ class Consumer(Protocol):
     (the subscription's, e.g. ``x-stream-offset``) let a queue type refuse a consumer
     it cannot serve (:meth:`Queue.prepare_consumer`). ``selector`` (a JMS message
     selector, :mod:`..selector`) limits the messages it gets; ``examined`` is the
-    queue's bookmark for it (the last seq its selector turned down)."""
+    queue's bookmark for it (the last seq its selector turned down). ``priority``
+    (AMQP ``x-priority``, ActiveMQ ``activemq.priority``; 0 by default): a consumer
+    gets messages only while every consumer of a higher priority is blocked."""
 
     tag: str
     exclusive: bool
@@ -75,6 +77,7 @@ class Consumer(Protocol):
     arguments: dict
     selector: Selector | None
     examined: int
+    priority: int
 
     @property
     def global_prefetch(self) -> int:
@@ -129,6 +132,9 @@ class Queue:
         self.queue_id = 0
         self.unacked_count = 0  # delivered, not yet acknowledged
         self.selective = 0  # consumers with a selector
+        #: consumers with a priority other than 0: while there are any, ``consumers``
+        #: is ordered by priority, highest first (see :meth:`served`)
+        self.prioritized = 0
         self._exclusive = 0  # exclusive consumers
         #: Only messages this selector matches are kept (a JMS topic subscription's own
         #: queue with a selector or noLocal: what it would not deliver is not kept).
@@ -232,7 +238,9 @@ class Queue:
             self.selective += 1
         if consumer.exclusive:
             self._exclusive += 1
-        self.consumers.append(consumer)
+        if consumer.priority:
+            self.prioritized += 1
+        self._place(consumer)
         self._had_consumer = True
         self.touch()
         advisory.consumer_event(self.vhost, self.name, consumer.tag, "added")
@@ -249,10 +257,32 @@ class Queue:
             self.selective -= 1
         if consumer.exclusive:
             self._exclusive -= 1
+        if consumer.priority:
+            self.prioritized -= 1
         self.touch()
         advisory.consumer_event(self.vhost, self.name, consumer.tag, "removed")
         if self.auto_delete and not self.consumers and self._had_consumer and not self.deleted:
             self.vhost.delete_queue(self.name)
+
+    def served(self, consumer: Consumer) -> None:
+        """``consumer`` was just given a message: it goes behind the others of its
+        priority (round-robin among equals; RabbitMQ's and ActiveMQ's dispatch)."""
+        consumers = self.consumers
+        if consumers[-1] is consumer:
+            return
+        consumers.remove(consumer)
+        self._place(consumer)
+
+    def _place(self, consumer: Consumer) -> None:
+        """Put ``consumer`` after every consumer of its priority or a higher one."""
+        consumers = self.consumers
+        if self.prioritized:
+            priority = consumer.priority
+            for index, other in enumerate(consumers):
+                if other.priority < priority:
+                    consumers.insert(index, consumer)
+                    return
+        consumers.append(consumer)
 
     @property
     def has_exclusive_consumer(self) -> bool:

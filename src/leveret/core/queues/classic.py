@@ -399,12 +399,21 @@ class ClassicQueue(Queue):
 
     # -- dispatch -------------------------------------------------------------------
     def drain(self) -> None:
-        """Deliver ready messages round-robin to consumers that can take them."""
+        """Deliver ready messages round-robin to consumers that can take them, the
+        highest priority first (a lower one only while the higher ones are blocked)."""
         if self.selective or self.group_owners is not None:
             self._drain_selective()
             return
         consumers = self.consumers
         backlog = self.backlog
+        if self.prioritized:
+            while consumers and (backlog.live or self._has_ready()):
+                taker = next((c for c in consumers if c.can_accept()), None)
+                if taker is None:
+                    return
+                self.served(taker)
+                taker.deliver(self, self._take())
+            return
         while consumers and (backlog.live or self._has_ready()):
             for _ in range(len(consumers)):
                 consumer = consumers[0]
@@ -492,8 +501,7 @@ class ClassicQueue(Queue):
                     self.ack(entry)
                 continue
             if taker is not None:
-                consumers.remove(taker)  # the least recently served go first
-                consumers.append(taker)
+                self.served(taker)  # the least recently served go first
                 if group is not None:
                     self._assign_group(group, taker)
                 self.backlog.remove(entry)  # a tombstone until swept

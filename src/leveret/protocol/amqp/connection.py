@@ -122,7 +122,7 @@ def server_properties() -> dict:
             "basic.nack": True,
             "consumer_cancel_notify": True,
             "connection.blocked": True,
-            "consumer_priorities": False,
+            "consumer_priorities": True,
             "authentication_failure_close": True,
             "per_consumer_qos": True,
             "direct_reply_to": True,

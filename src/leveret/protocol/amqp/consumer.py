@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from pamqp import commands
 
 from ...core.errors import precondition_failed
+from ...core.queue_config import amqp_type_name
 from ...core.queues import Queue, QueuedMessage
 from ...core.selector import Selector, SelectorError, compile_selector
 
@@ -31,12 +32,25 @@ def selector_of(arguments: dict) -> Selector | None:
         raise precondition_failed(str(exc)) from None
 
 
+def priority_of(arguments: dict, where: str) -> int:
+    """The consumer's priority from basic.consume's ``x-priority`` argument (RabbitMQ's
+    consumer priorities; any integer, 0 when absent); PreconditionFailed (406) with
+    RabbitMQ's text for another type (``where``: `` for queue 'q' in vhost '/'``)."""
+    priority = arguments.get("x-priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise precondition_failed(
+            f"invalid arg 'x-priority'{where}: \"expected integer, got {amqp_type_name(priority)}\""
+        )
+    return priority
+
+
 class ChannelConsumer:
     """One consumer on one channel.
 
     ``prefetch`` is the per-consumer prefetch count in force when it subscribed
     (basic.qos with global=false, RabbitMQ's semantics); 0 means unlimited.
-    ``selector`` comes from the ``x-selector`` argument (see :func:`selector_of`).
+    ``selector`` comes from the ``x-selector`` argument (see :func:`selector_of`),
+    ``priority`` from ``x-priority`` (see :func:`priority_of`).
     """
 
     __slots__ = (
@@ -47,6 +61,7 @@ class ChannelConsumer:
         "exclusive",
         "no_ack",
         "prefetch",
+        "priority",
         "queue",
         "selector",
         "tag",
@@ -67,6 +82,8 @@ class ChannelConsumer:
         self.unacked = 0
         self.selector = selector_of(arguments)
         self.examined = 0
+        where = f" for queue '{queue.name}' in vhost '{queue.vhost.name}'" if queue is not None else ""
+        self.priority = priority_of(arguments, where)
 
     @property
     def global_prefetch(self) -> int:

@@ -475,6 +475,7 @@ class StompConnection(Output):
             )
         selector = self._selector(headers)
         exclusive = headers.get("activemq.exclusive") == "true"
+        priority = _int_header(headers, "activemq.priority", 0)
         if headers.get("browser") == "true":
             self._browse(sub_id, targets, headers, selector)
             return
@@ -503,6 +504,7 @@ class StompConnection(Output):
                     exclusive,
                     temporary,
                     selector,
+                    priority,
                 )
                 subscription.on_topic = target.kind != "queue"
                 if subscription.temporary or target.kind != "queue":

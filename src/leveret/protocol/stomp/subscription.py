@@ -7,6 +7,8 @@ message of the subscription); ``client-individual`` acknowledges just that one.
 queue, 32767 on a topic, as ActiveMQ). A ``selector`` (JMS SQL-92, evaluated in core)
 picks the messages it gets. ``activemq.exclusive`` subscriptions are ActiveMQ's
 exclusive consumers: the oldest gets everything, the others stand by.
+``activemq.priority`` is the consumer's priority (any integer, 0 by default): messages
+go to the highest-priority subscriptions that have room, round-robin among equals.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Subscription:
         "on_topic",
         "order",
         "prefetch",
+        "priority",
         "queue",
         "selector",
         "tag",
@@ -71,6 +74,7 @@ class Subscription:
         exclusive: bool,
         temporary: bool,
         selector: Selector | None = None,
+        priority: int = 0,
     ) -> None:
         self.connection = connection
         self.id = id
@@ -85,6 +89,7 @@ class Subscription:
         self.arguments: dict = {}
         self.selector = selector
         self.examined = 0
+        self.priority = priority  # activemq.priority: the consumer's priority
         #: a topic subscription's own queue, deleted with the subscription
         self.temporary = temporary
         #: subscribed to a topic (or an exchange), durably or not, rather than a queue
