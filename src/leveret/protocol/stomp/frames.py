@@ -21,8 +21,8 @@ MAX_COMMAND_LINE = 1024  # bytes
 MAX_HEADER_LINE = 10 * 1024  # bytes
 MAX_HEADERS = 1000
 MAX_BODY = 100 * 1024 * 1024  # bytes (ActiveMQ's maxDataLength)
-#: Header blocks up to this size are remembered once read: a producer sends the same
-#: headers frame after frame, and a repeat costs a dict lookup and a copy.
+#: SEND header blocks up to this size are remembered once read: a producer sends the
+#: same headers frame after frame, and a repeat costs a dict lookup and a copy.
 HEAD_CACHE_MAX_BYTES = 512
 HEAD_CACHE_ENTRIES = 128  # per connection; the cache starts afresh when full
 
@@ -75,7 +75,7 @@ class FrameParser:
     def __init__(self, max_body: int = MAX_BODY) -> None:
         self._version = "1.2"
         self.max_body = max_body
-        # head bytes -> (command, headers, content-length); not CONNECT's (no escaping)
+        # SEND head bytes -> (command, headers, content-length)
         self._heads: dict[bytes, tuple[str, dict[str, str], int | None]] = {}
         self._buffer = bytearray()
         # a frame whose headers are read, waiting for its body
@@ -197,7 +197,7 @@ class FrameParser:
             if length > self.max_body:
                 raise FrameError(f"the body is longer than {self.max_body} bytes")
         known = (command, headers, length)
-        if len(head_bytes) <= HEAD_CACHE_MAX_BYTES and command not in ("CONNECT", "STOMP"):
+        if command == "SEND" and len(head_bytes) <= HEAD_CACHE_MAX_BYTES:  # ACKs' ids differ
             if len(self._heads) >= HEAD_CACHE_ENTRIES:
                 self._heads.clear()
             self._heads[head_bytes] = known
