@@ -63,6 +63,7 @@ class QueueConfig:
     cache_size: int = DEFAULT_CACHE_SIZE
     cache_ttl: int | None = None  # ms
     queue_type: str = "classic"
+    single_active_consumer: bool = False
     max_age: float | None = None  # seconds (streams)
     max_segment_size: int = 500_000_000  # bytes (streams)
 
@@ -154,6 +155,12 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
     queue_type = get("queue-type", str) or "classic"
     if queue_type not in ("classic", "stream"):
         raise precondition_failed(f"invalid arg 'x-queue-type': '{queue_type}'")
+    single_active = arguments.get("x-single-active-consumer", False)
+    if not isinstance(single_active, bool):  # an argument only: RabbitMQ has no such policy key
+        kind = amqp_type_name(single_active)
+        raise precondition_failed(
+            f"invalid arg 'x-single-active-consumer'{where}: {{unacceptable_type,{kind}}}"
+        )
     max_age = parse_age(get("max-age", str))
     limits = [v for v in (get("max-redeliveries", int, 0), get("delivery-limit", int, 0)) if v is not None]
     in_memory = get("max-in-memory-length", int, 0)
@@ -172,6 +179,7 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
         cache_size=_or(get("cache-size", int, 1), DEFAULT_CACHE_SIZE),
         cache_ttl=get("cache-ttl", int, 1),
         queue_type=queue_type,
+        single_active_consumer=single_active,
         max_age=max_age,
         max_segment_size=_or(get("stream-max-segment-size-bytes", int, 1), 500_000_000),
         dead_letter=DeadLetterConfig(

@@ -256,7 +256,7 @@ class ManagementAPI:
 
     def _queue_info(self, queue: Queue) -> dict:
         policy = matching(self.core.policies, queue.vhost.name, queue.name, "queues")
-        return {
+        info = {
             "name": queue.name,
             "vhost": queue.vhost.name,
             "durable": queue.durable,
@@ -269,6 +269,10 @@ class ManagementAPI:
             "messages": queue.message_count + queue.unacked_count,
             "consumers": len(queue.consumers),
         }
+        if queue.config.single_active_consumer:  # RabbitMQ shows it for such queues only
+            active = queue.single_active_consumer
+            info["single_active_consumer_tag"] = active.tag if active is not None else None
+        return info
 
     # -- handlers -------------------------------------------------------------------
     async def overview(self, request: web.Request) -> web.Response:

@@ -100,6 +100,22 @@ def test_the_scan_is_bounded_per_turn():
     assert consumer.bodies() == ["wanted"]
 
 
+def test_a_scan_that_runs_out_of_budget_goes_on_by_itself_every_time():
+    queue = setup()
+    clock = queue.vhost.clock
+    for round_ in range(3):  # the resume timer must arm again after it has fired
+        for i in range(SCAN_BUDGET + 10):
+            publish(queue, f"old{round_}-{i}", kind="old")
+        publish(queue, f"wanted{round_}", kind="new")
+        consumer = Consumer("c", "kind = 'new'")
+        queue.add_consumer(consumer)  # a new consumer looks at the whole backlog
+        assert consumer.held == []
+        for _ in range(round_ + 1):
+            clock.advance(0)
+        assert consumer.bodies() == [f"wanted{round_}"]
+        queue.remove_consumer(consumer)
+
+
 def test_a_consumer_without_selector_takes_what_selectors_leave():
     queue = setup()
     picky, anything = Consumer("p", "n > 2"), Consumer("any")

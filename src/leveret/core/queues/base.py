@@ -9,7 +9,9 @@ or :meth:`Queue.requeue` (AMQP 0-9-1 §3.1.4).
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import advisory, queue_config
@@ -261,22 +263,47 @@ class Queue:
             self.prioritized -= 1
         self.touch()
         advisory.consumer_event(self.vhost, self.name, consumer.tag, "removed")
+        if self.config.single_active_consumer and self.consumers:
+            # the next oldest takes over, once the caller is done (a closing channel
+            # removes all its consumers first)
+            self.timers.arm("handover", 0, self._hand_over)
         if self.auto_delete and not self.consumers and self._had_consumer and not self.deleted:
             self.vhost.delete_queue(self.name)
+
+    def _hand_over(self) -> None:
+        self.timers.fired("handover")
+        if not self.deleted:
+            self.drain()
+
+    @property
+    def dispatching(self) -> Iterable[Consumer]:
+        """The consumers messages may go to, in the order to try them: all of them, or
+        with ``x-single-active-consumer`` the oldest alone (the others wait, RabbitMQ's
+        single active consumer; consumer priorities do not change which, as in 3.10)."""
+        if self.config.single_active_consumer:
+            return itertools.islice(self.consumers, 1)
+        return self.consumers
+
+    @property
+    def single_active_consumer(self) -> Consumer | None:
+        """With ``x-single-active-consumer``, the consumer that gets the messages."""
+        if self.config.single_active_consumer and self.consumers:
+            return self.consumers[0]
+        return None
 
     def served(self, consumer: Consumer) -> None:
         """``consumer`` was just given a message: it goes behind the others of its
         priority (round-robin among equals; RabbitMQ's and ActiveMQ's dispatch)."""
         consumers = self.consumers
-        if consumers[-1] is consumer:
-            return
+        if consumers[-1] is consumer or self.config.single_active_consumer:
+            return  # a single active consumer keeps its place: the oldest
         consumers.remove(consumer)
         self._place(consumer)
 
     def _place(self, consumer: Consumer) -> None:
         """Put ``consumer`` after every consumer of its priority or a higher one."""
         consumers = self.consumers
-        if self.prioritized:
+        if self.prioritized and not self.config.single_active_consumer:
             priority = consumer.priority
             for index, other in enumerate(consumers):
                 if other.priority < priority:

@@ -406,9 +406,9 @@ class ClassicQueue(Queue):
             return
         consumers = self.consumers
         backlog = self.backlog
-        if self.prioritized:
+        if self.prioritized or self.config.single_active_consumer:
             while consumers and (backlog.live or self._has_ready()):
-                taker = next((c for c in consumers if c.can_accept()), None)
+                taker = next((c for c in self.dispatching if c.can_accept()), None)
                 if taker is None:
                     return
                 self.served(taker)
@@ -436,10 +436,9 @@ class ClassicQueue(Queue):
         head of the queue to move), at most :data:`SCAN_BUDGET` messages per turn (then
         it resumes on the next turn)."""
         backlog = self.backlog
-        consumers = self.consumers
         budget = SCAN_BUDGET
         while budget > 0:
-            accepting = [c for c in consumers if c.can_accept()]
+            accepting = [c for c in self.dispatching if c.can_accept()]
             if not accepting or not self._has_ready():
                 return
             lowest = min(c.examined for c in accepting)
@@ -460,12 +459,15 @@ class ClassicQueue(Queue):
                     self._die(entry, "expired")
                 elif entry.expires_at:
                     self._watch_expiry(entry)
-        self.timers.arm("selector-scan", 0, self.drain, True)  # the budget ran out: go on later
+        self.timers.arm("selector-scan", 0, self._resume_scan, True)  # the budget ran out: go on later
+
+    def _resume_scan(self) -> None:
+        self.timers.fired("selector-scan")
+        self.drain()
 
     def _offer(self, candidates: list[QueuedMessage]) -> bool:
         """Offer ``candidates`` (in seq order) to the consumers; True once none can take
         more."""
-        consumers = self.consumers
         owners = self.group_owners
         for entry in candidates:
             if entry.state != READY:
@@ -475,7 +477,7 @@ class ClassicQueue(Queue):
             can_take = False
             group = message_group(entry.message) if owners is not None else None
             owner = owners.get(group[0]) if owners and group is not None else None
-            for consumer in consumers:
+            for consumer in self.dispatching:
                 if not consumer.can_accept():
                     continue
                 can_take = True
