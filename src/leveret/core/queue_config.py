@@ -18,6 +18,9 @@ from .redelivery import RedeliveryPolicy
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 STRATEGIES = ("shared", "individual", "discard")
+#: RabbitMQ's quorum-queue dead-letter strategies (the same argument, other values):
+#: whether a dead message may be lost on the way to its dead-letter exchange's queues.
+DELIVERY_GUARANTEES = ("at-most-once", "at-least-once")
 DEFAULT_SHARED_DLQ = "leveret.DLQ"
 DEFAULT_DLQ_PREFIX = "DLQ."
 DEFAULT_IN_MEMORY = 50_000  # ready messages kept in memory before paging out
@@ -38,6 +41,10 @@ class DeadLetterConfig:
     exchange: str | None = None
     routing_key: str | None = None
     strategy: str | None = None
+    #: RabbitMQ's ``x-dead-letter-strategy`` for quorum queues; within one leveret the
+    #: dead copy is routed in the same store write that removes the original, so both
+    #: values keep it (at-least-once) and the setting is recorded only.
+    guarantee: str = "at-most-once"
     queue: str = DEFAULT_SHARED_DLQ
     prefix: str = DEFAULT_DLQ_PREFIX
     process_expired: bool = True
@@ -135,8 +142,11 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
         source = "x-overflow" if arguments.get("x-overflow") is not None else "overflow"
         raise precondition_failed(f"invalid arg '{source}'{where}: invalid_overflow")
     strategy = get("dead-letter-strategy", str)
-    if strategy is not None and strategy not in STRATEGIES:
-        raise precondition_failed(f"invalid arg 'x-dead-letter-strategy': '{strategy}'")
+    guarantee = "at-most-once"
+    if strategy in DELIVERY_GUARANTEES:  # RabbitMQ's meaning (quorum queues)
+        guarantee, strategy = strategy, None
+    elif strategy is not None and strategy not in STRATEGIES:
+        raise precondition_failed(f"invalid arg 'x-dead-letter-strategy'{where}: invalid_dlx_strategy")
     exchange = get("dead-letter-exchange", str)
     if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
         raise precondition_failed(
@@ -153,7 +163,7 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
             # the broker could not declare it when a message dies: refuse it up front
             raise precondition_failed(f"invalid arg 'x-{key}': '{name}' (reserved prefix 'amq.')")
     queue_type = get("queue-type", str) or "classic"
-    if queue_type not in ("classic", "stream"):
+    if queue_type not in ("classic", "stream", "quorum"):
         raise precondition_failed(f"invalid arg 'x-queue-type': '{queue_type}'")
     single_active = arguments.get("x-single-active-consumer", False)
     if not isinstance(single_active, bool):  # an argument only: RabbitMQ has no such policy key
@@ -186,6 +196,7 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
             exchange=exchange,
             routing_key=get("dead-letter-routing-key", str),
             strategy=strategy,
+            guarantee=guarantee,
             queue=get("dead-letter-queue", str) or DEFAULT_SHARED_DLQ,
             prefix=get("dead-letter-queue-prefix", str) or DEFAULT_DLQ_PREFIX,
             process_expired=_flag(get("dead-letter-expired", bool), True),

@@ -209,6 +209,7 @@ class VirtualHost:
         inequivalent redeclaration."""
         if passive:
             return self.get_queue(name, owner)
+        given = name if not server_named else ""
         if not name:
             name = self.new_queue_name()
         elif name.startswith("amq.") and not server_named:
@@ -216,9 +217,11 @@ class VirtualHost:
         arguments = dict(arguments or {})
         existing = self.queues.get(name)
         if existing is None:
-            queue = queue_class(arguments)(
-                self, name, durable, owner if exclusive else None, auto_delete, arguments
+            cls = queue_class(arguments)
+            cls.check_declaration(
+                given, durable, exclusive, auto_delete, arguments, f" for queue '{name}' {self._where()}"
             )
+            queue = cls(self, name, durable, owner if exclusive else None, auto_delete, arguments)
             self.queues[name] = queue
             queue.store = self.store
             # Exclusive queues end with their connection, so never outlive a restart.

@@ -262,6 +262,7 @@ class ManagementAPI:
             "durable": queue.durable,
             "auto_delete": queue.auto_delete,
             "exclusive": queue.exclusive_owner is not None,
+            "type": queue.type_name,
             "arguments": jsonable(queue.arguments),
             "policy": policy.name if policy else None,
             "messages_ready": queue.message_count,

@@ -271,7 +271,8 @@ def test_type_errors_name_rabbitmqs_field_type(arguments, text):
     ({"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "shared"},
      "x-dead-letter-exchange and x-dead-letter-strategy cannot both be set: choose RabbitMQ's "
      "dead-letter exchange or an ActiveMQ dead-letter strategy"),
-    ({"x-dead-letter-strategy": "everything"}, "invalid arg 'x-dead-letter-strategy': 'everything'"),
+    ({"x-dead-letter-strategy": "everything"},
+     "invalid arg 'x-dead-letter-strategy' for queue 'q' in vhost '/': invalid_dlx_strategy"),
     ({"x-dead-letter-strategy": 1},
      "invalid type 'signedint' for arg 'x-dead-letter-strategy' in queue 'q' in vhost '/'"),
     ({"x-dead-letter-strategy": "shared", "x-dead-letter-queue": "amq.dlq"},
@@ -310,7 +311,7 @@ def test_type_errors_name_rabbitmqs_field_type(arguments, text):
                                     "queue 'q' in vhost '/'"),
     ({"x-cache-size": 0}, "invalid arg 'x-cache-size'" + WHERE + ": {value_zero,0}"),
     ({"x-cache-ttl": -3}, "invalid arg 'x-cache-ttl'" + WHERE + ": {value_negative,-3}"),
-    ({"x-queue-type": "quorum"}, "invalid arg 'x-queue-type': 'quorum'"),
+    ({"x-queue-type": "raft"}, "invalid arg 'x-queue-type': 'raft'"),
     ({"x-queue-mode": 1}, "invalid type 'signedint' for arg 'x-queue-mode' in queue 'q' in vhost '/'"),
     ({"x-max-age": "7d"}, "invalid arg 'x-max-age': '7d'"),
     ({"x-max-age": "h"}, "invalid arg 'x-max-age': 'h'"),

@@ -5,10 +5,12 @@
   :class:`Consumer` protocol adapters implement, :class:`QueuedMessage`;
 - :mod:`.classic`: the classic queue (FIFO, round-robin dispatch, TTL, length limits,
   redelivery delays, leases), its ordered storage with paging in :mod:`.backlog`;
+- :mod:`.quorum`: the quorum queue (a classic queue under RabbitMQ's quorum rules,
+  every message stored);
 - :mod:`.stream`: the stream queue (an append-only log read by offset);
 - :mod:`.timers`: named timers on core's clock.
 
-A new type (priority, delayed, quorum) is a new module registered in :data:`QUEUE_TYPES`.
+A new type is a new module registered in :data:`QUEUE_TYPES`.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from .base import (
     QueuedMessage,
 )
 from .classic import ClassicQueue
+from .quorum import QuorumQueue
 from .stream import Stream
 
 #: x-queue-type -> the type's class.
-QUEUE_TYPES: dict[str, type[Queue]] = {cls.type_name: cls for cls in (ClassicQueue, Stream)}
+QUEUE_TYPES: dict[str, type[Queue]] = {cls.type_name: cls for cls in (ClassicQueue, QuorumQueue, Stream)}
 
 
 def queue_class(arguments: dict) -> type[Queue]:
@@ -55,6 +58,7 @@ __all__ = [
     "Consumer",
     "Queue",
     "QueuedMessage",
+    "QuorumQueue",
     "Stream",
     "queue_class",
 ]

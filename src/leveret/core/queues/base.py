@@ -108,6 +108,22 @@ class Queue:
 
     #: x-queue-type of this type.
     type_name = ""
+    #: RabbitMQ's module name for the type, in its error texts.
+    rabbitmq_type = ""
+    #: Arguments of other queue types this one refuses (RabbitMQ: "invalid arg ... of
+    #: queue type ..."); arguments no type knows are accepted and ignored.
+    refused_arguments: frozenset[str] = frozenset()
+
+    @classmethod
+    def check_declaration(
+        cls, name: str, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict, where: str
+    ) -> None:
+        """Refuse, before anything is made, a declaration this type cannot take (406
+        PreconditionFailed with RabbitMQ's text; ``name`` empty: a server-named queue;
+        ``where``: `` for queue 'q' in vhost '/'``)."""
+        for key in arguments:
+            if key in cls.refused_arguments:
+                raise precondition_failed(f"invalid arg '{key}'{where} of queue type {cls.rabbitmq_type}")
 
     def __init__(
         self,

@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..dead_letter import dead_letter
 from ..deduplication import dedup_key
+from ..errors import precondition_failed
 from ..lease import Lease
 from ..message import NEUTRAL, Message
 from ..message_groups import GROUP_ID_BYTES, message_group
+from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
 from .backlog import PAGE_IN_BATCH, Backlog
 from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
@@ -51,6 +53,25 @@ class ClassicQueue(Queue):
     acknowledged or die, and a backlog beyond ``config.max_in_memory`` is paged out."""
 
     type_name = "classic"
+    rabbitmq_type = "rabbit_classic_queue"
+    #: Whether every message goes to the store, persistent or not (quorum queues).
+    persists_every_message = False
+    #: Whether RabbitMQ's quorum-queue dead-letter strategies are accepted.
+    takes_delivery_guarantees = False
+
+    @classmethod
+    def check_declaration(
+        cls, name: str, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict, where: str
+    ) -> None:
+        """As :meth:`Queue.check_declaration`; ``x-dead-letter-strategy`` with RabbitMQ's
+        quorum-queue values (``at-most-once``, ``at-least-once``) is refused, as
+        RabbitMQ refuses it on a classic queue (ActiveMQ's values are leveret's)."""
+        super().check_declaration(name, durable, exclusive, auto_delete, arguments, where)
+        strategy = arguments.get("x-dead-letter-strategy")
+        if not cls.takes_delivery_guarantees and strategy in DELIVERY_GUARANTEES:
+            raise precondition_failed(
+                f"invalid arg 'x-dead-letter-strategy'{where} of queue type {cls.rabbitmq_type}"
+            )
 
     def __init__(
         self,
@@ -96,7 +117,7 @@ class ClassicQueue(Queue):
             key = dedup_key(message, config.dedup_header)
             if key is not None and not self.dedup.check_and_add(key):
                 # A duplicate: dropped, yet confirmed - once the original is on disk.
-                durable = self.store is not None and self.durable and message.persistent
+                durable = self.store is not None and self.durable and self._persists(message)
                 return STORED if durable else ACCEPTED
         if (
             self.group_owners is None
@@ -108,7 +129,9 @@ class ClassicQueue(Queue):
         seq = self._next_seq
         expires_at = self._expiry(message)
         store = self.store
-        durable = store is not None and self.durable and self.exclusive_owner is None and message.persistent
+        durable = (
+            store is not None and self.durable and self.exclusive_owner is None and self._persists(message)
+        )
         backlog = self.backlog
         stored = durable  # whether a confirm must wait for the store
         if store is not None and (backlog.must_page() or self.vhost.memory_pressure):
@@ -132,6 +155,9 @@ class ClassicQueue(Queue):
         if expires_at and config.message_ttl == 0:
             self._expire_due()  # TTL 0: delivered at once or dead, as RabbitMQ
         return STORED if stored else ACCEPTED
+
+    def _persists(self, message: Message) -> bool:
+        return message.persistent or self.persists_every_message
 
     def _full(self, adding: int = 0, size: int = 0) -> bool:
         """Whether ``adding`` more messages of ``size`` bytes in all would put the queue
