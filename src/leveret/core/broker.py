@@ -13,6 +13,7 @@ from .auth import Grants, Permission, TopicPermission, User, UserDatabase
 from .clock import Clock
 from .login_throttle import LoginThrottle
 from .policy import Policy
+from .scheduler import Scheduler
 from .vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ class BrokerCore:
     def __post_init__(self) -> None:
         #: Failed logins per source address, for every protocol and the HTTP API.
         self.login_throttle = LoginThrottle(self.clock)
+        #: Delayed and scheduled messages of every vhost (held until due).
+        self.scheduler = Scheduler(self.clock, self.vhosts)
         if not self.vhosts:
             self.add_vhost("/")
 
@@ -85,6 +88,7 @@ class BrokerCore:
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(name, self.clock, self.store, self.policies)
             vhost.memory_pressure = self.memory_pressure
+            vhost.scheduler = self.scheduler
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost
@@ -205,7 +209,9 @@ class BrokerCore:
                 self._save("topic_permission", vhost, _topic_key(name, exchange), asdict(topic))
             store.save_definition("meta", "", "users_seeded", {})
         self.users.changed()
-        return recover(self, snapshot, store)
+        recovered = recover(self, snapshot, store)
+        self.scheduler.attach(store, snapshot.scheduled)
+        return recovered
 
     def _recover_users(self, definitions: dict) -> None:
         users = self.users

@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Protocol
 
 
@@ -66,6 +66,10 @@ class MessageFormat(Protocol):
 
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
         """A message of this format read back from the store."""
+
+    def with_headers(self, message: Message, changes: dict[str, Any]) -> Message:
+        """A copy of ``message`` in this format with application headers set (a str or
+        an int value) or removed (None); everything else as it is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +187,12 @@ class Message:
             copy._properties = self._properties
         return copy
 
+    def with_headers(self, changes: dict[str, Any]) -> Message:
+        """A copy with application headers set (str or int) or removed (None), in the
+        message's own format (the scheduler's ``scheduledJobId``, the delayed-message
+        exchange's negated ``x-delay``)."""
+        return self.format.with_headers(self, changes)
+
     def death_history(self) -> list[tuple[str, str]]:
         """``(queue, reason)`` of every death, most recent first, one entry per queue and
         reason (as ``x-death`` lists them)."""
@@ -285,6 +295,13 @@ class _NeutralFormat:
 
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
         raise LookupError("neutral messages are restored with their properties")
+
+    def with_headers(self, message: Message, changes: dict[str, Any]) -> Message:
+        headers = {**(message.properties.headers or {}), **changes}
+        properties = replace(message.properties, headers={k: v for k, v in headers.items() if v is not None})
+        copy = Message.build(message.exchange, message.routing_key, message.body, properties)
+        copy.deaths, copy.ttl = message.deaths, message.ttl
+        return copy
 
 
 NEUTRAL: MessageFormat = _NeutralFormat()

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import api
 from .errors import access_refused, precondition_failed
-from .exchange import DEFAULT_EXCHANGE, Exchange
+from .exchange import DEFAULT_EXCHANGE, DelayedMessageExchange, Exchange
 from .message import Message
 from .queues import ACCEPTED, REJECTED, STORED, QueuedMessage
+from .scheduler import SCHEDULE_MARK, Schedule, schedule_from_headers
 
 if TYPE_CHECKING:
     from .session import Session
@@ -132,6 +133,9 @@ class Publisher:
             routed = consumer is not None
             if consumer is not None:
                 consumer.deliver(None, QueuedMessage(message, 0))
+        elif exchange.holds_messages or SCHEDULE_MARK in message.encoded:
+            routed = True  # held: routed when due (neither the plugin nor ActiveMQ return it)
+            outcome = self._hold(exchange, message)
         else:
             queues = vhost.route(exchange, message)
             routed = bool(queues)
@@ -141,6 +145,34 @@ class Publisher:
             self.events.returned(exchange.name, message)
         if seq:
             self._settle(seq, outcome)
+
+    def _hold(self, exchange: Exchange, message: Message) -> int:
+        """A message for later: a delayed-message exchange's with an ``x-delay``, or one
+        with ActiveMQ's ``AMQ_SCHEDULED_*`` headers, goes to the scheduler (STORED
+        when it went to the store durably; its job id is its message id, when it has
+        one, as ActiveMQ's); without a schedule it is routed now. PreconditionFailed
+        for schedule headers that do not parse."""
+        vhost = self.vhost
+        scheduler = vhost.scheduler
+        schedule = None
+        activemq = False
+        if isinstance(exchange, DelayedMessageExchange):
+            delay = exchange.delay_of(message)
+            if delay > 0:
+                schedule = Schedule(delay=delay, headers={"x-delay": -delay})
+        if schedule is None and SCHEDULE_MARK in message.encoded:
+            schedule = schedule_from_headers(message.headers)
+            activemq = True
+        if schedule is None or scheduler is None:
+            outcome = ACCEPTED
+            for queue in vhost.route(exchange, message):
+                outcome |= queue.enqueue(message)
+            return outcome
+        job_id = message.properties.message_id if activemq else None
+        kept = scheduler.schedule(
+            vhost.name, exchange.name, message, schedule, job_id, tag_deliveries=activemq
+        )
+        return STORED if kept else ACCEPTED
 
     # -- confirms -----------------------------------------------------------------------
     def _settle(self, seq: int, outcome: int) -> None:

@@ -27,6 +27,7 @@ from .queues import Consumer, Queue, queue_class
 
 if TYPE_CHECKING:
     from ..store import Store
+    from .scheduler import Scheduler
 
 #: Exchanges every virtual host has, as in RabbitMQ.
 PREDECLARED = {
@@ -79,6 +80,8 @@ class VirtualHost:
         #: Memory is short (see BrokerCore.set_memory_pressure): queues with a store page
         #: every new message out instead of keeping it in memory.
         self.memory_pressure = False
+        #: The broker's scheduler (delayed and scheduled messages); None: none.
+        self.scheduler: Scheduler | None = None
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)

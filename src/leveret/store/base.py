@@ -27,6 +27,30 @@ class StoredMessage:
     meta: str | None = None  # see leveret.core.message.Message.meta
 
 
+@dataclass(slots=True)
+class ScheduledRow:
+    """A message the broker holds until it is due (a delayed or scheduled message):
+    ``store_id`` (the store's), ``job_id`` (the user's handle), ``due_at`` (epoch
+    seconds), the address and message to publish then, ``schedule`` (JSON: what
+    happens after, see leveret.core.scheduler), ``transient`` (forgotten at restart)."""
+
+    store_id: int
+    vhost: str
+    job_id: str
+    due_at: float
+    exchange: str
+    routing_key: str
+    header: bytes
+    body: bytes
+    meta: str | None
+    schedule: str
+    transient: bool = False
+
+    def key(self) -> tuple[float, int]:
+        """The order in which rows fall due: ``(due_at, store_id)``."""
+        return (self.due_at, self.store_id)
+
+
 @dataclass
 class Snapshot:
     """What a store holds, as read at start-up.
@@ -38,6 +62,8 @@ class Snapshot:
     """
 
     definitions: dict[str, list[tuple[str, str, dict]]] = field(default_factory=dict)
+    #: Scheduled (delayed) messages kept, read with :meth:`Store.read_scheduled`.
+    scheduled: int = 0
     queues: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     #: Deduplication caches: queue id -> [(key, expires_at)], oldest first.
     dedup: dict[int, list[tuple[str, float]]] = field(default_factory=dict)
@@ -133,6 +159,28 @@ class Store(ABC):
     def when_durable(self, callback: Callback) -> None:
         """Call ``callback(True)`` on the loop once every write queued so far is on
         disk (fsynced), or ``callback(False)`` if writing them failed."""
+
+    # -- scheduled messages (leveret.core.scheduler) --------------------------------------
+    def new_scheduled_id(self) -> int:
+        """A store id for a new scheduled row."""
+        raise NotImplementedError
+
+    def save_scheduled(self, row: ScheduledRow) -> None:
+        """Insert or replace ``row`` (by its store id) with the current batch."""
+        raise NotImplementedError
+
+    def remove_scheduled(self, store_id: int) -> None:
+        """Forget a scheduled row, with the current batch."""
+        raise NotImplementedError
+
+    def read_scheduled(self, after: tuple[float, int], limit: int) -> list[ScheduledRow]:
+        """Up to ``limit`` rows whose :meth:`ScheduledRow.key` is above ``after``, in
+        that order, counting changes not yet on disk."""
+        raise NotImplementedError
+
+    def find_scheduled(self, job_id: str) -> ScheduledRow | None:
+        """The row of ``job_id``, counting changes not yet on disk."""
+        raise NotImplementedError
 
     def batch_token(self) -> object:
         """What identifies the group of writes being gathered now: callbacks given to

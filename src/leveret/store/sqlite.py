@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pamqp import decode, encode
 
-from .base import Callback, Snapshot, Store, StoredMessage, StoreError
+from .base import Callback, ScheduledRow, Snapshot, Store, StoredMessage, StoreError
 
 log = logging.getLogger("leveret.store")
 
@@ -50,6 +50,13 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS dedup (
     queue_id INTEGER NOT NULL, key TEXT NOT NULL, expires_at REAL NOT NULL,
     PRIMARY KEY (queue_id, key));
+-- messages held until due (leveret.core.scheduler), read back in due order
+CREATE TABLE IF NOT EXISTS scheduled (
+    id INTEGER PRIMARY KEY, vhost TEXT NOT NULL, job_id TEXT NOT NULL, due_at REAL NOT NULL,
+    exchange TEXT NOT NULL, routing_key TEXT NOT NULL, header BLOB NOT NULL, body BLOB NOT NULL,
+    meta TEXT, schedule TEXT NOT NULL, transient INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS scheduled_by_due ON scheduled (due_at, id);
+CREATE INDEX IF NOT EXISTS scheduled_by_job ON scheduled (job_id);
 """
 
 VACUUM_EVERY = 2.0  # seconds between incremental vacuums / checkpoints, at most
@@ -60,7 +67,7 @@ RETRY = 0.5  # seconds between attempts to write a batch that did not fit
 
 
 class _Batch:
-    __slots__ = ("callbacks", "counts", "definitions", "deletes", "inserts")
+    __slots__ = ("callbacks", "counts", "definitions", "deletes", "inserts", "scheduled")
 
     def __init__(self) -> None:
         self.inserts: dict[int, list] = {}
@@ -68,9 +75,13 @@ class _Batch:
         self.deletes: list[int] = []
         self.definitions: list[tuple] = []
         self.callbacks: list[Callback] = []
+        #: scheduled rows: store id -> the row to write, or None to delete it
+        self.scheduled: dict[int, ScheduledRow | None] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.inserts or self.counts or self.deletes or self.definitions or self.callbacks)
+        return bool(
+            self.inserts or self.counts or self.deletes or self.definitions or self.callbacks
+        ) or bool(self.scheduled)
 
     def absorb(self, newer: _Batch) -> None:
         """Take in the changes made after this batch (which could not be written), as
@@ -96,10 +107,13 @@ class _Batch:
         self.inserts.update(newer.inserts)
         self.definitions += newer.definitions
         self.callbacks += newer.callbacks
+        self.scheduled.update(newer.scheduled)  # the later change of a row wins
 
     def insert_bytes(self) -> int:
-        """Bytes of message bodies this batch inserts."""
-        return sum(row[11] for row in self.inserts.values())
+        """Bytes of message bodies this batch inserts (scheduled ones included)."""
+        return sum(row[11] for row in self.inserts.values()) + sum(
+            len(row.body) for row in self.scheduled.values() if row is not None
+        )
 
 
 def _out_of_room(exc: sqlite3.Error) -> bool:
@@ -144,6 +158,7 @@ class SQLiteStore(Store):
         self._jobs: queue_mod.Queue = queue_mod.Queue()
         self._thread: threading.Thread | None = None
         self._next_id = 1
+        self._next_scheduled_id = 1
         self._next_queue_id = 1
         self._db: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
@@ -217,6 +232,7 @@ class SQLiteStore(Store):
         snapshot = Snapshot()
         try:
             db.execute("DELETE FROM messages WHERE transient=1")  # paged-out, not durable
+            db.execute("DELETE FROM scheduled WHERE transient=1")
             while self._delete_chunk(db, limit=None):  # finish deletions a crash cut short
                 pass
             for kind, vhost, name, data in db.execute(
@@ -233,12 +249,15 @@ class SQLiteStore(Store):
                 snapshot.dedup.setdefault(queue_id, []).append((key, expires_at))
             row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
             last = db.execute("SELECT max(id) FROM messages").fetchone()[0]
+            scheduled = db.execute("SELECT count(*), max(id) FROM scheduled").fetchone()
+            snapshot.scheduled, last_scheduled = scheduled
             self._reader = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, cached_statements=0
             )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read store {self.path}: {exc}") from None
         self._next_id = (last or 0) + 1
+        self._next_scheduled_id = (last_scheduled or 0) + 1
         self._next_queue_id = row[0] if row else 1
         log.info(
             "store %s: %d messages in %d queues, indexed in %.2f s",
@@ -288,6 +307,62 @@ class SQLiteStore(Store):
             )
             for row in rows
         ]
+
+    # -- scheduled messages -------------------------------------------------------------
+    def new_scheduled_id(self) -> int:
+        store_id = self._next_scheduled_id
+        self._next_scheduled_id += 1
+        return store_id
+
+    def save_scheduled(self, row: ScheduledRow) -> None:
+        self._changed().scheduled[row.store_id] = row
+
+    def remove_scheduled(self, store_id: int) -> None:
+        self._changed().scheduled[store_id] = None
+
+    def _pending_scheduled(self) -> dict[int, ScheduledRow | None]:
+        """Scheduled-row changes not committed yet, the latest of each row."""
+        pending: dict[int, ScheduledRow | None] = {}
+        for batch in (self._inflight, self._batch):
+            if batch is not None:
+                pending.update(batch.scheduled)
+        return pending
+
+    def read_scheduled(self, after: tuple[float, int], limit: int) -> list[ScheduledRow]:
+        """Committed rows (read on the reader connection, by the due-order index) merged
+        with the changes still in the in-flight and the current batch."""
+        assert self._reader is not None
+        rows = {
+            r[0]: ScheduledRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]))
+            for r in self._reader.execute(
+                "SELECT id, vhost, job_id, due_at, exchange, routing_key, header, body, meta, schedule, "
+                "transient FROM scheduled WHERE (due_at, id) > (?, ?) ORDER BY due_at, id LIMIT ?",
+                (after[0], after[1], limit),
+            )
+        }
+        pending = self._pending_scheduled()
+        if not pending:
+            return list(rows.values())
+        for store_id, row in pending.items():
+            if row is None or row.key() <= after:
+                rows.pop(store_id, None)  # deleted, or moved before ``after``
+            else:
+                rows[store_id] = row
+        return sorted(rows.values(), key=ScheduledRow.key)[:limit]
+
+    def find_scheduled(self, job_id: str) -> ScheduledRow | None:
+        for row in reversed(self._pending_scheduled().values()):
+            if row is not None and row.job_id == job_id:
+                return row
+        assert self._reader is not None
+        r = self._reader.execute(
+            "SELECT id, vhost, job_id, due_at, exchange, routing_key, header, body, meta, schedule, "
+            "transient FROM scheduled WHERE job_id=? LIMIT 1",
+            (job_id,),
+        ).fetchone()
+        if r is None or self._pending_scheduled().get(r[0], r) is None:
+            return None
+        return ScheduledRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]))
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; callbacks will run on ``loop``."""
@@ -544,7 +619,7 @@ class SQLiteStore(Store):
         """Write ``batch``; if its messages would leave less than :attr:`reserve` free,
         write everything else (deletions free room), keep only the messages in it and
         raise _NoRoom."""
-        if self.reserve and batch.inserts:
+        if self.reserve and (batch.inserts or batch.scheduled):
             free = shutil.disk_usage(self.path.parent).free
             need = 2 * batch.insert_bytes() + 256 * 1024  # the WAL, then the table: twice
             # Once stalled, wait for a quarter of the reserve more: no flapping alarm.
@@ -571,6 +646,30 @@ class SQLiteStore(Store):
             )
         if batch.deletes:
             db.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in batch.deletes])
+        if batch.scheduled:
+            db.executemany(
+                "INSERT OR REPLACE INTO scheduled VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        r.store_id,
+                        r.vhost,
+                        r.job_id,
+                        r.due_at,
+                        r.exchange,
+                        r.routing_key,
+                        r.header,
+                        r.body,
+                        r.meta,
+                        r.schedule,
+                        int(r.transient),
+                    )
+                    for r in batch.scheduled.values()
+                    if r is not None
+                ],
+            )
+            db.executemany(
+                "DELETE FROM scheduled WHERE id=?", [(i,) for i, r in batch.scheduled.items() if r is None]
+            )
         for op in batch.definitions:
             if op[0] == "save":
                 # an upsert keeps the row (and its rowid: load() returns definitions in

@@ -62,6 +62,34 @@ class AMQPFormat:
             if item[0] == "F"
         ]
 
+    def with_headers(self, message: Message, changes: dict[str, Any]) -> Message:
+        """A copy whose ``headers`` table has ``changes`` applied (an int as a ``l``, a
+        str as a ``S``, None removes); the other headers keep their wire types."""
+        header = message.encoded
+        offset = field_table.headers_offset(header)
+        headers = field_table.decode_table(header, offset)[0] if offset else {}
+        for name, value in changes.items():
+            if value is None:
+                headers.pop(name, None)
+            else:
+                headers[name] = ("l", value) if isinstance(value, int) else ("S", str(value).encode())
+        decoded = wire.decode(header)
+        decoded.headers = None
+        encoded = wire.encode(decoded, len(message.body))
+        if headers:
+            encoded = field_table.with_headers(encoded, headers)
+        return Message(
+            message.exchange,
+            message.routing_key,
+            message.body,
+            self,
+            encoded,
+            message.persistent,
+            message.ttl,
+            message.priority,
+            message.deaths,
+        )
+
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
         """A message read back from the store: its facts scanned from the header,
         whose ``expiration`` was checked at publish."""

@@ -102,6 +102,28 @@ class StompFormat:
     def death_history(self, message: Message) -> list[tuple[str, str]]:
         return []
 
+    def with_headers(self, message: Message, changes: dict[str, Any]) -> Message:
+        """A copy whose header block has ``changes`` applied (a value replaces the
+        header, None removes it); the broker's first lines stay first."""
+        names = {escape(name, "1.2").encode() for name in changes}
+        lines = [
+            line for line in message.encoded.split(b"\n") if line and line.partition(b":")[0] not in names
+        ]
+        for name, value in changes.items():
+            if value is not None:
+                lines.append(f"{escape(name, '1.2')}:{escape(str(value), '1.2')}".encode())
+        return Message(
+            message.exchange,
+            message.routing_key,
+            message.body,
+            self,
+            b"".join(line + b"\n" for line in lines),
+            message.persistent,
+            message.ttl,
+            message.priority,
+            message.deaths,
+        )
+
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
         """A message read back from the store: its facts from the stored headers (the
         TTL is what was left at publish; the store keeps the absolute expiry)."""
