@@ -17,6 +17,7 @@ from .server.broker import Broker, new_event_loop
 from .server.tls import TLSError
 from .store import DataDirLocked, StoreError
 from .tools.ctl import ctl
+from .tools.scheduler import scheduler
 from .version import __version__
 
 T = TypeVar("T")
@@ -156,6 +157,7 @@ _URL = click.option(
 
 
 main.add_command(ctl)
+main.add_command(scheduler)
 
 
 @main.group()

@@ -5,6 +5,8 @@ publishers, and the durability of pending jobs across a ``kill -9``."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pika
@@ -224,5 +226,42 @@ def test_pending_jobs_survive_a_kill_and_fire_at_their_time(tmp_path):
         assert got[0][1] < 0.5  # at once after the restart
         late = start + got[1][1] - published  # seconds after its publish
         assert 4.0 - 0.05 <= late <= 4.0 + 0.5  # at its time, not early
+    finally:
+        server.kill()
+
+
+def scheduler_cli(data, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "leveret", "scheduler", "--data-dir", str(data), "-q", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def test_leveret_scheduler_lists_shows_and_cancels_jobs(tmp_path):
+    data = tmp_path / "data"
+    server = ServerProcess(data)
+    try:
+        _connection, ch = connect(server.url)
+        ch.queue_declare("reports", durable=True)
+        for job_id, delay in (("nightly", 60_000), ("hourly", 30_000)):
+            headers = {"AMQ_SCHEDULED_DELAY": delay, "AMQ_SCHEDULED_PERIOD": 1000, "AMQ_SCHEDULED_REPEAT": 4}
+            ch.basic_publish("", "reports", b"run", pika.BasicProperties(
+                message_id=job_id, delivery_mode=2, headers=headers))
+        listing = scheduler_cli(data, "list")
+        assert listing.returncode == 0, listing.stderr
+        header, *lines = [line.split("\t") for line in listing.stdout.splitlines()]
+        assert header[:4] == ["job_id", "vhost", "exchange", "routing_key"]
+        assert [(line[0], line[3], line[5], line[6], line[7]) for line in lines] == [
+            ("hourly", "reports", "30000", "1000", "4"),  # the soonest due first
+            ("nightly", "reports", "60000", "1000", "4"),
+        ]
+        shown = scheduler_cli(data, "show", "nightly")
+        assert "persistent\ttrue" in shown.stdout
+        cancelled = scheduler_cli(data, "cancel", "nightly")
+        assert cancelled.returncode == 0, cancelled.stderr
+        missing = scheduler_cli(data, "cancel", "nightly")
+        assert missing.returncode == 1 and "no scheduled job 'nightly'" in missing.stderr
+        server.kill()
+        server = ServerProcess(data)  # the cancellation was kept, the other job too
+        after = scheduler_cli(data, "list")
+        assert [line.split("\t")[0] for line in after.stdout.splitlines()[1:]] == ["hourly"]
     finally:
         server.kill()

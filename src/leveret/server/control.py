@@ -15,6 +15,7 @@ The commands and their RabbitMQ column names are in :data:`COMMANDS`; see
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from ..core.auth import Permission, TopicPermission, User, check_pattern
 from ..core.errors import BrokerError
 from ..core.policy import Policy
 from ..core.queues import Queue
+from ..core.scheduler import JobInfo
 from ..protocol.stomp import StompConnection
 from ..version import __version__
 
@@ -453,6 +455,60 @@ def _delete_queue(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
         f"Deleting queue '{args['queue']}' on vhost '{vhost.name}' ...\nQueue was successfully deleted "
         f"with {count} ready messages"
     )
+
+
+# -- scheduled messages (leveret scheduler) -------------------------------------------------
+JOB_COLUMNS = [
+    "job_id",
+    "vhost",
+    "exchange",
+    "routing_key",
+    "next_due",
+    "delay",
+    "period",
+    "repeat",
+    "cron",
+    "body_size",
+    "persistent",
+]
+
+
+def _job_row(job: JobInfo) -> list[Any]:
+    due = datetime.datetime.fromtimestamp(job.next_due, datetime.UTC).isoformat(timespec="milliseconds")
+    return [
+        job.job_id,
+        job.vhost,
+        job.exchange,
+        job.routing_key,
+        due,
+        job.delay,
+        job.period,
+        job.repeat,
+        job.cron or "",
+        job.body_size,
+        job.persistent,
+    ]
+
+
+@command("list_scheduled")
+def _list_scheduled(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    jobs = broker.core.scheduler.jobs(args.get("vhost"), int(args.get("limit", 100)))
+    return _table(JOB_COLUMNS, [_job_row(job) for job in jobs])
+
+
+@command("show_scheduled")
+def _show_scheduled(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    job = broker.core.scheduler.job(args["job_id"])
+    if job is None:
+        raise CommandError(f"no scheduled job '{args['job_id']}'")
+    return _table(["field", "value"], [list(pair) for pair in zip(JOB_COLUMNS, _job_row(job), strict=True)])
+
+
+@command("cancel_scheduled", changes=True)
+def _cancel_scheduled(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    if not broker.core.scheduler.cancel(args["job_id"], args.get("vhost")):
+        raise CommandError(f"no scheduled job '{args['job_id']}'")
+    return _done(f"Cancelled scheduled job '{args['job_id']}'")
 
 
 @command("export_definitions")
