@@ -5,9 +5,13 @@ publishers, and the durability of pending jobs across a ``kill -9``."""
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import pika
 import pytest
@@ -16,6 +20,7 @@ from servers import ServerProcess
 from stomp_clients import Client
 
 from leveret import BlockingBroker
+from leveret.core.auth import Permission, User
 from leveret.core import scheduler as scheduler_module
 
 
@@ -265,3 +270,34 @@ def test_leveret_scheduler_lists_shows_and_cancels_jobs(tmp_path):
         assert [line.split("\t")[0] for line in after.stdout.splitlines()[1:]] == ["hourly"]
     finally:
         server.kill()
+
+
+def http(url: str, method: str, path: str, user: str = "guest") -> tuple[int, object]:
+    request = urllib.request.Request(url.rstrip("/") + path, method=method)
+    request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{user}".encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+            return response.status, json.loads(body) if body else None
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
+def test_the_http_api_lists_shows_and_cancels_jobs():
+    with BlockingBroker(amqp_port=0, http_port=0) as running:
+        running.call(lambda: running.core.add_user(User.with_password("reader", "reader", ["management"])))
+        running.call(lambda: running.core.set_permission("reader", "/", Permission(".*", "^$", ".*")))
+        _connection, ch = connect(running.amqp_url)
+        ch.queue_declare("reports")
+        headers = {"AMQ_SCHEDULED_DELAY": 60_000}
+        ch.basic_publish("", "reports", b"run", pika.BasicProperties(message_id="weekly", headers=headers))
+        url = running.http_url
+        status, jobs = http(url, "GET", "/api/scheduled-jobs/%2F")
+        assert status == 200 and [(j["job_id"], j["routing_key"], j["delay"]) for j in jobs] == [
+            ("weekly", "reports", 60_000)
+        ]
+        assert http(url, "GET", "/api/scheduled-jobs/%2F/weekly")[1]["exchange"] == ""
+        assert http(url, "DELETE", "/api/scheduled-jobs/%2F/weekly", user="reader")[0] == 401  # may not publish
+        assert http(url, "DELETE", "/api/scheduled-jobs/%2F/weekly") == (204, None)
+        assert http(url, "GET", "/api/scheduled-jobs/%2F/weekly")[0] == 404
+        assert http(url, "GET", "/api/scheduled-jobs")[1] == []

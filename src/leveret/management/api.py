@@ -25,6 +25,7 @@ import base64
 import ipaddress
 import json
 import logging
+from dataclasses import asdict
 from ssl import SSLContext
 from typing import Any
 
@@ -38,6 +39,7 @@ from ..core.definitions_document import jsonable
 from ..core.errors import BrokerError
 from ..core.policy import matching
 from ..core.queues import Queue
+from ..core.scheduler import JobInfo
 from ..version import __version__
 from .admin import NOT_FOUND, AdminAPI
 
@@ -141,6 +143,10 @@ class ManagementAPI:
                 web.delete("/api/queues/{vhost}/{name}/contents", self.purge),
                 web.get("/api/exchanges/{vhost}", self.exchanges),
                 web.get("/api/bindings/{vhost}", self.bindings),
+                web.get("/api/scheduled-jobs", self.scheduled_jobs),
+                web.get("/api/scheduled-jobs/{vhost}", self.scheduled_jobs),
+                web.get("/api/scheduled-jobs/{vhost}/{id}", self.scheduled_job),
+                web.delete("/api/scheduled-jobs/{vhost}/{id}", self.cancel_scheduled_job),
                 *AdminAPI(core).routes(),
             ]
         )
@@ -323,6 +329,46 @@ class ManagementAPI:
             )
         return web.json_response(self._queue_info(queue))
 
+    # -- scheduled messages (leveret's; ActiveMQ's scheduler and delayed messages) ------------
+    async def scheduled_jobs(self, request: web.Request) -> web.Response:
+        """``GET /api/scheduled-jobs[/{vhost}]``: waiting jobs, the soonest due first
+        (``?limit=``, 100 by default), of the vhosts the user works in; fields as
+        ``leveret scheduler list`` (``next_due`` in epoch ms)."""
+        vhosts = [self._vhost(request)] if "vhost" in request.match_info else self._visible_vhosts(request)
+        limit = _int_param(request, "limit", 100)
+        jobs = [job for vhost in vhosts for job in self.core.scheduler.jobs(vhost.name, limit)]
+        jobs.sort(key=lambda job: job.next_due)
+        return web.json_response([_job_json(job) for job in jobs[:limit]])
+
+    def _scheduled(self, request: web.Request) -> JobInfo:
+        vhost = self._vhost(request)
+        job = self.core.scheduler.job(request.match_info["id"])
+        if job is None or job.vhost != vhost.name:
+            raise web.HTTPNotFound(
+                text='{"error": "Object Not Found", "reason": "scheduled job"}',
+                content_type="application/json",
+            )
+        return job
+
+    async def scheduled_job(self, request: web.Request) -> web.Response:
+        """``GET /api/scheduled-jobs/{vhost}/{id}``: one job; 404 if there is none."""
+        return web.json_response(_job_json(self._scheduled(request)))
+
+    async def cancel_scheduled_job(self, request: web.Request) -> web.Response:
+        """``DELETE /api/scheduled-jobs/{vhost}/{id}``: cancel a job (204); 401 ``Access
+        refused.`` without write permission on its exchange (who may publish there may
+        take back what was published), 404 if there is none."""
+        job = self._scheduled(request)
+        try:
+            Access(self.core.users, request["user"], job.vhost).publish(job.exchange)
+        except BrokerError:
+            return _unauthorised("Access refused.")
+        self.core.scheduler.cancel(job.job_id, job.vhost)
+        audit.record(
+            "scheduled.cancel", request["user"].name, request.remote or "", vhost=job.vhost, job=job.job_id
+        )
+        return web.Response(status=204)
+
     async def purge(self, request: web.Request) -> web.Response:
         """``DELETE /api/queues/{vhost}/{name}/contents``: purge ready messages (204); 401
         ``Access refused.`` without read permission on the queue (RabbitMQ's answer),
@@ -386,3 +432,20 @@ class ManagementAPI:
                     }
                 )
         return web.json_response(rows)
+
+
+def _job_json(job: JobInfo) -> dict[str, Any]:
+    return {**asdict(job), "next_due": int(job.next_due * 1000)}
+
+
+def _int_param(request: web.Request, name: str, default: int) -> int:
+    """A positive integer query parameter (400 for anything else)."""
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) == 0:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": "bad_request", "reason": f"{name} must be a positive integer"}),
+            content_type="application/json",
+        )
+    return int(text)
