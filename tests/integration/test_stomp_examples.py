@@ -168,3 +168,20 @@ def test_email_retry(email_result):
 def test_dead_letters_name_the_dlq_as_their_destination(email_result):
     result, _ = email_result
     assert [d["headers"]["destination"] for d in result["dead"]] == ["/queue/ActiveMQ.DLQ"] * 2
+
+
+# -- scheduled_delivery ---------------------------------------------------------------------
+def test_scheduled_delivery(broker):
+    result = example("scheduled_delivery").run(HOST, broker.broker.stomp_port, delay=600, period=200)
+    arrivals = result["arrivals"]
+    pings = [a for a in arrivals if a["destination"] == "/queue/pings"]
+    (reminder,) = [a for a in arrivals if a["destination"] == "/queue/reminders"]
+    assert [p["body"] for p in pings] == ["ping"] * 4  # REPEAT 3: four deliveries
+    assert [p["ms"] for p in pings] == pytest.approx([200, 400, 600, 800], abs=120)
+    assert reminder["body"] == "your table at 8 pm" and 580 <= reminder["ms"] <= 750
+    assert reminder["headers"]["persistent"] == "true"
+    assert reminder["headers"]["scheduledJobId"] == reminder["headers"]["message-id"]
+    assert len({p["headers"]["scheduledJobId"] for p in pings}) == 1
+    for arrival in arrivals:
+        assert not any(name.startswith("AMQ_SCHEDULED_") for name in arrival["headers"])
+    assert result["leftover"] == []
