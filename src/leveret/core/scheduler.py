@@ -54,6 +54,7 @@ log = logging.getLogger("leveret.scheduler")
 WINDOW = 50_000  # jobs kept in memory in the normal case
 READ_BATCH = 5_000  # jobs read back from the store at a time
 FIRE_BUDGET = 5_000  # deliveries per event-loop turn, so publishers are read meanwhile
+LIST_BATCHES = 20  # store reads a listing makes at most (100,000 jobs looked at)
 _NEVER = (math.inf, 0)
 
 SCHEDULE_HEADERS = (
@@ -249,7 +250,7 @@ class Scheduler:
             store.save_scheduled(self._row(job))
         if job.key() < self._horizon:
             self._remember(job)
-            if len(self._memory) > 2 * WINDOW:
+            if len(self._memory) > 2 * WINDOW and store is not None:  # (without a store: all in memory)
                 self._evict()
         else:
             self._on_disk += 1
@@ -283,7 +284,9 @@ class Scheduler:
         found = {job.store_id: self._info(job) for job in self._memory.values() if vhost in (None, job.vhost)}
         if self.store is not None and self._horizon != _NEVER:
             after: tuple[float, int] = (-math.inf, 0)
-            while len(found) < limit:
+            for _ in range(LIST_BATCHES):  # a bounded look (it blocks the event loop)
+                if len(found) >= limit:
+                    break
                 rows = self.store.read_scheduled(after, READ_BATCH)
                 for row in rows:
                     if row.store_id not in self._memory and vhost in (None, row.vhost):
@@ -304,11 +307,10 @@ class Scheduler:
     # -- the timer ----------------------------------------------------------------------
     def _arm(self) -> None:
         """One clock timer, for the earliest job in memory (or the store's next ones)."""
-        if self._heap:
-            due = self._heap[0][0]
-        elif self._horizon != _NEVER:
-            due = self._horizon[0]
-        else:
+        due = self._heap[0][0] if self._heap else math.inf
+        if self._horizon != _NEVER:
+            due = min(due, self._horizon[0])  # the store may hold earlier ones
+        if due == math.inf:
             return
         if self._timer is not None:
             if self._timer_due <= due:
@@ -392,8 +394,9 @@ class Scheduler:
         self._heap = keep
         heapq.heapify(self._heap)
 
-    def _refill(self) -> int:
-        """Read the next jobs from the store, in due order; how many were new."""
+    def _refill(self) -> bool:
+        """Read the next jobs from the store, in due order; whether that made progress
+        (jobs came in memory, or the horizon moved)."""
         assert self.store is not None
         low = self._horizon
         rows = self.store.read_scheduled((low[0], low[1] - 1), READ_BATCH)
@@ -408,7 +411,7 @@ class Scheduler:
         else:
             last = rows[-1].key()
             self._horizon = (last[0], last[1] + 1)
-        return added or (self._horizon == _NEVER and bool(rows))
+        return added > 0 or self._horizon != low  # progress: jobs in memory, or read further
 
     # -- conversions --------------------------------------------------------------------
     def _row(self, job: Job) -> ScheduledRow:
