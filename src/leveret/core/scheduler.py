@@ -34,7 +34,6 @@ import heapq
 import json
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -203,8 +202,6 @@ class Scheduler:
         self._next_id = 1  # store ids while there is no store
         self._job_numbers = 0
         self.delivered = 0  # deliveries made, for statistics
-        #: called with (job, message) for each delivery, after routing (tests, advisories)
-        self.on_delivery: Callable[[Job, Message], None] | None = None
 
     # -- start-up --------------------------------------------------------------------
     def attach(self, store: Store, pending: int) -> None:
@@ -360,8 +357,6 @@ class Scheduler:
             for queue in vhost.route(exchange, message):
                 queue.enqueue(message)
         self.delivered += 1
-        if self.on_delivery is not None:
-            self.on_delivery(job, message)
         after = job.schedule.next_due(job.due_at)
         if after is None:
             del self._memory[job.store_id]
