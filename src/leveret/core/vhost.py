@@ -340,8 +340,13 @@ class VirtualHost:
     # -- routing --------------------------------------------------------------------
     def route(self, exchange: Exchange, message: Message) -> list[Queue]:
         """The queues ``message`` reaches from ``exchange``, following exchange-to-exchange
-        bindings and alternate exchanges, each queue once."""
+        bindings and alternate exchanges, each queue once. Every exchange on the way
+        sees the message's ``cc`` keys too (RabbitMQ's ``CC``/``BCC``); the default
+        exchange names a queue by each of them."""
         if exchange.name == DEFAULT_EXCHANGE:
+            if message.cc:
+                named = dict.fromkeys((message.routing_key, *message.cc))
+                return [self.queues[name] for name in named if name in self.queues]
             queue = self.queues.get(message.routing_key)
             return [queue] if queue is not None else []
         found = exchange.route(message)
