@@ -246,8 +246,9 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
 
 def exchange_class(type_name: str) -> type[Exchange]:
     """The class for an exchange type; unknown types are a 503 connection error, as in
-    RabbitMQ ("invalid exchange type")."""
+    RabbitMQ ("unknown exchange type 'x'"; RabbitMQ says "invalid" instead for a name
+    that happens to be an Erlang atom it knows, such as 'ok')."""
     try:
         return EXCHANGE_TYPES[type_name]
     except KeyError:
-        raise CommandInvalid(f"invalid exchange type '{type_name}'") from None
+        raise CommandInvalid(f"unknown exchange type '{type_name}'") from None
