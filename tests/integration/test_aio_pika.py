@@ -197,9 +197,9 @@ def test_rpc_helper_from_aio_pika_patterns():
     async def body(url: str) -> None:
         async with await aio_pika.connect_robust(url) as connection:
             channel = await connection.channel()
-            # A non-auto-delete result queue: RPC.close() cancels its consumer and then
-            # unbinds the queue, which must still exist at that point.
-            rpc = await RPC.create(channel, auto_delete=False, exclusive=True)
+            # The result queue is auto-delete: RPC.close() cancels its consumer (the
+            # queue goes) and then unbinds it, which is unbind-ok, as in RabbitMQ.
+            rpc = await RPC.create(channel)
 
             async def multiply(*, x: int, y: int) -> int:
                 return x * y

@@ -131,13 +131,19 @@ class DirectExchange(Exchange):
                 del self._by_key[binding.routing_key]
 
     def route(self, message: Message) -> tuple | list:
-        """Destinations bound with exactly ``message.routing_key``."""
+        """Destinations bound with exactly ``message.routing_key`` or one of its ``cc``
+        keys (RabbitMQ's ``CC``/``BCC``), once each."""
+        if message.cc:
+            found: dict[Any, None] = {}
+            for key in (message.routing_key, *message.cc):
+                found.update(self._by_key.get(key, ()))
+            return list(found)
         dests = self._by_key.get(message.routing_key)
         return list(dests) if dests else ()
 
 
 class FanoutExchange(Exchange):
-    """Routes to every binding, ignoring the routing key."""
+    """Routes to every binding, ignoring the routing key (and ``CC``/``BCC``)."""
 
     type = "fanout"
 
@@ -169,14 +175,21 @@ class TopicExchange(Exchange):
             self._trie.remove(binding.routing_key, binding.destination)
 
     def route(self, message: Message) -> tuple | list:
-        """Destinations whose binding pattern matches ``message.routing_key``."""
+        """Destinations whose binding pattern matches ``message.routing_key`` or one of
+        its ``cc`` keys (RabbitMQ's ``CC``/``BCC``), once each."""
+        if message.cc:
+            found: dict[Any, None] = {}
+            for key in (message.routing_key, *message.cc):
+                found.update(dict.fromkeys(self._trie.match(key)))
+            return list(found)
         return self._trie.match(message.routing_key)
 
 
 class HeadersExchange(Exchange):
     """Routes by message headers against binding arguments, RabbitMQ's ``x-match``:
     ``all`` (default) or ``any``; ``all-with-x``/``any-with-x`` also compare arguments
-    starting ``x-``. A binding value of void (None) matches on the key's presence."""
+    starting ``x-``. A binding value of void (None) matches on the key's presence.
+    Routing keys, ``CC`` and ``BCC`` ones included, play no part."""
 
     type = "headers"
 
@@ -282,8 +295,9 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
 
 def exchange_class(type_name: str) -> type[Exchange]:
     """The class for an exchange type; unknown types are a 503 connection error, as in
-    RabbitMQ ("invalid exchange type")."""
+    RabbitMQ ("unknown exchange type 'x'"; RabbitMQ says "invalid" instead for a name
+    that happens to be an Erlang atom it knows, such as 'ok')."""
     try:
         return EXCHANGE_TYPES[type_name]
     except KeyError:
-        raise CommandInvalid(f"invalid exchange type '{type_name}'") from None
+        raise CommandInvalid(f"unknown exchange type '{type_name}'") from None

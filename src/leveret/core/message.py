@@ -2,8 +2,9 @@
 
 A :class:`Message` carries
 
-- the body, the address it was published to (``exchange``, ``routing_key``) and the
-  neutral facts core acts on at once: ``persistent``, ``ttl`` (the message's own
+- the body, the address it was published to (``exchange``, ``routing_key``, and
+  ``cc``: the sender-selected routing keys of RabbitMQ's ``CC``/``BCC`` headers) and
+  the neutral facts core acts on at once: ``persistent``, ``ttl`` (the message's own
   expiration, milliseconds) and ``priority``;
 - the encoded form it arrived in (``encoded``, in ``format``: for AMQP 0-9-1 the content
   header payload), so a message published and consumed over the same protocol passes
@@ -98,6 +99,7 @@ class Message:
     __slots__ = (
         "_properties",
         "body",
+        "cc",
         "deaths",
         "encoded",
         "exchange",
@@ -120,9 +122,14 @@ class Message:
         ttl: int | None = None,
         priority: int | None = None,
         deaths: tuple[Death, ...] = (),
+        cc: tuple[str, ...] = (),
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
+        #: More routing keys the publisher chose (RabbitMQ's sender-selected
+        #: distribution: ``CC`` then ``BCC`` keys). Direct and topic exchanges (and the
+        #: default exchange) route on each of them as well as ``routing_key``.
+        self.cc = cc
         self.body = body
         self.format = format
         self.encoded = encoded
@@ -169,9 +176,11 @@ class Message:
 
     def dead(self, death: Death, exchange: str, routing_key: str) -> Message:
         """The copy that dead-lettering publishes: annotated with ``death``, addressed to
-        ``exchange``/``routing_key``, without its own expiration. Its properties are
-        decoded anew (its format shows the deaths in them), except a NEUTRAL message's,
-        which are all it has."""
+        ``exchange``/``routing_key``, without its own expiration. It keeps the ``CC`` and
+        ``BCC`` routing keys unless ``death.readdressed`` (RabbitMQ routes a dead letter
+        on all of its original keys, or on the dead-letter routing key alone). Its
+        properties are decoded anew (its format shows the deaths in them), except a
+        NEUTRAL message's, which are all it has."""
         copy = Message(
             exchange,
             routing_key,
@@ -182,6 +191,7 @@ class Message:
             None,
             self.priority,
             (*self.deaths, death),
+            () if death.readdressed else self.cc,
         )
         if self.format is NEUTRAL:
             copy._properties = self._properties
@@ -209,7 +219,7 @@ class Message:
         """What the store must keep besides the address, the encoded form and the body:
         JSON, or None for a message in the default format without annotations (the
         common case costs nothing)."""
-        if not self.deaths and self.format is not NEUTRAL:
+        if not self.deaths and not self.cc and self.format is not NEUTRAL:
             # the common case: one string per format, made once
             return None if self.format.name == DEFAULT_FORMAT else _format_meta(self.format.name)
         meta: dict[str, Any] = {"format": self.format.name}
@@ -217,6 +227,8 @@ class Message:
             meta["properties"] = _properties_json(self.properties)
         if self.deaths:
             meta["deaths"] = [asdict(d) for d in self.deaths]
+        if self.cc:  # BCC keys are gone from the headers: only here do they survive
+            meta["cc"] = list(self.cc)
         return json.dumps(meta)
 
     @classmethod
@@ -242,6 +254,8 @@ class Message:
                 Death(**{**d, "routing_keys": tuple(d["routing_keys"])}) for d in data["deaths"]
             )
             message.ttl = None
+        if "cc" in data:
+            message.cc = tuple(data["cc"])
         return message
 
     def __repr__(self) -> str:

@@ -30,10 +30,11 @@ from __future__ import annotations
 from typing import Any
 
 from .access import Access
-from .exchange import DEFAULT_EXCHANGE, Exchange
+from .errors import access_refused
+from .exchange import DEFAULT_EXCHANGE, Exchange, exchange_class
 from .queue_config import DEFAULT_DLQ_PREFIX, DEFAULT_SHARED_DLQ
 from .queues import Queue
-from .vhost import VirtualHost
+from .vhost import DEFAULT_EXCHANGE_REFUSED, VirtualHost
 
 
 def _strategy_queue(name: str, arguments: dict) -> str | None:
@@ -69,8 +70,10 @@ class Session:
         internal: bool = False,
         arguments: dict | None = None,
     ) -> Exchange:
-        """exchange.declare (see :meth:`VirtualHost.declare_exchange`)."""
+        """exchange.declare (see :meth:`VirtualHost.declare_exchange`): as RabbitMQ, an
+        unknown type (503) comes before the permission check (403)."""
         if not passive and name != DEFAULT_EXCHANGE:  # the default: the vhost refuses it
+            exchange_class(type)
             self.access.configure("exchange", name)
             alternate = (arguments or {}).get("alternate-exchange")
             if name not in self.vhost.exchanges and isinstance(alternate, str):
@@ -139,9 +142,11 @@ class Session:
 
     # -- bindings -------------------------------------------------------------------
     def _check_binding(self, source: str, kind: str, destination: str, routing_key: str) -> None:
+        # RabbitMQ's order: write on the destination, the default exchange (either end),
+        # read on the source, topic read; existence only after all of them.
         self.access.write(kind, destination)
         if source == DEFAULT_EXCHANGE or (kind == "exchange" and destination == DEFAULT_EXCHANGE):
-            return  # the vhost refuses bindings to or from the default exchange
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
         self.access.read("exchange", source)
         exchange = self.vhost.exchanges.get(source)
         if exchange is not None and exchange.type == "topic":
@@ -155,13 +160,24 @@ class Session:
     def bind(
         self, source: str, kind: str, destination: str, routing_key: str, arguments: dict | None = None
     ) -> None:
-        """queue.bind (``kind`` ``queue``) or exchange.bind (``exchange``)."""
+        """queue.bind (``kind`` ``queue``) or exchange.bind (``exchange``): after the
+        permissions, NotFound (404) for a missing source, then for a missing
+        destination, then ResourceLocked (405) for another connection's exclusive queue,
+        as RabbitMQ 3.10."""
         self._check_binding(source, kind, destination, routing_key)
+        self.vhost.get_exchange(source)
         self.vhost.bind(source, self._destination(kind, destination), routing_key, arguments)
 
     def unbind(
         self, source: str, kind: str, destination: str, routing_key: str, arguments: dict | None = None
     ) -> None:
-        """queue.unbind or exchange.unbind."""
+        """queue.unbind or exchange.unbind: after the permissions, a missing source,
+        destination or binding is not an error, as RabbitMQ 3.10 (clients unbind from
+        queues that were auto-deleted); see :meth:`VirtualHost.unbind`."""
         self._check_binding(source, kind, destination, routing_key)
-        self.vhost.unbind(source, self._destination(kind, destination), routing_key, arguments)
+        found: Queue | Exchange | None
+        if kind == "queue":
+            found = self.vhost.queues.get(destination)
+        else:
+            found = self.vhost.exchanges.get(destination)
+        self.vhost.unbind(source, found, routing_key, arguments, self.owner)

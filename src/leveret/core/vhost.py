@@ -57,6 +57,10 @@ EQUIVALENCE_ARGS = (
 )
 
 
+#: RabbitMQ's text for any declare, delete, bind or unbind naming the default exchange.
+DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
+
+
 def _amqp_bool(value: bool) -> str:
     return "true" if value else "false"
 
@@ -130,17 +134,23 @@ class VirtualHost:
         internal: bool = False,
         arguments: dict | None = None,
     ) -> Exchange:
-        """exchange.declare (§1.7.2.1); returns the existing or new exchange. NotFound
-        for a passive declare of a missing one, AccessRefused for an ``amq.`` name,
-        CommandInvalid for an unknown type, PreconditionFailed if inequivalent."""
+        """exchange.declare (§1.7.2.1); returns the existing or new exchange, in
+        RabbitMQ 3.10's order: CommandInvalid (503) for an unknown type (not checked
+        when passive), AccessRefused (403) for the default exchange, even passive,
+        NotFound (404) for a passive declare of a missing one, AccessRefused for
+        creating an ``amq.`` name, PreconditionFailed (406) if inequivalent (an
+        existing ``amq.`` exchange may be redeclared as it is)."""
+        cls = None if passive else exchange_class(type)
+        if name == DEFAULT_EXCHANGE:
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
         if passive:
             return self.get_exchange(name)
-        if name == DEFAULT_EXCHANGE or name.startswith("amq."):
-            raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
-        cls = exchange_class(type)
+        assert cls is not None
         arguments = dict(arguments or {})
         existing = self.exchanges.get(name)
         if existing is None:
+            if name.startswith("amq."):
+                raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
             exchange = cls(name, durable, auto_delete, internal, arguments)
             self.exchanges[name] = exchange
             if durable and self.store is not None:
@@ -166,10 +176,12 @@ class VirtualHost:
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
         """exchange.delete: idempotent for a missing exchange, as in RabbitMQ.
-        AccessRefused for the default or an ``amq.`` exchange, PreconditionFailed with
-        ``if_unused`` while it has bindings."""
-        if name == DEFAULT_EXCHANGE or name.startswith("amq."):
-            raise access_refused(f"operation not permitted on exchange '{name}'")
+        AccessRefused (403) for the default exchange or any ``amq.`` name (RabbitMQ's
+        texts), PreconditionFailed (406) with ``if_unused`` while it has bindings."""
+        if name == DEFAULT_EXCHANGE:
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
+        if name.startswith("amq."):
+            raise access_refused(f"deletion of system exchange '{name}' {self._where()} not allowed")
         exchange = self.exchanges.get(name)
         if exchange is None:
             return
@@ -302,10 +314,10 @@ class VirtualHost:
     def bind(
         self, source_name: str, destination: Queue | Exchange, routing_key: str, arguments: dict | None = None
     ) -> None:
-        """queue.bind / exchange.bind; binding twice is a no-op. NotFound for a missing
-        source, AccessRefused for the default exchange, PreconditionFailed for a headers
-        binding with a bad ``x-match``."""
-        source = self._bindable(source_name)
+        """queue.bind / exchange.bind; binding twice is a no-op. AccessRefused (403) for
+        the default exchange as source or destination, NotFound (404) for a missing
+        source, PreconditionFailed (406) for a headers binding with a bad ``x-match``."""
+        source = self._bindable(source_name, destination)
         binding = Binding(source, destination, routing_key, dict(arguments or {}))
         if source.type == "headers":
             check_x_match(binding.arguments)
@@ -318,16 +330,33 @@ class VirtualHost:
             store.save_definition("binding", self.name, binding_name(binding), binding_definition(binding))
 
     def unbind(
-        self, source_name: str, destination: Queue | Exchange, routing_key: str, arguments: dict | None = None
+        self,
+        source_name: str,
+        destination: Queue | Exchange | None,
+        routing_key: str,
+        arguments: dict | None = None,
+        owner: Any = None,
     ) -> None:
-        """queue.unbind / exchange.unbind; a missing binding is not an error. NotFound
-        for a missing source, AccessRefused for the default exchange."""
-        source = self._bindable(source_name)
-        self._drop_binding(Binding(source, destination, routing_key, dict(arguments or {})))
+        """queue.unbind / exchange.unbind, as RabbitMQ 3.10 answers them: a missing
+        source, a missing destination (None) or a missing binding is not an error (the
+        -ok follows). AccessRefused (403) for the default exchange as source or
+        destination; ResourceLocked (405) if the binding exists and its queue is
+        another connection's exclusive queue (``owner``: the unbinding connection)."""
+        if source_name == DEFAULT_EXCHANGE or _is_default(destination):
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
+        source = self.exchanges.get(source_name)
+        if source is None or destination is None:
+            return
+        binding = source.bindings.get(Binding(source, destination, routing_key, dict(arguments or {})).key)
+        if binding is None:
+            return
+        if owner is not None and getattr(destination, "exclusive_owner", None) not in (None, owner):
+            raise self._locked(destination.name)
+        self._drop_binding(binding)
 
-    def _bindable(self, name: str) -> Exchange:
-        if name == DEFAULT_EXCHANGE:
-            raise access_refused("operation not permitted on the default exchange")
+    def _bindable(self, name: str, destination: Queue | Exchange) -> Exchange:
+        if name == DEFAULT_EXCHANGE or _is_default(destination):
+            raise access_refused(DEFAULT_EXCHANGE_REFUSED)
         return self.get_exchange(name)
 
     def _drop_binding(self, binding: Binding) -> None:
@@ -346,8 +375,13 @@ class VirtualHost:
     # -- routing --------------------------------------------------------------------
     def route(self, exchange: Exchange, message: Message) -> list[Queue]:
         """The queues ``message`` reaches from ``exchange``, following exchange-to-exchange
-        bindings and alternate exchanges, each queue once."""
+        bindings and alternate exchanges, each queue once. Every exchange on the way
+        sees the message's ``cc`` keys too (RabbitMQ's ``CC``/``BCC``); the default
+        exchange names a queue by each of them."""
         if exchange.name == DEFAULT_EXCHANGE:
+            if message.cc:
+                named = dict.fromkeys((message.routing_key, *message.cc))
+                return [self.queues[name] for name in named if name in self.queues]
             queue = self.queues.get(message.routing_key)
             return [queue] if queue is not None else []
         found = exchange.route(message)
@@ -396,6 +430,10 @@ class VirtualHost:
                     f"inequivalent arg '{key}' {what}: received {_shown(new, both)} "
                     f"but current is {_shown(old, both)}"
                 )
+
+
+def _is_default(destination: Queue | Exchange | None) -> bool:
+    return isinstance(destination, Exchange) and destination.name == DEFAULT_EXCHANGE
 
 
 def _shown(value: Any, both: bool) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pamqp import commands, header as pamqp_header
 
-from leveret.amqp import properties as wire
+from leveret.amqp import field_table, properties as wire
 from leveret.core.exchange import HeadersExchange, headers_match
 from leveret.core.message import Death, Message, Properties
 from leveret.protocol.amqp.message import content_header, from_publish
@@ -54,3 +54,61 @@ def test_a_broker_built_message_keeps_its_properties_when_it_dies():
     assert rendered.headers["a"] == 1 and rendered.headers["x-first-death-reason"] == "expired"
     restored = Message.restore("dlx", "", b"", dead.body, dead.meta())
     assert restored.properties.correlation_id == "c-1" and len(restored.deaths) == 1
+
+
+# -- CC / BCC (RabbitMQ's sender-selected distribution) ---------------------------------
+def typed(table: dict) -> Message:
+    """A message whose headers are ``table`` with the wire types given (pika's)."""
+    header = field_table.with_headers(published().encoded, table)
+    return from_publish("orders", "new", header, b"hi")
+
+
+def test_cc_and_bcc_become_routing_keys_and_bcc_leaves_the_header():
+    cc = ("A", [("S", b"a"), ("I", 5), ("x", b"raw"), ("S", b"b")])
+    message = typed({"CC": cc, "BCC": ("A", [("S", b"c")]), "n": ("I", 7)})
+    assert message.cc == ("a", "b", "c")  # only long strings count
+    offset = field_table.headers_offset(message.encoded)
+    assert field_table.decode_table(message.encoded, offset)[0] == {"CC": cc, "n": ("I", 7)}
+    only_bcc = published(headers={"BCC": ["c"]})
+    assert wire.decode(only_bcc.encoded).headers == {}  # an empty table stays
+    assert published(headers={"cc": ["x"]}).cc == ()  # names are case-sensitive
+
+
+def test_a_cc_that_is_not_an_array_is_406_with_rabbitmqs_text():
+    for headers, text in (({"CC": ("S", b"q")}, '"CC",longstr'), ({"BCC": ("I", 5)}, '"BCC",signedint'),
+                          ({"BCC": ("S", b"q"), "CC": ("V", None)}, '"CC",void'),
+                          ({"CC": ("x", b"q")}, '"CC",binary'), ({"CC": ("F", {})}, '"CC",table')):
+        try:
+            typed(headers)
+        except Exception as exc:  # core's PreconditionFailed
+            assert str(exc) == f"invalid message: {{unacceptable_type_in_header,{text}}}"
+        else:
+            raise AssertionError(f"{headers} was accepted")
+
+
+def test_direct_and_topic_exchanges_route_on_cc_keys_fanout_does_not():
+    from leveret.core.exchange import Binding, DirectExchange, FanoutExchange, TopicExchange
+
+    message = published(headers={"CC": ["a.1", "b"], "BCC": ["b", "c.2"]})
+    direct, topic, fanout = DirectExchange("d"), TopicExchange("t"), FanoutExchange("f")
+    for key in ("new", "b", "zzz"):
+        direct.add_binding(Binding(direct, key, key))
+    topic.add_binding(Binding(topic, "Q1", "a.*"))
+    topic.add_binding(Binding(topic, "Q2", "*.2"))
+    topic.add_binding(Binding(topic, "Q3", "#"))
+    fanout.add_binding(Binding(fanout, "F", "x"))
+    assert direct.route(message) == ["new", "b"]  # each destination once
+    assert sorted(topic.route(message)) == ["Q1", "Q2", "Q3"]
+    assert fanout.route(message) == ["F"]
+
+
+def test_cc_keys_survive_the_store_and_a_dead_letter_but_not_a_readdressing():
+    message = published(headers={"CC": ["a"], "BCC": ["b"]})
+    restored = Message.restore("orders", "new", message.encoded, message.body, message.meta())
+    assert restored.cc == ("a", "b")
+    kept = message.dead(Death("q", "rejected", 1_700_000_000, "orders", ("new", "a")), "dlx", "new")
+    assert kept.cc == ("a", "b")
+    gone = message.dead(Death("q", "rejected", 1_700_000_000, "orders", ("new", "a"), None, True),
+                        "dlx", "dead")
+    assert gone.cc == ()
+    assert published().meta() is None  # the common case still costs nothing

@@ -90,6 +90,9 @@ class Channel:
         self.last_queue = ""
         self.reply_to_key: str | None = None
         self._held_replies: list[Method] | None = None  # replies waiting for the store
+        #: While this channel deletes a queue: the basic.cancel its own consumers of that
+        #: queue get, sent after delete-ok (see :meth:`_queue_delete`).
+        self.deferred_cancels: list[Method] | None = None
         # content being assembled: publish method, header, remaining size, body chunks
         self._publish: commands.Basic.Publish | None = None
         self._header = b""
@@ -323,9 +326,19 @@ class Channel:
             self.send_method(commands.Queue.PurgeOk(message_count=count))
 
     def _queue_delete(self, m: commands.Queue.Delete) -> None:
-        count = self.session.delete_queue(self._queue_name(m.queue), m.if_unused, m.if_empty)
+        # RabbitMQ's channel hears that the queue is gone only once it has replied, so
+        # its own consumers' basic.cancel follow delete-ok. A client waiting for the
+        # delete-ok would otherwise meet the cancel first: py-amqp (kombu) raises
+        # ConsumerCancelled from queue_delete. Other channels' cancels go out at once.
+        self.deferred_cancels = []
+        try:
+            count = self.session.delete_queue(self._queue_name(m.queue), m.if_unused, m.if_empty)
+        finally:
+            cancels, self.deferred_cancels = self.deferred_cancels, None
         if not m.nowait:
             self.send_method(commands.Queue.DeleteOk(message_count=count))
+        for cancel in cancels:  # held with the delete-ok while a durable queue's removal is written
+            self.send_method(cancel)
 
     # -- consuming ------------------------------------------------------------------
     def _basic_qos(self, m: commands.Basic.Qos) -> None:

@@ -408,8 +408,16 @@ class Connection(Output):
         if isinstance(method, commands.Channel.Open):
             if channel is not None:
                 raise ConnectionError(CHANNEL_ERROR, "second 'channel.open' seen")
-            if number > self.channel_max:
-                raise ConnectionError(NOT_ALLOWED, f"channel {number} exceeds channel_max {self.channel_max}")
+            # channel_max bounds how many channels are open at once, not their numbers
+            # (RabbitMQ 3.10 opens channel 65535 under channel_max 2047); its 530 names
+            # no method (class and method id 0).
+            if self.channel_max and len(self.channels) >= self.channel_max:
+                text = (
+                    f"number of channels opened ({len(self.channels)}) has reached the "
+                    f"negotiated channel_max ({self.channel_max})"
+                )
+                self._connection_error(ConnectionError(NOT_ALLOWED, text), 0, 0)
+                return
             self.channels[number] = Channel(self, number)
             self.send_method(number, commands.Channel.OpenOk())
             return
@@ -430,8 +438,8 @@ class Connection(Output):
             raise ConnectionError(
                 UNEXPECTED_FRAME, f"expected content header for class 60, got {method.name}"
             )
-        if method.name.startswith("Connection."):
-            raise ConnectionError(COMMAND_INVALID, f"{method.name} on channel {number}")
+        if method.name.startswith("Connection."):  # RabbitMQ's words, whichever method
+            raise ConnectionError(COMMAND_INVALID, "unimplemented method")
         channel.handle_method(method)
 
     def _channel_error(self, number: int, exc: ChannelError, payload: bytes | None) -> None:
@@ -573,15 +581,12 @@ class Connection(Output):
             self.close(CONNECTION_FORCED, f"vhost '{name}' is deleted")
 
     def _update_secret(self, m: C.UpdateSecret) -> None:
+        """connection.update-secret, answered as RabbitMQ 3.10 does with its internal
+        user database: update-secret-ok whatever the new secret, and nothing changes
+        (the user, its permissions, the stored password). The method exists for
+        backends whose credentials expire (OAuth 2 tokens), which leveret has not."""
         assert self.user is not None  # state "opened" follows a successful start-ok
-        try:
-            self.core.users.authenticate(
-                self.user.name,
-                m.new_secret.decode() if isinstance(m.new_secret, bytes) else str(m.new_secret),
-                self.from_loopback,
-            )
-        except AuthenticationError as exc:
-            raise ConnectionError(ACCESS_REFUSED, str(exc)) from None
+        log.info("connection %s: update-secret from user '%s' (%s)", self.peer, self.user.name, m.reason)
         self.send_method(0, C.UpdateSecretOk())
 
     # -- timers and alarms ----------------------------------------------------------

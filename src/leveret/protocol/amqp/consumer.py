@@ -109,8 +109,13 @@ class ChannelConsumer:
 
     def cancel_by_broker(self) -> None:
         """The queue was deleted: forget the consumer and, if the client said it
-        understands them, send basic.cancel (RabbitMQ's consumer cancel notification)."""
+        understands them, send basic.cancel (RabbitMQ's consumer cancel notification),
+        after the delete-ok when this consumer's own channel deleted the queue."""
         channel = self.channel
         channel.consumers.pop(self.tag, None)
         if channel.connection.capabilities.get("consumer_cancel_notify"):
-            channel.send_method(commands.Basic.Cancel(consumer_tag=self.tag, nowait=True))
+            cancel = commands.Basic.Cancel(consumer_tag=self.tag, nowait=True)
+            if channel.deferred_cancels is not None:
+                channel.deferred_cancels.append(cancel)
+            else:
+                channel.send_method(cancel)

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from ...amqp import field_table, properties as wire
+from ...amqp.errors import SYNTAX_ERROR, ConnectionError
 from ...core.errors import precondition_failed
 from ...core.message import NEUTRAL, Death, Message, Properties, register_format, ttl_of
 
@@ -111,12 +112,73 @@ def from_publish(
     facts: tuple[int | None, int | None, str | None] | None = None,
 ) -> Message:
     """The message of a basic.publish; ``facts`` is what :func:`wire.scan` returned for
-    ``header``, if it was called already. Raises ConnectionError 502 for properties that
-    do not decode, and PreconditionFailed for an ``expiration`` that is not a
-    non-negative integer, with RabbitMQ's texts (``rabbit_basic:parse_expiration``)."""
+    ``header``, if it was called already. Its ``CC`` and ``BCC`` headers become
+    ``Message.cc`` routing keys and ``BCC`` leaves the header (see
+    :func:`sender_selected`). Raises ConnectionError 502 for properties that do not
+    decode, and PreconditionFailed (406) for an ``expiration`` that is not a
+    non-negative integer or a ``CC``/``BCC`` that is not an array, with RabbitMQ's
+    texts."""
     delivery_mode, priority, expiration = facts or wire.scan(header)
     ttl = None if expiration is None else _check_expiration(expiration)
-    return Message(exchange, routing_key, body, AMQP, header, delivery_mode == 2, ttl, priority)
+    cc: tuple[str, ...] = ()
+    # A cheap look at the bytes first: most headers tables name neither key.
+    if header[12] & _HEADERS_HIGH_BIT and (b"\x02CC" in header or b"\x03BCC" in header):
+        header, cc = sender_selected(header)
+    return Message(exchange, routing_key, body, AMQP, header, delivery_mode == 2, ttl, priority, cc=cc)
+
+
+_HEADERS_HIGH_BIT = wire.HEADERS_FLAG >> 8
+#: RabbitMQ's names for field types, in its "unacceptable type" texts.
+_TYPE_NAMES = {
+    "t": "bool",
+    "b": "byte",
+    "B": "unsignedbyte",
+    "s": "short",
+    "u": "unsignedshort",
+    "I": "signedint",
+    "i": "unsignedint",
+    "l": "long",
+    "L": "unsignedlong",
+    "f": "float",
+    "d": "double",
+    "D": "decimal",
+    "S": "longstr",
+    "x": "binary",
+    "T": "timestamp",
+    "F": "table",
+    "A": "array",
+    "V": "void",
+}
+
+
+def sender_selected(header: bytes) -> tuple[bytes, tuple[str, ...]]:
+    """RabbitMQ's sender-selected distribution: ``(header without BCC, CC keys then BCC
+    keys)``. Each header, when present, must be an array (else PreconditionFailed 406
+    ``invalid message: {unacceptable_type_in_header,"CC",longstr}``, CC checked first);
+    only its long-string items are keys, other items are ignored, as RabbitMQ 3.10
+    does. The names are case-sensitive. ``CC`` stays for consumers; ``BCC`` is removed,
+    leaving an empty table if it was the only header, and the other headers keep their
+    wire types. ConnectionError 502 for a table that only pamqp can read."""
+    offset = field_table.headers_offset(header)
+    if offset is None:  # property flag continuation: no client sends it
+        return header, ()
+    try:
+        table, end = field_table.decode_table(header, offset)
+    except ValueError as exc:  # a field type only pamqp reads
+        raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
+    keys: list[str] = []
+    for name in ("CC", "BCC"):
+        typed = table.get(name)
+        if typed is None:
+            continue
+        if typed[0] != "A":
+            kind = _TYPE_NAMES.get(typed[0], typed[0])
+            raise precondition_failed(f'invalid message: {{unacceptable_type_in_header,"{name}",{kind}}}')
+        keys += [value.decode(errors="replace") for tag, value in typed[1] if tag == "S"]
+    if "BCC" in table:
+        del table["BCC"]
+        header = header[:offset] + field_table.encode_table(table) + header[end:]
+    return header, tuple(keys)
 
 
 def _check_expiration(expiration: str) -> int:
@@ -186,9 +248,10 @@ def replace_reply_to(message: Message, reply_to: str) -> Message:
     """A copy of an AMQP message with another ``reply_to`` (direct reply-to)."""
     decoded = wire.decode(message.encoded)
     decoded.reply_to = reply_to
-    return from_publish(
-        message.exchange, message.routing_key, wire.encode(decoded, len(message.body)), message.body
-    )
+    header = wire.encode(decoded, len(message.body))
+    copy = from_publish(message.exchange, message.routing_key, header, message.body)
+    copy.cc = message.cc  # the BCC keys are no longer in the header
+    return copy
 
 
 def _render_deaths(header: bytes, deaths: tuple[Death, ...], body_size: int) -> bytes:
@@ -258,5 +321,6 @@ __all__ = [
     "encode_properties",
     "from_publish",
     "replace_reply_to",
+    "sender_selected",
     "with_delivery_headers",
 ]
