@@ -314,7 +314,7 @@ class _NeutralFormat:
         headers = {**(message.properties.headers or {}), **changes}
         properties = replace(message.properties, headers={k: v for k, v in headers.items() if v is not None})
         copy = Message.build(message.exchange, message.routing_key, message.body, properties)
-        copy.deaths, copy.ttl = message.deaths, message.ttl
+        copy.deaths, copy.ttl, copy.cc = message.deaths, message.ttl, message.cc
         return copy
 
 

@@ -89,6 +89,7 @@ class AMQPFormat:
             message.ttl,
             message.priority,
             message.deaths,
+            message.cc,
         )
 
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:

@@ -122,6 +122,7 @@ class StompFormat:
             message.ttl,
             message.priority,
             message.deaths,
+            message.cc,
         )
 
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
