@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pamqp import decode, encode
 
-from .base import Callback, Snapshot, Store, StoredMessage, StoreError
+from .base import ALL_SEQS, Callback, Snapshot, Store, StoredMessage, StoreError
 
 log = logging.getLogger("leveret.store")
 
@@ -54,7 +54,6 @@ CREATE TABLE IF NOT EXISTS dedup (
 
 VACUUM_EVERY = 2.0  # seconds between incremental vacuums / checkpoints, at most
 DELETE_CHUNK = 5000  # rows deleted per transaction by a background range deletion
-ALL_SEQS = 2**62
 RESERVE = 16 * 1024 * 1024  # bytes a message write must leave free on the file system
 RETRY = 0.5  # seconds between attempts to write a batch that did not fit
 
@@ -249,15 +248,17 @@ class SQLiteStore(Store):
         )
         return snapshot
 
-    def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
+    def read_queue(
+        self, queue_id: int, after_seq: int, limit: int, upto_seq: int = ALL_SEQS
+    ) -> list[StoredMessage]:
         """Committed rows (read on a second connection) merged with the inserts still in
         the in-flight and the current batch."""
         assert self._reader is not None
         rows = self._reader.execute(
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
             "transient, expires_at, published_at, size, meta FROM messages "
-            "WHERE queue_id=? AND seq>? ORDER BY seq LIMIT ?",
-            (queue_id, after_seq, limit),
+            "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
+            (queue_id, after_seq, upto_seq, limit),
         ).fetchall()
         # Writes still on their way to disk; a batch may also be committed already.
         pending = [
@@ -265,7 +266,7 @@ class SQLiteStore(Store):
             for batch in (self._inflight, self._batch)
             if batch is not None
             for row in batch.inserts.values()
-            if row[1] == queue_id and row[2] > after_seq
+            if row[1] == queue_id and after_seq < row[2] <= upto_seq
         ]
         if pending:
             found = {row[0]: row for row in rows}
@@ -288,6 +289,19 @@ class SQLiteStore(Store):
             )
             for row in rows
         ]
+
+    def count_blocks(self, queue_id: int, block_bits: int) -> dict[int, tuple[int, int, int]]:
+        """Committed rows of a queue (start-up, before :meth:`start`) grouped by
+        ``seq >> block_bits``."""
+        assert self._reader is not None
+        try:
+            rows = self._reader.execute(
+                "SELECT seq >> ?, count(*), max(seq), sum(size) FROM messages WHERE queue_id=? GROUP BY 1",
+                (block_bits, queue_id),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read store {self.path}: {exc}") from None
+        return {block: (count, last_seq, size or 0) for block, count, last_seq, size in rows}
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; callbacks will run on ``loop``."""
