@@ -119,8 +119,10 @@ class ClassicQueue(Queue):
             self.group_owners = {}  # from now on, dispatch keeps groups together
         self._next_seq += 1
         seq = self._next_seq
-        if self.levels is not None:
-            seq = self.levels.seq(message.priority, seq)
+        levels = self.levels
+        if levels is not None:
+            blocks, priority = levels.blocks, message.priority
+            seq |= blocks[priority] if priority in blocks else levels.block(priority)
             if self.selective or self.group_owners is not None:
                 self._rewind(seq)  # it may come before what the consumers looked at
         expires_at = self._expiry(message)

@@ -57,10 +57,16 @@ class PriorityBacklog:
         self.bytes = 0  # body bytes of ready messages (in memory and paged)
         self.memory_bytes = 0
         self._filled = 0  # bit b set: band b holds a ready message (in memory or paged)
+        #: READY entries in memory ahead of any paged-out message (those of the highest
+        #: band with messages): :meth:`pop` needs no :meth:`page_in` while it is > 0.
+        #: An attribute, not a property: the queue's dispatch loop reads it per message.
+        self.live = 0
+        #: priority (None, 0..255) -> the first seq of its band, for :meth:`seq`'s fast path
+        self.blocks: dict[int | None, int] = {p: self.block(p) for p in (None, *range(256))}
 
-    def seq(self, priority: int | None, counter: int) -> int:
-        """The seq of message number ``counter`` (1 .. 2**54-1) with ``priority`` (None:
-        0; above the maximum: the maximum)."""
+    def block(self, priority: int | None) -> int:
+        """The bits of the band of ``priority`` (None: 0; above the maximum: the
+        maximum) in a seq."""
         top = self.max_priority
         if priority is None or priority <= 0:
             band = top
@@ -68,20 +74,16 @@ class PriorityBacklog:
             band = 0
         else:
             band = top - priority
-        return band << SEQ_BITS | counter
+        return band << SEQ_BITS
+
+    def seq(self, priority: int | None, counter: int) -> int:
+        """The seq of message number ``counter`` (1 .. 2**54-1) with ``priority``."""
+        blocks = self.blocks
+        return (blocks[priority] if priority in blocks else self.block(priority)) | counter
 
     def __len__(self) -> int:
         """Ready messages, in memory and paged out."""
         return self.count
-
-    @property
-    def live(self) -> int:
-        """READY entries in memory ahead of any paged-out message (those of the highest
-        band with messages): :meth:`pop` needs no :meth:`page_in` while it is > 0."""
-        filled = self._filled
-        if not filled:
-            return 0
-        return self.bands[(filled & -filled).bit_length() - 1].live
 
     @property
     def parts(self) -> list[Backlog]:
@@ -112,6 +114,12 @@ class PriorityBacklog:
             self._filled |= 1 << index
         else:
             self._filled &= ~(1 << index)
+        self._head()
+
+    def _head(self) -> None:
+        """Set :attr:`live` from the highest band with messages."""
+        filled = self._filled
+        self.live = self.bands[(filled & -filled).bit_length() - 1].live if filled else 0
 
     # -- adding -------------------------------------------------------------------------
     def must_page(self, seq: int) -> bool:
@@ -126,13 +134,21 @@ class PriorityBacklog:
     def append(self, entry: QueuedMessage) -> None:
         """A new message at the tail of its band, in memory."""
         index = entry.seq >> SEQ_BITS
-        self.bands[index].append(entry)
+        band = self.bands[index]
         size = len(entry.message.body)
+        # Backlog.append, inlined: once per message
+        band.ready.append(entry)
+        band.live += 1
+        band.bytes += size
+        band.memory_bytes += size
         self.in_memory += 1
         self.count += 1
         self.bytes += size
         self.memory_bytes += size
-        self._filled |= 1 << index
+        bit = 1 << index
+        filled = self._filled = self._filled | bit
+        if filled & -filled == bit:  # the highest band
+            self.live = band.live
 
     def appended_paged(self, seq: int, size: int) -> None:
         """A new message at the tail of its band was written to the store only."""
@@ -142,6 +158,7 @@ class PriorityBacklog:
         self.count += 1
         self.bytes += size
         self._filled |= 1 << index
+        self._head()
 
     def restore(self, blocks: dict[int, tuple[int, int, int]]) -> int:
         """At start-up: the store holds, per band, ``(count, highest seq, body bytes)``
@@ -205,8 +222,11 @@ class PriorityBacklog:
         self.count -= 1
         self.bytes -= size
         self.memory_bytes -= size
-        if not band.live and not band.paged:
-            self._filled = filled & ~(1 << index)
+        if band.live or band.paged:
+            self.live = band.live
+        else:
+            self._filled = filled ^ (1 << index)
+            self._head()
         return entry
 
     def remove(self, entry: QueuedMessage) -> None:
@@ -233,4 +253,5 @@ class PriorityBacklog:
             band = self.bands[index]
             dropped += band.clear(store, queue_id, band.first_seq + upto)
         self.count = self.in_memory = self.paged = self.bytes = self.memory_bytes = self._filled = 0
+        self.live = 0
         return dropped
