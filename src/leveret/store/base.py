@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 
 #: Above every seq a queue uses: seqs are below 2**62.
 ALL_SEQS = 2**62
+#: A queue may split its seqs into blocks of 2**54 (a priority queue gives each priority
+#: level one, ``leveret.core.queues.priority_backlog``): the store counts a queue's
+#: messages per block at start-up and may keep each block's rows together.
+SEQ_BLOCK_BITS = 54
 
 
 class StoreError(RuntimeError):
@@ -110,10 +114,10 @@ class Store(ABC):
         seq order, including writes not yet on disk."""
 
     @abstractmethod
-    def count_blocks(self, queue_id: int, block_bits: int) -> dict[int, tuple[int, int, int]]:
-        """At start-up: a queue's messages grouped by ``seq >> block_bits`` (a queue may
-        give each part of its order, e.g. a priority level, its own block of seqs):
-        block -> (count, highest seq, body bytes). Raises StoreError naming the file."""
+    def count_blocks(self, queue_id: int) -> dict[int, tuple[int, int, int]]:
+        """At start-up: a queue's messages grouped by seq block (``seq >>``
+        :data:`SEQ_BLOCK_BITS`): block -> (count, highest seq, body bytes). Raises
+        StoreError naming the file."""
 
     @abstractmethod
     def remove_paged(self, queue_id: int, after_seq: int, upto_seq: int) -> None:

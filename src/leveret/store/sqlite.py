@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pamqp import decode, encode
 
-from .base import ALL_SEQS, Callback, Snapshot, Store, StoredMessage, StoreError
+from .base import ALL_SEQS, SEQ_BLOCK_BITS, Callback, Snapshot, Store, StoredMessage, StoreError
 
 log = logging.getLogger("leveret.store")
 
@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS dedup (
 
 VACUUM_EVERY = 2.0  # seconds between incremental vacuums / checkpoints, at most
 DELETE_CHUNK = 5000  # rows deleted per transaction by a background range deletion
+BLOCK = 1 << SEQ_BLOCK_BITS  # seqs (and store ids) per block
 RESERVE = 16 * 1024 * 1024  # bytes a message write must leave free on the file system
 RETRY = 0.5  # seconds between attempts to write a batch that did not fit
 
@@ -142,7 +143,8 @@ class SQLiteStore(Store):
         self._writing = False
         self._jobs: queue_mod.Queue = queue_mod.Queue()
         self._thread: threading.Thread | None = None
-        self._next_id = 1
+        self._next_id = 1  # the next store id of seq block 0 (every FIFO queue's)
+        self._next_ids: dict[int, int] = {}  # the same for the other seq blocks
         self._next_queue_id = 1
         self._db: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
@@ -231,7 +233,8 @@ class SQLiteStore(Store):
             ):
                 snapshot.dedup.setdefault(queue_id, []).append((key, expires_at))
             row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
-            last = db.execute("SELECT max(id) FROM messages").fetchone()[0]
+            # block 0's ids (the others' are found on first use, see _block_id)
+            last = db.execute("SELECT max(id) FROM messages WHERE id < ?", (BLOCK,)).fetchone()[0]
             self._reader = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, cached_statements=0
             )
@@ -290,14 +293,14 @@ class SQLiteStore(Store):
             for row in rows
         ]
 
-    def count_blocks(self, queue_id: int, block_bits: int) -> dict[int, tuple[int, int, int]]:
+    def count_blocks(self, queue_id: int) -> dict[int, tuple[int, int, int]]:
         """Committed rows of a queue (start-up, before :meth:`start`) grouped by
-        ``seq >> block_bits``."""
+        ``seq >> SEQ_BLOCK_BITS``."""
         assert self._reader is not None
         try:
             rows = self._reader.execute(
                 "SELECT seq >> ?, count(*), max(seq), sum(size) FROM messages WHERE queue_id=? GROUP BY 1",
-                (block_bits, queue_id),
+                (SEQ_BLOCK_BITS, queue_id),
             ).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read store {self.path}: {exc}") from None
@@ -341,6 +344,23 @@ class SQLiteStore(Store):
         self._changed().definitions.append(("meta", "next_queue_id", self._next_queue_id))
         return queue_id
 
+    def _block_id(self, block: int) -> int:
+        """The next store id of seq block ``block``: ids ``block << SEQ_BLOCK_BITS``
+        onwards (the highest on disk, on first use)."""
+        next_id = self._next_ids.get(block)
+        if next_id is None:
+            assert self._reader is not None
+            low = block << SEQ_BLOCK_BITS
+            try:
+                last = self._reader.execute(
+                    "SELECT max(id) FROM messages WHERE id >= ? AND id < ?", (low, low + BLOCK)
+                ).fetchone()[0]
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read store {self.path}: {exc}") from None
+            next_id = (last or low) + 1
+        self._next_ids[block] = next_id + 1
+        return next_id
+
     def add_message(
         self,
         queue_id: int,
@@ -355,9 +375,15 @@ class SQLiteStore(Store):
         meta: str | None = None,
     ) -> int:
         """The row waits in the current batch: removed before the batch goes to the
-        writer thread, it never touches the disk."""
-        store_id = self._next_id
-        self._next_id += 1
+        writer thread, it never touches the disk. Its id comes from its seq block's own
+        range (``seq >> SEQ_BLOCK_BITS``): the rows of a block lie together in the
+        table, so reading back and deleting one priority level of a queue touches its
+        own pages, not every page written meanwhile."""
+        if seq < BLOCK:
+            store_id = self._next_id
+            self._next_id += 1
+        else:
+            store_id = self._block_id(seq >> SEQ_BLOCK_BITS)
         self._changed().inserts[store_id] = [
             store_id,
             queue_id,

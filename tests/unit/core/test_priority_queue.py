@@ -19,6 +19,7 @@ from leveret.core.queues import ClassicQueue, Queue, QueuedMessage
 from leveret.core.queues.backlog import Backlog
 from leveret.core.queues.priority_backlog import SEQ_BITS, PriorityBacklog
 from leveret.core.selector import compile_selector
+from leveret.store.base import SEQ_BLOCK_BITS
 from leveret.store.sqlite import SQLiteStore
 
 
@@ -133,6 +134,7 @@ def test_seqs_follow_the_delivery_order_and_stay_below_the_store_bound():
     assert seqs == sorted(seqs)
     assert backlog.seq(0, (1 << SEQ_BITS) - 1) < 2**62
     assert backlog.seq(300, 7) == 7  # above the maximum: the maximum
+    assert SEQ_BITS == SEQ_BLOCK_BITS  # the store counts and clusters rows by these blocks
 
 
 def test_consumers_get_the_highest_priority_first(broker):

@@ -4,11 +4,12 @@
   share: identity, configuration, consumers, bindings, ``x-expires``), the
   :class:`Consumer` protocol adapters implement, :class:`QueuedMessage`;
 - :mod:`.classic`: the classic queue (FIFO, round-robin dispatch, TTL, length limits,
-  redelivery delays, leases), its ordered storage with paging in :mod:`.backlog`;
+  redelivery delays, leases), its ordered storage with paging in :mod:`.backlog`, by
+  priority (``x-max-priority``) in :mod:`.priority_backlog`;
 - :mod:`.stream`: the stream queue (an append-only log read by offset);
 - :mod:`.timers`: named timers on core's clock.
 
-A new type (priority, delayed, quorum) is a new module registered in :data:`QUEUE_TYPES`.
+A new type (delayed, quorum) is a new module registered in :data:`QUEUE_TYPES`.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from ..message_groups import GROUP_ID_BYTES, message_group
 from ..selector import message_lookup
 from .backlog import PAGE_IN_BATCH, Backlog
 from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
-from .priority_backlog import SEQ_BITS, PriorityBacklog
+from .priority_backlog import PriorityBacklog
 
 if TYPE_CHECKING:
     from ..selector import Selector
@@ -190,7 +190,7 @@ class ClassicQueue(Queue):
         backlog = self.backlog
         if isinstance(backlog, PriorityBacklog):
             assert self.store is not None
-            last_seq = backlog.restore(self.store.count_blocks(self.queue_id, SEQ_BITS))
+            last_seq = backlog.restore(self.store.count_blocks(self.queue_id))
         else:
             backlog.restore(count, size)
         self._next_seq = max(self._next_seq, last_seq)

@@ -25,13 +25,15 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .backlog import Backlog
-from .base import QueuedMessage
+from .base import READY, QueuedMessage
 
 if TYPE_CHECKING:
     from ...store import Store
 
 #: Bits of a seq that number messages; the ones above are the level's block
-#: (256 levels at most: seqs stay below 2**62, the store's bound).
+#: (256 levels at most: seqs stay below 2**62, the store's bound). The store's
+#: ``SEQ_BLOCK_BITS`` (not imported: core does not load the store), which it counts
+#: (``count_blocks``) and keeps together on disk by.
 SEQ_BITS = 54
 COUNTER_MASK = (1 << SEQ_BITS) - 1
 
@@ -162,7 +164,7 @@ class PriorityBacklog:
 
     def restore(self, blocks: dict[int, tuple[int, int, int]]) -> int:
         """At start-up: the store holds, per band, ``(count, highest seq, body bytes)``
-        (:meth:`Store.count_blocks` with :data:`SEQ_BITS`). Returns the highest message
+        (:meth:`Store.count_blocks`). Returns the highest message
         number found (the queue's counter goes on from there)."""
         highest = 0
         for index, (count, last_seq, size) in blocks.items():
@@ -216,16 +218,27 @@ class PriorityBacklog:
         filled = self._filled
         index = (filled & -filled).bit_length() - 1
         band = self.bands[index]
-        entry = band.pop()
+        # Backlog.pop, inlined: once per delivery
+        ready = band.ready
+        entry = ready.popleft()
+        while entry.state != READY:  # tombstones
+            band.holes -= 1
+            entry = ready.popleft()
         size = len(entry.message.body)
+        band.bytes -= size
+        band.memory_bytes -= size
+        live = band.live = band.live - 1
         self.in_memory -= 1
         self.count -= 1
         self.bytes -= size
         self.memory_bytes -= size
-        if band.live or band.paged:
-            self.live = band.live
+        if live:
+            self.live = live
         else:
-            self._filled = filled ^ (1 << index)
+            ready.clear()  # only tombstones are left
+            band.holes = 0
+            if not band.paged:
+                self._filled = filled ^ (1 << index)
             self._head()
         return entry
 
