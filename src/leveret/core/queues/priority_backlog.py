@@ -21,6 +21,7 @@ high-priority message still comes before the lower ones in memory.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,8 @@ from .base import READY, QueuedMessage
 
 if TYPE_CHECKING:
     from ...store import Store
+
+log = logging.getLogger("leveret.queue")
 
 #: Bits of a seq that number messages; the ones above are the level's block
 #: (256 levels at most: seqs stay below 2**62, the store's bound). The store's
@@ -168,6 +171,9 @@ class PriorityBacklog:
         number found (the queue's counter goes on from there)."""
         highest = 0
         for index, (count, last_seq, size) in blocks.items():
+            if index >= len(self.bands):  # cannot happen: x-max-priority never changes
+                log.error("queue '%s': %d stored messages of an unknown priority level", self.name, count)
+                continue
             band = self.bands[index]
             band.restore(count, size)
             self._update(band, index, 0, 0, 0, 0)
