@@ -125,7 +125,16 @@ def row_result(row: Row, meter: Meter) -> dict:
         "broker_rss_mb": round(meter.rss_bytes / 2**20, 1),
     }
     out.update(row.extra)
-    if "cpu_at_count_s" in row.extra:  # recovery: CPU of the new process from its start
+    if "phase_broker_cpu_s" in row.extra:  # priority: each row has its own window
+        extra = out
+        cpu, seconds = extra.pop("phase_broker_cpu_s"), extra.pop("phase_seconds")
+        gen, rss = extra.pop("phase_loadgen_cpu_s"), extra.pop("phase_rss_bytes")
+        out.update(broker_cpu_s=round(cpu, 4),
+                   broker_cpu_us_per_msg=round(cpu / row.messages * 1e6, 2) if row.messages else None,
+                   broker_cpu_pct=round(100 * cpu / seconds, 1) if seconds else None,
+                   loadgen_cpu_pct=round(100 * gen / seconds, 1) if seconds else None,
+                   broker_rss_mb=round(rss / 2**20, 1))
+    elif "cpu_at_count_s" in row.extra:  # recovery: CPU of the new process from its start
         cpu = row.extra["cpu_at_count_s"]
         out.update(broker_cpu_s=cpu,
                    broker_cpu_us_per_msg=round(cpu / row.messages * 1e6, 2) if row.messages else None,
@@ -325,7 +334,39 @@ def saturation_rows(results: dict) -> list[list[str]]:
     return out
 
 
+def priority_rows(results: dict) -> list[list[str]]:
+    """The priority workload: µs CPU/msg on the classic and the priority queue, and
+    their ratio (the target: priority within 1.2× classic), per broker and phase."""
+    out = []
+    for broker, res in results.items():
+        got = res.get("rows", {})
+        for phase in ("publish", "consume"):
+            classic, prio = got.get(f"{phase} classic"), got.get(f"{phase} priority")
+            if not classic or not prio:
+                continue
+            a, b = classic.get("broker_cpu_us_per_msg"), prio.get("broker_cpu_us_per_msg")
+            out.append([broker, phase, _fmt(classic.get("msg_per_s")), _fmt(prio.get("msg_per_s")),
+                        _fmt(a, ".1f"), _fmt(b, ".1f"), _fmt(b / a if a and b else None, ".2f")])
+        windows = [got.get(f"{phase} {kind}") for kind in ("classic", "priority")
+                   for phase in ("publish", "consume")]
+        if all(w and w.get("broker_cpu_s") is not None and w.get("messages") for w in windows):
+            a, b = ((windows[i]["broker_cpu_s"] + windows[i + 1]["broker_cpu_s"])
+                    / windows[i]["messages"] * 1e6 for i in (0, 2))
+            out.append([broker, "publish + consume", "-", "-", _fmt(a, ".1f"), _fmt(b, ".1f"),
+                        _fmt(b / a, ".2f")])
+    return out
+
+
+PRIORITY_HEADERS = ["broker", "phase", "classic msg/s", "priority msg/s", "classic µs CPU/msg",
+                    "priority µs CPU/msg", "ratio priority/classic"]
+
+
 def print_tables(results: dict) -> None:
+    prio = priority_rows(results)
+    if prio:
+        print("Priority queue (x-max-priority 10, random priorities 0-9) against classic queue:")
+        _plain(PRIORITY_HEADERS, prio)
+        print()
     rows = table_rows(results)
     sat = saturation_rows(results)
     sat_headers = ["broker", "workload", "broker CPU %", "loadgen CPU %"]

@@ -11,6 +11,7 @@ it fails.  A ``Row`` reports ``messages`` handled in ``seconds`` of wall time;
 from __future__ import annotations
 
 import asyncio
+import random
 import resource
 import secrets
 import statistics
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 
 from brokers import Broker
 from loadgen import Channel, Connection, message_frames
+
+from leveret.amqp.frames import encode_publish
 
 
 @dataclass
@@ -811,12 +814,84 @@ WORKLOADS: dict[str, Workload] = {
     "delayed-redeliveries": wl_delayed_redeliveries,
 }
 
+# ------------------------------------------------------- priority queues
+PRIORITY_LEVELS = 10  # messages get priorities 0-9; the priority queue has x-max-priority 10
+
+
+def _priority_chunks(ch: Channel, q: str, body: bytes, batch: int, seed: int = 1) -> list[bytes]:
+    """16 writes of ``batch`` publishes each to ``q``, each message with a priority
+    drawn at random from 0-9 (the same draws for every queue: same seed)."""
+    rng = random.Random(seed)
+    frames = [encode_publish(ch.id, "", q, body, {"priority": p}, ch.conn.frame_max)
+              for p in range(PRIORITY_LEVELS)]
+    return [b"".join(frames[rng.randrange(PRIORITY_LEVELS)] for _ in range(batch)) for _ in range(16)]
+
+
+def _phase(meter: Meter) -> dict:
+    """A phase's own CPU window (``run.py`` uses it instead of the workload's)."""
+    return {"phase_seconds": meter.seconds, "phase_broker_cpu_s": meter.broker_cpu,
+            "phase_loadgen_cpu_s": meter.gen_cpu, "phase_rss_bytes": meter.rss_bytes}
+
+
+async def _priority_case(broker: Broker, s: Settings, kind: str, arguments: dict) -> list[Row]:
+    """``publish KIND`` and ``consume KIND`` on one queue declared with ``arguments``."""
+    q = _name(f"prio-{kind}")
+    conn, ch = await _open(broker)
+    conns = [conn]
+    try:
+        await ch.queue_declare(q, arguments=arguments)
+        chunks = _priority_chunks(ch, q, b"x" * s.body_size, s.batch)
+        size = len(chunks[0]) // s.batch  # every publish has the same length
+        phase = Meter(broker)
+        phase.start()
+        sent, deadline = 0, time.monotonic() + s.seconds
+        while sent < s.messages and time.monotonic() < deadline:
+            k = min(s.batch, s.messages - sent)
+            conn.write(chunks[(sent // s.batch) % len(chunks)][:size * k])
+            sent += k
+            await conn.drain()
+        depth = await _sync_depth(ch, q, sent, time.monotonic() + s.grace)
+        phase.stop()
+        rows = [Row(f"publish {kind}", depth, phase.seconds, {"published": sent, **_phase(phase)})]
+        cconn, cch = await _open(broker)
+        conns.append(cconn)
+        await cch.qos(s.prefetch)
+        await asyncio.sleep(0.5)  # let the broker settle after the fill
+        phase = Meter(broker)
+        phase.start()
+        tag = await cch.consume(q, ack_every=s.ack_every)
+        await _wait_until(lambda: cch.delivered >= depth, [cconn], time.monotonic() + s.seconds + s.grace)
+        phase.stop()
+        cch.ack_pending()
+        await cch.cancel(tag)
+        extra = {"prefilled": depth, **_phase(phase)}
+        return [*rows, Row(f"consume {kind}", cch.delivered, phase.seconds, extra)]
+    finally:
+        await _close(*conns)
+        await _cleanup(broker, [q])
+
+
+async def wl_priority(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
+    """Priority queue against classic queue: the same messages (``body_size`` bytes, each
+    with a random priority 0-9) are published to a classic queue with no consumer, then
+    drained by one consumer (prefetch ``prefetch``, acks every ``ack_every``); then the
+    same on a queue declared with ``x-max-priority: 10``. Four rows, each with the CPU of
+    its own phase: ``publish classic``, ``consume classic``, ``publish priority``,
+    ``consume priority``."""
+    rows = await _priority_case(broker, s, "classic", {})
+    rows += await _priority_case(broker, s, "priority", {"x-max-priority": PRIORITY_LEVELS})
+    meter.start()  # the rows carry their own windows
+    meter.stop()
+    return rows
+
+
 # Opt-in (not in "all"): long-running, memory and disk heavy.
 EXTRA_WORKLOADS: dict[str, Workload] = {
     "backlog": wl_backlog,
     "backlog-default": wl_backlog_default,
     "recovery": wl_recovery,
     "delayed-redeliveries-dlx": wl_delayed_redeliveries_dlx,
+    "priority": wl_priority,
 }
 
 ALIASES: dict[str, list[str]] = {

@@ -71,6 +71,7 @@ class QueueConfig:
     cache_ttl: int | None = None  # ms
     queue_type: str = "classic"
     single_active_consumer: bool = False
+    max_priority: int | None = None  # x-max-priority: priorities 0..max_priority (classic)
     max_age: float | None = None  # seconds (streams)
     max_segment_size: int = 500_000_000  # bytes (streams)
 
@@ -171,6 +172,7 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
         raise precondition_failed(
             f"invalid arg 'x-single-active-consumer'{where}: {{unacceptable_type,{kind}}}"
         )
+    max_priority = _max_priority(arguments, queue_type, where)
     max_age = parse_age(get("max-age", str))
     limits = [v for v in (get("max-redeliveries", int, 0), get("delivery-limit", int, 0)) if v is not None]
     in_memory = get("max-in-memory-length", int, 0)
@@ -190,6 +192,7 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
         cache_ttl=get("cache-ttl", int, 1),
         queue_type=queue_type,
         single_active_consumer=single_active,
+        max_priority=max_priority,
         max_age=max_age,
         max_segment_size=_or(get("stream-max-segment-size-bytes", int, 1), 500_000_000),
         dead_letter=DeadLetterConfig(
@@ -210,6 +213,32 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
             max_delay=_or(get("redelivery-max-delay", int, 0), -1),
         ),
     )
+
+
+#: The highest ``x-max-priority`` RabbitMQ accepts (an AMQP priority is an octet).
+MAX_PRIORITY = 255
+
+
+def _max_priority(arguments: dict, queue_type: str, where: str) -> int | None:
+    """``x-max-priority`` as RabbitMQ 3.10 checks it: an integer 0..255, from the queue
+    argument only (RabbitMQ refuses a ``max-priority`` policy key; here a policy's is
+    ignored), on classic queues only. PreconditionFailed (406) with RabbitMQ's texts."""
+    if "x-max-priority" not in arguments:
+        return None
+    value = arguments["x-max-priority"]
+    if queue_type != "classic":
+        raise precondition_failed(
+            f"invalid arg 'x-max-priority'{where} of queue type rabbit_{queue_type}_queue"
+        )
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise precondition_failed(
+            f"invalid arg 'x-max-priority'{where}: \"expected integer, got {amqp_type_name(value)}\""
+        )
+    if value < 0:
+        raise precondition_failed(f"invalid arg 'x-max-priority'{where}: {{value_negative,{value}}}")
+    if value > MAX_PRIORITY:
+        raise precondition_failed(f"invalid arg 'x-max-priority'{where}: {{max_value_exceeded,{value}}}")
+    return value
 
 
 _AGE_UNITS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60, "s": 1}

@@ -6,6 +6,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+#: Above every seq a queue uses: seqs are below 2**62.
+ALL_SEQS = 2**62
+#: A queue may split its seqs into blocks of 2**54 (a priority queue gives each priority
+#: level one, ``leveret.core.queues.priority_backlog``): the store counts a queue's
+#: messages per block at start-up and may keep each block's rows together.
+SEQ_BLOCK_BITS = 54
+
 
 class StoreError(RuntimeError):
     """The store cannot be opened or written; the message names the file."""
@@ -126,9 +133,17 @@ class Store(ABC):
         seconds), None if there is none."""
 
     @abstractmethod
-    def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
-        """Up to ``limit`` messages of a queue with seq > ``after_seq``, in seq order,
-        including writes not yet on disk."""
+    def read_queue(
+        self, queue_id: int, after_seq: int, limit: int, upto_seq: int = ALL_SEQS
+    ) -> list[StoredMessage]:
+        """Up to ``limit`` messages of a queue with ``after_seq < seq <= upto_seq``, in
+        seq order, including writes not yet on disk."""
+
+    @abstractmethod
+    def count_blocks(self, queue_id: int) -> dict[int, tuple[int, int, int]]:
+        """At start-up: a queue's messages grouped by seq block (``seq >>``
+        :data:`SEQ_BLOCK_BITS`): block -> (count, highest seq, body bytes). Raises
+        StoreError naming the file."""
 
     @abstractmethod
     def remove_paged(self, queue_id: int, after_seq: int, upto_seq: int) -> None:

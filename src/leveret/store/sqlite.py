@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pamqp import decode, encode
 
-from .base import Callback, ScheduledRow, Snapshot, Store, StoredMessage, StoreError
+from .base import ALL_SEQS, SEQ_BLOCK_BITS, Callback, ScheduledRow, Snapshot, Store, StoredMessage, StoreError
 
 log = logging.getLogger("leveret.store")
 
@@ -61,7 +61,7 @@ CREATE INDEX IF NOT EXISTS scheduled_by_job ON scheduled (job_id);
 
 VACUUM_EVERY = 2.0  # seconds between incremental vacuums / checkpoints, at most
 DELETE_CHUNK = 5000  # rows deleted per transaction by a background range deletion
-ALL_SEQS = 2**62
+BLOCK = 1 << SEQ_BLOCK_BITS  # seqs (and store ids) per block
 RESERVE = 16 * 1024 * 1024  # bytes a message write must leave free on the file system
 RETRY = 0.5  # seconds between attempts to write a batch that did not fit
 
@@ -157,7 +157,8 @@ class SQLiteStore(Store):
         self._writing = False
         self._jobs: queue_mod.Queue = queue_mod.Queue()
         self._thread: threading.Thread | None = None
-        self._next_id = 1
+        self._next_id = 1  # the next store id of seq block 0 (every FIFO queue's)
+        self._next_ids: dict[int, int] = {}  # the same for the other seq blocks
         self._next_scheduled_id = 1
         self._next_queue_id = 1
         self._db: sqlite3.Connection | None = None
@@ -248,7 +249,8 @@ class SQLiteStore(Store):
             ):
                 snapshot.dedup.setdefault(queue_id, []).append((key, expires_at))
             row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
-            last = db.execute("SELECT max(id) FROM messages").fetchone()[0]
+            # block 0's ids (the others' are found on first use, see _block_id)
+            last = db.execute("SELECT max(id) FROM messages WHERE id < ?", (BLOCK,)).fetchone()[0]
             scheduled = db.execute("SELECT count(*), max(id) FROM scheduled").fetchone()
             snapshot.scheduled, last_scheduled = scheduled
             self._reader = sqlite3.connect(
@@ -268,15 +270,17 @@ class SQLiteStore(Store):
         )
         return snapshot
 
-    def read_queue(self, queue_id: int, after_seq: int, limit: int) -> list[StoredMessage]:
+    def read_queue(
+        self, queue_id: int, after_seq: int, limit: int, upto_seq: int = ALL_SEQS
+    ) -> list[StoredMessage]:
         """Committed rows (read on a second connection) merged with the inserts still in
         the in-flight and the current batch."""
         assert self._reader is not None
         rows = self._reader.execute(
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
             "transient, expires_at, published_at, size, meta FROM messages "
-            "WHERE queue_id=? AND seq>? ORDER BY seq LIMIT ?",
-            (queue_id, after_seq, limit),
+            "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
+            (queue_id, after_seq, upto_seq, limit),
         ).fetchall()
         # Writes still on their way to disk; a batch may also be committed already.
         pending = [
@@ -284,7 +288,7 @@ class SQLiteStore(Store):
             for batch in (self._inflight, self._batch)
             if batch is not None
             for row in batch.inserts.values()
-            if row[1] == queue_id and row[2] > after_seq
+            if row[1] == queue_id and after_seq < row[2] <= upto_seq
         ]
         if pending:
             found = {row[0]: row for row in rows}
@@ -364,6 +368,19 @@ class SQLiteStore(Store):
             return None
         return ScheduledRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]))
 
+    def count_blocks(self, queue_id: int) -> dict[int, tuple[int, int, int]]:
+        """Committed rows of a queue (start-up, before :meth:`start`) grouped by
+        ``seq >> SEQ_BLOCK_BITS``."""
+        assert self._reader is not None
+        try:
+            rows = self._reader.execute(
+                "SELECT seq >> ?, count(*), max(seq), sum(size) FROM messages WHERE queue_id=? GROUP BY 1",
+                (SEQ_BLOCK_BITS, queue_id),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read store {self.path}: {exc}") from None
+        return {block: (count, last_seq, size or 0) for block, count, last_seq, size in rows}
+
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer thread; callbacks will run on ``loop``."""
         if self._db is None:
@@ -402,6 +419,23 @@ class SQLiteStore(Store):
         self._changed().definitions.append(("meta", "next_queue_id", self._next_queue_id))
         return queue_id
 
+    def _block_id(self, block: int) -> int:
+        """The next store id of seq block ``block``: ids ``block << SEQ_BLOCK_BITS``
+        onwards (the highest on disk, on first use)."""
+        next_id = self._next_ids.get(block)
+        if next_id is None:
+            assert self._reader is not None
+            low = block << SEQ_BLOCK_BITS
+            try:
+                last = self._reader.execute(
+                    "SELECT max(id) FROM messages WHERE id >= ? AND id < ?", (low, low + BLOCK)
+                ).fetchone()[0]
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read store {self.path}: {exc}") from None
+            next_id = (last or low) + 1
+        self._next_ids[block] = next_id + 1
+        return next_id
+
     def add_message(
         self,
         queue_id: int,
@@ -416,9 +450,15 @@ class SQLiteStore(Store):
         meta: str | None = None,
     ) -> int:
         """The row waits in the current batch: removed before the batch goes to the
-        writer thread, it never touches the disk."""
-        store_id = self._next_id
-        self._next_id += 1
+        writer thread, it never touches the disk. Its id comes from its seq block's own
+        range (``seq >> SEQ_BLOCK_BITS``): the rows of a block lie together in the
+        table, so reading back and deleting one priority level of a queue touches its
+        own pages, not every page written meanwhile."""
+        if seq < BLOCK:
+            store_id = self._next_id
+            self._next_id += 1
+        else:
+            store_id = self._block_id(seq >> SEQ_BLOCK_BITS)
         self._changed().inserts[store_id] = [
             store_id,
             queue_id,

@@ -63,7 +63,7 @@ def test_no_arguments_and_no_policy_give_the_defaults():
 
 
 def test_unknown_arguments_and_policy_keys_are_ignored():
-    assert config({"x-unknown": 1, "x-max-priority": 10, "plain": "x"},
+    assert config({"x-unknown": 1, "x-queue-master-locator": "min-masters", "plain": "x"},
                   {"ha-mode": "all", "federation-upstream": "u"}) == QueueConfig()
 
 

@@ -391,6 +391,53 @@ def test_read_queue_pages_in_seq_order_from_disk_and_unwritten_batches(opened):
     assert store.read_queue(3, 0, 10) == []
 
 
+def test_read_queue_stops_at_upto_seq_on_disk_and_in_unwritten_batches(opened):
+    store = opened.store
+    block = 1 << 54  # a priority queue's next level
+    for seq in (1, 2, block + 1):
+        add(store, 1, seq)
+    assert opened.durable()
+    for seq in (3, block + 2):
+        add(store, 1, seq)
+    assert [m.seq for m in store.read_queue(1, 0, 10, block - 1)] == [1, 2, 3]
+    assert [m.seq for m in store.read_queue(1, block, 10, 2 * block - 1)] == [block + 1, block + 2]
+
+
+def test_count_blocks_groups_a_queues_committed_messages_by_seq_block(tmp_path):
+    handle = Opened(tmp_path)
+    block = 1 << 54
+    for seq in (1, 2, block + 7, 3 * block + 9):
+        add(handle.store, 1, seq, b"x" * 10)
+    add(handle.store, 2, 5)
+    assert handle.durable()
+    handle.close()
+    store = SQLiteStore(tmp_path)
+    try:
+        store.load()
+        assert store.count_blocks(1) == {0: (2, 2, 20), 1: (1, block + 7, 10), 3: (1, 3 * block + 9, 10)}
+        assert store.count_blocks(9) == {}
+    finally:
+        store.close()
+
+
+def test_each_seq_block_takes_its_store_ids_from_its_own_range_across_restarts(tmp_path):
+    handle = Opened(tmp_path)
+    block = 1 << 54
+    ids = [add(handle.store, 1, seq) for seq in (1, block + 1, 2, 3 * block + 1, block + 2)]
+    assert ids == [1, block + 1, 2, 3 * block + 1, block + 2]  # a block's rows lie together
+    assert handle.durable()
+    handle.close()
+    again = Opened(tmp_path)
+    try:
+        assert [add(again.store, 1, seq) for seq in (4, block + 3, 3 * block + 2, 2 * block + 1)] == [
+            3, block + 3, 3 * block + 2, 2 * block + 1]
+        assert again.durable()
+        assert [m.seq for m in again.store.read_queue(1, block, 10, 2 * block - 1)] == [
+            block + 1, block + 2, block + 3]
+    finally:
+        again.close()
+
+
 def test_read_queue_sees_a_batch_while_the_writer_has_it(opened):
     add(opened.store, 1, 1)
     opened.turn()  # handed to the writer, maybe not committed yet

@@ -4,7 +4,8 @@
   share: identity, configuration, consumers, bindings, ``x-expires``), the
   :class:`Consumer` protocol adapters implement, :class:`QueuedMessage`;
 - :mod:`.classic`: the classic queue (FIFO, round-robin dispatch, TTL, length limits,
-  redelivery delays, leases), its ordered storage with paging in :mod:`.backlog`;
+  redelivery delays, leases), its ordered storage with paging in :mod:`.backlog`, by
+  priority (``x-max-priority``) in :mod:`.priority_backlog`;
 - :mod:`.quorum`: the quorum queue (a classic queue under RabbitMQ's quorum rules,
   every message stored);
 - :mod:`.stream`: the stream queue (an append-only log read by offset);

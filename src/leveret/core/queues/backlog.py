@@ -24,16 +24,29 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.queue")
 
 PAGE_IN_BATCH = 1000  # messages read from the store at a time
+#: Above every seq (the store's bound: seqs are below 2**62).
+ALL_SEQS = 2**62
 
 
 class Backlog:
     """The ready messages of queue ``name``; ``max_in_memory`` entries at most in memory
-    when the queue has a store (the queue passes its store to the calls that use it)."""
+    when the queue has a store (the queue passes its store to the calls that use it).
+    Its seqs are in ``first_seq < seq <= last_seq`` (a priority queue gives each level
+    such a range, :mod:`.priority_backlog`; a FIFO queue has them all)."""
 
-    def __init__(self, name: str, max_in_memory: int, max_in_memory_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        name: str,
+        max_in_memory: int,
+        max_in_memory_bytes: int = 64 * 1024 * 1024,
+        first_seq: int = 0,
+        last_seq: int = ALL_SEQS,
+    ) -> None:
         self.name = name
         self.max_in_memory = max_in_memory
         self.max_in_memory_bytes = max_in_memory_bytes
+        self.first_seq = first_seq
+        self.last_seq = last_seq
         self.memory_bytes = 0  # body bytes of the ready messages in memory
         self.ready: deque[QueuedMessage] = deque()  # may hold GONE entries (tombstones)
         self.live = 0  # READY entries in ``ready``
@@ -46,10 +59,20 @@ class Backlog:
         """Ready messages, in memory and paged out."""
         return self.live + self.paged
 
+    @property
+    def in_memory(self) -> int:
+        """READY entries in memory (all of them are ahead of the paged-out ones)."""
+        return self.live
+
+    @property
+    def parts(self) -> tuple[Backlog, ...]:
+        """The backlogs that make this one, in delivery order: itself."""
+        return (self,)
+
     # -- adding -------------------------------------------------------------------------
-    def must_page(self) -> bool:
-        """Whether the next message goes to the store rather than to memory (the queue
-        asks only when it has a store)."""
+    def must_page(self, seq: int = 0) -> bool:
+        """Whether the next message (``seq``) goes to the store rather than to memory
+        (the queue asks only when it has a store)."""
         return (
             self.paged > 0 or self.live >= self.max_in_memory or self.memory_bytes >= self.max_in_memory_bytes
         )
@@ -71,7 +94,7 @@ class Backlog:
 
     def restore(self, count: int, size: int) -> None:
         """At start-up: ``count`` messages (``size`` body bytes) wait in the store."""
-        self.paged, self.paged_after, self.bytes = count, 0, size
+        self.paged, self.paged_after, self.bytes = count, self.first_seq, size
 
     # -- reading back -------------------------------------------------------------------
     def page_in(self, store: Store | None, queue_id: int, now: float) -> list[QueuedMessage]:
@@ -102,7 +125,10 @@ class Backlog:
         average = self.bytes // len(self) if len(self) else 0
         by_bytes = self.max_in_memory_bytes // average if average else PAGE_IN_BATCH
         for stored in store.read_queue(
-            queue_id, self.paged_after, max(1, min(self.max_in_memory, PAGE_IN_BATCH, by_bytes))
+            queue_id,
+            self.paged_after,
+            max(1, min(self.max_in_memory, PAGE_IN_BATCH, by_bytes)),
+            self.last_seq,
         ):
             message = Message.restore(
                 stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
@@ -185,7 +211,7 @@ class Backlog:
         in the background); returns the in-memory entries that were READY."""
         dropped = [e for e in self.ready if e.state == READY]
         if self.paged and store is not None:
-            store.remove_paged(queue_id, self.paged_after, upto_seq)
+            store.remove_paged(queue_id, self.paged_after, min(upto_seq, self.last_seq))
         self.ready.clear()
         self.live = self.paged = self.bytes = self.memory_bytes = self.holes = 0
         return dropped

@@ -1,4 +1,5 @@
-"""Classic queues: ready messages in FIFO order, consumers served round-robin.
+"""Classic queues: ready messages in FIFO order (or by priority with
+``x-max-priority``, :mod:`.priority_backlog`), consumers served round-robin.
 
 A queue hands a message to the next consumer whose ``can_accept()`` is true (prefetch
 window open, socket writable) and forgets it until the adapter settles it (AMQP 0-9-1
@@ -32,6 +33,7 @@ from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
 from .backlog import PAGE_IN_BATCH, Backlog
 from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
+from .priority_backlog import PriorityBacklog
 
 if TYPE_CHECKING:
     from ..selector import Selector
@@ -50,7 +52,9 @@ BROWSE_BATCHES = 100
 class ClassicQueue(Queue):
     """A classic queue (``x-queue-type: classic``, the default). With a store,
     persistent messages of a durable queue are written there until they are
-    acknowledged or die, and a backlog beyond ``config.max_in_memory`` is paged out."""
+    acknowledged or die, and a backlog beyond ``config.max_in_memory`` is paged out.
+    With ``x-max-priority`` N > 0 its messages wait in a :class:`.PriorityBacklog`:
+    highest priority (0..N) first, FIFO within one, as RabbitMQ 3.10's priority queues."""
 
     type_name = "classic"
     rabbitmq_type = "rabbit_classic_queue"
@@ -83,7 +87,16 @@ class ClassicQueue(Queue):
         arguments: dict | None = None,
     ) -> None:
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
-        self.backlog = Backlog(name, self.config.max_in_memory, self.config.max_in_memory_bytes)
+        config = self.config
+        #: the backlog when the queue has priorities (x-max-priority > 0), else None
+        self.levels: PriorityBacklog | None = None
+        self.backlog: Backlog | PriorityBacklog
+        if config.max_priority:
+            self.backlog = self.levels = PriorityBacklog(
+                name, config.max_in_memory, config.max_in_memory_bytes, config.max_priority
+            )
+        else:  # x-max-priority 0 is one level: FIFO, as in RabbitMQ
+            self.backlog = Backlog(name, config.max_in_memory, config.max_in_memory_bytes)
         self._delayed: list[tuple[float, int, QueuedMessage]] = []  # redeliveries waiting
         self._delayed_count = 0
         self._expiring: list[tuple[float, int, QueuedMessage]] = []
@@ -127,6 +140,12 @@ class ClassicQueue(Queue):
             self.group_owners = {}  # from now on, dispatch keeps groups together
         self._next_seq += 1
         seq = self._next_seq
+        levels = self.levels
+        if levels is not None:
+            blocks, priority = levels.blocks, message.priority
+            seq |= blocks[priority] if priority in blocks else levels.block(priority)
+            if self.selective or self.group_owners is not None:
+                self._rewind(seq)  # it may come before what the consumers looked at
         expires_at = self._expiry(message)
         store = self.store
         durable = (
@@ -134,7 +153,7 @@ class ClassicQueue(Queue):
         )
         backlog = self.backlog
         stored = durable  # whether a confirm must wait for the store
-        if store is not None and (backlog.must_page() or self.vhost.memory_pressure):
+        if store is not None and (backlog.must_page(seq) or self.vhost.memory_pressure):
             # Paged out, the message exists only in the store: its confirm waits for
             # the write, as a persistent message's does, transient or not.
             self._write(seq, message, expires_at, transient=not durable)
@@ -192,8 +211,14 @@ class ClassicQueue(Queue):
     # -- paging ---------------------------------------------------------------------
     def restore_paged(self, count: int, last_seq: int, size: int) -> None:
         """At start-up: ``count`` messages (``size`` body bytes, seqs up to ``last_seq``)
-        wait in the store; they are read back as consumers reach them."""
-        self.backlog.restore(count, size)
+        wait in the store; they are read back as consumers reach them (a priority
+        queue's counted per level in the store)."""
+        backlog = self.backlog
+        if isinstance(backlog, PriorityBacklog):
+            assert self.store is not None
+            last_seq = backlog.restore(self.store.count_blocks(self.queue_id))
+        else:
+            backlog.restore(count, size)
         self._next_seq = max(self._next_seq, last_seq)
 
     def _has_ready(self) -> bool:
@@ -204,12 +229,26 @@ class ClassicQueue(Queue):
             return True
         if not backlog.paged:
             return False
-        for entry in backlog.page_in(self.store, self.queue_id, self.vhost.clock.time()):
+        self._paged_in(backlog.page_in(self.store, self.queue_id, self.vhost.clock.time()))
+        return backlog.live > 0
+
+    def _paged_in(self, read: list[QueuedMessage]) -> None:
+        """``read`` came back from the store: those expired there die, the others'
+        TTL is watched."""
+        if read and (self.selective or self.group_owners is not None):
+            self._rewind(read[0].seq)  # a priority queue's may come before others in memory
+        for entry in read:
             if entry.state == GONE:  # expired while paged out: it dies now
                 self._die(entry, "expired")
             elif entry.expires_at:
                 self._watch_expiry(entry)
-        return backlog.live > 0
+
+    def _rewind(self, seq: int) -> None:
+        """Messages from ``seq`` on came back or arrived ahead of others: consumers that
+        turned down messages past it (selectors, message groups) look again."""
+        for consumer in self.consumers:
+            if consumer.examined >= seq:
+                consumer.examined = seq - 1
 
     # -- taking messages out --------------------------------------------------------
     def _take(self) -> QueuedMessage:
@@ -258,23 +297,29 @@ class ClassicQueue(Queue):
         def wanted(entry: QueuedMessage) -> bool:
             return selector is None or selector.matches(message_lookup(entry.message))
 
-        found = list(itertools.islice((e for e in backlog.ready if e.state == READY and wanted(e)), limit))
-        after = backlog.paged_after
-        for _ in range(BROWSE_BATCHES):  # a selector nothing matches reads this far at most
-            if len(found) >= limit or not backlog.paged or self.store is None:
+        found: list[QueuedMessage] = []
+        batches = BROWSE_BATCHES  # a selector nothing matches reads this far at most
+        for part in backlog.parts:  # a priority queue's levels, highest first
+            found += itertools.islice(
+                (e for e in part.ready if e.state == READY and wanted(e)), limit - len(found)
+            )
+            after = part.paged_after
+            while batches > 0 and len(found) < limit and part.paged and self.store is not None:
+                batches -= 1
+                rows = self.store.read_queue(self.queue_id, after, PAGE_IN_BATCH, part.last_seq)
+                if not rows:
+                    break
+                for stored in rows:
+                    after = stored.seq
+                    message = Message.restore(
+                        stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
+                    )
+                    entry = QueuedMessage(message, stored.seq, 0, stored.expires_at)
+                    entry.redelivered = stored.delivery_count > 0
+                    if wanted(entry) and len(found) < limit:
+                        found.append(entry)
+            if len(found) >= limit:
                 break
-            rows = self.store.read_queue(self.queue_id, after, PAGE_IN_BATCH)
-            if not rows:
-                break
-            for stored in rows:
-                after = stored.seq
-                message = Message.restore(
-                    stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
-                )
-                entry = QueuedMessage(message, stored.seq, 0, stored.expires_at)
-                entry.redelivered = stored.delivery_count > 0
-                if wanted(entry) and len(found) < limit:
-                    found.append(entry)
         return found
 
     def get(self) -> QueuedMessage | None:
@@ -341,11 +386,8 @@ class ClassicQueue(Queue):
     def _put_back(self, entries: list[QueuedMessage]) -> None:
         if not entries:
             return
-        if self.selective:  # selectors look at the returned messages again
-            first = entries[0].seq - 1
-            for consumer in self.consumers:
-                if consumer.selector is not None:
-                    consumer.examined = min(consumer.examined, first)
+        if self.selective or self.group_owners is not None:
+            self._rewind(entries[0].seq)  # selectors look at the returned messages again
         self.backlog.put_back(entries)
         for entry in entries:
             if entry.expires_at:
@@ -395,7 +437,7 @@ class ClassicQueue(Queue):
 
     def _watch_expiry(self, entry: QueuedMessage) -> None:
         heap = self._expiring
-        if len(heap) > 2 * (self.backlog.live + self.unacked_count) + 64:  # drop settled ones
+        if len(heap) > 2 * (self.backlog.in_memory + self.unacked_count) + 64:  # drop settled ones
             heap[:] = [item for item in heap if item[2].state in (READY, UNACKED, DELAYED)]
             heapq.heapify(heap)
         if not heap or entry.expires_at < heap[0][0]:
@@ -480,11 +522,7 @@ class ClassicQueue(Queue):
             read = backlog.page_in_more(self.store, self.queue_id, self.vhost.clock.time())
             if not read:
                 return
-            for entry in read:
-                if entry.state == GONE:
-                    self._die(entry, "expired")
-                elif entry.expires_at:
-                    self._watch_expiry(entry)
+            self._paged_in(read)
         self.timers.arm("selector-scan", 0, self._resume_scan, True)  # the budget ran out: go on later
 
     def _resume_scan(self) -> None:
