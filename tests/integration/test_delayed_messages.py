@@ -37,13 +37,18 @@ def connect(url: str) -> tuple[pika.BlockingConnection, pika.adapters.blocking_c
     return connection, channel
 
 
+#: How late a delivery may be in these tests: they run beside other work on a small
+#: machine (lateness itself is measured by bench/delayed_bench.py).
+SLACK = 1.0
+
+
 def collect(
-    connection, channel, queue: str, count: int, timeout: float = 5.0
+    connection, channel, queue: str, count: int, timeout: float = 5.0, start: float | None = None
 ) -> list[tuple[bytes, float, dict]]:
-    """(body, seconds since the call, headers) of ``count`` deliveries, then a short
-    wait in which nothing more may come."""
+    """(body, seconds since ``start`` (monotonic; default: the call), headers) of
+    ``count`` deliveries, then a short wait in which nothing more may come."""
     got: list[tuple[bytes, float, dict]] = []
-    start = time.monotonic()
+    start = time.monotonic() if start is None else start
     tag = channel.basic_consume(
         queue,
         lambda _c, _m, p, body: got.append((body, time.monotonic() - start, p.headers or {})),
@@ -67,19 +72,20 @@ def test_messages_come_out_when_due_whatever_the_order_they_went_in(broker):
     delayed_exchange(ch)
     ch.queue_declare("q")
     ch.queue_bind("q", "delayed", "k")
+    published = time.monotonic()
     for delay in (600, 200, 400, 0):  # a long delay does not hold back a short one
         ch.basic_publish("delayed", "k", b"%d" % delay, pika.BasicProperties(headers={"x-delay": delay}))
-    got = collect(connection, ch, "q", 4)
+    got = collect(connection, ch, "q", 4, start=published)
     assert [body for body, _, _ in got] == [b"0", b"200", b"400", b"600"]
     for body, elapsed, headers in got[1:]:
         delay = int(body) / 1000
-        assert delay - 0.05 <= elapsed <= delay + 0.25, (body, elapsed)
+        assert delay <= elapsed <= delay + SLACK, (body, elapsed)  # never early
         assert headers["x-delay"] == -int(body)  # negated on delivery, as the plugin does
     assert got[0][2]["x-delay"] == 0  # not delayed: routed as it came
 
 
 @pytest.mark.parametrize(
-    ("header", "delayed"), [("300", True), (-300, False), ("soon", False), (None, False)]
+    ("header", "delayed"), [("1500", True), (-1500, False), ("soon", False), (None, False)]
 )
 def test_the_x_delay_header_is_read_as_the_plugin_reads_it(broker, header, delayed):
     connection, ch = connect(broker.amqp_url)
@@ -87,9 +93,10 @@ def test_the_x_delay_header_is_read_as_the_plugin_reads_it(broker, header, delay
     ch.queue_declare("q")
     ch.queue_bind("q", "delayed", "k")
     headers = {} if header is None else {"x-delay": header}
+    published = time.monotonic()
     ch.basic_publish("delayed", "k", b"m", pika.BasicProperties(headers=headers))
-    ((_, elapsed, _),) = collect(connection, ch, "q", 1)
-    assert (elapsed >= 0.25) == delayed
+    ((_, elapsed, _),) = collect(connection, ch, "q", 1, start=published)
+    assert (elapsed >= 1.5) == delayed
 
 
 def test_routing_happens_when_due_with_the_bindings_of_that_moment(broker):
@@ -149,10 +156,12 @@ def test_activemq_delay_period_and_repeat_from_an_amqp_publisher(broker):
         "AMQ_SCHEDULED_REPEAT": 2,
         "kept": "yes",
     }
+    published = time.monotonic()
     ch.basic_publish("", "jobs", b"tick", pika.BasicProperties(message_id="job-1", headers=headers))
-    got = collect(connection, ch, "jobs", 3)
+    got = collect(connection, ch, "jobs", 3, start=published)
     assert len(got) == 3  # REPEAT 2: three deliveries
-    assert [round(elapsed, 1) for _, elapsed, _ in got] == pytest.approx([0.2, 0.35, 0.5], abs=0.12)
+    for (_, elapsed, _), due in zip(got, (0.2, 0.35, 0.5), strict=True):
+        assert due <= elapsed <= due + SLACK  # each at its time, never early
     for _, _, delivered in got:
         assert delivered == {"kept": "yes", "scheduledJobId": "job-1"}  # AMQ_SCHEDULED_* removed
 
@@ -230,7 +239,7 @@ def test_pending_jobs_survive_a_kill_and_fire_at_their_time(tmp_path):
         assert [body for body, _, _ in got] == [b"due-during-restart", b"due-later"]
         assert got[0][1] < 0.5  # at once after the restart
         late = start + got[1][1] - published  # seconds after its publish
-        assert 4.0 - 0.05 <= late <= 4.0 + 0.5  # at its time, not early
+        assert 4.0 <= late <= 4.0 + SLACK  # at its time, not early
     finally:
         server.kill()
 
