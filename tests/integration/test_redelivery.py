@@ -529,6 +529,44 @@ def test_delivery_count_survives_restart(tmp_path: Path):
         server.kill()
 
 
+def test_a_redelivery_back_off_outlives_a_kill(tmp_path: Path):
+    """A message nacked into a 3 s back-off, then kill -9: after the restart it waits out
+    the rest of its back-off (not redelivered at once); the messages behind it are not
+    held up."""
+    data = tmp_path / "data"
+    arguments = args(redelivery_delay=3000)
+    server = ServerProcess(data)
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        ch = conn.channel()
+        ch.queue_declare("backoff.q", durable=True, arguments=arguments)
+        publish(ch, "backoff.q", "retry-me")
+        method, _, body = get(ch, "backoff.q")
+        assert body == b"retry-me"
+        ch.basic_nack(method.delivery_tag, requeue=True)
+        nacked = time.monotonic()
+        publish(ch, "backoff.q", "behind")  # a confirmed round trip: the nack is in too
+        time.sleep(0.2)  # the back-off reaches the disk with the next write
+        server.kill()
+        server = ServerProcess(data)
+        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        ch = conn.channel()
+        assert ch.queue_declare("backoff.q", durable=True, arguments=arguments).method.message_count == 2
+        method, _, body = get(ch, "backoff.q")
+        assert body == b"behind"  # the other message is not held up
+        ch.basic_ack(method.delivery_tag)
+        assert ch.basic_get("backoff.q")[0] is None  # still in its back-off
+        deadline = time.monotonic() + 10
+        while (got := ch.basic_get("backoff.q"))[0] is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        waited = time.monotonic() - nacked
+        assert got[2] == b"retry-me" and got[0].redelivered
+        assert 3.0 <= waited <= 3.0 + 2.0  # when its back-off ends, not at the restart
+        conn.close()
+    finally:
+        server.kill()
+
+
 # -- aio-pika -----------------------------------------------------------------------------
 def run(test) -> None:
     async def main() -> None:

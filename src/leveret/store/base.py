@@ -32,6 +32,8 @@ class StoredMessage:
     body: bytes
     expires_at: float = 0.0  # epoch seconds; 0: never
     meta: str | None = None  # see leveret.core.message.Message.meta
+    #: epoch seconds before which it may not be delivered (a redelivery back-off); 0: now
+    available_at: float = 0.0
 
 
 @dataclass(slots=True)
@@ -161,6 +163,11 @@ class Store(ABC):
     @abstractmethod
     def set_delivery_count(self, store_id: int, count: int) -> None:
         """Record that the message was delivered ``count`` times (redelivery state)."""
+
+    @abstractmethod
+    def set_available_at(self, store_id: int, available_at: float) -> None:
+        """A requeued message waits for its redelivery back-off until ``available_at``
+        (epoch seconds): kept, so that a restart does not redeliver it early."""
 
     @abstractmethod
     def remove_message(self, store_id: int) -> None:

@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS messages (
     delivery_count INTEGER NOT NULL, exchange TEXT NOT NULL, routing_key TEXT NOT NULL,
     header BLOB NOT NULL, body BLOB NOT NULL, transient INTEGER NOT NULL,
     expires_at REAL NOT NULL, published_at REAL NOT NULL, size INTEGER NOT NULL,
-    meta TEXT);
+    meta TEXT, available_at REAL NOT NULL DEFAULT 0);
 -- covering: start-up counts a queue's messages and bytes from the index alone
 CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue_id, seq, size);
 CREATE INDEX IF NOT EXISTS messages_transient ON messages (id) WHERE transient=1;
@@ -67,11 +67,12 @@ RETRY = 0.5  # seconds between attempts to write a batch that did not fit
 
 
 class _Batch:
-    __slots__ = ("callbacks", "counts", "definitions", "deletes", "inserts", "scheduled")
+    __slots__ = ("callbacks", "counts", "definitions", "delays", "deletes", "inserts", "scheduled")
 
     def __init__(self) -> None:
         self.inserts: dict[int, list] = {}
         self.counts: dict[int, int] = {}
+        self.delays: dict[int, float] = {}  # store id -> available_at (redelivery back-off)
         self.deletes: list[int] = []
         self.definitions: list[tuple] = []
         self.callbacks: list[Callback] = []
@@ -81,7 +82,7 @@ class _Batch:
     def __bool__(self) -> bool:
         return bool(
             self.inserts or self.counts or self.deletes or self.definitions or self.callbacks
-        ) or bool(self.scheduled)
+        ) or bool(self.scheduled or self.delays)
 
     def absorb(self, newer: _Batch) -> None:
         """Take in the changes made after this batch (which could not be written), as
@@ -108,6 +109,7 @@ class _Batch:
         self.definitions += newer.definitions
         self.callbacks += newer.callbacks
         self.scheduled.update(newer.scheduled)  # the later change of a row wins
+        self.delays.update(newer.delays)
 
     def insert_bytes(self) -> int:
         """Bytes of message bodies this batch inserts (scheduled ones included)."""
@@ -189,6 +191,8 @@ class SQLiteStore(Store):
             columns = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
             if "meta" not in columns:  # a store written before messages had metadata
                 db.execute("ALTER TABLE messages ADD COLUMN meta TEXT")
+            if "available_at" not in columns:  # ... or kept their redelivery back-off
+                db.execute("ALTER TABLE messages ADD COLUMN available_at REAL NOT NULL DEFAULT 0")
             clean = db.execute("SELECT value FROM meta WHERE key='clean_shutdown'").fetchone()
             # After a crash SQLite's WAL recovery has already made the file consistent;
             # checking every page as well would make start-up grow with the backlog
@@ -278,7 +282,7 @@ class SQLiteStore(Store):
         assert self._reader is not None
         rows = self._reader.execute(
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
-            "transient, expires_at, published_at, size, meta FROM messages "
+            "transient, expires_at, published_at, size, meta, available_at FROM messages "
             "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
             (queue_id, after_seq, upto_seq, limit),
         ).fetchall()
@@ -295,7 +299,7 @@ class SQLiteStore(Store):
             found.update((row[0], row) for row in pending)
             rows = sorted(found.values(), key=lambda r: r[2])[:limit]
         # columns: id, queue_id, seq, delivery_count, exchange, routing_key, header, body,
-        # transient, expires_at, published_at, size, meta
+        # transient, expires_at, published_at, size, meta, available_at (not in a batch's rows)
         return [
             StoredMessage(
                 row[0],
@@ -308,6 +312,7 @@ class SQLiteStore(Store):
                 row[7],
                 expires_at=row[9],
                 meta=row[12],
+                available_at=row[13] if len(row) > 13 else 0.0,
             )
             for row in rows
         ]
@@ -493,6 +498,10 @@ class SQLiteStore(Store):
         else:
             batch.counts[store_id] = count
 
+    def set_available_at(self, store_id: int, available_at: float) -> None:
+        """Queued in the current batch (an UPDATE after the batch's inserts)."""
+        self._changed().delays[store_id] = available_at
+
     def remove_message(self, store_id: int) -> None:
         """Drops an insert still in the batch, else queues a DELETE."""
         batch = self._changed()
@@ -667,9 +676,10 @@ class SQLiteStore(Store):
             if free - need < reserve:
                 rest = _Batch()
                 rest.counts, rest.deletes, rest.definitions = batch.counts, batch.deletes, batch.definitions
+                rest.delays = batch.delays
                 if rest:
                     self._write(db, rest)
-                    batch.counts, batch.deletes, batch.definitions = {}, [], []
+                    batch.counts, batch.deletes, batch.definitions, batch.delays = {}, [], [], {}
                 raise _NoRoom(
                     f"{free} bytes free, {need} needed for messages, {self.reserve} kept in reserve"
                 )
@@ -679,10 +689,18 @@ class SQLiteStore(Store):
     def _write(db: sqlite3.Connection, batch: _Batch) -> None:
         db.execute("BEGIN")
         if batch.inserts:
-            db.executemany("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", batch.inserts.values())
+            db.executemany(
+                "INSERT INTO messages (id, queue_id, seq, delivery_count, exchange, routing_key, header, "
+                "body, transient, expires_at, published_at, size, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                batch.inserts.values(),
+            )
         if batch.counts:
             db.executemany(
                 "UPDATE messages SET delivery_count=? WHERE id=?", [(c, i) for i, c in batch.counts.items()]
+            )
+        if batch.delays:  # after the inserts: a row inserted in this batch gets it too
+            db.executemany(
+                "UPDATE messages SET available_at=? WHERE id=?", [(t, i) for i, t in batch.delays.items()]
             )
         if batch.deletes:
             db.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in batch.deletes])

@@ -345,7 +345,7 @@ def test_failed_write_answers_false_names_the_file_and_later_writes_succeed(open
     # Another writer behind the store's back takes the id the store hands out next:
     # the batch's INSERT fails with a UNIQUE constraint and is rolled back.
     with raw(opened.path) as db:
-        db.execute("INSERT INTO messages VALUES (1, 99, 1, 0, '', '', x'', x'', 0, 0, 0, 0, NULL)")
+        db.execute("INSERT INTO messages VALUES (1, 99, 1, 0, '', '', x'', x'', 0, 0, 0, 0, NULL, 0)")
     results = []
     add(opened.store, 1, 1)
     opened.store.save_definition("queue", "/", "lost", {})  # same batch: rolled back too
@@ -603,3 +603,23 @@ def test_a_stalled_batch_drops_the_inserts_a_later_range_deletion_covers(tmp_pat
         pass
     assert db.execute("SELECT COUNT(*) FROM messages").fetchone() == (0,)
     store.close()
+
+
+def test_a_redelivery_back_off_is_kept_and_an_older_store_gets_the_column(opened):
+    first = add(opened.store, 1, 1)
+    add(opened.store, 1, 2)
+    opened.store.set_available_at(first, 1_900_000_000.5)  # in the same batch as the insert
+    assert opened.durable() is True
+    assert [r.available_at for r in opened.store.read_queue(1, 0, 10)] == [1_900_000_000.5, 0.0]
+    opened.close()
+    with raw(opened.path) as db:  # a store written before the column existed
+        db.execute("ALTER TABLE messages DROP COLUMN available_at")
+    reopened = Opened(opened.path)
+    try:
+        rows = reopened.store.read_queue(1, 0, 10)
+        assert [(r.seq, r.available_at) for r in rows] == [(1, 0.0), (2, 0.0)]  # the old rows
+        reopened.store.set_available_at(rows[1].store_id, 1_900_000_001.0)
+        assert reopened.durable() is True
+        assert [r.available_at for r in reopened.store.read_queue(1, 0, 10)] == [0.0, 1_900_000_001.0]
+    finally:
+        reopened.close()

@@ -16,7 +16,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from ..message import Message
-from .base import GONE, READY, QueuedMessage
+from .base import DELAYED, GONE, READY, QueuedMessage
 
 if TYPE_CHECKING:
     from ...store import Store
@@ -41,8 +41,13 @@ class Backlog:
         max_in_memory_bytes: int = 64 * 1024 * 1024,
         first_seq: int = 0,
         last_seq: int = ALL_SEQS,
+        waiting: list[tuple[float, QueuedMessage]] | None = None,
     ) -> None:
         self.name = name
+        #: ``(available_at, entry)`` of messages read back while their redelivery
+        #: back-off still runs (after a restart): not ready; the queue takes them
+        #: (a priority queue's levels share one list)
+        self.waiting: list[tuple[float, QueuedMessage]] = waiting if waiting is not None else []
         self.max_in_memory = max_in_memory
         self.max_in_memory_bytes = max_in_memory_bytes
         self.first_seq = first_seq
@@ -121,6 +126,7 @@ class Backlog:
 
     def _page_in_batch(self, store: Store, queue_id: int, now: float) -> list[QueuedMessage]:
         read, expired = [], []
+        rows = 0
         # As many as fit the byte budget at the backlog's average size (at least one).
         average = self.bytes // len(self) if len(self) else 0
         by_bytes = self.max_in_memory_bytes // average if average else PAGE_IN_BATCH
@@ -136,6 +142,14 @@ class Backlog:
             entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
             entry.delivery_count = stored.delivery_count
             entry.redelivered = stored.delivery_count > 0
+            rows += 1
+            if stored.available_at > now:  # its redelivery back-off outlived a restart
+                entry.state = DELAYED
+                self.waiting.append((stored.available_at, entry))
+                self.paged_after = stored.seq
+                self.paged -= 1
+                self.bytes -= len(stored.body)
+                continue
             self.ready.append(entry)
             self.live += 1
             self.memory_bytes += len(stored.body)
@@ -144,7 +158,7 @@ class Backlog:
             read.append(entry)
             if entry.expires_at and entry.expires_at <= now:
                 expired.append(entry)
-        if not self.live:  # the store lost track: do not spin
+        if not rows and not self.live:  # the store lost track: do not spin
             log.error("queue '%s': %d paged-out messages missing from the store", self.name, self.paged)
             self.paged = 0
             self.bytes = self.memory_bytes = sum(len(e.message.body) for e in self.ready if e.state == READY)

@@ -242,6 +242,14 @@ class ClassicQueue(Queue):
                 self._die(entry, "expired")
             elif entry.expires_at:
                 self._watch_expiry(entry)
+        waiting = self.backlog.waiting
+        if waiting:  # read back during a redelivery back-off that outlived a restart
+            for due, entry in waiting:
+                self._delayed_count += 1
+                heapq.heappush(self._delayed, (due, entry.seq, entry))
+            waiting.clear()
+            now = self.vhost.clock.time()
+            self.timers.arm("redelivery", self._delayed[0][0] - now, self._redeliver_due, True)
 
     def _rewind(self, seq: int) -> None:
         """Messages from ``seq`` on came back or arrived ahead of others: consumers that
@@ -373,7 +381,10 @@ class ClassicQueue(Queue):
                 if delay > 0:
                     entry.state = DELAYED
                     self._delayed_count += 1
-                    heapq.heappush(self._delayed, (now + delay / 1000, entry.seq, entry))
+                    due = now + delay / 1000
+                    heapq.heappush(self._delayed, (due, entry.seq, entry))
+                    if entry.store_id and self.store is not None:
+                        self.store.set_available_at(entry.store_id, due)  # a restart keeps the wait
                 else:
                     back.append(entry)
         if self._delayed:  # replace: a new entry may be due before the armed timer

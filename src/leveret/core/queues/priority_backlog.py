@@ -52,8 +52,16 @@ class PriorityBacklog:
         self.max_priority = max_priority
         self.max_in_memory = max_in_memory
         self.max_in_memory_bytes = max_in_memory_bytes
+        self.waiting: list[tuple[float, QueuedMessage]] = []  # every band's (see Backlog.waiting)
         self.bands = [
-            Backlog(name, max_in_memory, max_in_memory_bytes, band << SEQ_BITS, ((band + 1) << SEQ_BITS) - 1)
+            Backlog(
+                name,
+                max_in_memory,
+                max_in_memory_bytes,
+                band << SEQ_BITS,
+                ((band + 1) << SEQ_BITS) - 1,
+                self.waiting,
+            )
             for band in range(max_priority + 1)
         ]
         self.count = 0  # ready messages, in memory and paged out
