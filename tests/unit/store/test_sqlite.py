@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from leveret.store import DataDirLock, DataDirLocked, Snapshot, StoreError
+from leveret.store.base import ScheduledRow
 from leveret.store.sqlite import SQLiteStore
 
 TIMEOUT = 10.0
@@ -556,3 +557,27 @@ def test_a_stalled_batch_drops_the_inserts_a_later_range_deletion_covers(tmp_pat
         pass
     assert db.execute("SELECT COUNT(*) FROM messages").fetchone() == (0,)
     store.close()
+
+
+# -- scheduled rows -----------------------------------------------------------------------
+def scheduled_row(store_id: int, due_at: float) -> ScheduledRow:
+    return ScheduledRow(store_id, "/", f"job-{store_id}", due_at, "ex", "rk", b"HDR", b"body", None, "{}")
+
+
+def test_a_short_read_of_scheduled_rows_means_the_end_even_with_pending_deletes_and_moves(opened):
+    # The scheduler takes a batch shorter than it asked for as "nothing more in the
+    # store": committed rows that a change not written yet deletes or moves must not
+    # make a batch short while later rows remain (they would be left behind).
+    store = opened.store
+    for store_id in range(1, 11):
+        store.save_scheduled(scheduled_row(store_id, 100.0 + store_id))
+    assert opened.durable()
+    for store_id in (1, 2, 3):
+        store.remove_scheduled(store_id)  # delivered: the deletes wait for the next write
+    store.save_scheduled(scheduled_row(4, 500.0))  # rescheduled after every other row
+    first = store.read_scheduled((float("-inf"), 0), 4)
+    assert [row.store_id for row in first] == [5, 6, 7, 8]
+    rest = store.read_scheduled(first[-1].key(), 4)
+    assert [row.store_id for row in rest] == [9, 10, 4]  # short: the end
+    assert opened.durable()  # the same once written
+    assert [row.store_id for row in store.read_scheduled((float("-inf"), 0), 4)] == [5, 6, 7, 8]
