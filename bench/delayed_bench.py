@@ -616,17 +616,19 @@ def run_broker(name: str, s: Settings, delays: array, args: argparse.Namespace) 
         out["errors"]["run"] = f"{type(exc).__name__}: {exc}"
         log(f"[{name}] FAILED: {type(exc).__name__}: {exc}\n{broker.log_tail()}")
     finally:
-        stop.set()
-        if consumer is not None:
-            consumer.join(10)
-            if consumer.is_alive():
-                consumer.terminate()
-                consumer.join(5)
-        if sampler.is_alive():
-            sampler.stop()
-        out.setdefault("peak_rss_mb", round(sampler.peak / 2**20, 1))
-        log(f"[{name}] stopping")
-        broker.stop()
+        try:  # whatever happens here, the broker is stopped
+            stop.set()
+            if consumer is not None:
+                consumer.join(10)
+                if consumer.is_alive():
+                    consumer.terminate()
+                    consumer.join(5)
+            if sampler.is_alive():
+                sampler.stop()
+            out.setdefault("peak_rss_mb", round(sampler.peak / 2**20, 1))
+        finally:
+            log(f"[{name}] stopping")
+            broker.stop()
     return out
 
 
@@ -732,6 +734,7 @@ def _sigterm(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
     s = Settings(messages=args.messages, spread=args.spread, confirm_window=args.confirm_window,
                  prefetch=args.prefetch, ack_every=args.ack_every, publish_timeout=args.publish_timeout,
                  grace=args.grace, seed=args.seed)
