@@ -339,24 +339,40 @@ class SQLiteStore(Store):
 
     def read_scheduled(self, after: tuple[float, int], limit: int) -> list[ScheduledRow]:
         """Committed rows (read on the reader connection, by the due-order index) merged
-        with the changes still in the in-flight and the current batch."""
+        with the changes still in the in-flight and the current batch. Fewer than
+        ``limit`` rows only when there are no more: committed rows that a pending change
+        deletes or moves do not count, so reading goes on past them (the scheduler takes
+        a short batch for the end of the store)."""
         assert self._reader is not None
-        rows = {
-            r[0]: ScheduledRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]))
-            for r in self._reader.execute(
-                "SELECT id, vhost, job_id, due_at, exchange, routing_key, header, body, meta, schedule, "
-                "transient FROM scheduled WHERE (due_at, id) > (?, ?) ORDER BY due_at, id LIMIT ?",
-                (after[0], after[1], limit),
-            )
-        }
         pending = self._pending_scheduled()
+        rows: dict[int, ScheduledRow] = {}
+        cursor = after
+        while True:
+            fetched = [
+                ScheduledRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]))
+                for r in self._reader.execute(
+                    "SELECT id, vhost, job_id, due_at, exchange, routing_key, header, body, meta, "
+                    "schedule, transient FROM scheduled WHERE (due_at, id) > (?, ?) ORDER BY due_at, id "
+                    "LIMIT ?",
+                    (cursor[0], cursor[1], limit),
+                )
+            ]
+            for row in fetched:
+                rows[row.store_id] = row
+            if len(fetched) < limit:
+                break  # every committed row after ``after`` is read
+            cursor = fetched[-1].key()
+            if sum(1 for store_id in rows if store_id not in pending) >= limit:
+                break  # ``limit`` rows up to ``cursor`` that no pending change touches
         if not pending:
             return list(rows.values())
-        for store_id, row in pending.items():
-            if row is None or row.key() <= after:
+        for store_id, change in pending.items():
+            if change is None or change.key() <= after:
                 rows.pop(store_id, None)  # deleted, or moved before ``after``
             else:
-                rows[store_id] = row
+                rows[store_id] = change
+        # rows past ``cursor`` (pending ones) come after ``limit`` untouched rows, unless
+        # every committed row was read
         return sorted(rows.values(), key=ScheduledRow.key)[:limit]
 
     def find_scheduled(self, job_id: str) -> ScheduledRow | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from leveret.store import DataDirLock, DataDirLocked, Snapshot, StoreError
+from leveret.store.base import ScheduledRow
 from leveret.store.sqlite import SQLiteStore
 
 TIMEOUT = 10.0
@@ -69,8 +70,15 @@ def raw(path: Path) -> sqlite3.Connection:
 
 
 def add(store: SQLiteStore, queue_id: int, seq: int, body: bytes = b"", **kwargs) -> int:
-    return store.add_message(queue_id, seq, "ex", f"rk.{seq}", b"HDR" + bytes([seq % 256]),
-                             body or f"body {seq}".encode(), **kwargs)
+    return store.add_message(
+        queue_id,
+        seq,
+        "ex",
+        f"rk.{seq}",
+        b"HDR" + bytes([seq % 256]),
+        body or f"body {seq}".encode(),
+        **kwargs,
+    )
 
 
 # -- opening --------------------------------------------------------------------------
@@ -161,8 +169,10 @@ def test_definitions_saved_replaced_and_deleted_are_what_load_returns(opened):
     snapshot = reopen(opened)
     assert snapshot.definitions == {
         "vhost": [("/", "/", {})],
-        "queue": [("/", "a", {"durable": True, "arguments": {"x-message-ttl": 100}}),
-                  ("other", "a", {"durable": False})],
+        "queue": [
+            ("/", "a", {"durable": True, "arguments": {"x-message-ttl": 100}}),
+            ("other", "a", {"durable": False}),
+        ],
         "exchange": [("/", "ex", {"type": "topic", "internal": False})],
     }
 
@@ -176,13 +186,23 @@ def test_replacing_a_definition_keeps_the_order_it_was_first_saved_in(opened):
     assert opened.durable()
     snapshot = reopen(opened)
     assert snapshot.definitions["queue"] == [
-        ("/", "first", {"version": 2}), ("/", "second", {"version": 1}),
-        ("/", "third", {"version": 1})]
+        ("/", "first", {"version": 2}),
+        ("/", "second", {"version": 1}),
+        ("/", "third", {"version": 1}),
+    ]
 
 
 def test_definition_field_types_survive_the_round_trip(opened):
-    data = {"arguments": {"x-binary": bytearray(b"\x00\xff"), "x-long": 2**40, "x-neg": -3,
-                          "x-list": [1, "a", None], "x-table": {"t": True}}, "flag": False}
+    data = {
+        "arguments": {
+            "x-binary": bytearray(b"\x00\xff"),
+            "x-long": 2**40,
+            "x-neg": -3,
+            "x-list": [1, "a", None],
+            "x-table": {"t": True},
+        },
+        "flag": False,
+    }
     opened.store.save_definition("queue", "/", "q", data)
     assert opened.durable()
     assert reopen(opened).definitions == {"queue": [("/", "q", data)]}
@@ -210,8 +230,7 @@ def test_new_queue_ids_are_never_reused_after_reopen(opened):
 # -- messages ---------------------------------------------------------------------------
 def test_added_messages_are_recovered_with_every_field(opened):
     store = opened.store
-    first = store.add_message(7, 1, "amq.direct", "key", b"\x00\x3c header", b"hello",
-                              expires_at=1234.5)
+    first = store.add_message(7, 1, "amq.direct", "key", b"\x00\x3c header", b"hello", expires_at=1234.5)
     second = store.add_message(7, 2, "", "q", b"h2", b"")
     other = store.add_message(9, 5, "x", "y", b"h3", b"abc")
     assert 0 < first < second < other
@@ -224,10 +243,23 @@ def test_added_messages_are_recovered_with_every_field(opened):
         messages = store.read_queue(7, 0, 10)
     finally:
         store.close()
-    assert [(m.store_id, m.queue_id, m.seq, m.delivery_count, m.exchange, m.routing_key, m.header,
-             m.body, m.expires_at) for m in messages] == [
+    assert [
+        (
+            m.store_id,
+            m.queue_id,
+            m.seq,
+            m.delivery_count,
+            m.exchange,
+            m.routing_key,
+            m.header,
+            m.body,
+            m.expires_at,
+        )
+        for m in messages
+    ] == [
         (first, 7, 1, 0, "amq.direct", "key", b"\x00\x3c header", b"hello", 1234.5),
-        (second, 7, 2, 0, "", "q", b"h2", b"", 0.0)]
+        (second, 7, 2, 0, "", "q", b"h2", b"", 0.0),
+    ]
 
 
 def test_removed_message_is_not_recovered(opened):
@@ -430,10 +462,17 @@ def test_each_seq_block_takes_its_store_ids_from_its_own_range_across_restarts(t
     again = Opened(tmp_path)
     try:
         assert [add(again.store, 1, seq) for seq in (4, block + 3, 3 * block + 2, 2 * block + 1)] == [
-            3, block + 3, 3 * block + 2, 2 * block + 1]
+            3,
+            block + 3,
+            3 * block + 2,
+            2 * block + 1,
+        ]
         assert again.durable()
         assert [m.seq for m in again.store.read_queue(1, block, 10, 2 * block - 1)] == [
-            block + 1, block + 2, block + 3]
+            block + 1,
+            block + 2,
+            block + 3,
+        ]
     finally:
         again.close()
 
@@ -623,3 +662,27 @@ def test_a_redelivery_back_off_is_kept_and_an_older_store_gets_the_column(opened
         assert [r.available_at for r in reopened.store.read_queue(1, 0, 10)] == [0.0, 1_900_000_001.0]
     finally:
         reopened.close()
+
+
+# -- scheduled rows -----------------------------------------------------------------------
+def scheduled_row(store_id: int, due_at: float) -> ScheduledRow:
+    return ScheduledRow(store_id, "/", f"job-{store_id}", due_at, "ex", "rk", b"HDR", b"body", None, "{}")
+
+
+def test_a_short_read_of_scheduled_rows_means_the_end_even_with_pending_deletes_and_moves(opened):
+    # The scheduler takes a batch shorter than it asked for as "nothing more in the
+    # store": committed rows that a change not written yet deletes or moves must not
+    # make a batch short while later rows remain (they would be left behind).
+    store = opened.store
+    for store_id in range(1, 11):
+        store.save_scheduled(scheduled_row(store_id, 100.0 + store_id))
+    assert opened.durable()
+    for store_id in (1, 2, 3):
+        store.remove_scheduled(store_id)  # delivered: the deletes wait for the next write
+    store.save_scheduled(scheduled_row(4, 500.0))  # rescheduled after every other row
+    first = store.read_scheduled((float("-inf"), 0), 4)
+    assert [row.store_id for row in first] == [5, 6, 7, 8]
+    rest = store.read_scheduled(first[-1].key(), 4)
+    assert [row.store_id for row in rest] == [9, 10, 4]  # short: the end
+    assert opened.durable()  # the same once written
+    assert [row.store_id for row in store.read_scheduled((float("-inf"), 0), 4)] == [5, 6, 7, 8]
