@@ -52,7 +52,7 @@ log = logging.getLogger("leveret.scheduler")
 
 WINDOW = 50_000  # jobs kept in memory in the normal case
 READ_BATCH = 5_000  # jobs read back from the store at a time
-FIRE_BUDGET = 5_000  # deliveries per event-loop turn, so publishers are read meanwhile
+FIRE_BUDGET = 500  # deliveries per event-loop turn (~30 ms), so publishers are read meanwhile
 LIST_BATCHES = 20  # store reads a listing makes at most (100,000 jobs looked at)
 _NEVER = (math.inf, 0)
 
