@@ -65,8 +65,17 @@ class AMQPFormat:
 
     def with_headers(self, message: Message, changes: dict[str, Any]) -> Message:
         """A copy whose ``headers`` table has ``changes`` applied (an int as a ``l``, a
-        str as a ``S``, None removes); the other headers keep their wire types."""
+        str as a ``S``, None removes); the other headers keep their wire types. Integers
+        alone are spliced in without decoding (an earlier value of the same name is
+        shadowed, as with per-delivery headers: decoders keep the last)."""
         header = message.encoded
+        if all(type(value) is int for value in changes.values()):
+            try:
+                for name, value in changes.items():
+                    header = field_table.add_long_header(header, name, value)
+                return self._copy(message, header)
+            except ValueError:  # property flag continuation: the long way
+                header = message.encoded
         offset = field_table.headers_offset(header)
         headers = field_table.decode_table(header, offset)[0] if offset else {}
         for name, value in changes.items():
@@ -79,6 +88,9 @@ class AMQPFormat:
         encoded = wire.encode(decoded, len(message.body))
         if headers:
             encoded = field_table.with_headers(encoded, headers)
+        return self._copy(message, encoded)
+
+    def _copy(self, message: Message, encoded: bytes) -> Message:
         return Message(
             message.exchange,
             message.routing_key,
