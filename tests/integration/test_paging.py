@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pika
 import pytest
 
@@ -100,4 +102,66 @@ def test_paged_persistent_messages_survive_restart(tmp_path):
                                 ).method.message_count == 50
         got = [ch.basic_get("long", auto_ack=True)[2] for _ in range(50)]
         assert got == [b"%d" % i for i in range(1, 100, 2)]
+        conn.close()
+
+
+def dead_letters(ch, queue: str) -> list[tuple[bytes, str]]:
+    got = []
+    while (message := ch.basic_get(queue, auto_ack=True))[0] is not None:
+        got.append((message[2], message[1].headers["x-death"][0]["reason"]))
+    return got
+
+
+def wait_for_count(ch, queue: str, count: int, arguments: dict, timeout: float = 5.0) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = ch.queue_declare(queue, durable=True, arguments=arguments).method.message_count
+        if found == count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+TTL_ARGUMENTS = {
+    "x-max-in-memory-length": 10,
+    "x-message-ttl": 400,
+    "x-dead-letter-exchange": "",
+    "x-dead-letter-routing-key": "expired",
+}
+
+
+@pytest.mark.parametrize("priority", [False, True])
+def test_paged_out_messages_expire_when_due_without_a_consumer(broker, priority):
+    """Before, a paged-out message expired only when read back: with no consumer, never."""
+    conn, ch = open_channel(broker)
+    arguments = {**TTL_ARGUMENTS, **({"x-max-priority": 5} if priority else {})}
+    ch.queue_declare("expired", durable=True)
+    ch.queue_declare("ttl", durable=True, arguments=arguments)
+    ch.confirm_delivery()
+    for i in range(60):  # 50 of them paged out
+        ch.basic_publish("", "ttl", b"%d" % i, pika.BasicProperties(delivery_mode=2, priority=i % 3))
+    assert broker.call(lambda: broker.core.vhosts["/"].queues["ttl"].backlog.paged) == 50
+    assert wait_for_count(ch, "ttl", 0, arguments) == 0
+    dead = dead_letters(ch, "expired")
+    assert sorted(int(body) for body, _ in dead) == list(range(60)) and {r for _, r in dead} == {"expired"}
+    ch.basic_publish("", "ttl", b"fresh", pika.BasicProperties(delivery_mode=2))
+    assert ch.basic_get("ttl", auto_ack=True)[2] == b"fresh"  # nothing dead comes back from the store
+    conn.close()
+
+
+def test_paged_out_messages_that_expired_during_a_restart_die_at_once(tmp_path):
+    data = str(tmp_path / "data")
+    arguments = {**TTL_ARGUMENTS, "x-message-ttl": 1000}
+    with BlockingBroker(amqp_port=0, data_dir=data) as broker:
+        conn, ch = open_channel(broker)
+        ch.queue_declare("expired", durable=True)
+        ch.queue_declare("ttl", durable=True, arguments=arguments)
+        ch.confirm_delivery()
+        for i in range(30):
+            ch.basic_publish("", "ttl", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+        conn.close()
+    time.sleep(1.2)
+    with BlockingBroker(amqp_port=0, data_dir=data) as broker:
+        conn, ch = open_channel(broker)
+        assert wait_for_count(ch, "ttl", 0, arguments) == 0  # no consumer needed
+        assert len(dead_letters(ch, "expired")) == 30
         conn.close()

@@ -169,6 +169,19 @@ class Store(ABC):
         """A requeued message waits for its redelivery back-off until ``available_at``
         (epoch seconds): kept, so that a restart does not redeliver it early."""
 
+    def read_expired(
+        self, queue_id: int, after_seq: int, upto_seq: int, now: float, limit: int
+    ) -> list[StoredMessage]:
+        """Up to ``limit`` committed messages of the queue with ``after_seq < seq <=
+        upto_seq`` whose expiry (epoch seconds) is at or before ``now``, the earliest
+        first; and :meth:`next_expiry` the earliest expiry after ``now`` (None: none).
+        The defaults find nothing."""
+        return []
+
+    def next_expiry(self, queue_id: int, after_seq: int, upto_seq: int, now: float) -> float | None:
+        """See :meth:`read_expired`."""
+        return None
+
     @abstractmethod
     def remove_message(self, store_id: int) -> None:
         """Acknowledged, dead-lettered, expired or purged: forget it."""

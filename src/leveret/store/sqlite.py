@@ -43,6 +43,8 @@ CREATE TABLE IF NOT EXISTS messages (
 -- covering: start-up counts a queue's messages and bytes from the index alone
 CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue_id, seq, size);
 CREATE INDEX IF NOT EXISTS messages_transient ON messages (id) WHERE transient=1;
+-- paged-out messages that expire, found without reading them back
+CREATE INDEX IF NOT EXISTS messages_expiring ON messages (queue_id, expires_at) WHERE expires_at > 0;
 -- ranges of a queue's seqs being deleted in the background (queue.delete, purge, trim)
 CREATE TABLE IF NOT EXISTS pending_deletes (
     queue_id INTEGER NOT NULL, low INTEGER NOT NULL, high INTEGER NOT NULL);
@@ -286,7 +288,12 @@ class SQLiteStore(Store):
             "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
             (queue_id, after_seq, upto_seq, limit),
         ).fetchall()
-        # Writes still on their way to disk; a batch may also be committed already.
+        # Writes still on their way to disk; a batch may also be committed already. A
+        # committed row whose deletion is still on its way (a paged-out message that
+        # expired on disk) is not read back.
+        deleting = self._pending_deletes()
+        if deleting:
+            rows = [row for row in rows if row[0] not in deleting]
         pending = [
             row
             for batch in (self._inflight, self._batch)
@@ -316,6 +323,37 @@ class SQLiteStore(Store):
             )
             for row in rows
         ]
+
+    def _pending_deletes(self) -> set[int]:
+        """Store ids whose deletion is still on its way to disk."""
+        return {i for batch in (self._inflight, self._batch) if batch is not None for i in batch.deletes}
+
+    def read_expired(
+        self, queue_id: int, after_seq: int, upto_seq: int, now: float, limit: int
+    ) -> list[StoredMessage]:
+        """By the ``messages_expiring`` index; committed rows only (a row still in a
+        batch is found by a later call), none whose deletion is on its way."""
+        assert self._reader is not None
+        deleting = self._pending_deletes()
+        return [
+            StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], expires_at=r[8], meta=r[9])
+            for r in self._reader.execute(
+                "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, expires_at, "
+                "meta FROM messages WHERE queue_id=? AND expires_at > 0 AND expires_at <= ? AND seq > ? "
+                "AND seq <= ? ORDER BY expires_at LIMIT ?",
+                (queue_id, now, after_seq, upto_seq, limit + len(deleting)),
+            )
+            if r[0] not in deleting
+        ][:limit]
+
+    def next_expiry(self, queue_id: int, after_seq: int, upto_seq: int, now: float) -> float | None:
+        assert self._reader is not None
+        row = self._reader.execute(
+            "SELECT min(expires_at) FROM messages WHERE queue_id=? AND expires_at > ? AND seq > ? "
+            "AND seq <= ?",
+            (queue_id, now, after_seq, upto_seq),
+        ).fetchone()
+        return row[0] if row else None
 
     # -- scheduled messages -------------------------------------------------------------
     def new_scheduled_id(self) -> int:

@@ -97,6 +97,16 @@ class Backlog:
         self.paged += 1
         self.bytes += size
 
+    def paged_ranges(self) -> list[tuple[int, int]]:
+        """``(after_seq, upto_seq)`` of the paged-out messages (none: empty)."""
+        return [(self.paged_after, self.last_seq)] if self.paged else []
+
+    def forget_paged(self, seq: int, size: int) -> None:
+        """A paged-out message (``size`` body bytes) left the store without being read
+        back (it expired there)."""
+        self.paged -= 1
+        self.bytes -= size
+
     def restore(self, count: int, size: int) -> None:
         """At start-up: ``count`` messages (``size`` body bytes) wait in the store."""
         self.paged, self.paged_after, self.bytes = count, self.first_seq, size

@@ -45,6 +45,8 @@ log = logging.getLogger("leveret.queue")
 SCAN_BUDGET = 10_000
 #: Message groups whose consumer a queue remembers (ActiveMQ's default group cache).
 GROUP_CACHE = 1024
+#: Paged-out messages dead-lettered for expiry in one event-loop turn, at most.
+PAGED_EXPIRY_BATCH = 1000
 #: Batches of paged-out messages a queue browser reads, at most (100,000 messages).
 BROWSE_BATCHES = 100
 
@@ -159,6 +161,10 @@ class ClassicQueue(Queue):
             self._write(seq, message, expires_at, transient=not durable)
             backlog.appended_paged(seq, size)
             stored = True
+            if expires_at:  # it expires on disk when due, not when read back
+                self.timers.arm(
+                    "paged-expiry", expires_at - self.vhost.clock.time(), self._expire_paged, True
+                )
         else:
             entry = QueuedMessage(
                 message, seq, self._write(seq, message, expires_at) if durable else 0, expires_at
@@ -220,6 +226,8 @@ class ClassicQueue(Queue):
         else:
             backlog.restore(count, size)
         self._next_seq = max(self._next_seq, last_seq)
+        if count:  # some may have expired while the broker was down, or expire later
+            self.timers.arm("paged-expiry", 0, self._expire_paged, True)
 
     def _has_ready(self) -> bool:
         """Whether a message is ready in memory, reading paged-out ones back if needed
@@ -454,6 +462,36 @@ class ClassicQueue(Queue):
         if not heap or entry.expires_at < heap[0][0]:
             self.timers.arm("ttl", entry.expires_at - self.vhost.clock.time(), self._expire_due, True)
         heapq.heappush(heap, (entry.expires_at, entry.seq, entry))
+
+    def _expire_paged(self) -> None:
+        """Dead-letter paged-out messages whose time has come, read from the store by
+        their expiry (:data:`PAGED_EXPIRY_BATCH` a turn), then wait for the next one."""
+        self.timers.fired("paged-expiry")
+        store = self.store
+        if store is None or self.deleted or not self.queue_id:
+            return
+        backlog = self.backlog
+        now = self.vhost.clock.time()
+        budget = PAGED_EXPIRY_BATCH
+        for low, high in backlog.paged_ranges():
+            for stored in store.read_expired(self.queue_id, low, high, now, budget):
+                message = Message.restore(
+                    stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
+                )
+                entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
+                backlog.forget_paged(stored.seq, len(stored.body))
+                self._die(entry, "expired")  # dead-lettered, and gone from the store
+                budget -= 1
+        if budget <= 0:  # more may be due: go on next turn
+            self.timers.arm("paged-expiry", 0, self._expire_paged, True)
+            return
+        due = [
+            t
+            for low, high in backlog.paged_ranges()
+            if (t := store.next_expiry(self.queue_id, low, high, now))
+        ]
+        if due:
+            self.timers.arm("paged-expiry", min(due) - now, self._expire_paged, True)
 
     def _expire_due(self) -> None:
         """Dead-letter every ready message whose time has come, wherever it is."""

@@ -173,6 +173,18 @@ class PriorityBacklog:
         self._filled |= 1 << index
         self._head()
 
+    def paged_ranges(self) -> list[tuple[int, int]]:
+        """See :meth:`.Backlog.paged_ranges`: each band's."""
+        return [r for index in self._filled_bands() for r in self.bands[index].paged_ranges()]
+
+    def forget_paged(self, seq: int, size: int) -> None:
+        """See :meth:`.Backlog.forget_paged`."""
+        index = seq >> SEQ_BITS
+        band = self.bands[index]
+        before = band.live, band.paged, band.bytes, band.memory_bytes
+        band.forget_paged(seq, size)
+        self._update(band, index, *before)
+
     def restore(self, blocks: dict[int, tuple[int, int, int]]) -> int:
         """At start-up: the store holds, per band, ``(count, highest seq, body bytes)``
         (:meth:`Store.count_blocks`). Returns the highest message
