@@ -16,7 +16,7 @@ import urllib.request
 
 import pika
 import pytest
-from pika.exceptions import ChannelClosedByBroker
+from pika.exceptions import ChannelClosedByBroker, UnroutableError
 from servers import ServerProcess
 from stomp_clients import Client
 
@@ -184,6 +184,30 @@ def test_bad_schedule_headers_are_refused(broker):
     assert "AMQ_SCHEDULED_CRON" in refused.value.reply_text
 
 
+def test_a_transaction_with_a_bad_schedule_is_refused_at_the_publish(broker):
+    connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    ch = connection.channel()
+    ch.queue_declare("jobs")
+    ch.tx_select()
+    ch.basic_publish("", "jobs", b"first")
+    with pytest.raises(ChannelClosedByBroker) as refused:  # not half-way through tx.commit
+        ch.basic_publish("", "jobs", b"bad", pika.BasicProperties(headers={"AMQ_SCHEDULED_DELAY": "soon"}))
+        ch.tx_commit()
+    assert refused.value.reply_code == 406
+    assert connection.channel().queue_declare("jobs", passive=True).method.message_count == 0  # rolled back
+
+
+def test_an_unscheduled_mandatory_message_is_still_returned(broker):
+    connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    ch = connection.channel()
+    ch.confirm_delivery()
+    headers = {"AMQ_SCHEDULED_DELAY": 0}  # no schedule: routed now, returned when it cannot be
+    with pytest.raises(UnroutableError) as returned:
+        properties = pika.BasicProperties(headers=headers)
+        ch.basic_publish("amq.direct", "nobody", b"lost?", properties, mandatory=True)
+    assert [message.body for message in returned.value.messages] == [b"lost?"]
+
+
 def test_stomp_send_with_a_delay_arrives_later_with_its_job_id(broker):
     port = broker.broker.stomp_port
     with Client(port) as consumer, Client(port) as producer:
@@ -266,8 +290,12 @@ def test_leveret_scheduler_lists_shows_and_cancels_jobs(tmp_path):
         ch.queue_declare("reports", durable=True)
         for job_id, delay in (("nightly", 60_000), ("hourly", 30_000)):
             headers = {"AMQ_SCHEDULED_DELAY": delay, "AMQ_SCHEDULED_PERIOD": 1000, "AMQ_SCHEDULED_REPEAT": 4}
-            ch.basic_publish("", "reports", b"run", pika.BasicProperties(
-                message_id=job_id, delivery_mode=2, headers=headers))
+            ch.basic_publish(
+                "",
+                "reports",
+                b"run",
+                pika.BasicProperties(message_id=job_id, delivery_mode=2, headers=headers),
+            )
         listing = scheduler_cli(data, "list")
         assert listing.returncode == 0, listing.stderr
         header, *lines = [line.split("\t") for line in listing.stdout.splitlines()]

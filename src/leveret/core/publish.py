@@ -116,6 +116,8 @@ class Publisher:
         if self.confirming:
             self.seq = seq = self.seq + 1
         if self.transaction is not None:
+            if SCHEDULE_MARK in message.encoded:
+                schedule_from_headers(message.headers)  # refused now, not half-way through the commit
             self.transaction.append((self._route, (exchange, message, mandatory, seq)))
         else:
             self._route(exchange, message, mandatory, seq)
@@ -133,9 +135,11 @@ class Publisher:
             routed = consumer is not None
             if consumer is not None:
                 consumer.deliver(None, QueuedMessage(message, 0))
-        elif exchange.holds_messages or SCHEDULE_MARK in message.encoded:
+        elif (exchange.holds_messages or SCHEDULE_MARK in message.encoded) and (
+            held := self._hold(exchange, message)
+        ) is not None:
             routed = True  # held: routed when due (neither the plugin nor ActiveMQ return it)
-            outcome = self._hold(exchange, message)
+            outcome = held
         else:
             queues = vhost.route(exchange, message)
             routed = bool(queues)
@@ -146,11 +150,11 @@ class Publisher:
         if seq:
             self._settle(seq, outcome)
 
-    def _hold(self, exchange: Exchange, message: Message) -> int:
+    def _hold(self, exchange: Exchange, message: Message) -> int | None:
         """A message for later: a delayed-message exchange's with an ``x-delay``, or one
         with ActiveMQ's ``AMQ_SCHEDULED_*`` headers, goes to the scheduler (STORED
         when it went to the store durably; its job id is its message id, when it has
-        one, as ActiveMQ's); without a schedule it is routed now. PreconditionFailed
+        one, as ActiveMQ's); None without a schedule (it is routed now). PreconditionFailed
         for schedule headers that do not parse."""
         vhost = self.vhost
         scheduler = vhost.scheduler
@@ -164,10 +168,7 @@ class Publisher:
             schedule = schedule_from_headers(message.headers)
             activemq = True
         if schedule is None or scheduler is None:
-            outcome = ACCEPTED
-            for queue in vhost.route(exchange, message):
-                outcome |= queue.enqueue(message)
-            return outcome
+            return None
         job_id = message.properties.message_id if activemq else None
         kept = scheduler.schedule(
             vhost.name, exchange.name, message, schedule, job_id, tag_deliveries=activemq

@@ -145,6 +145,10 @@ def schedule_from_headers(headers: dict[str, Any]) -> Schedule | None:
             raise precondition_failed(f"invalid AMQ_SCHEDULED_CRON '{cron}': not a 5-field cron expression")
     if delay <= 0 and period <= 0 and not cron:
         return None
+    if repeat < 0 and period <= 0:  # for ever, all at the same instant: refused
+        raise precondition_failed(
+            "invalid AMQ_SCHEDULED_REPEAT -1: repeating for ever needs AMQ_SCHEDULED_PERIOD"
+        )
     return Schedule(
         max(delay, 0), max(period, 0), repeat, cron or None, headers={name: None for name in SCHEDULE_HEADERS}
     )
@@ -263,6 +267,11 @@ class Scheduler:
                 del self._memory[job.store_id]  # its heap entry is skipped when reached
                 if self.store is not None:
                     self.store.remove_scheduled(job.store_id)
+                if len(self._heap) > 2 * len(self._memory) + 64:  # mostly cancelled: compact
+                    self._heap = [
+                        e for e in self._heap if self._memory.get(e[1]) is e[2] and e[2].due_at == e[0]
+                    ]
+                    heapq.heapify(self._heap)
                 return True
         if self.store is not None:
             row = self.store.find_scheduled(job_id)
@@ -322,8 +331,8 @@ class Scheduler:
         self._timer, self._timer_due = None, math.inf
         now = self.clock.time()
         budget = FIRE_BUDGET
-        heap = self._heap
         while budget > 0:
+            heap = self._heap  # (an eviction replaces it)
             if self._horizon != _NEVER and (not heap or heap[0][:2] >= self._horizon):
                 if not self._refill():
                     break
@@ -369,6 +378,8 @@ class Scheduler:
         if self.store is not None:
             self.store.save_scheduled(self._row(job))
         heapq.heappush(self._heap, (job.due_at, job.store_id, job))
+        if len(self._memory) > 2 * WINDOW and self.store is not None:  # repeating jobs add up
+            self._evict()
 
     # -- memory window ------------------------------------------------------------------
     def _remember(self, job: Job) -> None:

@@ -282,18 +282,19 @@ class SQLiteStore(Store):
         """Committed rows (read on a second connection) merged with the inserts still in
         the in-flight and the current batch."""
         assert self._reader is not None
+        # A committed row whose deletion is still on its way (a paged-out message that
+        # expired on disk) is not read back: read that many more, so that ``limit`` rows
+        # come whenever there are that many (a short read means the store lost track).
+        deleting = self._pending_deletes()
         rows = self._reader.execute(
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
             "transient, expires_at, published_at, size, meta, available_at FROM messages "
             "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
-            (queue_id, after_seq, upto_seq, limit),
+            (queue_id, after_seq, upto_seq, limit + len(deleting)),
         ).fetchall()
-        # Writes still on their way to disk; a batch may also be committed already. A
-        # committed row whose deletion is still on its way (a paged-out message that
-        # expired on disk) is not read back.
-        deleting = self._pending_deletes()
         if deleting:
-            rows = [row for row in rows if row[0] not in deleting]
+            rows = [row for row in rows if row[0] not in deleting][:limit]
+        # Writes still on their way to disk; a batch may also be committed already.
         pending = [
             row
             for batch in (self._inflight, self._batch)
@@ -349,8 +350,9 @@ class SQLiteStore(Store):
     def next_expiry(self, queue_id: int, after_seq: int, upto_seq: int, now: float) -> float | None:
         assert self._reader is not None
         row = self._reader.execute(
-            "SELECT min(expires_at) FROM messages WHERE queue_id=? AND expires_at > ? AND seq > ? "
-            "AND seq <= ?",
+            # (the literal ``expires_at > 0`` lets SQLite use the partial index)
+            "SELECT min(expires_at) FROM messages WHERE queue_id=? AND expires_at > 0 AND expires_at > ? "
+            "AND seq > ? AND seq <= ?",
             (queue_id, now, after_seq, upto_seq),
         ).fetchone()
         return row[0] if row else None

@@ -138,3 +138,17 @@ def test_headers_without_a_schedule_schedule_nothing():
             "AMQ_SCHEDULED_CRON": None,
         },
     )
+
+
+def test_repeating_for_ever_needs_a_period():
+    with pytest.raises(PreconditionFailed, match="AMQ_SCHEDULED_PERIOD"):
+        schedule_from_headers({"AMQ_SCHEDULED_DELAY": 1, "AMQ_SCHEDULED_REPEAT": -1})
+
+
+def test_cancelled_jobs_do_not_pile_up_in_memory():
+    core, _clock = setup()
+    for i in range(500):
+        schedule(core, f"job{i}", {"AMQ_SCHEDULED_DELAY": 86_400_000})
+        assert core.scheduler.cancel(f"job{i}")
+    assert core.scheduler.pending == 0
+    assert len(core.scheduler._heap) <= 64 + 1

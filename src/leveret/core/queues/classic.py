@@ -492,6 +492,8 @@ class ClassicQueue(Queue):
         ]
         if due:
             self.timers.arm("paged-expiry", min(due) - now, self._expire_paged, True)
+        elif backlog.paged and store.pending:  # rows still on their way: look once they are in
+            store.when_durable(lambda ok: self.timers.arm("paged-expiry", 0, self._expire_paged, True))
 
     def _expire_due(self) -> None:
         """Dead-letter every ready message whose time has come, wherever it is."""
