@@ -732,10 +732,12 @@ class SQLiteStore(Store):
             if free - need < reserve:
                 rest = _Batch()
                 rest.counts, rest.deletes, rest.definitions = batch.counts, batch.deletes, batch.definitions
-                rest.delays = batch.delays
+                # a back-off of a row held back here stays with its row
+                rest.delays = {i: t for i, t in batch.delays.items() if i not in batch.inserts}
                 if rest:
                     self._write(db, rest)
-                    batch.counts, batch.deletes, batch.definitions, batch.delays = {}, [], [], {}
+                    batch.counts, batch.deletes, batch.definitions = {}, [], []
+                    batch.delays = {i: t for i, t in batch.delays.items() if i in batch.inserts}
                 raise _NoRoom(
                     f"{free} bytes free, {need} needed for messages, {self.reserve} kept in reserve"
                 )

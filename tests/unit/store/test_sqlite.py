@@ -17,7 +17,7 @@ import pytest
 
 from leveret.store import DataDirLock, DataDirLocked, Snapshot, StoreError
 from leveret.store.base import ScheduledRow
-from leveret.store.sqlite import SQLiteStore
+from leveret.store.sqlite import SQLiteStore, _NoRoom
 
 TIMEOUT = 10.0
 
@@ -686,3 +686,23 @@ def test_a_short_read_of_scheduled_rows_means_the_end_even_with_pending_deletes_
     assert [row.store_id for row in rest] == [9, 10, 4]  # short: the end
     assert opened.durable()  # the same once written
     assert [row.store_id for row in store.read_scheduled((float("-inf"), 0), 4)] == [5, 6, 7, 8]
+
+
+def test_a_batch_held_back_for_room_keeps_the_back_off_of_its_messages(tmp_path):
+    """Without room for messages, the rest of a batch is written and the inserts wait:
+    a back-off set on one of those waiting rows must wait with it (found by review)."""
+    store = SQLiteStore(tmp_path, reserve=10**18)  # never room for messages
+    store.load()
+    db = store._db
+    waiting = store.add_message(7, 1, "", "q", b"h", b"body")
+    store.set_available_at(waiting, 1_900_000_000.0)
+    batch = store._batch
+    with pytest.raises(_NoRoom):
+        store._write_with_room(db, batch)
+    assert batch.delays == {waiting: 1_900_000_000.0}  # kept with its insert
+    store.reserve = 0
+    store._write_with_room(db, batch)
+    assert db.execute("SELECT available_at FROM messages WHERE id=?", (waiting,)).fetchone() == (
+        1_900_000_000.0,
+    )
+    store.close()
