@@ -197,6 +197,22 @@ class Message:
             copy._properties = self._properties
         return copy
 
+    def reencoded(self, encoded: bytes) -> Message:
+        """The same message in the same format with another encoded form (a format's
+        :meth:`MessageFormat.with_headers`); its facts, deaths and CC keys are kept."""
+        return Message(
+            self.exchange,
+            self.routing_key,
+            self.body,
+            self.format,
+            encoded,
+            self.persistent,
+            self.ttl,
+            self.priority,
+            self.deaths,
+            self.cc,
+        )
+
     def with_headers(self, changes: dict[str, Any]) -> Message:
         """A copy with application headers set (str or int) or removed (None), in the
         message's own format (the scheduler's ``scheduledJobId``, the delayed-message

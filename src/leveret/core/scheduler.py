@@ -165,7 +165,6 @@ class Job:
     message: Message
     schedule: Schedule
     due_at: float
-    created_at: float
     transient: bool
 
     def key(self) -> tuple[float, int]:
@@ -207,7 +206,6 @@ class Scheduler:
         self._timer_due = math.inf
         self._next_id = 1  # store ids while there is no store
         self._job_numbers = 0
-        self.delivered = 0  # deliveries made, for statistics
 
     # -- start-up --------------------------------------------------------------------
     def attach(self, store: Store, pending: int) -> None:
@@ -246,9 +244,7 @@ class Scheduler:
         transient = not message.persistent
         if tag_deliveries:
             schedule.headers = {**(schedule.headers or {}), "scheduledJobId": job_id}
-        job = Job(
-            store_id, job_id, vhost, exchange, message, schedule, schedule.first_due(now), now, transient
-        )
+        job = Job(store_id, job_id, vhost, exchange, message, schedule, schedule.first_due(now), transient)
         if store is not None:
             store.save_scheduled(self._row(job))
         if job.key() < self._horizon:
@@ -367,7 +363,6 @@ class Scheduler:
         else:
             for queue in vhost.route(exchange, message):
                 queue.enqueue(message)
-        self.delivered += 1
         after = job.schedule.next_due(job.due_at)
         if after is None:
             del self._memory[job.store_id]
@@ -451,7 +446,6 @@ class Scheduler:
             message,
             schedule,
             row.due_at,
-            0.0,
             row.transient,
         )
 

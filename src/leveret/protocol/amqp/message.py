@@ -73,7 +73,7 @@ class AMQPFormat:
             try:
                 for name, value in changes.items():
                     header = field_table.add_long_header(header, name, value)
-                return self._copy(message, header)
+                return message.reencoded(header)
             except ValueError:  # property flag continuation: the long way
                 header = message.encoded
         offset = field_table.headers_offset(header)
@@ -88,21 +88,7 @@ class AMQPFormat:
         encoded = wire.encode(decoded, len(message.body))
         if headers:
             encoded = field_table.with_headers(encoded, headers)
-        return self._copy(message, encoded)
-
-    def _copy(self, message: Message, encoded: bytes) -> Message:
-        return Message(
-            message.exchange,
-            message.routing_key,
-            message.body,
-            self,
-            encoded,
-            message.persistent,
-            message.ttl,
-            message.priority,
-            message.deaths,
-            message.cc,
-        )
+        return message.reencoded(encoded)
 
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
         """A message read back from the store: its facts scanned from the header,

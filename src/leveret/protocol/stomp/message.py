@@ -112,18 +112,7 @@ class StompFormat:
         for name, value in changes.items():
             if value is not None:
                 lines.append(f"{escape(name, '1.2')}:{escape(str(value), '1.2')}".encode())
-        return Message(
-            message.exchange,
-            message.routing_key,
-            message.body,
-            self,
-            b"".join(line + b"\n" for line in lines),
-            message.persistent,
-            message.ttl,
-            message.priority,
-            message.deaths,
-            message.cc,
-        )
+        return message.reencoded(b"".join(line + b"\n" for line in lines))
 
     def restore(self, exchange: str, routing_key: str, encoded: bytes, body: bytes) -> Message:
         """A message read back from the store: its facts from the stored headers (the
