@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,10 @@ class LoopClock:
         return time.time()
 
     def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
-        """``loop.call_later`` (at once for a negative ``delay``, in seconds); must be
-        called on the loop's thread."""
+        """``loop.call_later`` (at once for a negative ``delay``, in seconds), never
+        early: the delay is rounded up to a whole millisecond, since uvloop's timers
+        (libuv's) round it to the nearest one, and a timer that fires before what it
+        waits for is due would only arm itself again, turn after turn. Must be called
+        on the loop's thread."""
         loop = self._loop or asyncio.get_running_loop()
-        return loop.call_later(max(delay, 0.0), callback)
+        return loop.call_later(math.ceil(max(delay, 0.0) * 1000 - 1e-6) / 1000, callback)

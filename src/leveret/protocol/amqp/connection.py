@@ -58,6 +58,7 @@ from ...core.session import Session
 from ...core.vhost import VirtualHost
 from ...version import __version__
 from ..output import Output
+from ..turns import TurnBudget
 from .channel import Channel
 from .errors import to_amqp
 from .sasl import MECHANISMS, parse_response
@@ -238,9 +239,15 @@ class Connection(Output):
 
     def _run_frames(self, frames: list[tuple[int, int, bytes]]) -> None:
         i, count = 0, len(frames)
+        budget = TurnBudget(count)
         while i < count:
             if self._stash is not None:  # the last frame made a reply wait for the store
                 self._stash += frames[i:]
+                return
+            if budget.spent():  # the rest in the next turn (see protocol/turns.py)
+                self._stash = frames[i:]
+                self.transport.pause_reading()
+                self.loop.call_soon(self._next_turn)
                 return
             frame_type, number, payload = frames[i]
             if frame_type == FRAME_METHOD and i + 1 < count and payload[:4] == PUBLISH_ID:
@@ -272,6 +279,10 @@ class Connection(Output):
         self.transport.pause_reading()
         store.when_durable(lambda ok: self._stored(ok, callback))
 
+    def _next_turn(self) -> None:
+        """Go on with the frames a read left over when its turn's budget ran out."""
+        self._stored(True, lambda ok: None)
+
     def _stored(self, ok: bool, callback: Callable[[bool], None]) -> None:
         if self.state == "closed":
             return
@@ -283,7 +294,7 @@ class Connection(Output):
             log.exception("internal error on connection %s", self.peer)
             self.close(INTERNAL_ERROR, "internal error")
             return
-        if self._stash is None and not self.blocked and self.state != "closed":
+        if self._stash is None and not self.blocked and self.state not in ("closed", "refusing"):
             self.transport.resume_reading()
 
     def _publish_whole(self, frames: list[tuple[int, int, bytes]], i: int) -> int:

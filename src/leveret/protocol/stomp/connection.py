@@ -37,6 +37,7 @@ from ...core.session import Session
 from ...core.vhost import VirtualHost
 from ...version import __version__
 from ..output import Output
+from ..turns import TurnBudget
 from . import destinations
 from .destinations import TEMP_QUEUE_PREFIX, TEMP_TOPIC_PREFIX, Destination
 from .frames import HEARTBEAT, Frame, FrameError, FrameParser, encode, escape
@@ -145,6 +146,9 @@ class StompConnection(Output):
         # what came behind a CONNECT whose login waits out the throttle
         self._waiting: list[Frame | None] = []
         self._held = bytearray()
+        # the rest of a read whose turn's budget ran out (see protocol/turns.py), else None
+        self._rest: list[Frame | None] | None = None
+        self._disconnecting = False  # DISCONNECT came: nothing more is read
         self._init_output(request_flush)
         self.blocked = False
         self.parser = FrameParser()
@@ -158,8 +162,9 @@ class StompConnection(Output):
     # -- what the server asks -----------------------------------------------------------
     @property
     def reading_paused(self) -> bool:
-        """Whether reading waits on this connection's account (a resource alarm)."""
-        return self.blocked
+        """Whether reading waits on this connection's account (a resource alarm, the
+        rest of a read left for the next turn)."""
+        return self.blocked or self._rest is not None
 
     @property
     def quiet(self) -> bool:
@@ -190,10 +195,19 @@ class StompConnection(Output):
         except FrameError as exc:
             self._error(str(exc), None)
             return
+        if self._rest is not None:  # behind what waits for the next turn
+            self._rest += frames
+            return
         self._run(frames)
 
     def _run(self, frames: list[Frame | None]) -> None:
+        budget = TurnBudget(len(frames))
         for i, frame in enumerate(frames):
+            if budget.spent():  # the rest in the next turn (see protocol/turns.py)
+                self._rest = frames[i:]
+                self.transport.pause_reading()
+                self.loop.call_soon(self._next_turn)
+                return
             if frame is HEARTBEAT:
                 continue
             assert frame is not None
@@ -203,6 +217,15 @@ class StompConnection(Output):
             if self.state == "refusing":  # the rest waits for the login
                 self._waiting = frames[i + 1 :]
                 return
+
+    def _next_turn(self) -> None:
+        """Go on with the frames a read left over when its turn's budget ran out."""
+        rest, self._rest = self._rest, None
+        if self.state == "closed" or rest is None:
+            return
+        self._run(rest)
+        if self._rest is None and not self.blocked and self.state == "connected" and not self._disconnecting:
+            self.transport.resume_reading()
 
     def _handle(self, frame: Frame) -> None:
         receipt = frame.headers.get("receipt")
@@ -851,6 +874,7 @@ class StompConnection(Output):
     # -- DISCONNECT, errors, closing ----------------------------------------------------------
     def _disconnect(self, frame: Frame) -> None:
         receipt = frame.headers.get("receipt")
+        self._disconnecting = True
         self.transport.pause_reading()
         if receipt is None:
             self.close_transport()
@@ -879,7 +903,8 @@ class StompConnection(Output):
     def _on_alarm(self, active: bool) -> None:
         if not active and self.blocked:
             self.blocked = False
-            self.transport.resume_reading()
+            if self._rest is None:  # else the next turn resumes reading
+                self.transport.resume_reading()
 
     def _on_vhost_deleted(self, name: str) -> None:
         if self.vhost is not None and self.vhost.name == name:

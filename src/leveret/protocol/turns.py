@@ -1,0 +1,36 @@
+"""How much of one read a connection handles in one event-loop turn.
+
+A client's read can hold thousands of frames (256 KiB of small publishes, more when
+read coalescing held the socket). Handled in one go they keep the loop for hundreds
+of milliseconds, and every timer waits: a delayed message due meanwhile fires that
+much late. A connection therefore stops after :data:`TURN_BUDGET` seconds, stops
+reading its socket, and goes on with the rest of the read in the next turn, after
+due timers and the other clients' reads (frames keep their order).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+TURN_BUDGET = 0.002  # seconds of one read's frames per loop turn
+CHECK_EVERY = 8  # frames between looks at the clock (a look costs ~50 ns)
+
+
+class TurnBudget:
+    """The budget of one turn over ``frames`` frames (reads of fewer than
+    :data:`CHECK_EVERY` frames are never split)."""
+
+    __slots__ = ("_deadline", "_left")
+
+    def __init__(self, frames: int) -> None:
+        self._deadline = time.perf_counter() + TURN_BUDGET if frames > CHECK_EVERY else math.inf
+        self._left = CHECK_EVERY
+
+    def spent(self) -> bool:
+        """Called before each frame: whether the rest should wait for the next turn."""
+        self._left -= 1
+        if self._left:
+            return False
+        self._left = CHECK_EVERY
+        return time.perf_counter() > self._deadline
