@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -127,6 +128,11 @@ def server(
 async def _serve(settings: Settings) -> None:
     broker = Broker(settings)
     await broker.start()
+    # What exists now (modules, definitions, recovered state) lives as long as the
+    # broker: the cyclic collector need not walk it again. Without this every full
+    # collection of a busy broker paused it 30-45 ms, and due messages waited.
+    gc.collect()
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

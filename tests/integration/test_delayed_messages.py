@@ -127,6 +127,7 @@ def test_a_delayed_exchange_needs_a_routing_type(broker):
 
 def test_jobs_beyond_the_memory_window_come_back_from_the_store_in_order(tmp_path, monkeypatch):
     monkeypatch.setattr(scheduler_module, "WINDOW", 20)
+    monkeypatch.setattr(scheduler_module, "EVICT_SLACK", 20)
     monkeypatch.setattr(scheduler_module, "READ_BATCH", 7)
     with BlockingBroker(amqp_port=0, data_dir=tmp_path / "data") as running:
         connection, ch = connect(running.amqp_url)

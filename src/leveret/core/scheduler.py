@@ -33,15 +33,16 @@ does.
 from __future__ import annotations
 
 import datetime
-import heapq
 import json
 import logging
 import math
 import time
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from croniter import croniter
+from sortedcontainers import SortedList
 
 from ..store.base import ScheduledRow
 from .errors import precondition_failed
@@ -55,10 +56,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.scheduler")
 
 WINDOW = 50_000  # jobs kept in memory in the normal case
-READ_BATCH = 5_000  # jobs read back from the store at a time
+EVICT_SLACK = 5_000  # jobs over the window before the latest go back to the store only
+READ_BATCH = 500  # jobs read back from the store at a time (a read blocks the loop ~5 ms)
 FIRE_BUDGET = 0.004  # seconds of deliveries per event-loop turn, so clients are read meanwhile
 _BUDGET_EVERY = 8  # deliveries between looks at the clock
-LIST_BATCHES = 20  # store reads a listing makes at most (100,000 jobs looked at)
+LIST_BATCHES = 200  # store reads a listing makes at most (100,000 jobs looked at)
 _NEVER = (math.inf, 0)
 #: positions in a job's row tuple (ScheduledRow's fields, in order)
 _VHOST, _JOB_ID, _DUE_AT = 1, 2, 3
@@ -201,7 +203,9 @@ class Scheduler:
         self.clock = clock
         self.vhosts = vhosts
         self.store: Store | None = None
-        self._heap: list[tuple[float, int]] = []  # (due_at, store id), a job's key
+        #: the keys ``(due_at, store id)`` of the jobs in memory, soonest first (sorted,
+        #: so the latest go back to the store in O(log n) each when the window overflows)
+        self._due: SortedList = SortedList()
         #: store id -> the job's row as a plain tuple (see the module doc), for jobs in memory
         self._memory: dict[int, tuple] = {}
         #: every job only in the store has a key at or above this
@@ -255,8 +259,7 @@ class Scheduler:
             store.save_scheduled(row)
         if row.key() < self._horizon:
             self._remember(row)
-            if len(self._memory) > 2 * WINDOW and store is not None:  # (without a store: all in memory)
-                self._evict()
+            self._evict()
         else:
             self._on_disk += 1
         self._arm()
@@ -266,12 +269,9 @@ class Scheduler:
         """Remove the job ``job_id`` (of ``vhost``, when given); False if there is none."""
         for store_id, row in self._memory.items():
             if row[_JOB_ID] == job_id and vhost in (None, row[_VHOST]):
-                del self._memory[store_id]  # its heap entry is skipped when reached
+                self._forget(store_id)
                 if self.store is not None:
                     self.store.remove_scheduled(store_id)
-                if len(self._heap) > 2 * len(self._memory) + 64:  # mostly cancelled: compact
-                    self._heap = [key for key in self._heap if self._holds(key)]
-                    heapq.heapify(self._heap)
                 return True
         if self.store is not None:
             found = self.store.find_scheduled(job_id)
@@ -290,8 +290,9 @@ class Scheduler:
     def jobs(self, vhost: str | None = None, limit: int = 100) -> list[JobInfo]:
         """Up to ``limit`` jobs (of ``vhost``, when given), the soonest due first."""
         # jobs in memory are due before any only in the store: the soonest of them first
-        in_memory = (ScheduledRow(*row) for row in self._memory.values() if vhost in (None, row[_VHOST]))
-        found = {row.store_id: row for row in heapq.nsmallest(limit, in_memory, key=ScheduledRow.key)}
+        soonest = (self._memory[key[1]] for key in self._due)
+        in_memory = (ScheduledRow(*row) for row in soonest if vhost in (None, row[_VHOST]))
+        found = {row.store_id: row for row in islice(in_memory, limit)}
         if self.store is not None and self._horizon != _NEVER:
             after: tuple[float, int] = (-math.inf, 0)
             for _ in range(LIST_BATCHES):  # a bounded look (it blocks the event loop)
@@ -317,7 +318,7 @@ class Scheduler:
     # -- the timer ----------------------------------------------------------------------
     def _arm(self) -> None:
         """One clock timer, for the earliest job in memory (or the store's next ones)."""
-        due = self._heap[0][0] if self._heap else math.inf
+        due = self._due[0][0] if self._due else math.inf
         if self._horizon != _NEVER:
             due = min(due, self._horizon[0])  # the store may hold earlier ones
         if due == math.inf:
@@ -335,18 +336,16 @@ class Scheduler:
         deadline = time.perf_counter() + FIRE_BUDGET
         fired = 0
         out_of_time = False
+        due = self._due
         while not out_of_time:
-            heap = self._heap  # (an eviction replaces it)
-            if self._horizon != _NEVER and (not heap or heap[0][:2] >= self._horizon):
+            if self._horizon != _NEVER and (not due or due[0] >= self._horizon):
                 if not self._refill():
                     break
                 continue
-            if not heap or heap[0][0] > now:
+            if not due or due[0][0] > now:
                 break
-            key = heapq.heappop(heap)
-            if not self._holds(key):
-                continue  # cancelled, or rescheduled since
-            self._deliver(self._job(ScheduledRow(*self._memory[key[1]])))
+            store_id = due.pop(0)[1]
+            self._deliver(self._job(ScheduledRow(*self._memory.pop(store_id))))
             fired += 1
             out_of_time = fired % _BUDGET_EVERY == 0 and time.perf_counter() > deadline
         if out_of_time:  # the rest in the next turn
@@ -374,7 +373,6 @@ class Scheduler:
                 queue.enqueue(message)
         after = job.schedule.next_due(job.due_at)
         if after is None:
-            del self._memory[job.store_id]
             if self.store is not None:
                 self.store.remove_scheduled(job.store_id)
             return
@@ -382,9 +380,11 @@ class Scheduler:
         row = self._row(job)
         if self.store is not None:
             self.store.save_scheduled(row)
-        self._remember(row)
-        if len(self._memory) > 2 * WINDOW and self.store is not None:  # repeating jobs add up
+        if row.key() < self._horizon:
+            self._remember(row)
             self._evict()
+        else:
+            self._on_disk += 1
 
     # -- memory window ------------------------------------------------------------------
     def _remember(self, row: ScheduledRow) -> None:
@@ -402,29 +402,24 @@ class Scheduler:
             row.schedule,
             row.transient,
         )
-        heapq.heappush(self._heap, row.key())
+        self._due.add(row.key())
 
-    def _holds(self, key: tuple[float, int]) -> bool:
-        """Whether a heap entry is a job in memory as it is now (not cancelled, evicted
-        or rescheduled since it was pushed)."""
-        row = self._memory.get(key[1])
-        return row is not None and row[_DUE_AT] == key[0]
+    def _forget(self, store_id: int) -> None:
+        row = self._memory.pop(store_id)
+        self._due.remove((row[_DUE_AT], store_id))
 
     def _evict(self) -> None:
-        """Too many jobs in memory: keep the :data:`WINDOW` soonest; the others wait in
-        the store (where they are already) and come back in due order."""
-        live = [key for key in self._heap if self._holds(key)]
-        keep = heapq.nsmallest(WINDOW, live)
-        kept = {key[1] for key in keep}
-        evicted = [key for key in live if key[1] not in kept]
-        if not evicted:
+        """Over :data:`EVICT_SLACK` jobs more than the window in memory: keep the
+        :data:`WINDOW` soonest; the others wait in the store (where they are already)
+        and come back in due order. Without a store all jobs stay in memory."""
+        due = self._due
+        if len(due) <= WINDOW + EVICT_SLACK or self.store is None:
             return
-        self._horizon = min(self._horizon, min(evicted))
-        for key in evicted:
+        while len(due) > WINDOW:
+            key = due.pop()
             del self._memory[key[1]]
-        self._on_disk += len(evicted)
-        self._heap = keep
-        heapq.heapify(self._heap)
+            self._on_disk += 1
+        self._horizon = min(self._horizon, key)
 
     def _refill(self) -> bool:
         """Read the next jobs from the store, in due order; whether that made progress

@@ -152,7 +152,7 @@ def test_cancelled_jobs_do_not_pile_up_in_memory():
         schedule(core, f"job{i}", {"AMQ_SCHEDULED_DELAY": 86_400_000})
         assert core.scheduler.cancel(f"job{i}")
     assert core.scheduler.pending == 0
-    assert len(core.scheduler._heap) <= 64 + 1
+    assert len(core.scheduler._due) == len(core.scheduler._memory) == 0
 
 
 def test_jobs_in_memory_cost_the_garbage_collector_nothing():
@@ -172,4 +172,4 @@ def test_jobs_in_memory_cost_the_garbage_collector_nothing():
     scheduler = core.scheduler
     assert len(scheduler._memory) == 100
     assert not any(gc.is_tracked(row) for row in scheduler._memory.values())
-    assert not any(gc.is_tracked(key) for key in scheduler._heap)
+    assert not any(gc.is_tracked(key) for key in scheduler._due)
