@@ -133,9 +133,6 @@ async def _serve(settings: Settings) -> None:
     # collection of a busy broker paused it 30-45 ms, and due messages waited.
     gc.collect()
     gc.freeze()
-    # The store's writer thread hands the GIL back within 1 ms rather than Python's
-    # default 5 ms when the event loop wants it (every SQLite read on the loop does).
-    sys.setswitchinterval(0.001)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
