@@ -37,13 +37,11 @@ class ConnectionGone(Exception):
 
 
 class RawClient:
-    def __init__(
-        self, port: int, host: str = "127.0.0.1", timeout: float = 5.0, source: str | None = None
-    ) -> None:
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0,
+                 source: str | None = None) -> None:
         """``source``: the local address to connect from (another host, as the broker sees it)."""
-        self.sock = socket.create_connection(
-            (host, port), timeout=timeout, source_address=(source, 0) if source else None
-        )
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.buffer = b""
         self.heartbeats_received = 0
 
@@ -54,28 +52,16 @@ class RawClient:
     def send_method(self, channel: int, method) -> None:
         self.send(encode_method(channel, method))
 
-    def publish(
-        self,
-        channel: int,
-        routing_key: str,
-        body: bytes,
-        exchange: str = "",
-        properties: commands.Basic.Properties | None = None,
-    ) -> None:
+    def publish(self, channel: int, routing_key: str, body: bytes, exchange: str = "",
+                properties: commands.Basic.Properties | None = None) -> None:
         self.send(self.publish_frames(channel, routing_key, body, exchange, properties))
 
     @staticmethod
-    def publish_frames(
-        channel: int,
-        routing_key: str,
-        body: bytes,
-        exchange: str = "",
-        properties: commands.Basic.Properties | None = None,
-    ) -> bytes:
+    def publish_frames(channel: int, routing_key: str, body: bytes, exchange: str = "",
+                       properties: commands.Basic.Properties | None = None) -> bytes:
         # the body in one frame, whatever its size (a test may want it too large)
-        return encode_publish(
-            channel, exchange, routing_key, body, properties_dict(properties), len(body) + 9
-        )
+        return encode_publish(channel, exchange, routing_key, body,
+                              properties_dict(properties), len(body) + 9)
 
     def send_heartbeat(self) -> None:
         self.send(HEARTBEAT)
@@ -150,33 +136,17 @@ class RawClient:
         return False
 
     # -- handshake ------------------------------------------------------------------
-    def handshake(
-        self,
-        heartbeat_interval: int = 0,
-        channel_max: int = 0,
-        frame_max: int = 0,
-        vhost: str = "/",
-        mechanism: str = "PLAIN",
-        response: str = PLAIN_GUEST,
-    ) -> None:
+    def handshake(self, heartbeat_interval: int = 0, channel_max: int = 0,
+                  frame_max: int = 0, vhost: str = "/",
+                  mechanism: str = "PLAIN", response: str = PLAIN_GUEST) -> None:
         self.send(PROTOCOL_HEADER)
         self.expect(commands.Connection.Start, 0)
-        self.send_method(
-            0,
-            commands.Connection.StartOk(
-                client_properties={"product": "raw test client"},
-                mechanism=mechanism,
-                response=response,
-                locale="en_US",
-            ),
-        )
+        self.send_method(0, commands.Connection.StartOk(
+            client_properties={"product": "raw test client"}, mechanism=mechanism,
+            response=response, locale="en_US"))
         self.expect(commands.Connection.Tune, 0)
-        self.send_method(
-            0,
-            commands.Connection.TuneOk(
-                channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat_interval
-            ),
-        )
+        self.send_method(0, commands.Connection.TuneOk(
+            channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat_interval))
         self.send_method(0, commands.Connection.Open(virtual_host=vhost))
         self.expect(commands.Connection.OpenOk, 0)
 

@@ -73,9 +73,8 @@ class AsyncClient:
     @classmethod
     async def connect(cls, host: str, port: int, vhost: str = "/") -> AsyncClient:
         vhost = vhost.replace("/", "%2F")
-        return cls(
-            await Connection.connect(f"amqp://guest:guest@{host}:{port}/{vhost}", name="leveret-tests")
-        )
+        return cls(await Connection.connect(f"amqp://guest:guest@{host}:{port}/{vhost}",
+                                            name="leveret-tests"))
 
     async def channel(self, confirm: bool = False) -> int:
         channel = await self.connection.channel()
@@ -92,14 +91,8 @@ class AsyncClient:
         channel or connection close)."""
         return await self._channels[channel].call(method, timeout)
 
-    def publish(
-        self,
-        channel: int,
-        exchange: str,
-        routing_key: str,
-        body: bytes,
-        properties: commands.Basic.Properties = PERSISTENT,
-    ) -> int:
+    def publish(self, channel: int, exchange: str, routing_key: str, body: bytes,
+                properties: commands.Basic.Properties = PERSISTENT) -> int:
         """Write one publish (no waiting); returns its confirm sequence number (0 when
         the channel is not in confirm mode)."""
         return self._channels[channel].publish(exchange, routing_key, body, properties)
@@ -107,18 +100,11 @@ class AsyncClient:
     async def drain(self) -> None:
         await self.connection.drain()
 
-    async def publish_many(
-        self,
-        channel: int,
-        exchange: str,
-        routing_key: str,
-        bodies: Iterable[bytes],
-        window: int = 1000,
-        properties: commands.Basic.Properties = PERSISTENT,
-        on_publish: Callable[[int, bytes], None] | None = None,
-        wait: bool = True,
-        timeout: float = 60,
-    ) -> ConfirmTracker:
+    async def publish_many(self, channel: int, exchange: str, routing_key: str,
+                           bodies: Iterable[bytes], window: int = 1000,
+                           properties: commands.Basic.Properties = PERSISTENT,
+                           on_publish: Callable[[int, bytes], None] | None = None,
+                           wait: bool = True, timeout: float = 60) -> ConfirmTracker:
         """Publish ``bodies`` keeping at most ``window`` unconfirmed; with ``wait``,
         return once all are confirmed. Raises ConnectionLost if the broker goes away
         (the tracker still says which publishes were acked)."""

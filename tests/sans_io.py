@@ -17,11 +17,8 @@ from leveret.core.clock import ManualClock
 from leveret.protocol.amqp import Connection
 
 # LEVERET_FUZZ_EXAMPLES=5000 for a longer hunt; the default keeps the suite fast.
-FUZZ = settings(
-    max_examples=int(os.environ.get("LEVERET_FUZZ_EXAMPLES", 150)),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+FUZZ = settings(max_examples=int(os.environ.get("LEVERET_FUZZ_EXAMPLES", 150)), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -86,7 +83,8 @@ class Harness:
         self.transport = FakeTransport()
         self.loop = FakeLoop()
         self.pending = set()
-        self.connection = Connection(self.core, self.transport, self.loop, self.pending.add, "fuzz:1", True)
+        self.connection = Connection(self.core, self.transport, self.loop, self.pending.add,
+                                     "fuzz:1", True)
 
     def feed(self, data: bytes) -> None:
         self.connection.data_received(data)
@@ -110,15 +108,10 @@ class Harness:
 
     def handshake(self) -> None:
         self.feed(PROTOCOL_HEADER)
-        self.feed(
-            pamqp_frame.marshal(
-                commands.Connection.StartOk(mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US"),
-                0,
-            )
-        )
-        self.feed(
-            pamqp_frame.marshal(commands.Connection.TuneOk(channel_max=16, frame_max=4096, heartbeat=0), 0)
-        )
+        self.feed(pamqp_frame.marshal(commands.Connection.StartOk(
+            mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US"), 0))
+        self.feed(pamqp_frame.marshal(commands.Connection.TuneOk(
+            channel_max=16, frame_max=4096, heartbeat=0), 0))
         self.feed(pamqp_frame.marshal(commands.Connection.Open(virtual_host="/"), 0))
         self.feed(pamqp_frame.marshal(commands.Channel.Open(), 1))
         assert self.connection.state == "opened"
@@ -127,3 +120,4 @@ class Harness:
 
 def method_frame(channel: int, method) -> bytes:
     return pamqp_frame.marshal(method, channel)
+

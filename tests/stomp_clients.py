@@ -39,15 +39,8 @@ class Collector(stomp.ConnectionListener):
 class Client:
     """One stomp.py connection of ``version`` to ``port``, logged in as ``login``."""
 
-    def __init__(
-        self,
-        port: int,
-        version: str = "1.2",
-        login: str = "guest",
-        passcode: str = "guest",
-        wait: bool = True,
-        **connect_headers: Any,
-    ) -> None:
+    def __init__(self, port: int, version: str = "1.2", login: str = "guest", passcode: str = "guest",
+                 wait: bool = True, **connect_headers: Any) -> None:
         self.version = version
         self.conn = CLASSES[version]([("127.0.0.1", port)], auto_decode=False)
         self.events = Collector()
@@ -115,8 +108,7 @@ class Client:
             except queue.Empty:
                 if not self.events.errors.empty():
                     raise AssertionError(
-                        f"ERROR instead of receipt: {self.events.errors.queue[0].headers}"
-                    ) from None
+                        f"ERROR instead of receipt: {self.events.errors.queue[0].headers}") from None
         raise AssertionError(f"no RECEIPT {receipt} within {timeout} s")
 
     def error(self, timeout: float = 5.0) -> Frame:

@@ -41,38 +41,20 @@ class Target:
     def amqp(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> pika.BlockingConnection:
         return pika.BlockingConnection(pika.URLParameters(self.url(user, password, vhost)))
 
-    def http(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        user: str = "guest",
-        password: str = "guest",
-        headers: dict | None = None,
-    ) -> tuple[int, Any]:
+    def http(self, method: str, path: str, body: Any = None, user: str = "guest",
+             password: str = "guest", headers: dict | None = None) -> tuple[int, Any]:
         """(status, decoded JSON body or None)."""
         status, payload, _ = self.http_raw(method, path, body, user, password, headers)
         return status, payload
 
-    def http_raw(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        user: str = "guest",
-        password: str = "guest",
-        headers: dict | None = None,
-    ) -> tuple[int, Any, dict]:
+    def http_raw(self, method: str, path: str, body: Any = None, user: str = "guest",
+                 password: str = "guest", headers: dict | None = None) -> tuple[int, Any, dict]:
         """(status, decoded JSON body or None, response headers lower-cased)."""
-        sent = {
-            "Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(),
-            "Content-Type": "application/json",
-            **(headers or {}),
-        }
+        sent = {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(),
+                "Content-Type": "application/json", **(headers or {})}
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            f"http://{self.host}:{self.http_port}{path}", data=data, method=method, headers=sent
-        )
+        request = urllib.request.Request(f"http://{self.host}:{self.http_port}{path}", data=data,
+                                         method=method, headers=sent)
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 status, raw, got = response.status, response.read(), response.headers

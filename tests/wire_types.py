@@ -60,25 +60,14 @@ def _table(raw: bytes, offset: int) -> tuple[dict, int]:
     out = {}
     while offset < end:
         length = raw[offset]
-        key = raw[offset + 1 : offset + 1 + length].decode()
+        key = raw[offset + 1:offset + 1 + length].decode()
         offset += 1 + length
         out[key], offset = _value(raw, offset)
     return out, end
 
 
-_FIXED = {
-    "b": ">b",
-    "B": ">B",
-    "s": ">h",
-    "u": ">H",
-    "I": ">i",
-    "i": ">I",
-    "l": ">q",
-    "L": ">Q",
-    "f": ">f",
-    "d": ">d",
-    "T": ">Q",
-}
+_FIXED = {"b": ">b", "B": ">B", "s": ">h", "u": ">H", "I": ">i", "i": ">I", "l": ">q",
+          "L": ">Q", "f": ">f", "d": ">d", "T": ">Q"}
 
 
 def _value(raw: bytes, offset: int) -> tuple[tuple[str, Any], int]:
@@ -91,7 +80,7 @@ def _value(raw: bytes, offset: int) -> tuple[tuple[str, Any], int]:
         return (tag, bool(raw[offset])), offset + 1
     if tag in "Sx":
         size = struct.unpack_from(">I", raw, offset)[0]
-        data = raw[offset + 4 : offset + 4 + size]
+        data = raw[offset + 4:offset + 4 + size]
         return (tag, data.decode() if tag == "S" else data), offset + 4 + size
     if tag == "D":
         scale, value = struct.unpack_from(">Bi", raw, offset)

@@ -20,20 +20,14 @@ from servers import ServerProcess
 
 from leveret.amqp.frames import PROTOCOL_HEADER
 
-HANDSHAKE = (
-    method_frame(
-        0, commands.Connection.StartOk(mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US")
-    )
-    + method_frame(0, commands.Connection.TuneOk(channel_max=0, frame_max=0, heartbeat=0))
-    + method_frame(0, commands.Connection.Open(virtual_host="/"))
-)
-VALID = [
-    method_frame(1, commands.Channel.Open()),
-    method_frame(1, commands.Queue.Declare(queue="fuzz")),
-    method_frame(1, commands.Basic.Publish(exchange="", routing_key="fuzz")),
-    method_frame(1, commands.Basic.Ack(delivery_tag=7)),
-    method_frame(2, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)),
-]
+HANDSHAKE = (method_frame(0, commands.Connection.StartOk(mechanism="PLAIN", response="\x00guest\x00guest",
+                                                          locale="en_US"))
+             + method_frame(0, commands.Connection.TuneOk(channel_max=0, frame_max=0, heartbeat=0))
+             + method_frame(0, commands.Connection.Open(virtual_host="/")))
+VALID = [method_frame(1, commands.Channel.Open()), method_frame(1, commands.Queue.Declare(queue="fuzz")),
+         method_frame(1, commands.Basic.Publish(exchange="", routing_key="fuzz")),
+         method_frame(1, commands.Basic.Ack(delivery_tag=7)),
+         method_frame(2, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))]
 
 
 def fuzzed_frames(rng: random.Random, count: int) -> bytes:
@@ -44,13 +38,8 @@ def fuzzed_frames(rng: random.Random, count: int) -> bytes:
         kind = rng.randrange(5)
         if kind == 0:
             payload = rng.randbytes(rng.randint(0, 40))
-            out.append(
-                struct.pack(
-                    ">BHI", rng.choice((1, 2, 3, 8, rng.randint(0, 255))), rng.randint(0, 4), len(payload)
-                )
-                + payload
-                + b"\xce"
-            )
+            out.append(struct.pack(">BHI", rng.choice((1, 2, 3, 8, rng.randint(0, 255))), rng.randint(0, 4),
+                                   len(payload)) + payload + b"\xce")
         elif kind == 1:
             out.append(rng.choice(VALID))
         elif kind == 2:
@@ -94,9 +83,8 @@ async def fuzz_connection(port: int, seed: int, frames: int) -> int:
     rng = random.Random(seed)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        writer.write(
-            PROTOCOL_HEADER + (HANDSHAKE if rng.random() < 0.8 else b"") + fuzzed_frames(rng, frames)
-        )
+        writer.write(PROTOCOL_HEADER + (HANDSHAKE if rng.random() < 0.8 else b"")
+                     + fuzzed_frames(rng, frames))
         await writer.drain()
         # Read the broker's answers for a moment, then hang up (a broker waits 3 s for
         # the close-ok a fuzzer never sends).
@@ -134,8 +122,7 @@ def test_a_million_fuzzed_frames_crash_nothing_and_disturb_no_one(server):
         sent = 0
         for wave in range(10):  # 10 waves of 50 connections of 2,000 frames
             counts = await asyncio.gather(
-                *(fuzz_connection(server.port, wave * 50 + i, 2000) for i in range(50))
-            )
+                *(fuzz_connection(server.port, wave * 50 + i, 2000) for i in range(50)))
             sent += sum(counts)
         return sent
 

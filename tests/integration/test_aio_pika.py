@@ -129,12 +129,9 @@ def test_publisher_confirms_ack_every_publish():
         async with await aio_pika.connect_robust(url) as connection:
             channel = await connection.channel()  # publisher_confirms=True by default
             queue = await channel.declare_queue("confirmed")
-            confirmations = await asyncio.gather(
-                *(
-                    channel.default_exchange.publish(aio_pika.Message(b"m%d" % i), routing_key="confirmed")
-                    for i in range(200)
-                )
-            )
+            confirmations = await asyncio.gather(*(
+                channel.default_exchange.publish(aio_pika.Message(b"m%d" % i), routing_key="confirmed")
+                for i in range(200)))
             assert all(isinstance(c, commands.Basic.Ack) for c in confirmations)
             assert queue.declaration_result.message_count == 0
             assert await message_count(channel, "confirmed") == 200
@@ -148,8 +145,7 @@ def test_mandatory_unroutable_publish_is_returned():
             channel = await connection.channel(on_return_raises=True)
             with pytest.raises(aio_pika.exceptions.DeliveryError) as info:
                 await channel.default_exchange.publish(
-                    aio_pika.Message(b"lost"), routing_key="no-such-queue", mandatory=True
-                )
+                    aio_pika.Message(b"lost"), routing_key="no-such-queue", mandatory=True)
             assert info.value.message.body == b"lost"
 
     run(body)
@@ -167,8 +163,7 @@ def test_rpc_with_direct_reply_to():
                     n = int(message.body)
                     await server_channel.default_exchange.publish(
                         aio_pika.Message(str(n * n).encode(), correlation_id=message.correlation_id),
-                        routing_key=message.reply_to,
-                    )
+                        routing_key=message.reply_to)
 
             await requests.consume(serve)
 
@@ -185,11 +180,9 @@ def test_rpc_with_direct_reply_to():
                 correlation_id = str(uuid.uuid4())
                 future = replies[correlation_id] = asyncio.get_running_loop().create_future()
                 await client_channel.default_exchange.publish(
-                    aio_pika.Message(
-                        str(n).encode(), correlation_id=correlation_id, reply_to="amq.rabbitmq.reply-to"
-                    ),
-                    routing_key="rpc.square",
-                )
+                    aio_pika.Message(str(n).encode(), correlation_id=correlation_id,
+                                     reply_to="amq.rabbitmq.reply-to"),
+                    routing_key="rpc.square")
                 return int(await asyncio.wait_for(future, TIMEOUT))
 
             assert await asyncio.gather(*(call(n) for n in range(10))) == [n * n for n in range(10)]
@@ -278,8 +271,7 @@ def test_headers_table_with_every_field_type_round_trips():
             channel = await connection.channel()
             queue = await channel.declare_queue("typed-headers")
             await channel.default_exchange.publish(
-                aio_pika.Message(b"h", headers=HEADERS), routing_key="typed-headers"
-            )
+                aio_pika.Message(b"h", headers=HEADERS), routing_key="typed-headers")
             message = await get_one(queue)
             await message.ack()
             assert_headers_equal(message.headers, HEADERS)
@@ -313,8 +305,7 @@ def test_basic_properties_round_trip():
             queue = await channel.declare_queue("props")
             # Publish the raw pamqp properties through the aiormq channel underneath.
             await (await channel.get_underlay_channel()).basic_publish(
-                b'{"id": 1}', exchange="", routing_key="props", properties=properties
-            )
+                b'{"id": 1}', exchange="", routing_key="props", properties=properties)
             message = await get_one(queue)
             await message.ack()
             assert message.body == b'{"id": 1}'
@@ -342,39 +333,17 @@ def test_properties_set_through_aio_pika_message_round_trip():
             channel = await connection.channel()
             queue = await channel.declare_queue("message-props")
             sent = aio_pika.Message(
-                b"payload",
-                headers={"h": "v"},
-                content_type="text/plain",
-                content_encoding="utf-8",
-                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-                priority=3,
-                correlation_id="c",
-                reply_to="r",
-                expiration=30,
-                message_id="m",
+                b"payload", headers={"h": "v"}, content_type="text/plain", content_encoding="utf-8",
+                delivery_mode=aio_pika.DeliveryMode.PERSISTENT, priority=3, correlation_id="c",
+                reply_to="r", expiration=30, message_id="m",
                 timestamp=datetime.datetime(2022, 2, 2, 2, 2, 2, tzinfo=datetime.UTC),
-                type="t",
-                user_id="guest",
-                app_id="a",
-            )
+                type="t", user_id="guest", app_id="a")
             await channel.default_exchange.publish(sent, routing_key="message-props")
             got = await get_one(queue)
             await got.ack()
-            for name in (
-                "body",
-                "headers",
-                "content_type",
-                "content_encoding",
-                "delivery_mode",
-                "priority",
-                "correlation_id",
-                "reply_to",
-                "expiration",
-                "message_id",
-                "type",
-                "user_id",
-                "app_id",
-            ):
+            for name in ("body", "headers", "content_type", "content_encoding", "delivery_mode",
+                         "priority", "correlation_id", "reply_to", "expiration", "message_id",
+                         "type", "user_id", "app_id"):
                 assert getattr(got, name) == getattr(sent, name), name
             assert got.timestamp.replace(tzinfo=datetime.UTC) == sent.timestamp
 
@@ -405,7 +374,6 @@ def test_queue_delete_cancels_aio_pika_consumer():
         async with await aio_pika.connect_robust(url) as connection:
             channel = await connection.channel()
             queue = await channel.declare_queue("doomed")
-
             async def ignore(message: aio_pika.abc.AbstractIncomingMessage) -> None:
                 pass
 

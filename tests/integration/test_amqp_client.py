@@ -43,8 +43,10 @@ def test_publish_consume_get_roundtrip(amqp_url):
         conn = await Connection.connect(amqp_url)
         ch = await conn.channel()
         await ch.queue_declare("q")
-        ch.publish("", "q", b"one", {"message_id": "m1", "headers": {"a": 1}, "delivery_mode": 2})
-        ch.publish_many("", "q", [b"x" * n for n in (0, 1, 200_000)], {"content_type": "text/plain"})
+        ch.publish("", "q", b"one", {"message_id": "m1", "headers": {"a": 1},
+                                    "delivery_mode": 2})
+        ch.publish_many("", "q", [b"x" * n for n in (0, 1, 200_000)],
+                        {"content_type": "text/plain"})
         got = await ch.get("q")
         assert got.body == b"one" and got.props["message_id"] == "m1"
         assert got.headers == {"a": 1} and got.consumer_tag == ""
@@ -61,7 +63,6 @@ def test_publish_consume_get_roundtrip(amqp_url):
         await consumer.cancel()
         assert await ch.get("q") is None
         await conn.close()
-
     run(main())
 
 
@@ -83,7 +84,6 @@ def test_confirm_window_and_tracking(amqp_url):
         assert ch.acked() == list(range(1, 2001))
         assert (await ch.queue_declare("q", passive=True)).message_count == 2000
         await conn.close()
-
     run(main())
 
 
@@ -105,7 +105,6 @@ def test_nacks_raise_or_are_recorded(amqp_url):
             await ch2.wait_confirms(0)
         ch2.publish("", "full", b"e")  # the error is raised once; the channel goes on
         await conn.close()
-
     run(main())
 
 
@@ -124,7 +123,6 @@ def test_channel_error_then_fresh_channel(amqp_url):
         assert fresh is not ch and fresh.is_open
         await fresh.queue_declare("present")
         await conn.close()
-
     run(main())
 
     with BlockingClient(amqp_url) as client:
@@ -148,7 +146,6 @@ def test_server_sent_cancel_ends_consumers(amqp_url):
         assert consumer.cancelled and not await consumer.batch(5)
         assert ch.is_open
         await conn.close()
-
     run(main())
 
     with BlockingClient(amqp_url) as client:
@@ -182,10 +179,8 @@ def test_blocking_consume_batches_and_idle_timeout(amqp_url):
         for i, size in enumerate(sizes):
             client.publish("", "many", bytes([i]) * size, {"message_id": str(i)})
         client.wait_confirms(0)
-        got = [
-            (d.props["message_id"], len(d.body))
-            for d in client.consume("many", no_ack=True, idle_timeout=0.5)
-        ]
+        got = [(d.props["message_id"], len(d.body))
+               for d in client.consume("many", no_ack=True, idle_timeout=0.5)]
         assert got == [(str(i), size) for i, size in enumerate(sizes)]
         with pytest.raises(Timeout):
             client.timeout = 0.3
@@ -226,16 +221,16 @@ def test_connection_errors(amqp_url):
         assert info.value.reply_code == errors.CHANNEL_ERROR
         assert not conn.is_open
         await conn.close()
-
     run(main())
 
 
 def test_leaf_package():
     import subprocess
     import sys
-
-    code = "import leveret.amqp.client, sys; print(sorted(m for m in sys.modules if m.startswith('leveret')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = ("import leveret.amqp.client, sys; "
+            "print(sorted(m for m in sys.modules if m.startswith('leveret')))")
+    out = subprocess.run([sys.executable, "-c", code],
+                         capture_output=True, text=True, check=True).stdout
     assert not any(part in out for part in ("core", "protocol", "server", "store", "spark"))
 
 
@@ -248,11 +243,11 @@ def test_confirm_bookkeeping_without_a_broker():
         ch = Channel(conn, 1)
         ch.confirming, ch.on_nack, ch._track = True, "record", True
         assert ch._sequence(10) == 1 and ch.unconfirmed == 10
-        ch._settle(3, False, 1)  # single, out of order
-        ch._settle(3, False, 1)  # twice: counted once
-        ch._settle(2, True, 1)  # multiple: 1, 2
-        ch._settle(5, False, 2)  # a nack
-        ch._settle(7, True, 1)  # multiple over settled 3 and 5: 4, 6, 7
+        ch._settle(3, False, 1)      # single, out of order
+        ch._settle(3, False, 1)      # twice: counted once
+        ch._settle(2, True, 1)       # multiple: 1, 2
+        ch._settle(5, False, 2)      # a nack
+        ch._settle(7, True, 1)       # multiple over settled 3 and 5: 4, 6, 7
         assert ch.unconfirmed == 3 and ch.acked() == [1, 2, 3, 4, 6, 7]
         assert ch.nacked == [5] and ch._low == 8
         ch._settle(10, True, 2)

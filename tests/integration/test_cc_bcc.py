@@ -70,12 +70,8 @@ def test_default_and_direct_exchanges_route_on_cc_and_bcc_keys(queues):
     channel, (a, b, c, d) = queues
     channel.basic_publish("", a, b"default", props(CC=[b], BCC=[c]))
     seen = got(channel, [a, b, c, d], expected=3)
-    assert {q: [m[0] for m in ms] for q, ms in seen.items()} == {
-        a: [b"default"],
-        b: [b"default"],
-        c: [b"default"],
-        d: [],
-    }
+    assert {q: [m[0] for m in ms] for q, ms in seen.items()} == \
+        {a: [b"default"], b: [b"default"], c: [b"default"], d: []}
     # every copy keeps the publish routing key and CC, loses BCC
     assert seen[c] == [(b"default", a, {"CC": ("A", [s(b)])})]
 
@@ -120,12 +116,8 @@ def test_topic_routes_on_every_key_fanout_and_headers_ignore_them(queues):
     channel.queue_bind(a, headers, "", arguments={"x-match": "any", "k": "v"})
     channel.basic_publish(headers, b, b"headers", props(k="v", CC=[b], BCC=[c]))
     seen = got(channel, [a, b, c, d], expected=2)
-    assert {q: [m[0] for m in ms] for q, ms in seen.items()} == {
-        a: [b"fanout", b"headers"],
-        b: [],
-        c: [],
-        d: [],
-    }
+    assert {q: [m[0] for m in ms] for q, ms in seen.items()} == \
+        {a: [b"fanout", b"headers"], b: [], c: [], d: []}
 
 
 def test_cc_keys_go_through_exchange_bindings_and_alternate_exchanges(queues):
@@ -153,9 +145,7 @@ def test_a_returned_message_shows_cc_and_not_bcc(queues):
     returned = []
     channel.add_on_return_callback(
         lambda _ch, method, properties, body: returned.append(
-            (method.reply_code, method.reply_text, method.routing_key, properties.headers, body)
-        )
-    )
+            (method.reply_code, method.reply_text, method.routing_key, properties.headers, body)))
     channel.basic_publish("", unique("nowhere"), b"r", props(CC=[unique("none")], BCC=["x"]), mandatory=True)
     channel.connection.process_data_events(1)
     assert [(code, text, body) for code, text, _, _, body in returned] == [(312, "NO_ROUTE", b"r")]
@@ -167,29 +157,24 @@ def test_a_returned_message_shows_cc_and_not_bcc(queues):
     assert [m[0] for m in got(channel, [a], expected=1)[a]] == [b"r2"]
 
 
-@pytest.mark.parametrize(
-    ("headers", "text"),
-    [
-        ({"CC": "q"}, '"CC",longstr'),
-        ({"BCC": "q"}, '"BCC",longstr'),
-        ({"CC": 5}, '"CC",signedint'),
-        ({"CC": None}, '"CC",void'),
-        ({"BCC": {"a": 1}}, '"BCC",table'),
-        ({"CC": b"q"}, '"CC",binary'),
-        ({"CC": True}, '"CC",bool'),
-        ({"BCC": 1, "CC": "q"}, '"CC",longstr'),  # CC is looked at first
-    ],
-)
+@pytest.mark.parametrize(("headers", "text"), [
+    ({"CC": "q"}, '"CC",longstr'),
+    ({"BCC": "q"}, '"BCC",longstr'),
+    ({"CC": 5}, '"CC",signedint'),
+    ({"CC": None}, '"CC",void'),
+    ({"BCC": {"a": 1}}, '"BCC",table'),
+    ({"CC": b"q"}, '"CC",binary'),
+    ({"CC": True}, '"CC",bool'),
+    ({"BCC": 1, "CC": "q"}, '"CC",longstr'),  # CC is looked at first
+])
 def test_a_cc_or_bcc_that_is_not_an_array_closes_the_channel_with_406(target: Target, headers, text):
     with target.amqp() as connection:
         channel = connection.channel()
         channel.basic_publish("amq.direct", "k", b"bad", pika.BasicProperties(headers=headers))
         with pytest.raises(ChannelClosedByBroker) as caught:
             channel.queue_declare(unique("after"), auto_delete=True)
-    assert (caught.value.reply_code, caught.value.reply_text) == (
-        406,
-        f"PRECONDITION_FAILED - invalid message: {{unacceptable_type_in_header,{text}}}",
-    )
+    assert (caught.value.reply_code, caught.value.reply_text) == \
+        (406, f"PRECONDITION_FAILED - invalid message: {{unacceptable_type_in_header,{text}}}")
 
 
 def test_a_dead_letter_is_routed_on_all_its_keys_and_x_death_shows_cc_only(queues):
@@ -202,9 +187,8 @@ def test_a_dead_letter_is_routed_on_all_its_keys_and_x_death_shows_cc_only(queue
     channel.queue_bind(on_cc, dlx, "cc1")
     channel.queue_bind(on_bcc, dlx, "bcc1")
     channel.queue_declare(source, arguments={"x-dead-letter-exchange": dlx})
-    channel.queue_declare(
-        readdressed, arguments={"x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "k"}
-    )
+    channel.queue_declare(readdressed,
+                          arguments={"x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "k"})
     channel.queue_bind(source, publish, "k")
     channel.queue_bind(readdressed, publish, "k2")
     everyone = [on_key, on_cc, on_bcc]
@@ -255,11 +239,8 @@ def test_topic_permissions_look_at_the_routing_key_only(target: Target, queues):
     assert target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": ""})[0] == 201
     try:
         target.http("PUT", f"/api/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"})
-        target.http(
-            "PUT",
-            f"/api/topic-permissions/%2F/{user}",
-            {"exchange": "amq.topic", "write": "^a", "read": ".*"},
-        )
+        target.http("PUT", f"/api/topic-permissions/%2F/{user}",
+                    {"exchange": "amq.topic", "write": "^a", "read": ".*"})
         channel.queue_bind(a, "amq.topic", f"b.{a}")
         with target.amqp(user, "pw") as connection:
             theirs = connection.channel()

@@ -152,11 +152,8 @@ def alice_server(tmp_path):
 
 def test_config_user_and_vhost(alice_server):
     base = f"{alice_server.host}:{alice_server.port}"
-    for url in (
-        f"amqp://alice:s3cret@{base}/orders",
-        f"amqp://alice:s3cret@{base}/%2F",
-        f"amqp://guest:guest@{base}/%2F",
-    ):
+    for url in (f"amqp://alice:s3cret@{base}/orders", f"amqp://alice:s3cret@{base}/%2F",
+                f"amqp://guest:guest@{base}/%2F"):
         connection = connect(url)
         roundtrip(connection)
         connection.close()
@@ -186,53 +183,36 @@ def test_config_file_is_overridden_by_options(tmp_path):
         server.kill()
 
 
-@pytest.mark.parametrize(
-    "text, complaint",
-    [
-        ("colour = 'blue'\n", "colour"),
-        ("[server]\nport = 5672\n", "server.port"),
-        ("[server]\namqp_port = 'x'\n", "amqp_port"),
-        ("[server]\nheartbeat = true\n", "heartbeat"),
-        ("vhosts = 'orders'\n", "vhosts"),
-        ("loopback_users = 'guest'\n", "loopback_users"),
-        ("server = 5\n", "server"),
-        ("[server]\nlog_level = 'loud'\n", "log_level"),
-        ("[server]\nread_coalesce_ms = -1\n", "read_coalesce_ms"),
-        ("[server]\namqps_port = 5671\n", "ssl_options"),
-        ("[ssl_options]\ncertfile = 'server.pem'\n", "keyfile"),
-        ("[ssl_options]\ncertfile = 'a'\nkeyfile = 'b'\nverify = 'maybe'\n", "verify"),
-        ("[[permissions]]\nuser = 'bob'\nvhost = '/'\nconfigure = '('\nwrite = ''\nread = ''\n", "configure"),
-        ("[[users]]\nname = 'bob'\n", "users"),
-        ("[[users]]\nname = 'bob'\npassword = 'x'\nvhosts = '/'\n", "vhosts"),
-        ("[[users]]\nname = 'bob'\npassword = 'x'\npasswd = 'y'\n", "passwd"),
-        ("vhosts = [\n", ""),
-        ("this is not toml\n", ""),
-    ],
-    ids=[
-        "unknown-key",
-        "unknown-server-key",
-        "str-for-int",
-        "bool-for-int",
-        "str-for-list",
-        "str-for-loopback",
-        "int-for-table",
-        "bad-log-level",
-        "negative-read-coalesce",
+@pytest.mark.parametrize("text, complaint", [
+    ("colour = 'blue'\n", "colour"),
+    ("[server]\nport = 5672\n", "server.port"),
+    ("[server]\namqp_port = 'x'\n", "amqp_port"),
+    ("[server]\nheartbeat = true\n", "heartbeat"),
+    ("vhosts = 'orders'\n", "vhosts"),
+    ("loopback_users = 'guest'\n", "loopback_users"),
+    ("server = 5\n", "server"),
+    ("[server]\nlog_level = 'loud'\n", "log_level"),
+    ("[server]\nread_coalesce_ms = -1\n", "read_coalesce_ms"),
+    ("[server]\namqps_port = 5671\n", "ssl_options"),
+    ("[ssl_options]\ncertfile = 'server.pem'\n", "keyfile"),
+    ("[ssl_options]\ncertfile = 'a'\nkeyfile = 'b'\nverify = 'maybe'\n", "verify"),
+    ("[[permissions]]\nuser = 'bob'\nvhost = '/'\nconfigure = '('\nwrite = ''\nread = ''\n", "configure"),
+    ("[[users]]\nname = 'bob'\n", "users"),
+    ("[[users]]\nname = 'bob'\npassword = 'x'\nvhosts = '/'\n", "vhosts"),
+    ("[[users]]\nname = 'bob'\npassword = 'x'\npasswd = 'y'\n", "passwd"),
+    ("vhosts = [\n", ""),
+    ("this is not toml\n", ""),
+], ids=["unknown-key", "unknown-server-key", "str-for-int", "bool-for-int",
+        "str-for-list", "str-for-loopback", "int-for-table", "bad-log-level", "negative-read-coalesce",
         "tls-without-options",
-        "tls-without-key",
-        "tls-bad-verify",
-        "bad-permission-regex",
-        "user-without-password",
-        "user-vhosts-str",
-        "unknown-user-key",
-        "truncated",
-        "not-toml",
-    ],
-)
+        "tls-without-key", "tls-bad-verify", "bad-permission-regex",
+        "user-without-password", "user-vhosts-str", "unknown-user-key", "truncated",
+        "not-toml"])
 def test_invalid_config_exits_nonzero_naming_the_file(tmp_path, text, complaint):
     config = tmp_path / "broken.toml"
     config.write_text(text)
-    result = run("server", "--amqp-port", "0", "--data-dir", str(tmp_path / "data"), "--config", str(config))
+    result = run("server", "--amqp-port", "0", "--data-dir", str(tmp_path / "data"),
+                 "--config", str(config))
     assert result.returncode != 0
     assert "leveret ready" not in result.stdout
     assert str(config) in result.stderr

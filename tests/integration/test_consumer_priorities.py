@@ -17,14 +17,8 @@ from targets import Target, unique
 from leveret import BlockingBroker
 
 
-def consume(
-    connection: pika.BlockingConnection,
-    queue: str,
-    prefetch: int,
-    priority: int | None,
-    got: list[tuple[str, bytes]],
-    name: str,
-) -> None:
+def consume(connection: pika.BlockingConnection, queue: str, prefetch: int, priority: int | None,
+            got: list[tuple[str, bytes]], name: str) -> None:
     """A manual-ack consumer on its own channel, recording (name, body) in ``got``."""
     ch = connection.channel()
     ch.basic_qos(prefetch_count=prefetch)
@@ -32,13 +26,8 @@ def consume(
     ch.basic_consume(queue, lambda _ch, _m, _p, body: got.append((name, body)), arguments=arguments)
 
 
-def publish_and_collect(
-    connection: pika.BlockingConnection,
-    queue: str,
-    count: int,
-    got: list[tuple[str, bytes]],
-    expect: int | None = None,
-) -> None:
+def publish_and_collect(connection: pika.BlockingConnection, queue: str, count: int,
+                        got: list[tuple[str, bytes]], expect: int | None = None) -> None:
     ch = connection.channel()
     ch.confirm_delivery()
     for i in range(count):
@@ -85,7 +74,9 @@ def test_a_large_priority_is_an_integer_like_any_other(target: Target):
         assert got == [("huge", b"%d" % i) for i in range(4)]
 
 
-@pytest.mark.parametrize(("value", "type_name"), [("high", "longstr"), (True, "bool")])
+@pytest.mark.parametrize(
+    ("value", "type_name"), [("high", "longstr"), (True, "bool")]
+)
 def test_a_priority_that_is_not_an_integer_is_refused_as_rabbitmq_does(target: Target, value, type_name):
     queue = unique("prio")
     with target.amqp() as connection:
@@ -140,9 +131,8 @@ def stomp_port():
 
 def test_activemq_priority_serves_the_highest_subscription_with_room(stomp_port):
     with Client(stomp_port) as high, Client(stomp_port) as low, Client(stomp_port) as producer:
-        high.subscribe(
-            "/queue/prio", ack="client-individual", **{"activemq.priority": "9", "activemq.prefetchSize": "2"}
-        )
+        high.subscribe("/queue/prio", ack="client-individual", **{"activemq.priority": "9",
+                                                                   "activemq.prefetchSize": "2"})
         low.subscribe("/queue/prio", ack="client-individual")
         for i in range(6):
             producer.send("/queue/prio", f"m{i}")

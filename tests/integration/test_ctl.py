@@ -18,16 +18,8 @@ from servers import ServerProcess
 
 
 def ctl(data: Path, *args: str, check: bool = True, quiet: bool = True) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "leveret",
-        "ctl",
-        "--data-dir",
-        str(data),
-        *(["-q"] if quiet else []),
-        *args,
-    ]
+    command = [sys.executable, "-m", "leveret", "ctl", "--data-dir", str(data),
+               *(["-q"] if quiet else []), *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     if check:
         assert result.returncode == 0, result.stderr
@@ -111,8 +103,7 @@ def test_policies_are_run_time_objects_that_survive_a_restart(server, tmp_path):
     data = tmp_path / "data"
     ctl(data, "set_policy", "--apply-to", "queues", "short", "^short\\.", '{"max-length": 2}')
     assert rows(ctl(data, "list_policies")) == [
-        ["/", "short", "^short\\.", "queues", '{"max-length": 2}', "0"]
-    ]
+        ["/", "short", "^short\\.", "queues", '{"max-length": 2}', "0"]]
     server.terminate()
     restarted = ServerProcess(data)
     try:

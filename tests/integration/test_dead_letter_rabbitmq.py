@@ -73,23 +73,12 @@ def assert_now(typed_time: tuple, now: float | None = None) -> None:
     assert abs(value - (now or time.time())) <= 2
 
 
-def death(
-    reason: str,
-    queue: str,
-    routing_keys: list[str],
-    exchange: str = "",
-    count: int = 1,
-    original_expiration: str | None = None,
-) -> dict:
+def death(reason: str, queue: str, routing_keys: list[str], exchange: str = "", count: int = 1,
+          original_expiration: str | None = None) -> dict:
     """A first-death x-death entry as RabbitMQ writes it (field order included), with the
     time left out (compared separately)."""
-    entry = {
-        "count": ("l", count),
-        "reason": ("S", reason),
-        "queue": ("S", queue),
-        "exchange": ("S", exchange),
-        "routing-keys": ("A", [("S", k) for k in routing_keys]),
-    }
+    entry = {"count": ("l", count), "reason": ("S", reason), "queue": ("S", queue),
+             "exchange": ("S", exchange), "routing-keys": ("A", [("S", k) for k in routing_keys])}
     if original_expiration is not None:
         entry["original-expiration"] = ("S", original_expiration)
     return entry
@@ -124,34 +113,17 @@ def test_rejected_message_x_death_exactly_as_rabbitmq(channel):
     channel.queue_declare("src", arguments={"x-dead-letter-exchange": "dlx"})
     channel.queue_declare("dlq")
     channel.queue_bind("dlq", "dlx", "src")
-    channel.basic_publish(
-        "",
-        "src",
-        b"m1",
-        pika.BasicProperties(
-            expiration="60000",
-            message_id="id1",
-            delivery_mode=2,
-            headers={"z": 1, "big": 2**40, "bin": b"\x00\xff", "s": "x", "t": True},
-        ),
-    )
+    channel.basic_publish("", "src", b"m1", pika.BasicProperties(
+        expiration="60000", message_id="id1", delivery_mode=2,
+        headers={"z": 1, "big": 2**40, "bin": b"\x00\xff", "s": "x", "t": True}))
     reject(channel, "src")
     method, props, body, headers = wait_get(channel, "dlq")
     assert (body, method.exchange, method.routing_key) == (b"m1", "dlx", "src")
     assert props.expiration is None  # moved to original-expiration
     assert props.message_id == "id1" and props.delivery_mode == 2
     # the headers table is sorted by key; user headers keep their wire types
-    assert list(headers) == [
-        "big",
-        "bin",
-        "s",
-        "t",
-        "x-death",
-        "x-first-death-exchange",
-        "x-first-death-queue",
-        "x-first-death-reason",
-        "z",
-    ]
+    assert list(headers) == ["big", "bin", "s", "t", "x-death", "x-first-death-exchange",
+                             "x-first-death-queue", "x-first-death-reason", "z"]
     assert headers["z"] == ("I", 1) and headers["big"] == ("l", 2**40)
     assert headers["bin"] == ("x", b"\x00\xff") and headers["t"] == ("t", True)
     assert headers["x-first-death-reason"] == ("S", "rejected")
@@ -182,27 +154,14 @@ def test_repeated_deaths_increment_count_keep_time_and_reorder(leveret_broker, c
     deaths = headers["x-death"][1]
     # a died twice, b twice: b's entry (most recent) first, then a's
     assert [without_time(d) for d in deaths] == [
-        {
-            "count": ("l", 2),
-            "exchange": ("S", ""),
-            "queue": ("S", "b"),
-            "reason": ("S", "rejected"),
-            "routing-keys": ("A", [("S", "b")]),
-        },
-        {
-            "count": ("l", 2),
-            "exchange": ("S", ""),
-            "original-expiration": ("S", "60000"),
-            "queue": ("S", "a"),
-            "reason": ("S", "rejected"),
-            "routing-keys": ("A", [("S", "a")]),
-        },
+        {"count": ("l", 2), "exchange": ("S", ""), "queue": ("S", "b"), "reason": ("S", "rejected"),
+         "routing-keys": ("A", [("S", "b")])},
+        {"count": ("l", 2), "exchange": ("S", ""), "original-expiration": ("S", "60000"),
+         "queue": ("S", "a"), "reason": ("S", "rejected"), "routing-keys": ("A", [("S", "a")])},
     ]
     # incremented entries have sorted keys and keep the time of their first death
-    assert [list(d[1]) for d in deaths] == [
-        SORTED_ORDER,
-        [*SORTED_ORDER[:2], "original-expiration", *SORTED_ORDER[2:]],
-    ]
+    assert [list(d[1]) for d in deaths] == [SORTED_ORDER,
+                                            [*SORTED_ORDER[:2], "original-expiration", *SORTED_ORDER[2:]]]
     first = deaths[1][1]["time"][1]
     assert_now(deaths[1][1]["time"])
     assert deaths[0][1]["time"][1] - first in (100, 101)
@@ -229,9 +188,8 @@ def test_second_death_elsewhere_is_prepended_with_sorted_keys(channel):
 
 def test_dead_letter_routing_key_and_cc(channel):
     channel.exchange_declare("dlx", "topic")
-    channel.queue_declare(
-        "src", arguments={"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dead.src"}
-    )
+    channel.queue_declare("src", arguments={"x-dead-letter-exchange": "dlx",
+                                            "x-dead-letter-routing-key": "dead.src"})
     channel.queue_declare("dlq")
     channel.queue_bind("dlq", "dlx", "dead.#")
     channel.basic_publish("", "src", b"m", pika.BasicProperties(headers={"CC": ["other"]}))
@@ -250,26 +208,20 @@ def test_headers_dead_letter_exchange_routes_on_the_death(channel):
     channel.exchange_declare("dlx-h", "headers")
     channel.queue_declare("by-reason")
     channel.queue_declare("by-cc")
-    channel.queue_bind(
-        "by-reason", "dlx-h", arguments={"x-match": "all-with-x", "x-first-death-reason": "rejected"}
-    )
+    channel.queue_bind("by-reason", "dlx-h", arguments={
+        "x-match": "all-with-x", "x-first-death-reason": "rejected"})
     channel.queue_bind("by-cc", "dlx-h", arguments={"x-match": "any", "CC": None})
-    channel.queue_declare(
-        "work", arguments={"x-dead-letter-exchange": "dlx-h", "x-dead-letter-routing-key": "k"}
-    )
-    channel.basic_publish("", "work", b"m", pika.BasicProperties(headers={"CC": ["other"], "region": "emea"}))
+    channel.queue_declare("work", arguments={"x-dead-letter-exchange": "dlx-h",
+                                             "x-dead-letter-routing-key": "k"})
+    channel.basic_publish("", "work", b"m", pika.BasicProperties(
+        headers={"CC": ["other"], "region": "emea"}))
     method = wait_for(lambda: channel.basic_get("work")[0])
     channel.basic_reject(method.delivery_tag, requeue=False)
     assert wait_for(lambda: count(channel, "by-reason") == 1)
     assert count(channel, "by-cc") == 0
     _, properties, _ = channel.basic_get("by-reason", auto_ack=True)
-    assert sorted(properties.headers) == [
-        "region",
-        "x-death",
-        "x-first-death-exchange",
-        "x-first-death-queue",
-        "x-first-death-reason",
-    ]
+    assert sorted(properties.headers) == ["region", "x-death", "x-first-death-exchange",
+                                          "x-first-death-queue", "x-first-death-reason"]
 
 
 def test_cc_kept_without_dead_letter_routing_key(channel):
@@ -297,9 +249,8 @@ def test_queue_ttl_expired_death(channel):
     assert headers["x-first-death-reason"] == ("S", "expired")
     _, props, body, headers = wait_get(channel, "dlq")
     assert body == b"m2" and props.expiration is None
-    assert without_time(headers["x-death"][1][0]) == death(
-        "expired", "src", ["src"], original_expiration="5000"
-    )
+    assert without_time(headers["x-death"][1][0]) == death("expired", "src", ["src"],
+                                                           original_expiration="5000")
     assert count(channel, "src") == 0
 
 
@@ -340,7 +291,8 @@ def test_leveret_expires_messages_behind_the_head(channel):
     channel.basic_publish("", "q", b"short", pika.BasicProperties(expiration="100"))
     _, _, body, headers = wait_get(channel, "dlq", timeout=1.0)
     assert body == b"short"
-    assert without_time(headers["x-death"][1][0]) == death("expired", "q", ["q"], original_expiration="100")
+    assert without_time(headers["x-death"][1][0]) == death("expired", "q", ["q"],
+                                                           original_expiration="100")
     assert count(channel, "q") == 1
     assert get(channel, "q")[2] == b"long"
 
@@ -365,12 +317,10 @@ def test_expired_cycle_to_itself_is_dropped(channel):
 
 
 def test_expired_cycle_between_two_queues_is_dropped(channel):
-    channel.queue_declare(
-        "a", arguments={"x-message-ttl": 50, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "b"}
-    )
-    channel.queue_declare(
-        "b", arguments={"x-message-ttl": 50, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "a"}
-    )
+    channel.queue_declare("a", arguments={"x-message-ttl": 50, "x-dead-letter-exchange": "",
+                                          "x-dead-letter-routing-key": "b"})
+    channel.queue_declare("b", arguments={"x-message-ttl": 50, "x-dead-letter-exchange": "",
+                                          "x-dead-letter-routing-key": "a"})
     channel.basic_publish("", "a", b"m")
     time.sleep(0.4)
     assert count(channel, "a") == 0 and count(channel, "b") == 0
@@ -386,32 +336,21 @@ def test_rejected_to_itself_is_not_a_cycle(channel):
     assert method.routing_key == "self"
     deaths = headers["x-death"][1]
     assert len(deaths) == 1
-    assert without_time(deaths[0]) == {
-        "count": ("l", 3),
-        "exchange": ("S", ""),
-        "queue": ("S", "self"),
-        "reason": ("S", "rejected"),
-        "routing-keys": ("A", [("S", "self")]),
-    }
+    assert without_time(deaths[0]) == {"count": ("l", 3), "exchange": ("S", ""), "queue": ("S", "self"),
+                                       "reason": ("S", "rejected"), "routing-keys": ("A", [("S", "self")])}
 
 
 def test_rejection_on_the_way_breaks_the_cycle(channel):
     channel.queue_declare("m1", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "m2"})
-    channel.queue_declare(
-        "m2", arguments={"x-message-ttl": 50, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "m1"}
-    )
+    channel.queue_declare("m2", arguments={"x-message-ttl": 50, "x-dead-letter-exchange": "",
+                                           "x-dead-letter-routing-key": "m1"})
     channel.basic_publish("", "m1", b"m")
     reject(channel, "m1")
     _, _, _body, headers = wait_get(channel, "m1")  # back after expiring in m2
     deaths = headers["x-death"][1]
     assert [without_time(d) for d in deaths] == [
-        {
-            "count": ("l", 1),
-            "exchange": ("S", ""),
-            "queue": ("S", "m2"),
-            "reason": ("S", "expired"),
-            "routing-keys": ("A", [("S", "m2")]),
-        },
+        {"count": ("l", 1), "exchange": ("S", ""), "queue": ("S", "m2"), "reason": ("S", "expired"),
+         "routing-keys": ("A", [("S", "m2")])},
         death("rejected", "m1", ["m1"]),
     ]
 
@@ -508,10 +447,8 @@ def test_invalid_queue_argument(connection, arguments, text):
     assert (info.value.reply_code, info.value.reply_text) == (406, "PRECONDITION_FAILED - " + text)
 
 
-@pytest.mark.parametrize(
-    "expiration,detail",
-    [("abc", "no_integer"), ("-1", "{value_negative,-1}"), ("1.5", '{leftover_string,".5"}')],
-)
+@pytest.mark.parametrize("expiration,detail", [
+    ("abc", "no_integer"), ("-1", "{value_negative,-1}"), ("1.5", '{leftover_string,".5"}')])
 def test_invalid_expiration_closes_the_channel(connection, expiration, detail):
     ch = connection.channel()
     ch.queue_declare("q")
@@ -519,9 +456,7 @@ def test_invalid_expiration_closes_the_channel(connection, expiration, detail):
     with pytest.raises(ChannelClosedByBroker) as info:
         ch.queue_declare("q", passive=True)
     assert (info.value.reply_code, info.value.reply_text) == (
-        406,
-        f"PRECONDITION_FAILED - invalid expiration '{expiration}': {detail}",
-    )
+        406, f"PRECONDITION_FAILED - invalid expiration '{expiration}': {detail}")
     assert count(connection.channel(), "q") == 0
 
 
@@ -530,22 +465,18 @@ def test_inequivalent_ttl_redeclare(connection):
     ch.queue_declare("q", arguments={"x-message-ttl": 100})
     with pytest.raises(ChannelClosedByBroker) as info:
         ch.queue_declare("q", arguments={"x-message-ttl": 200})
-    assert info.value.reply_text == (
-        "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue "
-        "'q' in vhost '/': received '200' but current is '100'"
-    )
+    assert info.value.reply_text == ("PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue "
+                                     "'q' in vhost '/': received '200' but current is '100'")
     ch = connection.channel()
     with pytest.raises(ChannelClosedByBroker) as info:
         ch.queue_declare("q")
-    assert info.value.reply_text == (
-        "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue "
-        "'q' in vhost '/': received none but current is the value '100' "
-        "of type 'signedint'"
-    )
+    assert info.value.reply_text == ("PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue "
+                                     "'q' in vhost '/': received none but current is the value '100' "
+                                     "of type 'signedint'")
 
 
 # -- policies ---------------------------------------------------------------------------
-POLICY_TOML = r"""
+POLICY_TOML = r'''
 [[policies]]
 name = "pol"
 pattern = "^pol\\."
@@ -556,7 +487,7 @@ message-ttl = 100
 max-length = 5
 dead-letter-exchange = ""
 dead-letter-routing-key = "poldlq"
-"""
+'''
 
 
 def test_policy_from_toml_config_and_precedence(tmp_path):
@@ -571,9 +502,8 @@ def test_policy_from_toml_config_and_precedence(tmp_path):
             ch.queue_declare(name)
         ch.queue_declare("pol.a", arguments={"x-message-ttl": 5000})  # policy's 100 wins
         ch.queue_declare("pol.b", arguments={"x-max-length": 2})  # argument's 2 wins
-        ch.queue_declare(
-            "pol.c", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "poldlq2"}
-        )
+        ch.queue_declare("pol.c", arguments={"x-dead-letter-exchange": "",
+                                             "x-dead-letter-routing-key": "poldlq2"})
         ch.basic_publish("", "pol.a", b"a")
         for i in range(4):
             ch.basic_publish("", "pol.b", f"b{i}".encode())
@@ -582,13 +512,8 @@ def test_policy_from_toml_config_and_precedence(tmp_path):
         reasons = {}
         while (got := get(ch, "poldlq")) is not None:
             reasons[got[2]] = got[3]["x-death"][1][0][1]["reason"][1]
-        assert reasons == {
-            b"b0": "maxlen",
-            b"b1": "maxlen",
-            b"a": "expired",
-            b"b2": "expired",
-            b"b3": "expired",
-        }
+        assert reasons == {b"b0": "maxlen", b"b1": "maxlen", b"a": "expired", b"b2": "expired",
+                           b"b3": "expired"}
         assert wait_for(lambda: count(ch, "poldlq2") == 1)
         assert get(ch, "poldlq2")[2] == b"c"
         conn.close()
@@ -603,12 +528,10 @@ def test_aio_pika_consumer_reads_x_death(leveret_broker):
             dlx = await ch.declare_exchange("dlx", aio_pika.ExchangeType.FANOUT)
             dlq = await ch.declare_queue("dlq")
             await dlq.bind(dlx)
-            src = await ch.declare_queue(
-                "src", arguments={"x-dead-letter-exchange": "dlx", "x-message-ttl": 100}
-            )
+            src = await ch.declare_queue("src", arguments={"x-dead-letter-exchange": "dlx",
+                                                           "x-message-ttl": 100})
             await ch.default_exchange.publish(
-                aio_pika.Message(b"hello", expiration=5, headers={"k": "v"}), routing_key="src"
-            )
+                aio_pika.Message(b"hello", expiration=5, headers={"k": "v"}), routing_key="src")
             async with dlq.iterator(timeout=3) as messages:
                 async for message in messages:
                     async with message.process():

@@ -10,15 +10,10 @@ import pika
 from leveret import BlockingBroker
 
 
-def publish(
-    ch, queue: str, message_id: str | None = None, headers: dict | None = None, persistent: bool = False
-) -> None:
-    ch.basic_publish(
-        "",
-        queue,
-        (message_id or "-").encode(),
-        pika.BasicProperties(message_id=message_id, headers=headers, delivery_mode=2 if persistent else 1),
-    )
+def publish(ch, queue: str, message_id: str | None = None, headers: dict | None = None,
+            persistent: bool = False) -> None:
+    ch.basic_publish("", queue, (message_id or "-").encode(), pika.BasicProperties(
+        message_id=message_id, headers=headers, delivery_mode=2 if persistent else 1))
 
 
 def count(ch, queue: str) -> int:
@@ -34,15 +29,9 @@ def test_duplicates_by_message_id_are_dropped_but_confirmed(channel):
 
 
 def test_header_key_cache_size_and_ttl(channel):
-    channel.queue_declare(
-        "dedup-h",
-        arguments={
-            "x-message-deduplication": True,
-            "x-deduplication-header": "order",
-            "x-cache-size": 2,
-            "x-cache-ttl": 300,
-        },
-    )
+    channel.queue_declare("dedup-h", arguments={
+        "x-message-deduplication": True, "x-deduplication-header": "order",
+        "x-cache-size": 2, "x-cache-ttl": 300})
     publish(channel, "dedup-h", headers={"order": 1})
     publish(channel, "dedup-h", headers={"order": 1})
     assert count(channel, "dedup-h") == 1

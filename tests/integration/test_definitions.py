@@ -24,11 +24,8 @@ def define(target: Target, vhost: str, user: str) -> None:
     assert target.http("PUT", f"/api/vhosts/{vhost}")[0] in (201, 204)
     target.http("PUT", f"/api/users/{user}", {"password": "s3cret", "tags": "monitoring"})
     target.http("PUT", f"/api/permissions/{vhost}/{user}", {"configure": "^o", "write": ".*", "read": ".*"})
-    target.http(
-        "PUT",
-        f"/api/topic-permissions/{vhost}/{user}",
-        {"exchange": "amq.topic", "write": "^a", "read": ".*"},
-    )
+    target.http("PUT", f"/api/topic-permissions/{vhost}/{user}", {"exchange": "amq.topic", "write": "^a",
+                                                                   "read": ".*"})
     with target.amqp(vhost=vhost) as connection:
         channel = connection.channel()
         channel.exchange_declare("orders", "topic", durable=True)
@@ -55,30 +52,15 @@ def test_an_export_holds_durable_things_and_password_hashes(target, leveret):
     try:
         status, document = target.http("GET", "/api/definitions")
         assert status == 200
-        assert {
-            "users",
-            "vhosts",
-            "permissions",
-            "topic_permissions",
-            "policies",
-            "queues",
-            "exchanges",
-            "bindings",
-        } <= set(document)
+        assert {"users", "vhosts", "permissions", "topic_permissions", "policies", "queues", "exchanges",
+                "bindings"} <= set(document)
         mine = next(u for u in document["users"] if u["name"] == user)
-        assert mine["hashing_algorithm"] == "rabbit_password_hashing_sha256" and mine["tags"] == [
-            "monitoring"
-        ]
+        assert (mine["hashing_algorithm"] == "rabbit_password_hashing_sha256"
+                and mine["tags"] == ["monitoring"])
         queues = {(q["vhost"], q["name"]): q["durable"] for q in document["queues"]}
         assert queues[(vhost, "orders.eu")] is True and queues[(vhost, "scratch")] is False
-        assert {
-            "source": "orders",
-            "vhost": vhost,
-            "destination": "orders.eu",
-            "destination_type": "queue",
-            "routing_key": "eu.#",
-            "arguments": {},
-        } in document["bindings"]
+        assert {"source": "orders", "vhost": vhost, "destination": "orders.eu", "destination_type": "queue",
+                "routing_key": "eu.#", "arguments": {}} in document["bindings"]
     finally:
         target.http("DELETE", f"/api/vhosts/{vhost}")
         target.http("DELETE", f"/api/users/{user}")
@@ -104,10 +86,8 @@ def test_definitions_travel_rabbitmq_to_leveret_and_back(rabbitmq_target, levere
 
 
 def test_a_malformed_document_changes_nothing(leveret):
-    document = {
-        "users": [{"name": "dave", "password_hash": "", "tags": []}],
-        "permissions": [{"user": "dave", "vhost": "/", "configure": "(", "write": "", "read": ""}],
-    }
+    document = {"users": [{"name": "dave", "password_hash": "", "tags": []}],
+                "permissions": [{"user": "dave", "vhost": "/", "configure": "(", "write": "", "read": ""}]}
     status, body = leveret.http("POST", "/api/definitions", document)
     assert status == 400 and "configure" in body["reason"]
     assert leveret.http("GET", "/api/users/dave")[0] == 404

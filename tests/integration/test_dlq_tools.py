@@ -29,14 +29,8 @@ def server(tmp_path_factory):
 
 def leveret(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}  # rich wraps tables to the terminal's width
-    return subprocess.run(
-        [sys.executable, "-m", "leveret", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        input=input,
-        env=env,
-    )
+    return subprocess.run([sys.executable, "-m", "leveret", *args], capture_output=True,
+                          text=True, timeout=60, input=input, env=env)
 
 
 def api(server, path: str, user: str = "guest", password: str = "guest"):
@@ -84,25 +78,13 @@ def test_dlq_errors_are_clear(server):
     missing = leveret("dlq", "show", "no-such-queue", "--url", server.url)
     assert missing.returncode != 0 and "no queue 'no-such-queue'" in missing.stderr
     unreachable = leveret("dlq", "show", "DLQ.emails", "--url", "amqp://guest:guest@127.0.0.1:1/%2F")
-    assert (
-        unreachable.returncode != 0 and "cannot connect to amqp://guest:***@127.0.0.1:1" in unreachable.stderr
-    )
+    assert (unreachable.returncode != 0
+            and "cannot connect to amqp://guest:***@127.0.0.1:1" in unreachable.stderr)
 
 
 def test_refused_replay_leaves_the_dead_letter(server, dead_letters):
-    failed = leveret(
-        "dlq",
-        "replay",
-        "DLQ.emails",
-        "--url",
-        server.url,
-        "--exchange",
-        "",
-        "--routing-key",
-        "nowhere",
-        "--limit",
-        "1",
-    )
+    failed = leveret("dlq", "replay", "DLQ.emails", "--url", server.url,
+                     "--exchange", "", "--routing-key", "nowhere", "--limit", "1")
     assert failed.returncode != 0 and "refused" in failed.stderr
     ch = pika.BlockingConnection(pika.URLParameters(server.url)).channel()
     assert ch.queue_declare("DLQ.emails", passive=True).method.message_count == 2
@@ -113,17 +95,8 @@ def test_replay_to_the_original_queue_keeps_history(server, dead_letters):
     conn = pika.BlockingConnection(pika.URLParameters(server.url))
     ch = conn.channel()
     ch.queue_purge("emails")
-    replayed = leveret(
-        "dlq",
-        "replay",
-        "DLQ.emails",
-        "--url",
-        server.url,
-        "--reason",
-        "delivery_limit",
-        "--header",
-        "x-first-death-queue=emails",
-    )
+    replayed = leveret("dlq", "replay", "DLQ.emails", "--url", server.url,
+                       "--reason", "delivery_limit", "--header", "x-first-death-queue=emails")
     assert replayed.returncode == 0, replayed.stderr
     assert "replayed 2 message(s)" in replayed.stdout
     assert ch.queue_declare("DLQ.emails", passive=True).method.message_count == 0

@@ -45,25 +45,9 @@ class Server:
         # The child keeps its own copy of the descriptor: ours is closed at once.
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "leveret",
-                    "server",
-                    "--amqp-port",
-                    "0",
-                    "--stomp-port",
-                    "0",
-                    "--web-stomp-port",
-                    "0",
-                    "--data-dir",
-                    str(data_dir),
-                    *args,
-                ],
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-            )
+                [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
+                 "--web-stomp-port", "0", "--data-dir", str(data_dir), *args],
+                stdout=subprocess.PIPE, stderr=log, text=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], 60)
         line = self.proc.stdout.readline() if ready else ""
         match = re.match(r"leveret ready: amqp://([\d.]+):(\d+)", line)
@@ -111,7 +95,8 @@ def start_server(tmp_path):
     started: list[Server] = []
 
     def start(data_dir: Path | None = None, *args: str) -> Server:
-        server = Server(data_dir or tmp_path / "data", tmp_path / f"server-{len(started)}.log", *args)
+        server = Server(data_dir or tmp_path / "data", tmp_path / f"server-{len(started)}.log",
+                        *args)
         started.append(server)
         return server
 
@@ -122,24 +107,9 @@ def start_server(tmp_path):
 
 def run_server_expecting_failure(data_dir: Path, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "leveret",
-            "server",
-            "--amqp-port",
-            "0",
-            "--stomp-port",
-            "0",
-            "--web-stomp-port",
-            "0",
-            "--data-dir",
-            str(data_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+        [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
+         "--web-stomp-port", "0", "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=timeout)
 
 
 # -- pika helpers ----------------------------------------------------------------------
@@ -182,9 +152,8 @@ def refused(conn: pika.BlockingConnection, action) -> int | None:
     return None
 
 
-def drain(
-    conn: pika.BlockingConnection, name: str, expected: int | None = None, timeout: float = 60
-) -> list[tuple[bytes, bool, pika.BasicProperties]]:
+def drain(conn: pika.BlockingConnection, name: str, expected: int | None = None,
+          timeout: float = 60) -> list[tuple[bytes, bool, pika.BasicProperties]]:
     """Consume (auto-ack) every message of a queue: (body, redelivered, properties)."""
     ch = conn.channel()
     if expected is None:
@@ -211,9 +180,9 @@ def get_one(conn: pika.BlockingConnection, name: str) -> bytes | None:
     return body
 
 
-def publish_confirmed(server: Server, exchange: str, routing_key: str, bodies, properties=None) -> list[int]:
+def publish_confirmed(server: Server, exchange: str, routing_key: str,
+                      bodies, properties=None) -> list[int]:
     """Publish persistent ``bodies`` at full speed with confirms; the acked seqs."""
-
     async def run() -> list[int]:
         client = await AsyncClient.connect(server.host, server.port)
         try:
@@ -224,7 +193,6 @@ def publish_confirmed(server: Server, exchange: str, routing_key: str, bodies, p
             return tracker.acked()
         finally:
             await client.close()
-
     return asyncio.run(run())
 
 
@@ -243,27 +211,15 @@ def increasing(values: list[int]) -> bool:
 
 # -- 1. clean restart ------------------------------------------------------------------
 MAIN_COUNT = 100_000
-QUEUE_ARGS = {
-    "x-max-length": 1_000_000,
-    "x-queue-mode": "lazy",
-    "x-message-ttl": 3_600_000,
-    "x-dead-letter-exchange": "d.ae",
-}
+QUEUE_ARGS = {"x-max-length": 1_000_000, "x-queue-mode": "lazy", "x-message-ttl": 3_600_000,
+              "x-dead-letter-exchange": "d.ae"}
 HEADERS_ALL = {"x-match": "all", "kind": "report", "level": 3}
 HEADERS_ANY = {"x-match": "any", "region": "eu", "tier": "gold"}
 RICH = pika.BasicProperties(
-    delivery_mode=2,
-    content_type="application/json",
-    content_encoding="utf-8",
+    delivery_mode=2, content_type="application/json", content_encoding="utf-8",
     headers={"a": 1, "b": "text", "nested": {"k": [1, "two", True]}, "big": 2**40},
-    priority=7,
-    correlation_id="corr-1",
-    reply_to="replies",
-    message_id="m-1",
-    timestamp=1_700_000_000,
-    type="kind",
-    app_id="tests",
-)
+    priority=7, correlation_id="corr-1", reply_to="replies", message_id="m-1",
+    timestamp=1_700_000_000, type="kind", app_id="tests")
 
 
 def declare_topology(ch) -> None:
@@ -272,26 +228,14 @@ def declare_topology(ch) -> None:
     ch.exchange_declare("d.topic", "topic", durable=True)
     ch.exchange_declare("d.headers", "headers", durable=True)
     ch.exchange_declare("d.ae", "fanout", durable=True)
-    ch.exchange_declare("d.with_ae", "direct", durable=True, arguments={"alternate-exchange": "d.ae"})
+    ch.exchange_declare("d.with_ae", "direct", durable=True,
+                        arguments={"alternate-exchange": "d.ae"})
     ch.exchange_declare("d.internal", "topic", durable=True, internal=True)
     ch.exchange_declare("d.autodel", "fanout", durable=True, auto_delete=True)
     ch.exchange_declare("t.fanout", "fanout", durable=False)
-    for name in (
-        "q.direct",
-        "q.fanout",
-        "q.topic",
-        "q.e2e",
-        "q.headers",
-        "q.any",
-        "q.ae",
-        "q.unacked",
-        "q.acked",
-        "q.purged",
-        "q.deleted",
-        "q.recreated",
-        "q.props",
-        "q.autodel",
-    ):
+    for name in ("q.direct", "q.fanout", "q.topic", "q.e2e", "q.headers", "q.any", "q.ae",
+                 "q.unacked", "q.acked", "q.purged", "q.deleted", "q.recreated", "q.props",
+                 "q.autodel"):
         ch.queue_declare(name, durable=True)
     ch.queue_declare("q.main", durable=True, arguments=QUEUE_ARGS)
     ch.queue_declare("t.queue", durable=False)
@@ -314,28 +258,22 @@ def declare_topology(ch) -> None:
 def route_one_each(ch, tag: str) -> dict[str, bytes]:
     """Publish one persistent message along every route; {queue: body expected}."""
     sent = {
-        "q.direct": ("d.direct", "rk1", {}),
-        "q.fanout": ("d.fanout", "any", {}),
-        "q.topic": ("d.topic", "a.b.c", {}),
-        "q.e2e": ("d.topic", "e2e.x.y", {}),
+        "q.direct": ("d.direct", "rk1", {}), "q.fanout": ("d.fanout", "any", {}),
+        "q.topic": ("d.topic", "a.b.c", {}), "q.e2e": ("d.topic", "e2e.x.y", {}),
         "q.headers": ("d.headers", "", {"kind": "report", "level": 3, "extra": 1}),
-        "q.any": ("d.headers", "", {"tier": "gold"}),
-        "q.ae": ("d.with_ae", "unknown", {}),
+        "q.any": ("d.headers", "", {"tier": "gold"}), "q.ae": ("d.with_ae", "unknown", {}),
         "q.autodel": ("d.autodel", "", {}),
     }
     expected = {}
     for queue, (exchange, key, headers) in sent.items():
         body = f"{tag}:{queue}".encode()
-        ch.basic_publish(exchange, key, body, pika.BasicProperties(delivery_mode=2, headers=headers or None))
+        ch.basic_publish(exchange, key, body,
+                         pika.BasicProperties(delivery_mode=2, headers=headers or None))
         expected[queue] = body
     # Routes that must reach nothing.
     ch.basic_publish("d.direct", "rk-unbound", f"{tag}:nowhere".encode(), PERSISTENT)
-    ch.basic_publish(
-        "d.headers",
-        "",
-        f"{tag}:nowhere".encode(),
-        pika.BasicProperties(delivery_mode=2, headers={"kind": "report"}),
-    )
+    ch.basic_publish("d.headers", "", f"{tag}:nowhere".encode(),
+                     pika.BasicProperties(delivery_mode=2, headers={"kind": "report"}))
     return expected
 
 
@@ -349,17 +287,14 @@ def test_clean_restart_keeps_durable_state_and_nothing_else(start_server, tmp_pa
     ch = conn.channel()
     declare_topology(ch)
     ch.confirm_delivery()
-    transient = publish_confirmed(
-        server, "", "q.main", (make_body("transient", i, 40) for i in range(500)), TRANSIENT
-    )
+    transient = publish_confirmed(server, "", "q.main",
+                                  (make_body("transient", i, 40) for i in range(500)), TRANSIENT)
     assert len(transient) == 500
-    acked = publish_confirmed(
-        server, "", "q.main", (make_body("main", i, 16 + i % 300) for i in range(MAIN_COUNT))
-    )
+    acked = publish_confirmed(server, "", "q.main",
+                              (make_body("main", i, 16 + i % 300) for i in range(MAIN_COUNT)))
     assert len(acked) == MAIN_COUNT
-    publish_confirmed(
-        server, "", "q.main", (make_body("transient", i, 40) for i in range(500, 1000)), TRANSIENT
-    )
+    publish_confirmed(server, "", "q.main",
+                      (make_body("transient", i, 40) for i in range(500, 1000)), TRANSIENT)
     published = time.monotonic()
 
     before = route_one_each(ch, "before")
@@ -397,76 +332,30 @@ def test_clean_restart_keeps_durable_state_and_nothing_else(start_server, tmp_pa
     conn = connect(server)
 
     # Definitions: durable ones are back, with their flags and arguments.
-    for name in (
-        "d.direct",
-        "d.fanout",
-        "d.topic",
-        "d.headers",
-        "d.ae",
-        "d.with_ae",
-        "d.internal",
-        "d.autodel",
-    ):
+    for name in ("d.direct", "d.fanout", "d.topic", "d.headers", "d.ae", "d.with_ae",
+                 "d.internal", "d.autodel"):
         assert exchange_exists(conn, name), name
     assert not exchange_exists(conn, "t.fanout")
     assert refused(conn, lambda c: c.exchange_declare("d.topic", "direct", durable=True)) == 406
     assert refused(conn, lambda c: c.exchange_declare("d.topic", "topic", durable=False)) == 406
-    assert (
-        refused(
-            conn,
-            lambda c: c.exchange_declare(
-                "d.with_ae", "direct", durable=True, arguments={"alternate-exchange": "other"}
-            ),
-        )
-        == 406
-    )
-    assert (
-        refused(
-            conn,
-            lambda c: c.exchange_declare(
-                "d.with_ae", "direct", durable=True, arguments={"alternate-exchange": "d.ae"}
-            ),
-        )
-        is None
-    )
+    assert refused(conn, lambda c: c.exchange_declare(
+        "d.with_ae", "direct", durable=True, arguments={"alternate-exchange": "other"})) == 406
+    assert refused(conn, lambda c: c.exchange_declare(
+        "d.with_ae", "direct", durable=True, arguments={"alternate-exchange": "d.ae"})) is None
     assert refused(conn, lambda c: c.basic_publish("d.internal", "x", b"")) == 403
-    assert refused(conn, lambda c: c.queue_declare("q.main", durable=True, arguments=QUEUE_ARGS)) is None
-    assert (
-        refused(
-            conn,
-            lambda c: c.queue_declare("q.main", durable=True, arguments={**QUEUE_ARGS, "x-max-length": 5}),
-        )
-        == 406
-    )
-    assert refused(conn, lambda c: c.queue_declare("q.main", durable=False, arguments=QUEUE_ARGS)) == 406
+    assert refused(conn, lambda c: c.queue_declare("q.main", durable=True,
+                                                   arguments=QUEUE_ARGS)) is None
+    assert refused(conn, lambda c: c.queue_declare(
+        "q.main", durable=True, arguments={**QUEUE_ARGS, "x-max-length": 5})) == 406
+    assert refused(conn, lambda c: c.queue_declare("q.main", durable=False,
+                                                   arguments=QUEUE_ARGS)) == 406
 
-    counts = {
-        name: queue_count(conn, name)
-        for name in (
-            "q.main",
-            "q.direct",
-            "q.unacked",
-            "q.acked",
-            "q.purged",
-            "q.deleted",
-            "q.recreated",
-            "t.queue",
-            "x.exclusive",
-            "q.props",
-        )
-    }
-    assert counts == {
-        "q.main": MAIN_COUNT,
-        "q.direct": 1,
-        "q.unacked": 8,
-        "q.acked": 0,
-        "q.purged": 0,
-        "q.deleted": None,
-        "q.recreated": 0,
-        "t.queue": None,
-        "x.exclusive": None,
-        "q.props": 1,
-    }
+    counts = {name: queue_count(conn, name) for name in (
+        "q.main", "q.direct", "q.unacked", "q.acked", "q.purged", "q.deleted", "q.recreated",
+        "t.queue", "x.exclusive", "q.props")}
+    assert counts == {"q.main": MAIN_COUNT, "q.direct": 1, "q.unacked": 8, "q.acked": 0,
+                      "q.purged": 0, "q.deleted": None, "q.recreated": 0, "t.queue": None,
+                      "x.exclusive": None, "q.props": 1}
 
     # Messages routed before the restart, then routing through recovered bindings.
     for queue, body in before.items():
@@ -483,21 +372,10 @@ def test_clean_restart_keeps_durable_state_and_nothing_else(start_server, tmp_pa
     # Redelivery state: 2-5 were delivered (redelivered), 6-9 never were.
     got = drain(conn, "q.unacked", 8)
     assert [(body_index(b)[1], r) for b, r, _ in got] == [(i, i < 6) for i in range(2, 10)]
-    ((body, redelivered, props),) = drain(conn, "q.props", 1)
+    (body, redelivered, props), = drain(conn, "q.props", 1)
     assert body == b"rich" and not redelivered
-    for field in (
-        "delivery_mode",
-        "content_type",
-        "content_encoding",
-        "headers",
-        "priority",
-        "correlation_id",
-        "reply_to",
-        "message_id",
-        "timestamp",
-        "type",
-        "app_id",
-    ):
+    for field in ("delivery_mode", "content_type", "content_encoding", "headers", "priority",
+                  "correlation_id", "reply_to", "message_id", "timestamp", "type", "app_id"):
         assert getattr(props, field) == getattr(RICH, field), field
 
     # The bulk: every persistent message, in order, intact; nothing transient. A message
@@ -515,25 +393,19 @@ def test_clean_restart_keeps_durable_state_and_nothing_else(start_server, tmp_pa
     server = start_server(data)
     conn = connect(server)
     assert {name: queue_count(conn, name) for name in ("q.main", "q.unacked", "q.direct")} == {
-        "q.main": 0,
-        "q.unacked": 0,
-        "q.direct": 0,
-    }
+        "q.main": 0, "q.unacked": 0, "q.direct": 0}
     assert exchange_exists(conn, "d.with_ae") and not exchange_exists(conn, "d.autodel")
     ch = conn.channel()
     ch.basic_publish("d.topic", "e2e.again", b"e2e", PERSISTENT)
     assert [b for b, _, _ in drain(conn, "q.e2e", 1)] == [b"e2e"]
     conn.close()
-    print(
-        f"\nclean restart: publish {published - started:.1f}s, stop {stopped - published:.1f}s,"
-        f" recover {recovered - stopped:.1f}s, verify {drained - recovered:.1f}s"
-    )
+    print(f"\nclean restart: publish {published - started:.1f}s, stop {stopped - published:.1f}s,"
+          f" recover {recovered - stopped:.1f}s, verify {drained - recovered:.1f}s")
 
 
 # -- 2. crashes ------------------------------------------------------------------------
-async def publish_until_killed(
-    server: Server, exchange: str, routing_key: str, tag: str, delay: float, size: int = 100
-) -> tuple[list[int], int]:
+async def publish_until_killed(server: Server, exchange: str, routing_key: str, tag: str,
+                               delay: float, size: int = 100) -> tuple[list[int], int]:
     """Publish ``tag`` bodies with confirms until the server is SIGKILLed after
     ``delay`` s; (confirmed indices, published count)."""
     client = await AsyncClient.connect(server.host, server.port)
@@ -545,14 +417,9 @@ async def publish_until_killed(
 
     kill = asyncio.get_running_loop().create_task(killer())
     try:
-        await client.publish_many(
-            channel,
-            exchange,
-            routing_key,
-            (make_body(tag, i, size) for i in itertools.count()),
-            wait=False,
-            timeout=delay + 20,
-        )
+        await client.publish_many(channel, exchange, routing_key,
+                                  (make_body(tag, i, size) for i in itertools.count()),
+                                  wait=False, timeout=delay + 20)
     except (ConnectionLost, ConnectionError, OSError):
         pass
     await kill
@@ -576,18 +443,15 @@ def test_kill_during_confirmed_publishing_loses_no_confirmed_message(start_serve
     for round_ in range(3):
         delay = rng.uniform(0.3, 1.5)
         tag = f"r{round_}"
-        confirmed, published = asyncio.run(publish_until_killed(server, "crash.x", "crash.k", tag, delay))
+        confirmed, published = asyncio.run(
+            publish_until_killed(server, "crash.x", "crash.k", tag, delay))
         assert confirmed, f"nothing confirmed in {delay:.2f}s"
 
         server = start_server(data)
         conn = connect(server)
         assert exchange_exists(conn, "crash.x")
-        assert (
-            refused(
-                conn, lambda c: c.queue_declare("crash.q", durable=True, arguments={"x-max-length": 10**7})
-            )
-            is None
-        )
+        assert refused(conn, lambda c: c.queue_declare(
+            "crash.q", durable=True, arguments={"x-max-length": 10**7})) is None
         got = check_bodies([b for b, _, _ in drain(conn, "crash.q")])
         indices = got.get(tag, [])
         assert increasing(indices), "out of order or duplicated"
@@ -600,7 +464,8 @@ def test_kill_during_confirmed_publishing_loses_no_confirmed_message(start_serve
         ch.basic_publish("crash.x", "crash.check", b"routed", PERSISTENT)
         assert get_one(conn, "crash.q") == b"routed"
         conn.close()
-        report.append(f"{delay:.2f}s: {len(confirmed)} confirmed, {published} sent, {len(indices)} recovered")
+        report.append(f"{delay:.2f}s: {len(confirmed)} confirmed, {published} sent, "
+                      f"{len(indices)} recovered")
     server.terminate()
     server.assert_clean_log()
     print("\nkill during publishing:", "; ".join(report))
@@ -614,9 +479,8 @@ def test_kill_during_consumer_acks_loses_no_unacked_message(start_server, tmp_pa
     conn.channel().queue_declare("acks.q", durable=True)
     conn.close()
     count = 25_000
-    assert (
-        len(publish_confirmed(server, "", "acks.q", (make_body("ack", i, 64) for i in range(count)))) == count
-    )
+    assert len(publish_confirmed(server, "", "acks.q",
+                                 (make_body("ack", i, 64) for i in range(count)))) == count
 
     acked: list[int] = []  # indices whose basic.ack was (about to be) sent
     done = threading.Event()
@@ -660,10 +524,8 @@ def test_kill_during_consumer_acks_loses_no_unacked_message(start_server, tmp_pa
     conn.close()
     server.terminate()
     server.assert_clean_log()
-    print(
-        f"\nkill during acks: {acked_before_kill} acked before the kill, {len(got)} recovered,"
-        f" {len(set(got) & set(acked))} acked ones came back"
-    )
+    print(f"\nkill during acks: {acked_before_kill} acked before the kill, {len(got)} recovered,"
+          f" {len(set(got) & set(acked))} acked ones came back")
 
 
 def test_kill_during_transaction_commits_keeps_committed_ones(start_server, tmp_path):
@@ -713,14 +575,9 @@ def test_kill_during_transaction_commits_keeps_committed_ones(start_server, tmp_
     print(f"\nkill during tx: {len(committed)} commits ok'd, {len(batches)} recovered")
 
 
-async def churn_until_killed(
-    server: Server,
-    names: list[str],
-    initial: dict[str, list[bytes]],
-    rng: random.Random,
-    delay: float,
-    round_: int,
-) -> tuple[list[tuple], int]:
+async def churn_until_killed(server: Server, names: list[str], initial: dict[str, list[bytes]],
+                             rng: random.Random, delay: float, round_: int
+                             ) -> tuple[list[tuple], int]:
     """Declare, publish to, purge and delete durable queues in a random sequence on one
     confirm channel until the server is killed. Returns the operation log and how many
     of its operations a received confirm proves durable."""
@@ -823,8 +680,7 @@ def test_kill_while_deleting_and_purging_leaves_a_consistent_state(start_server,
                 matched = done
         assert matched is not None, (
             f"round {round_}: state after restart is no prefix >= {durable} of {len(log)} ops:"
-            f" { ({k: len(v) for k, v in observed.items()}) }"
-        )
+            f" {({k: len(v) for k, v in observed.items()})}")
         report.append(f"{len(log)} ops, {durable} confirmed, recovered after {matched}")
         state = observed
         # Start the next round from empty queues; a confirmed publish makes the purges
@@ -921,9 +777,8 @@ def test_store_with_damaged_pages_is_refused_by_name(start_server, tmp_path):
 
 # -- 4. space ---------------------------------------------------------------------------
 def store_size(data: Path) -> int:
-    return sum(
-        (data / name).stat().st_size for name in ("leveret.db", "leveret.db-wal") if (data / name).exists()
-    )
+    return sum((data / name).stat().st_size for name in ("leveret.db", "leveret.db-wal")
+               if (data / name).exists())
 
 
 def test_space_of_acknowledged_messages_is_reclaimed_while_running(start_server, tmp_path):
@@ -932,9 +787,8 @@ def test_space_of_acknowledged_messages_is_reclaimed_while_running(start_server,
     conn = connect(server)
     conn.channel().queue_declare("big", durable=True)
     count = 50_000
-    assert (
-        len(publish_confirmed(server, "", "big", (make_body("big", i, 4096) for i in range(count)))) == count
-    )
+    assert len(publish_confirmed(server, "", "big",
+                                 (make_body("big", i, 4096) for i in range(count)))) == count
     peak = store_size(data)
     assert peak > count * 4096
 
@@ -963,7 +817,8 @@ def test_space_of_acknowledged_messages_is_reclaimed_while_running(start_server,
     conn.close()
     assert server.terminate() == 0
     server.assert_clean_log()
-    print(f"\nspace: peak {peak / 1e6:.0f} MB, {sizes[-1] / 1e6:.1f} MB {reclaimed:.1f}s after the last ack")
+    print(f"\nspace: peak {peak / 1e6:.0f} MB, {sizes[-1] / 1e6:.1f} MB {reclaimed:.1f}s after"
+          " the last ack")
 
 
 def evict_from_page_cache(directory: Path) -> None:

@@ -57,13 +57,10 @@ def test_api_survives_odd_numbers(connection):
     ch = connection.channel()
     ch.queue_declare("leased")
     replies = []
-    ch.basic_consume("amq.rabbitmq.reply-to", lambda c, m, p, b: replies.append(json.loads(b)), auto_ack=True)
-    ch.basic_publish(
-        "amq.leveret.api",
-        "lease.ack",
-        '{"queue": "leased", "group": "g", "seqs": [1e999]}',
-        pika.BasicProperties(reply_to="amq.rabbitmq.reply-to"),
-    )
+    ch.basic_consume("amq.rabbitmq.reply-to", lambda c, m, p, b: replies.append(json.loads(b)),
+                     auto_ack=True)
+    ch.basic_publish("amq.leveret.api", "lease.ack", '{"queue": "leased", "group": "g", "seqs": [1e999]}',
+                     pika.BasicProperties(reply_to="amq.rabbitmq.reply-to"))
     while not replies:
         connection.process_data_events(time_limit=0.05)
     assert replies[0]["ok"] is False and connection.is_open
@@ -73,13 +70,9 @@ def test_properties_that_are_not_utf8_are_refused_at_publish(leveret_broker):
     client = RawClient(leveret_broker.amqp_port)
     client.handshake()
     client.open_channel(1)
-    bad = bytearray(
-        ContentHeader(body_size=1, properties=commands.Basic.Properties(content_type="x")).marshal()
-    )
+    bad = bytearray(ContentHeader(body_size=1, properties=commands.Basic.Properties(
+        content_type="x")).marshal())
     bad[-1] = 0xFF  # content_type "x" -> b"\xff"
-    client.send(
-        frame.marshal(commands.Basic.Publish(routing_key="q"), 1)
-        + frame._marshal(2, 1, bytes(bad))
-        + frame.marshal(body.ContentBody(b"x"), 1)
-    )
+    client.send(frame.marshal(commands.Basic.Publish(routing_key="q"), 1)
+                + frame._marshal(2, 1, bytes(bad)) + frame.marshal(body.ContentBody(b"x"), 1))
     assert client.expect_connection_close().reply_code == 502

@@ -107,16 +107,14 @@ def test_publish_to_missing_exchange_is_404(channel, bystander):
     def action():
         channel.basic_publish("no-such-exchange", "rk", b"x")
         channel.queue_declare("", exclusive=True)  # the next synchronous call sees the close
-
     error = assert_channel_error(404, channel, bystander, action)
     assert "no exchange 'no-such-exchange'" in error.reply_text
 
 
 def test_publish_to_missing_exchange_with_confirms_is_404(channel, bystander):
     channel.confirm_delivery()
-    assert_channel_error(
-        404, channel, bystander, lambda: channel.basic_publish("no-such-exchange", "rk", b"x")
-    )
+    assert_channel_error(404, channel, bystander,
+                         lambda: channel.basic_publish("no-such-exchange", "rk", b"x"))
 
 
 def test_bind_to_missing_exchange_is_404(channel, bystander):
@@ -134,22 +132,19 @@ def test_exchange_bind_missing_source_is_404(channel, bystander):
 
 
 def test_passive_declare_of_missing_exchange_is_404(channel, bystander):
-    assert_channel_error(
-        404, channel, bystander, lambda: channel.exchange_declare("no-such-exchange", passive=True)
-    )
+    assert_channel_error(404, channel, bystander,
+                         lambda: channel.exchange_declare("no-such-exchange", passive=True))
 
 
 def test_passive_declare_of_missing_queue_is_404(channel, bystander):
-    error = assert_channel_error(
-        404, channel, bystander, lambda: channel.queue_declare("no-such-queue", passive=True)
-    )
+    error = assert_channel_error(404, channel, bystander,
+                                 lambda: channel.queue_declare("no-such-queue", passive=True))
     assert error.reply_text == "NOT_FOUND - no queue 'no-such-queue' in vhost '/'"
 
 
 def test_consume_from_missing_queue_is_404(channel, bystander):
-    assert_channel_error(
-        404, channel, bystander, lambda: channel.basic_consume("no-such-queue", lambda *a: None)
-    )
+    assert_channel_error(404, channel, bystander,
+                         lambda: channel.basic_consume("no-such-queue", lambda *a: None))
 
 
 def test_get_from_missing_queue_is_404(channel, bystander):
@@ -180,16 +175,16 @@ def test_exclusive_consume_on_queue_with_consumers_is_403(connection, channel, b
     channel.queue_declare("shared")
     bystander.basic_consume("shared", lambda *a: None)
     victim = connection.channel()
-    assert_channel_error(
-        403, victim, bystander, lambda: victim.basic_consume("shared", lambda *a: None, exclusive=True)
-    )
+    assert_channel_error(403, victim, bystander,
+                         lambda: victim.basic_consume("shared", lambda *a: None, exclusive=True))
 
 
 def test_consume_on_queue_with_exclusive_consumer_is_403(connection, channel, bystander):
     channel.queue_declare("shared")
     bystander.basic_consume("shared", lambda *a: None, exclusive=True)
     victim = connection.channel()
-    assert_channel_error(403, victim, bystander, lambda: victim.basic_consume("shared", lambda *a: None))
+    assert_channel_error(403, victim, bystander,
+                         lambda: victim.basic_consume("shared", lambda *a: None))
 
 
 # -- 405 RESOURCE_LOCKED -------------------------------------------------------------------
@@ -208,19 +203,16 @@ def exclusive_queue(owner) -> str:
     return "mine"
 
 
-@pytest.mark.parametrize(
-    "touch",
-    [
-        pytest.param(lambda ch, q: ch.queue_declare(q, exclusive=True), id="declare-exclusive"),
-        pytest.param(lambda ch, q: ch.queue_declare(q), id="declare"),
-        pytest.param(lambda ch, q: ch.queue_declare(q, passive=True), id="passive-declare"),
-        pytest.param(lambda ch, q: ch.basic_consume(q, lambda *a: None), id="consume"),
-        pytest.param(lambda ch, q: ch.basic_get(q), id="get"),
-        pytest.param(lambda ch, q: ch.queue_bind(q, "amq.direct"), id="bind"),
-        pytest.param(lambda ch, q: ch.queue_purge(q), id="purge"),
-        pytest.param(lambda ch, q: ch.queue_delete(q), id="delete"),
-    ],
-)
+@pytest.mark.parametrize("touch", [
+    pytest.param(lambda ch, q: ch.queue_declare(q, exclusive=True), id="declare-exclusive"),
+    pytest.param(lambda ch, q: ch.queue_declare(q), id="declare"),
+    pytest.param(lambda ch, q: ch.queue_declare(q, passive=True), id="passive-declare"),
+    pytest.param(lambda ch, q: ch.basic_consume(q, lambda *a: None), id="consume"),
+    pytest.param(lambda ch, q: ch.basic_get(q), id="get"),
+    pytest.param(lambda ch, q: ch.queue_bind(q, "amq.direct"), id="bind"),
+    pytest.param(lambda ch, q: ch.queue_purge(q), id="purge"),
+    pytest.param(lambda ch, q: ch.queue_delete(q), id="delete"),
+])
 def test_other_connection_touching_exclusive_queue_is_405(exclusive_queue, channel, bystander, touch):
     error = assert_channel_error(405, channel, bystander, lambda: touch(channel, exclusive_queue))
     assert "exclusive access to locked queue 'mine'" in error.reply_text
@@ -248,17 +240,14 @@ def test_exclusive_queue_is_deleted_with_its_connection(amqp_url, channel):
 def test_redeclare_exchange_with_other_type_is_406(channel, bystander):
     channel.exchange_declare("ex", "direct")
     error = assert_channel_error(406, channel, bystander, lambda: channel.exchange_declare("ex", "fanout"))
-    assert error.reply_text == (
-        "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'ex' "
-        "in vhost '/': received 'fanout' but current is 'direct'"
-    )
+    assert error.reply_text == ("PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'ex' "
+                                "in vhost '/': received 'fanout' but current is 'direct'")
 
 
 def test_redeclare_exchange_with_other_durability_is_406(channel, bystander):
     channel.exchange_declare("ex", "direct")
-    assert_channel_error(
-        406, channel, bystander, lambda: channel.exchange_declare("ex", "direct", durable=True)
-    )
+    assert_channel_error(406, channel, bystander,
+                         lambda: channel.exchange_declare("ex", "direct", durable=True))
 
 
 def test_redeclare_queue_with_other_durability_is_406(channel, bystander):
@@ -269,9 +258,8 @@ def test_redeclare_queue_with_other_durability_is_406(channel, bystander):
 
 def test_redeclare_queue_with_other_ttl_is_406(channel, bystander):
     channel.queue_declare("q", arguments={"x-message-ttl": 1000})
-    error = assert_channel_error(
-        406, channel, bystander, lambda: channel.queue_declare("q", arguments={"x-message-ttl": 2000})
-    )
+    error = assert_channel_error(406, channel, bystander,
+                                 lambda: channel.queue_declare("q", arguments={"x-message-ttl": 2000}))
     assert "x-message-ttl" in error.reply_text
 
 
@@ -292,7 +280,6 @@ def test_ack_of_unknown_delivery_tag_is_406(channel, bystander):
     def action():
         channel.basic_ack(12345)
         channel.queue_declare("", exclusive=True)
-
     error = assert_channel_error(406, channel, bystander, action)
     assert "unknown delivery tag 12345" in error.reply_text
 
@@ -306,7 +293,6 @@ def test_double_ack_is_406_and_message_stays_acked(channel, bystander):
         channel.basic_ack(method.delivery_tag)
         channel.basic_ack(method.delivery_tag)
         channel.queue_declare("", exclusive=True)
-
     assert_channel_error(406, channel, bystander, action)
     assert bystander.queue_declare("q", passive=True).method.message_count == 0
 
@@ -319,7 +305,6 @@ def test_unknown_tag_closes_channel_and_requeues_its_unacked(channel, bystander)
     def action():
         channel.basic_nack(999)
         channel.queue_declare("", exclusive=True)
-
     assert_channel_error(406, channel, bystander, action)
     method, _, body = bystander.basic_get("q", auto_ack=True)
     assert body == b"keep me" and method.redelivered
@@ -370,7 +355,8 @@ def test_message_larger_than_max_message_size_is_406(leveret_broker, channel, by
     channel.queue_declare("q")
     channel.confirm_delivery()
     channel.basic_publish("", "q", b"x" * 1000)  # at the limit: fine
-    error = assert_channel_error(406, channel, bystander, lambda: channel.basic_publish("", "q", b"x" * 1001))
+    error = assert_channel_error(406, channel, bystander,
+                                 lambda: channel.basic_publish("", "q", b"x" * 1001))
     assert "larger than configured max size 1000" in error.reply_text
     assert bystander.queue_declare("q", passive=True).method.message_count == 1
 
@@ -408,9 +394,8 @@ def test_unknown_vhost_is_530_on_the_wire(port):
     with RawClient(port) as client:
         client.send(PROTOCOL_HEADER)
         client.expect(commands.Connection.Start)
-        client.send_method(
-            0, commands.Connection.StartOk(mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US")
-        )
+        client.send_method(0, commands.Connection.StartOk(
+            mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US"))
         client.expect(commands.Connection.Tune)
         client.send_method(0, commands.Connection.TuneOk())
         client.send_method(0, commands.Connection.Open(virtual_host="no-such-vhost"))
@@ -420,7 +405,8 @@ def test_unknown_vhost_is_530_on_the_wire(port):
 
 
 def test_unknown_exchange_type_is_503(amqp_url):
-    assert_connection_error(503, amqp_url, lambda conn: conn.channel().exchange_declare("ex", "no-such-type"))
+    assert_connection_error(503, amqp_url,
+                            lambda conn: conn.channel().exchange_declare("ex", "no-such-type"))
 
 
 def test_qos_with_prefetch_size_is_540(amqp_url):
@@ -441,9 +427,8 @@ def test_wrong_password_is_403_on_the_wire(port):
     with RawClient(port) as client:
         client.send(PROTOCOL_HEADER)
         client.expect(commands.Connection.Start)
-        client.send_method(
-            0, commands.Connection.StartOk(mechanism="PLAIN", response="\x00guest\x00wrong", locale="en_US")
-        )
+        client.send_method(0, commands.Connection.StartOk(
+            mechanism="PLAIN", response="\x00guest\x00wrong", locale="en_US"))
         close = client.expect_connection_close()
     assert close.reply_code == 403
     assert "Login was refused" in close.reply_text
@@ -454,7 +439,8 @@ def test_unknown_auth_mechanism_is_503(port):
     with RawClient(port) as client:
         client.send(PROTOCOL_HEADER)
         client.expect(commands.Connection.Start)
-        client.send_method(0, commands.Connection.StartOk(mechanism="EXTERNAL", response="", locale="en_US"))
+        client.send_method(0, commands.Connection.StartOk(
+            mechanism="EXTERNAL", response="", locale="en_US"))
         close = client.expect_connection_close()
     assert close.reply_code == 503
     assert "EXTERNAL" in close.reply_text
@@ -475,10 +461,8 @@ def test_reused_consumer_tag_is_530(port):
 def test_more_channels_than_negotiated_channel_max_is_530(port):
     # channel_max counts open channels (RabbitMQ's rule), whatever their numbers
     close = raw_connection_error(port, 530, method(3, commands.Channel.Open()), channel_max=1)
-    assert (
-        close.reply_text
-        == "NOT_ALLOWED - number of channels opened (1) has reached the negotiated channel_max (1)"
-    )
+    assert close.reply_text == \
+        "NOT_ALLOWED - number of channels opened (1) has reached the negotiated channel_max (1)"
 
 
 def test_method_on_unopened_channel_is_504(port):
@@ -500,14 +484,13 @@ def test_content_header_without_publish_is_505(port):
 
 
 def test_method_after_publish_before_header_is_505(port):
-    raw_connection_error(
-        port, 505, method(1, Basic.Publish(routing_key="q")) + method(1, Queue.Declare(queue="q"))
-    )
+    raw_connection_error(port, 505, method(1, Basic.Publish(routing_key="q"))
+                         + method(1, Queue.Declare(queue="q")))
 
 
 def test_method_in_the_middle_of_a_body_is_505(port):
     content = RawClient.publish_frames(1, "q", b"0123456789")
-    half_body = content[: -len(raw_frame(3, 1, b"0123456789"))] + raw_frame(3, 1, b"01234")
+    half_body = content[:-len(raw_frame(3, 1, b"0123456789"))] + raw_frame(3, 1, b"01234")
     raw_connection_error(port, 505, half_body + method(1, Queue.Declare(queue="q")))
 
 
@@ -537,14 +520,11 @@ def test_undecodable_method_arguments_is_502(port):
     assert (close.class_id, close.method_id) == (50, 10)
 
 
-@pytest.mark.parametrize(
-    "properties",
-    [
-        pytest.param(struct.pack(">H", 0x2000) + b"\x00\x00\x00\x10\x01aS", id="headers-table-overruns"),
-        pytest.param(struct.pack(">H", 0x0040) + b"abc", id="timestamp-truncated"),
-        pytest.param(struct.pack(">H", 0x8000) + b"\x05ab", id="short-string-truncated"),
-    ],
-)
+@pytest.mark.parametrize("properties", [
+    pytest.param(struct.pack(">H", 0x2000) + b"\x00\x00\x00\x10\x01aS", id="headers-table-overruns"),
+    pytest.param(struct.pack(">H", 0x0040) + b"abc", id="timestamp-truncated"),
+    pytest.param(struct.pack(">H", 0x8000) + b"\x05ab", id="short-string-truncated"),
+])
 def test_undecodable_content_properties_are_502_and_never_reach_consumers(port, channel, properties):
     """A client could not decode such a message: refused at the publisher, not
     queued for a consumer to choke on."""
@@ -589,16 +569,10 @@ def test_connection_error_requeues_unacked_of_that_connection(port, channel):
 
 
 # -- protocol header -----------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "header",
-    [
-        b"HTTP/1.1",
-        b"AMQP\x00\x00\x08\x00",
-        b"AMQP\x01\x01\x00\x09",
-        b"AMQP\x00\x00\x09\x00",
-        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-    ],
-)
+@pytest.mark.parametrize("header", [
+    b"HTTP/1.1", b"AMQP\x00\x00\x08\x00", b"AMQP\x01\x01\x00\x09", b"AMQP\x00\x00\x09\x00",
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+])
 def test_wrong_protocol_header_gets_ours_and_a_close(port, header):
     with RawClient(port) as client:
         client.send(header)
@@ -665,14 +639,14 @@ def stall_broker(port, monkeypatch):
 
 
 @pytest.mark.parametrize("probe", ["FIONREAD", "recheck"])
-def test_heartbeats_sent_during_a_broker_stall_keep_the_client(port, stall_broker, monkeypatch, probe):
+def test_heartbeats_sent_during_a_broker_stall_keep_the_client(port, stall_broker, monkeypatch,
+                                                              probe):
     """The loop stalls for 3 heartbeat intervals while the client keeps sending
     heartbeats; they wait unread on the socket when the overdue heartbeat check runs
     (uvloop runs timers before reading), and they are a sign of life: kept. The server
     asks the kernel (FIONREAD); where it cannot, the check looks again after a poll."""
     if probe == "recheck":
         from leveret.server import listener
-
         monkeypatch.setattr(listener, "ioctl", None)  # as on Windows
     with connected(port, heartbeat_interval=1) as client:
         stall_broker(3.0)
@@ -728,9 +702,8 @@ class Publisher(threading.Thread):
             n = 0
             while not self.stop.is_set() or n < 20:
                 body = b"confirmed %d" % n
-                channel.basic_publish(
-                    "", self.queue, body, pika.BasicProperties(delivery_mode=2), mandatory=True
-                )
+                channel.basic_publish("", self.queue, body,
+                                      pika.BasicProperties(delivery_mode=2), mandatory=True)
                 self.sent.append(body)
                 n += 1
             conn.close()
@@ -769,7 +742,7 @@ def test_client_vanishing_mid_message_loses_nothing_confirmed(port, amqp_url, ch
     publisher.start()
     content = RawClient.publish_frames(1, "work", b"half a message" * 100)
     with connected(port) as client:
-        client.send(content[: len(content) - 700])
+        client.send(content[:len(content) - 700])
         time.sleep(0.1)
     sent = publisher.finish()
     assert drain(channel, "work") == sent  # every confirmed message, in order, no fragment

@@ -25,11 +25,8 @@ RESERVE = 8 * 1024 * 1024
 def small_disk(tmp_path: Path):
     mount = tmp_path / "disk"
     mount.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)],
+                            capture_output=True, text=True)
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     try:

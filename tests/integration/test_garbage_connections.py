@@ -15,9 +15,8 @@ from leveret.amqp.frames import PROTOCOL_HEADER, encode_frame
 
 def garbage_payloads(count: int, seed: int = 20240501) -> list[bytes]:
     rng = random.Random(seed)
-    valid_start = PROTOCOL_HEADER + method_frame(
-        0, commands.Connection.StartOk(mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US")
-    )
+    valid_start = (PROTOCOL_HEADER + method_frame(0, commands.Connection.StartOk(
+        mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US")))
     payloads = []
     for i in range(count):
         noise = rng.randbytes(rng.randint(0, 300))
@@ -29,12 +28,11 @@ def garbage_payloads(count: int, seed: int = 20240501) -> list[bytes]:
         elif kind == 2:
             payloads.append(valid_start + noise)
         else:
-            payloads.append(
-                valid_start
-                + method_frame(0, commands.Connection.TuneOk(channel_max=0, frame_max=0, heartbeat=0))
-                + method_frame(0, commands.Connection.Open(virtual_host="/"))
-                + encode_frame(rng.randint(0, 9), rng.randint(0, 3), noise)
-            )
+            payloads.append(valid_start
+                            + method_frame(0, commands.Connection.TuneOk(channel_max=0, frame_max=0,
+                                                                         heartbeat=0))
+                            + method_frame(0, commands.Connection.Open(virtual_host="/"))
+                            + encode_frame(rng.randint(0, 9), rng.randint(0, 3), noise))
     return payloads
 
 

@@ -68,7 +68,8 @@ def test_producer_consumer_round_trip_with_ack(conn):
 
     producer = kombu.Producer(conn, exchange=exchange)
     for i in range(3):
-        producer.publish({"n": i, "title": "clip"}, routing_key="video", declare=[video], serializer="json")
+        producer.publish({"n": i, "title": "clip"}, routing_key="video", declare=[video],
+                         serializer="json")
     with kombu.Consumer(conn, queues=[video], callbacks=[on_message], prefetch_count=1):
         drain(conn, received, 3)
     assert received == [({"n": i, "title": "clip"}, "video", "application/json") for i in range(3)]
@@ -77,30 +78,16 @@ def test_producer_consumer_round_trip_with_ack(conn):
 
 def test_serializers_and_compression(conn):
     queue = kombu.Queue("serial", kombu.Exchange("serial", "direct"), "serial")
-    payloads = [
-        ("json", {"a": [1, 2]}),
-        ("pickle", {"set": {1, 2}, "bytes": b"\x00"}),
-        ("yaml", {"k": "v"}),
-        ("msgpack", {"m": 1}),
-    ]
+    payloads = [("json", {"a": [1, 2]}), ("pickle", {"set": {1, 2}, "bytes": b"\x00"}),
+                ("yaml", {"k": "v"}), ("msgpack", {"m": 1})]
     payloads = [(s, p) for s, p in payloads if serializer_available(s)]
     received = []
-    with kombu.Consumer(
-        conn,
-        [queue],
-        accept=[s for s, _ in payloads],
-        callbacks=[lambda body, m: (received.append(body), m.ack())],
-    ):
+    with kombu.Consumer(conn, [queue], accept=[s for s, _ in payloads],
+                        callbacks=[lambda body, m: (received.append(body), m.ack())]):
         producer = conn.Producer()
         for serializer, payload in payloads:
-            producer.publish(
-                payload,
-                exchange=queue.exchange,
-                routing_key="serial",
-                serializer=serializer,
-                compression="zlib",
-                declare=[queue],
-            )
+            producer.publish(payload, exchange=queue.exchange, routing_key="serial",
+                             serializer=serializer, compression="zlib", declare=[queue])
         drain(conn, received, len(payloads))
     assert received == [p for _, p in payloads]
 
@@ -167,7 +154,7 @@ def test_fanout_broadcast_to_two_consumers(conn):
 
 # -- celery ---------------------------------------------------------------------------
 
-CELERY_APP = """
+CELERY_APP = '''
 from celery import Celery
 
 app = Celery("lvtasks", broker={broker!r}, backend="rpc://")
@@ -188,7 +175,7 @@ def add(x, y):
 @app.task
 def fail():
     raise ValueError("boom")
-"""
+'''
 
 
 class CeleryWorker:
@@ -198,33 +185,14 @@ class CeleryWorker:
 
     def __init__(self, module_dir: Path, broker_url: str, options: tuple[str, ...] = FAST) -> None:
         (module_dir / "lvtasks.py").write_text(textwrap.dedent(CELERY_APP.format(broker=broker_url)))
-        env = dict(
-            os.environ,
-            PYTHONPATH=os.pathsep.join([str(module_dir), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        )
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(module_dir), *filter(None, [os.environ.get("PYTHONPATH")])]))
         self.log = module_dir / "worker.log"
         self._log_file = self.log.open("w")
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "lvtasks",
-                "worker",
-                "--pool=solo",
-                "-c",
-                "1",
-                "--loglevel=INFO",
-                "-n",
-                "lvworker@%h",
-                *options,
-            ],
-            cwd=module_dir,
-            env=env,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-        )
+            [sys.executable, "-m", "celery", "-A", "lvtasks", "worker", "--pool=solo",
+             "-c", "1", "--loglevel=INFO", "-n", "lvworker@%h", *options],
+            cwd=module_dir, env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -259,7 +227,6 @@ def start_celery(leveret_broker, tmp_path, monkeypatch):
         monkeypatch.syspath_prepend(str(tmp_path))
         sys.modules.pop("lvtasks", None)
         import lvtasks
-
         started.append((worker, lvtasks))
         return lvtasks
 
@@ -297,9 +264,8 @@ def test_celery_control_ping_through_pidbox(celery_app):
     """Remote control uses kombu's pidbox: a fanout exchange with a reply exchange."""
     celery_app.add.delay(1, 1).get(timeout=20)  # the worker is up
     replies = celery_app.app.control.ping(timeout=10, limit=1)  # returns on the first reply
-    assert any(
-        "lvworker@" in name and reply == {"ok": "pong"} for r in replies for name, reply in r.items()
-    ), replies
+    assert any("lvworker@" in name and reply == {"ok": "pong"}
+               for r in replies for name, reply in r.items()), replies
 
 
 def test_celery_worker_with_mingle_gossip_and_events(start_celery):

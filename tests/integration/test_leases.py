@@ -17,17 +17,13 @@ class Api:
         self.connection = pika.BlockingConnection(pika.URLParameters(url))
         self.channel = self.connection.channel()
         self._replies: list[dict] = []
-        self.channel.basic_consume(
-            "amq.rabbitmq.reply-to", lambda c, m, p, b: self._replies.append(json.loads(b)), auto_ack=True
-        )
+        self.channel.basic_consume("amq.rabbitmq.reply-to",
+                                   lambda c, m, p, b: self._replies.append(json.loads(b)),
+                                   auto_ack=True)
 
     def __call__(self, operation: str, **request) -> dict:
-        self.channel.basic_publish(
-            "amq.leveret.api",
-            operation,
-            json.dumps(request),
-            pika.BasicProperties(reply_to="amq.rabbitmq.reply-to"),
-        )
+        self.channel.basic_publish("amq.leveret.api", operation, json.dumps(request),
+                                   pika.BasicProperties(reply_to="amq.rabbitmq.reply-to"))
         deadline = time.monotonic() + 5
         while not self._replies and time.monotonic() < deadline:
             self.connection.process_data_events(time_limit=0.05)
@@ -37,12 +33,8 @@ class Api:
         """A leased read on a fresh channel: (seq, body, redelivered) until the cancel."""
         ch = self.connection.channel()
         got = []
-        for method, props, body in ch.consume(
-            queue,
-            auto_ack=True,
-            inactivity_timeout=3,
-            arguments={"x-lease-group": group, "x-lease-from": start, "x-lease-to": end},
-        ):
+        for method, props, body in ch.consume(queue, auto_ack=True, inactivity_timeout=3, arguments={
+                "x-lease-group": group, "x-lease-from": start, "x-lease-to": end}):
             if method is None:
                 break
             got.append((props.headers["x-lease-seq"], body, method.redelivered))
@@ -79,21 +71,14 @@ def test_acquire_read_from_another_connection_and_ack(api, channel, amqp_url):
     assert api("lease.acquire", queue="work", group="g", max=100)["end"] == 11
     assert api("lease.ack", queue="work", group="g", seqs=[3, 4, 9]) == {"ok": True, "acked": 3}
     # a range with a lower bound leaves the leases below it held
-    assert api("lease.ack", queue="work", group="g", upto=8, **{"from": 7}) == {"ok": True, "acked": 2}
+    assert api("lease.ack", queue="work", group="g", upto=8, **{"from": 7}) == \
+        {"ok": True, "acked": 2}
     assert api("lease.info", queue="work", group="g") == {"ok": True, "next": 11, "held": 3}
 
 
 def test_release_and_expiry_return_messages_redelivered(api, channel):
-    fill(
-        channel,
-        "slow",
-        3,
-        {
-            "x-max-redeliveries": 1,
-            "x-dead-letter-strategy": "individual",
-            "x-dead-letter-non-persistent": True,
-        },
-    )
+    fill(channel, "slow", 3, {"x-max-redeliveries": 1, "x-dead-letter-strategy": "individual",
+                              "x-dead-letter-non-persistent": True})
     assert api("lease.acquire", queue="slow", group="g", max=3, ttl_ms=300)["end"] == 4
     assert api("lease.release", queue="slow", group="g", seqs=[1]) == {"ok": True, "released": 1}
     method, props, body = channel.basic_get("slow", auto_ack=True)
@@ -103,26 +88,21 @@ def test_release_and_expiry_return_messages_redelivered(api, channel):
     api("lease.info", queue="slow", group="g")
     assert channel.queue_declare("slow", passive=True).method.message_count == 2
     # leased again and left to expire: past x-max-redeliveries they are poison messages
-    assert api("lease.acquire", queue="slow", group="g", max=5, ttl_ms=200) == {
-        "ok": True,
-        "start": 4,
-        "end": 6,
-    }
+    assert api("lease.acquire", queue="slow", group="g", max=5, ttl_ms=200) == {"ok": True, "start": 4,
+                                                                              "end": 6}
     time.sleep(0.5)
     api("lease.info", queue="slow", group="g")
     assert channel.queue_declare("DLQ.slow", passive=True).method.message_count == 2
 
 
-@pytest.mark.parametrize(
-    "operation,request_,error",
-    [
-        ("lease.acquire", {"queue": "nope", "group": "g", "max": 1}, "NOT_FOUND"),
-        ("lease.acquire", {"queue": "work2", "group": "g"}, "'max' must be an integer"),
-        ("lease.launch", {}, "unknown operation"),
-        ("lease.ack", {"queue": "work2", "group": "g", "upto": 3, "from": "1"}, "'from' must be an integer"),
-        ("stream.info", {"stream": "work2"}, "not a stream"),
-    ],
-)
+@pytest.mark.parametrize("operation,request_,error", [
+    ("lease.acquire", {"queue": "nope", "group": "g", "max": 1}, "NOT_FOUND"),
+    ("lease.acquire", {"queue": "work2", "group": "g"}, "'max' must be an integer"),
+    ("lease.launch", {}, "unknown operation"),
+    ("lease.ack", {"queue": "work2", "group": "g", "upto": 3, "from": "1"},
+     "'from' must be an integer"),
+    ("stream.info", {"stream": "work2"}, "not a stream"),
+])
 def test_bad_requests_get_an_error_reply(api, channel, operation, request_, error):
     channel.queue_declare("work2")
     reply = api(operation, **request_)
@@ -142,9 +122,8 @@ def test_a_bug_in_an_operation_closes_only_that_connection_with_541(amqp_url, mo
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
         client("lease.info", queue="work", group="g")
     assert info.value.reply_code == 541
-    assert any(
-        r.name == "leveret.server" and r.exc_info and r.exc_info[0] is AttributeError for r in caplog.records
-    ), "the bug was not logged with its traceback"
+    assert any(r.name == "leveret.server" and r.exc_info and r.exc_info[0] is AttributeError
+               for r in caplog.records), "the bug was not logged with its traceback"
     assert other("lease.launch")["ok"] is False  # another connection is unaffected
     other.connection.close()
 
@@ -152,9 +131,8 @@ def test_a_bug_in_an_operation_closes_only_that_connection_with_541(amqp_url, mo
 def test_leased_read_needs_no_ack(api, channel):
     fill(channel, "strict", 1)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        channel.basic_consume(
-            "strict", lambda *a: None, arguments={"x-lease-group": "g", "x-lease-from": 1, "x-lease-to": 2}
-        )
+        channel.basic_consume("strict", lambda *a: None, arguments={
+            "x-lease-group": "g", "x-lease-from": 1, "x-lease-to": 2})
     assert info.value.reply_code == 406
 
 
@@ -162,10 +140,6 @@ def test_leased_read_needs_no_ack(api, channel):
 def test_leased_read_bounds_must_be_integers(api, channel, bounds):
     fill(channel, "bounded", 1)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        channel.basic_consume(
-            "bounded",
-            lambda *a: None,
-            auto_ack=True,
-            arguments={"x-lease-group": "g", "x-lease-from": bounds[0], "x-lease-to": bounds[1]},
-        )
+        channel.basic_consume("bounded", lambda *a: None, auto_ack=True, arguments={
+            "x-lease-group": "g", "x-lease-from": bounds[0], "x-lease-to": bounds[1]})
     assert info.value.reply_code == 406 and "integers" in info.value.reply_text

@@ -31,22 +31,15 @@ def names(target: Target):
 
 def test_users_are_created_replaced_read_and_deleted(target, names):
     user = names("u")
-    assert target.http(
-        "PUT", f"/api/users/{user}", {"password": "pw", "tags": "administrator,monitoring"}
-    ) == (201, None)
+    assert target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": "administrator,monitoring"}) \
+        == (201, None)
     status, body = target.http("GET", f"/api/users/{user}")
     assert status == 200
     assert set(body) == {"name", "password_hash", "hashing_algorithm", "tags", "limits"}
-    assert (body["name"], body["hashing_algorithm"], body["tags"], body["limits"]) == (
-        user,
-        "rabbit_password_hashing_sha256",
-        ["administrator", "monitoring"],
-        {},
-    )
-    assert target.http("PUT", f"/api/users/{user}", {"password": "pw2", "tags": ["management", "x"]}) == (
-        204,
-        None,
-    )
+    assert (body["name"], body["hashing_algorithm"], body["tags"], body["limits"]) == \
+        (user, "rabbit_password_hashing_sha256", ["administrator", "monitoring"], {})
+    assert target.http("PUT", f"/api/users/{user}", {"password": "pw2", "tags": ["management", "x"]}) \
+        == (204, None)
     assert target.http("GET", f"/api/users/{user}")[1]["tags"] == ["management", "x"]
     assert user in [u["name"] for u in target.http("GET", "/api/users")[1]]
     assert target.http("DELETE", f"/api/users/{user}") == (204, None)
@@ -56,14 +49,10 @@ def test_users_are_created_replaced_read_and_deleted(target, names):
 
 def test_bad_user_bodies_are_refused(target, names):
     user = names("u")
-    assert target.http("PUT", f"/api/users/{user}", {"password": "x"}) == (
-        400,
-        {"error": "bad_request", "reason": "tags_not_present"},
-    )
-    assert target.http("PUT", f"/api/users/{user}", {"password_hash": "zzz", "tags": ""}) == (
-        400,
-        {"error": "bad_request", "reason": ["not_base64", "zzz"]},
-    )
+    assert target.http("PUT", f"/api/users/{user}", {"password": "x"}) == \
+        (400, {"error": "bad_request", "reason": "tags_not_present"})
+    assert target.http("PUT", f"/api/users/{user}", {"password_hash": "zzz", "tags": ""}) == \
+        (400, {"error": "bad_request", "reason": ["not_base64", "zzz"]})
     assert target.http("GET", f"/api/users/{user}") == (404, NOT_FOUND)
 
 
@@ -78,16 +67,13 @@ def test_a_password_hash_made_by_rabbitmq_logs_in(target, names):
     assert target.http("GET", f"/api/users/{user}")[1]["password_hash"] == known
 
 
-@pytest.mark.parametrize(
-    "body", [{}, {"password_hash": ""}, {"password": ""}], ids=["none", "no-hash", "blank"]
-)
+@pytest.mark.parametrize("body", [{}, {"password_hash": ""}, {"password": ""}],
+                         ids=["none", "no-hash", "blank"])
 def test_a_user_without_a_password_cannot_log_in(target, names, body):
     user = names("u")
     assert target.http("PUT", f"/api/users/{user}", {**body, "tags": "management"}) == (201, None)
-    assert target.http("GET", "/api/whoami", user=user, password="") == (
-        401,
-        {"error": "not_authorized", "reason": "Login failed"},
-    )
+    assert target.http("GET", "/api/whoami", user=user, password="") == \
+        (401, {"error": "not_authorized", "reason": "Login failed"})
 
 
 def test_permissions_are_set_read_and_cleared(target, names):
@@ -96,10 +82,8 @@ def test_permissions_are_set_read_and_cleared(target, names):
     target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": ""})
     path = f"/api/permissions/{vhost}/{user}"
     assert target.http("GET", path) == (404, NOT_FOUND)
-    assert target.http("PUT", path, {"configure": ""}) == (
-        400,
-        {"error": "bad_request", "reason": "[{key_missing,write},{key_missing,read}]"},
-    )
+    assert target.http("PUT", path, {"configure": ""}) == \
+        (400, {"error": "bad_request", "reason": "[{key_missing,write},{key_missing,read}]"})
     assert target.http("PUT", path, {"configure": "", "write": "^w", "read": ".*"}) == (201, None)
     assert target.http("PUT", path, {"configure": "", "write": "^w", "read": ".*"}) == (204, None)
     row = {"user": user, "vhost": vhost, "configure": "", "write": "^w", "read": ".*"}
@@ -107,14 +91,10 @@ def test_permissions_are_set_read_and_cleared(target, names):
     assert row in target.http("GET", "/api/permissions")[1]
     assert target.http("GET", f"/api/users/{user}/permissions") == (200, [row])
     assert row in target.http("GET", f"/api/vhosts/{vhost}/permissions")[1]
-    assert target.http("PUT", f"/api/permissions/{vhost}/nobody-{user}", FULL) == (
-        400,
-        {"error": "bad_request", "reason": "vhost_or_user_not_found"},
-    )
-    assert target.http("PUT", f"/api/permissions/no-{vhost}/{user}", FULL) == (
-        400,
-        {"error": "bad_request", "reason": "vhost_or_user_not_found"},
-    )
+    assert target.http("PUT", f"/api/permissions/{vhost}/nobody-{user}", FULL) == \
+        (400, {"error": "bad_request", "reason": "vhost_or_user_not_found"})
+    assert target.http("PUT", f"/api/permissions/no-{vhost}/{user}", FULL) == \
+        (400, {"error": "bad_request", "reason": "vhost_or_user_not_found"})
     assert target.http("DELETE", path) == (204, None)
     assert target.http("DELETE", path) == (404, NOT_FOUND)
 
@@ -123,10 +103,8 @@ def test_a_new_vhost_gives_its_creator_full_permissions(target, names):
     vhost = names("v")
     assert target.http("PUT", f"/api/vhosts/{vhost}") == (201, None)
     assert target.http("PUT", f"/api/vhosts/{vhost}") == (204, None)
-    assert target.http("GET", f"/api/permissions/{vhost}/guest") == (
-        200,
-        {"user": "guest", "vhost": vhost, **FULL},
-    )
+    assert target.http("GET", f"/api/permissions/{vhost}/guest") == \
+        (200, {"user": "guest", "vhost": vhost, **FULL})
     assert target.http("GET", f"/api/vhosts/{vhost}")[1]["name"] == vhost
 
 
@@ -135,10 +113,8 @@ def test_topic_permissions_are_set_read_and_cleared(target, names):
     target.http("PUT", f"/api/vhosts/{vhost}")
     target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": ""})
     path = f"/api/topic-permissions/{vhost}/{user}"
-    assert target.http("PUT", path, {"exchange": "amq.topic", "write": ".*"}) == (
-        400,
-        {"error": "bad_request", "reason": "[{key_missing,read}]"},
-    )
+    assert target.http("PUT", path, {"exchange": "amq.topic", "write": ".*"}) == \
+        (400, {"error": "bad_request", "reason": "[{key_missing,read}]"})
     body = {"exchange": "amq.topic", "write": "^a", "read": "^r"}
     assert target.http("PUT", path, body) == (201, None)
     assert target.http("PUT", path, body) == (204, None)
@@ -151,15 +127,8 @@ def test_topic_permissions_are_set_read_and_cleared(target, names):
 
 
 # -- tags: who may call what -------------------------------------------------------------
-ROUTES = [
-    "/api/overview",
-    "/api/vhosts",
-    "/api/queues",
-    "/api/whoami",
-    "/api/users",
-    "/api/permissions",
-    "/api/users/guest/permissions",
-]
+ROUTES = ["/api/overview", "/api/vhosts", "/api/queues", "/api/whoami", "/api/users", "/api/permissions",
+          "/api/users/guest/permissions"]
 EXPECTED = {  # tag -> status of each route above, as RabbitMQ 3.10.8 answers
     "": [401] * 7,
     "management": [200, 200, 200, 200, 401, 401, 401],
@@ -180,15 +149,10 @@ def test_tags_decide_which_routes_a_user_may_call(target, names, tag):
             assert body == (NOT_MANAGEMENT if not tag else NOT_ADMIN), route
     if tag:
         assert target.http("GET", "/api/whoami", user=user, password="pw") == (
-            200,
-            {"name": user, "tags": [tag]},
-        )
+            200, {"name": user, "tags": [tag]})
     admin = tag == "administrator"
-    writes = [
-        ("PUT", f"/api/vhosts/{user}", 201),
-        ("DELETE", f"/api/vhosts/{user}", 204),
-        ("PUT", f"/api/users/{user}", 204),
-    ]
+    writes = [("PUT", f"/api/vhosts/{user}", 201), ("DELETE", f"/api/vhosts/{user}", 204),
+              ("PUT", f"/api/users/{user}", 204)]
     for method, path, status in writes:
         answer = target.http(method, path, {"password": "pw", "tags": tag}, user=user, password="pw")
         assert answer == ((status, None) if admin else (401, NOT_ADMIN if tag else NOT_MANAGEMENT)), path
@@ -212,10 +176,8 @@ def test_management_users_see_only_vhosts_they_have_permissions_in(target, names
     assert {vhost, other} <= listed
     assert target.http("GET", "/api/queues", user=watcher, password="pw") == (200, [])
     for who in (user, watcher):
-        assert target.http("GET", f"/api/queues/{other}", user=who, password="pw") == (
-            401,
-            {"error": "not_authorised", "reason": "User not authorised to access virtual host"},
-        )
+        assert target.http("GET", f"/api/queues/{other}", user=who, password="pw") == \
+            (401, {"error": "not_authorised", "reason": "User not authorised to access virtual host"})
 
 
 def test_a_failed_login_is_401_login_failed(target):
@@ -239,9 +201,8 @@ def test_password_hashes_move_between_rabbitmq_and_leveret(rabbitmq_target):
             assert broker.broker.management is not None
             leveret = Target("leveret", broker.broker.host, broker.amqp_port, broker.broker.management.port)
             for made_by in (made_by_rabbitmq, None):
-                body = (
-                    {"password_hash": made_by, "tags": ""} if made_by else {"password": "s3cret", "tags": ""}
-                )
+                body = ({"password_hash": made_by, "tags": ""} if made_by
+                        else {"password": "s3cret", "tags": ""})
                 leveret.http("PUT", f"/api/users/{user}", body)
                 leveret.http("PUT", f"/api/permissions/%2F/{user}", FULL)
                 leveret.amqp(user, "s3cret").close()

@@ -98,12 +98,8 @@ def test_paged_persistent_messages_survive_restart(tmp_path):
     with BlockingBroker(amqp_port=0, data_dir=data) as broker:
         conn, ch = open_channel(broker)
         # Only the persistent ones (odd bodies) come back, in order.
-        assert (
-            ch.queue_declare(
-                "long", durable=True, arguments={"x-max-in-memory-length": 5}
-            ).method.message_count
-            == 50
-        )
+        assert ch.queue_declare("long", durable=True, arguments={"x-max-in-memory-length": 5}
+                                ).method.message_count == 50
         got = [ch.basic_get("long", auto_ack=True)[2] for _ in range(50)]
         assert got == [b"%d" % i for i in range(1, 100, 2)]
         conn.close()

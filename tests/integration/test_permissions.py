@@ -67,27 +67,21 @@ def test_configure_permission_governs_declare_and_delete(target, account):
         channel.exchange_declare("theirs.x", "direct")
     assert refusal(target, vhost, user, lambda ch: ch.queue_declare("mine.q")) is None
     assert refusal(target, vhost, user, lambda ch: ch.exchange_declare("mine.x", "fanout")) is None
-    assert refusal(target, vhost, user, lambda ch: ch.queue_declare("theirs")) == refused(
-        "queue", "theirs", vhost, user
-    )
-    assert refusal(target, vhost, user, lambda ch: ch.exchange_declare("x2", "direct")) == refused(
-        "exchange", "x2", vhost, user
-    )
-    assert refusal(target, vhost, user, lambda ch: ch.queue_delete("theirs")) == refused(
-        "queue", "theirs", vhost, user
-    )
-    assert refusal(target, vhost, user, lambda ch: ch.exchange_delete("theirs.x")) == refused(
-        "exchange", "theirs.x", vhost, user
-    )
+    assert refusal(target, vhost, user, lambda ch: ch.queue_declare("theirs")) == \
+        refused("queue", "theirs", vhost, user)
+    assert refusal(target, vhost, user, lambda ch: ch.exchange_declare("x2", "direct")) == \
+        refused("exchange", "x2", vhost, user)
+    assert refusal(target, vhost, user, lambda ch: ch.queue_delete("theirs")) == \
+        refused("queue", "theirs", vhost, user)
+    assert refusal(target, vhost, user, lambda ch: ch.exchange_delete("theirs.x")) == \
+        refused("exchange", "theirs.x", vhost, user)
     # a server-named queue is checked under the name the broker gives it
     text = refusal(target, vhost, user, lambda ch: ch.queue_declare(""))
     assert re.fullmatch(refused("queue", "amq\\.gen-[A-Za-z0-9_-]{22}", vhost, user), text)
     # a passive declare checks existence only
     assert refusal(target, vhost, user, lambda ch: ch.queue_declare("theirs", passive=True)) is None
-    assert (
-        refusal(target, vhost, user, lambda ch: ch.queue_declare("none", passive=True))
-        == f"404 NOT_FOUND - no queue 'none' in vhost '{vhost}'"
-    )
+    assert refusal(target, vhost, user, lambda ch: ch.queue_declare("none", passive=True)) == \
+        f"404 NOT_FOUND - no queue 'none' in vhost '{vhost}'"
 
 
 def test_a_dead_letter_exchange_needs_write_on_it_and_read_on_the_queue(target, account):
@@ -106,23 +100,15 @@ def test_write_permission_governs_publish_and_binding_destinations(target, accou
     grant(target, vhost, user, write="^mine")
     with target.amqp(vhost=vhost) as admin:
         admin.channel().queue_declare("theirs")
-    publish = lambda exchange: (
-        lambda ch: (
-            ch.basic_publish(exchange, "k", b"x")
-            or ch.queue_declare(  # noqa: E731
-                "mine.sync", passive=False
-            )
-        )
-    )
+    publish = lambda exchange: lambda ch: ch.basic_publish(exchange, "k", b"x") or ch.queue_declare(  # noqa: E731
+        "mine.sync", passive=False)
     assert refusal(target, vhost, user, lambda ch: ch.queue_declare("mine.sync")) is None
     # the default exchange is checked as amq.default
     assert refusal(target, vhost, user, publish("")) == refused("exchange", "amq.default", vhost, user)
-    assert refusal(target, vhost, user, publish("amq.fanout")) == refused(
-        "exchange", "amq.fanout", vhost, user
-    )
-    assert refusal(target, vhost, user, lambda ch: ch.queue_bind("theirs", "amq.direct", "k")) == refused(
-        "queue", "theirs", vhost, user
-    )
+    assert refusal(target, vhost, user, publish("amq.fanout")) == \
+        refused("exchange", "amq.fanout", vhost, user)
+    assert refusal(target, vhost, user, lambda ch: ch.queue_bind("theirs", "amq.direct", "k")) == \
+        refused("queue", "theirs", vhost, user)
     grant(target, vhost, user, write="^(mine|amq\\.default)")
     assert refusal(target, vhost, user, publish("")) is None
 
@@ -134,24 +120,18 @@ def test_read_permission_governs_consume_get_purge_and_binding_sources(target, a
         channel = admin.channel()
         channel.queue_declare("theirs")
         channel.queue_declare("mine.q")
-    for operation in (
-        lambda ch: ch.basic_get("theirs"),
-        lambda ch: ch.queue_purge("theirs"),
-        lambda ch: ch.basic_consume("theirs", lambda *a: None),
-    ):
+    for operation in (lambda ch: ch.basic_get("theirs"), lambda ch: ch.queue_purge("theirs"),
+                      lambda ch: ch.basic_consume("theirs", lambda *a: None)):
         assert refusal(target, vhost, user, operation) == refused("queue", "theirs", vhost, user)
     assert refusal(target, vhost, user, lambda ch: ch.basic_get("mine.q")) is None
-    assert refusal(target, vhost, user, lambda ch: ch.queue_bind("mine.q", "amq.direct", "k")) == refused(
-        "exchange", "amq.direct", vhost, user
-    )
+    assert refusal(target, vhost, user, lambda ch: ch.queue_bind("mine.q", "amq.direct", "k")) == \
+        refused("exchange", "amq.direct", vhost, user)
 
 
 def test_a_vhost_needs_a_permission_to_be_opened(target, account):
     vhost, user = account
-    for where, text in (
-        (vhost, f"NOT_ALLOWED - access to vhost '{vhost}' refused for user '{user}'"),
-        ("no-such-vhost", "NOT_ALLOWED - vhost no-such-vhost not found"),
-    ):
+    for where, text in ((vhost, f"NOT_ALLOWED - access to vhost '{vhost}' refused for user '{user}'"),
+                        ("no-such-vhost", "NOT_ALLOWED - vhost no-such-vhost not found")):
         with pytest.raises(ProbableAccessDeniedError) as caught:
             target.amqp(user, "pw", where)
         assert f"(530) {text!r}" in str(caught.value) or f'(530) "{text}"' in str(caught.value)
@@ -162,11 +142,8 @@ def test_a_vhost_needs_a_permission_to_be_opened(target, account):
 def test_topic_permissions_limit_routing_keys_of_a_topic_exchange(target, account):
     vhost, user = account
     grant(target, vhost, user)
-    status, _ = target.http(
-        "PUT",
-        f"/api/topic-permissions/{vhost}/{user}",
-        {"exchange": "amq.topic", "write": "^{username}\\.", "read": "^r\\."},
-    )
+    status, _ = target.http("PUT", f"/api/topic-permissions/{vhost}/{user}",
+                            {"exchange": "amq.topic", "write": "^{username}\\.", "read": "^r\\."})
     assert status == 201
     with target.amqp(user, "pw", vhost) as connection:
         channel = connection.channel()
@@ -175,16 +152,10 @@ def test_topic_permissions_limit_routing_keys_of_a_topic_exchange(target, accoun
         channel.basic_publish("amq.topic", f"{user}.x", b"allowed")
         channel.basic_publish("amq.direct", "anything", b"no topic rules on a direct exchange")
         assert channel.queue_declare("q", passive=True).method.message_count == 0
-    topic = lambda key: (
-        f"403 ACCESS_REFUSED - access to topic '{key}' in exchange 'amq.topic' in vhost "
-        f"'{vhost}' refused for user '{user}'"
-    )  # noqa: E731
-    assert refusal(
-        target,
-        vhost,
-        user,
-        lambda ch: ch.basic_publish("amq.topic", "b.x", b"x") or ch.queue_declare("q", passive=True),
-    ) == topic("b.x")
+    topic = lambda key: f"403 ACCESS_REFUSED - access to topic '{key}' in exchange 'amq.topic' in vhost " \
+                        f"'{vhost}' refused for user '{user}'"  # noqa: E731
+    assert refusal(target, vhost, user, lambda ch: ch.basic_publish("amq.topic", "b.x", b"x")
+                   or ch.queue_declare("q", passive=True)) == topic("b.x")
     assert refusal(target, vhost, user, lambda ch: ch.queue_bind("q", "amq.topic", "x.y")) == topic("x.y")
     assert target.http("DELETE", f"/api/topic-permissions/{vhost}/{user}")[0] == 204
     assert refusal(target, vhost, user, lambda ch: ch.queue_bind("q", "amq.topic", "x.y")) is None
@@ -214,14 +185,11 @@ def test_deleting_a_vhost_closes_its_connections(target):
     deleted = (320, f"CONNECTION_FORCED - vhost '{vhost}' is deleted")
     # RabbitMQ says "is down" when its vhost supervisor stops before the deletion notice
     down = (320, f"CONNECTION_FORCED - vhost '{vhost}' is down")
-    assert (caught.value.reply_code, caught.value.reply_text) in (
-        {deleted} if target.name == "leveret" else {deleted, down}
-    )
+    assert (caught.value.reply_code, caught.value.reply_text) in \
+        ({deleted} if target.name == "leveret" else {deleted, down})
     assert target.http("GET", f"/api/vhosts/{vhost}")[0] == 404
-    assert target.http("DELETE", f"/api/vhosts/{vhost}") == (
-        404,
-        {"error": "Object Not Found", "reason": "Not Found"},
-    )
+    assert target.http("DELETE", f"/api/vhosts/{vhost}") == (404, {"error": "Object Not Found",
+                                                                  "reason": "Not Found"})
 
 
 def test_a_deleted_user_can_no_longer_log_in(target, account):
@@ -240,10 +208,8 @@ def test_purging_over_http_needs_read_on_the_queue(target, account):
     target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": "management"})
     with target.amqp(vhost=vhost) as admin:
         admin.channel().queue_declare("theirs")
-    assert target.http("DELETE", f"/api/queues/{vhost}/theirs/contents", user=user, password="pw") == (
-        401,
-        {"error": "not_authorised", "reason": "Access refused."},
-    )
+    assert target.http("DELETE", f"/api/queues/{vhost}/theirs/contents", user=user, password="pw") == \
+        (401, {"error": "not_authorised", "reason": "Access refused."})
 
 
 # -- guest only from loopback ---------------------------------------------------------
@@ -263,9 +229,8 @@ def other_host() -> str:
 
 
 def http_from(target: Target, source: str, path: str, user: str, password: str) -> tuple[int, object]:
-    connection = http.client.HTTPConnection(
-        target.host, target.http_port, timeout=10, source_address=(source, 0)
-    )
+    connection = http.client.HTTPConnection(target.host, target.http_port, timeout=10,
+                                            source_address=(source, 0))
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     try:
         connection.request("GET", path, headers={"Authorization": f"Basic {token}"})
@@ -280,12 +245,8 @@ def guest_login_from(target: Target, source: str) -> object:
     with RawClient(target.amqp_port, target.host, source=source) as client:
         client.send(b"AMQP\x00\x00\x09\x01")
         client.expect(commands.Connection.Start, 0)
-        client.send_method(
-            0,
-            commands.Connection.StartOk(
-                client_properties={}, mechanism="PLAIN", response=PLAIN_GUEST, locale="en_US"
-            ),
-        )
+        client.send_method(0, commands.Connection.StartOk(
+            client_properties={}, mechanism="PLAIN", response=PLAIN_GUEST, locale="en_US"))
         return client.read_frame()[1]
 
 
@@ -301,13 +262,9 @@ def test_guest_is_refused_from_another_host_over_amqp_and_http(target, account, 
     else:
         assert isinstance(answer, commands.Connection.Close)
         assert (answer.reply_code, answer.reply_text) == (
-            403,
-            "ACCESS_REFUSED - user 'guest' can only connect via localhost",
-        )
+            403, "ACCESS_REFUSED - user 'guest' can only connect via localhost")
     assert http_from(target, other_host, "/api/whoami", "guest", "guest") == (
-        401,
-        {"error": "not_authorised", "reason": "User can only log in via localhost"},
-    )
+        401, {"error": "not_authorised", "reason": "User can only log in via localhost"})
     # another user, with the same rights, logs in from there
     vhost, user = account
     grant(target, vhost, user)

@@ -74,7 +74,6 @@ def counts(channel, queue: str) -> tuple[int, int]:
 
 # -- SelectConnection ------------------------------------------------------------------
 
-
 def test_select_connection_publish_consume_with_confirms(amqp_url):
     """Callback style: confirm.select, publish 100, consume and ack them all, close."""
     total = 100
@@ -85,9 +84,8 @@ def test_select_connection_publish_consume_with_confirms(amqp_url):
 
     def on_channel(channel):
         state["channel"] = channel
-        channel.confirm_delivery(
-            on_confirm, callback=lambda _: channel.queue_declare("select-q", callback=on_declared)
-        )
+        channel.confirm_delivery(on_confirm, callback=lambda _: channel.queue_declare(
+            "select-q", callback=on_declared))
 
     def on_confirm(frame):
         method = frame.method
@@ -100,15 +98,14 @@ def test_select_connection_publish_consume_with_confirms(amqp_url):
 
     def on_declared(_frame):
         channel = state["channel"]
-        channel.basic_qos(
-            prefetch_count=10,
-            callback=lambda _: channel.basic_consume("select-q", on_message, callback=lambda _: publish()),
-        )
+        channel.basic_qos(prefetch_count=10, callback=lambda _: channel.basic_consume(
+            "select-q", on_message, callback=lambda _: publish()))
 
     def publish():
         channel = state["channel"]
         for i in range(total):
-            channel.basic_publish("", "select-q", b"msg-%d" % i, pika.BasicProperties(message_id=str(i)))
+            channel.basic_publish("", "select-q", b"msg-%d" % i,
+                                  pika.BasicProperties(message_id=str(i)))
 
     def on_message(channel, method, properties, body):
         state["received"].append((int(properties.message_id), body))
@@ -120,18 +117,14 @@ def test_select_connection_publish_consume_with_confirms(amqp_url):
             state["closed"] = True
             connection.close()
 
-    connection = SelectConnection(
-        pika.URLParameters(amqp_url),
-        on_open_callback=on_open,
-        on_open_error_callback=lambda c, e: c.ioloop.stop(),
-        on_close_callback=lambda c, e: c.ioloop.stop(),
-    )
+    connection = SelectConnection(pika.URLParameters(amqp_url), on_open_callback=on_open,
+                                  on_open_error_callback=lambda c, e: c.ioloop.stop(),
+                                  on_close_callback=lambda c, e: c.ioloop.stop())
     connection.ioloop.call_later(15, connection.ioloop.stop)  # safety net
     connection.ioloop.start()
 
-    assert state["closed"], (
-        f"stopped early: {len(state['acked'])} confirms, {len(state['received'])} deliveries"
-    )
+    assert state["closed"], (f"stopped early: {len(state['acked'])} confirms, "
+                             f"{len(state['received'])} deliveries")
     assert state["acked"] == set(range(1, total + 1))
     assert state["nacked"] == 0
     assert state["received"] == [(i, b"msg-%d" % i) for i in range(total)]
@@ -145,11 +138,9 @@ def test_select_connection_channel_flow(amqp_url):
     def on_channel(channel):
         channel.flow(True, callback=lambda active: (result.update(active=active), connection.close()))
 
-    connection = SelectConnection(
-        pika.URLParameters(amqp_url),
-        on_open_callback=lambda c: c.channel(on_open_callback=on_channel),
-        on_close_callback=lambda c, e: c.ioloop.stop(),
-    )
+    connection = SelectConnection(pika.URLParameters(amqp_url),
+                                  on_open_callback=lambda c: c.channel(on_open_callback=on_channel),
+                                  on_close_callback=lambda c, e: c.ioloop.stop())
     connection.ioloop.call_later(10, connection.ioloop.stop)
     connection.ioloop.start()
     assert result == {"active": True}
@@ -170,63 +161,30 @@ def test_blocking_confirms_report_unroutable_mandatory_publish(channel):
 
 # -- basic properties ------------------------------------------------------------------
 
-
 def test_all_14_basic_properties_and_header_types_round_trip(channel):
     headers = {
-        "str": "ünïcode",
-        "bytes": b"\x00\xffraw",
-        "int": 42,
-        "negative": -7,
-        "long": 2**40,
-        "bool": True,
-        "false": False,
-        "decimal": decimal.Decimal("3.25"),
-        "timestamp": datetime.datetime(2020, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
-        "void": None,
-        "table": {"nested": {"deeper": [1, "a"]}},
-        "array": [1, "two", None, [3], {"k": b"v"}],
+        "str": "ünïcode", "bytes": b"\x00\xffraw", "int": 42, "negative": -7,
+        "long": 2 ** 40, "bool": True, "false": False, "decimal": decimal.Decimal("3.25"),
+        "timestamp": datetime.datetime(2020, 1, 2, 3, 4, 5, tzinfo=datetime.UTC), "void": None,
+        "table": {"nested": {"deeper": [1, "a"]}}, "array": [1, "two", None, [3], {"k": b"v"}],
     }
     sent = pika.BasicProperties(
-        content_type="text/plain",
-        content_encoding="utf-8",
-        headers=headers,
-        delivery_mode=2,
-        priority=5,
-        correlation_id="corr",
-        reply_to="replies",
-        expiration="60000",
-        message_id="mid",
-        timestamp=1700000000,
-        type="kind",
-        user_id="guest",
-        app_id="tests",
-        cluster_id="cluster",
-    )
+        content_type="text/plain", content_encoding="utf-8", headers=headers, delivery_mode=2,
+        priority=5, correlation_id="corr", reply_to="replies", expiration="60000",
+        message_id="mid", timestamp=1700000000, type="kind", user_id="guest", app_id="tests",
+        cluster_id="cluster")
     channel.queue_declare("props14")
     channel.basic_publish("", "props14", b"body", sent)
     _method, got, body = channel.basic_get("props14", auto_ack=True)
     assert body == b"body"
-    for name in (
-        "content_type",
-        "content_encoding",
-        "delivery_mode",
-        "priority",
-        "correlation_id",
-        "reply_to",
-        "expiration",
-        "message_id",
-        "timestamp",
-        "type",
-        "user_id",
-        "app_id",
-        "cluster_id",
-    ):
+    for name in ("content_type", "content_encoding", "delivery_mode", "priority",
+                 "correlation_id", "reply_to", "expiration", "message_id", "timestamp",
+                 "type", "user_id", "app_id", "cluster_id"):
         assert getattr(got, name) == getattr(sent, name), name
     assert got.headers == headers
 
 
 # -- headers exchange ------------------------------------------------------------------
-
 
 def headers_routes(channel, binding: dict, message_headers: dict | None) -> bool:
     """Whether a message with ``message_headers`` reaches a queue bound with ``binding``."""
@@ -239,36 +197,33 @@ def headers_routes(channel, binding: dict, message_headers: dict | None) -> bool
     return routed
 
 
-@pytest.mark.parametrize(
-    "binding,headers,expected",
-    [
-        ({"x-match": "all", "a": 1, "b": "x"}, {"a": 1, "b": "x", "c": 3}, True),
-        ({"x-match": "all", "a": 1, "b": "x"}, {"a": 1}, False),
-        ({"x-match": "all", "a": 1, "b": "x"}, {"a": 1, "b": "y"}, False),
-        ({"a": 1, "b": "x"}, {"a": 1, "b": "x"}, True),  # x-match defaults to all
-        ({"x-match": "any", "a": 1, "b": "x"}, {"b": "x"}, True),
-        ({"x-match": "any", "a": 1, "b": "x"}, {"a": 2, "b": "y"}, False),
-        ({"x-match": "any", "a": 1}, None, False),
-        ({"x-match": "all"}, {"anything": 1}, True),  # all of nothing
-        ({"x-match": "any"}, {"anything": 1}, False),  # any of nothing
-        # x- arguments are ignored by all/any ...
-        ({"x-match": "all", "x-tenant": "t1", "a": 1}, {"a": 1}, True),
-        ({"x-match": "any", "x-tenant": "t1"}, {"x-tenant": "t1"}, False),
-        # ... and compared by all-with-x/any-with-x.
-        ({"x-match": "all-with-x", "x-tenant": "t1", "a": 1}, {"a": 1}, False),
-        ({"x-match": "all-with-x", "x-tenant": "t1", "a": 1}, {"a": 1, "x-tenant": "t1"}, True),
-        ({"x-match": "any-with-x", "x-tenant": "t1", "a": 1}, {"x-tenant": "t1"}, True),
-        ({"x-match": "any-with-x", "x-tenant": "t1"}, {"x-tenant": "t2"}, False),
-        # A void binding value matches the key's presence, whatever its value.
-        ({"x-match": "all", "present": None}, {"present": "anything"}, True),
-        ({"x-match": "all", "present": None}, {"present": None}, True),
-        ({"x-match": "all", "present": None}, {"other": 1}, False),
-        ({"x-match": "any", "present": None, "a": 1}, {"present": 0}, True),
-        # Values compare by value: the integer 1 is not the boolean true.
-        ({"x-match": "all", "flag": True}, {"flag": True}, True),
-        ({"x-match": "all", "flag": True}, {"flag": 1}, False),
-    ],
-)
+@pytest.mark.parametrize("binding,headers,expected", [
+    ({"x-match": "all", "a": 1, "b": "x"}, {"a": 1, "b": "x", "c": 3}, True),
+    ({"x-match": "all", "a": 1, "b": "x"}, {"a": 1}, False),
+    ({"x-match": "all", "a": 1, "b": "x"}, {"a": 1, "b": "y"}, False),
+    ({"a": 1, "b": "x"}, {"a": 1, "b": "x"}, True),  # x-match defaults to all
+    ({"x-match": "any", "a": 1, "b": "x"}, {"b": "x"}, True),
+    ({"x-match": "any", "a": 1, "b": "x"}, {"a": 2, "b": "y"}, False),
+    ({"x-match": "any", "a": 1}, None, False),
+    ({"x-match": "all"}, {"anything": 1}, True),  # all of nothing
+    ({"x-match": "any"}, {"anything": 1}, False),  # any of nothing
+    # x- arguments are ignored by all/any ...
+    ({"x-match": "all", "x-tenant": "t1", "a": 1}, {"a": 1}, True),
+    ({"x-match": "any", "x-tenant": "t1"}, {"x-tenant": "t1"}, False),
+    # ... and compared by all-with-x/any-with-x.
+    ({"x-match": "all-with-x", "x-tenant": "t1", "a": 1}, {"a": 1}, False),
+    ({"x-match": "all-with-x", "x-tenant": "t1", "a": 1}, {"a": 1, "x-tenant": "t1"}, True),
+    ({"x-match": "any-with-x", "x-tenant": "t1", "a": 1}, {"x-tenant": "t1"}, True),
+    ({"x-match": "any-with-x", "x-tenant": "t1"}, {"x-tenant": "t2"}, False),
+    # A void binding value matches the key's presence, whatever its value.
+    ({"x-match": "all", "present": None}, {"present": "anything"}, True),
+    ({"x-match": "all", "present": None}, {"present": None}, True),
+    ({"x-match": "all", "present": None}, {"other": 1}, False),
+    ({"x-match": "any", "present": None, "a": 1}, {"present": 0}, True),
+    # Values compare by value: the integer 1 is not the boolean true.
+    ({"x-match": "all", "flag": True}, {"flag": True}, True),
+    ({"x-match": "all", "flag": True}, {"flag": 1}, False),
+])
 def test_headers_exchange_matching(channel, binding, headers, expected):
     assert headers_routes(channel, binding, headers) is expected
 
@@ -285,7 +240,6 @@ def test_headers_binding_is_identified_by_its_arguments(channel):
 
 
 # -- exchange-to-exchange, alternate, internal, auto-delete -----------------------------
-
 
 def test_exchange_to_exchange_bindings(channel):
     channel.exchange_declare("e2e-src", "topic")
@@ -405,7 +359,6 @@ def test_exchange_delete_if_unused(connection):
 
 # -- queue lifetimes and counts ------------------------------------------------------
 
-
 def test_exclusive_queue_removed_when_connection_closes(amqp_url, connection):
     owner = connect(amqp_url)
     owner.channel().queue_declare("mine", exclusive=True)
@@ -515,7 +468,6 @@ def test_basic_get_reports_remaining_message_count(channel):
 
 # -- transactions ---------------------------------------------------------------------
 
-
 def test_tx_commit_and_rollback_of_publishes(channel):
     channel.queue_declare("tx-pub")
     channel.tx_select()
@@ -557,7 +509,6 @@ def test_tx_and_confirm_modes_are_exclusive(connection):
 
 
 # -- nack, reject, recover ------------------------------------------------------------
-
 
 def take(channel, queue: str, n: int) -> list:
     """``n`` deliveries by basic.get, unacknowledged: (method, body) pairs."""
@@ -638,25 +589,19 @@ def test_basic_recover_redelivers_unacked(channel):
     channel.queue_declare("recover")
     publish_all(channel, "recover", ["r1", "r2"])
     deliveries = []
-    channel.basic_consume(
-        "recover", lambda ch, m, p, b: deliveries.append((b, m.redelivered, m.delivery_tag))
-    )
+    channel.basic_consume("recover",
+                          lambda ch, m, p, b: deliveries.append((b, m.redelivered, m.delivery_tag)))
     wait_until(lambda: len(deliveries) == 2, channel.connection)
     channel.basic_recover(requeue=True)
     wait_until(lambda: len(deliveries) == 4, channel.connection)
     assert [(b, r) for b, r, _ in deliveries] == [
-        (b"r1", False),
-        (b"r2", False),
-        (b"r1", True),
-        (b"r2", True),
-    ]
+        (b"r1", False), (b"r2", False), (b"r1", True), (b"r2", True)]
     # Fresh delivery tags for the redeliveries; the old ones are gone.
     assert [t for _, _, t in deliveries] == [1, 2, 3, 4]
     channel.basic_ack(4, multiple=True)
 
 
 # -- consumer cancel notification --------------------------------------------------------
-
 
 def test_queue_deletion_cancels_consumer_with_notification(connection):
     channel = connection.channel()
@@ -673,7 +618,6 @@ def test_queue_deletion_cancels_consumer_with_notification(connection):
 
 
 # -- prefetch ----------------------------------------------------------------------------
-
 
 class Recorder:
     """A consumer callback that records and never acks."""
@@ -770,7 +714,6 @@ def test_channel_flow_false_is_not_implemented(amqp_url):
 
 
 # -- many connections and channels -------------------------------------------------------
-
 
 def test_many_connections_and_channels_share_one_queue(amqp_url):
     n_connections, n_channels, per_consumer = 20, 5, 10

@@ -24,17 +24,14 @@ from leveret import BlockingBroker
 #: Message priorities published in this order, and the order both brokers deliver them
 #: in with x-max-priority 10 (read from RabbitMQ 3.10.8).
 PRIORITIES = [None, 0, 5, 10, 11, 200, 3, 5, 255, 10, None, 1]
-ORDER_10 = ["3:10", "4:11", "5:200", "8:255", "9:10", "2:5", "7:5", "6:3", "11:1", "0:None", "1:0", "10:None"]
+ORDER_10 = ["3:10", "4:11", "5:200", "8:255", "9:10", "2:5", "7:5", "6:3", "11:1", "0:None", "1:0",
+            "10:None"]
 
 
 def publish(ch, queue: str, priorities, persistent: bool = False) -> None:
     for i, priority in enumerate(priorities):
-        ch.basic_publish(
-            "",
-            queue,
-            f"{i}:{priority}".encode(),
-            pika.BasicProperties(priority=priority, delivery_mode=2 if persistent else None),
-        )
+        ch.basic_publish("", queue, f"{i}:{priority}".encode(),
+                         pika.BasicProperties(priority=priority, delivery_mode=2 if persistent else None))
 
 
 def get_all(ch, queue: str) -> list[str]:
@@ -63,25 +60,21 @@ def test_max_priority_from_0_to_255_is_accepted(target: Target, value):
         ch.queue_delete(queue)
 
 
-@pytest.mark.parametrize(
-    ("value", "detail"),
-    [
-        (256, "{max_value_exceeded,256}"),
-        (2**40, "{max_value_exceeded,1099511627776}"),
-        (-1, "{value_negative,-1}"),
-        ("10", '"expected integer, got longstr"'),
-        (True, '"expected integer, got bool"'),
-        (None, '"expected integer, got void"'),
-    ],
-)
+@pytest.mark.parametrize(("value", "detail"), [
+    (256, "{max_value_exceeded,256}"),
+    (2**40, "{max_value_exceeded,1099511627776}"),
+    (-1, "{value_negative,-1}"),
+    ("10", '"expected integer, got longstr"'),
+    (True, '"expected integer, got bool"'),
+    (None, '"expected integer, got void"'),
+])
 def test_an_invalid_max_priority_is_refused_with_rabbitmqs_406(target: Target, value, detail):
     queue = unique("prio")
     with target.amqp() as connection, pytest.raises(ChannelClosedByBroker) as caught:
         connection.channel().queue_declare(queue, arguments={"x-max-priority": value})
     assert caught.value.reply_code == 406
     assert caught.value.reply_text == (
-        f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue '{queue}' in vhost '/': {detail}"
-    )
+        f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue '{queue}' in vhost '/': {detail}")
 
 
 def test_a_different_max_priority_is_an_inequivalent_redeclaration(target: Target):
@@ -106,12 +99,10 @@ def test_a_stream_refuses_max_priority(target: Target):
     queue = unique("prio-stream")
     with target.amqp() as connection, pytest.raises(ChannelClosedByBroker) as caught:
         connection.channel().queue_declare(
-            queue, durable=True, arguments={"x-queue-type": "stream", "x-max-priority": 5}
-        )
+            queue, durable=True, arguments={"x-queue-type": "stream", "x-max-priority": 5})
     assert caught.value.reply_text == (
         f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue '{queue}' in vhost '/' "
-        "of queue type rabbit_stream_queue"
-    )
+        "of queue type rabbit_stream_queue")
 
 
 # -- order ------------------------------------------------------------------------------------
@@ -125,46 +116,13 @@ def test_basic_get_takes_the_highest_priority_first_and_fifo_within_one(target: 
         ch.queue_delete(queue)
 
 
-@pytest.mark.parametrize(
-    ("max_priority", "order"),
-    [
-        (0, [f"{i}:{p}" for i, p in enumerate(PRIORITIES)]),  # one level: FIFO
-        (
-            1,
-            [
-                "2:5",
-                "3:10",
-                "4:11",
-                "5:200",
-                "6:3",
-                "7:5",
-                "8:255",
-                "9:10",
-                "11:1",
-                "0:None",
-                "1:0",
-                "10:None",
-            ],
-        ),
-        (
-            255,
-            [
-                "8:255",
-                "5:200",
-                "4:11",
-                "3:10",
-                "9:10",
-                "2:5",
-                "7:5",
-                "6:3",
-                "11:1",
-                "0:None",
-                "1:0",
-                "10:None",
-            ],
-        ),
-    ],
-)
+@pytest.mark.parametrize(("max_priority", "order"), [
+    (0, [f"{i}:{p}" for i, p in enumerate(PRIORITIES)]),  # one level: FIFO
+    (1, ["2:5", "3:10", "4:11", "5:200", "6:3", "7:5", "8:255", "9:10", "11:1", "0:None", "1:0",
+         "10:None"]),
+    (255, ["8:255", "5:200", "4:11", "3:10", "9:10", "2:5", "7:5", "6:3", "11:1", "0:None", "1:0",
+           "10:None"]),
+])
 def test_the_maximum_caps_message_priorities(target: Target, max_priority, order):
     queue = unique("prio")
     with target.amqp() as connection:
@@ -212,14 +170,8 @@ def test_a_requeued_message_goes_back_to_its_place_within_its_priority(target: T
         out = []
         while (got := ch.basic_get(queue, auto_ack=True))[0] is not None:
             out.append((got[2].decode(), got[0].redelivered))
-        assert out == [
-            ("3:5", True),
-            ("6:9", True),
-            ("2:3", True),
-            ("5:3", False),
-            ("0:1", False),
-            ("4:1", False),
-        ]
+        assert out == [("3:5", True), ("6:9", True), ("2:3", True), ("5:3", False), ("0:1", False),
+                       ("4:1", False)]
         ch.queue_delete(queue)
 
 
@@ -239,17 +191,13 @@ def test_reject_publish_nacks_whatever_the_priority(target: Target):
     queue = unique("prio")
     with target.amqp() as connection:
         ch = confirming(connection)
-        ch.queue_declare(
-            queue,
-            auto_delete=True,
-            arguments={"x-max-priority": 10, "x-max-length": 3, "x-overflow": "reject-publish"},
-        )
+        ch.queue_declare(queue, auto_delete=True, arguments={
+            "x-max-priority": 10, "x-max-length": 3, "x-overflow": "reject-publish"})
         results = []
         for i, priority in enumerate([1, 5, 3, 9, 0]):
             try:
-                ch.basic_publish(
-                    "", queue, f"{i}:{priority}".encode(), pika.BasicProperties(priority=priority)
-                )
+                ch.basic_publish("", queue, f"{i}:{priority}".encode(),
+                                 pika.BasicProperties(priority=priority))
                 results.append("ack")
             except pika.exceptions.NackError:
                 results.append("nack")
@@ -263,16 +211,9 @@ def test_dead_letters_keep_their_priority(target: Target):
     with target.amqp() as connection:
         ch = confirming(connection)
         ch.queue_declare(dlq, auto_delete=True, arguments={"x-max-priority": 10})
-        ch.queue_declare(
-            source,
-            auto_delete=True,
-            arguments={
-                "x-max-priority": 10,
-                "x-message-ttl": 50,
-                "x-dead-letter-exchange": "",
-                "x-dead-letter-routing-key": dlq,
-            },
-        )
+        ch.queue_declare(source, auto_delete=True, arguments={
+            "x-max-priority": 10, "x-message-ttl": 50, "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": dlq})
         publish(ch, source, [1, 7, 3, 20])
         deadline = time.monotonic() + 5
         while ch.queue_declare(dlq, passive=True).method.message_count < 4 and time.monotonic() < deadline:
@@ -320,11 +261,11 @@ def test_aio_pika_consumer_gets_the_highest_priority_first(target: Target):
         connection = await aio_pika.connect(target.url())
         async with connection:
             channel = await connection.channel(publisher_confirms=True)
-            queue = await channel.declare_queue(queue_name, auto_delete=True, arguments={"x-max-priority": 9})
+            queue = await channel.declare_queue(queue_name, auto_delete=True,
+                                                arguments={"x-max-priority": 9})
             for i, priority in enumerate([2, 9, 0, 5, 9, 2]):
                 await channel.default_exchange.publish(
-                    aio_pika.Message(b"%d" % i, priority=priority), routing_key=queue_name
-                )
+                    aio_pika.Message(b"%d" % i, priority=priority), routing_key=queue_name)
             got = []
             async with queue.iterator() as messages:
                 async for message in messages:
@@ -362,9 +303,8 @@ def test_priorities_and_paged_messages_survive_kill_9(tmp_path: Path):
     try:
         with pika.BlockingConnection(pika.URLParameters(server.url)) as connection:
             ch = confirming(connection)
-            ch.queue_declare(
-                "prio-durable", durable=True, arguments={"x-max-priority": 5, "x-max-in-memory-length": 50}
-            )
+            ch.queue_declare("prio-durable", durable=True,
+                             arguments={"x-max-priority": 5, "x-max-in-memory-length": 50})
             publish(ch, "prio-durable", priorities, persistent=True)
             method, _, body = ch.basic_get("prio-durable")
             first = f"{priorities.index(5)}:5"

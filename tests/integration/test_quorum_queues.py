@@ -28,52 +28,25 @@ def refusal(target: Target, queue: str, arguments: dict, **properties) -> tuple[
     ("properties", "arguments", "text"),
     [
         ({"durable": False}, {}, "invalid property 'non-durable' for queue '{q}' in vhost '/'"),
-        (
-            {"durable": True, "exclusive": True},
-            {},
-            "invalid property 'exclusive-owner' for queue '{q}' in vhost '/'",
-        ),
-        (
-            {"durable": True, "auto_delete": True},
-            {},
-            "invalid property 'auto-delete' for queue '{q}' in vhost '/'",
-        ),
-        (
-            {"durable": False, "exclusive": True, "auto_delete": True},
-            {},
-            "invalid property 'auto-delete' for queue '{q}' in vhost '/'",
-        ),
-        (
-            {"durable": False},
-            {"x-max-priority": 5},
-            "invalid arg 'x-max-priority' for queue '{q}' in vhost '/' of queue type rabbit_quorum_queue",
-        ),
-        (
-            {"durable": True},
-            {"x-queue-mode": "lazy"},
-            "invalid arg 'x-queue-mode' for queue '{q}' in vhost '/' of queue type rabbit_quorum_queue",
-        ),
-        (
-            {"durable": True},
-            {"x-max-age": "1D"},
-            "invalid arg 'x-max-age' for queue '{q}' in vhost '/' of queue type rabbit_quorum_queue",
-        ),
-        (
-            {"durable": True},
-            {"x-dead-letter-strategy": "sometimes"},
-            "invalid arg 'x-dead-letter-strategy' for queue '{q}' in vhost '/': invalid_dlx_strategy",
-        ),
-        (
-            {"durable": True},
-            {"x-quorum-initial-group-size": 0},
-            "invalid arg 'x-quorum-initial-group-size' for queue '{q}' in vhost '/': {{value_zero,0}}",
-        ),
-        (
-            {"durable": True},
-            {"x-quorum-initial-group-size": "3"},
-            "invalid arg 'x-quorum-initial-group-size' for queue '{q}' in vhost '/': "
-            '"expected integer, got longstr"',
-        ),
+        ({"durable": True, "exclusive": True}, {},
+         "invalid property 'exclusive-owner' for queue '{q}' in vhost '/'"),
+        ({"durable": True, "auto_delete": True}, {},
+         "invalid property 'auto-delete' for queue '{q}' in vhost '/'"),
+        ({"durable": False, "exclusive": True, "auto_delete": True}, {},
+         "invalid property 'auto-delete' for queue '{q}' in vhost '/'"),
+        ({"durable": False}, {"x-max-priority": 5},
+         "invalid arg 'x-max-priority' for queue '{q}' in vhost '/' of queue type rabbit_quorum_queue"),
+        ({"durable": True}, {"x-queue-mode": "lazy"},
+         "invalid arg 'x-queue-mode' for queue '{q}' in vhost '/' of queue type rabbit_quorum_queue"),
+        ({"durable": True}, {"x-max-age": "1D"},
+         "invalid arg 'x-max-age' for queue '{q}' in vhost '/' of queue type rabbit_quorum_queue"),
+        ({"durable": True}, {"x-dead-letter-strategy": "sometimes"},
+         "invalid arg 'x-dead-letter-strategy' for queue '{q}' in vhost '/': invalid_dlx_strategy"),
+        ({"durable": True}, {"x-quorum-initial-group-size": 0},
+         "invalid arg 'x-quorum-initial-group-size' for queue '{q}' in vhost '/': {{value_zero,0}}"),
+        ({"durable": True}, {"x-quorum-initial-group-size": "3"},
+         "invalid arg 'x-quorum-initial-group-size' for queue '{q}' in vhost '/': "
+         "\"expected integer, got longstr\""),
     ],
 )
 def test_declarations_rabbitmq_refuses_are_refused_in_its_words(target: Target, properties, arguments, text):
@@ -85,8 +58,7 @@ def test_declarations_rabbitmq_refuses_are_refused_in_its_words(target: Target, 
 def test_a_quorum_queue_cannot_be_server_named(target: Target):
     code, reply = refusal(target, "", QUORUM, durable=True)
     assert (code, reply) == (
-        406,
-        "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_quorum_queue",
+        406, "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_quorum_queue"
     )
 
 
@@ -102,17 +74,10 @@ def test_rabbitmqs_dead_letter_strategies_belong_to_quorum_queues(target: Target
         ch = connection.channel()
         for strategy in ("at-most-once", "at-least-once"):
             name = unique("qq")
-            ch.queue_declare(
-                name,
-                durable=True,
-                arguments={
-                    **QUORUM,
-                    "x-dead-letter-strategy": strategy,
-                    "x-dead-letter-exchange": "",
-                    "x-overflow": "reject-publish",
-                    "x-quorum-initial-group-size": 3,
-                },
-            )
+            ch.queue_declare(name, durable=True, arguments={
+                **QUORUM, "x-dead-letter-strategy": strategy, "x-dead-letter-exchange": "",
+                "x-overflow": "reject-publish", "x-quorum-initial-group-size": 3,
+            })
             ch.queue_delete(name)
 
 
@@ -121,16 +86,9 @@ def test_the_delivery_limit_dead_letters_with_the_delivery_count(target: Target)
     with target.amqp() as connection:
         ch = connection.channel()
         ch.queue_declare(dlq, durable=True)
-        ch.queue_declare(
-            queue,
-            durable=True,
-            arguments={
-                **QUORUM,
-                "x-delivery-limit": 2,
-                "x-dead-letter-exchange": "",
-                "x-dead-letter-routing-key": dlq,
-            },
-        )
+        ch.queue_declare(queue, durable=True, arguments={
+            **QUORUM, "x-delivery-limit": 2, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq,
+        })
         ch.confirm_delivery()
         ch.basic_publish("", queue, b"poison", pika.BasicProperties(delivery_mode=1, headers={"h": 1}))
         got = []

@@ -111,60 +111,39 @@ def test_unbind_and_bind_refusals_in_rabbitmqs_order(target: Target, names):
         "unbind from the default exchange": (lambda ch: ch.queue_unbind(n["q"], "", n["q"]), DEFAULT_REFUSED),
         "unbind a missing queue from it": (lambda ch: ch.queue_unbind(n["no_q"], "", "k"), DEFAULT_REFUSED),
         "exchange unbind, default source": (lambda ch: ch.exchange_unbind(n["x"], "", "k"), DEFAULT_REFUSED),
-        "exchange unbind, default destination": (
-            lambda ch: ch.exchange_unbind("", n["x"], "k"),
-            DEFAULT_REFUSED,
-        ),
-        "exchange bind, default destination": (
-            lambda ch: ch.exchange_bind("", n["no_x"], "k"),
-            DEFAULT_REFUSED,
-        ),
-        "bind a missing queue to the default": (
-            lambda ch: ch.queue_bind(n["no_q"], "", "k"),
-            DEFAULT_REFUSED,
-        ),
-        "unbind with no queue declared": (
-            lambda ch: ch.queue_unbind("", n["x"], "k"),
-            (404, "NOT_FOUND - no previously declared queue"),
-        ),
-        "bind, queue missing": (
-            lambda ch: ch.queue_bind(n["no_q"], n["x"], "k"),
-            not_found("queue", n["no_q"]),
-        ),
-        "bind, exchange missing": (
-            lambda ch: ch.queue_bind(n["q"], n["no_x"], "k"),
-            not_found("exchange", n["no_x"]),
-        ),
-        "bind, both missing: the source": (
-            lambda ch: ch.queue_bind(n["no_q"], n["no_x"], "k"),
-            not_found("exchange", n["no_x"]),
-        ),
-        "exchange bind, both missing: the source": (
-            lambda ch: ch.exchange_bind(n["no_x"], n["no_x2"], "k"),
-            not_found("exchange", n["no_x2"]),
-        ),
+        "exchange unbind, default destination": (lambda ch: ch.exchange_unbind("", n["x"], "k"),
+                                                 DEFAULT_REFUSED),
+        "exchange bind, default destination": (lambda ch: ch.exchange_bind("", n["no_x"], "k"),
+                                               DEFAULT_REFUSED),
+        "bind a missing queue to the default": (lambda ch: ch.queue_bind(n["no_q"], "", "k"),
+                                                DEFAULT_REFUSED),
+        "unbind with no queue declared": (lambda ch: ch.queue_unbind("", n["x"], "k"),
+                                          (404, "NOT_FOUND - no previously declared queue")),
+        "bind, queue missing": (lambda ch: ch.queue_bind(n["no_q"], n["x"], "k"),
+                                not_found("queue", n["no_q"])),
+        "bind, exchange missing": (lambda ch: ch.queue_bind(n["q"], n["no_x"], "k"),
+                                   not_found("exchange", n["no_x"])),
+        "bind, both missing: the source": (lambda ch: ch.queue_bind(n["no_q"], n["no_x"], "k"),
+                                           not_found("exchange", n["no_x"])),
+        "exchange bind, both missing: the source": (lambda ch: ch.exchange_bind(n["no_x"], n["no_x2"], "k"),
+                                                    not_found("exchange", n["no_x2"])),
     }
-    assert {case: outcome(target, op) for case, (op, _) in cases.items()} == {
-        case: expected for case, (_, expected) in cases.items()
-    }
+    assert {case: outcome(target, op) for case, (op, _) in cases.items()} == \
+        {case: expected for case, (_, expected) in cases.items()}
 
 
 def test_another_connections_exclusive_queue_is_405_only_where_a_binding_exists(target: Target, names):
     with target.amqp() as owner:
         mine = owner.channel().queue_declare("", exclusive=True).method.queue
         owner.channel().queue_bind(mine, names["x"], "bound")
-        locked = (
-            405,
-            f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{mine}' in vhost "
-            "'/'. It could be originally declared on another connection or the exclusive property "
-            "value does not match that of the original declaration.",
-        )
+        locked = (405, f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{mine}' in vhost "
+                       "'/'. It could be originally declared on another connection or the exclusive property "
+                       "value does not match that of the original declaration.")
         assert outcome(target, lambda ch: ch.queue_unbind(mine, names["x"], "bound")) == locked
         assert outcome(target, lambda ch: ch.queue_unbind(mine, names["x"], "unbound")) is None
         assert outcome(target, lambda ch: ch.queue_unbind(mine, names["no_x"], "bound")) is None
-        assert outcome(target, lambda ch: ch.queue_bind(mine, names["no_x"], "k")) == not_found(
-            "exchange", names["no_x"]
-        )
+        assert outcome(target, lambda ch: ch.queue_bind(mine, names["no_x"], "k")) == \
+            not_found("exchange", names["no_x"])
         assert outcome(target, lambda ch: ch.queue_bind(mine, names["x"], "k")) == locked
 
 
@@ -207,21 +186,16 @@ def test_aio_pika_rpc_closes_after_its_auto_deleted_queue_is_gone(target: Target
 def test_the_default_exchange_is_refused_even_to_a_passive_declare(target: Target):
     cases: dict[str, tuple[Callable, Outcome]] = {
         "passive": (lambda ch: ch.exchange_declare("", "direct", passive=True), DEFAULT_REFUSED),
-        "passive, another type": (
-            lambda ch: ch.exchange_declare("", "fanout", passive=True),
-            DEFAULT_REFUSED,
-        ),
+        "passive, another type": (lambda ch: ch.exchange_declare("", "fanout", passive=True),
+                                  DEFAULT_REFUSED),
         "passive, unknown type": (lambda ch: ch.exchange_declare("", "nope", passive=True), DEFAULT_REFUSED),
         "active": (lambda ch: ch.exchange_declare("", "direct"), DEFAULT_REFUSED),
-        "active, unknown type: the type first": (
-            lambda ch: ch.exchange_declare("", "nope"),
-            (503, "COMMAND_INVALID - unknown exchange type 'nope'"),
-        ),
+        "active, unknown type: the type first": (lambda ch: ch.exchange_declare("", "nope"),
+                                                 (503, "COMMAND_INVALID - unknown exchange type 'nope'")),
         "delete": (lambda ch: ch.exchange_delete(""), DEFAULT_REFUSED),
     }
-    assert {case: outcome(target, op) for case, (op, _) in cases.items()} == {
-        case: expected for case, (_, expected) in cases.items()
-    }
+    assert {case: outcome(target, op) for case, (op, _) in cases.items()} == \
+        {case: expected for case, (_, expected) in cases.items()}
 
 
 def test_amq_exchanges_as_rabbitmq_answers(target: Target):
@@ -229,38 +203,23 @@ def test_amq_exchanges_as_rabbitmq_answers(target: Target):
     cases: dict[str, tuple[Callable, Outcome]] = {
         "passive, existing": (lambda ch: ch.exchange_declare("amq.direct", "direct", passive=True), None),
         "redeclared as it is": (lambda ch: ch.exchange_declare("amq.topic", "topic", durable=True), None),
-        "redeclared otherwise": (
-            lambda ch: ch.exchange_declare("amq.topic", "topic"),
-            (
-                406,
-                "PRECONDITION_FAILED - inequivalent arg 'durable' for exchange 'amq.topic' in vhost '/': "
-                "received 'false' but current is 'true'",
-            ),
-        ),
-        "a new amq. name": (
-            lambda ch: ch.exchange_declare(name, "direct"),
-            (403, f"ACCESS_REFUSED - exchange name '{name}' contains reserved prefix 'amq.*'"),
-        ),
-        "a new amq. name, unknown type": (
-            lambda ch: ch.exchange_declare(name, "nope"),
-            (503, "COMMAND_INVALID - unknown exchange type 'nope'"),
-        ),
-        "passive, missing": (
-            lambda ch: ch.exchange_declare(name, "direct", passive=True),
-            not_found("exchange", name),
-        ),
-        "delete amq.direct": (
-            lambda ch: ch.exchange_delete("amq.direct"),
-            (403, "ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost '/' not allowed"),
-        ),
-        "delete a missing amq. name": (
-            lambda ch: ch.exchange_delete(name),
-            (403, f"ACCESS_REFUSED - deletion of system exchange '{name}' in vhost '/' not allowed"),
-        ),
+        "redeclared otherwise": (lambda ch: ch.exchange_declare("amq.topic", "topic"), (
+            406, "PRECONDITION_FAILED - inequivalent arg 'durable' for exchange 'amq.topic' in vhost '/': "
+                 "received 'false' but current is 'true'")),
+        "a new amq. name": (lambda ch: ch.exchange_declare(name, "direct"),
+                            (403, f"ACCESS_REFUSED - exchange name '{name}' contains reserved prefix "
+                                  "'amq.*'")),
+        "a new amq. name, unknown type": (lambda ch: ch.exchange_declare(name, "nope"),
+                                          (503, "COMMAND_INVALID - unknown exchange type 'nope'")),
+        "passive, missing": (lambda ch: ch.exchange_declare(name, "direct", passive=True),
+                             not_found("exchange", name)),
+        "delete amq.direct": (lambda ch: ch.exchange_delete("amq.direct"), (
+            403, "ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost '/' not allowed")),
+        "delete a missing amq. name": (lambda ch: ch.exchange_delete(name), (
+            403, f"ACCESS_REFUSED - deletion of system exchange '{name}' in vhost '/' not allowed")),
     }
-    assert {case: outcome(target, op) for case, (op, _) in cases.items()} == {
-        case: expected for case, (_, expected) in cases.items()
-    }
+    assert {case: outcome(target, op) for case, (op, _) in cases.items()} == \
+        {case: expected for case, (_, expected) in cases.items()}
 
 
 # -- channel_max ------------------------------------------------------------------------
@@ -270,12 +229,8 @@ def raw_client(host: str, port: int, channel_max: int = 2047, capabilities: dict
     client.send(b"AMQP\x00\x00\x09\x01")
     client.expect(commands.Connection.Start, 0)
     properties = {"product": "raw test client", "capabilities": capabilities or {}}
-    client.send_method(
-        0,
-        commands.Connection.StartOk(
-            client_properties=properties, mechanism="PLAIN", response=PLAIN_GUEST, locale="en_US"
-        ),
-    )
+    client.send_method(0, commands.Connection.StartOk(
+        client_properties=properties, mechanism="PLAIN", response=PLAIN_GUEST, locale="en_US"))
     client.expect(commands.Connection.Tune, 0)
     client.send_method(0, commands.Connection.TuneOk(channel_max=channel_max, frame_max=131072, heartbeat=0))
     client.send_method(0, commands.Connection.Open(virtual_host="/"))
@@ -296,11 +251,7 @@ def test_channel_max_counts_open_channels_not_their_numbers(target: Target):
         client.send_method(1, commands.Channel.Open())
         close = client.expect_connection_close()
     assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-        530,
-        "NOT_ALLOWED - number of channels opened (3) has reached the negotiated channel_max (3)",
-        0,
-        0,
-    )
+        530, "NOT_ALLOWED - number of channels opened (3) has reached the negotiated channel_max (3)", 0, 0)
 
 
 def test_pika_gets_530_when_its_channels_exceed_channel_max(target: Target):
@@ -310,9 +261,7 @@ def test_pika_gets_530_when_its_channels_exceed_channel_max(target: Target):
     with pytest.raises(ConnectionClosedByBroker) as caught:
         connection.channel(10)  # pika itself refuses a third without a number
     assert (caught.value.reply_code, caught.value.reply_text) == (
-        530,
-        "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)",
-    )
+        530, "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)")
 
 
 # -- connection.update-secret -------------------------------------------------------------
@@ -335,11 +284,7 @@ def test_update_secret_on_a_channel_is_503(target: Target):
         client.send_method(1, commands.Connection.UpdateSecret(new_secret="x", reason="r"))
         close = client.expect_connection_close()
     assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-        503,
-        "COMMAND_INVALID - unimplemented method",
-        10,
-        70,
-    )
+        503, "COMMAND_INVALID - unimplemented method", 10, 70)
 
 
 # -- queue.delete: delete-ok, then its own consumers' basic.cancel ------------------------------
@@ -367,7 +312,6 @@ def test_kombu_acks_from_another_thread_then_deletes_the_consumed_queue(target: 
         worker = threading.Thread(target=acknowledge)
         worker.start()
         try:
-
             def on_message(body: dict, message: kombu.Message) -> None:
                 received.append(body["i"])
                 work.put(message)
@@ -391,11 +335,8 @@ def test_kombu_acks_from_another_thread_then_deletes_the_consumed_queue(target: 
 @pytest.mark.parametrize("durable", [False, True])
 def test_delete_ok_comes_before_the_deleting_channels_own_cancel(target: Target, durable: bool):
     order = delete_order(target.amqp_port, target.host, durable)
-    assert order == [(1, "Queue.DeleteOk"), (1, "Basic.Cancel"), (2, "Basic.Cancel")] or order == [
-        (2, "Basic.Cancel"),
-        (1, "Queue.DeleteOk"),
-        (1, "Basic.Cancel"),
-    ]
+    assert order == [(1, "Queue.DeleteOk"), (1, "Basic.Cancel"), (2, "Basic.Cancel")] or \
+        order == [(2, "Basic.Cancel"), (1, "Queue.DeleteOk"), (1, "Basic.Cancel")]
 
 
 def test_delete_ok_comes_first_when_the_removal_is_written_to_the_store(tmp_path: Path):

@@ -52,16 +52,10 @@ class Recorder:
         self.tag = ch.basic_consume(queue, self._on_message)
 
     def _on_message(self, ch, method, props, body) -> None:
-        self.log.append(
-            {
-                "time": time.monotonic(),
-                "body": body.decode(),
-                "count": (props.headers or {}).get("x-delivery-count"),
-                "redelivered": method.redelivered,
-                "tag": method.delivery_tag,
-                "headers": props.headers or {},
-            }
-        )
+        self.log.append({"time": time.monotonic(), "body": body.decode(),
+                         "count": (props.headers or {}).get("x-delivery-count"),
+                         "redelivered": method.redelivered, "tag": method.delivery_tag,
+                         "headers": props.headers or {}})
 
     def wait(self, n: int, timeout: float = 3.0) -> dict:
         """Until ``n`` deliveries are recorded; returns the n-th."""
@@ -89,9 +83,8 @@ class Recorder:
 
 def assert_delay(returned_at: float, delivered_at: float, expected_ms: float) -> None:
     waited = delivered_at - returned_at
-    assert expected_ms / 1000 - EARLY <= waited <= expected_ms / 1000 + LATE, (
+    assert expected_ms / 1000 - EARLY <= waited <= expected_ms / 1000 + LATE, \
         f"waited {waited * 1000:.0f} ms, expected {expected_ms} ms"
-    )
 
 
 def get(ch, queue: str, timeout: float = 3.0):
@@ -148,16 +141,9 @@ def ch(conn):
 
 # -- back-off -----------------------------------------------------------------------------
 def test_exponential_backoff_with_nack_and_delivery_count(conn, ch):
-    ch.queue_declare(
-        "backoff",
-        arguments=args(
-            max_redeliveries=5,
-            redelivery_delay=100,
-            redelivery_exponential=True,
-            redelivery_backoff_multiplier=2,
-            redelivery_max_delay=300,
-        ),
-    )
+    ch.queue_declare("backoff", arguments=args(
+        max_redeliveries=5, redelivery_delay=100, redelivery_exponential=True,
+        redelivery_backoff_multiplier=2, redelivery_max_delay=300))
     publish(ch, "backoff", "m")
     rec = Recorder(conn, ch, "backoff")
     first = rec.wait(1)
@@ -205,10 +191,8 @@ def test_delayed_message_does_not_hold_up_the_ones_behind(conn, ch):
 def test_short_delay_not_held_up_by_a_longer_one(conn, ch):
     """The redelivery timer follows the earliest due message: B's 100 ms wait is not
     stretched to A's 400 ms."""
-    ch.queue_declare(
-        "mixed",
-        arguments=args(redelivery_delay=100, redelivery_exponential=True, redelivery_backoff_multiplier=4),
-    )
+    ch.queue_declare("mixed", arguments=args(
+        redelivery_delay=100, redelivery_exponential=True, redelivery_backoff_multiplier=4))
     publish(ch, "mixed", "A")
     rec = Recorder(conn, ch, "mixed")
     rec.nack(rec.wait(1))
@@ -225,9 +209,8 @@ def test_short_delay_not_held_up_by_a_longer_one(conn, ch):
 
 
 def test_message_expiring_while_delayed_is_dead_lettered_not_delivered(conn, ch):
-    ch.queue_declare(
-        "late", arguments=args(message_ttl=150, redelivery_delay=300, dead_letter_strategy="individual")
-    )
+    ch.queue_declare("late", arguments=args(
+        message_ttl=150, redelivery_delay=300, dead_letter_strategy="individual"))
     publish(ch, "late", "m")
     rec = Recorder(conn, ch, "late")
     rec.nack(rec.wait(1))
@@ -296,10 +279,10 @@ def test_no_policy_no_header_until_redelivered(conn, ch):
 # -- poison messages and strategies ---------------------------------------------------
 def test_poison_to_shared_dlq_with_advisory(conn, ch):
     events = bind_events(ch)
-    ch.queue_declare(
-        "orders", arguments=args(max_redeliveries=2, redelivery_delay=100, dead_letter_strategy="shared")
-    )
-    ch.basic_publish("", "orders", b"poison", pika.BasicProperties(delivery_mode=2, message_id="msg-1"))
+    ch.queue_declare("orders", arguments=args(
+        max_redeliveries=2, redelivery_delay=100, dead_letter_strategy="shared"))
+    ch.basic_publish("", "orders", b"poison", pika.BasicProperties(delivery_mode=2,
+                                                                   message_id="msg-1"))
     rec = Recorder(conn, ch, "orders")
     rec.wait(1)
     for n in (2, 3):
@@ -322,20 +305,16 @@ def test_poison_to_shared_dlq_with_advisory(conn, ch):
         probe.queue_declare("leveret.DLQ", durable=False)
     assert err.value.reply_code == 406
     method, props, body = get(ch, events)
-    expected = {
-        "vhost": "/",
-        "queue": "orders",
-        "reason": "delivery_limit",
-        "target": "queue 'leveret.DLQ'",
-        "message_id": "msg-1",
-    }
+    expected = {"vhost": "/", "queue": "orders", "reason": "delivery_limit",
+                "target": "queue 'leveret.DLQ'", "message_id": "msg-1"}
     assert {k: text(v) for k, v in props.headers.items()} == expected
     assert json.loads(body) == expected
     assert method.routing_key == "message.dead_lettered" and method.exchange == "amq.leveret.event"
 
 
 def test_delivery_limit_with_reject_to_individual_dlq(conn, ch):
-    ch.queue_declare("jobs", arguments={"x-delivery-limit": 1, "x-dead-letter-strategy": "individual"})
+    ch.queue_declare("jobs", arguments={"x-delivery-limit": 1,
+                                        "x-dead-letter-strategy": "individual"})
     publish(ch, "jobs", "j")
     for _ in range(2):
         method, _, _ = get(ch, "jobs")
@@ -347,15 +326,10 @@ def test_delivery_limit_with_reject_to_individual_dlq(conn, ch):
 
 
 def test_custom_dlq_names(conn, ch):
-    ch.queue_declare(
-        "a",
-        arguments=args(
-            max_redeliveries=0, dead_letter_strategy="individual", dead_letter_queue_prefix="dead."
-        ),
-    )
-    ch.queue_declare(
-        "b", arguments=args(max_redeliveries=0, dead_letter_strategy="shared", dead_letter_queue="graveyard")
-    )
+    ch.queue_declare("a", arguments=args(max_redeliveries=0, dead_letter_strategy="individual",
+                                         dead_letter_queue_prefix="dead."))
+    ch.queue_declare("b", arguments=args(max_redeliveries=0, dead_letter_strategy="shared",
+                                         dead_letter_queue="graveyard"))
     for name in "ab":
         publish(ch, name, name)
         method, _, _ = get(ch, name)
@@ -390,10 +364,8 @@ def test_poison_to_dead_letter_exchange(conn, ch):
     ch.exchange_declare("dlx", "fanout")
     ch.queue_declare("dead")
     ch.queue_bind("dead", "dlx")
-    ch.queue_declare(
-        "work",
-        arguments={"x-dead-letter-exchange": "dlx", "x-max-redeliveries": 1, "x-redelivery-delay": 100},
-    )
+    ch.queue_declare("work", arguments={"x-dead-letter-exchange": "dlx",
+                                        "x-max-redeliveries": 1, "x-redelivery-delay": 100})
     publish(ch, "work", "w")
     rec = Recorder(conn, ch, "work")
     rec.wait(1)
@@ -443,22 +415,19 @@ def test_non_persistent_and_dlq(conn, ch, flag):
 
 
 # -- configuration ----------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "arguments",
-    [
-        {"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "shared"},
-        {"x-dead-letter-strategy": "sometimes"},
-        {"x-max-redeliveries": -1},
-        {"x-delivery-limit": "five"},
-        {"x-redelivery-delay": -100},
-        {"x-redelivery-exponential": "true"},
-        {"x-redelivery-backoff-multiplier": 0},
-        {"x-redelivery-max-delay": -5},
-        {"x-dead-letter-expired": "no"},
-        {"x-dead-letter-non-persistent": 1},
-        {"x-dead-letter-queue": 3},
-    ],
-)
+@pytest.mark.parametrize("arguments", [
+    {"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "shared"},
+    {"x-dead-letter-strategy": "sometimes"},
+    {"x-max-redeliveries": -1},
+    {"x-delivery-limit": "five"},
+    {"x-redelivery-delay": -100},
+    {"x-redelivery-exponential": "true"},
+    {"x-redelivery-backoff-multiplier": 0},
+    {"x-redelivery-max-delay": -5},
+    {"x-dead-letter-expired": "no"},
+    {"x-dead-letter-non-persistent": 1},
+    {"x-dead-letter-queue": 3},
+])
 def test_invalid_arguments_406(conn, arguments):
     channel = conn.channel()
     with pytest.raises(ChannelClosedByBroker) as err:
@@ -468,12 +437,9 @@ def test_invalid_arguments_406(conn, arguments):
 
 
 def test_policy_sets_redelivery_policy():
-    policy = Policy(
-        "retry",
-        r"^mail\.",
-        {"max-redeliveries": 1, "redelivery-delay": 200, "dead-letter-strategy": "individual"},
-        apply_to="queues",
-    )
+    policy = Policy("retry", r"^mail\.", {
+        "max-redeliveries": 1, "redelivery-delay": 200, "dead-letter-strategy": "individual"},
+        apply_to="queues")
     with BlockingBroker(amqp_port=0, policies=[policy]) as broker:
         conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
         ch = conn.channel()
@@ -498,9 +464,8 @@ def test_policy_from_config_file(tmp_path: Path):
     config = tmp_path / "leveret.toml"
     config.write_text(
         '[[policies]]\nname = "retry"\npattern = "^q$"\napply_to = "queues"\n'
-        "definition = { max-redeliveries = 1, redelivery-delay = 150, "
-        'dead-letter-strategy = "shared", dead-letter-queue = "failed" }\n'
-    )
+        'definition = { max-redeliveries = 1, redelivery-delay = 150, '
+        'dead-letter-strategy = "shared", dead-letter-queue = "failed" }\n')
     server = ServerProcess(tmp_path / "data", "--config", str(config))
     try:
         conn = pika.BlockingConnection(pika.URLParameters(server.url))
@@ -545,7 +510,8 @@ def test_delivery_count_survives_restart(tmp_path: Path):
     try:
         conn = pika.BlockingConnection(pika.URLParameters(server.url))
         ch = conn.channel()
-        assert ch.queue_declare("durable.q", durable=True, arguments=arguments).method.message_count == 1
+        assert ch.queue_declare("durable.q", durable=True, arguments=arguments) \
+            .method.message_count == 1
         publish(ch, "durable.q", "fresh")
         method, props, body = get(ch, "durable.q")
         assert body == b"survivor" and method.redelivered
@@ -617,34 +583,20 @@ def test_aio_pika_backoff_and_poison():
             channel = await connection.channel()
             events = await channel.declare_queue("", exclusive=True)
             await events.bind("amq.leveret.event", "message.dead_lettered")
-            queue = await channel.declare_queue(
-                "aio",
-                arguments=args(
-                    max_redeliveries=3,
-                    redelivery_delay=100,
-                    redelivery_exponential=True,
-                    redelivery_backoff_multiplier=2,
-                    dead_letter_strategy="individual",
-                ),
-            )
+            queue = await channel.declare_queue("aio", arguments=args(
+                max_redeliveries=3, redelivery_delay=100, redelivery_exponential=True,
+                redelivery_backoff_multiplier=2, dead_letter_strategy="individual"))
             await channel.default_exchange.publish(
-                aio_pika.Message(
-                    b"hello", message_id="aio-1", delivery_mode=aio_pika.DeliveryMode.PERSISTENT
-                ),
-                routing_key="aio",
-            )
+                aio_pika.Message(b"hello", message_id="aio-1",
+                                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                routing_key="aio")
             seen = []
             returned = None
             async with queue.iterator() as messages:
                 async for message in messages:
                     now = time.monotonic()
-                    seen.append(
-                        (
-                            message.headers.get("x-delivery-count"),
-                            message.redelivered,
-                            None if returned is None else now - returned,
-                        )
-                    )
+                    seen.append((message.headers.get("x-delivery-count"), message.redelivered,
+                                 None if returned is None else now - returned))
                     await message.nack(requeue=True)
                     returned = time.monotonic()
                     if len(seen) == 4:
@@ -688,8 +640,7 @@ def test_aio_pika_process_context_requeue_and_406():
                     break
             bad = await connection.channel()
             with pytest.raises(aio_pika.exceptions.ChannelPreconditionFailed):
-                await bad.declare_queue(
-                    "bad", arguments={"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "discard"}
-                )
+                await bad.declare_queue("bad", arguments={
+                    "x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "discard"})
 
     run(body)

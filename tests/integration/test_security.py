@@ -27,12 +27,8 @@ def refused_after(port: int, password: str) -> float:
         client.send(b"AMQP\x00\x00\x09\x01")
         client.expect(commands.Connection.Start, 0)
         started = time.monotonic()
-        client.send_method(
-            0,
-            commands.Connection.StartOk(
-                client_properties={}, mechanism="PLAIN", response=f"\x00guest\x00{password}", locale="en_US"
-            ),
-        )
+        client.send_method(0, commands.Connection.StartOk(
+            client_properties={}, mechanism="PLAIN", response=f"\x00guest\x00{password}", locale="en_US"))
         close = client.expect_connection_close()
         assert close.reply_code == 403
         return time.monotonic() - started
@@ -69,19 +65,14 @@ def test_the_http_api_answers_only_its_own_host_names(http_broker):
     for host in ("localhost", f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
         assert http_broker.http("GET", "/api/whoami", headers={"Host": host})[0] == 200, host
     status, body = http_broker.http("GET", "/api/whoami", headers={"Host": f"evil.example:{port}"})
-    assert (status, body) == (
-        400,
-        {"error": "bad_request", "reason": "Host 'evil.example' is not allowed (http_allowed_hosts)"},
-    )
+    assert (status, body) == (400, {"error": "bad_request",
+                                    "reason": "Host 'evil.example' is not allowed (http_allowed_hosts)"})
 
 
 def test_http_answers_carry_security_headers(http_broker, caplog):
     caplog.set_level(logging.WARNING, "leveret.management")
-    for password, path, status in (
-        ("guest", "/api/whoami", 200),
-        ("nope", "/api/whoami", 401),
-        ("guest", "/api/queues/%2F/missing", 404),
-    ):
+    for password, path, status in (("guest", "/api/whoami", 200), ("nope", "/api/whoami", 401),
+                                   ("guest", "/api/queues/%2F/missing", 404)):
         got, _, headers = http_broker.http_raw("GET", path, password=password)
         assert got == status
         assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
@@ -105,13 +96,8 @@ def test_stored_users_win_over_the_config_and_survive_restarts(tmp_path):
     server = ServerProcess(tmp_path / "data", *args)
     try:
         target = Target("leveret", server.host, server.port, int(server.http_url.rsplit(":", 1)[1]))
-        assert target.http(
-            "PUT",
-            "/api/users/alice",
-            {"password": "changed", "tags": "administrator"},
-            user="alice",
-            password="from-config",
-        ) == (204, None)
+        assert target.http("PUT", "/api/users/alice", {"password": "changed", "tags": "administrator"},
+                           user="alice", password="from-config") == (204, None)
         assert target.http("DELETE", "/api/users/guest", user="alice", password="changed") == (204, None)
         server.terminate()
         server = ServerProcess(tmp_path / "data", *args)
@@ -143,9 +129,7 @@ def test_users_stored_in_clear_by_an_older_leveret_are_hashed_at_start(tmp_path)
     loop.close()
     server = ServerProcess(data)
     try:
-        pika.BlockingConnection(
-            pika.URLParameters(f"amqp://old:plain@{server.host}:{server.port}/%2F")
-        ).close()
+        pika.BlockingConnection(pika.URLParameters(f"amqp://old:plain@{server.host}:{server.port}/%2F")).close()
     finally:
         server.kill()
     store = SQLiteStore(str(data))
@@ -193,9 +177,8 @@ def test_a_flood_of_bad_connections_costs_a_few_log_lines(tmp_path):
                 client.expect(commands.Connection.Start, 0)
                 client.send(b"\x09\x00\x00\x00\x00\x00\x00\xce")  # an unknown frame type: 501
                 client.closed_within(5)
-        lines = [
-            line for line in server.log_path.read_text().splitlines() if "closing with FRAME_ERROR" in line
-        ]
+        lines = [line for line in server.log_path.read_text().splitlines()
+                 if "closing with FRAME_ERROR" in line]
         assert 1 <= len(lines) <= 20
     finally:
         server.kill()
@@ -206,11 +189,8 @@ def test_a_dead_letter_strategy_and_api_replies_need_their_permissions(http_brok
     checked too: ActiveMQ's dead-letter strategy (configure and write on the dead-letter
     queue, read on the queue) and amq.leveret.api's replies (write on amq.default)."""
     http_broker.http("PUT", "/api/users/bob", {"password": "pw", "tags": ""})
-    http_broker.http(
-        "PUT",
-        "/api/permissions/%2F/bob",
-        {"configure": "^bob", "write": "^(bob|amq\\.leveret)", "read": "^bob"},
-    )
+    http_broker.http("PUT", "/api/permissions/%2F/bob", {"configure": "^bob", "write": "^(bob|amq\\.leveret)",
+                                                         "read": "^bob"})
     connection = http_broker.amqp("bob", "pw")
     for arguments, refused in (
         ({"x-dead-letter-strategy": "shared", "x-dead-letter-queue": "victim"}, "queue 'victim'"),
@@ -220,13 +200,11 @@ def test_a_dead_letter_strategy_and_api_replies_need_their_permissions(http_brok
             connection.channel().queue_declare("bob.q", arguments=arguments)
         assert caught.value.reply_code == 403 and refused in caught.value.reply_text
     channel = connection.channel()
-    channel.queue_declare(
-        "bob.q", arguments={"x-dead-letter-strategy": "individual", "x-dead-letter-queue-prefix": "bob.dlq."}
-    )
+    channel.queue_declare("bob.q", arguments={"x-dead-letter-strategy": "individual",
+                                              "x-dead-letter-queue-prefix": "bob.dlq."})
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
         channel.basic_publish("amq.leveret.api", "lease.info", b"{}", pika.BasicProperties(reply_to="victim"))
         channel.queue_declare("bob.q", passive=True)
     assert caught.value.reply_text.endswith(
-        "access to exchange 'amq.default' in vhost '/' refused for user 'bob'"
-    )
+        "access to exchange 'amq.default' in vhost '/' refused for user 'bob'")
     connection.close()

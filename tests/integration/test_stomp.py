@@ -60,10 +60,8 @@ def test_send_subscribe_and_ack_in_each_version(port, version):
 
 def test_connected_frame_negotiates_the_highest_common_version(port):
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(
-            b"CONNECT\naccept-version:1.0,1.1,1.2\nhost:/\nlogin:guest\npasscode:guest\n"
-            b"heart-beat:0,2000\n\n\x00"
-        )
+        sock.sendall(b"CONNECT\naccept-version:1.0,1.1,1.2\nhost:/\nlogin:guest\npasscode:guest\n"
+                     b"heart-beat:0,2000\n\n\x00")
         reply = read_frame(sock)
     command, headers, _ = parse(reply)
     assert command == "CONNECTED"
@@ -156,15 +154,9 @@ def test_nack_follows_the_queues_redelivery_policy_then_dead_letters(broker, por
     """A queue declared over AMQP with ActiveMQ's policy words: two redeliveries, then
     the shared DLQ (never a silent drop, even for a non-persistent message)."""
     with amqp(broker) as connection:
-        connection.channel().queue_declare(
-            "retry",
-            durable=True,
-            arguments={
-                "x-max-redeliveries": 2,
-                "x-dead-letter-strategy": "shared",
-                "x-dead-letter-non-persistent": True,
-            },
-        )
+        connection.channel().queue_declare("retry", durable=True, arguments={
+            "x-max-redeliveries": 2, "x-dead-letter-strategy": "shared",
+            "x-dead-letter-non-persistent": True})
     with Client(port) as client:
         client.subscribe("/queue/retry", ack="client-individual")
         client.send("/queue/retry", "flaky")
@@ -217,10 +209,8 @@ def test_topic_wildcards_star_and_greater_than(port):
         client.subscribe("/topic/orders.>", id="rest")
         client.send("/topic/orders.eu", "one word")
         client.send("/topic/orders.eu.paris", "two words")
-        got = sorted(
-            (f.headers["subscription"], f.body)
-            for f in (client.message(), client.message(), client.message())
-        )
+        got = sorted((f.headers["subscription"], f.body) for f in (client.message(), client.message(),
+                                                                    client.message()))
         client.no_message()
     assert got == [("rest", b"one word"), ("rest", b"two words"), ("star", b"one word")]
 
@@ -240,19 +230,9 @@ def test_stomp_to_amqp_keeps_body_and_properties(broker, port):
         channel = connection.channel()
         channel.queue_declare("to-amqp", durable=True)
         with Client(port) as client:
-            client.send(
-                "/queue/to-amqp",
-                body,
-                persistent="true",
-                priority="6",
-                type="order",
-                **{
-                    "correlation-id": "c-1",
-                    "reply-to": "/queue/replies",
-                    "color": "blue",
-                    "content-type": "application/octet-stream",
-                },
-            )
+            client.send("/queue/to-amqp", body, persistent="true", priority="6", type="order",
+                        **{"correlation-id": "c-1", "reply-to": "/queue/replies", "color": "blue",
+                           "content-type": "application/octet-stream"})
         _method, properties, got = channel.basic_get("to-amqp", auto_ack=True)
     assert got == body
     assert properties.delivery_mode == 2 and properties.priority == 6
@@ -266,22 +246,10 @@ def test_amqp_to_stomp_keeps_body_and_properties(broker, port):
     with Client(port) as client:
         client.subscribe("/queue/from-amqp")
         with amqp(broker) as connection:
-            connection.channel().basic_publish(
-                "",
-                "from-amqp",
-                b"\x00raw\x01",
-                pika.BasicProperties(
-                    delivery_mode=2,
-                    priority=3,
-                    correlation_id="c-9",
-                    reply_to="answers",
-                    type="t",
-                    message_id="m-1",
-                    timestamp=1_700_000_000,
-                    expiration="60000",
-                    headers={"color": "green", "count": 5, "flag": True},
-                ),
-            )
+            connection.channel().basic_publish("", "from-amqp", b"\x00raw\x01", pika.BasicProperties(
+                delivery_mode=2, priority=3, correlation_id="c-9", reply_to="answers", type="t",
+                message_id="m-1", timestamp=1_700_000_000, expiration="60000",
+                headers={"color": "green", "count": 5, "flag": True}))
         frame = client.message()
     headers = frame.headers
     assert frame.body == b"\x00raw\x01"
@@ -354,59 +322,26 @@ def error_for(port: int, frames: bytes, connect: bool = True) -> tuple[dict[str,
     return headers, closed
 
 
-@pytest.mark.parametrize(
-    ("frames", "connect", "message"),
-    [
-        (b"SEND\ndestination:/queue/x\n\nhi\x00", False, "Not connected"),
-        (b"CONNECT\naccept-version:2.0\n\n\x00", False, "Invalid Protocol version"),
-        (b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:wrong\n\n\x00", False, "Authentication failed"),
-        (
-            b"SEND\ndestination:/nowhere/x\n\nhi\x00",
-            True,
-            "unknown destination prefix '/nowhere/' in '/nowhere/x'",
-        ),
-        (b"ACK\nid:999\n\n\x00", True, "Unexpected ACK received for message-id [999]"),
-        (b"SUBSCRIBE\ndestination:/queue/x\n\n\x00", True, "Subscription id missing"),
-        (b"SUBSCRIBE\nid:1\ndestination:/queue/x\nack:sometimes\n\n\x00", True, "Invalid ack mode"),
-        (b"COMMIT\ntransaction:never\n\n\x00", True, "Invalid transaction id"),
-        (
-            b"SEND\ndestination:/queue/x\ncontent-length:999999999999\n\n\x00",
-            True,
-            "the body is longer than 104857600 bytes",
-        ),
-        (
-            b"SEND\ndestination:/queue/x\ncontent-length:\xc2\xb2\n\n\x00",
-            True,
-            "invalid content-length '\u00b2'",
-        ),
-        (
-            b"SEND\ndestination:/queue/x\ncontent-length:2\n\nhello\x00",
-            True,
-            "the body is not followed by a NUL byte (content-length is wrong)",
-        ),
-        (
-            b"SEND\ndestination:/queue/x\nbad\\escape:1\n\n\x00",
-            True,
-            "invalid escape sequence '\\e' in a header",
-        ),
-        (b"FLY\n\n\x00", True, "Unknown STOMP action: FLY"),
-    ],
-    ids=[
-        "before-connect",
-        "version",
-        "password",
-        "prefix",
-        "ack-id",
-        "sub-id",
-        "ack-mode",
-        "tx",
-        "oversized",
+@pytest.mark.parametrize(("frames", "connect", "message"), [
+    (b"SEND\ndestination:/queue/x\n\nhi\x00", False, "Not connected"),
+    (b"CONNECT\naccept-version:2.0\n\n\x00", False, "Invalid Protocol version"),
+    (b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:wrong\n\n\x00", False, "Authentication failed"),
+    (b"SEND\ndestination:/nowhere/x\n\nhi\x00", True,
+     "unknown destination prefix '/nowhere/' in '/nowhere/x'"),
+    (b"ACK\nid:999\n\n\x00", True, "Unexpected ACK received for message-id [999]"),
+    (b"SUBSCRIBE\ndestination:/queue/x\n\n\x00", True, "Subscription id missing"),
+    (b"SUBSCRIBE\nid:1\ndestination:/queue/x\nack:sometimes\n\n\x00", True, "Invalid ack mode"),
+    (b"COMMIT\ntransaction:never\n\n\x00", True, "Invalid transaction id"),
+    (b"SEND\ndestination:/queue/x\ncontent-length:999999999999\n\n\x00", True,
+     "the body is longer than 104857600 bytes"),
+    (b"SEND\ndestination:/queue/x\ncontent-length:\xc2\xb2\n\n\x00", True, "invalid content-length '\u00b2'"),
+    (b"SEND\ndestination:/queue/x\ncontent-length:2\n\nhello\x00", True,
+     "the body is not followed by a NUL byte (content-length is wrong)"),
+    (b"SEND\ndestination:/queue/x\nbad\\escape:1\n\n\x00", True, "invalid escape sequence '\\e' in a header"),
+    (b"FLY\n\n\x00", True, "Unknown STOMP action: FLY"),
+], ids=["before-connect", "version", "password", "prefix", "ack-id", "sub-id", "ack-mode", "tx", "oversized",
         "superscript-length",
-        "content-length",
-        "escape",
-        "command",
-    ],
-)
+        "content-length", "escape", "command"])
 def test_a_bad_frame_gets_an_error_and_the_connection_closes(port, frames, connect, message):
     with Client(port) as bystander:
         bystander.subscribe("/queue/bystander")
@@ -427,16 +362,16 @@ def test_permissions_apply_to_stomp_as_to_amqp(broker, port):
     creates needs configure on it (not on the DLQ its broker-chosen defaults name)."""
     core = broker.core
     broker.call(lambda: core.add_user(User.with_password("limited", "pw")))
-    broker.call(
-        lambda: core.set_permission("limited", "/", Permission("^mine", r"^(mine|amq\.default)$", "^mine"))
-    )
+    broker.call(lambda: core.set_permission("limited", "/",
+                                            Permission("^mine", r"^(mine|amq\.default)$", "^mine")))
     with Client(port) as admin:
         admin.send("/queue/theirs", "private")
     with Client(port, login="limited", passcode="pw") as client:
         client.send("/queue/mine", "ok")
         client.conn.subscribe("/queue/theirs", "1")
         error = client.error()
-    assert error.headers["message"] == ("access to queue 'theirs' in vhost '/' refused for user 'limited'")
+    assert error.headers["message"] == (
+        "access to queue 'theirs' in vhost '/' refused for user 'limited'")
 
 
 def test_heart_beats_are_sent_and_a_silent_client_is_dropped(port):
@@ -501,19 +436,11 @@ def test_amqp_consumers_use_selectors_too(broker):
         channel = connection.channel()
         channel.queue_declare("amqp-selected")
         for i, region in enumerate(["eu", "us", "eu"]):
-            channel.basic_publish(
-                "",
-                "amqp-selected",
-                f"m{i}".encode(),
-                pika.BasicProperties(headers={"region": region}, priority=i),
-            )
+            channel.basic_publish("", "amqp-selected", f"m{i}".encode(),
+                                  pika.BasicProperties(headers={"region": region}, priority=i))
         got = []
-        channel.basic_consume(
-            "amqp-selected",
-            lambda ch, method, props, body: got.append(body),
-            auto_ack=True,
-            arguments={"x-selector": "region = 'eu' AND JMSPriority >= 1"},
-        )
+        channel.basic_consume("amqp-selected", lambda ch, method, props, body: got.append(body),
+                              auto_ack=True, arguments={"x-selector": "region = 'eu' AND JMSPriority >= 1"})
         connection.process_data_events(0.3)
         assert got == [b"m2"]
         with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="406"):
@@ -586,11 +513,8 @@ def test_a_durable_subscription_has_one_consumer_at_a_time(port):
         with Client(port, **{"client-id": "one-bis"}) as second:
             second.subscribe("/topic/single", **{"activemq.subscriptionName": "s"})  # another client-id
         # the same client-id twice is refused at CONNECT
-        headers, closed = error_for(
-            port,
-            b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\nclient-id:one\n\n\x00",
-            connect=False,
-        )
+        headers, closed = error_for(port, b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n"
+                                          b"client-id:one\n\n\x00", connect=False)
         assert headers["message"] == "Client ID in use" and closed
         # and a second SUBSCRIBE to the same subscription while it has its consumer
         first.conn.subscribe("/topic/single", "again", headers={"activemq.subscriptionName": "s"})
@@ -631,10 +555,8 @@ def test_advisory_topics_tell_of_connections_queues_consumers_and_dead_letters(p
             except AssertionError:
                 break
             events.append((frame.headers["destination"], json.loads(frame.body)))
-    topics = [
-        (destination.removeprefix("/topic/ActiveMQ.Advisory."), body["type"], body["event"])
-        for destination, body in events
-    ]
+    topics = [(destination.removeprefix("/topic/ActiveMQ.Advisory."), body["type"], body["event"])
+              for destination, body in events]
     assert topics[0] == ("Connection", "ConnectionInfo", "added")
     assert ("Queue", "DestinationInfo", "added") in topics
     assert ("Consumer.Queue.advised", "ConsumerInfo", "added") in topics
@@ -654,12 +576,10 @@ def test_text_and_bytes_messages_as_activemq_tells_them_apart(port):
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00")
         read_frame(sock)
-        sock.sendall(
-            b"SUBSCRIBE\nid:1\ndestination:/queue/kinds\n\n\x00"
-            b"SEND\ndestination:/queue/kinds\n\ntext body\x00"
-            b"SEND\ndestination:/queue/kinds\ncontent-length:5\n\nbytes\x00"
-            b"SEND\ndestination:/queue/kinds\ncontent-length:4\namq-msg-type:text\n\ntext\x00"
-        )
+        sock.sendall(b"SUBSCRIBE\nid:1\ndestination:/queue/kinds\n\n\x00"
+                     b"SEND\ndestination:/queue/kinds\n\ntext body\x00"
+                     b"SEND\ndestination:/queue/kinds\ncontent-length:5\n\nbytes\x00"
+                     b"SEND\ndestination:/queue/kinds\ncontent-length:4\namq-msg-type:text\n\ntext\x00")
         frames = []
         buffer = b""
         while len(frames) < 3:
@@ -668,10 +588,7 @@ def test_text_and_bytes_messages_as_activemq_tells_them_apart(port):
                 frame, _, buffer = buffer.partition(b"\x00")
                 frames.append(parse(frame + b"\x00"))
     assert [(body, "content-length" in headers) for _, headers, body in frames] == [
-        (b"text body", False),
-        (b"bytes", True),
-        (b"text", False),
-    ]
+        (b"text body", False), (b"bytes", True), (b"text", False)]
 
 
 def test_a_queue_browser_sees_the_messages_and_leaves_them(port):
@@ -724,15 +641,12 @@ def test_frames_behind_a_throttled_connect_are_handled_after_the_login(port):
     from leveret.core.login_throttle import FREE
 
     for _ in range(FREE + 1):
-        headers, _ = error_for(
-            port, b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:wrong\n\n\x00", connect=False
-        )
+        headers, _ = error_for(port, b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:wrong\n\n\x00",
+                               connect=False)
         assert headers["message"] == "Authentication failed"
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(
-            b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00"
-            b"SEND\ndestination:/queue/pipelined\nreceipt:s1\n\nhi\x00"
-        )
+        sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00"
+                     b"SEND\ndestination:/queue/pipelined\nreceipt:s1\n\nhi\x00")
         data = b""
         while data.count(b"\x00") < 2:
             chunk = sock.recv(65536)
@@ -742,16 +656,12 @@ def test_frames_behind_a_throttled_connect_are_handled_after_the_login(port):
 
 
 def test_a_subscribe_receipt_comes_before_the_first_message_even_behind_a_disk_write(tmp_path):
-    with (
-        BlockingBroker(amqp_port=0, stomp_port=0, data_dir=str(tmp_path)) as broker,
-        socket.create_connection(("127.0.0.1", broker.broker.stomp_port)) as sock,
-    ):
+    with BlockingBroker(amqp_port=0, stomp_port=0, data_dir=str(tmp_path)) as broker, \
+            socket.create_connection(("127.0.0.1", broker.broker.stomp_port)) as sock:
         sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00")
         read_frame(sock)
-        sock.sendall(
-            b"SEND\ndestination:/queue/early\npersistent:true\n\nx\x00"
-            b"SUBSCRIBE\nid:1\ndestination:/queue/early\nreceipt:sub\n\n\x00"
-        )
+        sock.sendall(b"SEND\ndestination:/queue/early\npersistent:true\n\nx\x00"
+                     b"SUBSCRIBE\nid:1\ndestination:/queue/early\nreceipt:sub\n\n\x00")
         data = b""
         while data.count(b"\x00") < 2:
             data += sock.recv(65536)

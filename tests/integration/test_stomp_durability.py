@@ -46,9 +46,8 @@ def test_kill_9_during_a_transaction_keeps_the_committed_and_drops_the_open(tmp_
         with Client(server.stomp_port) as client:
             client.conn.begin("committed")
             for i in range(50):
-                client.send(
-                    "/queue/tx-crash", f"c{i}", receipt=False, persistent="true", transaction="committed"
-                )
+                client.send("/queue/tx-crash", f"c{i}", receipt=False, persistent="true",
+                            transaction="committed")
             client.conn.commit("committed", receipt="commit")
             client.wait_receipt("commit")
             client.conn.begin("open")

@@ -134,9 +134,8 @@ def test_client_ack_redelivery(broker):
 def email_result(tmp_path_factory):
     module = example("email_retry")
     data_dir = str(tmp_path_factory.mktemp("email") / "data")
-    with BlockingBroker(
-        amqp_port=0, stomp_port=0, data_dir=data_dir, stomp_queue_arguments=module.POLICY
-    ) as broker:
+    with BlockingBroker(amqp_port=0, stomp_port=0, data_dir=data_dir,
+                        stomp_queue_arguments=module.POLICY) as broker:
         result = module.run(HOST, broker.broker.stomp_port, seconds=10)
         arguments = broker.call(lambda: dict(broker.core.vhosts["/"].queues["emails"].arguments))
     return result, arguments
@@ -146,12 +145,8 @@ def test_email_retry(email_result):
     result, arguments = email_result
     assert arguments["x-max-redeliveries"] == 3 and arguments["x-redelivery-exponential"] is True
     assert sorted(result["sent"]) == ["ada@example.org", "cy@example.org"]
-    assert result["attempts"] == {
-        "ada@example.org": 1,
-        "bob@bounce.example": 4,
-        "cy@example.org": 1,
-        "dee@bounce.example": 4,
-    }
+    assert result["attempts"] == {"ada@example.org": 1, "bob@bounce.example": 4,
+                                  "cy@example.org": 1, "dee@bounce.example": 4}
     for address in ("bob@bounce.example", "dee@bounce.example"):
         # exponential back-off: 100, 200, 400 ms (the first gap also holds stomp.py's
         # Nagle delay of its NACK, about 40 ms)

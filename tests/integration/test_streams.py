@@ -54,14 +54,9 @@ def test_next_offset_only_sees_new_messages(connection):
     publish(pub, "news", [b"old"])
     sub.basic_qos(prefetch_count=10)
     received = []
-    sub.basic_consume(
-        "news",
-        lambda ch, m, p, b: (
-            received.append((p.headers["x-stream-offset"], b)),
-            ch.basic_ack(m.delivery_tag),
-        ),
-        arguments={"x-stream-offset": "next"},
-    )
+    sub.basic_consume("news", lambda ch, m, p, b: (received.append((p.headers["x-stream-offset"], b)),
+                                                   ch.basic_ack(m.delivery_tag)),
+                      arguments={"x-stream-offset": "next"})
     connection.process_data_events(time_limit=0.2)
     publish(pub, "news", [b"new"])
     deadline = time.monotonic() + 5
@@ -91,16 +86,14 @@ def test_offset_end_reads_a_range_then_cancels(channel):
     assert time.monotonic() - started < 2
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
-        dict(queue_arguments={"x-queue-type": "stream"}, durable=False),
-        dict(queue_arguments={"x-queue-type": "stream", "x-max-age": "7 days"}),
-    ],
-)
+@pytest.mark.parametrize("bad", [
+    dict(queue_arguments={"x-queue-type": "stream"}, durable=False),
+    dict(queue_arguments={"x-queue-type": "stream", "x-max-age": "7 days"}),
+])
 def test_invalid_stream_declarations_are_406(channel, bad):
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        channel.queue_declare("bad", durable=bad.get("durable", True), arguments=bad["queue_arguments"])
+        channel.queue_declare("bad", durable=bad.get("durable", True),
+                              arguments=bad["queue_arguments"])
     assert info.value.reply_code == 406
 
 
@@ -118,11 +111,8 @@ def test_stream_consumers_need_manual_ack_and_prefetch(connection):
 
 
 def test_retention_drops_whole_old_segments(channel):
-    channel.queue_declare(
-        "short",
-        durable=True,
-        arguments={**STREAM, "x-max-length-bytes": 3000, "x-stream-max-segment-size-bytes": 1000},
-    )
+    channel.queue_declare("short", durable=True, arguments={
+        **STREAM, "x-max-length-bytes": 3000, "x-stream-max-segment-size-bytes": 1000})
     publish(channel, "short", [b"x" * 100 for _ in range(100)])  # 10000 bytes, 10 segments
     count = channel.queue_declare("short", passive=True).method.message_count
     assert 30 <= count <= 40
@@ -146,15 +136,10 @@ def test_stream_survives_restart_and_info_api(tmp_path):
         assert [o for o, _ in got] == list(range(15_000))
         assert got[-1][1] == b"14999"
         replies = []
-        ch.basic_consume(
-            "amq.rabbitmq.reply-to", lambda c, m, p, b: replies.append(json.loads(b)), auto_ack=True
-        )
-        ch.basic_publish(
-            "amq.leveret.api",
-            "stream.info",
-            json.dumps({"stream": "log"}),
-            pika.BasicProperties(reply_to="amq.rabbitmq.reply-to"),
-        )
+        ch.basic_consume("amq.rabbitmq.reply-to", lambda c, m, p, b: replies.append(json.loads(b)),
+                         auto_ack=True)
+        ch.basic_publish("amq.leveret.api", "stream.info", json.dumps({"stream": "log"}),
+                         pika.BasicProperties(reply_to="amq.rabbitmq.reply-to"))
         while not replies:
             conn.process_data_events(time_limit=0.1)
         assert replies[0] == {"ok": True, "first": 0, "next": 15_000, "messages": 15_000}

@@ -29,9 +29,8 @@ def ca() -> trustme.CA:
 def files(ca, tmp_path) -> dict[str, str]:
     """PEM files: the CA, the server's chain and key, a client's chain-and-key."""
     server = ca.issue_cert("localhost", "127.0.0.1")
-    client = ca.issue_cert(
-        "alice@example", common_name="alice", organization_name="example", organization_unit_name="clients"
-    )
+    client = ca.issue_cert("alice@example", common_name="alice", organization_name="example",
+                           organization_unit_name="clients")
     paths = {name: str(tmp_path / f"{name}.pem") for name in ("ca", "server", "server_key", "client")}
     ca.cert_pem.write_to_path(paths["ca"])
     server.private_key_pem.write_to_path(paths["server_key"])
@@ -53,11 +52,9 @@ def client_context(files, certificate: bool = False) -> ssl.SSLContext:
 
 def connect(broker, files, certificate: bool = False, credentials=None) -> pika.BlockingConnection:
     parameters = pika.ConnectionParameters(
-        "localhost",
-        broker.broker.amqps_port,
-        ssl_options=pika.SSLOptions(client_context(files, certificate), "localhost"),
-        credentials=credentials or pika.PlainCredentials("guest", "guest"),
-    )
+        "localhost", broker.broker.amqps_port, ssl_options=pika.SSLOptions(client_context(files, certificate),
+                                                                           "localhost"),
+        credentials=credentials or pika.PlainCredentials("guest", "guest"))
     return pika.BlockingConnection(parameters)
 
 
@@ -74,25 +71,16 @@ def test_amqp_over_tls_carries_messages_and_the_plain_port_stays(files):
         assert plain.channel().queue_declare("q", passive=True).method.message_count == 0
         plain.close()
         with pytest.raises((pika.exceptions.AMQPConnectionError, ssl.SSLError)):  # TLS to the plain port
-            pika.BlockingConnection(
-                pika.ConnectionParameters(
-                    "localhost",
-                    broker.amqp_port,
-                    ssl_options=pika.SSLOptions(client_context(files), "localhost"),
-                    connection_attempts=1,
-                    socket_timeout=3,
-                )
-            )
+            pika.BlockingConnection(pika.ConnectionParameters(
+                "localhost", broker.amqp_port,
+                ssl_options=pika.SSLOptions(client_context(files), "localhost"),
+                connection_attempts=1, socket_timeout=3))
 
 
 @pytest.mark.parametrize("login_from, name", [("distinguished_name", CLIENT_DN), ("common_name", "alice")])
 def test_a_client_certificate_logs_in_with_external(files, login_from, name):
-    with BlockingBroker(
-        amqp_port=0,
-        amqps_port=0,
-        ssl_options=options(files, verify="verify_peer"),
-        ssl_cert_login_from=login_from,
-    ) as broker:
+    with BlockingBroker(amqp_port=0, amqps_port=0, ssl_options=options(files, verify="verify_peer"),
+                        ssl_cert_login_from=login_from) as broker:
         broker.broker.core.add_user(User(name))  # no password: the certificate is the credential
         broker.broker.core.set_permission(name, "/", Permission())
         connection = connect(broker, files, certificate=True, credentials=ExternalCredentials())
@@ -123,10 +111,8 @@ def test_fail_if_no_peer_cert_refuses_clients_without_one(files):
 def test_the_management_api_over_https(files):
     with BlockingBroker(amqp_port=0, https_port=0, ssl_options=options(files)) as broker:
         assert broker.http_url.startswith("https://")
-        request = urllib.request.Request(
-            f"https://localhost:{broker.broker.management.https_port}/api/whoami",
-            headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="},
-        )
+        request = urllib.request.Request(f"https://localhost:{broker.broker.management.https_port}/api/whoami",
+                                         headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})
         with urllib.request.urlopen(request, context=client_context(files), timeout=10) as response:
             assert json.loads(response.read()) == {"name": "guest", "tags": ["administrator"]}
 

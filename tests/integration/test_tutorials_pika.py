@@ -34,7 +34,8 @@ def test_work_queue_fair_dispatch(amqp_url):
     for ch in (w1, w2):
         ch.basic_qos(prefetch_count=1)
     for i in range(4):
-        producer.basic_publish("", "tasks", b"task %d" % i, pika.BasicProperties(delivery_mode=2))
+        producer.basic_publish("", "tasks", b"task %d" % i,
+                               pika.BasicProperties(delivery_mode=2))
     got1 = next(w1.consume("tasks", inactivity_timeout=5))
     got2 = next(w2.consume("tasks", inactivity_timeout=5))
     assert got1[0] is not None and got2[0] is not None
@@ -72,20 +73,17 @@ def test_routing_direct(channel):
     assert drain(channel, q_all, 3) == [b"info", b"warning", b"error"]
 
 
-@pytest.mark.parametrize(
-    "binding,matches,misses",
-    [
-        ("*.orange.*", ["quick.orange.rabbit", "a.orange.b"], ["orange", "quick.orange", "a.b.orange.c"]),
-        ("*.*.rabbit", ["quick.orange.rabbit", "lazy.pink.rabbit"], ["quick.rabbit", "a.b.c.rabbit"]),
-        ("lazy.#", ["lazy", "lazy.orange", "lazy.orange.male.rabbit"], ["quick.lazy", "lazyx"]),
-        ("#", ["", "a", "a.b.c"], []),
-        ("a.#.b", ["a.b", "a.x.b", "a.x.y.b"], ["a", "b", "a.b.c"]),
-        ("#.#", ["", "x", "x.y"], []),
-        ("*", ["x"], ["", "x.y"]),
-        ("a.*.#", ["a.b", "a.b.c"], ["a"]),
-        ("", [""], ["a"]),
-    ],
-)
+@pytest.mark.parametrize("binding,matches,misses", [
+    ("*.orange.*", ["quick.orange.rabbit", "a.orange.b"], ["orange", "quick.orange", "a.b.orange.c"]),
+    ("*.*.rabbit", ["quick.orange.rabbit", "lazy.pink.rabbit"], ["quick.rabbit", "a.b.c.rabbit"]),
+    ("lazy.#", ["lazy", "lazy.orange", "lazy.orange.male.rabbit"], ["quick.lazy", "lazyx"]),
+    ("#", ["", "a", "a.b.c"], []),
+    ("a.#.b", ["a.b", "a.x.b", "a.x.y.b"], ["a", "b", "a.b.c"]),
+    ("#.#", ["", "x", "x.y"], []),
+    ("*", ["x"], ["", "x.y"]),
+    ("a.*.#", ["a.b", "a.b.c"], ["a"]),
+    ("", [""], ["a"]),
+])
 def test_topic_matching(channel, binding, matches, misses):
     channel.exchange_declare("topic_logs", "topic")
     q = channel.queue_declare("", exclusive=True).method.queue
@@ -106,17 +104,12 @@ def test_rpc_with_callback_queue(amqp_url):
     client = client_conn.channel()
     callback_queue = client.queue_declare("", exclusive=True).method.queue
     corr = str(uuid.uuid4())
-    client.basic_publish(
-        "", "rpc_queue", b"30", pika.BasicProperties(reply_to=callback_queue, correlation_id=corr)
-    )
+    client.basic_publish("", "rpc_queue", b"30",
+                         pika.BasicProperties(reply_to=callback_queue, correlation_id=corr))
 
     method, props, body = next(server.consume("rpc_queue", inactivity_timeout=5))
-    server.basic_publish(
-        "",
-        props.reply_to,
-        str(int(body) * 2).encode(),
-        pika.BasicProperties(correlation_id=props.correlation_id),
-    )
+    server.basic_publish("", props.reply_to, str(int(body) * 2).encode(),
+                         pika.BasicProperties(correlation_id=props.correlation_id))
     server.basic_ack(method.delivery_tag)
 
     method, props, body = next(client.consume(callback_queue, inactivity_timeout=5))
@@ -133,10 +126,10 @@ def test_rpc_with_direct_reply_to(amqp_url):
     client_conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
     client = client_conn.channel()
     replies = []
-    client.basic_consume("amq.rabbitmq.reply-to", lambda ch, m, p, b: replies.append((p, b)), auto_ack=True)
-    client.basic_publish(
-        "", "rpc_direct", b"ping", pika.BasicProperties(reply_to="amq.rabbitmq.reply-to", correlation_id="c1")
-    )
+    client.basic_consume("amq.rabbitmq.reply-to", lambda ch, m, p, b: replies.append((p, b)),
+                         auto_ack=True)
+    client.basic_publish("", "rpc_direct", b"ping",
+                         pika.BasicProperties(reply_to="amq.rabbitmq.reply-to", correlation_id="c1"))
     method, props, _body = next(server.consume("rpc_direct", inactivity_timeout=5))
     assert props.reply_to.startswith("amq.rabbitmq.reply-to.")
     server.basic_publish("", props.reply_to, b"pong", pika.BasicProperties(correlation_id="c1"))

@@ -33,9 +33,8 @@ def test_stomp_py_over_websocket_with_the_v12_subprotocol(broker):
         def on_message(self, frame):
             received.append(frame)
 
-    conn = stomp.WSStompConnection(
-        [("127.0.0.1", port)], ws_path="/ws", header=["Sec-WebSocket-Protocol: v12.stomp"]
-    )
+    conn = stomp.WSStompConnection([("127.0.0.1", port)], ws_path="/ws",
+                                   header=["Sec-WebSocket-Protocol: v12.stomp"])
     conn.set_listener("", Listener())
     conn.connect("guest", "guest", wait=True)
     conn.subscribe("/queue/over-ws", "1", ack="client-individual")
@@ -50,22 +49,15 @@ def test_stomp_py_over_websocket_with_the_v12_subprotocol(broker):
     conn.disconnect()
 
 
-@pytest.mark.skipif(
-    shutil.which("node") is None or not (JS / "node_modules" / "@stomp").exists(),
-    reason="node or tests/js/node_modules (npm ci --prefix tests/js) is missing",
-)
+@pytest.mark.skipif(shutil.which("node") is None or not (JS / "node_modules" / "@stomp").exists(),
+                    reason="node or tests/js/node_modules (npm ci --prefix tests/js) is missing")
 def test_stompjs_in_node_exchanges_messages_with_amqp(broker):
     with pika.BlockingConnection(pika.URLParameters(broker.amqp_url)) as connection:
         channel = connection.channel()
         channel.queue_declare("js", durable=True)
         channel.basic_publish("", "js", b"from amqp", pika.BasicProperties(headers={"n": 1}))
-    result = subprocess.run(
-        ["node", str(JS / "stomp_roundtrip.mjs"), broker.web_stomp_url, "js"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=JS,
-    )
+    result = subprocess.run(["node", str(JS / "stomp_roundtrip.mjs"), broker.web_stomp_url, "js"],
+                            capture_output=True, text=True, timeout=60, cwd=JS)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["version"] == "1.2"

@@ -29,18 +29,15 @@ def spark() -> Iterator:
 
     from leveret.spark import register
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("leveret-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stopTimeout", "10s")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
+    session = (SparkSession.builder.master("local[2]").appName("leveret-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.default.parallelism", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.streaming.stopTimeout", "10s")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1")
+               .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     yield session

@@ -35,19 +35,16 @@ def main() -> None:
     # local[2,4]: failed tasks are retried, as on a cluster. Two queries starting at
     # once in one JVM now and then fail a task deserialising it (OptionalDataException);
     # the retry reads the same offsets / lease range, and the sink's ids make it idempotent.
-    spark = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("leveret-crash")
-        .config("spark.driver.memory", "512m")
-        # a short-lived JVM: the C1 compiler alone halves the start-up time
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
+    spark = (SparkSession.builder.master("local[2,4]").appName("leveret-crash")
+             .config("spark.driver.memory", "512m")
+             # a short-lived JVM: the C1 compiler alone halves the start-up time
+             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.driver.host", "127.0.0.1")
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     _say("session ready")
@@ -60,31 +57,20 @@ def main() -> None:
     queries = []
     for spec in sys.argv[3:]:
         kind, source, target = spec.split(":")
-        reader = spark.readStream.format("leveret").option("url", url).option("partitionSize", 100)
+        reader = (spark.readStream.format("leveret").option("url", url)
+                  .option("partitionSize", 100))
         if kind == "stream":
-            reader = (
-                reader.option("stream", source)
-                .option("startingOffset", "first")
-                .option("maxOffsetsPerTrigger", 200)
-            )
+            reader = (reader.option("stream", source).option("startingOffset", "first")
+                      .option("maxOffsetsPerTrigger", 200))
         else:
-            reader = (
-                reader.option("queue", source)
-                .option("group", "crash")
-                .option("maxMessagesPerTrigger", 200)
-                .option("leaseTtlMs", 3000)
-            )
+            reader = (reader.option("queue", source).option("group", "crash")
+                      .option("maxMessagesPerTrigger", 200).option("leaseTtlMs", 3000))
         queries.append(
-            reader.load()
-            .select(slow("body").alias("body"))
-            .writeStream.format("leveret")
-            .option("url", url)
-            .option("routingKey", target)
+            reader.load().select(slow("body").alias("body"))
+            .writeStream.format("leveret").option("url", url).option("routingKey", target)
             .option("confirmWindow", 20)  # publish as rows come, not all at the end
             .option("checkpointLocation", os.path.join(checkpoints, f"{kind}-{source}"))
-            .trigger(availableNow=True)
-            .start()
-        )
+            .trigger(availableNow=True).start())
     _say("queries started")
     for query in queries:
         query.awaitTermination()

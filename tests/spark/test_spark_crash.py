@@ -30,13 +30,9 @@ def _start(url: str, checkpoints: Path, log: Path) -> subprocess.Popen:
     with log.open("ab") as out:
         # a session (process group) of its own: the kill takes the JVM and the Python
         # workers with it, as when a machine dies
-        return subprocess.Popen(
-            [sys.executable, str(JOB), url, str(checkpoints), *QUERIES],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+        return subprocess.Popen([sys.executable, str(JOB), url, str(checkpoints), *QUERIES],
+                                stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
 
 
 def _count(client: Client, queue: str) -> int:
@@ -52,7 +48,8 @@ def _finish(proc: subprocess.Popen, log: Path) -> int:
         pytest.fail(f"the restarted job did not finish: {log.read_text()[-3000:]}")
 
 
-def test_sigkill_mid_batch_then_restart_stream_exactly_once_queue_at_least_once(leveret_broker, tmp_path):
+def test_sigkill_mid_batch_then_restart_stream_exactly_once_queue_at_least_once(
+        leveret_broker, tmp_path):
     url = leveret_broker.amqp_url
     conn = pika.BlockingConnection(pika.URLParameters(url))
     channel = conn.channel()
@@ -74,9 +71,8 @@ def test_sigkill_mid_batch_then_restart_stream_exactly_once_queue_at_least_once(
         while min(_count(client, "copy"), _count(client, "done")) < 250:
             if proc.poll() is not None or time.monotonic() > deadline:
                 os.killpg(proc.pid, signal.SIGKILL)
-                pytest.fail(
-                    f"the job exited {proc.returncode} or wrote too little: {log.read_text()[-3000:]}"
-                )
+                pytest.fail(f"the job exited {proc.returncode} or wrote too little: "
+                            f"{log.read_text()[-3000:]}")
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)

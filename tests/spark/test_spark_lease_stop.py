@@ -24,18 +24,9 @@ def _held(url: str, queue: str, group: str) -> int:
 
 
 def _reader(url: str, queue: str) -> LeveretStreamReader:
-    return LeveretStreamReader(
-        _ReadConfig.from_options(
-            {
-                "url": url,
-                "queue": queue,
-                "group": "etl",
-                "leaseTtlMs": "600000",
-                "maxMessagesPerTrigger": "10",
-            },
-            streaming=True,
-        )
-    )
+    return LeveretStreamReader(_ReadConfig.from_options(
+        {"url": url, "queue": queue, "group": "etl", "leaseTtlMs": "600000",
+         "maxMessagesPerTrigger": "10"}, streaming=True))
 
 
 def test_stop_releases_what_spark_did_not_commit(leveret_broker, channel):
@@ -62,13 +53,13 @@ def test_stop_releases_what_spark_did_not_commit(leveret_broker, channel):
     assert _ready(channel, "jobs") == 15
     assert (_held(url, "jobs", "etl"), _held(url, "jobs", "other")) == (0, 5)
     got = [channel.basic_get("jobs", auto_ack=True) for _ in range(15)]
-    assert sorted(body for method, _, body in got if method.redelivered) == sorted(
-        f"m{i}".encode() for i in range(15, 25)
-    )
+    assert sorted(body for method, _, body in got if method.redelivered) == \
+        sorted(f"m{i}".encode() for i in range(15, 25))
     reader.stop()  # again: nothing left to release
 
 
-def test_leases_taken_before_the_query_are_neither_acked_nor_released(leveret_broker, channel):
+def test_leases_taken_before_the_query_are_neither_acked_nor_released(leveret_broker,
+                                                                        channel):
     url = leveret_broker.amqp_url
     channel.queue_declare("jobs", durable=True)
     for i in range(30):
@@ -89,7 +80,8 @@ def test_leases_taken_before_the_query_are_neither_acked_nor_released(leveret_br
     assert end == {"seq": 34, "first": 4} and _held(url, "jobs", "etl") == 13
 
 
-def test_query_stop_returns_an_unfinished_batch_to_the_queue(spark, leveret_broker, channel, tmp_path):
+def test_query_stop_returns_an_unfinished_batch_to_the_queue(spark, leveret_broker, channel,
+                                                             tmp_path):
     from pyspark.sql import functions as F
 
     url = leveret_broker.amqp_url
@@ -97,25 +89,16 @@ def test_query_stop_returns_an_unfinished_batch_to_the_queue(spark, leveret_brok
     for i in range(30):
         channel.basic_publish("", "slow.jobs", f"m{i}".encode())
     slow = F.udf(lambda body: time.sleep(30) or len(body), "int")  # a batch that never ends
-    query = (
-        spark.readStream.format("leveret")
-        .option("url", url)
-        .option("queue", "slow.jobs")
-        .option("group", "g")
-        .option("leaseTtlMs", 600_000)
-        .option("maxMessagesPerTrigger", 10)
-        .load()
-        .select(slow("body").alias("n"))
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .start()
-    )
+    query = (spark.readStream.format("leveret").option("url", url).option("queue", "slow.jobs")
+             .option("group", "g").option("leaseTtlMs", 600_000)
+             .option("maxMessagesPerTrigger", 10).load()
+             .select(slow("body").alias("n")).writeStream.format("noop")
+             .option("checkpointLocation", str(tmp_path / "ck")).start())
     try:  # stop it while its first batch runs (leased, planned, never committed)
         tracker = spark.sparkContext.statusTracker()
         deadline = time.monotonic() + 60
-        while (
-            _held(url, "slow.jobs", "g") < 10 or not tracker.getActiveStageIds()
-        ) and time.monotonic() < deadline:
+        while (_held(url, "slow.jobs", "g") < 10 or not tracker.getActiveStageIds()) \
+                and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1)
         assert _ready(channel, "slow.jobs") == 20
@@ -136,7 +119,6 @@ def test_two_readers_in_one_group_are_refused(leveret_broker, channel):
     a, b = _reader(url, "shared"), _reader(url, "shared")
     first = a.latestOffset(a.initialOffset(), None)
     b.latestOffset(b.initialOffset(), None)  # b leases seqs 11..20 in the same group
-    with pytest.raises(
-        AMQPError, match="option group: another reader leases queue 'shared' as group 'etl' too"
-    ):
+    with pytest.raises(AMQPError, match="option group: another reader leases queue "
+                                        "'shared' as group 'etl' too"):
         a.latestOffset(first, None)

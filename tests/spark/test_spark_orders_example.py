@@ -23,9 +23,11 @@ def _example():
     return module
 
 
-def test_orders_pipeline_enriches_retries_dead_letters_reports_and_replays(spark, leveret_broker, tmp_path):
+def test_orders_pipeline_enriches_retries_dead_letters_reports_and_replays(
+        spark, leveret_broker, tmp_path):
     example = _example()
-    summary = example.run(spark, leveret_broker.amqp_url, orders=40, out=str(tmp_path), verbose=False)
+    summary = example.run(spark, leveret_broker.amqp_url, orders=40, out=str(tmp_path),
+                          verbose=False)
     invalid = sum(1 for i in range(40) if example.order(i)["quantity"] <= 0)
     assert invalid == 4
     assert (summary.published, summary.enriched) == (40, 40)

@@ -20,35 +20,23 @@ def test_a_poison_row_ends_in_the_dlq_after_max_redeliveries(spark, leveret_brok
     url = leveret_broker.amqp_url
     conn = pika.BlockingConnection(pika.URLParameters(url))
     channel = conn.channel()
-    channel.queue_declare(
-        "tasks", durable=True, arguments={"x-max-redeliveries": 1, "x-dead-letter-strategy": "individual"}
-    )
+    channel.queue_declare("tasks", durable=True, arguments={
+        "x-max-redeliveries": 1, "x-dead-letter-strategy": "individual"})
     channel.queue_declare("results", durable=True)
     for body in ("good-0", "poison", "good-1"):
-        channel.basic_publish(
-            "", "tasks", body.encode(), pika.BasicProperties(delivery_mode=2, message_id=body)
-        )
+        channel.basic_publish("", "tasks", body.encode(),
+                              pika.BasicProperties(delivery_mode=2, message_id=body))
 
     def run() -> Exception | None:
-        query = (
-            spark.readStream.format("leveret")
-            .option("url", url)
-            .option("queue", "tasks")
-            .option("group", "worker")
-            .option("maxMessagesPerTrigger", 1)
-            .option("leaseTtlMs", 2000)
-            .load()
-            .selectExpr(
-                "CASE WHEN body = CAST('poison' AS BINARY) "
-                "THEN raise_error('cannot process this row') ELSE body END AS body"
-            )
-            .writeStream.format("leveret")
-            .option("url", url)
-            .option("routingKey", "results")
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = (spark.readStream.format("leveret").option("url", url).option("queue", "tasks")
+                 .option("group", "worker").option("maxMessagesPerTrigger", 1)
+                 .option("leaseTtlMs", 2000).load()
+                 .selectExpr("CASE WHEN body = CAST('poison' AS BINARY) "
+                             "THEN raise_error('cannot process this row') ELSE body END AS body")
+                 .writeStream.format("leveret").option("url", url)
+                 .option("routingKey", "results")
+                 .option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
         try:
             query.awaitTermination(60)
         except Exception as exc:  # the query failed on the poison row
@@ -78,7 +66,8 @@ def test_a_poison_row_ends_in_the_dlq_after_max_redeliveries(spark, leveret_brok
         assert client.rpc("lease.info", {"queue": "tasks", "group": "worker"})["held"] == 0
 
     assert sorted(body for _, _, body in drain(channel, "results")) == [b"good-0", b"good-1"]
-    dead = spark.read.format("leveret").option("url", url).option("queue", "DLQ.tasks").load().collect()
+    dead = (spark.read.format("leveret").option("url", url).option("queue", "DLQ.tasks")
+            .load().collect())
     assert [(r.body, r.message_id) for r in dead] == [(b"poison", "poison")]
     assert (dead[0].deaths[0].reason, dead[0].deaths[0].queue) == ("delivery_limit", "tasks")
     conn.close()

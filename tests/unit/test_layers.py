@@ -26,8 +26,7 @@ def _module_name(path: Path) -> str:
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def _imports(path: Path, modules: set[str]) -> set[str]:
@@ -47,7 +46,7 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
             elif isinstance(child, ast.ImportFrom):
                 if child.level:
                     base = package.split(".")
-                    base = base[: len(base) - child.level + 1]
+                    base = base[:len(base) - child.level + 1]
                     target = ".".join(base + ([child.module] if child.module else []))
                 else:
                     target = child.module or ""
@@ -113,41 +112,17 @@ def test_the_cycle_check_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-@pytest.mark.parametrize(
-    "layer,forbidden",
-    [
-        (
-            "leveret.amqp",
-            (
-                "leveret.core",
-                "leveret.protocol",
-                "leveret.server",
-                "leveret.store",
-                "leveret.spark",
-                "leveret.tools",
-                "leveret.management",
-            ),
-        ),
-        (
-            "leveret.core",
-            (
-                "leveret.protocol",
-                "leveret.server",
-                "leveret.amqp",
-                "leveret.spark",
-                "leveret.tools",
-                "leveret.management",
-                "leveret.cli",
-            ),
-        ),
-        ("leveret.protocol", ("leveret.server", "leveret.spark", "leveret.tools", "leveret.cli")),
-        ("leveret.store", ("leveret.core", "leveret.protocol", "leveret.server")),
-    ],
-)
+@pytest.mark.parametrize("layer,forbidden", [
+    ("leveret.amqp", ("leveret.core", "leveret.protocol", "leveret.server", "leveret.store",
+                      "leveret.spark", "leveret.tools", "leveret.management")),
+    ("leveret.core", ("leveret.protocol", "leveret.server", "leveret.amqp", "leveret.spark",
+                      "leveret.tools", "leveret.management", "leveret.cli")),
+    ("leveret.protocol", ("leveret.server", "leveret.spark", "leveret.tools", "leveret.cli")),
+    ("leveret.store", ("leveret.core", "leveret.protocol", "leveret.server")),
+])
 def test_dependencies_point_down(graph, layer, forbidden):
-    bad = sorted(
-        (m, d) for m, deps in graph.items() if m.startswith(layer) for d in deps if d.startswith(forbidden)
-    )
+    bad = sorted((m, d) for m, deps in graph.items() if m.startswith(layer)
+                 for d in deps if d.startswith(forbidden))
     assert not bad, f"{layer} imports a layer above it: {bad}"
 
 
@@ -164,22 +139,13 @@ def test_import_leveret_is_light():
 
 def test_core_loads_no_event_loop_or_protocol():
     loaded = _loaded_by("import leveret.core, leveret.core.publish")
-    assert not {
-        m
-        for m in loaded
-        if m.startswith(("leveret.server", "leveret.protocol", "leveret.amqp", "aiohttp", "uvloop"))
-    }
+    assert not {m for m in loaded if m.startswith(("leveret.server", "leveret.protocol",
+                                                   "leveret.amqp", "aiohttp", "uvloop"))}
     assert "asyncio" not in loaded
 
 
 def test_amqp_codec_is_a_leaf():
     loaded = _loaded_by("import leveret.amqp.frames, leveret.amqp.properties, leveret.amqp.field_table")
     assert {m for m in loaded if m.startswith("leveret")} <= {
-        "leveret",
-        "leveret.version",
-        "leveret.amqp",
-        "leveret.amqp.errors",
-        "leveret.amqp.frames",
-        "leveret.amqp.properties",
-        "leveret.amqp.field_table",
-    }
+        "leveret", "leveret.version", "leveret.amqp", "leveret.amqp.errors", "leveret.amqp.frames",
+        "leveret.amqp.properties", "leveret.amqp.field_table"}

@@ -20,9 +20,8 @@ def payload(method, channel: int = 1) -> bytes:
 @settings(max_examples=200, deadline=None)
 @given(exchange=exchange_name, routing_key=short, mandatory=st.booleans(), immediate=st.booleans())
 def test_publish_decodes_like_pamqp(exchange, routing_key, mandatory, immediate):
-    method = commands.Basic.Publish(
-        exchange=exchange, routing_key=routing_key, mandatory=mandatory, immediate=immediate
-    )
+    method = commands.Basic.Publish(exchange=exchange, routing_key=routing_key,
+                                    mandatory=mandatory, immediate=immediate)
     decoded = decode_method(payload(method))
     assert isinstance(decoded, commands.Basic.Publish) and dict(decoded) == dict(method)
 
@@ -37,39 +36,28 @@ def test_ack_decodes_like_pamqp(tag, multiple):
 @settings(max_examples=100, deadline=None)
 @given(tag=st.integers(0, 2**63 - 1), multiple=st.booleans(), requeue=st.booleans())
 def test_nack_and_reject_decode_like_pamqp(tag, multiple, requeue):
-    for method in (
-        commands.Basic.Nack(delivery_tag=tag, multiple=multiple, requeue=requeue),
-        commands.Basic.Reject(delivery_tag=tag, requeue=requeue),
-    ):
+    for method in (commands.Basic.Nack(delivery_tag=tag, multiple=multiple, requeue=requeue),
+                   commands.Basic.Reject(delivery_tag=tag, requeue=requeue)):
         decoded = decode_method(payload(method))
         assert type(decoded) is type(method) and dict(decoded) == dict(method)
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    channel=st.integers(1, 65535),
-    consumer_tag=short,
-    tag=st.integers(1, 2**63 - 1),
-    redelivered=st.booleans(),
-    exchange=exchange_name,
-    routing_key=short,
-)
+@given(channel=st.integers(1, 65535), consumer_tag=short, tag=st.integers(1, 2**63 - 1),
+       redelivered=st.booleans(), exchange=exchange_name, routing_key=short)
 def test_deliver_encodes_like_pamqp(channel, consumer_tag, tag, redelivered, exchange, routing_key):
-    expected = frame.marshal(
-        commands.Basic.Deliver(consumer_tag, tag, redelivered, exchange, routing_key), channel
-    )
-    assert encode_deliver(channel, consumer_tag.encode(), tag, redelivered, exchange, routing_key) == expected
+    expected = frame.marshal(commands.Basic.Deliver(consumer_tag, tag, redelivered, exchange,
+                                                    routing_key), channel)
+    assert encode_deliver(channel, consumer_tag.encode(), tag, redelivered, exchange,
+                          routing_key) == expected
 
 
-@pytest.mark.parametrize(
-    "raw",
-    [
-        payload(commands.Basic.Publish(exchange="ex"))[:-3],  # truncated
-        payload(commands.Basic.Publish(exchange="ex")) + b"\x00",  # trailing byte
-        payload(commands.Basic.Publish(exchange="ex")).replace(b"ex", b"\xff\xfe"),  # not UTF-8
-        payload(commands.Basic.Ack(delivery_tag=1))[:-2],
-    ],
-)
+@pytest.mark.parametrize("raw", [
+    payload(commands.Basic.Publish(exchange="ex"))[:-3],          # truncated
+    payload(commands.Basic.Publish(exchange="ex")) + b"\x00",     # trailing byte
+    payload(commands.Basic.Publish(exchange="ex")).replace(b"ex", b"\xff\xfe"),  # not UTF-8
+    payload(commands.Basic.Ack(delivery_tag=1))[:-2],
+])
 def test_malformed_fast_path_methods_are_502(raw):
     with pytest.raises(ConnectionError) as info:
         decode_method(raw)

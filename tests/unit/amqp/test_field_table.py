@@ -65,26 +65,23 @@ def test_each_field_type_encodes_to_its_exact_bytes(typed, wire):
     assert list(decoded) == ["k"] and decoded["k"][0] == typed[0]
 
 
-@pytest.mark.parametrize(
-    "typed,plain",
-    [
-        (("t", True), True),
-        (("b", -1), -1),
-        (("s", 200), 200),
-        (("u", 40000), 40000),
-        (("I", 70000), 70000),
-        (("i", 2**31), 2**31),
-        (("l", 2**40), 2**40),
-        (("f", 1.5), 1.5),  # pamqp writes every float as f
-        (("S", b"text"), "text"),
-        (("x", b"\x00\x01"), bytearray(b"\x00\x01")),
-        (("V", None), None),
-        (("D", b"\x02\x00\x00\x00\x7b"), decimal.Decimal("1.23")),
-        (("T", 1704067200), datetime.datetime(2024, 1, 1)),
-        (("F", {"a": ("b", 1), "b": ("S", b"x")}), {"a": 1, "b": "x"}),
-        (("A", [("b", 1), ("S", b"a"), ("t", False)]), [1, "a", False]),
-    ],
-)
+@pytest.mark.parametrize("typed,plain", [
+    (("t", True), True),
+    (("b", -1), -1),
+    (("s", 200), 200),
+    (("u", 40000), 40000),
+    (("I", 70000), 70000),
+    (("i", 2**31), 2**31),
+    (("l", 2**40), 2**40),
+    (("f", 1.5), 1.5),  # pamqp writes every float as f
+    (("S", b"text"), "text"),
+    (("x", b"\x00\x01"), bytearray(b"\x00\x01")),
+    (("V", None), None),
+    (("D", b"\x02\x00\x00\x00\x7b"), decimal.Decimal("1.23")),
+    (("T", 1704067200), datetime.datetime(2024, 1, 1)),
+    (("F", {"a": ("b", 1), "b": ("S", b"x")}), {"a": 1, "b": "x"}),
+    (("A", [("b", 1), ("S", b"a"), ("t", False)]), [1, "a", False]),
+])
 def test_bytes_match_pamqps_encoder_where_it_picks_the_same_type(typed, plain):
     assert field_table.encode_table({"k": typed}) == pamqp_encode.field_table({"k": plain})
 
@@ -167,27 +164,24 @@ def test_encode_of_decode_is_the_same_bytes(table):
 
 
 # -- malformed tables ----------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "data,message",
-    [
-        (b"", "malformed"),
-        (b"\x00\x00", "malformed"),
-        (table_bytes(b"\x01kZ"), "unknown field type 'Z'"),
-        (table_bytes(b"\x01kb"), "malformed"),  # value missing
-        (table_bytes(b"\x01kI\x00\x00"), "malformed"),  # value cut short
-        (table_bytes(b"\x01k"), "malformed"),  # no type
-        (table_bytes(b"\x05k"), "malformed"),  # key cut short
-        (table_bytes(b"\x01\xffb\x01"), "malformed"),  # key not UTF-8
-        (table_bytes(b"\x01kS\x00\x00\x00\x09abc"), "malformed"),  # string past the end
-        (table_bytes(b"\x01kx\xff\xff\xff\xffabc"), "malformed"),
-        (b"\x00\x00\x00\x08\x01kD\x02", "malformed"),  # decimal cut short by the data's end
-        (table_bytes(b"\x01kD\x02\x00") + b"\x00" * 3, "length mismatch"),  # past the table's end
-        (b"\x00\x00\x00\x03\x01kb\x01", "length mismatch"),  # the value runs past the table
-        (b"\x00\x00\x00\x09\x01kb\x01", "malformed"),  # the table runs past the data
-        (table_bytes(b"\x01kA\x00\x00\x00\x01b\x01"), "field array length mismatch"),
-        (table_bytes(b"\x01kF\x00\x00\x00\x01\x01ab\x01"), "length mismatch"),
-    ],
-)
+@pytest.mark.parametrize("data,message", [
+    (b"", "malformed"),
+    (b"\x00\x00", "malformed"),
+    (table_bytes(b"\x01kZ"), "unknown field type 'Z'"),
+    (table_bytes(b"\x01kb"), "malformed"),  # value missing
+    (table_bytes(b"\x01kI\x00\x00"), "malformed"),  # value cut short
+    (table_bytes(b"\x01k"), "malformed"),  # no type
+    (table_bytes(b"\x05k"), "malformed"),  # key cut short
+    (table_bytes(b"\x01\xffb\x01"), "malformed"),  # key not UTF-8
+    (table_bytes(b"\x01kS\x00\x00\x00\x09abc"), "malformed"),  # string past the end
+    (table_bytes(b"\x01kx\xff\xff\xff\xffabc"), "malformed"),
+    (b"\x00\x00\x00\x08\x01kD\x02", "malformed"),  # decimal cut short by the data's end
+    (table_bytes(b"\x01kD\x02\x00") + b"\x00" * 3, "length mismatch"),  # past the table's end
+    (b"\x00\x00\x00\x03\x01kb\x01", "length mismatch"),  # the value runs past the table
+    (b"\x00\x00\x00\x09\x01kb\x01", "malformed"),  # the table runs past the data
+    (table_bytes(b"\x01kA\x00\x00\x00\x01b\x01"), "field array length mismatch"),
+    (table_bytes(b"\x01kF\x00\x00\x00\x01\x01ab\x01"), "length mismatch"),
+])
 def test_malformed_table_raises_value_error(data, message):
     with pytest.raises(ValueError, match=message):
         field_table.decode_table(data)
@@ -245,32 +239,20 @@ def parse(header: bytes) -> pamqp_header.ContentHeader:
 
 
 ALL_BUT_HEADERS = dict(
-    content_type="text/plain",
-    content_encoding="gzip",
-    delivery_mode=2,
-    priority=3,
-    correlation_id="corr",
-    reply_to="replies",
-    expiration="60000",
-    message_id="m-1",
-    timestamp=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC),
-    message_type="t",
-    user_id="guest",
-    app_id="app",
-)
+    content_type="text/plain", content_encoding="gzip", delivery_mode=2, priority=3,
+    correlation_id="corr", reply_to="replies", expiration="60000", message_id="m-1",
+    timestamp=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC), message_type="t",
+    user_id="guest", app_id="app")
 
 
-@pytest.mark.parametrize(
-    "properties",
-    [
-        Properties(),
-        Properties(delivery_mode=2),
-        Properties(content_type="application/json"),
-        Properties(content_encoding="utf-8"),
-        Properties(content_type="a" * 255, content_encoding="b" * 200, message_id="id"),
-        Properties(**ALL_BUT_HEADERS),
-    ],
-)
+@pytest.mark.parametrize("properties", [
+    Properties(),
+    Properties(delivery_mode=2),
+    Properties(content_type="application/json"),
+    Properties(content_encoding="utf-8"),
+    Properties(content_type="a" * 255, content_encoding="b" * 200, message_id="id"),
+    Properties(**ALL_BUT_HEADERS),
+])
 def test_headers_offset_is_none_without_headers_and_with_headers_the_table_start(properties):
     header = content_header(properties)
     assert field_table.headers_offset(header) is None
@@ -281,11 +263,8 @@ def test_headers_offset_is_none_without_headers_and_with_headers_the_table_start
 
 
 def _props(properties: Properties) -> dict:
-    return {
-        name: getattr(properties, name)
-        for name in properties.attributes()
-        if getattr(properties, name) is not None
-    }
+    return {name: getattr(properties, name) for name in properties.attributes()
+            if getattr(properties, name) is not None}
 
 
 def test_headers_offset_is_none_with_property_flag_continuation():
@@ -297,7 +276,8 @@ def test_headers_offset_is_none_with_property_flag_continuation():
 @pytest.mark.parametrize("properties", [Properties(), Properties(**ALL_BUT_HEADERS)])
 def test_with_headers_puts_a_table_where_none_was_and_keeps_every_other_property(properties):
     header = content_header(properties, body_size=1234)
-    table = {"x-death": ("A", [("F", {"count": ("l", 1), "reason": ("S", b"expired")})]), "b-first": ("I", 7)}
+    table = {"x-death": ("A", [("F", {"count": ("l", 1), "reason": ("S", b"expired")})]),
+             "b-first": ("I", 7)}
     rewritten = field_table.with_headers(header, table)
     parsed = parse(rewritten)
     assert parsed.body_size == 1234
@@ -309,16 +289,10 @@ def test_with_headers_puts_a_table_where_none_was_and_keeps_every_other_property
     assert list(field_table.decode_table(rewritten, offset)[0]) == ["x-death", "b-first"]  # our order
 
 
-@pytest.mark.parametrize(
-    "properties",
-    [
-        Properties(),
-        Properties(**ALL_BUT_HEADERS),
-        Properties(headers={}),
-        Properties(headers={"a": "text", "n": 300}),
-        Properties(**ALL_BUT_HEADERS, headers={"z": [1, 2]}),
-    ],
-)
+@pytest.mark.parametrize("properties", [
+    Properties(), Properties(**ALL_BUT_HEADERS), Properties(headers={}),
+    Properties(headers={"a": "text", "n": 300}), Properties(**ALL_BUT_HEADERS, headers={"z": [1, 2]}),
+])
 def test_add_long_header_appends_a_long_and_keeps_everything_else(properties):
     header = content_header(properties, body_size=99)
     rewritten = field_table.add_long_header(header, "x-delivery-count", 3)
@@ -327,8 +301,7 @@ def test_add_long_header_appends_a_long_and_keeps_everything_else(properties):
     before = _props(properties).get("headers") or {}
     assert parsed.properties.headers == {**before, "x-delivery-count": 3}
     assert {k: v for k, v in _props(parsed.properties).items() if k != "headers"} == {
-        k: v for k, v in _props(properties).items() if k != "headers"
-    }
+        k: v for k, v in _props(properties).items() if k != "headers"}
     table = field_table.decode_table(rewritten, field_table.headers_offset(rewritten))[0]
     assert table["x-delivery-count"] == ("l", 3)  # a long, as RabbitMQ writes counts
     assert list(table)[-1] == "x-delivery-count"
@@ -340,14 +313,11 @@ def test_add_long_header_twice_shadows_the_first_value():
     header = field_table.add_long_header(header, "x-delivery-count", 5)
     assert parse(header).properties.headers == {"x-delivery-count": 5}
     assert field_table.decode_table(header, field_table.headers_offset(header))[0] == {
-        "x-delivery-count": ("l", 5)
-    }
+        "x-delivery-count": ("l", 5)}
 
 
-@given(
-    value=st.integers(-(2**63), 2**63 - 1),
-    name=st.sampled_from(["x-delivery-count", "x-stream-offset", "x-lease-seq", "é" * 50]),
-)
+@given(value=st.integers(-(2**63), 2**63 - 1), name=st.sampled_from(
+    ["x-delivery-count", "x-stream-offset", "x-lease-seq", "é" * 50]))
 def test_add_long_header_writes_any_signed_64_bit_value(value, name):
     rewritten = field_table.add_long_header(content_header(Properties(app_id="a")), name, value)
     assert parse(rewritten).properties.headers == {name: value}

@@ -35,11 +35,8 @@ def feed_all(reader: FrameReader, pieces: list[bytes]) -> tuple[list, FrameError
 
 
 @FUZZ
-@given(
-    data=st.binary(max_size=600),
-    cuts=st.lists(st.integers(0, 600), max_size=12),
-    max_size=st.sampled_from([4096, 131072, 64]),
-)
+@given(data=st.binary(max_size=600), cuts=st.lists(st.integers(0, 600), max_size=12),
+       max_size=st.sampled_from([4096, 131072, 64]))
 def test_frame_reader_gives_frames_or_frame_error(data, cuts, max_size):
     frames, error = feed_all(FrameReader(max_size), split(data, cuts))
     whole, whole_error = feed_all(FrameReader(max_size), [data])
@@ -54,7 +51,8 @@ def test_frame_reader_gives_frames_or_frame_error(data, cuts, max_size):
 
 
 frame_types = st.sampled_from([FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT])
-valid_frames = st.lists(st.tuples(frame_types, st.integers(0, 0xFFFF), st.binary(max_size=300)), max_size=8)
+valid_frames = st.lists(st.tuples(frame_types, st.integers(0, 0xFFFF), st.binary(max_size=300)),
+                        max_size=8)
 
 
 @FUZZ
@@ -81,14 +79,11 @@ def test_valid_frames_then_garbage_keep_the_valid_frames(frames, garbage):
     assert all(t in (FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT) for t, _, _ in extra)
 
 
-@pytest.mark.parametrize(
-    "bad,what",
-    [
-        (encode_frame(FRAME_METHOD, 0, b"abcd")[:-1] + b"\x00", "end marker"),
-        (encode_frame(7, 0, b""), "unknown frame type"),
-        (struct.pack(">BHI", FRAME_BODY, 1, 1 << 30), "exceeds frame_max"),
-    ],
-)
+@pytest.mark.parametrize("bad,what", [
+    (encode_frame(FRAME_METHOD, 0, b"abcd")[:-1] + b"\x00", "end marker"),
+    (encode_frame(7, 0, b""), "unknown frame type"),
+    (struct.pack(">BHI", FRAME_BODY, 1, 1 << 30), "exceeds frame_max"),
+])
 def test_frame_reader_errors(bad, what):
     reader = FrameReader(4096)
     with pytest.raises(FrameError, match=what):

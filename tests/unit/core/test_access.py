@@ -37,14 +37,11 @@ def test_every_rabbitmq_algorithm_round_trips(algorithm):
     assert not passwords.check_password("s3cret u", made, algorithm)
 
 
-@pytest.mark.parametrize(
-    "password_hash, algorithm",
-    [
-        ("zzz", passwords.SHA256),  # not base64
-        (RABBITMQ_HASH, passwords.SHA512),  # the wrong length for the algorithm
-        (RABBITMQ_HASH, "rabbit_password_hashing_rot13"),
-    ],
-)
+@pytest.mark.parametrize("password_hash, algorithm", [
+    ("zzz", passwords.SHA256),  # not base64
+    (RABBITMQ_HASH, passwords.SHA512),  # the wrong length for the algorithm
+    (RABBITMQ_HASH, "rabbit_password_hashing_rot13"),
+])
 def test_malformed_hashes_are_refused_and_never_match(password_hash, algorithm):
     with pytest.raises(passwords.HashError):
         passwords.validate(password_hash, algorithm)
@@ -84,14 +81,10 @@ def test_expressions_are_searched_unanchored_and_empty_means_nothing():
 def test_the_default_exchange_is_checked_as_amq_default():
     checks = access(Permission(write="^amq\\.default$"))
     checks.publish("")
-    assert (
-        refused_text(checks.publish, "amq.direct")
-        == "access to exchange 'amq.direct' in vhost '/' refused for user 'bob'"
-    )
-    assert (
-        refused_text(access(Permission(write="^$")).write, "exchange", "")
-        == "access to exchange 'amq.default' in vhost '/' refused for user 'bob'"
-    )
+    assert refused_text(checks.publish, "amq.direct") == \
+        "access to exchange 'amq.direct' in vhost '/' refused for user 'bob'"
+    assert refused_text(access(Permission(write="^$")).write, "exchange", "") == \
+        "access to exchange 'amq.default' in vhost '/' refused for user 'bob'"
 
 
 def test_no_permission_refuses_everything():
@@ -113,10 +106,8 @@ def test_topic_permissions_expand_username_and_vhost():
     checks = access(Permission(), (TopicPermission("amq.topic", write="^{username}\\.{vhost}", read="^r"),))
     checks.topic("write", "amq.topic", "bob./.x")
     checks.topic("write", "other.topic", "anything")  # no topic permission there: allowed
-    assert (
-        refused_text(checks.topic, "write", "amq.topic", "alice./")
-        == "access to topic 'alice./' in exchange 'amq.topic' in vhost '/' refused for user 'bob'"
-    )
+    assert refused_text(checks.topic, "write", "amq.topic", "alice./") == \
+        "access to topic 'alice./' in exchange 'amq.topic' in vhost '/' refused for user 'bob'"
     assert "topic 'x'" in refused_text(checks.topic, "read", "amq.topic", "x")
 
 
@@ -126,7 +117,7 @@ def test_failed_logins_are_answered_later_and_later_then_forgotten():
     throttle = LoginThrottle(clock)
     delays = [throttle.failed("10.0.0.1") for _ in range(FREE + 8)]
     assert delays[:FREE] == [0.0] * FREE
-    assert delays[FREE : FREE + 3] == [BASE, 2 * BASE, 4 * BASE]
+    assert delays[FREE:FREE + 3] == [BASE, 2 * BASE, 4 * BASE]
     assert max(delays) == LIMIT
     assert throttle.failed("10.0.0.2") == 0.0  # per address
     clock.advance(61)

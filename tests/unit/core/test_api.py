@@ -38,9 +38,8 @@ def call(vhost, operation: str, body, reply_to: str | None = "replies") -> dict 
     """One request as a client publishes it: ``body`` a dict (sent as JSON) or raw
     bytes. Returns the decoded reply, or None when handle() routes none."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = Message.build(
-        api.API_EXCHANGE, operation, raw, Properties(reply_to=reply_to, correlation_id="c-1")
-    )
+    request = Message.build(api.API_EXCHANGE, operation, raw,
+                            Properties(reply_to=reply_to, correlation_id="c-1"))
     session = Session(vhost, Access(USERS, USERS.users["guest"], vhost.name), OWNER)
     reply = api.handle(session, request)
     if reply is None:
@@ -53,30 +52,20 @@ def call(vhost, operation: str, body, reply_to: str | None = "replies") -> dict 
 
 # -- good requests ----------------------------------------------------------------------
 def test_lease_operations_and_stream_info(vhost):
-    assert call(vhost, "lease.acquire", {"queue": "work", "group": "g", "max": 3, "ttl_ms": 5000}) == {
-        "ok": True,
-        "start": 1,
-        "end": 4,
-    }
-    assert call(vhost, "lease.ack", {"queue": "work", "group": "g", "seqs": [1, 7]}) == {
-        "ok": True,
-        "acked": 1,
-    }
-    assert call(vhost, "lease.release", {"queue": "work", "group": "g", "seqs": [2]}) == {
-        "ok": True,
-        "released": 1,
-    }
-    assert call(vhost, "lease.ack", {"queue": "work", "group": "g", "upto": 3, "from": 3}) == {
-        "ok": True,
-        "acked": 1,
-    }
-    assert call(vhost, "lease.info", {"queue": "work", "group": "g"}) == {"ok": True, "next": 4, "held": 0}
-    assert call(vhost, "lease.acquire", {"queue": "work", "group": "g", "max": 0}) == {
-        "ok": True,
-        "start": 4,
-        "end": 4,
-    }
-    assert call(vhost, "stream.info", {"stream": "log"}) == {"ok": True, "first": 0, "next": 0, "messages": 0}
+    assert call(vhost, "lease.acquire", {"queue": "work", "group": "g", "max": 3, "ttl_ms": 5000}) \
+        == {"ok": True, "start": 1, "end": 4}
+    assert call(vhost, "lease.ack", {"queue": "work", "group": "g", "seqs": [1, 7]}) \
+        == {"ok": True, "acked": 1}
+    assert call(vhost, "lease.release", {"queue": "work", "group": "g", "seqs": [2]}) \
+        == {"ok": True, "released": 1}
+    assert call(vhost, "lease.ack", {"queue": "work", "group": "g", "upto": 3, "from": 3}) \
+        == {"ok": True, "acked": 1}
+    assert call(vhost, "lease.info", {"queue": "work", "group": "g"}) \
+        == {"ok": True, "next": 4, "held": 0}
+    assert call(vhost, "lease.acquire", {"queue": "work", "group": "g", "max": 0}) \
+        == {"ok": True, "start": 4, "end": 4}
+    assert call(vhost, "stream.info", {"stream": "log"}) \
+        == {"ok": True, "first": 0, "next": 0, "messages": 0}
 
 
 # -- bad input: an error reply, never an exception ---------------------------------------
@@ -102,16 +91,10 @@ BAD_REQUESTS = [
     ("lease.acquire", {"queue": "work", "group": "g", "max": -1}, "'max' must be an integer from 0"),
     ("lease.acquire", {"queue": "work", "group": "g", "max": BIG}, "'max' must be an integer from 0"),
     ("lease.acquire", {"queue": "work", "group": "g", "max": 1, "ttl_ms": 0}, "'ttl_ms' must be a positive"),
-    (
-        "lease.acquire",
-        {"queue": "work", "group": "g", "max": 1, "ttl_ms": "1s"},
-        "'ttl_ms' must be a positive",
-    ),
-    (
-        "lease.acquire",
-        {"queue": "work", "group": "g", "max": 1, "ttl_ms": 10**400},
-        "'ttl_ms' must be a positive",
-    ),
+    ("lease.acquire", {"queue": "work", "group": "g", "max": 1, "ttl_ms": "1s"},
+     "'ttl_ms' must be a positive"),
+    ("lease.acquire", {"queue": "work", "group": "g", "max": 1, "ttl_ms": 10**400},
+     "'ttl_ms' must be a positive"),
     ("lease.ack", {"queue": "work", "group": "g"}, "'upto' must be an integer"),
     ("lease.ack", {"queue": "work", "group": "g", "upto": "3"}, "'upto' must be an integer"),
     ("lease.ack", {"queue": "work", "group": "g", "upto": 3, "from": "1"}, "'from' must be an integer"),
@@ -142,20 +125,12 @@ def test_bad_input_gets_an_error_reply(vhost, operation, body, error):
     assert not vhost.queues["work"].leases
 
 
-@pytest.mark.parametrize(
-    "operation,body,condition,error",
-    [
-        (
-            "lease.acquire",
-            {"queue": "nope", "group": "g", "max": 1},
-            "not_found",
-            "NOT_FOUND - no queue 'nope'",
-        ),
-        ("stream.info", {"stream": "nope"}, "not_found", "NOT_FOUND - no queue 'nope'"),
-        ("lease.info", {"queue": "private", "group": "g"}, "resource_locked", "RESOURCE_LOCKED"),
-        ("lease.acquire", {"queue": "log", "group": "g", "max": 1}, "precondition_failed", "is a stream"),
-    ],
-)
+@pytest.mark.parametrize("operation,body,condition,error", [
+    ("lease.acquire", {"queue": "nope", "group": "g", "max": 1}, "not_found", "NOT_FOUND - no queue 'nope'"),
+    ("stream.info", {"stream": "nope"}, "not_found", "NOT_FOUND - no queue 'nope'"),
+    ("lease.info", {"queue": "private", "group": "g"}, "resource_locked", "RESOURCE_LOCKED"),
+    ("lease.acquire", {"queue": "log", "group": "g", "max": 1}, "precondition_failed", "is a stream"),
+])
 def test_broker_errors_carry_their_condition(vhost, operation, body, condition, error):
     reply = call(vhost, operation, body)
     assert reply["ok"] is False and reply["condition"] == condition
@@ -176,7 +151,6 @@ def test_a_programming_error_in_an_operation_propagates(vhost, monkeypatch):
 def test_a_bug_below_the_api_propagates_even_on_a_valid_request(vhost, monkeypatch, error):
     """A valid request reaching a broken core method: ValueError included, which the
     API itself uses for bad input (APIError), so only explicit validation may answer."""
-
     def broken_ack(self, seqs):
         raise error("bug")
 

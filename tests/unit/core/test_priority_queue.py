@@ -59,9 +59,8 @@ class Broker:
             self.store.start(self.loop)
         self.vhost = self.core.vhosts["/"]
 
-    def declare(
-        self, name: str = "q", max_priority: int | None = 10, durable: bool = False, **arguments
-    ) -> ClassicQueue:
+    def declare(self, name: str = "q", max_priority: int | None = 10, durable: bool = False,
+                **arguments) -> ClassicQueue:
         args = {f"x-{k.replace('_', '-')}": v for k, v in arguments.items()}
         if max_priority is not None:
             args["x-max-priority"] = max_priority
@@ -88,20 +87,10 @@ def broker():
     handle.close()
 
 
-def publish(
-    queue: Queue,
-    body: str,
-    priority: int | None,
-    persistent: bool = False,
-    expiration: str | None = None,
-    **headers,
-) -> int:
-    properties = Properties(
-        priority=priority,
-        delivery_mode=2 if persistent else None,
-        expiration=expiration,
-        headers=headers or None,
-    )
+def publish(queue: Queue, body: str, priority: int | None, persistent: bool = False,
+            expiration: str | None = None, **headers) -> int:
+    properties = Properties(priority=priority, delivery_mode=2 if persistent else None,
+                            expiration=expiration, headers=headers or None)
     return queue.enqueue(Message.build("", queue.name, body.encode(), properties))
 
 
@@ -122,20 +111,8 @@ def test_highest_priority_first_fifo_within_one_none_is_0_above_the_maximum_is_t
     for i, priority in enumerate(PRIORITIES):
         publish(queue, f"{i}:{priority}", priority)
     # as RabbitMQ 3.10 (tests/integration/test_priority_queues.py)
-    assert drain(queue) == [
-        "3:10",
-        "4:11",
-        "5:200",
-        "8:255",
-        "9:10",
-        "2:5",
-        "7:5",
-        "6:3",
-        "11:1",
-        "0:None",
-        "1:0",
-        "10:None",
-    ]
+    assert drain(queue) == ["3:10", "4:11", "5:200", "8:255", "9:10", "2:5", "7:5", "6:3", "11:1",
+                            "0:None", "1:0", "10:None"]
 
 
 def test_max_priority_0_is_a_plain_fifo_queue_and_255_has_256_levels(broker):
@@ -147,20 +124,8 @@ def test_max_priority_0_is_a_plain_fifo_queue_and_255_has_256_levels(broker):
         publish(fifo, f"{i}", priority)
         publish(wide, f"{i}:{priority}", priority)
     assert drain(fifo) == [str(i) for i in range(len(PRIORITIES))]
-    assert drain(wide) == [
-        "8:255",
-        "5:200",
-        "4:11",
-        "3:10",
-        "9:10",
-        "2:5",
-        "7:5",
-        "6:3",
-        "11:1",
-        "0:None",
-        "1:0",
-        "10:None",
-    ]
+    assert drain(wide) == ["8:255", "5:200", "4:11", "3:10", "9:10", "2:5", "7:5", "6:3", "11:1",
+                           "0:None", "1:0", "10:None"]
 
 
 def test_seqs_follow_the_delivery_order_and_stay_below_the_store_bound():
@@ -199,14 +164,8 @@ def test_a_requeued_message_goes_back_to_its_place_within_its_priority(broker):
     out = []
     while (entry := queue.get()) is not None:
         out.append((entry.message.body.decode(), entry.redelivered))
-    assert out == [
-        ("3:5", True),
-        ("6:9", True),
-        ("2:3", True),
-        ("5:3", False),
-        ("0:1", False),
-        ("4:1", False),
-    ]
+    assert out == [("3:5", True), ("6:9", True), ("2:3", True), ("5:3", False), ("0:1", False),
+                   ("4:1", False)]
 
 
 def test_drop_head_drops_the_highest_priority_head_as_rabbitmq(broker):
@@ -274,13 +233,9 @@ def test_purge_and_browse(broker):
 
 
 def test_declaring_with_an_invalid_max_priority_is_a_406(broker):
-    for value, text in [
-        (256, "{max_value_exceeded,256}"),
-        (-1, "{value_negative,-1}"),
-        ("10", '"expected integer, got longstr"'),
-        (True, '"expected integer, got bool"'),
-        (None, '"expected integer, got void"'),
-    ]:
+    for value, text in [(256, "{max_value_exceeded,256}"), (-1, "{value_negative,-1}"),
+                        ("10", '"expected integer, got longstr"'), (True, '"expected integer, got bool"'),
+                        (None, '"expected integer, got void"')]:
         with pytest.raises(PreconditionFailed) as caught:  # AMQP 406
             broker.vhost.declare_queue("bad", None, arguments={"x-max-priority": value})
         assert caught.value.text == f"invalid arg 'x-max-priority' for queue 'bad' in vhost '/': {text}"
@@ -367,19 +322,9 @@ def test_priorities_and_redeliveries_survive_a_restart_and_the_counter_goes_on(t
         while (entry := queue.get()) is not None:
             out.append((entry.message.body.decode(), entry.redelivered))
             queue.ack(entry)
-        assert out == [
-            ("5:200", True),
-            ("1:9", False),
-            ("4:9", False),
-            ("new:9", False),
-            ("2:5", False),
-            ("7:5", False),
-            ("9:3", False),
-            ("6:2", False),
-            ("0:1", False),
-            ("3:None", False),
-            ("8:0", False),
-        ]
+        assert out == [("5:200", True), ("1:9", False), ("4:9", False), ("new:9", False),
+                       ("2:5", False), ("7:5", False), ("9:3", False), ("6:2", False), ("0:1", False),
+                       ("3:None", False), ("8:0", False)]
     finally:
         again.close()
 

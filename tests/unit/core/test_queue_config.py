@@ -52,35 +52,19 @@ def test_no_arguments_and_no_policy_give_the_defaults():
     assert cfg == QueueConfig()
     assert cfg.overflow == "drop-head" and cfg.queue_type == "classic"
     assert cfg.max_in_memory == DEFAULT_IN_MEMORY
-    assert cfg.dead_letter == DeadLetterConfig(
-        exchange=None,
-        routing_key=None,
-        strategy=None,
-        queue=DEFAULT_SHARED_DLQ,
-        prefix=DEFAULT_DLQ_PREFIX,
-        process_expired=True,
-        process_non_persistent=False,
-    )
-    assert cfg.redelivery == RedeliveryPolicy(
-        max_redeliveries=-1, initial_delay=0, exponential=False, multiplier=5.0, max_delay=-1
-    )
+    assert cfg.dead_letter == DeadLetterConfig(exchange=None, routing_key=None, strategy=None,
+                                               queue=DEFAULT_SHARED_DLQ, prefix=DEFAULT_DLQ_PREFIX,
+                                               process_expired=True, process_non_persistent=False)
+    assert cfg.redelivery == RedeliveryPolicy(max_redeliveries=-1, initial_delay=0,
+                                              exponential=False, multiplier=5.0, max_delay=-1)
     assert (cfg.deduplication, cfg.dedup_header, cfg.cache_size, cfg.cache_ttl) == (
-        False,
-        None,
-        100_000,
-        None,
-    )
+        False, None, 100_000, None)
     assert (cfg.max_age, cfg.max_segment_size) == (None, 500_000_000)
 
 
 def test_unknown_arguments_and_policy_keys_are_ignored():
-    assert (
-        config(
-            {"x-unknown": 1, "x-queue-master-locator": "min-masters", "plain": "x"},
-            {"ha-mode": "all", "federation-upstream": "u"},
-        )
-        == QueueConfig()
-    )
+    assert config({"x-unknown": 1, "x-queue-master-locator": "min-masters", "plain": "x"},
+                  {"ha-mode": "all", "federation-upstream": "u"}) == QueueConfig()
 
 
 # -- every key, as an argument and as a policy key ---------------------------------------
@@ -139,33 +123,23 @@ def test_each_policy_key_sets_the_same_field(key, value, path, expected):
     assert field(config(policy={key: value}), path) == expected
 
 
-@pytest.mark.parametrize(
-    "key,value,path,expected",
-    [
-        ("dead-letter-exchange", b"dlx", "dead_letter.exchange", "dlx"),
-        ("overflow", b"reject-publish", "overflow", "reject-publish"),
-        ("queue-type", b"stream", "queue_type", "stream"),
-        ("max-age", b"12h", "max_age", 12 * 3600),
-    ],
-)
+@pytest.mark.parametrize("key,value,path,expected", [
+    ("dead-letter-exchange", b"dlx", "dead_letter.exchange", "dlx"),
+    ("overflow", b"reject-publish", "overflow", "reject-publish"),
+    ("queue-type", b"stream", "queue_type", "stream"),
+    ("max-age", b"12h", "max_age", 12 * 3600),
+])
 def test_binary_strings_are_read_as_text(key, value, path, expected):
     assert field(config({"x-" + key: value}), path) == expected
     assert field(config(policy={key: value}), path) == expected
 
 
-@pytest.mark.parametrize(
-    "arguments,text",
-    [
-        (
-            {"x-dead-letter-exchange": bytearray(b"dlx")},
-            "invalid type 'binary' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'",
-        ),
-        (
-            {"x-max-length": bytearray(b"1")},
-            "invalid arg 'x-max-length' for queue 'q' in vhost '/': \"expected integer, got binary\"",
-        ),
-    ],
-)
+@pytest.mark.parametrize("arguments,text", [
+    ({"x-dead-letter-exchange": bytearray(b"dlx")},
+     "invalid type 'binary' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'"),
+    ({"x-max-length": bytearray(b"1")},
+     "invalid arg 'x-max-length' for queue 'q' in vhost '/': \"expected integer, got binary\""),
+])
 def test_byte_arrays_from_the_wire_are_refused_as_binary(arguments, text):
     # pamqp decodes a field of type x (pika's bytes) to a bytearray, not bytes
     assert refused(arguments) == text
@@ -188,19 +162,10 @@ def test_redelivery_is_active_with_a_limit_or_a_delay_only():
     assert not config({"x-redelivery-delay": 0}).redelivery.active
 
 
-@pytest.mark.parametrize(
-    "text,seconds",
-    [
-        ("10s", 10),
-        ("30m", 1800),
-        ("12h", 43200),
-        ("7D", 604800),
-        ("2M", 2 * 30 * 86400),
-        ("1Y", 365 * 86400),
-        ("0s", 0),
-        ("120s", 120),
-    ],
-)
+@pytest.mark.parametrize("text,seconds", [
+    ("10s", 10), ("30m", 1800), ("12h", 43200), ("7D", 604800), ("2M", 2 * 30 * 86400),
+    ("1Y", 365 * 86400), ("0s", 0), ("120s", 120),
+])
 def test_max_age_units(text, seconds):
     assert parse_age(text) == seconds
     assert parse_age(None) is None
@@ -208,10 +173,8 @@ def test_max_age_units(text, seconds):
 
 # -- arguments and policies together ------------------------------------------------------
 MIN_WINS = [
-    ("message-ttl", "message_ttl", 0),
-    ("expires", "expires", 1),
-    ("max-length", "max_length", 0),
-    ("max-length-bytes", "max_length_bytes", 0),
+    ("message-ttl", "message_ttl", 0), ("expires", "expires", 1),
+    ("max-length", "max_length", 0), ("max-length-bytes", "max_length_bytes", 0),
     ("max-redeliveries", "redelivery.max_redeliveries", 0),
     ("delivery-limit", "redelivery.max_redeliveries", 0),
 ]
@@ -263,8 +226,8 @@ def test_dead_letter_routing_key_in_the_policy_needs_no_exchange():
 def test_dead_letter_routing_key_argument_with_the_exchange_in_a_policy_is_refused():
     # as RabbitMQ: arguments are validated on their own, before any policy applies
     assert refused({"x-dead-letter-routing-key": "k"}, {"dead-letter-exchange": "dlx"}) == (
-        "invalid arg 'x-dead-letter-routing-key' for queue 'q' in vhost '/': routing_key_but_no_dlx_defined"
-    )
+        "invalid arg 'x-dead-letter-routing-key' for queue 'q' in vhost '/': "
+        "routing_key_but_no_dlx_defined")
 
 
 def test_policy_keys_with_the_x_prefix_are_not_policy_keys():
@@ -281,33 +244,22 @@ def test_invalid_argument_gets_rabbitmqs_text(arguments, text):
     assert refused(arguments) == text
 
 
-@pytest.mark.parametrize(
-    "arguments,text",
-    [
-        ({"x-message-ttl": 1.5}, "invalid arg 'x-message-ttl'" + WHERE + ': "expected integer, got double"'),
-        ({"x-expires": b"1"}, "invalid arg 'x-expires'" + WHERE + ': "expected integer, got longstr"'),
-        (
-            {"x-max-length": -(2**40)},
-            "invalid arg 'x-max-length'" + WHERE + ": {value_negative,-1099511627776}",
-        ),
-        (
-            {"x-max-length-bytes": {"a": 1}},
-            "invalid arg 'x-max-length-bytes'" + WHERE + ': "expected integer, got table"',
-        ),
-        ({"x-max-length": [1]}, "invalid arg 'x-max-length'" + WHERE + ': "expected integer, got array"'),
-        ({"x-max-length": None}, None),  # a void value is no value: accepted
-        ({"x-overflow": 1}, "invalid type 'signedint' for arg 'x-overflow' in queue 'q' in vhost '/'"),
-        ({"x-overflow": 2**40}, "invalid type 'long' for arg 'x-overflow' in queue 'q' in vhost '/'"),
-        (
-            {"x-dead-letter-exchange": True},
-            "invalid type 'bool' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'",
-        ),
-        (
-            {"x-dead-letter-routing-key": 1.0, "x-dead-letter-exchange": "d"},
-            "invalid type 'double' for arg 'x-dead-letter-routing-key' in queue 'q' in vhost '/'",
-        ),
-    ],
-)
+@pytest.mark.parametrize("arguments,text", [
+    ({"x-message-ttl": 1.5}, "invalid arg 'x-message-ttl'" + WHERE + ': "expected integer, got double"'),
+    ({"x-expires": b"1"}, "invalid arg 'x-expires'" + WHERE + ': "expected integer, got longstr"'),
+    ({"x-max-length": -(2**40)}, "invalid arg 'x-max-length'" + WHERE +
+     ": {value_negative,-1099511627776}"),
+    ({"x-max-length-bytes": {"a": 1}}, "invalid arg 'x-max-length-bytes'" + WHERE +
+     ': "expected integer, got table"'),
+    ({"x-max-length": [1]}, "invalid arg 'x-max-length'" + WHERE + ': "expected integer, got array"'),
+    ({"x-max-length": None}, None),  # a void value is no value: accepted
+    ({"x-overflow": 1}, "invalid type 'signedint' for arg 'x-overflow' in queue 'q' in vhost '/'"),
+    ({"x-overflow": 2**40}, "invalid type 'long' for arg 'x-overflow' in queue 'q' in vhost '/'"),
+    ({"x-dead-letter-exchange": True}, "invalid type 'bool' for arg 'x-dead-letter-exchange' in "
+                                       "queue 'q' in vhost '/'"),
+    ({"x-dead-letter-routing-key": 1.0, "x-dead-letter-exchange": "d"},
+     "invalid type 'double' for arg 'x-dead-letter-routing-key' in queue 'q' in vhost '/'"),
+])
 def test_type_errors_name_rabbitmqs_field_type(arguments, text):
     if text is None:
         assert config(arguments).max_length is None
@@ -315,184 +267,111 @@ def test_type_errors_name_rabbitmqs_field_type(arguments, text):
         assert refused(arguments) == text
 
 
-@pytest.mark.parametrize(
-    "arguments,text",
-    [
-        (
-            {"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "shared"},
-            "x-dead-letter-exchange and x-dead-letter-strategy cannot both be set: choose RabbitMQ's "
-            "dead-letter exchange or an ActiveMQ dead-letter strategy",
-        ),
-        (
-            {"x-dead-letter-strategy": "everything"},
-            "invalid arg 'x-dead-letter-strategy' for queue 'q' in vhost '/': invalid_dlx_strategy",
-        ),
-        (
-            {"x-dead-letter-strategy": 1},
-            "invalid type 'signedint' for arg 'x-dead-letter-strategy' in queue 'q' in vhost '/'",
-        ),
-        (
-            {"x-dead-letter-strategy": "shared", "x-dead-letter-queue": "amq.dlq"},
-            "invalid arg 'x-dead-letter-queue': 'amq.dlq' (reserved prefix 'amq.')",
-        ),
-        (
-            {"x-dead-letter-strategy": "individual", "x-dead-letter-queue-prefix": "amq."},
-            "invalid arg 'x-dead-letter-queue-prefix': 'amq.' (reserved prefix 'amq.')",
-        ),
-        (
-            {"x-dead-letter-queue": 7},
-            "invalid type 'signedint' for arg 'x-dead-letter-queue' in queue 'q' in vhost '/'",
-        ),
-        (
-            {"x-dead-letter-queue-prefix": False},
-            "invalid type 'bool' for arg 'x-dead-letter-queue-prefix' in queue 'q' in vhost '/'",
-        ),
-        ({"x-dead-letter-expired": "false"}, "invalid arg 'x-dead-letter-expired'" + WHERE + ": 'false'"),
-        ({"x-dead-letter-non-persistent": 0}, "invalid arg 'x-dead-letter-non-persistent'" + WHERE + ": 0"),
-        ({"x-max-redeliveries": -1}, "invalid arg 'x-max-redeliveries'" + WHERE + ": {value_negative,-1}"),
-        (
-            {"x-max-redeliveries": "3"},
-            "invalid arg 'x-max-redeliveries'" + WHERE + ': "expected integer, got longstr"',
-        ),
-        ({"x-delivery-limit": -2}, "invalid arg 'x-delivery-limit'" + WHERE + ": {value_negative,-2}"),
-        ({"x-redelivery-delay": -1}, "invalid arg 'x-redelivery-delay'" + WHERE + ": {value_negative,-1}"),
-        (
-            {"x-redelivery-delay": 1.5},
-            "invalid arg 'x-redelivery-delay'" + WHERE + ': "expected integer, got double"',
-        ),
-        ({"x-redelivery-exponential": "yes"}, "invalid arg 'x-redelivery-exponential'" + WHERE + ": 'yes'"),
-        ({"x-redelivery-exponential": 1}, "invalid arg 'x-redelivery-exponential'" + WHERE + ": 1"),
-        (
-            {"x-redelivery-backoff-multiplier": 0.5},
-            "invalid arg 'x-redelivery-backoff-multiplier'" + WHERE + ": {value_too_small,0.5}",
-        ),
-        (
-            {"x-redelivery-backoff-multiplier": 0},
-            "invalid arg 'x-redelivery-backoff-multiplier'" + WHERE + ": {value_zero,0}",
-        ),
-        (
-            {"x-redelivery-backoff-multiplier": "2"},
-            "invalid arg 'x-redelivery-backoff-multiplier'" + WHERE + ": '2'",
-        ),
-        (
-            {"x-redelivery-backoff-multiplier": True},
-            "invalid arg 'x-redelivery-backoff-multiplier'" + WHERE + ": True",
-        ),
-        (
-            {"x-redelivery-max-delay": -1},
-            "invalid arg 'x-redelivery-max-delay'" + WHERE + ": {value_negative,-1}",
-        ),
-        (
-            {"x-max-in-memory-length": -1},
-            "invalid arg 'x-max-in-memory-length'" + WHERE + ": {value_negative,-1}",
-        ),
-        ({"x-message-deduplication": "true"}, "invalid arg 'x-message-deduplication'" + WHERE + ": 'true'"),
-        (
-            {"x-deduplication-header": 1},
-            "invalid type 'signedint' for arg 'x-deduplication-header' in queue 'q' in vhost '/'",
-        ),
-        ({"x-cache-size": 0}, "invalid arg 'x-cache-size'" + WHERE + ": {value_zero,0}"),
-        ({"x-cache-ttl": -3}, "invalid arg 'x-cache-ttl'" + WHERE + ": {value_negative,-3}"),
-        ({"x-queue-type": "raft"}, "invalid arg 'x-queue-type': 'raft'"),
-        ({"x-queue-mode": 1}, "invalid type 'signedint' for arg 'x-queue-mode' in queue 'q' in vhost '/'"),
-        ({"x-max-age": "7d"}, "invalid arg 'x-max-age': '7d'"),
-        ({"x-max-age": "h"}, "invalid arg 'x-max-age': 'h'"),
-        ({"x-max-age": "-1h"}, "invalid arg 'x-max-age': '-1h'"),
-        ({"x-max-age": "1.5h"}, "invalid arg 'x-max-age': '1.5h'"),
-        ({"x-max-age": 10}, "invalid type 'signedint' for arg 'x-max-age' in queue 'q' in vhost '/'"),
-        (
-            {"x-stream-max-segment-size-bytes": 0},
-            "invalid arg 'x-stream-max-segment-size-bytes'" + WHERE + ": {value_zero,0}",
-        ),
-    ],
-)
+@pytest.mark.parametrize("arguments,text", [
+    ({"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "shared"},
+     "x-dead-letter-exchange and x-dead-letter-strategy cannot both be set: choose RabbitMQ's "
+     "dead-letter exchange or an ActiveMQ dead-letter strategy"),
+    ({"x-dead-letter-strategy": "everything"},
+     "invalid arg 'x-dead-letter-strategy' for queue 'q' in vhost '/': invalid_dlx_strategy"),
+    ({"x-dead-letter-strategy": 1},
+     "invalid type 'signedint' for arg 'x-dead-letter-strategy' in queue 'q' in vhost '/'"),
+    ({"x-dead-letter-strategy": "shared", "x-dead-letter-queue": "amq.dlq"},
+     "invalid arg 'x-dead-letter-queue': 'amq.dlq' (reserved prefix 'amq.')"),
+    ({"x-dead-letter-strategy": "individual", "x-dead-letter-queue-prefix": "amq."},
+     "invalid arg 'x-dead-letter-queue-prefix': 'amq.' (reserved prefix 'amq.')"),
+    ({"x-dead-letter-queue": 7}, "invalid type 'signedint' for arg 'x-dead-letter-queue' in queue 'q' "
+                                 "in vhost '/'"),
+    ({"x-dead-letter-queue-prefix": False}, "invalid type 'bool' for arg 'x-dead-letter-queue-prefix' "
+                                            "in queue 'q' in vhost '/'"),
+    ({"x-dead-letter-expired": "false"}, "invalid arg 'x-dead-letter-expired'" + WHERE + ": 'false'"),
+    ({"x-dead-letter-non-persistent": 0}, "invalid arg 'x-dead-letter-non-persistent'" + WHERE + ": 0"),
+    ({"x-max-redeliveries": -1}, "invalid arg 'x-max-redeliveries'" + WHERE + ": {value_negative,-1}"),
+    ({"x-max-redeliveries": "3"}, "invalid arg 'x-max-redeliveries'" + WHERE +
+     ': "expected integer, got longstr"'),
+    ({"x-delivery-limit": -2}, "invalid arg 'x-delivery-limit'" + WHERE + ": {value_negative,-2}"),
+    ({"x-redelivery-delay": -1}, "invalid arg 'x-redelivery-delay'" + WHERE + ": {value_negative,-1}"),
+    ({"x-redelivery-delay": 1.5}, "invalid arg 'x-redelivery-delay'" + WHERE +
+     ': "expected integer, got double"'),
+    ({"x-redelivery-exponential": "yes"}, "invalid arg 'x-redelivery-exponential'" + WHERE + ": 'yes'"),
+    ({"x-redelivery-exponential": 1}, "invalid arg 'x-redelivery-exponential'" + WHERE + ": 1"),
+    ({"x-redelivery-backoff-multiplier": 0.5}, "invalid arg 'x-redelivery-backoff-multiplier'" + WHERE +
+     ": {value_too_small,0.5}"),
+    ({"x-redelivery-backoff-multiplier": 0}, "invalid arg 'x-redelivery-backoff-multiplier'" + WHERE +
+     ": {value_zero,0}"),
+    ({"x-redelivery-backoff-multiplier": "2"}, "invalid arg 'x-redelivery-backoff-multiplier'" + WHERE +
+     ": '2'"),
+    ({"x-redelivery-backoff-multiplier": True}, "invalid arg 'x-redelivery-backoff-multiplier'" + WHERE +
+     ": True"),
+    ({"x-redelivery-max-delay": -1}, "invalid arg 'x-redelivery-max-delay'" + WHERE +
+     ": {value_negative,-1}"),
+    ({"x-max-in-memory-length": -1}, "invalid arg 'x-max-in-memory-length'" + WHERE +
+     ": {value_negative,-1}"),
+    ({"x-message-deduplication": "true"}, "invalid arg 'x-message-deduplication'" + WHERE + ": 'true'"),
+    ({"x-deduplication-header": 1}, "invalid type 'signedint' for arg 'x-deduplication-header' in "
+                                    "queue 'q' in vhost '/'"),
+    ({"x-cache-size": 0}, "invalid arg 'x-cache-size'" + WHERE + ": {value_zero,0}"),
+    ({"x-cache-ttl": -3}, "invalid arg 'x-cache-ttl'" + WHERE + ": {value_negative,-3}"),
+    ({"x-queue-type": "raft"}, "invalid arg 'x-queue-type': 'raft'"),
+    ({"x-queue-mode": 1}, "invalid type 'signedint' for arg 'x-queue-mode' in queue 'q' in vhost '/'"),
+    ({"x-max-age": "7d"}, "invalid arg 'x-max-age': '7d'"),
+    ({"x-max-age": "h"}, "invalid arg 'x-max-age': 'h'"),
+    ({"x-max-age": "-1h"}, "invalid arg 'x-max-age': '-1h'"),
+    ({"x-max-age": "1.5h"}, "invalid arg 'x-max-age': '1.5h'"),
+    ({"x-max-age": 10}, "invalid type 'signedint' for arg 'x-max-age' in queue 'q' in vhost '/'"),
+    ({"x-stream-max-segment-size-bytes": 0}, "invalid arg 'x-stream-max-segment-size-bytes'" + WHERE +
+     ": {value_zero,0}"),
+])
 def test_invalid_leveret_argument_text(arguments, text):
     assert refused(arguments) == text
 
 
-@pytest.mark.parametrize(
-    "policy,text",
-    [
-        ({"message-ttl": -5}, "invalid arg 'message-ttl'" + WHERE + ": {value_negative,-5}"),
-        ({"redelivery-delay": -5}, "invalid arg 'redelivery-delay'" + WHERE + ": {value_negative,-5}"),
-        ({"max-length": "10"}, "invalid arg 'max-length'" + WHERE + ': "expected integer, got longstr"'),
-        ({"overflow": "nope"}, "invalid arg 'overflow'" + WHERE + ": invalid_overflow"),
-        (
-            {"dead-letter-exchange": 1},
-            "invalid type 'signedint' for arg 'dead-letter-exchange' in queue 'q' in vhost '/'",
-        ),
-    ],
-)
+@pytest.mark.parametrize("policy,text", [
+    ({"message-ttl": -5}, "invalid arg 'message-ttl'" + WHERE + ": {value_negative,-5}"),
+    ({"redelivery-delay": -5}, "invalid arg 'redelivery-delay'" + WHERE + ": {value_negative,-5}"),
+    ({"max-length": "10"}, "invalid arg 'max-length'" + WHERE + ': "expected integer, got longstr"'),
+    ({"overflow": "nope"}, "invalid arg 'overflow'" + WHERE + ": invalid_overflow"),
+    ({"dead-letter-exchange": 1}, "invalid type 'signedint' for arg 'dead-letter-exchange' in queue "
+                                  "'q' in vhost '/'"),
+])
 def test_invalid_policy_value_is_refused_at_declaration_naming_the_policy_key(policy, text):
     assert refused({}, policy) == text
 
 
 def test_an_invalid_argument_is_reported_before_the_policy_value():
     assert refused({"x-message-ttl": -1}, {"message-ttl": -2}) == (
-        "invalid arg 'x-message-ttl'" + WHERE + ": {value_negative,-1}"
-    )
+        "invalid arg 'x-message-ttl'" + WHERE + ": {value_negative,-1}")
 
 
-@given(
-    key=st.sampled_from(
-        [
-            "message-ttl",
-            "max-length",
-            "max-length-bytes",
-            "max-redeliveries",
-            "delivery-limit",
-            "redelivery-delay",
-            "redelivery-max-delay",
-            "max-in-memory-length",
-        ]
-    ),
-    value=st.integers(max_value=-1),
-)
+@given(key=st.sampled_from(["message-ttl", "max-length", "max-length-bytes", "max-redeliveries",
+                            "delivery-limit", "redelivery-delay", "redelivery-max-delay",
+                            "max-in-memory-length"]),
+       value=st.integers(max_value=-1))
 def test_any_negative_value_of_a_count_is_value_negative(key, value):
     assert refused({"x-" + key: value}) == (
-        f"invalid arg 'x-{key}' for queue 'q' in vhost '/': {{value_negative,{value}}}"
-    )
+        f"invalid arg 'x-{key}' for queue 'q' in vhost '/': {{value_negative,{value}}}")
 
 
-@given(
-    key=st.sampled_from(["expires", "cache-size", "cache-ttl", "stream-max-segment-size-bytes"]),
-    value=st.integers(max_value=0),
-)
+@given(key=st.sampled_from(["expires", "cache-size", "cache-ttl", "stream-max-segment-size-bytes"]),
+       value=st.integers(max_value=0))
 def test_positive_only_arguments_refuse_zero_and_below(key, value):
     detail = "value_zero" if value == 0 else "value_negative"
     assert refused({"x-" + key: value}) == (
-        f"invalid arg 'x-{key}' for queue 'q' in vhost '/': {{{detail},{value}}}"
-    )
+        f"invalid arg 'x-{key}' for queue 'q' in vhost '/': {{{detail},{value}}}")
 
 
 def test_type_error_text_without_a_where_is_well_formed():
     assert refused({"x-dead-letter-exchange": 5}, where="") == (
-        "invalid type 'signedint' for arg 'x-dead-letter-exchange'"
-    )
+        "invalid type 'signedint' for arg 'x-dead-letter-exchange'")
     assert refused({"x-message-ttl": -1}, where="") == "invalid arg 'x-message-ttl': {value_negative,-1}"
 
 
 # -- amqp_type_name -----------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "value,name",
-    [
-        (True, "bool"),
-        (False, "bool"),
-        (0, "signedint"),
-        (-(2**31), "signedint"),
-        (2**31 - 1, "signedint"),
-        (2**31, "long"),
-        (-(2**31) - 1, "long"),
-        ("s", "longstr"),
-        (b"b", "binary"),
-        (1.5, "double"),
-        ({}, "table"),
-        ([], "array"),
-        (None, "void"),
-        (datetime.datetime(2024, 1, 1), "timestamp"),
-        (decimal.Decimal("1.5"), "decimal"),
-        (bytearray(b"x"), "binary"),
-    ],
-)
+@pytest.mark.parametrize("value,name", [
+    (True, "bool"), (False, "bool"), (0, "signedint"), (-2**31, "signedint"), (2**31 - 1, "signedint"),
+    (2**31, "long"), (-2**31 - 1, "long"), ("s", "longstr"), (b"b", "binary"), (1.5, "double"),
+    ({}, "table"), ([], "array"), (None, "void"),
+    (datetime.datetime(2024, 1, 1), "timestamp"), (decimal.Decimal("1.5"), "decimal"),
+    (bytearray(b"x"), "binary"),
+])
 def test_amqp_type_name_is_rabbitmqs_name_for_the_field_type(value, name):
     assert amqp_type_name(value) == name

@@ -53,14 +53,9 @@ class Consumer:
         message = entry.message
         headers = amqp_headers(message, queue.delivery_headers(entry))
         self.held.append((queue, entry))
-        self.log.append(
-            {
-                "body": message.body.decode(),
-                "time": self.clock.time(),
-                "count": headers.get("x-delivery-count"),
-                "redelivered": entry.redelivered,
-            }
-        )
+        self.log.append({"body": message.body.decode(), "time": self.clock.time(),
+                         "count": headers.get("x-delivery-count"),
+                         "redelivered": entry.redelivered})
 
     def cancel_by_broker(self) -> None:
         self.cancelled = True
@@ -167,17 +162,9 @@ def _redelivery_times(clock, queue, consumer, redeliveries):
 
 
 def test_exponential_backoff_exact_and_capped(vhost, clock):
-    queue = vhost.declare_queue(
-        "q",
-        None,
-        arguments=policy_args(
-            max_redeliveries=10,
-            redelivery_delay=1000,
-            redelivery_exponential=True,
-            redelivery_backoff_multiplier=2,
-            redelivery_max_delay=5000,
-        ),
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        max_redeliveries=10, redelivery_delay=1000, redelivery_exponential=True,
+        redelivery_backoff_multiplier=2, redelivery_max_delay=5000))
     consumer = Consumer(clock)
     queue.add_consumer(consumer)
     publish(queue, "m")
@@ -188,16 +175,9 @@ def test_exponential_backoff_exact_and_capped(vhost, clock):
 
 
 def test_exponential_backoff_boundaries_to_the_millisecond(vhost, clock):
-    queue = vhost.declare_queue(
-        "q",
-        None,
-        arguments=policy_args(
-            redelivery_delay=1000,
-            redelivery_exponential=True,
-            redelivery_backoff_multiplier=2,
-            redelivery_max_delay=5000,
-        ),
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        redelivery_delay=1000, redelivery_exponential=True,
+        redelivery_backoff_multiplier=2, redelivery_max_delay=5000))
     consumer = Consumer(clock)
     queue.add_consumer(consumer)
     publish(queue, "m")
@@ -212,9 +192,8 @@ def test_exponential_backoff_boundaries_to_the_millisecond(vhost, clock):
 
 
 def test_default_multiplier_is_five(vhost, clock):
-    queue = vhost.declare_queue(
-        "q", None, arguments=policy_args(redelivery_delay=100, redelivery_exponential=True)
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        redelivery_delay=100, redelivery_exponential=True))
     consumer = Consumer(clock)
     queue.add_consumer(consumer)
     publish(queue, "m")
@@ -227,9 +206,8 @@ def test_constant_delay_and_cap(vhost, clock):
     queue.add_consumer(consumer)
     publish(queue, "m")
     assert _redelivery_times(clock, queue, consumer, 3) == [300, 300, 300]
-    capped = vhost.declare_queue(
-        "capped", None, arguments=policy_args(redelivery_delay=800, redelivery_max_delay=200)
-    )
+    capped = vhost.declare_queue("capped", None, arguments=policy_args(
+        redelivery_delay=800, redelivery_max_delay=200))
     consumer2 = Consumer(clock)
     capped.add_consumer(consumer2)
     publish(capped, "m")
@@ -286,13 +264,8 @@ def test_delayed_message_returns_to_its_original_position(vhost, clock):
 def test_earlier_due_redelivery_is_not_held_up_by_a_later_one(vhost, clock):
     """A message on its 3rd redelivery (4 s) must not make a newly requeued message on
     its 1st (1 s) wait 4 s: the redelivery timer follows the earliest due message."""
-    queue = vhost.declare_queue(
-        "q",
-        None,
-        arguments=policy_args(
-            redelivery_delay=1000, redelivery_exponential=True, redelivery_backoff_multiplier=2
-        ),
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        redelivery_delay=1000, redelivery_exponential=True, redelivery_backoff_multiplier=2))
     consumer = Consumer(clock)
     queue.add_consumer(consumer)
     publish(queue, "A")
@@ -330,13 +303,8 @@ def test_redeliveries_due_together_keep_queue_order():
     clock = LateClock()
     core = BrokerCore(clock=clock)
     vhost = core.vhosts["/"]
-    queue = vhost.declare_queue(
-        "q",
-        None,
-        arguments=policy_args(
-            redelivery_delay=1000, redelivery_exponential=True, redelivery_backoff_multiplier=2
-        ),
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        redelivery_delay=1000, redelivery_exponential=True, redelivery_backoff_multiplier=2))
     for body in "ABC":
         publish(queue, body)
     a = queue.get()
@@ -353,13 +321,8 @@ def test_redeliveries_due_together_keep_queue_order():
 
 def test_requeue_of_several_each_with_its_own_delay(vhost, clock):
     """Channel close / basic.recover requeues everything unacked at once."""
-    queue = vhost.declare_queue(
-        "q",
-        None,
-        arguments=policy_args(
-            redelivery_delay=100, redelivery_exponential=True, redelivery_backoff_multiplier=10
-        ),
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        redelivery_delay=100, redelivery_exponential=True, redelivery_backoff_multiplier=10))
     consumer = Consumer(clock)
     queue.add_consumer(consumer)
     publish(queue, "A")
@@ -409,11 +372,8 @@ def _exhaust(clock, queue, consumer, deliveries):
 
 def test_poison_after_max_redeliveries_goes_to_shared_dlq(vhost, clock):
     events = events_queue(vhost)
-    queue = vhost.declare_queue(
-        "orders",
-        None,
-        arguments=policy_args(max_redeliveries=2, redelivery_delay=100, dead_letter_strategy="shared"),
-    )
+    queue = vhost.declare_queue("orders", None, arguments=policy_args(
+        max_redeliveries=2, redelivery_delay=100, dead_letter_strategy="shared"))
     consumer = Consumer(clock)
     queue.add_consumer(consumer)
     publish(queue, "m")
@@ -433,21 +393,15 @@ def test_poison_after_max_redeliveries_goes_to_shared_dlq(vhost, clock):
     assert amqp_headers(dead[0].message)["x-first-death-reason"] == "delivery_limit"
     event = drain_get(events)[0].message
     assert event.routing_key == DEAD_LETTERED and event.exchange == EVENT_EXCHANGE
-    expected = {
-        "vhost": "/",
-        "queue": "orders",
-        "reason": "delivery_limit",
-        "target": "queue 'leveret.DLQ'",
-        "message_id": "id-m",
-    }
+    expected = {"vhost": "/", "queue": "orders", "reason": "delivery_limit",
+                "target": "queue 'leveret.DLQ'", "message_id": "id-m"}
     assert dict(event.properties.headers) == expected
     assert json.loads(event.body) == expected
 
 
 def test_max_redeliveries_zero_dead_on_first_return(vhost, clock):
-    queue = vhost.declare_queue(
-        "q", None, arguments=policy_args(max_redeliveries=0, dead_letter_strategy="individual")
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        max_redeliveries=0, dead_letter_strategy="individual"))
     publish(queue, "m")
     entry = queue.get()
     queue.requeue([entry])
@@ -456,11 +410,8 @@ def test_max_redeliveries_zero_dead_on_first_return(vhost, clock):
 
 
 def test_delivery_limit_alias_and_lower_wins(vhost, clock):
-    queue = vhost.declare_queue(
-        "q",
-        None,
-        arguments={"x-delivery-limit": 1, "x-max-redeliveries": 4, "x-dead-letter-strategy": "individual"},
-    )
+    queue = vhost.declare_queue("q", None, arguments={
+        "x-delivery-limit": 1, "x-max-redeliveries": 4, "x-dead-letter-strategy": "individual"})
     assert queue.config.redelivery.max_redeliveries == 1
     publish(queue, "m")
     for _ in range(2):
@@ -470,23 +421,12 @@ def test_delivery_limit_alias_and_lower_wins(vhost, clock):
 
 
 def test_individual_strategy_with_prefix_and_named_shared_queue(vhost, clock):
-    q1 = vhost.declare_queue(
-        "a",
-        None,
-        arguments=policy_args(
-            max_redeliveries=0, dead_letter_strategy="individual", dead_letter_queue_prefix="dead-"
-        ),
-    )
-    q2 = vhost.declare_queue(
-        "b",
-        None,
-        arguments=policy_args(
-            max_redeliveries=0, dead_letter_strategy="shared", dead_letter_queue="all.dead"
-        ),
-    )
-    q3 = vhost.declare_queue(
-        "c", None, arguments=policy_args(max_redeliveries=0, dead_letter_strategy="individual")
-    )
+    q1 = vhost.declare_queue("a", None, arguments=policy_args(
+        max_redeliveries=0, dead_letter_strategy="individual", dead_letter_queue_prefix="dead-"))
+    q2 = vhost.declare_queue("b", None, arguments=policy_args(
+        max_redeliveries=0, dead_letter_strategy="shared", dead_letter_queue="all.dead"))
+    q3 = vhost.declare_queue("c", None, arguments=policy_args(
+        max_redeliveries=0, dead_letter_strategy="individual"))
     for queue in (q1, q2, q3):
         publish(queue, queue.name)
         queue.requeue([queue.get()])
@@ -507,9 +447,8 @@ def test_rejected_without_requeue_uses_strategy(vhost, clock):
 
 def test_discard_strategy(vhost, clock):
     events = events_queue(vhost)
-    queue = vhost.declare_queue(
-        "q", None, arguments=policy_args(max_redeliveries=0, dead_letter_strategy="discard")
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        max_redeliveries=0, dead_letter_strategy="discard"))
     before = discarded.total
     publish(queue, "m")
     queue.requeue([queue.get()])
@@ -543,15 +482,9 @@ def test_expired_messages_and_process_expired(vhost, clock, process_expired):
 
 
 def test_process_expired_false_still_takes_poison(vhost, clock):
-    queue = vhost.declare_queue(
-        "q",
-        None,
-        arguments={
-            "x-dead-letter-strategy": "shared",
-            "x-dead-letter-expired": False,
-            "x-max-redeliveries": 0,
-        },
-    )
+    queue = vhost.declare_queue("q", None, arguments={
+        "x-dead-letter-strategy": "shared", "x-dead-letter-expired": False,
+        "x-max-redeliveries": 0})
     publish(queue, "m")
     queue.requeue([queue.get()])
     assert bodies(drain_get(vhost.queues["leveret.DLQ"])) == ["m"]
@@ -575,9 +508,8 @@ def test_poison_to_dead_letter_exchange_with_x_death(vhost, clock):
     vhost.declare_exchange("dlx", "fanout")
     dead_q = vhost.declare_queue("dead", None)
     vhost.bind("dlx", dead_q, "")
-    queue = vhost.declare_queue(
-        "q", None, arguments={"x-dead-letter-exchange": "dlx", "x-max-redeliveries": 1}
-    )
+    queue = vhost.declare_queue("q", None, arguments={
+        "x-dead-letter-exchange": "dlx", "x-max-redeliveries": 1})
     publish(queue, "m")
     for _ in range(2):
         queue.requeue([queue.get()])
@@ -590,9 +522,8 @@ def test_poison_to_dead_letter_exchange_with_x_death(vhost, clock):
 
 
 def test_dlq_created_on_demand_and_reused(vhost, clock):
-    queue = vhost.declare_queue(
-        "q", None, arguments=policy_args(dead_letter_strategy="shared", max_redeliveries=0)
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        dead_letter_strategy="shared", max_redeliveries=0))
     assert "leveret.DLQ" not in vhost.queues
     for body in ("1", "2"):
         publish(queue, body)
@@ -621,11 +552,8 @@ def test_ttl_expiry_not_at_head_at_exact_time(vhost, clock):
 
 
 def test_message_expiring_during_its_redelivery_delay_is_not_delivered(vhost, clock):
-    queue = vhost.declare_queue(
-        "q",
-        None,
-        arguments=policy_args(message_ttl=1500, redelivery_delay=2000, dead_letter_strategy="shared"),
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        message_ttl=1500, redelivery_delay=2000, dead_letter_strategy="shared"))
     consumer = Consumer(clock)
     queue.add_consumer(consumer)
     publish(queue, "m")
@@ -638,9 +566,8 @@ def test_message_expiring_during_its_redelivery_delay_is_not_delivered(vhost, cl
 
 
 def test_expired_when_requeued_dies_at_once(vhost, clock):
-    queue = vhost.declare_queue(
-        "q", None, arguments=policy_args(message_ttl=500, redelivery_delay=100, dead_letter_strategy="shared")
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        message_ttl=500, redelivery_delay=100, dead_letter_strategy="shared"))
     publish(queue, "m")
     entry = queue.get()
     clock.advance(0.6)
@@ -708,7 +635,8 @@ def test_x_expires_restarted_by_use_and_held_off_by_consumers(vhost, clock):
 
 
 def test_x_expires_with_delayed_redelivery_and_consumer(vhost, clock):
-    queue = vhost.declare_queue("q", None, arguments={"x-expires": 5000, "x-redelivery-delay": 1000})
+    queue = vhost.declare_queue("q", None, arguments={
+        "x-expires": 5000, "x-redelivery-delay": 1000})
     consumer = Consumer(clock)
     queue.add_consumer(consumer)
     publish(queue, "m")
@@ -721,30 +649,27 @@ def test_x_expires_with_delayed_redelivery_and_consumer(vhost, clock):
 
 
 # -- configuration ----------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "arguments",
-    [
-        {"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "shared"},
-        {"x-dead-letter-strategy": "everything"},
-        {"x-dead-letter-strategy": 1},
-        {"x-max-redeliveries": -1},
-        {"x-max-redeliveries": "3"},
-        {"x-delivery-limit": -2},
-        {"x-redelivery-delay": -1},
-        {"x-redelivery-delay": 1.5},
-        {"x-redelivery-exponential": "yes"},
-        {"x-redelivery-exponential": 1},
-        {"x-redelivery-backoff-multiplier": 0.5},
-        {"x-redelivery-backoff-multiplier": "2"},
-        {"x-redelivery-max-delay": -1},
-        {"x-dead-letter-queue": 7},
-        {"x-dead-letter-queue-prefix": False},
-        {"x-dead-letter-expired": "false"},
-        {"x-dead-letter-non-persistent": 0},
-        {"x-dead-letter-strategy": "shared", "x-dead-letter-queue": "amq.dlq"},
-        {"x-dead-letter-strategy": "individual", "x-dead-letter-queue-prefix": "amq."},
-    ],
-)
+@pytest.mark.parametrize("arguments", [
+    {"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "shared"},
+    {"x-dead-letter-strategy": "everything"},
+    {"x-dead-letter-strategy": 1},
+    {"x-max-redeliveries": -1},
+    {"x-max-redeliveries": "3"},
+    {"x-delivery-limit": -2},
+    {"x-redelivery-delay": -1},
+    {"x-redelivery-delay": 1.5},
+    {"x-redelivery-exponential": "yes"},
+    {"x-redelivery-exponential": 1},
+    {"x-redelivery-backoff-multiplier": 0.5},
+    {"x-redelivery-backoff-multiplier": "2"},
+    {"x-redelivery-max-delay": -1},
+    {"x-dead-letter-queue": 7},
+    {"x-dead-letter-queue-prefix": False},
+    {"x-dead-letter-expired": "false"},
+    {"x-dead-letter-non-persistent": 0},
+    {"x-dead-letter-strategy": "shared", "x-dead-letter-queue": "amq.dlq"},
+    {"x-dead-letter-strategy": "individual", "x-dead-letter-queue-prefix": "amq."},
+])
 def test_invalid_arguments_are_406(vhost, arguments):
     with pytest.raises(PreconditionFailed) as err:
         vhost.declare_queue("q", None, arguments=arguments)
@@ -764,13 +689,8 @@ def test_defaults(vhost):
 
 
 def test_float_multiplier_accepted(vhost, clock):
-    queue = vhost.declare_queue(
-        "q",
-        None,
-        arguments=policy_args(
-            redelivery_delay=100, redelivery_exponential=True, redelivery_backoff_multiplier=1.5
-        ),
-    )
+    queue = vhost.declare_queue("q", None, arguments=policy_args(
+        redelivery_delay=100, redelivery_exponential=True, redelivery_backoff_multiplier=1.5))
     consumer = Consumer(clock)
     queue.add_consumer(consumer)
     publish(queue, "m")
@@ -778,18 +698,10 @@ def test_float_multiplier_accepted(vhost, clock):
 
 
 def test_policy_sets_redelivery_and_strategy(clock):
-    policy = Policy(
-        "redeliver",
-        r"^jobs\.",
-        {
-            "max-redeliveries": 1,
-            "redelivery-delay": 500,
-            "redelivery-exponential": True,
-            "redelivery-backoff-multiplier": 3,
-            "dead-letter-strategy": "individual",
-        },
-        apply_to="queues",
-    )
+    policy = Policy("redeliver", r"^jobs\.", {
+        "max-redeliveries": 1, "redelivery-delay": 500, "redelivery-exponential": True,
+        "redelivery-backoff-multiplier": 3, "dead-letter-strategy": "individual"},
+        apply_to="queues")
     core = BrokerCore(clock=clock, policies=[policy])
     vhost = core.vhosts["/"]
     queue = vhost.declare_queue("jobs.mail", None)
@@ -808,16 +720,12 @@ def test_policy_sets_redelivery_and_strategy(clock):
 
 
 def test_policy_and_argument_lower_limit_wins_argument_wins_otherwise(clock):
-    policy = Policy(
-        "p", ".*", {"max-redeliveries": 2, "redelivery-delay": 500, "dead-letter-strategy": "individual"}
-    )
+    policy = Policy("p", ".*", {"max-redeliveries": 2, "redelivery-delay": 500,
+                                "dead-letter-strategy": "individual"})
     core = BrokerCore(clock=clock, policies=[policy])
     vhost = core.vhosts["/"]
-    queue = vhost.declare_queue(
-        "q",
-        None,
-        arguments={"x-max-redeliveries": 5, "x-redelivery-delay": 100, "x-dead-letter-strategy": "shared"},
-    )
+    queue = vhost.declare_queue("q", None, arguments={
+        "x-max-redeliveries": 5, "x-redelivery-delay": 100, "x-dead-letter-strategy": "shared"})
     assert queue.config.redelivery.max_redeliveries == 2
     assert queue.config.redelivery.initial_delay == 100
     assert queue.config.dead_letter.strategy == "shared"

@@ -161,11 +161,8 @@ def test_jobs_in_memory_cost_the_garbage_collector_nothing():
     collection's pause."""
     core, clock = setup()
     for i in range(100):
-        schedule(
-            core,
-            f"job{i}",
-            {"AMQ_SCHEDULED_DELAY": 1000 + i, "AMQ_SCHEDULED_PERIOD": 10_000, "AMQ_SCHEDULED_REPEAT": 1},
-        )
+        schedule(core, f"job{i}", {"AMQ_SCHEDULED_DELAY": 1000 + i, "AMQ_SCHEDULED_PERIOD": 10_000,
+                                   "AMQ_SCHEDULED_REPEAT": 1})
     clock.advance(1.2)  # every job delivered once and rescheduled: new rows
     assert len(drain(core)) == 100 and core.scheduler.pending == 100
     gc.collect()

@@ -59,11 +59,8 @@ def publish(queue: Queue, body: str, **headers) -> None:
 
 def test_each_consumer_gets_what_its_selector_matches_round_robin():
     queue = setup()
-    red_a, red_b, blue = (
-        Consumer("a", "color = 'red'"),
-        Consumer("b", "color = 'red'"),
-        Consumer("c", "color = 'blue'"),
-    )
+    red_a, red_b, blue = (Consumer("a", "color = 'red'"), Consumer("b", "color = 'red'"),
+                          Consumer("c", "color = 'blue'"))
     for consumer in (red_a, red_b, blue):
         queue.add_consumer(consumer)
     for i, color in enumerate(["red", "blue", "red", "green", "red", "blue"]):

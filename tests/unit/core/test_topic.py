@@ -20,9 +20,8 @@ def reference_match(binding_key: str, routing_key: str) -> bool:
     """RabbitMQ's semantics, spelled out: each word becomes ``<word>``; ``*`` is one
     word, ``#`` zero or more; the empty key has no words."""
     pattern = "".join(
-        "<[^<>]*>" if word == "*" else "(?:<[^<>]*>)*" if word == "#" else re.escape(f"<{word}>")
-        for word in split_key(binding_key)
-    )
+        "<[^<>]*>" if word == "*" else "(?:<[^<>]*>)*" if word == "#"
+        else re.escape(f"<{word}>") for word in split_key(binding_key))
     subject = "".join(f"<{word}>" for word in split_key(routing_key))
     return re.fullmatch(pattern, subject) is not None
 
@@ -30,52 +29,30 @@ def reference_match(binding_key: str, routing_key: str) -> bool:
 # Few distinct words so that random keys and bindings meet often; "" gives empty words
 # (``a..b``, leading and trailing dots), and routing keys may hold ``*``/``#`` literally.
 WORDS = st.sampled_from(["a", "b", "c", ""])
-binding_keys = st.lists(st.one_of(WORDS, st.sampled_from(["*", "#", "#", "*"])), max_size=7).map(".".join)
+binding_keys = st.lists(st.one_of(WORDS, st.sampled_from(["*", "#", "#", "*"])),
+                        max_size=7).map(".".join)
 routing_keys = st.lists(st.one_of(WORDS, st.sampled_from(["*", "#"])), max_size=9).map(".".join)
 
 
 def expected(bindings: dict[str, set], routing_key: str) -> set:
-    return {dest for key, dests in bindings.items() if reference_match(key, routing_key) for dest in dests}
+    return {dest for key, dests in bindings.items() if reference_match(key, routing_key)
+            for dest in dests}
 
 
 # -- the reference itself, on RabbitMQ's documented examples ------------------------------
 def test_reference_and_trie_agree_on_known_cases():
     cases = [
-        ("#", "", True),
-        ("#", "a", True),
-        ("#", "a.b.c", True),
-        ("#", ".", True),
-        ("*", "", False),
-        ("*", "a", True),
-        ("*", ".", False),
-        ("*", "a.b", False),
-        ("", "", True),
-        ("", "a", False),
-        ("a.#", "a", True),
-        ("a.#", "a.b.c", True),
-        ("#.a", "a", True),
-        ("#.a", "b.a", True),
-        ("#.a", "a.b", False),
-        ("a.*.b", "a..b", True),
-        ("a..b", "a..b", True),
-        ("a..b", "a.b", False),
-        ("*.", "a.", True),
-        (".*", ".a", True),
-        ("*.*", ".", True),
-        ("#.#", "", True),
-        ("a.#.b", "a.b", True),
-        ("a.#.b", "a.x.y.b", True),
-        ("a.#.#.b", "a.b", True),
-        ("#.*", "", False),
-        ("#.*", "a", True),
-        ("*.#.*", "a", False),
-        ("*.#.*", "a.b", True),
-        ("stock.usd.*", "stock.usd.nyse", True),
-        ("stock.usd.*", "stock.eur.nyse", False),
-        ("*.orange.*", "quick.orange.rabbit", True),
-        ("*.*.rabbit", "lazy.orange.elephant", False),
-        ("lazy.#", "lazy.orange.male.rabbit", True),
-        ("lazy.#", "lazy", True),
+        ("#", "", True), ("#", "a", True), ("#", "a.b.c", True), ("#", ".", True),
+        ("*", "", False), ("*", "a", True), ("*", ".", False), ("*", "a.b", False),
+        ("", "", True), ("", "a", False), ("a.#", "a", True), ("a.#", "a.b.c", True),
+        ("#.a", "a", True), ("#.a", "b.a", True), ("#.a", "a.b", False),
+        ("a.*.b", "a..b", True), ("a..b", "a..b", True), ("a..b", "a.b", False),
+        ("*.", "a.", True), (".*", ".a", True), ("*.*", ".", True), ("#.#", "", True),
+        ("a.#.b", "a.b", True), ("a.#.b", "a.x.y.b", True), ("a.#.#.b", "a.b", True),
+        ("#.*", "", False), ("#.*", "a", True), ("*.#.*", "a", False), ("*.#.*", "a.b", True),
+        ("stock.usd.*", "stock.usd.nyse", True), ("stock.usd.*", "stock.eur.nyse", False),
+        ("*.orange.*", "quick.orange.rabbit", True), ("*.*.rabbit", "lazy.orange.elephant", False),
+        ("lazy.#", "lazy.orange.male.rabbit", True), ("lazy.#", "lazy", True),
     ]
     for binding_key, routing_key, matches in cases:
         assert reference_match(binding_key, routing_key) is matches, (binding_key, routing_key)
@@ -100,10 +77,8 @@ def test_trie_matches_reference(keys, routing):
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.tuples(st.booleans(), binding_keys, st.integers(0, 3)), max_size=25),
-    st.lists(routing_keys, min_size=1, max_size=5),
-)
+@given(st.lists(st.tuples(st.booleans(), binding_keys, st.integers(0, 3)), max_size=25),
+       st.lists(routing_keys, min_size=1, max_size=5))
 def test_trie_follows_binding_churn(operations, routing):
     """Adds and removes (including removing what was never added) keep the trie equal
     to the reference, and removing everything leaves an empty trie."""

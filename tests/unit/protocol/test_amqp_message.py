@@ -38,17 +38,14 @@ def test_a_headers_exchange_routes_dead_letters_by_their_death():
     exchange = HeadersExchange("dlx-h")
     dead = published().dead(Death("q", "expired", 1_700_000_000, "orders", ("new",)), "dlx-h", "")
     assert headers_match({"x-match": "all-with-x", "x-first-death-reason": "expired"}, dead.headers)
-    assert not headers_match({"x-match": "all-with-x", "x-first-death-reason": "rejected"}, dead.headers)
+    assert not headers_match({"x-match": "all-with-x", "x-first-death-reason": "rejected"},
+                             dead.headers)
     assert exchange.route(dead) == []  # no bindings yet: nothing, and no error
 
 
 def test_a_broker_built_message_keeps_its_properties_when_it_dies():
-    built = Message.build(
-        "",
-        "replies",
-        b"{}",
-        Properties(content_type="application/json", correlation_id="c-1", headers={"a": 1}),
-    )
+    built = Message.build("", "replies", b"{}", Properties(
+        content_type="application/json", correlation_id="c-1", headers={"a": 1}))
     dead = built.dead(Death("replies", "expired", 1_700_000_000, "", ("replies",)), "dlx", "")
     assert dead.properties.content_type == "application/json"
     assert dead.properties.correlation_id == "c-1"
@@ -78,13 +75,9 @@ def test_cc_and_bcc_become_routing_keys_and_bcc_leaves_the_header():
 
 
 def test_a_cc_that_is_not_an_array_is_406_with_rabbitmqs_text():
-    for headers, text in (
-        ({"CC": ("S", b"q")}, '"CC",longstr'),
-        ({"BCC": ("I", 5)}, '"BCC",signedint'),
-        ({"BCC": ("S", b"q"), "CC": ("V", None)}, '"CC",void'),
-        ({"CC": ("x", b"q")}, '"CC",binary'),
-        ({"CC": ("F", {})}, '"CC",table'),
-    ):
+    for headers, text in (({"CC": ("S", b"q")}, '"CC",longstr'), ({"BCC": ("I", 5)}, '"BCC",signedint'),
+                          ({"BCC": ("S", b"q"), "CC": ("V", None)}, '"CC",void'),
+                          ({"CC": ("x", b"q")}, '"CC",binary'), ({"CC": ("F", {})}, '"CC",table')):
         try:
             typed(headers)
         except Exception as exc:  # core's PreconditionFailed
@@ -115,8 +108,7 @@ def test_cc_keys_survive_the_store_and_a_dead_letter_but_not_a_readdressing():
     assert restored.cc == ("a", "b")
     kept = message.dead(Death("q", "rejected", 1_700_000_000, "orders", ("new", "a")), "dlx", "new")
     assert kept.cc == ("a", "b")
-    gone = message.dead(
-        Death("q", "rejected", 1_700_000_000, "orders", ("new", "a"), None, True), "dlx", "dead"
-    )
+    gone = message.dead(Death("q", "rejected", 1_700_000_000, "orders", ("new", "a"), None, True),
+                        "dlx", "dead")
     assert gone.cc == ()
     assert published().meta() is None  # the common case still costs nothing

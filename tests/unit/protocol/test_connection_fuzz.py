@@ -19,109 +19,56 @@ from leveret.amqp.frames import (
     encode_frame,
 )
 
-names = st.sampled_from(
-    [
-        "",
-        "q",
-        "q2",
-        "ex",
-        "amq.direct",
-        "amq.topic",
-        "amq.headers",
-        "amq.gen-x",
-        "amq.rabbitmq.reply-to",
-        "x" * 10,
-    ]
-)
+names = st.sampled_from(["", "q", "q2", "ex", "amq.direct", "amq.topic", "amq.headers",
+                         "amq.gen-x", "amq.rabbitmq.reply-to", "x" * 10])
 flags = st.booleans()
 tags = st.integers(0, 5)
 channels = st.sampled_from([0, 1, 1, 1, 2, 3, 17])
-field_tables = st.sampled_from(
-    [
-        None,
-        {},
-        {"x-message-ttl": 10},
-        {"x-match": "any", "a": 1},
-        {"alternate-exchange": "amq.fanout"},
-        {"x-expires": "bad"},
-    ]
-)
+field_tables = st.sampled_from([None, {}, {"x-message-ttl": 10}, {"x-match": "any", "a": 1},
+                                {"alternate-exchange": "amq.fanout"}, {"x-expires": "bad"}])
 
 methods = st.one_of(
     st.builds(commands.Channel.Open),
-    st.builds(
-        commands.Channel.Close,
-        reply_code=st.just(200),
-        reply_text=st.just("bye"),
-        class_id=st.just(0),
-        method_id=st.just(0),
-    ),
+    st.builds(commands.Channel.Close, reply_code=st.just(200), reply_text=st.just("bye"),
+              class_id=st.just(0), method_id=st.just(0)),
     st.builds(commands.Channel.CloseOk),
     st.builds(commands.Channel.Flow, active=flags),
-    st.builds(
-        commands.Exchange.Declare,
-        exchange=names,
-        exchange_type=st.sampled_from(["direct", "fanout", "topic", "headers", "nope"]),
-        passive=flags,
-        durable=flags,
-        auto_delete=flags,
-        internal=flags,
-        arguments=field_tables,
-    ),
+    st.builds(commands.Exchange.Declare, exchange=names, exchange_type=st.sampled_from(
+        ["direct", "fanout", "topic", "headers", "nope"]), passive=flags, durable=flags,
+        auto_delete=flags, internal=flags, arguments=field_tables),
     st.builds(commands.Exchange.Delete, exchange=names, if_unused=flags),
-    st.builds(
-        commands.Exchange.Bind, destination=names, source=names, routing_key=names, arguments=field_tables
-    ),
-    st.builds(
-        commands.Queue.Declare,
-        queue=names,
-        passive=flags,
-        durable=flags,
-        exclusive=flags,
-        auto_delete=flags,
-        arguments=field_tables,
-    ),
-    st.builds(commands.Queue.Bind, queue=names, exchange=names, routing_key=names, arguments=field_tables),
+    st.builds(commands.Exchange.Bind, destination=names, source=names, routing_key=names,
+              arguments=field_tables),
+    st.builds(commands.Queue.Declare, queue=names, passive=flags, durable=flags,
+              exclusive=flags, auto_delete=flags, arguments=field_tables),
+    st.builds(commands.Queue.Bind, queue=names, exchange=names, routing_key=names,
+              arguments=field_tables),
     st.builds(commands.Queue.Unbind, queue=names, exchange=names, routing_key=names),
     st.builds(commands.Queue.Purge, queue=names),
     st.builds(commands.Queue.Delete, queue=names, if_unused=flags, if_empty=flags),
-    st.builds(
-        commands.Basic.Qos, prefetch_count=tags, prefetch_size=st.sampled_from([0, 0, 1]), global_=flags
-    ),
-    st.builds(
-        commands.Basic.Consume,
-        queue=names,
-        consumer_tag=st.sampled_from(["", "t", "u"]),
-        no_ack=flags,
-        exclusive=flags,
-    ),
+    st.builds(commands.Basic.Qos, prefetch_count=tags, prefetch_size=st.sampled_from([0, 0, 1]),
+              global_=flags),
+    st.builds(commands.Basic.Consume, queue=names, consumer_tag=st.sampled_from(["", "t", "u"]),
+              no_ack=flags, exclusive=flags),
     st.builds(commands.Basic.Cancel, consumer_tag=st.sampled_from(["", "t", "u"])),
-    st.builds(
-        commands.Basic.Publish,
-        exchange=names,
-        routing_key=names,
-        mandatory=flags,
-        immediate=st.sampled_from([False, False, False, True]),
-    ),
+    st.builds(commands.Basic.Publish, exchange=names, routing_key=names, mandatory=flags,
+              immediate=st.sampled_from([False, False, False, True])),
     st.builds(commands.Basic.Get, queue=names, no_ack=flags),
     st.builds(commands.Basic.Ack, delivery_tag=tags, multiple=flags),
     st.builds(commands.Basic.Nack, delivery_tag=tags, multiple=flags, requeue=flags),
     st.builds(commands.Basic.Reject, delivery_tag=tags, requeue=flags),
     st.builds(commands.Basic.Recover, requeue=flags),
     st.builds(commands.Confirm.Select),
-    st.builds(commands.Tx.Select),
-    st.builds(commands.Tx.Commit),
-    st.builds(commands.Tx.Rollback),
-    st.builds(commands.Connection.Blocked),
-    st.builds(commands.Connection.CloseOk),
-    st.builds(
-        commands.Connection.TuneOk, channel_max=st.just(0), frame_max=st.just(4096), heartbeat=st.just(0)
-    ),
+    st.builds(commands.Tx.Select), st.builds(commands.Tx.Commit), st.builds(commands.Tx.Rollback),
+    st.builds(commands.Connection.Blocked), st.builds(commands.Connection.CloseOk),
+    st.builds(commands.Connection.TuneOk, channel_max=st.just(0), frame_max=st.just(4096),
+              heartbeat=st.just(0)),
 )
 
 properties = st.builds(
     commands.Basic.Properties,
-    headers=st.one_of(st.none(), st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 3), max_size=2)),
+    headers=st.one_of(st.none(), st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 3),
+                                                 max_size=2)),
     reply_to=st.sampled_from([None, "amq.rabbitmq.reply-to", "q"]),
     delivery_mode=st.sampled_from([None, 1, 2]),
     expiration=st.sampled_from([None, "0", "100", "junk"]),
@@ -143,7 +90,7 @@ def content(draw, channel: int | None = None) -> bytes:
         header = draw(st.binary(max_size=40))
     frames = [encode_frame(FRAME_HEADER, channel, header)]
     for start in range(0, len(body), 4088):
-        frames.append(encode_frame(FRAME_BODY, channel, body[start : start + 4088]))
+        frames.append(encode_frame(FRAME_BODY, channel, body[start:start + 4088]))
     return b"".join(frames)
 
 
@@ -154,30 +101,23 @@ def publish(draw) -> bytes:
     method = commands.Basic.Publish(
         exchange=draw(st.sampled_from(["", "", "amq.headers", "amq.topic", "ex"])),
         routing_key=draw(st.sampled_from(["q", "q", "q2", "amq.rabbitmq.reply-to.x"])),
-        mandatory=draw(flags),
-    )
+        mandatory=draw(flags))
     return method_frame(channel, method) + draw(content(channel))
 
 
-setup = st.sampled_from(
-    [  # declarations that give publishes somewhere to go
-        method_frame(1, commands.Queue.Declare(queue="q")),
-        method_frame(
-            1, commands.Queue.Bind(queue="q", exchange="amq.headers", arguments={"x-match": "any", "a": 1})
-        ),
-        method_frame(1, commands.Queue.Bind(queue="q", exchange="amq.topic", routing_key="#")),
-        method_frame(1, commands.Basic.Consume(queue="q", consumer_tag="c")),
-        method_frame(1, commands.Confirm.Select()),
-        method_frame(2, commands.Channel.Open()),
-    ]
-)
+setup = st.sampled_from([  # declarations that give publishes somewhere to go
+    method_frame(1, commands.Queue.Declare(queue="q")),
+    method_frame(1, commands.Queue.Bind(queue="q", exchange="amq.headers",
+                                        arguments={"x-match": "any", "a": 1})),
+    method_frame(1, commands.Queue.Bind(queue="q", exchange="amq.topic", routing_key="#")),
+    method_frame(1, commands.Basic.Consume(queue="q", consumer_tag="c")),
+    method_frame(1, commands.Confirm.Select()),
+    method_frame(2, commands.Channel.Open()),
+])
 
 garbage_payload_frame = st.builds(
-    encode_frame,
-    st.sampled_from([FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT]),
-    channels,
-    st.binary(max_size=60),
-)
+    encode_frame, st.sampled_from([FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT]),
+    channels, st.binary(max_size=60))
 
 chunks = st.one_of(
     setup,
@@ -230,16 +170,12 @@ def test_connection_survives_random_frames(script, cuts):
 def test_connection_survives_garbage_at_any_handshake_stage(garbage, cuts):
     for stage in range(5):
         harness = Harness()
-        steps = [
-            PROTOCOL_HEADER,
-            method_frame(
-                0,
-                commands.Connection.StartOk(mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US"),
-            ),
-            method_frame(0, commands.Connection.TuneOk(frame_max=4096)),
-            method_frame(0, commands.Connection.Open(virtual_host="/")),
-            method_frame(1, commands.Channel.Open()),
-        ][:stage]
+        steps = [PROTOCOL_HEADER,
+                 method_frame(0, commands.Connection.StartOk(
+                     mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US")),
+                 method_frame(0, commands.Connection.TuneOk(frame_max=4096)),
+                 method_frame(0, commands.Connection.Open(virtual_host="/")),
+                 method_frame(1, commands.Channel.Open())][:stage]
         for step in steps:
             harness.feed(step)
         for piece in split(garbage, cuts):

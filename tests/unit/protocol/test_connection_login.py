@@ -26,14 +26,9 @@ class Client:
         self.transport = FakeTransport()
         self.loop = FakeLoop()
         self.pending: set[Connection] = set()
-        self.connection = Connection(
-            self.core,
-            self.transport,
-            self.loop,
-            self.pending.add,
-            "192.0.2.7:40000" if not from_loopback else "127.0.0.1:40000",
-            from_loopback,
-        )
+        self.connection = Connection(self.core, self.transport, self.loop, self.pending.add,
+                                     "192.0.2.7:40000" if not from_loopback else "127.0.0.1:40000",
+                                     from_loopback)
 
     def feed(self, data: bytes) -> None:
         self.connection.data_received(data)
@@ -47,11 +42,8 @@ class Client:
     def methods(self) -> list:
         """Every method written so far, decoded."""
         frames = FrameReader(1 << 20).feed(bytes(self.transport.output))
-        return [
-            pamqp_frame.unmarshal(encode_frame(t, ch, payload))[2]
-            for t, ch, payload in frames
-            if t == FRAME_METHOD
-        ]
+        return [pamqp_frame.unmarshal(encode_frame(t, ch, payload))[2]
+                for t, ch, payload in frames if t == FRAME_METHOD]
 
     def login(self, user: str, password: str, mechanism: str = "PLAIN") -> None:
         self.feed(PROTOCOL_HEADER)
@@ -60,11 +52,8 @@ class Client:
             response = f"\x00{user}\x00{password}"
         else:  # AMQPLAIN: a field table without its length prefix
             response = pamqp_encode.field_table({"LOGIN": user, "PASSWORD": password})[4:].decode()
-        self.send(
-            C.StartOk(
-                client_properties={"product": "test"}, mechanism=mechanism, response=response, locale="en_US"
-            )
-        )
+        self.send(C.StartOk(client_properties={"product": "test"}, mechanism=mechanism,
+                            response=response, locale="en_US"))
 
 
 def test_guest_from_a_non_loopback_address_is_refused_with_403():
@@ -74,9 +63,7 @@ def test_guest_from_a_non_loopback_address_is_refused_with_403():
     assert isinstance(start, C.Start)
     assert isinstance(close, C.Close)
     assert (close.reply_code, close.reply_text) == (
-        403,
-        "ACCESS_REFUSED - user 'guest' can only connect via localhost",
-    )
+        403, "ACCESS_REFUSED - user 'guest' can only connect via localhost")
     assert (close.class_id, close.method_id) == (10, 11)  # connection.start-ok
     assert client.connection.state == "closing" and client.connection.user is None
     # the client's close-ok ends it; the broker never got to tune or open
@@ -90,9 +77,7 @@ def test_guest_from_a_non_loopback_address_is_refused_with_amqplain_too():
     client.login("guest", "guest", mechanism="AMQPLAIN")
     close = client.methods()[-1]
     assert (close.reply_code, close.reply_text) == (
-        403,
-        "ACCESS_REFUSED - user 'guest' can only connect via localhost",
-    )
+        403, "ACCESS_REFUSED - user 'guest' can only connect via localhost")
 
 
 def test_guest_from_a_non_loopback_address_with_a_wrong_password_gets_the_login_refused_text():
@@ -100,10 +85,8 @@ def test_guest_from_a_non_loopback_address_with_a_wrong_password_gets_the_login_
     client.login("guest", "wrong")
     close = client.methods()[-1]
     assert (close.reply_code, close.reply_text) == (
-        403,
-        "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
-        "For details see the broker logfile.",
-    )
+        403, "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
+             "For details see the broker logfile.")
 
 
 def test_guest_from_loopback_gets_connection_tune():
@@ -114,10 +97,8 @@ def test_guest_from_loopback_gets_connection_tune():
 
 
 def test_a_user_not_limited_to_loopback_logs_in_from_anywhere():
-    users = UserDatabase(
-        [User.with_password("guest", "guest"), User.with_password("alice", "s3cret")],
-        loopback_users=["guest"],
-    )
+    users = UserDatabase([User.with_password("guest", "guest"), User.with_password("alice", "s3cret")],
+                         loopback_users=["guest"])
     client = Client(from_loopback=False, core=BrokerCore(ManualClock(), users=users))
     client.login("alice", "s3cret")
     assert isinstance(client.methods()[-1], C.Tune)

@@ -39,9 +39,8 @@ class Loop:
     def advance(self, seconds: float) -> None:
         """Move time on, running each timer at its time (a loop that keeps up)."""
         end = self.now + seconds
-        while due := sorted(
-            (t for t in self.timers if not t.cancelled and t.when <= end), key=lambda t: t.when
-        ):
+        while due := sorted((t for t in self.timers if not t.cancelled and t.when <= end),
+                            key=lambda t: t.when):
             self.timers.remove(due[0])
             self.now = max(self.now, due[0].when)
             due[0].callback()
@@ -68,15 +67,13 @@ class Transport:
 
 def opened(input_waiting) -> tuple[Connection, Loop, Transport]:
     loop, transport = Loop(), Transport()
-    connection = Connection(
-        BrokerCore(ManualClock()), transport, loop, lambda c: None, "test:1", True, input_waiting
-    )
+    connection = Connection(BrokerCore(ManualClock()), transport, loop, lambda c: None, "test:1", True,
+                            input_waiting)
     connection.data_received(PROTOCOL_HEADER)
-    for method in (
-        commands.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest", locale="en_US"),
-        commands.Connection.TuneOk(channel_max=16, frame_max=4096, heartbeat=HEARTBEAT),
-        commands.Connection.Open(virtual_host="/"),
-    ):
+    for method in (commands.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest",
+                                               locale="en_US"),
+                   commands.Connection.TuneOk(channel_max=16, frame_max=4096, heartbeat=HEARTBEAT),
+                   commands.Connection.Open(virtual_host="/")):
         connection.data_received(frame.marshal(method, 0))
     assert connection.state == "opened"
     return connection, loop, transport

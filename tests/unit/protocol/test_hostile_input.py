@@ -60,9 +60,8 @@ def test_client_properties_nested_too_deep_get_502_before_login(depth, caplog):
         harness.feed(method(0, 10, 11, args + shortstr("en_US")))
     close = last(harness)
     assert isinstance(close, commands.Connection.Close)
-    text = (
-        f"SYNTAX_ERROR - cannot decode Connection.StartOk: field tables nested more than {MAX_NESTING} deep"
-    )
+    text = ("SYNTAX_ERROR - cannot decode Connection.StartOk: "
+            f"field tables nested more than {MAX_NESTING} deep")
     assert (close.reply_code, close.reply_text) == (502, text)
     assert len(caplog.records) == 1 and not caplog.records[0].exc_info  # one line, no traceback
     assert harness.transport.closed or harness.connection.state == "closing"
@@ -90,19 +89,15 @@ def test_message_headers_nested_too_deep_get_502():
     headers = nested_table(MAX_NESTING + 5)
     properties = struct.pack(">H", 0x2000) + headers  # the headers flag only
     header = struct.pack(">HHQ", 60, 0, 1) + properties
-    harness.feed(
-        method(1, 60, 40, struct.pack(">H", 0) + shortstr("") + shortstr("q") + b"\x00")
-        + encode_frame(2, 1, header)
-        + encode_frame(3, 1, b"x")
-    )
+    harness.feed(method(1, 60, 40, struct.pack(">H", 0) + shortstr("") + shortstr("q") + b"\x00")
+                 + encode_frame(2, 1, header) + encode_frame(3, 1, b"x"))
     close = last(harness)
     assert isinstance(close, commands.Connection.Close) and close.reply_code == 502
     assert "headers nested more than" in close.reply_text
 
 
-@pytest.mark.parametrize(
-    "key", ["x-overflow", "x-dead-letter-exchange", "x-queue-type", "x-queue-mode", "x-dead-letter-strategy"]
-)
+@pytest.mark.parametrize("key", ["x-overflow", "x-dead-letter-exchange", "x-queue-type", "x-queue-mode",
+                                 "x-dead-letter-strategy"])
 def test_invalid_utf8_in_a_string_queue_argument_gets_406(key):
     harness = Harness()
     harness.handshake()
@@ -110,6 +105,4 @@ def test_invalid_utf8_in_a_string_queue_argument_gets_406(key):
     close = last(harness)
     assert isinstance(close, commands.Channel.Close)
     assert (close.reply_code, close.reply_text) == (
-        406,
-        f"PRECONDITION_FAILED - invalid arg '{key}' for queue 'q' in vhost '/': not valid UTF-8",
-    )
+        406, f"PRECONDITION_FAILED - invalid arg '{key}' for queue 'q' in vhost '/': not valid UTF-8")

@@ -43,13 +43,8 @@ headers = st.dictionaries(
 
 
 @FUZZ
-@given(
-    st.sampled_from(["SEND", "MESSAGE", "ACK"]),
-    headers,
-    st.binary(max_size=64),
-    st.sampled_from(["1.1", "1.2"]),
-    st.lists(st.integers(0, 300), max_size=5),
-)
+@given(st.sampled_from(["SEND", "MESSAGE", "ACK"]), headers, st.binary(max_size=64),
+       st.sampled_from(["1.1", "1.2"]), st.lists(st.integers(0, 300), max_size=5))
 def test_encoded_frames_parse_back_the_same_however_cut(command, values, body, version, cuts):
     """Escaping round-trips every header (1.1 and 1.2), and a body with NULs comes back
     whole with its content-length, whatever the read boundaries."""
@@ -66,7 +61,8 @@ class Stomp:
 
     def __init__(self, core: BrokerCore) -> None:
         self.transport = FakeTransport()
-        self.connection = StompConnection(core, self.transport, FakeLoop(), lambda c: None, "127.0.0.1:5000")
+        self.connection = StompConnection(core, self.transport, FakeLoop(), lambda c: None,
+                                          "127.0.0.1:5000")
         self.transport.pause_reading = lambda: None  # type: ignore[attr-defined]
         self.transport.resume_reading = lambda: None  # type: ignore[attr-defined]
 
@@ -76,72 +72,16 @@ class Stomp:
         self.connection.flush()
 
 
-commands_ = st.sampled_from(
-    [
-        "SEND",
-        "SUBSCRIBE",
-        "UNSUBSCRIBE",
-        "ACK",
-        "NACK",
-        "BEGIN",
-        "COMMIT",
-        "ABORT",
-        "DISCONNECT",
-        "CONNECT",
-        "BOGUS",
-    ]
-)
-header_names = st.sampled_from(
-    [
-        "destination",
-        "id",
-        "ack",
-        "receipt",
-        "transaction",
-        "persistent",
-        "priority",
-        "expires",
-        "expiration",
-        "message-id",
-        "subscription",
-        "activemq.prefetchSize",
-        "activemq.exclusive",
-        "content-length",
-        "requeue",
-        "reply-to",
-        "selector",
-        "x",
-    ]
-)
-header_values = st.sampled_from(
-    [
-        "/queue/a",
-        "/queue/b",
-        "/topic/t.*",
-        "/topic/t.>",
-        "/topic/t.x",
-        "/x/y",
-        "/queue/a,/topic/t.x",
-        "",
-        "1",
-        "2",
-        "0",
-        "-1",
-        "9",
-        "10",
-        "auto",
-        "client",
-        "client-individual",
-        "true",
-        "false",
-        "tx",
-        "ID:x",
-        "abc",
-        "/amq/queue/a",
-        "/exchange/amq.direct/k",
-        "99999999999999999999",
-    ]
-)
+commands_ = st.sampled_from(["SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT",
+                             "DISCONNECT", "CONNECT", "BOGUS"])
+header_names = st.sampled_from(["destination", "id", "ack", "receipt", "transaction", "persistent",
+                                "priority", "expires", "expiration", "message-id", "subscription",
+                                "activemq.prefetchSize", "activemq.exclusive", "content-length", "requeue",
+                                "reply-to", "selector", "x"])
+header_values = st.sampled_from(["/queue/a", "/queue/b", "/topic/t.*", "/topic/t.>", "/topic/t.x", "/x/y",
+                                 "/queue/a,/topic/t.x", "", "1", "2", "0", "-1", "9", "10", "auto", "client",
+                                 "client-individual", "true", "false", "tx", "ID:x", "abc", "/amq/queue/a",
+                                 "/exchange/amq.direct/k", "99999999999999999999"])
 frames = st.builds(
     lambda command, pairs, body: encode(command, pairs, body, "1.2"),
     commands_,
@@ -151,11 +91,9 @@ frames = st.builds(
 
 
 @FUZZ
-@given(
-    st.sampled_from(["1.0", "1.1", "1.2"]),
-    st.lists(st.one_of(frames, st.binary(max_size=30)), max_size=12),
-    st.lists(st.integers(0, 400), max_size=4),
-)
+@given(st.sampled_from(["1.0", "1.1", "1.2"]),
+       st.lists(st.one_of(frames, st.binary(max_size=30)), max_size=12),
+       st.lists(st.integers(0, 400), max_size=4))
 def test_a_connection_fed_random_frames_never_raises(version, sequence, cuts):
     core = BrokerCore(ManualClock())
     consumer = Stomp(core)

@@ -35,12 +35,7 @@ class Rig:
         self.blocked = False
         self.holds = self.releases = 0
         self.coalescer = ReadCoalescer(
-            self.socket,
-            self.loop,
-            hold,
-            lambda: not self.blocked,
-            self._held,
-            self._released,
+            self.socket, self.loop, hold, lambda: not self.blocked, self._held, self._released,
             lambda: self.clock,
         )
 
@@ -196,13 +191,8 @@ def test_a_hold_lifted_by_another_pause_ends_before_the_read_is_fed(tmp_path):
     protocol._fileno, protocol._sniffing = ours.fileno(), False
     clock = [0.0]
     protocol.coalescer = ReadCoalescer(
-        protocol.transport,
-        FakeLoop(),
-        HOLD,
-        lambda: True,
-        lambda: listener.held.add(protocol),
-        lambda: listener.held.discard(protocol),
-        lambda: clock[0],
+        protocol.transport, FakeLoop(), HOLD, lambda: True, lambda: listener.held.add(protocol),
+        lambda: listener.held.discard(protocol), lambda: clock[0],
     )
     for i in range(STREAK + 1):
         clock[0] += 1e-5
