@@ -25,6 +25,7 @@ except ImportError:  # Windows: the connection then defers its heartbeat verdict
 from ..core.broker import BrokerCore
 from ..protocol.amqp import Connection
 from ..protocol.stomp import StompConnection
+from ..protocol.turns import TurnQueue
 from .read_coalescing import ReadCoalescer
 from .tls import certificate_identity
 
@@ -115,6 +116,7 @@ class ClientProtocol(asyncio.Protocol):
             loopback,
             input_waiting_probe(transport),
             certificate_user,
+            listener.turns,
         )
         self.connection = listener.connection_class(*self._arguments)
         # An AMQP port also takes STOMP (ActiveMQ's "auto" transport): told apart by the
@@ -164,12 +166,13 @@ class ClientProtocol(asyncio.Protocol):
         self.connection = StompConnection(*self._arguments)
         listener.connections.add(self.connection)
 
-    def _feed(self, data: bytes) -> bool:
-        """Feed the Connection; an exception from it is a bug: logged, and the
-        connection closed with 541 INTERNAL_ERROR (then False)."""
+    def _feed(self, data: bytes, whole: bool = False) -> bool:
+        """Feed the Connection (``whole``: every frame now, not over several turns);
+        an exception from it is a bug: logged, and the connection closed with 541
+        INTERNAL_ERROR (then False)."""
         connection = self.connection
         try:
-            connection.data_received(data)
+            connection.data_received(data, whole)
         except Exception:  # a bug must cost one connection, never the broker
             log.exception("internal error on connection %s", connection.peer)
             connection.close(541, "internal error")
@@ -180,7 +183,9 @@ class ClientProtocol(asyncio.Protocol):
         """End this socket's hold early: read and feed what waits on it (at most
         :data:`DRAIN_LIMIT` bytes, so a flooding client cannot keep the loop here), then
         let the loop read it again. Nothing is read while the connection has another
-        reason not to read (a resource alarm, a reply waiting for the store)."""
+        reason not to read (a resource alarm, a reply waiting for the store). What is
+        read is handled whole, not over several turns: the connection about to be read
+        must see all of it."""
         if not self.coalescer.release():
             return
         for _ in range(DRAIN_LIMIT // READ_SIZE):
@@ -190,7 +195,7 @@ class ClientProtocol(asyncio.Protocol):
                 break
             except OSError:  # reset: the loop reports it once reading resumes
                 break
-            if not data or not self._feed(data):  # end of stream: likewise
+            if not data or not self._feed(data, whole=True):  # end of stream: likewise
                 break
             if self.connection.reading_paused or self.transport.is_closing():
                 return  # paused meanwhile: whoever paused it resumes it
@@ -222,9 +227,11 @@ class Listener:
     most once per ``read_coalesce`` seconds (see :mod:`.read_coalescing`; 0 reads at
     once)."""
 
-    #: The running loop and its flusher, set by :meth:`start` (protocols exist only after).
+    #: The running loop, its flusher, and where connections' long reads wait their turn
+    #: (see protocol/turns.py); set by :meth:`start` (protocols exist only after).
     loop: asyncio.AbstractEventLoop
     flusher: Flusher
+    turns: TurnQueue
 
     def __init__(
         self,
@@ -265,6 +272,7 @@ class Listener:
         OSError if it cannot be bound."""
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop)
+        self.turns = TurnQueue(self.loop.call_soon)
         self._server = await self.loop.create_server(
             lambda: ClientProtocol(self), self.host, self.port, reuse_address=True, ssl=self.ssl
         )

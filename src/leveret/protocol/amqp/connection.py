@@ -58,7 +58,7 @@ from ...core.session import Session
 from ...core.vhost import VirtualHost
 from ...version import __version__
 from ..output import Output
-from ..turns import TurnBudget
+from ..turns import TurnBudget, TurnQueue
 from .channel import Channel
 from .errors import to_amqp
 from .sasl import MECHANISMS, parse_response
@@ -150,6 +150,7 @@ class Connection(Output):
         from_loopback: bool = True,
         input_waiting: Callable[[], bool] | None = None,
         certificate_user: str | None = None,
+        turns: TurnQueue | None = None,
     ) -> None:
         self.core = core
         self.transport = transport
@@ -180,6 +181,8 @@ class Connection(Output):
         self._input_waiting = input_waiting
         # Frames read while a reply waits for the store (wait_for_store), else None.
         self._stash: list[tuple[int, int, bytes]] | None = None
+        # where the rest of a long read waits its turn (shared by a listener's connections)
+        self._turns = turns or TurnQueue(lambda callback: loop.call_later(0, callback))
         self._rechecking = False  # the missed-heartbeat verdict was deferred once
 
     @property
@@ -214,11 +217,13 @@ class Connection(Output):
         self.send(encode_method(channel, method))
 
     # -- input ----------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes, whole: bool = False) -> None:
         """Feed bytes read from the socket: the protocol header first (§4.2.2), then
-        frames. Errors are answered here: channel.close for soft ones, connection.close
-        for hard ones (a bad frame: 501, then the socket is closed). Anything else it
-        raises is a bug in leveret (the server closes the connection with 541)."""
+        frames, over several loop turns when they take long (protocol/turns.py), unless
+        ``whole``: all of them now. Errors are answered here: channel.close for soft
+        ones, connection.close for hard ones (a bad frame: 501, then the socket is
+        closed). Anything else it raises is a bug in leveret (the server closes the
+        connection with 541)."""
         self.last_received = self.loop.time()
         if self.state == "header":
             data = self._protocol_header(data)
@@ -235,19 +240,20 @@ class Connection(Output):
         if self._stash is not None:  # a reply waits for the store: so does the rest
             self._stash += frames
             return
-        self._run_frames(frames)
+        if self._turns.busy and not whole:  # behind other connections' frames
+            self._defer(frames)
+            return
+        self._run_frames(frames, whole)
 
-    def _run_frames(self, frames: list[tuple[int, int, bytes]]) -> None:
+    def _run_frames(self, frames: list[tuple[int, int, bytes]], whole: bool = False) -> None:
         i, count = 0, len(frames)
-        budget = TurnBudget(count)
+        budget = TurnBudget(0 if whole else count)
         while i < count:
             if self._stash is not None:  # the last frame made a reply wait for the store
                 self._stash += frames[i:]
                 return
-            if budget.spent():  # the rest in the next turn (see protocol/turns.py)
-                self._stash = frames[i:]
-                self.transport.pause_reading()
-                self.loop.call_soon(self._next_turn)
+            if budget.spent():  # the rest in a later turn (see protocol/turns.py)
+                self._defer(frames[i:])
                 return
             frame_type, number, payload = frames[i]
             if frame_type == FRAME_METHOD and i + 1 < count and payload[:4] == PUBLISH_ID:
@@ -278,6 +284,11 @@ class Connection(Output):
         self._stash = []
         self.transport.pause_reading()
         store.when_durable(lambda ok: self._stored(ok, callback))
+
+    def _defer(self, frames: list[tuple[int, int, bytes]]) -> None:
+        self._stash = frames
+        self.transport.pause_reading()
+        self._turns.defer(self._next_turn)
 
     def _next_turn(self) -> None:
         """Go on with the frames a read left over when its turn's budget ran out."""

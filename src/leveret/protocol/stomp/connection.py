@@ -37,7 +37,7 @@ from ...core.session import Session
 from ...core.vhost import VirtualHost
 from ...version import __version__
 from ..output import Output
-from ..turns import TurnBudget
+from ..turns import TurnBudget, TurnQueue
 from . import destinations
 from .destinations import TEMP_QUEUE_PREFIX, TEMP_TOPIC_PREFIX, Destination
 from .frames import HEARTBEAT, Frame, FrameError, FrameParser, encode, escape
@@ -114,6 +114,7 @@ class StompConnection(Output):
         from_loopback: bool = True,
         input_waiting: Callable[[], bool] | None = None,
         certificate_user: str | None = None,
+        turns: TurnQueue | None = None,
     ) -> None:
         self.core = core
         self.transport = transport
@@ -148,6 +149,8 @@ class StompConnection(Output):
         self._held = bytearray()
         # the rest of a read whose turn's budget ran out (see protocol/turns.py), else None
         self._rest: list[Frame | None] | None = None
+        # where the rest of a long read waits its turn (shared by a listener's connections)
+        self._turns = turns or TurnQueue(lambda callback: loop.call_later(0, callback))
         self._disconnecting = False  # DISCONNECT came: nothing more is read
         self._init_output(request_flush)
         self.blocked = False
@@ -181,9 +184,10 @@ class StompConnection(Output):
                 subscription.queue.drain()
 
     # -- input --------------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
-        """Feed bytes read from the socket; frames are handled in order, and the first
-        error ends the connection (ERROR frame, then close)."""
+    def data_received(self, data: bytes, whole: bool = False) -> None:
+        """Feed bytes read from the socket; frames are handled in order, over several
+        loop turns when they take long (protocol/turns.py) unless ``whole``, and the
+        first error ends the connection (ERROR frame, then close)."""
         self.last_received = self.loop.time()
         if self.state == "closed":
             return
@@ -198,15 +202,16 @@ class StompConnection(Output):
         if self._rest is not None:  # behind what waits for the next turn
             self._rest += frames
             return
-        self._run(frames)
+        if self._turns.busy and not whole:  # behind other connections' frames
+            self._defer(frames)
+            return
+        self._run(frames, whole)
 
-    def _run(self, frames: list[Frame | None]) -> None:
-        budget = TurnBudget(len(frames))
+    def _run(self, frames: list[Frame | None], whole: bool = False) -> None:
+        budget = TurnBudget(0 if whole else len(frames))
         for i, frame in enumerate(frames):
-            if budget.spent():  # the rest in the next turn (see protocol/turns.py)
-                self._rest = frames[i:]
-                self.transport.pause_reading()
-                self.loop.call_soon(self._next_turn)
+            if budget.spent():  # the rest in a later turn (see protocol/turns.py)
+                self._defer(frames[i:])
                 return
             if frame is HEARTBEAT:
                 continue
@@ -217,6 +222,11 @@ class StompConnection(Output):
             if self.state == "refusing":  # the rest waits for the login
                 self._waiting = frames[i + 1 :]
                 return
+
+    def _defer(self, frames: list[Frame | None]) -> None:
+        self._rest = frames
+        self.transport.pause_reading()
+        self._turns.defer(self._next_turn)
 
     def _next_turn(self) -> None:
         """Go on with the frames a read left over when its turn's budget ran out."""
