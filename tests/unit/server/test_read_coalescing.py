@@ -172,7 +172,7 @@ def test_a_hold_lifted_by_another_pause_ends_before_the_read_is_fed(tmp_path):
         def __init__(self) -> None:
             self.fed: list[bytes] = []
 
-        def data_received(self, data: bytes) -> None:
+        def data_received(self, data: bytes, whole: bool = False) -> None:
             self.fed.append(data)
 
     class Listener:
