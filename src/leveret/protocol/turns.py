@@ -7,20 +7,18 @@ much late. A connection therefore stops after :data:`TURN_BUDGET` seconds, stops
 reading its socket, and goes on with the rest of the read in a later turn, after due
 timers.
 
-Connections do not overtake each other meanwhile: the rest waits in a
-:class:`TurnQueue` shared by the connections of a listener, and a read on another
-connection while it is not empty waits behind it. So, as when every read was handled
-whole, a connection sees everything other connections had sent before it was read (a
-passive declare counts every message published before it).
+Other connections are read meanwhile, so one may overtake the rest of a long read by
+a few milliseconds (RabbitMQ, a process per connection, orders nothing across
+connections either). A socket held by read coalescing is different: when another
+connection is about to be read, what it holds is read and handled whole first
+(server/listener.py), so a second connection sees everything the first sent before
+it, however long the hold.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import deque
-from collections.abc import Callable
-from typing import Any
 
 TURN_BUDGET = 0.002  # seconds of one read's frames per loop turn
 CHECK_EVERY = 8  # frames between looks at the clock (a look costs ~50 ns)
@@ -43,45 +41,3 @@ class TurnBudget:
             return False
         self._left = CHECK_EVERY
         return time.perf_counter() > self._deadline
-
-
-class TurnQueue:
-    """Connections with frames left over, served one per loop turn in the order their
-    frames arrived. ``call_soon`` is the event loop's."""
-
-    def __init__(self, call_soon: Callable[[Callable[[], Any]], Any]) -> None:
-        self._call_soon = call_soon
-        self._waiting: deque[Callable[[], None]] = deque()
-        self._running: Callable[[], None] | None = None
-        self._scheduled = False
-
-    @property
-    def busy(self) -> bool:
-        """Whether frames wait: a new read must then wait behind them."""
-        return bool(self._waiting) or self._running is not None
-
-    def defer(self, resume: Callable[[], None]) -> None:
-        """Call ``resume`` in a later turn, after those that waited before it; the one
-        running now, deferring again, stays first (its frames came first)."""
-        if resume == self._running:
-            self._waiting.appendleft(resume)
-        else:
-            self._waiting.append(resume)
-        self._schedule()
-
-    def _schedule(self) -> None:
-        if not self._scheduled:
-            self._scheduled = True
-            self._call_soon(self._turn)
-
-    def _turn(self) -> None:
-        self._scheduled = False
-        if not self._waiting:
-            return
-        self._running = resume = self._waiting.popleft()
-        try:
-            resume()
-        finally:
-            self._running = None
-            if self._waiting:
-                self._schedule()

@@ -25,7 +25,6 @@ except ImportError:  # Windows: the connection then defers its heartbeat verdict
 from ..core.broker import BrokerCore
 from ..protocol.amqp import Connection
 from ..protocol.stomp import StompConnection
-from ..protocol.turns import TurnQueue
 from .read_coalescing import ReadCoalescer
 from .tls import certificate_identity
 
@@ -116,7 +115,6 @@ class ClientProtocol(asyncio.Protocol):
             loopback,
             input_waiting_probe(transport),
             certificate_user,
-            listener.turns,
         )
         self.connection = listener.connection_class(*self._arguments)
         # An AMQP port also takes STOMP (ActiveMQ's "auto" transport): told apart by the
@@ -227,11 +225,9 @@ class Listener:
     most once per ``read_coalesce`` seconds (see :mod:`.read_coalescing`; 0 reads at
     once)."""
 
-    #: The running loop, its flusher, and where connections' long reads wait their turn
-    #: (see protocol/turns.py); set by :meth:`start` (protocols exist only after).
+    #: The running loop and its flusher, set by :meth:`start` (protocols exist only after).
     loop: asyncio.AbstractEventLoop
     flusher: Flusher
-    turns: TurnQueue
 
     def __init__(
         self,
@@ -272,7 +268,6 @@ class Listener:
         OSError if it cannot be bound."""
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop)
-        self.turns = TurnQueue(self.loop.call_soon)
         self._server = await self.loop.create_server(
             lambda: ClientProtocol(self), self.host, self.port, reuse_address=True, ssl=self.ssl
         )

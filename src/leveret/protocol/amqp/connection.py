@@ -58,7 +58,7 @@ from ...core.session import Session
 from ...core.vhost import VirtualHost
 from ...version import __version__
 from ..output import Output
-from ..turns import TurnBudget, TurnQueue
+from ..turns import TurnBudget
 from .channel import Channel
 from .errors import to_amqp
 from .sasl import MECHANISMS, parse_response
@@ -150,7 +150,6 @@ class Connection(Output):
         from_loopback: bool = True,
         input_waiting: Callable[[], bool] | None = None,
         certificate_user: str | None = None,
-        turns: TurnQueue | None = None,
     ) -> None:
         self.core = core
         self.transport = transport
@@ -181,8 +180,6 @@ class Connection(Output):
         self._input_waiting = input_waiting
         # Frames read while a reply waits for the store (wait_for_store), else None.
         self._stash: list[tuple[int, int, bytes]] | None = None
-        # where the rest of a long read waits its turn (shared by a listener's connections)
-        self._turns = turns or TurnQueue(lambda callback: loop.call_later(0, callback))
         self._rechecking = False  # the missed-heartbeat verdict was deferred once
 
     @property
@@ -240,9 +237,6 @@ class Connection(Output):
         if self._stash is not None:  # a reply waits for the store: so does the rest
             self._stash += frames
             return
-        if self._turns.busy and not whole:  # behind other connections' frames
-            self._defer(frames)
-            return
         self._run_frames(frames, whole)
 
     def _run_frames(self, frames: list[tuple[int, int, bytes]], whole: bool = False) -> None:
@@ -288,7 +282,7 @@ class Connection(Output):
     def _defer(self, frames: list[tuple[int, int, bytes]]) -> None:
         self._stash = frames
         self.transport.pause_reading()
-        self._turns.defer(self._next_turn)
+        self.loop.call_later(0, self._next_turn)
 
     def _next_turn(self) -> None:
         """Go on with the frames a read left over when its turn's budget ran out."""

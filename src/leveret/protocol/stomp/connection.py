@@ -37,7 +37,7 @@ from ...core.session import Session
 from ...core.vhost import VirtualHost
 from ...version import __version__
 from ..output import Output
-from ..turns import TurnBudget, TurnQueue
+from ..turns import TurnBudget
 from . import destinations
 from .destinations import TEMP_QUEUE_PREFIX, TEMP_TOPIC_PREFIX, Destination
 from .frames import HEARTBEAT, Frame, FrameError, FrameParser, encode, escape
@@ -114,7 +114,6 @@ class StompConnection(Output):
         from_loopback: bool = True,
         input_waiting: Callable[[], bool] | None = None,
         certificate_user: str | None = None,
-        turns: TurnQueue | None = None,
     ) -> None:
         self.core = core
         self.transport = transport
@@ -149,8 +148,6 @@ class StompConnection(Output):
         self._held = bytearray()
         # the rest of a read whose turn's budget ran out (see protocol/turns.py), else None
         self._rest: list[Frame | None] | None = None
-        # where the rest of a long read waits its turn (shared by a listener's connections)
-        self._turns = turns or TurnQueue(lambda callback: loop.call_later(0, callback))
         self._disconnecting = False  # DISCONNECT came: nothing more is read
         self._init_output(request_flush)
         self.blocked = False
@@ -202,9 +199,6 @@ class StompConnection(Output):
         if self._rest is not None:  # behind what waits for the next turn
             self._rest += frames
             return
-        if self._turns.busy and not whole:  # behind other connections' frames
-            self._defer(frames)
-            return
         self._run(frames, whole)
 
     def _run(self, frames: list[Frame | None], whole: bool = False) -> None:
@@ -226,7 +220,7 @@ class StompConnection(Output):
     def _defer(self, frames: list[Frame | None]) -> None:
         self._rest = frames
         self.transport.pause_reading()
-        self._turns.defer(self._next_turn)
+        self.loop.call_later(0, self._next_turn)
 
     def _next_turn(self) -> None:
         """Go on with the frames a read left over when its turn's budget ran out."""
