@@ -51,6 +51,9 @@ class FakeLoop:
         self.timers.append(timer)
         return timer
 
+    def call_soon(self, callback, *args) -> FakeTimer:
+        return self.call_later(0, callback, *args)
+
 
 class FakeTransport:
     def __init__(self) -> None:

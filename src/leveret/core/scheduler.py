@@ -57,7 +57,7 @@ log = logging.getLogger("leveret.scheduler")
 
 WINDOW = 50_000  # jobs kept in memory in the normal case
 EVICT_SLACK = 5_000  # jobs over the window before the latest go back to the store only
-READ_BATCH = 50  # jobs read back at a time: a read blocks the loop (~25 µs a job when busy)
+READ_BATCH = 200  # jobs read back at a time: a read blocks the loop (~25 µs a job when busy)
 FIRE_BUDGET = 0.004  # seconds of deliveries per event-loop turn, so clients are read meanwhile
 _BUDGET_EVERY = 8  # deliveries between looks at the clock
 LIST_BATCH = 5_000  # jobs a listing reads from the store at a time

@@ -36,6 +36,9 @@ class Loop:
         self.timers.append(Timer(self.now + delay, callback))
         return self.timers[-1]
 
+    def call_soon(self, callback) -> Timer:
+        return self.call_later(0, callback)
+
     def advance(self, seconds: float) -> None:
         """Move time on, running each timer at its time (a loop that keeps up)."""
         end = self.now + seconds

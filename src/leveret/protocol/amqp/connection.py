@@ -106,6 +106,9 @@ class Loop(Protocol):
     def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
         """Run ``callback`` once after ``delay`` seconds."""
 
+    def call_soon(self, callback: Callable[[], object]) -> object:
+        """Run ``callback`` in the next turn (the rest of a long read, protocol/turns.py)."""
+
 
 def server_properties() -> dict:
     """connection.start's ``server-properties`` table (§1.4.2.1), with RabbitMQ's
@@ -282,7 +285,7 @@ class Connection(Output):
     def _defer(self, frames: list[tuple[int, int, bytes]]) -> None:
         self._stash = frames
         self.transport.pause_reading()
-        self.loop.call_later(0, self._next_turn)
+        self.loop.call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
         """Go on with the frames a read left over when its turn's budget ran out."""

@@ -220,7 +220,7 @@ class StompConnection(Output):
     def _defer(self, frames: list[Frame | None]) -> None:
         self._rest = frames
         self.transport.pause_reading()
-        self.loop.call_later(0, self._next_turn)
+        self.loop.call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
         """Go on with the frames a read left over when its turn's budget ran out."""
