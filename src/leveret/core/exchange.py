@@ -265,7 +265,7 @@ class DelayedMessageExchange(Exchange):
     def delay_of(self, message: Message) -> int:
         """The message's ``x-delay`` in ms (an integer, or text holding one, as the
         plugin reads it); 0 (route at once) when absent, negative or not a number."""
-        value = message.headers.get("x-delay")
+        value = message.header("x-delay")
         if isinstance(value, (bytes, bytearray)):
             value = bytes(value).decode(errors="replace")
         if isinstance(value, bool):

@@ -112,3 +112,22 @@ def test_cc_keys_survive_the_store_and_a_dead_letter_but_not_a_readdressing():
                         "dlx", "dead")
     assert gone.cc == ()
     assert published().meta() is None  # the common case still costs nothing
+
+
+def test_one_header_read_alone_is_what_the_full_decode_gives():
+    """``Message.header`` reads the headers table without pamqp's decode of every
+    property (the delayed-message exchange's ``x-delay`` on each publish); for each
+    field type it gives what ``Message.headers`` gives."""
+    import datetime
+    import decimal
+
+    headers = {
+        "x-delay": 1500, "text": "héllo", "big": 2**40, "neg": -3, "flag": True, "off": False,
+        "ratio": 0.25, "raw": bytearray(b"\x00\xff"), "nested": {"a": 1}, "list": [1, "x"],
+        "money": decimal.Decimal("1.25"), "when": datetime.datetime(2026, 11, 23, 10, 0, 0),
+        "nothing": None,
+    }
+    for name in [*headers, "absent"]:
+        fresh = published(headers=headers)
+        assert fresh.header(name) == published(headers=headers).headers.get(name), name
+    assert published().header("x-delay") is None  # no headers table at all

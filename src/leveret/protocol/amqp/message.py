@@ -63,6 +63,31 @@ class AMQPFormat:
             if item[0] == "F"
         ]
 
+    def header(self, message: Message, name: str) -> Any:
+        """Read from the ``headers`` table alone (leveret's decoder: no pamqp decode of
+        every property); values of the plain types come as pamqp gives them (text for
+        ``S``, bool for ``t``), others (tables, arrays, decimals, timestamps) through
+        the full decode."""
+        header = message.encoded
+        if not header[12] & _HEADERS_HIGH_BIT:
+            return None
+        offset = field_table.headers_offset(header)
+        if offset is not None:
+            typed = field_table.decode_table(header, offset)[0].get(name)
+            if typed is None:
+                return None
+            tag, value = typed
+            if tag == "S":
+                try:
+                    return value.decode()
+                except UnicodeDecodeError:
+                    return value
+            if tag == "t":
+                return bool(value)
+            if tag in _PLAIN_TAGS:
+                return value
+        return message.headers.get(name)  # property flag continuation, or a nested type
+
     def with_headers(self, message: Message, changes: dict[str, Any]) -> Message:
         """A copy whose ``headers`` table has ``changes`` applied (an int as a ``l``, a
         str as a ``S``, None removes); the other headers keep their wire types. Integers
@@ -127,6 +152,8 @@ def from_publish(
 
 
 _HEADERS_HIGH_BIT = wire.HEADERS_FLAG >> 8
+#: field types whose leveret-decoded value is what pamqp gives (integers, floats, bytes, void)
+_PLAIN_TAGS = frozenset("bBsuIilLfdxV")
 #: RabbitMQ's names for field types, in its "unacceptable type" texts.
 _TYPE_NAMES = {
     "t": "bool",

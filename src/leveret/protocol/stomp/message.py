@@ -102,6 +102,9 @@ class StompFormat:
     def death_history(self, message: Message) -> list[tuple[str, str]]:
         return []
 
+    def header(self, message: Message, name: str) -> Any:
+        return message.headers.get(name)
+
     def with_headers(self, message: Message, changes: dict[str, Any]) -> Message:
         """A copy whose header block has ``changes`` applied (a value replaces the
         header, None removes it); the broker's first lines stay first."""
