@@ -80,6 +80,8 @@ class Publisher:
         self._store_token: object = None
         self.transaction: list[tuple[Callable[..., None], tuple]] | None = None
         self.closed = False
+        self.counters = session.vhost.metrics
+        self._published = False  # counted in counters.publishers once it publishes
 
     # -- modes --------------------------------------------------------------------------
     def select_confirms(self) -> None:
@@ -113,8 +115,14 @@ class Publisher:
         if exchange.name == api.API_EXCHANGE and message.properties.reply_to:
             self.access.publish(DEFAULT_EXCHANGE)  # the reply goes through the default exchange
         seq = 0
+        counters = self.counters
+        counters.received += 1
+        if not self._published:
+            self._published = True
+            counters.publishers += 1
         if self.confirming:
             self.seq = seq = self.seq + 1
+            counters.received_confirm += 1
         if self.transaction is not None:
             if SCHEDULE_MARK in message.encoded:
                 schedule_from_headers(message.headers)  # refused now, not half-way through the commit
@@ -122,13 +130,15 @@ class Publisher:
         else:
             self._route(exchange, message, mandatory, seq)
 
-    def _route(self, exchange: Exchange, message: Message, mandatory: bool, seq: int) -> None:
+    def _route(
+        self, exchange: Exchange, message: Message, mandatory: bool, seq: int, counted: bool = True
+    ) -> None:
         vhost = self.vhost
         outcome = ACCEPTED
         if exchange.name == api.API_EXCHANGE:  # a request to leveret's extensions
             reply = api.handle(self.session, message)
-            if reply is not None:
-                self._route(vhost.exchanges[DEFAULT_EXCHANGE], reply, False, 0)
+            if reply is not None:  # the broker's own message: not counted
+                self._route(vhost.exchanges[DEFAULT_EXCHANGE], reply, False, 0, False)
             routed = True
         elif exchange.name == DEFAULT_EXCHANGE and message.routing_key.startswith(REPLY_TO_PREFIX):
             consumer = vhost.reply_consumers.get(message.routing_key[len(REPLY_TO_PREFIX) :])
@@ -144,7 +154,16 @@ class Publisher:
             queues = vhost.route(exchange, message)
             routed = bool(queues)
             for queue in queues:
+                queue.counters.published += counted
                 outcome |= queue.enqueue(message)
+        if counted:
+            counters = self.counters
+            if routed:
+                counters.routed += 1
+            elif mandatory:
+                counters.unroutable_returned += 1
+            else:
+                counters.unroutable_dropped += 1
         if not routed and mandatory:
             self.events.returned(exchange.name, message)
         if seq:
@@ -225,6 +244,7 @@ class Publisher:
         if upto <= self._taken:
             return None
         multiple = upto - self._taken > 1
+        self.counters.confirmed += upto - self._taken
         self._taken = upto
         return upto, multiple
 
@@ -263,6 +283,8 @@ class Publisher:
     def close(self) -> list[tuple[Callable[..., None], tuple]]:
         """The publisher is gone: no more events; returns an open transaction's work
         (never committed) for the adapter to undo."""
+        if self._published and not self.closed:
+            self.counters.publishers -= 1
         self.closed = True
         work, self.transaction = self.transaction or [], None
         return work

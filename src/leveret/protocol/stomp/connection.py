@@ -690,14 +690,19 @@ class StompConnection(Output):
     def deliver(self, subscription: Subscription, entry: QueuedMessage) -> None:
         """One MESSAGE to ``subscription`` (called through its queue)."""
         queue = subscription.queue
+        counters = queue.counters
         if subscription.no_ack:
             queue.ack(entry)
             number = None
+            counters.delivered_consume_auto_ack += 1
         else:
             self._delivery_seq += 1
             number = self._delivery_seq
             subscription.unacked[number] = entry
             self.deliveries[number] = subscription
+            counters.delivered_consume_manual_ack += 1
+        if entry.redelivered:
+            counters.redelivered += 1
         self._message(subscription.id, queue, entry, number, subscription)
 
     def _message(
@@ -822,6 +827,7 @@ class StompConnection(Output):
         if requeue is None:
             for entry in entries:
                 queue.ack(entry)
+            queue.counters.acknowledged += len(entries)
         elif requeue:
             queue.requeue(entries)
         else:
