@@ -13,6 +13,7 @@ same way.
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import re
 import secrets
@@ -264,6 +265,22 @@ class Leveret(Broker):
     def data_dir(self) -> str:
         return os.path.join(self.workdir, "data")
 
+    def _cli_has(self, option: str) -> bool:
+        """Whether the leveret this runs (``src``, or the importable one) knows a
+        ``leveret server`` option: older trees lack the newer ones."""
+        if self.src:
+            cli = os.path.join(self.src, "leveret", "cli.py")
+        else:
+            spec = importlib.util.find_spec("leveret")
+            if spec is None or spec.origin is None:
+                return False
+            cli = os.path.join(os.path.dirname(spec.origin), "cli.py")
+        try:
+            with open(cli) as f:
+                return option in f.read()
+        except OSError:
+            return False
+
     def prepare(self) -> None:
         self.workdir = tempfile.mkdtemp(prefix="leveret-bench-")
         os.makedirs(self.data_dir())
@@ -272,6 +289,8 @@ class Leveret(Broker):
         self.log_path = os.path.join(self.workdir, "leveret.log")
         cmd = [self.python, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
                "--web-stomp-port", "0", "--data-dir", self.data_dir()]
+        if self._cli_has("--prometheus-port"):  # a free port, not 15692 (runs may overlap)
+            cmd += ["--prometheus-port", "0"]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if self.src:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (self.src, env.get("PYTHONPATH"))))

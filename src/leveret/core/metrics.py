@@ -25,7 +25,8 @@ counter                                     bumped by
 ==========================================  ===========================================
 received, received_confirm, routed,         :class:`~.publish.Publisher` (core)
 unroutable_dropped, unroutable_returned,
-confirmed; ``QueueCounters.published``
+confirmed, message_sizes;
+``QueueCounters.published``
 ``QueueCounters.dead_lettered``             :func:`~.dead_letter.dead_letter` (core)
 queues_declared/created/deleted             :class:`~.vhost.VirtualHost` (core)
 ``QueueCounters.delivered_*``,              each adapter, where it hands a message to
@@ -43,6 +44,17 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .queues import Queue
+
+#: Upper bounds (bytes) of the message size histogram's buckets, RabbitMQ's
+#: ``rabbitmq_message_size_bytes``: 64 bytes × 4ⁿ up to 256 MiB, then +Inf.
+MESSAGE_SIZE_BUCKETS = tuple(64 * 4**n for n in range(12))
+
+
+def size_bucket(size: int) -> int:
+    """The index in :data:`MESSAGE_SIZE_BUCKETS` of the smallest bound ``>= size``
+    (``len(MESSAGE_SIZE_BUCKETS)``: +Inf). A few integer operations: no search."""
+    return min(max(0, ((size - 1).bit_length() - 5) // 2), 12)
+
 
 #: The reasons a message dies (see :mod:`.dead_letter`), RabbitMQ's names.
 DEAD_LETTER_REASONS = ("maxlen", "expired", "rejected", "delivery_limit")
@@ -139,6 +151,8 @@ class BrokerCounters:
         "confirmed",
         "connections_closed",
         "connections_opened",
+        "message_size_sum",
+        "message_sizes",
         "publishers",
         "queues_created",
         "queues_declared",
@@ -164,6 +178,11 @@ class BrokerCounters:
         self.unroutable_returned = 0
         #: publisher confirms (acks) sent
         self.confirmed = 0
+        #: received messages by body size: counts per bucket of
+        #: :data:`MESSAGE_SIZE_BUCKETS` (not cumulative; the last is over 256 MiB)
+        self.message_sizes = [0] * (len(MESSAGE_SIZE_BUCKETS) + 1)
+        #: bytes of the bodies of received messages
+        self.message_size_sum = 0
         #: publishers that have published at least once and are still open
         self.publishers = 0
         self.connections_opened = 0
@@ -194,15 +213,23 @@ class BrokerCounters:
             total.add(counters)
         for queue in queues:
             key = (queue.type_name, dead_letter_strategy(queue))
-            total = totals.get(key)
-            if total is None:
-                total = totals[key] = QueueCounters()
-            total.add(queue.counters)
+            found = totals.get(key)
+            if found is None:
+                found = totals[key] = QueueCounters()
+            found.add(queue.counters)
         return totals
 
     def as_dict(self) -> dict[str, int]:
         """The broker-level counts by name (queue counters: :meth:`queue_totals`)."""
-        return {name: getattr(self, name) for name in self.__slots__ if name != "retired"}
+        skip = ("retired", "message_sizes")
+        return {name: getattr(self, name) for name in self.__slots__ if name not in skip}
 
 
-__all__ = ["DEAD_LETTER_REASONS", "BrokerCounters", "QueueCounters", "dead_letter_strategy"]
+__all__ = [
+    "DEAD_LETTER_REASONS",
+    "MESSAGE_SIZE_BUCKETS",
+    "BrokerCounters",
+    "QueueCounters",
+    "dead_letter_strategy",
+    "size_bucket",
+]

@@ -33,6 +33,7 @@ from . import api
 from .errors import access_refused, precondition_failed
 from .exchange import DEFAULT_EXCHANGE, DelayedMessageExchange, Exchange
 from .message import Message
+from .metrics import size_bucket
 from .queues import ACCEPTED, REJECTED, STORED, QueuedMessage
 from .scheduler import SCHEDULE_MARK, Schedule, schedule_from_headers
 
@@ -117,6 +118,9 @@ class Publisher:
         seq = 0
         counters = self.counters
         counters.received += 1
+        size = len(message.body)
+        counters.message_size_sum += size
+        counters.message_sizes[size_bucket(size)] += 1
         if not self._published:
             self._published = True
             counters.publishers += 1

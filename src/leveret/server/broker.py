@@ -21,6 +21,7 @@ from typing import Any
 from ..config import Settings
 from ..core.broker import BrokerCore
 from ..management import ManagementAPI
+from ..management.metrics import NodeInfo, PrometheusServer
 from ..protocol.stomp import StompConnection
 from ..store import DataDirLock
 from ..store.sqlite import SQLiteStore
@@ -68,6 +69,8 @@ class Broker:
         self._memory_monitor: MemoryMonitor | None = None
         self._control: ControlServer | None = None
         self.management: ManagementAPI | None = None
+        #: Prometheus metrics, when ``prometheus_port`` is set.
+        self.prometheus: PrometheusServer | None = None
 
     @property
     def host(self) -> str:
@@ -145,6 +148,15 @@ class Broker:
                     tls,
                 )
                 await self.management.start()
+            if settings.prometheus_port is not None:
+                node = NodeInfo(
+                    memory_limit=settings.memory_limit,
+                    disk_free_limit=lambda: self.settings.disk_free_limit,
+                    data_dir=settings.data_dir,
+                )
+                prometheus = PrometheusServer(self.core, settings.bind, settings.prometheus_port, node)
+                await prometheus.start()
+                self.prometheus = prometheus
         except BaseException:
             await self._stop_listeners()
             self._close_store()
@@ -227,6 +239,13 @@ class Broker:
             return f"https://{self.host}:{self.management.https_port}"
         return f"http://{self.host}:{self.management.port}"
 
+    @property
+    def prometheus_url(self) -> str | None:
+        """``http://host:port`` of the Prometheus metrics (after start), when they run."""
+        if self.prometheus is None:
+            return None
+        return f"http://{self.host}:{self.prometheus.port}"
+
     async def stop(self) -> None:
         """Close every connection with 320 CONNECTION_FORCED, stop listening, then
         write what the store has queued and close it."""
@@ -234,6 +253,9 @@ class Broker:
         if self.management is not None:
             await self.management.stop()
             self.management = None
+        if self.prometheus is not None:
+            await self.prometheus.stop()
+            self.prometheus = None
         self._close_store()
 
     def _close_store(self) -> None:
@@ -285,6 +307,11 @@ class BlockingBroker:
     def http_url(self) -> str | None:
         """The management API's base URL, when it runs."""
         return self.broker.http_url
+
+    @property
+    def prometheus_url(self) -> str | None:
+        """See :attr:`Broker.prometheus_url`."""
+        return self.broker.prometheus_url
 
     @property
     def stomp_url(self) -> str | None:
