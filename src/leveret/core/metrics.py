@@ -189,7 +189,7 @@ class BrokerCounters:
         self.connections_closed = 0
         self.channels_opened = 0
         self.channels_closed = 0
-        #: queue.declare calls that succeeded (passive or not)
+        #: queue.declare calls that succeeded (not passive ones: they declare nothing)
         self.queues_declared = 0
         self.queues_created = 0
         self.queues_deleted = 0

@@ -226,9 +226,7 @@ class VirtualHost:
         connection's exclusive queue, PreconditionFailed for an invalid argument or an
         inequivalent redeclaration."""
         if passive:
-            found = self.get_queue(name, owner)
-            self.metrics.queues_declared += 1
-            return found
+            return self.get_queue(name, owner)
         given = name if not server_named else ""
         if not name:
             name = self.new_queue_name()

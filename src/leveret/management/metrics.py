@@ -41,6 +41,7 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 from ..core.broker import BrokerCore
 from ..core.metrics import (
@@ -384,7 +385,7 @@ class BrokerCollector(Collector):
             "rabbitmq_message_size_bytes", "Size of messages received from publishers", labels=protocol
         )
         buckets, running = [], 0
-        for bound, count in zip((*map(str, MESSAGE_SIZE_BUCKETS), "+Inf"), m.message_sizes):
+        for bound, count in zip((*map(floatToGoString, MESSAGE_SIZE_BUCKETS), "+Inf"), m.message_sizes):
             running += count
             buckets.append((bound, running))
         sizes.add_metric([PROTOCOL], buckets, m.message_size_sum)
