@@ -20,6 +20,7 @@ from leveret.config import Settings, load
 from leveret.core.auth import Permission
 
 Samples = dict[tuple[str, frozenset], float]
+AMQP = "amqp091"
 
 #: Every metric the official RabbitMQ-Overview Grafana dashboard queries (read from
 #: rabbitmq-server's deps/rabbitmq_prometheus/docker/grafana/dashboards/
@@ -239,7 +240,8 @@ def test_per_object_has_queue_series_and_dead_letters_per_queue_and_reason(broke
     ):
         labels = {"vhost": "/", "queue": queue, "reason": reason, "dead_letter_strategy": "at_most_once"}
         assert value(samples, dead, **labels) == expected, (queue, reason)
-    assert value(samples, dead, vhost="/", queue="p-dlq", reason="maxlen", dead_letter_strategy="disabled") == 0
+    dlq = {"vhost": "/", "queue": "p-dlq", "reason": "maxlen", "dead_letter_strategy": "disabled"}
+    assert value(samples, dead, **dlq) == 0
     assert value(samples, "rabbitmq_queue_messages_ready", vhost="/", queue="p-dlq") == 3
     assert value(samples, "rabbitmq_queue_messages_ready", vhost="/", queue="p-work") == 0
     assert value(samples, "rabbitmq_queue_messages_published_total", vhost="/", queue="p-work") == 3
@@ -290,7 +292,8 @@ def test_detailed_gives_the_families_asked_for_in_the_vhosts_asked_for(broker):
     assert dict(identity[1])["rabbitmq_endpoint"] == "detailed"
 
     _, samples = scrape(broker.prometheus_url, "/metrics/detailed?family=queue_consumer_count&vhost=other")
-    queues = {dict(labels)["queue"] for name, labels in samples if name == "rabbitmq_detailed_queue_consumers"}
+    consumers = "rabbitmq_detailed_queue_consumers"
+    queues = {dict(labels)["queue"] for name, labels in samples if name == consumers}
     assert queues == {"d-two"}
 
 
@@ -383,7 +386,7 @@ def test_same_names_types_labels_and_counts_as_rabbitmq(broker, rabbitmq):
     deadline = time.monotonic() + 30
     while True:
         rabbit_types, rabbit = parse(rabbitmq.scrape())
-        received = rabbit.get(("rabbitmq_global_messages_received_total", frozenset({("protocol", "amqp091")})))
+        received = rabbit.get(("rabbitmq_global_messages_received_total", frozenset({("protocol", AMQP)})))
         if received == 7 and rabbit.get(("rabbitmq_queues", frozenset())) == 4:
             break
         assert time.monotonic() < deadline, "RabbitMQ's metrics did not settle"
@@ -415,8 +418,9 @@ def test_same_names_types_labels_and_counts_as_rabbitmq(broker, rabbitmq):
         if name in rabbit_labels and name not in ("rabbitmq_build_info", "rabbitmq_identity_info"):
             assert leveret_labels[name] == rabbit_labels[name], name
     # leveret's identity and build info carry RabbitMQ's labels (and 3.11's endpoint)
-    assert label_names(rabbit)["rabbitmq_identity_info"] <= {
-        frozenset(k for k in labels if k != "rabbitmq_endpoint") for labels in leveret_labels["rabbitmq_identity_info"]
+    identity = leveret_labels["rabbitmq_identity_info"]
+    assert rabbit_labels["rabbitmq_identity_info"] <= {
+        frozenset(k for k in labels if k != "rabbitmq_endpoint") for labels in identity
     }
     rabbit_build = next(iter(rabbit_labels["rabbitmq_build_info"]))
     assert rabbit_build <= next(iter(leveret_labels["rabbitmq_build_info"]))
