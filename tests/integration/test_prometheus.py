@@ -6,10 +6,13 @@ are compared (names, types, labels, counter values); without it those cases skip
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pika
 import pytest
@@ -427,3 +430,23 @@ def test_same_names_types_labels_and_counts_as_rabbitmq(broker, rabbitmq):
     for name in list(EXPECTED_GLOBAL) + list(EXPECTED_CLASSIC):
         for key in [k for k in rabbit if k[0] == name]:
             assert leveret[key] == rabbit[key], key
+
+
+def test_the_dead_letter_dashboard_reads_only_metrics_leveret_exports(broker):
+    """docs/grafana/leveret-dead-letters.json: every metric its queries name is in a
+    scrape of /metrics/per-object (labels it filters on included)."""
+    path = Path(__file__).parents[2] / "docs" / "grafana" / "leveret-dead-letters.json"
+    dashboard = json.loads(path.read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    queries += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    labels = {"rabbitmq_cluster", "rabbitmq_node", "rabbitmq_endpoint"}
+    used = {name for query in queries for name in re.findall(r"\b(?:rabbitmq|leveret)_\w+", query)} - labels
+    connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    connection.channel().queue_declare("some-queue")
+    connection.close()
+    _, samples = scrape(broker.prometheus_url, "/metrics/per-object")
+    assert used <= names(samples), used - names(samples)
+    assert "leveret_queue_messages_dead_lettered_total" in used
+    for name, found in samples:
+        if name == "leveret_queue_messages_dead_lettered_total":
+            assert {"vhost", "queue", "reason", "dead_letter_strategy"} == {key for key, _ in found}
