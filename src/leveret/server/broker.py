@@ -148,7 +148,7 @@ class Broker:
                     tls,
                 )
                 await self.management.start()
-            if settings.prometheus_port is not None:
+            if settings.prometheus_port is not None and settings.prometheus_port >= 0:  # -1: off
                 node = NodeInfo(
                     memory_limit=settings.memory_limit,
                     disk_free_limit=lambda: self.settings.disk_free_limit,
