@@ -338,22 +338,35 @@ def test_deleted_queues_keep_their_counts_in_the_totals(broker):
 def test_stomp_clients_are_counted_too(broker):
     from stomp_clients import Client
 
+    classic = {"protocol": "amqp091", "queue_type": "rabbit_classic_queue"}
     with Client(broker.broker.stomp_port) as client:
         client.subscribe("/queue/s-metrics", ack="client-individual")
         client.send("/queue/s-metrics", "hello")
         message = client.message()
         client.ack(message)
+        client.conn.begin("tx1")
+        client.send("/queue/s-metrics", "in a transaction", receipt=False, transaction="tx1")
+        client.conn.commit("tx1")
+        client.ack(client.message())
         deadline = time.monotonic() + 10
         while True:
             _, samples = scrape(broker.prometheus_url)
-            classic = {"protocol": "amqp091", "queue_type": "rabbit_classic_queue"}
-            if value(samples, "rabbitmq_global_messages_acknowledged_total", **classic) == 1:
+            if value(samples, "rabbitmq_global_messages_acknowledged_total", **classic) == 2:
                 break
             assert time.monotonic() < deadline
             time.sleep(0.05)
-    assert value(samples, "rabbitmq_global_messages_received_total", protocol="amqp091") == 1
-    assert value(samples, "rabbitmq_global_messages_delivered_consume_manual_ack_total", **classic) == 1
+        # the connection's publisher; its transaction's is part of it
+        assert value(samples, "rabbitmq_global_publishers", protocol="amqp091") == 1
+    assert value(samples, "rabbitmq_global_messages_received_total", protocol="amqp091") == 2
+    assert value(samples, "rabbitmq_global_messages_delivered_consume_manual_ack_total", **classic) == 2
     assert value(samples, "rabbitmq_connections_opened_total") == 1
+    deadline = time.monotonic() + 10
+    while value(samples, "rabbitmq_connections") != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+        _, samples = scrape(broker.prometheus_url)
+    assert value(samples, "rabbitmq_connections_closed_total") == 1
+    assert value(samples, "rabbitmq_global_publishers", protocol="amqp091") == 0
 
 
 def test_the_config_file_sets_the_port(tmp_path):

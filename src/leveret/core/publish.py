@@ -64,9 +64,11 @@ class PublisherEvents(Protocol):
 
 class Publisher:
     """One publisher in ``session`` (its vhost, its user's permissions, its connection
-    as the owner of exclusive queues)."""
+    as the owner of exclusive queues). ``counted``: it counts in the broker's
+    publishers gauge once it publishes (not a STOMP transaction's, which is part of
+    its connection's publisher)."""
 
-    def __init__(self, session: Session, events: PublisherEvents) -> None:
+    def __init__(self, session: Session, events: PublisherEvents, counted: bool = True) -> None:
         self.session = session
         self.vhost = session.vhost
         self.access = session.access
@@ -82,7 +84,8 @@ class Publisher:
         self.transaction: list[tuple[Callable[..., None], tuple]] | None = None
         self.closed = False
         self.counters = session.vhost.metrics
-        self._published = False  # counted in counters.publishers once it publishes
+        self._published = not counted  # counted in counters.publishers once it publishes
+        self._counted = False
 
     # -- modes --------------------------------------------------------------------------
     def select_confirms(self) -> None:
@@ -122,7 +125,7 @@ class Publisher:
         counters.message_size_sum += size
         counters.message_sizes[size_bucket(size)] += 1
         if not self._published:
-            self._published = True
+            self._published = self._counted = True
             counters.publishers += 1
         if self.confirming:
             self.seq = seq = self.seq + 1
@@ -287,7 +290,7 @@ class Publisher:
     def close(self) -> list[tuple[Callable[..., None], tuple]]:
         """The publisher is gone: no more events; returns an open transaction's work
         (never committed) for the adapter to undo."""
-        if self._published and not self.closed:
+        if self._counted and not self.closed:
             self.counters.publishers -= 1
         self.closed = True
         work, self.transaction = self.transaction or [], None

@@ -841,7 +841,7 @@ class StompConnection(Output):
         if name in self.transactions:
             raise StompError("Transaction already started", f"transaction '{name}' is already open")
         assert self.session is not None
-        publisher = Publisher(self.session, self)
+        publisher = Publisher(self.session, self, counted=False)  # the connection's publisher counts
         publisher.select_transaction()
         self.transactions[name] = publisher
 
