@@ -36,6 +36,28 @@ redelivered, get_empty, acknowledged        a client or takes its acknowledgemen
 connections_opened/closed                   the server's listeners
 channels_opened/closed                      the AMQP adapter (STOMP has no channels)
 ==========================================  ===========================================
+
+The management API's ``message_stats`` read the same counters (RabbitMQ's field →
+counter; a rate is the difference of two readings over their interval):
+
+=====================  ==============================================================
+``publish``            a queue's ``published``; the overview's ``received``
+``confirm``            ``confirmed``
+``return_unroutable``  ``unroutable_returned``
+``drop_unroutable``    ``unroutable_dropped``
+``deliver``            ``delivered_consume_manual_ack``
+``deliver_no_ack``     ``delivered_consume_auto_ack``
+``get``                ``delivered_get_manual_ack``
+``get_no_ack``         ``delivered_get_auto_ack``
+``get_empty``          ``get_empty``
+``deliver_get``        ``delivered`` (the four together)
+``redeliver``          ``redelivered``
+``ack``                ``acknowledged``
+=====================  ==============================================================
+
+Broker-wide queue counters: ``core.metrics.queue_totals(queues)`` with every live
+queue (``[q for v in core.vhosts.values() for q in v.queues.values()]``); a queue's:
+``queue.counters`` (:meth:`QueueCounters.as_dict` for JSON).
 """
 
 from __future__ import annotations
