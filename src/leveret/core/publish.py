@@ -33,7 +33,7 @@ from . import api
 from .errors import access_refused, precondition_failed
 from .exchange import DEFAULT_EXCHANGE, DelayedMessageExchange, Exchange
 from .message import Message
-from .metrics import size_bucket
+from .metrics import BUCKET_BY_BITS
 from .queues import ACCEPTED, REJECTED, STORED, QueuedMessage
 from .scheduler import SCHEDULE_MARK, Schedule, schedule_from_headers
 
@@ -123,7 +123,7 @@ class Publisher:
         counters.received += 1
         size = len(message.body)
         counters.message_size_sum += size
-        counters.message_sizes[size_bucket(size)] += 1
+        counters.message_sizes[BUCKET_BY_BITS[(size - 1).bit_length()]] += 1
         if not self._published:
             self._published = self._counted = True
             counters.publishers += 1
