@@ -187,18 +187,16 @@ class BrokerCounters:
         "received",
         "received_confirm",
         "retired",
-        "routed",
         "unroutable_dropped",
         "unroutable_returned",
     )
 
     def __init__(self) -> None:
-        #: messages published (each publish once, however many queues it reaches)
+        #: messages published (each publish once, however many queues it reaches; a
+        #: transaction's when committed)
         self.received = 0
         #: of those, published with confirms on
         self.received_confirm = 0
-        #: publishes that reached at least one queue (or a consumer, or were held)
-        self.routed = 0
         #: publishes that reached no queue, without ``mandatory``: dropped
         self.unroutable_dropped = 0
         #: publishes that reached no queue, ``mandatory``: returned to the publisher
@@ -222,6 +220,12 @@ class BrokerCounters:
         self.queues_deleted = 0
         #: Counters of deleted queues, by (queue type, dead-letter strategy).
         self.retired: dict[tuple[str, str], QueueCounters] = {}
+
+    @property
+    def routed(self) -> int:
+        """Publishes that reached at least one queue (or a consumer, or were held): the
+        received ones less the unroutable ones (kept so, one increment fewer a message)."""
+        return self.received - self.unroutable_dropped - self.unroutable_returned
 
     def retire(self, queue: Queue) -> None:
         """``queue`` is deleted: keep its counts in the broker's totals."""
@@ -249,7 +253,9 @@ class BrokerCounters:
     def as_dict(self) -> dict[str, int]:
         """The broker-level counts by name (queue counters: :meth:`queue_totals`)."""
         skip = ("retired", "message_sizes")
-        return {name: getattr(self, name) for name in self.__slots__ if name not in skip}
+        found = {name: getattr(self, name) for name in self.__slots__ if name not in skip}
+        found["routed"] = self.routed
+        return found
 
 
 __all__ = [

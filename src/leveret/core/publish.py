@@ -119,17 +119,12 @@ class Publisher:
         if exchange.name == api.API_EXCHANGE and message.properties.reply_to:
             self.access.publish(DEFAULT_EXCHANGE)  # the reply goes through the default exchange
         seq = 0
-        counters = self.counters
-        counters.received += 1
-        size = len(message.body)
-        counters.message_size_sum += size
-        counters.message_sizes[BUCKET_BY_BITS[(size - 1).bit_length()]] += 1
         if not self._published:
             self._published = self._counted = True
-            counters.publishers += 1
+            self.counters.publishers += 1
         if self.confirming:
             self.seq = seq = self.seq + 1
-            counters.received_confirm += 1
+            self.counters.received_confirm += 1
         if self.transaction is not None:
             if SCHEDULE_MARK in message.encoded:
                 schedule_from_headers(message.headers)  # refused now, not half-way through the commit
@@ -163,14 +158,17 @@ class Publisher:
             for queue in queues:
                 queue.counters.published += counted
                 outcome |= queue.enqueue(message)
-        if counted:
+        if counted:  # received here, so a transaction's count once committed
             counters = self.counters
-            if routed:
-                counters.routed += 1
-            elif mandatory:
-                counters.unroutable_returned += 1
-            else:
-                counters.unroutable_dropped += 1
+            counters.received += 1  # routed: received less the unroutable ones
+            size = len(message.body)
+            counters.message_size_sum += size
+            counters.message_sizes[BUCKET_BY_BITS[(size - 1).bit_length()]] += 1
+            if not routed:
+                if mandatory:
+                    counters.unroutable_returned += 1
+                else:
+                    counters.unroutable_dropped += 1
         if not routed and mandatory:
             self.events.returned(exchange.name, message)
         if seq:
