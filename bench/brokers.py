@@ -252,6 +252,7 @@ class Leveret(Broker):
 
     READY = re.compile(r"leveret ready: amqp://([\d.]+|\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
     READY_STOMP = re.compile(r"leveret ready: \S+ stomp://(?:[\d.]+|\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
+    PROMETHEUS = re.compile(r"leveret prometheus: (http://\S+)/metrics")
 
     def __init__(self, python: str = sys.executable, start_timeout: float = 30.0,
                  src: str | None = None) -> None:
@@ -316,6 +317,19 @@ class Leveret(Broker):
                 break
             time.sleep(0.02)
         raise BrokerError(f"leveret did not become ready (cmd: {' '.join(cmd)})\n{self.log_tail()}")
+
+    def prometheus_url(self, timeout: float = 5.0) -> str | None:
+        """``http://host:port`` of the broker's Prometheus metrics (printed after the
+        ready line), or None if it has none (an older tree)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(self.log_path, "rb") as f:
+                m = self.PROMETHEUS.search(f.read().decode(errors="replace"))
+            if m:
+                return m.group(1)
+            if time.monotonic() > deadline or not self._cli_has("--prometheus-port"):
+                return None
+            time.sleep(0.02)
 
     def shutdown(self, kill: bool = False, timeout: float = 120.0) -> float:
         t0 = time.monotonic()
