@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -463,3 +465,21 @@ def test_the_dead_letter_dashboard_reads_only_metrics_leveret_exports(broker):
     for name, found in samples:
         if name == "leveret_queue_messages_dead_lettered_total":
             assert {"vhost", "queue", "reason", "dead_letter_strategy"} == {key for key, _ in found}
+
+
+def test_leveret_server_prints_and_serves_its_metrics_address(tmp_path):
+    """``leveret server --prometheus-port 0``: the last start-up line names the endpoint."""
+    command = [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "-1",
+               "--web-stomp-port", "-1", "--prometheus-port", "0", "--data-dir", str(tmp_path / "data")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = [process.stdout.readline() for _ in range(2)]
+        assert lines[0].startswith("leveret ready: amqp://127.0.0.1:")
+        match = re.fullmatch(r"leveret prometheus: (http://127\.0\.0\.1:\d+)/metrics\n", lines[1])
+        assert match, lines
+        _, samples = scrape(match.group(1))
+        assert value(samples, "rabbitmq_queues") == 0
+        assert value(samples, "rabbitmq_disk_space_available_limit_bytes") == Settings().disk_free_limit
+    finally:
+        process.terminate()
+        assert process.wait(20) == 0
