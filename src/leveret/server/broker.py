@@ -16,12 +16,11 @@ import logging
 import threading
 from pathlib import Path
 from ssl import SSLContext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
 from ..core.broker import BrokerCore
 from ..management import ManagementAPI
-from ..management.metrics import NodeInfo, PrometheusServer
 from ..protocol.stomp import StompConnection
 from ..store import DataDirLock
 from ..store.sqlite import SQLiteStore
@@ -32,6 +31,9 @@ from .listener import AnyConnection, Listener
 from .memory_monitor import MemoryMonitor
 from .tls import TLSError
 from .web_stomp import PATH as WEB_STOMP_PATH, WebStompServer
+
+if TYPE_CHECKING:
+    from ..management.metrics import PrometheusServer
 
 log = logging.getLogger("leveret.server")
 
@@ -149,6 +151,9 @@ class Broker:
                 )
                 await self.management.start()
             if settings.prometheus_port is not None and settings.prometheus_port >= 0:  # -1: off
+                # prometheus-client is loaded only by a broker that serves metrics
+                from ..management.metrics import NodeInfo, PrometheusServer
+
                 node = NodeInfo(
                     memory_limit=settings.memory_limit,
                     disk_free_limit=lambda: self.settings.disk_free_limit,
