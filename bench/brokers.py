@@ -13,6 +13,7 @@ same way.
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import re
 import secrets
@@ -251,6 +252,7 @@ class Leveret(Broker):
 
     READY = re.compile(r"leveret ready: amqp://([\d.]+|\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
     READY_STOMP = re.compile(r"leveret ready: \S+ stomp://(?:[\d.]+|\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
+    PROMETHEUS = re.compile(r"leveret prometheus: (http://\S+)/metrics")
 
     def __init__(self, python: str = sys.executable, start_timeout: float = 30.0,
                  src: str | None = None) -> None:
@@ -264,6 +266,22 @@ class Leveret(Broker):
     def data_dir(self) -> str:
         return os.path.join(self.workdir, "data")
 
+    def _cli_has(self, option: str) -> bool:
+        """Whether the leveret this runs (``src``, or the importable one) knows a
+        ``leveret server`` option: older trees lack the newer ones."""
+        if self.src:
+            cli = os.path.join(self.src, "leveret", "cli.py")
+        else:
+            spec = importlib.util.find_spec("leveret")
+            if spec is None or spec.origin is None:
+                return False
+            cli = os.path.join(os.path.dirname(spec.origin), "cli.py")
+        try:
+            with open(cli) as f:
+                return option in f.read()
+        except OSError:
+            return False
+
     def prepare(self) -> None:
         self.workdir = tempfile.mkdtemp(prefix="leveret-bench-")
         os.makedirs(self.data_dir())
@@ -272,6 +290,8 @@ class Leveret(Broker):
         self.log_path = os.path.join(self.workdir, "leveret.log")
         cmd = [self.python, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
                "--web-stomp-port", "0", "--data-dir", self.data_dir()]
+        if self._cli_has("--prometheus-port"):  # a free port, not 15692 (runs may overlap)
+            cmd += ["--prometheus-port", "0"]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if self.src:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (self.src, env.get("PYTHONPATH"))))
@@ -297,6 +317,19 @@ class Leveret(Broker):
                 break
             time.sleep(0.02)
         raise BrokerError(f"leveret did not become ready (cmd: {' '.join(cmd)})\n{self.log_tail()}")
+
+    def prometheus_url(self, timeout: float = 5.0) -> str | None:
+        """``http://host:port`` of the broker's Prometheus metrics (printed after the
+        ready line), or None if it has none (an older tree)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(self.log_path, "rb") as f:
+                m = self.PROMETHEUS.search(f.read().decode(errors="replace"))
+            if m:
+                return m.group(1)
+            if time.monotonic() > deadline or not self._cli_has("--prometheus-port"):
+                return None
+            time.sleep(0.02)
 
     def shutdown(self, kill: bool = False, timeout: float = 120.0) -> float:
         t0 = time.monotonic()

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import json
 import os
 import platform
 import signal
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -93,6 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "older commit), to compare before and after with the same bench")
     p.add_argument("--output", default=str(HERE / "results" / "latest.json"), help="JSON results path")
     p.add_argument("--pause", type=float, default=1.0, help="seconds to idle between workloads (default 1)")
+    p.add_argument("--scrape-metrics", type=float, default=0.0, metavar="SECONDS",
+                   help="leveret: scrape its Prometheus /metrics and /metrics/per-object every SECONDS "
+                        "during the workloads (the cost of being watched; default 0: never)")
     return p.parse_args(argv)
 
 
@@ -168,6 +174,7 @@ def run_broker(name: str, workloads: list[str], settings: Settings, args: argpar
         out["errors"]["start"] = str(e)
         return out
     loop = new_event_loop()
+    stack = contextlib.ExitStack()
     try:
         log(f"[{name}] ready on {broker.host}:{broker.port} (pid {broker.pid}) "
             f"in {time.monotonic() - t:.1f}s")
@@ -177,6 +184,10 @@ def run_broker(name: str, workloads: list[str], settings: Settings, args: argpar
             out["info"] = {"error": repr(e)}
         out["info"]["pid"] = broker.pid
         out["info"]["idle_rss_mb"] = round(broker.rss_bytes() / 2**20, 1)
+        scraper = start_scraper(broker, args.scrape_metrics)
+        if scraper is not None:
+            out["info"]["scrape_metrics_s"] = args.scrape_metrics
+            stack.callback(lambda: out["info"].update(scrapes=scraper.stop()))
         for wl_name in workloads:
             if not broker.alive():
                 out["errors"][wl_name] = "broker is not running"
@@ -204,10 +215,52 @@ def run_broker(name: str, workloads: list[str], settings: Settings, args: argpar
                     f"RSS {r['broker_rss_mb']:.0f} MB{lat}")
             time.sleep(args.pause)
     finally:
+        stack.close()
         loop.close()
         log(f"[{name}] stopping")
         broker.stop()
     return out
+
+
+class Scraper(threading.Thread):
+    """Scrapes a broker's Prometheus endpoints every ``interval`` seconds, as a
+    Prometheus server would, until :meth:`stop` (which returns how many scrapes)."""
+
+    def __init__(self, url: str, interval: float) -> None:
+        super().__init__(name="scraper", daemon=True)
+        self.url, self.interval = url, interval
+        self.done = threading.Event()
+        self.count = 0
+        self.errors = 0
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval):
+            for path in ("/metrics", "/metrics/per-object"):
+                try:
+                    with urllib.request.urlopen(self.url + path, timeout=10) as reply:
+                        reply.read()
+                    self.count += 1
+                except OSError:
+                    self.errors += 1
+
+    def stop(self) -> int:
+        self.done.set()
+        self.join(15)
+        if self.errors:
+            log(f"[scraper] {self.errors} scrape(s) failed")
+        return self.count
+
+
+def start_scraper(broker: Broker, interval: float) -> Scraper | None:
+    """A running :class:`Scraper` of ``broker`` (leveret with metrics), or None."""
+    url = getattr(broker, "prometheus_url", lambda: None)() if interval > 0 else None
+    if url is None:
+        if interval > 0:
+            log(f"[{broker.name}] has no Prometheus endpoint: not scraped")
+        return None
+    scraper = Scraper(url, interval)
+    scraper.start()
+    return scraper
 
 
 # ------------------------------------------------------------------ output

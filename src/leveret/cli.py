@@ -40,6 +40,12 @@ def main() -> None:
     help="Serve the management HTTP API on this port (RabbitMQ's is 15672); 0 picks a free one [off].",
 )
 @click.option(
+    "--prometheus-port",
+    type=int,
+    default=None,
+    help="Prometheus metrics, /metrics, on this port (RabbitMQ's is 15692); 0: a free one, -1: off [15692].",
+)
+@click.option(
     "--stomp-port",
     type=int,
     default=None,
@@ -68,6 +74,7 @@ def server(
     bind: str | None,
     amqp_port: int | None,
     http_port: int | None,
+    prometheus_port: int | None,
     stomp_port: int | None,
     web_stomp_port: int | None,
     data_dir: str | None,
@@ -77,10 +84,10 @@ def server(
     """Run the broker until SIGTERM or SIGINT.
 
     Prints "leveret ready: amqp://HOST:PORT stomp://HOST:PORT" once it accepts clients
-    (then the management API's address); on a signal, closes every connection with 320 CONNECTION_FORCED and
-    exits 0.
+    (then the management API's and the other listeners' addresses); on a signal, closes
+    every connection with 320 CONNECTION_FORCED and exits 0.
     """
-    settings = Settings(stomp_port=61613, web_stomp_port=15674)
+    settings = Settings(stomp_port=61613, web_stomp_port=15674, prometheus_port=15692)
     if config_file:
         try:
             load(config_file, settings)
@@ -90,6 +97,7 @@ def server(
         ("bind", bind),
         ("amqp_port", amqp_port),
         ("http_port", http_port),
+        ("prometheus_port", prometheus_port),
         ("stomp_port", stomp_port),
         ("web_stomp_port", web_stomp_port),
         ("data_dir", data_dir),
@@ -99,6 +107,8 @@ def server(
             setattr(settings, key, value)
     if settings.http_port is not None and settings.http_port < 0:
         settings.http_port = None
+    if settings.prometheus_port is not None and settings.prometheus_port < 0:
+        settings.prometheus_port = None
     if settings.stomp_port is not None and settings.stomp_port < 0:
         settings.stomp_port = None
     if settings.web_stomp_port is not None and settings.web_stomp_port < 0:
@@ -147,6 +157,8 @@ async def _serve(settings: Settings) -> None:
         click.echo(f"leveret web-stomp: {broker.web_stomp_url}")
     if broker.amqps_port is not None:
         click.echo(f"leveret amqps: amqps://{broker.host}:{broker.amqps_port}")
+    if broker.prometheus_url:
+        click.echo(f"leveret prometheus: {broker.prometheus_url}/metrics")
     sys.stdout.flush()
     await stop.wait()
     logging.getLogger("leveret").info("shutting down")

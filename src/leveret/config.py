@@ -9,6 +9,7 @@ Example file::
     bind = "127.0.0.1"
     amqp_port = 5672
     http_port = 15672               # the management HTTP API (RabbitMQ's port)
+    prometheus_port = 15692         # Prometheus metrics, /metrics (rabbitmq_prometheus's port)
     stomp_port = 61613              # STOMP 1.0-1.2 (ActiveMQ's port); the AMQP port takes STOMP too
     web_stomp_port = 15674          # STOMP over WebSocket, ws://HOST:PORT/ws (RabbitMQ's port)
     data_dir = "./leveret-data"
@@ -108,6 +109,9 @@ class Settings:
     vm_memory_high_watermark_absolute: int | None = None  # bytes; wins over the fraction
     vm_memory_high_watermark_paging_ratio: float = 0.5  # of the watermark: queues page out
     http_port: int | None = None  # management API port; None: off
+    #: Prometheus metrics (``/metrics``, RabbitMQ's 15692; ``leveret server``'s default);
+    #: None: off
+    prometheus_port: int | None = None
     #: STOMP port (ActiveMQ's is 61613; ``leveret server`` listens there by default);
     #: None: off (clients may still speak STOMP on the AMQP port)
     stomp_port: int | None = None
@@ -172,6 +176,7 @@ _SERVER_KEYS = {
     "vm_memory_high_watermark_absolute": int,
     "vm_memory_high_watermark_paging_ratio": float,
     "http_port": int,
+    "prometheus_port": int,
     "stomp_port": int,
     "web_stomp_port": int,
     "read_coalesce_ms": int,

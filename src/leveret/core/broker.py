@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .auth import Grants, Permission, TopicPermission, User, UserDatabase
 from .clock import Clock
 from .login_throttle import LoginThrottle
+from .metrics import BrokerCounters
 from .policy import Policy
 from .scheduler import Scheduler
 from .vhost import VirtualHost
@@ -79,6 +80,10 @@ class BrokerCore:
         self.login_throttle = LoginThrottle(self.clock)
         #: Delayed and scheduled messages of every vhost (held until due).
         self.scheduler = Scheduler(self.clock, self.vhosts)
+        #: Message and object counters (:mod:`.metrics`), shared by every vhost.
+        self.metrics = BrokerCounters()
+        for vhost in self.vhosts.values():
+            vhost.metrics = self.metrics
         if not self.vhosts:
             self.add_vhost("/")
 
@@ -89,6 +94,7 @@ class BrokerCore:
             vhost = self.vhosts[name] = VirtualHost(name, self.clock, self.store, self.policies)
             vhost.memory_pressure = self.memory_pressure
             vhost.scheduler = self.scheduler
+            vhost.metrics = self.metrics
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost

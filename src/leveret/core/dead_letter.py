@@ -99,6 +99,7 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     """Send a dead message where ``queue``'s configuration says (see module doc)."""
     config = queue.config.dead_letter
     vhost = queue.vhost
+    queue.counters.dead_lettered[reason] += 1
     now = vhost.clock.time()
     target = "dropped"
     dead = None

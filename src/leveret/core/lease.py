@@ -82,6 +82,7 @@ class Lease:
         taken = [self.held.pop(s)[0] for s in seqs if s in self.held]
         for entry in taken:
             self.queue.ack(entry)
+        self.queue.counters.acknowledged += len(taken)
         return len(taken)
 
     def release(self, seqs: list[int]) -> int:

@@ -33,6 +33,7 @@ from . import api
 from .errors import access_refused, precondition_failed
 from .exchange import DEFAULT_EXCHANGE, DelayedMessageExchange, Exchange
 from .message import Message
+from .metrics import BUCKET_BY_BITS
 from .queues import ACCEPTED, REJECTED, STORED, QueuedMessage
 from .scheduler import SCHEDULE_MARK, Schedule, schedule_from_headers
 
@@ -63,9 +64,11 @@ class PublisherEvents(Protocol):
 
 class Publisher:
     """One publisher in ``session`` (its vhost, its user's permissions, its connection
-    as the owner of exclusive queues)."""
+    as the owner of exclusive queues). ``counted``: it counts in the broker's
+    publishers gauge once it publishes (not a STOMP transaction's, which is part of
+    its connection's publisher)."""
 
-    def __init__(self, session: Session, events: PublisherEvents) -> None:
+    def __init__(self, session: Session, events: PublisherEvents, counted: bool = True) -> None:
         self.session = session
         self.vhost = session.vhost
         self.access = session.access
@@ -80,6 +83,9 @@ class Publisher:
         self._store_token: object = None
         self.transaction: list[tuple[Callable[..., None], tuple]] | None = None
         self.closed = False
+        self.counters = session.vhost.metrics
+        self._published = not counted  # counted in counters.publishers once it publishes
+        self._counted = False
 
     # -- modes --------------------------------------------------------------------------
     def select_confirms(self) -> None:
@@ -113,8 +119,12 @@ class Publisher:
         if exchange.name == api.API_EXCHANGE and message.properties.reply_to:
             self.access.publish(DEFAULT_EXCHANGE)  # the reply goes through the default exchange
         seq = 0
+        if not self._published:
+            self._published = self._counted = True
+            self.counters.publishers += 1
         if self.confirming:
             self.seq = seq = self.seq + 1
+            self.counters.received_confirm += 1
         if self.transaction is not None:
             if SCHEDULE_MARK in message.encoded:
                 schedule_from_headers(message.headers)  # refused now, not half-way through the commit
@@ -122,13 +132,15 @@ class Publisher:
         else:
             self._route(exchange, message, mandatory, seq)
 
-    def _route(self, exchange: Exchange, message: Message, mandatory: bool, seq: int) -> None:
+    def _route(
+        self, exchange: Exchange, message: Message, mandatory: bool, seq: int, counted: bool = True
+    ) -> None:
         vhost = self.vhost
         outcome = ACCEPTED
         if exchange.name == api.API_EXCHANGE:  # a request to leveret's extensions
             reply = api.handle(self.session, message)
-            if reply is not None:
-                self._route(vhost.exchanges[DEFAULT_EXCHANGE], reply, False, 0)
+            if reply is not None:  # the broker's own message: not counted
+                self._route(vhost.exchanges[DEFAULT_EXCHANGE], reply, False, 0, False)
             routed = True
         elif exchange.name == DEFAULT_EXCHANGE and message.routing_key.startswith(REPLY_TO_PREFIX):
             consumer = vhost.reply_consumers.get(message.routing_key[len(REPLY_TO_PREFIX) :])
@@ -144,7 +156,19 @@ class Publisher:
             queues = vhost.route(exchange, message)
             routed = bool(queues)
             for queue in queues:
+                queue.counters.published += counted
                 outcome |= queue.enqueue(message)
+        if counted:  # received here, so a transaction's count once committed
+            counters = self.counters
+            counters.received += 1  # routed: received less the unroutable ones
+            size = len(message.body)
+            counters.message_size_sum += size
+            counters.message_sizes[BUCKET_BY_BITS[(size - 1).bit_length()]] += 1
+            if not routed:
+                if mandatory:
+                    counters.unroutable_returned += 1
+                else:
+                    counters.unroutable_dropped += 1
         if not routed and mandatory:
             self.events.returned(exchange.name, message)
         if seq:
@@ -225,6 +249,7 @@ class Publisher:
         if upto <= self._taken:
             return None
         multiple = upto - self._taken > 1
+        self.counters.confirmed += upto - self._taken
         self._taken = upto
         return upto, multiple
 
@@ -263,6 +288,8 @@ class Publisher:
     def close(self) -> list[tuple[Callable[..., None], tuple]]:
         """The publisher is gone: no more events; returns an open transaction's work
         (never committed) for the adapter to undo."""
+        if self._counted and not self.closed:
+            self.counters.publishers -= 1
         self.closed = True
         work, self.transaction = self.transaction or [], None
         return work

@@ -21,6 +21,7 @@ from .definitions import binding_definition, binding_name, exchange_definition, 
 from .errors import access_refused, not_found, precondition_failed, resource_locked
 from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, check_x_match, exchange_class
 from .message import Message
+from .metrics import BrokerCounters
 from .policy import Policy, matching
 from .queue_config import amqp_type_name
 from .queues import Consumer, Queue, queue_class
@@ -86,6 +87,8 @@ class VirtualHost:
         self.memory_pressure = False
         #: The broker's scheduler (delayed and scheduled messages); None: none.
         self.scheduler: Scheduler | None = None
+        #: The broker's counters (:mod:`.metrics`; the BrokerCore shares its own).
+        self.metrics = BrokerCounters()
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
@@ -244,6 +247,8 @@ class VirtualHost:
                 queue.queue_id = self.store.new_queue_id()
                 self.store.save_definition("queue", self.name, name, queue_definition(queue))
             advisory.queue_event(self, name, "added")
+            self.metrics.queues_declared += 1
+            self.metrics.queues_created += 1
             return queue
         existing.touch()
         if existing.exclusive_owner is not None and existing.exclusive_owner is not owner:
@@ -261,6 +266,7 @@ class VirtualHost:
                     f"but current is '{_amqp_bool(current)}'"
                 )
         self._check_args(arguments, existing.arguments, EQUIVALENCE_ARGS, what)
+        self.metrics.queues_declared += 1
         return existing
 
     def delete_queue(
@@ -282,6 +288,8 @@ class VirtualHost:
         del self.queues[name]
         queue.deleted = True
         queue.stop()
+        self.metrics.queues_deleted += 1
+        self.metrics.retire(queue)
         if queue.store is not None:
             if queue.queue_id:
                 queue.store.remove_queue(queue.queue_id)

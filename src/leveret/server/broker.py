@@ -16,7 +16,7 @@ import logging
 import threading
 from pathlib import Path
 from ssl import SSLContext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
 from ..core.broker import BrokerCore
@@ -31,6 +31,9 @@ from .listener import AnyConnection, Listener
 from .memory_monitor import MemoryMonitor
 from .tls import TLSError
 from .web_stomp import PATH as WEB_STOMP_PATH, WebStompServer
+
+if TYPE_CHECKING:
+    from ..management.metrics import PrometheusServer
 
 log = logging.getLogger("leveret.server")
 
@@ -68,6 +71,8 @@ class Broker:
         self._memory_monitor: MemoryMonitor | None = None
         self._control: ControlServer | None = None
         self.management: ManagementAPI | None = None
+        #: Prometheus metrics, when ``prometheus_port`` is set.
+        self.prometheus: PrometheusServer | None = None
 
     @property
     def host(self) -> str:
@@ -145,6 +150,18 @@ class Broker:
                     tls,
                 )
                 await self.management.start()
+            if settings.prometheus_port is not None and settings.prometheus_port >= 0:  # -1: off
+                # prometheus-client is loaded only by a broker that serves metrics
+                from ..management.metrics import NodeInfo, PrometheusServer
+
+                node = NodeInfo(
+                    memory_limit=settings.memory_limit,
+                    disk_free_limit=lambda: self.settings.disk_free_limit,
+                    data_dir=settings.data_dir,
+                )
+                prometheus = PrometheusServer(self.core, settings.bind, settings.prometheus_port, node)
+                await prometheus.start()
+                self.prometheus = prometheus
         except BaseException:
             await self._stop_listeners()
             self._close_store()
@@ -227,6 +244,13 @@ class Broker:
             return f"https://{self.host}:{self.management.https_port}"
         return f"http://{self.host}:{self.management.port}"
 
+    @property
+    def prometheus_url(self) -> str | None:
+        """``http://host:port`` of the Prometheus metrics (after start), when they run."""
+        if self.prometheus is None:
+            return None
+        return f"http://{self.host}:{self.prometheus.port}"
+
     async def stop(self) -> None:
         """Close every connection with 320 CONNECTION_FORCED, stop listening, then
         write what the store has queued and close it."""
@@ -234,6 +258,9 @@ class Broker:
         if self.management is not None:
             await self.management.stop()
             self.management = None
+        if self.prometheus is not None:
+            await self.prometheus.stop()
+            self.prometheus = None
         self._close_store()
 
     def _close_store(self) -> None:
@@ -285,6 +312,11 @@ class BlockingBroker:
     def http_url(self) -> str | None:
         """The management API's base URL, when it runs."""
         return self.broker.http_url
+
+    @property
+    def prometheus_url(self) -> str | None:
+        """See :attr:`Broker.prometheus_url`."""
+        return self.broker.prometheus_url
 
     @property
     def stomp_url(self) -> str | None:

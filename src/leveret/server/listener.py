@@ -121,6 +121,7 @@ class ClientProtocol(asyncio.Protocol):
         # first byte, before the AMQP connection has read anything.
         self._sniffing = listener.connection_class is Connection
         listener.connections.add(self.connection)
+        listener.core.metrics.connections_opened += 1
         self.transport = transport
         # Holding needs a socket the listener can read itself when the hold ends early
         # (plain TCP: under TLS the bytes on the socket are not the frames).
@@ -212,6 +213,7 @@ class ClientProtocol(asyncio.Protocol):
         exclusive queues."""
         connection = self.connection
         self.listener.connections.discard(connection)
+        self.listener.core.metrics.connections_closed += 1
         self.coalescer.release()  # a hold's timer must not outlive the socket
         try:
             connection.connection_lost()

@@ -142,6 +142,7 @@ class WebStompServer:
         )
         transport.connection = connection
         self.connections.add(connection)
+        self.core.metrics.connections_opened += 1
         try:
             async for message in socket:
                 if message.type == WSMsgType.TEXT:
@@ -161,6 +162,7 @@ class WebStompServer:
                 await reading.wait()
         finally:
             self.connections.discard(connection)
+            self.core.metrics.connections_closed += 1
             connection.connection_lost()
             transport.close()
             await transport._writer

@@ -18,6 +18,7 @@ from .. import advisory, queue_config
 from ..deduplication import DeduplicationCache
 from ..errors import precondition_failed
 from ..message import Message
+from ..metrics import QueueCounters
 from .timers import Timers
 
 if TYPE_CHECKING:
@@ -149,6 +150,9 @@ class Queue:
         self.store: Store | None = None
         self.queue_id = 0
         self.unacked_count = 0  # delivered, not yet acknowledged
+        #: Message counters (:mod:`..metrics`): core bumps published and dead_lettered,
+        #: the adapters the deliveries and acknowledgements.
+        self.counters = QueueCounters()
         self.selective = 0  # consumers with a selector
         #: consumers with a priority other than 0: while there are any, ``consumers``
         #: is ordered by priority, highest first (see :meth:`served`)

@@ -87,6 +87,7 @@ class Channel:
         assert session is not None  # made with the vhost, at connection.open
         self.session = session
         self.publisher = Publisher(session, self)
+        session.vhost.metrics.channels_opened += 1
         self.last_queue = ""
         self.reply_to_key: str | None = None
         self._held_replies: list[Method] | None = None  # replies waiting for the store
@@ -254,6 +255,8 @@ class Channel:
         self.consumers.clear()
         if self.reply_to_key is not None:
             self.vhost.reply_consumers.pop(self.reply_to_key, None)
+        if not self.publisher.closed:  # released once, however the channel ends
+            self.session.vhost.metrics.channels_closed += 1
         # Acks of an uncommitted transaction never happened: those messages come back too.
         uncommitted = self._deferred_settlements(self.publisher.close())
         self._publish = None
@@ -445,8 +448,17 @@ class Channel:
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
+            if queue is not None:
+                counters = queue.counters
+                counters.delivered_consume_manual_ack += 1
+                if entry.redelivered:
+                    counters.redelivered += 1
         elif queue is not None:  # no_ack: delivered means acknowledged
             queue.ack(entry)
+            counters = queue.counters
+            counters.delivered_consume_auto_ack += 1
+            if entry.redelivered:
+                counters.redelivered += 1
         connection = self.connection
         parts = encode_content(self.number, header, message.body, connection.frame_max)
         parts.insert(
@@ -465,7 +477,9 @@ class Channel:
     def _basic_get(self, m: commands.Basic.Get) -> None:
         queue = self._readable_queue(m.queue)
         entry = queue.get()
+        counters = queue.counters
         if entry is None:
+            counters.get_empty += 1
             self.send_method(commands.Basic.GetEmpty())
             return
         self.delivery_tag += 1
@@ -473,8 +487,12 @@ class Channel:
         header = with_delivery_headers(content_header(message), queue.delivery_headers(entry))
         if not m.no_ack:
             self.unacked[self.delivery_tag] = (queue, entry, None)
+            counters.delivered_get_manual_ack += 1
         else:  # no_ack: delivered means acknowledged
             queue.ack(entry)
+            counters.delivered_get_auto_ack += 1
+        if entry.redelivered:
+            counters.redelivered += 1
         self._send_content(
             commands.Basic.GetOk(
                 self.delivery_tag,
@@ -517,6 +535,7 @@ class Channel:
             for _, queue, entry, _ in taken:
                 if queue is not None:
                     queue.ack(entry)
+                    queue.counters.acknowledged += 1
         elif requeue:
             self._requeue(taken)  # the queues drain themselves
             if not self.global_prefetch:

@@ -694,14 +694,19 @@ class StompConnection(Output):
     def deliver(self, subscription: Subscription, entry: QueuedMessage) -> None:
         """One MESSAGE to ``subscription`` (called through its queue)."""
         queue = subscription.queue
+        counters = queue.counters
         if subscription.no_ack:
             queue.ack(entry)
             number = None
+            counters.delivered_consume_auto_ack += 1
         else:
             self._delivery_seq += 1
             number = self._delivery_seq
             subscription.unacked[number] = entry
             self.deliveries[number] = subscription
+            counters.delivered_consume_manual_ack += 1
+        if entry.redelivered:
+            counters.redelivered += 1
         self._message(subscription.id, queue, entry, number, subscription)
 
     def _message(
@@ -826,6 +831,7 @@ class StompConnection(Output):
         if requeue is None:
             for entry in entries:
                 queue.ack(entry)
+            queue.counters.acknowledged += len(entries)
         elif requeue:
             queue.requeue(entries)
         else:
@@ -839,7 +845,7 @@ class StompConnection(Output):
         if name in self.transactions:
             raise StompError("Transaction already started", f"transaction '{name}' is already open")
         assert self.session is not None
-        publisher = Publisher(self.session, self)
+        publisher = Publisher(self.session, self, counted=False)  # the connection's publisher counts
         publisher.select_transaction()
         self.transactions[name] = publisher
 

@@ -1,0 +1,618 @@
+"""Prometheus metrics with RabbitMQ's names (``rabbitmq_prometheus``), on their own port.
+
+Served by aiohttp on ``prometheus_port`` (RabbitMQ's 15692), in the text exposition
+format of ``prometheus-client``, whose custom collectors read core's counters
+(:mod:`leveret.core.metrics`) and gauges at scrape time; nothing is kept twice:
+
+- ``GET /metrics``: aggregated, no per-object labels: ``rabbitmq_global_*`` counters,
+  queue/connection/channel/consumer totals, ``rabbitmq_queue_messages_{ready,unacked}``
+  summed, process gauges, ``rabbitmq_message_size_bytes`` histogram;
+- ``GET /metrics/per-object``: the same, with per-queue series labelled
+  ``{vhost, queue}``, and the dead-letter counter per queue and reason
+  ``leveret_queue_messages_dead_lettered_total{vhost, queue, reason}``;
+- ``GET /metrics/detailed?family=F&vhost=V``: only the families asked for
+  (:data:`FAMILIES`), per queue, named ``rabbitmq_detailed_*``, restricted to the vhosts
+  given (all when none); an unknown family or vhost is a 400 with a plain-text reason.
+
+Every endpoint also has ``rabbitmq_identity_info{rabbitmq_node, rabbitmq_cluster,
+rabbitmq_cluster_permanent_id, rabbitmq_endpoint}`` and ``rabbitmq_build_info``, which
+the RabbitMQ-Overview Grafana dashboard joins every panel on. Units are in the names
+(``_bytes``, ``_seconds``); ``_total`` series are counters since the broker started.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    UnknownMetricFamily,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
+
+from ..core.broker import BrokerCore
+from ..core.metrics import (
+    DEAD_LETTER_REASONS,
+    MESSAGE_SIZE_BUCKETS,
+    QueueCounters,
+    dead_letter_strategy,
+)
+from ..core.queues import Queue
+from ..version import __version__
+
+#: RabbitMQ's ``queue_type`` label values for leveret's queue types.
+QUEUE_TYPES = {
+    "classic": "rabbit_classic_queue",
+    "quorum": "rabbit_quorum_queue",
+    "stream": "rabbit_stream_queue",
+}
+#: RabbitMQ 3.10's ``protocol`` label: its STOMP plugin publishes and consumes through
+#: AMQP channels, so every counter is ``amqp091`` there; leveret does the same.
+PROTOCOL = "amqp091"
+
+#: The families of ``/metrics/detailed`` (RabbitMQ's, and leveret's dead letters), each
+#: a list of (metric suffix, type, help, reader of one queue).
+QueueReader = Callable[[Queue], float]
+FAMILIES: dict[str, list[tuple[str, str, str, QueueReader]]] = {
+    "queue_coarse_metrics": [
+        (
+            "queue_messages_ready",
+            "gauge",
+            "Messages ready to be delivered to consumers",
+            lambda q: q.message_count,
+        ),
+        (
+            "queue_messages_unacked",
+            "gauge",
+            "Messages delivered to consumers but not yet acknowledged",
+            lambda q: q.unacked_count,
+        ),
+        ("queue_messages", "gauge", "Sum of ready and unacknowledged messages", lambda q: _messages(q)),
+    ],
+    "queue_consumer_count": [
+        ("queue_consumers", "gauge", "Consumers on a queue", lambda q: len(q.consumers)),
+    ],
+    "queue_delivery_metrics": [
+        (
+            "queue_get_ack_total",
+            "counter",
+            "Messages fetched from a queue with basic.get in manual acknowledgement mode",
+            lambda q: q.counters.delivered_get_manual_ack,
+        ),
+        (
+            "queue_get_total",
+            "counter",
+            "Messages fetched from a queue with basic.get in automatic acknowledgement mode",
+            lambda q: q.counters.delivered_get_auto_ack,
+        ),
+        (
+            "queue_messages_delivered_ack_total",
+            "counter",
+            "Messages delivered from a queue to consumers in manual acknowledgement mode",
+            lambda q: q.counters.delivered_consume_manual_ack,
+        ),
+        (
+            "queue_messages_delivered_total",
+            "counter",
+            "Messages delivered from a queue to consumers in automatic acknowledgement mode",
+            lambda q: q.counters.delivered_consume_auto_ack,
+        ),
+        (
+            "queue_messages_redelivered_total",
+            "counter",
+            "Messages redelivered from a queue to consumers",
+            lambda q: q.counters.redelivered,
+        ),
+        (
+            "queue_messages_acked_total",
+            "counter",
+            "Messages acknowledged by consumers on a queue",
+            lambda q: q.counters.acknowledged,
+        ),
+        (
+            "queue_get_empty_total",
+            "counter",
+            "Times basic.get found a queue empty",
+            lambda q: q.counters.get_empty,
+        ),
+    ],
+    "queue_exchange_metrics": [
+        (
+            "queue_messages_published_total",
+            "counter",
+            "Messages publishers routed to a queue (leveret: no exchange label)",
+            lambda q: q.counters.published,
+        ),
+    ],
+}
+#: leveret's own family: dead letters per queue and reason.
+DEAD_LETTER_FAMILY = "leveret_dead_letters"
+KNOWN_FAMILIES = (*FAMILIES, DEAD_LETTER_FAMILY)
+
+
+_RETURNED = "Messages published as mandatory into an exchange and returned to the publisher as unroutable"
+_DROPPED = "Messages published as non-mandatory into an exchange and dropped as unroutable"
+
+
+def _messages(queue: Queue) -> int:
+    return queue.message_count + queue.unacked_count
+
+
+@dataclass
+class NodeInfo:
+    """What the metrics say of the broker process besides core: its identity and the
+    limits the server enforces (``memory_limit`` bytes, 0: none; ``disk_free_limit``
+    bytes; ``data_dir``: where free disk space is measured, the working directory
+    when None)."""
+
+    node: str = field(default_factory=lambda: f"leveret@{socket.gethostname()}")
+    cluster: str = ""
+    memory_limit: Callable[[], int] = lambda: 0
+    disk_free_limit: Callable[[], int] = lambda: 0
+    data_dir: str | None = None
+    started: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        if not self.cluster:
+            self.cluster = self.node
+
+
+def _counter(name: str, documentation: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, labels=list(labels))
+
+
+def _gauge(name: str, documentation: str, value: float | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+class BrokerCollector(Collector):
+    """Reads ``core`` at each scrape (on the broker's event loop: the HTTP server runs
+    there). ``endpoint`` is ``aggregated``, ``per-object`` or ``detailed``; for
+    ``detailed``, ``families`` and ``vhosts`` (None: all) choose what is read."""
+
+    def __init__(
+        self,
+        core: BrokerCore,
+        node: NodeInfo,
+        endpoint: str = "aggregated",
+        families: Iterable[str] = (),
+        vhosts: Iterable[str] | None = None,
+    ) -> None:
+        self.core = core
+        self.node = node
+        self.endpoint = endpoint
+        self.families = list(families)
+        self.vhosts = None if vhosts is None else set(vhosts)
+
+    def _queues(self) -> list[Queue]:
+        return [
+            queue
+            for vhost in self.core.vhosts.values()
+            if self.vhosts is None or vhost.name in self.vhosts
+            for queue in vhost.queues.values()
+        ]
+
+    def collect(self) -> Iterator[Metric]:
+        """The metric families of this endpoint."""
+        queues = self._queues()
+        if self.endpoint == "detailed":
+            yield from self._detailed(queues)
+        else:
+            yield from self._totals(queues)
+            yield from self._global(queues)
+            yield from self._process()
+            yield from self._queue_gauges(queues, self.endpoint == "per-object")
+            if self.endpoint == "per-object":
+                yield from self._per_queue(
+                    queues, "rabbitmq_", ["queue_delivery_metrics", "queue_exchange_metrics"]
+                )
+                yield self._dead_letters(queues)
+        yield from self._identity()
+
+    # -- node-wide ------------------------------------------------------------------
+    def _totals(self, queues: list[Queue]) -> Iterator[Metric]:
+        m = self.core.metrics
+        for name, value, text in (
+            ("connections_opened", m.connections_opened, "Connections opened"),
+            ("connections_closed", m.connections_closed, "Connections closed or terminated"),
+            ("channels_opened", m.channels_opened, "Channels opened"),
+            ("channels_closed", m.channels_closed, "Channels closed"),
+            ("queues_declared", m.queues_declared, "Queues declared"),
+            ("queues_created", m.queues_created, "Queues created"),
+            ("queues_deleted", m.queues_deleted, "Queues deleted"),
+        ):
+            family = _counter(f"rabbitmq_{name}", f"Total number of {text.lower()}")
+            family.add_metric([], value)
+            yield family
+        consumers = sum(len(q.consumers) for q in queues)
+        yield _gauge(
+            "rabbitmq_connections", "Connections currently open", m.connections_opened - m.connections_closed
+        )
+        yield _gauge("rabbitmq_channels", "Channels currently open", m.channels_opened - m.channels_closed)
+        yield _gauge("rabbitmq_consumers", "Consumers currently connected", consumers)
+        yield _gauge("rabbitmq_queues", "Queues available", len(queues))
+        yield _gauge("rabbitmq_channel_consumers", "Consumers on channels", consumers)
+        yield _gauge(
+            "rabbitmq_channel_messages_unacked",
+            "Delivered but not yet acknowledged messages",
+            sum(q.unacked_count for q in queues),
+        )
+
+    def _global(self, queues: list[Queue]) -> Iterator[Metric]:
+        m = self.core.metrics
+        protocol = ["protocol"]
+        for name, value, text in (
+            ("received", m.received, "Messages received from publishers"),
+            (
+                "received_confirm",
+                m.received_confirm,
+                "Messages received from publishers expecting confirmations",
+            ),
+            ("routed", m.routed, "Messages routed to queues or streams"),
+            (
+                "unroutable_dropped",
+                m.unroutable_dropped,
+                _DROPPED,
+            ),
+            (
+                "unroutable_returned",
+                m.unroutable_returned,
+                _RETURNED,
+            ),
+            ("confirmed", m.confirmed, "Messages confirmed to publishers"),
+        ):
+            family = _counter(
+                f"rabbitmq_global_messages_{name}", f"Total number of {text[0].lower()}{text[1:]}", protocol
+            )
+            family.add_metric([PROTOCOL], value)
+            yield family
+        publishers = GaugeMetricFamily(
+            "rabbitmq_global_publishers", "Current number of publishers", labels=protocol
+        )
+        publishers.add_metric([PROTOCOL], m.publishers)
+        yield publishers
+        consumers = GaugeMetricFamily(
+            "rabbitmq_global_consumers", "Current number of consumers", labels=protocol
+        )
+        consumers.add_metric([PROTOCOL], sum(len(q.consumers) for q in queues))
+        yield consumers
+        totals = self.core.metrics.queue_totals(
+            [q for v in self.core.vhosts.values() for q in v.queues.values()]
+        )
+        by_type: dict[str, QueueCounters] = {name: QueueCounters() for name in QUEUE_TYPES.values()}
+        for (type_name, _), counters in totals.items():
+            by_type.setdefault(QUEUE_TYPES.get(type_name, type_name), QueueCounters()).add(counters)
+        labels = ["protocol", "queue_type"]
+        for name, text in (
+            ("delivered", "Messages delivered to consumers"),
+            (
+                "delivered_consume_manual_ack",
+                "Messages delivered to consumers in manual acknowledgement mode",
+            ),
+            (
+                "delivered_consume_auto_ack",
+                "Messages delivered to consumers in automatic acknowledgement mode",
+            ),
+            ("delivered_get_manual_ack", "Messages fetched with basic.get in manual acknowledgement mode"),
+            ("delivered_get_auto_ack", "Messages fetched with basic.get in automatic acknowledgement mode"),
+            ("get_empty", "Times basic.get found a queue empty"),
+            ("redelivered", "Messages redelivered to consumers"),
+            ("acknowledged", "Messages acknowledged by consumers"),
+        ):
+            family = _counter(
+                f"rabbitmq_global_messages_{name}", f"Total number of {text[0].lower()}{text[1:]}", labels
+            )
+            for queue_type, counters in sorted(by_type.items()):
+                family.add_metric([PROTOCOL, queue_type], getattr(counters, name))
+            yield family
+        dead_labels = ["queue_type", "dead_letter_strategy"]
+        for reason in DEAD_LETTER_REASONS:
+            family = _counter(
+                f"rabbitmq_global_messages_dead_lettered_{reason}",
+                f"Total number of messages dead-lettered due to {reason}",
+                dead_labels,
+            )
+            seen = {(QUEUE_TYPES["classic"], "disabled"), (QUEUE_TYPES["classic"], "at_most_once")}
+            values: dict[tuple[str, str], int] = dict.fromkeys(seen, 0)
+            for (type_name, strategy), counters in totals.items():
+                key = (QUEUE_TYPES.get(type_name, type_name), strategy)
+                values[key] = values.get(key, 0) + counters.dead_lettered.get(reason, 0)
+            for (queue_type, strategy), value in sorted(values.items()):
+                family.add_metric([queue_type, strategy], value)
+            yield family
+        # the channel families of the older dashboards, from the same counters
+        channel_totals = QueueCounters()
+        for counters in by_type.values():
+            channel_totals.add(counters)
+        for name, value, text in (
+            ("channel_messages_published", m.received, "Messages published into an exchange on a channel"),
+            (
+                "channel_messages_confirmed",
+                m.confirmed,
+                "Messages published into an exchange and confirmed on the channel",
+            ),
+            (
+                "channel_messages_unroutable_returned",
+                m.unroutable_returned,
+                _RETURNED,
+            ),
+            (
+                "channel_messages_unroutable_dropped",
+                m.unroutable_dropped,
+                _DROPPED,
+            ),
+            (
+                "channel_get_ack",
+                channel_totals.delivered_get_manual_ack,
+                "Messages fetched with basic.get in manual acknowledgement mode",
+            ),
+            (
+                "channel_get",
+                channel_totals.delivered_get_auto_ack,
+                "Messages fetched with basic.get in automatic acknowledgement mode",
+            ),
+            (
+                "channel_messages_delivered_ack",
+                channel_totals.delivered_consume_manual_ack,
+                "Messages delivered to consumers in manual acknowledgement mode",
+            ),
+            (
+                "channel_messages_delivered",
+                channel_totals.delivered_consume_auto_ack,
+                "Messages delivered to consumers in automatic acknowledgement mode",
+            ),
+            ("channel_messages_redelivered", channel_totals.redelivered, "Messages redelivered to consumers"),
+            ("channel_messages_acked", channel_totals.acknowledged, "Messages acknowledged by consumers"),
+            ("channel_get_empty", channel_totals.get_empty, "Times basic.get found a queue empty"),
+        ):
+            family = _counter(f"rabbitmq_{name}", f"Total number of {text[0].lower()}{text[1:]}")
+            family.add_metric([], value)
+            yield family
+        sizes = HistogramMetricFamily(
+            "rabbitmq_message_size_bytes", "Size of messages received from publishers", labels=protocol
+        )
+        buckets, running = [], 0
+        for bound, count in zip((*map(floatToGoString, MESSAGE_SIZE_BUCKETS), "+Inf"), m.message_sizes):
+            running += count
+            buckets.append((bound, running))
+        sizes.add_metric([PROTOCOL], buckets, m.message_size_sum)
+        yield sizes
+
+    def _process(self) -> Iterator[Metric]:
+        node, core = self.node, self.core
+        memory = _resident_memory()
+        fds = _open_fds()
+        max_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        try:
+            disk_free = shutil.disk_usage(node.data_dir or ".").free
+        except OSError:
+            disk_free = 0
+        connections = core.metrics.connections_opened - core.metrics.connections_closed
+        yield _gauge(
+            "rabbitmq_process_resident_memory_bytes", "Memory used in bytes (resident set size)", memory
+        )
+        yield _gauge(
+            "rabbitmq_resident_memory_limit_bytes",
+            "Memory high watermark in bytes (0: none)",
+            node.memory_limit(),
+        )
+        yield _gauge("rabbitmq_process_open_fds", "Open file descriptors", fds)
+        yield _gauge("rabbitmq_process_max_fds", "Open file descriptors limit", max_fds if max_fds > 0 else 0)
+        yield _gauge("rabbitmq_process_open_tcp_sockets", "Open client TCP sockets", connections)
+        yield _gauge(
+            "rabbitmq_process_max_tcp_sockets",
+            "Open TCP sockets limit (the fd limit)",
+            max_fds if max_fds > 0 else 0,
+        )
+        yield _gauge(
+            "rabbitmq_disk_space_available_bytes",
+            "Disk space available in bytes (under the data directory)",
+            disk_free,
+        )
+        yield _gauge(
+            "rabbitmq_disk_space_available_limit_bytes",
+            "Free disk space low watermark in bytes",
+            node.disk_free_limit(),
+        )
+        for name, source in (("memory_used_watermark", "memory"), ("free_disk_space_watermark", "disk")):
+            alarm = UnknownMetricFamily(f"rabbitmq_alarms_{name}", f"1 if the {source} alarm is in effect")
+            alarm.add_metric([], 1 if source in core.alarm_sources else 0)
+            yield alarm
+        uptime = time.time() - node.started
+        yield _gauge(
+            "rabbitmq_erlang_uptime_seconds",
+            "Broker uptime in seconds (leveret: the Python process's)",
+            uptime,
+        )
+        yield _gauge(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds",
+            node.started,
+        )
+
+    def _queue_gauges(self, queues: list[Queue], per_object: bool) -> Iterator[Metric]:
+        if per_object:
+            yield from self._per_queue(queues, "rabbitmq_", ["queue_coarse_metrics", "queue_consumer_count"])
+            return
+        for name, _, text, read in FAMILIES["queue_coarse_metrics"] + FAMILIES["queue_consumer_count"]:
+            yield _gauge(f"rabbitmq_{name}", text, sum(read(q) for q in queues))
+
+    # -- per queue --------------------------------------------------------------------
+    def _per_queue(self, queues: list[Queue], prefix: str, families: list[str]) -> Iterator[Metric]:
+        labels = ["vhost", "queue"]
+        for family_name in families:
+            for name, kind, text, read in FAMILIES[family_name]:
+                family: CounterMetricFamily | GaugeMetricFamily
+                if kind == "counter":
+                    family = _counter(prefix + name, text, labels)
+                else:
+                    family = GaugeMetricFamily(prefix + name, text, labels=labels)
+                for queue in queues:
+                    family.add_metric([queue.vhost.name, queue.name], read(queue))
+                yield family
+
+    def _dead_letters(self, queues: list[Queue]) -> Metric:
+        family = _counter(
+            "leveret_queue_messages_dead_lettered",
+            "Messages that died in a queue, by reason (maxlen, expired, rejected, delivery_limit)",
+            ["vhost", "queue", "reason", "dead_letter_strategy"],
+        )
+        for queue in queues:
+            strategy = dead_letter_strategy(queue)
+            for reason in DEAD_LETTER_REASONS:
+                family.add_metric(
+                    [queue.vhost.name, queue.name, reason, strategy],
+                    queue.counters.dead_lettered.get(reason, 0),
+                )
+        return family
+
+    def _detailed(self, queues: list[Queue]) -> Iterator[Metric]:
+        wanted = [f for f in self.families if f in FAMILIES]
+        yield from self._per_queue(queues, "rabbitmq_detailed_", wanted)
+        if DEAD_LETTER_FAMILY in self.families:
+            yield self._dead_letters(queues)
+
+    # -- identity -----------------------------------------------------------------------
+    def _identity(self) -> Iterator[Metric]:
+        import prometheus_client
+
+        build = UnknownMetricFamily(
+            "rabbitmq_build_info",
+            "RabbitMQ & Erlang/OTP version info (leveret: its version, and Python's as erlang_version)",
+            labels=[
+                "product_name",
+                "product_version",
+                "rabbitmq_version",
+                "prometheus_plugin_version",
+                "prometheus_client_version",
+                "erlang_version",
+            ],
+        )
+        client_version = getattr(prometheus_client, "__version__", "") or _distribution_version()
+        build.add_metric(
+            ["leveret", __version__, __version__, __version__, client_version, platform.python_version()], 1
+        )
+        yield build
+        identity = UnknownMetricFamily(
+            "rabbitmq_identity_info",
+            "RabbitMQ node & cluster identity info",
+            labels=[
+                "rabbitmq_node",
+                "rabbitmq_cluster",
+                "rabbitmq_cluster_permanent_id",
+                "rabbitmq_endpoint",
+            ],
+        )
+        node = self.node
+        identity.add_metric([node.node, node.cluster, f"leveret-cluster-id-{node.cluster}", self.endpoint], 1)
+        yield identity
+
+
+def _distribution_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("prometheus-client")
+    except PackageNotFoundError:
+        return ""
+
+
+def _resident_memory() -> int:
+    """Resident set size in bytes (Linux: /proc/self/statm; elsewhere the peak)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if platform.system() == "Darwin" else peak * 1024
+
+
+def _open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+class PrometheusServer:
+    """The HTTP server of the metrics, on ``host:port`` (0 picks a free port: read
+    :attr:`port` after :meth:`start`)."""
+
+    def __init__(self, core: BrokerCore, host: str, port: int, node: NodeInfo | None = None) -> None:
+        self.core = core
+        self.host = host
+        self.port = port
+        self.node = node or NodeInfo()
+        self.app = web.Application()
+        self.app.router.add_get("/metrics", self.aggregated)
+        self.app.router.add_get("/metrics/per-object", self.per_object)
+        self.app.router.add_get("/metrics/detailed", self.detailed)
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Listen (OSError if the port cannot be bound)."""
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        try:
+            await web.TCPSite(self._runner, self.host, self.port).start()
+        except BaseException:
+            await self._runner.cleanup()
+            self._runner = None
+            raise
+        self.port = self._runner.addresses[-1][1]
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def render(self, collector: BrokerCollector) -> web.Response:
+        """One scrape of ``collector`` in the text format."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        response = web.Response(body=generate_latest(registry))
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    async def aggregated(self, request: web.Request) -> web.Response:
+        """``GET /metrics``: totals, no per-object labels."""
+        return self.render(BrokerCollector(self.core, self.node, "aggregated"))
+
+    async def per_object(self, request: web.Request) -> web.Response:
+        """``GET /metrics/per-object``: every series per queue too."""
+        return self.render(BrokerCollector(self.core, self.node, "per-object"))
+
+    async def detailed(self, request: web.Request) -> web.Response:
+        """``GET /metrics/detailed?family=F[&family=G][&vhost=V…]``: 400 for an unknown
+        family or vhost, or without any family."""
+        families = request.query.getall("family", [])
+        unknown = [f for f in families if f not in KNOWN_FAMILIES]
+        if unknown or not families:
+            what = f"unknown family {', '.join(unknown)}" if unknown else "no family given"
+            return web.Response(
+                status=400,
+                text=f"{what}; families: {', '.join(KNOWN_FAMILIES)}\n",
+            )
+        vhosts = request.query.getall("vhost", []) or None
+        if vhosts is not None:
+            missing = [v for v in vhosts if v not in self.core.vhosts]
+            if missing:
+                return web.Response(status=400, text=f"unknown vhost {', '.join(missing)}\n")
+        return self.render(BrokerCollector(self.core, self.node, "detailed", families, vhosts))
+
+
+__all__ = ["FAMILIES", "KNOWN_FAMILIES", "BrokerCollector", "NodeInfo", "PrometheusServer"]
