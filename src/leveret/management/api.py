@@ -42,6 +42,7 @@ from ..core.queues import Queue
 from ..core.scheduler import JobInfo
 from ..version import __version__
 from .admin import NOT_FOUND, AdminAPI
+from .dead_letters import DeadLetterAPI
 
 #: Core's neutral errors as HTTP statuses (RabbitMQ's management API answers a
 #: precondition failure with 400 bad_request).
@@ -148,6 +149,7 @@ class ManagementAPI:
                 web.get("/api/scheduled-jobs/{vhost}/{id}", self.scheduled_job),
                 web.delete("/api/scheduled-jobs/{vhost}/{id}", self.cancel_scheduled_job),
                 *AdminAPI(core).routes(),
+                *DeadLetterAPI(core, self._vhost, self._visible_vhosts).routes(),
             ]
         )
         self.app = app

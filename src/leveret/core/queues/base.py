@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import advisory, queue_config
@@ -220,9 +220,15 @@ class Queue:
         """Check a new consumer before it is confirmed (consume-ok); raises a
         BrokerError if this queue cannot serve it."""
 
-    def browse(self, limit: int, selector: Selector | None = None) -> list[QueuedMessage]:
-        """Up to ``limit`` waiting messages (those ``selector`` matches), in order, left
-        where they are (a JMS queue browser); PreconditionFailed for a queue type that
+    def browse(
+        self,
+        limit: int,
+        selector: Selector | None = None,
+        where: Callable[[QueuedMessage], bool] | None = None,
+    ) -> list[QueuedMessage]:
+        """Up to ``limit`` waiting messages (those ``selector`` and ``where`` accept),
+        in order, left where they are: no redelivered flag, no reordering (a JMS queue
+        browser; the dead-letter console); PreconditionFailed for a queue type that
         cannot be browsed."""
         raise precondition_failed(
             f"queue '{self.name}' in vhost '{self.vhost.name}' is a {self.type_name} queue: "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..dead_letter import dead_letter
@@ -305,12 +306,19 @@ class ClassicQueue(Queue):
         """At start-up: group ``group``'s lease, once made, numbers on from ``next_seq``."""
         self._lease_seqs[group] = next_seq
 
-    def browse(self, limit: int, selector: Selector | None = None) -> list[QueuedMessage]:
-        """Up to ``limit`` ready messages ``selector`` matches, in order, in memory then
-        paged out (read from the store, not kept), left in the queue."""
+    def browse(
+        self,
+        limit: int,
+        selector: Selector | None = None,
+        where: Callable[[QueuedMessage], bool] | None = None,
+    ) -> list[QueuedMessage]:
+        """Up to ``limit`` ready messages ``selector`` and ``where`` accept, in order, in
+        memory then paged out (read from the store, not kept), left in the queue."""
         backlog = self.backlog
 
         def wanted(entry: QueuedMessage) -> bool:
+            if where is not None and not where(entry):
+                return False
             return selector is None or selector.matches(message_lookup(entry.message))
 
         found: list[QueuedMessage] = []
