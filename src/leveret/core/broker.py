@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .auth import Grants, Permission, TopicPermission, User, UserDatabase
 from .clock import Clock
+from .connections import Connections
 from .login_throttle import LoginThrottle
 from .policy import Policy
 from .scheduler import Scheduler
@@ -79,6 +80,8 @@ class BrokerCore:
         self.login_throttle = LoginThrottle(self.clock)
         #: Delayed and scheduled messages of every vhost (held until due).
         self.scheduler = Scheduler(self.clock, self.vhosts)
+        #: Open client connections of every protocol (see :mod:`.connections`).
+        self.connections = Connections()
         if not self.vhosts:
             self.add_vhost("/")
 
