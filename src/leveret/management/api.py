@@ -260,7 +260,7 @@ class ManagementAPI:
         sees_all = bool(SEES_ALL_TAGS.intersection(user.tags))
         names = [n for n in self.core.vhosts if sees_all or self.core.users.may_access(user, n)]
         rows = [{"name": n, "description": "", "tags": [], "tracing": False} for n in names]
-        return list_response(request, rows)
+        return list_response(request, rows, pageable=True)
 
     # -- scheduled messages (leveret's; ActiveMQ's scheduler and delayed messages) ------------
     async def scheduled_jobs(self, request: web.Request) -> web.Response:

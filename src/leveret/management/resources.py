@@ -113,12 +113,12 @@ def _row(vhost: VirtualHost, binding: Binding) -> dict:
 
 
 def _order(row: dict) -> tuple:
-    """RabbitMQ's order of bindings: source, routing key, destination kind and name."""
+    """RabbitMQ's order of bindings: source, destination name and kind, routing key."""
     return (
         row["source"],
-        row["routing_key"],
-        row["destination_type"],
         row["destination"],
+        row["destination_type"],
+        row["routing_key"],
         json.dumps(row["arguments"], sort_keys=True),
     )
 
@@ -266,17 +266,23 @@ class Resources:
         )
         return web.Response(status=204)
 
+    def _exchange_name(self, request: web.Request) -> tuple[VirtualHost, str]:
+        """The vhost and the exchange named (which need not exist: RabbitMQ lists no
+        bindings for a missing one, with a 200)."""
+        name = request.match_info["name"]
+        return route_vhost(self.core, request), DEFAULT_EXCHANGE if name == DEFAULT_EXCHANGE_PATH else name
+
     async def exchange_source_bindings(self, request: web.Request) -> web.Response:
-        vhost, exchange = self._exchange(request)
-        rows = [r for r in vhost_bindings(vhost) if r["source"] == exchange.name]
+        vhost, name = self._exchange_name(request)
+        rows = [r for r in vhost_bindings(vhost) if r["source"] == name]
         return list_response(request, rows)
 
     async def exchange_destination_bindings(self, request: web.Request) -> web.Response:
-        vhost, exchange = self._exchange(request)
+        vhost, name = self._exchange_name(request)
         rows = [
             r
             for r in vhost_bindings(vhost)
-            if r["destination_type"] == "exchange" and r["destination"] == exchange.name
+            if r["destination_type"] == "exchange" and r["destination"] == name
         ]
         return list_response(request, rows)
 
@@ -383,12 +389,9 @@ class Resources:
         return vhost, source, kind, info["destination"]
 
     def _between(self, request: web.Request) -> tuple[VirtualHost, list[dict]]:
+        """The bindings from source to destination (none when either is missing: a
+        200 with ``[]``, as RabbitMQ)."""
         vhost, source, kind, destination = self._ends(request)
-        if source not in vhost.exchanges:
-            raise object_not_found()
-        found = vhost.queues if kind == "queue" else vhost.exchanges
-        if destination not in found:
-            raise object_not_found()
         rows = [
             r
             for r in vhost_bindings(vhost)

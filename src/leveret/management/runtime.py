@@ -315,8 +315,10 @@ class Runtime:
     def _connection(self, request: web.Request) -> tuple[ConnectionFacts, Any]:
         found = self.core.connections.find(request.match_info["name"])
         user = request["user"]
-        if found is None or not (SEES_ALL_TAGS.intersection(user.tags) or found[0].user == user.name):
+        if found is None:
             raise object_not_found()
+        if not (SEES_ALL_TAGS.intersection(user.tags) or found[0].user == user.name):
+            raise json_error(401, "not_authorised", "User not authorised to access object")
         return found
 
     async def connections(self, request: web.Request) -> web.Response:
@@ -333,7 +335,7 @@ class Runtime:
         facts, connection = self._connection(request)
         user = request["user"]
         if facts.user != user.name and "administrator" not in user.tags:
-            raise json_error(401, "not_authorised", "Not administrator user")
+            raise json_error(401, "not_authorised", "User not authorised to access object")
         reason = request.headers.get("X-Reason", "Closed via management plugin")
         connection.close_by_operator(reason)
         audit.record(
