@@ -429,7 +429,9 @@ def test_overview_and_nodes(target):
     assert amqp and amqp[0]["port"] == target.amqp_port and amqp[0]["node"] == overview["node"]
     assert {"node", "protocol", "ip_address", "port"} <= set(amqp[0])
 
-    status, nodes = target.http("GET", "/api/nodes")
+    # RabbitMQ's node statistics (uptime ...) come a few seconds after it starts
+    status, nodes = wait_for(lambda: (lambda answer: "uptime" in answer[1][0] and answer)(
+        target.http("GET", "/api/nodes")))
     assert status == 200 and len(nodes) == 1
     node = nodes[0]
     for key in ("name", "uptime", "run_queue", "processors", "os_pid", "fd_total", "proc_total", "mem_limit",
