@@ -59,6 +59,17 @@ def _missing(body: dict, keys: tuple[str, ...]) -> None:
         raise json_error(400, "bad_request", "[" + ",".join(f"{{key_missing,{k}}}" for k in absent) + "]")
 
 
+def _integer(body: dict, key: str) -> int:
+    """A non-negative integer field, or its decimal text (rabbitmqadmin sends
+    ``"count": "1"``); 400 ``["not_int", key]`` otherwise."""
+    value = body[key]
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise json_error(400, "bad_request", ["not_int", key])
+    return value
+
+
 def _properties(value: Any) -> Properties:
     """RabbitMQ's ``properties`` object as core's Properties (400 ``not_int`` /
     ``not_string`` as RabbitMQ for a wrong type)."""
@@ -172,18 +183,14 @@ class Messages:
         vhost = route_vhost(self.core, request)
         body = await json_body(request)
         _missing(body, ("count", "ackmode", "encoding"))
-        count, ackmode, encoding = body["count"], body["ackmode"], body["encoding"]
-        truncate = body.get("truncate")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        count, ackmode, encoding = _integer(body, "count"), body["ackmode"], body["encoding"]
+        truncate = _integer(body, "truncate") if body.get("truncate") is not None else None
+        if count < 1:
             raise json_error(400, "bad_request", ["not_int", "count"])
         if ackmode not in ACK_MODES:
             raise json_error(400, "bad_request", f"Unsupported ackmode '{ackmode}'")
         if encoding not in ("auto", "base64"):
             raise json_error(400, "bad_request", "Unsupported encoding. Please use auto or base64.")
-        if truncate is not None and (
-            not isinstance(truncate, int) or isinstance(truncate, bool) or truncate < 0
-        ):
-            raise json_error(400, "bad_request", ["not_int", "truncate"])
         user_session = session(self.core, request, vhost)
         try:
             queue = user_session.readable_queue(request.match_info["name"])
