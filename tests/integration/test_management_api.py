@@ -7,10 +7,13 @@ statuses and bodies (read from RabbitMQ 3.10.8)."""
 from __future__ import annotations
 
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 
 import pika
 import pytest
+from stomp_clients import Client
 from targets import Target, unique
 
 from leveret import BlockingBroker
@@ -486,3 +489,81 @@ def test_a_resource_alarm_fails_the_alarm_checks():
         assert target.http("GET", "/api/nodes")[1][0]["mem_alarm"] is True
         broker.call(broker.core.set_alarm, False, "memory")
         assert target.http("GET", "/api/health/checks/alarms") == (200, {"status": "ok"})
+
+
+# -- permissions and bad input ------------------------------------------------------
+def test_changes_need_the_users_amqp_permissions(target, vhost):
+    """A management user acts with its own configure/write/read permissions."""
+    user = unique("u")
+    assert target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": "management"})[0] == 201
+    try:
+        v = q(vhost)
+        only_mine = {"configure": "^mine", "write": "^mine", "read": "^mine"}
+        assert target.http("PUT", f"/api/permissions/{v}/{user}", only_mine)[0] == 201
+        target.http("PUT", f"/api/queues/{v}/theirs", {})
+        target.http("PUT", f"/api/exchanges/{v}/theirs-x", {"type": "direct"})
+
+        def as_user(method, path, body=None):
+            return target.http(method, path, body, user=user, password="pw")
+
+        assert as_user("PUT", f"/api/queues/{v}/mine-q", {}) == (201, None)
+        assert as_user("PUT", f"/api/queues/{v}/other", {}) == (401, ACCESS_REFUSED)
+        assert as_user("DELETE", f"/api/queues/{v}/theirs") == (401, ACCESS_REFUSED)
+        assert as_user("PUT", f"/api/exchanges/{v}/other", {"type": "direct"}) == (401, ACCESS_REFUSED)
+        assert as_user("POST", f"/api/bindings/{v}/e/theirs-x/q/mine-q", {}) == (401, ACCESS_REFUSED)
+        refused = f"in vhost '{vhost}' refused for user '{user}'"
+        assert as_user("POST", f"/api/exchanges/{v}/theirs-x/publish", {
+            "properties": {}, "routing_key": "k", "payload": "x", "payload_encoding": "string"}) == \
+            (400, {"error": "bad_request",
+                   "reason": f"403 ACCESS_REFUSED - access to exchange 'theirs-x' {refused}"})
+        assert as_user("POST", f"/api/queues/{v}/theirs/get",
+                       {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}) == \
+            (401, {"error": "not_authorised",
+                   "reason": f"ACCESS_REFUSED - access to queue 'theirs' {refused}"})
+        assert as_user("DELETE", f"/api/queues/{v}/theirs/contents") == (401, ACCESS_REFUSED)
+        assert target.http("GET", f"/api/queues/{v}/theirs")[0] == 200
+        assert target.http("GET", f"/api/queues/{v}/other") == (404, NOT_FOUND)
+        no_vhost = (401, {"error": "not_authorised", "reason": "User not authorised to access virtual host"})
+        assert target.http("GET", "/api/queues/%2F", user=user, password="pw") == no_vhost
+        assert target.http("PUT", "/api/queues/%2F/mine-too", {}, user=user, password="pw") == no_vhost
+    finally:
+        target.http("DELETE", f"/api/users/{user}")
+
+
+def test_a_body_that_is_not_json_changes_nothing(target, vhost):
+    v = q(vhost)
+    status, _, _ = target.http_raw("PUT", f"/api/queues/{v}/q", None, headers={})
+    assert status == 201  # no body: the defaults
+    for path in (f"/api/queues/{v}/q2", f"/api/exchanges/{v}/x2"):  # raw: Target sends JSON only
+        request = urllib.request.Request(f"http://{target.host}:{target.http_port}{path}", data=b"{not json",
+                                         method="PUT", headers={"Content-Type": "application/json",
+                                                                "Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})
+        try:
+            urllib.request.urlopen(request, timeout=10)
+            raise AssertionError("accepted")
+        except urllib.error.HTTPError as error:
+            assert error.code == 400
+        assert target.http("GET", path) == (404, NOT_FOUND)
+
+
+def test_stomp_connections_are_listed_and_closed():
+    with BlockingBroker(amqp_port=0, http_port=0, stomp_port=0) as broker:
+        management = broker.broker.management
+        assert management is not None and broker.broker.stomp_port is not None
+        target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
+        client = Client(broker.broker.stomp_port)
+        client.subscribe("/queue/jobs", ack="client-individual")
+        rows = target.http("GET", "/api/connections")[1]
+        assert [(r["protocol"], r["port"], r["user"], r["vhost"]) for r in rows] == \
+            [("STOMP 1.2", broker.broker.stomp_port, "guest", "/")]
+        consumers = target.http("GET", "/api/consumers")[1]
+        assert [(c["queue"]["name"], c["ack_required"]) for c in consumers] == [("jobs", True)]
+        overview = target.http("GET", "/api/overview")[1]
+        assert overview["object_totals"]["connections"] == 1
+        assert {"protocol": "stomp", "port": broker.broker.stomp_port} in \
+            [{"protocol": x["protocol"], "port": x["port"]} for x in overview["listeners"]]
+        assert target.http("DELETE", f"/api/connections/{q(rows[0]['name'])}",
+                           headers={"X-Reason": "bye"}) == (204, None)
+        error = client.error()
+        assert b"bye" in error.body or "bye" in str(error.headers)
+        assert wait_for(lambda: target.http("GET", "/api/connections")[1] == [])

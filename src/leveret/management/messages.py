@@ -14,7 +14,8 @@
   payload, payload_encoding``; ``encoding: auto`` gives text when the (truncated)
   payload is UTF-8, else base64.
 
-Error bodies are RabbitMQ's (checked against a node), except that an unknown
+Error bodies are RabbitMQ's (checked against a node): a refused publish is a 400
+``403 ACCESS_REFUSED - ...``, a refused get a 401 ``ACCESS_REFUSED - ...``; except that an unknown
 ``ackmode`` is a 400 here where RabbitMQ 3.10 answers 500.
 """
 
@@ -166,10 +167,12 @@ class Messages:
         try:
             exchange = publisher.exchange(name, routing_key)
             publisher.publish(exchange, Message.build(name, routing_key, data, properties), mandatory=True)
-        except BrokerError as exc:
-            if exc.condition == "access_refused":
-                raise json_error(401, "not_authorised", "Access refused.") from None
-            code = {"not_found": "404 NOT_FOUND", "precondition_failed": "406 PRECONDITION_FAILED"}
+        except BrokerError as exc:  # RabbitMQ's 400, with the AMQP code and text
+            code = {
+                "access_refused": "403 ACCESS_REFUSED",
+                "not_found": "404 NOT_FOUND",
+                "precondition_failed": "406 PRECONDITION_FAILED",
+            }
             raise json_error(
                 400, "bad_request", f"{code.get(exc.condition, exc.condition.upper())} - {exc.text}"
             ) from None
@@ -196,7 +199,7 @@ class Messages:
             queue = user_session.readable_queue(request.match_info["name"])
         except BrokerError as exc:
             if exc.condition == "access_refused":
-                raise json_error(401, "not_authorised", "Access refused.") from None
+                raise json_error(401, "not_authorised", f"ACCESS_REFUSED - {exc.text}") from None
             raise json_error(
                 404 if exc.condition == "not_found" else 400,
                 exc.condition,
