@@ -567,3 +567,66 @@ def test_stomp_connections_are_listed_and_closed():
         error = client.error()
         assert b"bye" in error.body or "bye" in str(error.headers)
         assert wait_for(lambda: target.http("GET", "/api/connections")[1] == [])
+
+
+# -- policies -----------------------------------------------------------------------
+def test_policies_are_set_read_applied_and_cleared(target, vhost):
+    v = q(vhost)
+    policy = {"pattern": "^ttl", "definition": {"message-ttl": 1000}, "priority": 1, "apply-to": "queues"}
+    assert target.http("PUT", f"/api/policies/{v}/p1", policy) == (201, None)
+    assert target.http("PUT", f"/api/policies/{v}/p1", policy) == (204, None)
+    row = {"vhost": vhost, "name": "p1", "pattern": "^ttl", "apply-to": "queues",
+           "definition": {"message-ttl": 1000}, "priority": 1}
+    assert target.http("GET", f"/api/policies/{v}/p1") == (200, row)
+    assert target.http("GET", f"/api/policies/{v}") == (200, [row])
+    assert row in target.http("GET", "/api/policies")[1]
+    other = {"pattern": "x", "definition": {"message-ttl": 1}}
+    assert target.http("PUT", f"/api/policies/{v}/p2", other) == (201, None)
+    assert target.http("GET", f"/api/policies/{v}/p2")[1]["apply-to"] == "all"
+    assert target.http("PUT", f"/api/queues/{v}/ttl-q", {})[0] == 201
+    # RabbitMQ shows a queue's policy once its statistics come in
+    assert wait_for(lambda: target.http("GET", f"/api/queues/{v}/ttl-q")[1].get("policy") == "p1")
+    assert target.http("DELETE", f"/api/policies/{v}/p1") == (204, None)
+    assert target.http("DELETE", f"/api/policies/{v}/p1") == (404, NOT_FOUND)
+    assert target.http("GET", f"/api/policies/{v}/p1") == (404, NOT_FOUND)
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    ({"definition": {"message-ttl": 1}}, "[{key_missing,pattern}]"),
+    ({"pattern": "x", "definition": {}}, "Validation failed\n\nno policy provided\n"),
+    ({"pattern": "x", "definition": {"message-ttl": 1}, "apply-to": "nope"},
+     "Validation failed\n\napply-to 'nope' unrecognised; should be 'queues', 'exchanges' or 'all'\n"),
+    ({"pattern": "x", "definition": {"message-ttl": 1}, "priority": "x"},
+     'Validation failed\n\npriority should be a number, actually was &lt;&lt;"x"&gt;&gt;\n'),
+    ({"pattern": "(", "definition": {"message-ttl": 1}}, "Validation failed"),
+    ({"pattern": "x", "definition": {"message-ttl": "x"}}, "Validation failed"),
+])
+def test_bad_policies_are_refused_and_change_nothing(target, vhost, body, reason):
+    status, answer = target.http("PUT", f"/api/policies/{q(vhost)}/bad", body)
+    assert (status, answer["error"]) == (400, "bad_request")
+    assert answer["reason"] == reason or \
+        (reason == "Validation failed" and answer["reason"].startswith(reason))
+    assert target.http("GET", f"/api/policies/{q(vhost)}/bad") == (404, NOT_FOUND)
+
+
+def test_only_policymakers_change_policies(target, vhost):
+    user = unique("u")
+    assert target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": "management"})[0] == 201
+    try:
+        full = {"configure": ".*", "write": ".*", "read": ".*"}
+        assert target.http("PUT", f"/api/permissions/{q(vhost)}/{user}", full)[0] == 201
+        policy = {"pattern": "x", "definition": {"message-ttl": 1}}
+        assert target.http("PUT", f"/api/policies/{q(vhost)}/p", policy, user=user, password="pw") == \
+            (401, {"error": "not_authorised", "reason": "User not authorised to access object"})
+        assert target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": "policymaker"})[0] == 204
+        path = f"/api/policies/{q(vhost)}"
+        assert target.http("PUT", f"{path}/p", policy, user=user, password="pw") == (201, None)
+        assert [p["name"] for p in target.http("GET", path, user=user, password="pw")[1]] == ["p"]
+        assert target.http("DELETE", f"/api/policies/{q(vhost)}/p", user=user, password="pw") == (204, None)
+    finally:
+        target.http("DELETE", f"/api/users/{user}")
+
+
+def test_lists_of_objects_leveret_lacks_are_empty(target):
+    for path in ("/api/operator-policies", "/api/parameters", "/api/vhost-limits"):
+        assert target.http("GET", path) == (200, []), path

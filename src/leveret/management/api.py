@@ -12,6 +12,8 @@ existing tools and scripts can read it:
   see :mod:`.admin`
 - exchanges, queues, bindings, purge: :mod:`.resources`
 - publish, get: :mod:`.messages`
+- policies (and empty lists of operator policies, parameters, vhost limits):
+  :mod:`.policies`
 - overview, nodes, connections, channels, consumers, aliveness test, health checks,
   version: :mod:`.runtime`
 - ``GET /api/scheduled-jobs[/{vhost}[/{id}]]``, ``DELETE /api/scheduled-jobs/{vhost}/{id}``:
@@ -46,6 +48,7 @@ from .admin import AdminAPI
 from .common import route_vhost, visible_vhosts
 from .listing import list_response
 from .messages import Messages
+from .policies import Policies
 from .resources import Resources
 from .runtime import NodeInfo, Runtime
 
@@ -156,6 +159,7 @@ class ManagementAPI:
                 web.get("/api/vhosts", self.vhosts),
                 *Resources(core).routes(),
                 *Messages(core).routes(),
+                *Policies(core).routes(),
                 *Runtime(core, node_info).routes(),
                 web.get("/api/scheduled-jobs", self.scheduled_jobs),
                 web.get("/api/scheduled-jobs/{vhost}", self.scheduled_jobs),
