@@ -147,3 +147,22 @@ def test_export_and_import_definitions(target, vhost, tmp_path):
     assert listing(target, "queues", "name", vhost=vhost) == [{"name": "kept"}]
     assert {"source": "x", "destination": "kept"} in listing(target, "bindings", "source", "destination",
                                                              vhost=vhost)
+
+
+def test_export_and_import_one_vhost(target, vhost, tmp_path):
+    admin(target, "declare", "queue", "name=mine", "durable=true", vhost=vhost)
+    exported = tmp_path / "vhost.json"
+    admin(target, "export", str(exported), vhost=vhost)
+    document = json.loads(exported.read_text())
+    assert {"rabbit_version", "queues", "exchanges", "bindings", "policies"} <= set(document)
+    assert "users" not in document and "vhosts" not in document
+    assert [q["name"] for q in document["queues"]] == ["mine"] and "vhost" not in document["queues"][0]
+
+    other = unique("v")
+    admin(target, "declare", "vhost", f"name={other}")
+    try:
+        admin(target, "import", str(exported), vhost=other)
+        assert listing(target, "queues", "name", "durable", vhost=other) == \
+            [{"name": "mine", "durable": True}]
+    finally:
+        admin(target, "delete", "vhost", f"name={other}", check=False)

@@ -86,6 +86,7 @@ ADMIN_PATHS = frozenset(
         "/api/topic-permissions/{vhost}/{user}",
         "/api/vhosts/{vhost}/permissions",
         "/api/definitions",
+        "/api/definitions/{vhost}",
     )
 )
 #: Routes that need the monitoring (or administrator) tag.
