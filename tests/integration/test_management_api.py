@@ -369,6 +369,8 @@ def test_connections_channels_and_consumers(target, vhost):
                             "peer_host": row["peer_host"], "peer_port": row["peer_port"], "user": "guest"},
         "consumer_tag": "ctag", "exclusive": False, "prefetch_count": 7,
         "queue": {"name": "q", "vhost": vhost}}]
+    details = wait_for(lambda: target.http("GET", f"/api/queues/{v}/q")[1]["consumer_details"])
+    assert details == consumers
     connection.close()
 
 
@@ -630,3 +632,25 @@ def test_only_policymakers_change_policies(target, vhost):
 def test_lists_of_objects_leveret_lacks_are_empty(target):
     for path in ("/api/operator-policies", "/api/parameters", "/api/vhost-limits"):
         assert target.http("GET", path) == (200, []), path
+
+
+def test_a_published_persistent_message_survives_a_restart(tmp_path):
+    """A persistent message published over HTTP to a durable queue is stored: a restart
+    keeps it, with its properties."""
+    data = str(tmp_path / "data")
+    with BlockingBroker(amqp_port=0, http_port=0, data_dir=data) as broker:
+        management = broker.broker.management
+        assert management is not None
+        target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
+        assert target.http("PUT", "/api/queues/%2F/kept", {"durable": True})[0] == 201
+        assert target.http("POST", "/api/exchanges/%2F/amq.default/publish", {
+            "properties": {"delivery_mode": 2}, "routing_key": "kept", "payload": "safe",
+            "payload_encoding": "string"}) == (200, {"routed": True})
+    with BlockingBroker(amqp_port=0, http_port=0, data_dir=data) as broker:
+        management = broker.broker.management
+        assert management is not None
+        target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
+        status, items = target.http("POST", "/api/queues/%2F/kept/get",
+                                    {"count": 5, "ackmode": "ack_requeue_false", "encoding": "auto"})
+        assert (status, [(m["payload"], m["properties"]) for m in items]) == \
+            (200, [("safe", {"delivery_mode": 2})])

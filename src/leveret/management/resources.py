@@ -52,6 +52,7 @@ from .common import (
     visible_vhosts,
 )
 from .listing import list_response
+from .runtime import consumer_rows
 
 DEFAULT_EXCHANGE_PATH = "amq.default"  # the default exchange's name in a path
 
@@ -304,8 +305,19 @@ class Resources:
         return list_response(request, rows, pageable=True)
 
     async def queue(self, request: web.Request) -> web.Response:
-        _, queue = self._queue(request)
-        return web.json_response({**queue_info(self.core, queue), "consumer_details": [], "incoming": []})
+        """One queue, with its consumers (``consumer_details``, RabbitMQ's shape)."""
+        vhost, queue = self._queue(request)
+        details = [
+            row
+            for facts, _ in self.core.connections.facts()
+            if facts.vhost == vhost.name
+            for channel in facts.channels
+            for row in consumer_rows(facts, channel)
+            if row["queue"]["name"] == queue.name
+        ]
+        return web.json_response(
+            {**queue_info(self.core, queue), "consumer_details": details, "incoming": []}
+        )
 
     async def put_queue(self, request: web.Request) -> web.Response:
         """Declare (201) or redeclare (204, 400 if inequivalent or invalid); body
