@@ -654,3 +654,16 @@ def test_a_published_persistent_message_survives_a_restart(tmp_path):
                                     {"count": 5, "ackmode": "ack_requeue_false", "encoding": "auto"})
         assert (status, [(m["payload"], m["properties"]) for m in items]) == \
             (200, [("safe", {"delivery_mode": 2})])
+
+
+def test_consumers_waiting_behind_a_single_active_consumer(target, vhost):
+    connection = target.amqp(vhost=vhost)
+    channel = connection.channel()
+    channel.queue_declare("sac", arguments={"x-single-active-consumer": True})
+    channel.basic_consume("sac", lambda *args: None, consumer_tag="first")
+    channel.basic_consume("sac", lambda *args: None, consumer_tag="second")
+    rows = wait_for(lambda: len(target.http("GET", f"/api/consumers/{q(vhost)}")[1]) == 2 and
+                    target.http("GET", f"/api/consumers/{q(vhost)}")[1])
+    states = sorted((c["consumer_tag"], c["active"], c["activity_status"]) for c in rows)
+    assert states == [("first", True, "single_active"), ("second", False, "waiting")]
+    connection.close()

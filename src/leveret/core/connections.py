@@ -16,7 +16,9 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True, slots=True)
 class ConsumerFacts:
-    """One consumer (AMQP basic.consume, a STOMP SUBSCRIBE) of a channel."""
+    """One consumer (AMQP basic.consume, a STOMP SUBSCRIBE) of a channel: ``active``
+    false while it waits behind a queue's single active consumer (``single_active``:
+    its queue has one)."""
 
     tag: str
     queue: str
@@ -25,6 +27,7 @@ class ConsumerFacts:
     prefetch_count: int
     arguments: dict
     active: bool = True
+    single_active: bool = False
 
 
 @dataclass(frozen=True, slots=True)

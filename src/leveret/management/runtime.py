@@ -138,7 +138,7 @@ def consumer_rows(connection: ConnectionFacts, channel: ChannelFacts) -> list[di
             "arguments": _plain(consumer.arguments),
             "ack_required": consumer.ack_required,
             "active": consumer.active,
-            "activity_status": "up" if consumer.active else "waiting",
+            "activity_status": _activity(consumer.active, consumer.single_active),
             "channel_details": details,
             "consumer_tag": consumer.tag,
             "exclusive": consumer.exclusive,
@@ -147,6 +147,13 @@ def consumer_rows(connection: ConnectionFacts, channel: ChannelFacts) -> list[di
         }
         for consumer in channel.consumers
     ]
+
+
+def _activity(active: bool, single_active: bool) -> str:
+    """RabbitMQ's ``activity_status`` of a consumer."""
+    if not active:
+        return "waiting"
+    return "single_active" if single_active else "up"
 
 
 def _status(ok: bool, reason: str = "", **extra: Any) -> web.Response:

@@ -617,6 +617,8 @@ class Connection(Output):
                         consumer.exclusive,
                         consumer.prefetch,
                         consumer.arguments,
+                        _active(consumer),
+                        consumer.queue is not None and consumer.queue.config.single_active_consumer,
                     )
                     for consumer in channel.consumers.values()
                 ),
@@ -776,6 +778,15 @@ class Connection(Output):
         if self._on_vhost_deleted in self.core.vhost_deleted_listeners:
             self.core.vhost_deleted_listeners.remove(self._on_vhost_deleted)
         self.core.connections.remove(self)
+
+
+def _active(consumer: Any) -> bool:
+    """Whether a consumer gets messages: not one waiting behind a single active
+    consumer (RabbitMQ shows those as not active)."""
+    queue = consumer.queue
+    if queue is None or not queue.config.single_active_consumer:
+        return True
+    return queue.single_active_consumer is consumer
 
 
 def _ids(payload: bytes) -> tuple[int, int]:
