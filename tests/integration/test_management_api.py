@@ -667,3 +667,25 @@ def test_consumers_waiting_behind_a_single_active_consumer(target, vhost):
     states = sorted((c["consumer_tag"], c["active"], c["activity_status"]) for c in rows)
     assert states == [("first", True, "single_active"), ("second", False, "waiting")]
     connection.close()
+
+
+def test_another_connections_exclusive_queue_is_locked(target, vhost):
+    v = q(vhost)
+    connection = target.amqp(vhost=vhost)
+    channel = connection.channel()
+    channel.queue_declare("exq", exclusive=True)
+    channel.exchange_declare("x", "direct")
+    locked = (f"cannot obtain exclusive access to locked queue 'exq' in vhost '{vhost}'. It could be "
+              "originally declared on another connection or the exclusive property value does not match "
+              "that of the original declaration.")
+    refused = (400, {"error": "bad_request", "reason": locked})
+    assert target.http("PUT", f"/api/queues/{v}/exq", {}) == refused
+    assert target.http("POST", f"/api/bindings/{v}/e/x/q/exq", {}) == refused
+    assert target.http("DELETE", f"/api/queues/{v}/exq/contents") == refused
+    assert target.http("DELETE", f"/api/queues/{v}/exq") == refused
+    assert target.http("POST", f"/api/queues/{v}/exq/get",
+                       {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}) == \
+        (400, {"error": "bad_request", "reason": f"405 RESOURCE_LOCKED - {locked}"})
+    status, body = target.http("GET", f"/api/queues/{v}/exq")
+    assert (status, body["exclusive"]) == (200, True)
+    connection.close()

@@ -62,9 +62,10 @@ def visible_vhosts(core: BrokerCore, request: web.Request) -> list[VirtualHost]:
 
 
 def session(core: BrokerCore, request: web.Request, vhost: VirtualHost) -> Session:
-    """The user's operations in ``vhost``, checked as an AMQP client's are (no
-    connection owns what it declares)."""
-    return Session(vhost, Access(core.users, request["user"], vhost.name), None)
+    """The user's operations in ``vhost``, checked as an AMQP client's are, as a
+    connection of its own: another connection's exclusive queue is locked to it (as
+    RabbitMQ's API, which goes through an AMQP connection)."""
+    return Session(vhost, Access(core.users, request["user"], vhost.name), object())
 
 
 def amqp(operation: Callable[[], T]) -> T:

@@ -200,11 +200,10 @@ class Messages:
         except BrokerError as exc:
             if exc.condition == "access_refused":
                 raise json_error(401, "not_authorised", f"ACCESS_REFUSED - {exc.text}") from None
-            raise json_error(
-                404 if exc.condition == "not_found" else 400,
-                exc.condition,
-                f"{exc.condition.upper()} - {exc.text}",
-            ) from None
+            if exc.condition == "not_found":
+                raise json_error(404, "not_found", f"NOT_FOUND - {exc.text}") from None
+            code = {"resource_locked": "405 ", "precondition_failed": "406 "}.get(exc.condition, "")
+            raise json_error(400, "bad_request", f"{code}{exc.condition.upper()} - {exc.text}") from None
         taken: list[QueuedMessage] = []
         items = []
         try:

@@ -374,9 +374,9 @@ class Resources:
             user_session.access.read("queue", name)
         except Exception:
             raise json_error(401, "not_authorised", "Access refused.") from None
-        queue = vhost.queues.get(name)
-        if queue is None:
+        if name not in vhost.queues:
             raise object_not_found()
+        queue = amqp(lambda: vhost.get_queue(name, user_session.owner))  # 400 if exclusive elsewhere
         count = queue.purge()
         audit.record(
             "queue.purge",
