@@ -630,8 +630,64 @@ def test_only_policymakers_change_policies(target, vhost):
 
 
 def test_lists_of_objects_leveret_lacks_are_empty(target):
-    for path in ("/api/operator-policies", "/api/parameters", "/api/vhost-limits"):
+    for path in ("/api/operator-policies", "/api/parameters"):
         assert target.http("GET", path) == (200, []), path
+
+
+def test_vhost_limits(target, vhost):
+    v = q(vhost)
+    assert target.http("GET", f"/api/vhost-limits/{v}") == (200, [])
+    assert target.http("PUT", f"/api/vhost-limits/{v}/max-queues", {"value": 1}) == (204, None)
+    assert target.http("PUT", f"/api/vhost-limits/{v}/max-queues", {"value": 1}) == (204, None)
+    assert target.http("PUT", f"/api/vhost-limits/{v}/max-connections", {"value": 1}) == (204, None)
+    row = {"vhost": vhost, "value": {"max-connections": 1, "max-queues": 1}}
+    assert target.http("GET", f"/api/vhost-limits/{v}") == (200, [row])
+    assert row in target.http("GET", "/api/vhost-limits")[1]
+
+    assert target.http("PUT", f"/api/queues/{v}/a", {}) == (201, None)
+    assert target.http("PUT", f"/api/queues/{v}/b", {}) == (400, {
+        "error": "bad_request",
+        "reason": f"cannot declare queue 'b': queue limit in vhost '{vhost}' (1) is reached"})
+    first = target.amqp(vhost=vhost)
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as refused:
+        target.amqp(vhost=vhost)
+    assert "connection limit (1) is reached" in str(refused.value)
+    first.close()
+
+    assert target.http("PUT", f"/api/vhost-limits/{v}/max-bogus", {"value": 1}) == (400, {
+        "error": "bad_request",
+        "reason": 'Validation failed\n\nUnrecognised terms [{<<"max-bogus">>,1}] in limits\n'})
+    assert target.http("PUT", f"/api/vhost-limits/{v}/max-queues", {"value": "x"}) == (400, {
+        "error": "bad_request",
+        "reason": 'Validation failed\n\nmax-queues should be a number, actually was <<"x">>\n'})
+    assert target.http("PUT", f"/api/vhost-limits/{v}/max-queues", {}) == \
+        (400, {"error": "bad_request", "reason": "[{key_missing,value}]"})
+    assert target.http("PUT", "/api/vhost-limits/nope-nope/max-queues", {"value": 1}) == \
+        (404, {"error": "not_found", "reason": "vhost_not_found"})
+    assert target.http("DELETE", f"/api/vhost-limits/{v}/max-queues") == (204, None)
+    assert target.http("DELETE", f"/api/vhost-limits/{v}/max-queues") == (204, None)
+    assert target.http("PUT", f"/api/queues/{v}/b", {}) == (201, None)
+    assert target.http("GET", f"/api/vhost-limits/{v}") == \
+        (200, [{"vhost": vhost, "value": {"max-connections": 1}}])
+
+
+def test_vhost_limits_survive_a_restart(tmp_path):
+    data = str(tmp_path / "data")
+    for _ in range(2):
+        with BlockingBroker(amqp_port=0, http_port=0, data_dir=data) as broker:
+            management = broker.broker.management
+            assert management is not None
+            target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
+            if target.http("GET", "/api/vhost-limits/%2F")[1] == []:
+                assert target.http("PUT", "/api/vhost-limits/%2F/max-queues", {"value": 0}) == (204, None)
+    for _ in range(2):  # recovered, and kept by the recovery itself
+        with BlockingBroker(amqp_port=0, http_port=0, data_dir=data) as broker:
+            management = broker.broker.management
+            assert management is not None
+            target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
+            assert target.http("GET", "/api/vhost-limits/%2F") == \
+                (200, [{"vhost": "/", "value": {"max-queues": 0}}])
+            assert target.http("PUT", "/api/queues/%2F/q", {})[0] == 400
 
 
 def test_a_published_persistent_message_survives_a_restart(tmp_path):

@@ -111,6 +111,26 @@ class BrokerCore:
             self.store.delete_definition("vhost", name, "")
         return True
 
+    #: The vhost limits RabbitMQ knows (``rabbitmqctl set_vhost_limits``).
+    VHOST_LIMITS = ("max-connections", "max-queues")
+
+    def set_vhost_limit(self, vhost: str, name: str, value: int | None) -> None:
+        """Set (``value`` None: clear) limit ``name`` (one of :data:`VHOST_LIMITS`; a
+        negative value means none) of an existing vhost; persisted. It applies to
+        connections and queues made from now on."""
+        limits = self.vhosts[vhost].limits
+        if value is None:
+            limits.pop(name, None)
+        else:
+            limits[name] = value
+        self._save("vhost", vhost, "", {"limits": dict(limits)})
+
+    def connection_refusal(self, vhost: str, user: str) -> str | None:
+        """Why ``user`` may not open one more connection to ``vhost`` (its
+        ``max-connections`` limit), or None."""
+        found = self.vhosts.get(vhost)
+        return found.connection_refusal(user, self.connections.count_in(vhost)) if found else None
+
     # -- users and permissions (persisted once a store is attached) -----------------
     def add_user(self, user: User) -> None:
         """Create or replace a user."""

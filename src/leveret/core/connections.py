@@ -94,11 +94,11 @@ class Connections:
     """The registry (one per broker, :attr:`BrokerCore.connections`)."""
 
     def __init__(self) -> None:
-        self._open: dict[int, ClientConnection] = {}
+        self._open: dict[int, tuple[ClientConnection, str]] = {}
 
-    def add(self, connection: ClientConnection) -> None:
-        """``connection`` is open (idempotent)."""
-        self._open[id(connection)] = connection
+    def add(self, connection: ClientConnection, vhost: str) -> None:
+        """``connection`` is open in ``vhost`` (idempotent)."""
+        self._open[id(connection)] = (connection, vhost)
 
     def remove(self, connection: ClientConnection) -> None:
         """``connection`` ended (idempotent)."""
@@ -108,7 +108,11 @@ class Connections:
         return len(self._open)
 
     def __iter__(self) -> Iterator[ClientConnection]:
-        return iter(list(self._open.values()))
+        return iter([connection for connection, _ in self._open.values()])
+
+    def count_in(self, vhost: str) -> int:
+        """How many connections are open in ``vhost``."""
+        return sum(1 for _, name in self._open.values() if name == vhost)
 
     def facts(self) -> list[tuple[ConnectionFacts, ClientConnection]]:
         """Every open connection with its facts, by name."""

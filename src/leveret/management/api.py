@@ -12,7 +12,7 @@ existing tools and scripts can read it:
   see :mod:`.admin`
 - exchanges, queues, bindings, purge: :mod:`.resources`
 - publish, get: :mod:`.messages`
-- policies (and empty lists of operator policies, parameters, vhost limits):
+- policies, vhost limits (and empty lists of operator policies, parameters):
   :mod:`.policies`
 - overview, nodes, connections, channels, consumers, aliveness test, health checks,
   version: :mod:`.runtime`
@@ -87,6 +87,7 @@ ADMIN_PATHS = frozenset(
         "/api/vhosts/{vhost}/permissions",
         "/api/definitions",
         "/api/definitions/{vhost}",
+        "/api/vhost-limits/{vhost}/{name}",
     )
 )
 #: Routes that need the monitoring (or administrator) tag.

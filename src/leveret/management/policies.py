@@ -9,13 +9,18 @@
 Changing policies needs the ``policymaker`` or ``administrator`` tag and access to the
 vhost (401 ``User not authorised to access object``); other users list none.
 
-Not served (leveret's core has no such objects): operator policies, runtime parameters
-and vhost limits, whose lists answer ``[]`` so that listing tools work, and whose
-single objects are 404.
+Vhost limits (``max-connections``, ``max-queues``): ``GET /api/vhost-limits[/{vhost}]``,
+``PUT|DELETE /api/vhost-limits/{vhost}/{name}`` (``administrator``), persisted; they
+apply to connections and queues made from then on, with RabbitMQ's refusals.
+
+Not served (leveret's core has no such objects): operator policies and runtime
+parameters, whose lists answer ``[]`` so that listing tools work, and whose single
+objects are 404.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from html import escape
 
@@ -69,10 +74,12 @@ class Policies:
                     "/api/parameters",
                     "/api/parameters/{component}",
                     "/api/parameters/{component}/{vhost}",
-                    "/api/vhost-limits",
-                    "/api/vhost-limits/{vhost}",
                 )
             ),
+            web.get("/api/vhost-limits", self.vhost_limits),
+            web.get("/api/vhost-limits/{vhost}", self.vhost_limits),
+            web.put("/api/vhost-limits/{vhost}/{name}", self.put_vhost_limit),
+            web.delete("/api/vhost-limits/{vhost}/{name}", self.delete_vhost_limit),
             web.get("/api/operator-policies/{vhost}/{name}", self.missing),
             web.get("/api/parameters/{component}/{vhost}/{name}", self.missing),
         ]
@@ -158,6 +165,60 @@ class Policies:
         if not self.core.clear_policy(vhost, name):
             raise object_not_found()
         audit.record("policy.delete", request["user"].name, request.remote or "", vhost=vhost, policy=name)
+        return web.Response(status=204)
+
+    # -- vhost limits -----------------------------------------------------------------
+    async def vhost_limits(self, request: web.Request) -> web.Response:
+        """``GET /api/vhost-limits[/{vhost}]``: ``[{"vhost", "value": {limit: n}}]`` for
+        the vhosts that have limits (and the user works in)."""
+        wanted = request.match_info.get("vhost")
+        if wanted is not None and wanted not in self.core.vhosts:
+            raise object_not_found()
+        rows = [
+            {"vhost": name, "value": dict(sorted(vhost.limits.items()))}
+            for name, vhost in sorted(self.core.vhosts.items())
+            if vhost.limits and wanted in (None, name) and works_in(self.core, request["user"], name)
+        ]
+        return list_response(request, rows)
+
+    def _limit(self, request: web.Request) -> tuple[str, str]:
+        vhost, name = request.match_info["vhost"], request.match_info["name"]
+        if vhost not in self.core.vhosts:
+            raise json_error(404, "not_found", "vhost_not_found")
+        return vhost, name
+
+    async def put_vhost_limit(self, request: web.Request) -> web.Response:
+        """``PUT /api/vhost-limits/{vhost}/{name}`` ``{"value": n}``: 204 (RabbitMQ
+        answers 204 whether or not it existed); a negative value means no limit."""
+        vhost, name = self._limit(request)
+        body = await json_body(request)
+        if "value" not in body:
+            raise json_error(400, "bad_request", "[{key_missing,value}]")
+        value = body["value"]
+        # (RabbitMQ escapes no HTML in these texts, unlike a policy's)
+        if name not in BrokerCore.VHOST_LIMITS:
+            reason = f'Unrecognised terms [{{<<"{name}">>,{json.dumps(value)}}}] in limits'
+            raise json_error(400, "bad_request", f"Validation failed\n\n{reason}\n")
+        if not isinstance(value, int) or isinstance(value, bool):
+            reason = f'{name} should be a number, actually was <<"{value}">>'
+            raise json_error(400, "bad_request", f"Validation failed\n\n{reason}\n")
+        self.core.set_vhost_limit(vhost, name, value)
+        audit.record(
+            "vhost_limit.put",
+            request["user"].name,
+            request.remote or "",
+            vhost=vhost,
+            limit=name,
+            value=value,
+        )
+        return web.Response(status=204)
+
+    async def delete_vhost_limit(self, request: web.Request) -> web.Response:
+        vhost, name = self._limit(request)
+        self.core.set_vhost_limit(vhost, name, None)
+        audit.record(
+            "vhost_limit.delete", request["user"].name, request.remote or "", vhost=vhost, limit=name
+        )
         return web.Response(status=204)
 
     async def none(self, request: web.Request) -> web.Response:

@@ -582,6 +582,9 @@ class Connection(Output):
             raise ConnectionError(
                 NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{user.name}'"
             )
+        refusal = self.core.connection_refusal(vhost.name, user.name)
+        if refusal is not None:
+            raise ConnectionError(NOT_ALLOWED, refusal)
         self.vhost = vhost
         self.session = Session(vhost, Access(self.core.users, user, vhost.name), self)
         self.state = "opened"
@@ -591,7 +594,7 @@ class Connection(Output):
             self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
         self.core.alarm_listeners.append(self._on_alarm)
         self.core.vhost_deleted_listeners.append(self._on_vhost_deleted)
-        self.core.connections.add(self)
+        self.core.connections.add(self, vhost.name)
         advisory.connection_event(vhost, "added", self.peer, user.name, "AMQP 0-9-1")
 
     # -- the broker's connection registry (core.connections) -------------------------

@@ -319,6 +319,9 @@ class StompConnection(Output):
             raise StompError(
                 "Access refused", f"access to vhost '{vhost.name}' refused for user '{user.name}'"
             )
+        refusal = self.core.connection_refusal(vhost.name, user.name)
+        if refusal is not None:
+            raise StompError("Access refused", refusal)
         client_id = headers.get("client-id")
         if client_id is not None:
             if client_id in self.core.client_ids:
@@ -352,7 +355,7 @@ class StompConnection(Output):
             self._send_timer = self.loop.call_later(self._send_interval, self._send_heartbeat)
         self.core.alarm_listeners.append(self._on_alarm)
         self.core.vhost_deleted_listeners.append(self._on_vhost_deleted)
-        self.core.connections.add(self)
+        self.core.connections.add(self, vhost.name)
         advisory.connection_event(vhost, "added", self.peer, user.name, f"STOMP {self.version}", client_id)
 
     # -- the broker's connection registry (core.connections) -------------------------
