@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -73,8 +73,8 @@ def _columns(item: dict, paths: list[list[str]]) -> dict:
     return kept
 
 
-def _positive(request: web.Request, name: str) -> int | None:
-    text = request.query.get(name)
+def _positive(query: Mapping[str, str], name: str) -> int | None:
+    text = query.get(name)
     if text is None:
         return None
     try:
@@ -83,11 +83,11 @@ def _positive(request: web.Request, name: str) -> int | None:
         raise _error("bad_request", "Pagination parameters are invalid") from None
 
 
-def _name_filter(request: web.Request) -> Any:
-    name = request.query.get("name")
+def _name_filter(query: Mapping[str, str]) -> Any:
+    name = query.get("name")
     if not name:
         return None
-    if request.query.get("use_regex", "").lower() == "true":
+    if query.get("use_regex", "").lower() == "true":
         try:
             regex = re.compile(name, re.IGNORECASE)
         except re.error:
@@ -101,18 +101,23 @@ def list_response(request: web.Request, items: Iterable[dict], pageable: bool = 
     """The JSON answer for a list of ``items`` (already in the endpoint's default
     order) after the request's ``sort``, ``sort_reverse``, ``columns`` and, when
     ``pageable``, ``page``/``page_size``/``name``/``use_regex`` (see the module doc)."""
+    return web.json_response(shape(request.query, items, pageable))
+
+
+def shape(query: Mapping[str, str], items: Iterable[dict], pageable: bool = False) -> Any:
+    """What :func:`list_response` answers for the query parameters ``query``
+    (HTTPBadRequest with RabbitMQ's body for bad paging)."""
     rows = list(items)
-    query = request.query
     sort = query.get("sort")
     reverse = query.get("sort_reverse", "").lower() == "true"
     if sort:
         rows.sort(key=lambda row: _sort_key(dotted(row, sort)), reverse=reverse)
     elif reverse:
         rows.reverse()
-    page = _positive(request, "page") if pageable else None
+    page = _positive(query, "page") if pageable else None
     answer: Any = rows
     if page is not None:
-        size = _positive(request, "page_size")
+        size = _positive(query, "page_size")
         if page < 1 or (size is not None and not 1 <= size <= MAX_PAGE_SIZE):
             shown = "undefined" if size is None else size
             raise _error(
@@ -120,7 +125,7 @@ def list_response(request: web.Request, items: Iterable[dict], pageable: bool = 
                 f"Invalid pagination parameters: page number {page}, page size {shown}",
             )
         size = size or DEFAULT_PAGE_SIZE
-        matches = _name_filter(request)
+        matches = _name_filter(query)
         filtered = [r for r in rows if matches(str(r.get("name", "")))] if matches else rows
         page_count = math.ceil(len(filtered) / size)
         if filtered and page > page_count:
@@ -145,4 +150,4 @@ def list_response(request: web.Request, items: Iterable[dict], pageable: bool = 
             answer["items"] = [_columns(r, paths) for r in answer["items"]]
         else:
             answer = [_columns(r, paths) for r in answer]
-    return web.json_response(answer)
+    return answer
