@@ -260,12 +260,27 @@ class ManagementAPI:
 
     # -- handlers -------------------------------------------------------------------
     async def vhosts(self, request: web.Request) -> web.Response:
-        """``GET /api/vhosts``: ``[{"name"}]``, every vhost for administrators and
+        """``GET /api/vhosts``: name and message counts, every vhost for administrators and
         monitoring users, else those the user has a permission in (RabbitMQ 3.10)."""
         user = request["user"]
         sees_all = bool(SEES_ALL_TAGS.intersection(user.tags))
         names = [n for n in self.core.vhosts if sees_all or self.core.users.may_access(user, n)]
-        rows = [{"name": n, "description": "", "tags": [], "tracing": False} for n in names]
+        rows = []
+        for name in names:
+            queues = self.core.vhosts[name].queues.values()
+            ready = sum(q.message_count for q in queues)
+            unacked = sum(q.unacked_count for q in queues)
+            rows.append(
+                {
+                    "name": name,
+                    "description": "",
+                    "tags": [],
+                    "tracing": False,
+                    "messages": ready + unacked,
+                    "messages_ready": ready,
+                    "messages_unacknowledged": unacked,
+                }
+            )
         return list_response(request, rows, pageable=True)
 
     # -- scheduled messages (leveret's; ActiveMQ's scheduler and delayed messages) ------------
