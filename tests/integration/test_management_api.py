@@ -745,3 +745,16 @@ def test_another_connections_exclusive_queue_is_locked(target, vhost):
     status, body = target.http("GET", f"/api/queues/{v}/exq")
     assert (status, body["exclusive"]) == (200, True)
     connection.close()
+
+
+def test_vhost_limits_travel_with_the_definitions(target, vhost):
+    v = q(vhost)
+    assert target.http("PUT", f"/api/vhost-limits/{v}/max-queues", {"value": 7}) == (204, None)
+    document = target.http("GET", "/api/definitions")[1]
+    parameter = {"value": {"max-queues": 7}, "vhost": vhost, "component": "vhost-limits", "name": "limits"}
+    assert parameter in document["parameters"]
+    assert target.http("DELETE", f"/api/vhost-limits/{v}/max-queues") == (204, None)
+    assert target.http("GET", f"/api/vhost-limits/{v}") == (200, [])
+    assert target.http("POST", "/api/definitions", {"parameters": [parameter]})[0] in (201, 204)
+    assert target.http("GET", f"/api/vhost-limits/{v}") == \
+        (200, [{"vhost": vhost, "value": {"max-queues": 7}}])
