@@ -129,7 +129,9 @@ class BrokerCore:
         """Why ``user`` may not open one more connection to ``vhost`` (its
         ``max-connections`` limit), or None."""
         found = self.vhosts.get(vhost)
-        return found.connection_refusal(user, self.connections.count_in(vhost)) if found else None
+        if found is None or "max-connections" not in found.limits:
+            return None  # (no count of the open connections then)
+        return found.connection_refusal(user, self.connections.count_in(vhost))
 
     # -- users and permissions (persisted once a store is attached) -----------------
     def add_user(self, user: User) -> None:
