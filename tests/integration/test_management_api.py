@@ -758,3 +758,25 @@ def test_vhost_limits_travel_with_the_definitions(target, vhost):
     assert target.http("POST", "/api/definitions", {"parameters": [parameter]})[0] in (201, 204)
     assert target.http("GET", f"/api/vhost-limits/{v}") == \
         (200, [{"vhost": vhost, "value": {"max-queues": 7}}])
+
+
+def test_a_connection_closed_without_a_reason_gets_rabbitmqs_default(target, vhost):
+    connection = target.amqp(vhost=vhost)
+    connection.channel()
+    name = wait_for(lambda: target.http("GET", f"/api/vhosts/{q(vhost)}/connections")[1])[0]["name"]
+    watcher = unique("u")
+    assert target.http("PUT", f"/api/users/{watcher}", {"password": "pw", "tags": "monitoring"})[0] == 201
+    try:
+        seen = target.http("GET", "/api/connections", user=watcher, password="pw")[1]
+        assert name in [c["name"] for c in seen]
+        assert target.http("DELETE", f"/api/connections/{q(name)}", user=watcher, password="pw") == \
+            (401, {"error": "not_authorised", "reason": "User not authorised to access object"})
+    finally:
+        target.http("DELETE", f"/api/users/{watcher}")
+    assert target.http("DELETE", f"/api/connections/{q(name)}")[0] == 204
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            connection.process_data_events(time_limit=0.2)
+    assert (closed.value.reply_code, closed.value.reply_text) == \
+        (320, "CONNECTION_FORCED - Closed via management plugin")
