@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .auth import Grants, Permission, TopicPermission, User, UserDatabase
 from .clock import Clock
+from .connections import Connections
 from .login_throttle import LoginThrottle
 from .metrics import BrokerCounters
 from .policy import Policy
@@ -84,6 +85,8 @@ class BrokerCore:
         self.metrics = BrokerCounters()
         for vhost in self.vhosts.values():
             vhost.metrics = self.metrics
+        #: Open client connections of every protocol (see :mod:`.connections`).
+        self.connections = Connections()
         if not self.vhosts:
             self.add_vhost("/")
 
@@ -113,6 +116,28 @@ class BrokerCore:
         if self.store is not None:
             self.store.delete_definition("vhost", name, "")
         return True
+
+    #: The vhost limits RabbitMQ knows (``rabbitmqctl set_vhost_limits``).
+    VHOST_LIMITS = ("max-connections", "max-queues")
+
+    def set_vhost_limit(self, vhost: str, name: str, value: int | None) -> None:
+        """Set (``value`` None: clear) limit ``name`` (one of :data:`VHOST_LIMITS`; a
+        negative value means none) of an existing vhost; persisted. It applies to
+        connections and queues made from now on."""
+        limits = self.vhosts[vhost].limits
+        if value is None:
+            limits.pop(name, None)
+        else:
+            limits[name] = value
+        self._save("vhost", vhost, "", {"limits": dict(limits)})
+
+    def connection_refusal(self, vhost: str, user: str) -> str | None:
+        """Why ``user`` may not open one more connection to ``vhost`` (its
+        ``max-connections`` limit), or None."""
+        found = self.vhosts.get(vhost)
+        if found is None or "max-connections" not in found.limits:
+            return None  # (no count of the open connections then)
+        return found.connection_refusal(user, self.connections.count_in(vhost))
 
     # -- users and permissions (persisted once a store is attached) -----------------
     def add_user(self, user: User) -> None:

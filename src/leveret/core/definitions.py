@@ -70,8 +70,12 @@ def recover(core: BrokerCore, snapshot: Snapshot, store: Store) -> int:
     ``store`` to every virtual host; returns the number of messages recovered."""
     started = time.monotonic()
     defs = snapshot.definitions
-    for vhost_name, _, _ in defs.get("vhost", []):
-        core.add_vhost(vhost_name)
+    for vhost_name, _, data in defs.get("vhost", []):
+        vhost = core.add_vhost(vhost_name)  # (saves a new vhost's row anew: limits below)
+        limits = data.get("limits") if isinstance(data, dict) else None
+        if limits:
+            vhost.limits = {str(k): int(v) for k, v in limits.items()}
+            store.save_definition("vhost", vhost_name, "", {"limits": dict(vhost.limits)})
     by_id: dict[int, Queue] = {}
     for vhost_name, name, data in defs.get("exchange", []):
         vhost = core.add_vhost(vhost_name)

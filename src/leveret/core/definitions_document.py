@@ -47,7 +47,12 @@ def export(core: BrokerCore, version: str) -> dict[str, Any]:
             {"user": user, "vhost": vhost, **vars(topic)}
             for (vhost, user, _), topic in users.topic_permissions.items()
         ],
-        "parameters": [],
+        # vhost limits are runtime parameters in RabbitMQ's document
+        "parameters": [
+            {"value": dict(vhost.limits), "vhost": name, "component": "vhost-limits", "name": "limits"}
+            for name, vhost in core.vhosts.items()
+            if vhost.limits
+        ],
         "global_parameters": [],
         "policies": [
             {
@@ -136,6 +141,11 @@ def import_document(core: BrokerCore, document: Any, owner: object = None) -> No
     exchanges = _entries(document, "exchanges", ("name", "vhost", "type"))
     queues = _entries(document, "queues", ("name", "vhost"))
     bindings = _entries(document, "bindings", ("source", "vhost", "destination", "destination_type"))
+    limits = [
+        (str(e["vhost"]), _limits(e["value"]))
+        for e in _entries(document, "parameters", ("vhost", "component", "value"))
+        if e["component"] == "vhost-limits"  # other components (shovels ...) are not leveret's
+    ]
     for user in users:
         core.add_user(user)
     for name in vhosts:
@@ -146,6 +156,10 @@ def import_document(core: BrokerCore, document: Any, owner: object = None) -> No
         core.set_topic_permission(user_name, vhost, topic)
     for policy in policies:
         core.set_policy(policy)
+    for vhost_name, values in limits:
+        core.add_vhost(vhost_name)
+        for key, value in values.items():
+            core.set_vhost_limit(vhost_name, key, value)
     for e in exchanges:
         core.add_vhost(str(e["vhost"])).declare_exchange(
             str(e["name"]),
@@ -187,6 +201,18 @@ def _entries(document: dict, key: str, required: tuple[str, ...]) -> list[dict]:
                 f"definitions: every entry of '{key}' needs {', '.join(required)}: {entry!r}"
             )
     return entries
+
+
+def _limits(value: Any) -> dict[str, int]:
+    """A ``vhost-limits`` parameter's value: known limits with integer values."""
+    if not isinstance(value, dict) or not all(
+        k in ("max-connections", "max-queues") and isinstance(v, int) and not isinstance(v, bool)
+        for k, v in value.items()
+    ):
+        raise precondition_failed(
+            f"definitions: vhost limits must be max-connections/max-queues integers: {value!r}"
+        )
+    return value
 
 
 def _patterns(entry: dict, keys: tuple[str, ...]) -> list[str]:

@@ -87,6 +87,16 @@ class Publisher:
         self._published = not counted  # counted in counters.publishers once it publishes
         self._counted = False
 
+    @property
+    def unconfirmed(self) -> int:
+        """Publishes not confirmed yet (confirm mode; 0 otherwise)."""
+        return self.seq - self._taken if self.confirming else 0
+
+    @property
+    def uncommitted(self) -> int:
+        """Publishes held by the open transaction (0 outside one)."""
+        return sum(1 for action, _ in self.transaction or () if action == self._route)
+
     # -- modes --------------------------------------------------------------------------
     def select_confirms(self) -> None:
         """Confirm every publish from now on; PreconditionFailed in a transaction."""

@@ -89,6 +89,9 @@ class VirtualHost:
         self.scheduler: Scheduler | None = None
         #: The broker's counters (:mod:`.metrics`; the BrokerCore shares its own).
         self.metrics = BrokerCounters()
+        #: RabbitMQ's vhost limits (``max-connections``, ``max-queues``); absent or
+        #: negative: none. Set through :meth:`BrokerCore.set_vhost_limit`.
+        self.limits: dict[str, int] = {}
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
@@ -235,6 +238,11 @@ class VirtualHost:
         arguments = dict(arguments or {})
         existing = self.queues.get(name)
         if existing is None:
+            limit = self.limits.get("max-queues", -1)
+            if 0 <= limit <= len(self.queues):
+                raise precondition_failed(
+                    f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) is reached"
+                )
             cls = queue_class(arguments)
             cls.check_declaration(
                 given, durable, exclusive, auto_delete, arguments, f" for queue '{name}' {self._where()}"
@@ -312,6 +320,17 @@ class VirtualHost:
         for exchange in list(self.exchanges.values()):
             if exchange.name in self.exchanges:
                 self._remove_exchange(exchange)
+
+    def connection_refusal(self, user: str, open_connections: int) -> str | None:
+        """RabbitMQ's text refusing ``user`` a new connection when ``max-connections``
+        is reached with ``open_connections`` open, else None."""
+        limit = self.limits.get("max-connections", -1)
+        if 0 <= limit <= open_connections:
+            return (
+                f"access to vhost '{self.name}' refused for user '{user}': "
+                f"connection limit ({limit}) is reached"
+            )
+        return None
 
     def connection_closed(self, owner: Any) -> None:
         """Delete the exclusive queues of a closed connection."""

@@ -16,7 +16,9 @@ need the ``administrator`` tag (the caller checks, see :mod:`.api`).
 - ``GET|PUT|DELETE /api/vhosts/{vhost}``, ``GET /api/vhosts/{vhost}/permissions``: a
   new vhost gives its creator full permissions there, as RabbitMQ does
 - ``GET /api/definitions`` (export), ``POST /api/definitions`` (import, 204): see
-  :mod:`leveret.core.definitions_document`
+  :mod:`leveret.core.definitions_document`; ``GET|POST /api/definitions/{vhost}``: one
+  vhost's policies, queues, exchanges and bindings, without their ``vhost`` fields (as
+  RabbitMQ 3.10), imported into that vhost
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..core import audit, definitions_document, passwords
 from ..core.auth import Permission, TopicPermission, User, check_pattern
 from ..core.broker import BrokerCore
 from ..version import __version__
+from .listing import list_response
 
 NOT_FOUND = {"error": "Object Not Found", "reason": "Not Found"}
 
@@ -127,6 +130,8 @@ class AdminAPI:
             web.get("/api/vhosts/{vhost}/permissions", self.vhost_permissions),
             web.get("/api/definitions", self.definitions),
             web.post("/api/definitions", self.import_definitions),
+            web.get("/api/definitions/{vhost}", self.vhost_definitions),
+            web.post("/api/definitions/{vhost}", self.import_vhost_definitions),
         ]
 
     # -- users ----------------------------------------------------------------------
@@ -139,7 +144,7 @@ class AdminAPI:
         return {**user.definition(), "limits": {}}
 
     async def users(self, request: web.Request) -> web.Response:
-        return web.json_response([self._user_row(u) for _, u in sorted(self.core.users.users.items())])
+        return list_response(request, [self._user_row(u) for _, u in sorted(self.core.users.users.items())])
 
     async def user(self, request: web.Request) -> web.Response:
         user = self.core.users.users.get(request.match_info["user"])
@@ -185,14 +190,14 @@ class AdminAPI:
         if name not in self.core.users.users:
             return not_found()
         rows = [_permission_row(u, v, p) for (v, u), p in self.core.users.permissions.items() if u == name]
-        return web.json_response(rows)
+        return list_response(request, rows)
 
     async def user_topic_permissions(self, request: web.Request) -> web.Response:
         name = request.match_info["user"]
         if name not in self.core.users.users:
             return not_found()
         topics = self.core.users.topic_permissions.items()
-        return web.json_response([_topic_row(u, v, t) for (v, u, _), t in topics if u == name])
+        return list_response(request, [_topic_row(u, v, t) for (v, u, _), t in topics if u == name])
 
     # -- permissions ----------------------------------------------------------------
     def _exists(self, request: web.Request) -> bool:
@@ -201,7 +206,7 @@ class AdminAPI:
 
     async def permissions(self, request: web.Request) -> web.Response:
         rows = [_permission_row(u, v, p) for (v, u), p in self.core.users.permissions.items()]
-        return web.json_response(rows)
+        return list_response(request, rows)
 
     async def permission(self, request: web.Request) -> web.Response:
         vhost, user = request.match_info["vhost"], request.match_info["user"]
@@ -236,7 +241,7 @@ class AdminAPI:
     # -- topic permissions ----------------------------------------------------------
     async def topic_permissions(self, request: web.Request) -> web.Response:
         topics = self.core.users.topic_permissions.items()
-        return web.json_response([_topic_row(u, v, t) for (v, u, _), t in topics])
+        return list_response(request, [_topic_row(u, v, t) for (v, u, _), t in topics])
 
     async def topic_permission(self, request: web.Request) -> web.Response:
         vhost, user = request.match_info["vhost"], request.match_info["user"]
@@ -296,7 +301,7 @@ class AdminAPI:
         if name not in self.core.vhosts:
             return not_found()
         rows = [_permission_row(u, v, p) for (v, u), p in self.core.users.permissions.items() if v == name]
-        return web.json_response(rows)
+        return list_response(request, rows)
 
     # -- definitions ----------------------------------------------------------------
     async def definitions(self, request: web.Request) -> web.Response:
@@ -317,3 +322,42 @@ class AdminAPI:
             queues=len(body.get("queues", [])),
         )
         return web.Response(status=204)
+
+    # -- one vhost's definitions ----------------------------------------------------
+    async def vhost_definitions(self, request: web.Request) -> web.Response:
+        """One vhost's definitions, in RabbitMQ's per-vhost shape."""
+        name = request.match_info["vhost"]
+        if name not in self.core.vhosts:
+            return not_found()
+        whole = definitions_document.export(self.core, __version__)
+        document: dict[str, Any] = {k: whole[k] for k in _DOCUMENT_HEADER}
+        for key in _VHOST_KEYS:
+            document[key] = [
+                {k: v for k, v in entry.items() if k != "vhost"}
+                for entry in whole[key]
+                if entry["vhost"] == name
+            ]
+        return web.json_response(document)
+
+    async def import_vhost_definitions(self, request: web.Request) -> web.Response:
+        """Import a per-vhost document (or a whole one's objects) into the vhost: 204;
+        400 with the reason for a malformed one, nothing changed then."""
+        name = request.match_info["vhost"]
+        if name not in self.core.vhosts:
+            return not_found()
+        body = await _body(request)
+        if isinstance(body, web.Response):
+            return body
+        document: dict[str, Any] = {}
+        for key in _VHOST_KEYS:
+            entries = body.get(key, [])
+            if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+                return bad_request(f"{key} must be a list of objects")
+            document[key] = [{**entry, "vhost": name} for entry in entries]
+        definitions_document.import_document(self.core, document)
+        _audit(request, "definitions.import", vhost=name, queues=len(document["queues"]))
+        return web.Response(status=204)
+
+
+_DOCUMENT_HEADER = ("rabbit_version", "rabbitmq_version", "product_name", "product_version")
+_VHOST_KEYS = ("parameters", "policies", "queues", "exchanges", "bindings")

@@ -8,14 +8,21 @@ user without a management tag gets 401 ``Not management user``, administration n
 ``Host``; answers carry :data:`SECURITY_HEADERS`. Field names follow RabbitMQ's API so
 existing tools and scripts can read it:
 
-- ``GET /api/overview``: product, version and object totals
-- ``GET /api/vhosts``
-- ``GET /api/queues``, ``/api/queues/{vhost}``, ``/api/queues/{vhost}/{name}``:
-  name, vhost, durable, auto_delete, exclusive, arguments, policy, messages,
-  messages_ready, messages_unacknowledged, consumers
-- ``GET /api/exchanges/{vhost}``, ``GET /api/bindings/{vhost}``
-- ``DELETE /api/queues/{vhost}/{name}/contents``: purge
-- users, permissions, topic permissions, vhosts: see :mod:`.admin`
+- ``GET /api/vhosts``; users, permissions, topic permissions, vhosts, definitions:
+  see :mod:`.admin`
+- exchanges, queues, bindings, purge: :mod:`.resources`
+- publish, get: :mod:`.messages`
+- policies, vhost limits (and empty lists of operator policies, parameters):
+  :mod:`.policies`
+- overview, nodes, connections, channels, consumers, aliveness test, health checks,
+  version: :mod:`.runtime`
+- ``GET /api/scheduled-jobs[/{vhost}[/{id}]]``, ``DELETE /api/scheduled-jobs/{vhost}/{id}``:
+  leveret's scheduled messages
+
+Every list takes RabbitMQ's ``sort``, ``sort_reverse`` and ``columns`` (and paging where
+RabbitMQ pages): :mod:`.listing`. ``/api/nodes`` needs ``monitoring`` or
+``administrator``; ``/api/version`` and the ``is-in-service`` and
+``ready-to-serve-clients`` checks need no login.
 """
 
 from __future__ import annotations
@@ -33,16 +40,18 @@ from aiohttp import web
 
 from ..core import audit
 from ..core.access import Access
-from ..core.auth import AuthenticationError, LoopbackOnly, User
+from ..core.auth import AuthenticationError, LoopbackOnly
 from ..core.broker import BrokerCore
-from ..core.definitions_document import jsonable
 from ..core.errors import BrokerError
-from ..core.policy import matching
-from ..core.queues import Queue
 from ..core.scheduler import JobInfo
-from ..version import __version__
-from .admin import NOT_FOUND, AdminAPI
+from .admin import AdminAPI
+from .common import route_vhost, visible_vhosts
 from .dead_letters import DeadLetterAPI
+from .listing import list_response
+from .messages import Messages
+from .policies import Policies
+from .resources import Resources
+from .runtime import NodeInfo, Runtime
 
 #: Core's neutral errors as HTTP statuses (RabbitMQ's management API answers a
 #: precondition failure with 400 bad_request).
@@ -78,6 +87,18 @@ ADMIN_PATHS = frozenset(
         "/api/topic-permissions/{vhost}/{user}",
         "/api/vhosts/{vhost}/permissions",
         "/api/definitions",
+        "/api/definitions/{vhost}",
+        "/api/vhost-limits/{vhost}/{name}",
+    )
+)
+#: Routes that need the monitoring (or administrator) tag.
+MONITOR_PATHS = frozenset(("/api/nodes", "/api/nodes/{node}"))
+#: Routes that need no login (newer RabbitMQ's readiness checks and version).
+OPEN_PATHS = frozenset(
+    (
+        "/api/version",
+        "/api/health/checks/is-in-service",
+        "/api/health/checks/ready-to-serve-clients",
     )
 )
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -112,7 +133,8 @@ def host_name(header: str) -> str:
 
 class ManagementAPI:
     """Serves the API for ``core`` on ``host:port`` (0 picks a free port), and over TLS
-    on ``https_port`` with the ``tls`` context.
+    on ``https_port`` with the ``tls`` context. ``node_info`` gives what only the
+    server knows (listeners, memory and disk limits: see :mod:`.runtime`).
     ``allowed_hosts``: the names a request's ``Host`` header may carry (against DNS
     rebinding); by default the loopback names and ``host`` itself."""
 
@@ -124,6 +146,7 @@ class ManagementAPI:
         allowed_hosts: list[str] | None = None,
         https_port: int | None = None,
         tls: SSLContext | None = None,
+        node_info: NodeInfo | None = None,
     ) -> None:
         self.core = core
         self.host = host
@@ -136,20 +159,17 @@ class ManagementAPI:
         app = web.Application(middlewares=[self._guard, self._authenticate, _broker_errors])
         app.add_routes(
             [
-                web.get("/api/overview", self.overview),
                 web.get("/api/vhosts", self.vhosts),
-                web.get("/api/queues", self.queues),
-                web.get("/api/queues/{vhost}", self.queues),
-                web.get("/api/queues/{vhost}/{name}", self.queue),
-                web.delete("/api/queues/{vhost}/{name}/contents", self.purge),
-                web.get("/api/exchanges/{vhost}", self.exchanges),
-                web.get("/api/bindings/{vhost}", self.bindings),
+                *Resources(core).routes(),
+                *Messages(core).routes(),
+                *Policies(core).routes(),
+                *Runtime(core, node_info).routes(),
                 web.get("/api/scheduled-jobs", self.scheduled_jobs),
                 web.get("/api/scheduled-jobs/{vhost}", self.scheduled_jobs),
                 web.get("/api/scheduled-jobs/{vhost}/{id}", self.scheduled_job),
                 web.delete("/api/scheduled-jobs/{vhost}/{id}", self.cancel_scheduled_job),
                 *AdminAPI(core).routes(),
-                *DeadLetterAPI(core, self._vhost, self._visible_vhosts).routes(),
+                *DeadLetterAPI(core).routes(),
             ]
         )
         self.app = app
@@ -200,6 +220,10 @@ class ManagementAPI:
         ``Login failed`` (logged without the secret, slowed down per address); then
         the tags must allow the route (401 ``Not management user`` / ``Not
         administrator user``)."""
+        resource = request.match_info.route.resource
+        path = resource.canonical if resource is not None else ""
+        if path in OPEN_PATHS:
+            return await handler(request)
         header = request.headers.get("Authorization", "")
         peer = request.remote or ""
         username = "?"
@@ -228,122 +252,52 @@ class ManagementAPI:
         tags = set(user.tags)
         if not tags & MANAGEMENT_TAGS:
             return _unauthorised("Not management user")
-        resource = request.match_info.route.resource
-        path = resource.canonical if resource is not None else ""
         admin = path in ADMIN_PATHS or (path == "/api/vhosts/{vhost}" and request.method != "GET")
         if admin and "administrator" not in tags:
             return _unauthorised("Not administrator user")
+        if path in MONITOR_PATHS and not tags & SEES_ALL_TAGS:
+            return _unauthorised("Not monitor user")
         request["user"] = user
         return await handler(request)
 
-    # -- helpers --------------------------------------------------------------------
-    def _works_in(self, user: User, vhost: str) -> bool:
-        """Whether ``user``'s lists and requests reach into ``vhost``: an administrator
-        everywhere, anyone else where they have a permission (RabbitMQ 3.10)."""
-        return "administrator" in user.tags or self.core.users.may_access(user, vhost)
-
-    def _vhost(self, request: web.Request) -> Any:
-        """The route's vhost: RabbitMQ's 401 if the user has no permission there, 404 if
-        there is none."""
-        name = request.match_info["vhost"]
-        if not self._works_in(request["user"], name):
-            raise web.HTTPUnauthorized(
-                text=json.dumps(
-                    {"error": "not_authorised", "reason": "User not authorised to access virtual host"}
-                ),
-                content_type="application/json",
-            )
-        vhost = self.core.vhosts.get(name)
-        if vhost is None:
-            raise web.HTTPNotFound(text=json.dumps(NOT_FOUND), content_type="application/json")
-        return vhost
-
-    def _visible_vhosts(self, request: web.Request) -> list:
-        """The vhosts whose queues, exchanges and bindings the user's lists show."""
-        return [v for name, v in self.core.vhosts.items() if self._works_in(request["user"], name)]
-
-    def _queue_info(self, queue: Queue) -> dict:
-        policy = matching(self.core.policies, queue.vhost.name, queue.name, "queues")
-        info = {
-            "name": queue.name,
-            "vhost": queue.vhost.name,
-            "durable": queue.durable,
-            "auto_delete": queue.auto_delete,
-            "exclusive": queue.exclusive_owner is not None,
-            "type": queue.type_name,
-            "arguments": jsonable(queue.arguments),
-            "policy": policy.name if policy else None,
-            "messages_ready": queue.message_count,
-            "messages_unacknowledged": queue.unacked_count,
-            "messages": queue.message_count + queue.unacked_count,
-            "consumers": len(queue.consumers),
-        }
-        if queue.config.single_active_consumer:  # RabbitMQ shows it for such queues only
-            active = queue.single_active_consumer
-            info["single_active_consumer_tag"] = active.tag if active is not None else None
-        return info
-
     # -- handlers -------------------------------------------------------------------
-    async def overview(self, request: web.Request) -> web.Response:
-        """``GET /api/overview``: product, version, object and message totals over the
-        vhosts the user may open."""
-        vhosts = self._visible_vhosts(request)
-        queues = [q for v in vhosts for q in v.queues.values()]
-        return web.json_response(
-            {
-                "product_name": "leveret",
-                "product_version": __version__,
-                "management_version": __version__,
-                "object_totals": {
-                    "vhosts": len(vhosts),
-                    "queues": len(queues),
-                    "exchanges": sum(len(v.exchanges) for v in vhosts),
-                },
-                "queue_totals": {
-                    "messages_ready": sum(q.message_count for q in queues),
-                    "messages_unacknowledged": sum(q.unacked_count for q in queues),
-                },
-            }
-        )
-
     async def vhosts(self, request: web.Request) -> web.Response:
-        """``GET /api/vhosts``: ``[{"name"}]``, every vhost for administrators and
+        """``GET /api/vhosts``: name and message counts, every vhost for administrators and
         monitoring users, else those the user has a permission in (RabbitMQ 3.10)."""
         user = request["user"]
         sees_all = bool(SEES_ALL_TAGS.intersection(user.tags))
         names = [n for n in self.core.vhosts if sees_all or self.core.users.may_access(user, n)]
-        return web.json_response([{"name": n} for n in names])
-
-    async def queues(self, request: web.Request) -> web.Response:
-        """``GET /api/queues[/{vhost}]``: queues by vhost, then name (404 for a vhost
-        the user may not open)."""
-        vhosts = [self._vhost(request)] if "vhost" in request.match_info else self._visible_vhosts(request)
-        return web.json_response(
-            [self._queue_info(q) for v in vhosts for q in sorted(v.queues.values(), key=lambda q: q.name)]
-        )
-
-    async def queue(self, request: web.Request) -> web.Response:
-        """``GET /api/queues/{vhost}/{name}``: one queue; 404 if missing."""
-        queue = self._vhost(request).queues.get(request.match_info["name"])
-        if queue is None:
-            raise web.HTTPNotFound(
-                text='{"error": "Object Not Found", "reason": "queue"}', content_type="application/json"
+        rows = []
+        for name in names:
+            queues = self.core.vhosts[name].queues.values()
+            ready = sum(q.message_count for q in queues)
+            unacked = sum(q.unacked_count for q in queues)
+            rows.append(
+                {
+                    "name": name,
+                    "description": "",
+                    "tags": [],
+                    "tracing": False,
+                    "messages": ready + unacked,
+                    "messages_ready": ready,
+                    "messages_unacknowledged": unacked,
+                }
             )
-        return web.json_response(self._queue_info(queue))
+        return list_response(request, rows, pageable=True)
 
     # -- scheduled messages (leveret's; ActiveMQ's scheduler and delayed messages) ------------
     async def scheduled_jobs(self, request: web.Request) -> web.Response:
         """``GET /api/scheduled-jobs[/{vhost}]``: waiting jobs, the soonest due first
         (``?limit=``, 100 by default), of the vhosts the user works in; fields as
         ``leveret scheduler list`` (``next_due`` in epoch ms)."""
-        vhosts = [self._vhost(request)] if "vhost" in request.match_info else self._visible_vhosts(request)
+        vhosts = visible_vhosts(self.core, request)
         limit = _int_param(request, "limit", 100)
         jobs = [job for vhost in vhosts for job in self.core.scheduler.jobs(vhost.name, limit)]
         jobs.sort(key=lambda job: job.next_due)
-        return web.json_response([_job_json(job) for job in jobs[:limit]])
+        return list_response(request, [_job_json(job) for job in jobs[:limit]])
 
     def _scheduled(self, request: web.Request) -> JobInfo:
-        vhost = self._vhost(request)
+        vhost = route_vhost(self.core, request)
         job = self.core.scheduler.job(request.match_info["id"])
         if job is None or job.vhost != vhost.name:
             raise web.HTTPNotFound(
@@ -370,70 +324,6 @@ class ManagementAPI:
             "scheduled.cancel", request["user"].name, request.remote or "", vhost=job.vhost, job=job.job_id
         )
         return web.Response(status=204)
-
-    async def purge(self, request: web.Request) -> web.Response:
-        """``DELETE /api/queues/{vhost}/{name}/contents``: purge ready messages (204); 401
-        ``Access refused.`` without read permission on the queue (RabbitMQ's answer),
-        404 if missing, 400 for a stream (which cannot be purged)."""
-        vhost = self._vhost(request)
-        name = request.match_info["name"]
-        # RabbitMQ's API purges through AMQP as the user: read on the queue, or its 401.
-        try:
-            Access(self.core.users, request["user"], vhost.name).read("queue", name)
-        except BrokerError:
-            return _unauthorised("Access refused.")
-        queue = vhost.queues.get(name)
-        if queue is None:
-            raise web.HTTPNotFound(
-                text='{"error": "Object Not Found", "reason": "queue"}', content_type="application/json"
-            )
-        count = queue.purge()
-        audit.record(
-            "queue.purge",
-            request["user"].name,
-            request.remote or "",
-            vhost=queue.vhost.name,
-            queue=queue.name,
-            messages=count,
-        )
-        return web.Response(status=204)
-
-    async def exchanges(self, request: web.Request) -> web.Response:
-        """``GET /api/exchanges/{vhost}``: by name; the default exchange's is ``""``."""
-        vhost = self._vhost(request)
-        return web.json_response(
-            [
-                {
-                    "name": e.name,
-                    "vhost": vhost.name,
-                    "type": e.type,
-                    "durable": e.durable,
-                    "auto_delete": e.auto_delete,
-                    "internal": e.internal,
-                    "arguments": jsonable(e.arguments),
-                }
-                for e in sorted(vhost.exchanges.values(), key=lambda e: e.name)
-            ]
-        )
-
-    async def bindings(self, request: web.Request) -> web.Response:
-        """``GET /api/bindings/{vhost}``: every binding, by source exchange (RabbitMQ's
-        implicit default-exchange bindings are not listed)."""
-        vhost = self._vhost(request)
-        rows = []
-        for exchange in vhost.exchanges.values():
-            for binding in exchange.bindings.values():
-                rows.append(
-                    {
-                        "source": exchange.name,
-                        "vhost": vhost.name,
-                        "destination": binding.destination.name,
-                        "destination_type": "queue" if isinstance(binding.destination, Queue) else "exchange",
-                        "routing_key": binding.routing_key,
-                        "arguments": jsonable(binding.arguments),
-                    }
-                )
-        return web.json_response(rows)
 
 
 def _job_json(job: JobInfo) -> dict[str, Any]:

@@ -19,7 +19,6 @@ get answers); a bad parameter is a 400 naming it, a missing vhost or queue a 404
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -31,6 +30,7 @@ from ..core.definitions_document import jsonable
 from ..core.errors import BrokerError
 from ..core.message import PROPERTY_NAMES, Message
 from .admin import bad_request
+from .common import route_vhost, visible_vhosts
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -115,19 +115,10 @@ def parse_filter(request: web.Request) -> DeadLetterFilter:
 
 
 class DeadLetterAPI:
-    """The routes above for ``core``; ``vhost_of(request)`` is the management API's
-    route-vhost lookup (its 401/404), ``visible(request)`` the vhosts the user's lists
-    show."""
+    """The routes above for ``core`` (behind the management API's login and tags)."""
 
-    def __init__(
-        self,
-        core: BrokerCore,
-        vhost_of: Callable[[web.Request], Any],
-        visible: Callable[[web.Request], list],
-    ) -> None:
+    def __init__(self, core: BrokerCore) -> None:
         self.core = core
-        self._vhost_of = vhost_of
-        self._visible = visible
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -137,7 +128,7 @@ class DeadLetterAPI:
         ]
 
     async def queues(self, request: web.Request) -> web.Response:
-        vhosts = [self._vhost_of(request)] if "vhost" in request.match_info else self._visible(request)
+        vhosts = visible_vhosts(self.core, request)  # (the route's, or the user's)
         answer = []
         for vhost in vhosts:
             for queue in dead_letter_queues(vhost):
@@ -161,7 +152,7 @@ class DeadLetterAPI:
         return web.json_response(answer)
 
     async def messages(self, request: web.Request) -> web.Response:
-        vhost = self._vhost_of(request)
+        vhost = route_vhost(self.core, request)
         name = request.match_info["queue"]
         try:
             Access(self.core.users, request["user"], vhost.name).read("queue", name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import threading
 from pathlib import Path
 from ssl import SSLContext
@@ -148,6 +149,7 @@ class Broker:
                     settings.http_allowed_hosts,
                     settings.https_port,
                     tls,
+                    self.node_info,
                 )
                 await self.management.start()
             if settings.prometheus_port is not None and settings.prometheus_port >= 0:  # -1: off
@@ -200,6 +202,34 @@ class Broker:
     def amqps_port(self) -> int | None:
         """The AMQP-over-TLS port actually bound (after start), if any."""
         return self.tls_listener.port if self.tls_listener is not None else None
+
+    def node_info(self) -> dict[str, Any]:
+        """What management's overview, nodes and health checks show of this server:
+        its listeners as ``(protocol, ip, port)`` (RabbitMQ's protocol names), memory
+        and disk limits."""
+        listeners: list[tuple[str, str, int]] = [("amqp", self.host, self.amqp_port)]
+        if self.amqps_port is not None:
+            listeners.append(("amqp/ssl", self.host, self.amqps_port))
+        if self.stomp_port is not None:
+            listeners.append(("stomp", self.host, self.stomp_port))
+        if self.web_stomp is not None:
+            listeners.append(("http/web-stomp", self.host, self.web_stomp.port))
+        management = self.management
+        if management is not None and management.port is not None:
+            listeners.append(("http", self.host, management.port))
+        if management is not None and management.https_port is not None:
+            listeners.append(("https", self.host, management.https_port))
+        info: dict[str, Any] = {
+            "listeners": listeners,
+            "mem_limit": self.settings.memory_limit(),
+            "disk_free_limit": self.settings.disk_free_limit,
+        }
+        if self.settings.data_dir is not None:
+            try:
+                info["disk_free"] = shutil.disk_usage(self.settings.data_dir).free
+            except OSError:
+                pass
+        return info
 
     def connections(self) -> list[tuple[str, AnyConnection]]:
         """Every client connection with its name, RabbitMQ's form

@@ -117,6 +117,8 @@ class ClientProtocol(asyncio.Protocol):
             certificate_user,
         )
         self.connection = listener.connection_class(*self._arguments)
+        self._local = transport.get_extra_info("sockname") or ("", 0)
+        self._mark(self.connection)
         # An AMQP port also takes STOMP (ActiveMQ's "auto" transport): told apart by the
         # first byte, before the AMQP connection has read anything.
         self._sniffing = listener.connection_class is Connection
@@ -163,7 +165,13 @@ class ClientProtocol(asyncio.Protocol):
         listener.connections.discard(amqp)
         amqp.connection_lost()  # nothing happened yet: this only cancels its timer
         self.connection = StompConnection(*self._arguments)
+        self._mark(self.connection)
         listener.connections.add(self.connection)
+
+    def _mark(self, connection: AnyConnection) -> None:
+        """Tell the connection where it came in (for its name in core's registry)."""
+        connection.local = (str(self._local[0]), int(self._local[1]))
+        connection.tls = self.listener.ssl is not None
 
     def _feed(self, data: bytes, whole: bool = False) -> bool:
         """Feed the Connection (``whole``: every frame now, not over several turns);

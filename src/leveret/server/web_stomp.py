@@ -141,6 +141,8 @@ class WebStompServer:
             self.core, transport, loop, self._flusher.request, f"{host}:{port}", loopback
         )
         transport.connection = connection
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        connection.local = (str(sockname[0]), int(sockname[1])) if sockname else ("", 0)
         self.connections.add(connection)
         self.core.metrics.connections_opened += 1
         try:

@@ -53,6 +53,7 @@ from ...core.access import Access
 from ...core.auth import AuthenticationError, User
 from ...core.broker import BrokerCore
 from ...core.clock import Timer
+from ...core.connections import ChannelFacts, ConnectionFacts, ConsumerFacts
 from ...core.errors import BrokerError
 from ...core.session import Session
 from ...core.vhost import VirtualHost
@@ -168,6 +169,11 @@ class Connection(Output):
         self.session: Session | None = None  # the user's operations in the vhost, likewise
         self.client_properties: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
+        #: The listening address this connection came to (set by the listener).
+        self.local: tuple[str, int] = ("", 0)
+        self.tls = False  # came through a TLS listener (set by the listener)
+        self.auth_mechanism = ""
+        self.connected_at = core.clock.time()
         limits = core.limits
         self.channel_max = limits.channel_max
         self.frame_max = limits.frame_max
@@ -553,6 +559,7 @@ class Connection(Output):
             self.core.login_throttle.failed(address)
             raise ConnectionError(ACCESS_REFUSED, str(exc)) from None
         self.core.login_throttle.succeeded(address)
+        self.auth_mechanism = m.mechanism
         self.state = "tune"
         limits = self.core.limits
         self.send_method(
@@ -583,6 +590,9 @@ class Connection(Output):
             raise ConnectionError(
                 NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{user.name}'"
             )
+        refusal = self.core.connection_refusal(vhost.name, user.name)
+        if refusal is not None:
+            raise ConnectionError(NOT_ALLOWED, refusal)
         self.vhost = vhost
         self.session = Session(vhost, Access(self.core.users, user, vhost.name), self)
         self.state = "opened"
@@ -592,7 +602,63 @@ class Connection(Output):
             self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
         self.core.alarm_listeners.append(self._on_alarm)
         self.core.vhost_deleted_listeners.append(self._on_vhost_deleted)
+        self.core.connections.add(self, vhost.name)
         advisory.connection_event(vhost, "added", self.peer, user.name, "AMQP 0-9-1")
+
+    # -- the broker's connection registry (core.connections) -------------------------
+    def facts(self) -> ConnectionFacts:
+        """This connection as management shows it (RabbitMQ's fields)."""
+        peer_host, _, peer_port = self.peer.rpartition(":")
+        channels = tuple(
+            ChannelFacts(
+                number=channel.number,
+                prefetch_count=channel.prefetch_count,
+                global_prefetch_count=channel.global_prefetch,
+                confirm=channel.publisher.confirming,
+                transactional=channel.publisher.transaction is not None,
+                messages_unacknowledged=len(channel.unacked),
+                messages_unconfirmed=channel.publisher.unconfirmed,
+                messages_uncommitted=channel.publisher.uncommitted,
+                state="closing" if channel.closing else ("running" if channel.active else "flow"),
+                consumers=tuple(
+                    ConsumerFacts(
+                        consumer.tag,
+                        consumer.queue.name if consumer.queue is not None else "",
+                        not consumer.no_ack,
+                        consumer.exclusive,
+                        consumer.prefetch,
+                        consumer.arguments,
+                        _active(consumer),
+                        consumer.queue is not None and consumer.queue.config.single_active_consumer,
+                    )
+                    for consumer in channel.consumers.values()
+                ),
+            )
+            for channel in sorted(self.channels.values(), key=lambda c: c.number)
+        )
+        return ConnectionFacts(
+            peer_host=peer_host.strip("[]"),
+            peer_port=int(peer_port or 0),
+            host=self.local[0],
+            port=self.local[1],
+            protocol="AMQP 0-9-1",
+            user=self.user.name if self.user is not None else "",
+            vhost=self.vhost.name if self.vhost is not None else "",
+            connected_at=self.connected_at,
+            client_properties=self.client_properties,
+            auth_mechanism=self.auth_mechanism,
+            channel_max=self.channel_max,
+            frame_max=self.frame_max,
+            heartbeat=self.heartbeat,
+            ssl=self.tls,
+            state="blocked" if self.blocked else ("running" if self.state == "opened" else self.state),
+            channels=channels,
+        )
+
+    def close_by_operator(self, reason: str) -> None:
+        """An operator closed it (management's DELETE): 320 CONNECTION_FORCED with
+        their reason as the text, as RabbitMQ."""
+        self.close(CONNECTION_FORCED, reason)
 
     def _on_vhost_deleted(self, name: str) -> None:
         """This connection's vhost is being deleted: 320, as RabbitMQ."""
@@ -722,6 +788,16 @@ class Connection(Output):
             self.core.alarm_listeners.remove(self._on_alarm)
         if self._on_vhost_deleted in self.core.vhost_deleted_listeners:
             self.core.vhost_deleted_listeners.remove(self._on_vhost_deleted)
+        self.core.connections.remove(self)
+
+
+def _active(consumer: Any) -> bool:
+    """Whether a consumer gets messages: not one waiting behind a single active
+    consumer (RabbitMQ shows those as not active)."""
+    queue = consumer.queue
+    if queue is None or not queue.config.single_active_consumer:
+        return True
+    return queue.single_active_consumer is consumer
 
 
 def _ids(payload: bytes) -> tuple[int, int]:

@@ -28,6 +28,7 @@ from ...core.access import Access
 from ...core.auth import AuthenticationError, User
 from ...core.broker import BrokerCore
 from ...core.clock import Timer
+from ...core.connections import ChannelFacts, ConnectionFacts, ConsumerFacts
 from ...core.errors import BrokerError
 from ...core.message import Message
 from ...core.publish import Publisher
@@ -123,6 +124,11 @@ class StompConnection(Output):
         self.certificate_user = certificate_user
         self.state = "connecting"
         self.version = "1.0"
+        #: The listening address this connection came to (set by the listener).
+        self.local: tuple[str, int] = ("", 0)
+        self.tls = False  # came through a TLS listener (set by the listener)
+        self.connected_at = core.clock.time()
+        self.client_properties: dict[str, Any] = {}
         self.user: User | None = None
         self.vhost: VirtualHost | None = None
         self.session: Session | None = None
@@ -317,6 +323,9 @@ class StompConnection(Output):
             raise StompError(
                 "Access refused", f"access to vhost '{vhost.name}' refused for user '{user.name}'"
             )
+        refusal = self.core.connection_refusal(vhost.name, user.name)
+        if refusal is not None:
+            raise StompError("Access refused", refusal)
         client_id = headers.get("client-id")
         if client_id is not None:
             if client_id in self.core.client_ids:
@@ -350,7 +359,45 @@ class StompConnection(Output):
             self._send_timer = self.loop.call_later(self._send_interval, self._send_heartbeat)
         self.core.alarm_listeners.append(self._on_alarm)
         self.core.vhost_deleted_listeners.append(self._on_vhost_deleted)
+        self.core.connections.add(self, vhost.name)
         advisory.connection_event(vhost, "added", self.peer, user.name, f"STOMP {self.version}", client_id)
+
+    # -- the broker's connection registry (core.connections) -------------------------
+    def facts(self) -> ConnectionFacts:
+        """This connection as management shows it: RabbitMQ's STOMP plugin shows a
+        STOMP connection with one channel."""
+        peer_host, _, peer_port = self.peer.rpartition(":")
+        subscriptions = [sub for group in self.subscriptions.values() for sub in group]
+        channel = ChannelFacts(
+            number=1,
+            confirm=True,
+            transactional=bool(self.transactions),
+            messages_unacknowledged=len(self.deliveries),
+            consumers=tuple(
+                ConsumerFacts(sub.tag, sub.queue.name, not sub.no_ack, sub.exclusive, sub.prefetch, {})
+                for sub in subscriptions
+            ),
+        )
+        return ConnectionFacts(
+            peer_host=peer_host.strip("[]"),
+            peer_port=int(peer_port or 0),
+            host=self.local[0],
+            port=self.local[1],
+            protocol=f"STOMP {self.version}",
+            user=self.user.name if self.user is not None else "",
+            vhost=self.vhost.name if self.vhost is not None else "",
+            connected_at=self.connected_at,
+            client_properties=self.client_properties,
+            heartbeat=int(self._read_interval),
+            ssl=self.tls,
+            state="blocked" if self.blocked else "running",
+            channels=(channel,),
+        )
+
+    def close_by_operator(self, reason: str) -> None:
+        """An operator closed it (management's DELETE): an ERROR frame with the
+        reason, then the socket."""
+        self.close(320, reason)
 
     # -- SEND ---------------------------------------------------------------------------
     def _send(self, frame: Frame) -> None:
@@ -999,6 +1046,7 @@ class StompConnection(Output):
             self.core.alarm_listeners.remove(self._on_alarm)
         if self._on_vhost_deleted in self.core.vhost_deleted_listeners:
             self.core.vhost_deleted_listeners.remove(self._on_vhost_deleted)
+        self.core.connections.remove(self)
 
     _HANDLERS: ClassVar[dict[str, Callable[[StompConnection, Frame], None]]] = {
         "SEND": _send,

@@ -1,0 +1,153 @@
+"""RabbitMQ's list query parameters, one helper for every list endpoint.
+
+``sort`` (a dotted path into each item, e.g. ``arguments.x-max-length``; items without
+it come first), ``sort_reverse=true``, ``columns`` (comma-separated dotted paths: only
+those fields are kept, nested as in the item) apply to every list. Endpoints RabbitMQ
+pages (queues, exchanges, connections, channels) also take ``page`` (from 1),
+``page_size`` (default 100, at most 500), ``name`` (a case-insensitive substring of the
+item's name, or with ``use_regex=true`` a case-insensitive regular expression); with
+``page`` the answer is ``{total_count, item_count, filtered_count, page, page_size,
+page_count, items}``. Errors are RabbitMQ 3.10's 400 bodies (checked against a node).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 500
+_MISSING = object()
+
+
+def _error(error: str, reason: str) -> web.HTTPBadRequest:
+    return web.HTTPBadRequest(
+        text=json.dumps({"error": error, "reason": reason}), content_type="application/json"
+    )
+
+
+def dotted(item: Any, path: str) -> Any:
+    """The value at ``path`` (``a.b.c``) in nested dicts, or ``_MISSING``."""
+    for part in path.split("."):
+        if not isinstance(item, dict) or part not in item:
+            return _MISSING
+        item = item[part]
+    return item
+
+
+def _sort_key(value: Any) -> tuple:
+    """Mixed values in one order: missing, null, booleans, numbers, strings, others."""
+    if value is _MISSING or value is None:
+        return (0, 0)
+    if isinstance(value, bool):
+        return (1, value)
+    if isinstance(value, (int, float)):
+        return (2, value)
+    if isinstance(value, str):
+        return (3, value)
+    return (4, json.dumps(value, sort_keys=True, default=str))
+
+
+def _columns(item: dict, paths: list[list[str]]) -> dict:
+    """Only the fields at ``paths``; a path whose parent exists keeps the parent (so
+    ``arguments.x`` on an item without ``x`` gives ``"arguments": {}``, as RabbitMQ)."""
+    kept: dict = {}
+    for parts in paths:
+        source: Any = item
+        target = kept
+        for i, part in enumerate(parts):
+            if not isinstance(source, dict) or part not in source:
+                break
+            source = source[part]
+            if i == len(parts) - 1:
+                target[part] = source
+            else:
+                target = target.setdefault(part, {})
+                if not isinstance(source, dict):
+                    break
+    return kept
+
+
+def _positive(query: Mapping[str, str], name: str) -> int | None:
+    text = query.get(name)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise _error("bad_request", "Pagination parameters are invalid") from None
+
+
+def _name_filter(query: Mapping[str, str]) -> Any:
+    name = query.get("name")
+    if not name:
+        return None
+    if query.get("use_regex", "").lower() == "true":
+        try:
+            regex = re.compile(name, re.IGNORECASE)
+        except re.error:
+            raise _error("bad_request", "Pagination parameters are invalid") from None
+        return lambda value: regex.search(value) is not None
+    lowered = name.lower()
+    return lambda value: lowered in value.lower()
+
+
+def list_response(request: web.Request, items: Iterable[dict], pageable: bool = False) -> web.Response:
+    """The JSON answer for a list of ``items`` (already in the endpoint's default
+    order) after the request's ``sort``, ``sort_reverse``, ``columns`` and, when
+    ``pageable``, ``page``/``page_size``/``name``/``use_regex`` (see the module doc)."""
+    return web.json_response(shape(request.query, items, pageable))
+
+
+def shape(query: Mapping[str, str], items: Iterable[dict], pageable: bool = False) -> Any:
+    """What :func:`list_response` answers for the query parameters ``query``
+    (HTTPBadRequest with RabbitMQ's body for bad paging)."""
+    rows = list(items)
+    sort = query.get("sort")
+    reverse = query.get("sort_reverse", "").lower() == "true"
+    if sort:
+        rows.sort(key=lambda row: _sort_key(dotted(row, sort)), reverse=reverse)
+    elif reverse:
+        rows.reverse()
+    page = _positive(query, "page") if pageable else None
+    answer: Any = rows
+    if page is not None:
+        size = _positive(query, "page_size")
+        if page < 1 or (size is not None and not 1 <= size <= MAX_PAGE_SIZE):
+            shown = "undefined" if size is None else size
+            raise _error(
+                "invalid_pagination_parameters",
+                f"Invalid pagination parameters: page number {page}, page size {shown}",
+            )
+        size = size or DEFAULT_PAGE_SIZE
+        matches = _name_filter(query)
+        filtered = [r for r in rows if matches(str(r.get("name", "")))] if matches else rows
+        page_count = math.ceil(len(filtered) / size)
+        if filtered and page > page_count:
+            raise _error(
+                "page_out_of_range",
+                f"Page out of range, page: {page} page size: {size}, len: {len(filtered)}",
+            )
+        shown_rows = filtered[(page - 1) * size : page * size]
+        answer = {
+            "filtered_count": len(filtered),
+            "item_count": len(shown_rows),
+            "items": shown_rows,
+            "page": page,
+            "page_count": page_count,
+            "page_size": size,
+            "total_count": len(rows),
+        }
+    columns = query.get("columns")
+    if columns:
+        paths = [c.split(".") for c in columns.split(",") if c]
+        if isinstance(answer, dict):
+            answer["items"] = [_columns(r, paths) for r in answer["items"]]
+        else:
+            answer = [_columns(r, paths) for r in answer]
+    return answer

@@ -1,0 +1,229 @@
+"""Policies over HTTP, as RabbitMQ 3.10's management API has them, on core's policies
+(:meth:`~leveret.core.broker.BrokerCore.set_policy`, persisted):
+
+- ``GET /api/policies[/{vhost}]``, ``GET|PUT|DELETE /api/policies/{vhost}/{name}``: PUT
+  ``{"pattern", "definition", "priority"?, "apply-to"?}`` → 201 created, 204 replaced;
+  400 ``Validation failed`` for a bad pattern, apply-to, priority or definition value.
+  Like RabbitMQ's ``set_policy``, a policy applies to queues declared from then on.
+
+Changing policies needs the ``policymaker`` or ``administrator`` tag and access to the
+vhost (401 ``User not authorised to access object``); other users list none.
+
+Vhost limits (``max-connections``, ``max-queues``): ``GET /api/vhost-limits[/{vhost}]``,
+``PUT|DELETE /api/vhost-limits/{vhost}/{name}`` (``administrator``), persisted; they
+apply to connections and queues made from then on, with RabbitMQ's refusals.
+
+Not served (leveret's core has no such objects): operator policies and runtime
+parameters, whose lists answer ``[]`` so that listing tools work, and whose single
+objects are 404.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from html import escape
+
+from aiohttp import web
+
+from ..core import audit
+from ..core.broker import BrokerCore
+from ..core.errors import BrokerError
+from ..core.policy import Policy
+from ..core.queue_config import build
+from .common import json_body, json_error, object_not_found, works_in
+from .listing import list_response
+
+POLICY_TAGS = frozenset(("administrator", "policymaker"))
+
+
+def policy_row(policy: Policy) -> dict:
+    return {
+        "vhost": policy.vhost,
+        "name": policy.name,
+        "pattern": policy.pattern,
+        "apply-to": policy.apply_to,
+        "definition": policy.definition,
+        "priority": policy.priority,
+    }
+
+
+def _invalid(text: str) -> web.HTTPException:
+    """RabbitMQ's 400 for a policy it refuses (its text is HTML-escaped)."""
+    return json_error(400, "bad_request", f"Validation failed\n\n{escape(text, quote=False)}\n")
+
+
+class Policies:
+    """The handlers, on ``core``."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/policies", self.policies),
+            web.get("/api/policies/{vhost}", self.policies),
+            web.get("/api/policies/{vhost}/{name}", self.policy),
+            web.put("/api/policies/{vhost}/{name}", self.put_policy),
+            web.delete("/api/policies/{vhost}/{name}", self.delete_policy),
+            *(
+                web.get(path, self.none)
+                for path in (
+                    "/api/operator-policies",
+                    "/api/operator-policies/{vhost}",
+                    "/api/parameters",
+                    "/api/parameters/{component}",
+                    "/api/parameters/{component}/{vhost}",
+                )
+            ),
+            web.get("/api/vhost-limits", self.vhost_limits),
+            web.get("/api/vhost-limits/{vhost}", self.vhost_limits),
+            web.put("/api/vhost-limits/{vhost}/{name}", self.put_vhost_limit),
+            web.delete("/api/vhost-limits/{vhost}/{name}", self.delete_vhost_limit),
+            web.get("/api/operator-policies/{vhost}/{name}", self.missing),
+            web.get("/api/parameters/{component}/{vhost}/{name}", self.missing),
+        ]
+
+    def _may_see(self, request: web.Request, vhost: str) -> bool:
+        user = request["user"]
+        return bool(POLICY_TAGS.intersection(user.tags)) and works_in(self.core, user, vhost)
+
+    def _may_change(self, request: web.Request) -> str:
+        """The route's vhost, if the user may change its policies (RabbitMQ's 401, then
+        404 for a missing vhost)."""
+        vhost = request.match_info["vhost"]
+        if not self._may_see(request, vhost):
+            raise json_error(401, "not_authorised", "User not authorised to access object")
+        if vhost not in self.core.vhosts:
+            raise json_error(404, "not_found", "vhost_not_found")
+        return vhost
+
+    async def policies(self, request: web.Request) -> web.Response:
+        wanted = request.match_info.get("vhost")
+        if wanted is not None and wanted not in self.core.vhosts:
+            raise object_not_found()
+        rows = [
+            policy_row(p)
+            for p in sorted(self.core.policies, key=lambda p: (p.vhost, p.name))
+            if wanted in (None, p.vhost) and self._may_see(request, p.vhost)
+        ]
+        return list_response(request, rows)
+
+    def _find(self, request: web.Request) -> Policy:
+        vhost, name = request.match_info["vhost"], request.match_info["name"]
+        for policy in self.core.policies:
+            if (policy.vhost, policy.name) == (vhost, name) and self._may_see(request, vhost):
+                return policy
+        raise object_not_found()
+
+    async def policy(self, request: web.Request) -> web.Response:
+        return web.json_response(policy_row(self._find(request)))
+
+    async def put_policy(self, request: web.Request) -> web.Response:
+        vhost = self._may_change(request)
+        body = await json_body(request)
+        missing = [k for k in ("pattern", "definition") if k not in body]
+        if missing:
+            raise json_error(
+                400, "bad_request", "[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]"
+            )
+        pattern, definition = body["pattern"], body["definition"]
+        priority, apply_to = body.get("priority", 0), body.get("apply-to", "all")
+        if not isinstance(pattern, str):
+            raise _invalid(f"pattern should be a string, actually was {pattern!r}")
+        if not isinstance(definition, dict) or not definition:
+            raise _invalid("no policy provided")
+        if isinstance(priority, str) and priority.lstrip("-").isdigit():
+            priority = int(priority)  # rabbitmqadmin sends it as JSON text
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise _invalid(f'priority should be a number, actually was <<"{priority}">>')
+        if apply_to not in ("queues", "exchanges", "all"):
+            raise _invalid(f"apply-to '{apply_to}' unrecognised; should be 'queues', 'exchanges' or 'all'")
+        try:
+            policy = Policy(request.match_info["name"], pattern, definition, apply_to, priority, vhost)
+        except re.error as exc:
+            raise _invalid(f"pattern should be regular expression but is invalid: {exc}") from None
+        try:
+            build({}, definition, f" in policy '{policy.name}'")  # its values, as a queue would take them
+        except BrokerError as exc:
+            raise _invalid(exc.text) from None
+        created = all((p.vhost, p.name) != (vhost, policy.name) for p in self.core.policies)
+        self.core.set_policy(policy)
+        audit.record(
+            "policy.put",
+            request["user"].name,
+            request.remote or "",
+            vhost=vhost,
+            policy=policy.name,
+            pattern=pattern,
+        )
+        return web.Response(status=201 if created else 204)
+
+    async def delete_policy(self, request: web.Request) -> web.Response:
+        vhost = self._may_change(request)
+        name = request.match_info["name"]
+        if not self.core.clear_policy(vhost, name):
+            raise object_not_found()
+        audit.record("policy.delete", request["user"].name, request.remote or "", vhost=vhost, policy=name)
+        return web.Response(status=204)
+
+    # -- vhost limits -----------------------------------------------------------------
+    async def vhost_limits(self, request: web.Request) -> web.Response:
+        """``GET /api/vhost-limits[/{vhost}]``: ``[{"vhost", "value": {limit: n}}]`` for
+        the vhosts that have limits (and the user works in)."""
+        wanted = request.match_info.get("vhost")
+        if wanted is not None and wanted not in self.core.vhosts:
+            raise object_not_found()
+        rows = [
+            {"vhost": name, "value": dict(sorted(vhost.limits.items()))}
+            for name, vhost in sorted(self.core.vhosts.items())
+            if vhost.limits and wanted in (None, name) and works_in(self.core, request["user"], name)
+        ]
+        return list_response(request, rows)
+
+    def _limit(self, request: web.Request) -> tuple[str, str]:
+        vhost, name = request.match_info["vhost"], request.match_info["name"]
+        if vhost not in self.core.vhosts:
+            raise json_error(404, "not_found", "vhost_not_found")
+        return vhost, name
+
+    async def put_vhost_limit(self, request: web.Request) -> web.Response:
+        """``PUT /api/vhost-limits/{vhost}/{name}`` ``{"value": n}``: 204 (RabbitMQ
+        answers 204 whether or not it existed); a negative value means no limit."""
+        vhost, name = self._limit(request)
+        body = await json_body(request)
+        if "value" not in body:
+            raise json_error(400, "bad_request", "[{key_missing,value}]")
+        value = body["value"]
+        # (RabbitMQ escapes no HTML in these texts, unlike a policy's)
+        if name not in BrokerCore.VHOST_LIMITS:
+            reason = f'Unrecognised terms [{{<<"{name}">>,{json.dumps(value)}}}] in limits'
+            raise json_error(400, "bad_request", f"Validation failed\n\n{reason}\n")
+        if not isinstance(value, int) or isinstance(value, bool):
+            reason = f'{name} should be a number, actually was <<"{value}">>'
+            raise json_error(400, "bad_request", f"Validation failed\n\n{reason}\n")
+        self.core.set_vhost_limit(vhost, name, value)
+        audit.record(
+            "vhost_limit.put",
+            request["user"].name,
+            request.remote or "",
+            vhost=vhost,
+            limit=name,
+            value=value,
+        )
+        return web.Response(status=204)
+
+    async def delete_vhost_limit(self, request: web.Request) -> web.Response:
+        vhost, name = self._limit(request)
+        self.core.set_vhost_limit(vhost, name, None)
+        audit.record(
+            "vhost_limit.delete", request["user"].name, request.remote or "", vhost=vhost, limit=name
+        )
+        return web.Response(status=204)
+
+    async def none(self, request: web.Request) -> web.Response:
+        """Lists of objects leveret does not have: always empty."""
+        return list_response(request, [])
+
+    async def missing(self, request: web.Request) -> web.Response:
+        raise object_not_found()

@@ -1,0 +1,487 @@
+"""Exchanges, queues and bindings over HTTP, in RabbitMQ 3.10's paths and shapes.
+
+- ``GET /api/exchanges[/{vhost}]``, ``GET|PUT|DELETE /api/exchanges/{vhost}/{name}``
+  (``amq.default`` names the default exchange; DELETE takes ``?if-unused=true``);
+  ``GET /api/exchanges/{vhost}/{name}/bindings/{source,destination}``
+- ``GET /api/queues[/{vhost}]``, ``GET|PUT|DELETE /api/queues/{vhost}/{name}`` (DELETE
+  takes ``?if-empty=true``, ``?if-unused=true``), ``GET /api/queues/{vhost}/{name}/bindings``,
+  ``DELETE /api/queues/{vhost}/{name}/contents`` (purge)
+- ``GET /api/bindings[/{vhost}]``; ``GET|POST /api/bindings/{vhost}/e/{source}/{q|e}/{dest}``
+  (POST answers 201 with a ``Location`` ending in the binding's ``properties_key``);
+  ``GET|DELETE /api/bindings/{vhost}/e/{source}/{q|e}/{dest}/{properties_key}``
+
+Changes are made as the user, with their AMQP permissions (core's
+:class:`~leveret.core.session.Session`), as RabbitMQ's API makes them through an AMQP
+channel: a refusal is 401 ``Access refused.``, an inequivalent or invalid declaration
+400 with core's text. Lists take RabbitMQ's query parameters (:mod:`.listing`).
+
+``properties_key`` is RabbitMQ's: the routing key (form-quoted, ``~`` as ``%7E``; ``~``
+for an empty key without arguments), followed by ``~`` and a hash of the arguments when
+there are any. The hash is leveret's own (a 32-bit digest of the arguments' JSON, in
+RabbitMQ's base64url form): RabbitMQ's is ``erlang:phash2`` of its Erlang term, which
+clients read from the API and never compute.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+from urllib.parse import quote_plus, unquote_plus
+
+from aiohttp import web
+
+from ..core import audit
+from ..core.broker import BrokerCore
+from ..core.definitions_document import jsonable
+from ..core.exchange import DEFAULT_EXCHANGE, Binding, Exchange
+from ..core.policy import matching
+from ..core.queues import Queue
+from ..core.vhost import VirtualHost
+from .common import (
+    amqp,
+    arguments,
+    boolean,
+    flag,
+    json_body,
+    json_error,
+    object_not_found,
+    route_vhost,
+    session,
+    visible_vhosts,
+)
+from .listing import list_response
+from .runtime import consumer_rows
+
+DEFAULT_EXCHANGE_PATH = "amq.default"  # the default exchange's name in a path
+
+
+def args_hash(args: dict) -> str:
+    """A 32-bit digest of binding arguments, base64url without padding (6 chars)."""
+    canonical = json.dumps(jsonable(args), sort_keys=True, separators=(",", ":"), default=str)
+    digest = hashlib.sha256(canonical.encode()).digest()[:4]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def _quote(text: str) -> str:
+    return quote_plus(text).replace("~", "%7E")
+
+
+def properties_key(routing_key: str, args: dict) -> str:
+    """RabbitMQ's ``properties_key`` of a binding (see the module doc)."""
+    if not args:
+        return _quote(routing_key) if routing_key else "~"
+    return f"{_quote(routing_key)}~{_quote(args_hash(args))}"
+
+
+def unpack_properties(key: str) -> tuple[str, str | None] | None:
+    """``(routing key, args hash or None)`` of a ``properties_key``; None if it cannot
+    be one."""
+    if key == "~":
+        return "", None
+    parts = key.split("~")
+    if len(parts) == 1:
+        return unquote_plus(parts[0]), None
+    if len(parts) == 2:
+        return unquote_plus(parts[0]), unquote_plus(parts[1]) or None
+    return None
+
+
+def binding_row(vhost: str, source: str, destination: str, kind: str, key: str, args: dict) -> dict:
+    """A binding in RabbitMQ's shape."""
+    return {
+        "source": source,
+        "vhost": vhost,
+        "destination": destination,
+        "destination_type": kind,
+        "routing_key": key,
+        "arguments": jsonable(args),
+        "properties_key": properties_key(key, args),
+    }
+
+
+def _row(vhost: VirtualHost, binding: Binding) -> dict:
+    kind = "queue" if isinstance(binding.destination, Queue) else "exchange"
+    return binding_row(
+        vhost.name,
+        binding.source.name,
+        binding.destination.name,
+        kind,
+        binding.routing_key,
+        binding.arguments,
+    )
+
+
+def _order(row: dict) -> tuple:
+    """RabbitMQ's order of bindings: source, destination name and kind, routing key."""
+    return (
+        row["source"],
+        row["destination"],
+        row["destination_type"],
+        row["routing_key"],
+        json.dumps(row["arguments"], sort_keys=True),
+    )
+
+
+def vhost_bindings(vhost: VirtualHost) -> list[dict]:
+    """Every binding of ``vhost`` with the default exchange's implicit one per queue,
+    as RabbitMQ lists them."""
+    rows = [binding_row(vhost.name, "", q.name, "queue", q.name, {}) for q in vhost.queues.values()]
+    for exchange in vhost.exchanges.values():
+        rows.extend(_row(vhost, b) for b in exchange.bindings.values())
+    return sorted(rows, key=_order)
+
+
+def exchange_info(vhost: VirtualHost, exchange: Exchange, user: str = "") -> dict:
+    info = {
+        "name": exchange.name,
+        "vhost": vhost.name,
+        "type": exchange.type,
+        "durable": exchange.durable,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+        "arguments": jsonable(exchange.arguments),
+        "user_who_performed_action": user or "rmq-internal",
+    }
+    policy = matching(vhost.policies, vhost.name, exchange.name, "exchanges")
+    if policy is not None:
+        info["policy"] = policy.name
+    return info
+
+
+def queue_info(core: BrokerCore, queue: Queue) -> dict:
+    """A queue in RabbitMQ's shape (no message rates: see the README)."""
+    policy = matching(core.policies, queue.vhost.name, queue.name, "queues")
+    info: dict[str, Any] = {
+        "name": queue.name,
+        "vhost": queue.vhost.name,
+        "durable": queue.durable,
+        "auto_delete": queue.auto_delete,
+        "exclusive": queue.exclusive_owner is not None,
+        "type": queue.type_name,
+        "arguments": jsonable(queue.arguments),
+        "policy": policy.name if policy else None,
+        "state": "running",
+        "node": "leveret@localhost",
+        "messages_ready": queue.message_count,
+        "messages_unacknowledged": queue.unacked_count,
+        "messages": queue.message_count + queue.unacked_count,
+        "consumers": len(queue.consumers),
+    }
+    if queue.config.single_active_consumer:  # RabbitMQ shows it for such queues only
+        active = queue.single_active_consumer
+        info["single_active_consumer_tag"] = active.tag if active is not None else None
+    return info
+
+
+class Resources:
+    """The handlers, on ``core``; changes are recorded in the audit log."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+
+    def routes(self) -> list[web.RouteDef]:
+        b = "/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{destination}"
+        return [
+            web.get("/api/exchanges", self.exchanges),
+            web.get("/api/exchanges/{vhost}", self.exchanges),
+            web.get("/api/exchanges/{vhost}/{name}", self.exchange),
+            web.put("/api/exchanges/{vhost}/{name}", self.put_exchange),
+            web.delete("/api/exchanges/{vhost}/{name}", self.delete_exchange),
+            web.get("/api/exchanges/{vhost}/{name}/bindings/source", self.exchange_source_bindings),
+            web.get("/api/exchanges/{vhost}/{name}/bindings/destination", self.exchange_destination_bindings),
+            web.get("/api/queues", self.queues),
+            web.get("/api/queues/{vhost}", self.queues),
+            web.get("/api/queues/{vhost}/{name}", self.queue),
+            web.put("/api/queues/{vhost}/{name}", self.put_queue),
+            web.delete("/api/queues/{vhost}/{name}", self.delete_queue),
+            web.get("/api/queues/{vhost}/{name}/bindings", self.queue_bindings),
+            web.delete("/api/queues/{vhost}/{name}/contents", self.purge),
+            web.get("/api/bindings", self.bindings),
+            web.get("/api/bindings/{vhost}", self.bindings),
+            web.get(b, self.bindings_between),
+            web.post(b, self.create_binding),
+            web.get(b + "/{props}", self.binding),
+            web.delete(b + "/{props}", self.delete_binding),
+        ]
+
+    # -- exchanges ------------------------------------------------------------------
+    def _exchange(self, request: web.Request) -> tuple[VirtualHost, Exchange]:
+        vhost = route_vhost(self.core, request)
+        name = request.match_info["name"]
+        exchange = vhost.exchanges.get(DEFAULT_EXCHANGE if name == DEFAULT_EXCHANGE_PATH else name)
+        if exchange is None:
+            raise object_not_found()
+        return vhost, exchange
+
+    async def exchanges(self, request: web.Request) -> web.Response:
+        """``GET /api/exchanges[/{vhost}]``: by vhost, then name."""
+        rows = [
+            exchange_info(v, e)
+            for v in visible_vhosts(self.core, request)
+            for e in sorted(v.exchanges.values(), key=lambda e: e.name)
+        ]
+        return list_response(request, rows, pageable=True)
+
+    async def exchange(self, request: web.Request) -> web.Response:
+        vhost, exchange = self._exchange(request)
+        return web.json_response({**exchange_info(vhost, exchange), "incoming": [], "outgoing": []})
+
+    async def put_exchange(self, request: web.Request) -> web.Response:
+        """Declare (201) or redeclare (204, 400 if inequivalent); body ``{"type",
+        "durable", "auto_delete", "internal", "arguments"}`` (type ``direct``, the rest
+        false by default, as RabbitMQ 3.10)."""
+        vhost = route_vhost(self.core, request)
+        body = await json_body(request)
+        name = request.match_info["name"]
+        kind = body.get("type", "direct")
+        if not isinstance(kind, str):
+            raise json_error(400, "bad_request", "type must be a string")
+        durable, auto_delete = boolean(body, "durable", False), boolean(body, "auto_delete", False)
+        internal = boolean(body, "internal", False)
+        args = arguments(body)
+        created = name not in vhost.exchanges
+        user_session = session(self.core, request, vhost)
+        amqp(lambda: user_session.declare_exchange(name, kind, False, durable, auto_delete, internal, args))
+        if created:
+            audit.record(
+                "exchange.declare",
+                request["user"].name,
+                request.remote or "",
+                vhost=vhost.name,
+                exchange=name,
+            )
+        return web.Response(status=201 if created else 204)
+
+    async def delete_exchange(self, request: web.Request) -> web.Response:
+        vhost = route_vhost(self.core, request)
+        name = request.match_info["name"]
+        if name not in vhost.exchanges and name != DEFAULT_EXCHANGE_PATH:
+            raise object_not_found()
+        if_unused = flag(request, "if-unused")
+        user_session = session(self.core, request, vhost)
+        amqp(lambda: user_session.delete_exchange(name, if_unused))
+        audit.record(
+            "exchange.delete", request["user"].name, request.remote or "", vhost=vhost.name, exchange=name
+        )
+        return web.Response(status=204)
+
+    def _exchange_name(self, request: web.Request) -> tuple[VirtualHost, str]:
+        """The vhost and the exchange named (which need not exist: RabbitMQ lists no
+        bindings for a missing one, with a 200)."""
+        name = request.match_info["name"]
+        return route_vhost(self.core, request), DEFAULT_EXCHANGE if name == DEFAULT_EXCHANGE_PATH else name
+
+    async def exchange_source_bindings(self, request: web.Request) -> web.Response:
+        vhost, name = self._exchange_name(request)
+        rows = [r for r in vhost_bindings(vhost) if r["source"] == name]
+        return list_response(request, rows)
+
+    async def exchange_destination_bindings(self, request: web.Request) -> web.Response:
+        vhost, name = self._exchange_name(request)
+        rows = [
+            r
+            for r in vhost_bindings(vhost)
+            if r["destination_type"] == "exchange" and r["destination"] == name
+        ]
+        return list_response(request, rows)
+
+    # -- queues ---------------------------------------------------------------------
+    def _queue(self, request: web.Request) -> tuple[VirtualHost, Queue]:
+        vhost = route_vhost(self.core, request)
+        queue = vhost.queues.get(request.match_info["name"])
+        if queue is None:
+            raise object_not_found()
+        return vhost, queue
+
+    async def queues(self, request: web.Request) -> web.Response:
+        """``GET /api/queues[/{vhost}]``: by vhost, then name."""
+        rows = [
+            queue_info(self.core, q)
+            for v in visible_vhosts(self.core, request)
+            for q in sorted(v.queues.values(), key=lambda q: q.name)
+        ]
+        return list_response(request, rows, pageable=True)
+
+    async def queue(self, request: web.Request) -> web.Response:
+        """One queue, with its consumers (``consumer_details``, RabbitMQ's shape)."""
+        vhost, queue = self._queue(request)
+        details = [
+            row
+            for facts, _ in self.core.connections.facts()
+            if facts.vhost == vhost.name
+            for channel in facts.channels
+            for row in consumer_rows(facts, channel)
+            if row["queue"]["name"] == queue.name
+        ]
+        return web.json_response(
+            {**queue_info(self.core, queue), "consumer_details": details, "incoming": []}
+        )
+
+    async def put_queue(self, request: web.Request) -> web.Response:
+        """Declare (201) or redeclare (204, 400 if inequivalent or invalid); body
+        ``{"durable", "auto_delete", "arguments"}`` (false by default, as RabbitMQ
+        3.10; ``node`` is ignored)."""
+        vhost = route_vhost(self.core, request)
+        body = await json_body(request)
+        name = request.match_info["name"]
+        durable, auto_delete = boolean(body, "durable", False), boolean(body, "auto_delete", False)
+        args = arguments(body)
+        created = name not in vhost.queues
+        user_session = session(self.core, request, vhost)
+        amqp(lambda: user_session.declare_queue(name, False, durable, False, auto_delete, args))
+        if created:
+            audit.record(
+                "queue.declare", request["user"].name, request.remote or "", vhost=vhost.name, queue=name
+            )
+        return web.Response(status=201 if created else 204)
+
+    async def delete_queue(self, request: web.Request) -> web.Response:
+        """Delete (204); 400 when ``?if-empty=true`` or ``?if-unused=true`` does not
+        hold (nothing is deleted then), 404 if there is none."""
+        vhost, queue = self._queue(request)
+        if_empty, if_unused = flag(request, "if-empty"), flag(request, "if-unused")
+        user_session = session(self.core, request, vhost)
+        count = amqp(lambda: user_session.delete_queue(queue.name, if_unused, if_empty))
+        audit.record(
+            "queue.delete",
+            request["user"].name,
+            request.remote or "",
+            vhost=vhost.name,
+            queue=queue.name,
+            messages=count,
+        )
+        return web.Response(status=204)
+
+    async def queue_bindings(self, request: web.Request) -> web.Response:
+        vhost, queue = self._queue(request)
+        rows = [
+            r
+            for r in vhost_bindings(vhost)
+            if r["destination_type"] == "queue" and r["destination"] == queue.name
+        ]
+        return list_response(request, rows)
+
+    async def purge(self, request: web.Request) -> web.Response:
+        """``DELETE /api/queues/{vhost}/{name}/contents``: purge ready messages (204); 401
+        ``Access refused.`` without read permission on the queue (RabbitMQ's answer),
+        404 if missing, 400 for a stream (which cannot be purged)."""
+        vhost = route_vhost(self.core, request)
+        name = request.match_info["name"]
+        user_session = session(self.core, request, vhost)
+        try:
+            user_session.access.read("queue", name)
+        except Exception:
+            raise json_error(401, "not_authorised", "Access refused.") from None
+        if name not in vhost.queues:
+            raise object_not_found()
+        queue = amqp(lambda: vhost.get_queue(name, user_session.owner))  # 400 if exclusive elsewhere
+        count = queue.purge()
+        audit.record(
+            "queue.purge",
+            request["user"].name,
+            request.remote or "",
+            vhost=vhost.name,
+            queue=name,
+            messages=count,
+        )
+        return web.Response(status=204)
+
+    # -- bindings -------------------------------------------------------------------
+    async def bindings(self, request: web.Request) -> web.Response:
+        rows = [r for v in visible_vhosts(self.core, request) for r in vhost_bindings(v)]
+        return list_response(request, rows)
+
+    def _ends(self, request: web.Request) -> tuple[VirtualHost, str, str, str]:
+        vhost = route_vhost(self.core, request)
+        info = request.match_info
+        kind = "queue" if info["kind"] == "q" else "exchange"
+        source = DEFAULT_EXCHANGE if info["source"] == DEFAULT_EXCHANGE_PATH else info["source"]
+        return vhost, source, kind, info["destination"]
+
+    def _between(self, request: web.Request) -> tuple[VirtualHost, list[dict]]:
+        """The bindings from source to destination (none when either is missing: a
+        200 with ``[]``, as RabbitMQ)."""
+        vhost, source, kind, destination = self._ends(request)
+        rows = [
+            r
+            for r in vhost_bindings(vhost)
+            if (r["source"], r["destination_type"], r["destination"]) == (source, kind, destination)
+        ]
+        return vhost, rows
+
+    async def bindings_between(self, request: web.Request) -> web.Response:
+        return list_response(request, self._between(request)[1])
+
+    async def create_binding(self, request: web.Request) -> web.Response:
+        """Bind (201, also when the binding existed, as RabbitMQ); ``Location`` is the
+        binding's path relative to this one: ``{destination}/{properties_key}``."""
+        vhost, source, kind, destination = self._ends(request)
+        body = await json_body(request)
+        key = body.get("routing_key", "")
+        if not isinstance(key, str):
+            raise json_error(400, "bad_request", "routing_key must be a string")
+        args = arguments(body)
+        user_session = session(self.core, request, vhost)
+        amqp(lambda: user_session.bind(source, kind, destination, key, args))
+        audit.record(
+            "binding.create",
+            request["user"].name,
+            request.remote or "",
+            vhost=vhost.name,
+            source=source,
+            destination=destination,
+            kind=kind,
+            routing_key=key,
+        )
+        location = f"{quote_plus(destination)}/{quote_plus(properties_key(key, args))}"
+        return web.Response(status=201, headers={"Location": location})
+
+    def _binding(self, request: web.Request) -> tuple[VirtualHost, dict]:
+        vhost, rows = self._between(request)
+        unpacked = unpack_properties(request.match_info["props"])
+        if unpacked is None:
+            raise object_not_found()
+        key, digest = unpacked
+        for row in rows:
+            if (
+                row["routing_key"] == key
+                and (args_hash(row["arguments"]) if row["arguments"] else None) == digest
+            ):
+                return vhost, row
+        raise object_not_found()
+
+    async def binding(self, request: web.Request) -> web.Response:
+        return web.json_response(self._binding(request)[1])
+
+    async def delete_binding(self, request: web.Request) -> web.Response:
+        vhost, row = self._binding(request)
+        kind = row["destination_type"]
+        source, destination = row["source"], row["destination"]
+        exchange = vhost.exchanges[source] if source else None
+        # The binding's own arguments (not their JSON form) identify it in core.
+        args = next(
+            (
+                b.arguments
+                for b in (exchange.bindings.values() if exchange is not None else ())
+                if b.destination.name == destination
+                and isinstance(b.destination, Queue) == (kind == "queue")
+                and b.routing_key == row["routing_key"]
+                and properties_key(b.routing_key, b.arguments) == row["properties_key"]
+            ),
+            {},
+        )
+        user_session = session(self.core, request, vhost)
+        amqp(lambda: user_session.unbind(source, kind, destination, row["routing_key"], args))
+        audit.record(
+            "binding.delete",
+            request["user"].name,
+            request.remote or "",
+            vhost=vhost.name,
+            source=source,
+            destination=destination,
+            kind=kind,
+            routing_key=row["routing_key"],
+        )
+        return web.Response(status=204)

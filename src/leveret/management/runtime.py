@@ -1,0 +1,434 @@
+"""The running broker over HTTP, in RabbitMQ 3.10's shapes: overview, nodes,
+connections (and closing them), channels, consumers, aliveness test, health checks.
+
+Connections, channels and consumers come from core's protocol-neutral registry
+(:mod:`leveret.core.connections`): AMQP and STOMP connections alike. Who sees what
+follows RabbitMQ: administrators and monitoring users see every connection, others
+their own; an administrator may close any, others their own. No message rates or churn
+counters are served (``message_stats``, ``churn_rates``, ``*_details``).
+
+What only the server knows (its listeners, memory and disk limits) comes from the
+``node_info`` callable the server gives :class:`~.api.ManagementAPI`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from ..core import audit
+from ..core.broker import BrokerCore
+from ..core.connections import ChannelFacts, ConnectionFacts
+from ..core.exchange import EXCHANGE_TYPES
+from ..core.message import Message, Properties
+from ..version import __version__
+from .common import json_error, object_not_found, route_vhost, works_in
+from .listing import list_response
+
+#: The RabbitMQ version whose management API this one follows: tools (Terraform's
+#: provider) read ``rabbitmq_version`` and need it to parse as 3.7 or later.
+RABBITMQ_VERSION = "3.10.8"
+NODE = f"leveret@{socket.gethostname().split('.')[0] or 'localhost'}"
+SEES_ALL_TAGS = frozenset(("administrator", "monitoring"))
+
+NodeInfo = Callable[[], dict[str, Any]]
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def connection_row(facts: ConnectionFacts) -> dict:
+    """A connection in RabbitMQ's shape (without statistics)."""
+    return {
+        "auth_mechanism": facts.auth_mechanism,
+        "channel_max": facts.channel_max,
+        "channels": len(facts.channels),
+        "client_properties": _plain(facts.client_properties),
+        "connected_at": _ms(facts.connected_at),
+        "frame_max": facts.frame_max,
+        "host": facts.host,
+        "name": facts.name,
+        "node": NODE,
+        "peer_cert_issuer": None,
+        "peer_cert_subject": None,
+        "peer_cert_validity": None,
+        "peer_host": facts.peer_host,
+        "peer_port": facts.peer_port,
+        "port": facts.port,
+        "protocol": facts.protocol,
+        "ssl": facts.ssl,
+        "ssl_cipher": None,
+        "ssl_hash": None,
+        "ssl_key_exchange": None,
+        "ssl_protocol": None,
+        "state": facts.state,
+        "timeout": facts.heartbeat,
+        "type": "network",
+        "user": facts.user,
+        "user_who_performed_action": facts.user,
+        "vhost": facts.vhost,
+    }
+
+
+def _plain(value: Any) -> Any:
+    """Field-table values as JSON holds them."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def channel_name(connection: ConnectionFacts, channel: ChannelFacts) -> str:
+    return f"{connection.name} ({channel.number})"
+
+
+def channel_row(connection: ConnectionFacts, channel: ChannelFacts) -> dict:
+    """A channel in RabbitMQ's shape (without statistics)."""
+    return {
+        "acks_uncommitted": channel.acks_uncommitted,
+        "confirm": channel.confirm,
+        "connection_details": {
+            "name": connection.name,
+            "peer_host": connection.peer_host,
+            "peer_port": connection.peer_port,
+        },
+        "consumer_count": len(channel.consumers),
+        "global_prefetch_count": channel.global_prefetch_count,
+        "messages_unacknowledged": channel.messages_unacknowledged,
+        "messages_uncommitted": channel.messages_uncommitted,
+        "messages_unconfirmed": channel.messages_unconfirmed,
+        "name": channel_name(connection, channel),
+        "node": NODE,
+        "number": channel.number,
+        "prefetch_count": channel.prefetch_count,
+        "state": channel.state,
+        "transactional": channel.transactional,
+        "user": connection.user,
+        "user_who_performed_action": connection.user,
+        "vhost": connection.vhost,
+    }
+
+
+def consumer_rows(connection: ConnectionFacts, channel: ChannelFacts) -> list[dict]:
+    """The channel's consumers in RabbitMQ's shape."""
+    details = {
+        "connection_name": connection.name,
+        "name": channel_name(connection, channel),
+        "node": NODE,
+        "number": channel.number,
+        "peer_host": connection.peer_host,
+        "peer_port": connection.peer_port,
+        "user": connection.user,
+    }
+    return [
+        {
+            "arguments": _plain(consumer.arguments),
+            "ack_required": consumer.ack_required,
+            "active": consumer.active,
+            "activity_status": _activity(consumer.active, consumer.single_active),
+            "channel_details": details,
+            "consumer_tag": consumer.tag,
+            "exclusive": consumer.exclusive,
+            "prefetch_count": consumer.prefetch_count,
+            "queue": {"name": consumer.queue, "vhost": connection.vhost},
+        }
+        for consumer in channel.consumers
+    ]
+
+
+def _activity(active: bool, single_active: bool) -> str:
+    """RabbitMQ's ``activity_status`` of a consumer."""
+    if not active:
+        return "waiting"
+    return "single_active" if single_active else "up"
+
+
+def _status(ok: bool, reason: str = "", **extra: Any) -> web.Response:
+    """A health check's answer: 200 ``{"status": "ok"}`` or 503 ``{"status":
+    "failed", "reason": ...}``."""
+    if ok:
+        return web.json_response({"status": "ok", **extra})
+    return web.json_response({"status": "failed", "reason": reason, **extra}, status=503)
+
+
+class Runtime:
+    """The handlers, on ``core``; ``node_info`` gives the server's facts (see the
+    module doc), ``started`` is the broker's start (epoch seconds)."""
+
+    def __init__(self, core: BrokerCore, node_info: NodeInfo | None = None) -> None:
+        self.core = core
+        self.node_info = node_info or (lambda: {})
+        self.started = time.time()
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/overview", self.overview),
+            web.get("/api/nodes", self.nodes),
+            web.get("/api/nodes/{node}", self.node),
+            web.get("/api/connections", self.connections),
+            web.get("/api/connections/{name}", self.connection),
+            web.delete("/api/connections/{name}", self.close_connection),
+            web.get("/api/connections/{name}/channels", self.connection_channels),
+            web.get("/api/vhosts/{vhost}/connections", self.connections),
+            web.get("/api/vhosts/{vhost}/channels", self.channels),
+            web.get("/api/channels", self.channels),
+            web.get("/api/channels/{name}", self.channel),
+            web.get("/api/consumers", self.consumers),
+            web.get("/api/consumers/{vhost}", self.consumers),
+            web.get("/api/aliveness-test/{vhost}", self.aliveness),
+            web.get("/api/health/checks/alarms", self.alarms),
+            web.get("/api/health/checks/local-alarms", self.alarms),
+            web.get("/api/health/checks/virtual-hosts", self.virtual_hosts),
+            web.get("/api/health/checks/port-listener/{port}", self.port_listener),
+            web.get("/api/health/checks/protocol-listener/{protocol}", self.protocol_listener),
+            web.get("/api/health/checks/is-in-service", self.in_service),
+            web.get("/api/health/checks/ready-to-serve-clients", self.in_service),
+            web.get("/api/health/checks/node-is-quorum-critical", self.quorum_critical),
+            web.get("/api/version", self.version),
+        ]
+
+    # -- overview and nodes ---------------------------------------------------------
+    def _listeners(self) -> list[dict]:
+        return [
+            {"node": NODE, "protocol": protocol, "ip_address": ip, "port": port, "socket_opts": {}}
+            for protocol, ip, port in self.node_info().get("listeners", [])
+        ]
+
+    async def overview(self, request: web.Request) -> web.Response:
+        """``GET /api/overview``: product, versions, listeners, object and message
+        totals over what the user may see."""
+        user = request["user"]
+        vhosts = [v for name, v in self.core.vhosts.items() if works_in(self.core, user, name)]
+        queues = [q for v in vhosts for q in v.queues.values()]
+        connections = self._visible(request)
+        channels = [c for facts in connections for c in facts.channels]
+        ready = sum(q.message_count for q in queues)
+        unacked = sum(q.unacked_count for q in queues)
+        return web.json_response(
+            {
+                "management_version": __version__,
+                "rates_mode": "none",
+                "exchange_types": self._exchange_types(),
+                "product_version": __version__,
+                "product_name": "leveret",
+                "rabbitmq_version": RABBITMQ_VERSION,
+                "cluster_name": NODE,
+                "erlang_version": platform.python_version(),
+                "erlang_full_version": f"{platform.python_implementation()} {platform.python_version()}",
+                "disable_stats": True,
+                "enable_queue_totals": True,
+                "queue_totals": {
+                    "messages": ready + unacked,
+                    "messages_ready": ready,
+                    "messages_unacknowledged": unacked,
+                },
+                "object_totals": {
+                    "channels": len(channels),
+                    "connections": len(connections),
+                    "consumers": sum(len(c.consumers) for c in channels),
+                    "exchanges": sum(len(v.exchanges) for v in vhosts),
+                    "queues": len(queues),
+                },
+                "statistics_db_event_queue": 0,
+                "node": NODE,
+                "listeners": self._listeners(),
+                "contexts": [],
+            }
+        )
+
+    @staticmethod
+    def _exchange_types() -> list[dict]:
+        return [
+            {"name": name, "description": f"{name} exchange", "enabled": True}
+            for name in sorted(EXCHANGE_TYPES)
+        ]
+
+    def _node_row(self) -> dict:
+        info = self.node_info()
+        try:
+            fd_used = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            fd_used = 0
+        soft_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        alarms = self.core.alarm_sources
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return {
+            "name": NODE,
+            "type": "disc",
+            "running": True,
+            "os_pid": str(os.getpid()),
+            "uptime": _ms(time.time() - self.started),
+            "run_queue": 0,
+            "processors": os.cpu_count() or 1,
+            "fd_total": soft_fds,
+            "fd_used": fd_used,
+            "sockets_total": soft_fds,
+            "sockets_used": len(self.core.connections),
+            "proc_total": 1,
+            "proc_used": 1,
+            "mem_limit": info.get("mem_limit", 0),
+            "mem_used": info.get("mem_used", rss),
+            "mem_alarm": "memory" in alarms,
+            "disk_free_limit": info.get("disk_free_limit", 0),
+            "disk_free": info.get("disk_free", 0),
+            "disk_free_alarm": "disk" in alarms or "store" in alarms,
+            "rates_mode": "none",
+            "enabled_plugins": [],
+            "being_drained": False,
+            "partitions": [],
+            "cluster_links": [],
+            "exchange_types": self._exchange_types(),
+            "auth_mechanisms": [{"name": "PLAIN", "description": "SASL PLAIN", "enabled": True}],
+            "applications": [
+                {"name": "leveret", "description": "leveret message broker", "version": __version__}
+            ],
+            "net_ticktime": 60,
+        }
+
+    async def nodes(self, request: web.Request) -> web.Response:
+        """``GET /api/nodes``: the one node (leveret does not cluster)."""
+        return list_response(request, [self._node_row()])
+
+    async def node(self, request: web.Request) -> web.Response:
+        if request.match_info["node"] != NODE:
+            raise object_not_found()
+        return web.json_response(self._node_row())
+
+    # -- connections, channels, consumers ------------------------------------------
+    def _visible(self, request: web.Request) -> list[ConnectionFacts]:
+        """The connections the user sees (all, or their own), of the route's vhost."""
+        user = request["user"]
+        sees_all = bool(SEES_ALL_TAGS.intersection(user.tags))
+        vhost = route_vhost(self.core, request).name if "vhost" in request.match_info else None
+        return [
+            facts
+            for facts, _ in self.core.connections.facts()
+            if (sees_all or facts.user == user.name) and vhost in (None, facts.vhost)
+        ]
+
+    def _connection(self, request: web.Request) -> tuple[ConnectionFacts, Any]:
+        found = self.core.connections.find(request.match_info["name"])
+        user = request["user"]
+        if found is None:
+            raise object_not_found()
+        if not (SEES_ALL_TAGS.intersection(user.tags) or found[0].user == user.name):
+            raise json_error(401, "not_authorised", "User not authorised to access object")
+        return found
+
+    async def connections(self, request: web.Request) -> web.Response:
+        """``GET /api/connections``, ``/api/vhosts/{vhost}/connections``."""
+        return list_response(request, [connection_row(f) for f in self._visible(request)], pageable=True)
+
+    async def connection(self, request: web.Request) -> web.Response:
+        return web.json_response(connection_row(self._connection(request)[0]))
+
+    async def close_connection(self, request: web.Request) -> web.Response:
+        """``DELETE /api/connections/{name}``: closed with 320 CONNECTION_FORCED and
+        the ``X-Reason`` header's text (RabbitMQ's default otherwise); 204. Only an
+        administrator may close another user's connection."""
+        facts, connection = self._connection(request)
+        user = request["user"]
+        if facts.user != user.name and "administrator" not in user.tags:
+            raise json_error(401, "not_authorised", "User not authorised to access object")
+        reason = request.headers.get("X-Reason", "Closed via management plugin")
+        connection.close_by_operator(reason)
+        audit.record(
+            "connection.close", user.name, request.remote or "", connection=facts.name, reason=reason
+        )
+        return web.Response(status=204)
+
+    async def connection_channels(self, request: web.Request) -> web.Response:
+        facts, _ = self._connection(request)
+        return list_response(request, [channel_row(facts, c) for c in facts.channels])
+
+    async def channels(self, request: web.Request) -> web.Response:
+        """``GET /api/channels``, ``/api/vhosts/{vhost}/channels``."""
+        rows = [channel_row(f, c) for f in self._visible(request) for c in f.channels]
+        return list_response(request, rows, pageable=True)
+
+    async def channel(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        for facts in self._visible(request):
+            for channel in facts.channels:
+                if channel_name(facts, channel) == name:
+                    return web.json_response(
+                        {**channel_row(facts, channel), "consumer_details": consumer_rows(facts, channel)}
+                    )
+        raise object_not_found()
+
+    async def consumers(self, request: web.Request) -> web.Response:
+        """``GET /api/consumers[/{vhost}]``: the consumers of the connections the user
+        sees."""
+        rows = [row for f in self._visible(request) for c in f.channels for row in consumer_rows(f, c)]
+        return list_response(request, rows)
+
+    # -- health ---------------------------------------------------------------------
+    async def aliveness(self, request: web.Request) -> web.Response:
+        """``GET /api/aliveness-test/{vhost}``: declare ``aliveness-test`` in the vhost,
+        publish to it and get the message back, as RabbitMQ does."""
+        vhost = route_vhost(self.core, request)
+        queue = vhost.declare_queue("aliveness-test", None)
+        queue.purge()
+        queue.enqueue(Message.build("", "aliveness-test", b"test_message", Properties()))
+        entry = queue.get()
+        if entry is None or entry.message.body != b"test_message":
+            return web.json_response({"status": "failed", "reason": "message not received"}, status=503)
+        queue.ack(entry)
+        return web.json_response({"status": "ok"})
+
+    async def alarms(self, request: web.Request) -> web.Response:
+        """``/api/health/checks/{alarms,local-alarms}``: 503 while a resource alarm is
+        raised."""
+        sources = sorted(self.core.alarm_sources)
+        if not sources:
+            return _status(True)
+        return _status(
+            False, "resource alarm(s) in effect", alarms=[{"node": NODE, "resource": s} for s in sources]
+        )
+
+    async def virtual_hosts(self, request: web.Request) -> web.Response:
+        return _status(True)  # every vhost runs in the one process
+
+    async def port_listener(self, request: web.Request) -> web.Response:
+        text = request.match_info["port"]
+        if not text.isdigit():
+            raise json_error(400, "bad_request", f"invalid port '{text}'")
+        ports = [port for _, _, port in self.node_info().get("listeners", [])]
+        port = int(text)
+        if port in ports:
+            return _status(True, port=port)
+        return _status(False, "No active listener", missing=port, ports=ports)
+
+    async def protocol_listener(self, request: web.Request) -> web.Response:
+        protocol = request.match_info["protocol"]
+        protocols = [p for p, _, _ in self.node_info().get("listeners", [])]
+        if protocol.lower() in protocols:
+            return _status(True, protocol=protocol)
+        return _status(False, "No active listener", missing=protocol, protocols=protocols)
+
+    async def in_service(self, request: web.Request) -> web.Response:
+        """``is-in-service``, ``ready-to-serve-clients`` (newer RabbitMQ's; no login):
+        ok while no resource alarm blocks publishers."""
+        if self.core.alarm_active:
+            return _status(False, "resource alarm(s) in effect")
+        return _status(True)
+
+    async def quorum_critical(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "reason": "single node cluster"})
+
+    async def version(self, request: web.Request) -> web.Response:
+        """``GET /api/version`` (no login): the RabbitMQ version followed."""
+        return web.json_response(RABBITMQ_VERSION)
