@@ -9,9 +9,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .audit import AuditTrail
 from .auth import Grants, Permission, TopicPermission, User, UserDatabase
 from .clock import Clock
 from .connections import Connections
+from .dead_letter_actions import DeadLetterJobs
 from .login_throttle import LoginThrottle
 from .metrics import BrokerCounters
 from .policy import Policy
@@ -87,6 +89,10 @@ class BrokerCore:
             vhost.metrics = self.metrics
         #: Open client connections of every protocol (see :mod:`.connections`).
         self.connections = Connections()
+        #: The operators' latest actions (see :mod:`.audit`).
+        self.audit = AuditTrail()
+        #: The dead-letter console's bulk actions (see :mod:`.dead_letter_actions`).
+        self.dead_letter_jobs = DeadLetterJobs(self)
         if not self.vhosts:
             self.add_vhost("/")
 

@@ -51,10 +51,11 @@ def latest_death(message: Message) -> Death | None:
         ).timestamp()
     else:
         seconds = float(when) if isinstance(when, (int, float)) else None
-    return Death(_text(first.get("queue")), _text(first.get("reason")), seconds)
+    return Death(text(first.get("queue")), text(first.get("reason")), seconds)
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
+    """A header value as text (bytes decoded, None as empty)."""
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode(errors="replace")
     return "" if value is None else str(value)
@@ -79,7 +80,7 @@ class DeadLetterFilter:
         if self.body is not None and self.body not in message.body:
             return False
         for name, value in self.headers:
-            if _text(message.header(name)) != value:
+            if text(message.header(name)) != value:
                 return False
         if (
             self.reason is None

@@ -226,6 +226,24 @@ class Message:
             self.cc,
         )
 
+    def readdressed(self, exchange: str, routing_key: str) -> Message:
+        """The same message (format, encoded form, deaths) addressed to ``exchange`` and
+        ``routing_key`` alone (no ``CC`` keys): an operator's retry or move of a dead
+        letter."""
+        copy = Message(
+            exchange,
+            routing_key,
+            self.body,
+            self.format,
+            self.encoded,
+            self.persistent,
+            self.ttl,
+            self.priority,
+            self.deaths,
+        )
+        copy._properties = self._properties
+        return copy
+
     def with_headers(self, changes: dict[str, Any]) -> Message:
         """A copy with application headers set (str or int) or removed (None), in the
         message's own format (the scheduler's ``scheduledJobId``, the delayed-message

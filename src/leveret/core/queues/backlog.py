@@ -42,12 +42,17 @@ class Backlog:
         first_seq: int = 0,
         last_seq: int = ALL_SEQS,
         waiting: list[tuple[float, QueuedMessage]] | None = None,
+        held: set[int] | None = None,
     ) -> None:
         self.name = name
         #: ``(available_at, entry)`` of messages read back while their redelivery
         #: back-off still runs (after a restart): not ready; the queue takes them
         #: (a priority queue's levels share one list)
         self.waiting: list[tuple[float, QueuedMessage]] = waiting if waiting is not None else []
+        #: seqs of paged-out messages an operator's action holds (their rows stay in the
+        #: store until the action settles them): reading back passes over them (a
+        #: priority queue's levels share one set)
+        self.held: set[int] = held if held is not None else set()
         self.max_in_memory = max_in_memory
         self.max_in_memory_bytes = max_in_memory_bytes
         self.first_seq = first_seq
@@ -107,6 +112,16 @@ class Backlog:
         self.paged -= 1
         self.bytes -= size
 
+    def unforget_paged(self, seq: int, size: int) -> bool:
+        """A paged-out message taken out with :meth:`forget_paged` whose row stayed in
+        the store comes back: counted as paged out again and True, if it is still ahead
+        of reading back; else False (the caller puts it back in memory)."""
+        if not self.paged or seq <= self.paged_after:
+            return False
+        self.paged += 1
+        self.bytes += size
+        return True
+
     def restore(self, count: int, size: int) -> None:
         """At start-up: ``count`` messages (``size`` body bytes) wait in the store."""
         self.paged, self.paged_after, self.bytes = count, self.first_seq, size
@@ -153,6 +168,9 @@ class Backlog:
             entry.delivery_count = stored.delivery_count
             entry.redelivered = stored.delivery_count > 0
             rows += 1
+            if stored.seq in self.held:  # not counted in ``paged`` any more
+                self.paged_after = stored.seq
+                continue
             if stored.available_at > now:  # its redelivery back-off outlived a restart
                 entry.state = DELAYED
                 self.waiting.append((stored.available_at, entry))

@@ -235,6 +235,30 @@ class Queue:
             "it cannot be browsed"
         )
 
+    def scan(
+        self, limit: int, where: Callable[[QueuedMessage], bool], after_seq: int = 0
+    ) -> tuple[list[QueuedMessage], int, bool]:
+        """:meth:`browse` in steps: ``(found, position, complete)`` from the message
+        after seq ``after_seq`` on (see :meth:`.ClassicQueue.scan`); PreconditionFailed
+        for a queue type that cannot be browsed."""
+        self.browse(0)  # refuses
+        return [], after_seq, True
+
+    def hold(
+        self, limit: int, where: Callable[[QueuedMessage], bool], after_seq: int = 0
+    ) -> tuple[list[QueuedMessage], int, bool]:
+        """Take waiting messages out for an operator's action (see
+        :meth:`.ClassicQueue.hold`); PreconditionFailed for a queue type that cannot be
+        browsed."""
+        self.browse(0)  # refuses
+        return [], after_seq, True
+
+    def settle_held(self, entries: list[QueuedMessage]) -> None:
+        """Held messages are done with (see :meth:`.ClassicQueue.settle_held`)."""
+
+    def release(self, entries: list[QueuedMessage]) -> None:
+        """Held messages go back unchanged (see :meth:`.ClassicQueue.release`)."""
+
     def lease(self, group: str) -> Lease:
         """The lease of consumer ``group`` (:mod:`..lease`); PreconditionFailed for a
         queue type without leases."""

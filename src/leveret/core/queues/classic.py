@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..dead_letter import dead_letter
@@ -314,37 +314,121 @@ class ClassicQueue(Queue):
     ) -> list[QueuedMessage]:
         """Up to ``limit`` ready messages ``selector`` and ``where`` accept, in order, in
         memory then paged out (read from the store, not kept), left in the queue."""
-        backlog = self.backlog
 
         def wanted(entry: QueuedMessage) -> bool:
             if where is not None and not where(entry):
                 return False
             return selector is None or selector.matches(message_lookup(entry.message))
 
-        found: list[QueuedMessage] = []
-        batches = BROWSE_BATCHES  # a selector nothing matches reads this far at most
-        for part in backlog.parts:  # a priority queue's levels, highest first
-            found += itertools.islice(
-                (e for e in part.ready if e.state == READY and wanted(e)), limit - len(found)
-            )
-            after = part.paged_after
-            while batches > 0 and len(found) < limit and part.paged and self.store is not None:
-                batches -= 1
-                rows = self.store.read_queue(self.queue_id, after, PAGE_IN_BATCH, part.last_seq)
+        return self.scan(limit, wanted)[0]
+
+    def scan(
+        self, limit: int, where: Callable[[QueuedMessage], bool], after_seq: int = 0
+    ) -> tuple[list[QueuedMessage], int, bool]:
+        """Like :meth:`browse` from the message after ``after_seq`` on (seqs follow the
+        delivery order, priority levels too). Returns ``(found, position, complete)``:
+        ``position`` is the seq of the last message looked at, the ``after_seq`` of the
+        next call; ``complete`` is true once every waiting message has been looked at.
+        One call reads at most :data:`BROWSE_BATCHES` batches from the store."""
+        found, position, complete = self._scan(limit, where, after_seq)
+        return [entry for entry, _ in found], position, complete
+
+    def _scan(
+        self, limit: int, where: Callable[[QueuedMessage], bool], after_seq: int
+    ) -> tuple[list[tuple[QueuedMessage, bool]], int, bool]:
+        """:meth:`scan`, with each entry's ``paged`` flag (read from the store)."""
+        found: list[tuple[QueuedMessage, bool]] = []
+        position = after_seq
+        budget = [BROWSE_BATCHES]
+        for entry, paged in self._waiting(after_seq, budget):
+            position = entry.seq
+            if where(entry):
+                found.append((entry, paged))
+                if len(found) >= limit:
+                    return found, position, False
+        return found, position, budget[0] >= 0
+
+    def _waiting(self, after_seq: int, budget: list[int]) -> Iterator[tuple[QueuedMessage, bool]]:
+        """The waiting messages after ``after_seq`` in delivery order, as ``(entry,
+        paged)``: those in memory, then each level's paged-out ones as entries read
+        from the store (not kept), passing over held ones. ``budget[0]`` store reads at
+        most: it is -1 when they ran out before the last message."""
+        store = self.store
+        held = self.backlog.held
+        for part in self.backlog.parts:  # a priority queue's levels, highest first
+            if part.last_seq <= after_seq:
+                continue
+            for entry in part.ready:
+                if entry.state == READY and entry.seq > after_seq:
+                    yield entry, False
+            after = max(part.paged_after, after_seq)
+            while part.paged and store is not None:
+                if budget[0] <= 0:
+                    budget[0] = -1
+                    return
+                budget[0] -= 1
+                rows = store.read_queue(self.queue_id, after, PAGE_IN_BATCH, part.last_seq)
                 if not rows:
                     break
                 for stored in rows:
                     after = stored.seq
+                    if stored.seq in held:
+                        continue
                     message = Message.restore(
                         stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
                     )
-                    entry = QueuedMessage(message, stored.seq, 0, stored.expires_at)
+                    entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
+                    entry.delivery_count = stored.delivery_count
                     entry.redelivered = stored.delivery_count > 0
-                    if wanted(entry) and len(found) < limit:
-                        found.append(entry)
-            if len(found) >= limit:
-                break
-        return found
+                    yield entry, True
+
+    # -- an operator's actions on waiting messages (the dead-letter console) -----------
+    def hold(
+        self, limit: int, where: Callable[[QueuedMessage], bool], after_seq: int = 0
+    ) -> tuple[list[QueuedMessage], int, bool]:
+        """Take up to ``limit`` waiting messages ``where`` accepts out of the queue, as
+        :meth:`scan` finds them, without delivering them: no delivery is counted, no
+        ``redelivered`` flag set. They count as unacknowledged until :meth:`settle_held`
+        (gone: acknowledged) or :meth:`release` (back in their places, unchanged); a
+        persistent one keeps its row in the store meanwhile, so a crash leaves it in the
+        queue. Returns what :meth:`scan` returns."""
+        found, position, complete = self._scan(limit, where, after_seq)
+        backlog = self.backlog
+        for entry, paged in found:
+            if paged:  # read from the store: its row is passed over from now on
+                backlog.forget_paged(entry.seq, len(entry.message.body))
+                backlog.held.add(entry.seq)
+            else:
+                backlog.remove(entry)
+            entry.state = UNACKED
+            self.unacked_count += 1
+        return [entry for entry, _ in found], position, complete
+
+    def settle_held(self, entries: list[QueuedMessage]) -> None:
+        """Held messages (:meth:`hold`) are done with: they leave the queue and the
+        store, as acknowledged."""
+        for entry in entries:
+            self.ack(entry)
+            self.backlog.held.discard(entry.seq)
+
+    def release(self, entries: list[QueuedMessage]) -> None:
+        """Held messages (:meth:`hold`, in seq order) go back to their places in the
+        queue as they were (not marked redelivered)."""
+        if self.deleted:
+            return
+        backlog = self.backlog
+        back = []
+        for entry in entries:
+            if entry.state != UNACKED:
+                continue
+            self.unacked_count -= 1
+            if entry.seq in backlog.held:
+                backlog.held.discard(entry.seq)
+                if backlog.unforget_paged(entry.seq, len(entry.message.body)):
+                    entry.state = GONE  # counted as paged out again; its row is read back later
+                    continue
+            back.append(entry)
+        self._put_back(back)
 
     def get(self) -> QueuedMessage | None:
         """basic.get: the head message, or None when empty."""
@@ -483,6 +567,8 @@ class ClassicQueue(Queue):
         budget = PAGED_EXPIRY_BATCH
         for low, high in backlog.paged_ranges():
             for stored in store.read_expired(self.queue_id, low, high, now, budget):
+                if stored.seq in backlog.held:  # an operator's action has it
+                    continue
                 message = Message.restore(
                     stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
                 )

@@ -53,6 +53,7 @@ class PriorityBacklog:
         self.max_in_memory = max_in_memory
         self.max_in_memory_bytes = max_in_memory_bytes
         self.waiting: list[tuple[float, QueuedMessage]] = []  # every band's (see Backlog.waiting)
+        self.held: set[int] = set()  # every band's (see Backlog.held)
         self.bands = [
             Backlog(
                 name,
@@ -61,6 +62,7 @@ class PriorityBacklog:
                 band << SEQ_BITS,
                 ((band + 1) << SEQ_BITS) - 1,
                 self.waiting,
+                self.held,
             )
             for band in range(max_priority + 1)
         ]
@@ -184,6 +186,15 @@ class PriorityBacklog:
         before = band.live, band.paged, band.bytes, band.memory_bytes
         band.forget_paged(seq, size)
         self._update(band, index, *before)
+
+    def unforget_paged(self, seq: int, size: int) -> bool:
+        """See :meth:`.Backlog.unforget_paged`."""
+        index = seq >> SEQ_BITS
+        band = self.bands[index]
+        before = band.live, band.paged, band.bytes, band.memory_bytes
+        kept = band.unforget_paged(seq, size)
+        self._update(band, index, *before)
+        return kept
 
     def restore(self, blocks: dict[int, tuple[int, int, int]]) -> int:
         """At start-up: the store holds, per band, ``(count, highest seq, body bytes)``
