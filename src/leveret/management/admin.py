@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..core import audit, definitions_document, passwords
+from ..core import definitions_document, passwords
 from ..core.auth import Permission, TopicPermission, User, check_pattern
 from ..core.broker import BrokerCore
 from ..version import __version__
@@ -96,15 +96,14 @@ def _topic_row(user: str, vhost: str, topic: TopicPermission) -> dict:
     return {"user": user, "vhost": vhost, **vars(topic)}
 
 
-def _audit(request: web.Request, action: str, /, **details: object) -> None:
-    audit.record(action, request["user"].name, request.remote or "", **details)
-
-
 class AdminAPI:
     """The handlers, on ``core``; every change is recorded in the audit log."""
 
     def __init__(self, core: BrokerCore) -> None:
         self.core = core
+
+    def _audit(self, request: web.Request, action: str, /, **details: object) -> None:
+        self.core.audit.record(action, request["user"].name, request.remote or "", **details)
 
     def routes(self) -> list[web.RouteDef]:
         """Every route of this module."""
@@ -176,13 +175,13 @@ class AdminAPI:
             user = User(name, password_hash, algorithm, tags)
         created = name not in self.core.users.users
         self.core.add_user(user)
-        _audit(request, "user.put", user=name, tags=",".join(tags))
+        self._audit(request, "user.put", user=name, tags=",".join(tags))
         return web.Response(status=201 if created else 204)
 
     async def delete_user(self, request: web.Request) -> web.Response:
         if not self.core.delete_user(request.match_info["user"]):
             return not_found()
-        _audit(request, "user.delete", user=request.match_info["user"])
+        self._audit(request, "user.delete", user=request.match_info["user"])
         return web.Response(status=204)
 
     async def user_permissions(self, request: web.Request) -> web.Response:
@@ -228,14 +227,14 @@ class AdminAPI:
         vhost, user = request.match_info["vhost"], request.match_info["user"]
         created = self.core.users.permission(user, vhost) is None
         self.core.set_permission(user, vhost, Permission(body["configure"], body["write"], body["read"]))
-        _audit(request, "permission.put", user=user, vhost=vhost, **{k: body[k] for k in keys})
+        self._audit(request, "permission.put", user=user, vhost=vhost, **{k: body[k] for k in keys})
         return web.Response(status=201 if created else 204)
 
     async def delete_permission(self, request: web.Request) -> web.Response:
         user, vhost = request.match_info["user"], request.match_info["vhost"]
         if not self.core.clear_permission(user, vhost):
             return not_found()
-        _audit(request, "permission.delete", user=user, vhost=vhost)
+        self._audit(request, "permission.delete", user=user, vhost=vhost)
         return web.Response(status=204)
 
     # -- topic permissions ----------------------------------------------------------
@@ -264,14 +263,14 @@ class AdminAPI:
         topic = TopicPermission(body["exchange"], body["write"], body["read"])
         created = self.core.users.topic_permission(user, vhost, topic.exchange) is None
         self.core.set_topic_permission(user, vhost, topic)
-        _audit(request, "topic_permission.put", user=user, vhost=vhost, **vars(topic))
+        self._audit(request, "topic_permission.put", user=user, vhost=vhost, **vars(topic))
         return web.Response(status=201 if created else 204)
 
     async def delete_topic_permission(self, request: web.Request) -> web.Response:
         user, vhost = request.match_info["user"], request.match_info["vhost"]
         if not self.core.clear_topic_permissions(user, vhost):
             return not_found()
-        _audit(request, "topic_permission.delete", user=user, vhost=vhost)
+        self._audit(request, "topic_permission.delete", user=user, vhost=vhost)
         return web.Response(status=204)
 
     # -- vhosts ---------------------------------------------------------------------
@@ -287,13 +286,13 @@ class AdminAPI:
             return web.Response(status=204)
         self.core.add_vhost(name)
         self.core.set_permission(request["user"].name, name, Permission())
-        _audit(request, "vhost.put", vhost=name)
+        self._audit(request, "vhost.put", vhost=name)
         return web.Response(status=201)
 
     async def delete_vhost(self, request: web.Request) -> web.Response:
         if not self.core.delete_vhost(request.match_info["vhost"]):
             return not_found()
-        _audit(request, "vhost.delete", vhost=request.match_info["vhost"])
+        self._audit(request, "vhost.delete", vhost=request.match_info["vhost"])
         return web.Response(status=204)
 
     async def vhost_permissions(self, request: web.Request) -> web.Response:
@@ -315,7 +314,7 @@ class AdminAPI:
         if isinstance(body, web.Response):
             return body
         definitions_document.import_document(self.core, body)
-        _audit(
+        self._audit(
             request,
             "definitions.import",
             users=len(body.get("users", [])),
@@ -355,7 +354,7 @@ class AdminAPI:
                 return bad_request(f"{key} must be a list of objects")
             document[key] = [{**entry, "vhost": name} for entry in entries]
         definitions_document.import_document(self.core, document)
-        _audit(request, "definitions.import", vhost=name, queues=len(document["queues"]))
+        self._audit(request, "definitions.import", vhost=name, queues=len(document["queues"]))
         return web.Response(status=204)
 
 

@@ -38,7 +38,6 @@ from typing import Any
 
 from aiohttp import web
 
-from ..core import audit
 from ..core.access import Access
 from ..core.auth import AuthenticationError, LoopbackOnly
 from ..core.broker import BrokerCore
@@ -239,7 +238,7 @@ class ManagementAPI:
             user = self.core.users.authenticate(username, password, loopback)
         except (AuthenticationError, ValueError, UnicodeDecodeError) as exc:
             log.warning("HTTP access denied: user '%s' from %s - %s", username, peer, exc)
-            audit.record("login.refused", username, peer, protocol="http")
+            self.core.audit.record("login.refused", username, peer, protocol="http")
             self.core.login_throttle.failed(peer)
             if isinstance(exc, LoopbackOnly):
                 return _unauthorised("User can only log in via localhost")
@@ -320,7 +319,7 @@ class ManagementAPI:
         except BrokerError:
             return _unauthorised("Access refused.")
         self.core.scheduler.cancel(job.job_id, job.vhost)
-        audit.record(
+        self.core.audit.record(
             "scheduled.cancel", request["user"].name, request.remote or "", vhost=job.vhost, job=job.job_id
         )
         return web.Response(status=204)

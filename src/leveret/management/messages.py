@@ -28,7 +28,6 @@ from typing import Any
 
 from aiohttp import web
 
-from ..core import audit
 from ..core.broker import BrokerCore
 from ..core.definitions_document import jsonable
 from ..core.errors import BrokerError
@@ -225,7 +224,7 @@ class Messages:
             for entry in taken:
                 queue.discard(entry, "rejected")
         if taken and ackmode.endswith("requeue_false"):
-            audit.record(
+            self.core.audit.record(
                 "queue.get",
                 request["user"].name,
                 request.remote or "",

@@ -26,7 +26,6 @@ from html import escape
 
 from aiohttp import web
 
-from ..core import audit
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
 from ..core.policy import Policy
@@ -149,7 +148,7 @@ class Policies:
             raise _invalid(exc.text) from None
         created = all((p.vhost, p.name) != (vhost, policy.name) for p in self.core.policies)
         self.core.set_policy(policy)
-        audit.record(
+        self.core.audit.record(
             "policy.put",
             request["user"].name,
             request.remote or "",
@@ -164,7 +163,9 @@ class Policies:
         name = request.match_info["name"]
         if not self.core.clear_policy(vhost, name):
             raise object_not_found()
-        audit.record("policy.delete", request["user"].name, request.remote or "", vhost=vhost, policy=name)
+        self.core.audit.record(
+            "policy.delete", request["user"].name, request.remote or "", vhost=vhost, policy=name
+        )
         return web.Response(status=204)
 
     # -- vhost limits -----------------------------------------------------------------
@@ -203,7 +204,7 @@ class Policies:
             reason = f'{name} should be a number, actually was <<"{value}">>'
             raise json_error(400, "bad_request", f"Validation failed\n\n{reason}\n")
         self.core.set_vhost_limit(vhost, name, value)
-        audit.record(
+        self.core.audit.record(
             "vhost_limit.put",
             request["user"].name,
             request.remote or "",
@@ -216,7 +217,7 @@ class Policies:
     async def delete_vhost_limit(self, request: web.Request) -> web.Response:
         vhost, name = self._limit(request)
         self.core.set_vhost_limit(vhost, name, None)
-        audit.record(
+        self.core.audit.record(
             "vhost_limit.delete", request["user"].name, request.remote or "", vhost=vhost, limit=name
         )
         return web.Response(status=204)

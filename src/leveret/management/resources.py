@@ -32,7 +32,6 @@ from urllib.parse import quote_plus, unquote_plus
 
 from aiohttp import web
 
-from ..core import audit
 from ..core.broker import BrokerCore
 from ..core.definitions_document import jsonable
 from ..core.exchange import DEFAULT_EXCHANGE, Binding, Exchange
@@ -245,7 +244,7 @@ class Resources:
         user_session = session(self.core, request, vhost)
         amqp(lambda: user_session.declare_exchange(name, kind, False, durable, auto_delete, internal, args))
         if created:
-            audit.record(
+            self.core.audit.record(
                 "exchange.declare",
                 request["user"].name,
                 request.remote or "",
@@ -262,7 +261,7 @@ class Resources:
         if_unused = flag(request, "if-unused")
         user_session = session(self.core, request, vhost)
         amqp(lambda: user_session.delete_exchange(name, if_unused))
-        audit.record(
+        self.core.audit.record(
             "exchange.delete", request["user"].name, request.remote or "", vhost=vhost.name, exchange=name
         )
         return web.Response(status=204)
@@ -332,7 +331,7 @@ class Resources:
         user_session = session(self.core, request, vhost)
         amqp(lambda: user_session.declare_queue(name, False, durable, False, auto_delete, args))
         if created:
-            audit.record(
+            self.core.audit.record(
                 "queue.declare", request["user"].name, request.remote or "", vhost=vhost.name, queue=name
             )
         return web.Response(status=201 if created else 204)
@@ -344,7 +343,7 @@ class Resources:
         if_empty, if_unused = flag(request, "if-empty"), flag(request, "if-unused")
         user_session = session(self.core, request, vhost)
         count = amqp(lambda: user_session.delete_queue(queue.name, if_unused, if_empty))
-        audit.record(
+        self.core.audit.record(
             "queue.delete",
             request["user"].name,
             request.remote or "",
@@ -378,7 +377,7 @@ class Resources:
             raise object_not_found()
         queue = amqp(lambda: vhost.get_queue(name, user_session.owner))  # 400 if exclusive elsewhere
         count = queue.purge()
-        audit.record(
+        self.core.audit.record(
             "queue.purge",
             request["user"].name,
             request.remote or "",
@@ -425,7 +424,7 @@ class Resources:
         args = arguments(body)
         user_session = session(self.core, request, vhost)
         amqp(lambda: user_session.bind(source, kind, destination, key, args))
-        audit.record(
+        self.core.audit.record(
             "binding.create",
             request["user"].name,
             request.remote or "",
@@ -474,7 +473,7 @@ class Resources:
         )
         user_session = session(self.core, request, vhost)
         amqp(lambda: user_session.unbind(source, kind, destination, row["routing_key"], args))
-        audit.record(
+        self.core.audit.record(
             "binding.delete",
             request["user"].name,
             request.remote or "",

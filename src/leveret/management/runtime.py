@@ -23,7 +23,6 @@ from typing import Any
 
 from aiohttp import web
 
-from ..core import audit
 from ..core.broker import BrokerCore
 from ..core.connections import ChannelFacts, ConnectionFacts
 from ..core.exchange import EXCHANGE_TYPES
@@ -345,7 +344,7 @@ class Runtime:
             raise json_error(401, "not_authorised", "User not authorised to access object")
         reason = request.headers.get("X-Reason", "Closed via management plugin")
         connection.close_by_operator(reason)
-        audit.record(
+        self.core.audit.record(
             "connection.close", user.name, request.remote or "", connection=facts.name, reason=reason
         )
         return web.Response(status=204)
