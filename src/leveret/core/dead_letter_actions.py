@@ -270,7 +270,7 @@ class DeadLetterJobs:
             job=job.id,
             matching=matched,
             **selection.describe(),
-            **(target.describe() if job.target and target else {}),
+            **({"target": job.target.describe()} if job.target else {}),
         )
         task = asyncio.get_running_loop().create_task(self._run(job, session, queue, source))
         self._tasks.add(task)
