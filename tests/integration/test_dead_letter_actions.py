@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -262,3 +265,40 @@ def test_failed_moves_of_paged_out_messages_go_back_in_order(tmp_path):
         assert [int(body) for body, _, _ in taken] == list(range(60))
         assert not any(redelivered for _, _, redelivered in taken)
         connection.close()
+
+
+def leveret(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}  # rich wraps tables to the terminal's width
+    return subprocess.run(
+        [sys.executable, "-m", "leveret", *args], capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+def test_the_same_actions_from_leveret_dlq(broker, channel):
+    """``leveret dlq`` drives the same API: a dry run counts, move and delete act, jobs
+    and the audit trail list them, a refused target is a clear error."""
+    dead_letters(channel)
+    channel.queue_declare("parking")
+    http = ("--http-url", broker.http_url)
+    dry = leveret("dlq", "move", "dlq", "--to-queue", "parking", "--reason", "rejected", "--dry-run", *http)
+    assert dry.returncode == 0, dry.stderr
+    assert "3 message(s) match in dlq" in dry.stdout and count(channel, "dlq") == 4
+
+    moved = leveret("dlq", "move", "dlq", "--to-queue", "parking", "--header", "tenant:acme", *http)
+    assert moved.returncode == 0, moved.stderr
+    assert "done: 2 done, 0 left in dlq" in moved.stdout
+    assert (count(channel, "dlq"), count(channel, "parking")) == (2, 2)
+
+    deleted = leveret("dlq", "delete", "dlq", "--reason", "expired", "--yes", *http)
+    assert deleted.returncode == 0 and "1 done" in deleted.stdout
+    assert count(channel, "dlq") == 1
+
+    missing = leveret("dlq", "copy", "dlq", "--to-queue", "nowhere", *http)
+    assert missing.returncode != 0 and "404" in missing.stderr and "nowhere" in missing.stderr
+    assert leveret("dlq", "copy", "dlq", *http).returncode == 2  # no target: a usage error
+
+    jobs = leveret("dlq", "jobs", *http)
+    assert jobs.returncode == 0 and jobs.stdout.count("done") >= 2 and "move" in jobs.stdout
+    trail = leveret("dlq", "audit", "--limit", "10", *http)
+    assert trail.returncode == 0
+    assert "dead-letters.move" in trail.stdout and "dead-letters.delete.done" in trail.stdout
