@@ -302,3 +302,29 @@ def test_the_same_actions_from_leveret_dlq(broker, channel):
     trail = leveret("dlq", "audit", "--limit", "10", *http)
     assert trail.returncode == 0
     assert "dead-letters.move" in trail.stdout and "dead-letters.delete.done" in trail.stdout
+
+
+def test_actions_on_a_priority_queue_keep_its_delivery_order(broker, channel):
+    """A priority queue with most messages paged out: moving every third message and
+    failing to move the rest leaves the rest in priority order, FIFO within a level."""
+    channel.confirm_delivery()
+    channel.queue_declare("pdlq", durable=True, arguments={"x-max-priority": 3, "x-max-in-memory-length": 5})
+    channel.queue_declare("parking", durable=True)
+    channel.exchange_declare("void", "direct")
+    sent = [(n, n % 4) for n in range(40)]
+    for n, priority in sent:
+        properties = pika.BasicProperties(
+            delivery_mode=2, priority=priority, headers={"third": str(n % 3 == 0)}
+        )
+        channel.basic_publish("", "pdlq", str(n).encode(), properties)
+    job = run_job(
+        broker,
+        "pdlq",
+        {"action": "move", "filter": {"header": ["third:True"]}, "target": {"queue": "parking"}},
+    )
+    assert (job["done"], job["failed"]) == (14, 0)
+    failed = run_job(broker, "pdlq", {"action": "move", "target": {"exchange": "void"}})
+    assert (failed["done"], failed["failed"]) == (0, 26)
+    expected = [n for n, priority in sorted(sent, key=lambda s: (-s[1], s[0])) if n % 3]
+    assert [int(body) for body, _, _ in drain(channel, "pdlq")] == expected
+    assert sorted(int(body) for body, _, _ in drain(channel, "parking")) == list(range(0, 40, 3))
