@@ -407,30 +407,23 @@ def dlq_retry(queue: str, **options: Any) -> None:
     _console_action("retry", queue, None, **options)
 
 
-@dlq.command("move")
-@click.argument("queue")
-@click.option("--to-queue", default=None)
-@click.option("--to-exchange", default=None)
-@click.option("--routing-key", default=None, help="With --to-exchange [each message's own].")
-@_console_options
-def dlq_move(
-    queue: str, to_queue: str | None, to_exchange: str | None, routing_key: str | None, **options: Any
-) -> None:
-    """Move dead letters to a queue or exchange (confirmed before removed). leveret only."""
-    _console_action("move", queue, _target(to_queue, to_exchange, routing_key), **options)
+def _target_action(action: str, help_text: str) -> None:
+    """``leveret dlq move|copy``: an action with a target queue or exchange."""
+
+    @dlq.command(action, help=help_text)
+    @click.argument("queue")
+    @click.option("--to-queue", default=None)
+    @click.option("--to-exchange", default=None)
+    @click.option("--routing-key", default=None, help="With --to-exchange [each message's own].")
+    @_console_options
+    def command(
+        queue: str, to_queue: str | None, to_exchange: str | None, routing_key: str | None, **options: Any
+    ) -> None:
+        _console_action(action, queue, _target(to_queue, to_exchange, routing_key), **options)
 
 
-@dlq.command("copy")
-@click.argument("queue")
-@click.option("--to-queue", default=None)
-@click.option("--to-exchange", default=None)
-@click.option("--routing-key", default=None, help="With --to-exchange [each message's own].")
-@_console_options
-def dlq_copy(
-    queue: str, to_queue: str | None, to_exchange: str | None, routing_key: str | None, **options: Any
-) -> None:
-    """Copy dead letters to a queue or exchange; they stay. leveret only."""
-    _console_action("copy", queue, _target(to_queue, to_exchange, routing_key), **options)
+_target_action("move", "Move dead letters to a queue or exchange (confirmed before removed). leveret only.")
+_target_action("copy", "Copy dead letters to a queue or exchange; they stay. leveret only.")
 
 
 @dlq.command("delete")
