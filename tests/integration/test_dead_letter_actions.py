@@ -376,3 +376,17 @@ def test_a_move_killed_half_way_loses_nothing(tmp_path):
         connection.close()
     finally:
         server.kill()
+
+
+def test_the_audit_trail_survives_a_restart(tmp_path):
+    data = str(tmp_path / "data")
+    with BlockingBroker(amqp_port=0, http_port=0, data_dir=data) as broker:
+        connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+        dead_letters(connection.channel())
+        connection.close()
+        run_job(broker, "dlq", {"action": "delete", "filter": {"body": "order", "header": ["tenant:acme"]}})
+        before = send(broker, "GET", "/api/leveret/audit")[1]
+    assert [e["action"] for e in before] == ["dead-letters.delete.done", "dead-letters.delete"]
+    assert before[1]["details"]["filter"] == {"body": "order", "header": ["tenant:acme"]}
+    with BlockingBroker(amqp_port=0, http_port=0, data_dir=data) as broker:
+        assert send(broker, "GET", "/api/leveret/audit")[1] == before

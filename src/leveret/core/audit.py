@@ -8,7 +8,7 @@ the management API, and the dead-letter console's actions. Secrets are never rec
 
 The operators' actions through the management API also go to the broker's
 :class:`AuditTrail` (``BrokerCore.audit``), the last :data:`TRAIL_LENGTH` of them, which
-the console shows (``GET /api/leveret/audit``).
+the console shows (``GET /api/leveret/audit``); with a store they survive a restart.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger("leveret.audit")
 
@@ -44,16 +47,47 @@ class AuditEntry:
 
 
 class AuditTrail:
-    """The latest actions of one broker, newest last (in memory; the log keeps them
-    all). :meth:`record` logs as :func:`record` does and keeps the entry."""
+    """The latest actions of one broker, newest last. :meth:`record` logs as
+    :func:`record` does and keeps the entry, in the store too once :meth:`attach` gave
+    one (its details must then be JSON values)."""
 
     def __init__(self, length: int = TRAIL_LENGTH) -> None:
+        self.length = length
         self.entries: deque[AuditEntry] = deque(maxlen=length)
+        self._store: Store | None = None
+        self._names: deque[str] = deque()  # the store's names of the entries, oldest first
+
+    def attach(self, store: Store, rows: list[tuple[str, str, dict]]) -> None:
+        """Keep entries in ``store`` from now on; ``rows`` are those it holds (the
+        snapshot's ``audit`` definitions, oldest first)."""
+        self._store = store
+        for _, name, data in rows:
+            fields = {**data, "time": data["time_us"] / 1e6}
+            del fields["time_us"]
+            self.entries.append(AuditEntry(**fields))
+            self._names.append(name)
 
     def record(self, action: str, actor: str, source: str, /, **details: object) -> None:
         record(action, actor, source, **details)
-        self.entries.append(AuditEntry(time.time(), action, actor, source or "?", details))
+        entry = AuditEntry(round(time.time() * 1e6) / 1e6, action, actor, source or "?", details)
+        self.entries.append(entry)
+        store = self._store
+        if store is not None:
+            name = f"{time.time_ns():020d}"
+            # (integer microseconds: the store's tables keep a float in 32 bits)
+            data = {**asdict(entry), "time_us": round(entry.time * 1e6)}
+            del data["time"]
+            store.save_definition("audit", "", name, data)
+            self._names.append(name)
+            while len(self._names) > self.length:
+                store.delete_definition("audit", "", self._names.popleft())
 
-    def latest(self, limit: int) -> list[AuditEntry]:
-        """The ``limit`` newest entries, newest first."""
-        return [self.entries[-i] for i in range(1, min(limit, len(self.entries)) + 1)]
+    def latest(self, limit: int, user: str | None = None) -> list[AuditEntry]:
+        """The ``limit`` newest entries (of ``user``'s actions, when given), newest first."""
+        found: list[AuditEntry] = []
+        for entry in reversed(self.entries):
+            if len(found) >= limit:
+                break
+            if user is None or entry.user == user:
+                found.append(entry)
+        return found

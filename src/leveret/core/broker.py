@@ -227,6 +227,7 @@ class BrokerCore:
             self.users.permissions.clear()
             self.users.topic_permissions.clear()
         self._recover_users(snapshot.definitions)
+        self.audit.attach(store, snapshot.definitions.get("audit", []))
         for vhost, name, data in snapshot.definitions.get("policy", []):
             stored = Policy(
                 name,

@@ -82,7 +82,16 @@ class Selection:
         """For the audit trail."""
         if self.seqs is not None:
             return {"messages": len(self.seqs)}
-        return {"filter": {k: v for k, v in vars(self.filter).items() if v not in (None, ())}}
+        where = self.filter
+        described = {
+            "reason": where.reason,
+            "source_queue": where.source_queue,
+            "header": [f"{name}:{value}" for name, value in where.headers] or None,
+            "min_age": where.min_age,
+            "max_age": where.max_age,
+            "body": where.body.decode(errors="replace") if where.body is not None else None,
+        }
+        return {"filter": {k: v for k, v in described.items() if v is not None}}
 
 
 @dataclass(frozen=True)

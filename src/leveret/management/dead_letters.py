@@ -345,8 +345,7 @@ class DeadLetterAPI:
     async def audit(self, request: web.Request) -> web.Response:
         user = request["user"]
         limit = int(_number(request.query, "limit", 100, 1, TRAIL_LENGTH) or 100)
-        everyone = "administrator" in user.tags
-        entries = [e for e in self.core.audit.entries if everyone or e.user == user.name]
+        entries = self.core.audit.latest(limit, None if "administrator" in user.tags else user.name)
         return web.json_response(
             [
                 {
@@ -356,6 +355,6 @@ class DeadLetterAPI:
                     "source": e.source,
                     "details": jsonable(e.details),
                 }
-                for e in reversed(entries[-limit:])
+                for e in entries
             ]
         )

@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pamqp import decode, encode
+from pamqp import decode
 
+from ..amqp.field_table import encode_plain_table
 from .base import ALL_SEQS, SEQ_BLOCK_BITS, Callback, ScheduledRow, Snapshot, Store, StoredMessage, StoreError
 
 log = logging.getLogger("leveret.store")
@@ -127,7 +128,8 @@ def _out_of_room(exc: sqlite3.Error) -> bool:
 
 
 def _encode_table(data: dict) -> bytes:
-    return encode.field_table(data)
+    # floats as doubles: pamqp's own encoder keeps them in 32 bits
+    return encode_plain_table(data)
 
 
 def _decode_table(blob: bytes) -> dict:
