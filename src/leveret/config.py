@@ -24,6 +24,7 @@ Example file::
     vm_memory_high_watermark_paging_ratio = 0.5  # of the watermark; queues page out above
     read_coalesce_ms = 1            # hold a client streaming small writes this long; 0: off
     http_allowed_hosts = ["broker.example.com"]  # Host names the HTTP API answers
+    collect_statistics_interval = 5000  # ms between readings for the HTTP API's rates
     amqps_port = 5671               # AMQP over TLS (needs [ssl_options])
     https_port = 15671              # the HTTP API over TLS
     ssl_cert_login_from = "distinguished_name"  # EXTERNAL: the user a certificate names
@@ -121,6 +122,9 @@ class Settings:
     read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
     #: Host header names the HTTP API answers (None: loopback names and the bind address).
     http_allowed_hosts: list[str] | None = None
+    #: milliseconds between two readings of the counters the HTTP API's rates come from
+    #: (RabbitMQ's setting and default)
+    collect_statistics_interval: int = 5000
     amqps_port: int | None = None  # AMQP over TLS (RabbitMQ: 5671); None: off
     https_port: int | None = None  # the management API over TLS (RabbitMQ: 15671); None: off
     ssl_options: TLSOptions | None = None  # RabbitMQ's words; needed by the TLS ports
@@ -180,6 +184,7 @@ _SERVER_KEYS = {
     "stomp_port": int,
     "web_stomp_port": int,
     "read_coalesce_ms": int,
+    "collect_statistics_interval": int,
     "amqps_port": int,
     "https_port": int,
     "ssl_cert_login_from": str,

@@ -34,6 +34,8 @@ from ..core.auth import Permission, TopicPermission, User, check_pattern
 from ..core.broker import BrokerCore
 from ..version import __version__
 from .listing import list_response
+from .rates import RateSampler
+from .resources import vhost_info
 
 NOT_FOUND = {"error": "Object Not Found", "reason": "Not Found"}
 
@@ -99,8 +101,9 @@ def _topic_row(user: str, vhost: str, topic: TopicPermission) -> dict:
 class AdminAPI:
     """The handlers, on ``core``; every change is recorded in the audit log."""
 
-    def __init__(self, core: BrokerCore) -> None:
+    def __init__(self, core: BrokerCore, rates: RateSampler | None = None) -> None:
         self.core = core
+        self.rates = rates or RateSampler(core)
 
     def _audit(self, request: web.Request, action: str, /, **details: object) -> None:
         self.core.audit.record(action, request["user"].name, request.remote or "", **details)
@@ -275,10 +278,10 @@ class AdminAPI:
 
     # -- vhosts ---------------------------------------------------------------------
     async def vhost(self, request: web.Request) -> web.Response:
-        name = request.match_info["vhost"]
-        if name not in self.core.vhosts:
+        vhost = self.core.vhosts.get(request.match_info["vhost"])
+        if vhost is None:
             return not_found()
-        return web.json_response({"name": name, "description": "", "tags": [], "tracing": False})
+        return web.json_response(vhost_info(vhost, self.rates, request.query))
 
     async def put_vhost(self, request: web.Request) -> web.Response:
         name = request.match_info["vhost"]

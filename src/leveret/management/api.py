@@ -49,7 +49,11 @@ from .dead_letters import DeadLetterAPI
 from .listing import list_response
 from .messages import Messages
 from .policies import Policies
-from .resources import Resources
+from .rates import (
+    DEFAULT_INTERVAL,
+    RateSampler,
+)
+from .resources import Resources, vhost_info
 from .runtime import NodeInfo, Runtime
 
 #: Core's neutral errors as HTTP statuses (RabbitMQ's management API answers a
@@ -146,6 +150,7 @@ class ManagementAPI:
         https_port: int | None = None,
         tls: SSLContext | None = None,
         node_info: NodeInfo | None = None,
+        stats_interval: float = DEFAULT_INTERVAL,
     ) -> None:
         self.core = core
         self.host = host
@@ -155,19 +160,21 @@ class ManagementAPI:
         defaults = [*LOOPBACK_HOSTS, host] if host not in ("", "0.0.0.0", "::") else list(LOOPBACK_HOSTS)
         self.allowed_hosts = {h.lower() for h in (allowed_hosts or defaults)}
         self._runner: web.AppRunner | None = None
+        #: readings of the broker's counters for rates (see :mod:`.rates`)
+        self.rates = RateSampler(core, stats_interval)
         app = web.Application(middlewares=[self._guard, self._authenticate, _broker_errors])
         app.add_routes(
             [
                 web.get("/api/vhosts", self.vhosts),
-                *Resources(core).routes(),
+                *Resources(core, self.rates).routes(),
                 *Messages(core).routes(),
                 *Policies(core).routes(),
-                *Runtime(core, node_info).routes(),
+                *Runtime(core, node_info, self.rates).routes(),
                 web.get("/api/scheduled-jobs", self.scheduled_jobs),
                 web.get("/api/scheduled-jobs/{vhost}", self.scheduled_jobs),
                 web.get("/api/scheduled-jobs/{vhost}/{id}", self.scheduled_job),
                 web.delete("/api/scheduled-jobs/{vhost}/{id}", self.cancel_scheduled_job),
-                *AdminAPI(core).routes(),
+                *AdminAPI(core, self.rates).routes(),
                 *DeadLetterAPI(core).routes(),
             ]
         )
@@ -178,6 +185,7 @@ class ManagementAPI:
         cannot be bound)."""
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
+        self.rates.start()
         if self.port is not None:
             await web.TCPSite(self._runner, self.host, self.port).start()
             self.port = self._runner.addresses[-1][1]
@@ -187,6 +195,7 @@ class ManagementAPI:
 
     async def stop(self) -> None:
         """Stop listening and close open HTTP connections."""
+        await self.rates.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -267,21 +276,7 @@ class ManagementAPI:
         sees_all = bool(SEES_ALL_TAGS.intersection(user.tags))
         names = [n for n in self.core.vhosts if sees_all or self.core.users.may_access(user, n)]
         rows = []
-        for name in names:
-            queues = self.core.vhosts[name].queues.values()
-            ready = sum(q.message_count for q in queues)
-            unacked = sum(q.unacked_count for q in queues)
-            rows.append(
-                {
-                    "name": name,
-                    "description": "",
-                    "tags": [],
-                    "tracing": False,
-                    "messages": ready + unacked,
-                    "messages_ready": ready,
-                    "messages_unacknowledged": unacked,
-                }
-            )
+        rows = [vhost_info(self.core.vhosts[name], self.rates, request.query) for name in names]
         return list_response(request, rows, pageable=True)
 
     # -- scheduled messages (leveret's; ActiveMQ's scheduler and delayed messages) ------------

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote_plus, unquote_plus
 
@@ -51,6 +52,7 @@ from .common import (
     visible_vhosts,
 )
 from .listing import list_response
+from .rates import LENGTHS, QUEUE_STATS, RateSampler, queue_reading, total, window, with_details
 from .runtime import consumer_rows
 
 DEFAULT_EXCHANGE_PATH = "amq.default"  # the default exchange's name in a path
@@ -149,8 +151,15 @@ def exchange_info(vhost: VirtualHost, exchange: Exchange, user: str = "") -> dic
     return info
 
 
-def queue_info(core: BrokerCore, queue: Queue) -> dict:
-    """A queue in RabbitMQ's shape (no message rates: see the README)."""
+def queue_info(
+    core: BrokerCore,
+    queue: Queue,
+    rates: RateSampler | None = None,
+    query: Mapping[str, str] | None = None,
+) -> dict:
+    """A queue in RabbitMQ's shape; with ``rates``, its ``message_stats`` (once it has
+    seen a message, as RabbitMQ) and ``*_details`` (samples when ``query`` asks:
+    :mod:`.rates`)."""
     policy = matching(core.policies, queue.vhost.name, queue.name, "queues")
     info: dict[str, Any] = {
         "name": queue.name,
@@ -168,17 +177,44 @@ def queue_info(core: BrokerCore, queue: Queue) -> dict:
         "messages": queue.message_count + queue.unacked_count,
         "consumers": len(queue.consumers),
     }
+    if rates is not None:
+        reading = queue_reading(queue)
+        query = query or {}
+        series = rates.queue_series(queue, watch=window(query, "lengths") is not None)
+        info.update(with_details({n: reading[n] for n in LENGTHS}, series, window(query, "lengths")))
+        if any(reading[name] for name, _ in QUEUE_STATS):
+            stats = {name: reading[name] for name, _ in QUEUE_STATS}
+            info["message_stats"] = with_details(stats, series, window(query, "msg_rates"))
     if queue.config.single_active_consumer:  # RabbitMQ shows it for such queues only
         active = queue.single_active_consumer
         info["single_active_consumer_tag"] = active.tag if active is not None else None
     return info
 
 
+def vhost_info(vhost: VirtualHost, rates: RateSampler, query: Mapping[str, str]) -> dict:
+    """A vhost in RabbitMQ's shape: its queues' message counts and, once they have seen
+    messages, ``message_stats``, with ``*_details`` (:mod:`.rates`)."""
+    reading = total([queue_reading(q) for q in vhost.queues.values()])
+    series = rates.vhost_series([vhost])
+    info: dict[str, Any] = {
+        "name": vhost.name,
+        "description": "",
+        "tags": [],
+        "tracing": False,
+        **with_details({n: reading.get(n, 0) for n in LENGTHS}, series, window(query, "lengths")),
+    }
+    if any(reading.get(n) for n, _ in QUEUE_STATS):
+        stats = {n: reading[n] for n, _ in QUEUE_STATS}
+        info["message_stats"] = with_details(stats, series, window(query, "msg_rates"))
+    return info
+
+
 class Resources:
     """The handlers, on ``core``; changes are recorded in the audit log."""
 
-    def __init__(self, core: BrokerCore) -> None:
+    def __init__(self, core: BrokerCore, rates: RateSampler | None = None) -> None:
         self.core = core
+        self.rates = rates
 
     def routes(self) -> list[web.RouteDef]:
         b = "/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{destination}"
@@ -297,7 +333,7 @@ class Resources:
     async def queues(self, request: web.Request) -> web.Response:
         """``GET /api/queues[/{vhost}]``: by vhost, then name."""
         rows = [
-            queue_info(self.core, q)
+            queue_info(self.core, q, self.rates, request.query)
             for v in visible_vhosts(self.core, request)
             for q in sorted(v.queues.values(), key=lambda q: q.name)
         ]
@@ -315,7 +351,11 @@ class Resources:
             if row["queue"]["name"] == queue.name
         ]
         return web.json_response(
-            {**queue_info(self.core, queue), "consumer_details": details, "incoming": []}
+            {
+                **queue_info(self.core, queue, self.rates, request.query),
+                "consumer_details": details,
+                "incoming": [],
+            }
         )
 
     async def put_queue(self, request: web.Request) -> web.Response:

@@ -4,8 +4,11 @@ connections (and closing them), channels, consumers, aliveness test, health chec
 Connections, channels and consumers come from core's protocol-neutral registry
 (:mod:`leveret.core.connections`): AMQP and STOMP connections alike. Who sees what
 follows RabbitMQ: administrators and monitoring users see every connection, others
-their own; an administrator may close any, others their own. No message rates or churn
-counters are served (``message_stats``, ``churn_rates``, ``*_details``).
+their own; an administrator may close any, others their own. The overview's
+``message_stats``, ``churn_rates`` and ``queue_totals`` carry rates from the
+:class:`~.rates.RateSampler` (RabbitMQ's ``*_details``; samples with ``lengths_age`` /
+``msg_rates_age``); a user who does not see every vhost gets the sums of those they
+see.
 
 What only the server knows (its listeners, memory and disk limits) comes from the
 ``node_info`` callable the server gives :class:`~.api.ManagementAPI`.
@@ -30,6 +33,18 @@ from ..core.message import Message, Properties
 from ..version import __version__
 from .common import json_error, object_not_found, route_vhost, works_in
 from .listing import list_response
+from .rates import (
+    BROKER_STATS,
+    CHURN,
+    LENGTHS,
+    QUEUE_STATS,
+    RateSampler,
+    broker_reading,
+    queue_reading,
+    total as total_reading,
+    window,
+    with_details,
+)
 
 #: The RabbitMQ version whose management API this one follows: tools (Terraform's
 #: provider) read ``rabbitmq_version`` and need it to parse as 3.7 or later.
@@ -167,10 +182,13 @@ class Runtime:
     """The handlers, on ``core``; ``node_info`` gives the server's facts (see the
     module doc), ``started`` is the broker's start (epoch seconds)."""
 
-    def __init__(self, core: BrokerCore, node_info: NodeInfo | None = None) -> None:
+    def __init__(
+        self, core: BrokerCore, node_info: NodeInfo | None = None, rates: RateSampler | None = None
+    ) -> None:
         self.core = core
         self.node_info = node_info or (lambda: {})
         self.started = time.time()
+        self.rates = rates or RateSampler(core)
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -208,18 +226,25 @@ class Runtime:
 
     async def overview(self, request: web.Request) -> web.Response:
         """``GET /api/overview``: product, versions, listeners, object and message
-        totals over what the user may see."""
+        totals and rates over what the user may see."""
         user = request["user"]
         vhosts = [v for name, v in self.core.vhosts.items() if works_in(self.core, user, name)]
         queues = [q for v in vhosts for q in v.queues.values()]
         connections = self._visible(request)
         channels = [c for facts in connections for c in facts.channels]
-        ready = sum(q.message_count for q in queues)
-        unacked = sum(q.unacked_count for q in queues)
+        if SEES_ALL_TAGS.intersection(user.tags):
+            reading, series = broker_reading(self.core), self.rates.broker
+            # the broker's publish (each message once), then the queues' deliveries
+            stats = [n for n, _ in BROKER_STATS] + [n for n, _ in QUEUE_STATS if n != "publish"]
+        else:
+            reading = total_reading([queue_reading(q) for q in queues])
+            series = self.rates.vhost_series(vhosts)
+            stats = [name for name, _ in QUEUE_STATS]
+        rates, lengths = window(request.query, "msg_rates"), window(request.query, "lengths")
         return web.json_response(
             {
                 "management_version": __version__,
-                "rates_mode": "none",
+                "rates_mode": "basic",
                 "exchange_types": self._exchange_types(),
                 "product_version": __version__,
                 "product_name": "leveret",
@@ -227,13 +252,13 @@ class Runtime:
                 "cluster_name": NODE,
                 "erlang_version": platform.python_version(),
                 "erlang_full_version": f"{platform.python_implementation()} {platform.python_version()}",
-                "disable_stats": True,
+                "disable_stats": False,
                 "enable_queue_totals": True,
-                "queue_totals": {
-                    "messages": ready + unacked,
-                    "messages_ready": ready,
-                    "messages_unacknowledged": unacked,
-                },
+                "message_stats": with_details({n: reading.get(n, 0) for n in stats}, series, rates),
+                "churn_rates": with_details(
+                    {name: reading.get(name, 0) for name, _ in CHURN}, self.rates.broker, rates
+                ),
+                "queue_totals": with_details({n: reading[n] for n in LENGTHS}, series, lengths),
                 "object_totals": {
                     "channels": len(channels),
                     "connections": len(connections),

@@ -150,6 +150,7 @@ class Broker:
                     settings.https_port,
                     tls,
                     self.node_info,
+                    settings.collect_statistics_interval / 1000,
                 )
                 await self.management.start()
             if settings.prometheus_port is not None and settings.prometheus_port >= 0:  # -1: off
