@@ -429,7 +429,10 @@ def test_overview_and_nodes(target):
     assert (major, minor) >= (3, 7)
     assert set(overview["object_totals"]) == {"channels", "connections", "consumers", "exchanges", "queues"}
     if target.name == "leveret":  # RabbitMQ's are empty until its statistics come in
-        assert set(overview["queue_totals"]) == {"messages", "messages_ready", "messages_unacknowledged"}
+        lengths = {"messages", "messages_ready", "messages_unacknowledged"}
+        assert set(overview["queue_totals"]) == lengths | {f"{name}_details" for name in lengths}
+        assert {"publish", "publish_details", "ack", "deliver_get"} <= set(overview["message_stats"])
+        assert {"queue_declared", "connection_created_details"} <= set(overview["churn_rates"])
     amqp = [listener for listener in overview["listeners"] if listener["protocol"] == "amqp"]
     assert amqp and amqp[0]["port"] == target.amqp_port and amqp[0]["node"] == overview["node"]
     assert {"node", "protocol", "ip_address", "port"} <= set(amqp[0])

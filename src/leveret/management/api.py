@@ -39,12 +39,13 @@ from typing import Any
 from aiohttp import web
 
 from ..core.access import Access
-from ..core.auth import AuthenticationError, LoopbackOnly
+from ..core.auth import AuthenticationError, LoopbackOnly, User
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
 from ..core.scheduler import JobInfo
 from .admin import AdminAPI
 from .common import route_vhost, visible_vhosts
+from .console import CONSOLE_PREFIX, console_routes
 from .dead_letters import DeadLetterAPI
 from .listing import list_response
 from .messages import Messages
@@ -55,6 +56,7 @@ from .rates import (
 )
 from .resources import Resources, vhost_info
 from .runtime import NodeInfo, Runtime
+from .sessions import COOKIE, Sessions, csrf_ok, set_cookie
 
 #: Core's neutral errors as HTTP statuses (RabbitMQ's management API answers a
 #: precondition failure with 400 bad_request).
@@ -105,6 +107,8 @@ OPEN_PATHS = frozenset(
     )
 )
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+#: The console's login (:mod:`.sessions`), which checks its credentials itself.
+SESSION_PATH = "/api/leveret/session"
 #: Sent with every answer: RabbitMQ's content security policy, and no sniffing,
 #: framing or caching of what the API says.
 SECURITY_HEADERS = {
@@ -162,6 +166,8 @@ class ManagementAPI:
         self._runner: web.AppRunner | None = None
         #: readings of the broker's counters for rates (see :mod:`.rates`)
         self.rates = RateSampler(core, stats_interval)
+        #: the web console's logins (see :mod:`.sessions`)
+        self.sessions = Sessions()
         app = web.Application(middlewares=[self._guard, self._authenticate, _broker_errors])
         app.add_routes(
             [
@@ -176,6 +182,10 @@ class ManagementAPI:
                 web.delete("/api/scheduled-jobs/{vhost}/{id}", self.cancel_scheduled_job),
                 *AdminAPI(core, self.rates).routes(),
                 *DeadLetterAPI(core).routes(),
+                web.post(SESSION_PATH, self.login),
+                web.get(SESSION_PATH, self.current_session),
+                web.delete(SESSION_PATH, self.logout),
+                *console_routes(),
             ]
         )
         self.app = app
@@ -224,39 +234,38 @@ class ManagementAPI:
 
     @web.middleware
     async def _authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """HTTP basic login with the broker's users: a refused login is RabbitMQ's 401
-        ``Login failed`` (logged without the secret, slowed down per address); then
-        the tags must allow the route (401 ``Not management user`` / ``Not
-        administrator user``)."""
+        """HTTP basic login with the broker's users, or the console's session cookie
+        (:mod:`.sessions`: a change needs its CSRF token, else 403): a refused login is
+        RabbitMQ's 401 ``Login failed`` (logged without the secret, slowed down per
+        address); then the tags must allow the route (401 ``Not management user`` /
+        ``Not administrator user``)."""
         resource = request.match_info.route.resource
         path = resource.canonical if resource is not None else ""
-        if path in OPEN_PATHS:
+        if path in OPEN_PATHS or path == SESSION_PATH or path == "/" or path.startswith(CONSOLE_PREFIX):
             return await handler(request)
         header = request.headers.get("Authorization", "")
-        peer = request.remote or ""
-        username = "?"
-        delay = self.core.login_throttle.delay(peer)
-        if delay:  # this address failed too often: every answer waits, a right one too
-            await asyncio.sleep(delay)
-        try:
-            scheme, _, encoded = header.partition(" ")
-            if scheme.lower() != "basic":
-                raise AuthenticationError("basic authentication required")
-            username, _, password = base64.b64decode(encoded).decode().partition(":")
-            loopback = peer in ("", "localhost") or ipaddress.ip_address(peer).is_loopback
-            user = self.core.users.authenticate(username, password, loopback)
-        except (AuthenticationError, ValueError, UnicodeDecodeError) as exc:
-            log.warning("HTTP access denied: user '%s' from %s - %s", username, peer, exc)
-            self.core.audit.record("login.refused", username, peer, protocol="http")
-            self.core.login_throttle.failed(peer)
-            if isinstance(exc, LoopbackOnly):
-                return _unauthorised("User can only log in via localhost")
-            return web.json_response(
-                {"error": "not_authorized", "reason": "Login failed"},
-                status=401,
-                headers={"WWW-Authenticate": 'Basic realm="leveret"'},
-            )
-        self.core.login_throttle.succeeded(peer)
+        if not header and COOKIE in request.cookies:  # the console
+            session = self.sessions.find(request.cookies[COOKIE])
+            user = self.core.users.users.get(session.user) if session is not None else None
+            if session is None or user is None:
+                return web.json_response({"error": "not_authorised", "reason": "Login failed"}, status=401)
+            if not csrf_ok(request, session):
+                return web.json_response(
+                    {"error": "forbidden", "reason": "CSRF token missing or wrong"}, status=403
+                )
+        else:
+            username = "?"
+            try:
+                scheme, _, encoded = header.partition(" ")
+                if scheme.lower() != "basic":
+                    raise AuthenticationError("basic authentication required")
+                username, _, password = base64.b64decode(encoded).decode().partition(":")
+            except (AuthenticationError, ValueError, UnicodeDecodeError) as exc:
+                return await self._refuse(request, username, exc)
+            found = await self._login(request, username, password)
+            if isinstance(found, web.Response):
+                return found
+            user = found
         tags = set(user.tags)
         if not tags & MANAGEMENT_TAGS:
             return _unauthorised("Not management user")
@@ -267,6 +276,88 @@ class ManagementAPI:
             return _unauthorised("Not monitor user")
         request["user"] = user
         return await handler(request)
+
+    async def _login(self, request: web.Request, username: str, password: str) -> User | web.Response:
+        """The user these credentials name (the login throttle first: an address that
+        failed too often waits, a right answer too), or the 401 to answer."""
+        peer = request.remote or ""
+        delay = self.core.login_throttle.delay(peer)
+        if delay:
+            await asyncio.sleep(delay)
+        try:
+            loopback = peer in ("", "localhost") or ipaddress.ip_address(peer).is_loopback
+            user = self.core.users.authenticate(username, password, loopback)
+        except (AuthenticationError, ValueError) as exc:
+            return await self._refuse(request, username, exc, slowed=True)
+        self.core.login_throttle.succeeded(peer)
+        return user
+
+    async def _refuse(
+        self, request: web.Request, username: str, exc: Exception, slowed: bool = False
+    ) -> web.Response:
+        """A refused login: logged, audited, counted against the address."""
+        peer = request.remote or ""
+        if not slowed and (delay := self.core.login_throttle.delay(peer)):
+            await asyncio.sleep(delay)
+        log.warning("HTTP access denied: user '%s' from %s - %s", username, peer, exc)
+        self.core.audit.record("login.refused", username, peer, protocol="http")
+        self.core.login_throttle.failed(peer)
+        if isinstance(exc, LoopbackOnly):
+            return _unauthorised("User can only log in via localhost")
+        return web.json_response(
+            {"error": "not_authorized", "reason": "Login failed"},
+            status=401,
+            headers={"WWW-Authenticate": 'Basic realm="leveret"'},
+        )
+
+    # -- the console's login (see :mod:`.sessions`) -------------------------------------
+    def _session_answer(self, user: User, csrf_token: str) -> dict[str, Any]:
+        return {"user": user.name, "tags": list(user.tags), "csrf_token": csrf_token}
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        """``POST /api/leveret/session`` ``{"username", "password"}`` → the session
+        (200, with the cookie); 401 as a basic login is refused, 400 for a bad body."""
+        try:
+            body = json.loads(await request.read() or b"{}")
+            username, password = body["username"], body["password"]
+            if not isinstance(username, str) or not isinstance(password, str):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            return web.json_response(
+                {"error": "bad_request", "reason": 'send {"username": ..., "password": ...}'}, status=400
+            )
+        found = await self._login(request, username, password)
+        if isinstance(found, web.Response):
+            found.headers.pop("WWW-Authenticate", None)  # no browser login box over the console
+            return found
+        if not MANAGEMENT_TAGS.intersection(found.tags):
+            return _unauthorised("Not management user")
+        key, session = self.sessions.create(found.name)
+        response = web.json_response(self._session_answer(found, session.csrf_token))
+        set_cookie(response, key, secure=request.secure)
+        return response
+
+    async def current_session(self, request: web.Request) -> web.Response:
+        """``GET /api/leveret/session``: the cookie's session (401 without one)."""
+        session = self.sessions.find(request.cookies.get(COOKIE))
+        user = self.core.users.users.get(session.user) if session is not None else None
+        if session is None or user is None:
+            return web.json_response({"error": "not_authorised", "reason": "Not logged in"}, status=401)
+        return web.json_response(self._session_answer(user, session.csrf_token))
+
+    async def logout(self, request: web.Request) -> web.Response:
+        """``DELETE /api/leveret/session``: the session ends (204), with its token
+        (403 without it, so another site cannot log a user out)."""
+        key = request.cookies.get(COOKIE)
+        session = self.sessions.find(key)
+        if session is not None and not csrf_ok(request, session):
+            return web.json_response(
+                {"error": "forbidden", "reason": "CSRF token missing or wrong"}, status=403
+            )
+        self.sessions.end(key)
+        response = web.Response(status=204)
+        response.del_cookie(COOKIE, path="/")
+        return response
 
     # -- handlers -------------------------------------------------------------------
     async def vhosts(self, request: web.Request) -> web.Response:

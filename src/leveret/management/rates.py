@@ -79,8 +79,9 @@ def queue_reading(queue: Queue) -> Reading:
 
 
 def total(readings: list[Reading]) -> Reading:
-    """The sum of ``readings``, name by name."""
-    found: Reading = {}
+    """The sum of ``readings``, name by name (every name of a queue's reading, 0 when
+    there is none)."""
+    found: Reading = dict.fromkeys((*(name for name, _ in QUEUE_STATS), *LENGTHS), 0)
     for reading in readings:
         for name, value in reading.items():
             found[name] = found.get(name, 0) + value

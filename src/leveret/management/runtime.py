@@ -258,7 +258,7 @@ class Runtime:
                 "churn_rates": with_details(
                     {name: reading.get(name, 0) for name, _ in CHURN}, self.rates.broker, rates
                 ),
-                "queue_totals": with_details({n: reading[n] for n in LENGTHS}, series, lengths),
+                "queue_totals": with_details({n: reading.get(n, 0) for n in LENGTHS}, series, lengths),
                 "object_totals": {
                     "channels": len(channels),
                     "connections": len(connections),
