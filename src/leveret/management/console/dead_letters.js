@@ -1,6 +1,6 @@
 // The dead-letter pages: which queues hold dead letters and why, browsing one without
 // side effects, and retry / move / copy / delete on a selection or a filter, as jobs.
-import { api, attempt, chart, flash, fmt, h, q, table, when } from "/console/lib.js";
+import { api, attempt, bars, flash, fmt, h, q, table, when } from "/console/lib.js";
 
 const FILTERS = [
   ["reason", "reason", { placeholder: "rejected, expired, maxlen, delivery_limit" }],
@@ -24,7 +24,7 @@ export async function list() {
   const charts = await Promise.all(
     queues.slice(0, 6).map(async (dlq) => {
       const timeline = await api("GET", `${base(dlq.vhost, dlq.name)}/timeline?bucket=60`).catch(() => null);
-      return timeline ? chart(`${dlq.name}: dead letters a minute`, timelineSeries(timeline)) : null;
+      return timeline ? bars(`${dlq.name}: dead letters a minute, by reason`, timelineSeries(timeline)) : null;
     }),
   );
   return h("section", {},
@@ -125,7 +125,7 @@ export async function browse(vhost, queue) {
       h("button", { onclick: () => { rows.querySelectorAll("input.pick").forEach((i) => { i.checked = true; state.selected.add(Number(i.dataset.seq)); }); } }, "select page"),
     );
     const timeline = await api("GET", `${base(vhost, queue)}/timeline?bucket=60`).catch(() => null);
-    chartBox.replaceChildren(timeline ? chart("Dead letters a minute, by reason", timelineSeries(timeline)) : "");
+    chartBox.replaceChildren(timeline ? bars("Dead letters a minute, by reason", timelineSeries(timeline)) : "");
   }
 
   async function follow(job) {

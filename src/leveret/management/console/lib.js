@@ -122,12 +122,7 @@ export function chart(title, series, unit = "") {
     svg.append(l);
   };
   line(pad, y(0), width - 5, y(0), "#ccc");
-  const label = document.createElementNS(svg.namespaceURI, "text");
-  label.setAttribute("x", 2);
-  label.setAttribute("y", 12);
-  label.setAttribute("font-size", 11);
-  label.textContent = `${fmt(top)}${unit}`;
-  svg.append(label);
+  figure.insertBefore(h("span", { class: "muted scale" }, ` (top: ${fmt(top)}${unit})`), svg);
   series.forEach((s, i) => {
     if (!s.points.length) return;
     const path = document.createElementNS(svg.namespaceURI, "polyline");
@@ -173,4 +168,40 @@ export function form(fields, buttonText, submit, attrs = {}) {
     submit(values, element);
   });
   return element;
+}
+
+// Stacked bars of series [{name, points: [[t, value], ...]}] sharing their times (ms).
+export function bars(title, series) {
+  const width = 600, height = 160;
+  const times = [...new Set(series.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b);
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  const figure = h("div", { class: "chart" }, h("b", {}, title), svg);
+  if (!times.length) {
+    figure.append(h("div", { class: "muted" }, "None."));
+    return figure;
+  }
+  const value = (s, t) => (s.points.find((p) => p[0] === t) || [t, 0])[1];
+  const totals = times.map((t) => series.reduce((sum, s) => sum + value(s, t), 0));
+  const top = Math.max(1, ...totals);
+  const slot = width / Math.max(times.length, 12);
+  times.forEach((t, i) => {
+    let base = height - 2;
+    series.forEach((s, k) => {
+      const size = (value(s, t) / top) * (height - 10);
+      if (!size) return;
+      const rect = document.createElementNS(svg.namespaceURI, "rect");
+      const attrs = { x: i * slot + 2, y: base - size, width: Math.max(2, slot - 4), height: size, fill: COLOURS[k % COLOURS.length] };
+      Object.entries(attrs).forEach(([key, v]) => rect.setAttribute(key, v));
+      const tip = document.createElementNS(svg.namespaceURI, "title");
+      tip.textContent = `${new Date(t).toLocaleTimeString()}: ${s.name} ${value(s, t)}`;
+      rect.append(tip);
+      svg.append(rect);
+      base -= size;
+    });
+  });
+  figure.insertBefore(h("span", { class: "muted scale" }, ` (top: ${fmt(top)}; ${new Date(times[0]).toLocaleTimeString()} – ${new Date(times.at(-1)).toLocaleTimeString()})`), svg);
+  figure.append(h("div", { class: "legend" }, series.map((s, i) => h("span", {}, h("i", { style: `background:${COLOURS[i % COLOURS.length]}` }), `${s.name}: ${fmt(s.points.reduce((n, p) => n + p[1], 0))}`))));
+  return figure;
 }
