@@ -4,13 +4,14 @@ leveret's own pytest plugin; ``server_process`` runs ``leveret server`` as a sub
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pika
 import pytest
 from servers import ServerProcess
-from targets import Target, rabbitmq_installed, start_rabbitmq
+from targets import Target, rabbitmq_installed, start_rabbitmq, unique
 
 from leveret import BlockingBroker
 
@@ -61,6 +62,15 @@ def target(request) -> Iterator[Target]:
         management = broker.broker.management
         assert management is not None
         yield Target("leveret", broker.broker.host, broker.amqp_port, management.port)
+
+
+@pytest.fixture
+def vhost(target: Target):
+    """A fresh vhost of the target (guest has full permissions there); deleted afterwards."""
+    name = unique("v")
+    assert target.http("PUT", f"/api/vhosts/{urllib.parse.quote(name, safe='')}")[0] == 201
+    yield name
+    target.http("DELETE", f"/api/vhosts/{urllib.parse.quote(name, safe='')}")
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")

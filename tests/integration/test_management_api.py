@@ -26,15 +26,6 @@ def q(name: str) -> str:
     return urllib.parse.quote(name, safe="")
 
 
-@pytest.fixture
-def vhost(target: Target):
-    """A fresh vhost (guest has full permissions there); deleted afterwards."""
-    name = unique("v")
-    assert target.http("PUT", f"/api/vhosts/{q(name)}")[0] == 201
-    yield name
-    target.http("DELETE", f"/api/vhosts/{q(name)}")
-
-
 def wait_for(check, timeout: float = 15.0):
     """RabbitMQ's statistics lag behind: poll until ``check()`` is truthy."""
     deadline = time.monotonic() + timeout

@@ -70,6 +70,10 @@ class BrokerCore:
     #: Durable definitions and messages; None for a broker that keeps nothing.
     store: Store | None = None
     policies: list[Policy] = field(default_factory=list)
+    #: RabbitMQ's operator policies (see :mod:`.policy`), persisted.
+    operator_policies: list[Policy] = field(default_factory=list)
+    #: RabbitMQ's global runtime parameters (``cluster_name`` …), persisted.
+    global_parameters: dict[str, Any] = field(default_factory=dict)
     #: The x-arguments of a queue an adapter creates on a client's behalf (a STOMP SEND
     #: or SUBSCRIBE to ``/queue/X``): ActiveMQ's default redelivery policy and shared
     #: dead-letter queue, without its silent drop of non-persistent messages.
@@ -100,7 +104,9 @@ class BrokerCore:
         """Create (and persist, once a store is attached) a virtual host."""
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, self.clock, self.store, self.policies)
+            vhost = self.vhosts[name] = VirtualHost(
+                name, self.clock, self.store, self.policies, self.operator_policies
+            )
             vhost.memory_pressure = self.memory_pressure
             vhost.scheduler = self.scheduler
             vhost.metrics = self.metrics
@@ -228,16 +234,19 @@ class BrokerCore:
             self.users.topic_permissions.clear()
         self._recover_users(snapshot.definitions)
         self.audit.attach(store, snapshot.definitions.get("audit", []))
-        for vhost, name, data in snapshot.definitions.get("policy", []):
-            stored = Policy(
-                name,
-                str(data["pattern"]),
-                dict(data["definition"]),
-                str(data["apply_to"]),
-                int(data["priority"]),
-                vhost,
-            )
-            self.policies[:] = [p for p in self.policies if (p.vhost, p.name) != (vhost, name)] + [stored]
+        for kind, policies in (("policy", self.policies), ("operator_policy", self.operator_policies)):
+            for vhost, name, data in snapshot.definitions.get(kind, []):
+                stored = Policy(
+                    name,
+                    str(data["pattern"]),
+                    dict(data["definition"]),
+                    str(data["apply_to"]),
+                    int(data["priority"]),
+                    vhost,
+                )
+                policies[:] = [p for p in policies if (p.vhost, p.name) != (vhost, name)] + [stored]
+        for _, name, data in snapshot.definitions.get("global_parameter", []):
+            self.global_parameters[name] = data["value"]
         if not seeded:
             for user in list(self.users.users.values()):
                 self._save("user", "", user.name, user.definition())
@@ -276,14 +285,16 @@ class BrokerCore:
             topic = TopicPermission(str(data["exchange"]), str(data["write"]), str(data["read"]))
             users.topic_permissions[(vhost, user, topic.exchange)] = topic
 
-    def set_policy(self, policy: Policy) -> None:
-        """Add a policy, or replace the one of the same vhost and name; persisted (the
-        config file's are not: they come from the file at each start). Like RabbitMQ's
-        ``set_policy``, it applies to queues declared from now on."""
-        self.policies[:] = [p for p in self.policies if (p.vhost, p.name) != (policy.vhost, policy.name)]
-        self.policies.append(policy)  # the list is shared with every vhost
+    def set_policy(self, policy: Policy, operator: bool = False) -> None:
+        """Add a policy (an operator policy when ``operator``), or replace the one of
+        the same vhost and name; persisted (the config file's are not: they come from
+        the file at each start). Like RabbitMQ's ``set_policy``, it applies to queues
+        declared from now on."""
+        policies = self.operator_policies if operator else self.policies
+        policies[:] = [p for p in policies if (p.vhost, p.name) != (policy.vhost, policy.name)]
+        policies.append(policy)  # the list is shared with every vhost
         self._save(
-            "policy",
+            "operator_policy" if operator else "policy",
             policy.vhost,
             policy.name,
             {
@@ -294,14 +305,30 @@ class BrokerCore:
             },
         )
 
-    def clear_policy(self, vhost: str, name: str) -> bool:
-        """Remove a policy; False if there is none by that name in ``vhost``."""
-        kept = [p for p in self.policies if (p.vhost, p.name) != (vhost, name)]
-        if len(kept) == len(self.policies):
+    def clear_policy(self, vhost: str, name: str, operator: bool = False) -> bool:
+        """Remove a policy (an operator policy when ``operator``); False if there is
+        none by that name in ``vhost``."""
+        policies = self.operator_policies if operator else self.policies
+        kept = [p for p in policies if (p.vhost, p.name) != (vhost, name)]
+        if len(kept) == len(policies):
             return False
-        self.policies[:] = kept
+        policies[:] = kept
         if self.store is not None:
-            self.store.delete_definition("policy", vhost, name)
+            self.store.delete_definition("operator_policy" if operator else "policy", vhost, name)
+        return True
+
+    def set_global_parameter(self, name: str, value: Any) -> None:
+        """Set a global runtime parameter (RabbitMQ's ``set_global_parameter``; a JSON
+        value), persisted."""
+        self.global_parameters[name] = value
+        self._save("global_parameter", "", name, {"value": value})
+
+    def clear_global_parameter(self, name: str) -> bool:
+        """Remove one; False if it is not set."""
+        if self.global_parameters.pop(name, None) is None:
+            return False
+        if self.store is not None:
+            self.store.delete_definition("global_parameter", "", name)
         return True
 
     def set_memory_pressure(self, active: bool) -> None:

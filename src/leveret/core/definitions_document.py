@@ -47,13 +47,27 @@ def export(core: BrokerCore, version: str) -> dict[str, Any]:
             {"user": user, "vhost": vhost, **vars(topic)}
             for (vhost, user, _), topic in users.topic_permissions.items()
         ],
-        # vhost limits are runtime parameters in RabbitMQ's document
+        # vhost limits and operator policies are runtime parameters in RabbitMQ's document
         "parameters": [
             {"value": dict(vhost.limits), "vhost": name, "component": "vhost-limits", "name": "limits"}
             for name, vhost in core.vhosts.items()
             if vhost.limits
+        ]
+        + [
+            {
+                "value": {
+                    "pattern": p.pattern,
+                    "definition": p.definition,
+                    "priority": p.priority,
+                    "apply-to": p.apply_to,
+                },
+                "vhost": p.vhost,
+                "component": "operator_policy",
+                "name": p.name,
+            }
+            for p in core.operator_policies
         ],
-        "global_parameters": [],
+        "global_parameters": [{"name": k, "value": v} for k, v in sorted(core.global_parameters.items())],
         "policies": [
             {
                 "vhost": p.vhost,
@@ -141,10 +155,15 @@ def import_document(core: BrokerCore, document: Any, owner: object = None) -> No
     exchanges = _entries(document, "exchanges", ("name", "vhost", "type"))
     queues = _entries(document, "queues", ("name", "vhost"))
     bindings = _entries(document, "bindings", ("source", "vhost", "destination", "destination_type"))
-    limits = [
-        (str(e["vhost"]), _limits(e["value"]))
-        for e in _entries(document, "parameters", ("vhost", "component", "value"))
-        if e["component"] == "vhost-limits"  # other components (shovels ...) are not leveret's
+    parameters = _entries(document, "parameters", ("vhost", "component", "value"))
+    limits = [(str(e["vhost"]), _limits(e["value"])) for e in parameters if e["component"] == "vhost-limits"]
+    operator_policies = [  # other components (shovels ...) are not leveret's
+        _policy({**e["value"], "vhost": e["vhost"], "name": e.get("name")})
+        for e in parameters
+        if e["component"] == "operator_policy" and isinstance(e["value"], dict)
+    ]
+    global_parameters = [
+        (str(e["name"]), e["value"]) for e in _entries(document, "global_parameters", ("name", "value"))
     ]
     for user in users:
         core.add_user(user)
@@ -156,6 +175,10 @@ def import_document(core: BrokerCore, document: Any, owner: object = None) -> No
         core.set_topic_permission(user_name, vhost, topic)
     for policy in policies:
         core.set_policy(policy)
+    for policy in operator_policies:
+        core.set_policy(policy, operator=True)
+    for name, value in global_parameters:
+        core.set_global_parameter(name, value)
     for vhost_name, values in limits:
         core.add_vhost(vhost_name)
         for key, value in values.items():

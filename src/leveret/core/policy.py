@@ -5,6 +5,12 @@ exchange name (``re.search``, as RabbitMQ), ``apply_to`` (``queues``, ``exchange
 ``all``), a ``priority`` (the highest matching policy applies, alone) and a
 ``definition`` whose keys are the queue arguments without their ``x-`` prefix
 (``message-ttl``, ``dead-letter-exchange``, ``max-redeliveries`` …).
+
+Operator policies (RabbitMQ's ``set_operator_policy``) are policies an operator sets
+over the users' ones: they may only hold :data:`OPERATOR_KEYS`, apply to queues only
+(whatever their ``apply_to`` says, as in RabbitMQ 3.10), and for each of their keys the
+lower of their value and the queue's own (argument or policy) wins
+(:func:`with_operator_policy`).
 """
 
 from __future__ import annotations
@@ -31,13 +37,41 @@ class Policy:
             raise ValueError(f"policy {self.name}: apply-to must be queues, exchanges or all")
         self._regex = re.compile(self.pattern)
 
-    def matches(self, vhost: str, name: str, kind: str) -> bool:
-        """Whether it applies to the ``kind`` (``queues``/``exchanges``) ``name`` in
-        ``vhost``."""
-        return self.vhost == vhost and self.apply_to in (kind, "all") and self._regex.search(name) is not None
+    def matches(self, vhost: str, name: str, kind: str | None) -> bool:
+        """Whether it applies to the ``kind`` (``queues``/``exchanges``; None: either,
+        whatever ``apply_to`` says) ``name`` in ``vhost``."""
+        if self.vhost != vhost or (kind is not None and self.apply_to not in (kind, "all")):
+            return False
+        return self._regex.search(name) is not None
 
 
-def matching(policies: list[Policy], vhost: str, name: str, kind: str) -> Policy | None:
-    """The policy that applies to a ``kind`` (``queues``/``exchanges``) named ``name``."""
+def matching(policies: list[Policy], vhost: str, name: str, kind: str | None) -> Policy | None:
+    """The policy that applies to a ``kind`` (``queues``/``exchanges``; None: any)
+    named ``name``."""
     found = [p for p in policies if p.matches(vhost, name, kind)]
     return max(found, key=lambda p: p.priority) if found else None
+
+
+#: The keys an operator policy may set (RabbitMQ 3.10's), all limits where the lower wins.
+OPERATOR_KEYS = frozenset(
+    (
+        "expires",
+        "message-ttl",
+        "max-length",
+        "max-length-bytes",
+        "max-in-memory-length",
+        "max-in-memory-bytes",
+        "delivery-limit",
+    )
+)
+
+
+def with_operator_policy(definition: dict | None, operator: dict) -> dict:
+    """A policy's ``definition`` (None: no policy) with an operator policy's keys
+    applied: for each, the lower value when both set it (the queue's own arguments are
+    compared later, when its config is built)."""
+    merged = dict(definition or {})
+    for key, value in operator.items():
+        mine = merged.get(key)
+        merged[key] = min(mine, value) if isinstance(mine, int) and isinstance(value, int) else value
+    return merged

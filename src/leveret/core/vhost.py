@@ -22,7 +22,7 @@ from .errors import access_refused, not_found, precondition_failed, resource_loc
 from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, check_x_match, exchange_class
 from .message import Message
 from .metrics import BrokerCounters
-from .policy import Policy, matching
+from .policy import Policy, matching, with_operator_policy
 from .queue_config import amqp_type_name
 from .queues import Consumer, Queue, queue_class
 
@@ -70,12 +70,19 @@ class VirtualHost:
     """One virtual host; ``name`` as in connection.open."""
 
     def __init__(
-        self, name: str, clock: Clock, store: Store | None = None, policies: list[Policy] | None = None
+        self,
+        name: str,
+        clock: Clock,
+        store: Store | None = None,
+        policies: list[Policy] | None = None,
+        operator_policies: list[Policy] | None = None,
     ) -> None:
         self.name = name
         self.clock = clock
         #: The broker's policies (shared list); queues apply the matching one.
         self.policies: list[Policy] = policies if policies is not None else []
+        #: The broker's operator policies (shared list; see :mod:`.policy`).
+        self.operator_policies: list[Policy] = operator_policies if operator_policies is not None else []
         #: Where durable definitions and persistent messages go (None: nowhere).
         self.store = store
         self.exchanges: dict[str, Exchange] = {}
@@ -97,9 +104,17 @@ class VirtualHost:
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
 
     def policy_for(self, name: str, kind: str) -> dict | None:
-        """The definition of the policy that applies to a queue or exchange."""
+        """The definition of the policy that applies to a queue or exchange, with the
+        operator policy that applies to a queue (see :mod:`.policy`)."""
         policy = matching(self.policies, self.name, name, kind)
-        return policy.definition if policy is not None else None
+        definition = policy.definition if policy is not None else None
+        operator = matching(self.operator_policies, self.name, name, None) if kind == "queues" else None
+        return with_operator_policy(definition, operator.definition) if operator is not None else definition
+
+    def policies_of(self, name: str) -> tuple[Policy | None, Policy | None]:
+        """The policy and operator policy that apply to queue ``name`` (or None)."""
+        operator = matching(self.operator_policies, self.name, name, None)
+        return matching(self.policies, self.name, name, "queues"), operator
 
     # -- look-ups -------------------------------------------------------------------
     def _where(self) -> str:

@@ -96,6 +96,8 @@ ADMIN_PATHS = frozenset(
         "/api/vhost-limits/{vhost}/{name}",
     )
 )
+#: Routes whose changes (not their GET) need the administrator tag.
+ADMIN_CHANGE_PATHS = frozenset(("/api/vhosts/{vhost}", "/api/operator-policies/{vhost}/{name}"))
 #: Routes that need the monitoring (or administrator) tag.
 MONITOR_PATHS = frozenset(("/api/nodes", "/api/nodes/{node}"))
 #: Routes that need no login (newer RabbitMQ's readiness checks and version).
@@ -269,7 +271,7 @@ class ManagementAPI:
         tags = set(user.tags)
         if not tags & MANAGEMENT_TAGS:
             return _unauthorised("Not management user")
-        admin = path in ADMIN_PATHS or (path == "/api/vhosts/{vhost}" and request.method != "GET")
+        admin = path in ADMIN_PATHS or (path in ADMIN_CHANGE_PATHS and request.method != "GET")
         if admin and "administrator" not in tags:
             return _unauthorised("Not administrator user")
         if path in MONITOR_PATHS and not tags & SEES_ALL_TAGS:

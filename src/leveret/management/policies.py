@@ -13,9 +13,14 @@ Vhost limits (``max-connections``, ``max-queues``): ``GET /api/vhost-limits[/{vh
 ``PUT|DELETE /api/vhost-limits/{vhost}/{name}`` (``administrator``), persisted; they
 apply to connections and queues made from then on, with RabbitMQ's refusals.
 
-Not served (leveret's core has no such objects): operator policies and runtime
-parameters, whose lists answer ``[]`` so that listing tools work, and whose single
-objects are 404.
+Operator policies, ``/api/operator-policies[/{vhost}[/{name}]]``, the same way (same
+tags), limited to RabbitMQ's keys (:data:`~leveret.core.policy.OPERATOR_KEYS`; others
+are RabbitMQ's 400 ``... are not recognised policy settings``); for each of their keys
+the lower of their value and the queue's own wins. Global parameters,
+``/api/global-parameters[/{name}]`` (``administrator`` to change): ``cluster_name``
+names the broker in the overview. Runtime parameters: leveret has no components yet
+(no shovels, no federation), so ``/api/parameters`` lists ``[]`` and a PUT is RabbitMQ's
+400 ``component ... not found``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from aiohttp import web
 
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
-from ..core.policy import Policy
+from ..core.policy import OPERATOR_KEYS, Policy
 from ..core.queue_config import build
 from .common import json_body, json_error, object_not_found, works_in
 from .listing import list_response
@@ -52,6 +57,11 @@ def _invalid(text: str) -> web.HTTPException:
     return json_error(400, "bad_request", f"Validation failed\n\n{escape(text, quote=False)}\n")
 
 
+def _erlang_term(value: object) -> str:
+    """A JSON value as RabbitMQ prints it in a refusal: text as a binary, else JSON."""
+    return f"<<{json.dumps(value)}>>" if isinstance(value, str) else json.dumps(value)
+
+
 class Policies:
     """The handlers, on ``core``."""
 
@@ -65,27 +75,38 @@ class Policies:
             web.get("/api/policies/{vhost}/{name}", self.policy),
             web.put("/api/policies/{vhost}/{name}", self.put_policy),
             web.delete("/api/policies/{vhost}/{name}", self.delete_policy),
+            web.get("/api/operator-policies", self.policies),
+            web.get("/api/operator-policies/{vhost}", self.policies),
+            web.get("/api/operator-policies/{vhost}/{name}", self.policy),
+            web.put("/api/operator-policies/{vhost}/{name}", self.put_policy),
+            web.delete("/api/operator-policies/{vhost}/{name}", self.delete_policy),
+            web.get("/api/global-parameters", self.global_parameters),
+            web.get("/api/global-parameters/{name}", self.global_parameter),
+            web.put("/api/global-parameters/{name}", self.put_global_parameter),
+            web.delete("/api/global-parameters/{name}", self.delete_global_parameter),
             *(
                 web.get(path, self.none)
                 for path in (
-                    "/api/operator-policies",
-                    "/api/operator-policies/{vhost}",
                     "/api/parameters",
                     "/api/parameters/{component}",
                     "/api/parameters/{component}/{vhost}",
                 )
             ),
+            web.put("/api/parameters/{component}/{vhost}/{name}", self.put_parameter),
             web.get("/api/vhost-limits", self.vhost_limits),
             web.get("/api/vhost-limits/{vhost}", self.vhost_limits),
             web.put("/api/vhost-limits/{vhost}/{name}", self.put_vhost_limit),
             web.delete("/api/vhost-limits/{vhost}/{name}", self.delete_vhost_limit),
-            web.get("/api/operator-policies/{vhost}/{name}", self.missing),
             web.get("/api/parameters/{component}/{vhost}/{name}", self.missing),
+            web.delete("/api/parameters/{component}/{vhost}/{name}", self.missing),
         ]
 
     def _may_see(self, request: web.Request, vhost: str) -> bool:
+        """Policies: policymakers and administrators of the vhost (others list none);
+        operator policies: every user of the vhost (RabbitMQ 3.10's rules)."""
         user = request["user"]
-        return bool(POLICY_TAGS.intersection(user.tags)) and works_in(self.core, user, vhost)
+        tagged = self._list(request)[1] or bool(POLICY_TAGS.intersection(user.tags))
+        return tagged and works_in(self.core, user, vhost)
 
     def _may_change(self, request: web.Request) -> str:
         """The route's vhost, if the user may change its policies (RabbitMQ's 401, then
@@ -97,20 +118,25 @@ class Policies:
             raise json_error(404, "not_found", "vhost_not_found")
         return vhost
 
+    def _list(self, request: web.Request) -> tuple[list[Policy], bool]:
+        """The policies the route is about: (the list, whether operator policies)."""
+        operator = request.path.startswith("/api/operator-policies")
+        return (self.core.operator_policies if operator else self.core.policies), operator
+
     async def policies(self, request: web.Request) -> web.Response:
         wanted = request.match_info.get("vhost")
         if wanted is not None and wanted not in self.core.vhosts:
             raise object_not_found()
         rows = [
             policy_row(p)
-            for p in sorted(self.core.policies, key=lambda p: (p.vhost, p.name))
+            for p in sorted(self._list(request)[0], key=lambda p: (p.vhost, p.name))
             if wanted in (None, p.vhost) and self._may_see(request, p.vhost)
         ]
         return list_response(request, rows)
 
     def _find(self, request: web.Request) -> Policy:
         vhost, name = request.match_info["vhost"], request.match_info["name"]
-        for policy in self.core.policies:
+        for policy in self._list(request)[0]:
             if (policy.vhost, policy.name) == (vhost, name) and self._may_see(request, vhost):
                 return policy
         raise object_not_found()
@@ -132,6 +158,13 @@ class Policies:
             raise _invalid(f"pattern should be a string, actually was {pattern!r}")
         if not isinstance(definition, dict) or not definition:
             raise _invalid("no policy provided")
+        policies, operator = self._list(request)
+        refused = [(k, v) for k, v in definition.items() if k not in OPERATOR_KEYS] if operator else []
+        if refused:
+            terms = ",".join(f"{{<<{json.dumps(k)}>>,{_erlang_term(v)}}}" for k, v in refused)
+            # (this text RabbitMQ does not HTML-escape)
+            reason = f"Validation failed\n\n[{terms}] are not recognised policy settings\n"
+            raise json_error(400, "bad_request", reason)
         if isinstance(priority, str) and priority.lstrip("-").isdigit():
             priority = int(priority)  # rabbitmqadmin sends it as JSON text
         if not isinstance(priority, int) or isinstance(priority, bool):
@@ -146,10 +179,10 @@ class Policies:
             build({}, definition, f" in policy '{policy.name}'")  # its values, as a queue would take them
         except BrokerError as exc:
             raise _invalid(exc.text) from None
-        created = all((p.vhost, p.name) != (vhost, policy.name) for p in self.core.policies)
-        self.core.set_policy(policy)
+        created = all((p.vhost, p.name) != (vhost, policy.name) for p in policies)
+        self.core.set_policy(policy, operator)
         self.core.audit.record(
-            "policy.put",
+            "operator_policy.put" if operator else "policy.put",
             request["user"].name,
             request.remote or "",
             vhost=vhost,
@@ -161,10 +194,15 @@ class Policies:
     async def delete_policy(self, request: web.Request) -> web.Response:
         vhost = self._may_change(request)
         name = request.match_info["name"]
-        if not self.core.clear_policy(vhost, name):
+        operator = self._list(request)[1]
+        if not self.core.clear_policy(vhost, name, operator):
             raise object_not_found()
         self.core.audit.record(
-            "policy.delete", request["user"].name, request.remote or "", vhost=vhost, policy=name
+            "operator_policy.delete" if operator else "policy.delete",
+            request["user"].name,
+            request.remote or "",
+            vhost=vhost,
+            policy=name,
         )
         return web.Response(status=204)
 
@@ -223,8 +261,53 @@ class Policies:
         return web.Response(status=204)
 
     async def none(self, request: web.Request) -> web.Response:
-        """Lists of objects leveret does not have: always empty."""
+        """Lists of runtime parameters, which leveret does not have: always empty."""
         return list_response(request, [])
+
+    # -- global and runtime parameters --------------------------------------------------
+    async def global_parameters(self, request: web.Request) -> web.Response:
+        """``GET /api/global-parameters``: ``[{"name", "value"}]``."""
+        rows = [{"name": k, "value": v} for k, v in sorted(self.core.global_parameters.items())]
+        return list_response(request, rows)
+
+    async def global_parameter(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.core.global_parameters:
+            raise object_not_found()
+        return web.json_response({"value": self.core.global_parameters[name], "name": name})
+
+    def _administrator(self, request: web.Request) -> str:
+        if "administrator" not in request["user"].tags:
+            raise json_error(401, "not_authorised", "Not administrator user")
+        return request.match_info["name"]
+
+    async def put_global_parameter(self, request: web.Request) -> web.Response:
+        """``PUT /api/global-parameters/{name}`` ``{"value": ...}``: 201 created, 204
+        replaced (``administrator``)."""
+        name = self._administrator(request)
+        body = await json_body(request)
+        if "value" not in body:
+            raise json_error(400, "bad_request", "[{key_missing,value}]")
+        created = name not in self.core.global_parameters
+        self.core.set_global_parameter(name, body["value"])
+        self.core.audit.record("global_parameter.put", request["user"].name, request.remote or "", name=name)
+        return web.Response(status=201 if created else 204)
+
+    async def delete_global_parameter(self, request: web.Request) -> web.Response:
+        name = self._administrator(request)
+        if not self.core.clear_global_parameter(name):
+            raise object_not_found()
+        self.core.audit.record(
+            "global_parameter.delete", request["user"].name, request.remote or "", name=name
+        )
+        return web.Response(status=204)
+
+    async def put_parameter(self, request: web.Request) -> web.Response:
+        """``PUT /api/parameters/{component}/...``: leveret has no components (RabbitMQ's
+        answer for a plugin that is not enabled)."""
+        self._may_change(request)
+        component = request.match_info["component"]
+        raise json_error(400, "bad_request", f"Validation failed\n\ncomponent {component} not found\n")
 
     async def missing(self, request: web.Request) -> web.Response:
         raise object_not_found()

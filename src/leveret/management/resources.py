@@ -160,7 +160,7 @@ def queue_info(
     """A queue in RabbitMQ's shape; with ``rates``, its ``message_stats`` (once it has
     seen a message, as RabbitMQ) and ``*_details`` (samples when ``query`` asks:
     :mod:`.rates`)."""
-    policy = matching(core.policies, queue.vhost.name, queue.name, "queues")
+    policy, operator = queue.vhost.policies_of(queue.name)
     info: dict[str, Any] = {
         "name": queue.name,
         "vhost": queue.vhost.name,
@@ -170,6 +170,8 @@ def queue_info(
         "type": queue.type_name,
         "arguments": jsonable(queue.arguments),
         "policy": policy.name if policy else None,
+        "operator_policy": operator.name if operator else None,
+        "effective_policy_definition": jsonable(queue.vhost.policy_for(queue.name, "queues") or {}),
         "state": "running",
         "node": "leveret@localhost",
         "messages_ready": queue.message_count,

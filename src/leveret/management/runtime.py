@@ -249,7 +249,7 @@ class Runtime:
                 "product_version": __version__,
                 "product_name": "leveret",
                 "rabbitmq_version": RABBITMQ_VERSION,
-                "cluster_name": NODE,
+                "cluster_name": str(self.core.global_parameters.get("cluster_name", NODE)),
                 "erlang_version": platform.python_version(),
                 "erlang_full_version": f"{platform.python_implementation()} {platform.python_version()}",
                 "disable_stats": False,
