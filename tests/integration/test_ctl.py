@@ -120,6 +120,25 @@ def test_policies_are_run_time_objects_that_survive_a_restart(server, tmp_path):
         restarted.kill()
 
 
+def test_operator_policies_cap_what_users_ask_for(server, tmp_path):
+    data = tmp_path / "data"
+    refused = ctl(data, "set_operator_policy", "dlx", ".*", '{"dead-letter-exchange": "x"}', check=False)
+    assert refused.returncode == 1 and "dead-letter-exchange" in refused.stderr
+    ctl(data, "set_operator_policy", "cap", "^capped", '{"max-length": 2}')
+    assert rows(ctl(data, "list_operator_policies")) == [
+        ["/", "cap", "^capped", "queues", '{"max-length": 2}', "0"]]
+    assert rows(ctl(data, "list_policies")) == []
+    connection = pika.BlockingConnection(pika.URLParameters(server.url))
+    channel = connection.channel()
+    channel.queue_declare("capped.q", arguments={"x-max-length": 10})
+    for _ in range(5):
+        channel.basic_publish("", "capped.q", b"x")
+    assert channel.queue_declare("capped.q", passive=True).method.message_count == 2
+    connection.close()
+    ctl(data, "clear_operator_policy", "cap")
+    assert rows(ctl(data, "list_operator_policies")) == []
+
+
 def test_definitions_move_between_brokers_and_limits_change(server, tmp_path):
     data = tmp_path / "data"
     ctl(data, "add_user", "carol", "pw")

@@ -66,6 +66,11 @@ OPERATOR_KEYS = frozenset(
 )
 
 
+def not_operator_keys(definition: dict) -> list[str]:
+    """The keys of ``definition`` an operator policy may not set."""
+    return [key for key in definition if key not in OPERATOR_KEYS]
+
+
 def with_operator_policy(definition: dict | None, operator: dict) -> dict:
     """A policy's ``definition`` (None: no policy) with an operator policy's keys
     applied: for each, the lower value when both set it (the queue's own arguments are

@@ -33,7 +33,7 @@ from aiohttp import web
 
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
-from ..core.policy import OPERATOR_KEYS, Policy
+from ..core.policy import Policy, not_operator_keys
 from ..core.queue_config import build
 from .common import json_body, json_error, object_not_found, works_in
 from .listing import list_response
@@ -159,9 +159,9 @@ class Policies:
         if not isinstance(definition, dict) or not definition:
             raise _invalid("no policy provided")
         policies, operator = self._list(request)
-        refused = [(k, v) for k, v in definition.items() if k not in OPERATOR_KEYS] if operator else []
+        refused = not_operator_keys(definition) if operator else []
         if refused:
-            terms = ",".join(f"{{<<{json.dumps(k)}>>,{_erlang_term(v)}}}" for k, v in refused)
+            terms = ",".join(f"{{<<{json.dumps(k)}>>,{_erlang_term(definition[k])}}}" for k in refused)
             # (this text RabbitMQ does not HTML-escape)
             reason = f"Validation failed\n\n[{terms}] are not recognised policy settings\n"
             raise json_error(400, "bad_request", reason)

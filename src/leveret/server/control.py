@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import audit, definitions_document
 from ..core.auth import Permission, TopicPermission, User, check_pattern
 from ..core.errors import BrokerError
-from ..core.policy import Policy
+from ..core.policy import Policy, not_operator_keys
 from ..core.queues import Queue
 from ..core.scheduler import JobInfo
 from ..protocol.stomp import StompConnection
@@ -264,14 +264,18 @@ def _list_topic(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     return _table(["user", "exchange", "write", "read"], rows)
 
 
-# -- policies -------------------------------------------------------------------------
+# -- policies and operator policies (``operator``: rabbitmqctl's *_operator_policy) --------
 @command("set_policy", changes=True)
 def _set_policy(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     vhost = _vhost(broker, args)
+    operator = bool(args.get("operator"))
     try:
         definition = json.loads(args["definition"])
         if not isinstance(definition, dict):
             raise ValueError("not a JSON object")
+        refused = not_operator_keys(definition) if operator else []
+        if refused:
+            raise ValueError(f"{', '.join(refused)}: not keys an operator policy may set")
         policy = Policy(
             args["name"],
             args["pattern"],
@@ -282,24 +286,28 @@ def _set_policy(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
         )
     except ValueError as exc:
         raise CommandError(f"invalid policy: {exc}") from None
-    broker.core.set_policy(policy)
-    return _done(f'Setting policy "{policy.name}" for pattern "{policy.pattern}" ...')
+    broker.core.set_policy(policy, operator)
+    what = "operator policy" if operator else "policy"
+    return _done(f'Setting {what} "{policy.name}" for pattern "{policy.pattern}" ...')
 
 
 @command("clear_policy", changes=True)
 def _clear_policy(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     vhost = _vhost(broker, args)
-    if not broker.core.clear_policy(vhost.name, args["name"]):
-        raise CommandError(f"policy '{args['name']}' does not exist in vhost '{vhost.name}'")
-    return _done(f'Clearing policy "{args["name"]}" ...')
+    operator = bool(args.get("operator"))
+    what = "operator policy" if operator else "policy"
+    if not broker.core.clear_policy(vhost.name, args["name"], operator):
+        raise CommandError(f"{what} '{args['name']}' does not exist in vhost '{vhost.name}'")
+    return _done(f'Clearing {what} "{args["name"]}" ...')
 
 
 @command("list_policies")
 def _list_policies(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     vhost = _vhost(broker, args)
+    policies = broker.core.operator_policies if args.get("operator") else broker.core.policies
     rows = [
         [p.vhost, p.name, p.pattern, p.apply_to, json.dumps(p.definition), p.priority]
-        for p in broker.core.policies
+        for p in policies
         if p.vhost == vhost.name
     ]
     return _table(["vhost", "name", "pattern", "apply-to", "definition", "priority"], rows)

@@ -231,47 +231,62 @@ def list_topic_permissions(ctx: Context, vhost: str) -> None:
     ctx.run("list_topic_permissions", f'Listing topic permissions for vhost "{vhost}" ...', vhost=vhost)
 
 
-@ctl.command("set_policy")
-@VHOST
-@click.option("--priority", type=int, default=0, show_default=True)
-@click.option(
-    "--apply-to", default="all", show_default=True, type=click.Choice(["all", "queues", "exchanges"])
-)
-@click.argument("name")
-@click.argument("pattern")
-@click.argument("definition")
-@pass_ctx
-def set_policy(
-    ctx: Context, vhost: str, priority: int, apply_to: str, name: str, pattern: str, definition: str
-) -> None:
-    """Set a policy (DEFINITION is JSON, e.g. '{"max-length": 1000}'); it is stored and
-    applies to queues declared from now on."""
-    ctx.run(
-        "set_policy",
-        vhost=vhost,
-        priority=priority,
-        apply_to=apply_to,
-        name=name,
-        pattern=pattern,
-        definition=definition,
+def _policy_commands(operator: bool) -> None:
+    """``set_policy``, ``clear_policy``, ``list_policies`` and (``operator``) their
+    ``*_operator_policy`` / ``list_operator_policies`` twins, as rabbitmqctl has them."""
+    what, plural = ("an operator policy", "operator policies") if operator else ("a policy", "policies")
+    suffix = "operator_policy" if operator else "policy"
+    kinds = ["queues"] if operator else ["all", "queues", "exchanges"]
+
+    @ctl.command(f"set_{suffix}")
+    @VHOST
+    @click.option("--priority", type=int, default=0, show_default=True)
+    @click.option("--apply-to", default=kinds[0], show_default=True, type=click.Choice(kinds))
+    @click.argument("name")
+    @click.argument("pattern")
+    @click.argument("definition")
+    @pass_ctx
+    def set_command(
+        ctx: Context, vhost: str, priority: int, apply_to: str, name: str, pattern: str, definition: str
+    ) -> None:
+        ctx.run(
+            "set_policy",
+            vhost=vhost,
+            priority=priority,
+            apply_to=apply_to,
+            name=name,
+            pattern=pattern,
+            definition=definition,
+            operator=operator,
+        )
+
+    set_command.help = (
+        f"Set {what} (DEFINITION is JSON, e.g. '{{\"max-length\": 1000}}'); it is stored and "
+        "applies to queues declared from now on."
+        + (
+            " Only limits: expires, message-ttl, max-length(-bytes), max-in-memory-*, delivery-limit;"
+            " the lower of it and the queue's own wins."
+            if operator
+            else ""
+        )
     )
 
+    @ctl.command(f"clear_{suffix}", help=f"Remove {what}.")
+    @VHOST
+    @click.argument("name")
+    @pass_ctx
+    def clear_command(ctx: Context, vhost: str, name: str) -> None:
+        ctx.run("clear_policy", vhost=vhost, name=name, operator=operator)
 
-@ctl.command("clear_policy")
-@VHOST
-@click.argument("name")
-@pass_ctx
-def clear_policy(ctx: Context, vhost: str, name: str) -> None:
-    """Remove a policy."""
-    ctx.run("clear_policy", vhost=vhost, name=name)
+    @ctl.command(f"list_{plural.replace(' ', '_')}", help=f"The {plural} of a vhost.")
+    @VHOST
+    @pass_ctx
+    def list_command(ctx: Context, vhost: str) -> None:
+        ctx.run("list_policies", f'Listing {plural} for vhost "{vhost}" ...', vhost=vhost, operator=operator)
 
 
-@ctl.command("list_policies")
-@VHOST
-@pass_ctx
-def list_policies(ctx: Context, vhost: str) -> None:
-    """Policies of a vhost."""
-    ctx.run("list_policies", f'Listing policies for vhost "{vhost}" ...', vhost=vhost)
+_policy_commands(operator=False)
+_policy_commands(operator=True)
 
 
 def _listing(name: str, what: str, vhosted: bool = True) -> None:
