@@ -255,9 +255,11 @@ class Leveret(Broker):
     PROMETHEUS = re.compile(r"leveret prometheus: (http://\S+)/metrics")
 
     def __init__(self, python: str = sys.executable, start_timeout: float = 30.0,
-                 src: str | None = None) -> None:
+                 src: str | None = None, extra_args: list[str] | None = None) -> None:
         super().__init__(name="leveret")
         self.python = python
+        #: more ``leveret server`` options (e.g. ``--http-port 0``)
+        self.extra_args = list(extra_args or [])
         self.start_timeout = start_timeout
         #: Another leveret source tree (its src/) for the broker alone, e.g. a checkout
         #: of an older commit, so the same bench measures before and after a change.
@@ -292,6 +294,7 @@ class Leveret(Broker):
                "--web-stomp-port", "0", "--data-dir", self.data_dir()]
         if self._cli_has("--prometheus-port"):  # a free port, not 15692 (runs may overlap)
             cmd += ["--prometheus-port", "0"]
+        cmd += self.extra_args
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if self.src:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (self.src, env.get("PYTHONPATH"))))
