@@ -23,7 +23,6 @@ and when it ends (how many were done and failed).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import time
@@ -189,13 +188,13 @@ class Job:
 
 class _Confirms:
     """PublisherEvents of a job's publisher: which publishes were returned or nacked,
-    and a future done once none is left unconfirmed."""
+    and ``on_settled`` called once none is left unconfirmed."""
 
     def __init__(self) -> None:
         self.publisher: Publisher | None = None
         self.returned_now = False
         self.nacked: set[int] = set()
-        self.settled: asyncio.Future[None] | None = None
+        self.on_settled: Callable[[], None] | None = None
 
     def confirms_ready(self) -> None:
         assert self.publisher is not None
@@ -211,8 +210,9 @@ class _Confirms:
 
     def _check(self) -> None:
         assert self.publisher is not None
-        if self.settled is not None and not self.publisher.unconfirmed and not self.settled.done():
-            self.settled.set_result(None)
+        if self.on_settled is not None and not self.publisher.unconfirmed:
+            callback, self.on_settled = self.on_settled, None
+            callback()
 
 
 class DeadLetterJobs:
@@ -224,7 +224,6 @@ class DeadLetterJobs:
         self.jobs: dict[str, Job] = {}
         self._finished: deque[str] = deque()
         self._ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[None]] = set()
 
     @staticmethod
     def preview(queue: Queue, selection: Selection, now: float) -> tuple[int, bool]:
@@ -245,7 +244,8 @@ class DeadLetterJobs:
     ) -> Job:
         """Start ``action`` (one of :data:`ACTIONS`) on ``queue``'s messages chosen by
         ``selection``, as ``session``'s user (read permission on the queue, write on
-        each exchange published to: AccessRefused otherwise), on the running event loop.
+        each exchange published to: AccessRefused otherwise), a chunk at a time on the
+        broker's clock.
         ``target`` is needed by move and copy; NotFound for a target queue or exchange
         that does not exist, PreconditionFailed for a queue type that cannot be browsed."""
         access = session.access
@@ -281,9 +281,7 @@ class DeadLetterJobs:
             **selection.describe(),
             **({"target": job.target.describe()} if job.target else {}),
         )
-        task = asyncio.get_running_loop().create_task(self._run(job, session, queue, source))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        _Run(self, job, session, queue, source).step()
         return job
 
     def cancel(self, job_id: str) -> Job | None:
@@ -293,75 +291,80 @@ class DeadLetterJobs:
             job.cancelled = True
         return job
 
-    async def _run(self, job: Job, session: Session, queue: Queue, source: str) -> None:
-        events = _Confirms()
-        publisher = events.publisher = Publisher(session, events)
-        publisher.select_confirms()
-        matcher = job.selection.matcher(self.core.clock.time())
-        position = job.selection.start
-        found: list[QueuedMessage] = []
+    def finished(self, job: Job, source: str) -> None:
+        """``job`` ended: recorded in the audit trail; the oldest finished ones are
+        forgotten past :data:`KEEP_FINISHED`."""
+        job.finished = time.time()
+        self.core.audit.record(
+            f"dead-letters.{job.action}.{job.state}",
+            job.user,
+            source,
+            vhost=job.vhost,
+            queue=job.queue,
+            job=job.id,
+            done=job.done,
+            failed=job.failed,
+            **({"error": job.error} if job.error else {}),
+        )
+        self._finished.append(job.id)
+        while len(self._finished) > KEEP_FINISHED:
+            self.jobs.pop(self._finished.popleft(), None)
+
+
+class _Run:
+    """One job at work: a chunk per event-loop turn (:meth:`step`), each chunk's
+    publishes confirmed before the next (see the module doc)."""
+
+    def __init__(self, jobs: DeadLetterJobs, job: Job, session: Session, queue: Queue, source: str) -> None:
+        self.jobs, self.job, self.queue, self.source = jobs, job, queue, source
+        self.clock = jobs.core.clock
+        self.events = _Confirms()
+        self.publisher = self.events.publisher = Publisher(session, self.events)
+        self.publisher.select_confirms()
+        self.matcher = job.selection.matcher(self.clock.time())
+        self.position = job.selection.start
+        self.complete = False
+        self.held: list[QueuedMessage] = []  # taken out of the queue, not settled yet
+        self.sent: dict[int, QueuedMessage] = {}  # publish seq -> its dead letter
+        self.failed: list[QueuedMessage] = []
+
+    def step(self) -> None:
+        """Take on the next chunk, or end the job."""
+        job, queue = self.job, self.queue
         try:
-            while True:
-                if job.cancelled:
-                    job.state = "cancelled"
-                    break
-                if queue.deleted:
-                    raise not_found(f"queue '{queue.name}' was deleted")
-                if job.action == "copy":
-                    found, position, complete = queue.scan(CHUNK, matcher, position)
-                else:
-                    found, position, complete = queue.hold(CHUNK, matcher, position)
-                if job.action == "delete":
-                    queue.settle_held(found)
-                    job.done += len(found)
-                elif found:
-                    await self._republish(job, queue, found, publisher, events)
-                if complete or job.selection.passed(position):
-                    job.state = "done"
-                    break
-                await asyncio.sleep(0)  # the broker's other work goes on between chunks
+            if job.cancelled:
+                return self.end("cancelled")
+            if queue.deleted:
+                raise not_found(f"queue '{queue.name}' was deleted")
+            if job.action == "copy":
+                found, self.position, self.complete = queue.scan(CHUNK, self.matcher, self.position)
+            else:
+                found, self.position, self.complete = queue.hold(CHUNK, self.matcher, self.position)
+                self.held = found
+            if job.action == "delete":
+                queue.settle_held(found)
+                self.held = []
+                job.done += len(found)
+                return self.next()
+            self.publish(found)
         except BrokerError as exc:
-            job.state, job.error = "failed", exc.text
+            self.end("failed", exc.text)
         except Exception as exc:  # a job must end with a state, whatever went wrong
             log.exception("dead-letter job %s failed", job.id)
-            job.state, job.error = "failed", str(exc)
-        finally:
-            queue.release([entry for entry in found if entry.state == UNACKED])  # held, not settled
-            publisher.close()
-            job.finished = time.time()
-            self._remember(job)
-            self.core.audit.record(
-                f"dead-letters.{job.action}.{job.state}",
-                job.user,
-                source,
-                vhost=job.vhost,
-                queue=job.queue,
-                job=job.id,
-                done=job.done,
-                failed=job.failed,
-                **({"error": job.error} if job.error else {}),
-            )
+            self.end("failed", str(exc))
 
-    async def _republish(
-        self,
-        job: Job,
-        queue: Queue,
-        entries: list[QueuedMessage],
-        publisher: Publisher,
-        events: _Confirms,
-    ) -> None:
-        """Publish each of ``entries`` where ``job`` sends it, mandatory and confirmed;
-        then (retry, move) the dead letters of those confirmed leave ``queue`` and the
-        others go back."""
-        sent: dict[int, QueuedMessage] = {}  # publish seq -> its dead letter
-        failed: list[QueuedMessage] = []
+    def publish(self, entries: list[QueuedMessage]) -> None:
+        """Publish each of ``entries`` where the job sends it, mandatory and confirmed;
+        :meth:`settle` once all are confirmed."""
+        job, publisher, events = self.job, self.publisher, self.events
+        self.sent, self.failed = {}, []
         for entry in entries:
             message = entry.message
             if job.action == "retry":
                 address = origin(message)
                 if address is None:
                     job.error = "a message has no death history: it cannot be retried"
-                    failed.append(entry)
+                    self.failed.append(entry)
                     continue
                 message = retried(message)
             else:
@@ -373,27 +376,47 @@ class DeadLetterJobs:
                 publisher.publish(exchange, message.readdressed(*address), mandatory=True)
             except BrokerError as exc:
                 job.error = exc.text
-                failed.append(entry)
+                self.failed.append(entry)
                 continue
             if events.returned_now:  # unroutable: its seq is confirmed, but it went nowhere
                 job.error = f"unroutable: exchange '{address[0]}', routing key '{address[1]}'"
-                failed.append(entry)
+                self.failed.append(entry)
             else:
-                sent[publisher.seq] = entry
+                self.sent[publisher.seq] = entry
         if publisher.unconfirmed:
-            events.settled = asyncio.get_running_loop().create_future()
-            await events.settled
-            events.settled = None
-        safe = [entry for seq, entry in sent.items() if seq not in events.nacked]
-        failed += [entry for seq, entry in sent.items() if seq in events.nacked]
-        events.nacked.clear()
-        job.done += len(safe)
-        job.failed += len(failed)
-        if job.action != "copy":
-            queue.settle_held(safe)
-            queue.release(sorted(failed))
+            events.on_settled = self.settle
+        else:
+            self.settle()
 
-    def _remember(self, job: Job) -> None:
-        self._finished.append(job.id)
-        while len(self._finished) > KEEP_FINISHED:
-            self.jobs.pop(self._finished.popleft(), None)
+    def settle(self) -> None:
+        """The chunk's publishes are confirmed (or nacked): (retry, move) the dead
+        letters of the confirmed ones leave the queue, the others go back."""
+        nacked = self.events.nacked
+        safe = [entry for seq, entry in self.sent.items() if seq not in nacked]
+        self.failed += [entry for seq, entry in self.sent.items() if seq in nacked]
+        nacked.clear()
+        self.job.done += len(safe)
+        self.job.failed += len(self.failed)
+        if self.job.action != "copy":
+            self.queue.settle_held(safe)
+            self.queue.release(sorted(self.failed))
+        self.held = []
+        self.next()
+
+    def next(self) -> None:
+        """After a chunk: end, or the next chunk on a later event-loop turn (the
+        broker's other work goes on between chunks)."""
+        if self.complete or self.job.selection.passed(self.position):
+            self.end("done")
+        else:
+            self.clock.call_later(0, self.step)
+
+    def end(self, state: str, error: str | None = None) -> None:
+        job = self.job
+        job.state = state
+        if error is not None:
+            job.error = error
+        self.queue.release([entry for entry in self.held if entry.state == UNACKED])  # not settled
+        self.held = []
+        self.publisher.close()
+        self.jobs.finished(job, self.source)
