@@ -483,3 +483,19 @@ def test_leveret_server_prints_and_serves_its_metrics_address(tmp_path):
     finally:
         process.terminate()
         assert process.wait(20) == 0
+
+
+def test_per_object_is_made_anew_once_an_interval(tmp_path):
+    """``/metrics/per-object`` is served again for ``collect_statistics_interval`` (as
+    RabbitMQ's per-object values change once an interval): rendering every queue's
+    series is the costly scrape."""
+    with BlockingBroker(amqp_port=0, prometheus_port=0, collect_statistics_interval=400) as broker:
+        _, before = scrape(broker.prometheus_url, "/metrics/per-object")
+        connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+        connection.channel().queue_declare("late")
+        _, cached = scrape(broker.prometheus_url, "/metrics/per-object")
+        assert cached == before
+        time.sleep(0.45)
+        _, fresh = scrape(broker.prometheus_url, "/metrics/per-object")
+        assert value(fresh, "rabbitmq_queue_messages_ready", vhost="/", queue="late") == 0
+        connection.close()

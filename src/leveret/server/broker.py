@@ -162,7 +162,13 @@ class Broker:
                     disk_free_limit=lambda: self.settings.disk_free_limit,
                     data_dir=settings.data_dir,
                 )
-                prometheus = PrometheusServer(self.core, settings.bind, settings.prometheus_port, node)
+                prometheus = PrometheusServer(
+                    self.core,
+                    settings.bind,
+                    settings.prometheus_port,
+                    node,
+                    settings.collect_statistics_interval / 1000,
+                )
                 await prometheus.start()
                 self.prometheus = prometheus
         except BaseException:
