@@ -10,7 +10,8 @@ The broker runs with ``--http-port 0`` and has ``--queues`` extra queues declare
 per-queue listings are not trivial). Each round runs the ``pubsub`` and ``publish``
 workloads (bench/workloads.py) twice: unwatched, then watched by a thread that every
 ``--interval`` seconds fetches ``/metrics``, ``/metrics/per-object``, ``/api/overview``
-and ``/api/queues`` (a Prometheus server and a dashboard). Alternating the two in
+and ``/api/queues`` (a Prometheus server and a dashboard; ``--watch metrics`` or
+``console`` for one of them). Alternating the two in
 rounds spreads drift (CPU frequency, other load) over both. Printed: broker µs of CPU
 per message (utime+stime from /proc) for each, their ratio, and scrapes done.
 """
@@ -37,14 +38,21 @@ from workloads import WORKLOADS, Meter, Settings  # noqa: E402
 
 API = re.compile(r"leveret management: (http://\S+)/api/")
 WATCHED = ("/metrics", "/metrics/per-object", "/api/overview", "/api/queues")
+#: --watch's sets: a Prometheus server, the console (and RabbitMQ's UI: a page of
+#: queues), or everything at once
+WATCH_SETS = {
+    "metrics": ("/metrics", "/metrics/per-object"),
+    "console": ("/api/overview", "/api/queues?page=1&page_size=100"),
+    "all": WATCHED,
+}
 
 
 class Watcher(threading.Thread):
     """Fetches :data:`WATCHED` every ``interval`` seconds until stopped."""
 
-    def __init__(self, api: str, metrics: str, interval: float) -> None:
+    def __init__(self, api: str, metrics: str, interval: float, paths: tuple[str, ...] = WATCHED) -> None:
         super().__init__(daemon=True)
-        self.urls = [metrics + p if p.startswith("/metrics") else api + p for p in WATCHED]
+        self.urls = [metrics + p if p.startswith("/metrics") else api + p for p in paths]
         self.interval = interval
         self.done = threading.Event()
         self.fetched = self.failed = 0
@@ -77,6 +85,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--workloads", default="pubsub,publish")
+    parser.add_argument("--watch", choices=list(WATCH_SETS), default="all", help="what is fetched")
     args = parser.parse_args()
 
     broker = Leveret(extra_args=["--http-port", "0"])
@@ -99,7 +108,11 @@ def main() -> None:
         for round_ in range(1, args.rounds + 1):
             for workload in args.workloads.split(","):
                 for watched in (False, True):
-                    watcher = Watcher(api.group(1), metrics, args.interval) if watched else None
+                    watcher = (
+                        Watcher(api.group(1), metrics, args.interval, WATCH_SETS[args.watch])
+                        if watched
+                        else None
+                    )
                     if watcher is not None:
                         watcher.start()
                     meter = Meter(broker)
@@ -117,7 +130,8 @@ def main() -> None:
                         file=sys.stderr,
                     )
                     time.sleep(1)
-        print(f"\nscrapes: {scrapes[0]} fetched, {scrapes[1]} failed; {args.queues} extra queues")
+        print(f"\nwatched: {', '.join(WATCH_SETS[args.watch])} every {args.interval:g} s")
+        print(f"scrapes: {scrapes[0]} fetched, {scrapes[1]} failed; {args.queues} extra queues")
         print(f"{'workload':10s} {'unwatched µs/msg':>17s} {'watched µs/msg':>15s} {'cost':>7s}")
         for workload in args.workloads.split(","):
             plain = statistics.median(results[(workload, False)])
