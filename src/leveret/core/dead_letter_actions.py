@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("leveret.dead_letters")
 
 ACTIONS = ("retry", "move", "copy", "delete")
-CHUNK = 200  # messages an action takes on in one event-loop turn
+CHUNK = 64  # messages an action takes on in one event-loop turn (~2 ms of work)
+IN_FLIGHT = 8  # chunks published and waiting for their confirms, at most
 KEEP_FINISHED = 100  # finished jobs a broker remembers
 PREVIEW_LIMIT = 1_000_000  # messages a preview counts at most
 
@@ -187,32 +188,30 @@ class Job:
 
 
 class _Confirms:
-    """PublisherEvents of a job's publisher: which publishes were returned or nacked,
-    and ``on_settled`` called once none is left unconfirmed."""
+    """PublisherEvents of a job's publisher: tells ``run`` how far publishes are
+    confirmed (publisher confirms come in publish order) and which were nacked or
+    returned."""
 
     def __init__(self) -> None:
         self.publisher: Publisher | None = None
+        self.run: _Run | None = None
         self.returned_now = False
-        self.nacked: set[int] = set()
-        self.on_settled: Callable[[], None] | None = None
 
     def confirms_ready(self) -> None:
-        assert self.publisher is not None
-        self.publisher.take_confirms()
-        self._check()
+        assert self.publisher is not None and self.run is not None
+        taken = self.publisher.take_confirms()
+        if taken is not None:
+            self.run.confirmed(taken[0])
 
     def rejected(self, seq: int, before: tuple[int, bool] | None) -> None:
-        self.nacked.add(seq)
-        self._check()
+        assert self.run is not None
+        if before is not None:
+            self.run.confirmed(before[0])
+        self.run.nacked.add(seq)
+        self.run.confirmed(seq)
 
     def returned(self, exchange: str, message: Message) -> None:
         self.returned_now = True
-
-    def _check(self) -> None:
-        assert self.publisher is not None
-        if self.on_settled is not None and not self.publisher.unconfirmed:
-            callback, self.on_settled = self.on_settled, None
-            callback()
 
 
 class DeadLetterJobs:
@@ -311,60 +310,80 @@ class DeadLetterJobs:
             self.jobs.pop(self._finished.popleft(), None)
 
 
+@dataclass
+class _Chunk:
+    """Messages a job took on in one turn: those published (publish seq -> dead
+    letter), up to publish seq ``last``, and those that could not go."""
+
+    last: int
+    sent: dict[int, QueuedMessage]
+    failed: list[QueuedMessage]
+
+
 class _Run:
-    """One job at work: a chunk per event-loop turn (:meth:`step`), each chunk's
-    publishes confirmed before the next (see the module doc)."""
+    """One job at work: a chunk per event-loop turn (:meth:`step`), up to
+    :data:`IN_FLIGHT` chunks published and not yet confirmed (the store commits them
+    together); a chunk's dead letters leave the queue once its publishes are confirmed
+    (see the module doc)."""
 
     def __init__(self, jobs: DeadLetterJobs, job: Job, session: Session, queue: Queue, source: str) -> None:
         self.jobs, self.job, self.queue, self.source = jobs, job, queue, source
         self.clock = jobs.core.clock
         self.events = _Confirms()
+        self.events.run = self
         self.publisher = self.events.publisher = Publisher(session, self.events)
         self.publisher.select_confirms()
         self.matcher = job.selection.matcher(self.clock.time())
         self.position = job.selection.start
         self.complete = False
-        self.held: list[QueuedMessage] = []  # taken out of the queue, not settled yet
-        self.sent: dict[int, QueuedMessage] = {}  # publish seq -> its dead letter
-        self.failed: list[QueuedMessage] = []
+        self.chunks: deque[_Chunk] = deque()  # published, waiting for their confirms
+        self.upto = 0  # publishes confirmed (or nacked) so far
+        self.nacked: set[int] = set()
+        self.waiting = False  # a step waits for a chunk to be confirmed
+        self.taking: list[QueuedMessage] = []  # held by the step under way
+        self.final = "done"  # the state once every chunk is confirmed
+        self.ended = False
 
     def step(self) -> None:
-        """Take on the next chunk, or end the job."""
+        """Take on the next chunk (or end the job)."""
         job, queue = self.job, self.queue
+        self.waiting = False
         try:
-            if job.cancelled:
-                return self.end("cancelled")
+            if job.cancelled:  # the chunks in flight are settled first
+                self.complete, self.final = True, "cancelled"
+                return self.next()
             if queue.deleted:
                 raise not_found(f"queue '{queue.name}' was deleted")
             if job.action == "copy":
                 found, self.position, self.complete = queue.scan(CHUNK, self.matcher, self.position)
             else:
                 found, self.position, self.complete = queue.hold(CHUNK, self.matcher, self.position)
-                self.held = found
+                self.taking = found
             if job.action == "delete":
                 queue.settle_held(found)
-                self.held = []
                 job.done += len(found)
-                return self.next()
-            self.publish(found)
+            else:
+                self.chunks.append(self.publish(found))
+                self.confirmed(self.upto)  # those confirmed at once (transient messages)
+            self.taking = []
+            self.next()
         except BrokerError as exc:
             self.end("failed", exc.text)
         except Exception as exc:  # a job must end with a state, whatever went wrong
             log.exception("dead-letter job %s failed", job.id)
             self.end("failed", str(exc))
 
-    def publish(self, entries: list[QueuedMessage]) -> None:
-        """Publish each of ``entries`` where the job sends it, mandatory and confirmed;
-        :meth:`settle` once all are confirmed."""
+    def publish(self, entries: list[QueuedMessage]) -> _Chunk:
+        """Publish each of ``entries`` where the job sends it, mandatory and confirmed."""
         job, publisher, events = self.job, self.publisher, self.events
-        self.sent, self.failed = {}, []
+        chunk = _Chunk(0, {}, [])
         for entry in entries:
             message = entry.message
             if job.action == "retry":
                 address = origin(message)
                 if address is None:
                     job.error = "a message has no death history: it cannot be retried"
-                    self.failed.append(entry)
+                    chunk.failed.append(entry)
                     continue
                 message = retried(message)
             else:
@@ -376,47 +395,60 @@ class _Run:
                 publisher.publish(exchange, message.readdressed(*address), mandatory=True)
             except BrokerError as exc:
                 job.error = exc.text
-                self.failed.append(entry)
+                chunk.failed.append(entry)
                 continue
             if events.returned_now:  # unroutable: its seq is confirmed, but it went nowhere
                 job.error = f"unroutable: exchange '{address[0]}', routing key '{address[1]}'"
-                self.failed.append(entry)
+                chunk.failed.append(entry)
             else:
-                self.sent[publisher.seq] = entry
-        if publisher.unconfirmed:
-            events.on_settled = self.settle
-        else:
-            self.settle()
+                chunk.sent[publisher.seq] = entry
+        chunk.last = publisher.seq
+        return chunk
 
-    def settle(self) -> None:
-        """The chunk's publishes are confirmed (or nacked): (retry, move) the dead
-        letters of the confirmed ones leave the queue, the others go back."""
-        nacked = self.events.nacked
-        safe = [entry for seq, entry in self.sent.items() if seq not in nacked]
-        self.failed += [entry for seq, entry in self.sent.items() if seq in nacked]
-        nacked.clear()
-        self.job.done += len(safe)
-        self.job.failed += len(self.failed)
-        if self.job.action != "copy":
-            self.queue.settle_held(safe)
-            self.queue.release(sorted(self.failed))
-        self.held = []
-        self.next()
+    def confirmed(self, upto: int) -> None:
+        """Publishes up to seq ``upto`` are settled: (retry, move) the dead letters of
+        chunks wholly confirmed leave the queue, those nacked or unroutable go back."""
+        self.upto = max(self.upto, upto)
+        while self.chunks and self.chunks[0].last <= self.upto:
+            chunk = self.chunks.popleft()
+            safe = [entry for seq, entry in chunk.sent.items() if seq not in self.nacked]
+            failed = chunk.failed + [entry for seq, entry in chunk.sent.items() if seq in self.nacked]
+            self.nacked.difference_update(chunk.sent)
+            self.job.done += len(safe)
+            self.job.failed += len(failed)
+            if self.job.action != "copy":
+                self.queue.settle_held(safe)
+                self.queue.release(sorted(failed))
+            if self.waiting:
+                self.next()
 
     def next(self) -> None:
-        """After a chunk: end, or the next chunk on a later event-loop turn (the
-        broker's other work goes on between chunks)."""
+        """After a chunk: end once everything is confirmed, or the next chunk on a later
+        event-loop turn (the broker's other work goes on between chunks) while fewer than
+        :data:`IN_FLIGHT` wait for confirms."""
+        if self.ended:
+            return
         if self.complete or self.job.selection.passed(self.position):
-            self.end("done")
+            if self.chunks:
+                self.waiting = True
+            else:
+                self.end(self.final)
+        elif len(self.chunks) >= IN_FLIGHT:
+            self.waiting = True
         else:
+            self.waiting = False
             self.clock.call_later(0, self.step)
 
     def end(self, state: str, error: str | None = None) -> None:
+        """The job ends (``state``); after a failure, what it still holds goes back."""
         job = self.job
+        self.ended = True
         job.state = state
         if error is not None:
             job.error = error
-        self.queue.release([entry for entry in self.held if entry.state == UNACKED])  # not settled
-        self.held = []
+        held = [*self.taking, *(e for c in self.chunks for e in (*c.sent.values(), *c.failed))]
+        if job.action != "copy":  # (a copy that is confirmed later is a duplicate, never a loss)
+            self.queue.release(sorted(e for e in held if e.state == UNACKED))
+        self.chunks.clear()
         self.publisher.close()
         self.jobs.finished(job, self.source)

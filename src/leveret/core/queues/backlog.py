@@ -222,10 +222,15 @@ class Backlog:
         size = len(entry.message.body)
         self.bytes -= size
         self.memory_bytes -= size
+        ready = self.ready
         if not self.live:
-            self.ready.clear()
+            ready.clear()
             self.holes = 0
-        elif len(self.ready) > 2 * self.live + 64:
+        elif ready[0] is entry:  # taken from the head (an operator's action): no tombstone left
+            while ready[0].state != READY:
+                ready.popleft()
+                self.holes -= 1
+        elif len(ready) > 2 * self.live + 64:
             self._sweep()
 
     def _sweep(self) -> None:

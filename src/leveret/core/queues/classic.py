@@ -18,6 +18,7 @@ with ``x-overflow``), deduplication and leases. Every way a message dies goes th
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import logging
@@ -48,8 +49,13 @@ SCAN_BUDGET = 10_000
 GROUP_CACHE = 1024
 #: Paged-out messages dead-lettered for expiry in one event-loop turn, at most.
 PAGED_EXPIRY_BATCH = 1000
-#: Batches of paged-out messages a queue browser reads, at most (100,000 messages).
+#: Batches of paged-out messages a queue browser reads, at most (100,000 messages, in
+#: rows: :meth:`ClassicQueue.scan` reads smaller batches when it wants few).
 BROWSE_BATCHES = 100
+
+
+def _seq(entry: QueuedMessage) -> int:
+    return entry.seq
 
 
 class ClassicQueue(Queue):
@@ -339,8 +345,10 @@ class ClassicQueue(Queue):
         """:meth:`scan`, with each entry's ``paged`` flag (read from the store)."""
         found: list[tuple[QueuedMessage, bool]] = []
         position = after_seq
-        budget = [BROWSE_BATCHES]
-        for entry, paged in self._waiting(after_seq, budget):
+        budget = [BROWSE_BATCHES * PAGE_IN_BATCH]
+        # store reads sized to what is wanted (a job takes a few dozen at a time)
+        batch = min(PAGE_IN_BATCH, max(2 * limit, 128))
+        for entry, paged in self._waiting(after_seq, budget, batch):
             position = entry.seq
             if where(entry):
                 found.append((entry, paged))
@@ -348,26 +356,29 @@ class ClassicQueue(Queue):
                     return found, position, False
         return found, position, budget[0] >= 0
 
-    def _waiting(self, after_seq: int, budget: list[int]) -> Iterator[tuple[QueuedMessage, bool]]:
+    def _waiting(self, after_seq: int, budget: list[int], batch: int) -> Iterator[tuple[QueuedMessage, bool]]:
         """The waiting messages after ``after_seq`` in delivery order, as ``(entry,
         paged)``: those in memory, then each level's paged-out ones as entries read
-        from the store (not kept), passing over held ones. ``budget[0]`` store reads at
-        most: it is -1 when they ran out before the last message."""
+        from the store ``batch`` at a time (not kept), passing over held ones.
+        ``budget[0]`` rows read from the store at most: it is -1 when they ran out
+        before the last message."""
         store = self.store
         held = self.backlog.held
         for part in self.backlog.parts:  # a priority queue's levels, highest first
             if part.last_seq <= after_seq:
                 continue
-            for entry in part.ready:
-                if entry.state == READY and entry.seq > after_seq:
+            ready = part.ready
+            start = bisect.bisect_right(ready, after_seq, key=_seq) if after_seq else 0
+            for entry in itertools.islice(ready, start, None):  # (skips in C)
+                if entry.state == READY:
                     yield entry, False
             after = max(part.paged_after, after_seq)
             while part.paged and store is not None:
                 if budget[0] <= 0:
                     budget[0] = -1
                     return
-                budget[0] -= 1
-                rows = store.read_queue(self.queue_id, after, PAGE_IN_BATCH, part.last_seq)
+                rows = store.read_queue(self.queue_id, after, min(batch, budget[0]), part.last_seq)
+                budget[0] -= len(rows)
                 if not rows:
                     break
                 for stored in rows:
