@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from http.cookiejar import CookieJar
 
 import pika
 import pytest
+from dead_letters import dead_letters
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
@@ -58,7 +58,16 @@ def text_of(driver, css: str) -> str:
     return driver.find_element(By.CSS_SELECTOR, css).text
 
 
-def login(driver, broker, user: str = "guest", password: str = "guest") -> None:
+def login(driver, broker, user: str = "guest", password: str | None = None) -> None:
+    """Log in as ``user`` (password: the name, guest's "guest") in a fresh page; a
+    wrong ``password`` leaves the login form showing its error."""
+    password = password if password is not None else user
+    _submit_login(driver, broker, user, password)
+    if password == user:
+        wait(driver, lambda d: text_of(d, "#who").startswith(f"{user} ("))
+
+
+def _submit_login(driver, broker, user: str, password: str) -> None:
     driver.get(broker.http_url.rstrip("/") + "/console/style.css")  # the broker's origin, not the app
     driver.delete_all_cookies()
     driver.get(broker.http_url.rstrip("/") + "/#/")
@@ -74,7 +83,7 @@ def accept_confirm(driver) -> None:
 
 
 def test_login_is_refused_with_a_wrong_password_then_shows_the_overview(driver, broker):
-    login(driver, broker, "guest", "wrong")
+    login(driver, broker, "guest", password="wrong")
     error = wait(driver, ec.visibility_of_element_located((By.ID, "login-error")))
     wait(driver, lambda d: "Login failed" in error.text)
     login(driver, broker)
@@ -126,7 +135,7 @@ def test_admin_pages_follow_the_tags(driver, broker):
     driver.get(broker.http_url.rstrip("/") + "/#/admin")
     users = wait(driver, ec.presence_of_element_located((By.ID, "users-table")))
     assert "watcher" in users.text and "guest" in users.text
-    login(driver, broker, "watcher", "watcher")
+    login(driver, broker, "watcher")
     wait(driver, ec.presence_of_element_located((By.ID, "overview")))
     assert not driver.find_element(By.ID, "nav-admin").is_displayed()
     assert "management" in text_of(driver, "#who")
@@ -172,29 +181,12 @@ def test_changes_through_the_session_cookie_need_the_csrf_token(broker):
     assert http(broker, "DELETE", "/api/queues/%2F/csrf-q")[0] == 204  # basic auth needs no token
 
 
-def dead_letters() -> list[tuple[str, bytes]]:
-    return [("orders", b'{"order": 1}'), ("orders", b'{"order": 2}'), ("payments", b"pay 3")]
-
-
 def test_the_dead_letter_flow(driver, broker):
     """Three rejected messages and one expired one in ``dlq``: filter the rejected ones,
     count them, retry them to origin, watch the count drop to 1, read the audit log."""
     connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
     channel = connection.channel()
-    channel.exchange_declare("dlx", "fanout")
-    channel.queue_declare("dlq", durable=True)
-    channel.queue_bind("dlq", "dlx")
-    for name in ("orders", "payments"):
-        channel.queue_declare(name, durable=True, arguments={"x-dead-letter-exchange": "dlx"})
-    for queue, body in dead_letters():
-        channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
-        method, _, _ = channel.basic_get(queue)
-        channel.basic_reject(method.delivery_tag, requeue=False)
-    channel.basic_publish("", "orders", b"too late", pika.BasicProperties(expiration="1"))
-    deadline = time.monotonic() + 5
-    while channel.queue_declare("dlq", passive=True).method.message_count < 4 and time.monotonic() < deadline:
-        time.sleep(0.02)
-        channel.queue_declare("orders", passive=True)
+    dead_letters(channel)
 
     login(driver, broker)
     wait(driver, ec.presence_of_element_located((By.ID, "overview")))

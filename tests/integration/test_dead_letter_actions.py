@@ -19,8 +19,9 @@ from types import SimpleNamespace
 
 import pika
 import pytest
+from dead_letters import dead_letters
 from servers import ServerProcess
-from test_dead_letter_browser import dead_letters, get, messages, put
+from test_dead_letter_browser import get, messages, put
 
 from leveret import BlockingBroker
 from leveret.core.dead_letter_actions import CHUNK, IN_FLIGHT
