@@ -129,6 +129,25 @@ def test_a_queue_page_publishes_gets_and_purges(driver, broker):
     assert audit[0]["action"] == "queue.purge" and audit[0]["user"] == "guest"
 
 
+def test_the_queues_page_pages_through_many_queues(driver, broker):
+    names = [f"many-{n:03d}" for n in range(120)]
+    for name in names:
+        http(broker, "PUT", f"/api/queues/%2F/{name}", {"durable": False})
+    try:
+        login(driver, broker)
+        driver.get(broker.http_url.rstrip("/") + "/#/queues")
+        pager = wait(driver, ec.presence_of_element_located((By.CSS_SELECTOR, "#main .pager")))
+        assert "page 1 of 2" in pager.text
+        shown = text_of(driver, "#queues-table")
+        assert "many-000" in shown and "many-119" not in shown
+        pager.find_element(By.XPATH, ".//button[contains(., 'next')]").click()
+        wait(driver, lambda d: "many-119" in text_of(d, "#queues-table"))
+        assert "page 2 of 2" in text_of(driver, "#main .pager")
+    finally:
+        for name in names:
+            http(broker, "DELETE", f"/api/queues/%2F/{name}")
+
+
 def test_admin_pages_follow_the_tags(driver, broker):
     login(driver, broker)
     wait(driver, ec.presence_of_element_located((By.ID, "overview")))

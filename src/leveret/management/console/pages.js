@@ -130,9 +130,16 @@ export async function exchange(vhost, name) {
 }
 
 // -- queues ------------------------------------------------------------------------------
+let queuesPage = 1; // the queues page shown (kept across the 5 s refreshes)
+const rerender = () => window.dispatchEvent(new HashChangeEvent("hashchange"));
+
 export async function queues() {
-  const page = Number(new URLSearchParams(location.search).get("page") || 1);
-  const answer = await api("GET", `/api/queues?page=${page}&page_size=100`);
+  let answer = await api("GET", `/api/queues?page=${queuesPage}&page_size=100`);
+  if (queuesPage > 1 && !answer.items.length) {
+    queuesPage = 1;
+    answer = await api("GET", "/api/queues?page=1&page_size=100");
+  }
+  const page = answer.page || 1, pages = answer.page_count || 1;
   const stat = (row, name) => (row.message_stats && row.message_stats[`${name}_details`] ? row.message_stats[`${name}_details`].rate : 0);
   return h("section", {},
     h("h1", {}, `Queues (${answer.total_count})`),
@@ -147,6 +154,12 @@ export async function queues() {
       ["publish/s", (r) => fmt(stat(r, "publish")), { num: true }],
       ["deliver/s", (r) => fmt(stat(r, "deliver_get")), { num: true }],
     ], answer.items, { id: "queues-table" }),
+    pages > 1
+      ? h("div", { class: "pager" },
+          h("button", { disabled: page <= 1, onclick: () => { queuesPage = page - 1; rerender(); } }, "‹ previous"),
+          h("span", {}, `page ${page} of ${pages}`),
+          h("button", { disabled: page >= pages, onclick: () => { queuesPage = page + 1; rerender(); } }, "next ›"))
+      : null,
     h("h2", {}, "Add a queue"),
     form([["vhost", "vhost", { value: "/" }], ["name", "name", { required: true }], ["type", "type", { options: ["classic", "quorum", "stream"] }]], "Add", async (v) => {
       const body = { durable: true, arguments: { "x-queue-type": v.type } };
