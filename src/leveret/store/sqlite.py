@@ -1,33 +1,22 @@
 """The embedded default store: SQLite in WAL mode, written by one writer thread.
 
-Group commit: changes made during an event-loop turn form a batch; while the writer
-thread commits one batch (one transaction, one fsync: ``synchronous=FULL``), the next
-accumulates, so batches grow with load. A message acknowledged before its batch is
-handed to the writer never touches the disk. Deleted pages are reclaimed with
-``PRAGMA incremental_vacuum`` between batches, and the WAL is truncated after
-checkpoints, without stopping the broker.
-
-Files: ``DIR/leveret.db`` (+ ``-wal``, ``-shm``). A message row holds the content
-header and body as they arrived (``meta``: JSON of what else the message carries, see
-:meth:`leveret.core.message.Message.meta`); a definition row an AMQP field table (pamqp codec).
+Group commit as every :class:`~.batched.BatchedStore` (one transaction and one fsync per
+batch: ``synchronous=FULL``). Deleted pages are reclaimed with ``PRAGMA
+incremental_vacuum`` between batches, and the WAL is truncated after checkpoints,
+without stopping the broker. Files: ``DIR/leveret.db`` (+ ``-wal``, ``-shm``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import queue as queue_mod
 import shutil
 import sqlite3
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
-from pamqp import decode
-
-from ..amqp.field_table import encode_plain_table
-from .base import ALL_SEQS, SEQ_BLOCK_BITS, Callback, ScheduledRow, Snapshot, Store, StoredMessage, StoreError
+from .base import StoreError
+from .batched import Batch, BatchedStore, Connection, NoRoom
 
 log = logging.getLogger("leveret.store")
 
@@ -62,121 +51,30 @@ CREATE INDEX IF NOT EXISTS scheduled_by_due ON scheduled (due_at, id);
 CREATE INDEX IF NOT EXISTS scheduled_by_job ON scheduled (job_id);
 """
 
-VACUUM_EVERY = 2.0  # seconds between incremental vacuums / checkpoints, at most
-DELETE_CHUNK = 5000  # rows deleted per transaction by a background range deletion
-BLOCK = 1 << SEQ_BLOCK_BITS  # seqs (and store ids) per block
 RESERVE = 16 * 1024 * 1024  # bytes a message write must leave free on the file system
-RETRY = 0.5  # seconds between attempts to write a batch that did not fit
 
 
-class _Batch:
-    __slots__ = ("callbacks", "counts", "definitions", "delays", "deletes", "inserts", "scheduled")
-
-    def __init__(self) -> None:
-        self.inserts: dict[int, list] = {}
-        self.counts: dict[int, int] = {}
-        self.delays: dict[int, float] = {}  # store id -> available_at (redelivery back-off)
-        self.deletes: list[int] = []
-        self.definitions: list[tuple] = []
-        self.callbacks: list[Callback] = []
-        #: scheduled rows: store id -> the row to write, or None to delete it
-        self.scheduled: dict[int, ScheduledRow | None] = {}
-
-    def __bool__(self) -> bool:
-        return bool(
-            self.inserts or self.counts or self.deletes or self.definitions or self.callbacks
-        ) or bool(self.scheduled or self.delays)
-
-    def absorb(self, newer: _Batch) -> None:
-        """Take in the changes made after this batch (which could not be written), as
-        if they had been made to it: a newer delete of a row this batch inserts drops
-        the insert, so the merged batch never deletes what it inserts."""
-        for store_id in newer.deletes:
-            if self.inserts.pop(store_id, None) is None:
-                self.counts.pop(store_id, None)
-                self.deletes.append(store_id)
-        for store_id, count in newer.counts.items():
-            row = self.inserts.get(store_id)
-            if row is not None:
-                row[3] = count
-            else:
-                self.counts[store_id] = count
-        for op in newer.definitions:
-            if op[0] == "range":  # a later purge or truncation: of these inserts too
-                _, queue_id, low, high = op
-                for store_id in [
-                    i for i, row in self.inserts.items() if row[1] == queue_id and low < row[2] <= high
-                ]:
-                    del self.inserts[store_id]
-        self.inserts.update(newer.inserts)
-        self.definitions += newer.definitions
-        self.callbacks += newer.callbacks
-        self.scheduled.update(newer.scheduled)  # the later change of a row wins
-        self.delays.update(newer.delays)
-
-    def insert_bytes(self) -> int:
-        """Bytes of message bodies this batch inserts (scheduled ones included)."""
-        return sum(row[11] for row in self.inserts.values()) + sum(
-            len(row.body) for row in self.scheduled.values() if row is not None
-        )
-
-
-def _out_of_room(exc: sqlite3.Error) -> bool:
-    """SQLITE_FULL ("database or disk is full") or an I/O error: worth retrying."""
-    text = str(exc).lower()
-    return "full" in text or "disk i/o error" in text
-
-
-def _encode_table(data: dict) -> bytes:
-    # floats as doubles: pamqp's own encoder keeps them in 32 bits
-    return encode_plain_table(data)
-
-
-def _decode_table(blob: bytes) -> dict:
-    return decode.field_table(blob)[1]
-
-
-class _NoRoom(Exception):
-    """Writing a batch's messages would leave less than the reserve free."""
-
-
-class SQLiteStore(Store):
+class SQLiteStore(BatchedStore):
     """SQLite store in ``data_dir``. Raises StoreError naming the file on failure.
 
     A full disk loses nothing: messages are written only while ``reserve`` bytes stay
     free after them (the rest of a batch, deletions included, goes on), so deleting,
     reclaiming and SQLite's own journal always have room. A batch that does not fit, or
-    that fails with "disk full" or an I/O error, is kept: later changes join it, its
-    callbacks (publisher confirms) wait, ``on_stall(True)`` is called (the broker
-    raises its alarm) and it is tried again every :data:`RETRY` seconds until it is
-    written (``on_stall(False)``)."""
+    that fails with "disk full" or an I/O error, is held (see :class:`BatchedStore`)."""
+
+    _errors = (sqlite3.Error,)
+    _order = "rowid"
 
     def __init__(self, data_dir: str | Path, reserve: int = RESERVE) -> None:
         self.path = Path(data_dir) / "leveret.db"
+        super().__init__(str(self.path))
         self.reserve = reserve  # bytes kept free by message writes (0: no check)
-        self.on_stall: Callable[[bool], None] | None = None
-        self.stalled: str | None = None  # why the store cannot write now, if it cannot
-        self._retry_at = 0.0  # monotonic time before which a stalled batch is not retried
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._batch = _Batch()
-        self._scheduled = False
-        self._writing = False
-        self._jobs: queue_mod.Queue = queue_mod.Queue()
-        self._thread: threading.Thread | None = None
-        self._next_id = 1  # the next store id of seq block 0 (every FIFO queue's)
-        self._next_ids: dict[int, int] = {}  # the same for the other seq blocks
-        self._next_scheduled_id = 1
-        self._next_queue_id = 1
-        self._db: sqlite3.Connection | None = None
-        self._reader: sqlite3.Connection | None = None
-        self._inflight: _Batch | None = None
-        self.failed: str | None = None
         self._check_pages = False  # after an unclean shutdown (see _check_integrity)
         #: quick_check's verdict ("ok" or what it found) once the background check ran.
         self.integrity: str | None = None
 
-    # -- start-up -------------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> Connection:
+        """``leveret.db`` in WAL mode, fsync per commit, schema made and migrated."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # No statement cache: a cached INSERT keeps a copy of the last message body it
@@ -207,7 +105,7 @@ class SQLiteStore(Store):
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
         except OSError as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
-        return db
+        return cast(Connection, db)
 
     def _check_integrity(self) -> None:
         """After an unclean shutdown: SQLite's quick_check over every page, on its own
@@ -231,513 +129,33 @@ class SQLiteStore(Store):
                 self.integrity,
             )
 
-    def load(self) -> Snapshot:
-        """Open ``leveret.db`` (created if missing; after an unclean shutdown its pages
-        are checked in the background once started), drop transient rows, finish range
-        deletions a crash cut short, and read definitions, per-queue message counts and
-        deduplication keys. Blocks; StoreError naming the file."""
-        started = time.monotonic()
-        db = self._db = self._connect()
-        snapshot = Snapshot()
-        try:
-            db.execute("DELETE FROM messages WHERE transient=1")  # paged-out, not durable
-            db.execute("DELETE FROM scheduled WHERE transient=1")
-            while self._delete_chunk(db, limit=None):  # finish deletions a crash cut short
-                pass
-            for kind, vhost, name, data in db.execute(
-                "SELECT kind, vhost, name, data FROM definitions ORDER BY rowid"
-            ):
-                snapshot.definitions.setdefault(kind, []).append((vhost, name, _decode_table(data)))
-            for queue_id, count, last_seq, size in db.execute(
-                "SELECT queue_id, count(*), max(seq), sum(size) FROM messages GROUP BY queue_id"
-            ):
-                snapshot.queues[queue_id] = (count, last_seq, size or 0)
-            for queue_id, key, expires_at in db.execute(
-                "SELECT queue_id, key, expires_at FROM dedup ORDER BY rowid"
-            ):
-                snapshot.dedup.setdefault(queue_id, []).append((key, expires_at))
-            row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
-            # block 0's ids (the others' are found on first use, see _block_id)
-            last = db.execute("SELECT max(id) FROM messages WHERE id < ?", (BLOCK,)).fetchone()[0]
-            scheduled = db.execute("SELECT count(*), max(id) FROM scheduled").fetchone()
-            snapshot.scheduled, last_scheduled = scheduled
-            self._reader = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, cached_statements=0
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot read store {self.path}: {exc}") from None
-        self._next_id = (last or 0) + 1
-        self._next_scheduled_id = (last_scheduled or 0) + 1
-        self._next_queue_id = row[0] if row else 1
-        log.info(
-            "store %s: %d messages in %d queues, indexed in %.2f s",
-            self.path,
-            sum(q[0] for q in snapshot.queues.values()),
-            len(snapshot.queues),
-            time.monotonic() - started,
-        )
-        return snapshot
+    def _connect_reader(self) -> Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, cached_statements=0)
+        return cast(Connection, db)
 
-    def read_queue(
-        self, queue_id: int, after_seq: int, limit: int, upto_seq: int = ALL_SEQS
-    ) -> list[StoredMessage]:
-        """Committed rows (read on a second connection) merged with the inserts still in
-        the in-flight and the current batch."""
-        assert self._reader is not None
-        # A committed row whose deletion is still on its way (a paged-out message that
-        # expired on disk) is not read back: read that many more, so that ``limit`` rows
-        # come whenever there are that many (a short read means the store lost track).
-        deleting = self._pending_deletes()
-        rows = self._reader.execute(
-            "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
-            "transient, expires_at, published_at, size, meta, available_at FROM messages "
-            "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
-            (queue_id, after_seq, upto_seq, limit + len(deleting)),
-        ).fetchall()
-        if deleting:
-            rows = [row for row in rows if row[0] not in deleting][:limit]
-        # Writes still on their way to disk; a batch may also be committed already.
-        pending = [
-            row
-            for batch in (self._inflight, self._batch)
-            if batch is not None
-            for row in batch.inserts.values()
-            if row[1] == queue_id and after_seq < row[2] <= upto_seq
-        ]
-        if pending:
-            found = {row[0]: row for row in rows}
-            found.update((row[0], row) for row in pending)
-            rows = sorted(found.values(), key=lambda r: r[2])[:limit]
-        # columns: id, queue_id, seq, delivery_count, exchange, routing_key, header, body,
-        # transient, expires_at, published_at, size, meta, available_at (not in a batch's rows)
-        return [
-            StoredMessage(
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                row[4],
-                row[5],
-                row[6],
-                row[7],
-                expires_at=row[9],
-                meta=row[12],
-                available_at=row[13] if len(row) > 13 else 0.0,
-            )
-            for row in rows
-        ]
-
-    def _pending_deletes(self) -> set[int]:
-        """Store ids whose deletion is still on its way to disk."""
-        return {i for batch in (self._inflight, self._batch) if batch is not None for i in batch.deletes}
-
-    def read_expired(
-        self, queue_id: int, after_seq: int, upto_seq: int, now: float, limit: int
-    ) -> list[StoredMessage]:
-        """By the ``messages_expiring`` index; committed rows only (a row still in a
-        batch is found by a later call), none whose deletion is on its way."""
-        assert self._reader is not None
-        deleting = self._pending_deletes()
-        return [
-            StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], expires_at=r[8], meta=r[9])
-            for r in self._reader.execute(
-                "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, expires_at, "
-                "meta FROM messages WHERE queue_id=? AND expires_at > 0 AND expires_at <= ? AND seq > ? "
-                "AND seq <= ? ORDER BY expires_at LIMIT ?",
-                (queue_id, now, after_seq, upto_seq, limit + len(deleting)),
-            )
-            if r[0] not in deleting
-        ][:limit]
-
-    def next_expiry(self, queue_id: int, after_seq: int, upto_seq: int, now: float) -> float | None:
-        assert self._reader is not None
-        row = self._reader.execute(
-            # (the literal ``expires_at > 0`` lets SQLite use the partial index)
-            "SELECT min(expires_at) FROM messages WHERE queue_id=? AND expires_at > 0 AND expires_at > ? "
-            "AND seq > ? AND seq <= ?",
-            (queue_id, now, after_seq, upto_seq),
-        ).fetchone()
-        return row[0] if row else None
-
-    # -- scheduled messages -------------------------------------------------------------
-    def new_scheduled_id(self) -> int:
-        store_id = self._next_scheduled_id
-        self._next_scheduled_id += 1
-        return store_id
-
-    def save_scheduled(self, row: ScheduledRow) -> None:
-        self._changed().scheduled[row.store_id] = row
-
-    def remove_scheduled(self, store_id: int) -> None:
-        self._changed().scheduled[store_id] = None
-
-    def _pending_scheduled(self) -> dict[int, ScheduledRow | None]:
-        """Scheduled-row changes not committed yet, the latest of each row."""
-        pending: dict[int, ScheduledRow | None] = {}
-        for batch in (self._inflight, self._batch):
-            if batch is not None:
-                pending.update(batch.scheduled)
-        return pending
-
-    def read_scheduled(self, after: tuple[float, int], limit: int) -> list[ScheduledRow]:
-        """Committed rows (read on the reader connection, by the due-order index) merged
-        with the changes still in the in-flight and the current batch. Fewer than
-        ``limit`` rows only when there are no more: committed rows that a pending change
-        deletes or moves do not count, so reading goes on past them (the scheduler takes
-        a short batch for the end of the store)."""
-        assert self._reader is not None
-        pending = self._pending_scheduled()
-        rows: dict[int, ScheduledRow] = {}
-        cursor = after
-        complete = False  # every committed row after ``after`` read
-        while True:
-            fetched = [
-                ScheduledRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]))
-                for r in self._reader.execute(
-                    "SELECT id, vhost, job_id, due_at, exchange, routing_key, header, body, meta, "
-                    "schedule, transient FROM scheduled WHERE (due_at, id) > (?, ?) ORDER BY due_at, id "
-                    "LIMIT ?",
-                    (cursor[0], cursor[1], limit),
-                )
-            ]
-            for row in fetched:
-                rows[row.store_id] = row
-            if len(fetched) < limit:
-                complete = True
-                break
-            cursor = fetched[-1].key()
-            if sum(1 for store_id in rows if store_id not in pending) >= limit:
-                break  # ``limit`` rows up to ``cursor`` that no pending change touches
-        if not pending:
-            return list(rows.values())
-        # Unless every committed row was read, rows past ``cursor`` come after ``limit``
-        # untouched ones: pending rows there are left out (there are thousands while
-        # publishers add jobs, and sorting them all made each read-back ~10x dearer).
-        for store_id, change in pending.items():
-            if change is None or change.key() <= after:
-                rows.pop(store_id, None)  # deleted, or moved before ``after``
-            elif complete or change.key() <= cursor:
-                rows[store_id] = change
-            else:
-                rows.pop(store_id, None)  # moved past what was read: read later
-        return sorted(rows.values(), key=ScheduledRow.key)[:limit]
-
-    def find_scheduled(self, job_id: str) -> ScheduledRow | None:
-        for row in reversed(self._pending_scheduled().values()):
-            if row is not None and row.job_id == job_id:
-                return row
-        assert self._reader is not None
-        r = self._reader.execute(
-            "SELECT id, vhost, job_id, due_at, exchange, routing_key, header, body, meta, schedule, "
-            "transient FROM scheduled WHERE job_id=? LIMIT 1",
-            (job_id,),
-        ).fetchone()
-        if r is None or self._pending_scheduled().get(r[0], r) is None:
-            return None
-        return ScheduledRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]))
-
-    def count_blocks(self, queue_id: int) -> dict[int, tuple[int, int, int]]:
-        """Committed rows of a queue (start-up, before :meth:`start`) grouped by
-        ``seq >> SEQ_BLOCK_BITS``."""
-        assert self._reader is not None
-        try:
-            rows = self._reader.execute(
-                "SELECT seq >> ?, count(*), max(seq), sum(size) FROM messages WHERE queue_id=? GROUP BY 1",
-                (SEQ_BLOCK_BITS, queue_id),
-            ).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot read store {self.path}: {exc}") from None
-        return {block: (count, last_seq, size or 0) for block, count, last_seq, size in rows}
-
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the writer thread; callbacks will run on ``loop``."""
-        if self._db is None:
-            self.load()
-        self._loop = loop
-        self._thread = threading.Thread(target=self._writer, name="leveret-store", daemon=True)
-        self._thread.start()
+    def _started(self) -> None:
         if self._check_pages:
             threading.Thread(target=self._check_integrity, name="leveret-store-check", daemon=True).start()
-        if self._batch:  # changes made during recovery
-            self._scheduled = True
-            loop.call_soon(self._submit)
 
-    # -- changes (event loop) -------------------------------------------------------
-    def _changed(self) -> _Batch:
-        if not self._scheduled and not self._writing and self._loop is not None:
-            self._scheduled = True
-            self._loop.call_soon(self._submit)
-        return self._batch
+    def _out_of_room(self, exc: BaseException) -> bool:
+        """SQLITE_FULL ("database or disk is full") or an I/O error: worth retrying."""
+        text = str(exc).lower()
+        return "full" in text or "disk i/o error" in text
 
-    def save_definition(self, kind: str, vhost: str, name: str, data: dict) -> None:
-        """Queued in the current batch; an upsert, so a definition keeps its place in
-        :meth:`load`'s order."""
-        self.definition_changes += 1
-        self._changed().definitions.append(("save", kind, vhost, name, _encode_table(data)))
+    def _write_batch(self, db: Connection, batch: Batch) -> None:
+        self._write_with_room(db, batch)
 
-    def delete_definition(self, kind: str, vhost: str, name: str) -> None:
-        """Queued in the current batch."""
-        self.definition_changes += 1
-        self._changed().definitions.append(("delete", kind, vhost, name))
-
-    def new_queue_id(self) -> int:
-        """The next id of a counter kept in the ``meta`` table (saved with the batch)."""
-        queue_id = self._next_queue_id
-        self._next_queue_id += 1
-        self._changed().definitions.append(("meta", "next_queue_id", self._next_queue_id))
-        return queue_id
-
-    def _block_id(self, block: int) -> int:
-        """The next store id of seq block ``block``: ids ``block << SEQ_BLOCK_BITS``
-        onwards (the highest on disk, on first use)."""
-        next_id = self._next_ids.get(block)
-        if next_id is None:
-            assert self._reader is not None
-            low = block << SEQ_BLOCK_BITS
-            try:
-                last = self._reader.execute(
-                    "SELECT max(id) FROM messages WHERE id >= ? AND id < ?", (low, low + BLOCK)
-                ).fetchone()[0]
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot read store {self.path}: {exc}") from None
-            next_id = (last or low) + 1
-        self._next_ids[block] = next_id + 1
-        return next_id
-
-    def add_message(
-        self,
-        queue_id: int,
-        seq: int,
-        exchange: str,
-        routing_key: str,
-        header: bytes,
-        body: bytes,
-        transient: bool = False,
-        expires_at: float = 0.0,
-        published_at: float = 0.0,
-        meta: str | None = None,
-    ) -> int:
-        """The row waits in the current batch: removed before the batch goes to the
-        writer thread, it never touches the disk. Its id comes from its seq block's own
-        range (``seq >> SEQ_BLOCK_BITS``): the rows of a block lie together in the
-        table, so reading back and deleting one priority level of a queue touches its
-        own pages, not every page written meanwhile."""
-        if seq < BLOCK:
-            store_id = self._next_id
-            self._next_id += 1
-        else:
-            store_id = self._block_id(seq >> SEQ_BLOCK_BITS)
-        self._changed().inserts[store_id] = [
-            store_id,
-            queue_id,
-            seq,
-            0,
-            exchange,
-            routing_key,
-            header,
-            body,
-            int(transient),
-            expires_at,
-            published_at,
-            len(body),
-            meta,
-        ]
-        return store_id
-
-    def save_dedup(self, queue_id: int, key: str, expires_at: float) -> None:
-        """Queued in the current batch."""
-        self._changed().definitions.append(("dedup", queue_id, key, expires_at))
-
-    def delete_dedup(self, queue_id: int, key: str) -> None:
-        """Queued in the current batch."""
-        self._changed().definitions.append(("undedup", queue_id, key))
-
-    def set_delivery_count(self, store_id: int, count: int) -> None:
-        """Updates an insert still in the batch, else queues an UPDATE."""
-        batch = self._changed()
-        row = batch.inserts.get(store_id)
-        if row is not None:
-            row[3] = count
-        else:
-            batch.counts[store_id] = count
-
-    def set_available_at(self, store_id: int, available_at: float) -> None:
-        """Queued in the current batch (an UPDATE after the batch's inserts)."""
-        self._changed().delays[store_id] = available_at
-
-    def remove_message(self, store_id: int) -> None:
-        """Drops an insert still in the batch, else queues a DELETE."""
-        batch = self._changed()
-        if batch.inserts.pop(store_id, None) is None:
-            batch.counts.pop(store_id, None)
-            batch.deletes.append(store_id)
-
-    def _delete_range(self, queue_id: int, low: int, high: int) -> None:
-        """Forget a queue's messages with ``low < seq <= high``: at once for those not
-        written yet, in the background (chunks, recorded durably) for the rest, so a
-        large deletion never stalls other writes."""
-        batch = self._changed()
-        for store_id in [
-            i for i, row in batch.inserts.items() if row[1] == queue_id and low < row[2] <= high
-        ]:
-            del batch.inserts[store_id]
-        batch.definitions.append(("range", queue_id, low, high))
-
-    def remove_queue(self, queue_id: int) -> None:
-        """A range deletion of all its seqs (done in the background, in chunks) and of
-        its deduplication keys."""
-        self._delete_range(queue_id, 0, ALL_SEQS)
-        self._changed().definitions.append(("undedup_all", queue_id))
-
-    def remove_range(self, queue_id: int, below_seq: int) -> None:
-        """A range deletion, done in the background in chunks."""
-        self._delete_range(queue_id, 0, below_seq)
-
-    def find_offset(self, queue_id: int, when: float) -> int | None:
-        """Looks at committed rows only (a stream asks only about messages older than
-        its in-memory tail)."""
-        assert self._reader is not None
-        row = self._reader.execute(
-            "SELECT min(seq) FROM messages WHERE queue_id=? AND published_at>=?", (queue_id, when)
-        ).fetchone()
-        return row[0] if row else None
-
-    def remove_paged(self, queue_id: int, after_seq: int, upto_seq: int) -> None:
-        """A range deletion, done in the background in chunks."""
-        self._delete_range(queue_id, after_seq, upto_seq)
-
-    def when_durable(self, callback: Callback) -> None:
-        """The callback rides with the current batch and runs once it is committed."""
-        self._changed().callbacks.append(callback)
-
-    def batch_token(self) -> object:
-        return self._batch  # replaced by a new batch when this one is handed to the writer
-
-    @property
-    def pending(self) -> bool:
-        """Whether a batch is being written or changes wait for the next one."""
-        return self._writing or bool(self._batch)
-
-    def _submit(self) -> None:
-        self._scheduled = False
-        if self._writing or not self._batch or time.monotonic() < self._retry_at:
-            return
-        batch, self._batch = self._batch, _Batch()
-        self._writing = True
-        self._inflight = batch
-        self._jobs.put(batch)
-
-    def _stalled(self, batch: _Batch, reason: str) -> None:
-        """The writer could not write ``batch`` (no room): keep it, with every change
-        made since, and try again in :data:`RETRY` seconds."""
-        self._writing = False
-        self._inflight = None
-        batch.absorb(self._batch)
-        self._batch = batch
-        self._retry_at = time.monotonic() + RETRY
-        assert self._loop is not None
-        self._loop.call_later(RETRY, self._retry)
-        if self.stalled is None:
-            self.stalled = reason
-            log.error(
-                "store %s: cannot write (%s); publishers are blocked until there is room", self.path, reason
-            )
-            if self.on_stall is not None:
-                self.on_stall(True)
-
-    def _retry(self) -> None:
-        self._retry_at = 0.0  # the loop's timer may run a hair before RETRY has passed
-        self._submit()
-
-    def _written(self, batch: _Batch, error: str | None) -> None:
-        self._writing = False
-        self._inflight = None
-        if self.stalled is not None and error is None:
-            log.warning("store %s: writing again", self.path)
-            self.stalled = None
-            if self.on_stall is not None:
-                self.on_stall(False)
-        if error is not None and self.failed is None:
-            self.failed = error
-        for callback in batch.callbacks:
-            callback(error is None)
-        if self._batch:
-            self._submit()
-
-    # -- writer thread --------------------------------------------------------------
-    def _writer(self) -> None:
-        db = self._db
-        assert db is not None and self._loop is not None
-        last_vacuum = time.monotonic()
-        dirty = False  # written since the space was last all given back
-        backlog = False  # the last reclaim left freed pages behind
-        deleting = True  # background range deletions may be pending
-        while True:
-            try:
-                batch = self._jobs.get(timeout=0.01 if backlog or deleting else VACUUM_EVERY)
-            except queue_mod.Empty:  # idle: delete and give freed space back, in slices
-                try:
-                    deleting = self._delete_chunk(db)
-                except sqlite3.Error as exc:
-                    log.error("store %s: background deletion failed: %s", self.path, exc)
-                    deleting = False
-                dirty = dirty or deleting
-                if dirty and not deleting:
-                    last_vacuum = time.monotonic()
-                    backlog = dirty = self._reclaim(db)
-                continue
-            if batch is None:
-                return
-            error = None
-            try:
-                self._write_with_room(db, batch)
-            except _NoRoom as exc:
-                deleting = True  # the rest of the batch may have recorded range deletions
-                if not self._report(self._stalled, batch, str(exc)):
-                    return
-                continue
-            except sqlite3.Error as exc:
-                try:
-                    db.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                if _out_of_room(exc):
-                    if not self._report(self._stalled, batch, str(exc)):
-                        return
-                    continue
-                error = f"store {self.path}: {exc}"
-                log.error("write failed: %s", error)
-            if error is None:
-                deleting = deleting or any(op[0] == "range" for op in batch.definitions)
-            now = time.monotonic()
-            dirty = dirty or error is None
-            if error is None and now - last_vacuum > VACUUM_EVERY:
-                last_vacuum = now
-                backlog = self._reclaim(db)
-            if not self._report(self._written, batch, error):
-                return
-
-    def _report(self, callback: Callable[..., None], *args: object) -> bool:
-        """Run ``callback(*args)`` on the event loop; False once the loop is closed
-        (shutdown: the writer stops)."""
-        assert self._loop is not None
-        try:
-            self._loop.call_soon_threadsafe(callback, *args)
-        except RuntimeError:
-            return False
-        return True
-
-    def _write_with_room(self, db: sqlite3.Connection, batch: _Batch) -> None:
+    def _write_with_room(self, db: Connection, batch: Batch) -> None:
         """Write ``batch``; if its messages would leave less than :attr:`reserve` free,
         write everything else (deletions free room), keep only the messages in it and
-        raise _NoRoom."""
+        raise NoRoom."""
         if self.reserve and (batch.inserts or batch.scheduled):
             free = shutil.disk_usage(self.path.parent).free
             need = 2 * batch.insert_bytes() + 256 * 1024  # the WAL, then the table: twice
             # Once stalled, wait for a quarter of the reserve more: no flapping alarm.
             reserve = self.reserve + (self.reserve // 4 if self.stalled else 0)
             if free - need < reserve:
-                rest = _Batch()
+                rest = Batch()
                 rest.counts, rest.deletes, rest.definitions = batch.counts, batch.deletes, batch.definitions
                 # a back-off of a row held back here stays with its row
                 rest.delays = {i: t for i, t in batch.delays.items() if i not in batch.inserts}
@@ -745,137 +163,23 @@ class SQLiteStore(Store):
                     self._write(db, rest)
                     batch.counts, batch.deletes, batch.definitions = {}, [], []
                     batch.delays = {i: t for i, t in batch.delays.items() if i in batch.inserts}
-                raise _NoRoom(
-                    f"{free} bytes free, {need} needed for messages, {self.reserve} kept in reserve"
-                )
+                raise NoRoom(f"{free} bytes free, {need} needed for messages, {self.reserve} kept in reserve")
         self._write(db, batch)
 
-    @staticmethod
-    def _write(db: sqlite3.Connection, batch: _Batch) -> None:
-        db.execute("BEGIN")
-        if batch.inserts:
-            db.executemany(
-                "INSERT INTO messages (id, queue_id, seq, delivery_count, exchange, routing_key, header, "
-                "body, transient, expires_at, published_at, size, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                batch.inserts.values(),
-            )
-        if batch.counts:
-            db.executemany(
-                "UPDATE messages SET delivery_count=? WHERE id=?", [(c, i) for i, c in batch.counts.items()]
-            )
-        if batch.delays:  # after the inserts: a row inserted in this batch gets it too
-            db.executemany(
-                "UPDATE messages SET available_at=? WHERE id=?", [(t, i) for i, t in batch.delays.items()]
-            )
-        if batch.deletes:
-            db.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in batch.deletes])
-        if batch.scheduled:
-            db.executemany(
-                "INSERT OR REPLACE INTO scheduled VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                [
-                    (
-                        r.store_id,
-                        r.vhost,
-                        r.job_id,
-                        r.due_at,
-                        r.exchange,
-                        r.routing_key,
-                        r.header,
-                        r.body,
-                        r.meta,
-                        r.schedule,
-                        int(r.transient),
-                    )
-                    for r in batch.scheduled.values()
-                    if r is not None
-                ],
-            )
-            db.executemany(
-                "DELETE FROM scheduled WHERE id=?", [(i,) for i, r in batch.scheduled.items() if r is None]
-            )
-        for op in batch.definitions:
-            if op[0] == "save":
-                # an upsert keeps the row (and its rowid: load() returns definitions in
-                # the order they were first saved); INSERT OR REPLACE would move it last
-                db.execute(
-                    "INSERT INTO definitions VALUES (?,?,?,?) ON CONFLICT (kind, vhost, "
-                    "name) DO UPDATE SET data=excluded.data",
-                    op[1:],
-                )
-            elif op[0] == "delete":
-                db.execute("DELETE FROM definitions WHERE kind=? AND vhost=? AND name=?", op[1:])
-            elif op[0] == "range":
-                db.execute("INSERT INTO pending_deletes VALUES (?,?,?)", op[1:])
-            elif op[0] == "undedup_all":
-                db.execute("DELETE FROM dedup WHERE queue_id=?", op[1:])
-            elif op[0] == "dedup":
-                db.execute("INSERT OR REPLACE INTO dedup VALUES (?,?,?)", op[1:])
-            elif op[0] == "undedup":
-                db.execute("DELETE FROM dedup WHERE queue_id=? AND key=?", op[1:])
-            else:
-                db.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", op[1:])
-        db.execute("COMMIT")
-
-    @staticmethod
-    def _delete_chunk(db: sqlite3.Connection, limit: int | None = DELETE_CHUNK) -> bool:
-        """Work on the oldest pending range deletion, ``limit`` rows at most (None: all),
-        in its own transaction; whether any range deletion is still pending."""
-        row = db.execute(
-            "SELECT rowid, queue_id, low, high FROM pending_deletes ORDER BY rowid LIMIT 1"
-        ).fetchone()
-        if row is None:
-            return False
-        rowid, queue_id, low, high = row
-        db.execute("BEGIN")
-        done = db.execute(
-            "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE queue_id=? "
-            "AND seq>? AND seq<=? LIMIT ?)",
-            (queue_id, low, high, limit or -1),
-        ).rowcount
-        if limit is None or done < limit:
-            db.execute("DELETE FROM pending_deletes WHERE rowid=?", (rowid,))
-        db.execute("COMMIT")
-        return True
-
-    def _reclaim(self, db: sqlite3.Connection) -> bool:
+    def _reclaim(self, db: Connection) -> bool:
         """Give up to 4096 freed pages back to the file system and keep the WAL short;
         whether more freed pages remain."""
         try:
             free = db.execute("PRAGMA freelist_count").fetchone()[0]
             if free > 1024:
                 # executescript steps the pragma to the end; execute() frees one page
-                db.executescript("PRAGMA incremental_vacuum(4096);")
+                cast(sqlite3.Connection, db).executescript("PRAGMA incremental_vacuum(4096);")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             return free > 1024 + 4096
         except sqlite3.Error as exc:
             log.warning("store %s: reclaiming space failed: %s", self.path, exc)
             return False
 
-    def close(self) -> None:
-        """Hand the current batch to the writer (its callbacks may never run: the loop
-        is stopping), wait up to 30 s for the writer thread, mark a clean shutdown (no
-        integrity check at the next start) unless a write failed, close the database."""
-        if self._thread is not None:
-            if self._batch:
-                batch, self._batch = self._batch, _Batch()
-                if self.stalled is not None and batch.inserts:
-                    log.warning(
-                        "store %s: stopping while it cannot write: %d messages that were never "
-                        "confirmed may not be kept (%s)",
-                        self.path,
-                        len(batch.inserts),
-                        self.stalled,
-                    )
-                self._jobs.put(batch)  # its callbacks are dropped: the loop is stopping
-            self._jobs.put(None)
-            self._thread.join(30)
-            self._thread = None
-            if self._db is not None and not self.failed:
-                try:
-                    self._db.execute("INSERT OR REPLACE INTO meta VALUES ('clean_shutdown', 1)")
-                except sqlite3.Error as exc:
-                    log.warning("store %s: cannot mark a clean shutdown: %s", self.path, exc)
-        for db in (self._db, self._reader):
-            if db is not None:
-                db.close()
-        self._db = self._reader = None
+    def _closing(self, db: Connection) -> None:
+        """Mark a clean shutdown: no integrity check at the next start."""
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('clean_shutdown', 1)")

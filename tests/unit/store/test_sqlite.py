@@ -17,7 +17,8 @@ import pytest
 
 from leveret.store import DataDirLock, DataDirLocked, Snapshot, StoreError
 from leveret.store.base import ScheduledRow
-from leveret.store.sqlite import SQLiteStore, _NoRoom
+from leveret.store.batched import NoRoom as _NoRoom
+from leveret.store.sqlite import SQLiteStore
 
 TIMEOUT = 10.0
 
