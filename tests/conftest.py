@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pika
 import pytest
+from postgres import PostgresServer
 from servers import ServerProcess
 from targets import Target, rabbitmq_installed, start_rabbitmq, unique
 
@@ -21,6 +22,15 @@ def server_process(tmp_path: Path) -> Iterator[ServerProcess]:
     server = ServerProcess(tmp_path / "data")
     yield server
     server.kill()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session (tests keep apart by cluster name, which
+    is the store's schema)."""
+    server = PostgresServer().start()
+    yield server
+    server.close()
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
-"""The SQLite store on a real database in ``tmp_path``: what is written, when it is
-durable (group commit), and what ``load()`` recovers after a reopen.
+"""Both stores on real databases (SQLite in ``tmp_path``; PostgreSQL on the session's
+server, a schema per test): what is written, when it is durable (group commit), and
+what ``load()`` recovers after a reopen. Tests that take ``tmp_path`` are the SQLite
+store's own (its file, its disk reserve, its integrity check).
 
 Writes need the writer thread (``start(loop)``) and run on an event loop; every test
 drives a private loop and waits for durability with ``when_durable``.
@@ -8,28 +10,92 @@ drives a private loop and waits for durability with ``when_durable``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from leveret.store import DataDirLock, DataDirLocked, Snapshot, StoreError
 from leveret.store.base import ScheduledRow
-from leveret.store.batched import NoRoom as _NoRoom
+from leveret.store.batched import BatchedStore, NoRoom
+from leveret.store.postgresql import PgConnection, PostgreSQLStore
 from leveret.store.sqlite import SQLiteStore
 
 TIMEOUT = 10.0
 
 
-class Opened:
-    """A started store and the loop its callbacks run on."""
+class SQLitePlace:
+    """Where a SQLite store lives: a directory."""
+
+    kind = "sqlite"
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.name = "leveret.db"  # what error messages name
+
+    def new_store(self) -> BatchedStore:
+        return SQLiteStore(self.path)
+
+    @contextlib.contextmanager
+    def raw(self) -> Iterator[Any]:
+        """The database behind the store's back (``?`` placeholders)."""
+        db = sqlite3.connect(self.path / "leveret.db", isolation_level=None)
+        try:
+            yield db
+        finally:
+            db.close()
+
+
+_clusters = itertools.count()
+
+
+class PostgresPlace:
+    """Where a PostgreSQL store lives: the session's server, a schema of its own."""
+
+    kind = "postgresql"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.cluster = f"test_store_{next(_clusters)}_{time.time_ns()}"
+        self.name = url.rsplit("@", 1)[-1]
+
+    def new_store(self) -> BatchedStore:
+        return PostgreSQLStore(self.url, self.cluster)
+
+    @contextlib.contextmanager
+    def raw(self) -> Iterator[Any]:
+        import psycopg
+
+        conn = psycopg.connect(self.url, autocommit=True)
+        conn.execute(f'SET search_path TO "{self.cluster}"')
+        try:
+            yield PgConnection(conn)
+        finally:
+            conn.close()
+
+
+Place = SQLitePlace | PostgresPlace
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def place(request, tmp_path: Path) -> Place:
+    if request.param == "sqlite":
+        return SQLitePlace(tmp_path)
+    return PostgresPlace(request.getfixturevalue("postgres").url)
+
+
+class Opened:
+    """A started store and the loop its callbacks run on."""
+
+    def __init__(self, place: Place) -> None:
+        self.place = place
         self.loop = asyncio.new_event_loop()
-        self.store = SQLiteStore(path)
+        self.store = place.new_store()
         self.snapshot = self.store.load()
         self.store.start(self.loop)
 
@@ -49,8 +115,8 @@ class Opened:
 
 
 @pytest.fixture
-def opened(tmp_path: Path) -> Iterator[Opened]:
-    handle = Opened(tmp_path)
+def opened(place: Place) -> Iterator[Opened]:
+    handle = Opened(place)
     yield handle
     if handle.store._db is not None:
         handle.close()
@@ -59,7 +125,7 @@ def opened(tmp_path: Path) -> Iterator[Opened]:
 def reopen(handle: Opened) -> Snapshot:
     """Close the store and read a fresh snapshot from disk, as at the next start."""
     handle.close()
-    store = SQLiteStore(handle.path)
+    store = handle.place.new_store()
     try:
         return store.load()
     finally:
@@ -67,10 +133,11 @@ def reopen(handle: Opened) -> Snapshot:
 
 
 def raw(path: Path) -> sqlite3.Connection:
+    """A SQLite store's file behind its back."""
     return sqlite3.connect(path / "leveret.db", isolation_level=None)
 
 
-def add(store: SQLiteStore, queue_id: int, seq: int, body: bytes = b"", **kwargs) -> int:
+def add(store: BatchedStore, queue_id: int, seq: int, body: bytes = b"", **kwargs) -> int:
     return store.add_message(
         queue_id,
         seq,
@@ -103,13 +170,13 @@ def test_garbage_database_file_raises_store_error_naming_the_file(tmp_path):
         SQLiteStore(tmp_path).load()
 
 
-def test_close_marks_a_clean_shutdown_and_reopen_clears_the_mark(opened):
-    opened.close()
-    with raw(opened.path) as db:
+def test_close_marks_a_clean_shutdown_and_reopen_clears_the_mark(tmp_path):
+    Opened(SQLitePlace(tmp_path)).close()
+    with raw(tmp_path) as db:
         assert db.execute("SELECT value FROM meta WHERE key='clean_shutdown'").fetchone() == (1,)
-    store = SQLiteStore(opened.path)
+    store = SQLiteStore(tmp_path)
     store.load()
-    with raw(opened.path) as db:  # running: a crash from now on must be detected
+    with raw(tmp_path) as db:  # running: a crash from now on must be detected
         assert db.execute("SELECT value FROM meta WHERE key='clean_shutdown'").fetchone() == (0,)
     store.close()
 
@@ -118,7 +185,7 @@ def test_reopen_after_close_keeps_writing(opened):
     add(opened.store, 1, 1)
     assert opened.durable()
     opened.close()
-    again = Opened(opened.path)
+    again = Opened(opened.place)
     try:
         assert again.snapshot.queues == {1: (1, 1, len(b"body 1"))}
         store_id = add(again.store, 1, 2)
@@ -221,7 +288,7 @@ def test_new_queue_ids_are_never_reused_after_reopen(opened):
     assert ids == [1, 2, 3]
     assert opened.durable()
     opened.close()
-    again = Opened(opened.path)
+    again = Opened(opened.place)
     try:
         assert again.store.new_queue_id() == 4
     finally:
@@ -238,7 +305,7 @@ def test_added_messages_are_recovered_with_every_field(opened):
     assert opened.durable()
     snapshot = reopen(opened)
     assert snapshot.queues == {7: (2, 2, 5), 9: (1, 5, 3)}
-    store = SQLiteStore(opened.path)
+    store = opened.place.new_store()
     store.load()
     try:
         messages = store.read_queue(7, 0, 10)
@@ -270,7 +337,7 @@ def test_removed_message_is_not_recovered(opened):
     assert opened.durable()
     snapshot = reopen(opened)
     assert snapshot.queues == {1: (1, 1, len(b"body 1"))}
-    with raw(opened.path) as db:
+    with opened.place.raw() as db:
         assert db.execute("SELECT id FROM messages").fetchall() == [(kept,)]
 
 
@@ -279,7 +346,7 @@ def test_message_removed_before_its_batch_is_written_never_reaches_the_disk(open
     opened.store.set_delivery_count(store_id, 3)
     opened.store.remove_message(store_id)  # same loop turn: acked before the write
     assert opened.durable()
-    with raw(opened.path) as db:
+    with opened.place.raw() as db:
         assert db.execute("SELECT count(*) FROM messages").fetchone() == (0,)
     assert reopen(opened).queues == {}
 
@@ -295,7 +362,7 @@ def test_delivery_count_is_recovered_whether_set_before_or_after_the_write(opene
     store.set_delivery_count(written, 3)  # the last count wins
     assert opened.durable()
     opened.close()
-    store = SQLiteStore(opened.path)
+    store = opened.place.new_store()
     store.load()
     try:
         assert [(m.seq, m.delivery_count) for m in store.read_queue(1, 0, 10)] == [(1, 3), (2, 5)]
@@ -326,7 +393,7 @@ def test_store_ids_after_reopen_follow_the_highest_id_on_disk(opened):
     opened.store.remove_message(ids[0])
     assert opened.durable()
     opened.close()
-    again = Opened(opened.path)
+    again = Opened(opened.place)
     try:
         assert add(again.store, 1, 4) == ids[-1] + 1
     finally:
@@ -338,7 +405,7 @@ def test_when_durable_fires_after_the_rows_are_committed(opened):
     seen = []
 
     def callback(ok: bool) -> None:  # runs on the loop, after the writer committed
-        with raw(opened.path) as db:
+        with opened.place.raw() as db:
             seen.append((ok, db.execute("SELECT count(*) FROM messages").fetchone()[0]))
 
     add(opened.store, 1, 1)
@@ -377,8 +444,12 @@ def test_pending_is_true_until_the_batch_is_written(opened):
 def test_failed_write_answers_false_names_the_file_and_later_writes_succeed(opened):
     # Another writer behind the store's back takes the id the store hands out next:
     # the batch's INSERT fails with a UNIQUE constraint and is rolled back.
-    with raw(opened.path) as db:
-        db.execute("INSERT INTO messages VALUES (1, 99, 1, 0, '', '', x'', x'', 0, 0, 0, 0, NULL, 0)")
+    with opened.place.raw() as db:
+        db.execute(
+            "INSERT INTO messages (id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
+            "transient, expires_at, published_at, size) VALUES (1, 99, 1, 0, '', '', ?, ?, 0, 0, 0, 0)",
+            (b"", b""),
+        )
     results = []
     add(opened.store, 1, 1)
     opened.store.save_definition("queue", "/", "lost", {})  # same batch: rolled back too
@@ -386,12 +457,13 @@ def test_failed_write_answers_false_names_the_file_and_later_writes_succeed(open
     assert opened.durable() is False
     assert results == [False]
     assert opened.store.failed is not None
-    assert "leveret.db" in opened.store.failed and "UNIQUE" in opened.store.failed
+    assert opened.place.name in opened.store.failed and "unique" in opened.store.failed.lower()
     opened.store.save_definition("queue", "/", "kept", {})
     assert opened.durable() is True  # the store carries on
     opened.close()
-    with raw(opened.path) as db:  # not a clean shutdown: the next start checks the pages
-        assert db.execute("SELECT value FROM meta WHERE key='clean_shutdown'").fetchone() == (0,)
+    if opened.place.kind == "sqlite":
+        with opened.place.raw() as db:  # not a clean shutdown: the next start checks the pages
+            assert db.execute("SELECT value FROM meta WHERE key='clean_shutdown'").fetchone() == (0,)
     snapshot = reopen(opened)
     assert snapshot.definitions == {"queue": [("/", "kept", {})]}
     assert snapshot.queues == {99: (1, 1, 0)}  # only the intruder's row
@@ -436,15 +508,15 @@ def test_read_queue_stops_at_upto_seq_on_disk_and_in_unwritten_batches(opened):
     assert [m.seq for m in store.read_queue(1, block, 10, 2 * block - 1)] == [block + 1, block + 2]
 
 
-def test_count_blocks_groups_a_queues_committed_messages_by_seq_block(tmp_path):
-    handle = Opened(tmp_path)
+def test_count_blocks_groups_a_queues_committed_messages_by_seq_block(place):
+    handle = Opened(place)
     block = 1 << 54
     for seq in (1, 2, block + 7, 3 * block + 9):
         add(handle.store, 1, seq, b"x" * 10)
     add(handle.store, 2, 5)
     assert handle.durable()
     handle.close()
-    store = SQLiteStore(tmp_path)
+    store = place.new_store()
     try:
         store.load()
         assert store.count_blocks(1) == {0: (2, 2, 20), 1: (1, block + 7, 10), 3: (1, 3 * block + 9, 10)}
@@ -453,14 +525,14 @@ def test_count_blocks_groups_a_queues_committed_messages_by_seq_block(tmp_path):
         store.close()
 
 
-def test_each_seq_block_takes_its_store_ids_from_its_own_range_across_restarts(tmp_path):
-    handle = Opened(tmp_path)
+def test_each_seq_block_takes_its_store_ids_from_its_own_range_across_restarts(place):
+    handle = Opened(place)
     block = 1 << 54
     ids = [add(handle.store, 1, seq) for seq in (1, block + 1, 2, 3 * block + 1, block + 2)]
     assert ids == [1, block + 1, 2, 3 * block + 1, block + 2]  # a block's rows lie together
     assert handle.durable()
     handle.close()
-    again = Opened(tmp_path)
+    again = Opened(place)
     try:
         assert [add(again.store, 1, seq) for seq in (4, block + 3, 3 * block + 2, 2 * block + 1)] == [
             3,
@@ -547,38 +619,38 @@ def test_remove_range_forgets_a_streams_head(opened):
     assert wait_for_seqs(opened, 1, [4, 5]) == [4, 5]
 
 
-def test_background_deletion_removes_large_ranges_in_chunks(tmp_path):
-    handle = Opened(tmp_path)
+def test_background_deletion_removes_large_ranges_in_chunks(place):
+    handle = Opened(place)
     for seq in range(1, 13):
         add(handle.store, 1, seq)
     assert handle.durable()
     handle.close()
-    with raw(tmp_path) as db:
-        db.execute("INSERT INTO pending_deletes VALUES (1, 2, 11)")  # 3..11: 9 rows
+    with place.raw() as db:
+        db.execute("INSERT INTO pending_deletes (queue_id, low, high) VALUES (1, 2, 11)")  # 3..11: 9 rows
         steps = []
-        while SQLiteStore._delete_chunk(db, limit=4):
+        while type(handle.store)._delete_chunk(db, limit=4):
             steps.append(db.execute("SELECT count(*) FROM messages").fetchone()[0])
         assert steps == [8, 4, 3]  # 4 rows, 4 rows, the last 1 (then the range is done)
         assert db.execute("SELECT count(*) FROM pending_deletes").fetchone() == (0,)
         assert db.execute("SELECT seq FROM messages ORDER BY seq").fetchall() == [(1,), (2,), (12,)]
 
 
-def test_range_deletion_cut_short_by_a_crash_is_finished_at_the_next_load(tmp_path):
-    handle = Opened(tmp_path)
+def test_range_deletion_cut_short_by_a_crash_is_finished_at_the_next_load(place):
+    handle = Opened(place)
     for seq in range(1, 11):
         add(handle.store, 1, seq)
     assert handle.durable()
     handle.close()
-    with raw(tmp_path) as db:  # recorded durably, but no chunk ran before the "crash"
-        db.execute("INSERT INTO pending_deletes VALUES (1, 0, 8)")
-    store = SQLiteStore(tmp_path)
+    with place.raw() as db:  # recorded durably, but no chunk ran before the "crash"
+        db.execute("INSERT INTO pending_deletes (queue_id, low, high) VALUES (1, 0, 8)")
+    store = place.new_store()
     try:
         snapshot = store.load()
         assert snapshot.queues == {1: (2, 10, len(b"body 9") + len(b"body 10"))}
         assert [m.seq for m in store.read_queue(1, 0, 100)] == [9, 10]
     finally:
         store.close()
-    with raw(tmp_path) as db:
+    with place.raw() as db:
         assert db.execute("SELECT count(*) FROM pending_deletes").fetchone() == (0,)
 
 
@@ -602,13 +674,13 @@ def test_dedup_keys_saved_replaced_and_deleted_are_recovered_oldest_first(opened
 def test_pages_are_checked_in_the_background_after_an_unclean_shutdown_only(tmp_path):
     """Start-up does not read every page (it would grow with the backlog); after a
     crash a background quick_check gives its verdict once the store runs."""
-    first = Opened(tmp_path)
+    first = Opened(SQLitePlace(tmp_path))
     first.store.save_definition("vhost", "/", "", {})
     assert first.durable()
     first.store._thread = None  # a crash: no clean-shutdown mark is written
     first.store.close()
     first.loop.close()
-    again = Opened(tmp_path)
+    again = Opened(SQLitePlace(tmp_path))
     try:
         deadline = time.monotonic() + TIMEOUT
         while again.store.integrity is None and time.monotonic() < deadline:
@@ -616,7 +688,7 @@ def test_pages_are_checked_in_the_background_after_an_unclean_shutdown_only(tmp_
         assert again.store.integrity == "ok"
     finally:
         again.close()
-    clean = Opened(tmp_path)  # closed cleanly just now: nothing to check
+    clean = Opened(SQLitePlace(tmp_path))  # closed cleanly just now: nothing to check
     try:
         time.sleep(0.1)
         assert clean.store.integrity is None
@@ -645,16 +717,29 @@ def test_a_stalled_batch_drops_the_inserts_a_later_range_deletion_covers(tmp_pat
     store.close()
 
 
-def test_a_redelivery_back_off_is_kept_and_an_older_store_gets_the_column(opened):
+def test_a_redelivery_back_off_is_kept(opened):
     first = add(opened.store, 1, 1)
     add(opened.store, 1, 2)
     opened.store.set_available_at(first, 1_900_000_000.5)  # in the same batch as the insert
     assert opened.durable() is True
     assert [r.available_at for r in opened.store.read_queue(1, 0, 10)] == [1_900_000_000.5, 0.0]
     opened.close()
-    with raw(opened.path) as db:  # a store written before the column existed
+    reopened = Opened(opened.place)
+    try:
+        assert [r.available_at for r in reopened.store.read_queue(1, 0, 10)] == [1_900_000_000.5, 0.0]
+    finally:
+        reopened.close()
+
+
+def test_an_older_sqlite_store_gets_the_back_off_column(tmp_path):
+    opened = Opened(SQLitePlace(tmp_path))
+    add(opened.store, 1, 1)
+    add(opened.store, 1, 2)
+    assert opened.durable() is True
+    opened.close()
+    with raw(tmp_path) as db:  # a store written before the column existed
         db.execute("ALTER TABLE messages DROP COLUMN available_at")
-    reopened = Opened(opened.path)
+    reopened = Opened(opened.place)
     try:
         rows = reopened.store.read_queue(1, 0, 10)
         assert [(r.seq, r.available_at) for r in rows] == [(1, 0.0), (2, 0.0)]  # the old rows
@@ -698,7 +783,7 @@ def test_a_batch_held_back_for_room_keeps_the_back_off_of_its_messages(tmp_path)
     waiting = store.add_message(7, 1, "", "q", b"h", b"body")
     store.set_available_at(waiting, 1_900_000_000.0)
     batch = store._batch
-    with pytest.raises(_NoRoom):
+    with pytest.raises(NoRoom):
         store._write_with_room(db, batch)
     assert batch.delays == {waiting: 1_900_000_000.0}  # kept with its insert
     store.reserve = 0
