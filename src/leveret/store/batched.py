@@ -406,8 +406,8 @@ class BatchedStore(Store):
         assert self._reader is not None
         try:
             rows = self._reader.execute(
-                "SELECT seq >> ?, count(*), max(seq), CAST(sum(size) AS BIGINT) FROM messages WHERE queue_id=? "
-                "GROUP BY 1",
+                "SELECT seq >> ?, count(*), max(seq), CAST(sum(size) AS BIGINT) FROM messages "
+                "WHERE queue_id=? GROUP BY 1",
                 (SEQ_BLOCK_BITS, queue_id),
             ).fetchall()
         except self._errors as exc:

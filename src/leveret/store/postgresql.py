@@ -136,6 +136,8 @@ class PostgreSQLStore(BatchedStore):
         self.cluster = cluster
         #: when the master lock was taken (monotonic seconds), None while standby
         self.master_since: float | None = None
+        #: why the last attempt to reach the database failed (None: it did not)
+        self.unreachable: str | None = None
 
     def _open(self, role: str) -> PgConnection:
         conn = self._psycopg.connect(
@@ -160,8 +162,10 @@ class PostgreSQLStore(BatchedStore):
             ).fetchone()
         except self._psycopg.Error as exc:
             log.debug("store %s: cannot take the master lock: %s", self.name, exc)
+            self.unreachable = str(exc).strip()
             self._drop_writer()
             return False
+        self.unreachable = None
         if row[0]:
             self.master_since = time.monotonic()
             return True
@@ -199,6 +203,8 @@ class PostgreSQLStore(BatchedStore):
         """The writer's session, which must hold the master lock (StoreError if it
         cannot get it now), with the schema migrated to the latest version."""
         if self.master_since is None and not self.try_master():
+            if self.unreachable is not None:
+                raise StoreError(f"cannot open store {self.name}: {self.unreachable}")
             raise StoreError(f"store {self.name}: not the master of cluster {self.cluster!r}")
         db = self._db
         assert db is not None
