@@ -59,6 +59,14 @@ def main() -> None:
 )
 @click.option("--data-dir", default=None, help="Directory for the broker's data [./leveret-data].")
 @click.option(
+    "--store",
+    "store_url",
+    default=None,
+    metavar="URL",
+    help="postgresql://user:password@host:port/db: keep state in PostgreSQL (one master, standbys).",
+)
+@click.option("--cluster", default=None, help="The brokers sharing a PostgreSQL store [leveret].")
+@click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False),
@@ -78,6 +86,8 @@ def server(
     stomp_port: int | None,
     web_stomp_port: int | None,
     data_dir: str | None,
+    store_url: str | None,
+    cluster: str | None,
     config_file: str | None,
     log_level: str | None,
 ) -> None:
@@ -85,7 +95,9 @@ def server(
 
     Prints "leveret ready: amqp://HOST:PORT stomp://HOST:PORT" once it accepts clients
     (then the management API's and the other listeners' addresses); on a signal, closes
-    every connection with 320 CONNECTION_FORCED and exits 0.
+    every connection with 320 CONNECTION_FORCED and exits 0. With a PostgreSQL store it
+    may first print "leveret standby: cluster NAME" and wait to become the master; a
+    master that loses its database session stops serving and becomes a standby again.
     """
     settings = Settings(stomp_port=61613, web_stomp_port=15674, prometheus_port=15692)
     if config_file:
@@ -101,6 +113,8 @@ def server(
         ("stomp_port", stomp_port),
         ("web_stomp_port", web_stomp_port),
         ("data_dir", data_dir),
+        ("store_url", store_url),
+        ("store_cluster", cluster),
         ("log_level", log_level),
     ):
         if value is not None:
@@ -136,17 +150,50 @@ def server(
 
 
 async def _serve(settings: Settings) -> None:
-    broker = Broker(settings)
-    await broker.start()
+    """Run brokers until a signal: one, or (PostgreSQL store) a new one each time the
+    last was fenced, which waits as a standby again."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    stopping = asyncio.ensure_future(stop.wait())
+    while not stop.is_set():
+        broker = Broker(settings)
+        broker.on_standby = lambda: _say(f"leveret standby: cluster {settings.store_cluster}")
+        starting = asyncio.ensure_future(broker.start())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # a signal while a standby
+            broker.cancel_standby()
+            try:
+                await starting
+            except StoreError:
+                pass
+            await broker.stop()
+            return
+        starting.result()  # start's errors end the server
+        _ready(broker)
+        fenced = asyncio.ensure_future(broker.wait_fenced())
+        await asyncio.wait({fenced, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        fenced.cancel()
+        if stop.is_set():
+            logging.getLogger("leveret").info("shutting down")
+        await broker.stop()
+        gc.unfreeze()
+    stopping.cancel()
+
+
+def _say(line: str) -> None:
+    click.echo(line)
+    sys.stdout.flush()
+
+
+def _ready(broker: Broker) -> None:
+    """Freeze what start-up made and print where the broker listens."""
     # What exists now (modules, definitions, recovered state) lives as long as the
     # broker: the cyclic collector need not walk it again. Without this every full
     # collection of a busy broker paused it 30-45 ms, and due messages waited.
     gc.collect()
     gc.freeze()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     ready = f"leveret ready: amqp://{broker.host}:{broker.amqp_port}"
     if broker.stomp_url:
         ready += " " + broker.stomp_url
@@ -160,9 +207,6 @@ async def _serve(settings: Settings) -> None:
     if broker.prometheus_url:
         click.echo(f"leveret prometheus: {broker.prometheus_url}/metrics")
     sys.stdout.flush()
-    await stop.wait()
-    logging.getLogger("leveret").info("shutting down")
-    await broker.stop()
 
 
 # -- leveret dlq ------------------------------------------------------------------------

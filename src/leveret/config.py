@@ -29,6 +29,10 @@ Example file::
     https_port = 15671              # the HTTP API over TLS
     ssl_cert_login_from = "distinguished_name"  # EXTERNAL: the user a certificate names
 
+    [store]                         # where persistent state lives (default: SQLite in data_dir)
+    url = "postgresql://leveret:secret@db.example:5432/leveret"   # a shared PostgreSQL
+    cluster = "leveret"             # brokers of one cluster: one master, the others standbys
+
     [stomp_queue_arguments]         # queues STOMP clients create (default: ActiveMQ's policy)
     x-max-redeliveries = 6
     x-redelivery-delay = 1000
@@ -103,6 +107,12 @@ class Settings:
     bind: str = "127.0.0.1"
     amqp_port: int = 5672
     data_dir: str | None = None  # None: keep nothing on disk (embedded default)
+    #: ``postgresql://…``: keep state in PostgreSQL (master/standby) instead of SQLite
+    #: under data_dir; None: SQLite (or nothing, without data_dir)
+    store_url: str | None = None
+    #: the brokers sharing one PostgreSQL store: one master, the rest standbys (also
+    #: the store's schema name)
+    store_cluster: str = "leveret"
     log_level: str = "info"
     disk_free_limit: int = 50_000_000  # bytes; below it publishers are blocked
     disk_reserve: int = 16 * 1024 * 1024  # bytes the store never fills with messages
@@ -278,6 +288,15 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
             setattr(settings.limits, key, typed("server.", key, value, _LIMIT_KEYS[key]))
         else:
             raise ConfigError(f"{path}: unknown key server.{key}")
+    store = data.pop("store", {})
+    if not isinstance(store, dict):
+        raise ConfigError(f"{path}: [store] must be a table")
+    for key, value in store.items():
+        if key not in ("url", "cluster"):
+            raise ConfigError(f"{path}: unknown key store.{key}")
+        setattr(settings, f"store_{key}", typed("store.", key, value, str))
+    if settings.store_url is not None and not settings.store_url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"{path}: store.url must be a postgresql:// URL")
     stomp_queue_arguments = data.pop("stomp_queue_arguments", None)
     if stomp_queue_arguments is not None:
         if not isinstance(stomp_queue_arguments, dict) or not all(

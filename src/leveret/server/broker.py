@@ -15,6 +15,8 @@ import asyncio
 import logging
 import shutil
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from ssl import SSLContext
 from typing import TYPE_CHECKING, Any
@@ -23,13 +25,16 @@ from ..config import Settings
 from ..core.broker import BrokerCore
 from ..management import ManagementAPI
 from ..protocol.stomp import StompConnection
-from ..store import DataDirLock
+from ..store import DataDirLock, StoreError
+from ..store.batched import BatchedStore
+from ..store.postgresql import PostgreSQLStore
 from ..store.sqlite import SQLiteStore
 from .clock import LoopClock
 from .control import SOCKET_NAME, ControlServer
 from .disk_monitor import DiskMonitor
 from .listener import AnyConnection, Listener
 from .memory_monitor import MemoryMonitor
+from .standby import StandbyServer
 from .tls import TLSError
 from .web_stomp import PATH as WEB_STOMP_PATH, WebStompServer
 
@@ -67,7 +72,18 @@ class Broker:
         #: STOMP over WebSocket, when ``web_stomp_port`` is set.
         self.web_stomp: WebStompServer | None = None
         self._lock: DataDirLock | None = None
-        self.store: SQLiteStore | None = None
+        self.store: BatchedStore | None = None
+        #: With a PostgreSQL store: "standby" while waiting for the master lock, then
+        #: "master", "fenced" once its database session is lost; None otherwise.
+        self.role: str | None = None
+        #: Seconds this broker waited as a standby, and took to recover as the master.
+        self.standby_seconds = self.recovery_seconds = 0.0
+        #: Called (on the loop) when the broker becomes a standby: ``leveret server``
+        #: prints a line.
+        self.on_standby: Callable[[], None] | None = None
+        self._cancel_standby = threading.Event()
+        self._fenced: asyncio.Event | None = None
+        self._stopping: asyncio.Future | None = None
         self._disk_monitor: DiskMonitor | None = None
         self._memory_monitor: MemoryMonitor | None = None
         self._control: ControlServer | None = None
@@ -92,23 +108,42 @@ class Broker:
         return f"amqp://guest:guest@{self.host}:{self.amqp_port}/%2F"
 
     async def start(self) -> Broker:
-        """Open the store (with ``data_dir``), recover, then listen.
+        """Open the store (with ``data_dir``, or ``store_url``: first wait to be the
+        master, see :meth:`_become_master`), recover, then listen.
 
         Raises DataDirLocked if another broker uses ``data_dir``, StoreError (naming
-        the file) if the store cannot be opened, OSError if the port cannot be bound.
+        the file or URL) if the store cannot be opened or :meth:`cancel_standby` was
+        called, OSError if a port cannot be bound.
         """
+        self._fenced = asyncio.Event()
+        self._stopping = None
         if self.settings.data_dir is not None:
             self._lock = DataDirLock(self.settings.data_dir)
             self._lock.acquire()
-            try:
+        try:
+            if self.settings.store_url is not None:
+                self.store = await self._become_master(self.settings.store_url)
+            elif self.settings.data_dir is not None:
                 self.store = SQLiteStore(self.settings.data_dir, self.settings.disk_reserve)
+            if self.store is not None:
+                started = time.monotonic()
                 core = self.core
                 self.store.on_stall = lambda stalled: core.set_alarm(stalled, "store")
+                self.store.on_fenced = self._lose_mastership
                 self.core.attach_store(self.store)
                 self.store.start(asyncio.get_running_loop())
-            except BaseException:
-                self._close_store()
-                raise
+                self.recovery_seconds = time.monotonic() - started
+        except BaseException:
+            self._close_store()
+            raise
+        if self.role == "master":
+            log.info(
+                "master of cluster %r: waited %.2f s as a standby, recovered in %.2f s",
+                self.settings.store_cluster,
+                self.standby_seconds,
+                self.recovery_seconds,
+            )
+        if self.settings.data_dir is not None:
             self._disk_monitor = DiskMonitor(
                 self.core, self.settings.data_dir, lambda: self.settings.disk_free_limit
             )
@@ -177,6 +212,57 @@ class Broker:
             raise
         return self
 
+    async def _become_master(self, url: str) -> PostgreSQLStore:
+        """Wait as a standby (not listening for clients; the management port answers
+        503 ``standby``) until this broker holds the cluster's master lock; the store,
+        its writer session holding the lock. StoreError if :meth:`cancel_standby` was
+        called first."""
+        settings = self.settings
+        store = PostgreSQLStore(url, settings.store_cluster)
+        if store.try_master():
+            self.role = "master"
+            return store
+        self.role = "standby"
+        log.info("standby: another broker is the master of cluster %r", settings.store_cluster)
+        http = None
+        if settings.http_port is not None:
+            http = StandbyServer(settings.bind, settings.http_port, settings.store_cluster)
+            await http.start()
+        if self.on_standby is not None:
+            self.on_standby()
+        waited = time.monotonic()
+        try:
+            became = await asyncio.get_running_loop().run_in_executor(
+                None, store.wait_for_master, self._cancel_standby
+            )
+        finally:
+            if http is not None:
+                await http.stop()
+        self.standby_seconds = time.monotonic() - waited
+        if not became:
+            store.close()
+            raise StoreError(f"stopped as a standby of cluster {settings.store_cluster!r}")
+        self.role = "master"
+        return store
+
+    def cancel_standby(self) -> None:
+        """Make a :meth:`start` that waits as a standby give up (StoreError)."""
+        self._cancel_standby.set()
+
+    def _lose_mastership(self, reason: str) -> None:
+        """The store lost its database session, and the master lock with it: another
+        broker may be the master now, so stop serving at once (fencing)."""
+        self.role = "fenced"
+        log.error("fenced: the database session holding the master lock is gone (%s); stopping", reason)
+        assert self._fenced is not None
+        self._fenced.set()
+        self._stopping = asyncio.ensure_future(self._stop())
+
+    async def wait_fenced(self) -> None:
+        """Return once the broker was fenced (see :meth:`_lose_mastership`)."""
+        assert self._fenced is not None
+        await self._fenced.wait()
+
     def _tls_context(self) -> SSLContext | None:
         """The server's TLS context when a TLS port is set (TLSError if ssl_options are
         missing or cannot be loaded)."""
@@ -227,6 +313,7 @@ class Broker:
         if management is not None and management.https_port is not None:
             listeners.append(("https", self.host, management.https_port))
         info: dict[str, Any] = {
+            "role": self.role,
             "listeners": listeners,
             "mem_limit": self.settings.memory_limit(),
             "disk_free_limit": self.settings.disk_free_limit,
@@ -290,7 +377,13 @@ class Broker:
 
     async def stop(self) -> None:
         """Close every connection with 320 CONNECTION_FORCED, stop listening, then
-        write what the store has queued and close it."""
+        write what the store has queued and close it. Calls after the first (or after
+        fencing) wait for that one."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop())
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
         await self._stop_listeners()
         if self.management is not None:
             await self.management.stop()
