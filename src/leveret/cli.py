@@ -149,6 +149,11 @@ def server(
         loop.close()
 
 
+#: Seconds a broker that was fenced waits before it tries for the master lock again:
+#: a standby that has been waiting gets it first.
+REJOIN_PAUSE = 1.0
+
+
 async def _serve(settings: Settings) -> None:
     """Run brokers until a signal: one, or (PostgreSQL store) a new one each time the
     last was fenced, which waits as a standby again."""
@@ -157,8 +162,11 @@ async def _serve(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     stopping = asyncio.ensure_future(stop.wait())
+    fenced_before = False
     while not stop.is_set():
         broker = Broker(settings)
+        if fenced_before:
+            broker.standby_first = REJOIN_PAUSE
         broker.on_standby = lambda: _say(f"leveret standby: cluster {settings.store_cluster}")
         starting = asyncio.ensure_future(broker.start())
         await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -177,6 +185,7 @@ async def _serve(settings: Settings) -> None:
         fenced.cancel()
         if stop.is_set():
             logging.getLogger("leveret").info("shutting down")
+        fenced_before = True
         await broker.stop()
         gc.unfreeze()
     stopping.cancel()

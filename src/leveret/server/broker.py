@@ -81,6 +81,9 @@ class Broker:
         #: Called (on the loop) when the broker becomes a standby: ``leveret server``
         #: prints a line.
         self.on_standby: Callable[[], None] | None = None
+        #: Seconds to stay a standby before the first try for the lock: ``leveret
+        #: server`` gives a broker that was fenced a pause, so the standbys go first.
+        self.standby_first = 0.0
         self._cancel_standby = threading.Event()
         self._fenced: asyncio.Event | None = None
         self._stopping: asyncio.Future | None = None
@@ -219,7 +222,7 @@ class Broker:
         called first."""
         settings = self.settings
         store = PostgreSQLStore(url, settings.store_cluster)
-        if store.try_master():
+        if not self.standby_first and store.try_master():
             self.role = "master"
             return store
         self.role = "standby"
@@ -233,7 +236,7 @@ class Broker:
         waited = time.monotonic()
         try:
             became = await asyncio.get_running_loop().run_in_executor(
-                None, store.wait_for_master, self._cancel_standby
+                None, store.wait_for_master, self._cancel_standby, self.standby_first
             )
         finally:
             if http is not None:

@@ -171,10 +171,13 @@ class PostgreSQLStore(BatchedStore):
             return True
         return False
 
-    def wait_for_master(self, cancel: threading.Event) -> bool:
+    def wait_for_master(self, cancel: threading.Event, first_after: float = 0.0) -> bool:
         """Block until this broker holds the master lock (True) or ``cancel`` is set
-        (False). Logs once that it is a standby, and why while it cannot connect."""
+        (False), trying first after ``first_after`` seconds. Logs once that it is a
+        standby, and why while it cannot connect."""
         said: str | None = None  # what was last logged
+        if cancel.wait(first_after):
+            return False
         while not cancel.is_set():
             if self.try_master():
                 return True
