@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pika
 import pytest
+from ha import Node
 from postgres import PostgresServer
 from servers import ServerProcess
 from targets import Target, rabbitmq_installed, start_rabbitmq, unique
@@ -31,6 +32,20 @@ def postgres() -> Iterator[PostgresServer]:
     server = PostgresServer().start()
     yield server
     server.close()
+
+
+@pytest.fixture
+def cluster(postgres, tmp_path: Path) -> Iterator[list[Node]]:
+    """Two ``leveret server`` processes of a new cluster on the session's PostgreSQL:
+    the first is the master, the second a standby."""
+    name = unique("cluster").replace("-", "_")
+    first = Node(tmp_path / "a", postgres.url, name).start()
+    first.wait_for("leveret ready")
+    second = Node(tmp_path / "b", postgres.url, name).start()
+    second.wait_for("leveret standby")
+    yield [first, second]
+    for node in (first, second):
+        node.kill()
 
 
 @pytest.fixture

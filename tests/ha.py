@@ -5,6 +5,7 @@ PostgreSQL)."""
 from __future__ import annotations
 
 import queue
+import socket
 import subprocess
 import sys
 import threading
@@ -73,3 +74,55 @@ class Node:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(30)
+
+
+class FirstAlive:
+    """A TCP load balancer in miniature (HAProxy's place in the deployment): each
+    client connection goes to the first backend that accepts one. A standby refuses
+    connections, so new connections reach the master; when a backend's connection
+    drops, the client's is closed and it reconnects through here."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = ports
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        for port in self.ports:
+            try:
+                backend = socket.create_connection(("127.0.0.1", port), timeout=2)
+                backend.settimeout(None)
+                break
+            except OSError:
+                continue
+        else:
+            client.close()
+            return
+        threading.Thread(target=self._pump, args=(backend, client), daemon=True).start()
+        self._pump(client, backend)
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):  # one side gone: end both
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self.server.close()

@@ -6,13 +6,10 @@ must be delivered (duplicates allowed)."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pika
 import pika.exceptions
@@ -22,7 +19,6 @@ from ha import Node
 QUEUE = "orders"
 TOTAL = 1200
 CLIENT_ERRORS = (pika.exceptions.AMQPError, OSError)
-_clusters = itertools.count()
 
 
 def parameters(nodes: list[Node]) -> list[pika.ConnectionParameters]:
@@ -102,19 +98,6 @@ def drain(nodes: list[Node], expected: set[str], timeout: float = 60.0) -> set[s
         except CLIENT_ERRORS:
             continue
     return received
-
-
-@pytest.fixture
-def cluster(postgres, tmp_path: Path) -> Iterator[list[Node]]:
-    """Two brokers of a new cluster: the first is the master, the second a standby."""
-    name = f"failover_{next(_clusters)}_{time.time_ns()}"
-    first = Node(tmp_path / "a", postgres.url, name).start()
-    first.wait_for("leveret ready")
-    second = Node(tmp_path / "b", postgres.url, name).start()
-    second.wait_for("leveret standby")
-    yield [first, second]
-    for node in (first, second):
-        node.kill()
 
 
 def health(node: Node) -> tuple[int, str]:

@@ -23,6 +23,7 @@ master lock, never by hand.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -93,6 +94,40 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
+_ESCAPED = re.compile(r"\\(.)", re.DOTALL)
+
+
+def escape_text(text: str) -> str:
+    """A string PostgreSQL's ``text`` can hold: NUL (legal in AMQP names and routing
+    keys, refused by PostgreSQL) as ``\\0``, a backslash doubled."""
+    if "\\" in text or "\x00" in text:
+        return text.replace("\\", "\\\\").replace("\x00", "\\0")
+    return text
+
+
+def unescape_text(text: str) -> str:
+    """The inverse of :func:`escape_text`."""
+    if "\\" not in text:
+        return text
+    return _ESCAPED.sub(lambda m: "\x00" if m.group(1) == "0" else m.group(1), text)
+
+
+def _text_adapters(conn: Any) -> None:
+    """Every string in and out of ``conn`` goes through escape_text / unescape_text."""
+    from psycopg.types.string import StrDumperUnknown, TextLoader
+
+    class Dumper(StrDumperUnknown):
+        def dump(self, obj: str) -> Any:
+            return super().dump(escape_text(obj))
+
+    class Loader(TextLoader):
+        def load(self, data: Any) -> str:
+            return unescape_text(str(super().load(data)))
+
+    conn.adapters.register_dumper(str, Dumper)
+    conn.adapters.register_loader("text", Loader)
+
+
 class PgConnection:
     """A psycopg connection in autocommit mode that takes ``?`` placeholders (the SQL
     of :class:`BatchedStore` is written once, for both stores)."""
@@ -143,6 +178,7 @@ class PostgreSQLStore(BatchedStore):
         conn = self._psycopg.connect(
             self.url, autocommit=True, application_name=f"leveret-{role}", **KEEPALIVES
         )
+        _text_adapters(conn)
         conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema()}"')
         conn.execute(f'SET search_path TO "{self._schema()}"')
         return PgConnection(conn)

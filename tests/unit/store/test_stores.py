@@ -792,3 +792,19 @@ def test_a_batch_held_back_for_room_keeps_the_back_off_of_its_messages(tmp_path)
         1_900_000_000.0,
     )
     store.close()
+
+
+def test_nul_and_backslashes_in_names_and_keys_survive(opened):
+    # AMQP short strings may hold NUL (a binding's name joins its parts with it);
+    # PostgreSQL's text cannot, so that store escapes them
+    name = "ex\x00queue\x00key\\0\\"
+    opened.store.save_definition("binding", "/", name, {"k": "v\x00"})
+    add(opened.store, 1, 1)
+    opened.store.add_message(1, 2, "ex\x00", "rk\\\x00", b"h", b"b")
+    opened.store.save_dedup(1, "id\x00\\", 0.0)
+    assert opened.durable()
+    rows = opened.store.read_queue(1, 1, 10)
+    assert [(m.exchange, m.routing_key) for m in rows] == [("ex\x00", "rk\\\x00")]
+    snapshot = reopen(opened)
+    assert snapshot.definitions == {"binding": [("/", name, {"k": "v\x00"})]}
+    assert snapshot.dedup == {1: [("id\x00\\", 0.0)]}
