@@ -53,6 +53,15 @@ Example file::
     priority = 1                    # the highest-priority matching policy applies
     definition = { dead-letter-exchange = "dlx", message-ttl = 60000, max-redeliveries = 5 }
 
+    [[shovels]]                     # static shovels (RabbitMQ's dynamic-shovel keys)
+    name = "to-dc2"
+    vhost = "/"
+    src-uri = "amqp://"             # this broker
+    src-queue = "outbox"
+    dest-uri = "amqp://user:pass@dc2.example:5672/%2F"
+    dest-queue = "inbox"
+    ack-mode = "on-confirm"
+
     [[users]]
     name = "alice"
     password = "s3cret"             # or password_hash (+ hashing_algorithm), RabbitMQ's
@@ -94,6 +103,7 @@ from .core.clock import Clock
 from .core.passwords import DEFAULT_ALGORITHM
 from .core.policy import Policy
 from .server.tls import LOGIN_FROM, TLSError, TLSOptions
+from .shovel.spec import ShovelError, ShovelSpec
 
 
 class ConfigError(ValueError):
@@ -146,6 +156,8 @@ class Settings:
     topic_permissions: list[tuple[str, str, TopicPermission]] = field(default_factory=list)
     loopback_users: list[str] = field(default_factory=lambda: ["guest"])
     policies: list[Policy] = field(default_factory=list)
+    #: static shovels: (vhost, name, definition with RabbitMQ's keys), see leveret.shovel
+    shovels: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     #: x-arguments of the queues STOMP clients create (None: ActiveMQ's defaults, see
     #: core.broker.ACTIVEMQ_QUEUE_DEFAULTS)
     stomp_queue_arguments: dict[str, Any] | None = None
@@ -297,6 +309,16 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
         setattr(settings, f"store_{key}", typed("store.", key, value, str))
     if settings.store_url is not None and not settings.store_url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(f"{path}: store.url must be a postgresql:// URL")
+    shovels = data.pop("shovels", [])
+    if not isinstance(shovels, list) or not all(isinstance(e, dict) and "name" in e for e in shovels):
+        raise ConfigError(f"{path}: shovels must be [[shovels]] tables with a name")
+    for entry in shovels:
+        definition = {k: v for k, v in entry.items() if k not in ("name", "vhost")}
+        try:
+            ShovelSpec.from_parameter(definition)
+        except ShovelError as exc:
+            raise ConfigError(f"{path}: shovel {entry['name']}: {exc}") from None
+        settings.shovels.append((str(entry.get("vhost", "/")), str(entry["name"]), definition))
     stomp_queue_arguments = data.pop("stomp_queue_arguments", None)
     if stomp_queue_arguments is not None:
         if not isinstance(stomp_queue_arguments, dict) or not all(

@@ -86,10 +86,11 @@ def test_global_parameters_and_parameters(target: Target):
     finally:
         assert target.http("DELETE", "/api/global-parameters/cluster_name")[0] == 204
     assert target.http("GET", "/api/global-parameters/cluster_name")[0] == 404
-    shovel = {"value": {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}}
-    status, body = target.http("PUT", "/api/parameters/shovel/%2F/s1", shovel)
-    assert status == 400 and body["reason"] == "Validation failed\n\ncomponent shovel not found\n"
-    assert target.http("GET", "/api/parameters/shovel")[1] == []
+    # a component neither has (leveret has shovels: tests/integration/test_shovels.py)
+    upstream = {"value": {"uri": "amqp://remote"}}
+    status, body = target.http("PUT", "/api/parameters/federation-upstream/%2F/u1", upstream)
+    assert status == 400 and body["reason"] == "Validation failed\n\ncomponent federation-upstream not found\n"
+    assert target.http("GET", "/api/parameters/federation-upstream")[1] == []
 
 
 def test_operator_policies_survive_a_restart_and_travel_in_definitions(tmp_path):

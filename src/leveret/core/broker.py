@@ -5,6 +5,7 @@ Protocol adapters (:mod:`leveret.protocol`) drive it; it knows nothing of socket
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,12 @@ class BrokerCore:
     operator_policies: list[Policy] = field(default_factory=list)
     #: RabbitMQ's global runtime parameters (``cluster_name`` …), persisted.
     global_parameters: dict[str, Any] = field(default_factory=dict)
+    #: RabbitMQ's runtime parameters by (component, vhost, name): a JSON value each
+    #: (component ``shovel``: leveret.shovel), persisted.
+    parameters: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    #: Called as ``listener(component, vhost, name, value)`` after a runtime parameter
+    #: is set or recovered (``value`` None: cleared); the shovels' manager is one.
+    parameter_listeners: list[Callable[[str, str, str, Any], None]] = field(default_factory=list)
     #: The x-arguments of a queue an adapter creates on a client's behalf (a STOMP SEND
     #: or SUBSCRIBE to ``/queue/X``): ActiveMQ's default redelivery policy and shared
     #: dead-letter queue, without its silent drop of non-persistent messages.
@@ -247,6 +254,9 @@ class BrokerCore:
                 policies[:] = [p for p in policies if (p.vhost, p.name) != (vhost, name)] + [stored]
         for _, name, data in snapshot.definitions.get("global_parameter", []):
             self.global_parameters[name] = data["value"]
+        for vhost, key, data in snapshot.definitions.get("parameter", []):
+            component, _, name = key.partition("\x00")
+            self.parameters[(component, vhost, name)] = json.loads(str(data["json"]))
         if not seeded:
             for user in list(self.users.users.values()):
                 self._save("user", "", user.name, user.definition())
@@ -329,6 +339,24 @@ class BrokerCore:
             return False
         if self.store is not None:
             self.store.delete_definition("global_parameter", "", name)
+        return True
+
+    def set_parameter(self, component: str, vhost: str, name: str, value: Any) -> None:
+        """Set a runtime parameter (RabbitMQ's ``set_parameter``; ``value`` is JSON,
+        checked by the component's owner first), persisted; listeners are told."""
+        self.parameters[(component, vhost, name)] = value
+        self._save("parameter", vhost, f"{component}\x00{name}", {"json": json.dumps(value)})
+        for listener in self.parameter_listeners:
+            listener(component, vhost, name, value)
+
+    def clear_parameter(self, component: str, vhost: str, name: str) -> bool:
+        """Remove one; False if it is not set. Listeners are told (value None)."""
+        if self.parameters.pop((component, vhost, name), None) is None:
+            return False
+        if self.store is not None:
+            self.store.delete_definition("parameter", vhost, f"{component}\x00{name}")
+        for listener in self.parameter_listeners:
+            listener(component, vhost, name, None)
         return True
 
     def set_memory_pressure(self, active: bool) -> None:

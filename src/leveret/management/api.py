@@ -49,6 +49,7 @@ from .console import CONSOLE_PREFIX, console_routes
 from .dead_letters import DeadLetterAPI
 from .listing import list_response
 from .messages import Messages
+from .parameters import Parameters, ShovelStatus
 from .policies import Policies
 from .rates import (
     DEFAULT_INTERVAL,
@@ -157,6 +158,7 @@ class ManagementAPI:
         tls: SSLContext | None = None,
         node_info: NodeInfo | None = None,
         stats_interval: float = DEFAULT_INTERVAL,
+        shovel_status: ShovelStatus | None = None,
     ) -> None:
         self.core = core
         self.host = host
@@ -177,6 +179,7 @@ class ManagementAPI:
                 *Resources(core, self.rates).routes(),
                 *Messages(core).routes(),
                 *Policies(core).routes(),
+                *Parameters(core, shovel_status).routes(),
                 *Runtime(core, node_info, self.rates).routes(),
                 web.get("/api/scheduled-jobs", self.scheduled_jobs),
                 web.get("/api/scheduled-jobs/{vhost}", self.scheduled_jobs),

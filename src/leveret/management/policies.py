@@ -18,9 +18,7 @@ tags), limited to RabbitMQ's keys (:data:`~leveret.core.policy.OPERATOR_KEYS`; o
 are RabbitMQ's 400 ``... are not recognised policy settings``); for each of their keys
 the lower of their value and the queue's own wins. Global parameters,
 ``/api/global-parameters[/{name}]`` (``administrator`` to change): ``cluster_name``
-names the broker in the overview. Runtime parameters: leveret has no components yet
-(no shovels, no federation), so ``/api/parameters`` lists ``[]`` and a PUT is RabbitMQ's
-400 ``component ... not found``.
+names the broker in the overview. Runtime parameters (shovels): see :mod:`.parameters`.
 """
 
 from __future__ import annotations
@@ -84,21 +82,10 @@ class Policies:
             web.get("/api/global-parameters/{name}", self.global_parameter),
             web.put("/api/global-parameters/{name}", self.put_global_parameter),
             web.delete("/api/global-parameters/{name}", self.delete_global_parameter),
-            *(
-                web.get(path, self.none)
-                for path in (
-                    "/api/parameters",
-                    "/api/parameters/{component}",
-                    "/api/parameters/{component}/{vhost}",
-                )
-            ),
-            web.put("/api/parameters/{component}/{vhost}/{name}", self.put_parameter),
             web.get("/api/vhost-limits", self.vhost_limits),
             web.get("/api/vhost-limits/{vhost}", self.vhost_limits),
             web.put("/api/vhost-limits/{vhost}/{name}", self.put_vhost_limit),
             web.delete("/api/vhost-limits/{vhost}/{name}", self.delete_vhost_limit),
-            web.get("/api/parameters/{component}/{vhost}/{name}", self.missing),
-            web.delete("/api/parameters/{component}/{vhost}/{name}", self.missing),
         ]
 
     def _may_see(self, request: web.Request, vhost: str) -> bool:
@@ -260,10 +247,6 @@ class Policies:
         )
         return web.Response(status=204)
 
-    async def none(self, request: web.Request) -> web.Response:
-        """Lists of runtime parameters, which leveret does not have: always empty."""
-        return list_response(request, [])
-
     # -- global and runtime parameters --------------------------------------------------
     async def global_parameters(self, request: web.Request) -> web.Response:
         """``GET /api/global-parameters``: ``[{"name", "value"}]``."""
@@ -301,13 +284,3 @@ class Policies:
             "global_parameter.delete", request["user"].name, request.remote or "", name=name
         )
         return web.Response(status=204)
-
-    async def put_parameter(self, request: web.Request) -> web.Response:
-        """``PUT /api/parameters/{component}/...``: leveret has no components (RabbitMQ's
-        answer for a plugin that is not enabled)."""
-        self._may_change(request)
-        component = request.match_info["component"]
-        raise json_error(400, "bad_request", f"Validation failed\n\ncomponent {component} not found\n")
-
-    async def missing(self, request: web.Request) -> web.Response:
-        raise object_not_found()

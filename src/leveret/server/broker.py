@@ -25,6 +25,7 @@ from ..config import Settings
 from ..core.broker import BrokerCore
 from ..management import ManagementAPI
 from ..protocol.stomp import StompConnection
+from ..shovel.manager import Shovels
 from ..store import DataDirLock, StoreError
 from ..store.batched import BatchedStore
 from ..store.postgresql import PostgreSQLStore
@@ -91,6 +92,8 @@ class Broker:
         self._memory_monitor: MemoryMonitor | None = None
         self._control: ControlServer | None = None
         self.management: ManagementAPI | None = None
+        #: The shovels this broker runs (after start).
+        self.shovels = Shovels(self.core, self._local_uri)
         #: Prometheus metrics, when ``prometheus_port`` is set.
         self.prometheus: PrometheusServer | None = None
 
@@ -189,6 +192,7 @@ class Broker:
                     tls,
                     self.node_info,
                     settings.collect_statistics_interval / 1000,
+                    self.shovels.status,
                 )
                 await self.management.start()
             if settings.prometheus_port is not None and settings.prometheus_port >= 0:  # -1: off
@@ -209,6 +213,7 @@ class Broker:
                 )
                 await prometheus.start()
                 self.prometheus = prometheus
+            self.shovels.start(settings.shovels)
         except BaseException:
             await self._stop_listeners()
             self._close_store()
@@ -386,7 +391,15 @@ class Broker:
             self._stopping = asyncio.ensure_future(self._stop())
         await asyncio.shield(self._stopping)
 
+    def _local_uri(self) -> str:
+        """This broker over AMQP as guest on vhost ``/`` (what a shovel's ``amqp://``
+        means, as in RabbitMQ)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        host = "[::1]" if host == "::" else host
+        return f"amqp://guest:guest@{host}:{self.amqp_port}/%2F"
+
     async def _stop(self) -> None:
+        await self.shovels.stop()
         await self._stop_listeners()
         if self.management is not None:
             await self.management.stop()

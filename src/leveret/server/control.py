@@ -313,6 +313,52 @@ def _list_policies(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     return _table(["vhost", "name", "pattern", "apply-to", "definition", "priority"], rows)
 
 
+# -- runtime parameters and shovels (rabbitmqctl's set_parameter, shovel_status) ------------
+@command("set_parameter", changes=True)
+def _set_parameter(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    from ..management.parameters import COMPONENTS
+    from ..shovel.spec import ShovelError
+
+    vhost = _vhost(broker, args)
+    component, name = args["component"], args["name"]
+    check = COMPONENTS.get(component)
+    if check is None:
+        raise CommandError(f"component {component} not found")
+    try:
+        value = json.loads(args["value"])
+        check(value)
+    except (ValueError, ShovelError) as exc:
+        raise CommandError(f"invalid {component} parameter: {exc}") from None
+    broker.core.set_parameter(component, vhost.name, name, value)
+    return _done(f'Setting runtime parameter "{name}" for component "{component}" to "{args["value"]}" ...')
+
+
+@command("clear_parameter", changes=True)
+def _clear_parameter(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    if not broker.core.clear_parameter(args["component"], vhost.name, args["name"]):
+        raise CommandError(f"parameter '{args['name']}' of component '{args['component']}' does not exist")
+    return _done(f'Clearing runtime parameter "{args["name"]}" for component "{args["component"]}" ...')
+
+
+@command("list_parameters")
+def _list_parameters(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    vhost = _vhost(broker, args)
+    rows = [
+        [component, name, json.dumps(value)]
+        for (component, v, name), value in sorted(broker.core.parameters.items())
+        if v == vhost.name
+    ]
+    return _table(["component", "name", "value"], rows)
+
+
+@command("shovel_status")
+def _shovel_status(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    columns = ["name", "vhost", "type", "state", "src_uri", "dest_uri", "messages_forwarded"]
+    rows = [[row.get(c, "") for c in columns] for row in broker.shovels.status()]
+    return _table(columns, rows)
+
+
 # -- listings -------------------------------------------------------------------------
 def _columns(
     args: dict[str, Any], available: dict[str, Callable[[Any], Any]], default: list[str]

@@ -289,6 +289,42 @@ _policy_commands(operator=False)
 _policy_commands(operator=True)
 
 
+@ctl.command("set_parameter")
+@VHOST
+@click.argument("component")
+@click.argument("name")
+@click.argument("value")
+@pass_ctx
+def set_parameter(ctx: Context, vhost: str, component: str, name: str, value: str) -> None:
+    """Set a runtime parameter (component ``shovel``: a JSON shovel definition)."""
+    ctx.run("set_parameter", vhost=vhost, component=component, name=name, value=value)
+
+
+@ctl.command("clear_parameter")
+@VHOST
+@click.argument("component")
+@click.argument("name")
+@pass_ctx
+def clear_parameter(ctx: Context, vhost: str, component: str, name: str) -> None:
+    """Remove a runtime parameter (a shovel stops)."""
+    ctx.run("clear_parameter", vhost=vhost, component=component, name=name)
+
+
+@ctl.command("list_parameters")
+@VHOST
+@pass_ctx
+def list_parameters(ctx: Context, vhost: str) -> None:
+    """The vhost's runtime parameters."""
+    ctx.run("list_parameters", f'Listing runtime parameters for vhost "{vhost}" ...', vhost=vhost)
+
+
+@ctl.command("shovel_status")
+@pass_ctx
+def shovel_status(ctx: Context) -> None:
+    """Every shovel's state (RabbitMQ's rabbitmqctl shovel_status)."""
+    ctx.run("shovel_status", "Shovel status on node leveret ...")
+
+
 def _listing(name: str, what: str, vhosted: bool = True) -> None:
     """A list_* command taking RabbitMQ's column names as arguments."""
 
