@@ -250,3 +250,20 @@ def test_ctl_sets_lists_and_clears_shovel_parameters(server_process, tmp_path):
     assert bad.returncode != 0 and "src-queue" in bad.stderr
     assert ctl("clear_parameter", "shovel", "a-to-b").returncode == 0
     assert "a-to-b" not in ctl("list_parameters").stdout
+
+
+def test_shovels_travel_in_exported_definitions_and_survive_a_restart(tmp_path):
+    value = {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}
+    with BlockingBroker(amqp_port=0, http_port=0, data_dir=str(tmp_path / "one")) as broker:
+        target = Target("leveret", "127.0.0.1", broker.amqp_port, int(str(broker.http_url).rsplit(":", 1)[1]))
+        assert put_shovel(target, "a-to-b", value) == 201
+        exported = target.http("GET", "/api/definitions")[1]
+    assert {"value": value, "vhost": "/", "component": "shovel", "name": "a-to-b"} in exported["parameters"]
+    with BlockingBroker(amqp_port=0, http_port=0, data_dir=str(tmp_path / "one")) as broker:
+        target = Target("leveret", "127.0.0.1", broker.amqp_port, int(str(broker.http_url).rsplit(":", 1)[1]))
+        assert [row["name"] for row in target.http("GET", "/api/shovels")[1]] == ["a-to-b"]  # recovered
+    with BlockingBroker(amqp_port=0, http_port=0) as broker:
+        target = Target("leveret", "127.0.0.1", broker.amqp_port, int(str(broker.http_url).rsplit(":", 1)[1]))
+        assert target.http("POST", "/api/definitions", exported)[0] in (200, 201, 204)
+        publish(target.url(), "a", 5)
+        wait_depth(target.url(), "b", 5)

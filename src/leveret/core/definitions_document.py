@@ -66,6 +66,10 @@ def export(core: BrokerCore, version: str) -> dict[str, Any]:
                 "name": p.name,
             }
             for p in core.operator_policies
+        ]
+        + [
+            {"value": value, "vhost": vhost, "component": component, "name": name}
+            for (component, vhost, name), value in sorted(core.parameters.items())
         ],
         "global_parameters": [{"name": k, "value": v} for k, v in sorted(core.global_parameters.items())],
         "policies": [
@@ -157,7 +161,10 @@ def import_document(core: BrokerCore, document: Any, owner: object = None) -> No
     bindings = _entries(document, "bindings", ("source", "vhost", "destination", "destination_type"))
     parameters = _entries(document, "parameters", ("vhost", "component", "value"))
     limits = [(str(e["vhost"]), _limits(e["value"])) for e in parameters if e["component"] == "vhost-limits"]
-    operator_policies = [  # other components (shovels ...) are not leveret's
+    shovels = [
+        (str(e["vhost"]), str(e.get("name")), e["value"]) for e in parameters if e["component"] == "shovel"
+    ]
+    operator_policies = [  # other components (federation ...) are not leveret's
         _policy({**e["value"], "vhost": e["vhost"], "name": e.get("name")})
         for e in parameters
         if e["component"] == "operator_policy" and isinstance(e["value"], dict)
@@ -179,6 +186,9 @@ def import_document(core: BrokerCore, document: Any, owner: object = None) -> No
         core.set_policy(policy, operator=True)
     for name, value in global_parameters:
         core.set_global_parameter(name, value)
+    for vhost_name, name, value in shovels:  # (their manager checks them when it starts them)
+        core.add_vhost(vhost_name)
+        core.set_parameter("shovel", vhost_name, name, value)
     for vhost_name, values in limits:
         core.add_vhost(vhost_name)
         for key, value in values.items():
