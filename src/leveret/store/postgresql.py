@@ -26,7 +26,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -132,8 +132,10 @@ class PgConnection:
     """A psycopg connection in autocommit mode that takes ``?`` placeholders (the SQL
     of :class:`BatchedStore` is written once, for both stores)."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, reopen: Callable[[], Any] | None = None) -> None:
         self.conn = conn
+        #: makes a new session when this one broke (the reader's: reads may go on)
+        self.reopen = reopen
         self._sql: dict[str, str] = {}
 
     def _q(self, sql: str) -> str:
@@ -143,7 +145,13 @@ class PgConnection:
         return text
 
     def execute(self, sql: str, params: Sequence[Any] = (), /) -> Any:
-        return self.conn.execute(self._q(sql), params or None)
+        try:
+            return self.conn.execute(self._q(sql), params or None)
+        except Exception:
+            if self.reopen is None or not self.conn.broken:
+                raise
+            self.conn = self.reopen()  # once: a second failure is the caller's
+            return self.conn.execute(self._q(sql), params or None)
 
     def executemany(self, sql: str, params: Iterable[Sequence[Any]], /) -> Any:
         with self.conn.cursor() as cursor:
@@ -175,13 +183,16 @@ class PostgreSQLStore(BatchedStore):
         self.unreachable: str | None = None
 
     def _open(self, role: str) -> PgConnection:
+        return PgConnection(self._session(role), (lambda: self._session(role)) if role == "reader" else None)
+
+    def _session(self, role: str) -> Any:
         conn = self._psycopg.connect(
             self.url, autocommit=True, application_name=f"leveret-{role}", **KEEPALIVES
         )
         _text_adapters(conn)
         conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema()}"')
         conn.execute(f'SET search_path TO "{self._schema()}"')
-        return PgConnection(conn)
+        return conn
 
     def _schema(self) -> str:
         return self.cluster.replace('"', "")

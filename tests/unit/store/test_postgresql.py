@@ -8,10 +8,11 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, strategies as st
 from test_stores import TIMEOUT, Opened, PostgresPlace, add
 
 from leveret.store import StoreError
-from leveret.store.postgresql import MIGRATIONS, PostgreSQLStore, redact
+from leveret.store.postgresql import MIGRATIONS, PostgreSQLStore, escape_text, redact, unescape_text
 
 
 @pytest.fixture
@@ -118,3 +119,23 @@ def test_an_unreachable_database_is_a_store_error_without_the_password():
         store.load()
     assert "cannot open store postgresql://app:***@127.0.0.1:1/none" in str(raised.value)
     assert "s3cret" not in str(raised.value)
+
+
+def test_reads_go_on_after_the_readers_session_is_ended(place, postgres):
+    opened = Opened(place)
+    try:
+        add(opened.store, 1, 1)
+        assert opened.durable()
+        postgres.sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name='leveret-reader'"
+        )
+        assert [m.seq for m in opened.store.read_queue(1, 0, 10)] == [1]  # a new session
+        assert opened.store.fenced is None  # the writer's session (the lock) is untouched
+    finally:
+        opened.close()
+
+
+@given(st.text())
+def test_escaped_text_never_holds_nul_and_comes_back_the_same(text):
+    escaped = escape_text(text)
+    assert "\x00" not in escaped and unescape_text(escaped) == text
