@@ -15,7 +15,7 @@ from http.cookiejar import CookieJar
 import pika
 import pytest
 from dead_letters import dead_letters
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
@@ -51,7 +51,9 @@ def http(broker, method: str, path: str, body: dict | None = None, user: str = "
 
 
 def wait(driver, condition, timeout: float = WAIT):
-    return WebDriverWait(driver, timeout).until(condition)
+    # a page re-rendered between finding an element and reading it: look again
+    stale = (StaleElementReferenceException,)
+    return WebDriverWait(driver, timeout, ignored_exceptions=stale).until(condition)
 
 
 def text_of(driver, css: str) -> str:

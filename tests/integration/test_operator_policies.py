@@ -89,7 +89,8 @@ def test_global_parameters_and_parameters(target: Target):
     # a component neither has (leveret has shovels: tests/integration/test_shovels.py)
     upstream = {"value": {"uri": "amqp://remote"}}
     status, body = target.http("PUT", "/api/parameters/federation-upstream/%2F/u1", upstream)
-    assert status == 400 and body["reason"] == "Validation failed\n\ncomponent federation-upstream not found\n"
+    assert status == 400
+    assert body["reason"] == "Validation failed\n\ncomponent federation-upstream not found\n"
     assert target.http("GET", "/api/parameters/federation-upstream")[1] == []
 
 
