@@ -202,12 +202,16 @@ def test_config_file_is_overridden_by_options(tmp_path):
     ("[[users]]\nname = 'bob'\npassword = 'x'\npasswd = 'y'\n", "passwd"),
     ("vhosts = [\n", ""),
     ("this is not toml\n", ""),
+    ("[store]\nurl = 'mysql://db'\n", "store.url"),
+    ("[store]\npath = 'x'\n", "store.path"),
+    ("[[shovels]]\nname = 's'\nsrc-uri = 'amqp://'\n", "shovel s"),
+    ("[[shovels]]\nsrc-uri = 'amqp://'\n", "shovels"),
 ], ids=["unknown-key", "unknown-server-key", "str-for-int", "bool-for-int",
         "str-for-list", "str-for-loopback", "int-for-table", "bad-log-level", "negative-read-coalesce",
         "tls-without-options",
         "tls-without-key", "tls-bad-verify", "bad-permission-regex",
         "user-without-password", "user-vhosts-str", "unknown-user-key", "truncated",
-        "not-toml"])
+        "not-toml", "store-not-postgresql", "unknown-store-key", "bad-shovel", "shovel-without-name"])
 def test_invalid_config_exits_nonzero_naming_the_file(tmp_path, text, complaint):
     config = tmp_path / "broken.toml"
     config.write_text(text)

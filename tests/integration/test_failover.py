@@ -15,6 +15,7 @@ import pika
 import pika.exceptions
 import pytest
 from ha import Node
+from servers import ServerProcess
 
 QUEUE = "orders"
 TOTAL = 1200
@@ -179,3 +180,21 @@ def test_postgresql_restarted_under_load_loses_no_confirmed_message(cluster, pos
     assert confirmed <= drain(cluster, confirmed)
     roles = sorted(health(node)[0] for node in cluster)
     assert roles == [200, 503]  # one master, one standby
+
+
+def test_the_config_files_store_section_selects_postgresql(postgres, tmp_path):
+    config = tmp_path / "broker.toml"
+    config.write_text(f'[store]\nurl = "{postgres.url}"\ncluster = "from_config"\n')
+    server = ServerProcess(tmp_path / "data", "--config", str(config))
+    try:
+        connection = pika.BlockingConnection(pika.URLParameters(server.url))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("kept", durable=True)
+        channel.basic_publish("", "kept", b"in postgres", pika.BasicProperties(delivery_mode=2))
+        connection.close()
+    finally:
+        server.kill()
+    rows = postgres.sql('SELECT body FROM "from_config".messages')
+    assert rows == [(b"in postgres",)]
+    assert not (tmp_path / "data" / "leveret.db").exists()  # not in SQLite
