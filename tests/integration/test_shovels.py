@@ -267,3 +267,16 @@ def test_shovels_travel_in_exported_definitions_and_survive_a_restart(tmp_path):
         assert target.http("POST", "/api/definitions", exported)[0] in (200, 201, 204)
         publish(target.url(), "a", 5)
         wait_depth(target.url(), "b", 5)
+
+
+def test_deleting_a_vhost_deletes_its_shovels(source):
+    assert source.http("PUT", "/api/vhosts/east")[0] == 201
+    value = {**GOOD, "dest-queue": "b"}
+    assert put_shovel(source, "in-east", value, vhost="east") == 201
+    assert [r["vhost"] for r in source.http("GET", "/api/shovels")[1]] == ["east"]
+    assert source.http("DELETE", "/api/vhosts/east")[0] == 204
+    assert source.http("GET", "/api/parameters")[1] == []
+    deadline = time.monotonic() + 5
+    while source.http("GET", "/api/shovels")[1]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

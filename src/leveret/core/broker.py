@@ -131,6 +131,9 @@ class BrokerCore:
         for listener in list(self.vhost_deleted_listeners):
             listener(name)
         vhost.delete_all()
+        for component, parameter_vhost, parameter in list(self.parameters):
+            if parameter_vhost == name:  # its shovels stop, as RabbitMQ's
+                self.clear_parameter(component, name, parameter)
         self._forget_stored(self.users.delete_vhost(name))
         if self.store is not None:
             self.store.delete_definition("vhost", name, "")
