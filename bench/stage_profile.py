@@ -39,6 +39,8 @@ ENCODERS = frozenset({"encode_deliver", "encode_frame", "encode_content", "encod
 #: the innermost leveret frame of a sample names its stage.
 RULES: list[tuple[str, frozenset[str] | None, str]] = [
     ("leveret/store/", None, "store"),
+    ("leveret/protocol/output.py", frozenset({"flush"}), "socket write"),
+    ("leveret/protocol/output.py", None, "deliver encode"),
     ("leveret/server/listener.py", frozenset({"_flush", "write", "writelines"}), "socket write"),
     ("leveret/protocol/amqp/connection.py", frozenset({"_flushing", "send_method"}), "socket write"),
     ("leveret/server/", None, "socket read"),
@@ -55,6 +57,8 @@ RULES: list[tuple[str, frozenset[str] | None, str]] = [
     ("leveret/core/", None, "core other"),
     ("leveret/", None, "other leveret"),
 ]
+#: frames around the event loop itself, not a stage
+OUTER = ("leveret/cli.py", "leveret/__main__.py", "leveret/server/broker.py")
 LOOP = "event loop (uvloop C: read/write syscalls, callbacks)"
 
 
@@ -62,16 +66,19 @@ def stage_of(stack: str) -> str:
     """The stage of one collapsed py-spy stack (``frame;frame;...``, outermost first;
     a frame reads ``function (path:line)``)."""
     for frame in reversed(stack.split(";")):
-        if "leveret/" not in frame or "bench/" in frame:
+        if "leveret/" not in frame or "bench/" in frame or any(top in frame for top in OUTER):
             continue
         function, _, where = frame.partition(" (")
         for fragment, functions, stage in RULES:
-            if fragment in where and (functions is None or function.strip() in functions):
+            name = function.strip().rsplit(".", 1)[-1]  # py-spy writes Class.method
+            if fragment in where and (functions is None or name in functions):
                 return stage
     return LOOP
 
 
-def profile(broker: Leveret, workload: str, settings: Settings, rate: int) -> tuple[dict[str, int], float]:
+def profile(
+    broker: Leveret, workload: str, settings: Settings, rate: int, keep: str | None = None
+) -> tuple[dict[str, int], float]:
     """Samples per stage while ``workload`` runs, and the broker's CPU µs per message."""
     out = Path(tempfile.mkdtemp(prefix="leveret-stages-")) / "raw.txt"
     spy = subprocess.Popen(
@@ -94,6 +101,8 @@ def profile(broker: Leveret, workload: str, settings: Settings, rate: int) -> tu
         stack, _, count = line.rpartition(" ")
         if stack and count.isdigit():
             counts[stage_of(stack)] += int(count)
+    if keep is not None:
+        shutil.copy(out, Path(keep) / f"{workload}.raw.txt")
     shutil.rmtree(out.parent, ignore_errors=True)
     return dict(counts), meter.broker_cpu / messages * 1e6 if messages else 0.0
 
@@ -106,6 +115,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--workloads", default="pubsub,confirm-100b")
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--keep", default=None, help="a directory to keep py-spy's raw stacks in")
     args = parser.parse_args()
     if shutil.which("py-spy") is None:
         raise SystemExit("py-spy is not installed: pip install py-spy")
@@ -114,7 +124,7 @@ def main() -> None:
     broker.start()
     try:
         for workload in args.workloads.split(","):
-            counts, cpu_us = profile(broker, workload, settings, args.rate)
+            counts, cpu_us = profile(broker, workload, settings, args.rate, args.keep)
             total = sum(counts.values()) or 1
             print(f"\n{workload}: broker {cpu_us:.2f} µs CPU per message, {total} samples")
             for stage, count in sorted(counts.items(), key=lambda item: -item[1]):
