@@ -178,7 +178,15 @@ async def _serve(settings: Settings) -> None:
                 pass
             await broker.stop()
             return
-        starting.result()  # start's errors end the server
+        try:
+            starting.result()  # start's errors end the server ...
+        except StoreError as exc:
+            if not fenced_before:
+                raise
+            # ... unless it was fenced before: the database may still be flapping
+            logging.getLogger("leveret").error("could not take over again: %s; standby again", exc)
+            await asyncio.sleep(REJOIN_PAUSE)
+            continue
         _ready(broker)
         fenced = asyncio.ensure_future(broker.wait_fenced())
         await asyncio.wait({fenced, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -280,3 +280,74 @@ def test_deleting_a_vhost_deletes_its_shovels(source):
     while source.http("GET", "/api/shovels")[1]:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_a_missing_destination_exchange_is_retried_until_it_exists(source, destination):
+    """The destination closes the channel (404): the shovel reconnects after
+    reconnect-delay, and moves the message once the exchange is there."""
+    src_queue, dest_queue = unique("outbox"), unique("late")
+    publish(source.url(), src_queue, 1)
+    value = {**GOOD, "src-queue": src_queue, "dest-uri": destination.url(), "dest-exchange": "late-x",
+             "dest-exchange-key": "k", "reconnect-delay": 0.2}  # fmt: skip
+    assert put_shovel(source, "late", value) == 201
+    deadline = time.monotonic() + 10
+    while (rows := source.http("GET", "/api/shovels")[1]) and rows[0]["state"] != "terminated":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert "404" in rows[0]["reason"] or "NOT_FOUND" in rows[0]["reason"]
+    connection = pika.BlockingConnection(pika.URLParameters(destination.url()))
+    channel = connection.channel()
+    channel.exchange_declare("late-x", "direct")
+    channel.queue_declare(dest_queue)
+    channel.queue_bind(dest_queue, "late-x", "k")
+    connection.close()
+    wait_depth(destination.url(), dest_queue, 1)
+    wait_depth(source.url(), src_queue, 0)
+
+
+def test_no_ack_with_a_count_moves_that_many_and_leaves_the_rest(source, destination):
+    src_queue, dest_queue = unique("outbox"), unique("inbox")
+    publish(source.url(), src_queue, 10)
+    value = {**GOOD, "src-queue": src_queue, "dest-uri": destination.url(), "dest-queue": dest_queue,
+             "ack-mode": "no-ack", "src-delete-after": 2}  # fmt: skip
+    assert put_shovel(source, "two", value) == 201
+    wait_depth(destination.url(), dest_queue, 2)
+    deadline = time.monotonic() + 10
+    while source.http("GET", "/api/parameters")[1]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert depth(source.url(), src_queue) == 8  # none lost
+
+
+def test_rabbitmqs_extra_keys_forward_headers_and_local_vhost_uris(source):
+    assert source.http("PUT", "/api/vhosts/west")[0] == 201
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert source.http("PUT", "/api/permissions/west/guest", everything)[0] in (201, 204)
+    publish(source.url(), "fwd-src", 1)
+    value = {"src-uri": "amqp://", "src-queue": "fwd-src", "dest-uri": "amqp:///west",
+             "dest-queue": "fwd-dst", "dest-add-forward-headers": True, "dest-add-timestamp-header": True,
+             "dest-publish-properties": {"priority": 3}, "src-predeclared": True}  # fmt: skip
+    assert put_shovel(source, "fwd", value) == 201
+    west = source.url(vhost="west")
+    wait_depth(west, "fwd-dst", 1)
+    connection = pika.BlockingConnection(pika.URLParameters(west))
+    _, properties, body = connection.channel().basic_get("fwd-dst", auto_ack=True)
+    connection.close()
+    assert body == b"m0" and properties.priority == 3
+    [forwarded] = properties.headers["x-shovelled"]
+    assert forwarded["shovel-name"] == "fwd" and forwarded["src-queue"] == "fwd-src"
+    assert forwarded["shovel-vhost"] == "/" and isinstance(properties.headers["x-shovelled-timestamp"], int)
+
+
+def test_a_finished_shovel_leaves_no_connection_open(source, destination):
+    src_queue, dest_queue = unique("outbox"), unique("inbox")
+    for number in range(3):
+        publish(source.url(), src_queue, 2)
+        value = {**GOOD, "src-queue": src_queue, "dest-uri": destination.url(), "dest-queue": dest_queue,
+                 "src-delete-after": "queue-length"}  # fmt: skip
+        assert put_shovel(source, f"once-{number}", value) == 201
+        wait_depth(destination.url(), dest_queue, 2 * (number + 1))
+    deadline = time.monotonic() + 10
+    while source.http("GET", "/api/connections")[1] or destination.http("GET", "/api/connections")[1]:
+        assert time.monotonic() < deadline, "a finished shovel kept a connection"
+        time.sleep(0.1)

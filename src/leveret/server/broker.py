@@ -88,6 +88,7 @@ class Broker:
         self._cancel_standby = threading.Event()
         self._fenced: asyncio.Event | None = None
         self._stopping: asyncio.Future | None = None
+        self._started = False  # start() finished
         self._disk_monitor: DiskMonitor | None = None
         self._memory_monitor: MemoryMonitor | None = None
         self._control: ControlServer | None = None
@@ -123,6 +124,7 @@ class Broker:
         """
         self._fenced = asyncio.Event()
         self._stopping = None
+        self._started = False
         if self.settings.data_dir is not None:
             self._lock = DataDirLock(self.settings.data_dir)
             self._lock.acquire()
@@ -218,6 +220,10 @@ class Broker:
             await self._stop_listeners()
             self._close_store()
             raise
+        self._started = True
+        if self.role == "fenced":  # the session went while the listeners started
+            await self.stop()
+            raise StoreError(f"fenced while starting as the master of cluster {settings.store_cluster!r}")
         return self
 
     async def _become_master(self, url: str) -> PostgreSQLStore:
@@ -264,7 +270,8 @@ class Broker:
         log.error("fenced: the database session holding the master lock is gone (%s); stopping", reason)
         assert self._fenced is not None
         self._fenced.set()
-        self._stopping = asyncio.ensure_future(self._stop())
+        if self._stopping is None and self._started:  # (start() checks for itself)
+            self._stopping = asyncio.ensure_future(self._stop())
 
     async def wait_fenced(self) -> None:
         """Return once the broker was fenced (see :meth:`_lose_mastership`)."""
@@ -399,8 +406,8 @@ class Broker:
         return f"amqp://guest:guest@{host}:{self.amqp_port}/%2F"
 
     async def _stop(self) -> None:
+        await self._stop_listeners()  # first: a fenced master must stop serving at once
         await self.shovels.stop()
-        await self._stop_listeners()
         if self.management is not None:
             await self.management.stop()
             self.management = None

@@ -16,7 +16,12 @@ Keys (a JSON object, the value of ``PUT /api/parameters/shovel/{vhost}/{name}``)
   itself;
 - ``src-prefetch-count`` (``prefetch-count`` in older releases; default 1000),
   ``reconnect-delay`` (seconds, default 1), ``src-protocol``/``dest-protocol``
-  (``amqp091`` only).
+  (``amqp091`` only);
+- ``dest-add-forward-headers`` (an ``x-shovelled`` header), ``dest-add-timestamp-header``
+  (``x-shovelled-timestamp``), ``dest-publish-properties`` (properties to set, AMQP's
+  names with ``_``), ``src-predeclared``/``dest-predeclared`` (the queue exists: no
+  declare), ``src-consumer-args`` (basic.consume arguments); the older names without
+  ``dest-`` too.
 
 ``amqp://`` with no host is this broker, as RabbitMQ's shovels connect to the local
 node: as user guest on vhost ``/`` over its own AMQP listener.
@@ -24,7 +29,7 @@ node: as user guest on vhost ``/`` over its own AMQP listener.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
@@ -48,6 +53,32 @@ _KNOWN = {
     "dest-protocol",
     "ack-mode",
     "reconnect-delay",
+    "add-forward-headers",
+    "dest-add-forward-headers",
+    "add-timestamp-header",
+    "dest-add-timestamp-header",
+    "publish-properties",
+    "dest-publish-properties",
+    "src-predeclared",
+    "dest-predeclared",
+    "src-consumer-args",
+}
+#: ``dest-publish-properties`` keys (AMQP's property names) -> pamqp's attribute names
+PROPERTIES = {
+    "content_type": "content_type",
+    "content_encoding": "content_encoding",
+    "headers": "headers",
+    "delivery_mode": "delivery_mode",
+    "priority": "priority",
+    "correlation_id": "correlation_id",
+    "reply_to": "reply_to",
+    "expiration": "expiration",
+    "message_id": "message_id",
+    "timestamp": "timestamp",
+    "type": "message_type",
+    "user_id": "user_id",
+    "app_id": "app_id",
+    "cluster_id": "cluster_id",
 }
 
 
@@ -71,6 +102,13 @@ class ShovelSpec:
     delete_after: int | str = "never"  # "never", "queue-length" or a count
     prefetch_count: int = DEFAULT_PREFETCH
     reconnect_delay: float = DEFAULT_RECONNECT_DELAY
+    add_forward_headers: bool = False
+    add_timestamp_header: bool = False
+    #: pamqp attribute name -> value, set on every message published
+    publish_properties: dict[str, Any] = field(default_factory=dict)
+    src_predeclared: bool = False
+    dest_predeclared: bool = False
+    src_consumer_args: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_parameter(cls, value: Any) -> ShovelSpec:
@@ -106,6 +144,13 @@ class ShovelSpec:
         delay = value.get("reconnect-delay", DEFAULT_RECONNECT_DELAY)
         if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
             raise ShovelError("reconnect-delay must be a non-negative number")
+        properties = value.get("dest-publish-properties", value.get("publish-properties", {}))
+        if not isinstance(properties, dict) or not set(properties) <= set(PROPERTIES):
+            known = ", ".join(PROPERTIES)
+            raise ShovelError(f"dest-publish-properties must be an object with keys among {known}")
+        consumer_args = value.get("src-consumer-args", {})
+        if not isinstance(consumer_args, dict):
+            raise ShovelError("src-consumer-args must be an object")
         return cls(
             src_uris=_uris(value, "src-uri"),
             dest_uris=_uris(value, "dest-uri"),
@@ -119,7 +164,23 @@ class ShovelSpec:
             delete_after=delete_after,
             prefetch_count=prefetch,
             reconnect_delay=float(delay),
+            add_forward_headers=_flag(value, "dest-add-forward-headers", "add-forward-headers"),
+            add_timestamp_header=_flag(value, "dest-add-timestamp-header", "add-timestamp-header"),
+            publish_properties={PROPERTIES[k]: v for k, v in properties.items()},
+            src_predeclared=_flag(value, "src-predeclared"),
+            dest_predeclared=_flag(value, "dest-predeclared"),
+            src_consumer_args=dict(consumer_args),
         )
+
+
+def _flag(value: dict, *keys: str) -> bool:
+    """The first of ``keys`` present (a boolean; ShovelError otherwise), else False."""
+    for key in keys:
+        if key in value:
+            if not isinstance(value[key], bool):
+                raise ShovelError(f"{key} must be true or false")
+            return value[key]
+    return False
 
 
 def _text(value: dict, key: str) -> str | None:

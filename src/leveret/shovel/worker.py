@@ -102,7 +102,8 @@ class Shovel:
                     log.warning("shovel %s in vhost %s: %s; reconnecting", self.name, self.vhost, reason)
                 self._set("terminated", reason)
             finally:
-                await self._close()
+                # shielded: a stop arriving now must not leave a connection half-closed
+                await asyncio.shield(self._close())
             await asyncio.sleep(spec.reconnect_delay)
 
     async def _close(self) -> None:
@@ -114,7 +115,12 @@ class Shovel:
                 pass
 
     def _uri(self, uri: str) -> str:
-        return self._local_uri() if uri in ("amqp://", "amqp:///") else uri
+        """``amqp://`` with no host (``amqp:///vhost`` keeps its vhost) is this broker."""
+        if not uri.startswith("amqp://") or uri[len("amqp://") :].split("/", 1)[0]:
+            return uri
+        vhost = uri[len("amqp://") :].partition("/")[2]
+        local = self._local_uri()
+        return local.rsplit("/", 1)[0] + "/" + vhost if vhost else local
 
     async def _connect(self, uri: str) -> Any:
         attempt = asyncio.ensure_future(aiormq.connect(self._uri(uri)))
@@ -135,10 +141,11 @@ class Shovel:
         destination = await self._connect(self.dest_uri)
         dest = await destination.channel(publisher_confirms=spec.ack_mode == "on-confirm")
         src = await source.channel(publisher_confirms=False)
-        if spec.dest_queue is not None:
+        if spec.dest_queue is not None and not spec.dest_predeclared:
             await _ensure_queue(destination, spec.dest_queue)
         if spec.src_queue is not None:
-            await _ensure_queue(source, spec.src_queue)
+            if not spec.src_predeclared:
+                await _ensure_queue(source, spec.src_queue)
             queue = spec.src_queue
         else:
             assert spec.src_exchange is not None
@@ -155,41 +162,57 @@ class Shovel:
             remaining = spec.delete_after - self.forwarded
         if remaining is not None and remaining <= 0:
             return True
+        # no-ack with a count would take every queued message and drop those past the
+        # count: acks then, right after each publish (as on-publish)
+        no_ack = spec.ack_mode == "no-ack" and remaining is None
         prefetch = spec.prefetch_count
         if remaining is not None:
             prefetch = min(prefetch or remaining, remaining)
-        if prefetch and spec.ack_mode != "no-ack":
+        if prefetch and not no_ack:
             await src.basic_qos(prefetch_count=prefetch)
         finished: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         taken = moved = 0  # deliveries accepted, and moved, in this session
 
         async def forward(message: DeliveredMessage) -> None:
             nonlocal taken, moved
+            if self._stopped:  # stopping: left unacked, it goes back to its queue
+                return
             tag = getattr(message.delivery, "delivery_tag", 0)
             if remaining is not None and taken >= remaining:  # past the count: leave it
-                if spec.ack_mode != "no-ack":
-                    await src.basic_reject(tag, requeue=True)
+                await src.basic_reject(tag, requeue=True)
                 return
             taken += 1
             exchange, routing_key = self._address(message)
             confirm = await dest.basic_publish(
-                message.body, exchange=exchange, routing_key=routing_key, properties=message.header.properties
+                message.body, exchange=exchange, routing_key=routing_key, properties=self._properties(message)
             )
             if spec.ack_mode == "on-confirm" and not isinstance(confirm, commands.Basic.Ack):
                 taken -= 1  # comes back
                 await src.basic_nack(tag, requeue=True)
                 return
-            if spec.ack_mode != "no-ack":
+            if not no_ack:
                 await src.basic_ack(tag)
             self.forwarded += 1
             moved += 1
             if remaining is not None and moved >= remaining and not finished.done():
                 finished.set_result(True)
 
-        await src.basic_consume(queue, forward, no_ack=spec.ack_mode == "no-ack")
+        cancelled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def on_cancel(frame: Any) -> None:  # the source queue was deleted, say
+            if not cancelled.done():
+                cancelled.set_result(None)
+
+        src.on_consumer_cancel_callbacks.add(on_cancel)
+        if self._stopped:  # a stop whose cancellation aiormq absorbed
+            raise asyncio.CancelledError
+        await src.basic_consume(queue, forward, no_ack=no_ack, arguments=spec.src_consumer_args or None)
         self._set("running")
         log.info("shovel %s in vhost %s: running, %s -> %s", self.name, self.vhost, queue, self._target())
-        closed = [asyncio.ensure_future(c.closing) for c in (source, destination)]
+        # a channel closed by either broker (a missing exchange, a deleted queue) ends
+        # the session as a connection's loss does: reconnect after reconnect-delay
+        closed = [asyncio.ensure_future(c.closing) for c in (source, destination, src, dest)]
+        closed.append(cancelled)
         try:
             done, _ = await asyncio.wait([finished, *closed], return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -197,7 +220,42 @@ class Shovel:
                 future.cancel()
         if finished in done:
             return True
-        raise ConnectionError("a connection was closed")
+        if cancelled in done:
+            raise ConnectionError("the source broker cancelled the consumer")
+        for future in done:  # the broker's reason (404 NOT_FOUND ...), when it gave one
+            if not future.cancelled() and future.exception() is not None:
+                raise ConnectionError(str(future.exception()))
+            if future.result() is not None:
+                raise ConnectionError(str(future.result()))
+        raise ConnectionError("a connection or channel was closed")
+
+    def _properties(self, message: DeliveredMessage) -> Any:
+        """The message's properties, with what the definition adds: ``x-shovelled``
+        (``add-forward-headers``), ``x-shovelled-timestamp``
+        (``dest-add-timestamp-header``), ``dest-publish-properties``."""
+        properties = message.header.properties
+        spec = self.spec
+        if not (spec.add_forward_headers or spec.add_timestamp_header or spec.publish_properties):
+            return properties
+        headers: dict[str, Any] = dict(properties.headers or {})
+        if spec.add_forward_headers:
+            entry = {
+                "shovelled-by": "leveret",
+                "shovel-type": self.kind,
+                "shovel-name": self.name,
+                "shovel-vhost": self.vhost,
+                "src-uri": _redact(self.src_uri),
+                "dest-uri": _redact(self.dest_uri),
+            }
+            if spec.src_queue is not None:
+                entry["src-queue"] = spec.src_queue
+            headers["x-shovelled"] = [*headers.get("x-shovelled", []), entry]
+        if spec.add_timestamp_header:
+            headers["x-shovelled-timestamp"] = int(time.time())
+        properties.headers = headers
+        for key, value in spec.publish_properties.items():
+            setattr(properties, key, value)
+        return properties
 
     def _address(self, message: DeliveredMessage) -> tuple[str, str]:
         """Where a message goes: ``dest-queue`` through the default exchange, or

@@ -139,3 +139,16 @@ def test_reads_go_on_after_the_readers_session_is_ended(place, postgres):
 def test_escaped_text_never_holds_nul_and_comes_back_the_same(text):
     escaped = escape_text(text)
     assert "\x00" not in escaped and unescape_text(escaped) == text
+
+
+def test_the_writers_session_has_short_keepalives_on_the_servers_side_too(place, postgres):
+    opened = Opened(place)
+    try:
+        [(default,)] = postgres.sql("SHOW tcp_keepalives_idle")  # another session: the server's
+        assert default != "2"
+        assert opened.store._db is not None
+        names = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count", "tcp_user_timeout")
+        values = [opened.store._db.execute(f"SHOW {name}").fetchone()[0] for name in names]
+        assert values == ["2", "1", "3", "5000"]  # PostgreSQL ends a dead master's session in ~5 s
+    finally:
+        opened.close()
