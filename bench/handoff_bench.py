@@ -47,6 +47,22 @@ def frames(count: int, body: bytes) -> list[bytes]:
     return [HEADER.pack(12 + len(body), 7, seq) + body for seq in range(count)]
 
 
+def take(buffer: bytes) -> tuple[int, bytes]:
+    """Read every whole message out of ``buffer`` (its queue id, seq and body, as an
+    owner would): how many, and the incomplete rest."""
+    offset, seen, size = 0, 0, len(buffer)
+    unpack = HEADER.unpack_from
+    while size - offset >= 4:
+        length = LENGTH.unpack_from(buffer, offset)[0]
+        if size - offset - 4 < length:
+            break
+        unpack(buffer, offset)  # queue id and seq
+        _ = buffer[offset + 16 : offset + 4 + length]  # the body
+        offset += 4 + length
+        seen += 1
+    return seen, buffer[offset:]
+
+
 # -- socketpair ------------------------------------------------------------------------------
 def socket_send(sock: socket.socket, messages: list[bytes], batch: int) -> None:
     for start in range(0, len(messages), batch):
@@ -57,23 +73,9 @@ def socket_send(sock: socket.socket, messages: list[bytes], batch: int) -> None:
 def socket_receive(sock: socket.socket, expected: int) -> int:
     buffer = b""
     seen = 0
-    unpack = HEADER.unpack_from
-    while True:
-        data = sock.recv(1 << 20)
-        if not data:
-            break
-        buffer += data
-        offset = 0
-        size = len(buffer)
-        while size - offset >= 4:
-            length = LENGTH.unpack_from(buffer, offset)[0]
-            if size - offset - 4 < length:
-                break
-            unpack(buffer, offset)  # queue id and seq, as the owner would read them
-            _ = buffer[offset + 16 : offset + 4 + length]  # the body
-            offset += 4 + length
-            seen += 1
-        buffer = buffer[offset:]
+    while data := sock.recv(1 << 20):
+        count, buffer = take(buffer + data)
+        seen += count
     assert seen == expected, (seen, expected)
     return seen
 
@@ -111,7 +113,6 @@ def ring_receive(name: str, wake: int, expected: int) -> int:
     tail = 0
     seen = 0
     pending = b""
-    unpack = HEADER.unpack_from
     while seen < expected:
         os.read(wake, 65536)  # woken per batch (several wake-ups may merge)
         head = counters.unpack_from(view, 0)[0]
@@ -121,17 +122,8 @@ def ring_receive(name: str, wake: int, expected: int) -> int:
             pending += bytes(view[COUNTERS + position : COUNTERS + position + available])
             tail += available
         struct.pack_into("<Q", view, 8, tail)
-        offset = 0
-        size = len(pending)
-        while size - offset >= 4:
-            length = LENGTH.unpack_from(pending, offset)[0]
-            if size - offset - 4 < length:
-                break
-            unpack(pending, offset)
-            _ = pending[offset + 16 : offset + 4 + length]
-            offset += 4 + length
-            seen += 1
-        pending = pending[offset:]
+        count, pending = take(pending)
+        seen += count
     del view
     segment.close()
     return seen

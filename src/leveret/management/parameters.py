@@ -18,7 +18,6 @@ the vhost, as in RabbitMQ.
 from __future__ import annotations
 
 from collections.abc import Callable
-from html import escape
 from typing import Any
 
 from aiohttp import web
@@ -27,7 +26,7 @@ from ..core.broker import BrokerCore
 from ..shovel.spec import ShovelError, ShovelSpec
 from .common import json_body, json_error, object_not_found, works_in
 from .listing import list_response
-from .policies import POLICY_TAGS
+from .policies import POLICY_TAGS, invalid
 
 #: Components leveret knows, each with the check of a value.
 COMPONENTS: dict[str, Callable[[Any], object]] = {"shovel": ShovelSpec.from_parameter}
@@ -100,14 +99,14 @@ class Parameters:
         component, vhost, name = self._may_change(request)
         check = COMPONENTS.get(component)
         if check is None:
-            raise _invalid(f"component {component} not found")
+            raise invalid(f"component {component} not found")
         body = await json_body(request)
         if "value" not in body:
-            raise _invalid("value: not found")
+            raise invalid("value: not found")
         try:
             check(body["value"])
         except ShovelError as exc:
-            raise _invalid(str(exc)) from None
+            raise invalid(str(exc)) from None
         created = (component, vhost, name) not in self.core.parameters
         self.core.set_parameter(component, vhost, name, body["value"])
         self.core.audit.record(
@@ -140,8 +139,3 @@ class Parameters:
             raise json_error(404, "not_found", "vhost_not_found")
         rows = self.shovel_status(vhost) if self.shovel_status is not None else []
         return list_response(request, [r for r in rows if self._visible(request, r["vhost"])])
-
-
-def _invalid(text: str) -> web.HTTPException:
-    """RabbitMQ's 400 for a parameter it refuses (its text is HTML-escaped)."""
-    return json_error(400, "bad_request", f"Validation failed\n\n{escape(text, quote=False)}\n")

@@ -50,8 +50,9 @@ def policy_row(policy: Policy) -> dict:
     }
 
 
-def _invalid(text: str) -> web.HTTPException:
-    """RabbitMQ's 400 for a policy it refuses (its text is HTML-escaped)."""
+def invalid(text: str) -> web.HTTPException:
+    """RabbitMQ's 400 ``Validation failed`` for a policy or a parameter it refuses (its
+    text is HTML-escaped)."""
     return json_error(400, "bad_request", f"Validation failed\n\n{escape(text, quote=False)}\n")
 
 
@@ -142,9 +143,9 @@ class Policies:
         pattern, definition = body["pattern"], body["definition"]
         priority, apply_to = body.get("priority", 0), body.get("apply-to", "all")
         if not isinstance(pattern, str):
-            raise _invalid(f"pattern should be a string, actually was {pattern!r}")
+            raise invalid(f"pattern should be a string, actually was {pattern!r}")
         if not isinstance(definition, dict) or not definition:
-            raise _invalid("no policy provided")
+            raise invalid("no policy provided")
         policies, operator = self._list(request)
         refused = not_operator_keys(definition) if operator else []
         if refused:
@@ -155,17 +156,17 @@ class Policies:
         if isinstance(priority, str) and priority.lstrip("-").isdigit():
             priority = int(priority)  # rabbitmqadmin sends it as JSON text
         if not isinstance(priority, int) or isinstance(priority, bool):
-            raise _invalid(f'priority should be a number, actually was <<"{priority}">>')
+            raise invalid(f'priority should be a number, actually was <<"{priority}">>')
         if apply_to not in ("queues", "exchanges", "all"):
-            raise _invalid(f"apply-to '{apply_to}' unrecognised; should be 'queues', 'exchanges' or 'all'")
+            raise invalid(f"apply-to '{apply_to}' unrecognised; should be 'queues', 'exchanges' or 'all'")
         try:
             policy = Policy(request.match_info["name"], pattern, definition, apply_to, priority, vhost)
         except re.error as exc:
-            raise _invalid(f"pattern should be regular expression but is invalid: {exc}") from None
+            raise invalid(f"pattern should be regular expression but is invalid: {exc}") from None
         try:
             build({}, definition, f" in policy '{policy.name}'")  # its values, as a queue would take them
         except BrokerError as exc:
-            raise _invalid(exc.text) from None
+            raise invalid(exc.text) from None
         created = all((p.vhost, p.name) != (vhost, policy.name) for p in policies)
         self.core.set_policy(policy, operator)
         self.core.audit.record(
