@@ -335,8 +335,12 @@ def test_kombu_acks_from_another_thread_then_deletes_the_consumed_queue(target: 
 @pytest.mark.parametrize("durable", [False, True])
 def test_delete_ok_comes_before_the_deleting_channels_own_cancel(target: Target, durable: bool):
     order = delete_order(target.amqp_port, target.host, durable)
-    assert order == [(1, "Queue.DeleteOk"), (1, "Basic.Cancel"), (2, "Basic.Cancel")] or \
-        order == [(2, "Basic.Cancel"), (1, "Queue.DeleteOk"), (1, "Basic.Cancel")]
+    # The deleting channel's delete-ok comes before its own cancel; the other channel's
+    # cancel may come anywhere among them (RabbitMQ 3.10 was seen sending it before,
+    # between and after them).
+    assert [method for number, method in order if number == 1] == ["Queue.DeleteOk", "Basic.Cancel"]
+    assert [method for number, method in order if number == 2] == ["Basic.Cancel"]
+    assert len(order) == 3
 
 
 def test_delete_ok_comes_first_when_the_removal_is_written_to_the_store(tmp_path: Path):
