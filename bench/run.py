@@ -5,6 +5,7 @@ Usage::
     python bench/run.py                              # both brokers, all workloads
     python bench/run.py --only rabbitmq --messages 50000 --seconds 5
     python bench/run.py --workloads publish,pubsub   # or letters: a,c
+    python bench/run.py --workers 2                  # also leveret --workers 2, in the same run
 
 Prints a side-by-side table (msg/s, ratio leveret/rabbitmq, broker µs CPU
 per message, RSS, pubsub latency) and writes ``bench/results/latest.json``.
@@ -90,6 +91,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"delayed-redeliveries: delay in ms (default {d.redelivery_delay})")
     p.add_argument("--rabbitmq-schedulers", type=int, default=None,
                    help="Erlang scheduler threads for RabbitMQ (default: one per core)")
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="also run leveret with --workers N (connection worker processes) between the "
+                        "single-process leveret and RabbitMQ, and print a table of the three")
     p.add_argument("--python", default=sys.executable, help="interpreter used to start leveret")
     p.add_argument("--leveret-src", default=None,
                    help="run the broker from another source tree's src/ (e.g. a worktree of an "
@@ -112,9 +116,15 @@ def resolve_workloads(spec: str) -> list[str]:
     return names
 
 
+#: The name in the results of leveret run with ``--workers N`` (run.py --workers N).
+WORKERS = "leveret-workers"
+
+
 def make_broker(name: str, args: argparse.Namespace) -> Broker:
     if name == "leveret":
         return Leveret(python=args.python, src=args.leveret_src)
+    if name == WORKERS:
+        return Leveret(python=args.python, src=args.leveret_src, extra_args=["--workers", str(args.workers)])
     return RabbitMQ(schedulers=args.rabbitmq_schedulers)
 
 
@@ -414,7 +424,40 @@ PRIORITY_HEADERS = ["broker", "phase", "classic msg/s", "priority msg/s", "class
                     "priority µs CPU/msg", "ratio priority/classic"]
 
 
+def workers_rows(results: dict) -> list[list[str]]:
+    """The throughput workloads for leveret --workers N beside the single process and
+    RabbitMQ: msg/s, ratios, broker µs CPU/msg (all of its processes) and CPU %."""
+    one = results.get("leveret", {}).get("rows", {})
+    many = results.get(WORKERS, {}).get("rows", {})
+    rmq = results.get("rabbitmq", {}).get("rows", {})
+    rows = []
+    for n, w in many.items():
+        if w.get("section") in (BACKLOG_SECTION, REDELIVERY_SECTION):
+            continue
+        a, b = one.get(n, {}), rmq.get(n, {})
+        rw, ra, rb = w.get("msg_per_s"), a.get("msg_per_s"), b.get("msg_per_s")
+        rows.append([
+            n, _fmt(ra), _fmt(rw), _fmt(rb),
+            _fmt(rw / rb if rw is not None and rb else None, ".2f"),
+            _fmt(rw / ra if rw is not None and ra else None, ".2f"),
+            _fmt(a.get("broker_cpu_us_per_msg"), ".1f"), _fmt(w.get("broker_cpu_us_per_msg"), ".1f"),
+            _fmt(b.get("broker_cpu_us_per_msg"), ".1f"),
+            _fmt(w.get("broker_cpu_pct"), ".0f"),
+        ])
+    return rows
+
+
+WORKERS_HEADERS = ["workload", "leveret msg/s", "workers msg/s", "rabbitmq msg/s", "workers/rmq",
+                   "workers/single", "leveret µs CPU/msg", "workers µs CPU/msg", "rabbitmq µs CPU/msg",
+                   "workers CPU %"]
+
+
 def print_tables(results: dict) -> None:
+    workers = workers_rows(results)
+    if workers:
+        print("leveret --workers N (all of its processes' CPU) beside the single process and RabbitMQ:")
+        _plain(WORKERS_HEADERS, workers)
+        print()
     prio = priority_rows(results)
     if prio:
         print("Priority queue (x-max-priority 10, random priorities 0-9) against classic queue:")
@@ -507,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
         workloads.insert(workloads.index("backlog") + 1, "recovery")
         settings.keep_backlog = True
     brokers = list(BROKERS) if args.only == "both" else [args.only]
+    if args.workers and "leveret" in brokers:
+        brokers.insert(brokers.index("leveret") + 1, WORKERS)
     if "rabbitmq" in brokers and not rabbitmq_installed():
         log("NOTE: rabbitmq-server is not installed, so only leveret is benchmarked.\n"
             "      Install it with: apt-get install -y rabbitmq-server")

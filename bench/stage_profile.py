@@ -116,11 +116,13 @@ def main() -> None:
     parser.add_argument("--workloads", default="pubsub,confirm-100b")
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--keep", default=None, help="a directory to keep py-spy's raw stacks in")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="run leveret with --workers N (the core process is profiled)")
     args = parser.parse_args()
     if shutil.which("py-spy") is None:
         raise SystemExit("py-spy is not installed: pip install py-spy")
     settings = Settings(messages=args.messages, seconds=args.seconds)
-    broker = Leveret()
+    broker = Leveret(extra_args=["--workers", str(args.workers)] if args.workers else None)
     broker.start()
     try:
         for workload in args.workloads.split(","):

@@ -14,7 +14,8 @@ import click
 
 from . import log_limit
 from .config import ConfigError, Settings, load
-from .server.broker import Broker, new_event_loop
+from .server.broker import Broker
+from .server.event_loop import new_event_loop
 from .server.tls import TLSError
 from .store import DataDirLocked, StoreError
 from .tools.ctl import ctl
@@ -74,6 +75,12 @@ def main() -> None:
     help="TOML config file (users, vhosts, limits).",
 )
 @click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="AMQP connection worker processes, to use more cores (docs/multicore.md) [0: none].",
+)
+@click.option(
     "--log-level",
     default=None,
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
@@ -89,6 +96,7 @@ def server(
     store_url: str | None,
     cluster: str | None,
     config_file: str | None,
+    workers: int | None,
     log_level: str | None,
 ) -> None:
     """Run the broker until SIGTERM or SIGINT.
@@ -115,6 +123,7 @@ def server(
         ("data_dir", data_dir),
         ("store_url", store_url),
         ("store_cluster", cluster),
+        ("workers", workers),
         ("log_level", log_level),
     ):
         if value is not None:

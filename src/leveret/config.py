@@ -23,6 +23,7 @@ Example file::
     vm_memory_high_watermark = 0.4  # of RAM; above it publishers are blocked (RabbitMQ's)
     vm_memory_high_watermark_paging_ratio = 0.5  # of the watermark; queues page out above
     read_coalesce_ms = 1            # hold a client streaming small writes this long; 0: off
+    workers = 0                     # AMQP connection worker processes (docs/multicore.md); 0: none
     http_allowed_hosts = ["broker.example.com"]  # Host names the HTTP API answers
     collect_statistics_interval = 5000  # ms between readings for the HTTP API's rates
     amqps_port = 5671               # AMQP over TLS (needs [ssl_options])
@@ -140,6 +141,9 @@ class Settings:
     #: ``leveret server``'s default); None: off
     web_stomp_port: int | None = None
     read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
+    #: AMQP connection worker processes (server/workers.py, docs/multicore.md); 0: none,
+    #: the broker's own process does all the work
+    workers: int = 0
     #: Host header names the HTTP API answers (None: loopback names and the bind address).
     http_allowed_hosts: list[str] | None = None
     #: milliseconds between two readings of the counters the HTTP API's rates come from
@@ -206,6 +210,7 @@ _SERVER_KEYS = {
     "stomp_port": int,
     "web_stomp_port": int,
     "read_coalesce_ms": int,
+    "workers": int,
     "collect_statistics_interval": int,
     "amqps_port": int,
     "https_port": int,
@@ -340,6 +345,8 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
         raise ConfigError(f"{path}: amqps_port and https_port need [ssl_options] (certfile, keyfile)")
     if settings.read_coalesce_ms < 0:
         raise ConfigError(f"{path}: server.read_coalesce_ms must be 0 or more")
+    if settings.workers < 0:
+        raise ConfigError(f"{path}: server.workers must be 0 or more")
     if settings.log_level.lower() not in _LOG_LEVELS:
         raise ConfigError(f"{path}: server.log_level must be one of {', '.join(_LOG_LEVELS)}")
     if "vhosts" in data:

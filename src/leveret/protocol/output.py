@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 OUTPUT_LIMIT = 1024 * 1024  # bytes of delivered bodies queued in one loop turn, at most
+HIGH_WATER = 4 * 1024 * 1024  # bytes a client's socket buffers before its consumers pause
 
 
 class Output:
@@ -33,7 +34,8 @@ class Output:
         #: this loop turn has queued less than OUTPUT_LIMIT body bytes.
         self.writable = True
         self._transport_writable = True  # below the transport's high water mark
-        self._out: list[bytes] = []
+        #: Encoded bytes (and, on a connection a worker holds, deliveries it encodes).
+        self._out: list[Any] = []
         self._out_size = 0  # body bytes of deliveries queued since the last flush
         self._flush_requested = False
         self.last_sent = self.loop.time()
@@ -69,13 +71,17 @@ class Output:
         self._flush_requested = False
         self._flushing()
         if self._out and self.state != "closed":
-            self.transport.write(b"".join(self._out))  # may call set_writable(False)
+            self._write(self._out)  # may call set_writable(False)
             self.last_sent = self.loop.time()
         self._out.clear()
         full, self._out_size = self._out_size >= OUTPUT_LIMIT, 0
         if full and self._transport_writable:  # room again: consumers carry on
             self.writable = True
             self._resume()
+
+    def _write(self, out: list[Any]) -> None:
+        """Write the turn's output (the list is cleared afterwards)."""
+        self.transport.write(b"".join(out))
 
     def set_writable(self, writable: bool) -> None:
         """The transport's buffer crossed its high (False) or low (True) water mark."""

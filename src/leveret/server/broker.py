@@ -33,11 +33,13 @@ from ..store.sqlite import SQLiteStore
 from .clock import LoopClock
 from .control import SOCKET_NAME, ControlServer
 from .disk_monitor import DiskMonitor
+from .event_loop import new_event_loop
 from .listener import AnyConnection, Listener
 from .memory_monitor import MemoryMonitor
 from .standby import StandbyServer
 from .tls import TLSError
 from .web_stomp import PATH as WEB_STOMP_PATH, WebStompServer
+from .workers import WorkerListener
 
 if TYPE_CHECKING:
     from ..management.metrics import PrometheusServer
@@ -63,9 +65,15 @@ class Broker:
             setattr(self.settings, key, value)
         self.core: BrokerCore = self.settings.build_core(LoopClock())
         #: The AMQP listener: its connections and read coalescing counts.
-        self.listener = Listener(
-            self.core, self.settings.bind, self.settings.amqp_port, self.settings.read_coalesce_ms / 1000
-        )
+        settings = self.settings
+        if settings.workers:  # connection workers do the AMQP sockets' byte work
+            self.listener: Listener = WorkerListener(
+                self.core, settings.bind, settings.amqp_port, settings.workers
+            )
+        else:
+            self.listener = Listener(
+                self.core, settings.bind, settings.amqp_port, settings.read_coalesce_ms / 1000
+            )
         #: AMQP over TLS, when ``amqps_port`` is set (its context is made at start).
         self.tls_listener: Listener | None = None
         #: STOMP, when ``stomp_port`` is set.
@@ -531,12 +539,3 @@ class BlockingBroker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop where installed, else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()

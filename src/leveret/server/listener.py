@@ -24,13 +24,13 @@ except ImportError:  # Windows: the connection then defers its heartbeat verdict
 
 from ..core.broker import BrokerCore
 from ..protocol.amqp import Connection
+from ..protocol.output import HIGH_WATER
 from ..protocol.stomp import StompConnection
 from .read_coalescing import ReadCoalescer
 from .tls import certificate_identity
 
 log = logging.getLogger("leveret.server")
 
-HIGH_WATER = 4 * 1024 * 1024  # bytes buffered for a client before its consumers pause
 READ_SIZE = 256 * 1024  # bytes per read of a held socket (asyncio's own read size)
 DRAIN_LIMIT = 4 * READ_SIZE  # bytes read from a held socket at once, at most
 

@@ -20,9 +20,10 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from ..core.broker import BrokerCore
+from ..protocol.output import HIGH_WATER
 from ..protocol.stomp import StompConnection
 from ..protocol.stomp.frames import MAX_BODY, MAX_COMMAND_LINE, MAX_HEADER_LINE, MAX_HEADERS
-from .listener import HIGH_WATER, Flusher
+from .listener import Flusher
 
 log = logging.getLogger("leveret.server")
 

@@ -30,7 +30,7 @@ from ...amqp.errors import (
     ChannelError,
     ConnectionError,
 )
-from ...amqp.frames import encode_content, encode_deliver, encode_method
+from ...amqp.frames import encode_content, encode_method
 from ...core.errors import access_refused, not_found, precondition_failed
 from ...core.message import Message
 from ...core.publish import REPLY_TO, REPLY_TO_PREFIX, Publisher
@@ -394,19 +394,16 @@ class Channel:
             self.delivery_tag += 1
             message = entry.message
             header = with_delivery_headers(content_header(message), (("x-lease-seq", seq),))
-            parts = encode_content(self.number, header, message.body, self.connection.frame_max)
-            parts.insert(
-                0,
-                encode_deliver(
-                    self.number,
-                    consumer.encoded_tag,
-                    self.delivery_tag,
-                    entry.redelivered,
-                    message.exchange,
-                    message.routing_key,
-                ),
+            self.connection.send_delivery(
+                self.number,
+                consumer.encoded_tag,
+                self.delivery_tag,
+                entry.redelivered,
+                message.exchange,
+                message.routing_key,
+                header,
+                message.body,
             )
-            self.connection.send_parts(parts, len(message.body))
         self.send_method(commands.Basic.Cancel(consumer_tag=tag, nowait=True))
 
     def _consume_reply_to(self, m: commands.Basic.Consume, tag: str) -> None:
@@ -459,20 +456,16 @@ class Channel:
             counters.delivered_consume_auto_ack += 1
             if entry.redelivered:
                 counters.redelivered += 1
-        connection = self.connection
-        parts = encode_content(self.number, header, message.body, connection.frame_max)
-        parts.insert(
-            0,
-            encode_deliver(
-                self.number,
-                consumer.encoded_tag,
-                tag,
-                entry.redelivered,
-                message.exchange,
-                message.routing_key,
-            ),
+        self.connection.send_delivery(
+            self.number,
+            consumer.encoded_tag,
+            tag,
+            entry.redelivered,
+            message.exchange,
+            message.routing_key,
+            header,
+            message.body,
         )
-        connection.send_parts(parts, len(message.body))
 
     def _basic_get(self, m: commands.Basic.Get) -> None:
         queue = self._readable_queue(m.queue)

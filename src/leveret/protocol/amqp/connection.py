@@ -45,9 +45,12 @@ from ...amqp.frames import (
     FrameError,
     FrameReader,
     decode_method,
+    encode_content,
+    encode_deliver,
     encode_method,
     publish_fields,
 )
+from ...amqp.handoff import PARSED_PUBLISH, Fields, as_frames
 from ...core import advisory, audit
 from ...core.access import Access
 from ...core.auth import AuthenticationError, User
@@ -188,7 +191,7 @@ class Connection(Output):
         self.last_received = loop.time()
         self._input_waiting = input_waiting
         # Frames read while a reply waits for the store (wait_for_store), else None.
-        self._stash: list[tuple[int, int, bytes]] | None = None
+        self._stash: list[tuple[int, int, Any]] | None = None
         self._rechecking = False  # the missed-heartbeat verdict was deferred once
 
     @property
@@ -222,6 +225,25 @@ class Connection(Output):
         """Queue ``method`` as a method frame on ``channel``."""
         self.send(encode_method(channel, method))
 
+    def send_delivery(
+        self,
+        channel: int,
+        consumer_tag: bytes,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+    ) -> None:
+        """Queue a basic.deliver with its content header and body frames
+        (``consumer_tag`` UTF-8 encoded, ``header`` a content header payload)."""
+        parts = encode_content(channel, header, body, self.frame_max)
+        parts.insert(
+            0, encode_deliver(channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key)
+        )
+        self.send_parts(parts, len(body))
+
     # -- input ----------------------------------------------------------------------
     def data_received(self, data: bytes, whole: bool = False) -> None:
         """Feed bytes read from the socket: the protocol header first (§4.2.2), then
@@ -248,7 +270,7 @@ class Connection(Output):
             return
         self._run_frames(frames, whole)
 
-    def _run_frames(self, frames: list[tuple[int, int, bytes]], whole: bool = False) -> None:
+    def _run_frames(self, frames: list[tuple[int, int, Any]], whole: bool = False) -> None:
         i, count = 0, len(frames)
         budget = TurnBudget(0 if whole else count)
         while i < count:
@@ -266,6 +288,15 @@ class Connection(Output):
                     if self.state == "closed":
                         return
                     continue
+            elif frame_type == PARSED_PUBLISH:  # a connection worker's (amqp/handoff.py)
+                if self._publish_parsed(number, payload):
+                    i += 1
+                    if self.state == "closed":
+                        return
+                else:  # not an ordinary publish: the frame path reports what is wrong
+                    frames[i : i + 1] = as_frames(number, payload)
+                    count = len(frames)
+                continue
             i += 1
             try:
                 try:
@@ -288,7 +319,7 @@ class Connection(Output):
         self.transport.pause_reading()
         store.when_durable(lambda ok: self._stored(ok, callback))
 
-    def _defer(self, frames: list[tuple[int, int, bytes]]) -> None:
+    def _defer(self, frames: list[tuple[int, int, Any]]) -> None:
         self._stash = frames
         self.transport.pause_reading()
         self.loop.call_soon(self._next_turn)
@@ -319,14 +350,8 @@ class Connection(Output):
         frames, a message over the size limit, a channel not ready for it), which the
         per-frame path then handles, errors included."""
         _, number, payload = frames[i]
-        channel = self.channels.get(number)
-        if (
-            channel is None
-            or channel.closing
-            or channel.expecting_content
-            or self.state != "opened"
-            or i + 1 >= len(frames)
-        ):
+        channel = self._publishing_channel(number)
+        if channel is None:
             return 0
         header_type, header_number, header = frames[i + 1]
         if (
@@ -354,16 +379,46 @@ class Connection(Output):
             return 0
         if immediate:
             return 0
+        self._publish_on(channel, exchange, routing_key, mandatory, header, body, facts)
+        return 3 if size else 2
+
+    def _publish_parsed(self, number: int, fields: Fields) -> bool:
+        """A publish a connection worker parsed (amqp/handoff.py): publish it and return
+        True, or False if the channel is not ready for it or it is over the size limit
+        (the frame path then reports it)."""
+        channel = self._publishing_channel(number)
+        if channel is None or len(fields[4]) > self.core.limits.max_message_size:
+            return False
+        exchange, routing_key, mandatory, header, body, facts, _ = fields
+        self._publish_on(channel, exchange, routing_key, mandatory, header, body, facts)
+        return True
+
+    def _publishing_channel(self, number: int) -> Channel | None:
+        """Channel ``number`` if it may take a whole publish now, else None."""
+        channel = self.channels.get(number)
+        if channel is None or channel.closing or channel.expecting_content or self.state != "opened":
+            return None
+        return channel
+
+    def _publish_on(
+        self,
+        channel: Channel,
+        exchange: str,
+        routing_key: str,
+        mandatory: bool,
+        header: bytes,
+        body: bytes,
+        facts: tuple[int | None, int | None, str | None],
+    ) -> None:
         try:
             try:
                 channel.publish_content(exchange, routing_key, mandatory, header, body, facts)
             except BrokerError as exc:
                 raise to_amqp(exc) from None
         except ChannelError as exc:  # reported against basic.publish, as the frame path does
-            self._channel_error(number, exc, None)
+            self._channel_error(channel.number, exc, None)
         except ConnectionError as exc:
             self._connection_error(exc, 0, 0)
-        return 3 if size else 2
 
     def _protocol_header(self, data: bytes) -> bytes:
         """Check the 8-byte protocol header (§4.2.2); returns the bytes after it."""
