@@ -5,7 +5,7 @@ Usage::
     python bench/run.py                              # both brokers, all workloads
     python bench/run.py --only rabbitmq --messages 50000 --seconds 5
     python bench/run.py --workloads publish,pubsub   # or letters: a,c
-    python bench/run.py --workers 2                  # also leveret --workers 2, in the same run
+    python bench/run.py --workers 1,2                # also leveret --workers 1 and 2, in the same run
 
 Prints a side-by-side table (msg/s, ratio leveret/rabbitmq, broker µs CPU
 per message, RSS, pubsub latency) and writes ``bench/results/latest.json``.
@@ -91,9 +91,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"delayed-redeliveries: delay in ms (default {d.redelivery_delay})")
     p.add_argument("--rabbitmq-schedulers", type=int, default=None,
                    help="Erlang scheduler threads for RabbitMQ (default: one per core)")
-    p.add_argument("--workers", type=int, default=0, metavar="N",
-                   help="also run leveret with --workers N (connection worker processes) between the "
-                        "single-process leveret and RabbitMQ, and print a table of the three")
+    p.add_argument("--workers", default="", metavar="N[,N...]",
+                   help="also run leveret with --workers N (connection worker processes) for each N, "
+                        "between the single-process leveret and RabbitMQ, and print a table of them")
     p.add_argument("--python", default=sys.executable, help="interpreter used to start leveret")
     p.add_argument("--leveret-src", default=None,
                    help="run the broker from another source tree's src/ (e.g. a worktree of an "
@@ -116,15 +116,16 @@ def resolve_workloads(spec: str) -> list[str]:
     return names
 
 
-#: The name in the results of leveret run with ``--workers N`` (run.py --workers N).
-WORKERS = "leveret-workers"
+#: The name in the results of leveret run with ``--workers N`` is this followed by N.
+WORKERS = "leveret-workers-"
 
 
 def make_broker(name: str, args: argparse.Namespace) -> Broker:
     if name == "leveret":
         return Leveret(python=args.python, src=args.leveret_src)
-    if name == WORKERS:
-        return Leveret(python=args.python, src=args.leveret_src, extra_args=["--workers", str(args.workers)])
+    if name.startswith(WORKERS):
+        return Leveret(python=args.python, src=args.leveret_src,
+                       extra_args=["--workers", name.removeprefix(WORKERS)])
     return RabbitMQ(schedulers=args.rabbitmq_schedulers)
 
 
@@ -425,29 +426,31 @@ PRIORITY_HEADERS = ["broker", "phase", "classic msg/s", "priority msg/s", "class
 
 
 def workers_rows(results: dict) -> list[list[str]]:
-    """The throughput workloads for leveret --workers N beside the single process and
-    RabbitMQ: msg/s, ratios, broker µs CPU/msg (all of its processes) and CPU %."""
+    """The throughput workloads for each leveret --workers N beside the single process
+    and RabbitMQ: msg/s, ratios, broker µs CPU/msg (all of its processes) and CPU %."""
     one = results.get("leveret", {}).get("rows", {})
-    many = results.get(WORKERS, {}).get("rows", {})
     rmq = results.get("rabbitmq", {}).get("rows", {})
     rows = []
-    for n, w in many.items():
-        if w.get("section") in (BACKLOG_SECTION, REDELIVERY_SECTION):
+    for broker, res in results.items():
+        if not broker.startswith(WORKERS):
             continue
-        a, b = one.get(n, {}), rmq.get(n, {})
-        rw, ra, rb = w.get("msg_per_s"), a.get("msg_per_s"), b.get("msg_per_s")
-        rows.append([
-            n, _fmt(ra), _fmt(rw), _fmt(rb),
-            _fmt(rw / rb if rw is not None and rb else None, ".2f"),
-            _fmt(rw / ra if rw is not None and ra else None, ".2f"),
-            _fmt(a.get("broker_cpu_us_per_msg"), ".1f"), _fmt(w.get("broker_cpu_us_per_msg"), ".1f"),
-            _fmt(b.get("broker_cpu_us_per_msg"), ".1f"),
-            _fmt(w.get("broker_cpu_pct"), ".0f"),
-        ])
-    return rows
+        for n, w in res.get("rows", {}).items():
+            if w.get("section") in (BACKLOG_SECTION, REDELIVERY_SECTION):
+                continue
+            a, b = one.get(n, {}), rmq.get(n, {})
+            rw, ra, rb = w.get("msg_per_s"), a.get("msg_per_s"), b.get("msg_per_s")
+            rows.append([
+                n, broker.removeprefix(WORKERS), _fmt(ra), _fmt(rw), _fmt(rb),
+                _fmt(rw / rb if rw is not None and rb else None, ".2f"),
+                _fmt(rw / ra if rw is not None and ra else None, ".2f"),
+                _fmt(a.get("broker_cpu_us_per_msg"), ".1f"), _fmt(w.get("broker_cpu_us_per_msg"), ".1f"),
+                _fmt(b.get("broker_cpu_us_per_msg"), ".1f"),
+                _fmt(w.get("broker_cpu_pct"), ".0f"),
+            ])
+    return sorted(rows, key=lambda row: row[1])
 
 
-WORKERS_HEADERS = ["workload", "leveret msg/s", "workers msg/s", "rabbitmq msg/s", "workers/rmq",
+WORKERS_HEADERS = ["workload", "workers", "leveret msg/s", "workers msg/s", "rabbitmq msg/s", "workers/rmq",
                    "workers/single", "leveret µs CPU/msg", "workers µs CPU/msg", "rabbitmq µs CPU/msg",
                    "workers CPU %"]
 
@@ -551,7 +554,8 @@ def main(argv: list[str] | None = None) -> int:
         settings.keep_backlog = True
     brokers = list(BROKERS) if args.only == "both" else [args.only]
     if args.workers and "leveret" in brokers:
-        brokers.insert(brokers.index("leveret") + 1, WORKERS)
+        at = brokers.index("leveret") + 1
+        brokers[at:at] = [WORKERS + n.strip() for n in args.workers.split(",") if n.strip()]
     if "rabbitmq" in brokers and not rabbitmq_installed():
         log("NOTE: rabbitmq-server is not installed, so only leveret is benchmarked.\n"
             "      Install it with: apt-get install -y rabbitmq-server")
