@@ -12,7 +12,7 @@ import pika
 import pytest
 from ha import Node
 from postgres import PostgresServer
-from servers import ServerProcess
+from servers import TEST_WORKERS, ServerProcess
 from targets import Target, rabbitmq_installed, start_rabbitmq, unique
 
 from leveret import BlockingBroker
@@ -46,6 +46,14 @@ def cluster(postgres, tmp_path: Path) -> Iterator[list[Node]]:
     yield [first, second]
     for node in (first, second):
         node.kill()
+
+
+@pytest.fixture
+def leveret_broker() -> Iterator[BlockingBroker]:
+    """The pytest plugin's fixture (a fresh broker, nothing on disk), with
+    LEVERET_TEST_WORKERS connection workers (0: none, the plugin's broker)."""
+    with BlockingBroker(amqp_port=0, stomp_port=0, workers=TEST_WORKERS) as broker:
+        yield broker
 
 
 @pytest.fixture
@@ -83,7 +91,7 @@ def target(request) -> Iterator[Target]:
     if request.param == "rabbitmq":
         yield request.getfixturevalue("rabbitmq_target")
         return
-    with BlockingBroker(amqp_port=0, http_port=0) as broker:
+    with BlockingBroker(amqp_port=0, http_port=0, workers=TEST_WORKERS) as broker:
         management = broker.broker.management
         assert management is not None
         yield Target("leveret", broker.broker.host, broker.amqp_port, management.port)

@@ -3,12 +3,16 @@ restarts, kill -9)."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+#: LEVERET_TEST_WORKERS=N: the tests' in-process brokers run N connection workers
+#: (``leveret server --workers N``), so the suite checks that mode too.
+TEST_WORKERS = int(os.environ.get("LEVERET_TEST_WORKERS", "0"))
 
 class ServerProcess:
     """A ``leveret server`` subprocess; ``port`` parsed from its ready line."""
