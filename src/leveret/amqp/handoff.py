@@ -7,7 +7,7 @@ frame), reads its fields once, so the core only checks the channel and routes it
 a publish becomes one item ``(PARSED_PUBLISH, channel, fields)``, ``fields`` being
 :data:`Fields`; every other frame stays ``(type, channel, payload)``, which the core
 handles as it handles a socket's frames. Plain tuples: they cross the process boundary
-pickled, and a tuple of built-ins is the cheapest thing to pickle.
+marshalled (server/worker_link.py), which takes built-in types only.
 
 The worker checks only the wire format here. Whatever depends on the channel's state
 (open, not awaiting content) or the broker's limits (``max_message_size``) is checked by

@@ -1,6 +1,8 @@
 """The link between the core and one connection worker (``leveret server --workers N``,
 docs/multicore.md §6): a Unix socket pair carrying batches of records, one batch per
-event-loop turn, each a length-prefixed pickled list of tuples.
+event-loop turn, each a length-prefixed list of tuples in :mod:`marshal`'s format
+(built-in types only; both ends run the same interpreter, and marshal is a third to a
+half cheaper than pickle for these records).
 
 Records from the worker, each naming the connection by the id the core gave it:
 
@@ -25,7 +27,7 @@ The sockets themselves go from the core to the worker over a second socket pair
 from __future__ import annotations
 
 import asyncio
-import pickle
+import marshal
 import struct
 from typing import Any, cast
 
@@ -41,7 +43,7 @@ _LENGTH = struct.Struct(">I")
 
 def pack(records: list[tuple[Any, ...]]) -> bytes:
     """One batch, framed for the link."""
-    data = pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
+    data = marshal.dumps(records)
     return _LENGTH.pack(len(data)) + data
 
 
@@ -82,7 +84,7 @@ class Link(asyncio.Protocol):
             if end - offset - 4 < size:
                 break
             with memoryview(buffer) as view, view[offset + 4 : offset + 4 + size] as batch:
-                records = pickle.loads(batch)
+                records = marshal.loads(batch)
             offset += 4 + size
             for record in records:
                 self.received(record)
