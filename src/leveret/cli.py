@@ -76,7 +76,7 @@ def main() -> None:
 )
 @click.option(
     "--workers",
-    type=int,
+    type=click.IntRange(min=0),
     default=None,
     help="AMQP connection worker processes, to use more cores (docs/multicore.md) [0: none].",
 )

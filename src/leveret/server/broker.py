@@ -66,7 +66,7 @@ class Broker:
         self.core: BrokerCore = self.settings.build_core(LoopClock())
         #: The AMQP listener: its connections and read coalescing counts.
         settings = self.settings
-        if settings.workers:  # connection workers do the AMQP sockets' byte work
+        if settings.workers > 0:  # connection workers do the AMQP sockets' byte work
             self.listener: Listener = WorkerListener(
                 self.core, settings.bind, settings.amqp_port, settings.workers
             )

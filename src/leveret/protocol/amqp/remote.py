@@ -17,6 +17,10 @@ from ...amqp.frames import FrameError
 from ..output import OUTPUT_LIMIT
 from .connection import Connection, Transport
 
+#: Frames and publishes waiting for a later turn before the worker is told to stop
+#: reading the client (about 10 ms of the core's work).
+STASH_LIMIT = 2000
+
 #: A delivery for the worker to encode: ``(channel, consumer_tag, delivery_tag,
 #: redelivered, exchange, routing_key, header, body)``, as :meth:`Connection.send_delivery`.
 Delivery = tuple[int, bytes, int, bool, str, str, bytes, bytes]
@@ -60,10 +64,12 @@ class RemoteConnection(Connection):
         self._run_frames(items)
 
     def _defer(self, frames: list[tuple[int, int, Any]]) -> None:
-        """The rest of a batch waits for the next turn, but the worker keeps reading:
-        pausing it would take a round trip, and the link's own flow control bounds
-        what can wait here."""
+        """The rest of a batch waits for the next turn. The worker keeps reading (a
+        pause costs a round trip) until :data:`STASH_LIMIT` items wait: each turn copies
+        what is left, so a core slower than its clients must stop them there."""
         self._stash = frames
+        if len(frames) > STASH_LIMIT:
+            self.transport.pause_reading()  # resumed once the stash is empty
         self.loop.call_soon(self._next_turn)
 
     def frame_error(self, text: str) -> None:

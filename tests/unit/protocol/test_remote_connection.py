@@ -1,0 +1,121 @@
+"""RemoteConnection (a connection whose socket a worker holds), sans I/O: fed what a
+worker sends (amqp/handoff.py), it writes to the client exactly what a Connection fed
+the same bytes writes, once the worker has encoded its deliveries."""
+
+from __future__ import annotations
+
+from pamqp import commands
+from sans_io import FakeLoop, FakeTransport, Harness, method_frame
+
+from leveret.amqp.frames import PROTOCOL_HEADER, FrameReader, encode_content, encode_deliver, encode_publish
+from leveret.amqp.handoff import parse_publishes
+from leveret.protocol.amqp.remote import STASH_LIMIT, RemoteConnection
+
+
+class WorkerTransport(FakeTransport):
+    """What the worker would write: bytes as they are, deliveries encoded as
+    server/worker.py encodes them; reading paused or not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frame_max = 131072
+        self.reading = True
+        self.pauses = 0
+
+    def write_items(self, items: list) -> None:
+        for item in items:
+            if type(item) is bytes:
+                self.write(item)
+            else:
+                number, tag, delivery_tag, redelivered, exchange, key, header, body = item
+                self.write(encode_deliver(number, tag, delivery_tag, redelivered, exchange, key))
+                self.write(b"".join(encode_content(number, header, body, self.frame_max)))
+
+    def set_frame_max(self, frame_max: int) -> None:
+        self.frame_max = frame_max
+
+    def pause_reading(self) -> None:
+        self.reading = False
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+class Remote(Harness):
+    """The Harness, with a RemoteConnection fed as a worker feeds it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transport = WorkerTransport()
+        self.loop = FakeLoop()
+        self.connection = RemoteConnection(
+            self.core, self.transport, self.loop, self.pending.add, "w:1", True
+        )
+        self._reader = FrameReader(1 << 20)
+
+    def feed(self, data: bytes) -> None:
+        if data.startswith(PROTOCOL_HEADER):
+            self.connection.header_received(data[:8])
+            data = data[8:]
+        if data:
+            self.connection.frames_received(parse_publishes(self._reader.feed(data)))
+        self.run_turns()
+
+    def run_turns(self) -> None:
+        """Flush, then run what was left for later turns, until nothing is."""
+        while True:
+            for conn in list(self.pending):
+                conn.flush()
+            self.pending.clear()
+            due = [timer for timer in self.loop.timers if timer.when <= self.loop.now and not timer.cancelled]
+            if not due:
+                return
+            for timer in due:
+                self.loop.timers.remove(timer)
+                timer.callback()
+
+
+def session(harness: Harness) -> bytes:
+    harness.handshake()
+    harness.feed(method_frame(1, commands.Queue.Declare(queue="q")))
+    harness.feed(method_frame(1, commands.Basic.Consume(queue="q", consumer_tag="c")))
+    publishes = b"".join(
+        encode_publish(1, "", "q", b"body-%d" % i * (i + 1), {"headers": {"i": i}}, 4096) for i in range(50)
+    )
+    harness.feed(publishes)
+    harness.feed(method_frame(1, commands.Basic.Ack(delivery_tag=50, multiple=True)))
+    harness.feed(encode_publish(1, "no-such-exchange", "q", b"x", {}, 4096))  # 404: channel closed
+    return bytes(harness.transport.output)
+
+
+def test_the_client_gets_the_same_bytes_as_from_a_socket_connection() -> None:
+    remote, local = Remote(), Harness()
+    out = session(remote)
+    assert out == session(local)
+    assert out.count(b"\x00\x3c\x00\x3c") >= 50  # the 50 basic.deliver frames are there
+    assert remote.transport.frame_max == 4096  # tune-ok's frame_max reached the worker
+    assert local.core.vhosts["/"].queues["q"].message_count == 0
+
+
+def test_a_frame_error_from_the_worker_closes_with_501() -> None:
+    remote = Remote()
+    remote.handshake()
+    remote.connection.frame_error("frame end marker 0x0, expected 0xce")
+    remote.run_turns()
+    assert remote.transport.closed
+    method = remote.frames()[-1][1]
+    assert isinstance(method, commands.Connection.Close) and method.reply_code == 501
+
+
+def test_a_long_backlog_stops_the_worker_reading_until_it_is_handled() -> None:
+    remote = Remote()
+    remote.handshake()
+    remote.feed(method_frame(1, commands.Queue.Declare(queue="q")))
+    message = encode_publish(1, "", "q", b"x" * 10, {}, 4096)
+    items = parse_publishes(FrameReader(1 << 20).feed(message * (4 * STASH_LIMIT)))
+    remote.connection.frames_received(items)  # more than one turn's work: the rest waits
+    assert remote.transport.pauses == 1 and not remote.transport.reading
+    remote.run_turns()
+    assert remote.transport.reading
+    assert remote.core.vhosts["/"].queues["q"].message_count == 4 * STASH_LIMIT
