@@ -17,7 +17,7 @@ TEST_WORKERS = int(os.environ.get("LEVERET_TEST_WORKERS", "0"))
 class ServerProcess:
     """A ``leveret server`` subprocess; ``port`` parsed from its ready line."""
 
-    def __init__(self, data_dir: Path, *args: str) -> None:
+    def __init__(self, data_dir: Path, *args: str, new_session: bool = False) -> None:
         # The log goes to a file: an unread pipe would block a chatty broker.
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
@@ -26,7 +26,7 @@ class ServerProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
                  "--web-stomp-port", "0", "--prometheus-port", "0", "--data-dir", str(data_dir), *args],
-                stdout=subprocess.PIPE, stderr=log, text=True)
+                stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=new_session)
         line = self.proc.stdout.readline()
         match = re.match(r"leveret ready: amqp://([\d.]+):(\d+)(?: stomp://[\d.]+:(\d+))?", line)
         if not match:

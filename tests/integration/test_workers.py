@@ -185,12 +185,17 @@ def test_a_killed_worker_requeues_its_connections_unacked_messages(server: Serve
     publisher.close()
 
 
-def test_sigterm_closes_clients_with_320_and_stops_the_workers(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "data", "--workers", "2")
+@pytest.mark.parametrize("to_group", [False, True], ids=["to-the-broker", "to-its-process-group"])
+def test_sigterm_closes_clients_with_320_and_stops_the_workers(tmp_path: Path, to_group: bool) -> None:
+    # systemd (KillMode=control-group) and Ctrl-C signal every process of the group
+    server = ServerProcess(tmp_path / "data", "--workers", "2", new_session=to_group)
     try:
         workers = workers_of(server.proc.pid)
         connection = connect(server)
-        server.proc.send_signal(signal.SIGTERM)
+        if to_group:
+            os.killpg(server.proc.pid, signal.SIGTERM)
+        else:
+            server.proc.send_signal(signal.SIGTERM)
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as caught:
             connection.process_data_events(time_limit=10)
         assert caught.value.reply_code == 320

@@ -32,7 +32,7 @@ PARSED_PUBLISH = 0
 #: ``method_payload`` the basic.publish frame's payload (for :func:`as_frames`).
 Fields = tuple[str, str, bool, bytes, bytes, Any, bytes]
 
-_BASIC_CLASS = (60).to_bytes(2, "big")
+_BASIC_CLASS = (60).to_bytes(2, "big")  # class id of a basic content header
 
 
 def parse_publishes(frames: list[tuple[int, int, bytes]]) -> list[tuple[int, int, Any]]:
@@ -43,7 +43,7 @@ def parse_publishes(frames: list[tuple[int, int, bytes]]) -> list[tuple[int, int
     while i < count:
         frame = frames[i]
         if frame[0] == FRAME_METHOD and i + 1 < count and frame[2][:4] == PUBLISH_ID:
-            taken = _whole_publish(frames, i)
+            taken = whole_publish(frames, i)
             if taken:
                 items.append((PARSED_PUBLISH, frame[1], taken[0]))
                 i += taken[1]
@@ -53,7 +53,13 @@ def parse_publishes(frames: list[tuple[int, int, bytes]]) -> list[tuple[int, int
     return items
 
 
-def _whole_publish(frames: list[tuple[int, int, bytes]], i: int) -> tuple[Fields, int] | None:
+def whole_publish(frames: list[tuple[int, int, Any]], i: int) -> tuple[Fields, int] | None:
+    """``frames[i]`` is a basic.publish method frame: its :data:`Fields` and how many
+    frames it takes (2 or 3) if its content header and single body frame follow on the
+    same channel, well-formed, and it is not ``immediate``; else None (the frame path
+    then reports whatever is wrong)."""
+    if i + 1 >= len(frames):
+        return None
     _, number, payload = frames[i]
     header_type, header_number, header = frames[i + 1]
     if (

@@ -13,6 +13,7 @@ when one dies.
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import sys
 from typing import Any, cast
@@ -57,8 +58,14 @@ class Client(asyncio.Protocol):
         transport = cast(asyncio.Transport, transport)  # a stream transport (uvloop's is no subclass)
         self.transport = transport
         transport.set_write_buffer_limits(high=HIGH_WATER)
-        self.worker.clients[self.id] = self
-        if self.worker.link_paused:
+        worker = self.worker
+        worker.clients[self.id] = self
+        closing = worker.connecting.pop(self.id, None)
+        if closing == ABORT:
+            transport.abort()
+        elif closing == CLOSE:
+            transport.close()
+        elif worker.link_paused:
             transport.pause_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -83,7 +90,7 @@ class Client(asyncio.Protocol):
             self._stop()
             return
         if frames:
-            link.send((FRAMES, self.id, parse_publishes(frames)))
+            link.send((FRAMES, self.id, parse_publishes(frames), len(data)))
 
     def _stop(self) -> None:
         self.stopped = True
@@ -135,9 +142,9 @@ class CoreLink(Link):
         kind, connection_id = record[0], record[1]
         worker = self.worker
         client = worker.clients.get(connection_id)
-        if client is None:  # not connected yet, or gone
+        if client is None:  # gone, or its socket is still on the way
             if kind in (CLOSE, ABORT):
-                worker.closed_early.add(connection_id)
+                worker.closed_before_connected(connection_id, kind)
             return
         if kind == OUTPUT:
             client.output(record[2])
@@ -170,7 +177,12 @@ class Worker:
         self.loop = loop
         self.frame_max = frame_max
         self.clients: dict[int, Client] = {}
-        self.closed_early: set[int] = set()  # closed by the core before the socket came
+        #: Sockets received and being set up, with a CLOSE or ABORT that came meanwhile.
+        self.connecting: dict[int, str | None] = {}
+        #: Connections the core closed before their socket came (ids above
+        #: :attr:`last_passed`: the core numbers them in order), with how.
+        self.closed_early: dict[int, str] = {}
+        self.last_passed = 0  # the highest connection id whose socket came
         self.link_paused = False
         self.link = CoreLink(self)
         self.done = asyncio.Event()
@@ -179,6 +191,14 @@ class Worker:
         self.link_paused = paused
         for client in list(self.clients.values()):
             client.set_reading()
+
+    def closed_before_connected(self, connection_id: int, kind: str) -> None:
+        """The core closed a connection that has no Client here (yet)."""
+        if connection_id in self.connecting:
+            self.connecting[connection_id] = kind
+        elif connection_id > self.last_passed:
+            self.closed_early[connection_id] = kind
+        # else: its socket is gone already (the core hears of it, or has)
 
     def socket_passed(self, sockets: socket.socket) -> None:
         """A socket the core accepted came over the second socket pair."""
@@ -190,18 +210,24 @@ class Worker:
             self.done.set()
             return
         (connection_id,) = CONNECTION_ID.unpack(data)
+        self.last_passed = max(self.last_passed, connection_id)
+        if not fds:  # not passed (this process is out of descriptors): the client is gone
+            self.link.send((LOST, connection_id))
+            return
         client_socket = socket.socket(fileno=fds[0])
-        if connection_id in self.closed_early:
-            self.closed_early.discard(connection_id)
+        if self.closed_early.pop(connection_id, None) is not None:
             client_socket.close()
+            self.link.send((LOST, connection_id))
             return
         client_socket.setblocking(False)
+        self.connecting[connection_id] = None
         self.loop.create_task(self._connect(connection_id, client_socket))
 
     async def _connect(self, connection_id: int, client_socket: socket.socket) -> None:
         try:
             await self.loop.connect_accepted_socket(lambda: Client(self, connection_id), client_socket)
         except OSError:  # gone before it could be set up
+            self.connecting.pop(connection_id, None)
             client_socket.close()
             self.link.send((LOST, connection_id))
 
@@ -225,6 +251,10 @@ async def run(link_fd: int, sockets_fd: int, frame_max: int) -> None:
 def main(argv: list[str]) -> None:
     """``LINK_FD SOCKETS_FD FRAME_MAX``: the inherited socket pairs' file descriptors."""
     link_fd, sockets_fd, frame_max = (int(arg) for arg in argv)
+    # Ctrl-C in a terminal or systemd's SIGTERM reaches the whole process group: the
+    # core closes the clients (320) and then the links, which is when a worker exits.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     loop = new_event_loop()
     try:
         loop.run_until_complete(run(link_fd, sockets_fd, frame_max))

@@ -73,22 +73,28 @@ class Link(asyncio.Protocol):
         records, self._records = self._records, []
         transport = self.transport
         if records and transport is not None and not transport.is_closing():
-            transport.write(pack(records))
+            try:
+                data = pack(records)
+            except (ValueError, OverflowError, struct.error):  # over 2 GiB: one batch a record
+                data = b"".join(pack([record]) for record in records)
+            transport.write(data)
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
         buffer += data
         offset, end = 0, len(buffer)
+        batches = []
         while end - offset >= 4:
             (size,) = _LENGTH.unpack_from(buffer, offset)
             if end - offset - 4 < size:
                 break
             with memoryview(buffer) as view, view[offset + 4 : offset + 4 + size] as batch:
-                records = marshal.loads(batch)
+                batches.append(marshal.loads(batch))
             offset += 4 + size
+        del buffer[:offset]  # first: a record that raises must not be applied twice
+        for records in batches:
             for record in records:
                 self.received(record)
-        del buffer[:offset]
 
     def received(self, record: tuple[Any, ...]) -> None:
         """One record from the other side."""

@@ -48,6 +48,9 @@ from .worker_link import (
 log = logging.getLogger("leveret.server")
 
 ACCEPTS_PER_TURN = 64  # clients accepted in one loop turn, at most
+ACCEPT_PAUSE = 1.0  # seconds without accepting after accept failed (asyncio's own pause)
+BACKLOG = 1024  # the listening sockets' queue of clients not yet accepted
+RESTART_PAUSE = 1.0  # seconds before a worker that died is replaced
 WORKER_EXIT_WAIT = 5.0  # seconds a worker has to exit once its link is closed
 
 
@@ -100,6 +103,7 @@ class WorkerLink(Link):
         self.process = process
         self.sockets = sockets
         self.connections: dict[int, RemoteConnection] = {}
+        self.writable = True  # below the link's high water mark: deliveries may go out
         self._unsent: deque[tuple[int, socket.socket]] = deque()  # sockets not yet passed
 
     # -- sockets to the worker -----------------------------------------------------
@@ -118,9 +122,12 @@ class WorkerLink(Link):
             except (BlockingIOError, InterruptedError):  # the worker's queue is full: later
                 self.loop.add_writer(self.sockets.fileno(), self._send_sockets)
                 return
-            except OSError:  # the worker is gone: its link's end releases the connection
+            except OSError as exc:  # the worker is gone, or cannot take more descriptors
+                log.warning("cannot pass a client to connection worker %d: %s", self.index, exc)
                 client.close()
                 unsent.popleft()
+                if connection_id in self.connections:
+                    self._release(connection_id)
                 continue
             client.close()
             unsent.popleft()
@@ -137,7 +144,7 @@ class WorkerLink(Link):
             return
         try:
             if kind == FRAMES:
-                connection.frames_received(record[2])
+                connection.frames_received(record[2], record[3])
             elif kind == HEADER:
                 connection.header_received(record[2])
             elif kind == WRITABLE:
@@ -161,10 +168,12 @@ class WorkerLink(Link):
     # -- flow control and the end -------------------------------------------------
     def pause_writing(self) -> None:
         """The worker reads slower than the core writes: its consumers pause."""
+        self.writable = False
         for connection in list(self.connections.values()):
             connection.set_link_writable(False)
 
     def resume_writing(self) -> None:
+        self.writable = True
         for connection in list(self.connections.values()):
             connection.set_link_writable(True)
 
@@ -185,14 +194,15 @@ class WorkerListener(Listener):
     """The AMQP listener of a broker with ``workers`` connection workers: it accepts
     on ``host:port`` itself and passes clients round-robin. Not handled by the workers
     yet (docs/multicore.md): STOMP on the AMQP port (ActiveMQ's "auto" transport; the
-    STOMP port is unaffected), read coalescing and FIONREAD for the heartbeat check."""
+    STOMP port is unaffected) and read coalescing."""
 
     def __init__(self, core: BrokerCore, host: str, port: int, workers: int) -> None:
         super().__init__(core, host, port, read_coalesce=0)
         self.workers = workers
         #: The running workers' links by index (None while one is being replaced).
         self.links: list[WorkerLink | None] = []
-        self._socket: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+        self._replacing: set[asyncio.Task] = set()
         self._next_id = 0
         self._turn = 0
         self._stopping = False
@@ -203,18 +213,19 @@ class WorkerListener(Listener):
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop)
         self._stopping = False
-        family = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)[0][0]
-        server = socket.create_server((self.host, self.port), family=family, backlog=1024)
-        server.setblocking(False)
-        self.port = server.getsockname()[1]
-        self._socket = server
+        self._sockets = _bind(self.host, self.port)
+        self.port = self._sockets[0].getsockname()[1]
         try:
-            self.links = [await self._start_worker(index) for index in range(self.workers)]
+            for index in range(self.workers):
+                self.links.append(await self._start_worker(index))
         except BaseException:
-            server.close()
-            self._socket = None
+            await self._stop_workers()
+            for server in self._sockets:
+                server.close()
+            self._sockets = []
             raise
-        self.loop.add_reader(server.fileno(), self._accept)
+        for server in self._sockets:
+            self.loop.add_reader(server.fileno(), self._accept, server)
 
     async def _start_worker(self, index: int) -> WorkerLink:
         core_end, worker_end = socket.socketpair()
@@ -248,19 +259,22 @@ class WorkerListener(Listener):
         log.info("connection worker %d started (pid %d)", index, process.pid)
         return link
 
-    def _accept(self) -> None:
-        server = self._socket
-        if server is None:
-            return
+    def _accept(self, server: socket.socket) -> None:
         for _ in range(ACCEPTS_PER_TURN):
             try:
                 client, address = server.accept()
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 return
-            except OSError as exc:  # out of file descriptors, say: the client waits
+            except OSError as exc:  # out of file descriptors, say: the clients wait a second
                 log.warning("cannot accept an AMQP client: %s", exc)
+                self.loop.remove_reader(server.fileno())
+                self.loop.call_later(ACCEPT_PAUSE, self._accept_again, server)
                 return
             self._hand_over(client, address)
+
+    def _accept_again(self, server: socket.socket) -> None:
+        if server in self._sockets:
+            self.loop.add_reader(server.fileno(), self._accept, server)
 
     def _hand_over(self, client: socket.socket, address: Any) -> None:
         """Make the client's connection here, pass its socket to the next worker."""
@@ -276,14 +290,20 @@ class WorkerListener(Listener):
             loopback = ipaddress.ip_address(host).is_loopback
         except ValueError:
             loopback = False
+        transport = RemoteTransport(link, connection_id)
+        # The worker reads nothing while the core has paused it (a reply waiting for the
+        # store, an alarm): the client's heartbeats wait unread then, and count as life.
         connection = RemoteConnection(
             self.core,
-            RemoteTransport(link, connection_id),
+            transport,
             self.loop,
             self.flusher.request,
             f"{host}:{address[1]}",
             loopback,
+            lambda: transport.paused,
         )
+        if not link.writable:
+            connection.set_link_writable(False)
         local = client.getsockname()
         connection.local = (str(local[0]), int(local[1]))
         link.connections[connection_id] = connection
@@ -300,36 +320,39 @@ class WorkerListener(Listener):
         return None
 
     def worker_lost(self, link: WorkerLink) -> None:
-        """A worker's link closed: unless stopping, start another in its place."""
+        """A worker's link closed: unless stopping, start another in its place (after
+        :data:`RESTART_PAUSE`, so a worker that cannot start is not forked in a loop)."""
         if link.index < len(self.links) and self.links[link.index] is link:
             self.links[link.index] = None
         self.loop.run_in_executor(None, _reap, link.process)
         if self._stopping:
             return
         log.warning("connection worker %d (pid %d) is gone: starting another", link.index, link.process.pid)
-        self.loop.create_task(self._replace(link.index))
+        task = self.loop.create_task(self._replace(link.index))
+        self._replacing.add(task)
+        task.add_done_callback(self._replacing.discard)
 
     async def _replace(self, index: int) -> None:
+        await asyncio.sleep(RESTART_PAUSE)
+        if self._stopping:
+            return
         try:
             link = await self._start_worker(index)
         except OSError:
             log.exception("cannot start connection worker %d", index)
             return
-        if self._stopping:
-            assert link.transport is not None
-            link.transport.close()
-            return
-        self.links[index] = link
+        self.links[index] = link  # stop() waits for this task before it closes the links
 
     async def stop(self, grace: float = 3.0) -> None:
         """Stop accepting, close every connection with 320 CONNECTION_FORCED, wait up to
         ``grace`` seconds for their close-ok, then stop the workers."""
-        if self._socket is None:
+        if not self._sockets:
             return
         self._stopping = True
-        self.loop.remove_reader(self._socket.fileno())
-        self._socket.close()
-        self._socket = None
+        for server in self._sockets:
+            self.loop.remove_reader(server.fileno())
+            server.close()
+        self._sockets = []
         for connection in list(self.connections):
             connection.close()
         deadline = self.loop.time() + grace
@@ -338,12 +361,42 @@ class WorkerListener(Listener):
         for connection in list(self.connections):
             connection.close_transport(abort=True)
         await asyncio.sleep(0)  # the links write this turn's records
+        await self._stop_workers()
+
+    async def _stop_workers(self) -> None:
+        """Close every link (a worker exits when its link closes) and wait for the
+        processes, a replacement being started included."""
+        self._stopping = True
+        await asyncio.gather(*self._replacing, return_exceptions=True)
         links = [link for link in self.links if link is not None]
         self.links = []
         for link in links:
             if link.transport is not None:
                 link.transport.close()
         await asyncio.gather(*(self.loop.run_in_executor(None, _reap, link.process) for link in links))
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for ``host:port``, as asyncio's ``create_server`` makes them:
+    one per address ``host`` resolves to (every interface for an empty host), with
+    SO_REUSEADDR, an IPv6 one IPv6-only. Raises OSError if one cannot be bound."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            server = socket.socket(family, kind, proto)
+            sockets.append(server)
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            server.bind(address)
+            server.listen(BACKLOG)
+            server.setblocking(False)
+    except BaseException:
+        for server in sockets:
+            server.close()
+        raise
+    return sockets
 
 
 def _reap(process: subprocess.Popen) -> None:

@@ -59,7 +59,7 @@ class Remote(Harness):
             self.connection.header_received(data[:8])
             data = data[8:]
         if data:
-            self.connection.frames_received(parse_publishes(self._reader.feed(data)))
+            self.connection.frames_received(parse_publishes(self._reader.feed(data)), len(data))
         self.run_turns()
 
     def run_turns(self) -> None:
@@ -114,7 +114,7 @@ def test_a_long_backlog_stops_the_worker_reading_until_it_is_handled() -> None:
     remote.feed(method_frame(1, commands.Queue.Declare(queue="q")))
     message = encode_publish(1, "", "q", b"x" * 10, {}, 4096)
     items = parse_publishes(FrameReader(1 << 20).feed(message * (4 * STASH_LIMIT)))
-    remote.connection.frames_received(items)  # more than one turn's work: the rest waits
+    remote.connection.frames_received(items, len(message) * 4 * STASH_LIMIT)  # more than a turn's work
     assert remote.transport.pauses == 1 and not remote.transport.reading
     remote.run_turns()
     assert remote.transport.reading

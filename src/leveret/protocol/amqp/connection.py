@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pamqp import commands
 from pamqp.base import Frame as Method
 
-from ...amqp import properties as wire
 from ...amqp.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -35,7 +34,6 @@ from ...amqp.errors import (
     ConnectionError,
 )
 from ...amqp.frames import (
-    FRAME_BODY,
     FRAME_HEADER,
     FRAME_HEARTBEAT,
     FRAME_METHOD,
@@ -48,9 +46,8 @@ from ...amqp.frames import (
     encode_content,
     encode_deliver,
     encode_method,
-    publish_fields,
 )
-from ...amqp.handoff import PARSED_PUBLISH, Fields, as_frames
+from ...amqp.handoff import PARSED_PUBLISH, Fields, as_frames, whole_publish
 from ...core import advisory, audit
 from ...core.access import Access
 from ...core.auth import AuthenticationError, User
@@ -67,7 +64,6 @@ from .channel import Channel
 from .errors import to_amqp
 from .sasl import MECHANISMS, parse_response
 
-_BASIC_CLASS = (60).to_bytes(2, "big")  # class id of a content header for basic.publish
 if TYPE_CHECKING:
     from ...store import Store
 
@@ -342,50 +338,23 @@ class Connection(Output):
         if self._stash is None and not self.blocked and self.state not in ("closed", "refusing"):
             self.transport.resume_reading()
 
-    def _publish_whole(self, frames: list[tuple[int, int, bytes]], i: int) -> int:
+    def _publish_whole(self, frames: list[tuple[int, int, Any]], i: int) -> int:
         """The hot path: ``frames[i]`` is a basic.publish whose content header and single
-        body frame follow in the same read, on an open channel. Publish it without the
-        per-frame state machine and return how many frames it took; return 0 for
-        anything unusual (a malformed method or header, ``immediate``, a body in several
-        frames, a message over the size limit, a channel not ready for it), which the
-        per-frame path then handles, errors included."""
-        _, number, payload = frames[i]
-        channel = self._publishing_channel(number)
-        if channel is None:
+        body frame follow in the same read. Publish it without the per-frame state
+        machine and return how many frames it took; return 0 for anything unusual (a
+        malformed method or header, ``immediate``, a body in several frames, a message
+        over the size limit, a channel not ready for it), which the per-frame path then
+        handles, errors included."""
+        whole = whole_publish(frames, i)
+        if whole is None:
             return 0
-        header_type, header_number, header = frames[i + 1]
-        if (
-            header_type != FRAME_HEADER
-            or header_number != number
-            or len(header) < 14
-            or header[:2] != _BASIC_CLASS
-        ):
-            return 0
-        size = wire.declared_body_size(header)
-        if size > self.core.limits.max_message_size:
-            return 0
-        if size:
-            if i + 2 >= len(frames):
-                return 0
-            body_type, body_number, body = frames[i + 2]
-            if body_type != FRAME_BODY or body_number != number or len(body) != size:
-                return 0
-        else:
-            body = b""
-        try:
-            exchange, routing_key, mandatory, immediate = publish_fields(payload)
-            facts = wire.scan(header)
-        except (ValueError, IndexError, ConnectionError):  # the per-frame path reports it
-            return 0
-        if immediate:
-            return 0
-        self._publish_on(channel, exchange, routing_key, mandatory, header, body, facts)
-        return 3 if size else 2
+        fields, taken = whole
+        return taken if self._publish_parsed(frames[i][1], fields) else 0
 
     def _publish_parsed(self, number: int, fields: Fields) -> bool:
-        """A publish a connection worker parsed (amqp/handoff.py): publish it and return
-        True, or False if the channel is not ready for it or it is over the size limit
-        (the frame path then reports it)."""
+        """A whole publish, parsed (amqp/handoff.py: here, or by a connection worker):
+        publish it and return True, or False if the channel is not ready for it or it is
+        over the size limit (the frame path then reports it)."""
         channel = self._publishing_channel(number)
         if channel is None or len(fields[4]) > self.core.limits.max_message_size:
             return False

@@ -11,6 +11,7 @@ one ordered list per flush.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ...amqp.frames import FrameError
@@ -18,8 +19,10 @@ from ..output import OUTPUT_LIMIT
 from .connection import Connection, Transport
 
 #: Frames and publishes waiting for a later turn before the worker is told to stop
-#: reading the client (about 10 ms of the core's work).
+#: reading the client (about 10 ms of the core's work)...
 STASH_LIMIT = 2000
+#: ...or bytes read meanwhile (a single process reads at most 1 MiB before it pauses).
+STASH_BYTES = 4 * 1024 * 1024
 
 #: A delivery for the worker to encode: ``(channel, consumer_tag, delivery_tag,
 #: redelivered, exchange, routing_key, header, body)``, as :meth:`Connection.send_delivery`.
@@ -48,20 +51,30 @@ class RemoteConnection(Connection):
         super().__init__(*args, **kwargs)
         self._client_writable = True
         self._link_writable = True
+        self._stash_bytes = 0  # bytes of the reads appended to the stash since it formed
 
     def header_received(self, header: bytes) -> None:
         """The protocol header (8 bytes, or fewer that cannot start it)."""
         self.data_received(header)
 
-    def frames_received(self, items: list[tuple[int, int, Any]]) -> None:
-        """Frames and parsed publishes, in the order the client sent them."""
+    def frames_received(self, items: list[tuple[int, int, Any]], size: int) -> None:
+        """Frames and parsed publishes, in the order the client sent them; ``size``: the
+        bytes they were read from."""
         self.last_received = self.loop.time()
         if self.state in ("closed", "refusing", "header"):
             return
-        if self._stash is not None:  # a reply waits for the store: so does the rest
+        if self._stash is not None:  # earlier frames wait (for the store, or a turn)
             self._stash += items
+            self._stash_bytes += size
+            if self._stash_bytes > STASH_BYTES or len(self._stash) > STASH_LIMIT:
+                self.transport.pause_reading()  # resumed once the stash is empty
             return
         self._run_frames(items)
+
+    def _stored(self, ok: bool, callback: Callable[[bool], None]) -> None:
+        super()._stored(ok, callback)
+        if self._stash is None:  # all handled: a new stash counts from zero
+            self._stash_bytes = 0
 
     def _defer(self, frames: list[tuple[int, int, Any]]) -> None:
         """The rest of a batch waits for the next turn. The worker keeps reading (a
@@ -90,9 +103,7 @@ class RemoteConnection(Connection):
         body: bytes,
     ) -> None:
         """Queue the delivery for the worker to encode (see :meth:`Connection.send_delivery`)."""
-        if not self._flush_requested:
-            self._flush_requested = True
-            self._request_flush(self)
+        self._want_flush()
         self._out.append(
             (channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key, header, body)
         )
