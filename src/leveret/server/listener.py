@@ -289,6 +289,13 @@ class Listener:
         if self._server is None:
             return
         self._server.close()
+        await self._close_connections(grace)
+        await self._server.wait_closed()
+        self._server = None
+
+    async def _close_connections(self, grace: float) -> None:
+        """Close every connection with 320 CONNECTION_FORCED; after ``grace`` seconds
+        without their close-ok, drop the sockets of those left."""
         for connection in list(self.connections):
             connection.close()
         deadline = self.loop.time() + grace
@@ -296,5 +303,3 @@ class Listener:
             await asyncio.sleep(0.02)
         for connection in list(self.connections):
             connection.close_transport(abort=True)
-        await self._server.wait_closed()
-        self._server = None

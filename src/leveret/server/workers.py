@@ -353,13 +353,7 @@ class WorkerListener(Listener):
             self.loop.remove_reader(server.fileno())
             server.close()
         self._sockets = []
-        for connection in list(self.connections):
-            connection.close()
-        deadline = self.loop.time() + grace
-        while self.connections and self.loop.time() < deadline:
-            await asyncio.sleep(0.02)
-        for connection in list(self.connections):
-            connection.close_transport(abort=True)
+        await self._close_connections(grace)
         await asyncio.sleep(0)  # the links write this turn's records
         await self._stop_workers()
 

@@ -353,41 +353,29 @@ class Connection(Output):
 
     def _publish_parsed(self, number: int, fields: Fields) -> bool:
         """A whole publish, parsed (amqp/handoff.py: here, or by a connection worker):
-        publish it and return True, or False if the channel is not ready for it or it is
-        over the size limit (the frame path then reports it)."""
-        channel = self._publishing_channel(number)
-        if channel is None or len(fields[4]) > self.core.limits.max_message_size:
+        publish it and return True, or False if the channel is not ready for it (closed,
+        closing, awaiting content) or it is over the size limit (the frame path then
+        reports it). Its errors are reported against basic.publish, as the frame path's."""
+        channel = self.channels.get(number)
+        if (
+            channel is None
+            or channel.closing
+            or channel.expecting_content
+            or self.state != "opened"
+            or len(fields[4]) > self.core.limits.max_message_size
+        ):
             return False
         exchange, routing_key, mandatory, header, body, facts, _ = fields
-        self._publish_on(channel, exchange, routing_key, mandatory, header, body, facts)
-        return True
-
-    def _publishing_channel(self, number: int) -> Channel | None:
-        """Channel ``number`` if it may take a whole publish now, else None."""
-        channel = self.channels.get(number)
-        if channel is None or channel.closing or channel.expecting_content or self.state != "opened":
-            return None
-        return channel
-
-    def _publish_on(
-        self,
-        channel: Channel,
-        exchange: str,
-        routing_key: str,
-        mandatory: bool,
-        header: bytes,
-        body: bytes,
-        facts: tuple[int | None, int | None, str | None],
-    ) -> None:
         try:
             try:
                 channel.publish_content(exchange, routing_key, mandatory, header, body, facts)
             except BrokerError as exc:
                 raise to_amqp(exc) from None
-        except ChannelError as exc:  # reported against basic.publish, as the frame path does
-            self._channel_error(channel.number, exc, None)
+        except ChannelError as exc:
+            self._channel_error(number, exc, None)
         except ConnectionError as exc:
             self._connection_error(exc, 0, 0)
+        return True
 
     def _protocol_header(self, data: bytes) -> bytes:
         """Check the 8-byte protocol header (§4.2.2); returns the bytes after it."""
