@@ -125,7 +125,10 @@ class Client:
 
     def close(self) -> None:
         if self.conn.is_connected():
-            self.conn.disconnect()
+            try:
+                self.conn.disconnect()
+            except (OSError, stomp.exception.NotConnectedException):
+                pass  # the broker closed it meanwhile (after an ERROR): stomp.py's socket is gone
 
     def __enter__(self) -> Client:
         return self
