@@ -272,17 +272,20 @@ class Leveret(Broker):
         """Whether the leveret this runs (``src``, or the importable one) knows a
         ``leveret server`` option: older trees lack the newer ones."""
         if self.src:
-            cli = os.path.join(self.src, "leveret", "cli.py")
+            package = os.path.join(self.src, "leveret")
         else:
             spec = importlib.util.find_spec("leveret")
             if spec is None or spec.origin is None:
                 return False
-            cli = os.path.join(os.path.dirname(spec.origin), "cli.py")
-        try:
-            with open(cli) as f:
-                return option in f.read()
-        except OSError:
-            return False
+            package = os.path.dirname(spec.origin)
+        # cli.py in older trees, the cli/ package's server.py since.
+        for cli in (os.path.join(package, "cli", "server.py"), os.path.join(package, "cli.py")):
+            try:
+                with open(cli) as f:
+                    return option in f.read()
+            except OSError:
+                continue
+        return False
 
     def prepare(self) -> None:
         self.workdir = tempfile.mkdtemp(prefix="leveret-bench-")

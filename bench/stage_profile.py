@@ -58,7 +58,7 @@ RULES: list[tuple[str, frozenset[str] | None, str]] = [
     ("leveret/", None, "other leveret"),
 ]
 #: frames around the event loop itself, not a stage
-OUTER = ("leveret/cli.py", "leveret/__main__.py", "leveret/server/broker.py")
+OUTER = ("leveret/cli/server.py", "leveret/__main__.py", "leveret/server/broker.py")
 LOOP = "event loop (uvloop C: read/write syscalls, callbacks)"
 
 

@@ -10,12 +10,12 @@ import pytest
 
 from leveret.amqp import errors
 from leveret.amqp.client import (
+    AMQPConnectionError,
     BlockingClient,
     Channel,
     ChannelError,
     ClientError,
     Connection,
-    ConnectionError,
     ConnectionLost,
     PublishError,
     RPCError,
@@ -201,12 +201,12 @@ def test_rpc_over_direct_reply_to(amqp_url):
 
 
 def test_connection_errors(amqp_url):
-    with pytest.raises(ConnectionError) as info:
+    with pytest.raises(AMQPConnectionError) as info:
         BlockingClient(amqp_url.rstrip("/") + "/no-such-vhost")
     assert info.value.reply_code in (errors.NOT_ALLOWED, errors.ACCESS_REFUSED)
     bad = amqp_url.replace("guest:guest", "guest:wrong")
     if bad != amqp_url:
-        with pytest.raises(ConnectionError):
+        with pytest.raises(AMQPConnectionError):
             BlockingClient(bad)
     with pytest.raises(ConnectionLost, match="cannot connect"):
         BlockingClient("amqp://127.0.0.1:1/", timeout=2)
@@ -216,7 +216,7 @@ def test_connection_errors(amqp_url):
         ch = await conn.channel()
         conn._send_method(ch.number, __import__("pamqp").commands.Channel.Open())
         conn._flush()  # channel.open on an open channel: connection.close 504
-        with pytest.raises(ConnectionError) as info:
+        with pytest.raises(AMQPConnectionError) as info:
             await ch.queue_declare("x")
         assert info.value.reply_code == errors.CHANNEL_ERROR
         assert not conn.is_open

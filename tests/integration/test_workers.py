@@ -38,7 +38,7 @@ def workers_of(pid: int) -> list[int]:
             command = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat[1]) == pid and b"leveret.server.worker" in command:
+        if int(stat[1]) == pid and b"leveret.server.workers.process" in command:
             found.append(int(entry.name))
     return sorted(found)
 

@@ -1,7 +1,7 @@
 """AMQP reply codes and the exceptions that carry them.
 
 :class:`ChannelError` is a soft error (only the channel is closed) and
-:class:`ConnectionError` a hard one (the connection is closed). The broker's AMQP adapter
+:class:`AMQPConnectionError` a hard one (the connection is closed). The broker's AMQP adapter
 adds the class and method id of the method that failed, as ``channel.close`` /
 ``connection.close`` carry them (AMQP 0-9-1 §1.5.2.9, §1.4.2.9). Reply codes and texts
 follow AMQP 0-9-1 §1.1 and what RabbitMQ 3.10 sends.
@@ -70,7 +70,7 @@ class ChannelError(AMQPError):
     """A soft error: only the channel is closed (codes 403, 404, 405, 406)."""
 
 
-class ConnectionError(AMQPError):
+class AMQPConnectionError(AMQPError):
     """A hard error: the whole connection is closed (codes 320, 5xx)."""
 
 

@@ -15,7 +15,7 @@ from pamqp import commands, frame as pamqp_frame
 from pamqp.base import Frame as Method
 from pamqp.exceptions import UnmarshalingException
 
-from .errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, ConnectionError
+from .errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, AMQPConnectionError
 from .field_table import MAX_NESTING, nests_deeper
 from .properties import encode_properties, shortstr
 
@@ -32,7 +32,7 @@ _METHOD_ID = struct.Struct(">I")
 HEARTBEAT = bytes((FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END))
 
 
-class FrameError(ConnectionError):
+class FrameError(AMQPConnectionError):
     def __init__(self, text: str) -> None:
         super().__init__(FRAME_ERROR, text)
 
@@ -163,22 +163,24 @@ _TOO_DEEP = f"field tables nested more than {MAX_NESTING} deep"
 def decode_method(payload: bytes) -> Method:
     """A method frame payload as a pamqp command.
 
-    Raises ConnectionError 540 for an unknown class/method id and 502 for arguments that
+    Raises AMQPConnectionError 540 for an unknown class/method id and 502 for arguments that
     do not decode, field tables included that nest more than
     :data:`~.field_table.MAX_NESTING` deep.
     """
     if len(payload) < 4:
-        raise ConnectionError(SYNTAX_ERROR, "method frame too short")
+        raise AMQPConnectionError(SYNTAX_ERROR, "method frame too short")
     (index,) = _METHOD_ID.unpack_from(payload)
     fast = _FAST_DECODERS.get(index)
     if fast is not None:
         try:
             return fast(payload)
         except (struct.error, ValueError, IndexError) as exc:  # UnicodeDecodeError too
-            raise ConnectionError(SYNTAX_ERROR, f"cannot decode method {index:#x}: {exc}") from None
+            raise AMQPConnectionError(SYNTAX_ERROR, f"cannot decode method {index:#x}: {exc}") from None
     cls = commands.INDEX_MAPPING.get(index)
     if cls is None:
-        raise ConnectionError(NOT_IMPLEMENTED, f"unknown method class {index >> 16} method {index & 0xFFFF}")
+        raise AMQPConnectionError(
+            NOT_IMPLEMENTED, f"unknown method class {index >> 16} method {index & 0xFFFF}"
+        )
     method = cls()
     try:
         method.unmarshal(payload[4:])
@@ -190,13 +192,13 @@ def decode_method(payload: bytes) -> Method:
         UnicodeDecodeError,
         IndexError,
     ) as exc:
-        raise ConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {exc}") from None
+        raise AMQPConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {exc}") from None
     except RecursionError:
-        raise ConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {_TOO_DEEP}") from None
+        raise AMQPConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {_TOO_DEEP}") from None
     for name in method.__slots__:  # pamqp's arguments
         value = getattr(method, name, None)
         if isinstance(value, dict) and nests_deeper(value):
-            raise ConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {_TOO_DEEP}")
+            raise AMQPConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {_TOO_DEEP}")
     return method
 
 

@@ -7,7 +7,7 @@ frame), reads its fields once, so the core only checks the channel and routes it
 a publish becomes one item ``(PARSED_PUBLISH, channel, fields)``, ``fields`` being
 :data:`Fields`; every other frame stays ``(type, channel, payload)``, which the core
 handles as it handles a socket's frames. Plain tuples: they cross the process boundary
-marshalled (server/worker_link.py), which takes built-in types only.
+marshalled (server/workers/link.py), which takes built-in types only.
 
 The worker checks only the wire format here. Whatever depends on the channel's state
 (open, not awaiting content) or the broker's limits (``max_message_size``) is checked by
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import properties as wire
-from .errors import ConnectionError
+from .errors import AMQPConnectionError
 from .frames import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, PUBLISH_ID, publish_fields
 
 #: The item type of a pre-parsed publish: not a frame type on the wire (1, 2, 3, 8).
@@ -81,7 +81,7 @@ def whole_publish(frames: list[tuple[int, int, Any]], i: int) -> tuple[Fields, i
     try:
         exchange, routing_key, mandatory, immediate = publish_fields(payload)
         facts = wire.scan(header)
-    except (ValueError, IndexError, ConnectionError):  # the core's frame path reports it
+    except (ValueError, IndexError, AMQPConnectionError):  # the core's frame path reports it
         return None
     if immediate:
         return None

@@ -15,7 +15,7 @@ from pamqp import commands, decode as pamqp_decode, encode as pamqp_encode
 from pamqp.exceptions import UnmarshalingException
 from pamqp.header import ContentHeader
 
-from .errors import SYNTAX_ERROR, ConnectionError
+from .errors import SYNTAX_ERROR, AMQPConnectionError
 from .field_table import MAX_NESTING, encode_plain_table, nests_deeper
 
 Properties = commands.Basic.Properties
@@ -70,7 +70,7 @@ def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
     """Check a content header payload and return ``(delivery_mode, priority,
     expiration)`` (None when absent).
 
-    Raises ConnectionError 502 SYNTAX_ERROR unless the property list is well-formed, so
+    Raises AMQPConnectionError 502 SYNTAX_ERROR unless the property list is well-formed, so
     no consumer is handed properties its client cannot decode. Only sizes are walked
     (cheap); a ``headers`` table is decoded in full (pamqp)."""
     flags = header[12] << 8 | header[13]
@@ -109,18 +109,18 @@ def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
                 if offset > end:
                     raise ValueError("properties truncated")
     except _DECODE_ERRORS as exc:
-        raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
+        raise AMQPConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
     return delivery_mode, priority, expiration
 
 
 def decode(header: bytes) -> Properties:
-    """All 14 properties of a content header payload (pamqp); ConnectionError 502 if
+    """All 14 properties of a content header payload (pamqp); AMQPConnectionError 502 if
     they do not decode."""
     decoded = ContentHeader()
     try:
         decoded.unmarshal(header)
     except _DECODE_ERRORS as exc:
-        raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
+        raise AMQPConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
     return decoded.properties
 
 

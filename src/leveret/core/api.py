@@ -25,7 +25,7 @@ from typing import Any, TypeGuard
 
 from .errors import BrokerError
 from .message import Message, Properties
-from .queues import Queue, Stream
+from .queues import Queue, StreamQueue
 from .session import Session
 
 API_EXCHANGE = "amq.leveret.api"
@@ -86,7 +86,7 @@ def _queue(session: Session, request: dict) -> Queue:
 
 def _stream_info(session: Session, request: dict) -> dict:
     stream = session.readable_queue(_field(request, "stream", str))
-    if not isinstance(stream, Stream):
+    if not isinstance(stream, StreamQueue):
         raise APIError(f"'{stream.name}' is not a stream")
     return {"first": stream.first_offset, "next": stream.next_offset, "messages": stream.message_count}
 

@@ -39,7 +39,7 @@ from .memory_monitor import MemoryMonitor
 from .standby import StandbyServer
 from .tls import TLSError
 from .web_stomp import PATH as WEB_STOMP_PATH, WebStompServer
-from .workers import WorkerListener
+from .workers.listener import WorkerListener
 
 if TYPE_CHECKING:
     from ..management.metrics import PrometheusServer

@@ -34,7 +34,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from ..amqp.client import BlockingClient, ChannelError, ClientError, safe_url
-from ..amqp.errors import ConnectionError as ConnectionClosed
+from ..amqp.errors import AMQPConnectionError as ConnectionClosed
 from .options import COMMON_OPTIONS, DEFAULT_URL, OptionError, Options, connect
 from .rows import READ_SCHEMA, as_int, delivery_row, record_batches
 from .sink import LeveretBatchWriter, LeveretStreamWriter, WriteConfig

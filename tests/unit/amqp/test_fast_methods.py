@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from pamqp import commands, frame
 
-from leveret.amqp.errors import ConnectionError
+from leveret.amqp.errors import AMQPConnectionError
 from leveret.amqp.frames import decode_method, encode_deliver
 
 short = st.text(max_size=40).filter(lambda t: len(t.encode()) <= 255)
@@ -59,6 +59,6 @@ def test_deliver_encodes_like_pamqp(channel, consumer_tag, tag, redelivered, exc
     payload(commands.Basic.Ack(delivery_tag=1))[:-2],
 ])
 def test_malformed_fast_path_methods_are_502(raw):
-    with pytest.raises(ConnectionError) as info:
+    with pytest.raises(AMQPConnectionError) as info:
         decode_method(raw)
     assert info.value.reply_code == 502

@@ -16,7 +16,7 @@ per event-loop turn (or when 256 KiB are waiting), so many publishes go out in o
 A channel.close from the broker fails the channel's pending and next operations with
 :class:`.errors.ChannelError` (``reply_code``, ``reply_text``);
 :meth:`Connection.default_channel` then opens a fresh one. A connection.close fails
-everything with :class:`.errors.ConnectionError`, a lost socket with
+everything with :class:`.errors.AMQPConnectionError`, a lost socket with
 :class:`ConnectionLost`.
 
 :class:`BlockingClient` runs the same coroutines on a private event loop, for code that
@@ -27,7 +27,7 @@ while a call waits.
 from __future__ import annotations
 
 from ..delivery import Delivery
-from ..errors import AMQPError, ChannelError, ConnectionError
+from ..errors import AMQPConnectionError, AMQPError, ChannelError
 from .blocking import BlockingClient
 from .channel import Channel
 from .connection import Connection
@@ -36,13 +36,13 @@ from .errors import ClientError, ConnectionLost, PublishError, RPCError, Timeout
 from .url import URLParams, parse_url, safe_url
 
 __all__ = [
+    "AMQPConnectionError",
     "AMQPError",
     "BlockingClient",
     "Channel",
     "ChannelError",
     "ClientError",
     "Connection",
-    "ConnectionError",
     "ConnectionLost",
     "Consumer",
     "Delivery",

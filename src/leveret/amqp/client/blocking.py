@@ -24,7 +24,7 @@ class BlockingClient:
 
     def __init__(self, url: str, timeout: float = 10.0, name: str = "leveret") -> None:
         """Connect (see :meth:`Connection.connect`; ``timeout`` in seconds). Raises
-        ClientError, ConnectionLost, ConnectionError, Timeout."""
+        ClientError, ConnectionLost, AMQPConnectionError, Timeout."""
         self.url = url
         self.timeout = timeout
         self._loop = asyncio.new_event_loop()
@@ -182,7 +182,7 @@ class BlockingClient:
         client's timeout. Deliveries are decoded one by one straight from the receive
         buffer as they are taken (what costs least per message), frames of any other
         kind handled on the way; the event loop runs only when the buffer is empty.
-        Raises ChannelError/ConnectionError if the channel or connection closes."""
+        Raises ChannelError/AMQPConnectionError if the channel or connection closes."""
         conn = self.connection
         consumer = self._run(self._channel().consume(queue, no_ack=no_ack, arguments=arguments))
         limit = idle_timeout or self.timeout

@@ -14,7 +14,7 @@ from pamqp.body import ContentBody
 
 from .. import errors
 from ..delivery import Delivery
-from ..errors import ChannelError, ConnectionError
+from ..errors import AMQPConnectionError, ChannelError
 from ..frames import encode_publish
 from ..properties import PROPERTY_NAMES, encode_properties, properties_dict, shortstr
 from .consumer import Consumer
@@ -101,7 +101,7 @@ class Channel:
     async def call(self, method: Any, timeout: float | None = None) -> Any:
         """Send any synchronous pamqp method (``commands.Queue.Purge(...)``) and return
         the broker's reply (None for basic.get-empty, a :class:`Delivery` for
-        basic.get-ok). Raises ChannelError, ConnectionError, Timeout (``timeout`` in
+        basic.get-ok). Raises ChannelError, AMQPConnectionError, Timeout (``timeout`` in
         seconds; the connection's by default)."""
         replies = tuple(_METHODS[name] for name in method.valid_responses)
         return await self._call(method, *replies, timeout=timeout)
@@ -252,7 +252,7 @@ class Channel:
         """Buffer one basic.publish (sent at the end of this loop turn, or at once above
         256 KiB buffered). ``properties`` by pamqp attribute name (``message_type`` for
         ``type``) or a ``Basic.Properties``. Returns the confirm sequence number (0
-        outside confirm mode). Raises ChannelError/ConnectionError if closed,
+        outside confirm mode). Raises ChannelError/AMQPConnectionError if closed,
         PublishError for an earlier nack (``on_nack="raise"``), ValueError/TypeError
         for properties that cannot be encoded."""
         if self.error is not None:
@@ -320,7 +320,7 @@ class Channel:
 
     async def wait_confirms(self, below: int = 0, timeout: float | None = None) -> None:
         """Wait until at most ``below`` publishes are unconfirmed (the window). Raises
-        PublishError for a nack (``on_nack="raise"``), ChannelError/ConnectionError if
+        PublishError for a nack (``on_nack="raise"``), ChannelError/AMQPConnectionError if
         the channel or connection closes, Timeout after ``timeout`` seconds (default:
         the connection's timeout, at least 30 s)."""
         conn = self.connection
@@ -555,16 +555,16 @@ class Channel:
     def _on_content(self, value: Any) -> None:
         content = self._content
         if content is None:
-            raise ConnectionError(
+            raise AMQPConnectionError(
                 errors.UNEXPECTED_FRAME, f"content frame on channel {self.number} without a method"
             )
         if content[2] is None:
             if not isinstance(value, pamqp_header.ContentHeader):
-                raise ConnectionError(errors.UNEXPECTED_FRAME, "expected a content header")
+                raise AMQPConnectionError(errors.UNEXPECTED_FRAME, "expected a content header")
             content[2], content[4] = value, value.body_size
         else:
             if not isinstance(value, ContentBody):
-                raise ConnectionError(errors.UNEXPECTED_FRAME, "expected a content body")
+                raise AMQPConnectionError(errors.UNEXPECTED_FRAME, "expected a content body")
             content[3].append(value.value)
             content[4] -= len(value.value)
         if content[4] > 0:

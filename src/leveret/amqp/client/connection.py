@@ -12,7 +12,7 @@ from pamqp.body import ContentBody
 
 from .. import errors
 from ..delivery import Delivery, decode_frame, take_delivery
-from ..errors import AMQPError, ConnectionError
+from ..errors import AMQPConnectionError, AMQPError
 from ..frames import HEARTBEAT, PROTOCOL_HEADER
 from .channel import Channel
 from .consumer import Consumer
@@ -74,7 +74,7 @@ class Connection(asyncio.Protocol):
         bounds each step and is the default for later calls; ``heartbeat`` (seconds,
         0: off) is negotiated down to the broker's; ``frame_max`` in bytes. Raises
         ClientError for a bad URL, ConnectionLost if the socket cannot be opened,
-        ConnectionError (403 refused login, 530 no vhost access, ...) from the broker,
+        AMQPConnectionError (403 refused login, 530 no vhost access, ...) from the broker,
         Timeout."""
         loop = asyncio.get_running_loop()
         conn = cls(url, timeout, loop)
@@ -115,11 +115,11 @@ class Connection(asyncio.Protocol):
                 ),
                 commands.Connection.Tune,
             )
-        except ConnectionError as exc:
+        except AMQPConnectionError as exc:
             message = f"login to {self.safe_url} refused for user {p.user!r}: {exc}"
             if isinstance(exc, ConnectionLost):
                 raise ConnectionLost(message) from None
-            raise errors.from_reply(ConnectionError, exc.reply_code, message) from None
+            raise errors.from_reply(AMQPConnectionError, exc.reply_code, message) from None
         self.frame_max = min(tune.frame_max or frame_max, frame_max)
         self.channel_max = tune.channel_max or 2047
         self.heartbeat = min(heartbeat, tune.heartbeat) if tune.heartbeat else heartbeat
@@ -180,7 +180,7 @@ class Connection(asyncio.Protocol):
 
     # -- channels -----------------------------------------------------------------
     async def channel(self) -> Channel:
-        """A newly opened channel. Raises ConnectionError if the connection is closed."""
+        """A newly opened channel. Raises AMQPConnectionError if the connection is closed."""
         if self.error is not None:
             raise self.error
         number = self._next_channel
@@ -285,7 +285,7 @@ class Connection(asyncio.Protocol):
         except AMQPError as exc:
             self._protocol_error(exc)
         except Exception as exc:
-            self._protocol_error(ConnectionError(errors.FRAME_ERROR, f"bad frame: {exc!r}"))
+            self._protocol_error(AMQPConnectionError(errors.FRAME_ERROR, f"bad frame: {exc!r}"))
         self._flush()
 
     def _process(self, buf: bytearray) -> None:
@@ -345,7 +345,7 @@ class Connection(asyncio.Protocol):
         except AMQPError as exc:
             self._protocol_error(exc)
         except Exception as exc:
-            self._protocol_error(ConnectionError(errors.FRAME_ERROR, f"bad frame: {exc!r}"))
+            self._protocol_error(AMQPConnectionError(errors.FRAME_ERROR, f"bad frame: {exc!r}"))
         return None
 
     async def _wait_data(self, timeout: float) -> bool:
@@ -397,7 +397,7 @@ class Connection(asyncio.Protocol):
             self._flush()
             self._lost(
                 errors.from_reply(
-                    ConnectionError,
+                    AMQPConnectionError,
                     value.reply_code,
                     f"{self.safe_url} closed the connection: {value.reply_code} {value.reply_text}",
                 )
@@ -413,7 +413,9 @@ class Connection(asyncio.Protocol):
             _resolve(self._waiter, value)
         elif self._waiter is not None:
             self._protocol_error(
-                ConnectionError(errors.COMMAND_INVALID, f"expected {self._expect[0].__name__}, got {value!r}")
+                AMQPConnectionError(
+                    errors.COMMAND_INVALID, f"expected {self._expect[0].__name__}, got {value!r}"
+                )
             )
 
     def _protocol_error(self, exc: AMQPError) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import AMQPError, ConnectionError
+from ..errors import AMQPConnectionError, AMQPError
 
 
 class ClientError(AMQPError):
@@ -14,7 +14,7 @@ class ClientError(AMQPError):
         self.reply_code, self.reply_text = 0, message
 
 
-class ConnectionLost(ConnectionError):
+class ConnectionLost(AMQPConnectionError):
     """Cannot connect, or the socket closed without a connection.close; ``reply_code``
     is 0."""
 

@@ -30,10 +30,10 @@ from .base import (
 )
 from .classic import ClassicQueue
 from .quorum import QuorumQueue
-from .stream import Stream
+from .stream import StreamQueue
 
 #: x-queue-type -> the type's class.
-QUEUE_TYPES: dict[str, type[Queue]] = {cls.type_name: cls for cls in (ClassicQueue, QuorumQueue, Stream)}
+QUEUE_TYPES: dict[str, type[Queue]] = {cls.type_name: cls for cls in (ClassicQueue, QuorumQueue, StreamQueue)}
 
 
 def queue_class(arguments: dict) -> type[Queue]:
@@ -60,6 +60,6 @@ __all__ = [
     "Queue",
     "QueuedMessage",
     "QuorumQueue",
-    "Stream",
+    "StreamQueue",
     "queue_class",
 ]

@@ -46,7 +46,7 @@ class _Cursor:
         self.end = end
 
 
-class Stream(Queue):
+class StreamQueue(Queue):
     """A stream queue; offsets start at 0. PreconditionFailed (AMQP 406, as RabbitMQ)
     unless declared durable, not exclusive and not auto-delete."""
 

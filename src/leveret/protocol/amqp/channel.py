@@ -27,8 +27,8 @@ from ...amqp.errors import (
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     UNEXPECTED_FRAME,
+    AMQPConnectionError,
     ChannelError,
-    ConnectionError,
 )
 from ...amqp.frames import encode_content, encode_method
 from ...core.errors import access_refused, not_found, precondition_failed
@@ -136,12 +136,12 @@ class Channel:
         return self._publish is not None
 
     def handle_method(self, method: Method) -> None:
-        """Carry out one method received on this channel. Raises ConnectionError 503 for
-        a method a client may not send, the handlers' ChannelError/ConnectionError, and
+        """Carry out one method received on this channel. Raises AMQPConnectionError 503 for
+        a method a client may not send, the handlers' ChannelError/AMQPConnectionError, and
         core's neutral errors (the connection maps them, :func:`.errors.to_amqp`)."""
         handler = self._handlers.get(type(method))
         if handler is None:  # a server-only method, or connection.* off channel 0
-            raise ConnectionError(COMMAND_INVALID, f"unimplemented method {method.name}")
+            raise AMQPConnectionError(COMMAND_INVALID, f"unimplemented method {method.name}")
         store = self.vhost.store
         if store is None or type(method) not in _DEFINING:
             handler(method)
@@ -175,19 +175,19 @@ class Channel:
 
     def handle_header(self, payload: bytes) -> None:
         """A content header frame's payload (§4.2.6) for the pending basic.publish.
-        ConnectionError 505 without one or for a class other than 60, 501 if too short,
+        AMQPConnectionError 505 without one or for a class other than 60, 501 if too short,
         502 for undecodable properties; PreconditionFailed (406) over
         ``max_message_size`` bytes."""
         if self._publish is None or self._header:
-            raise ConnectionError(
+            raise AMQPConnectionError(
                 UNEXPECTED_FRAME, f"unexpected content header frame on channel {self.number}"
             )
         if len(payload) < 14:
-            raise ConnectionError(FRAME_ERROR, "content header frame too short")
+            raise AMQPConnectionError(FRAME_ERROR, "content header frame too short")
         size = wire.declared_body_size(payload)
         class_id = int.from_bytes(payload[:2], "big")
         if class_id != 60:
-            raise ConnectionError(UNEXPECTED_FRAME, f"content header for class {class_id}, expected 60")
+            raise AMQPConnectionError(UNEXPECTED_FRAME, f"content header for class {class_id}, expected 60")
         limit = self.connection.core.limits.max_message_size
         if size > limit:
             self._publish = None
@@ -200,13 +200,15 @@ class Channel:
 
     def handle_body(self, payload: bytes) -> None:
         """A content body frame's payload; the message is published once the body
-        size the header declared has arrived. ConnectionError 505 without a header or
+        size the header declared has arrived. AMQPConnectionError 505 without a header or
         for more bytes than declared."""
         if not self._header:
-            raise ConnectionError(UNEXPECTED_FRAME, f"unexpected content body frame on channel {self.number}")
+            raise AMQPConnectionError(
+                UNEXPECTED_FRAME, f"unexpected content body frame on channel {self.number}"
+            )
         self._remaining -= len(payload)
         if self._remaining < 0:
-            raise ConnectionError(UNEXPECTED_FRAME, "content body exceeds the size in its header")
+            raise AMQPConnectionError(UNEXPECTED_FRAME, "content body exceeds the size in its header")
         self._chunks.append(payload)
         if self._remaining == 0:
             self._content_complete()
@@ -233,7 +235,7 @@ class Channel:
         if not method.active:
             # RabbitMQ 3.x: clients may not pause deliveries this way (it throttles
             # publishers with connection.blocked instead).
-            raise ConnectionError(NOT_IMPLEMENTED, "active=false")
+            raise AMQPConnectionError(NOT_IMPLEMENTED, "active=false")
         self.active = method.active
         self.send_method(commands.Channel.FlowOk(active=method.active))
         if self.active:
@@ -346,7 +348,7 @@ class Channel:
     # -- consuming ------------------------------------------------------------------
     def _basic_qos(self, m: commands.Basic.Qos) -> None:
         if m.prefetch_size:
-            raise ConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
+            raise AMQPConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
         if m.global_:
             self.global_prefetch = m.prefetch_count
         else:
@@ -358,7 +360,7 @@ class Channel:
         name = self._queue_name(m.queue)
         tag = m.consumer_tag or _new_tag("amq.ctag-")
         if tag in self.consumers:
-            raise ConnectionError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+            raise AMQPConnectionError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if name == REPLY_TO:
             self._consume_reply_to(m, tag)
             return
@@ -564,7 +566,7 @@ class Channel:
 
     def _basic_recover(self, m: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
         if not m.requeue:
-            raise ConnectionError(NOT_IMPLEMENTED, "requeue=false")
+            raise AMQPConnectionError(NOT_IMPLEMENTED, "requeue=false")
         self._settle(self._take_unacked(0, True), True)
         if isinstance(m, commands.Basic.Recover):
             self.send_method(commands.Basic.RecoverOk())
@@ -572,7 +574,7 @@ class Channel:
     # -- publishing -----------------------------------------------------------------
     def _basic_publish(self, m: commands.Basic.Publish) -> None:
         if m.immediate:
-            raise ConnectionError(NOT_IMPLEMENTED, "immediate=true")
+            raise AMQPConnectionError(NOT_IMPLEMENTED, "immediate=true")
         self._publish = m
         self._header = b""
         self._chunks = []

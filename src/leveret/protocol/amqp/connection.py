@@ -30,8 +30,8 @@ from ...amqp.errors import (
     INTERNAL_ERROR,
     NOT_ALLOWED,
     UNEXPECTED_FRAME,
+    AMQPConnectionError,
     ChannelError,
-    ConnectionError,
 )
 from ...amqp.frames import (
     FRAME_HEADER,
@@ -301,7 +301,7 @@ class Connection(Output):
                     raise to_amqp(exc) from None
             except ChannelError as exc:
                 self._channel_error(number, exc, payload if frame_type == FRAME_METHOD else None)
-            except ConnectionError as exc:
+            except AMQPConnectionError as exc:
                 class_id, method_id = _ids(payload) if frame_type == FRAME_METHOD else (0, 0)
                 self._connection_error(exc, class_id, method_id)
             if self.state == "closed" or self.state == "refusing":
@@ -373,7 +373,7 @@ class Connection(Output):
                 raise to_amqp(exc) from None
         except ChannelError as exc:
             self._channel_error(number, exc, None)
-        except ConnectionError as exc:
+        except AMQPConnectionError as exc:
             self._connection_error(exc, 0, 0)
         return True
 
@@ -410,7 +410,7 @@ class Connection(Output):
                 self._channel_method(number, method)
         elif frame_type == FRAME_HEARTBEAT:
             if number != 0:
-                raise ConnectionError(FRAME_ERROR, f"heartbeat frame on channel {number}")
+                raise AMQPConnectionError(FRAME_ERROR, f"heartbeat frame on channel {number}")
         else:
             channel = self._content_channel(frame_type, number)
             if channel is None:
@@ -429,10 +429,10 @@ class Connection(Output):
     def _content_channel(self, frame_type: int, number: int) -> Channel | None:
         kind = "content header" if frame_type == FRAME_HEADER else "content body"
         if number == 0 or self.state != "opened":
-            raise ConnectionError(UNEXPECTED_FRAME, f"unexpected {kind} frame on channel {number}")
+            raise AMQPConnectionError(UNEXPECTED_FRAME, f"unexpected {kind} frame on channel {number}")
         channel = self.channels.get(number)
         if channel is None:
-            raise ConnectionError(CHANNEL_ERROR, f"{kind} frame on closed channel {number}")
+            raise AMQPConnectionError(CHANNEL_ERROR, f"{kind} frame on closed channel {number}")
         return None if channel.closing else channel
 
     # -- channels -------------------------------------------------------------------
@@ -440,11 +440,11 @@ class Connection(Output):
         if self.state != "opened":
             if self.state == "closing":
                 return
-            raise ConnectionError(CHANNEL_ERROR, f"channel {number} used before connection.open")
+            raise AMQPConnectionError(CHANNEL_ERROR, f"channel {number} used before connection.open")
         channel = self.channels.get(number)
         if isinstance(method, commands.Channel.Open):
             if channel is not None:
-                raise ConnectionError(CHANNEL_ERROR, "second 'channel.open' seen")
+                raise AMQPConnectionError(CHANNEL_ERROR, "second 'channel.open' seen")
             # channel_max bounds how many channels are open at once, not their numbers
             # (RabbitMQ 3.10 opens channel 65535 under channel_max 2047); its 530 names
             # no method (class and method id 0).
@@ -453,13 +453,13 @@ class Connection(Output):
                     f"number of channels opened ({len(self.channels)}) has reached the "
                     f"negotiated channel_max ({self.channel_max})"
                 )
-                self._connection_error(ConnectionError(NOT_ALLOWED, text), 0, 0)
+                self._connection_error(AMQPConnectionError(NOT_ALLOWED, text), 0, 0)
                 return
             self.channels[number] = Channel(self, number)
             self.send_method(number, commands.Channel.OpenOk())
             return
         if channel is None:
-            raise ConnectionError(CHANNEL_ERROR, f"expected 'channel.open' on channel {number}")
+            raise AMQPConnectionError(CHANNEL_ERROR, f"expected 'channel.open' on channel {number}")
         if channel.closing:  # only the close handshake counts now (§1.5.2.5)
             if isinstance(method, (commands.Channel.CloseOk, commands.Channel.Close)):
                 del self.channels[number]
@@ -472,11 +472,11 @@ class Connection(Output):
             self.send_method(number, commands.Channel.CloseOk())
             return
         if channel.expecting_content:
-            raise ConnectionError(
+            raise AMQPConnectionError(
                 UNEXPECTED_FRAME, f"expected content header for class 60, got {method.name}"
             )
         if method.name.startswith("Connection."):  # RabbitMQ's words, whichever method
-            raise ConnectionError(COMMAND_INVALID, "unimplemented method")
+            raise AMQPConnectionError(COMMAND_INVALID, "unimplemented method")
         channel.handle_method(method)
 
     def _channel_error(self, number: int, exc: ChannelError, payload: bytes | None) -> None:
@@ -520,14 +520,14 @@ class Connection(Output):
         elif state == "opened" and isinstance(method, C.UpdateSecret):
             self._update_secret(method)
         elif not isinstance(method, (C.Blocked, C.Unblocked)):
-            raise ConnectionError(COMMAND_INVALID, f"unexpected {method.name} in state {self.state}")
+            raise AMQPConnectionError(COMMAND_INVALID, f"unexpected {method.name} in state {self.state}")
 
     def _start_ok(self, m: C.StartOk) -> None:
         self.client_properties = m.client_properties or {}
         capabilities = self.client_properties.get("capabilities")
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         if m.mechanism not in self.mechanisms:
-            raise ConnectionError(COMMAND_INVALID, f"unknown authentication mechanism '{m.mechanism}'")
+            raise AMQPConnectionError(COMMAND_INVALID, f"unknown authentication mechanism '{m.mechanism}'")
         delay = self.core.login_throttle.delay(self.peer.rpartition(":")[0])
         if delay:  # this address failed too often: every answer waits, a right one too
             self.state = "refusing"
@@ -546,11 +546,11 @@ class Connection(Output):
         self.transport.resume_reading()
         try:
             self._login(m)
-        except ConnectionError as exc:
+        except AMQPConnectionError as exc:
             self._connection_error(exc, 10, 11)
 
     def _login(self, m: C.StartOk) -> None:
-        """Authenticate connection.start-ok; ConnectionError 403 if refused (logged
+        """Authenticate connection.start-ok; AMQPConnectionError 403 if refused (logged
         with user, address and mechanism, never the secret, and counted against the
         address)."""
         username = "?"
@@ -569,7 +569,7 @@ class Connection(Output):
             )
             audit.record("login.refused", username, address, protocol="amqp", mechanism=m.mechanism)
             self.core.login_throttle.failed(address)
-            raise ConnectionError(ACCESS_REFUSED, str(exc)) from None
+            raise AMQPConnectionError(ACCESS_REFUSED, str(exc)) from None
         self.core.login_throttle.succeeded(address)
         self.auth_mechanism = m.mechanism
         self.state = "tune"
@@ -581,11 +581,11 @@ class Connection(Output):
     def _tune_ok(self, m: C.TuneOk) -> None:
         limits = self.core.limits
         if m.frame_max and m.frame_max < 4096:
-            raise ConnectionError(NOT_ALLOWED, f"frame_max={m.frame_max} < 4096 min size")
+            raise AMQPConnectionError(NOT_ALLOWED, f"frame_max={m.frame_max} < 4096 min size")
         if m.frame_max > limits.frame_max:
-            raise ConnectionError(NOT_ALLOWED, f"frame_max={m.frame_max} > {limits.frame_max} max size")
+            raise AMQPConnectionError(NOT_ALLOWED, f"frame_max={m.frame_max} > {limits.frame_max} max size")
         if m.channel_max > limits.channel_max:
-            raise ConnectionError(NOT_ALLOWED, f"channel_max={m.channel_max} > {limits.channel_max} max")
+            raise AMQPConnectionError(NOT_ALLOWED, f"channel_max={m.channel_max} > {limits.channel_max} max")
         self.frame_max = m.frame_max or limits.frame_max
         self.channel_max = m.channel_max or limits.channel_max
         self._reader.max_size = self.frame_max
@@ -597,14 +597,14 @@ class Connection(Output):
         assert user is not None  # state "open" follows a successful start-ok
         vhost = self.core.vhosts.get(m.virtual_host)
         if vhost is None:
-            raise ConnectionError(NOT_ALLOWED, f"vhost {m.virtual_host} not found")
+            raise AMQPConnectionError(NOT_ALLOWED, f"vhost {m.virtual_host} not found")
         if not self.core.users.may_access(user, vhost.name):
-            raise ConnectionError(
+            raise AMQPConnectionError(
                 NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{user.name}'"
             )
         refusal = self.core.connection_refusal(vhost.name, user.name)
         if refusal is not None:
-            raise ConnectionError(NOT_ALLOWED, refusal)
+            raise AMQPConnectionError(NOT_ALLOWED, refusal)
         self.vhost = vhost
         self.session = Session(vhost, Access(self.core.users, user, vhost.name), self)
         self.state = "opened"
@@ -741,7 +741,7 @@ class Connection(Output):
             channel.resume()
 
     # -- closing --------------------------------------------------------------------
-    def _connection_error(self, exc: ConnectionError, class_id: int, method_id: int) -> None:
+    def _connection_error(self, exc: AMQPConnectionError, class_id: int, method_id: int) -> None:
         if self.state in ("closing", "closed"):
             return
         log.info("connection %s: closing with %s", self.peer, exc.reply_text)
@@ -766,7 +766,7 @@ class Connection(Output):
     ) -> None:
         """Close from the broker's side (shutdown): connection.close, then the socket."""
         if self.state in ("opened", "open", "tune", "start"):
-            self._connection_error(ConnectionError(reply_code, text), 0, 0)
+            self._connection_error(AMQPConnectionError(reply_code, text), 0, 0)
         elif self.state == "header":
             self.close_transport()
 

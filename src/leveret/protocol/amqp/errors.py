@@ -14,9 +14,9 @@ from ...amqp.errors import (
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     RESOURCE_LOCKED,
+    AMQPConnectionError,
     AMQPError,
     ChannelError,
-    ConnectionError,
 )
 from ...core.errors import BrokerError
 
@@ -34,7 +34,7 @@ _REPLY_CODES = {
 
 
 def to_amqp(exc: BrokerError) -> AMQPError:
-    """The ChannelError or ConnectionError that reports ``exc`` to an AMQP client, with
+    """The ChannelError or AMQPConnectionError that reports ``exc`` to an AMQP client, with
     RabbitMQ's text (``NOT_FOUND - no queue 'q' in vhost '/'``)."""
     code, hard = _REPLY_CODES[exc.condition]
-    return (ConnectionError if hard else ChannelError)(code, exc.text)
+    return (AMQPConnectionError if hard else ChannelError)(code, exc.text)

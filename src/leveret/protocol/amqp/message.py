@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from ...amqp import field_table, properties as wire
-from ...amqp.errors import SYNTAX_ERROR, ConnectionError
+from ...amqp.errors import SYNTAX_ERROR, AMQPConnectionError
 from ...core.errors import precondition_failed
 from ...core.message import NEUTRAL, Death, Message, Properties, register_format, ttl_of
 
@@ -138,7 +138,7 @@ def from_publish(
     """The message of a basic.publish; ``facts`` is what :func:`wire.scan` returned for
     ``header``, if it was called already. Its ``CC`` and ``BCC`` headers become
     ``Message.cc`` routing keys and ``BCC`` leaves the header (see
-    :func:`sender_selected`). Raises ConnectionError 502 for properties that do not
+    :func:`sender_selected`). Raises AMQPConnectionError 502 for properties that do not
     decode, and PreconditionFailed (406) for an ``expiration`` that is not a
     non-negative integer or a ``CC``/``BCC`` that is not an array, with RabbitMQ's
     texts."""
@@ -184,14 +184,14 @@ def sender_selected(header: bytes) -> tuple[bytes, tuple[str, ...]]:
     only its long-string items are keys, other items are ignored, as RabbitMQ 3.10
     does. The names are case-sensitive. ``CC`` stays for consumers; ``BCC`` is removed,
     leaving an empty table if it was the only header, and the other headers keep their
-    wire types. ConnectionError 502 for a table that only pamqp can read."""
+    wire types. AMQPConnectionError 502 for a table that only pamqp can read."""
     offset = field_table.headers_offset(header)
     if offset is None:  # property flag continuation: no client sends it
         return header, ()
     try:
         table, end = field_table.decode_table(header, offset)
     except ValueError as exc:  # a field type only pamqp reads
-        raise ConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
+        raise AMQPConnectionError(SYNTAX_ERROR, f"cannot decode content properties: {exc}") from None
     keys: list[str] = []
     for name in ("CC", "BCC"):
         typed = table.get(name)

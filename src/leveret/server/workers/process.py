@@ -1,11 +1,11 @@
 """A connection worker: the process ``leveret server --workers N`` starts N of
-(docs/multicore.md §6). Run as ``python -m leveret.server.worker LINK_FD SOCKETS_FD
+(docs/multicore.md §6). Run as ``python -m leveret.server.workers.process LINK_FD SOCKETS_FD
 FRAME_MAX``.
 
 It holds AMQP clients' sockets the core accepted and passed to it, and does their byte
 work: reading, splitting frames, parsing whole publishes (:mod:`leveret.amqp.handoff`),
 encoding deliveries, writing. Everything with state beyond a socket stays in the core,
-which it talks to over the link (:mod:`.worker_link`). When the core goes (its end of
+which it talks to over the link (:mod:`.link`). When the core goes (its end of
 the link closes), the worker drops its clients and exits; the core starts a new worker
 when one dies.
 """
@@ -18,11 +18,11 @@ import socket
 import sys
 from typing import Any, cast
 
-from ..amqp.frames import PROTOCOL_HEADER, FrameError, FrameReader, encode_content, encode_deliver
-from ..amqp.handoff import parse_publishes
-from ..protocol.output import HIGH_WATER
-from .event_loop import new_event_loop
-from .worker_link import (
+from ...amqp.frames import PROTOCOL_HEADER, FrameError, FrameReader, encode_content, encode_deliver
+from ...amqp.handoff import parse_publishes
+from ...protocol.output import HIGH_WATER
+from ..event_loop import new_event_loop
+from .link import (
     ABORT,
     CLOSE,
     CONNECTION_ID,

@@ -26,10 +26,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ..core.broker import BrokerCore
-from ..protocol.amqp.remote import RemoteConnection
-from .listener import Flusher, Listener
-from .worker_link import (
+from ...core.broker import BrokerCore
+from ...protocol.amqp.remote import RemoteConnection
+from ..listener import Flusher, Listener
+from .link import (
     ABORT,
     CLOSE,
     CONNECTION_ID,
@@ -237,7 +237,7 @@ class WorkerListener(Listener):
         command = [
             sys.executable,
             "-m",
-            "leveret.server.worker",
+            "leveret.server.workers.process",
             str(worker_end.fileno()),
             str(sockets_worker.fileno()),
             str(self.core.limits.frame_max),

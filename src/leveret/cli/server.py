@@ -1,0 +1,223 @@
+"""``leveret server``: run a broker (a master, or a standby on a shared PostgreSQL store)
+until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+import sys
+
+import click
+
+from .. import log_limit
+from ..config import ConfigError, Settings, load
+from ..server.broker import Broker
+from ..server.event_loop import new_event_loop
+from ..server.tls import TLSError
+from ..store import DataDirLocked, StoreError
+
+
+@click.command()
+@click.option("--bind", default=None, help="Address to listen on [127.0.0.1].")
+@click.option("--amqp-port", type=int, default=None, help="AMQP port; 0 picks a free one [5672].")
+@click.option(
+    "--http-port",
+    type=int,
+    default=None,
+    help="Serve the management HTTP API on this port (RabbitMQ's is 15672); 0 picks a free one [off].",
+)
+@click.option(
+    "--prometheus-port",
+    type=int,
+    default=None,
+    help="Prometheus metrics, /metrics, on this port (RabbitMQ's is 15692); 0: a free one, -1: off [15692].",
+)
+@click.option(
+    "--stomp-port",
+    type=int,
+    default=None,
+    help="STOMP port (ActiveMQ's is 61613); 0 picks a free one, -1 turns it off [61613].",
+)
+@click.option(
+    "--web-stomp-port",
+    type=int,
+    default=None,
+    help="STOMP over WebSocket port, path /ws (RabbitMQ's is 15674); 0 picks a free one, -1 off [15674].",
+)
+@click.option("--data-dir", default=None, help="Directory for the broker's data [./leveret-data].")
+@click.option(
+    "--store",
+    "store_url",
+    default=None,
+    metavar="URL",
+    help="postgresql://user:password@host:port/db: keep state in PostgreSQL (one master, standbys).",
+)
+@click.option("--cluster", default=None, help="The brokers sharing a PostgreSQL store [leveret].")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML config file (users, vhosts, limits).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="AMQP connection worker processes, to use more cores (docs/multicore.md) [0: none].",
+)
+@click.option(
+    "--log-level",
+    default=None,
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+)
+def server(
+    bind: str | None,
+    amqp_port: int | None,
+    http_port: int | None,
+    prometheus_port: int | None,
+    stomp_port: int | None,
+    web_stomp_port: int | None,
+    data_dir: str | None,
+    store_url: str | None,
+    cluster: str | None,
+    config_file: str | None,
+    workers: int | None,
+    log_level: str | None,
+) -> None:
+    """Run the broker until SIGTERM or SIGINT.
+
+    Prints "leveret ready: amqp://HOST:PORT stomp://HOST:PORT" once it accepts clients
+    (then the management API's and the other listeners' addresses); on a signal, closes
+    every connection with 320 CONNECTION_FORCED and exits 0. With a PostgreSQL store it
+    may first print "leveret standby: cluster NAME" and wait to become the master; a
+    master that loses its database session stops serving and becomes a standby again.
+    """
+    settings = Settings(stomp_port=61613, web_stomp_port=15674, prometheus_port=15692)
+    if config_file:
+        try:
+            load(config_file, settings)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+    for key, value in (
+        ("bind", bind),
+        ("amqp_port", amqp_port),
+        ("http_port", http_port),
+        ("prometheus_port", prometheus_port),
+        ("stomp_port", stomp_port),
+        ("web_stomp_port", web_stomp_port),
+        ("data_dir", data_dir),
+        ("store_url", store_url),
+        ("store_cluster", cluster),
+        ("workers", workers),
+        ("log_level", log_level),
+    ):
+        if value is not None:
+            setattr(settings, key, value)
+    if settings.http_port is not None and settings.http_port < 0:
+        settings.http_port = None
+    if settings.prometheus_port is not None and settings.prometheus_port < 0:
+        settings.prometheus_port = None
+    if settings.stomp_port is not None and settings.stomp_port < 0:
+        settings.stomp_port = None
+    if settings.web_stomp_port is not None and settings.web_stomp_port < 0:
+        settings.web_stomp_port = None
+    if settings.data_dir is None:
+        settings.data_dir = "./leveret-data"
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # A flood of bad connections or logins costs a few log lines, not one each (the
+    # audit log is never thinned; an embedding program keeps its own logging as is).
+    log_limit.limit("leveret.amqp", "leveret.stomp", "leveret.management", "leveret.server")
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(_serve(settings))
+    except (DataDirLocked, StoreError, TLSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
+    finally:
+        loop.close()
+
+
+#: Seconds a broker that was fenced waits before it tries for the master lock again:
+#: a standby that has been waiting gets it first.
+REJOIN_PAUSE = 1.0
+
+
+async def _serve(settings: Settings) -> None:
+    """Run brokers until a signal: one, or (PostgreSQL store) a new one each time the
+    last was fenced, which waits as a standby again."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    stopping = asyncio.ensure_future(stop.wait())
+    fenced_before = False
+    while not stop.is_set():
+        broker = Broker(settings)
+        if fenced_before:
+            broker.standby_first = REJOIN_PAUSE
+        broker.on_standby = lambda: _say(f"leveret standby: cluster {settings.store_cluster}")
+        starting = asyncio.ensure_future(broker.start())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # a signal while a standby
+            broker.cancel_standby()
+            try:
+                await starting
+            except StoreError:
+                pass
+            await broker.stop()
+            return
+        try:
+            starting.result()  # start's errors end the server ...
+        except StoreError as exc:
+            if not fenced_before:
+                raise
+            # ... unless it was fenced before: the database may still be flapping
+            logging.getLogger("leveret").error("could not take over again: %s; standby again", exc)
+            await asyncio.sleep(REJOIN_PAUSE)
+            continue
+        _ready(broker)
+        fenced = asyncio.ensure_future(broker.wait_fenced())
+        await asyncio.wait({fenced, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        fenced.cancel()
+        if stop.is_set():
+            logging.getLogger("leveret").info("shutting down")
+        fenced_before = True
+        await broker.stop()
+        gc.unfreeze()
+    stopping.cancel()
+
+
+def _say(line: str) -> None:
+    click.echo(line)
+    sys.stdout.flush()
+
+
+def _ready(broker: Broker) -> None:
+    """Freeze what start-up made and print where the broker listens."""
+    # What exists now (modules, definitions, recovered state) lives as long as the
+    # broker: the cyclic collector need not walk it again. Without this every full
+    # collection of a busy broker paused it 30-45 ms, and due messages waited.
+    gc.collect()
+    gc.freeze()
+    ready = f"leveret ready: amqp://{broker.host}:{broker.amqp_port}"
+    if broker.stomp_url:
+        ready += " " + broker.stomp_url
+    click.echo(ready)
+    if broker.http_url:
+        click.echo(f"leveret management: {broker.http_url}/api/")
+    if broker.web_stomp_url:
+        click.echo(f"leveret web-stomp: {broker.web_stomp_url}")
+    if broker.amqps_port is not None:
+        click.echo(f"leveret amqps: amqps://{broker.host}:{broker.amqps_port}")
+    if broker.prometheus_url:
+        click.echo(f"leveret prometheus: {broker.prometheus_url}/metrics")
+    sys.stdout.flush()
