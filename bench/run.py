@@ -6,6 +6,7 @@ Usage::
     python bench/run.py --only rabbitmq --messages 50000 --seconds 5
     python bench/run.py --workloads publish,pubsub   # or letters: a,c
     python bench/run.py --workers 1,2                # also leveret --workers 1 and 2, in the same run
+    python bench/run.py --baseline-src ../old/src    # also leveret from an older tree: before/after
 
 Prints a side-by-side table (msg/s, ratio leveret/rabbitmq, broker µs CPU
 per message, RSS, pubsub latency) and writes ``bench/results/latest.json``.
@@ -98,6 +99,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--leveret-src", default=None,
                    help="run the broker from another source tree's src/ (e.g. a worktree of an "
                         "older commit), to compare before and after with the same bench")
+    p.add_argument("--baseline-src", default=None, metavar="DIR",
+                   help="also run leveret from this source tree's src/ (e.g. a worktree of the commit "
+                        "before a change), in the same run, and print a before/after table")
     p.add_argument("--output", default=str(HERE / "results" / "latest.json"), help="JSON results path")
     p.add_argument("--pause", type=float, default=1.0, help="seconds to idle between workloads (default 1)")
     p.add_argument("--scrape-metrics", type=float, default=0.0, metavar="SECONDS",
@@ -118,11 +122,15 @@ def resolve_workloads(spec: str) -> list[str]:
 
 #: The name in the results of leveret run with ``--workers N`` is this followed by N.
 WORKERS = "leveret-workers-"
+#: The name in the results of leveret run from ``--baseline-src``.
+BASELINE = "leveret-baseline"
 
 
 def make_broker(name: str, args: argparse.Namespace) -> Broker:
     if name == "leveret":
         return Leveret(python=args.python, src=args.leveret_src)
+    if name == BASELINE:
+        return Leveret(python=args.python, src=args.baseline_src)
     if name.startswith(WORKERS):
         return Leveret(python=args.python, src=args.leveret_src,
                        extra_args=["--workers", name.removeprefix(WORKERS)])
@@ -455,7 +463,33 @@ WORKERS_HEADERS = ["workload", "workers", "leveret msg/s", "workers msg/s", "rab
                    "workers CPU %"]
 
 
+def baseline_rows(results: dict) -> list[list[str]]:
+    """Each workload's figures for leveret and for the baseline tree, with the ratios
+    (CPU per message after/before: below 1 is cheaper now)."""
+    now = results.get("leveret", {}).get("rows", {})
+    before = results.get(BASELINE, {}).get("rows", {})
+    rows = []
+    for n, b in before.items():
+        a = now.get(n, {})
+        ra, rb = a.get("msg_per_s"), b.get("msg_per_s")
+        ca, cb = a.get("broker_cpu_us_per_msg"), b.get("broker_cpu_us_per_msg")
+        rate = ra / rb if ra is not None and rb else None
+        cpu = ca / cb if ca is not None and cb else None
+        rows.append([n, _fmt(rb), _fmt(ra), _fmt(rate, ".2f"),
+                     _fmt(cb, ".1f"), _fmt(ca, ".1f"), _fmt(cpu, ".3f")])
+    return rows
+
+
+BASELINE_HEADERS = ["workload", "before msg/s", "after msg/s", "after/before", "before µs CPU/msg",
+                    "after µs CPU/msg", "CPU after/before"]
+
+
 def print_tables(results: dict) -> None:
+    baseline = baseline_rows(results)
+    if baseline:
+        print("leveret (this tree) against --baseline-src, in the same run:")
+        _plain(BASELINE_HEADERS, baseline)
+        print()
     workers = workers_rows(results)
     if workers:
         print("leveret --workers N (all of its processes' CPU) beside the single process and RabbitMQ:")
@@ -556,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers and "leveret" in brokers:
         at = brokers.index("leveret") + 1
         brokers[at:at] = [WORKERS + n.strip() for n in args.workers.split(",") if n.strip()]
+    if args.baseline_src and "leveret" in brokers:
+        brokers.insert(brokers.index("leveret"), BASELINE)
     if "rabbitmq" in brokers and not rabbitmq_installed():
         log("NOTE: rabbitmq-server is not installed, so only leveret is benchmarked.\n"
             "      Install it with: apt-get install -y rabbitmq-server")
