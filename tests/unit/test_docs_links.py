@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
-CODE_SPAN = re.compile(r"(`+).*?\1")
+CODE_SPAN = re.compile(r"(`+).*?\1", re.DOTALL)
 # [text](target "title") and ![alt](target): the target up to a space or the closing ")".
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFERENCE = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
@@ -66,13 +66,16 @@ def anchors(path: Path) -> set[str]:
 
 
 def links(path: Path) -> Iterable[str]:
-    """The link targets written in ``path``, outside code blocks and code spans."""
+    """The link targets written in ``path``, outside code blocks and code spans (a
+    link's text, and a code span, may run over a line break)."""
+    prose = []
     for line in _prose_lines(path.read_text(encoding="utf-8")):
         reference = REFERENCE.match(line)
         if reference:
             yield reference.group(1)
-            continue
-        yield from INLINE_LINK.findall(CODE_SPAN.sub("", line))
+        else:
+            prose.append(line)
+    yield from INLINE_LINK.findall(CODE_SPAN.sub("", "\n".join(prose)))
 
 
 def broken_links(path: Path, root: Path = ROOT) -> list[str]:
@@ -123,16 +126,18 @@ def test_the_check_reports_a_missing_file_a_missing_heading_and_a_bad_line_ancho
         "`[not a link](nowhere.md)`\n\n"
         "```\n[not a link](nowhere.md)\n```\n\n"
         "[gone](docs/missing.md) ![gone](docs/missing.png) [bad](docs/other.md#twice-2)\n"
-        "[bad](#bottom) [bad](src/code.py#main)\n\n"
+        "[bad](#bottom) [bad](src/code.py#main) [a link whose text\nwraps](docs/wrapped.md)\n"
+        "`a code span\nover [two](lines.md) lines`\n\n"
         "[ref]: docs/also-missing.md\n"
     )
     assert broken_links(readme, tmp_path) == [
+        "docs/also-missing.md: no such file",  # reference definitions come first
         "docs/missing.md: no such file",
         "docs/missing.png: no such file",
         "docs/other.md#twice-2: no heading with anchor #twice-2",
         "#bottom: no heading with anchor #bottom",
         "src/code.py#main: #main is neither a line (L12) nor a markdown heading",
-        "docs/also-missing.md: no such file",
+        "docs/wrapped.md: no such file",
     ]
 
 
