@@ -1,4 +1,4 @@
-"""Screenshots of the web console for the README: starts a leveret with some traffic and
+"""Screenshots of the web console for docs/management.md: starts a leveret with some traffic and
 dead letters, logs in with Debian's chromium (tests/console/browser.py) and saves
 docs/console-*.png. Usage: python scripts/screenshots.py"""
 

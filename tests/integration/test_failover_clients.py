@@ -1,5 +1,5 @@
 """The clients users have follow the master after a kill -9, each the way its users
-configure failover (README, "High availability"): kombu and celery with failover
+configure failover (docs/operations.md, "Clients that follow the master"): kombu and celery with failover
 URLs, stomp.py with a host list, aio-pika's robust connection through a load balancer
 (:class:`ha.FirstAlive` in HAProxy's place)."""
 

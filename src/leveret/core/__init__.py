@@ -3,14 +3,19 @@
 The layers (dependencies point down only; nothing here imports a protocol, the server,
 sockets or asyncio)::
 
-    server/        event loop, listeners, the clock it gives core (server/clock.py)
+    server/          event loop, listeners (TCP, TLS, WebSocket), connection workers,
+       │             the clock it gives core (server/clock.py)
        │
-    protocol/amqp  sans-I/O adapter: AMQP frames ⇄ calls on a core Session (leveret.amqp:
-       │       the codec); management/: HTTP ⇄ core
+    protocol/amqp    sans-I/O adapters: AMQP 0-9-1 frames (codec: leveret.amqp) and
+    protocol/stomp   STOMP 1.0-1.2 frames ⇄ calls on a core Session;
+       │             management/: HTTP ⇄ core
        │
-    core/          this package
+    core/            this package
        │
-    store/         durable definitions and messages (SQLite)
+    store/           durable definitions, messages and jobs: SQLite (embedded, the
+                     default) or PostgreSQL (shared by a master and its standbys)
+
+docs/architecture.md draws the whole picture and follows a publish through it.
 
 Where each concept lives in core:
 

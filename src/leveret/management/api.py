@@ -1,4 +1,5 @@
-"""A subset of RabbitMQ's management HTTP API (``/api/...``), JSON over aiohttp.
+"""RabbitMQ 3.10's management HTTP API (``/api/...``) and leveret's additions, JSON over
+aiohttp.
 
 It reads and changes the broker only through core's public objects. Authentication
 is HTTP basic with the broker's users (``guest`` from loopback only, as for AMQP); a
@@ -12,12 +13,15 @@ existing tools and scripts can read it:
   see :mod:`.admin`
 - exchanges, queues, bindings, purge: :mod:`.resources`
 - publish, get: :mod:`.messages`
-- policies, vhost limits (and empty lists of operator policies, parameters):
-  :mod:`.policies`
+- policies, operator policies, global parameters, vhost limits: :mod:`.policies`
+- runtime parameters (shovels) and ``/api/shovels``: :mod:`.parameters`
 - overview, nodes, connections, channels, consumers, aliveness test, health checks,
   version: :mod:`.runtime`
-- ``GET /api/scheduled-jobs[/{vhost}[/{id}]]``, ``DELETE /api/scheduled-jobs/{vhost}/{id}``:
-  leveret's scheduled messages
+- dead letters (browse, preview, retry/move/copy/delete jobs) and the audit trail,
+  under ``/api/leveret/``: :mod:`.dead_letters`
+- here: ``GET /api/scheduled-jobs[/{vhost}[/{id}]]``, ``DELETE
+  /api/scheduled-jobs/{vhost}/{id}`` (leveret's scheduled messages), and the console's
+  session ``/api/leveret/session`` (POST logs in, GET, DELETE logs out; :mod:`.sessions`)
 
 Every list takes RabbitMQ's ``sort``, ``sort_reverse`` and ``columns`` (and paging where
 RabbitMQ pages): :mod:`.listing`. ``/api/nodes`` needs ``monitoring`` or
