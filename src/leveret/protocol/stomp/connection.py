@@ -348,7 +348,7 @@ class StompConnection(AdapterConnection):
             client_properties=self.client_properties,
             heartbeat=int(self._read_interval),
             ssl=self.tls,
-            state="blocked" if self.blocked else "running",
+            state="blocked" if self.blocked else ("running" if self.state == "connected" else self.state),
             channels=(channel,),
         )
 
