@@ -22,6 +22,7 @@ runs per message.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from . import advisory, audit
@@ -96,32 +97,19 @@ def login_refused(
     core.login_throttle.failed(address)
 
 
+@dataclass(eq=False, slots=True)
 class ConnectionHandle:
-    """An open connection's registrations in core; :meth:`close` undoes them."""
+    """An open connection's registrations in core (made by :func:`open_connection`);
+    :meth:`close` undoes them. ``user`` is a name, ``peer`` ``"host:port"``."""
 
-    __slots__ = ("_core", "client_id", "connection", "peer", "protocol", "user", "vhost")
-
-    def __init__(
-        self,
-        core: BrokerCore,
-        connection: Adapter,
-        user: str,
-        vhost: VirtualHost,
-        protocol: str,
-        peer: str,
-        client_id: str | None,
-    ) -> None:
-        self._core: BrokerCore | None = core  # None once closed
-        self.connection = connection
-        self.user = user
-        self.vhost = vhost
-        self.protocol = protocol
-        self.peer = peer
-        self.client_id = client_id
-
-    @property
-    def closed(self) -> bool:
-        return self._core is None
+    core: BrokerCore
+    connection: Adapter
+    user: str
+    vhost: VirtualHost
+    protocol: str
+    peer: str
+    client_id: str | None
+    closed: bool = False
 
     def _on_alarm(self, active: bool) -> None:
         self.connection.on_alarm(active)
@@ -134,11 +122,10 @@ class ConnectionHandle:
         """The connection ended (idempotent): its exclusive queues are deleted, the
         advisory says ``removed``, and it leaves the registry, the client ids and the
         alarm and vhost-deletion listeners."""
-        core = self._core
-        if core is None:
+        if self.closed:
             return
-        self._core = None
-        connection = self.connection
+        self.closed = True
+        core, connection = self.core, self.connection
         self.vhost.connection_closed(connection)
         advisory.connection_event(self.vhost, "removed", self.peer, self.user, self.protocol, self.client_id)
         if self.client_id is not None and core.client_ids.get(self.client_id) is connection:
