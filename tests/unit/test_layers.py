@@ -158,3 +158,19 @@ def test_amqp_codec_is_a_leaf():
     assert {m for m in loaded if m.startswith("leveret")} <= {
         "leveret", "leveret.version", "leveret.amqp", "leveret.amqp.errors", "leveret.amqp.frames",
         "leveret.amqp.properties", "leveret.amqp.field_table"}
+
+
+def test_ctl_loads_no_protocol_adapter_or_broker():
+    # `leveret ctl` talks to the control socket and reads ConnectionFacts: neither it nor
+    # the command group it comes with needs an adapter, the event loop or the server.
+    loaded = _loaded_by("import leveret.cli.ctl")
+    assert not {m for m in loaded if m.startswith(("leveret.protocol", "leveret.amqp",
+                                                   "leveret.server.broker", "leveret.server.control",
+                                                   "aiohttp", "uvloop"))}
+
+
+def test_the_control_socket_reads_connection_facts_only():
+    # server/control.py lists and closes every adapter's connections through core's
+    # registry (ConnectionFacts, close_by_operator): it names no adapter class.
+    loaded = _loaded_by("import leveret.server.control")
+    assert not {m for m in loaded if m.startswith("leveret.protocol")}

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from ..server.control import SOCKET_NAME
+from ..control_socket import SOCKET_NAME
 
 UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE, rabbitmqctl's code when the node is down
 

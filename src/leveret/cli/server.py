@@ -8,15 +8,17 @@ import gc
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from .. import log_limit
 from ..config import ConfigError, Settings, load
-from ..server.broker import Broker
-from ..server.event_loop import new_event_loop
 from ..server.tls import TLSError
 from ..store import DataDirLocked, StoreError
+
+if TYPE_CHECKING:  # (loaded when a broker runs: `leveret ctl` imports this module too)
+    from ..server.broker import Broker
 
 
 @click.command()
@@ -134,6 +136,8 @@ def server(
     # A flood of bad connections or logins costs a few log lines, not one each (the
     # audit log is never thinned; an embedding program keeps its own logging as is).
     log_limit.limit("leveret.amqp", "leveret.stomp", "leveret.management", "leveret.server")
+    from ..server.event_loop import new_event_loop
+
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
@@ -154,6 +158,8 @@ REJOIN_PAUSE = 1.0
 async def _serve(settings: Settings) -> None:
     """Run brokers until a signal: one, or (PostgreSQL store) a new one each time the
     last was fenced, which waits as a standby again."""
+    from ..server.broker import Broker
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

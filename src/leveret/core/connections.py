@@ -1,7 +1,8 @@
 """The broker's open client connections, seen without their protocol.
 
-Each protocol adapter registers a connection once it is open (logged in, in a vhost)
-and unregisters it when it ends; management, ``leveret ctl`` and metrics read
+Each protocol adapter's connection is registered once it is open (logged in, in a
+vhost) and unregistered when it ends, by its :class:`~.lifecycle.ConnectionHandle`
+(:func:`.lifecycle.open_connection`); management, ``leveret ctl`` and metrics read
 :class:`ConnectionFacts` from it and may ask it to close (RabbitMQ's "close
 connection": AMQP 320 CONNECTION_FORCED, a STOMP ERROR frame). Nothing here knows a
 frame or a socket: the adapter fills in the facts.

@@ -22,6 +22,7 @@ from ssl import SSLContext
 from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
+from ..control_socket import SOCKET_NAME
 from ..core.broker import BrokerCore
 from ..management import ManagementAPI
 from ..protocol.stomp import StompConnection
@@ -31,7 +32,7 @@ from ..store.batched import BatchedStore
 from ..store.postgresql import PostgreSQLStore
 from ..store.sqlite import SQLiteStore
 from .clock import LoopClock
-from .control import SOCKET_NAME, ControlServer
+from .control import ControlServer
 from .disk_monitor import DiskMonitor
 from .event_loop import new_event_loop
 from .listener import AnyConnection, Listener

@@ -28,19 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import audit, definitions_document
 from ..core.auth import Permission, TopicPermission, User, check_pattern
+from ..core.connections import ClientConnection, ConnectionFacts
 from ..core.errors import BrokerError
 from ..core.policy import Policy, not_operator_keys
 from ..core.queues import Queue
 from ..core.scheduler import JobInfo
-from ..protocol.stomp import StompConnection
 from ..version import __version__
 
 if TYPE_CHECKING:
     from .broker import Broker
-    from .listener import AnyConnection
 
 log = logging.getLogger("leveret.control")
-SOCKET_NAME = "leveret.ctl"
 MAX_REQUEST = 64 * 1024 * 1024  # bytes: an imported definitions document fits
 
 
@@ -111,7 +109,7 @@ def _status(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
         ["disk_free_limit", settings.disk_free_limit],
         ["vhosts", len(core.vhosts)],
         ["queues", sum(len(v.queues) for v in core.vhosts.values())],
-        ["connections", len(broker.connections())],
+        ["connections", len(_connections(broker))],
     ]
     return _table(["key", "value"], rows)
 
@@ -430,49 +428,62 @@ def _list_bindings(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     return _table(columns, rows)
 
 
-CONNECTION_INFO: dict[str, Callable[[tuple[str, AnyConnection]], Any]] = {
+#: A client connection as ctl lists it: its name, its facts, and itself (to close it).
+ConnectionRow = tuple[str, ConnectionFacts, ClientConnection]
+
+
+def _connections(broker: Broker) -> list[ConnectionRow]:
+    """Every client connection, by name: the listeners' (also those still logging in),
+    named as :meth:`Broker.connections` does, then those of any other adapter that
+    opened through core's lifecycle (:attr:`BrokerCore.connections`), by their facts'
+    name."""
+    found: list[ConnectionRow] = [
+        (name, connection.facts(), connection) for name, connection in broker.connections()
+    ]
+    listed = {id(connection) for _, _, connection in found}
+    for facts, connection in broker.core.connections.facts():
+        if id(connection) not in listed:
+            found.append((facts.name, facts, connection))
+    return found
+
+
+CONNECTION_INFO: dict[str, Callable[[ConnectionRow], Any]] = {
     "name": lambda c: c[0],
-    "user": lambda c: c[1].user.name if c[1].user else "",
-    "vhost": lambda c: c[1].vhost.name if c[1].vhost else "",
-    "peer_host": lambda c: c[1].peer.rpartition(":")[0],
-    "peer_port": lambda c: int(c[1].peer.rpartition(":")[2] or 0),
-    "state": lambda c: "running" if c[1].state in ("opened", "connected") else c[1].state,
+    "user": lambda c: c[1].user,
+    "vhost": lambda c: c[1].vhost,
+    "peer_host": lambda c: c[1].peer_host,
+    "peer_port": lambda c: c[1].peer_port,
+    "state": lambda c: c[1].state,
     # a STOMP connection is one channel, as RabbitMQ's STOMP plugin counts it
-    "channels": lambda c: 1 if isinstance(c[1], StompConnection) else len(c[1].channels),
-    "protocol": lambda c: f"STOMP {c[1].version}" if isinstance(c[1], StompConnection) else "AMQP 0-9-1",
-    "ssl": lambda c: c[0].endswith(" (TLS)"),
+    "channels": lambda c: len(c[1].channels),
+    "protocol": lambda c: c[1].protocol,
+    "ssl": lambda c: c[1].ssl,
 }
 
 
 @command("list_connections")
 def _list_connections(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     columns = _columns(args, CONNECTION_INFO, ["user", "peer_host", "peer_port", "state"])
-    return _table(columns, [[CONNECTION_INFO[c](item) for c in columns] for item in broker.connections()])
+    return _table(columns, [[CONNECTION_INFO[c](item) for c in columns] for item in _connections(broker)])
 
 
 @command("list_consumers")
 def _list_consumers(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     vhost = _vhost(broker, args)
     rows = []
-    for name, connection in broker.connections():
-        if connection.vhost is not vhost:
+    for name, facts, _ in _connections(broker):
+        if facts.vhost != vhost.name:
             continue
-        if isinstance(connection, StompConnection):
-            for group in connection.subscriptions.values():
-                for sub in group:
-                    rows.append([sub.queue.name, f"{name} (1)", sub.tag, not sub.no_ack, sub.prefetch, "{}"])
-            continue
-        for channel in connection.channels.values():
-            for consumer in channel.consumers.values():
-                queue = consumer.queue.name if consumer.queue is not None else ""
+        for channel in facts.channels:
+            for consumer in channel.consumers:
                 arguments = json.dumps(definitions_document.jsonable(consumer.arguments))
                 rows.append(
                     [
-                        queue,
+                        consumer.queue,
                         f"{name} ({channel.number})",
                         consumer.tag,
-                        not consumer.no_ack,
-                        consumer.prefetch,
+                        consumer.ack_required,
+                        consumer.prefetch_count,
                         arguments,
                     ]
                 )
@@ -483,9 +494,9 @@ def _list_consumers(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
 # -- actions --------------------------------------------------------------------------
 @command("close_connection", changes=True)
 def _close_connection(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
-    for name, connection in broker.connections():
+    for name, _, connection in _connections(broker):
         if name == args["name"]:
-            connection.close(320, args.get("explanation") or "Closed via leveret ctl")
+            connection.close_by_operator(args.get("explanation") or "Closed via leveret ctl")
             return _done(f"Closing connection {name}, reason: {args.get('explanation', '')} ...")
     raise CommandError(f"no connection named '{args['name']}' (see list_connections name)")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import platform
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 from pamqp.base import Frame as Method
@@ -48,17 +48,15 @@ from ...amqp.frames import (
     encode_method,
 )
 from ...amqp.handoff import PARSED_PUBLISH, Fields, as_frames, whole_publish
-from ...core import advisory, audit
 from ...core.access import Access
-from ...core.auth import AuthenticationError, User
-from ...core.broker import BrokerCore
+from ...core.auth import AuthenticationError
 from ...core.clock import Timer
 from ...core.connections import ChannelFacts, ConnectionFacts, ConsumerFacts
 from ...core.errors import BrokerError
+from ...core.lifecycle import ConnectionRefused
 from ...core.session import Session
-from ...core.vhost import VirtualHost
 from ...version import __version__
-from ..output import Output
+from ..adapter import AdapterConnection
 from ..turns import TurnBudget
 from .channel import Channel
 from .errors import to_amqp
@@ -74,40 +72,6 @@ _PUBLISH_IDS = (60, 40)
 HANDSHAKE_TIMEOUT = 10.0  # seconds, as RabbitMQ's handshake_timeout
 CLOSE_TIMEOUT = 3.0  # seconds to wait for connection.close-ok
 HEARTBEAT_RECHECK = 0.1  # seconds: long enough for the loop to poll its sockets once
-
-
-class Transport(Protocol):
-    """What a connection writes to and closes: an asyncio transport (the server's), or
-    a test's fake."""
-
-    def write(self, data: bytes) -> None:
-        """Queue ``data`` for the socket (never blocks)."""
-
-    def close(self) -> None:
-        """Close once the queued data is written."""
-
-    def abort(self) -> None:
-        """Close at once, dropping queued data."""
-
-    def pause_reading(self) -> None:
-        """Stop calling :meth:`Connection.data_received` (a blocked publisher)."""
-
-    def resume_reading(self) -> None:
-        """Read again after :meth:`pause_reading`."""
-
-
-class Loop(Protocol):
-    """The event loop as a connection uses it: monotonic time and timers (an asyncio
-    loop, or a test's fake that moves time by hand)."""
-
-    def time(self) -> float:
-        """Monotonic time in seconds."""
-
-    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
-        """Run ``callback`` once after ``delay`` seconds."""
-
-    def call_soon(self, callback: Callable[[], object]) -> object:
-        """Run ``callback`` in the next turn (the rest of a long read, protocol/turns.py)."""
 
 
 def server_properties() -> dict:
@@ -134,7 +98,7 @@ def server_properties() -> dict:
     }
 
 
-class Connection(Output):
+class Connection(AdapterConnection):
     """State machine of one client connection.
 
     States: ``header`` → ``start`` (start sent) → ``tune`` → ``open`` (awaiting
@@ -143,49 +107,21 @@ class Connection(Output):
     connection.close is sent, ``closed`` at the end.
     """
 
-    def __init__(
-        self,
-        core: BrokerCore,
-        transport: Transport,
-        loop: Loop,
-        request_flush: Callable[[Connection], None],
-        peer: str = "",
-        from_loopback: bool = True,
-        input_waiting: Callable[[], bool] | None = None,
-        certificate_user: str | None = None,
-    ) -> None:
-        self.core = core
-        self.transport = transport
-        self.loop = loop
-        self.peer = peer
-        self.from_loopback = from_loopback
-        # The user a verified TLS client certificate names: EXTERNAL is offered then.
-        self.certificate_user = certificate_user
-        self.mechanisms = (("EXTERNAL",) if certificate_user else ()) + MECHANISMS
+    def _init_protocol(self) -> None:
+        # EXTERNAL is offered when a verified TLS client certificate names a user.
+        self.mechanisms = (("EXTERNAL",) if self.certificate_user else ()) + MECHANISMS
         self.state = "header"
-        self.user: User | None = None  # set by connection.start-ok
-        self.vhost: VirtualHost | None = None  # set by connection.open
-        self.session: Session | None = None  # the user's operations in the vhost, likewise
-        self.client_properties: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
-        #: The listening address this connection came to (set by the listener).
-        self.local: tuple[str, int] = ("", 0)
-        self.tls = False  # came through a TLS listener (set by the listener)
         self.auth_mechanism = ""
-        self.connected_at = core.clock.time()
-        limits = core.limits
+        limits = self.core.limits
         self.channel_max = limits.channel_max
         self.frame_max = limits.frame_max
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.confirms_pending: set[Channel] = set()
-        self._init_output(request_flush)
-        self.blocked = False
         self._reader = FrameReader(limits.frame_max)
         self._header = b""
-        self._timer: Timer = loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
-        self.last_received = loop.time()
-        self._input_waiting = input_waiting
+        self._timer: Timer = self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
         # Frames read while a reply waits for the store (wait_for_store), else None.
         self._stash: list[tuple[int, int, Any]] | None = None
         self._rechecking = False  # the missed-heartbeat verdict was deferred once
@@ -528,7 +464,7 @@ class Connection(Output):
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         if m.mechanism not in self.mechanisms:
             raise AMQPConnectionError(COMMAND_INVALID, f"unknown authentication mechanism '{m.mechanism}'")
-        delay = self.core.login_throttle.delay(self.peer.rpartition(":")[0])
+        delay = self._login_delay()
         if delay:  # this address failed too often: every answer waits, a right one too
             self.state = "refusing"
             self.transport.pause_reading()
@@ -554,7 +490,6 @@ class Connection(Output):
         with user, address and mechanism, never the secret, and counted against the
         address)."""
         username = "?"
-        address = self.peer.rpartition(":")[0]
         try:
             if m.mechanism == "EXTERNAL":  # the certificate is the credential
                 username = self.certificate_user or "?"
@@ -563,14 +498,9 @@ class Connection(Output):
                 username, password = parse_response(m.mechanism, m.response)
                 self.user = self.core.users.authenticate(username, password, self.from_loopback, m.mechanism)
         except AuthenticationError as exc:
-            # RabbitMQ's log line, with the address; never the secret.
-            log.warning(
-                "connection %s: %s login refused: user '%s' - %s", self.peer, m.mechanism, username, exc
-            )
-            audit.record("login.refused", username, address, protocol="amqp", mechanism=m.mechanism)
-            self.core.login_throttle.failed(address)
+            self._login_refused(log, m.mechanism, username, str(exc), protocol="amqp", mechanism=m.mechanism)
             raise AMQPConnectionError(ACCESS_REFUSED, str(exc)) from None
-        self.core.login_throttle.succeeded(address)
+        self._login_accepted()
         self.auth_mechanism = m.mechanism
         self.state = "tune"
         limits = self.core.limits
@@ -602,25 +532,21 @@ class Connection(Output):
             raise AMQPConnectionError(
                 NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{user.name}'"
             )
-        refusal = self.core.connection_refusal(vhost.name, user.name)
-        if refusal is not None:
-            raise AMQPConnectionError(NOT_ALLOWED, refusal)
-        self.vhost = vhost
+        try:  # the vhost's max-connections
+            self._open_life(user, vhost, "AMQP 0-9-1")
+        except ConnectionRefused as exc:
+            raise AMQPConnectionError(NOT_ALLOWED, exc.text) from None
         self.session = Session(vhost, Access(self.core.users, user, vhost.name), self)
         self.state = "opened"
         self.send_method(0, C.OpenOk())
         self._timer.cancel()
         if self.heartbeat:
             self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
-        self.core.alarm_listeners.append(self._on_alarm)
-        self.core.vhost_deleted_listeners.append(self._on_vhost_deleted)
-        self.core.connections.add(self, vhost.name)
-        advisory.connection_event(vhost, "added", self.peer, user.name, "AMQP 0-9-1")
 
     # -- the broker's connection registry (core.connections) -------------------------
     def facts(self) -> ConnectionFacts:
         """This connection as management shows it (RabbitMQ's fields)."""
-        peer_host, _, peer_port = self.peer.rpartition(":")
+        peer_host, peer_port = self.peer_address()
         channels = tuple(
             ChannelFacts(
                 number=channel.number,
@@ -649,8 +575,8 @@ class Connection(Output):
             for channel in sorted(self.channels.values(), key=lambda c: c.number)
         )
         return ConnectionFacts(
-            peer_host=peer_host.strip("[]"),
-            peer_port=int(peer_port or 0),
+            peer_host=peer_host,
+            peer_port=peer_port,
             host=self.local[0],
             port=self.local[1],
             protocol="AMQP 0-9-1",
@@ -672,10 +598,9 @@ class Connection(Output):
         their reason as the text, as RabbitMQ."""
         self.close(CONNECTION_FORCED, reason)
 
-    def _on_vhost_deleted(self, name: str) -> None:
+    def on_vhost_deleted(self, name: str) -> None:
         """This connection's vhost is being deleted: 320, as RabbitMQ."""
-        if self.vhost is not None and self.vhost.name == name:
-            self.close(CONNECTION_FORCED, f"vhost '{name}' is deleted")
+        self.close(CONNECTION_FORCED, f"vhost '{name}' is deleted")
 
     def _update_secret(self, m: C.UpdateSecret) -> None:
         """connection.update-secret, answered as RabbitMQ 3.10 does with its internal
@@ -716,7 +641,7 @@ class Connection(Output):
             self.send(HEARTBEAT)
         self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
-    def _on_alarm(self, active: bool) -> None:
+    def on_alarm(self, active: bool) -> None:
         """The alarm ended: a connection blocked for publishing is read from again and
         told with connection.unblocked."""
         if not active and self.blocked:
@@ -791,16 +716,7 @@ class Connection(Output):
         self._timer.cancel()
         self._release_channels()
         self._out.clear()
-        if self.vhost is not None:
-            self.vhost.connection_closed(self)
-            user = self.user.name if self.user is not None else ""
-            advisory.connection_event(self.vhost, "removed", self.peer, user, "AMQP 0-9-1")
-            self.vhost = None
-        if self._on_alarm in self.core.alarm_listeners:
-            self.core.alarm_listeners.remove(self._on_alarm)
-        if self._on_vhost_deleted in self.core.vhost_deleted_listeners:
-            self.core.vhost_deleted_listeners.remove(self._on_vhost_deleted)
-        self.core.connections.remove(self)
+        self._end_life()
 
 
 def _active(consumer: Any) -> bool:

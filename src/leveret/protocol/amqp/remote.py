@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 from ...amqp.frames import FrameError
 from ..output import OUTPUT_LIMIT
-from .connection import Connection, Transport
+from ..transport import Transport
+from .connection import Connection
 
 #: Frames and publishes waiting for a later turn before the worker is told to stop
 #: reading the client (about 10 ms of the core's work)...

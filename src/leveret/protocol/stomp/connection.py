@@ -21,23 +21,21 @@ import re
 import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import ClassVar
 
-from ...core import advisory, audit
 from ...core.access import Access
-from ...core.auth import AuthenticationError, User
-from ...core.broker import BrokerCore
+from ...core.auth import AuthenticationError
 from ...core.clock import Timer
 from ...core.connections import ChannelFacts, ConnectionFacts, ConsumerFacts
 from ...core.errors import BrokerError
+from ...core.lifecycle import ClientIdInUse, ConnectionRefused
 from ...core.message import Message
 from ...core.publish import Publisher
 from ...core.queues import Queue, QueuedMessage
 from ...core.selector import Selector, SelectorError, compile_selector
 from ...core.session import Session
-from ...core.vhost import VirtualHost
 from ...version import __version__
-from ..output import Output
+from ..adapter import AdapterConnection
 from ..turns import TurnBudget
 from . import destinations
 from .destinations import TEMP_QUEUE_PREFIX, TEMP_TOPIC_PREFIX, Destination
@@ -53,9 +51,6 @@ from .message import (
     queue_destination,
 )
 from .subscription import ACK_MODES, QUEUE_PREFETCH, TOPIC_PREFETCH, Subscription
-
-if TYPE_CHECKING:
-    from ..amqp.connection import Loop, Transport
 
 log = logging.getLogger("leveret.stomp")
 
@@ -100,38 +95,14 @@ class StompError(Exception):
         self.detail = detail
 
 
-class StompConnection(Output):
+class StompConnection(AdapterConnection):
     """State machine of one STOMP client connection: ``connecting`` until CONNECT (or
     STOMP), ``refusing`` while a throttled login waits, ``connected``, then
     ``closed``."""
 
-    def __init__(
-        self,
-        core: BrokerCore,
-        transport: Transport,
-        loop: Loop,
-        request_flush: Callable[[Any], None],
-        peer: str = "",
-        from_loopback: bool = True,
-        input_waiting: Callable[[], bool] | None = None,
-        certificate_user: str | None = None,
-    ) -> None:
-        self.core = core
-        self.transport = transport
-        self.loop = loop
-        self.peer = peer
-        self.from_loopback = from_loopback
-        self.certificate_user = certificate_user
+    def _init_protocol(self) -> None:
         self.state = "connecting"
         self.version = "1.0"
-        #: The listening address this connection came to (set by the listener).
-        self.local: tuple[str, int] = ("", 0)
-        self.tls = False  # came through a TLS listener (set by the listener)
-        self.connected_at = core.clock.time()
-        self.client_properties: dict[str, Any] = {}
-        self.user: User | None = None
-        self.vhost: VirtualHost | None = None
-        self.session: Session | None = None
         self.publisher: Publisher | None = None
         self.client_id: str | None = None
         self.session_id = ""
@@ -155,15 +126,11 @@ class StompConnection(Output):
         # the rest of a read whose turn's budget ran out (see protocol/turns.py), else None
         self._rest: list[Frame | None] | None = None
         self._disconnecting = False  # DISCONNECT came: nothing more is read
-        self._init_output(request_flush)
-        self.blocked = False
         self.parser = FrameParser()
-        self._timer: Timer = loop.call_later(CONNECT_TIMEOUT, self._connect_timeout)
+        self._timer: Timer = self.loop.call_later(CONNECT_TIMEOUT, self._connect_timeout)
         self._send_timer: Timer | None = None
         self._read_interval = 0.0  # seconds between client heart-beats (0: none)
         self._send_interval = 0.0
-        self.last_received = loop.time()
-        self._input_waiting = input_waiting
 
     # -- what the server asks -----------------------------------------------------------
     @property
@@ -272,7 +239,7 @@ class StompConnection(Output):
         self.version = _negotiate(headers.get("accept-version"))
         self.parser.version = self.version
         heart_beat = _heart_beat(headers.get("heart-beat", "0,0"))
-        delay = self.core.login_throttle.delay(self.peer.rpartition(":")[0])
+        delay = self._login_delay()
         if delay:  # this address failed too often: every answer waits, a right one too
             self.state = "refusing"
             self.transport.pause_reading()
@@ -304,17 +271,14 @@ class StompConnection(Output):
         name, else ``/``), register ``client-id``; CONNECTED."""
         headers = frame.headers
         login = headers.get("login", "guest")
-        address = self.peer.rpartition(":")[0]
         try:
             user = self.core.users.authenticate(
                 login, headers.get("passcode", "guest"), self.from_loopback, "STOMP"
             )
         except AuthenticationError as exc:
-            log.warning("connection %s: STOMP login refused: user '%s' - %s", self.peer, login, exc)
-            audit.record("login.refused", login, address, protocol="stomp")
-            self.core.login_throttle.failed(address)
+            self._login_refused(log, "STOMP", login, str(exc), protocol="stomp")
             raise StompError("Authentication failed", str(exc)) from None
-        self.core.login_throttle.succeeded(address)
+        self._login_accepted()
         host = headers.get("host", "/")
         vhost = self.core.vhosts.get(host) or self.core.vhosts.get("/")
         if vhost is None:
@@ -323,16 +287,14 @@ class StompConnection(Output):
             raise StompError(
                 "Access refused", f"access to vhost '{vhost.name}' refused for user '{user.name}'"
             )
-        refusal = self.core.connection_refusal(vhost.name, user.name)
-        if refusal is not None:
-            raise StompError("Access refused", refusal)
         client_id = headers.get("client-id")
-        if client_id is not None:
-            if client_id in self.core.client_ids:
-                raise StompError("Client ID in use", f"client-id '{client_id}' is already connected")
-            self.core.client_ids[client_id] = self
-            self.client_id = client_id
-        self.user, self.vhost = user, vhost
+        try:  # the vhost's max-connections, then the client-id (ActiveMQ: unique)
+            self._open_life(user, vhost, f"STOMP {self.version}", client_id)
+        except ClientIdInUse as exc:
+            raise StompError("Client ID in use", exc.text) from None
+        except ConnectionRefused as exc:
+            raise StompError("Access refused", exc.text) from None
+        self.client_id = client_id
         self.session = Session(vhost, Access(self.core.users, user, vhost.name), self)
         self.publisher = Publisher(self.session, self)
         self.publisher.select_confirms()
@@ -357,16 +319,12 @@ class StompConnection(Output):
             )
         if self._send_interval:
             self._send_timer = self.loop.call_later(self._send_interval, self._send_heartbeat)
-        self.core.alarm_listeners.append(self._on_alarm)
-        self.core.vhost_deleted_listeners.append(self._on_vhost_deleted)
-        self.core.connections.add(self, vhost.name)
-        advisory.connection_event(vhost, "added", self.peer, user.name, f"STOMP {self.version}", client_id)
 
     # -- the broker's connection registry (core.connections) -------------------------
     def facts(self) -> ConnectionFacts:
         """This connection as management shows it: RabbitMQ's STOMP plugin shows a
         STOMP connection with one channel."""
-        peer_host, _, peer_port = self.peer.rpartition(":")
+        peer_host, peer_port = self.peer_address()
         subscriptions = [sub for group in self.subscriptions.values() for sub in group]
         channel = ChannelFacts(
             number=1,
@@ -379,8 +337,8 @@ class StompConnection(Output):
             ),
         )
         return ConnectionFacts(
-            peer_host=peer_host.strip("[]"),
-            peer_port=int(peer_port or 0),
+            peer_host=peer_host,
+            peer_port=peer_port,
             host=self.local[0],
             port=self.local[1],
             protocol=f"STOMP {self.version}",
@@ -390,7 +348,7 @@ class StompConnection(Output):
             client_properties=self.client_properties,
             heartbeat=int(self._read_interval),
             ssl=self.tls,
-            state="blocked" if self.blocked else "running",
+            state="blocked" if self.blocked else ("running" if self.state == "connected" else self.state),
             channels=(channel,),
         )
 
@@ -957,15 +915,16 @@ class StompConnection(Output):
             self.blocked = True
             self.transport.pause_reading()
 
-    def _on_alarm(self, active: bool) -> None:
+    def on_alarm(self, active: bool) -> None:
+        """The alarm ended: read from a blocked connection again."""
         if not active and self.blocked:
             self.blocked = False
             if self._rest is None:  # else the next turn resumes reading
                 self.transport.resume_reading()
 
-    def _on_vhost_deleted(self, name: str) -> None:
-        if self.vhost is not None and self.vhost.name == name:
-            self._error("Virtual host deleted", None, f"vhost '{name}' is deleted")
+    def on_vhost_deleted(self, name: str) -> None:
+        """This connection's vhost is being deleted: an ERROR frame, then close."""
+        self._error("Virtual host deleted", None, f"vhost '{name}' is deleted")
 
     def _connect_timeout(self) -> None:
         if self.state in ("connecting", "refusing"):
@@ -1033,20 +992,7 @@ class StompConnection(Output):
         self.deliveries.clear()
         self.message_ids.clear()
         self._id_of.clear()
-        if self.vhost is not None:
-            self.vhost.connection_closed(self)
-            user = self.user.name if self.user is not None else ""
-            advisory.connection_event(
-                self.vhost, "removed", self.peer, user, f"STOMP {self.version}", self.client_id
-            )
-            self.vhost = None
-        if self.client_id is not None and self.core.client_ids.get(self.client_id) is self:
-            del self.core.client_ids[self.client_id]
-        if self._on_alarm in self.core.alarm_listeners:
-            self.core.alarm_listeners.remove(self._on_alarm)
-        if self._on_vhost_deleted in self.core.vhost_deleted_listeners:
-            self.core.vhost_deleted_listeners.remove(self._on_vhost_deleted)
-        self.core.connections.remove(self)
+        self._end_life()
 
     _HANDLERS: ClassVar[dict[str, Callable[[StompConnection, Frame], None]]] = {
         "SEND": _send,

@@ -1,0 +1,168 @@
+"""One client connection's life in the broker, whatever its protocol.
+
+Each protocol adapter runs its own *sequence* of checks (authenticate, pick the vhost,
+check access), as RabbitMQ's STOMP processor calls the same ``rabbit_access_control``
+checks as ``rabbit_reader`` does for AMQP, but the bookkeeping around them is here, once:
+
+- :func:`login_throttle_delay`, :func:`login_refused`, :func:`login_accepted`: a login
+  from an address (RabbitMQ's log line, the audit record, the login throttle);
+- :func:`open_connection`: the connection is open in a vhost. It is refused if the
+  vhost's ``max-connections`` is reached or its client id is in use (as RabbitMQ's
+  ``rabbit_connection_tracking`` and ActiveMQ's ``InvalidClientIDException``), else it is
+  registered (:attr:`BrokerCore.connections`, read by management and ``leveret ctl``),
+  subscribed to resource alarms and vhost deletions, and announced (the ActiveMQ
+  advisory). The :class:`ConnectionHandle` it returns undoes all of it at
+  :meth:`~ConnectionHandle.close`.
+
+The adapter's connection is called back through :class:`Adapter` (alarm ended, vhost
+deleted, an operator's close, facts). Nothing here knows a frame or a socket; none of it
+runs per message.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from . import advisory, audit
+from .connections import ClientConnection
+from .errors import NotAllowed
+
+if TYPE_CHECKING:
+    from .broker import BrokerCore
+    from .vhost import VirtualHost
+
+
+class ConnectionRefused(NotAllowed):
+    """:func:`open_connection` refused the connection (AMQP 530 NOT_ALLOWED, which
+    closes it; a STOMP ERROR frame)."""
+
+
+class ConnectionLimitReached(ConnectionRefused):
+    """The vhost's ``max-connections`` limit is reached (RabbitMQ's text)."""
+
+
+class ClientIdInUse(ConnectionRefused):
+    """Another open connection has this client id (ActiveMQ's InvalidClientIDException)."""
+
+
+class Adapter(ClientConnection, Protocol):
+    """What a protocol adapter's connection offers its :class:`ConnectionHandle`:
+    :meth:`facts` and :meth:`close_by_operator` (the registry's), and the two events."""
+
+    def on_alarm(self, active: bool) -> None:
+        """A resource alarm started (True) or ended (False): RabbitMQ blocks publishers
+        while one is active."""
+
+    def on_vhost_deleted(self, name: str) -> None:
+        """The connection's vhost ``name`` is being deleted: close it (RabbitMQ: 320
+        CONNECTION_FORCED)."""
+
+
+def _address(peer: str) -> str:
+    """The address of ``"host:port"`` (the login throttle counts per address)."""
+    return peer.rpartition(":")[0]
+
+
+def login_throttle_delay(core: BrokerCore, peer: str) -> float:
+    """Seconds to wait before answering a login from ``peer`` (``"host:port"``): 0, or
+    more once its address failed too often (:class:`~.login_throttle.LoginThrottle`;
+    every answer waits then, a right one too)."""
+    return core.login_throttle.delay(_address(peer))
+
+
+def login_accepted(core: BrokerCore, peer: str) -> None:
+    """``peer`` logged in: its address's count of failures starts afresh."""
+    core.login_throttle.succeeded(_address(peer))
+
+
+def login_refused(
+    core: BrokerCore,
+    log: logging.Logger,
+    peer: str,
+    mechanism: str,
+    username: str,
+    reason: str,
+    /,
+    **details: object,
+) -> None:
+    """A login from ``peer`` (``"host:port"``) was refused: RabbitMQ's warning on the
+    adapter's ``log`` (``connection <peer>: <mechanism> login refused: user '<u>' -
+    <reason>``, never the secret), the audit record ``login.refused`` with ``details``
+    (``protocol=…``), and one more failure for the address's login throttle."""
+    log.warning("connection %s: %s login refused: user '%s' - %s", peer, mechanism, username, reason)
+    address = _address(peer)
+    audit.record("login.refused", username, address, **details)
+    core.login_throttle.failed(address)
+
+
+@dataclass(eq=False, slots=True)
+class ConnectionHandle:
+    """An open connection's registrations in core (made by :func:`open_connection`);
+    :meth:`close` undoes them. ``user`` is a name, ``peer`` ``"host:port"``."""
+
+    core: BrokerCore
+    connection: Adapter
+    user: str
+    vhost: VirtualHost
+    protocol: str
+    peer: str
+    client_id: str | None
+    closed: bool = False
+
+    def _on_alarm(self, active: bool) -> None:
+        self.connection.on_alarm(active)
+
+    def _on_vhost_deleted(self, name: str) -> None:
+        if name == self.vhost.name:
+            self.connection.on_vhost_deleted(name)
+
+    def close(self) -> None:
+        """The connection ended (idempotent): its exclusive queues are deleted, the
+        advisory says ``removed``, and it leaves the registry, the client ids and the
+        alarm and vhost-deletion listeners."""
+        if self.closed:
+            return
+        self.closed = True
+        core, connection = self.core, self.connection
+        self.vhost.connection_closed(connection)
+        advisory.connection_event(self.vhost, "removed", self.peer, self.user, self.protocol, self.client_id)
+        if self.client_id is not None and core.client_ids.get(self.client_id) is connection:
+            del core.client_ids[self.client_id]
+        if self._on_alarm in core.alarm_listeners:
+            core.alarm_listeners.remove(self._on_alarm)
+        if self._on_vhost_deleted in core.vhost_deleted_listeners:
+            core.vhost_deleted_listeners.remove(self._on_vhost_deleted)
+        core.connections.remove(connection)
+
+
+def open_connection(
+    core: BrokerCore,
+    connection: Adapter,
+    user: str,
+    vhost: VirtualHost,
+    protocol: str,
+    peer: str,
+    client_id: str | None = None,
+) -> ConnectionHandle:
+    """``connection`` of ``user`` (a name) is open in ``vhost``, speaking ``protocol``
+    (as management shows it: ``"AMQP 0-9-1"``, ``"STOMP 1.2"``), from ``peer``
+    (``"host:port"``), with an optional ``client_id`` unique in the broker.
+
+    Raises :class:`ConnectionLimitReached` when the vhost's ``max-connections`` is
+    reached, then :class:`ClientIdInUse`; nothing is registered then. The adapter has
+    checked the user and their access to the vhost before, in its own order."""
+    refusal = core.connection_refusal(vhost.name, user)
+    if refusal is not None:
+        raise ConnectionLimitReached(refusal)
+    if client_id is not None:
+        if client_id in core.client_ids:
+            raise ClientIdInUse(f"client-id '{client_id}' is already connected")
+        core.client_ids[client_id] = connection
+    handle = ConnectionHandle(core, connection, user, vhost, protocol, peer, client_id)
+    core.alarm_listeners.append(handle._on_alarm)
+    core.vhost_deleted_listeners.append(handle._on_vhost_deleted)
+    core.connections.add(connection, vhost.name)
+    advisory.connection_event(vhost, "added", peer, user, protocol, client_id)
+    return handle

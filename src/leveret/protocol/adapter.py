@@ -1,0 +1,124 @@
+"""What every protocol adapter's connection has, whatever it speaks: the server's
+transport and loop, the peer, the listener it came through, the user and vhost once open,
+and its life in core (:mod:`leveret.core.lifecycle`).
+
+An adapter subclasses :class:`AdapterConnection`, runs its own sequence of login checks
+(as RabbitMQ's ``rabbit_reader`` and STOMP processor each do), and calls
+:meth:`~AdapterConnection._open_life` once they pass and :meth:`~AdapterConnection._end_life`
+when the connection ends; it implements ``facts``, ``close_by_operator``, ``on_alarm``
+and ``on_vhost_deleted`` (:class:`leveret.core.lifecycle.Adapter`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..core import lifecycle
+from ..core.connections import ConnectionFacts
+from ..core.lifecycle import ConnectionHandle
+from .output import Output
+
+if TYPE_CHECKING:
+    from ..core.auth import User
+    from ..core.broker import BrokerCore
+    from ..core.session import Session
+    from ..core.vhost import VirtualHost
+    from .transport import Loop, Transport
+
+
+class AdapterConnection(Output):
+    """One client connection of some protocol, from accept to close."""
+
+    def __init__(
+        self,
+        core: BrokerCore,
+        transport: Transport,
+        loop: Loop,
+        request_flush: Callable[[Any], None],
+        peer: str = "",
+        from_loopback: bool = True,
+        input_waiting: Callable[[], bool] | None = None,
+        certificate_user: str | None = None,
+    ) -> None:
+        self.core = core
+        self.transport = transport
+        self.loop = loop
+        #: The client's ``"host:port"`` (IPv6 hosts in brackets).
+        self.peer = peer
+        self.from_loopback = from_loopback
+        # The user a verified TLS client certificate names (None without one).
+        self.certificate_user = certificate_user
+        #: The listening address this connection came to (set by the listener).
+        self.local: tuple[str, int] = ("", 0)
+        self.tls = False  # came through a TLS listener (set by the listener)
+        self.connected_at = core.clock.time()  # epoch seconds
+        self.client_properties: dict[str, Any] = {}
+        self.user: User | None = None  # once logged in
+        self.vhost: VirtualHost | None = None  # once open
+        self.session: Session | None = None  # the user's operations in the vhost, likewise
+        #: Its registrations in core while open (see :meth:`_open_life`), else None.
+        self.life: ConnectionHandle | None = None
+        self.blocked = False  # not read during a resource alarm
+        self._input_waiting = input_waiting  # whether unread bytes wait (heartbeat checks)
+        self._init_output(request_flush)
+        self.last_received = loop.time()
+        self._init_protocol()
+
+    def _init_protocol(self) -> None:
+        """The adapter's own state machine starts (its first state, its handshake timer)."""
+        raise NotImplementedError
+
+    # -- logging in -----------------------------------------------------------------------
+    def _login_delay(self) -> float:
+        """Seconds this peer's login must wait (its address failed too often), or 0."""
+        return lifecycle.login_throttle_delay(self.core, self.peer)
+
+    def _login_refused(
+        self, log: logging.Logger, mechanism: str, username: str, reason: str, /, **details: object
+    ) -> None:
+        """Log, audit and count a refused login (:func:`leveret.core.lifecycle.login_refused`)."""
+        lifecycle.login_refused(self.core, log, self.peer, mechanism, username, reason, **details)
+
+    def _login_accepted(self) -> None:
+        lifecycle.login_accepted(self.core, self.peer)
+
+    # -- open and closed ------------------------------------------------------------------
+    def _open_life(self, user: User, vhost: VirtualHost, protocol: str, client_id: str | None = None) -> None:
+        """Register this connection in core (see :func:`leveret.core.lifecycle.open_connection`)
+        and take ``user`` and ``vhost`` as its own. Raises ConnectionLimitReached or
+        ClientIdInUse (both ConnectionRefused), having changed nothing."""
+        self.life = lifecycle.open_connection(
+            self.core, self, user.name, vhost, protocol, self.peer, client_id
+        )
+        self.user, self.vhost = user, vhost
+
+    def _end_life(self) -> None:
+        """Undo :meth:`_open_life` (idempotent): exclusive queues go, the registry and
+        listeners forget this connection, the advisory says ``removed``."""
+        if self.life is not None:
+            self.life.close()
+        self.vhost = None
+
+    def peer_address(self) -> tuple[str, int]:
+        """The peer's host (without IPv6 brackets) and port, as management shows them."""
+        host, _, port = self.peer.rpartition(":")
+        return host.strip("[]"), int(port or 0)
+
+    # -- what the lifecycle calls (leveret.core.lifecycle.Adapter) -----------------------
+    def facts(self) -> ConnectionFacts:
+        """This connection as management and ``leveret ctl`` show it."""
+        raise NotImplementedError
+
+    def close_by_operator(self, reason: str) -> None:
+        """An operator closed it (RabbitMQ's ``CONNECTION_FORCED - <reason>``)."""
+        raise NotImplementedError
+
+    def on_alarm(self, active: bool) -> None:
+        """A resource alarm started or ended (each adapter unblocks in its own way)."""
+        raise NotImplementedError
+
+    def on_vhost_deleted(self, name: str) -> None:
+        """This connection's vhost is being deleted: close it in the protocol's way."""
+        raise NotImplementedError
