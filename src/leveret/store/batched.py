@@ -28,6 +28,17 @@ from pamqp import decode
 
 from ..amqp.field_table import encode_plain_table
 from .base import ALL_SEQS, SEQ_BLOCK_BITS, Callback, ScheduledRow, Snapshot, Store, StoredMessage, StoreError
+from .ops import (
+    BatchOp,
+    DeleteDedup,
+    DeleteDefinition,
+    DeleteQueueDedup,
+    DeleteRange,
+    SaveDedup,
+    SaveDefinition,
+    SetCounter,
+    write_op,
+)
 
 log = logging.getLogger("leveret.store")
 
@@ -48,22 +59,23 @@ class Connection(Protocol):
 
 
 class Batch:
-    __slots__ = ("callbacks", "counts", "definitions", "delays", "deletes", "inserts", "scheduled")
+    __slots__ = ("callbacks", "counts", "delays", "deletes", "inserts", "ops", "scheduled")
 
     def __init__(self) -> None:
         self.inserts: dict[int, list] = {}
         self.counts: dict[int, int] = {}
         self.delays: dict[int, float] = {}  # store id -> available_at (redelivery back-off)
         self.deletes: list[int] = []
-        self.definitions: list[tuple] = []
+        #: everything else, in the order it was made (see :mod:`.ops`)
+        self.ops: list[BatchOp] = []
         self.callbacks: list[Callback] = []
         #: scheduled rows: store id -> the row to write, or None to delete it
         self.scheduled: dict[int, ScheduledRow | None] = {}
 
     def __bool__(self) -> bool:
-        return bool(
-            self.inserts or self.counts or self.deletes or self.definitions or self.callbacks
-        ) or bool(self.scheduled or self.delays)
+        return bool(self.inserts or self.counts or self.deletes or self.ops or self.callbacks) or bool(
+            self.scheduled or self.delays
+        )
 
     def absorb(self, newer: Batch) -> None:
         """Take in the changes made after this batch (which could not be written), as
@@ -79,15 +91,12 @@ class Batch:
                 row[3] = count
             else:
                 self.counts[store_id] = count
-        for op in newer.definitions:
-            if op[0] == "range":  # a later purge or truncation: of these inserts too
-                _, queue_id, low, high = op
-                for store_id in [
-                    i for i, row in self.inserts.items() if row[1] == queue_id and low < row[2] <= high
-                ]:
+        for op in newer.ops:
+            if isinstance(op, DeleteRange):  # a later purge or truncation: of these inserts too
+                for store_id in [i for i, row in self.inserts.items() if op.covers(row[1], row[2])]:
                     del self.inserts[store_id]
         self.inserts.update(newer.inserts)
-        self.definitions += newer.definitions
+        self.ops += newer.ops
         self.callbacks += newer.callbacks
         self.scheduled.update(newer.scheduled)  # the later change of a row wins
         self.delays.update(newer.delays)
@@ -436,18 +445,18 @@ class BatchedStore(Store):
         """Queued in the current batch; an upsert, so a definition keeps its place in
         :meth:`load`'s order."""
         self.definition_changes += 1
-        self._changed().definitions.append(("save", kind, vhost, name, _encode_table(data)))
+        self._changed().ops.append(SaveDefinition(kind, vhost, name, _encode_table(data)))
 
     def delete_definition(self, kind: str, vhost: str, name: str) -> None:
         """Queued in the current batch."""
         self.definition_changes += 1
-        self._changed().definitions.append(("delete", kind, vhost, name))
+        self._changed().ops.append(DeleteDefinition(kind, vhost, name))
 
     def new_queue_id(self) -> int:
         """The next id of a counter kept in the ``meta`` table (saved with the batch)."""
         queue_id = self._next_queue_id
         self._next_queue_id += 1
-        self._changed().definitions.append(("meta", "next_queue_id", self._next_queue_id))
+        self._changed().ops.append(SetCounter("next_queue_id", self._next_queue_id))
         return queue_id
 
     def _block_id(self, block: int) -> int:
@@ -509,11 +518,11 @@ class BatchedStore(Store):
 
     def save_dedup(self, queue_id: int, key: str, expires_at: float) -> None:
         """Queued in the current batch."""
-        self._changed().definitions.append(("dedup", queue_id, key, expires_at))
+        self._changed().ops.append(SaveDedup(queue_id, key, expires_at))
 
     def delete_dedup(self, queue_id: int, key: str) -> None:
         """Queued in the current batch."""
-        self._changed().definitions.append(("undedup", queue_id, key))
+        self._changed().ops.append(DeleteDedup(queue_id, key))
 
     def set_delivery_count(self, store_id: int, count: int) -> None:
         """Updates an insert still in the batch, else queues an UPDATE."""
@@ -544,13 +553,13 @@ class BatchedStore(Store):
             i for i, row in batch.inserts.items() if row[1] == queue_id and low < row[2] <= high
         ]:
             del batch.inserts[store_id]
-        batch.definitions.append(("range", queue_id, low, high))
+        batch.ops.append(DeleteRange(queue_id, low, high))
 
     def remove_queue(self, queue_id: int) -> None:
         """A range deletion of all its seqs (done in the background, in chunks) and of
         its deduplication keys."""
         self._delete_range(queue_id, 0, ALL_SEQS)
-        self._changed().definitions.append(("undedup_all", queue_id))
+        self._changed().ops.append(DeleteQueueDedup(queue_id))
 
     def remove_range(self, queue_id: int, below_seq: int) -> None:
         """A range deletion, done in the background in chunks."""
@@ -682,7 +691,7 @@ class BatchedStore(Store):
                 error = f"store {self.name}: {exc}"
                 log.error("write failed: %s", error)
             if error is None:
-                deleting = deleting or any(op[0] == "range" for op in batch.definitions)
+                deleting = deleting or any(isinstance(op, DeleteRange) for op in batch.ops)
             now = time.monotonic()
             dirty = dirty or error is None
             if error is None and now - last_vacuum > self._idle_every:
@@ -761,33 +770,8 @@ class BatchedStore(Store):
                     "meta, schedule, transient) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     rows,
                 )
-        for op in batch.definitions:
-            if op[0] == "save":
-                # an upsert keeps the row (and its order: load() returns definitions in
-                # the order they were first saved); delete + insert would move it last
-                db.execute(
-                    "INSERT INTO definitions (kind, vhost, name, data) VALUES (?,?,?,?) ON CONFLICT (kind, "
-                    "vhost, name) DO UPDATE SET data=excluded.data",
-                    op[1:],
-                )
-            elif op[0] == "delete":
-                db.execute("DELETE FROM definitions WHERE kind=? AND vhost=? AND name=?", op[1:])
-            elif op[0] == "range":
-                db.execute("INSERT INTO pending_deletes (queue_id, low, high) VALUES (?,?,?)", op[1:])
-            elif op[0] == "undedup_all":
-                db.execute("DELETE FROM dedup WHERE queue_id=?", op[1:])
-            elif op[0] == "dedup":
-                # saved again: the newest (delete + insert moves it last, as load() expects)
-                db.execute("DELETE FROM dedup WHERE queue_id=? AND key=?", op[1:3])
-                db.execute("INSERT INTO dedup (queue_id, key, expires_at) VALUES (?,?,?)", op[1:])
-            elif op[0] == "undedup":
-                db.execute("DELETE FROM dedup WHERE queue_id=? AND key=?", op[1:])
-            else:
-                db.execute(
-                    "INSERT INTO meta (key, value) VALUES (?,?) "
-                    "ON CONFLICT (key) DO UPDATE SET value=excluded.value",
-                    op[1:],
-                )
+        for op in batch.ops:
+            write_op(db, op)
         db.execute("COMMIT")
 
     @classmethod

@@ -23,6 +23,7 @@ import pytest
 from leveret.store import DataDirLock, DataDirLocked, Snapshot, StoreError
 from leveret.store.base import ScheduledRow
 from leveret.store.batched import BatchedStore, NoRoom
+from leveret.store.ops import DeleteRange
 from leveret.store.postgresql import PgConnection, PostgreSQLStore
 from leveret.store.sqlite import SQLiteStore
 
@@ -708,7 +709,7 @@ def test_a_stalled_batch_drops_the_inserts_a_later_range_deletion_covers(tmp_pat
     store._batch = newer = type(stalled)()
     store.remove_paged(7, 0, 10)
     stalled.absorb(newer)
-    assert not stalled.inserts and ("range", 7, 0, 10) in stalled.definitions
+    assert not stalled.inserts and DeleteRange(7, 0, 10) in stalled.ops
     store.reserve = 0
     store._write_with_room(db, stalled)
     while store._delete_chunk(db):
@@ -808,3 +809,10 @@ def test_nul_and_backslashes_in_names_and_keys_survive(opened):
     snapshot = reopen(opened)
     assert snapshot.definitions == {"binding": [("/", name, {"k": "v\x00"})]}
     assert snapshot.dedup == {1: [("id\x00\\", 0.0)]}
+
+
+def test_a_batch_operation_of_no_known_kind_is_an_error_not_a_counter_write(opened):
+    from leveret.store.ops import write_op
+
+    with opened.place.raw() as db, pytest.raises(TypeError, match="not a batch operation"):
+        write_op(db, ("meta", "next_queue_id", 9))  # the old string-tagged form
