@@ -83,7 +83,16 @@ Callback = Callable[[bool], None]
 
 class Store(ABC):
     """Durable definitions and messages. Methods are called on the event loop and must
-    not block it; writes become durable in groups, in call order."""
+    not block it; writes become durable in groups, in call order.
+
+    Reads the broker makes while it serves are requests answered by callback, as
+    :meth:`when_durable` is: :meth:`request_queue` (a queue's page-in),
+    :meth:`request_scheduled` (the scheduler's window) and :meth:`request_offset` (a
+    stream consumer's start by timestamp) read on the store's reader thread and call
+    ``answer`` on the loop, in the order asked. The blocking reads (:meth:`load`,
+    :meth:`count_blocks`, :meth:`read_queue`, :meth:`find_offset`,
+    :meth:`read_scheduled` …) are for start-up recovery, which runs before any listener
+    opens, and for an operator's look at a queue or the scheduler."""
 
     #: Definitions saved or deleted so far: a protocol adapter compares it before and
     #: after a declare to know whether its -ok must wait for :meth:`when_durable`.
@@ -133,6 +142,24 @@ class Store(ABC):
     def find_offset(self, queue_id: int, when: float) -> int | None:
         """The lowest seq of a queue's messages published at or after ``when`` (epoch
         seconds), None if there is none."""
+
+    @abstractmethod
+    def request_offset(self, queue_id: int, when: float, answer: Callable[[int | None], None]) -> None:
+        """:meth:`find_offset`, answered by ``answer(seq)`` on the loop."""
+
+    @abstractmethod
+    def request_queue(
+        self,
+        queue_id: int,
+        after_seq: int,
+        limit: int,
+        upto_seq: int,
+        answer: Callable[[list[StoredMessage]], None],
+    ) -> None:
+        """:meth:`read_queue`, answered by ``answer(rows)`` on the loop. A row whose
+        deletion is on its way at the answer is left out; one deleted and written
+        between the read and the answer may not be, so the caller leaves out what it
+        took away meanwhile."""
 
     @abstractmethod
     def read_queue(
@@ -211,6 +238,13 @@ class Store(ABC):
     def read_scheduled(self, after: tuple[float, int], limit: int) -> list[ScheduledRow]:
         """Up to ``limit`` rows whose :meth:`ScheduledRow.key` is above ``after``, in
         that order, counting changes not yet on disk."""
+        raise NotImplementedError
+
+    def request_scheduled(
+        self, after: tuple[float, int], limit: int, answer: Callable[[list[ScheduledRow]], None]
+    ) -> None:
+        """:meth:`read_scheduled`, answered by ``answer(rows)`` on the loop, as of the
+        answer (changes made while the read was on its way count)."""
         raise NotImplementedError
 
     def find_scheduled(self, job_id: str) -> ScheduledRow | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue as queue_mod
 import threading
 import time
@@ -28,6 +29,17 @@ from pamqp import decode
 
 from ..amqp.field_table import encode_plain_table
 from .base import ALL_SEQS, SEQ_BLOCK_BITS, Callback, ScheduledRow, Snapshot, Store, StoredMessage, StoreError
+from .ops import (
+    BatchOp,
+    DeleteDedup,
+    DeleteDefinition,
+    DeleteQueueDedup,
+    DeleteRange,
+    SaveDedup,
+    SaveDefinition,
+    SetCounter,
+    write_op,
+)
 
 log = logging.getLogger("leveret.store")
 
@@ -48,22 +60,23 @@ class Connection(Protocol):
 
 
 class Batch:
-    __slots__ = ("callbacks", "counts", "definitions", "delays", "deletes", "inserts", "scheduled")
+    __slots__ = ("callbacks", "counts", "delays", "deletes", "inserts", "ops", "scheduled")
 
     def __init__(self) -> None:
         self.inserts: dict[int, list] = {}
         self.counts: dict[int, int] = {}
         self.delays: dict[int, float] = {}  # store id -> available_at (redelivery back-off)
         self.deletes: list[int] = []
-        self.definitions: list[tuple] = []
+        #: everything else, in the order it was made (see :mod:`.ops`)
+        self.ops: list[BatchOp] = []
         self.callbacks: list[Callback] = []
         #: scheduled rows: store id -> the row to write, or None to delete it
         self.scheduled: dict[int, ScheduledRow | None] = {}
 
     def __bool__(self) -> bool:
-        return bool(
-            self.inserts or self.counts or self.deletes or self.definitions or self.callbacks
-        ) or bool(self.scheduled or self.delays)
+        return bool(self.inserts or self.counts or self.deletes or self.ops or self.callbacks) or bool(
+            self.scheduled or self.delays
+        )
 
     def absorb(self, newer: Batch) -> None:
         """Take in the changes made after this batch (which could not be written), as
@@ -79,15 +92,12 @@ class Batch:
                 row[3] = count
             else:
                 self.counts[store_id] = count
-        for op in newer.definitions:
-            if op[0] == "range":  # a later purge or truncation: of these inserts too
-                _, queue_id, low, high = op
-                for store_id in [
-                    i for i, row in self.inserts.items() if row[1] == queue_id and low < row[2] <= high
-                ]:
+        for op in newer.ops:
+            if isinstance(op, DeleteRange):  # a later purge or truncation: of these inserts too
+                for store_id in [i for i, row in self.inserts.items() if op.covers(row[1], row[2])]:
                     del self.inserts[store_id]
         self.inserts.update(newer.inserts)
-        self.definitions += newer.definitions
+        self.ops += newer.ops
         self.callbacks += newer.callbacks
         self.scheduled.update(newer.scheduled)  # the later change of a row wins
         self.delays.update(newer.delays)
@@ -106,6 +116,11 @@ def _encode_table(data: dict) -> bytes:
 
 def _decode_table(blob: bytes) -> dict:
     return decode.field_table(bytes(blob))[1]
+
+
+class LoopRead(AssertionError):
+    """A synchronous read ran on the event loop's thread while
+    :attr:`BatchedStore.forbid_loop_reads` was set (a debug guard for tests)."""
 
 
 class NoRoom(Exception):
@@ -154,6 +169,17 @@ class BatchedStore(Store):
         self._db: Connection | None = None
         self._reader: Connection | None = None
         self._inflight: Batch | None = None
+        #: reads answered by callback: (query, finish) jobs for the reader thread
+        self._reads: queue_mod.Queue = queue_mod.Queue()
+        self._read_thread: threading.Thread | None = None
+        self._read_db: Connection | None = None  # the reader thread's own connection
+        self._reads_in_flight = 0
+        #: scheduled-row changes made while reads were in flight (see request_scheduled)
+        self._scheduled_since: dict[int, ScheduledRow | None] = {}
+        #: the event loop's thread (see :attr:`forbid_loop_reads`)
+        self._loop_thread: int | None = None
+        #: Debug guard (tests): a synchronous read on the loop's thread raises LoopRead.
+        self.forbid_loop_reads = bool(os.environ.get("LEVERET_FORBID_LOOP_READS"))
         self.failed: str | None = None
         self.fenced: str | None = None
 
@@ -246,13 +272,63 @@ class BatchedStore(Store):
         self, queue_id: int, after_seq: int, limit: int, upto_seq: int = ALL_SEQS
     ) -> list[StoredMessage]:
         """Committed rows (read on a second connection) merged with the inserts still in
-        the in-flight and the current batch."""
+        the in-flight and the current batch. Blocks: start-up, tests and the console's
+        browsing; a queue's page-in uses :meth:`request_queue`."""
+        self._check_thread("read_queue")
         assert self._reader is not None
+        pending = self._pending_inserts(queue_id, after_seq, upto_seq)
+        deleting = self._pending_deletes()
+        rows = self._query_queue(self._reader, queue_id, after_seq, upto_seq, limit, deleting)
+        return self._merge_queue(rows, pending, limit)
+
+    def request_queue(
+        self,
+        queue_id: int,
+        after_seq: int,
+        limit: int,
+        upto_seq: int,
+        answer: Callable[[list[StoredMessage]], None],
+    ) -> None:
+        """:meth:`read_queue` on the reader thread: the inserts still in a batch are
+        taken now, the committed rows read there, and ``answer(rows)`` runs on the loop,
+        without the rows whose deletion is then on its way. A row deleted and committed
+        between the read and the answer may still be in it: the caller knows what it
+        removed meanwhile (a queue forgets paged-out messages it expired or holds)."""
+        pending = self._pending_inserts(queue_id, after_seq, upto_seq)
+        deleting = self._pending_deletes()
+
+        def query(db: Connection) -> list:
+            return self._query_queue(db, queue_id, after_seq, upto_seq, limit, deleting)
+
+        def finish(rows: list) -> None:
+            gone = self._pending_deletes()
+            if gone:
+                rows = [row for row in rows if row[0] not in gone]
+            answer(self._merge_queue(rows, pending, limit))
+
+        self._ask(query, finish)
+
+    def _pending_inserts(self, queue_id: int, after_seq: int, upto_seq: int) -> list[list]:
+        """The rows of a queue with ``after_seq < seq <= upto_seq`` still in the
+        in-flight or the current batch (a batch may also be committed already)."""
+        return [
+            row
+            for batch in (self._inflight, self._batch)
+            if batch is not None
+            for row in batch.inserts.values()
+            if row[1] == queue_id and after_seq < row[2] <= upto_seq
+        ]
+
+    @staticmethod
+    def _query_queue(
+        db: Connection, queue_id: int, after_seq: int, upto_seq: int, limit: int, deleting: set[int]
+    ) -> list:
+        """Up to ``limit`` committed rows in seq order, none of ``deleting``. Touches
+        nothing but ``db``: runs on either thread."""
         # A committed row whose deletion is still on its way (a paged-out message that
         # expired on disk) is not read back: read that many more, so that ``limit`` rows
         # come whenever there are that many (a short read means the store lost track).
-        deleting = self._pending_deletes()
-        rows = self._reader.execute(
+        rows = db.execute(
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
             "transient, expires_at, published_at, size, meta, available_at FROM messages "
             "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
@@ -260,14 +336,11 @@ class BatchedStore(Store):
         ).fetchall()
         if deleting:
             rows = [row for row in rows if row[0] not in deleting][:limit]
-        # Writes still on their way to disk; a batch may also be committed already.
-        pending = [
-            row
-            for batch in (self._inflight, self._batch)
-            if batch is not None
-            for row in batch.inserts.values()
-            if row[1] == queue_id and after_seq < row[2] <= upto_seq
-        ]
+        return rows
+
+    @staticmethod
+    def _merge_queue(rows: list, pending: list[list], limit: int) -> list[StoredMessage]:
+        """Committed ``rows`` and ``pending`` inserts as StoredMessages, by seq."""
         if pending:
             found = {row[0]: row for row in rows}
             found.update((row[0], row) for row in pending)
@@ -291,6 +364,57 @@ class BatchedStore(Store):
             for row in rows
         ]
 
+    # -- reads answered by callback ---------------------------------------------------------
+    def _check_thread(self, what: str) -> None:
+        """The debug guard: LoopRead if ``what`` (a blocking read) runs on the loop's
+        thread while :attr:`forbid_loop_reads` is set."""
+        if self.forbid_loop_reads and threading.get_ident() == self._loop_thread:
+            raise LoopRead(f"store {self.name}: {what} read synchronously on the event loop")
+
+    def _ask(self, query: Callable[[Connection], Any], finish: Callable[[Any], None]) -> None:
+        """Run ``query(db)`` on the reader thread, then ``finish(result)`` on the loop
+        (the answers come in the order asked)."""
+        self._reads_in_flight += 1
+        self._reads.put((query, finish))
+
+    def _reading(self) -> None:
+        """The reader thread: answers requests in order, on its own connection; a read
+        that fails is logged and asked again after :data:`RETRY` seconds."""
+        db = self._read_db
+        assert db is not None
+        while True:
+            job = self._reads.get()
+            if job is None:
+                return
+            query, finish = job
+            try:
+                result = query(db)
+            except self._errors as exc:
+                log.error("store %s: a read failed, retrying in %.1f s: %s", self.name, RETRY, exc)
+                if not self._report(self._read_again, job):
+                    return
+                continue
+            if not self._report(self._answered, finish, result):
+                return
+
+    def _read_again(self, job: tuple) -> None:
+        assert self._loop is not None
+        self._loop.call_later(RETRY, self._reads.put, job)
+
+    def _answered(self, finish: Callable[[Any], None], result: object) -> None:
+        """On the loop: a read's answer."""
+        self._reads_in_flight -= 1
+        try:
+            finish(result)
+        finally:
+            if not self._reads_in_flight:
+                self._scheduled_since.clear()
+
+    @property
+    def reads_in_flight(self) -> int:
+        """Reads asked for and not answered yet."""
+        return self._reads_in_flight
+
     def _pending_deletes(self) -> set[int]:
         """Store ids whose deletion is still on its way to disk."""
         return {i for batch in (self._inflight, self._batch) if batch is not None for i in batch.deletes}
@@ -300,6 +424,7 @@ class BatchedStore(Store):
     ) -> list[StoredMessage]:
         """By the ``messages_expiring`` index; committed rows only (a row still in a
         batch is found by a later call), none whose deletion is on its way."""
+        self._check_thread("read_expired")
         assert self._reader is not None
         deleting = self._pending_deletes()
         return [
@@ -314,6 +439,7 @@ class BatchedStore(Store):
         ][:limit]
 
     def next_expiry(self, queue_id: int, after_seq: int, upto_seq: int, now: float) -> float | None:
+        self._check_thread("next_expiry")
         assert self._reader is not None
         row = self._reader.execute(
             # (the literal ``expires_at > 0`` lets SQLite use the partial index)
@@ -331,9 +457,13 @@ class BatchedStore(Store):
 
     def save_scheduled(self, row: ScheduledRow) -> None:
         self._changed().scheduled[row.store_id] = row
+        if self._reads_in_flight:
+            self._scheduled_since[row.store_id] = row
 
     def remove_scheduled(self, store_id: int) -> None:
         self._changed().scheduled[store_id] = None
+        if self._reads_in_flight:
+            self._scheduled_since[store_id] = None
 
     def _pending_scheduled(self) -> dict[int, ScheduledRow | None]:
         """Scheduled-row changes not committed yet, the latest of each row."""
@@ -348,16 +478,46 @@ class BatchedStore(Store):
         with the changes still in the in-flight and the current batch. Fewer than
         ``limit`` rows only when there are no more: committed rows that a pending change
         deletes or moves do not count, so reading goes on past them (the scheduler takes
-        a short batch for the end of the store)."""
+        a short batch for the end of the store). Blocks: the scheduler's window reads
+        use :meth:`request_scheduled`."""
+        self._check_thread("read_scheduled")
         assert self._reader is not None
         pending = self._pending_scheduled()
+        rows, cursor, complete = self._query_scheduled(self._reader, after, limit, set(pending))
+        return self._merge_scheduled(rows, cursor, complete, pending, after, limit)
+
+    def request_scheduled(
+        self, after: tuple[float, int], limit: int, answer: Callable[[list[ScheduledRow]], None]
+    ) -> None:
+        """:meth:`read_scheduled` on the reader thread, ``answer(rows)`` on the loop.
+        The rows are as of the answer: a row saved, moved or removed after the request
+        is merged in as it then is."""
+        pending = self._pending_scheduled()
+        touched = set(pending)
+
+        def query(db: Connection) -> tuple[dict[int, ScheduledRow], tuple[float, int], bool]:
+            return self._query_scheduled(db, after, limit, touched)
+
+        def finish(result: tuple[dict[int, ScheduledRow], tuple[float, int], bool]) -> None:
+            pending.update(self._scheduled_since)  # changed while the read was on its way
+            answer(self._merge_scheduled(*result, pending, after, limit))
+
+        self._ask(query, finish)
+
+    @staticmethod
+    def _query_scheduled(
+        db: Connection, after: tuple[float, int], limit: int, pending: set[int]
+    ) -> tuple[dict[int, ScheduledRow], tuple[float, int], bool]:
+        """Committed rows after ``after`` until ``limit`` of them are not in ``pending``:
+        ``(rows by store id, the last key read, whether every row was read)``. Touches
+        nothing but ``db``: runs on either thread."""
         rows: dict[int, ScheduledRow] = {}
         cursor = after
         complete = False  # every committed row after ``after`` read
         while True:
             fetched = [
                 ScheduledRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]))
-                for r in self._reader.execute(
+                for r in db.execute(
                     "SELECT id, vhost, job_id, due_at, exchange, routing_key, header, body, meta, "
                     "schedule, transient FROM scheduled WHERE (due_at, id) > (?, ?) ORDER BY due_at, id "
                     "LIMIT ?",
@@ -372,6 +532,18 @@ class BatchedStore(Store):
             cursor = fetched[-1].key()
             if sum(1 for store_id in rows if store_id not in pending) >= limit:
                 break  # ``limit`` rows up to ``cursor`` that no pending change touches
+        return rows, cursor, complete
+
+    @staticmethod
+    def _merge_scheduled(
+        rows: dict[int, ScheduledRow],
+        cursor: tuple[float, int],
+        complete: bool,
+        pending: dict[int, ScheduledRow | None],
+        after: tuple[float, int],
+        limit: int,
+    ) -> list[ScheduledRow]:
+        """Committed ``rows`` with the ``pending`` changes applied, in due order."""
         if not pending:
             return list(rows.values())
         # Unless every committed row was read, rows past ``cursor`` come after ``limit``
@@ -387,6 +559,7 @@ class BatchedStore(Store):
         return sorted(rows.values(), key=ScheduledRow.key)[:limit]
 
     def find_scheduled(self, job_id: str) -> ScheduledRow | None:
+        self._check_thread("find_scheduled")
         for row in reversed(self._pending_scheduled().values()):
             if row is not None and row.job_id == job_id:
                 return row
@@ -415,12 +588,20 @@ class BatchedStore(Store):
         return {block: (count, last_seq, size or 0) for block, count, last_seq, size in rows}
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the writer thread; callbacks will run on ``loop``."""
+        """Start the writer and the reader thread (its own connection: PostgreSQL's
+        ``leveret-reader`` session); callbacks and answers will run on ``loop``."""
         if self._db is None:
             self.load()
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self._thread = threading.Thread(target=self._writer, name="leveret-store", daemon=True)
         self._thread.start()
+        try:
+            self._read_db = self._connect_reader()
+        except self._errors as exc:
+            raise self._error("read", exc) from None
+        self._read_thread = threading.Thread(target=self._reading, name="leveret-store-reader", daemon=True)
+        self._read_thread.start()
         self._started()
         if self._batch:  # changes made during recovery
             self._scheduled = True
@@ -436,18 +617,18 @@ class BatchedStore(Store):
         """Queued in the current batch; an upsert, so a definition keeps its place in
         :meth:`load`'s order."""
         self.definition_changes += 1
-        self._changed().definitions.append(("save", kind, vhost, name, _encode_table(data)))
+        self._changed().ops.append(SaveDefinition(kind, vhost, name, _encode_table(data)))
 
     def delete_definition(self, kind: str, vhost: str, name: str) -> None:
         """Queued in the current batch."""
         self.definition_changes += 1
-        self._changed().definitions.append(("delete", kind, vhost, name))
+        self._changed().ops.append(DeleteDefinition(kind, vhost, name))
 
     def new_queue_id(self) -> int:
         """The next id of a counter kept in the ``meta`` table (saved with the batch)."""
         queue_id = self._next_queue_id
         self._next_queue_id += 1
-        self._changed().definitions.append(("meta", "next_queue_id", self._next_queue_id))
+        self._changed().ops.append(SetCounter("next_queue_id", self._next_queue_id))
         return queue_id
 
     def _block_id(self, block: int) -> int:
@@ -509,11 +690,11 @@ class BatchedStore(Store):
 
     def save_dedup(self, queue_id: int, key: str, expires_at: float) -> None:
         """Queued in the current batch."""
-        self._changed().definitions.append(("dedup", queue_id, key, expires_at))
+        self._changed().ops.append(SaveDedup(queue_id, key, expires_at))
 
     def delete_dedup(self, queue_id: int, key: str) -> None:
         """Queued in the current batch."""
-        self._changed().definitions.append(("undedup", queue_id, key))
+        self._changed().ops.append(DeleteDedup(queue_id, key))
 
     def set_delivery_count(self, store_id: int, count: int) -> None:
         """Updates an insert still in the batch, else queues an UPDATE."""
@@ -544,13 +725,13 @@ class BatchedStore(Store):
             i for i, row in batch.inserts.items() if row[1] == queue_id and low < row[2] <= high
         ]:
             del batch.inserts[store_id]
-        batch.definitions.append(("range", queue_id, low, high))
+        batch.ops.append(DeleteRange(queue_id, low, high))
 
     def remove_queue(self, queue_id: int) -> None:
         """A range deletion of all its seqs (done in the background, in chunks) and of
         its deduplication keys."""
         self._delete_range(queue_id, 0, ALL_SEQS)
-        self._changed().definitions.append(("undedup_all", queue_id))
+        self._changed().ops.append(DeleteQueueDedup(queue_id))
 
     def remove_range(self, queue_id: int, below_seq: int) -> None:
         """A range deletion, done in the background in chunks."""
@@ -558,9 +739,18 @@ class BatchedStore(Store):
 
     def find_offset(self, queue_id: int, when: float) -> int | None:
         """Looks at committed rows only (a stream asks only about messages older than
-        its in-memory tail)."""
+        its in-memory tail). Blocks: a stream's consumers use :meth:`request_offset`."""
+        self._check_thread("find_offset")
         assert self._reader is not None
-        row = self._reader.execute(
+        return self._query_offset(self._reader, queue_id, when)
+
+    def request_offset(self, queue_id: int, when: float, answer: Callable[[int | None], None]) -> None:
+        """:meth:`find_offset` on the reader thread, ``answer(seq)`` on the loop."""
+        self._ask(lambda db: self._query_offset(db, queue_id, when), answer)
+
+    @staticmethod
+    def _query_offset(db: Connection, queue_id: int, when: float) -> int | None:
+        row = db.execute(
             "SELECT min(seq) FROM messages WHERE queue_id=? AND published_at>=?", (queue_id, when)
         ).fetchone()
         return row[0] if row else None
@@ -682,7 +872,7 @@ class BatchedStore(Store):
                 error = f"store {self.name}: {exc}"
                 log.error("write failed: %s", error)
             if error is None:
-                deleting = deleting or any(op[0] == "range" for op in batch.definitions)
+                deleting = deleting or any(isinstance(op, DeleteRange) for op in batch.ops)
             now = time.monotonic()
             dirty = dirty or error is None
             if error is None and now - last_vacuum > self._idle_every:
@@ -761,33 +951,8 @@ class BatchedStore(Store):
                     "meta, schedule, transient) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     rows,
                 )
-        for op in batch.definitions:
-            if op[0] == "save":
-                # an upsert keeps the row (and its order: load() returns definitions in
-                # the order they were first saved); delete + insert would move it last
-                db.execute(
-                    "INSERT INTO definitions (kind, vhost, name, data) VALUES (?,?,?,?) ON CONFLICT (kind, "
-                    "vhost, name) DO UPDATE SET data=excluded.data",
-                    op[1:],
-                )
-            elif op[0] == "delete":
-                db.execute("DELETE FROM definitions WHERE kind=? AND vhost=? AND name=?", op[1:])
-            elif op[0] == "range":
-                db.execute("INSERT INTO pending_deletes (queue_id, low, high) VALUES (?,?,?)", op[1:])
-            elif op[0] == "undedup_all":
-                db.execute("DELETE FROM dedup WHERE queue_id=?", op[1:])
-            elif op[0] == "dedup":
-                # saved again: the newest (delete + insert moves it last, as load() expects)
-                db.execute("DELETE FROM dedup WHERE queue_id=? AND key=?", op[1:3])
-                db.execute("INSERT INTO dedup (queue_id, key, expires_at) VALUES (?,?,?)", op[1:])
-            elif op[0] == "undedup":
-                db.execute("DELETE FROM dedup WHERE queue_id=? AND key=?", op[1:])
-            else:
-                db.execute(
-                    "INSERT INTO meta (key, value) VALUES (?,?) "
-                    "ON CONFLICT (key) DO UPDATE SET value=excluded.value",
-                    op[1:],
-                )
+        for op in batch.ops:
+            write_op(db, op)
         db.execute("COMMIT")
 
     @classmethod
@@ -835,10 +1000,14 @@ class BatchedStore(Store):
                     self._closing(self._db)
                 except self._errors as exc:
                     log.warning("store %s: cannot mark a clean shutdown: %s", self.name, exc)
-        for db in (self._db, self._reader):
+        if self._read_thread is not None:
+            self._reads.put(None)  # unanswered reads are dropped: the loop is stopping
+            self._read_thread.join(30)
+            self._read_thread = None
+        for db in (self._db, self._reader, self._read_db):
             if db is not None:
                 try:
                     db.close()
                 except self._errors:
                     pass
-        self._db = self._reader = None
+        self._db = self._reader = self._read_db = None

@@ -156,12 +156,12 @@ class SQLiteStore(BatchedStore):
             reserve = self.reserve + (self.reserve // 4 if self.stalled else 0)
             if free - need < reserve:
                 rest = Batch()
-                rest.counts, rest.deletes, rest.definitions = batch.counts, batch.deletes, batch.definitions
+                rest.counts, rest.deletes, rest.ops = batch.counts, batch.deletes, batch.ops
                 # a back-off of a row held back here stays with its row
                 rest.delays = {i: t for i, t in batch.delays.items() if i not in batch.inserts}
                 if rest:
                     self._write(db, rest)
-                    batch.counts, batch.deletes, batch.definitions = {}, [], []
+                    batch.counts, batch.deletes, batch.ops = {}, [], []
                     batch.delays = {i: t for i, t in batch.delays.items() if i in batch.inserts}
                 raise NoRoom(f"{free} bytes free, {need} needed for messages, {self.reserve} kept in reserve")
         self._write(db, batch)

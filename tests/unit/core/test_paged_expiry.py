@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_priority_queue import Broker
+from test_priority_queue import Broker, get
 
 from leveret.core import Message
 from leveret.core.message import Properties
@@ -19,7 +19,7 @@ def message(body: str, expiration: str | None = None) -> Message:
 
 def take_all(queue) -> list[str]:
     got = []
-    while (entry := queue.get()) is not None:
+    while (entry := get(queue)) is not None:
         got.append(entry.message.body.decode())
         queue.ack(entry)
     return got

@@ -57,6 +57,7 @@ class Broker:
             self.store = SQLiteStore(path)
             self.core.attach_store(self.store)
             self.store.start(self.loop)
+            LOOPS[id(self.store)] = self.loop
         self.vhost = self.core.vhosts["/"]
 
     def declare(self, name: str = "q", max_priority: int | None = 10, durable: bool = False,
@@ -74,10 +75,40 @@ class Broker:
         self.store.when_durable(future.set_result)
         assert self.loop.run_until_complete(asyncio.wait_for(future, 10))
 
+    def settle(self) -> None:
+        """Run the loop until the store has answered every read the queues asked for."""
+        if self.store is not None:
+            wait_for_reads(self.store)
+
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
         self.loop.close()
+
+
+#: the loop of each started store (its answers run there)
+LOOPS: dict[int, asyncio.AbstractEventLoop] = {}
+
+
+def wait_for_reads(store: SQLiteStore) -> None:
+    """Run the store's loop until every read asked of it is answered (10 s at most)."""
+
+    async def answered() -> None:
+        while store.reads_in_flight:
+            await asyncio.sleep(0.001)
+
+    LOOPS[id(store)].run_until_complete(asyncio.wait_for(answered(), 10))
+
+
+def get(queue: Queue) -> QueuedMessage | None:
+    """``queue.get()``; None from a queue whose next messages are on their way from the
+    store waits for them (a queue reads its store by callback, never inline)."""
+    entry = queue.get()
+    store = queue.store
+    while entry is None and isinstance(store, SQLiteStore) and store.reads_in_flight:
+        wait_for_reads(store)
+        entry = queue.get()
+    return entry
 
 
 @pytest.fixture
@@ -96,7 +127,7 @@ def publish(queue: Queue, body: str, priority: int | None, persistent: bool = Fa
 
 def drain(queue: Queue) -> list[str]:
     out = []
-    while (entry := queue.get()) is not None:
+    while (entry := get(queue)) is not None:
         out.append(entry.message.body.decode())
         queue.ack(entry)
     return out
@@ -156,13 +187,13 @@ def test_a_requeued_message_goes_back_to_its_place_within_its_priority(broker):
     queue = broker.declare(max_priority=5)
     for i, priority in enumerate([1, 5, 3, 5, 1, 3, 9]):
         publish(queue, f"{i}:{priority}", priority)
-    taken = [queue.get() for _ in range(4)]
+    taken = [get(queue) for _ in range(4)]
     assert [e.message.body for e in taken if e] == [b"1:5", b"3:5", b"6:9", b"2:3"]
     queue.ack(taken[0])
     queue.requeue([taken[3], taken[1]])
     queue.requeue([taken[2]])
     out = []
-    while (entry := queue.get()) is not None:
+    while (entry := get(queue)) is not None:
         out.append((entry.message.body.decode(), entry.redelivered))
     assert out == [("3:5", True), ("6:9", True), ("2:3", True), ("5:3", False), ("0:1", False),
                    ("4:1", False)]
@@ -227,7 +258,7 @@ def test_purge_and_browse(broker):
     assert [e.message.body for e in queue.browse(10)] == [b"1:9", b"2:5", b"0:1"]
     assert [e.message.body for e in queue.browse(2)] == [b"1:9", b"2:5"]
     assert queue.purge() == 3
-    assert queue.message_count == 0 and queue.get() is None
+    assert queue.message_count == 0 and get(queue) is None
     publish(queue, "after", 3)
     assert drain(queue) == ["after"]
 
@@ -269,12 +300,14 @@ def test_paging_keeps_fifo_within_each_priority_under_load(tmp_path):
             expected[priority].append(f"{i}")
         consumer = Consumer(prefetch=100)
         queue.add_consumer(consumer)
+        broker.settle()  # pages asked for come back on the loop
         got = []
         while consumer.held:
             entry = consumer.held.pop(0)
             got.append(entry.message.body.decode())
             queue.ack(entry)
             queue.drain()
+            broker.settle()
             assert queue.backlog.in_memory <= 50 + 1000  # one page-in batch above the limit at most
         assert got == [body for p in range(10, -1, -1) for body in expected[p]]
     finally:
@@ -306,7 +339,7 @@ def test_priorities_and_redeliveries_survive_a_restart_and_the_counter_goes_on(t
         for i, priority in enumerate([1, 9, 5, None, 9, 200, 2, 5, 0, 3]):
             publish(queue, f"{i}:{priority}", priority, persistent=True)
         publish(queue, "transient", 9)  # paged out but not durable: gone after the restart
-        entry = queue.get()
+        entry = get(queue)
         assert entry is not None and entry.message.body == b"5:200"  # 200 counts as 10
         queue.requeue([entry])
         broker.durable()
@@ -319,7 +352,7 @@ def test_priorities_and_redeliveries_survive_a_restart_and_the_counter_goes_on(t
         assert queue.message_count == 10
         publish(queue, "new:9", 9, persistent=True)  # after the recovered 9s, not before
         out = []
-        while (entry := queue.get()) is not None:
+        while (entry := get(queue)) is not None:
             out.append((entry.message.body.decode(), entry.redelivered))
             queue.ack(entry)
         assert out == [("5:200", True), ("1:9", False), ("4:9", False), ("new:9", False),
@@ -337,10 +370,13 @@ def test_a_selector_consumer_gets_a_paged_out_higher_priority_message(tmp_path):
             publish(queue, f"low{i}", 1, kind="no")
         consumer = Consumer(selector="kind = 'yes'")
         queue.add_consumer(consumer)  # it looks at all five (reading two back)
+        broker.settle()
         assert consumer.held == [] and queue.backlog.in_memory == 5
         publish(queue, "high-yes", 9, kind="yes")  # memory is full: paged out
+        broker.settle()
         assert queue.backlog.paged == 0 and consumer.bodies() == ["high-yes"]
         publish(queue, "low-yes", 1, kind="yes")
+        broker.settle()
         assert consumer.bodies() == ["high-yes", "low-yes"]
         assert queue.message_count == 5
     finally:
@@ -358,6 +394,7 @@ def test_a_selector_scan_reading_back_a_higher_priority_looks_at_it(tmp_path):
         publish(queue, "high-yes", 9, kind="yes")
         consumer = Consumer(selector="kind = 'yes'")
         queue.add_consumer(consumer)  # looks at the three in memory, then reads more back
+        broker.settle()
         assert consumer.bodies() == ["high-yes"]
     finally:
         broker.close()

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +22,9 @@ from typing import Any
 import pytest
 
 from leveret.store import DataDirLock, DataDirLocked, Snapshot, StoreError
-from leveret.store.base import ScheduledRow
-from leveret.store.batched import BatchedStore, NoRoom
+from leveret.store.base import ALL_SEQS, ScheduledRow
+from leveret.store.batched import BatchedStore, LoopRead, NoRoom
+from leveret.store.ops import DeleteRange
 from leveret.store.postgresql import PgConnection, PostgreSQLStore
 from leveret.store.sqlite import SQLiteStore
 
@@ -65,7 +67,17 @@ class PostgresPlace:
         self.name = url.rsplit("@", 1)[-1]
 
     def new_store(self) -> BatchedStore:
-        return PostgreSQLStore(self.url, self.cluster)
+        """The store, once it holds the master lock: the previous store's session lets
+        the lock go when PostgreSQL has ended it, a moment after its close."""
+        store = PostgreSQLStore(self.url, self.cluster)
+        cancel = threading.Event()
+        timer = threading.Timer(TIMEOUT, cancel.set)
+        timer.start()
+        try:
+            store.wait_for_master(cancel)
+        finally:
+            timer.cancel()
+        return store
 
     @contextlib.contextmanager
     def raw(self) -> Iterator[Any]:
@@ -708,7 +720,7 @@ def test_a_stalled_batch_drops_the_inserts_a_later_range_deletion_covers(tmp_pat
     store._batch = newer = type(stalled)()
     store.remove_paged(7, 0, 10)
     stalled.absorb(newer)
-    assert not stalled.inserts and ("range", 7, 0, 10) in stalled.definitions
+    assert not stalled.inserts and DeleteRange(7, 0, 10) in stalled.ops
     store.reserve = 0
     store._write_with_room(db, stalled)
     while store._delete_chunk(db):
@@ -808,3 +820,112 @@ def test_nul_and_backslashes_in_names_and_keys_survive(opened):
     snapshot = reopen(opened)
     assert snapshot.definitions == {"binding": [("/", name, {"k": "v\x00"})]}
     assert snapshot.dedup == {1: [("id\x00\\", 0.0)]}
+
+
+def test_a_batch_operation_of_no_known_kind_is_an_error_not_a_counter_write(opened):
+    from leveret.store.ops import write_op
+
+    with opened.place.raw() as db, pytest.raises(TypeError, match="not a batch operation"):
+        write_op(db, ("meta", "next_queue_id", 9))  # the old string-tagged form
+
+
+# -- reads answered by callback (page-ins, the scheduler's window, stream offsets) -----------
+def answer_of(handle: Opened, request) -> Any:
+    """Ask with ``request(answer)`` and run the loop until the answer comes; the answer
+    must come on the loop's thread."""
+    future = handle.loop.create_future()
+    loop_thread = threading.get_ident()
+
+    def answer(result: Any) -> None:
+        assert threading.get_ident() == loop_thread
+        future.set_result(result)
+
+    request(answer)
+    return handle.loop.run_until_complete(asyncio.wait_for(future, TIMEOUT))
+
+
+def test_request_queue_answers_on_the_loop_with_disk_and_unwritten_rows_in_seq_order(opened):
+    store = opened.store
+    for seq in (1, 2, 3):
+        add(store, 1, seq)
+    assert opened.durable()
+    add(store, 1, 4)  # still in the current batch
+    add(store, 2, 5)  # another queue's
+    rows = answer_of(opened, lambda answer: store.request_queue(1, 1, 10, ALL_SEQS, answer))
+    assert [(m.seq, m.body) for m in rows] == [(2, b"body 2"), (3, b"body 3"), (4, b"body 4")]
+    assert [m.seq for m in answer_of(opened, lambda a: store.request_queue(1, 0, 2, ALL_SEQS, a))] == [1, 2]
+    assert answer_of(opened, lambda a: store.request_queue(1, 0, 10, 2, a))[-1].seq == 2  # upto_seq
+    assert store.reads_in_flight == 0
+
+
+def test_request_queue_leaves_out_a_row_deleted_while_the_read_was_on_its_way(opened):
+    store = opened.store
+    ids = [add(store, 1, seq) for seq in (1, 2, 3)]
+    assert opened.durable()
+    future = opened.loop.create_future()
+    store.request_queue(1, 0, 10, ALL_SEQS, future.set_result)
+    store.remove_message(ids[1])  # expired on disk meanwhile: its deletion is on its way
+    rows = opened.loop.run_until_complete(asyncio.wait_for(future, TIMEOUT))
+    assert [m.seq for m in rows] == [1, 3]
+
+
+def test_answers_come_in_the_order_asked(opened):
+    store = opened.store
+    for seq in range(1, 6):
+        add(store, 1, seq)
+    assert opened.durable()
+    got: list[Any] = []
+    store.request_queue(1, 0, 1, ALL_SEQS, lambda rows: got.append([m.seq for m in rows]))
+    store.request_offset(1, 0.0, got.append)
+    store.request_queue(1, 3, 1, ALL_SEQS, lambda rows: got.append([m.seq for m in rows]))
+    deadline = time.monotonic() + TIMEOUT
+    while len(got) < 3 and time.monotonic() < deadline:
+        opened.turn()
+    assert got == [[1], 1, [4]]
+
+
+def test_request_offset_gives_the_first_seq_published_at_or_after_a_time(opened):
+    store = opened.store
+    for seq, when in ((1, 100.0), (2, 200.0), (3, 300.0)):
+        add(store, 1, seq, published_at=when)
+    assert opened.durable()
+    assert answer_of(opened, lambda a: store.request_offset(1, 150.0, a)) == 2
+    assert answer_of(opened, lambda a: store.request_offset(1, 301.0, a)) is None
+
+
+def test_request_scheduled_counts_changes_made_while_the_read_was_on_its_way(opened):
+    store = opened.store
+    for store_id in range(1, 7):
+        store.save_scheduled(scheduled_row(store_id, 100.0 + store_id))
+    assert opened.durable()
+    store.remove_scheduled(1)  # not written yet when asked
+    future = opened.loop.create_future()
+    store.request_scheduled((float("-inf"), 0), 4, future.set_result)
+    store.remove_scheduled(3)  # cancelled meanwhile
+    store.save_scheduled(scheduled_row(7, 50.0))  # a new job, due first
+    store.save_scheduled(scheduled_row(2, 900.0))  # rescheduled past the read
+    rows = opened.loop.run_until_complete(asyncio.wait_for(future, TIMEOUT))
+    assert [row.store_id for row in rows] == [7, 4, 5, 6]
+    assert opened.durable()
+    assert [r.store_id for r in store.read_scheduled((float("-inf"), 0), 4)] == [7, 4, 5, 6]
+
+
+def test_the_debug_guard_refuses_blocking_reads_on_the_loop_thread_only(opened):
+    store = opened.store
+    add(store, 1, 1)
+    assert opened.durable()
+    store.forbid_loop_reads = True
+    for read in (
+        lambda: store.read_queue(1, 0, 10),
+        lambda: store.find_offset(1, 0.0),
+        lambda: store.read_scheduled((0.0, 0), 1),
+        lambda: store.find_scheduled("job"),
+    ):
+        with pytest.raises(LoopRead, match="synchronously on the event loop"):
+            read()
+    result: list[Any] = []
+    reader = threading.Thread(target=lambda: result.append(store.read_queue(1, 0, 10)))
+    reader.start()
+    reader.join(TIMEOUT)
+    assert [m.seq for m in result[0]] == [1]
+    assert [m.seq for m in answer_of(opened, lambda a: store.request_queue(1, 0, 10, ALL_SEQS, a))] == [1]

@@ -6,6 +6,14 @@ of the middle, e.g. by TTL, marked GONE and swept once they outnumber the live o
 Paged-out messages are all after every message in memory: only their count stays in
 memory, and they are read back in order, :data:`PAGE_IN_BATCH` at a time, as consumers
 catch up.
+
+Reading back never blocks the event loop: the queue asks the store
+(:meth:`Backlog.request`, :meth:`Store.request_queue`), the store reads on its reader
+thread and the answer comes back on the loop (:meth:`Backlog.take_page`). The queue asks
+ahead, as soon as half a batch fits the in-memory limits, so a consuming queue does not
+wait for the disk in steady state; with nothing in memory it waits for the answer. What
+left the backlog while a read was on its way (a purge, a message expired on disk or held
+by an operator) is not taken from the answer.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..message import Message
@@ -20,6 +29,10 @@ from .base import DELAYED, GONE, READY, QueuedMessage
 
 if TYPE_CHECKING:
     from ...store import Store
+    from ...store.base import StoredMessage
+
+#: ``answer(part, generation, rows)``: a read asked by :meth:`Backlog.request` came back.
+PageAnswer = Callable[["Backlog", int, "list[StoredMessage]"], None]
 
 log = logging.getLogger("leveret.queue")
 
@@ -64,6 +77,11 @@ class Backlog:
         self.bytes = 0  # body bytes of ready messages (in memory and paged)
         self.paged = 0  # messages on disk only, after every message in ``ready``
         self.paged_after = 0  # seq of the last message not paged out
+        self.reading = False  # a read of paged-out messages is on its way
+        #: bumped by :meth:`clear`: an answer asked before is dropped
+        self.generation = 0
+        #: seqs of paged-out messages taken away while a read was on its way
+        self.forgotten: set[int] = set()
 
     def __len__(self) -> int:
         """Ready messages, in memory and paged out."""
@@ -108,9 +126,11 @@ class Backlog:
 
     def forget_paged(self, seq: int, size: int) -> None:
         """A paged-out message (``size`` body bytes) left the store without being read
-        back (it expired there)."""
+        back (it expired there, or an operator holds it)."""
         self.paged -= 1
         self.bytes -= size
+        if self.reading:
+            self.forgotten.add(seq)
 
     def unforget_paged(self, seq: int, size: int) -> bool:
         """A paged-out message taken out with :meth:`forget_paged` whose row stayed in
@@ -118,6 +138,7 @@ class Backlog:
         of reading back; else False (the caller puts it back in memory)."""
         if not self.paged or seq <= self.paged_after:
             return False
+        self.forgotten.discard(seq)
         self.paged += 1
         self.bytes += size
         return True
@@ -127,50 +148,80 @@ class Backlog:
         self.paged, self.paged_after, self.bytes = count, self.first_seq, size
 
     # -- reading back -------------------------------------------------------------------
-    def page_in(self, store: Store | None, queue_id: int, now: float) -> list[QueuedMessage]:
-        """Read paged-out messages from ``store`` until some are in memory; returns every
-        entry read. Those that expired while on disk (``now``: epoch seconds) are
-        already taken out again (state GONE), for the caller to dead-letter."""
-        read: list[QueuedMessage] = []
-        while self.paged and not self.live and store is not None:
-            read += self._page_in_batch(store, queue_id, now)
-        return read
-
-    def page_in_more(self, store: Store | None, queue_id: int, now: float) -> list[QueuedMessage]:
-        """One more batch from the store even though some are in memory (selector
-        consumers looking past messages they do not want), up to twice the in-memory
-        limits; returns the entries read (see :meth:`page_in`)."""
-        if (
-            not self.paged
-            or store is None
-            or self.live >= 2 * self.max_in_memory
-            or self.memory_bytes >= 2 * self.max_in_memory_bytes
-        ):
-            return []
-        return self._page_in_batch(store, queue_id, now)
-
-    def _page_in_batch(self, store: Store, queue_id: int, now: float) -> list[QueuedMessage]:
-        read, expired = [], []
-        rows = 0
-        # As many as fit the byte budget at the backlog's average size (at least one).
+    def wanted(self, in_memory: int, memory_bytes: int, ahead: bool = True, scale: int = 1) -> int:
+        """How many paged-out messages to ask the store for now, with ``in_memory``
+        messages and ``memory_bytes`` body bytes in memory (the queue's): 0 while a read is
+        on its way or none are paged out; with nothing in memory at least one; else, if
+        ``ahead``, a batch that fits ``scale`` times the in-memory limits once half a
+        batch fits (reading ahead), else 0. A batch is :data:`PAGE_IN_BATCH` messages
+        at most, fewer when the byte budget holds fewer at the backlog's average size."""
+        if self.reading or not self.paged:
+            return 0
         average = self.bytes // len(self) if len(self) else 0
-        by_bytes = self.max_in_memory_bytes // average if average else PAGE_IN_BATCH
-        for stored in store.read_queue(
-            queue_id,
-            self.paged_after,
-            max(1, min(self.max_in_memory, PAGE_IN_BATCH, by_bytes)),
-            self.last_seq,
-        ):
+        limit, limit_bytes = scale * self.max_in_memory, scale * self.max_in_memory_bytes
+        batch = min(self.max_in_memory, PAGE_IN_BATCH)
+        room = limit - in_memory
+        if average:
+            batch = min(batch, self.max_in_memory_bytes // average)
+            room = min(room, (limit_bytes - memory_bytes) // average)
+        if not self.live:
+            return max(1, min(room, batch))
+        if not ahead or room < max(1, batch // 2):
+            return 0
+        return min(room, batch)
+
+    def ask(
+        self, store: Store, queue_id: int, answer: PageAnswer, ahead: bool = True, more: bool = False
+    ) -> bool:
+        """Ask ``store`` for paged-out messages if :meth:`wanted` now (``more``: up to
+        twice the in-memory limits, for selectors looking past what is in memory);
+        whether a read is on its way. The answer goes to ``answer``, then
+        :meth:`answered`."""
+        limit = self.wanted(self.live, self.memory_bytes, ahead or more, 2 if more else 1)
+        if limit:
+            self.request(store, queue_id, limit, answer)
+        return self.reading
+
+    def answered(
+        self, part: Backlog, generation: int, rows: list[StoredMessage], now: float
+    ) -> list[QueuedMessage]:
+        """:meth:`take_page` (``part`` is this backlog)."""
+        return self.take_page(generation, rows, now)
+
+    def request(self, store: Store, queue_id: int, limit: int, answer: PageAnswer) -> None:
+        """Ask ``store`` for the next ``limit`` paged-out messages; ``answer(self,
+        generation, rows)`` comes on the loop, for :meth:`take_page`."""
+        self.reading = True
+        generation = self.generation
+        store.request_queue(
+            queue_id, self.paged_after, limit, self.last_seq, lambda rows: answer(self, generation, rows)
+        )
+
+    def take_page(self, generation: int, rows: list[StoredMessage], now: float) -> list[QueuedMessage]:
+        """The store's answer to :meth:`request`: its messages go to the tail of memory,
+        in order, but for those taken away meanwhile (purged: ``generation`` is old;
+        expired on disk or held: :meth:`forget_paged`). Returns every entry taken; those
+        that expired while on disk (``now``: epoch seconds) are already taken out again
+        (state GONE), for the caller to dead-letter."""
+        if generation != self.generation:  # cleared since: the answer is stale
+            return []
+        self.reading = False
+        forgotten, self.forgotten = self.forgotten, set()
+        read, expired = [], []
+        got = 0
+        for stored in rows:
+            if stored.seq <= self.paged_after:  # everything up to there left meanwhile
+                continue
+            got += 1
+            if stored.seq in forgotten or stored.seq in self.held:  # not counted in ``paged`` any more
+                self.paged_after = stored.seq
+                continue
             message = Message.restore(
                 stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
             )
             entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
             entry.delivery_count = stored.delivery_count
             entry.redelivered = stored.delivery_count > 0
-            rows += 1
-            if stored.seq in self.held:  # not counted in ``paged`` any more
-                self.paged_after = stored.seq
-                continue
             if stored.available_at > now:  # its redelivery back-off outlived a restart
                 entry.state = DELAYED
                 self.waiting.append((stored.available_at, entry))
@@ -186,7 +237,7 @@ class Backlog:
             read.append(entry)
             if entry.expires_at and entry.expires_at <= now:
                 expired.append(entry)
-        if not rows and not self.live:  # the store lost track: do not spin
+        if not got and not forgotten and self.paged and not self.live:  # the store lost track: do not spin
             log.error("queue '%s': %d paged-out messages missing from the store", self.name, self.paged)
             self.paged = 0
             self.bytes = self.memory_bytes = sum(len(e.message.body) for e in self.ready if e.state == READY)
@@ -257,6 +308,9 @@ class Backlog:
         """Purge: drop everything (paged-out messages up to ``upto_seq`` leave ``store``
         in the background); returns the in-memory entries that were READY."""
         dropped = [e for e in self.ready if e.state == READY]
+        self.generation += 1  # a read on its way is answered for nothing
+        self.reading = False
+        self.forgotten.clear()
         if self.paged and store is not None:
             store.remove_paged(queue_id, self.paged_after, min(upto_seq, self.last_seq))
         self.ready.clear()

@@ -193,6 +193,18 @@ class Queue:
         """basic.get: the head message (as a delivery), or None when empty."""
         raise NotImplementedError
 
+    def paging_in(self) -> bool:
+        """Whether nothing is ready in memory while the queue's next messages are on
+        their way from the store (it reads by callback, never on the loop): basic.get
+        then waits for them (:meth:`when_paged_in`) rather than answering get-empty. A
+        queue that never pages: False."""
+        return False
+
+    def when_paged_in(self, callback: Callable[[bool], None]) -> None:
+        """Run ``callback(True)`` on the loop once the read :meth:`paging_in` spoke of
+        came back (at once when there is none)."""
+        callback(True)
+
     def requeue(self, entries: list[QueuedMessage]) -> None:
         """Delivered messages come back unacknowledged (nack/reject with requeue, a
         closed channel, basic.recover)."""

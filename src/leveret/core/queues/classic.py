@@ -38,6 +38,7 @@ from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Con
 from .priority_backlog import PriorityBacklog
 
 if TYPE_CHECKING:
+    from ...store.base import StoredMessage
     from ..selector import Selector
     from ..vhost import VirtualHost
 
@@ -114,6 +115,8 @@ class ClassicQueue(Queue):
         #: message group -> its consumer, once a message with JMSXGroupID came (else None)
         self.group_owners: dict[str, Consumer] | None = None
         self._lease_seqs: dict[str, int] = {}  # next seq of leases recovered from the store
+        #: run when the read of paged-out messages on its way comes back (basic.get waits)
+        self._page_waiters: list[Callable[[bool], None]] = []
 
     # -- counts ---------------------------------------------------------------------
     @property
@@ -182,8 +185,8 @@ class ClassicQueue(Queue):
         if self.consumers:
             self.drain()  # a waiting consumer takes it before any length limit applies
         if config.max_length is not None or config.max_length_bytes is not None:
-            while self._full() and len(backlog):
-                self._drop_head()
+            while self._full() and self._drop_head():
+                pass
         if expires_at and config.message_ttl == 0:
             self._expire_due()  # TTL 0: delivered at once or dead, as RabbitMQ
         return STORED if stored else ACCEPTED
@@ -199,10 +202,13 @@ class ClassicQueue(Queue):
             return True
         return config.max_length_bytes is not None and self.backlog.bytes + size > config.max_length_bytes
 
-    def _drop_head(self) -> None:
+    def _drop_head(self) -> bool:
+        """Drop the head for a length limit; False when it is still on its way from the
+        store (dropped once paged back in, :meth:`_paged_back`)."""
         if not self._has_ready():
-            return
+            return False
         self._die(self.backlog.pop(), "maxlen")
+        return True
 
     def _write(self, seq: int, message: Message, expires_at: float, transient: bool = False) -> int:
         store = self.store
@@ -235,17 +241,51 @@ class ClassicQueue(Queue):
         self._next_seq = max(self._next_seq, last_seq)
         if count:  # some may have expired while the broker was down, or expire later
             self.timers.arm("paged-expiry", 0, self._expire_paged, True)
+            self._page_in()  # the first batch, answered once the store runs
 
     def _has_ready(self) -> bool:
-        """Whether a message is ready in memory, reading paged-out ones back if needed
-        (those that expired on disk die on the way)."""
+        """Whether a message is ready in memory; asks the store for paged-out ones ahead
+        of need, and when none is in memory (then False until the answer)."""
         backlog = self.backlog
-        if backlog.live:
-            return True
-        if not backlog.paged:
-            return False
-        self._paged_in(backlog.page_in(self.store, self.queue_id, self.vhost.clock.time()))
+        if backlog.paged:
+            self._page_in()
         return backlog.live > 0
+
+    def _page_in(self, more: bool = False) -> bool:
+        """Ask the store for the next paged-out messages if wanted now (reading ahead,
+        unless memory is short); the answer comes to :meth:`_paged_back`. Whether a read
+        is on its way."""
+        store = self.store
+        if store is None:
+            return False
+        return self.backlog.ask(store, self.queue_id, self._paged_back, not self.vhost.memory_pressure, more)
+
+    def _paged_back(self, part: Backlog, generation: int, rows: list[StoredMessage]) -> None:
+        """On the loop: the store's answer to :meth:`_page_in`. What the backlog takes
+        of it is dispatched (a length limit drops heads that were on their way), then
+        those waiting in :meth:`when_paged_in` go on."""
+        if not self.deleted:
+            self._paged_in(self.backlog.answered(part, generation, rows, self.vhost.clock.time()))
+            config = self.config
+            if config.max_length is not None or config.max_length_bytes is not None:
+                while self._full() and self._drop_head():
+                    pass
+            self.drain()
+        waiting, self._page_waiters = self._page_waiters, []
+        for callback in waiting:
+            callback(True)
+
+    def paging_in(self) -> bool:
+        """As :meth:`Queue.paging_in`."""
+        backlog = self.backlog
+        return not backlog.live and bool(backlog.paged) and self._page_in()
+
+    def when_paged_in(self, callback: Callable[[bool], None]) -> None:
+        """As :meth:`Queue.when_paged_in`."""
+        if self.paging_in():
+            self._page_waiters.append(callback)
+        else:
+            callback(True)
 
     def _paged_in(self, read: list[QueuedMessage]) -> None:
         """``read`` came back from the store: those expired there die, the others'
@@ -630,6 +670,8 @@ class ClassicQueue(Queue):
             return
         consumers = self.consumers
         backlog = self.backlog
+        if backlog.paged:  # read ahead: the next batch is asked for before memory runs out
+            self._page_in()
         if self.prioritized or self.config.single_active_consumer:
             while consumers and (backlog.live or self._has_ready()):
                 taker = next((c for c in self.dispatching if c.can_accept()), None)
@@ -674,11 +716,10 @@ class ClassicQueue(Queue):
                 return  # nobody can take more
             if budget <= 0:
                 break
-            # every message in memory was offered: read more from the store, if any
-            read = backlog.page_in_more(self.store, self.queue_id, self.vhost.clock.time())
-            if not read:
-                return
-            self._paged_in(read)
+            # every message in memory was offered: ask the store for more, if any (the
+            # answer dispatches again)
+            self._page_in(more=True)
+            return
         self.timers.arm("selector-scan", 0, self._resume_scan, True)  # the budget ran out: go on later
 
     def _resume_scan(self) -> None:

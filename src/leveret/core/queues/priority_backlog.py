@@ -25,11 +25,12 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .backlog import Backlog
+from .backlog import Backlog, PageAnswer
 from .base import READY, QueuedMessage
 
 if TYPE_CHECKING:
     from ...store import Store
+    from ...store.base import StoredMessage
 
 log = logging.getLogger("leveret.queue")
 
@@ -73,7 +74,7 @@ class PriorityBacklog:
         self.memory_bytes = 0
         self._filled = 0  # bit b set: band b holds a ready message (in memory or paged)
         #: READY entries in memory ahead of any paged-out message (those of the highest
-        #: band with messages): :meth:`pop` needs no :meth:`page_in` while it is > 0.
+        #: band with messages): :meth:`pop` needs no read from the store while it is > 0.
         #: An attribute, not a property: the queue's dispatch loop reads it per message.
         self.live = 0
         #: priority (None, 0..255) -> the first seq of its band, for :meth:`seq`'s fast path
@@ -212,41 +213,32 @@ class PriorityBacklog:
         return highest
 
     # -- reading back -------------------------------------------------------------------
-    def page_in(self, store: Store | None, queue_id: int, now: float) -> list[QueuedMessage]:
-        """Read the highest band's paged-out messages from ``store`` until it has some in
-        memory (a band whose messages all expired on disk is passed over); returns every
-        entry read, those expired already taken out (state GONE) for the caller to
-        dead-letter (see :meth:`.Backlog.page_in`)."""
-        read: list[QueuedMessage] = []
-        while self._filled and store is not None:
-            index = (self._filled & -self._filled).bit_length() - 1
-            band = self.bands[index]
-            if band.live or not band.paged:
-                break
-            before = band.live, band.paged, band.bytes, band.memory_bytes
-            read += band.page_in(store, queue_id, now)
-            self._update(band, index, *before)
-        return read
-
-    def page_in_more(self, store: Store | None, queue_id: int, now: float) -> list[QueuedMessage]:
-        """One more batch from the store, from the highest band with paged-out messages,
-        even though some are in memory (selector consumers looking past messages they do
-        not want), up to twice the queue's in-memory limits."""
-        if (
-            not self.paged
-            or store is None
-            or self.in_memory >= 2 * self.max_in_memory
-            or self.memory_bytes >= 2 * self.max_in_memory_bytes
-        ):
-            return []
+    def ask(
+        self, store: Store, queue_id: int, answer: PageAnswer, ahead: bool = True, more: bool = False
+    ) -> bool:
+        """Ask ``store`` for the paged-out messages of the highest band that has some,
+        if wanted now (see :meth:`.Backlog.wanted`, with the queue's totals in memory);
+        whether a read is on its way. A band read back comes before the lower ones in
+        memory, so :attr:`live` (the head band's) stays 0 until its answer."""
         for index in self._filled_bands():
             band = self.bands[index]
             if band.paged:
-                before = band.live, band.paged, band.bytes, band.memory_bytes
-                read = band.page_in_more(store, queue_id, now)
-                self._update(band, index, *before)
-                return read
-        return []
+                scale = 2 if more else 1
+                limit = band.wanted(self.in_memory, self.memory_bytes, ahead or more, scale)
+                if limit:
+                    band.request(store, queue_id, limit, answer)
+                return band.reading
+        return False
+
+    def answered(
+        self, part: Backlog, generation: int, rows: list[StoredMessage], now: float
+    ) -> list[QueuedMessage]:
+        """The answer to a read of band ``part`` (see :meth:`.Backlog.take_page`)."""
+        index = part.first_seq >> SEQ_BITS
+        before = part.live, part.paged, part.bytes, part.memory_bytes
+        read = part.take_page(generation, rows, now)
+        self._update(part, index, *before)
+        return read
 
     # -- taking out ---------------------------------------------------------------------
     def pop(self) -> QueuedMessage:
@@ -299,6 +291,10 @@ class PriorityBacklog:
         """Purge: drop everything (paged-out messages numbered up to ``upto`` leave
         ``store`` in the background); returns the in-memory entries that were READY."""
         dropped: list[QueuedMessage] = []
+        for band in self.bands:
+            if band.reading:  # its answer is for nothing now
+                band.generation += 1
+                band.reading = False
         for index in self._filled_bands():
             band = self.bands[index]
             dropped += band.clear(store, queue_id, band.first_seq + upto)

@@ -470,8 +470,18 @@ class Channel:
         )
 
     def _basic_get(self, m: commands.Basic.Get) -> None:
-        queue = self._readable_queue(m.queue)
+        self._get_from(self._readable_queue(m.queue), m)
+
+    def _get_from(self, queue: Queue, m: commands.Basic.Get) -> None:
+        """basic.get-ok with the head message, or get-empty; when the next messages are
+        on their way from the store (nothing in memory), the reply waits for them and
+        the connection reads nothing more meanwhile, as for a durable declare."""
+        if self.closing or self.connection.channels.get(self.number) is not self:
+            return
         entry = queue.get()
+        if entry is None and queue.paging_in():
+            self.connection.wait_for(queue.when_paged_in, lambda ok: self._get_from(queue, m))
+            return
         counters = queue.counters
         if entry is None:
             counters.get_empty += 1

@@ -247,9 +247,18 @@ class Connection(AdapterConnection):
         """Run ``callback(ok)`` once ``store`` has written what is queued (a durable
         declare's -ok), reading and handling nothing else from this client until then,
         so replies keep their order."""
+        self.wait_for(store.when_durable, callback)
+
+    def wait_for(
+        self, register: Callable[[Callable[[bool], None]], object], callback: Callable[[bool], None]
+    ) -> None:
+        """Run ``callback(ok)`` once ``register`` calls back the function it is given
+        (``store.when_durable``; a queue's ``when_paged_in``, for a basic.get waiting
+        for messages on their way from the store), reading and handling nothing else
+        from this client until then, so replies keep their order."""
         self._stash = []
         self.transport.pause_reading()
-        store.when_durable(lambda ok: self._stored(ok, callback))
+        register(lambda ok: self._stored(ok, callback))
 
     def _defer(self, frames: list[tuple[int, int, Any]]) -> None:
         self._stash = frames
