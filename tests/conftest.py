@@ -11,12 +11,17 @@ from pathlib import Path
 import pika
 import pytest
 from ha import Node
+from hypothesis import settings
 from postgres import PostgresServer
 from servers import TEST_WORKERS, ServerProcess
 from targets import Target, rabbitmq_installed, start_rabbitmq, unique
 
 from leveret import BlockingBroker
 
+# No per-example deadline (hypothesis's default is 200 ms of wall-clock time): on a busy
+# machine a slow example is not a failure (scripts/stress-unit).
+settings.register_profile("leveret", deadline=None)
+settings.load_profile("leveret")
 
 @pytest.fixture
 def server_process(tmp_path: Path) -> Iterator[ServerProcess]:

@@ -5,15 +5,18 @@ of the protocol layer and by benchmarks of the publish path."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
+from collections.abc import Callable
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 from pamqp import commands, frame as pamqp_frame
 
 from leveret.amqp.frames import FRAME_METHOD, PROTOCOL_HEADER, FrameReader, encode_frame
 from leveret.core.broker import BrokerCore
-from leveret.core.clock import ManualClock
+from leveret.core.clock import ManualClock, Timer
 from leveret.protocol.amqp import Connection
 
 # LEVERET_FUZZ_EXAMPLES=5000 for a longer hunt; the default keeps the suite fast.
@@ -28,37 +31,53 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-class FakeTimer:
-    def __init__(self, loop: FakeLoop, when: float, callback) -> None:
-        self.when, self.callback, self.cancelled = when, callback, False
+class FakeLoop(ManualClock):
+    """The event loop of every sans-I/O test, and the broker's clock too
+    (``BrokerCore(loop)``), so one clock moves everything: time stands still unless the
+    test calls :meth:`advance` (seconds), which runs due timers in the order they fall
+    due (a loop that keeps up). ``call_soon`` is a timer due now: it runs at the next
+    :meth:`advance`, ``advance(0)`` being the next loop turn. ``monotonic()`` is the same
+    time, so a turn's budget (protocol/turns.py) never runs out on a busy machine,
+    unless a test sets :attr:`work_per_look`."""
 
-    def cancel(self) -> None:
-        self.cancelled = True
+    #: Seconds of work each look at ``monotonic()`` finds done since the last one: a
+    #: test whose turns must run out of budget sets it (timers do not see this time).
+    work_per_look = 0.0
 
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        super().__init__(start)
+        self._worked = 0.0
 
-class FakeLoop:
-    """Time stands still unless a test advances it; timers are recorded, not run."""
+    def monotonic(self) -> float:
+        self._worked += self.work_per_look
+        return self.now + self._worked
 
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.timers: list[FakeTimer] = []
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Timer:
+        return super().call_later(delay, functools.partial(callback, *args) if args else callback)
 
-    def time(self) -> float:
-        return self.now
-
-    def call_later(self, delay: float, callback, *args) -> FakeTimer:
-        timer = FakeTimer(self, self.now + delay, lambda: callback(*args))
-        self.timers.append(timer)
-        return timer
-
-    def call_soon(self, callback, *args) -> FakeTimer:
+    def call_soon(self, callback: Callable[..., Any], *args: Any) -> Timer:
         return self.call_later(0, callback, *args)
+
+    def stall(self, seconds: float) -> None:
+        """The loop is stuck for ``seconds`` (nothing runs); then the overdue timers
+        run, late."""
+        self.now += seconds
+        self.advance(0)
+
+    def pending(self) -> list[float]:
+        """When each timer not yet run nor cancelled falls due, soonest first."""
+        return sorted(when for when, _, timer, _ in self._timers if not timer.cancelled)
 
 
 class FakeTransport:
+    """Records what the connection writes, and whether reading is paused (the turn
+    budget and read coalescing pause it; a blocked publisher too)."""
+
     def __init__(self) -> None:
         self.output = bytearray()
         self.closed = self.aborted = False
+        self.reading = True
+        self.pauses = 0  # pause_reading calls
 
     def write(self, data: bytes) -> None:
         assert not (self.closed or self.aborted), "write after close"
@@ -70,6 +89,16 @@ class FakeTransport:
     def abort(self) -> None:
         self.aborted = True
 
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def pause_reading(self) -> None:
+        self.reading = False
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
     def get_extra_info(self, name: str, default=None):
         return default
 
@@ -79,21 +108,35 @@ class FakeTransport:
 
 class Harness:
     """A Connection fed bytes directly; output flushed after every read, as the
-    listener does once per loop turn."""
+    listener does once per loop turn. The loop is the broker's clock too."""
 
     def __init__(self) -> None:
-        self.core = BrokerCore(ManualClock())
-        self.transport = FakeTransport()
         self.loop = FakeLoop()
+        self.core = BrokerCore(self.loop)
+        self.transport = FakeTransport()
         self.pending = set()
         self.connection = Connection(self.core, self.transport, self.loop, self.pending.add,
                                      "fuzz:1", True)
 
     def feed(self, data: bytes) -> None:
+        """One read: fed, flushed, then the turns that are due at once run (the rest of
+        a read whose turn's budget ran out)."""
         self.connection.data_received(data)
+        self.run_turns()
+
+    def flush(self) -> None:
+        """Write what connections queued (the listener does it at the end of a turn)."""
         for conn in list(self.pending):
             conn.flush()
         self.pending.clear()
+
+    def run_turns(self) -> None:
+        """Flush, then run the next loop turns (what is due now: the rest of a read
+        left for a later turn, say) until nothing is due."""
+        self.flush()
+        while self.loop.pending() and self.loop.pending()[0] <= self.loop.now:
+            self.loop.advance(0)
+            self.flush()
 
     def frames(self) -> list[tuple[int, object]]:
         """Everything written: methods decoded, other frames as (type, payload) (content

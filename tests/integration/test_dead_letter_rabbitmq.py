@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
 
 import aio_pika
 import pika
 import pytest
 import wire_types
+from eventually import eventually
 from pika.exceptions import ChannelClosedByBroker, NackError
 from rabbitmq_reference import INVALID_QUEUE_ARGUMENTS
 
@@ -29,15 +28,6 @@ DLQ_ARGS = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
 
 
 # -- helpers ------------------------------------------------------------------------
-def wait_for(predicate: Callable[[], Any], timeout: float = 2.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.02)
-
-
 def count(ch, queue: str) -> int:
     return ch.queue_declare(queue, passive=True).method.message_count
 
@@ -51,7 +41,7 @@ def get(ch, queue: str):
 
 
 def wait_get(ch, queue: str, timeout: float = 2.0):
-    return wait_for(lambda: get(ch, queue), timeout)
+    return eventually(lambda: get(ch, queue), timeout)
 
 
 def drain(ch, queue: str) -> list[bytes]:
@@ -146,7 +136,7 @@ def test_repeated_deaths_increment_count_keep_time_and_reorder(leveret_broker, c
     channel.queue_declare("b", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "a"})
     channel.basic_publish("", "a", b"m", pika.BasicProperties(expiration="60000"))
     for queue in ["a", "b", "a", "b"]:
-        assert wait_for(lambda queue=queue: count(channel, queue) == 1)
+        assert eventually(lambda queue=queue: count(channel, queue) == 1)
         reject(channel, queue)
         count(channel, queue)  # a round trip: the rejection has been handled
         clock.offset += 100  # each death 100 s later
@@ -176,7 +166,7 @@ def test_second_death_elsewhere_is_prepended_with_sorted_keys(channel):
     channel.queue_declare("c")
     channel.basic_publish("", "a", b"m")
     reject(channel, "a")
-    assert wait_for(lambda: count(channel, "b") == 1)
+    assert eventually(lambda: count(channel, "b") == 1)
     reject(channel, "b")
     _, _, _, headers = wait_get(channel, "c")
     deaths = headers["x-death"][1]
@@ -215,9 +205,9 @@ def test_headers_dead_letter_exchange_routes_on_the_death(channel):
                                              "x-dead-letter-routing-key": "k"})
     channel.basic_publish("", "work", b"m", pika.BasicProperties(
         headers={"CC": ["other"], "region": "emea"}))
-    method = wait_for(lambda: channel.basic_get("work")[0])
+    method = eventually(lambda: channel.basic_get("work")[0])
     channel.basic_reject(method.delivery_tag, requeue=False)
-    assert wait_for(lambda: count(channel, "by-reason") == 1)
+    assert eventually(lambda: count(channel, "by-reason") == 1)
     assert count(channel, "by-cc") == 0
     _, properties, _ = channel.basic_get("by-reason", auto_ack=True)
     assert sorted(properties.headers) == ["region", "x-death", "x-first-death-exchange",
@@ -261,7 +251,7 @@ def test_lower_of_queue_and_message_ttl_wins(channel):
     started = time.monotonic()
     channel.basic_publish("", "long", b"own-100", pika.BasicProperties(expiration="100"))
     channel.basic_publish("", "short", b"own-5000", pika.BasicProperties(expiration="5000"))
-    assert wait_for(lambda: count(channel, "dlq") == 2)
+    assert eventually(lambda: count(channel, "dlq") == 2)
     assert time.monotonic() - started < 1.5
     assert sorted(drain(channel, "dlq")) == [b"own-100", b"own-5000"]
 
@@ -330,7 +320,7 @@ def test_rejected_to_itself_is_not_a_cycle(channel):
     channel.queue_declare("self", arguments={"x-dead-letter-exchange": ""})
     channel.basic_publish("", "self", b"m")
     for _ in range(3):
-        assert wait_for(lambda: count(channel, "self") == 1)
+        assert eventually(lambda: count(channel, "self") == 1)
         reject(channel, "self")
     method, _, _, headers = wait_get(channel, "self")
     assert method.routing_key == "self"
@@ -383,7 +373,7 @@ def test_max_length_bytes_drop_head(channel):
     for i in range(4):
         channel.basic_publish("", "b", f"bb{i}-".encode())  # 4 bytes each
     assert drain(channel, "b") == [b"bb2-", b"bb3-"]
-    assert wait_for(lambda: count(channel, "dlq") == 2)
+    assert eventually(lambda: count(channel, "dlq") == 2)
     assert drain(channel, "dlq") == [b"bb0-", b"bb1-"]
 
 
@@ -508,13 +498,13 @@ def test_policy_from_toml_config_and_precedence(tmp_path):
         for i in range(4):
             ch.basic_publish("", "pol.b", f"b{i}".encode())
         ch.basic_publish("", "pol.c", b"c")
-        assert wait_for(lambda: count(ch, "poldlq") == 5)
+        assert eventually(lambda: count(ch, "poldlq") == 5)
         reasons = {}
         while (got := get(ch, "poldlq")) is not None:
             reasons[got[2]] = got[3]["x-death"][1][0][1]["reason"][1]
         assert reasons == {b"b0": "maxlen", b"b1": "maxlen", b"a": "expired", b"b2": "expired",
                            b"b3": "expired"}
-        assert wait_for(lambda: count(ch, "poldlq2") == 1)
+        assert eventually(lambda: count(ch, "poldlq2") == 1)
         assert get(ch, "poldlq2")[2] == b"c"
         conn.close()
 

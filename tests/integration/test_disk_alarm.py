@@ -3,22 +3,10 @@ as in RabbitMQ; when space returns they get connection.unblocked and carry on.""
 
 from __future__ import annotations
 
-import time
-
 import pika
+from eventually import eventually, pumping
 
 from leveret import BlockingBroker
-
-
-def wait_until(predicate, timeout: float = 5.0, conn=None) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if conn is not None:
-            conn.process_data_events(time_limit=0.05)
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_low_disk_blocks_publishers_until_space_returns(tmp_path):
@@ -31,7 +19,7 @@ def test_low_disk_blocks_publishers_until_space_returns(tmp_path):
         ch = conn.channel()
         ch.queue_declare("q", durable=True)
         ch.basic_publish("", "q", b"while blocked", pika.BasicProperties(delivery_mode=2))
-        assert wait_until(lambda: "blocked" in events, conn=conn)
+        assert eventually(lambda: "blocked" in events, interval=0.05, wait=pumping(conn))
 
         # A consumer on another connection is unaffected, and the blocked publisher's
         # later frames are not read: the queue holds at most the first message.
@@ -42,8 +30,8 @@ def test_low_disk_blocks_publishers_until_space_returns(tmp_path):
         assert other.queue_declare("q", passive=True).method.message_count <= 1
 
         broker.broker.settings.disk_free_limit = 0
-        assert wait_until(lambda: "unblocked" in events, conn=conn)
-        assert wait_until(lambda: other.queue_declare("q", passive=True).method.message_count == 2)
+        assert eventually(lambda: "unblocked" in events, interval=0.05, wait=pumping(conn))
+        assert eventually(lambda: other.queue_declare("q", passive=True).method.message_count == 2)
         assert events == ["blocked", "unblocked"]
         conn.close()
         other_conn.close()

@@ -14,6 +14,7 @@ import time
 import pika
 import pytest
 from amqp_raw import PROTOCOL_HEADER, RawClient, connected, raw_frame
+from eventually import eventually
 from pamqp import commands, frame, header as pamqp_header
 from pika.exceptions import (
     AuthenticationError,
@@ -718,13 +719,6 @@ class Publisher(threading.Thread):
         return self.sent
 
 
-def wait_until(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.02)
-
-
 def drain(channel, queue: str, timeout: float = 1.0) -> list[bytes]:
     bodies = []
     for method, _props, body in channel.consume(queue, inactivity_timeout=timeout):
@@ -793,7 +787,7 @@ def test_unacked_deliveries_of_a_vanished_consumer_are_redelivered(port, channel
         # tasks 1-4 are now delivered and unacknowledged when the client vanishes
         client.send_method(1, Queue.Declare(queue="work", passive=True))
         client.skip_until(Queue.DeclareOk)
-    wait_until(lambda: channel.queue_declare("work", passive=True).method.consumer_count == 0)
+    assert eventually(lambda: channel.queue_declare("work", passive=True).method.consumer_count == 0)
     got, redelivered = [], []
     deadline = time.monotonic() + 5
     while len(got) < 9 and time.monotonic() < deadline:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pika
 import pytest
+from eventually import eventually
 from servers import ServerProcess
 
 DISK_MB = 64
@@ -95,15 +96,6 @@ def drain(url: str, queue: str) -> set[int]:
     return ids
 
 
-def wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 @pytest.mark.parametrize("kind", ["persistent", "paged-transient"])
 def test_confirmed_messages_survive_a_full_disk(small_disk, config, kind):
     server = start(small_disk, config)
@@ -116,7 +108,7 @@ def test_confirmed_messages_survive_a_full_disk(small_disk, config, kind):
         mode = 2 if kind == "persistent" else 1
         publisher = Publisher(server.url, "q", 16 * 1024, pika.BasicProperties(delivery_mode=mode))
         publisher.start()
-        assert wait_for(lambda: len(publisher.confirmed) > 200, 30)
+        assert eventually(lambda: len(publisher.confirmed) > 200, 30, 0.05)
         fill(small_disk / "filler", leave=RESERVE // 2)  # another program takes the rest
         time.sleep(2)  # the publisher runs into the full disk: blocked, confirms wait
         stuck = len(publisher.confirmed)
@@ -124,7 +116,7 @@ def test_confirmed_messages_survive_a_full_disk(small_disk, config, kind):
         assert len(publisher.confirmed) <= stuck + 1  # nothing more is confirmed meanwhile
         assert server.proc.poll() is None
         (small_disk / "filler").unlink()  # room returns
-        resumed = wait_for(lambda: len(publisher.confirmed) > stuck + 50, 30)
+        resumed = eventually(lambda: len(publisher.confirmed) > stuck + 50, 30, 0.05)
         assert resumed, "publishing did not resume: " + server.log_path.read_text()[-3000:]
         publisher.stop.set()
         publisher.join(30)

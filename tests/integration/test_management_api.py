@@ -6,6 +6,7 @@ statuses and bodies (read from RabbitMQ 3.10.8)."""
 
 from __future__ import annotations
 
+import functools
 import time
 import urllib.error
 import urllib.parse
@@ -13,6 +14,7 @@ import urllib.request
 
 import pika
 import pytest
+from eventually import eventually
 from stomp_clients import Client
 from targets import Target, unique
 
@@ -26,14 +28,8 @@ def q(name: str) -> str:
     return urllib.parse.quote(name, safe="")
 
 
-def wait_for(check, timeout: float = 15.0):
-    """RabbitMQ's statistics lag behind: poll until ``check()`` is truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
+#: RabbitMQ's statistics lag behind: poll for up to 15 s until ``check()`` is truthy.
+wait_for = functools.partial(eventually, timeout=15.0, interval=0.2)
 
 
 # -- lists --------------------------------------------------------------------------

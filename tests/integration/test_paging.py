@@ -7,6 +7,7 @@ import time
 
 import pika
 import pytest
+from eventually import eventually_equal
 
 from leveret import BlockingBroker
 
@@ -113,12 +114,10 @@ def dead_letters(ch, queue: str) -> list[tuple[bytes, str]]:
 
 
 def wait_for_count(ch, queue: str, count: int, arguments: dict, timeout: float = 5.0) -> int:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = ch.queue_declare(queue, durable=True, arguments=arguments).method.message_count
-        if found == count or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+    def found() -> int:
+        return ch.queue_declare(queue, durable=True, arguments=arguments).method.message_count
+
+    return eventually_equal(found, count, timeout, 0.05)
 
 
 TTL_ARGUMENTS = {

@@ -5,28 +5,17 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import time
-from collections.abc import Callable
 
 import pika
 import pika.exceptions
 import pytest
+from eventually import eventually, pumping
 from pika.adapters.select_connection import SelectConnection
 from pika.spec import Basic
 
 
 def connect(url: str) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(url))
-
-
-def wait_until(predicate: Callable[[], bool], connection=None, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        if connection is not None:
-            connection.process_data_events(time_limit=0.02)
-        else:
-            time.sleep(0.02)
 
 
 def publish_all(channel, queue: str, bodies) -> None:
@@ -366,7 +355,7 @@ def test_exclusive_queue_removed_when_connection_closes(amqp_url, connection):
         connection.channel().queue_declare("mine", passive=True)
     assert info.value.reply_code == 405  # locked to its owner
     owner.close()
-    wait_until(lambda: not queue_exists(connection.channel, "mine"))
+    assert eventually(lambda: not queue_exists(connection.channel, "mine"))
 
 
 def test_auto_delete_queue_removed_when_last_consumer_cancels(channel, connection):
@@ -393,7 +382,7 @@ def test_cancelled_consumer_keeps_its_unacked_messages(channel):
     publish_all(channel, "cancel-keeps", ["a", "b"])
     recorder = Recorder()
     tag = channel.basic_consume("cancel-keeps", recorder)
-    wait_until(lambda: len(recorder.deliveries) == 2, channel.connection)
+    assert eventually(lambda: len(recorder.deliveries) == 2, wait=pumping(channel.connection))
     channel.basic_cancel(tag)
     assert counts(channel, "cancel-keeps") == (0, 0)
     channel.basic_ack(recorder.deliveries[0][0])
@@ -591,9 +580,9 @@ def test_basic_recover_redelivers_unacked(channel):
     deliveries = []
     channel.basic_consume("recover",
                           lambda ch, m, p, b: deliveries.append((b, m.redelivered, m.delivery_tag)))
-    wait_until(lambda: len(deliveries) == 2, channel.connection)
+    assert eventually(lambda: len(deliveries) == 2, wait=pumping(channel.connection))
     channel.basic_recover(requeue=True)
-    wait_until(lambda: len(deliveries) == 4, channel.connection)
+    assert eventually(lambda: len(deliveries) == 4, wait=pumping(channel.connection))
     assert [(b, r) for b, r, _ in deliveries] == [
         (b"r1", False), (b"r2", False), (b"r1", True), (b"r2", True)]
     # Fresh delivery tags for the redeliveries; the old ones are gone.
@@ -610,7 +599,7 @@ def test_queue_deletion_cancels_consumer_with_notification(connection):
     channel.add_on_cancel_callback(lambda frame: cancels.append(frame.method))
     tag = channel.basic_consume("cancelled", lambda *a: None)
     connection.channel().queue_delete("cancelled")
-    wait_until(lambda: cancels, connection)
+    assert eventually(lambda: cancels, wait=pumping(connection))
     assert isinstance(cancels[0], Basic.Cancel)
     assert cancels[0].consumer_tag == tag
     assert tag not in channel.consumer_tags
@@ -738,7 +727,7 @@ def test_many_connections_and_channels_share_one_queue(amqp_url):
                 conn.process_data_events(time_limit=0)
             return sum(len(c.deliveries) for c in consumers)
 
-        wait_until(lambda: received() == total, timeout=15)
+        assert eventually(lambda: received() == total, timeout=15)
         bodies = sorted(int(body) for c in consumers for _, body in c.deliveries)
         assert bodies == list(range(total))
         # One queue, 100 consumers able to take more: strict round robin.

@@ -11,6 +11,7 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
+from eventually import eventually, eventually_equal
 from postgres import free_port
 from servers import ServerProcess
 from targets import Target, unique
@@ -54,20 +55,9 @@ def depth(url: str, queue: str) -> int:
             connection.close()
 
 
-def eventually(done, timeout: float = 10.0, what: str = "") -> None:
-    """Poll ``done()`` until it is true (AssertionError naming ``what`` after
-    ``timeout`` seconds)."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def wait_depth(url: str, queue: str, count: int, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while (found := depth(url, queue)) != count:
-        assert time.monotonic() < deadline, f"{queue} has {found} messages, not {count}"
-        time.sleep(0.1)
+    found = eventually_equal(lambda: depth(url, queue), count, timeout, 0.1)
+    assert found == count, f"{queue} has {found} messages, not {count}"
 
 
 def bodies(url: str, queue: str) -> list[str]:
@@ -106,7 +96,7 @@ def test_a_shovel_moves_a_queue_to_another_leveret_and_reports_its_status(source
     assert stored == {"component": "shovel", "vhost": "/", "name": "move", "value": value}
     assert put_shovel(source, "move", {**value, "ack-mode": "on-publish"}) == 204  # replaced
     assert source.http("DELETE", "/api/parameters/shovel/%2F/move")[0] == 204
-    eventually(lambda: not source.http("GET", "/api/shovels")[1], 5)
+    assert eventually(lambda: not source.http("GET", "/api/shovels")[1], 5)
     publish(source.url(), src_queue, 3)  # no shovel any more: they stay
     time.sleep(0.5)
     assert depth(source.url(), src_queue) == 3
@@ -139,7 +129,7 @@ def test_src_delete_after_queue_length_moves_that_many_then_the_shovel_deletes_i
     }  # fmt: skip
     assert put_shovel(source, "once", value) == 201
     wait_depth(destination.url(), dest_queue, 30)
-    eventually(lambda: not source.http("GET", "/api/parameters/shovel")[1], 10)
+    assert eventually(lambda: not source.http("GET", "/api/parameters/shovel")[1], 10)
     publish(source.url(), src_queue, 5)  # later ones stay
     time.sleep(0.5)
     assert depth(source.url(), src_queue) == 5 and depth(destination.url(), dest_queue) == 30
@@ -279,7 +269,7 @@ def test_deleting_a_vhost_deletes_its_shovels(source):
     assert [r["vhost"] for r in source.http("GET", "/api/shovels")[1]] == ["east"]
     assert source.http("DELETE", "/api/vhosts/east")[0] == 204
     assert source.http("GET", "/api/parameters")[1] == []
-    eventually(lambda: not source.http("GET", "/api/shovels")[1], 5)
+    assert eventually(lambda: not source.http("GET", "/api/shovels")[1], 5)
 
 
 def test_a_missing_destination_exchange_is_retried_until_it_exists(source, destination):
@@ -312,7 +302,7 @@ def test_no_ack_with_a_count_moves_that_many_and_leaves_the_rest(source, destina
              "ack-mode": "no-ack", "src-delete-after": 2}  # fmt: skip
     assert put_shovel(source, "two", value) == 201
     wait_depth(destination.url(), dest_queue, 2)
-    eventually(lambda: not source.http("GET", "/api/parameters")[1], 10)
+    assert eventually(lambda: not source.http("GET", "/api/parameters")[1], 10)
     assert depth(source.url(), src_queue) == 8  # none lost
 
 
@@ -348,4 +338,4 @@ def test_a_finished_shovel_leaves_no_connection_open(source, destination):
     def idle() -> bool:
         return not any(broker.http("GET", "/api/connections")[1] for broker in (source, destination))
 
-    eventually(idle, what="a finished shovel kept a connection")
+    assert eventually(idle, 10), "a finished shovel kept a connection"

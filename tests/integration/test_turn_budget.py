@@ -9,9 +9,9 @@ of ~70-byte messages would move the depth by thousands between two samples.
 from __future__ import annotations
 
 import socket
-import time
 
 from amqp_raw import connected
+from eventually import eventually_equal
 from pamqp import commands
 
 from leveret import BlockingBroker
@@ -41,11 +41,8 @@ class Ticker:
 
 
 def wait_for_depth(broker: BlockingBroker, queue: str, count: int, timeout: float = 30) -> int:
-    deadline = time.monotonic() + timeout
     q = broker.core.vhosts["/"].queues[queue]
-    while (depth := broker.call(lambda: q.message_count)) < count and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return depth
+    return eventually_equal(lambda: broker.call(lambda: q.message_count), count, timeout)
 
 
 def test_an_amqp_burst_is_handled_over_many_turns_in_order():

@@ -3,7 +3,9 @@
 The server gives core the event loop's clock (:class:`leveret.server.clock.LoopClock`);
 tests give a :class:`ManualClock`, which runs callbacks only when a test calls
 :meth:`ManualClock.advance`. Times are seconds: ``time()`` is wall-clock (epoch, for
-``x-death`` and message expiry), timers take delays.
+``x-death`` and message expiry), ``monotonic()`` measures the budgets of a few
+milliseconds that bound one loop turn's work (protocol/turns.py, the scheduler's firing),
+timers take delays.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ class Clock(Protocol):
 
     def time(self) -> float:
         """Wall-clock time, epoch seconds."""
+
+    def monotonic(self) -> float:
+        """Monotonic seconds, precise to a microsecond (a budget is 2 ms). Read per
+        turn, not per message: the server's is ``time.perf_counter`` itself, so a
+        caller may keep the bound function and call it with no indirection."""
 
     def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:
         """Run ``callback`` once after ``delay`` seconds (at once if negative)."""
@@ -51,6 +58,10 @@ class ManualClock:
 
     def time(self) -> float:
         """The clock's epoch seconds (``start`` plus every :meth:`advance`)."""
+        return self.now
+
+    def monotonic(self) -> float:
+        """The same :attr:`now`: a budget never runs out unless a test advances time."""
         return self.now
 
     def call_later(self, delay: float, callback: Callable[[], Any]) -> Timer:

@@ -13,12 +13,16 @@ connections either). A socket held by read coalescing is different: when another
 connection is about to be read, what it holds is read and handled whole first
 (server/listener.py), so a second connection sees everything the first sent before
 it, however long the hold.
+
+The budget reads the clock it is given: the broker's ``core.clock.monotonic``, which
+is ``time.perf_counter`` in the server and a test's manual clock in sans-I/O tests
+(there a turn never runs out unless the test moves time on).
 """
 
 from __future__ import annotations
 
 import math
-import time
+from collections.abc import Callable
 
 TURN_BUDGET = 0.002  # seconds of one read's frames per loop turn
 CHECK_EVERY = 8  # frames between looks at the clock (a look costs ~50 ns)
@@ -26,13 +30,16 @@ CHECK_EVERY = 8  # frames between looks at the clock (a look costs ~50 ns)
 
 class TurnBudget:
     """The budget of one turn over ``frames`` frames (reads of fewer than
-    :data:`CHECK_EVERY` frames are never split)."""
+    :data:`CHECK_EVERY` frames are never split), measured with ``now`` (monotonic
+    seconds: :meth:`leveret.core.clock.Clock.monotonic`, kept bound so a look at the
+    clock is one call)."""
 
-    __slots__ = ("_deadline", "_left")
+    __slots__ = ("_deadline", "_left", "_now")
 
-    def __init__(self, frames: int) -> None:
-        self._deadline = time.perf_counter() + TURN_BUDGET if frames > CHECK_EVERY else math.inf
+    def __init__(self, frames: int, now: Callable[[], float]) -> None:
+        self._deadline = now() + TURN_BUDGET if frames > CHECK_EVERY else math.inf
         self._left = CHECK_EVERY
+        self._now = now
 
     def spent(self) -> bool:
         """Called before each frame: whether the rest should wait for the next turn."""
@@ -40,4 +47,4 @@ class TurnBudget:
         if self._left:
             return False
         self._left = CHECK_EVERY
-        return time.perf_counter() > self._deadline
+        return self._now() > self._deadline

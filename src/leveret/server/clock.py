@@ -17,6 +17,8 @@ class LoopClock:
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop
+        # The loop's own time() will not do: uvloop's counts whole milliseconds.
+        self.monotonic: Callable[[], float] = time.perf_counter
 
     def time(self) -> float:
         """Wall-clock time, epoch seconds."""

@@ -137,6 +137,7 @@ class ClientProtocol(asyncio.Protocol):
             lambda: not self.connection.reading_paused,
             lambda: listener.hold_started(self),
             lambda: listener.held.discard(self),
+            now=listener.core.clock.monotonic,
         )
 
     def data_received(self, data: bytes) -> None:

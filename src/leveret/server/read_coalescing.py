@@ -21,7 +21,6 @@ read one by one.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -55,8 +54,9 @@ class ReadCoalescer:
     ends (False while the connection is blocked for publishing by a resource alarm:
     that pause is the alarm's to end). ``on_hold`` and ``on_release`` are called when a
     hold starts and ends (the listener keeps the set of held sockets). ``now`` is a
-    precise monotonic clock in seconds (uvloop's ``loop.time()`` counts whole
-    milliseconds)."""
+    precise monotonic clock in seconds, the broker's ``core.clock.monotonic``
+    (uvloop's ``loop.time()`` counts whole milliseconds; a test gives its manual
+    clock)."""
 
     def __init__(
         self,
@@ -66,7 +66,8 @@ class ReadCoalescer:
         may_resume: Callable[[], bool],
         on_hold: Callable[[], None] = lambda: None,
         on_release: Callable[[], None] = lambda: None,
-        now: Callable[[], float] = time.perf_counter,
+        *,
+        now: Callable[[], float],
     ) -> None:
         self._transport = transport
         self._loop = loop

@@ -369,10 +369,10 @@ def test_a_deep_caller_stack_gets_selector_error_not_recursion_error():
 def test_like_never_backtracks():
     pattern = "%a" * 40 + "%b"
     selector = compile_selector(f"s LIKE '{pattern}'")
-    start = time.perf_counter()
+    start = time.process_time()
     assert selector.evaluate({"s": "a" * 5000}.get) is False
     assert selector.evaluate({"s": "a" * 5000 + "b"}.get) is True
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 # -- fuzz --------------------------------------------------------------------------------

@@ -112,16 +112,17 @@ def test_destinations_come_once_in_a_stable_order():
 # -- guard rail: cost bounded by trie nodes x words ----------------------------------------
 def test_many_hashes_against_long_keys_are_fast():
     """Before, one '#.#.#.#.#.#.#.#' match of a 20-word key took ~0.8 s (exponential in
-    the number of '#'); 1,000 of them must now take well under 2 s in all."""
+    the number of '#'); 1,000 of them must now take well under 2 s in all (CPU seconds:
+    other processes on a busy machine do not count)."""
     trie = TopicTrie()
     trie.add("#.#.#.#.#.#.#.#", "all")
     trie.add("#.#.#.#.#.#.x", "ends-in-x")
     trie.add("*.#.*.#.*.#.*.#", "stars")
     keys = [".".join(f"w{(i + j) % 7}" for j in range(19)) + f".{i}" for i in range(1000)]
-    start = time.perf_counter()
+    start = time.process_time()
     for key in keys:  # distinct keys: the cache never answers
         assert trie.match(key) == ("all", "stars")
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < 2.0, f"1,000 pathological matches took {elapsed:.2f} s"
     assert trie.match("a." * 19 + "x") == ("all", "ends-in-x", "stars")
 
@@ -132,7 +133,7 @@ def test_wildcard_words_in_the_routing_key_are_fast():
     trie = TopicTrie()
     trie.add(".".join(["*"] * 40), "q")
     trie.add(".".join(["#"] * 40), "h")
-    start = time.perf_counter()
+    start = time.process_time()
     assert trie.match(".".join(["*"] * 40)) == ("h", "q")
     assert trie.match(".".join(["#"] * 40)) == ("h", "q")
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0

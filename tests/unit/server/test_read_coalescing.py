@@ -1,5 +1,6 @@
-"""Read coalescing decided read by read, with a manual clock and a recording transport:
-when a socket is held, for how long, and when it must not be."""
+"""Read coalescing decided read by read, with the fake loop's clock (tests/sans_io.py)
+and a recording transport: when a socket is held, for how long, and when it must not
+be."""
 
 from __future__ import annotations
 
@@ -31,12 +32,11 @@ class Socket:
 class Rig:
     def __init__(self, hold: float = HOLD) -> None:
         self.socket, self.loop = Socket(), FakeLoop()
-        self.clock = 10.0
         self.blocked = False
         self.holds = self.releases = 0
         self.coalescer = ReadCoalescer(
             self.socket, self.loop, hold, lambda: not self.blocked, self._held, self._released,
-            lambda: self.clock,
+            now=self.loop.monotonic,
         )
 
     def _held(self) -> None:
@@ -46,14 +46,14 @@ class Rig:
         self.releases += 1
 
     def read(self, size: int = 135, quiet: bool = True, gap: float = 20e-6) -> None:
-        self.clock += gap
+        self.loop.advance(gap)
         self.coalescer.after_read(size, quiet)
 
     def expire(self) -> None:
-        """Run the hold's timer (the only timer the coalescer sets)."""
-        timer = self.loop.timers.pop()
-        assert timer.when == pytest.approx(self.loop.now + HOLD)
-        timer.callback()
+        """Let the hold's time pass (its timer is the only one the coalescer sets)."""
+        assert self.loop.pending() == [pytest.approx(self.loop.now + HOLD)]
+        self.loop.advance(HOLD)
+        assert self.loop.pending() == []
 
 
 def test_a_stream_of_small_quiet_reads_is_held_once_it_is_a_stream():
@@ -63,7 +63,7 @@ def test_a_stream_of_small_quiet_reads_is_held_once_it_is_a_stream():
     assert rig.socket.calls == []
     rig.read()
     assert rig.socket.calls == ["pause"] and rig.holds == 1
-    assert rig.coalescer.holding and len(rig.loop.timers) == 1
+    assert rig.coalescer.holding and len(rig.loop.pending()) == 1
 
 
 def test_the_read_after_a_hold_continues_the_stream_unless_it_is_large():
@@ -111,7 +111,7 @@ def test_hold_zero_turns_it_off():
     rig = Rig(hold=0)
     for _ in range(10 * STREAK):
         rig.read()
-    assert rig.socket.calls == [] and rig.loop.timers == []
+    assert rig.socket.calls == [] and rig.loop.pending() == []
 
 
 def test_a_hold_ending_during_a_resource_alarm_leaves_the_socket_paused():
@@ -139,9 +139,9 @@ def test_released_early_the_caller_reads_and_the_stream_goes_on():
     rig = Rig()
     for _ in range(STREAK + 1):
         rig.read()
-    timer = rig.loop.timers[-1]
+    assert len(rig.loop.pending()) == 1
     assert rig.coalescer.release() is True
-    assert timer.cancelled and not rig.coalescer.holding and rig.releases == 1
+    assert rig.loop.pending() == [] and not rig.coalescer.holding and rig.releases == 1  # cancelled
     assert rig.socket.calls == ["pause"]  # resuming is the caller's, after its read
     assert rig.coalescer.release() is False  # no hold: nothing to end
     rig.read(size=4 * SMALL_READ, gap=1e-6)
@@ -189,13 +189,13 @@ def test_a_hold_lifted_by_another_pause_ends_before_the_read_is_fed(tmp_path):
     listener, protocol = Listener(), ClientProtocol.__new__(ClientProtocol)
     protocol.listener, protocol.connection, protocol.transport = listener, Connection(), Socket()
     protocol._fileno, protocol._sniffing = ours.fileno(), False
-    clock = [0.0]
+    loop = FakeLoop()
     protocol.coalescer = ReadCoalescer(
-        protocol.transport, FakeLoop(), HOLD, lambda: True, lambda: listener.held.add(protocol),
-        lambda: listener.held.discard(protocol), lambda: clock[0],
+        protocol.transport, loop, HOLD, lambda: True, lambda: listener.held.add(protocol),
+        lambda: listener.held.discard(protocol), now=loop.monotonic,
     )
     for i in range(STREAK + 1):
-        clock[0] += 1e-5
+        loop.advance(1e-5)
         protocol.data_received(b"s%d" % i)
     assert protocol.coalescer.holding
     theirs.send(b"SECOND")

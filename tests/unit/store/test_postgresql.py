@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from eventually import eventually
 from hypothesis import given, strategies as st
 from test_stores import TIMEOUT, Opened, PostgresPlace, add
 
@@ -37,8 +38,7 @@ def test_a_second_store_of_the_cluster_is_a_standby_until_the_master_closes(plac
         cancel = threading.Event()
         waiter = threading.Thread(target=lambda: standby.wait_for_master(cancel) and took.set())
         waiter.start()
-        time.sleep(0.3)
-        assert not took.is_set()  # still the other's
+        assert not took.wait(0.3)  # still the other's
         master.close()  # its session ends: the lock is free
         assert took.wait(TIMEOUT)
         waiter.join(TIMEOUT)
@@ -85,9 +85,8 @@ def test_a_master_whose_session_is_ended_is_fenced_and_writes_nothing_more(place
             place.cluster,
         )
         postgres.sql("SELECT pg_terminate_backend(%s)", pid)  # as if cut off
-        deadline = time.monotonic() + TIMEOUT
-        while not fenced and time.monotonic() < deadline:
-            opened.loop.run_until_complete(asyncio.sleep(0.05))  # the idle ping finds out
+        # the idle ping finds out, on the store's loop
+        eventually(lambda: fenced, TIMEOUT, 0.05, lambda s: opened.loop.run_until_complete(asyncio.sleep(s)))
         assert fenced and opened.store.fenced
         add(opened.store, 1, 2)  # never written: no session, no lock
         opened.loop.run_until_complete(asyncio.sleep(0.3))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eventually import eventually, eventually_equal
 
 from leveret.store import DataDirLock, DataDirLocked, Snapshot, StoreError
 from leveret.store.base import ALL_SEQS, ScheduledRow
@@ -584,12 +585,9 @@ def test_find_offset_gives_the_first_seq_published_at_or_after_a_time(opened):
 # -- range deletions (queue.delete, purge of a paged-out tail, stream retention) ---------
 def wait_for_seqs(handle: Opened, queue_id: int, expected: list[int]) -> list[int]:
     """The background deletion runs when the writer is idle: poll until it is done."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        seqs = [m.seq for m in handle.store.read_queue(queue_id, 0, 10_000)]
-        if seqs == expected or time.monotonic() > deadline:
-            return seqs
-        time.sleep(0.01)
+    return eventually_equal(
+        lambda: [m.seq for m in handle.store.read_queue(queue_id, 0, 10_000)], expected, TIMEOUT, 0.01
+    )
 
 
 def test_remove_queue_forgets_written_and_unwritten_messages_and_dedup_keys(opened):
@@ -694,9 +692,7 @@ def test_pages_are_checked_in_the_background_after_an_unclean_shutdown_only(tmp_
     first.loop.close()
     again = Opened(SQLitePlace(tmp_path))
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while again.store.integrity is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: again.store.integrity is not None, TIMEOUT, 0.01)
         assert again.store.integrity == "ok"
     finally:
         again.close()

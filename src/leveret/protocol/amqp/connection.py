@@ -204,7 +204,7 @@ class Connection(AdapterConnection):
 
     def _run_frames(self, frames: list[tuple[int, int, Any]], whole: bool = False) -> None:
         i, count = 0, len(frames)
-        budget = TurnBudget(0 if whole else count)
+        budget = TurnBudget(0 if whole else count, self.core.clock.monotonic)
         while i < count:
             if self._stash is not None:  # the last frame made a reply wait for the store
                 self._stash += frames[i:]

@@ -175,7 +175,7 @@ class StompConnection(AdapterConnection):
         self._run(frames, whole)
 
     def _run(self, frames: list[Frame | None], whole: bool = False) -> None:
-        budget = TurnBudget(0 if whole else len(frames))
+        budget = TurnBudget(0 if whole else len(frames), self.core.clock.monotonic)
         for i, frame in enumerate(frames):
             if budget.spent():  # the rest in a later turn (see protocol/turns.py)
                 self._defer(frames[i:])

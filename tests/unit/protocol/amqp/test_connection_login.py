@@ -12,7 +12,6 @@ from sans_io import FakeLoop, FakeTransport
 from leveret.amqp.frames import FRAME_METHOD, PROTOCOL_HEADER, FrameReader, encode_frame
 from leveret.core.auth import User, UserDatabase
 from leveret.core.broker import BrokerCore
-from leveret.core.clock import ManualClock
 from leveret.protocol.amqp import Connection
 
 C = commands.Connection
@@ -22,9 +21,9 @@ class Client:
     """A Connection from ``peer``, fed as the listener feeds it (flush after each read)."""
 
     def __init__(self, from_loopback: bool, core: BrokerCore | None = None) -> None:
-        self.core = core or BrokerCore(ManualClock())
-        self.transport = FakeTransport()
         self.loop = FakeLoop()
+        self.core = core or BrokerCore(self.loop)
+        self.transport = FakeTransport()
         self.pending: set[Connection] = set()
         self.connection = Connection(self.core, self.transport, self.loop, self.pending.add,
                                      "192.0.2.7:40000" if not from_loopback else "127.0.0.1:40000",
@@ -99,7 +98,7 @@ def test_guest_from_loopback_gets_connection_tune():
 def test_a_user_not_limited_to_loopback_logs_in_from_anywhere():
     users = UserDatabase([User.with_password("guest", "guest"), User.with_password("alice", "s3cret")],
                          loopback_users=["guest"])
-    client = Client(from_loopback=False, core=BrokerCore(ManualClock(), users=users))
+    client = Client(from_loopback=False, core=BrokerCore(FakeLoop(), users=users))
     client.login("alice", "s3cret")
     assert isinstance(client.methods()[-1], C.Tune)
     assert client.connection.user.name == "alice"

@@ -1,76 +1,25 @@
-"""The missed-heartbeat verdict of protocol.amqp.Connection, sans I/O: a fake loop whose
-time moves only when the test says, a fake transport, and ``input_waiting`` standing
-for the server's question "are bytes waiting unread on the socket?"."""
+"""The missed-heartbeat verdict of protocol.amqp.Connection, sans I/O: the fake loop
+(tests/sans_io.py) whose time moves only when the test says, a fake transport, and
+``input_waiting`` standing for the server's question "are bytes waiting unread on the
+socket?"."""
 
 from __future__ import annotations
 
 import pytest
 from pamqp import commands, frame, heartbeat
+from sans_io import FakeLoop, FakeTransport
 
 from leveret.amqp.frames import PROTOCOL_HEADER
 from leveret.core import BrokerCore
-from leveret.core.clock import ManualClock
 from leveret.protocol.amqp import Connection
 from leveret.protocol.amqp.connection import HEARTBEAT_RECHECK
 
 HEARTBEAT = 2  # seconds, as negotiated in tune-ok
 
 
-class Timer:
-    def __init__(self, when: float, callback) -> None:
-        self.when, self.callback, self.cancelled = when, callback, False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class Loop:
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.timers: list[Timer] = []
-
-    def time(self) -> float:
-        return self.now
-
-    def call_later(self, delay: float, callback) -> Timer:
-        self.timers.append(Timer(self.now + delay, callback))
-        return self.timers[-1]
-
-    def call_soon(self, callback) -> Timer:
-        return self.call_later(0, callback)
-
-    def advance(self, seconds: float) -> None:
-        """Move time on, running each timer at its time (a loop that keeps up)."""
-        end = self.now + seconds
-        while due := sorted((t for t in self.timers if not t.cancelled and t.when <= end),
-                            key=lambda t: t.when):
-            self.timers.remove(due[0])
-            self.now = max(self.now, due[0].when)
-            due[0].callback()
-        self.now = end
-
-    def stall(self, seconds: float) -> None:
-        """The loop is stuck for ``seconds``; then the overdue timers run, late."""
-        self.now += seconds
-        self.advance(0)
-
-
-class Transport:
-    aborted = closed = False
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def opened(input_waiting) -> tuple[Connection, Loop, Transport]:
-    loop, transport = Loop(), Transport()
-    connection = Connection(BrokerCore(ManualClock()), transport, loop, lambda c: None, "test:1", True,
+def opened(input_waiting) -> tuple[Connection, FakeLoop, FakeTransport]:
+    loop, transport = FakeLoop(), FakeTransport()
+    connection = Connection(BrokerCore(loop), transport, loop, lambda c: None, "test:1", True,
                             input_waiting)
     connection.data_received(PROTOCOL_HEADER)
     for method in (commands.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest",
