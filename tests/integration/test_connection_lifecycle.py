@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -156,14 +157,6 @@ class LineClient:
         self.sock.close()
 
 
-def registrations(broker: BlockingBroker) -> tuple[int, int, int, int]:
-    """What an open connection leaves in core: (registry, alarm listeners, vhost-deleted
-    listeners, client ids)."""
-    core = broker.core
-    return broker.call(lambda: (len(core.connections), len(core.alarm_listeners),
-                                len(core.vhost_deleted_listeners), len(core.client_ids)))
-
-
 def eventually(check, timeout: float = 10.0):
     deadline = time.monotonic() + timeout
     while not (value := check()) and time.monotonic() < deadline:
@@ -179,6 +172,24 @@ def ctl(data: Path, *args: str) -> list[list[str]]:
     return [line.split("\t") for line in result.stdout.splitlines()[1:]]
 
 
+@dataclass
+class LineBroker:
+    """An in-process broker (AMQP, management HTTP, ``leveret ctl``'s socket) that also
+    listens for the line protocol on ``port``."""
+
+    broker: BlockingBroker
+    port: int
+    http: Target
+    opened: list[LineConnection]
+
+    def registrations(self) -> tuple[int, int, int, int]:
+        """What open connections leave in core: (registry, alarm listeners, vhost-deleted
+        listeners, client ids)."""
+        core = self.broker.core
+        return self.broker.call(lambda: (len(core.connections), len(core.alarm_listeners),
+                                         len(core.vhost_deleted_listeners), len(core.client_ids)))
+
+
 @pytest.fixture
 def line_broker(tmp_path: Path):
     with BlockingBroker(amqp_port=0, http_port=0, data_dir=str(tmp_path / "data")) as broker:
@@ -189,20 +200,18 @@ def line_broker(tmp_path: Path):
             return await loop.create_server(lambda: LineServer(broker, opened), "127.0.0.1", 0)
 
         server = asyncio.run_coroutine_threadsafe(listen(), broker._loop).result(10)
-        broker.line_port = server.sockets[0].getsockname()[1]
-        broker.opened = opened
-        broker.http = Target("leveret", "127.0.0.1", broker.amqp_port, broker.broker.management.port)
-        yield broker
+        http = Target("leveret", "127.0.0.1", broker.amqp_port, broker.broker.management.port)
+        yield LineBroker(broker, server.sockets[0].getsockname()[1], http, opened)
         broker.call(server.close)
 
 
 def test_a_line_connection_is_listed_and_closed_by_management_and_ctl(line_broker, tmp_path):
     broker, data = line_broker, tmp_path / "data"
-    before = registrations(broker)
-    client = LineClient(broker.line_port)
+    before = broker.registrations()
+    client = LineClient(broker.port)
     assert client.say("LOGIN guest guest /") == "OK"
     assert client.say("PING") == "PONG"
-    assert registrations(broker) == (before[0] + 1, before[1] + 1, before[2] + 1, before[3])
+    assert broker.registrations() == (before[0] + 1, before[1] + 1, before[2] + 1, before[3])
 
     status, listed = broker.http.http("GET", "/api/connections")
     assert status == 200
@@ -215,17 +224,17 @@ def test_a_line_connection_is_listed_and_closed_by_management_and_ctl(line_broke
     ctl(data, "close_connection", client.name, "maintenance")
     assert client.read() == "CLOSED maintenance"
     assert client.closed()
-    assert eventually(lambda: registrations(broker) == before)
+    assert eventually(lambda: broker.registrations() == before)
     client.close()
 
-    client = LineClient(broker.line_port)
+    client = LineClient(broker.port)
     assert client.say("LOGIN guest guest /") == "OK"
     status, _ = broker.http.http("DELETE", f"/api/connections/{urllib.parse.quote(client.name, safe='')}",
                                  headers={"X-Reason": "by HTTP"})
     assert status == 204
     assert client.read() == "CLOSED by HTTP"
     assert client.closed()
-    assert eventually(lambda: registrations(broker) == before)
+    assert eventually(lambda: broker.registrations() == before)
     assert broker.http.http("GET", "/api/connections")[1] == []
     assert not [row for row in ctl(data, "list_connections", "protocol") if row == [PROTOCOL]]
     client.close()
@@ -233,40 +242,41 @@ def test_a_line_connection_is_listed_and_closed_by_management_and_ctl(line_broke
 
 def test_a_vhost_deletion_closes_a_line_connection_and_leaves_nothing(line_broker):
     broker = line_broker
-    before = registrations(broker)
+    before = broker.registrations()
     assert broker.http.http("PUT", "/api/vhosts/lines", {})[0] == 201
     # (RabbitMQ grants the vhost's creator its permissions: this replaces them)
     assert broker.http.http("PUT", "/api/permissions/lines/guest",
                             {"configure": ".*", "write": ".*", "read": ".*"})[0] in (201, 204)
-    client = LineClient(broker.line_port)
+    client = LineClient(broker.port)
     assert client.say("LOGIN guest guest lines line-1") == "OK"
-    assert registrations(broker) == (before[0] + 1, before[1] + 1, before[2] + 1, before[3] + 1)
+    assert broker.registrations() == (before[0] + 1, before[1] + 1, before[2] + 1, before[3] + 1)
     # the client id is the broker's, whatever the protocol: a second one is refused
-    other = LineClient(broker.line_port)
+    other = LineClient(broker.port)
     refused = other.say("LOGIN guest guest lines line-1")
     assert refused == "ERROR client id: client-id 'line-1' is already connected"
     assert other.closed()
     other.close()
     # resource alarms reach it as they reach AMQP and STOMP connections
-    broker.call(broker.core.set_alarm, True, "memory")
-    broker.call(broker.core.set_alarm, False, "memory")
+    broker.broker.call(broker.broker.core.set_alarm, True, "memory")
+    broker.broker.call(broker.broker.core.set_alarm, False, "memory")
     opened = [c for c in broker.opened if c.state == "opened"]
     assert [c.alarms for c in opened] == [[True, False]]
 
     assert broker.http.http("DELETE", "/api/vhosts/lines")[0] == 204
     assert client.read() == "CLOSED vhost 'lines' is deleted"
     assert client.closed()
-    assert eventually(lambda: registrations(broker) == before)
+    assert eventually(lambda: broker.registrations() == before)
     client.close()
 
 
 def test_refused_line_logins_are_logged_without_the_secret_and_share_the_login_throttle(line_broker, caplog):
     broker = line_broker
     caplog.set_level(logging.WARNING, "leveret.line")
-    before = registrations(broker)
-    delay = lambda: broker.call(broker.core.login_throttle.delay, "127.0.0.1")  # noqa: E731
+    before = broker.registrations()
+    throttle = broker.broker.core.login_throttle
+    delay = lambda: broker.broker.call(throttle.delay, "127.0.0.1")  # noqa: E731
     for _ in range(FREE + 1):
-        client = LineClient(broker.line_port)
+        client = LineClient(broker.port)
         assert client.say("LOGIN guest not-the-password /") == "ERROR login refused"
         assert client.closed()
         client.close()
@@ -275,8 +285,8 @@ def test_refused_line_logins_are_logged_without_the_secret_and_share_the_login_t
     assert not any("not-the-password" in r.getMessage() for r in caplog.records)
     # the failures count for the address as AMQP's and STOMP's do: its logins now wait
     assert delay() > 0
-    client = LineClient(broker.line_port)
+    client = LineClient(broker.port)
     assert client.say("LOGIN guest guest /") == "OK"
     assert delay() == 0  # a login that succeeds starts the count afresh
     client.close()
-    assert eventually(lambda: registrations(broker) == before)
+    assert eventually(lambda: broker.registrations() == before)
