@@ -17,12 +17,12 @@ import logging
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from eventually import eventually
 from targets import Target
 
 from leveret import BlockingBroker
@@ -157,13 +157,6 @@ class LineClient:
         self.sock.close()
 
 
-def eventually(check, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while not (value := check()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return value
-
-
 def ctl(data: Path, *args: str) -> list[list[str]]:
     """``leveret ctl -q`` in a subprocess; a listing's rows under its header."""
     result = subprocess.run([sys.executable, "-m", "leveret", "ctl", "--data-dir", str(data), "-q", *args],
@@ -224,7 +217,7 @@ def test_a_line_connection_is_listed_and_closed_by_management_and_ctl(line_broke
     ctl(data, "close_connection", client.name, "maintenance")
     assert client.read() == "CLOSED maintenance"
     assert client.closed()
-    assert eventually(lambda: broker.registrations() == before)
+    assert eventually(lambda: broker.registrations() == before, timeout=10)
     client.close()
 
     client = LineClient(broker.port)
@@ -234,7 +227,7 @@ def test_a_line_connection_is_listed_and_closed_by_management_and_ctl(line_broke
     assert status == 204
     assert client.read() == "CLOSED by HTTP"
     assert client.closed()
-    assert eventually(lambda: broker.registrations() == before)
+    assert eventually(lambda: broker.registrations() == before, timeout=10)
     assert broker.http.http("GET", "/api/connections")[1] == []
     assert not [row for row in ctl(data, "list_connections", "protocol") if row == [PROTOCOL]]
     client.close()
@@ -265,7 +258,7 @@ def test_a_vhost_deletion_closes_a_line_connection_and_leaves_nothing(line_broke
     assert broker.http.http("DELETE", "/api/vhosts/lines")[0] == 204
     assert client.read() == "CLOSED vhost 'lines' is deleted"
     assert client.closed()
-    assert eventually(lambda: broker.registrations() == before)
+    assert eventually(lambda: broker.registrations() == before, timeout=10)
     client.close()
 
 
@@ -289,4 +282,4 @@ def test_refused_line_logins_are_logged_without_the_secret_and_share_the_login_t
     assert client.say("LOGIN guest guest /") == "OK"
     assert delay() == 0  # a login that succeeds starts the count afresh
     client.close()
-    assert eventually(lambda: broker.registrations() == before)
+    assert eventually(lambda: broker.registrations() == before, timeout=10)
