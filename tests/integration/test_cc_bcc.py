@@ -22,6 +22,7 @@ import time
 import pika
 import pytest
 import wire_types
+from eventually import eventually
 from pika.exceptions import ChannelClosedByBroker
 from targets import Target, unique
 
@@ -226,10 +227,8 @@ def test_a_dead_letter_is_routed_on_all_its_keys_and_x_death_shows_cc_only(queue
 
 
 def reject_one(channel, queue: str, timeout: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (method := channel.basic_get(queue)[0]) is None:
-        assert time.monotonic() < deadline, f"nothing in {queue}"
-        time.sleep(0.02)
+    method = eventually(lambda: channel.basic_get(queue)[0], timeout)
+    assert method is not None, f"nothing in {queue}"
     channel.basic_reject(method.delivery_tag, requeue=False)
 
 

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pika
 import pytest
 from dead_letters import dead_letters
+from eventually import eventually
 from servers import ServerProcess
 from test_dead_letter_browser import get, messages, put
 
@@ -348,8 +349,7 @@ def test_a_move_killed_half_way_loses_nothing(tmp_path):
         total = 20_000
         for n in range(total):
             channel.basic_publish("", "dlq", str(n).encode(), pika.BasicProperties(delivery_mode=2))
-        while count(channel, "dlq") < total:
-            time.sleep(0.05)
+        assert eventually(lambda: count(channel, "dlq") >= total, 120, 0.05)
         connection.close()
         broker = SimpleNamespace(http_url=server.http_url)
         status, job, headers = send(  # type: ignore[arg-type]
@@ -402,8 +402,7 @@ def test_a_cancelled_move_stops_between_chunks_and_loses_nothing(broker, channel
     total = 10_000
     for n in range(total):
         channel.basic_publish("", "big", str(n).encode(), pika.BasicProperties(delivery_mode=2))
-    while count(channel, "big") < total:
-        time.sleep(0.02)
+    assert eventually(lambda: count(channel, "big") >= total, 120)
     status, job, headers = send(broker, "POST", "/api/leveret/dead-letters/%2F/big/actions",
                                 {"action": "move", "target": {"queue": "target"}})
     assert status == 202

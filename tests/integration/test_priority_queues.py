@@ -14,6 +14,7 @@ from pathlib import Path
 import aio_pika
 import pika
 import pytest
+from eventually import eventually
 from pika.exceptions import ChannelClosedByBroker
 from servers import ServerProcess
 from stomp_clients import Client
@@ -215,9 +216,7 @@ def test_dead_letters_keep_their_priority(target: Target):
             "x-max-priority": 10, "x-message-ttl": 50, "x-dead-letter-exchange": "",
             "x-dead-letter-routing-key": dlq})
         publish(ch, source, [1, 7, 3, 20])
-        deadline = time.monotonic() + 5
-        while ch.queue_declare(dlq, passive=True).method.message_count < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: ch.queue_declare(dlq, passive=True).method.message_count >= 4, 5, 0.05)
         got = []
         while (message := ch.basic_get(dlq, auto_ack=True))[0] is not None:
             got.append((message[2].decode(), message[1].priority))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pika
 import pytest
+from eventually import eventually
 from prometheus_client.parser import text_string_to_metric_families
 
 from leveret import BlockingBroker
@@ -159,10 +160,9 @@ def dead_letter_workload(url: str) -> None:
     channel.basic_consume("p-acked", on_message)
     channel.start_consuming()
     assert seen == [False, True]
-    deadline = time.monotonic() + 10
-    while channel.queue_declare("p-dlq", passive=True).method.message_count < 3:  # maxlen, rejected, expired
-        assert time.monotonic() < deadline, "the TTL message was not dead-lettered"
-        time.sleep(0.05)
+    dead = eventually(lambda: channel.queue_declare("p-dlq", passive=True).method.message_count >= 3,
+                      10, 0.05)
+    assert dead, "the TTL message was not dead-lettered"  # maxlen, rejected, expired
     connection.close()
 
 
@@ -319,14 +319,9 @@ def test_deleted_queues_keep_their_counts_in_the_totals(broker):
     channel.queue_declare("gone", arguments={"x-message-ttl": 0})  # expires at once, no DLX
     channel.basic_publish("", "gone", b"x")
     channel.queue_declare("gone", arguments={"x-message-ttl": 0})
-    deadline = time.monotonic() + 10
-    while True:
-        _, samples = scrape(broker.prometheus_url, "/metrics/per-object")
-        labels = {"vhost": "/", "queue": "gone", "reason": "expired", "dead_letter_strategy": "disabled"}
-        if value(samples, "leveret_queue_messages_dead_lettered_total", **labels) == 1:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    labels = {"vhost": "/", "queue": "gone", "reason": "expired", "dead_letter_strategy": "disabled"}
+    assert eventually(lambda: value(scrape(broker.prometheus_url, "/metrics/per-object")[1],
+                                    "leveret_queue_messages_dead_lettered_total", **labels) == 1, 10, 0.05)
     channel.queue_delete("gone")
     connection.close()
     _, samples = scrape(broker.prometheus_url)

@@ -19,6 +19,7 @@ from pathlib import Path
 import aio_pika
 import pika
 import pytest
+from eventually import eventually
 from pika.exceptions import ChannelClosedByBroker
 from servers import ServerProcess
 
@@ -89,12 +90,12 @@ def assert_delay(returned_at: float, delivered_at: float, expected_ms: float) ->
 
 def get(ch, queue: str, timeout: float = 3.0):
     """basic.get until a message comes (or None after ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        method, props, body = ch.basic_get(queue)
-        if method is not None or time.monotonic() > deadline:
-            return method, props, body
-        time.sleep(0.01)
+
+    def message():
+        got = ch.basic_get(queue)
+        return got if got[0] is not None else None
+
+    return eventually(message, timeout, 0.01) or (None, None, None)
 
 
 def depth(conn: pika.BlockingConnection, queue: str) -> int | None:
