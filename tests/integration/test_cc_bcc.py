@@ -17,8 +17,6 @@ it, over pika and real TCP. Each test runs against leveret and against a RabbitM
 
 from __future__ import annotations
 
-import time
-
 import pika
 import pytest
 import wire_types
@@ -36,18 +34,19 @@ def props(**headers) -> pika.BasicProperties:
 def got(channel, queues: list[str], timeout: float = 2.0, expected: int = 0) -> dict[str, list]:
     """``{queue: [(body, routing key, typed headers), ...]}`` of what waits in each queue,
     auto-acked; waits until ``expected`` messages in all have arrived."""
-    deadline = time.monotonic() + timeout
     found: dict[str, list] = {queue: [] for queue in queues}
-    while True:
+
+    def arrived() -> bool:
         for queue in queues:
             while True:
                 method, properties, body = channel.basic_get(queue, auto_ack=True)
                 if method is None:
                     break
                 found[queue].append((body, method.routing_key, wire_types.typed_headers(properties)))
-        if sum(map(len, found.values())) >= expected or time.monotonic() > deadline:
-            return found
-        time.sleep(0.02)
+        return sum(map(len, found.values())) >= expected
+
+    eventually(arrived, timeout)
+    return found
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pika
 import pytest
-from eventually import eventually
+from eventually import eventually, poll
 from prometheus_client.parser import text_string_to_metric_families
 
 from leveret import BlockingBroker
@@ -345,23 +345,21 @@ def test_stomp_clients_are_counted_too(broker):
         client.send("/queue/s-metrics", "in a transaction", receipt=False, transaction="tx1")
         client.conn.commit("tx1")
         client.ack(client.message())
-        deadline = time.monotonic() + 10
-        while True:
-            _, samples = scrape(broker.prometheus_url)
-            if value(samples, "rabbitmq_global_messages_acknowledged_total", **classic) == 2:
-                break
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+
+        def both_acked(samples) -> bool:
+            return value(samples, "rabbitmq_global_messages_acknowledged_total", **classic) == 2
+
+        samples = poll(lambda: scrape(broker.prometheus_url)[1], both_acked, 10, 0.05)
+        assert both_acked(samples)
         # the connection's publisher; its transaction's is part of it
         assert value(samples, "rabbitmq_global_publishers", protocol="amqp091") == 1
     assert value(samples, "rabbitmq_global_messages_received_total", protocol="amqp091") == 2
     assert value(samples, "rabbitmq_global_messages_delivered_consume_manual_ack_total", **classic) == 2
     assert value(samples, "rabbitmq_connections_opened_total") == 1
-    deadline = time.monotonic() + 10
-    while value(samples, "rabbitmq_connections") != 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-        _, samples = scrape(broker.prometheus_url)
+    if value(samples, "rabbitmq_connections") != 0:
+        samples = poll(lambda: scrape(broker.prometheus_url)[1],
+                       lambda samples: value(samples, "rabbitmq_connections") == 0, 10, 0.05)
+        assert value(samples, "rabbitmq_connections") == 0
     assert value(samples, "rabbitmq_connections_closed_total") == 1
     assert value(samples, "rabbitmq_global_publishers", protocol="amqp091") == 0
 
