@@ -9,6 +9,7 @@ import urllib.parse
 
 import pika
 import pytest
+from eventually import poll
 from pika.exceptions import ChannelClosedByBroker
 from targets import Target, unique
 
@@ -107,12 +108,8 @@ def test_the_management_api_names_the_active_consumer(target: Target):
         consumer(connection, queue, "first", [])
         consumer(connection, queue, "second", [])
         path = f"/api/queues/%2F/{urllib.parse.quote(queue)}"
-        deadline = time.monotonic() + 15  # RabbitMQ's statistics come every 5 s
-        while True:
-            status, info = target.http("GET", path)
-            assert status == 200
-            if info.get("consumers") == 2 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        status, info = poll(lambda: target.http("GET", path),  # RabbitMQ's statistics come every 5 s
+                            lambda answer: answer[0] != 200 or answer[1].get("consumers") == 2, 15, 0.5)
+        assert status == 200
         assert info["consumers"] == 2
         assert info["single_active_consumer_tag"] == "first"
