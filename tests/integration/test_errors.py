@@ -14,7 +14,7 @@ import time
 import pika
 import pytest
 from amqp_raw import PROTOCOL_HEADER, RawClient, connected, raw_frame
-from eventually import eventually
+from eventually import eventually, poll
 from pamqp import commands, frame, header as pamqp_header
 from pika.exceptions import (
     AuthenticationError,
@@ -36,13 +36,10 @@ def roundtrip(channel, body: bytes = b"ping") -> None:
     """A channel works: declare, publish, get back."""
     queue = channel.queue_declare("", exclusive=True).method.queue
     channel.basic_publish("", queue, body)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        method, _props, got = channel.basic_get(queue, auto_ack=True)
-        if method is not None:
-            assert got == body
-            return
-    pytest.fail("published message never arrived")
+    method, _props, got = poll(lambda: channel.basic_get(queue, auto_ack=True),
+                               lambda message: message[0] is not None, 5, 0.01)
+    assert method is not None, "published message never arrived"
+    assert got == body
 
 
 @pytest.fixture

@@ -4,12 +4,11 @@ goes, the next oldest takes over, with what the old one left unacknowledged."""
 
 from __future__ import annotations
 
-import time
 import urllib.parse
 
 import pika
 import pytest
-from eventually import poll
+from eventually import eventually, poll, pumping
 from pika.exceptions import ChannelClosedByBroker
 from targets import Target, unique
 
@@ -17,9 +16,7 @@ SAC = {"x-single-active-consumer": True}
 
 
 def wait(connection: pika.BlockingConnection, done, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not done() and time.monotonic() < deadline:
-        connection.process_data_events(time_limit=0.05)
+    eventually(done, timeout, 0.05, pumping(connection))
     connection.process_data_events(time_limit=0.2)  # and nothing more comes
 
 
