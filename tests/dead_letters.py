@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 import pika
+from eventually import eventually
 
 
 def dead_letters(channel) -> None:
@@ -25,7 +24,9 @@ def dead_letters(channel) -> None:
         method, _, _ = channel.basic_get(queue)
         channel.basic_reject(method.delivery_tag, requeue=False)
     channel.basic_publish("", "orders", b"expires", pika.BasicProperties(expiration="1"))
-    deadline = time.monotonic() + 5
-    while channel.queue_declare("dlq", passive=True).method.message_count < 4 and time.monotonic() < deadline:
-        time.sleep(0.02)
+
+    def all_arrived() -> bool:
         channel.queue_declare("orders", passive=True)  # lets an expiry be noticed
+        return channel.queue_declare("dlq", passive=True).method.message_count >= 4
+
+    eventually(all_arrived)

@@ -39,6 +39,26 @@ def pumping(connection) -> Callable[[float], object]:
     return lambda seconds: connection.process_data_events(time_limit=seconds)
 
 
+def poll(
+    read: Callable[[], T],
+    until: Callable[[T], object],
+    timeout: float = 5.0,
+    interval: float = 0.02,
+    wait: Callable[[float], object] = time.sleep,
+) -> T:
+    """:func:`eventually` for a value: call ``read()`` until ``until(value)`` is true;
+    returns the last value read (the one that passed, or what there was at the timeout,
+    for the caller's ``assert`` to show)."""
+    seen: list[T] = []
+
+    def reached() -> bool:
+        seen.append(read())
+        return bool(until(seen[-1]))
+
+    eventually(reached, timeout, interval, wait)
+    return seen[-1]
+
+
 def eventually_equal(
     read: Callable[[], T],
     expected: T,
@@ -46,14 +66,5 @@ def eventually_equal(
     interval: float = 0.02,
     wait: Callable[[float], object] = time.sleep,
 ) -> T:
-    """:func:`eventually` for a value: call ``read()`` until it returns ``expected``;
-    returns the last value read (``expected``, or what there was at the timeout, for
-    the caller's ``assert`` to show)."""
-    seen: list[T] = []
-
-    def reached() -> bool:
-        seen.append(read())
-        return seen[-1] == expected
-
-    eventually(reached, timeout, interval, wait)
-    return seen[-1]
+    """:func:`poll` until ``read()`` returns ``expected``; returns the last value read."""
+    return poll(read, lambda value: value == expected, timeout, interval, wait)

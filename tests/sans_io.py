@@ -1,7 +1,8 @@
-"""Driving the broker's AMQP adapter without sockets: a fake loop and transport, and a
-:class:`Harness` that feeds a real :class:`~leveret.protocol.amqp.Connection` (on a real
-BrokerCore with a manual clock) bytes and decodes what it writes. Used by the unit tests
-of the protocol layer and by benchmarks of the publish path."""
+"""Driving the broker's adapters without sockets: the one fake loop (a steppable clock)
+and fake transport of the unit tests, and a :class:`Harness` that feeds a real
+:class:`~leveret.protocol.amqp.Connection` (on a real BrokerCore whose clock is the fake
+loop) bytes and decodes what it writes. Used by the unit tests of the protocol and server
+layers and by benchmarks of the publish path."""
 
 from __future__ import annotations
 

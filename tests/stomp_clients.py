@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import stomp
+from eventually import eventually
 from stomp.utils import Frame
 
 CLASSES = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}
@@ -118,10 +119,8 @@ class Client:
             raise AssertionError(f"no ERROR within {timeout} s") from None
 
     def wait_disconnected(self, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.conn.is_connected() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not self.conn.is_connected(), "the broker did not close the connection"
+        closed = eventually(lambda: not self.conn.is_connected(), timeout)
+        assert closed, "the broker did not close the connection"
 
     def close(self) -> None:
         if self.conn.is_connected():

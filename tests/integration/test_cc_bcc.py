@@ -17,11 +17,10 @@ it, over pika and real TCP. Each test runs against leveret and against a RabbitM
 
 from __future__ import annotations
 
-import time
-
 import pika
 import pytest
 import wire_types
+from eventually import eventually
 from pika.exceptions import ChannelClosedByBroker
 from targets import Target, unique
 
@@ -35,18 +34,19 @@ def props(**headers) -> pika.BasicProperties:
 def got(channel, queues: list[str], timeout: float = 2.0, expected: int = 0) -> dict[str, list]:
     """``{queue: [(body, routing key, typed headers), ...]}`` of what waits in each queue,
     auto-acked; waits until ``expected`` messages in all have arrived."""
-    deadline = time.monotonic() + timeout
     found: dict[str, list] = {queue: [] for queue in queues}
-    while True:
+
+    def arrived() -> bool:
         for queue in queues:
             while True:
                 method, properties, body = channel.basic_get(queue, auto_ack=True)
                 if method is None:
                     break
                 found[queue].append((body, method.routing_key, wire_types.typed_headers(properties)))
-        if sum(map(len, found.values())) >= expected or time.monotonic() > deadline:
-            return found
-        time.sleep(0.02)
+        return sum(map(len, found.values())) >= expected
+
+    eventually(arrived, timeout)
+    return found
 
 
 @pytest.fixture
@@ -226,10 +226,8 @@ def test_a_dead_letter_is_routed_on_all_its_keys_and_x_death_shows_cc_only(queue
 
 
 def reject_one(channel, queue: str, timeout: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (method := channel.basic_get(queue)[0]) is None:
-        assert time.monotonic() < deadline, f"nothing in {queue}"
-        time.sleep(0.02)
+    method = eventually(lambda: channel.basic_get(queue)[0], timeout)
+    assert method is not None, f"nothing in {queue}"
     channel.basic_reject(method.delivery_tag, requeue=False)
 
 

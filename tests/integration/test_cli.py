@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pika
 import pytest
+from eventually import poll
 from pika.exceptions import (
     AuthenticationError,
     ConnectionClosedByBroker,
@@ -43,14 +44,11 @@ def roundtrip(connection: pika.BlockingConnection, body: bytes = b"ping") -> Non
     channel = connection.channel()
     queue = channel.queue_declare("", exclusive=True).method.queue
     channel.basic_publish("", queue, body)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        method, _props, got = channel.basic_get(queue, auto_ack=True)
-        if method is not None:
-            assert got == body
-            channel.close()
-            return
-    pytest.fail("published message never arrived")
+    method, _props, got = poll(lambda: channel.basic_get(queue, auto_ack=True),
+                               lambda message: message[0] is not None, 5, 0.01)
+    assert method is not None, "published message never arrived"
+    assert got == body
+    channel.close()
 
 
 def run(*args: str, timeout: float = 15) -> subprocess.CompletedProcess:

@@ -6,10 +6,9 @@ only while every higher one is blocked (its prefetch window full)."""
 
 from __future__ import annotations
 
-import time
-
 import pika
 import pytest
+from eventually import eventually, pumping
 from pika.exceptions import ChannelClosedByBroker
 from stomp_clients import Client
 from targets import Target, unique
@@ -32,9 +31,7 @@ def publish_and_collect(connection: pika.BlockingConnection, queue: str, count: 
     ch.confirm_delivery()
     for i in range(count):
         ch.basic_publish("", queue, b"%d" % i)
-    deadline = time.monotonic() + 5
-    while len(got) < (count if expect is None else expect) and time.monotonic() < deadline:
-        connection.process_data_events(time_limit=0.05)
+    eventually(lambda: len(got) >= (count if expect is None else expect), 5, 0.05, pumping(connection))
     connection.process_data_events(time_limit=0.2)  # nothing more comes
 
 
@@ -116,9 +113,7 @@ def test_a_blocked_high_priority_consumer_takes_over_again_once_it_acks(target: 
         ch.confirm_delivery()
         for i in range(5):
             ch.basic_publish("", queue, b"%d" % i)
-            deadline = time.monotonic() + 5
-            while len(got) <= i and time.monotonic() < deadline:
-                connection.process_data_events(time_limit=0.05)
+            eventually(lambda i=i: len(got) > i, 5, 0.05, pumping(connection))
         assert got == [("high", b"%d" % i) for i in range(5)]
 
 

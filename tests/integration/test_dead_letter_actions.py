@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pika
 import pytest
 from dead_letters import dead_letters
+from eventually import eventually, poll
 from servers import ServerProcess
 from test_dead_letter_browser import get, messages, put
 
@@ -64,11 +65,9 @@ def run_job(broker: BlockingBroker, queue: str, body: dict) -> dict:
     status, job, headers = send(broker, "POST", f"/api/leveret/dead-letters/%2F/{queue}/actions", body)
     assert status == 202, job
     assert headers["Location"] == f"/api/leveret/jobs/{job['id']}"
-    deadline = time.monotonic() + 20
-    while job["state"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.05)
-        status, job, _ = send(broker, "GET", headers["Location"])
-        assert status == 200
+    status, job, _ = poll(lambda: send(broker, "GET", headers["Location"]),
+                          lambda answer: answer[0] != 200 or answer[1]["state"] != "running", 20, 0.05)
+    assert status == 200
     assert job["state"] != "running", job
     return job
 
@@ -348,8 +347,7 @@ def test_a_move_killed_half_way_loses_nothing(tmp_path):
         total = 20_000
         for n in range(total):
             channel.basic_publish("", "dlq", str(n).encode(), pika.BasicProperties(delivery_mode=2))
-        while count(channel, "dlq") < total:
-            time.sleep(0.05)
+        assert eventually(lambda: count(channel, "dlq") >= total, 120, 0.05)
         connection.close()
         broker = SimpleNamespace(http_url=server.http_url)
         status, job, headers = send(  # type: ignore[arg-type]
@@ -402,16 +400,12 @@ def test_a_cancelled_move_stops_between_chunks_and_loses_nothing(broker, channel
     total = 10_000
     for n in range(total):
         channel.basic_publish("", "big", str(n).encode(), pika.BasicProperties(delivery_mode=2))
-    while count(channel, "big") < total:
-        time.sleep(0.02)
+    assert eventually(lambda: count(channel, "big") >= total, 120)
     status, job, headers = send(broker, "POST", "/api/leveret/dead-letters/%2F/big/actions",
                                 {"action": "move", "target": {"queue": "target"}})
     assert status == 202
     assert send(broker, "DELETE", headers["Location"])[0] == 202
-    deadline = time.monotonic() + 10
-    while job["state"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.02)
-        job = send(broker, "GET", headers["Location"])[1]
+    job = poll(lambda: send(broker, "GET", headers["Location"])[1], lambda job: job["state"] != "running", 10)
     assert job["state"] == "cancelled" and 0 < job["done"] < total
     left, moved = drain(channel, "big"), drain(channel, "target")
     assert len(moved) == job["done"] and len(left) + len(moved) == total  # no duplicate either

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pika
 import pytest
 from amqp_raw import RawClient
+from eventually import eventually, pumping
 from pamqp import body, commands, frame
 from pamqp.header import ContentHeader
 
@@ -47,9 +47,7 @@ def test_max_length_zero_still_feeds_a_waiting_consumer(connection):
     got = []
     ch.basic_consume("zero", lambda c, m, p, b: got.append(b), auto_ack=True)
     ch.basic_publish("", "zero", b"straight through")
-    deadline = time.monotonic() + 3
-    while not got and time.monotonic() < deadline:
-        connection.process_data_events(time_limit=0.05)
+    eventually(lambda: got, 3, 0.05, pumping(connection))
     assert got == [b"straight through"]
 
 

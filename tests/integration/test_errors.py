@@ -14,7 +14,7 @@ import time
 import pika
 import pytest
 from amqp_raw import PROTOCOL_HEADER, RawClient, connected, raw_frame
-from eventually import eventually
+from eventually import eventually, poll
 from pamqp import commands, frame, header as pamqp_header
 from pika.exceptions import (
     AuthenticationError,
@@ -36,13 +36,10 @@ def roundtrip(channel, body: bytes = b"ping") -> None:
     """A channel works: declare, publish, get back."""
     queue = channel.queue_declare("", exclusive=True).method.queue
     channel.basic_publish("", queue, body)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        method, _props, got = channel.basic_get(queue, auto_ack=True)
-        if method is not None:
-            assert got == body
-            return
-    pytest.fail("published message never arrived")
+    method, _props, got = poll(lambda: channel.basic_get(queue, auto_ack=True),
+                               lambda message: message[0] is not None, 5, 0.01)
+    assert method is not None, "published message never arrived"
+    assert got == body
 
 
 @pytest.fixture
@@ -789,14 +786,14 @@ def test_unacked_deliveries_of_a_vanished_consumer_are_redelivered(port, channel
         client.skip_until(Queue.DeclareOk)
     assert eventually(lambda: channel.queue_declare("work", passive=True).method.consumer_count == 0)
     got, redelivered = [], []
-    deadline = time.monotonic() + 5
-    while len(got) < 9 and time.monotonic() < deadline:
-        method, _, body = channel.basic_get("work", auto_ack=True)
-        if method is None:
-            time.sleep(0.02)
-            continue
-        got.append(body)
-        redelivered.append(method.redelivered)
+
+    def nine() -> bool:
+        while len(got) < 9 and (message := channel.basic_get("work", auto_ack=True))[0] is not None:
+            got.append(message[2])
+            redelivered.append(message[0].redelivered)
+        return len(got) == 9
+
+    eventually(nine)
     assert got == bodies[1:]  # task 0 was acked; the rest all there, in order
     assert redelivered == [True] * 4 + [False] * 5
 

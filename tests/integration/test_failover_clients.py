@@ -14,6 +14,7 @@ import pika
 import pytest
 import stomp
 from celery import Celery
+from eventually import eventually
 from ha import FirstAlive, Node
 from stomp_clients import Collector
 
@@ -83,9 +84,7 @@ def test_stomp_py_with_a_host_list_reconnects_to_the_new_master(cluster):
     conn.send("/queue/stomp-orders", b"before", headers={"persistent": "true", "receipt": "r1"})
     assert events.receipts.get(timeout=TIMEOUT) == "r1"
     kill_master(cluster)
-    deadline = time.monotonic() + TIMEOUT
-    while not events.disconnected and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: events.disconnected, TIMEOUT, 0.05)
     conn.connect("guest", "guest", wait=True)  # tries the hosts in turn
     conn.send("/queue/stomp-orders", b"after", headers={"persistent": "true", "receipt": "r2"})
     assert events.receipts.get(timeout=TIMEOUT) == "r2"

@@ -8,6 +8,7 @@ import time
 
 import pika
 import pytest
+from eventually import eventually, pumping
 
 
 class Api:
@@ -24,9 +25,7 @@ class Api:
     def __call__(self, operation: str, **request) -> dict:
         self.channel.basic_publish("amq.leveret.api", operation, json.dumps(request),
                                    pika.BasicProperties(reply_to="amq.rabbitmq.reply-to"))
-        deadline = time.monotonic() + 5
-        while not self._replies and time.monotonic() < deadline:
-            self.connection.process_data_events(time_limit=0.05)
+        eventually(lambda: self._replies, 5, 0.05, pumping(self.connection))
         return self._replies.pop(0)
 
     def read(self, queue: str, group: str, start: int, end: int) -> list[tuple[int, bytes, bool]]:

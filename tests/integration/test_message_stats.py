@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pika
 import pytest
+from eventually import poll
 from test_dead_letter_browser import get, put
 
 from leveret import BlockingBroker
@@ -50,13 +51,10 @@ def traffic(broker: BlockingBroker) -> None:
 
 def wait_for_rate(broker: BlockingBroker, path: str, pick) -> dict:
     """The answer once ``pick(answer)`` (a rate) is above 0 (10 s at most)."""
-    deadline = time.monotonic() + 10
-    while True:
-        status, body = get(broker, path)
-        assert status == 200
-        if pick(body) > 0 or time.monotonic() > deadline:
-            return body  # type: ignore[return-value]
-        time.sleep(INTERVAL_MS / 1000 / 2)
+    status, body = poll(lambda: get(broker, path), lambda answer: answer[0] != 200 or pick(answer[1]) > 0,
+                        10, INTERVAL_MS / 1000 / 2)
+    assert status == 200
+    return body  # type: ignore[return-value]
 
 
 def test_overview_counts_and_rates(broker):

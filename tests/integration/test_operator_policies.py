@@ -3,8 +3,7 @@ run against leveret and (when installed) a RabbitMQ 3.10 node with the same call
 
 from __future__ import annotations
 
-import time
-
+from eventually import eventually_equal
 from targets import Target, unique
 from test_management_api import q, wait_for
 
@@ -117,6 +116,6 @@ def test_operator_policies_survive_a_restart_and_travel_in_definitions(tmp_path)
         channel.queue_declare("queue")
         for _ in range(5):
             channel.basic_publish("", "queue", b"x")
-        time.sleep(0.05)
-        assert channel.queue_declare("queue", passive=True).method.message_count == 3
+        count = eventually_equal(lambda: channel.queue_declare("queue", passive=True).method.message_count, 3)
+        assert count == 3
         connection.close()

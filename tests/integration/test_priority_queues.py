@@ -14,6 +14,7 @@ from pathlib import Path
 import aio_pika
 import pika
 import pytest
+from eventually import eventually, pumping
 from pika.exceptions import ChannelClosedByBroker
 from servers import ServerProcess
 from stomp_clients import Client
@@ -148,9 +149,7 @@ def test_a_consumer_gets_the_highest_priority_first_and_keeps_the_message_priori
             channel.basic_ack(method.delivery_tag)
 
         consumer.basic_consume(queue, on_message)
-        deadline = time.monotonic() + 5
-        while len(got) < len(PRIORITIES) and time.monotonic() < deadline:
-            connection.process_data_events(time_limit=0.05)
+        eventually(lambda: len(got) >= len(PRIORITIES), 5, 0.05, pumping(connection))
         assert [body for body, _ in got] == ORDER_10
         assert [priority for _, priority in got] == [10, 11, 200, 255, 10, 5, 5, 3, 1, None, 0, None]
         ch.queue_delete(queue)
@@ -215,9 +214,7 @@ def test_dead_letters_keep_their_priority(target: Target):
             "x-max-priority": 10, "x-message-ttl": 50, "x-dead-letter-exchange": "",
             "x-dead-letter-routing-key": dlq})
         publish(ch, source, [1, 7, 3, 20])
-        deadline = time.monotonic() + 5
-        while ch.queue_declare(dlq, passive=True).method.message_count < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: ch.queue_declare(dlq, passive=True).method.message_count >= 4, 5, 0.05)
         got = []
         while (message := ch.basic_get(dlq, auto_ack=True))[0] is not None:
             got.append((message[2].decode(), message[1].priority))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pika
 import pytest
+from eventually import eventually, poll
 from prometheus_client.parser import text_string_to_metric_families
 
 from leveret import BlockingBroker
@@ -159,10 +160,9 @@ def dead_letter_workload(url: str) -> None:
     channel.basic_consume("p-acked", on_message)
     channel.start_consuming()
     assert seen == [False, True]
-    deadline = time.monotonic() + 10
-    while channel.queue_declare("p-dlq", passive=True).method.message_count < 3:  # maxlen, rejected, expired
-        assert time.monotonic() < deadline, "the TTL message was not dead-lettered"
-        time.sleep(0.05)
+    dead = eventually(lambda: channel.queue_declare("p-dlq", passive=True).method.message_count >= 3,
+                      10, 0.05)
+    assert dead, "the TTL message was not dead-lettered"  # maxlen, rejected, expired
     connection.close()
 
 
@@ -319,14 +319,9 @@ def test_deleted_queues_keep_their_counts_in_the_totals(broker):
     channel.queue_declare("gone", arguments={"x-message-ttl": 0})  # expires at once, no DLX
     channel.basic_publish("", "gone", b"x")
     channel.queue_declare("gone", arguments={"x-message-ttl": 0})
-    deadline = time.monotonic() + 10
-    while True:
-        _, samples = scrape(broker.prometheus_url, "/metrics/per-object")
-        labels = {"vhost": "/", "queue": "gone", "reason": "expired", "dead_letter_strategy": "disabled"}
-        if value(samples, "leveret_queue_messages_dead_lettered_total", **labels) == 1:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    labels = {"vhost": "/", "queue": "gone", "reason": "expired", "dead_letter_strategy": "disabled"}
+    assert eventually(lambda: value(scrape(broker.prometheus_url, "/metrics/per-object")[1],
+                                    "leveret_queue_messages_dead_lettered_total", **labels) == 1, 10, 0.05)
     channel.queue_delete("gone")
     connection.close()
     _, samples = scrape(broker.prometheus_url)
@@ -350,23 +345,21 @@ def test_stomp_clients_are_counted_too(broker):
         client.send("/queue/s-metrics", "in a transaction", receipt=False, transaction="tx1")
         client.conn.commit("tx1")
         client.ack(client.message())
-        deadline = time.monotonic() + 10
-        while True:
-            _, samples = scrape(broker.prometheus_url)
-            if value(samples, "rabbitmq_global_messages_acknowledged_total", **classic) == 2:
-                break
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+
+        def both_acked(samples) -> bool:
+            return value(samples, "rabbitmq_global_messages_acknowledged_total", **classic) == 2
+
+        samples = poll(lambda: scrape(broker.prometheus_url)[1], both_acked, 10, 0.05)
+        assert both_acked(samples)
         # the connection's publisher; its transaction's is part of it
         assert value(samples, "rabbitmq_global_publishers", protocol="amqp091") == 1
     assert value(samples, "rabbitmq_global_messages_received_total", protocol="amqp091") == 2
     assert value(samples, "rabbitmq_global_messages_delivered_consume_manual_ack_total", **classic) == 2
     assert value(samples, "rabbitmq_connections_opened_total") == 1
-    deadline = time.monotonic() + 10
-    while value(samples, "rabbitmq_connections") != 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-        _, samples = scrape(broker.prometheus_url)
+    if value(samples, "rabbitmq_connections") != 0:
+        samples = poll(lambda: scrape(broker.prometheus_url)[1],
+                       lambda samples: value(samples, "rabbitmq_connections") == 0, 10, 0.05)
+        assert value(samples, "rabbitmq_connections") == 0
     assert value(samples, "rabbitmq_connections_closed_total") == 1
     assert value(samples, "rabbitmq_global_publishers", protocol="amqp091") == 0
 

@@ -6,10 +6,9 @@ strategies, no global QoS; and, on leveret, that every message is kept across a
 
 from __future__ import annotations
 
-import time
-
 import pika
 import pytest
+from eventually import eventually, poll, pumping
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 from servers import ServerProcess
 from targets import Target, unique
@@ -98,16 +97,11 @@ def test_the_delivery_limit_dead_letters_with_the_delivery_count(target: Target)
             channel.basic_nack(method.delivery_tag, requeue=True)
 
         ch.basic_consume(queue, nack)
-        deadline = time.monotonic() + 5
-        while len(got) < 3 and time.monotonic() < deadline:
-            connection.process_data_events(time_limit=0.05)
+        eventually(lambda: len(got) >= 3, 5, 0.05, pumping(connection))
         connection.process_data_events(time_limit=0.3)
         assert got == [(False, None), (True, 1), (True, 2)]  # then it is dead
-        dead = None
-        while dead is None and time.monotonic() < deadline:
-            dead = ch.basic_get(dlq, auto_ack=True)
-            dead = dead if dead[0] is not None else None
-        assert dead is not None
+        dead = poll(lambda: ch.basic_get(dlq, auto_ack=True), lambda dead: dead[0] is not None, 5, 0)
+        assert dead[0] is not None
         _, properties, body = dead
         assert body == b"poison" and properties.delivery_mode == 1  # kept as it was sent
         death = properties.headers["x-death"][0]

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from amqp_raw import connected
+from eventually import eventually_equal, poll
 from pamqp import commands
 
 from leveret import BlockingBroker
@@ -75,16 +76,13 @@ def test_what_a_held_client_sent_is_seen_by_the_next_connection_read():
                 trickle(client, MESSAGES)
                 # What was not held is handled within milliseconds (a long read over a
                 # few loop turns, see protocol/turns.py); a held socket would take 10 s.
-                deadline = time.monotonic() + 1.0
-                while (count := depth(observer))[0] < sent and time.monotonic() < deadline:
-                    time.sleep(0.01)
+                count = poll(lambda: depth(observer), lambda count, sent=sent: count[0] >= sent, 1.0, 0.01)
                 assert count[0] == sent and count[1] < 1
                 if listener.read_holds:
                     break
             assert listener.read_holds > 0 and not listener.held
             trickle(client, 10)  # and the released socket is read again by the loop
-            time.sleep(0.05)
-            assert depth(observer)[0] == sent + 10
+            assert eventually_equal(lambda: depth(observer)[0], sent + 10) == sent + 10
 
 
 def test_a_publisher_waiting_for_confirms_is_never_held():

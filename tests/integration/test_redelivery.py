@@ -19,6 +19,7 @@ from pathlib import Path
 import aio_pika
 import pika
 import pytest
+from eventually import eventually, poll
 from pika.exceptions import ChannelClosedByBroker
 from servers import ServerProcess
 
@@ -89,12 +90,12 @@ def assert_delay(returned_at: float, delivered_at: float, expected_ms: float) ->
 
 def get(ch, queue: str, timeout: float = 3.0):
     """basic.get until a message comes (or None after ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        method, props, body = ch.basic_get(queue)
-        if method is not None or time.monotonic() > deadline:
-            return method, props, body
-        time.sleep(0.01)
+
+    def message():
+        got = ch.basic_get(queue)
+        return got if got[0] is not None else None
+
+    return eventually(message, timeout, 0.01) or (None, None, None)
 
 
 def depth(conn: pika.BlockingConnection, queue: str) -> int | None:
@@ -556,9 +557,7 @@ def test_a_redelivery_back_off_outlives_a_kill(tmp_path: Path):
         assert body == b"behind"  # the other message is not held up
         ch.basic_ack(method.delivery_tag)
         assert ch.basic_get("backoff.q")[0] is None  # still in its back-off
-        deadline = time.monotonic() + 10
-        while (got := ch.basic_get("backoff.q"))[0] is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        got = poll(lambda: ch.basic_get("backoff.q"), lambda got: got[0] is not None, 10, 0.05)
         waited = time.monotonic() - nacked
         assert got[2] == b"retry-me" and got[0].redelivered
         assert 3.0 <= waited <= 3.0 + 2.0  # when its back-off ends, not at the restart

@@ -11,7 +11,7 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
-from eventually import eventually, eventually_equal
+from eventually import eventually, eventually_equal, poll
 from postgres import free_port
 from servers import ServerProcess
 from targets import Target, unique
@@ -280,10 +280,12 @@ def test_a_missing_destination_exchange_is_retried_until_it_exists(source, desti
     value = {**GOOD, "src-queue": src_queue, "dest-uri": destination.url(), "dest-exchange": "late-x",
              "dest-exchange-key": "k", "reconnect-delay": 0.2}  # fmt: skip
     assert put_shovel(source, "late", value) == 201
-    deadline = time.monotonic() + 10
-    while (rows := source.http("GET", "/api/shovels")[1]) and rows[0]["state"] != "terminated":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+
+    def ended(rows: list) -> bool:
+        return not rows or rows[0]["state"] == "terminated"
+
+    rows = poll(lambda: source.http("GET", "/api/shovels")[1], ended, 10, 0.05)
+    assert ended(rows)
     assert "404" in rows[0]["reason"] or "NOT_FOUND" in rows[0]["reason"]
     connection = pika.BlockingConnection(pika.URLParameters(destination.url()))
     channel = connection.channel()

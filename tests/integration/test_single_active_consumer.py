@@ -4,11 +4,11 @@ goes, the next oldest takes over, with what the old one left unacknowledged."""
 
 from __future__ import annotations
 
-import time
 import urllib.parse
 
 import pika
 import pytest
+from eventually import eventually, poll, pumping
 from pika.exceptions import ChannelClosedByBroker
 from targets import Target, unique
 
@@ -16,9 +16,7 @@ SAC = {"x-single-active-consumer": True}
 
 
 def wait(connection: pika.BlockingConnection, done, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not done() and time.monotonic() < deadline:
-        connection.process_data_events(time_limit=0.05)
+    eventually(done, timeout, 0.05, pumping(connection))
     connection.process_data_events(time_limit=0.2)  # and nothing more comes
 
 
@@ -107,12 +105,8 @@ def test_the_management_api_names_the_active_consumer(target: Target):
         consumer(connection, queue, "first", [])
         consumer(connection, queue, "second", [])
         path = f"/api/queues/%2F/{urllib.parse.quote(queue)}"
-        deadline = time.monotonic() + 15  # RabbitMQ's statistics come every 5 s
-        while True:
-            status, info = target.http("GET", path)
-            assert status == 200
-            if info.get("consumers") == 2 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        status, info = poll(lambda: target.http("GET", path),  # RabbitMQ's statistics come every 5 s
+                            lambda answer: answer[0] != 200 or answer[1].get("consumers") == 2, 15, 0.5)
+        assert status == 200
         assert info["consumers"] == 2
         assert info["single_active_consumer_tag"] == "first"

@@ -8,6 +8,7 @@ import time
 
 import pika
 import pytest
+from eventually import eventually, pumping
 
 from leveret import BlockingBroker
 
@@ -59,9 +60,7 @@ def test_next_offset_only_sees_new_messages(connection):
                       arguments={"x-stream-offset": "next"})
     connection.process_data_events(time_limit=0.2)
     publish(pub, "news", [b"new"])
-    deadline = time.monotonic() + 5
-    while not received and time.monotonic() < deadline:
-        connection.process_data_events(time_limit=0.1)
+    eventually(lambda: received, 5, 0.1, pumping(connection))
     assert received == [(1, b"new")]
 
 

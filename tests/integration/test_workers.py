@@ -8,12 +8,12 @@ import os
 import signal
 import socket
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pika
 import pytest
+from eventually import eventually
 from pika.exceptions import ChannelClosedByBroker
 from servers import ServerProcess
 
@@ -166,13 +166,12 @@ def test_a_killed_worker_requeues_its_connections_unacked_messages(server: Serve
     survivor_pid, victim_pid = worker_holding(server, publisher), worker_holding(server, victim)
     assert survivor_pid != victim_pid
     os.kill(victim_pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while pub.queue_declare("w-kill", passive=True).method.message_count < 20:  # the publisher carries on
-        assert time.monotonic() < deadline, "the killed worker's unacked messages did not come back"
-        time.sleep(0.05)
-    while len(workers_of(server.proc.pid)) < 2 or victim_pid in workers_of(server.proc.pid):
-        assert time.monotonic() < deadline, "no worker replaced the killed one"
-        time.sleep(0.05)
+    back = eventually(lambda: pub.queue_declare("w-kill", passive=True).method.message_count >= 20, 10, 0.05)
+    assert back, "the killed worker's unacked messages did not come back"  # the publisher carries on
+    replaced = eventually(
+        lambda: len(alive := workers_of(server.proc.pid)) >= 2 and victim_pid not in alive, 10, 0.05
+    )
+    assert replaced, "no worker replaced the killed one"
     fresh = connect(server)
     again = []
     for method, _, body in fresh.channel().consume("w-kill", auto_ack=True, inactivity_timeout=5):
@@ -200,9 +199,7 @@ def test_sigterm_closes_clients_with_320_and_stops_the_workers(tmp_path: Path, t
             connection.process_data_events(time_limit=10)
         assert caught.value.reply_code == 320
         assert server.proc.wait(10) == 0
-        deadline = time.monotonic() + 10
-        while any(Path(f"/proc/{pid}").exists() for pid in workers):  # no worker outlives it
-            assert time.monotonic() < deadline, "a worker outlived the broker"
-            time.sleep(0.05)
+        gone = eventually(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), 10, 0.05)
+        assert gone, "a worker outlived the broker"  # no worker outlives it
     finally:
         server.kill()
