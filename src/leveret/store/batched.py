@@ -384,18 +384,20 @@ class BatchedStore(Store):
         assert db is not None
         while True:
             job = self._reads.get()
-            if job is None:
+            if job is None or not self._answer(db, job):
                 return
-            query, finish = job
-            try:
-                result = query(db)
-            except self._errors as exc:
-                log.error("store %s: a read failed, retrying in %.1f s: %s", self.name, RETRY, exc)
-                if not self._report(self._read_again, job):
-                    return
-                continue
-            if not self._report(self._answered, finish, result):
-                return
+
+    def _answer(self, db: Connection, job: tuple) -> bool:
+        """One read of the reader thread; False once the loop is gone. Its own frame, so
+        the answer (a page of messages: bodies of any size) is not kept alive by the
+        thread's locals while it waits for the next request."""
+        query, finish = job
+        try:
+            result = query(db)
+        except self._errors as exc:
+            log.error("store %s: a read failed, retrying in %.1f s: %s", self.name, RETRY, exc)
+            return self._report(self._read_again, job)
+        return self._report(self._answered, finish, result)
 
     def _read_again(self, job: tuple) -> None:
         assert self._loop is not None
