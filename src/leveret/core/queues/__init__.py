@@ -9,6 +9,7 @@
 - :mod:`.quorum`: the quorum queue (a classic queue under RabbitMQ's quorum rules,
   every message stored);
 - :mod:`.stream`: the stream queue (an append-only log read by offset);
+- :mod:`.outcome`: :class:`.Enqueued`, what enqueueing did, for a publisher's confirm;
 - :mod:`.timers`: named timers on core's clock.
 
 A new type is a new module registered in :data:`QUEUE_TYPES`.
@@ -16,19 +17,9 @@ A new type is a new module registered in :data:`QUEUE_TYPES`.
 
 from __future__ import annotations
 
-from .base import (
-    ACCEPTED,
-    DELAYED,
-    GONE,
-    READY,
-    REJECTED,
-    STORED,
-    UNACKED,
-    Consumer,
-    Queue,
-    QueuedMessage,
-)
+from .base import DELAYED, GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
 from .classic import ClassicQueue
+from .outcome import ACCEPTED, REJECTED, STORED, STORED_REJECTED, Enqueued
 from .quorum import QuorumQueue
 from .stream import StreamQueue
 
@@ -54,9 +45,11 @@ __all__ = [
     "READY",
     "REJECTED",
     "STORED",
+    "STORED_REJECTED",
     "UNACKED",
     "ClassicQueue",
     "Consumer",
+    "Enqueued",
     "Queue",
     "QueuedMessage",
     "QuorumQueue",

@@ -19,6 +19,7 @@ from ..deduplication import DeduplicationCache
 from ..errors import precondition_failed
 from ..message import Message
 from ..metrics import QueueCounters
+from .outcome import Enqueued
 from .timers import Timers
 
 if TYPE_CHECKING:
@@ -26,9 +27,6 @@ if TYPE_CHECKING:
     from ..lease import Lease
     from ..selector import Selector
     from ..vhost import VirtualHost
-
-# Result flags of Queue.enqueue.
-ACCEPTED, STORED, REJECTED = 0, 1, 2
 
 # QueuedMessage.state
 READY, UNACKED, GONE, DELAYED = 0, 1, 2, 3
@@ -179,10 +177,10 @@ class Queue:
         """Messages waiting for delivery, not counting unacknowledged ones."""
         raise NotImplementedError
 
-    def enqueue(self, message: Message) -> int:
-        """Append ``message``; returns STORED when it went to the store durably (a
-        confirm must wait for the store), REJECTED when the queue refused it, else
-        ACCEPTED."""
+    def enqueue(self, message: Message) -> Enqueued:
+        """Append ``message``; returns :data:`.Enqueued.STORED` when it went to the store
+        durably (a confirm must wait for the store), ``REJECTED`` when the queue refused
+        it, else ``ACCEPTED``."""
         raise NotImplementedError
 
     def drain(self) -> None:

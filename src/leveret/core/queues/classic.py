@@ -34,7 +34,8 @@ from ..message_groups import GROUP_ID_BYTES, message_group
 from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
 from .backlog import PAGE_IN_BATCH, Backlog
-from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
+from .base import DELAYED, GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
+from .outcome import ACCEPTED, REJECTED, STORED, Enqueued
 from .priority_backlog import PriorityBacklog
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ class ClassicQueue(Queue):
         return len(self.backlog) + self._delayed_count
 
     # -- publishing -----------------------------------------------------------------
-    def enqueue(self, message: Message) -> int:
+    def enqueue(self, message: Message) -> Enqueued:
         """Append ``message``. Returns STORED when it went to the store, durably or
         paged out (a confirm must wait for :meth:`Store.when_durable`), REJECTED when the length
         limit refused it (``x-overflow: reject-publish``), else ACCEPTED."""

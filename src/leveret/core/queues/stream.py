@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from ..deduplication import DeduplicationCache, dedup_key
 from ..errors import precondition_failed
 from ..message import Message
-from .base import ACCEPTED, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
+from .base import UNACKED, Consumer, Queue, QueuedMessage
+from .outcome import ACCEPTED, REJECTED, STORED, Enqueued
 
 if TYPE_CHECKING:
     from ..lease import Lease
@@ -84,7 +85,7 @@ class StreamQueue(Queue):
         return self.next_offset - self.first_offset
 
     # -- appending ------------------------------------------------------------------
-    def enqueue(self, message: Message) -> int:
+    def enqueue(self, message: Message) -> Enqueued:
         """Append ``message`` at ``next_offset``: STORED with a store (every message is
         written), else ACCEPTED; ACCEPTED too for a duplicate, which is dropped; REJECTED
         when it would pass ``x-max-length-bytes`` and ``x-overflow`` is not ``drop-head``."""
