@@ -48,6 +48,8 @@ def advise(vhost: VirtualHost, topic: str, info: dict[str, Any]) -> None:
     )
     for queue in vhost.route(exchange, message):
         queue.enqueue(message)
+    if vhost.actions:
+        vhost.carry_out()
 
 
 def advised(queue_name: str) -> bool:

@@ -56,7 +56,7 @@ class Lease:
         if ttl is not None:
             self.ttl = ttl
         start = self.next_seq
-        now = queue.vhost.clock.time()
+        now = queue.host.clock.time()
         while len(self.held) < 10_000_000 and self.next_seq - start < maximum:
             entry = queue.take_for_lease()
             if entry is None:
@@ -102,14 +102,14 @@ class Lease:
     def _arm(self) -> None:
         if self._timer is None and self.held:
             oldest = next(iter(self.held.values()))[1]
-            delay = oldest + self.ttl - self.queue.vhost.clock.time()
-            self._timer = self.queue.vhost.clock.call_later(delay, self._expire)
+            delay = oldest + self.ttl - self.queue.host.clock.time()
+            self._timer = self.queue.host.clock.call_later(delay, self._expire)
 
     def _expire(self) -> None:
         """Return messages leased longer than ``ttl`` ago (leased in order, so oldest
         first)."""
         self._timer = None
-        deadline = self.queue.vhost.clock.time() - self.ttl
+        deadline = self.queue.host.clock.time() - self.ttl
         expired = [seq for seq, (_, leased_at) in self.held.items() if leased_at <= deadline]
         self.release(expired)
         self._arm()

@@ -170,6 +170,8 @@ class Publisher:
             for queue in queues:
                 queue.counters.published += counted
                 outcome |= queue.enqueue(message)
+            if vhost.actions:  # what the queues handed back (dead letters of a full queue)
+                vhost.carry_out()
         if counted:  # received here, so a transaction's count once committed
             counters = self.counters
             counters.received += 1  # routed: received less the unroutable ones

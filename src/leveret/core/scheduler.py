@@ -372,6 +372,8 @@ class Scheduler:
         else:
             for queue in vhost.route(exchange, message):
                 queue.enqueue(message)
+            if vhost.actions:  # what the queues handed back
+                vhost.carry_out()
         after = job.schedule.next_due(job.due_at)
         if after is None:
             if self.store is not None:

@@ -21,11 +21,9 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..dead_letter import dead_letter
 from ..deduplication import dedup_key
 from ..errors import precondition_failed
 from ..lease import Lease
@@ -35,14 +33,12 @@ from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
 from .backlog import PAGE_IN_BATCH, Backlog
 from .base import DELAYED, GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
+from .host import DeadLetter, QueueHost, hands_back
 from .outcome import ACCEPTED, REJECTED, STORED, Enqueued
 from .priority_backlog import PriorityBacklog
 
 if TYPE_CHECKING:
     from ..selector import Selector
-    from ..vhost import VirtualHost
-
-log = logging.getLogger("leveret.queue")
 
 #: Messages a dispatch with selectors looks at in one event-loop turn, at most.
 SCAN_BUDGET = 10_000
@@ -89,14 +85,14 @@ class ClassicQueue(Queue):
 
     def __init__(
         self,
-        vhost: VirtualHost,
+        host: QueueHost,
         name: str,
         durable: bool = False,
         exclusive_owner: Any = None,
         auto_delete: bool = False,
         arguments: dict | None = None,
     ) -> None:
-        super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
+        super().__init__(host, name, durable, exclusive_owner, auto_delete, arguments)
         config = self.config
         #: the backlog when the queue has priorities (x-max-priority > 0), else None
         self.levels: PriorityBacklog | None = None
@@ -134,7 +130,7 @@ class ClassicQueue(Queue):
         size = len(message.body)
         if config.overflow != "drop-head" and self._full(1, size):
             if config.overflow == "reject-publish-dlx":
-                dead_letter(self, message, "maxlen")
+                self.actions.append(DeadLetter(self, message, "maxlen"))
             return REJECTED
         if self.dedup is not None:
             key = dedup_key(message, config.dedup_header)
@@ -163,16 +159,14 @@ class ClassicQueue(Queue):
         )
         backlog = self.backlog
         stored = durable  # whether a confirm must wait for the store
-        if store is not None and (backlog.must_page(seq) or self.vhost.memory_pressure):
+        if store is not None and (backlog.must_page(seq) or self.host.memory_pressure):
             # Paged out, the message exists only in the store: its confirm waits for
             # the write, as a persistent message's does, transient or not.
             self._write(seq, message, expires_at, transient=not durable)
             backlog.appended_paged(seq, size)
             stored = True
             if expires_at:  # it expires on disk when due, not when read back
-                self.timers.arm(
-                    "paged-expiry", expires_at - self.vhost.clock.time(), self._expire_paged, True
-                )
+                self.timers.arm("paged-expiry", expires_at - self.host.clock.time(), self._expire_paged, True)
         else:
             entry = QueuedMessage(
                 message, seq, self._write(seq, message, expires_at) if durable else 0, expires_at
@@ -181,7 +175,7 @@ class ClassicQueue(Queue):
             if expires_at:
                 self._watch_expiry(entry)
         if self.consumers:
-            self.drain()  # a waiting consumer takes it before any length limit applies
+            self._dispatch()  # a waiting consumer takes it before any length limit applies
         if config.max_length is not None or config.max_length_bytes is not None:
             while self._full() and len(backlog):
                 self._drop_head()
@@ -245,7 +239,7 @@ class ClassicQueue(Queue):
             return True
         if not backlog.paged:
             return False
-        self._paged_in(backlog.page_in(self.store, self.queue_id, self.vhost.clock.time()))
+        self._paged_in(backlog.page_in(self.store, self.queue_id, self.host.clock.time()))
         return backlog.live > 0
 
     def _paged_in(self, read: list[QueuedMessage]) -> None:
@@ -264,7 +258,7 @@ class ClassicQueue(Queue):
                 self._delayed_count += 1
                 heapq.heappush(self._delayed, (due, entry.seq, entry))
             waiting.clear()
-            now = self.vhost.clock.time()
+            now = self.host.clock.time()
             self.timers.arm("redelivery", self._delayed[0][0] - now, self._redeliver_due, True)
 
     def _rewind(self, seq: int) -> None:
@@ -288,6 +282,7 @@ class ClassicQueue(Queue):
             self.store.set_delivery_count(entry.store_id, entry.delivery_count)
         return entry
 
+    @hands_back
     def take_for_lease(self) -> QueuedMessage | None:
         """The head message for a lease (like a delivery), or None when empty."""
         return self._take() if self._has_ready() else None
@@ -304,7 +299,7 @@ class ClassicQueue(Queue):
         if self.store is not None and self.durable and self.queue_id:
             self.store.save_definition(
                 "lease",
-                self.vhost.name,
+                self.host.name,
                 f"{self.name}\x00{lease.group}",
                 {"queue_id": self.queue_id, "next_seq": lease.next_seq},
             )
@@ -423,6 +418,7 @@ class ClassicQueue(Queue):
             self.ack(entry)
             self.backlog.held.discard(entry.seq)
 
+    @hands_back
     def release(self, entries: list[QueuedMessage]) -> None:
         """Held messages (:meth:`hold`, in seq order) go back to their places in the
         queue as they were (not marked redelivered)."""
@@ -442,6 +438,7 @@ class ClassicQueue(Queue):
             back.append(entry)
         self._put_back(back)
 
+    @hands_back
     def get(self) -> QueuedMessage | None:
         """basic.get: the head message, or None when empty."""
         self.touch()
@@ -456,20 +453,17 @@ class ClassicQueue(Queue):
         return ()
 
     # -- settling -------------------------------------------------------------------
+    @hands_back
     def discard(self, entry: QueuedMessage, reason: str) -> None:
         """A delivered message dies (``rejected``): dead-lettered as configured."""
         self._die(entry, reason)
 
     def _die(self, entry: QueuedMessage, reason: str) -> None:
-        try:
-            if not self.deleted:
-                dead_letter(self, entry.message, reason)
-        except Exception:  # a message that cannot be dead-lettered must not stop the queue
-            log.exception(
-                "queue '%s': dead-lettering a message (%s) failed; it is dropped", self.name, reason
-            )
+        if not self.deleted:  # the host dead-letters it once this entry point returns
+            self.actions.append(DeadLetter(self, entry.message, reason))
         self.ack(entry)
 
+    @hands_back
     def requeue(self, entries: list[QueuedMessage]) -> None:
         """Unacknowledged messages come back: back to their original position, marked
         redelivered, after the redelivery policy's delay; a poison message (policy
@@ -477,7 +471,7 @@ class ClassicQueue(Queue):
         if self.deleted or not entries:
             return
         policy = self.config.redelivery
-        now = self.vhost.clock.time()
+        now = self.host.clock.time()
         back = []
         for entry in sorted(entries):
             if entry.state == UNACKED:
@@ -504,7 +498,7 @@ class ClassicQueue(Queue):
         if back:
             self._put_back(back)
         else:  # the consumers' prefetch windows have room now
-            self.drain()
+            self._dispatch()
 
     def _put_back(self, entries: list[QueuedMessage]) -> None:
         if not entries:
@@ -515,11 +509,11 @@ class ClassicQueue(Queue):
         for entry in entries:
             if entry.expires_at:
                 self._watch_expiry(entry)
-        self.drain()
+        self._dispatch()
 
     def _redeliver_due(self) -> None:
         self.timers.fired("redelivery")
-        now = self.vhost.clock.time()
+        now = self.host.clock.time()
         due = []
         while self._delayed and self._delayed[0][0] <= now:
             entry = heapq.heappop(self._delayed)[2]
@@ -556,7 +550,7 @@ class ClassicQueue(Queue):
             ttl = own if ttl is None else min(ttl, own)
         if ttl is None:
             return 0.0
-        return self.vhost.clock.time() + ttl / 1000
+        return self.host.clock.time() + ttl / 1000
 
     def _watch_expiry(self, entry: QueuedMessage) -> None:
         heap = self._expiring
@@ -564,7 +558,7 @@ class ClassicQueue(Queue):
             heap[:] = [item for item in heap if item[2].state in (READY, UNACKED, DELAYED)]
             heapq.heapify(heap)
         if not heap or entry.expires_at < heap[0][0]:
-            self.timers.arm("ttl", entry.expires_at - self.vhost.clock.time(), self._expire_due, True)
+            self.timers.arm("ttl", entry.expires_at - self.host.clock.time(), self._expire_due, True)
         heapq.heappush(heap, (entry.expires_at, entry.seq, entry))
 
     def _expire_paged(self) -> None:
@@ -575,7 +569,7 @@ class ClassicQueue(Queue):
         if store is None or self.deleted or not self.queue_id:
             return
         backlog = self.backlog
-        now = self.vhost.clock.time()
+        now = self.host.clock.time()
         budget = PAGED_EXPIRY_BATCH
         for low, high in backlog.paged_ranges():
             for stored in store.read_expired(self.queue_id, low, high, now, budget):
@@ -605,7 +599,7 @@ class ClassicQueue(Queue):
         """Dead-letter every ready message whose time has come, wherever it is."""
         self.timers.fired("ttl")
         heap = self._expiring
-        now = self.vhost.clock.time()
+        now = self.host.clock.time()
         while heap and heap[0][0] <= now:
             entry = heapq.heappop(heap)[2]
             if entry.state == READY and entry.expires_at <= now:
@@ -623,7 +617,7 @@ class ClassicQueue(Queue):
         self.backlog.clear(None, self.queue_id, self._next_seq)  # the store forgets the queue itself
 
     # -- dispatch -------------------------------------------------------------------
-    def drain(self) -> None:
+    def _dispatch(self) -> None:
         """Deliver ready messages round-robin to consumers that can take them, the
         highest priority first (a lower one only while the higher ones are blocked)."""
         if self.selective or self.group_owners is not None:
@@ -648,6 +642,9 @@ class ClassicQueue(Queue):
                     break
             else:
                 return
+
+    #: The entry point: dispatch, then the host carries out what it recorded.
+    drain = hands_back(_dispatch)
 
     def _drain_selective(self) -> None:
         """Dispatch when consumers have selectors or messages have groups: each message
@@ -676,7 +673,7 @@ class ClassicQueue(Queue):
             if budget <= 0:
                 break
             # every message in memory was offered: read more from the store, if any
-            read = backlog.page_in_more(self.store, self.queue_id, self.vhost.clock.time())
+            read = backlog.page_in_more(self.store, self.queue_id, self.host.clock.time())
             if not read:
                 return
             self._paged_in(read)
@@ -684,7 +681,7 @@ class ClassicQueue(Queue):
 
     def _resume_scan(self) -> None:
         self.timers.fired("selector-scan")
-        self.drain()
+        self._dispatch()
 
     def _offer(self, candidates: list[QueuedMessage]) -> bool:
         """Offer ``candidates`` (in seq order) to the consumers; True once none can take
