@@ -14,11 +14,12 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import queue_config
 from ..deduplication import DeduplicationCache
 from ..errors import precondition_failed
 from ..message import Message
 from ..metrics import QueueCounters
+from .entry import DELAYED, GONE, READY, UNACKED, QueuedMessage
+from .features import build
 from .host import ConsumerChanged, QueueAction, QueueHost, Unused, hands_back
 from .outcome import Enqueued
 from .timers import Timers
@@ -27,36 +28,6 @@ if TYPE_CHECKING:
     from ...store import Store
     from ..lease import Lease
     from ..selector import Selector
-
-# QueuedMessage.state
-READY, UNACKED, GONE, DELAYED = 0, 1, 2, 3
-
-
-class QueuedMessage:
-    """A message's place in one queue: ``seq`` orders it, ``delivery_count`` counts the
-    deliveries so far (0 before the first), ``expires_at`` is epoch seconds (0: never)."""
-
-    __slots__ = (
-        "delivery_count",
-        "expires_at",
-        "message",
-        "redelivered",
-        "seq",
-        "state",
-        "store_id",
-    )
-
-    def __init__(self, message: Message, seq: int, store_id: int = 0, expires_at: float = 0.0) -> None:
-        self.message = message
-        self.seq = seq
-        self.redelivered = False
-        self.delivery_count = 0
-        self.store_id = store_id  # > 0 while the message is in the store
-        self.state = READY
-        self.expires_at = expires_at
-
-    def __lt__(self, other: QueuedMessage) -> bool:
-        return self.seq < other.seq
 
 
 class Consumer(Protocol):
@@ -101,7 +72,7 @@ class Queue:
 
     ``exclusive_owner`` is the connection that declared an exclusive queue (opaque to
     core); ``arguments`` the ``x-`` arguments of queue.declare, which with the matching
-    policy make ``config`` (:mod:`..queue_config`; raises PreconditionFailed if invalid).
+    policy make ``config`` (:mod:`.features`; raises PreconditionFailed if invalid).
     ``store`` and ``queue_id`` are set for a queue whose messages go to the store.
     ``host`` is the virtual host it lives in, seen as a :class:`.host.QueueHost`: the
     queue reads its clock and policies there and records in :attr:`actions` what the
@@ -145,7 +116,7 @@ class Queue:
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = dict(arguments or {})
-        self.config = queue_config.build(
+        self.config = build(
             self.arguments, host.policy_for(name, "queues"), f" for queue '{name}' in vhost '{host.name}'"
         )
         self.consumers: deque[Consumer] = deque()
@@ -405,3 +376,8 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+#: QueuedMessage and its states live in :mod:`.entry`; re-exported for the storage
+#: modules (:mod:`.backlog`, :mod:`.priority_backlog`).
+__all__ = ["DELAYED", "GONE", "READY", "UNACKED", "Consumer", "Queue", "QueuedMessage"]

@@ -19,7 +19,6 @@ with ``x-overflow``), deduplication and leases. Every way a message dies goes th
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -27,12 +26,16 @@ from typing import TYPE_CHECKING, Any
 from ..deduplication import dedup_key
 from ..errors import precondition_failed
 from ..lease import Lease
-from ..message import NEUTRAL, Message
-from ..message_groups import GROUP_ID_BYTES, message_group
+from ..message import Message
+from ..message_groups import message_group
 from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
 from .backlog import PAGE_IN_BATCH, Backlog
-from .base import DELAYED, GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
+from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
+from .features import limits
+from .features.groups import MessageGroups, starts_groups
+from .features.redelivery import Delays
+from .features.ttl import Expiry
 from .host import DeadLetter, QueueHost, hands_back
 from .outcome import ACCEPTED, REJECTED, STORED, Enqueued
 from .priority_backlog import PriorityBacklog
@@ -42,8 +45,6 @@ if TYPE_CHECKING:
 
 #: Messages a dispatch with selectors looks at in one event-loop turn, at most.
 SCAN_BUDGET = 10_000
-#: Message groups whose consumer a queue remembers (ActiveMQ's default group cache).
-GROUP_CACHE = 1024
 #: Paged-out messages dead-lettered for expiry in one event-loop turn, at most.
 PAGED_EXPIRY_BATCH = 1000
 #: Batches of paged-out messages a queue browser reads, at most (100,000 messages, in
@@ -103,13 +104,15 @@ class ClassicQueue(Queue):
             )
         else:  # x-max-priority 0 is one level: FIFO, as in RabbitMQ
             self.backlog = Backlog(name, config.max_in_memory, config.max_in_memory_bytes)
-        self._delayed: list[tuple[float, int, QueuedMessage]] = []  # redeliveries waiting
-        self._delayed_count = 0
-        self._expiring: list[tuple[float, int, QueuedMessage]] = []
+        #: requeued messages waiting out their redelivery delay (:mod:`.features.redelivery`)
+        self.delays = Delays()
+        #: ready messages due to expire (:mod:`.features.ttl`)
+        self.expiry = Expiry(host.clock, config.message_ttl)
         self._next_seq = 0
         self.leases: dict[str, Lease] = {}
-        #: message group -> its consumer, once a message with JMSXGroupID came (else None)
-        self.group_owners: dict[str, Consumer] | None = None
+        #: message groups' consumers (:mod:`.features.groups`), once a message with
+        #: JMSXGroupID came (else None)
+        self.groups: MessageGroups | None = None
         self._lease_seqs: dict[str, int] = {}  # next seq of leases recovered from the store
 
     # -- counts ---------------------------------------------------------------------
@@ -117,7 +120,7 @@ class ClassicQueue(Queue):
     def message_count(self) -> int:
         """Messages waiting for delivery (ready, paged out or delayed redeliveries),
         not counting unacknowledged ones."""
-        return len(self.backlog) + self._delayed_count
+        return len(self.backlog) + self.delays.count
 
     # -- publishing -----------------------------------------------------------------
     def enqueue(self, message: Message) -> Enqueued:
@@ -128,7 +131,9 @@ class ClassicQueue(Queue):
             return ACCEPTED  # a topic subscription that does not want it
         config = self.config
         size = len(message.body)
-        if config.overflow != "drop-head" and self._full(1, size):
+        if config.overflow != "drop-head" and limits.over(
+            config, len(self.backlog) + 1, self.backlog.bytes + size
+        ):
             if config.overflow == "reject-publish-dlx":
                 self.actions.append(DeadLetter(self, message, "maxlen"))
             return REJECTED
@@ -138,21 +143,17 @@ class ClassicQueue(Queue):
                 # A duplicate: dropped, yet confirmed - once the original is on disk.
                 durable = self.store is not None and self.durable and self._persists(message)
                 return STORED if durable else ACCEPTED
-        if (
-            self.group_owners is None
-            and (message.format is NEUTRAL or GROUP_ID_BYTES in message.encoded)
-            and message_group(message) is not None
-        ):
-            self.group_owners = {}  # from now on, dispatch keeps groups together
+        if self.groups is None and starts_groups(message):
+            self.groups = MessageGroups()  # from now on, dispatch keeps groups together
         self._next_seq += 1
         seq = self._next_seq
         levels = self.levels
         if levels is not None:
             blocks, priority = levels.blocks, message.priority
             seq |= blocks[priority] if priority in blocks else levels.block(priority)
-            if self.selective or self.group_owners is not None:
+            if self.selective or self.groups is not None:
                 self._rewind(seq)  # it may come before what the consumers looked at
-        expires_at = self._expiry(message)
+        expires_at = self.expiry.expires_at(message)
         store = self.store
         durable = (
             store is not None and self.durable and self.exclusive_owner is None and self._persists(message)
@@ -177,7 +178,7 @@ class ClassicQueue(Queue):
         if self.consumers:
             self._dispatch()  # a waiting consumer takes it before any length limit applies
         if config.max_length is not None or config.max_length_bytes is not None:
-            while self._full() and len(backlog):
+            while len(backlog) and limits.over(config, len(backlog), backlog.bytes):
                 self._drop_head()
         if expires_at and config.message_ttl == 0:
             self._expire_due()  # TTL 0: delivered at once or dead, as RabbitMQ
@@ -185,14 +186,6 @@ class ClassicQueue(Queue):
 
     def _persists(self, message: Message) -> bool:
         return message.persistent or self.persists_every_message
-
-    def _full(self, adding: int = 0, size: int = 0) -> bool:
-        """Whether ``adding`` more messages of ``size`` bytes in all would put the queue
-        over its length limits (RabbitMQ's will_overflow; ``adding=0``: is it over)."""
-        config = self.config
-        if config.max_length is not None and len(self.backlog) + adding > config.max_length:
-            return True
-        return config.max_length_bytes is not None and self.backlog.bytes + size > config.max_length_bytes
 
     def _drop_head(self) -> None:
         if not self._has_ready():
@@ -245,7 +238,7 @@ class ClassicQueue(Queue):
     def _paged_in(self, read: list[QueuedMessage]) -> None:
         """``read`` came back from the store: those expired there die, the others'
         TTL is watched."""
-        if read and (self.selective or self.group_owners is not None):
+        if read and (self.selective or self.groups is not None):
             self._rewind(read[0].seq)  # a priority queue's may come before others in memory
         for entry in read:
             if entry.state == GONE:  # expired while paged out: it dies now
@@ -255,11 +248,9 @@ class ClassicQueue(Queue):
         waiting = self.backlog.waiting
         if waiting:  # read back during a redelivery back-off that outlived a restart
             for due, entry in waiting:
-                self._delayed_count += 1
-                heapq.heappush(self._delayed, (due, entry.seq, entry))
+                self.delays.wait(entry, due)
             waiting.clear()
-            now = self.host.clock.time()
-            self.timers.arm("redelivery", self._delayed[0][0] - now, self._redeliver_due, True)
+            self._arm_redelivery(self.host.clock.time())
 
     def _rewind(self, seq: int) -> None:
         """Messages from ``seq`` on came back or arrived ahead of others: consumers that
@@ -485,16 +476,13 @@ class ClassicQueue(Queue):
             else:
                 delay = policy.delay(entry.delivery_count)
                 if delay > 0:
-                    entry.state = DELAYED
-                    self._delayed_count += 1
                     due = now + delay / 1000
-                    heapq.heappush(self._delayed, (due, entry.seq, entry))
+                    self.delays.wait(entry, due)
                     if entry.store_id and self.store is not None:
                         self.store.set_available_at(entry.store_id, due)  # a restart keeps the wait
                 else:
                     back.append(entry)
-        if self._delayed:  # replace: a new entry may be due before the armed timer
-            self.timers.arm("redelivery", self._delayed[0][0] - now, self._redeliver_due, True)
+        self._arm_redelivery(now)  # replace: a new entry may be due before the armed timer
         if back:
             self._put_back(back)
         else:  # the consumers' prefetch windows have room now
@@ -503,7 +491,7 @@ class ClassicQueue(Queue):
     def _put_back(self, entries: list[QueuedMessage]) -> None:
         if not entries:
             return
-        if self.selective or self.group_owners is not None:
+        if self.selective or self.groups is not None:
             self._rewind(entries[0].seq)  # selectors look at the returned messages again
         self.backlog.put_back(entries)
         for entry in entries:
@@ -515,16 +503,14 @@ class ClassicQueue(Queue):
         self.timers.fired("redelivery")
         now = self.host.clock.time()
         due = []
-        while self._delayed and self._delayed[0][0] <= now:
-            entry = heapq.heappop(self._delayed)[2]
-            if entry.state == DELAYED:
-                self._delayed_count -= 1
-                if entry.expires_at and entry.expires_at <= now and not self.deleted:
-                    self._die(entry, "expired")  # expired while waiting: never delivered
-                else:
-                    due.append(entry)
-        if self._delayed:
-            self.timers.arm("redelivery", self._delayed[0][0] - now, self._redeliver_due)
+        for entry in self.delays.due(now):
+            if entry.expires_at and entry.expires_at <= now and not self.deleted:
+                self._die(entry, "expired")  # expired while waiting: never delivered
+            else:
+                due.append(entry)
+        next_due = self.delays.next_due()
+        if next_due is not None:
+            self.timers.arm("redelivery", next_due - now, self._redeliver_due)
         if not self.deleted:
             self._put_back(sorted(due))  # in queue order, not due order
 
@@ -533,33 +519,20 @@ class ClassicQueue(Queue):
         count = self.message_count
         for entry in self.backlog.clear(self.store, self.queue_id, self._next_seq):
             self.ack(entry)
-        for _, _, entry in self._delayed:
-            if entry.state == DELAYED:
-                self.ack(entry)
-        self._delayed.clear()
-        self._expiring.clear()
-        self._delayed_count = 0
+        for entry in self.delays.clear():
+            self.ack(entry)
+        self.expiry.clear()
         return count
 
     # -- TTL ------------------------------------------------------------------------
-    def _expiry(self, message: Message) -> float:
-        """Epoch seconds when ``message`` expires here (0: never)."""
-        ttl = self.config.message_ttl
-        own = message.ttl
-        if own is not None:
-            ttl = own if ttl is None else min(ttl, own)
-        if ttl is None:
-            return 0.0
-        return self.host.clock.time() + ttl / 1000
+    def _arm_redelivery(self, now: float) -> None:
+        next_due = self.delays.next_due()
+        if next_due is not None:
+            self.timers.arm("redelivery", next_due - now, self._redeliver_due, True)
 
     def _watch_expiry(self, entry: QueuedMessage) -> None:
-        heap = self._expiring
-        if len(heap) > 2 * (self.backlog.in_memory + self.unacked_count) + 64:  # drop settled ones
-            heap[:] = [item for item in heap if item[2].state in (READY, UNACKED, DELAYED)]
-            heapq.heapify(heap)
-        if not heap or entry.expires_at < heap[0][0]:
+        if self.expiry.watch(entry, self.backlog.in_memory + self.unacked_count):
             self.timers.arm("ttl", entry.expires_at - self.host.clock.time(), self._expire_due, True)
-        heapq.heappush(heap, (entry.expires_at, entry.seq, entry))
 
     def _expire_paged(self) -> None:
         """Dead-letter paged-out messages whose time has come, read from the store by
@@ -598,15 +571,13 @@ class ClassicQueue(Queue):
     def _expire_due(self) -> None:
         """Dead-letter every ready message whose time has come, wherever it is."""
         self.timers.fired("ttl")
-        heap = self._expiring
         now = self.host.clock.time()
-        while heap and heap[0][0] <= now:
-            entry = heapq.heappop(heap)[2]
-            if entry.state == READY and entry.expires_at <= now:
-                self.backlog.remove(entry)
-                self._die(entry, "expired")
-        if heap and not self.deleted:
-            self.timers.arm("ttl", heap[0][0] - now, self._expire_due, True)
+        for entry in self.expiry.due(now):
+            self.backlog.remove(entry)
+            self._die(entry, "expired")
+        next_due = self.expiry.next_due()
+        if next_due is not None and not self.deleted:
+            self.timers.arm("ttl", next_due - now, self._expire_due, True)
 
     # -- lifecycle ------------------------------------------------------------------
     def stop(self) -> None:
@@ -620,7 +591,7 @@ class ClassicQueue(Queue):
     def _dispatch(self) -> None:
         """Deliver ready messages round-robin to consumers that can take them, the
         highest priority first (a lower one only while the higher ones are blocked)."""
-        if self.selective or self.group_owners is not None:
+        if self.selective or self.groups is not None:
             self._drain_selective()
             return
         consumers = self.consumers
@@ -686,15 +657,15 @@ class ClassicQueue(Queue):
     def _offer(self, candidates: list[QueuedMessage]) -> bool:
         """Offer ``candidates`` (in seq order) to the consumers; True once none can take
         more."""
-        owners = self.group_owners
+        groups = self.groups
         for entry in candidates:
             if entry.state != READY:
                 continue
             lookup = None
             taker = None
             can_take = False
-            group = message_group(entry.message) if owners is not None else None
-            owner = owners.get(group[0]) if owners and group is not None else None
+            group = message_group(entry.message) if groups is not None else None
+            owner = groups.owner(group) if groups is not None else None
             for consumer in self.dispatching:
                 if not consumer.can_accept():
                     continue
@@ -722,38 +693,23 @@ class ClassicQueue(Queue):
                 continue
             if taker is not None:
                 self.served(taker)  # the least recently served go first
-                if group is not None:
-                    self._assign_group(group, taker)
+                if group is not None and groups is not None and groups.assign(group, taker):
+                    self._look_again()
                 self.backlog.remove(entry)  # a tombstone until swept
                 self._taken(entry)
                 taker.deliver(self, entry)
         return False
 
-    # -- message groups (ActiveMQ's JMSXGroupID) -------------------------------------------
-    def _assign_group(self, group: tuple[str, int | None], consumer: Consumer) -> None:
-        """Messages of ``group`` go to ``consumer`` from now on, until it leaves or the
-        group is closed (a message with ``JMSXGroupSeq`` -1)."""
-        owners = self.group_owners
-        assert owners is not None
-        name, sequence = group
-        if sequence == -1 or len(owners) >= GROUP_CACHE:
-            # closed (or the oldest forgotten, as ActiveMQ's group cache does): what
-            # others skipped as that group's, they look at again
-            owners.pop(name if sequence == -1 else next(iter(owners)), None)
-            for other in self.consumers:
-                other.examined = 0
-        if sequence != -1:
-            owners[name] = consumer
+    # -- message groups (ActiveMQ's JMSXGroupID: :mod:`.features.groups`) -------------
+    def _look_again(self) -> None:
+        """A group changed hands: what consumers skipped as another's, they look at
+        again."""
+        for other in self.consumers:
+            other.examined = 0
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """As :meth:`Queue.remove_consumer`; its message groups find another consumer,
         and selectors look again at the messages they had skipped for them."""
-        owners = self.group_owners
-        if owners:
-            orphans = [name for name, owner in owners.items() if owner is consumer]
-            for name in orphans:
-                del owners[name]
-            if orphans:
-                for other in self.consumers:
-                    other.examined = 0
+        if self.groups is not None and self.groups.forget(consumer):
+            self._look_again()
         super().remove_consumer(consumer)
