@@ -7,20 +7,21 @@ window open, socket writable) and forgets it until the adapter settles it (AMQP 
 as in RabbitMQ, after the delay of the queue's redelivery policy (:mod:`..redelivery`).
 
 The parts: ordered storage with paging (:class:`.backlog.Backlog`), dispatch to
-consumers (:meth:`ClassicQueue.drain`), and two timer heaps: messages due to expire and
-redeliveries waiting out their delay. Also here, with RabbitMQ's semantics unless noted:
-message TTL (``x-message-ttl`` and the message's own expiration, the lower wins; unlike
-RabbitMQ a message expires when due even if it is not at the head - one paged out to the
-store, when it is read back), length limits (``x-max-length``, ``x-max-length-bytes``
-with ``x-overflow``), deduplication and leases. Every way a message dies goes through
-:func:`..dead_letter.dead_letter`.
+consumers (:meth:`ClassicQueue.drain`), and the features it is made of, each a
+collaborator in :mod:`.features` that also checks its ``x-`` arguments: expiry
+(:class:`.features.ttl.Expiry`; unlike RabbitMQ a message expires when due even if it is
+not at the head - one paged out to the store, by :meth:`ClassicQueue._expire_paged`),
+redelivery delays (:class:`.features.redelivery.Delays`), length limits
+(:mod:`.features.limits`), message groups (:class:`.features.groups.MessageGroups`),
+leases (:class:`.features.leases.Leases`) and the console's hold/scan
+(:class:`.features.hold.HoldAndScan`). A message that dies is handed back to the host
+as a :class:`.host.DeadLetter` (:mod:`.host`), which dead-letters it once the queue's
+entry point has returned.
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
-from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..deduplication import dedup_key
@@ -30,10 +31,12 @@ from ..message import Message
 from ..message_groups import message_group
 from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
-from .backlog import PAGE_IN_BATCH, Backlog
+from .backlog import Backlog
 from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
 from .features import limits
 from .features.groups import MessageGroups, starts_groups
+from .features.hold import HoldAndScan
+from .features.leases import Leases
 from .features.redelivery import Delays
 from .features.ttl import Expiry
 from .host import DeadLetter, QueueHost, hands_back
@@ -41,22 +44,15 @@ from .outcome import ACCEPTED, REJECTED, STORED, Enqueued
 from .priority_backlog import PriorityBacklog
 
 if TYPE_CHECKING:
-    from ..selector import Selector
+    pass
 
 #: Messages a dispatch with selectors looks at in one event-loop turn, at most.
 SCAN_BUDGET = 10_000
 #: Paged-out messages dead-lettered for expiry in one event-loop turn, at most.
 PAGED_EXPIRY_BATCH = 1000
-#: Batches of paged-out messages a queue browser reads, at most (100,000 messages, in
-#: rows: :meth:`ClassicQueue.scan` reads smaller batches when it wants few).
-BROWSE_BATCHES = 100
 
 
-def _seq(entry: QueuedMessage) -> int:
-    return entry.seq
-
-
-class ClassicQueue(Queue):
+class ClassicQueue(HoldAndScan, Queue):
     """A classic queue (``x-queue-type: classic``, the default). With a store,
     persistent messages of a durable queue are written there until they are
     acknowledged or die, and a backlog beyond ``config.max_in_memory`` is paged out.
@@ -109,11 +105,11 @@ class ClassicQueue(Queue):
         #: ready messages due to expire (:mod:`.features.ttl`)
         self.expiry = Expiry(host.clock, config.message_ttl)
         self._next_seq = 0
-        self.leases: dict[str, Lease] = {}
+        #: its leases by consumer group (:mod:`.features.leases`)
+        self.leases = Leases()
         #: message groups' consumers (:mod:`.features.groups`), once a message with
         #: JMSXGroupID came (else None)
         self.groups: MessageGroups | None = None
-        self._lease_seqs: dict[str, int] = {}  # next seq of leases recovered from the store
 
     # -- counts ---------------------------------------------------------------------
     @property
@@ -280,10 +276,7 @@ class ClassicQueue(Queue):
 
     def lease(self, group: str) -> Lease:
         """The lease of consumer ``group`` (see :mod:`..lease`), created on first use."""
-        lease = self.leases.get(group)
-        if lease is None:
-            lease = self.leases[group] = Lease(self, group, self._lease_seqs.get(group, 1))
-        return lease
+        return self.leases.get(self, group)
 
     def save_lease(self, lease: Lease) -> None:
         """Persist ``lease``'s next sequence number (durable queues with a store only)."""
@@ -297,137 +290,7 @@ class ClassicQueue(Queue):
 
     def restore_lease(self, group: str, next_seq: int) -> None:
         """At start-up: group ``group``'s lease, once made, numbers on from ``next_seq``."""
-        self._lease_seqs[group] = next_seq
-
-    def browse(
-        self,
-        limit: int,
-        selector: Selector | None = None,
-        where: Callable[[QueuedMessage], bool] | None = None,
-    ) -> list[QueuedMessage]:
-        """Up to ``limit`` ready messages ``selector`` and ``where`` accept, in order, in
-        memory then paged out (read from the store, not kept), left in the queue."""
-
-        def wanted(entry: QueuedMessage) -> bool:
-            if where is not None and not where(entry):
-                return False
-            return selector is None or selector.matches(message_lookup(entry.message))
-
-        return self.scan(limit, wanted)[0]
-
-    def scan(
-        self, limit: int, where: Callable[[QueuedMessage], bool], after_seq: int = 0
-    ) -> tuple[list[QueuedMessage], int, bool]:
-        """Like :meth:`browse` from the message after ``after_seq`` on (seqs follow the
-        delivery order, priority levels too). Returns ``(found, position, complete)``:
-        ``position`` is the seq of the last message looked at, the ``after_seq`` of the
-        next call; ``complete`` is true once every waiting message has been looked at.
-        One call reads at most :data:`BROWSE_BATCHES` batches from the store."""
-        found, position, complete = self._scan(limit, where, after_seq)
-        return [entry for entry, _ in found], position, complete
-
-    def _scan(
-        self, limit: int, where: Callable[[QueuedMessage], bool], after_seq: int
-    ) -> tuple[list[tuple[QueuedMessage, bool]], int, bool]:
-        """:meth:`scan`, with each entry's ``paged`` flag (read from the store)."""
-        found: list[tuple[QueuedMessage, bool]] = []
-        position = after_seq
-        budget = [BROWSE_BATCHES * PAGE_IN_BATCH]
-        # store reads sized to what is wanted (a job takes a few dozen at a time)
-        batch = min(PAGE_IN_BATCH, max(2 * limit, 128))
-        for entry, paged in self._waiting(after_seq, budget, batch):
-            position = entry.seq
-            if where(entry):
-                found.append((entry, paged))
-                if len(found) >= limit:
-                    return found, position, False
-        return found, position, budget[0] >= 0
-
-    def _waiting(self, after_seq: int, budget: list[int], batch: int) -> Iterator[tuple[QueuedMessage, bool]]:
-        """The waiting messages after ``after_seq`` in delivery order, as ``(entry,
-        paged)``: those in memory, then each level's paged-out ones as entries read
-        from the store ``batch`` at a time (not kept), passing over held ones.
-        ``budget[0]`` rows read from the store at most: it is -1 when they ran out
-        before the last message."""
-        store = self.store
-        held = self.backlog.held
-        for part in self.backlog.parts:  # a priority queue's levels, highest first
-            if part.last_seq <= after_seq:
-                continue
-            ready = part.ready
-            start = bisect.bisect_right(ready, after_seq, key=_seq) if after_seq else 0
-            for entry in itertools.islice(ready, start, None):  # (skips in C)
-                if entry.state == READY:
-                    yield entry, False
-            after = max(part.paged_after, after_seq)
-            while part.paged and store is not None:
-                if budget[0] <= 0:
-                    budget[0] = -1
-                    return
-                rows = store.read_queue(self.queue_id, after, min(batch, budget[0]), part.last_seq)
-                budget[0] -= len(rows)
-                if not rows:
-                    break
-                for stored in rows:
-                    after = stored.seq
-                    if stored.seq in held:
-                        continue
-                    message = Message.restore(
-                        stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
-                    )
-                    entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
-                    entry.delivery_count = stored.delivery_count
-                    entry.redelivered = stored.delivery_count > 0
-                    yield entry, True
-
-    # -- an operator's actions on waiting messages (the dead-letter console) -----------
-    def hold(
-        self, limit: int, where: Callable[[QueuedMessage], bool], after_seq: int = 0
-    ) -> tuple[list[QueuedMessage], int, bool]:
-        """Take up to ``limit`` waiting messages ``where`` accepts out of the queue, as
-        :meth:`scan` finds them, without delivering them: no delivery is counted, no
-        ``redelivered`` flag set. They count as unacknowledged until :meth:`settle_held`
-        (gone: acknowledged) or :meth:`release` (back in their places, unchanged); a
-        persistent one keeps its row in the store meanwhile, so a crash leaves it in the
-        queue. Returns what :meth:`scan` returns."""
-        found, position, complete = self._scan(limit, where, after_seq)
-        backlog = self.backlog
-        for entry, paged in found:
-            if paged:  # read from the store: its row is passed over from now on
-                backlog.forget_paged(entry.seq, len(entry.message.body))
-                backlog.held.add(entry.seq)
-            else:
-                backlog.remove(entry)
-            entry.state = UNACKED
-            self.unacked_count += 1
-        return [entry for entry, _ in found], position, complete
-
-    def settle_held(self, entries: list[QueuedMessage]) -> None:
-        """Held messages (:meth:`hold`) are done with: they leave the queue and the
-        store, as acknowledged."""
-        for entry in entries:
-            self.ack(entry)
-            self.backlog.held.discard(entry.seq)
-
-    @hands_back
-    def release(self, entries: list[QueuedMessage]) -> None:
-        """Held messages (:meth:`hold`, in seq order) go back to their places in the
-        queue as they were (not marked redelivered)."""
-        if self.deleted:
-            return
-        backlog = self.backlog
-        back = []
-        for entry in entries:
-            if entry.state != UNACKED:
-                continue
-            self.unacked_count -= 1
-            if entry.seq in backlog.held:
-                backlog.held.discard(entry.seq)
-                if backlog.unforget_paged(entry.seq, len(entry.message.body)):
-                    entry.state = GONE  # counted as paged out again; its row is read back later
-                    continue
-            back.append(entry)
-        self._put_back(back)
+        self.leases.restore(group, next_seq)
 
     @hands_back
     def get(self) -> QueuedMessage | None:
@@ -583,8 +446,7 @@ class ClassicQueue(Queue):
     def stop(self) -> None:
         """Deleted, or the broker stops: timers off, leases handed back, memory freed."""
         super().stop()
-        for lease in self.leases.values():
-            lease.release_all()
+        self.leases.release_all()
         self.backlog.clear(None, self.queue_id, self._next_seq)  # the store forgets the queue itself
 
     # -- dispatch -------------------------------------------------------------------
