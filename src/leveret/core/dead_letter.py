@@ -32,8 +32,8 @@ from . import advisory
 from .message import Death, Message, Properties
 
 if TYPE_CHECKING:
-    from .queues import Queue
-    from .vhost import VirtualHost
+    from .queues.host import HostedQueue
+    from .router import Router
 
 log = logging.getLogger("leveret.dead_letter")
 
@@ -96,7 +96,7 @@ def is_cycle(target: str, history: list[tuple[str, str]]) -> bool:
     return False
 
 
-def dead_letter(vhost: VirtualHost, queue: Queue, message: Message, reason: str) -> None:
+def dead_letter(vhost: Router, queue: HostedQueue, message: Message, reason: str) -> None:
     """Send a dead message of ``queue`` (in ``vhost``) where the queue's configuration
     says (see module doc). Called by the vhost's queue driver
     (:meth:`.vhost.VirtualHost.carry_out`) for a :class:`.queues.host.DeadLetter` the
@@ -141,7 +141,7 @@ def dead_letter(vhost: VirtualHost, queue: Queue, message: Message, reason: str)
         advisory.message_event(vhost, "MessageDLQd", queue.name, message, reason)
 
 
-def _advise(vhost: VirtualHost, queue: Queue, message: Message, reason: str, target: str) -> None:
+def _advise(vhost: Router, queue: HostedQueue, message: Message, reason: str, target: str) -> None:
     exchange = vhost.exchanges.get(EVENT_EXCHANGE)
     if exchange is None or not exchange.bindings:
         return

@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,7 @@ from .message import Message
 if TYPE_CHECKING:
     from ..store import Store
     from .clock import Clock, Timer
-    from .vhost import VirtualHost
+    from .router import Router
 
 log = logging.getLogger("leveret.scheduler")
 
@@ -200,7 +201,7 @@ class Scheduler:
     virtual hosts, where due messages are routed; ``store`` is attached at start-up
     (:meth:`attach`), before which jobs live in memory only."""
 
-    def __init__(self, clock: Clock, vhosts: dict[str, VirtualHost]) -> None:
+    def __init__(self, clock: Clock, vhosts: Mapping[str, Router]) -> None:
         self.clock = clock
         self.vhosts = vhosts
         self.store: Store | None = None

@@ -26,8 +26,8 @@ from .timers import Timers
 
 if TYPE_CHECKING:
     from ...store import Store
-    from ..lease import Lease
     from ..selector import Selector
+    from .features.leases import Lease
 
 
 class Consumer(Protocol):
@@ -240,7 +240,7 @@ class Queue:
         """Held messages go back unchanged (see :meth:`.ClassicQueue.release`)."""
 
     def lease(self, group: str) -> Lease:
-        """The lease of consumer ``group`` (:mod:`..lease`); PreconditionFailed for a
+        """The lease of consumer ``group`` (:mod:`.features.leases`); PreconditionFailed for a
         queue type without leases."""
         raise precondition_failed(
             f"queue '{self.name}' in vhost '{self.host.name}' is a {self.type_name} queue: "

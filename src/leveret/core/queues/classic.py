@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..deduplication import dedup_key
 from ..errors import precondition_failed
-from ..lease import Lease
 from ..message import Message
 from ..message_groups import message_group
 from ..queue_config import DELIVERY_GUARANTEES
@@ -36,7 +35,7 @@ from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
 from .features import limits
 from .features.groups import MessageGroups, starts_groups
 from .features.hold import HoldAndScan
-from .features.leases import Leases
+from .features.leases import Lease, Leases
 from .features.redelivery import Delays
 from .features.ttl import Expiry
 from .host import DeadLetter, QueueHost, hands_back
@@ -275,7 +274,7 @@ class ClassicQueue(HoldAndScan, Queue):
         return self._take() if self._has_ready() else None
 
     def lease(self, group: str) -> Lease:
-        """The lease of consumer ``group`` (see :mod:`..lease`), created on first use."""
+        """The lease of consumer ``group`` (see :mod:`.features.leases`), created on first use."""
         return self.leases.get(self, group)
 
     def save_lease(self, lease: Lease) -> None:

@@ -27,7 +27,21 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 if TYPE_CHECKING:
     from ..clock import Clock
     from ..message import Message
-    from .base import Queue
+    from ..metrics import QueueCounters
+    from ..queue_config import QueueConfig
+
+
+class HostedQueue(Protocol):
+    """What the host's driver and dead-lettering read of a queue (every
+    :class:`.base.Queue` is one; a protocol so that this module stays below the queue
+    types)."""
+
+    name: str
+    deleted: bool
+    config: QueueConfig
+    counters: QueueCounters
+    actions: list[QueueAction]
+    host: QueueHost
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +52,7 @@ class DeadLetter:
     go of it (acknowledged: gone from the store in the same batch as the dead copy is
     written)."""
 
-    queue: Queue
+    queue: HostedQueue
     message: Message
     reason: str
 
@@ -48,7 +62,7 @@ class Unused:
     """``queue`` is unused: ``x-expires`` ran out, or an ``auto_delete`` queue lost
     its last consumer (RabbitMQ): delete it."""
 
-    queue: Queue
+    queue: HostedQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +70,7 @@ class ConsumerChanged:
     """Consumer ``tag`` was ``added`` or ``removed`` on ``queue``: ActiveMQ's consumer
     advisory (:func:`..advisory.consumer_event`)."""
 
-    queue: Queue
+    queue: HostedQueue
     tag: str
     event: str
 
@@ -97,7 +111,7 @@ def hands_back(method: F) -> F:
     run only when the outermost entry point is done."""
 
     @functools.wraps(method)
-    def entry(self: Queue, *args: Any, **kwargs: Any) -> Any:
+    def entry(self: HostedQueue, *args: Any, **kwargs: Any) -> Any:
         result = method(self, *args, **kwargs)
         if self.actions:
             self.host.carry_out()

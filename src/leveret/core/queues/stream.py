@@ -33,7 +33,7 @@ from .host import QueueHost, hands_back
 from .outcome import ACCEPTED, REJECTED, STORED, Enqueued
 
 if TYPE_CHECKING:
-    from ..lease import Lease
+    from .features.leases import Lease
 
 IN_MEMORY_TAIL = 10_000  # newest messages kept in memory when there is a store
 READ_BATCH = 1000  # messages read from the store at a time
