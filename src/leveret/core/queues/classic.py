@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..deduplication import dedup_key
 from ..errors import precondition_failed
-from ..message import Message
-from ..message_groups import message_group
+from ..message import NEUTRAL, Message
+from ..message_groups import GROUP_ID_BYTES, message_group
 from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
 from .backlog import Backlog
 from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
 from .features import limits
-from .features.groups import MessageGroups, starts_groups
+from .features.groups import MessageGroups
 from .features.hold import HoldAndScan
 from .features.leases import Lease, Leases
 from .features.redelivery import Delays
@@ -138,7 +138,11 @@ class ClassicQueue(HoldAndScan, Queue):
                 # A duplicate: dropped, yet confirmed - once the original is on disk.
                 durable = self.store is not None and self.durable and self._persists(message)
                 return STORED if durable else ACCEPTED
-        if self.groups is None and starts_groups(message):
+        if (
+            self.groups is None
+            and (message.format is NEUTRAL or GROUP_ID_BYTES in message.encoded)  # no call when it cannot
+            and message_group(message) is not None
+        ):
             self.groups = MessageGroups()  # from now on, dispatch keeps groups together
         self._next_seq += 1
         seq = self._next_seq

@@ -1,30 +1,17 @@
 """ActiveMQ's message groups: messages with the same ``JMSXGroupID`` go to one consumer,
 in order, until it leaves or the group is closed (a message with ``JMSXGroupSeq`` -1).
 No argument turns them on: a queue keeps a :class:`MessageGroups` once the first
-message with a group arrives (:func:`starts_groups`), and its dispatch keeps groups
-together from then on."""
+message with a group arrives, and its dispatch keeps groups together from then on."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...message import NEUTRAL
-from ...message_groups import GROUP_ID_BYTES, message_group
-
 if TYPE_CHECKING:
-    from ...message import Message
     from ..base import Consumer
 
 #: Message groups whose consumer a queue remembers (ActiveMQ's default group cache).
 GROUP_CACHE = 1024
-
-
-def starts_groups(message: Message) -> bool:
-    """Whether ``message`` belongs to a group (read without decoding a message that
-    cannot have one)."""
-    return (message.format is NEUTRAL or GROUP_ID_BYTES in message.encoded) and message_group(
-        message
-    ) is not None
 
 
 class MessageGroups:
