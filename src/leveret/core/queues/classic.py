@@ -479,8 +479,13 @@ class ClassicQueue(HoldAndScan, Queue):
             else:
                 return
 
-    #: The entry point: dispatch, then the host carries out what it recorded.
-    drain = hands_back(_dispatch)
+    def drain(self) -> None:
+        """The entry point: dispatch, then the host carries out what the queue
+        recorded (written out rather than :func:`.host.hands_back`: it runs per
+        acknowledgement)."""
+        self._dispatch()
+        if self.actions:
+            self.host.carry_out()
 
     def _drain_selective(self) -> None:
         """Dispatch when consumers have selectors or messages have groups: each message
