@@ -161,8 +161,8 @@ class Queue:
         raise NotImplementedError
 
     def drain(self) -> None:
-        """Deliver to consumers that can take more (an entry point: each type sets it
-        to ``hands_back(_dispatch)``)."""
+        """Deliver to consumers that can take more (an entry point: it dispatches, then
+        the host carries out what the queue recorded)."""
         raise NotImplementedError
 
     def _dispatch(self) -> None:
