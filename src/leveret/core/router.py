@@ -37,15 +37,6 @@ class Router(Protocol):
     def carry_out(self) -> None:
         """Carry out what the queues handed back."""
 
-    def declare_queue(
-        self,
-        name: str,
-        owner: Any,
-        passive: bool = False,
-        durable: bool = False,
-        exclusive: bool = False,
-        auto_delete: bool = False,
-        arguments: dict | None = None,
-        server_named: bool = False,
-    ) -> Queue:
-        """queue.declare (see :meth:`.vhost.VirtualHost.declare_queue`)."""
+    def declare_queue(self, name: str, owner: Any, passive: bool = False, durable: bool = False) -> Queue:
+        """queue.declare (see :meth:`.vhost.VirtualHost.declare_queue`, which takes
+        more)."""

@@ -162,8 +162,11 @@ class Queue:
 
     def drain(self) -> None:
         """Deliver to consumers that can take more (an entry point: it dispatches, then
-        the host carries out what the queue recorded)."""
-        raise NotImplementedError
+        the host carries out what the queue recorded; written out rather than
+        :func:`.host.hands_back`, as it runs per acknowledgement)."""
+        self._dispatch()
+        if self.actions:
+            self.host.carry_out()
 
     def _dispatch(self) -> None:
         """:meth:`drain`'s work, for calls from inside the queue."""

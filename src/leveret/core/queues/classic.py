@@ -479,14 +479,6 @@ class ClassicQueue(HoldAndScan, Queue):
             else:
                 return
 
-    def drain(self) -> None:
-        """The entry point: dispatch, then the host carries out what the queue
-        recorded (written out rather than :func:`.host.hands_back`: it runs per
-        acknowledgement)."""
-        self._dispatch()
-        if self.actions:
-            self.host.carry_out()
-
     def _drain_selective(self) -> None:
         """Dispatch when consumers have selectors or messages have groups: each message
         goes to the consumer served least recently of those that can take it, whose

@@ -258,14 +258,6 @@ class StreamQueue(Queue):
                 self.remove_consumer(consumer)
                 consumer.cancel_by_broker()
 
-    def drain(self) -> None:
-        """The entry point: dispatch, then the host carries out what the queue
-        recorded (written out rather than :func:`.host.hands_back`: it runs per
-        acknowledgement)."""
-        self._dispatch()
-        if self.actions:
-            self.host.carry_out()
-
     def delivery_headers(self, entry: QueuedMessage) -> tuple[tuple[str, int], ...]:
         """Every delivery carries its offset as ``x-stream-offset`` (RabbitMQ)."""
         return (("x-stream-offset", entry.seq - 1),)
