@@ -105,7 +105,8 @@ class VirtualHost:
         #: RabbitMQ's vhost limits (``max-connections``, ``max-queues``); absent or
         #: negative: none. Set through :meth:`BrokerCore.set_vhost_limit`.
         self.limits: dict[str, int] = {}
-        #: What the queues handed back, not carried out yet (see :meth:`carry_out`).
+        #: What the queues handed back, not carried out yet (see :meth:`carry_out`);
+        #: each queue holds this very list, so it is cleared, never replaced.
         self.actions: list[QueueAction] = []
         self._carrying = False
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
