@@ -9,33 +9,25 @@ behaviour it adds to a queue:
 - :mod:`.ttl`: ``x-message-ttl``, ``x-expires``, and the messages due to expire;
 - :mod:`.deduplication`: ``x-message-deduplication``, ``x-deduplication-header``,
   ``x-cache-size``, ``x-cache-ttl``;
+- :mod:`.paging`: ``x-max-in-memory-length``, ``x-max-in-memory-bytes``, ``x-queue-mode``;
+- :mod:`.streams`: ``x-max-age``, ``x-stream-max-segment-size-bytes``;
 - :mod:`.groups`: ActiveMQ's message groups (``JMSXGroupID``; no argument);
 - :mod:`.leases`: a classic queue's leases (no argument);
 - :mod:`.hold`: browsing and the dead-letter console's hold/scan (no argument).
 
 :func:`build` reads the arguments every queue has (``x-queue-type``,
-``x-single-active-consumer``, ``x-max-priority``, the paging and stream sizes) and asks
-each feature for its own.
+``x-single-active-consumer``, ``x-max-priority``: they choose the queue's type and
+dispatch) and asks each feature for its own.
 """
 
 from __future__ import annotations
 
 from ...errors import precondition_failed
-from ...queue_config import (
-    DEFAULT_IN_MEMORY,
-    DEFAULT_IN_MEMORY_BYTES,
-    LAZY_IN_MEMORY,
-    Arguments,
-    QueueConfig,
-    amqp_type_name,
-    max_priority,
-    or_default,
-    parse_age,
-)
-from . import dead_lettering, deduplication, limits, redelivery, ttl
+from ...queue_config import Arguments, QueueConfig, amqp_type_name, max_priority
+from . import dead_lettering, deduplication, limits, paging, redelivery, streams, ttl
 
 #: The features that read arguments, in the order they check them.
-CONFIGURED = (limits, dead_lettering, redelivery, ttl, deduplication)
+CONFIGURED = (limits, dead_lettering, streams, redelivery, paging, ttl, deduplication)
 
 
 def build(arguments: dict, policy_definition: dict | None = None, where: str = "") -> QueueConfig:
@@ -56,16 +48,9 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
     fields = {}
     for feature in CONFIGURED:
         fields.update(feature.configure(args))
-    in_memory = args.get("max-in-memory-length", int, 0)
-    if in_memory is None:
-        in_memory = LAZY_IN_MEMORY if args.get("queue-mode", str) == "lazy" else DEFAULT_IN_MEMORY
     return QueueConfig(
         queue_type=queue_type,
         single_active_consumer=single_active,
         max_priority=max_priority(arguments, queue_type, where),
-        max_age=parse_age(args.get("max-age", str)),
-        max_segment_size=or_default(args.get("stream-max-segment-size-bytes", int, 1), 500_000_000),
-        max_in_memory=in_memory,
-        max_in_memory_bytes=or_default(args.get("max-in-memory-bytes", int, 0), DEFAULT_IN_MEMORY_BYTES),
         **fields,
     )
