@@ -1,5 +1,5 @@
 """Leased consumption over amq.leveret.api: acknowledgement by sequence number from any
-connection, range re-reads, expiry back to the queue (see leveret.core.lease)."""
+connection, range re-reads, expiry back to the queue (see leveret.core.queues.features.leases)."""
 
 from __future__ import annotations
 

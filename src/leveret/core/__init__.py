@@ -32,9 +32,10 @@ dead-lettering       :mod:`.dead_letter` (every death, one path)
 redelivery policy    :mod:`.redelivery` (ActiveMQ's back-off)
 message selectors    :mod:`.selector` (JMS's SQL subset, as ActiveMQ; values
                      :mod:`.selector_values`, on messages :mod:`.selector_lookup`)
-queue arguments      :mod:`.queue_config`; policies :mod:`.policy`
+queue arguments      :mod:`.queue_config`, each feature's in :mod:`.queues.features`;
+                     policies :mod:`.policy`
 deduplication        :mod:`.deduplication`
-leases               :mod:`.lease`; the broker's API requests :mod:`.api`
+leases               :mod:`.queues.features.leases`; the broker's API requests :mod:`.api`
 users, permissions   :mod:`.auth` (the database), :mod:`.passwords` (RabbitMQ's hashes)
 permission checks    :mod:`.access` (one user in one vhost, RabbitMQ's texts)
 checked operations   :mod:`.session` (what each protocol calls: declare, bind, ...)
@@ -42,7 +43,7 @@ failed logins        :mod:`.login_throttle` (slowed down per address)
 open connections     :mod:`.connections` (every protocol's, as facts; closing them)
 errors               :mod:`.errors` (neutral conditions; adapters map them)
 time                 :mod:`.clock` (injected; tests use ManualClock)
-durable definitions  :mod:`.definitions` (what is saved, recovery at start-up)
+durable definitions  :mod:`.definitions` (what is saved), :mod:`.recovery` (at start-up)
 ===================  ===============================================================
 """
 

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 from .message import Message, Properties
 
 if TYPE_CHECKING:
-    from .vhost import VirtualHost
+    from .router import Router
 
 PREFIX = "ActiveMQ.Advisory."
 TOPIC_EXCHANGE = "amq.topic"
 
 
-def advise(vhost: VirtualHost, topic: str, info: dict[str, Any]) -> None:
+def advise(vhost: Router, topic: str, info: dict[str, Any]) -> None:
     """Publish advisory ``info`` (JSON) to ``ActiveMQ.Advisory.<topic>`` in ``vhost``."""
     exchange = vhost.exchanges.get(TOPIC_EXCHANGE)
     if exchange is None or not exchange.bindings:
@@ -48,6 +48,8 @@ def advise(vhost: VirtualHost, topic: str, info: dict[str, Any]) -> None:
     )
     for queue in vhost.route(exchange, message):
         queue.enqueue(message)
+    if vhost.actions:
+        vhost.carry_out()
 
 
 def advised(queue_name: str) -> bool:
@@ -56,7 +58,7 @@ def advised(queue_name: str) -> bool:
 
 
 def connection_event(
-    vhost: VirtualHost, event: str, connection: str, user: str, protocol: str, client_id: str | None = None
+    vhost: Router, event: str, connection: str, user: str, protocol: str, client_id: str | None = None
 ) -> None:
     """A client connected (``added``) or went away (``removed``); ``connection`` is
     its name (the peer's address and port)."""
@@ -74,13 +76,13 @@ def connection_event(
     )
 
 
-def queue_event(vhost: VirtualHost, name: str, event: str) -> None:
+def queue_event(vhost: Router, name: str, event: str) -> None:
     """A queue was created (``added``) or deleted (``removed``)."""
     if advised(name):
         advise(vhost, "Queue", {"type": "DestinationInfo", "event": event, "destination": "/queue/" + name})
 
 
-def consumer_event(vhost: VirtualHost, queue: str, consumer: str, event: str) -> None:
+def consumer_event(vhost: Router, queue: str, consumer: str, event: str) -> None:
     """Consumer ``consumer`` (its tag) started (``added``) or stopped on ``queue``."""
     if advised(queue):
         advise(
@@ -95,7 +97,7 @@ def consumer_event(vhost: VirtualHost, queue: str, consumer: str, event: str) ->
         )
 
 
-def message_event(vhost: VirtualHost, topic: str, queue: str, message: Message, reason: str) -> None:
+def message_event(vhost: Router, topic: str, queue: str, message: Message, reason: str) -> None:
     """A message of ``queue`` expired (``topic`` ``Expired``) or was dead-lettered
     (``MessageDLQd``)."""
     if advised(queue):

@@ -14,7 +14,7 @@ client can use it; the Spark connector does. Operations, in the connection's vho
 - ``lease.release`` ``{"queue", "group", "seqs": [...]}`` → ``{"released"}``
 - ``lease.info`` ``{"queue", "group"}`` → ``{"next", "held"}``
 
-See :mod:`leveret.core.lease` for what a lease is.
+See :mod:`leveret.core.queues.features.leases` for what a lease is.
 """
 
 from __future__ import annotations

@@ -233,7 +233,7 @@ class BrokerCore:
         returns the number of messages recovered. Users and permissions: the store's
         win; the configured ones (or the default guest) seed a store that has never had
         any. Raises StoreError (naming the file) if the store cannot be read."""
-        from .definitions import recover
+        from .recovery import recover
 
         snapshot = store.load()
         self.store = store

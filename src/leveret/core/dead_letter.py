@@ -32,7 +32,8 @@ from . import advisory
 from .message import Death, Message, Properties
 
 if TYPE_CHECKING:
-    from .queues import Queue
+    from .queues.host import HostedQueue
+    from .router import Router
 
 log = logging.getLogger("leveret.dead_letter")
 
@@ -95,10 +96,12 @@ def is_cycle(target: str, history: list[tuple[str, str]]) -> bool:
     return False
 
 
-def dead_letter(queue: Queue, message: Message, reason: str) -> None:
-    """Send a dead message where ``queue``'s configuration says (see module doc)."""
+def dead_letter(vhost: Router, queue: HostedQueue, message: Message, reason: str) -> None:
+    """Send a dead message of ``queue`` (in ``vhost``) where the queue's configuration
+    says (see module doc). Called by the vhost's queue driver
+    (:meth:`.vhost.VirtualHost.carry_out`) for a :class:`.queues.host.DeadLetter` the
+    queue handed back, never from inside the queue."""
     config = queue.config.dead_letter
-    vhost = queue.vhost
     queue.counters.dead_lettered[reason] += 1
     now = vhost.clock.time()
     target = "dropped"
@@ -131,15 +134,14 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
                 death = death_of(message, queue.name, reason, now)
                 dlq.enqueue(message.dead(death, message.exchange, message.routing_key))
                 target = f"queue '{name}'"
-    _advise(queue, message, reason, target)
+    _advise(vhost, queue, message, reason, target)
     if reason == "expired":
         advisory.message_event(vhost, "Expired", queue.name, message, reason)
     if dead is not None or target.startswith("queue "):
         advisory.message_event(vhost, "MessageDLQd", queue.name, message, reason)
 
 
-def _advise(queue: Queue, message: Message, reason: str, target: str) -> None:
-    vhost = queue.vhost
+def _advise(vhost: Router, queue: HostedQueue, message: Message, reason: str, target: str) -> None:
     exchange = vhost.exchanges.get(EVENT_EXCHANGE)
     if exchange is None or not exchange.bindings:
         return

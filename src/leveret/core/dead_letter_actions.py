@@ -29,7 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .dead_letter_browser import DeadLetterFilter, text
 from .errors import BrokerError, not_found
@@ -39,7 +39,8 @@ from .publish import Publisher
 from .queues.base import UNACKED
 
 if TYPE_CHECKING:
-    from .broker import BrokerCore
+    from .audit import AuditTrail
+    from .clock import Clock
     from .queues import Queue
     from .queues.base import QueuedMessage
     from .session import Session
@@ -214,11 +215,19 @@ class _Confirms:
         self.returned_now = True
 
 
+class JobsHost(Protocol):
+    """What the actions need of their broker (:class:`.broker.BrokerCore` is one): its
+    clock and its audit trail."""
+
+    clock: Clock
+    audit: AuditTrail
+
+
 class DeadLetterJobs:
     """The actions of one broker (``BrokerCore.dead_letter_jobs``): running ones and
     the last :data:`KEEP_FINISHED` finished ones."""
 
-    def __init__(self, core: BrokerCore) -> None:
+    def __init__(self, core: JobsHost) -> None:
         self.core = core
         self.jobs: dict[str, Job] = {}
         self._finished: deque[str] = deque()

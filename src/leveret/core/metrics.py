@@ -62,10 +62,19 @@ queue (``[q for v in core.vhosts.values() for q in v.queues.values()]``); a queu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .queues import Queue
+    from .queue_config import QueueConfig
+
+
+class CountedQueue(Protocol):
+    """What the broker's counters read of a queue (every :class:`.queues.Queue`)."""
+
+    type_name: str
+    config: QueueConfig
+    counters: QueueCounters
+
 
 #: Upper bounds (bytes) of the message size histogram's buckets, RabbitMQ's
 #: ``rabbitmq_message_size_bytes``: 64 bytes × 4ⁿ up to 256 MiB, then +Inf.
@@ -159,7 +168,7 @@ class QueueCounters:
         return found
 
 
-def dead_letter_strategy(queue: Queue) -> str:
+def dead_letter_strategy(queue: CountedQueue) -> str:
     """RabbitMQ's ``dead_letter_strategy`` label for ``queue``: ``disabled`` without
     dead-lettering, else ``at_most_once`` (leveret's dead-lettering, like a classic
     queue's, is not confirmed)."""
@@ -227,7 +236,7 @@ class BrokerCounters:
         received ones less the unroutable ones (kept so, one increment fewer a message)."""
         return self.received - self.unroutable_dropped - self.unroutable_returned
 
-    def retire(self, queue: Queue) -> None:
+    def retire(self, queue: CountedQueue) -> None:
         """``queue`` is deleted: keep its counts in the broker's totals."""
         key = (queue.type_name, dead_letter_strategy(queue))
         total = self.retired.get(key)
@@ -235,7 +244,7 @@ class BrokerCounters:
             total = self.retired[key] = QueueCounters()
         total.add(queue.counters)
 
-    def queue_totals(self, queues: list[Queue]) -> dict[tuple[str, str], QueueCounters]:
+    def queue_totals(self, queues: list[CountedQueue]) -> dict[tuple[str, str], QueueCounters]:
         """Broker-wide queue counters by (queue type, dead-letter strategy): the retired
         ones plus those of ``queues`` (every live queue of the broker)."""
         totals: dict[tuple[str, str], QueueCounters] = {}

@@ -34,7 +34,7 @@ from .errors import access_refused, precondition_failed
 from .exchange import DEFAULT_EXCHANGE, DelayedMessageExchange, Exchange
 from .message import Message
 from .metrics import BUCKET_BY_BITS
-from .queues import ACCEPTED, REJECTED, STORED, QueuedMessage
+from .queues import ACCEPTED, REJECTED, STORED, Enqueued, QueuedMessage
 from .scheduler import SCHEDULE_MARK, Schedule, schedule_from_headers
 
 if TYPE_CHECKING:
@@ -146,7 +146,9 @@ class Publisher:
         self, exchange: Exchange, message: Message, mandatory: bool, seq: int, counted: bool = True
     ) -> None:
         vhost = self.vhost
-        outcome = ACCEPTED
+        # Enqueued outcomes combined with | (see .queues.outcome): an int on the way,
+        # as IntEnum's | returns one, read with the members in _settle
+        outcome: int = ACCEPTED
         if exchange.name == api.API_EXCHANGE:  # a request to leveret's extensions
             reply = api.handle(self.session, message)
             if reply is not None:  # the broker's own message: not counted
@@ -168,6 +170,8 @@ class Publisher:
             for queue in queues:
                 queue.counters.published += counted
                 outcome |= queue.enqueue(message)
+            if vhost.actions:  # what the queues handed back (dead letters of a full queue)
+                vhost.carry_out()
         if counted:  # received here, so a transaction's count once committed
             counters = self.counters
             counters.received += 1  # routed: received less the unroutable ones
@@ -184,7 +188,7 @@ class Publisher:
         if seq:
             self._settle(seq, outcome)
 
-    def _hold(self, exchange: Exchange, message: Message) -> int | None:
+    def _hold(self, exchange: Exchange, message: Message) -> Enqueued | None:
         """A message for later: a delayed-message exchange's with an ``x-delay``, or one
         with ActiveMQ's ``AMQ_SCHEDULED_*`` headers, goes to the scheduler (STORED
         when it went to the store durably; its job id is its message id, when it has
@@ -211,6 +215,7 @@ class Publisher:
 
     # -- confirms -----------------------------------------------------------------------
     def _settle(self, seq: int, outcome: int) -> None:
+        # outcome: Enqueued members combined with |.
         # Confirms stay in publish order: once one waits for the store, the ones after
         # it wait their turn too. Those waiting for the same write share one callback.
         if outcome & STORED or self._awaiting_store:

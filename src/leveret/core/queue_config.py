@@ -1,4 +1,7 @@
-"""A queue's effective settings, from its ``x-`` arguments and the matching policy.
+"""A queue's effective settings, from its ``x-`` arguments and the matching policy: the
+:class:`QueueConfig` every queue has, and :class:`Arguments`, through which each queue
+feature (:mod:`.queues.features`) reads and checks its own keys; ``features.build``
+puts them together.
 
 As in RabbitMQ 3.10, where both give a numeric limit (``message-ttl``, ``expires``,
 ``max-length``, ``max-length-bytes``, ``max-redeliveries``) the lower wins; for the
@@ -105,15 +108,26 @@ def amqp_type_name(value: Any) -> str:
     }.get(type(value), "timestamp")  # pamqp decodes x as bytearray
 
 
-def build(arguments: dict, policy_definition: dict | None = None, where: str = "") -> QueueConfig:
-    """The effective config of a queue declared with ``arguments`` under the policy
-    ``policy_definition``. Raises PreconditionFailed (AMQP 406) for an invalid value, with
-    RabbitMQ's text (``where``: `` for queue 'q' in vhost '/'``)."""
-    policy = policy_definition or {}
+class Arguments:
+    """A queue's ``x-`` arguments and matching policy, read one key at a time with
+    RabbitMQ's checks: each feature (:mod:`.queues.features`) reads its own keys
+    through :meth:`get`. ``where``: `` for queue 'q' in vhost '/'`` in error texts."""
 
-    def get(key: str, kind: type, minimum: int | None = None) -> Any:
-        arg = _text(arguments.get("x-" + key), "x-" + key, where)
-        pol = _text(policy.get(key), key, where)
+    __slots__ = ("arguments", "policy", "where")
+
+    def __init__(self, arguments: dict, policy: dict | None, where: str) -> None:
+        self.arguments = arguments
+        self.policy = policy or {}
+        self.where = where
+
+    def get(self, key: str, kind: type, minimum: int | None = None) -> Any:
+        """The value of argument ``x-<key>`` or policy key ``<key>`` (the lower of both
+        for the numeric limits, else the argument's), of type ``kind`` and at least
+        ``minimum``; None when neither is set. PreconditionFailed (406) with RabbitMQ's
+        text for a value of the wrong type or too small."""
+        where = self.where
+        arg = _text(self.arguments.get("x-" + key), "x-" + key, where)
+        pol = _text(self.policy.get(key), key, where)
         for source, value in (("x-" + key, arg), (key, pol)):
             if value is None:
                 continue
@@ -138,88 +152,12 @@ def build(arguments: dict, policy_definition: dict | None = None, where: str = "
             return min(arg, pol)
         return arg if arg is not None else pol
 
-    overflow = get("overflow", str) or "drop-head"
-    if overflow not in OVERFLOW_MODES:
-        source = "x-overflow" if arguments.get("x-overflow") is not None else "overflow"
-        raise precondition_failed(f"invalid arg '{source}'{where}: invalid_overflow")
-    strategy = get("dead-letter-strategy", str)
-    guarantee = "at-most-once"
-    if strategy in DELIVERY_GUARANTEES:  # RabbitMQ's meaning (quorum queues)
-        guarantee, strategy = strategy, None
-    elif strategy is not None and strategy not in STRATEGIES:
-        raise precondition_failed(f"invalid arg 'x-dead-letter-strategy'{where}: invalid_dlx_strategy")
-    exchange = get("dead-letter-exchange", str)
-    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
-        raise precondition_failed(
-            f"invalid arg 'x-dead-letter-routing-key'{where}: routing_key_but_no_dlx_defined"
-        )
-    if exchange is not None and strategy is not None:
-        raise precondition_failed(
-            "x-dead-letter-exchange and x-dead-letter-strategy cannot both be set: "
-            "choose RabbitMQ's dead-letter exchange or an ActiveMQ dead-letter strategy"
-        )
-    for key in ("dead-letter-queue", "dead-letter-queue-prefix"):
-        name = get(key, str)
-        if strategy is not None and name is not None and name.startswith("amq."):
-            # the broker could not declare it when a message dies: refuse it up front
-            raise precondition_failed(f"invalid arg 'x-{key}': '{name}' (reserved prefix 'amq.')")
-    queue_type = get("queue-type", str) or "classic"
-    if queue_type not in ("classic", "stream", "quorum"):
-        raise precondition_failed(f"invalid arg 'x-queue-type': '{queue_type}'")
-    single_active = arguments.get("x-single-active-consumer", False)
-    if not isinstance(single_active, bool):  # an argument only: RabbitMQ has no such policy key
-        kind = amqp_type_name(single_active)
-        raise precondition_failed(
-            f"invalid arg 'x-single-active-consumer'{where}: {{unacceptable_type,{kind}}}"
-        )
-    max_priority = _max_priority(arguments, queue_type, where)
-    max_age = parse_age(get("max-age", str))
-    limits = [v for v in (get("max-redeliveries", int, 0), get("delivery-limit", int, 0)) if v is not None]
-    in_memory = get("max-in-memory-length", int, 0)
-    if in_memory is None:
-        in_memory = LAZY_IN_MEMORY if get("queue-mode", str) == "lazy" else DEFAULT_IN_MEMORY
-    return QueueConfig(
-        message_ttl=get("message-ttl", int, 0),
-        expires=get("expires", int, 1),
-        max_length=get("max-length", int, 0),
-        max_length_bytes=get("max-length-bytes", int, 0),
-        overflow=overflow,
-        max_in_memory=in_memory,
-        max_in_memory_bytes=_or(get("max-in-memory-bytes", int, 0), DEFAULT_IN_MEMORY_BYTES),
-        deduplication=_flag(get("message-deduplication", bool), False),
-        dedup_header=get("deduplication-header", str),
-        cache_size=_or(get("cache-size", int, 1), DEFAULT_CACHE_SIZE),
-        cache_ttl=get("cache-ttl", int, 1),
-        queue_type=queue_type,
-        single_active_consumer=single_active,
-        max_priority=max_priority,
-        max_age=max_age,
-        max_segment_size=_or(get("stream-max-segment-size-bytes", int, 1), 500_000_000),
-        dead_letter=DeadLetterConfig(
-            exchange=exchange,
-            routing_key=get("dead-letter-routing-key", str),
-            strategy=strategy,
-            guarantee=guarantee,
-            queue=get("dead-letter-queue", str) or DEFAULT_SHARED_DLQ,
-            prefix=get("dead-letter-queue-prefix", str) or DEFAULT_DLQ_PREFIX,
-            process_expired=_flag(get("dead-letter-expired", bool), True),
-            process_non_persistent=_flag(get("dead-letter-non-persistent", bool), False),
-        ),
-        redelivery=RedeliveryPolicy(
-            max_redeliveries=min(limits) if limits else -1,
-            initial_delay=get("redelivery-delay", int, 0) or 0,
-            exponential=_flag(get("redelivery-exponential", bool), False),
-            multiplier=float(get("redelivery-backoff-multiplier", float, 1) or 5.0),
-            max_delay=_or(get("redelivery-max-delay", int, 0), -1),
-        ),
-    )
-
 
 #: The highest ``x-max-priority`` RabbitMQ accepts (an AMQP priority is an octet).
 MAX_PRIORITY = 255
 
 
-def _max_priority(arguments: dict, queue_type: str, where: str) -> int | None:
+def max_priority(arguments: dict, queue_type: str, where: str) -> int | None:
     """``x-max-priority`` as RabbitMQ 3.10 checks it: an integer 0..255, from the queue
     argument only (RabbitMQ refuses a ``max-priority`` policy key; here a policy's is
     ignored), on classic queues only. PreconditionFailed (406) with RabbitMQ's texts."""
@@ -254,9 +192,9 @@ def parse_age(text: str | None) -> float | None:
     return int(text[:-1]) * _AGE_UNITS[text[-1]]
 
 
-def _flag(value: bool | None, default: bool) -> bool:
+def flag(value: bool | None, default: bool) -> bool:
     return default if value is None else value
 
 
-def _or(value: int | None, default: int) -> int:
+def or_default(value: int | None, default: int) -> int:
     return default if value is None else value

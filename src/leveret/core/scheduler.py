@@ -36,6 +36,7 @@ import datetime
 import json
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -50,7 +51,7 @@ from .message import Message
 if TYPE_CHECKING:
     from ..store import Store
     from .clock import Clock, Timer
-    from .vhost import VirtualHost
+    from .router import Router
 
 log = logging.getLogger("leveret.scheduler")
 
@@ -199,7 +200,7 @@ class Scheduler:
     virtual hosts, where due messages are routed; ``store`` is attached at start-up
     (:meth:`attach`), before which jobs live in memory only."""
 
-    def __init__(self, clock: Clock, vhosts: dict[str, VirtualHost]) -> None:
+    def __init__(self, clock: Clock, vhosts: Mapping[str, Router]) -> None:
         self.clock = clock
         self.vhosts = vhosts
         self.store: Store | None = None
@@ -372,6 +373,8 @@ class Scheduler:
         else:
             for queue in vhost.route(exchange, message):
                 queue.enqueue(message)
+            if vhost.actions:  # what the queues handed back
+                vhost.carry_out()
         after = job.schedule.next_due(job.due_at)
         if after is None:
             if self.store is not None:

@@ -11,12 +11,13 @@ exchange type.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
 from . import advisory
 from .clock import Clock
-from .dead_letter import EVENT_EXCHANGE
+from .dead_letter import EVENT_EXCHANGE, dead_letter
 from .definitions import binding_definition, binding_name, exchange_definition, queue_definition
 from .errors import access_refused, not_found, precondition_failed, resource_locked
 from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, check_x_match, exchange_class
@@ -25,10 +26,13 @@ from .metrics import BrokerCounters
 from .policy import Policy, matching, with_operator_policy
 from .queue_config import amqp_type_name
 from .queues import Consumer, Queue, queue_class
+from .queues.host import ConsumerChanged, DeadLetter, QueueAction, Unused
 
 if TYPE_CHECKING:
     from ..store import Store
     from .scheduler import Scheduler
+
+log = logging.getLogger("leveret.vhost")
 
 #: Exchanges every virtual host has, as in RabbitMQ.
 PREDECLARED = {
@@ -67,7 +71,9 @@ def _amqp_bool(value: bool) -> str:
 
 
 class VirtualHost:
-    """One virtual host; ``name`` as in connection.open."""
+    """One virtual host; ``name`` as in connection.open. It is its queues'
+    :class:`.queues.host.QueueHost`: they record in :attr:`actions` what it must do, and
+    :meth:`carry_out` does it."""
 
     def __init__(
         self,
@@ -99,6 +105,10 @@ class VirtualHost:
         #: RabbitMQ's vhost limits (``max-connections``, ``max-queues``); absent or
         #: negative: none. Set through :meth:`BrokerCore.set_vhost_limit`.
         self.limits: dict[str, int] = {}
+        #: What the queues handed back, not carried out yet (see :meth:`carry_out`);
+        #: each queue holds this very list, so it is cleared, never replaced.
+        self.actions: list[QueueAction] = []
+        self._carrying = False
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
@@ -115,6 +125,42 @@ class VirtualHost:
         """The policy and operator policy that apply to queue ``name`` (or None)."""
         operator = matching(self.operator_policies, self.name, name, None)
         return matching(self.policies, self.name, name, "queues"), operator
+
+    # -- the queue driver -----------------------------------------------------------
+    def carry_out(self) -> None:
+        """Carry out what the queues handed back (:mod:`.queues.host`), in order, until
+        none is left: dead-letter a message (:func:`.dead_letter.dead_letter`; one that
+        cannot be is logged and dropped, so it never stops its queue), delete an unused
+        queue, publish a consumer advisory. Called when a queue's entry point returns; a
+        call while it runs (an action reached another queue's entry point) returns at
+        once, the running one takes the new actions too."""
+        if self._carrying:
+            return
+        self._carrying = True
+        actions = self.actions
+        try:
+            done = 0
+            while done < len(actions):
+                action = actions[done]
+                done += 1
+                if type(action) is DeadLetter:
+                    try:
+                        dead_letter(self, action.queue, action.message, action.reason)
+                    except Exception:  # a message that cannot be dead-lettered must not stop the queue
+                        log.exception(
+                            "queue '%s': dead-lettering a message (%s) failed; it is dropped",
+                            action.queue.name,
+                            action.reason,
+                        )
+                elif type(action) is Unused:
+                    queue = action.queue
+                    if not queue.deleted and self.queues.get(queue.name) is queue:
+                        self.delete_queue(queue.name)
+                elif type(action) is ConsumerChanged:
+                    advisory.consumer_event(self, action.queue.name, action.tag, action.event)
+        finally:
+            actions.clear()
+            self._carrying = False
 
     # -- look-ups -------------------------------------------------------------------
     def _where(self) -> str:

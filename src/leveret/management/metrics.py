@@ -456,7 +456,7 @@ class BrokerCollector(Collector):
                 else:
                     family = GaugeMetricFamily(prefix + name, text, labels=labels)
                 for queue in queues:
-                    family.add_metric([queue.vhost.name, queue.name], read(queue))
+                    family.add_metric([queue.host.name, queue.name], read(queue))
                 yield family
 
     def _dead_letters(self, queues: list[Queue]) -> Metric:
@@ -469,7 +469,7 @@ class BrokerCollector(Collector):
             strategy = dead_letter_strategy(queue)
             for reason in DEAD_LETTER_REASONS:
                 family.add_metric(
-                    [queue.vhost.name, queue.name, reason, strategy],
+                    [queue.host.name, queue.name, reason, strategy],
                     queue.counters.dead_lettered.get(reason, 0),
                 )
         return family
@@ -535,7 +535,7 @@ def per_queue_text(queues: list[Queue]) -> str:
     prometheus-client's ``generate_latest`` writes them (sorted labels, its float
     format), written here: with thousands of queues, its per-sample formatting was most
     of a scrape's CPU (profiled: 80 of 100 ms for 1,000 queues)."""
-    names = [f'queue="{_label(q.name)}",vhost="{_label(q.vhost.name)}"' for q in queues]
+    names = [f'queue="{_label(q.name)}",vhost="{_label(q.host.name)}"' for q in queues]
     out: list[str] = []
     for family_name in PER_OBJECT_FAMILIES:
         for name, kind, text, read in FAMILIES[family_name]:

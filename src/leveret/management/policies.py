@@ -32,7 +32,7 @@ from aiohttp import web
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
 from ..core.policy import Policy, not_operator_keys
-from ..core.queue_config import build
+from ..core.queues.features import build
 from .common import json_body, json_error, object_not_found, works_in
 from .listing import list_response
 

@@ -161,7 +161,7 @@ class RateSampler:
 
     def queue_series(self, queue: Queue, watch: bool = False) -> Series:
         """``queue``'s readings; ``watch``: keep :data:`HISTORY` of them from now on."""
-        key = (queue.vhost.name, queue.name)
+        key = (queue.host.name, queue.name)
         known = self.queues.get(key)
         series: Series = known[1] if known is not None and known[0] is queue else deque(maxlen=2)
         if watch and series.maxlen != HISTORY:

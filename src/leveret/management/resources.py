@@ -160,10 +160,11 @@ def queue_info(
     """A queue in RabbitMQ's shape; with ``rates``, its ``message_stats`` (once it has
     seen a message, as RabbitMQ) and ``*_details`` (samples when ``query`` asks:
     :mod:`.rates`)."""
-    policy, operator = queue.vhost.policies_of(queue.name)
+    vhost = core.vhosts[queue.host.name]
+    policy, operator = vhost.policies_of(queue.name)
     info: dict[str, Any] = {
         "name": queue.name,
-        "vhost": queue.vhost.name,
+        "vhost": queue.host.name,
         "durable": queue.durable,
         "auto_delete": queue.auto_delete,
         "exclusive": queue.exclusive_owner is not None,
@@ -171,7 +172,7 @@ def queue_info(
         "arguments": jsonable(queue.arguments),
         "policy": policy.name if policy else None,
         "operator_policy": operator.name if operator else None,
-        "effective_policy_definition": jsonable(queue.vhost.policy_for(queue.name, "queues") or {}),
+        "effective_policy_definition": jsonable(vhost.policy_for(queue.name, "queues") or {}),
         "state": "running",
         "node": "leveret@localhost",
         "messages_ready": queue.message_count,

@@ -507,7 +507,7 @@ def _purge_queue(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     if queue is None:
         raise CommandError(f"queue '{args['queue']}' does not exist")
     count = queue.purge()
-    return _done(f"Purging queue '{queue.name}' in vhost '{queue.vhost.name}': {count} messages ...")
+    return _done(f"Purging queue '{queue.name}' in vhost '{queue.host.name}': {count} messages ...")
 
 
 @command("delete_queue", changes=True)

@@ -15,8 +15,8 @@ from leveret.core import BrokerCore, Message, api
 from leveret.core.access import Access
 from leveret.core.auth import UserDatabase
 from leveret.core.clock import ManualClock
-from leveret.core.lease import Lease
 from leveret.core.message import Properties
+from leveret.core.queues.features.leases import Lease
 from leveret.core.session import Session
 
 OWNER = "connection-1"  # stands for the requesting connection (exclusive ownership)

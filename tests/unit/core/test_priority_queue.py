@@ -15,7 +15,7 @@ from leveret.core import BrokerCore, Message
 from leveret.core.clock import ManualClock
 from leveret.core.errors import PreconditionFailed
 from leveret.core.message import Properties
-from leveret.core.queues import ClassicQueue, Queue, QueuedMessage
+from leveret.core.queues import ClassicQueue, Enqueued, Queue, QueuedMessage
 from leveret.core.queues.backlog import Backlog
 from leveret.core.queues.priority_backlog import SEQ_BITS, PriorityBacklog
 from leveret.core.selector import compile_selector
@@ -209,7 +209,7 @@ def test_drop_head_drops_the_highest_priority_head_as_rabbitmq(broker):
 def test_reject_publish_refuses_whatever_the_priority(broker):
     queue = broker.declare(max_length=3, overflow="reject-publish")
     results = [publish(queue, f"{i}:{p}", p) for i, p in enumerate([1, 5, 3, 9, 0, 5])]
-    assert results[3:] == [2, 2, 2]  # REJECTED
+    assert results[3:] == [Enqueued.REJECTED] * 3
     assert drain(queue) == ["1:5", "2:3", "0:1"]
 
 

@@ -20,9 +20,9 @@ from leveret.core.queue_config import (
     DeadLetterConfig,
     QueueConfig,
     amqp_type_name,
-    build,
     parse_age,
 )
+from leveret.core.queues.features import build
 from leveret.core.redelivery import RedeliveryPolicy
 
 WHERE = " for queue 'q' in vhost '/'"

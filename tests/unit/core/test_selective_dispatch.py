@@ -102,7 +102,7 @@ def test_the_scan_is_bounded_per_turn():
 
 def test_a_scan_that_runs_out_of_budget_goes_on_by_itself_every_time():
     queue = setup()
-    clock = queue.vhost.clock
+    clock = queue.host.clock
     for round_ in range(3):  # the resume timer must arm again after it has fired
         for i in range(SCAN_BUDGET + 10):
             publish(queue, f"old{round_}-{i}", kind="old")

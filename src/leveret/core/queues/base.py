@@ -14,51 +14,20 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import advisory, queue_config
 from ..deduplication import DeduplicationCache
 from ..errors import precondition_failed
 from ..message import Message
 from ..metrics import QueueCounters
+from .entry import DELAYED, GONE, READY, UNACKED, QueuedMessage
+from .features import build
+from .host import ConsumerChanged, QueueAction, QueueHost, Unused, hands_back
+from .outcome import Enqueued
 from .timers import Timers
 
 if TYPE_CHECKING:
     from ...store import Store
-    from ..lease import Lease
     from ..selector import Selector
-    from ..vhost import VirtualHost
-
-# Result flags of Queue.enqueue.
-ACCEPTED, STORED, REJECTED = 0, 1, 2
-
-# QueuedMessage.state
-READY, UNACKED, GONE, DELAYED = 0, 1, 2, 3
-
-
-class QueuedMessage:
-    """A message's place in one queue: ``seq`` orders it, ``delivery_count`` counts the
-    deliveries so far (0 before the first), ``expires_at`` is epoch seconds (0: never)."""
-
-    __slots__ = (
-        "delivery_count",
-        "expires_at",
-        "message",
-        "redelivered",
-        "seq",
-        "state",
-        "store_id",
-    )
-
-    def __init__(self, message: Message, seq: int, store_id: int = 0, expires_at: float = 0.0) -> None:
-        self.message = message
-        self.seq = seq
-        self.redelivered = False
-        self.delivery_count = 0
-        self.store_id = store_id  # > 0 while the message is in the store
-        self.state = READY
-        self.expires_at = expires_at
-
-    def __lt__(self, other: QueuedMessage) -> bool:
-        return self.seq < other.seq
+    from .features.leases import Lease
 
 
 class Consumer(Protocol):
@@ -103,8 +72,12 @@ class Queue:
 
     ``exclusive_owner`` is the connection that declared an exclusive queue (opaque to
     core); ``arguments`` the ``x-`` arguments of queue.declare, which with the matching
-    policy make ``config`` (:mod:`..queue_config`; raises PreconditionFailed if invalid).
+    policy make ``config`` (:mod:`.features`; raises PreconditionFailed if invalid).
     ``store`` and ``queue_id`` are set for a queue whose messages go to the store.
+    ``host`` is the virtual host it lives in, seen as a :class:`.host.QueueHost`: the
+    queue reads its clock and policies there and records in :attr:`actions` what the
+    host must do (dead-letter, delete it unused, advise), which the host carries out
+    once the queue's entry point returns (:func:`.host.hands_back`).
     """
 
     #: x-queue-type of this type.
@@ -128,21 +101,23 @@ class Queue:
 
     def __init__(
         self,
-        vhost: VirtualHost,
+        host: QueueHost,
         name: str,
         durable: bool = False,
         exclusive_owner: Any = None,
         auto_delete: bool = False,
         arguments: dict | None = None,
     ) -> None:
-        self.vhost = vhost
+        self.host = host
+        #: What the host must do, recorded here (the host's own list: see :mod:`.host`).
+        self.actions: list[QueueAction] = host.actions
         self.name = name
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = dict(arguments or {})
-        self.config = queue_config.build(
-            self.arguments, vhost.policy_for(name, "queues"), f" for queue '{name}' in vhost '{vhost.name}'"
+        self.config = build(
+            self.arguments, host.policy_for(name, "queues"), f" for queue '{name}' in vhost '{host.name}'"
         )
         self.consumers: deque[Consumer] = deque()
         self.bindings: list = []  # Bindings whose destination is this queue
@@ -161,14 +136,14 @@ class Queue:
         #: Only messages this selector matches are kept (a JMS topic subscription's own
         #: queue with a selector or noLocal: what it would not deliver is not kept).
         self.admit: Selector | None = None
-        self.timers = Timers(vhost.clock)
+        self.timers = Timers(host)
         self._had_consumer = False
-        self._last_used = vhost.clock.time()
+        self._last_used = host.clock.time()
         self.dedup: DeduplicationCache | None = None
         if self.config.deduplication:
             ttl = self.config.cache_ttl / 1000 if self.config.cache_ttl else None
             self.dedup = DeduplicationCache(
-                self.config.cache_size, ttl, vhost.clock, self._dedup_added, self._dedup_evicted
+                self.config.cache_size, ttl, host.clock, self._dedup_added, self._dedup_evicted
             )
         if self.config.expires is not None:
             self.timers.arm("expires", self.config.expires / 1000, self._check_unused)
@@ -179,14 +154,22 @@ class Queue:
         """Messages waiting for delivery, not counting unacknowledged ones."""
         raise NotImplementedError
 
-    def enqueue(self, message: Message) -> int:
-        """Append ``message``; returns STORED when it went to the store durably (a
-        confirm must wait for the store), REJECTED when the queue refused it, else
-        ACCEPTED."""
+    def enqueue(self, message: Message) -> Enqueued:
+        """Append ``message``; returns :data:`.Enqueued.STORED` when it went to the store
+        durably (a confirm must wait for the store), ``REJECTED`` when the queue refused
+        it, else ``ACCEPTED``."""
         raise NotImplementedError
 
     def drain(self) -> None:
-        """Deliver to consumers that can take more."""
+        """Deliver to consumers that can take more (an entry point: it dispatches, then
+        the host carries out what the queue recorded; written out rather than
+        :func:`.host.hands_back`, as it runs per acknowledgement)."""
+        self._dispatch()
+        if self.actions:
+            self.host.carry_out()
+
+    def _dispatch(self) -> None:
+        """:meth:`drain`'s work, for calls from inside the queue."""
         raise NotImplementedError
 
     def get(self) -> QueuedMessage | None:
@@ -243,7 +226,7 @@ class Queue:
         browser; the dead-letter console); PreconditionFailed for a queue type that
         cannot be browsed."""
         raise precondition_failed(
-            f"queue '{self.name}' in vhost '{self.vhost.name}' is a {self.type_name} queue: "
+            f"queue '{self.name}' in vhost '{self.host.name}' is a {self.type_name} queue: "
             "it cannot be browsed"
         )
 
@@ -272,17 +255,17 @@ class Queue:
         """Held messages go back unchanged (see :meth:`.ClassicQueue.release`)."""
 
     def lease(self, group: str) -> Lease:
-        """The lease of consumer ``group`` (:mod:`..lease`); PreconditionFailed for a
+        """The lease of consumer ``group`` (:mod:`.features.leases`); PreconditionFailed for a
         queue type without leases."""
         raise precondition_failed(
-            f"queue '{self.name}' in vhost '{self.vhost.name}' is a {self.type_name} queue: "
+            f"queue '{self.name}' in vhost '{self.host.name}' is a {self.type_name} queue: "
             "it cannot be leased"
         )
 
     # -- shared behaviour ---------------------------------------------------------------
     def touch(self) -> None:
         """The queue was used (declare, get, consume): restarts ``x-expires``."""
-        self._last_used = self.vhost.clock.time()
+        self._last_used = self.host.clock.time()
 
     def ack(self, entry: QueuedMessage) -> None:
         """The message was acknowledged: it leaves the store."""
@@ -294,6 +277,7 @@ class Queue:
                 self.store.remove_message(entry.store_id)
             entry.store_id = 0
 
+    @hands_back
     def add_consumer(self, consumer: Consumer) -> None:
         """Subscribe ``consumer`` (checked by :meth:`prepare_consumer` first) and deliver
         to it what it can take."""
@@ -307,9 +291,10 @@ class Queue:
         self._place(consumer)
         self._had_consumer = True
         self.touch()
-        advisory.consumer_event(self.vhost, self.name, consumer.tag, "added")
-        self.drain()
+        self.actions.append(ConsumerChanged(self, consumer.tag, "added"))
+        self._dispatch()
 
+    @hands_back
     def remove_consumer(self, consumer: Consumer) -> None:
         """Forget ``consumer``; an ``auto_delete`` queue that has had one goes with its
         last (RabbitMQ)."""
@@ -324,18 +309,18 @@ class Queue:
         if consumer.priority:
             self.prioritized -= 1
         self.touch()
-        advisory.consumer_event(self.vhost, self.name, consumer.tag, "removed")
+        self.actions.append(ConsumerChanged(self, consumer.tag, "removed"))
         if self.config.single_active_consumer and self.consumers:
             # the next oldest takes over, once the caller is done (a closing channel
             # removes all its consumers first)
             self.timers.arm("handover", 0, self._hand_over)
         if self.auto_delete and not self.consumers and self._had_consumer and not self.deleted:
-            self.vhost.delete_queue(self.name)
+            self.actions.append(Unused(self))
 
     def _hand_over(self) -> None:
         self.timers.fired("handover")
         if not self.deleted:
-            self.drain()
+            self._dispatch()
 
     @property
     def dispatching(self) -> Iterable[Consumer]:
@@ -388,11 +373,11 @@ class Queue:
         self.timers.fired("expires")
         if self.deleted:
             return
-        idle = self.vhost.clock.time() - self._last_used
+        idle = self.host.clock.time() - self._last_used
         assert self.config.expires is not None  # this timer is armed only when it is set
         expires = self.config.expires / 1000
         if not self.consumers and idle >= expires:
-            self.vhost.delete_queue(self.name)
+            self.actions.append(Unused(self))
         else:
             self.timers.arm("expires", expires - idle if not self.consumers else expires, self._check_unused)
 
@@ -406,3 +391,8 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+#: QueuedMessage and its states live in :mod:`.entry`; re-exported for the storage
+#: modules (:mod:`.backlog`, :mod:`.priority_backlog`).
+__all__ = ["DELAYED", "GONE", "READY", "UNACKED", "Consumer", "Queue", "QueuedMessage"]

@@ -7,59 +7,52 @@ window open, socket writable) and forgets it until the adapter settles it (AMQP 
 as in RabbitMQ, after the delay of the queue's redelivery policy (:mod:`..redelivery`).
 
 The parts: ordered storage with paging (:class:`.backlog.Backlog`), dispatch to
-consumers (:meth:`ClassicQueue.drain`), and two timer heaps: messages due to expire and
-redeliveries waiting out their delay. Also here, with RabbitMQ's semantics unless noted:
-message TTL (``x-message-ttl`` and the message's own expiration, the lower wins; unlike
-RabbitMQ a message expires when due even if it is not at the head - one paged out to the
-store, when it is read back), length limits (``x-max-length``, ``x-max-length-bytes``
-with ``x-overflow``), deduplication and leases. Every way a message dies goes through
-:func:`..dead_letter.dead_letter`.
+consumers (:meth:`ClassicQueue.drain`), and the features it is made of, each a
+collaborator in :mod:`.features` that also checks its ``x-`` arguments: expiry
+(:class:`.features.ttl.Expiry`; unlike RabbitMQ a message expires when due even if it is
+not at the head - one paged out to the store, by :meth:`ClassicQueue._expire_paged`),
+redelivery delays (:class:`.features.redelivery.Delays`), length limits
+(:mod:`.features.limits`), message groups (:class:`.features.groups.MessageGroups`),
+leases (:class:`.features.leases.Leases`) and the console's hold/scan
+(:class:`.features.hold.HoldAndScan`). A message that dies is handed back to the host
+as a :class:`.host.DeadLetter` (:mod:`.host`), which dead-letters it once the queue's
+entry point has returned.
 """
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import itertools
-import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..dead_letter import dead_letter
 from ..deduplication import dedup_key
 from ..errors import precondition_failed
-from ..lease import Lease
 from ..message import NEUTRAL, Message
 from ..message_groups import GROUP_ID_BYTES, message_group
 from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
-from .backlog import PAGE_IN_BATCH, Backlog
-from .base import ACCEPTED, DELAYED, GONE, READY, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
+from .backlog import Backlog
+from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
+from .features import limits
+from .features.groups import MessageGroups
+from .features.hold import HoldAndScan
+from .features.leases import Lease, Leases
+from .features.redelivery import Delays
+from .features.ttl import Expiry
+from .host import DeadLetter, QueueHost, hands_back
+from .outcome import ACCEPTED, REJECTED, STORED, Enqueued
 from .priority_backlog import PriorityBacklog
 
 if TYPE_CHECKING:
     from ...store.base import StoredMessage
-    from ..selector import Selector
-    from ..vhost import VirtualHost
-
-log = logging.getLogger("leveret.queue")
 
 #: Messages a dispatch with selectors looks at in one event-loop turn, at most.
 SCAN_BUDGET = 10_000
-#: Message groups whose consumer a queue remembers (ActiveMQ's default group cache).
-GROUP_CACHE = 1024
 #: Paged-out messages dead-lettered for expiry in one event-loop turn, at most.
 PAGED_EXPIRY_BATCH = 1000
-#: Batches of paged-out messages a queue browser reads, at most (100,000 messages, in
-#: rows: :meth:`ClassicQueue.scan` reads smaller batches when it wants few).
-BROWSE_BATCHES = 100
 
 
-def _seq(entry: QueuedMessage) -> int:
-    return entry.seq
-
-
-class ClassicQueue(Queue):
+class ClassicQueue(HoldAndScan, Queue):
     """A classic queue (``x-queue-type: classic``, the default). With a store,
     persistent messages of a durable queue are written there until they are
     acknowledged or die, and a backlog beyond ``config.max_in_memory`` is paged out.
@@ -89,14 +82,14 @@ class ClassicQueue(Queue):
 
     def __init__(
         self,
-        vhost: VirtualHost,
+        host: QueueHost,
         name: str,
         durable: bool = False,
         exclusive_owner: Any = None,
         auto_delete: bool = False,
         arguments: dict | None = None,
     ) -> None:
-        super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
+        super().__init__(host, name, durable, exclusive_owner, auto_delete, arguments)
         config = self.config
         #: the backlog when the queue has priorities (x-max-priority > 0), else None
         self.levels: PriorityBacklog | None = None
@@ -107,14 +100,16 @@ class ClassicQueue(Queue):
             )
         else:  # x-max-priority 0 is one level: FIFO, as in RabbitMQ
             self.backlog = Backlog(name, config.max_in_memory, config.max_in_memory_bytes)
-        self._delayed: list[tuple[float, int, QueuedMessage]] = []  # redeliveries waiting
-        self._delayed_count = 0
-        self._expiring: list[tuple[float, int, QueuedMessage]] = []
+        #: requeued messages waiting out their redelivery delay (:mod:`.features.redelivery`)
+        self.delays = Delays()
+        #: ready messages due to expire (:mod:`.features.ttl`)
+        self.expiry = Expiry(host.clock, config.message_ttl)
         self._next_seq = 0
-        self.leases: dict[str, Lease] = {}
-        #: message group -> its consumer, once a message with JMSXGroupID came (else None)
-        self.group_owners: dict[str, Consumer] | None = None
-        self._lease_seqs: dict[str, int] = {}  # next seq of leases recovered from the store
+        #: its leases by consumer group (:mod:`.features.leases`)
+        self.leases = Leases()
+        #: message groups' consumers (:mod:`.features.groups`), once a message with
+        #: JMSXGroupID came (else None)
+        self.groups: MessageGroups | None = None
         #: run when the read of paged-out messages on its way comes back (basic.get waits)
         self._page_waiters: list[Callable[[bool], None]] = []
 
@@ -123,10 +118,10 @@ class ClassicQueue(Queue):
     def message_count(self) -> int:
         """Messages waiting for delivery (ready, paged out or delayed redeliveries),
         not counting unacknowledged ones."""
-        return len(self.backlog) + self._delayed_count
+        return len(self.backlog) + self.delays.count
 
     # -- publishing -----------------------------------------------------------------
-    def enqueue(self, message: Message) -> int:
+    def enqueue(self, message: Message) -> Enqueued:
         """Append ``message``. Returns STORED when it went to the store, durably or
         paged out (a confirm must wait for :meth:`Store.when_durable`), REJECTED when the length
         limit refused it (``x-overflow: reject-publish``), else ACCEPTED."""
@@ -134,9 +129,11 @@ class ClassicQueue(Queue):
             return ACCEPTED  # a topic subscription that does not want it
         config = self.config
         size = len(message.body)
-        if config.overflow != "drop-head" and self._full(1, size):
+        if config.overflow != "drop-head" and limits.over(
+            config, len(self.backlog) + 1, self.backlog.bytes + size
+        ):
             if config.overflow == "reject-publish-dlx":
-                dead_letter(self, message, "maxlen")
+                self.actions.append(DeadLetter(self, message, "maxlen"))
             return REJECTED
         if self.dedup is not None:
             key = dedup_key(message, config.dedup_header)
@@ -145,36 +142,34 @@ class ClassicQueue(Queue):
                 durable = self.store is not None and self.durable and self._persists(message)
                 return STORED if durable else ACCEPTED
         if (
-            self.group_owners is None
-            and (message.format is NEUTRAL or GROUP_ID_BYTES in message.encoded)
+            self.groups is None
+            and (message.format is NEUTRAL or GROUP_ID_BYTES in message.encoded)  # no call when it cannot
             and message_group(message) is not None
         ):
-            self.group_owners = {}  # from now on, dispatch keeps groups together
+            self.groups = MessageGroups()  # from now on, dispatch keeps groups together
         self._next_seq += 1
         seq = self._next_seq
         levels = self.levels
         if levels is not None:
             blocks, priority = levels.blocks, message.priority
             seq |= blocks[priority] if priority in blocks else levels.block(priority)
-            if self.selective or self.group_owners is not None:
+            if self.selective or self.groups is not None:
                 self._rewind(seq)  # it may come before what the consumers looked at
-        expires_at = self._expiry(message)
+        expires_at = self.expiry.expires_at(message)
         store = self.store
         durable = (
             store is not None and self.durable and self.exclusive_owner is None and self._persists(message)
         )
         backlog = self.backlog
         stored = durable  # whether a confirm must wait for the store
-        if store is not None and (backlog.must_page(seq) or self.vhost.memory_pressure):
+        if store is not None and (backlog.must_page(seq) or self.host.memory_pressure):
             # Paged out, the message exists only in the store: its confirm waits for
             # the write, as a persistent message's does, transient or not.
             self._write(seq, message, expires_at, transient=not durable)
             backlog.appended_paged(seq, size)
             stored = True
             if expires_at:  # it expires on disk when due, not when read back
-                self.timers.arm(
-                    "paged-expiry", expires_at - self.vhost.clock.time(), self._expire_paged, True
-                )
+                self.timers.arm("paged-expiry", expires_at - self.host.clock.time(), self._expire_paged, True)
         else:
             entry = QueuedMessage(
                 message, seq, self._write(seq, message, expires_at) if durable else 0, expires_at
@@ -183,9 +178,9 @@ class ClassicQueue(Queue):
             if expires_at:
                 self._watch_expiry(entry)
         if self.consumers:
-            self.drain()  # a waiting consumer takes it before any length limit applies
+            self._dispatch()  # a waiting consumer takes it before any length limit applies
         if config.max_length is not None or config.max_length_bytes is not None:
-            while self._full() and self._drop_head():
+            while self._over_limits() and self._drop_head():
                 pass
         if expires_at and config.message_ttl == 0:
             self._expire_due()  # TTL 0: delivered at once or dead, as RabbitMQ
@@ -194,13 +189,10 @@ class ClassicQueue(Queue):
     def _persists(self, message: Message) -> bool:
         return message.persistent or self.persists_every_message
 
-    def _full(self, adding: int = 0, size: int = 0) -> bool:
-        """Whether ``adding`` more messages of ``size`` bytes in all would put the queue
-        over its length limits (RabbitMQ's will_overflow; ``adding=0``: is it over)."""
-        config = self.config
-        if config.max_length is not None and len(self.backlog) + adding > config.max_length:
-            return True
-        return config.max_length_bytes is not None and self.backlog.bytes + size > config.max_length_bytes
+    def _over_limits(self) -> bool:
+        """Whether the queue is over its length limits (:mod:`.features.limits`)."""
+        backlog = self.backlog
+        return bool(len(backlog)) and limits.over(self.config, len(backlog), backlog.bytes)
 
     def _drop_head(self) -> bool:
         """Drop the head for a length limit; False when it is still on its way from the
@@ -258,19 +250,19 @@ class ClassicQueue(Queue):
         store = self.store
         if store is None:
             return False
-        return self.backlog.ask(store, self.queue_id, self._paged_back, not self.vhost.memory_pressure, more)
+        return self.backlog.ask(store, self.queue_id, self._paged_back, not self.host.memory_pressure, more)
 
     def _paged_back(self, part: Backlog, generation: int, rows: list[StoredMessage]) -> None:
         """On the loop: the store's answer to :meth:`_page_in`. What the backlog takes
         of it is dispatched (a length limit drops heads that were on their way), then
         those waiting in :meth:`when_paged_in` go on."""
         if not self.deleted:
-            self._paged_in(self.backlog.answered(part, generation, rows, self.vhost.clock.time()))
+            self._paged_in(self.backlog.answered(part, generation, rows, self.host.clock.time()))
             config = self.config
             if config.max_length is not None or config.max_length_bytes is not None:
-                while self._full() and self._drop_head():
+                while self._over_limits() and self._drop_head():
                     pass
-            self.drain()
+            self.drain()  # dispatches, then carries out what the queue handed back
         waiting, self._page_waiters = self._page_waiters, []
         for callback in waiting:
             callback(True)
@@ -290,7 +282,7 @@ class ClassicQueue(Queue):
     def _paged_in(self, read: list[QueuedMessage]) -> None:
         """``read`` came back from the store: those expired there die, the others'
         TTL is watched."""
-        if read and (self.selective or self.group_owners is not None):
+        if read and (self.selective or self.groups is not None):
             self._rewind(read[0].seq)  # a priority queue's may come before others in memory
         for entry in read:
             if entry.state == GONE:  # expired while paged out: it dies now
@@ -300,11 +292,9 @@ class ClassicQueue(Queue):
         waiting = self.backlog.waiting
         if waiting:  # read back during a redelivery back-off that outlived a restart
             for due, entry in waiting:
-                self._delayed_count += 1
-                heapq.heappush(self._delayed, (due, entry.seq, entry))
+                self.delays.wait(entry, due)
             waiting.clear()
-            now = self.vhost.clock.time()
-            self.timers.arm("redelivery", self._delayed[0][0] - now, self._redeliver_due, True)
+            self._arm_redelivery(self.host.clock.time())
 
     def _rewind(self, seq: int) -> None:
         """Messages from ``seq`` on came back or arrived ahead of others: consumers that
@@ -327,160 +317,30 @@ class ClassicQueue(Queue):
             self.store.set_delivery_count(entry.store_id, entry.delivery_count)
         return entry
 
+    @hands_back
     def take_for_lease(self) -> QueuedMessage | None:
         """The head message for a lease (like a delivery), or None when empty."""
         return self._take() if self._has_ready() else None
 
     def lease(self, group: str) -> Lease:
-        """The lease of consumer ``group`` (see :mod:`..lease`), created on first use."""
-        lease = self.leases.get(group)
-        if lease is None:
-            lease = self.leases[group] = Lease(self, group, self._lease_seqs.get(group, 1))
-        return lease
+        """The lease of consumer ``group`` (see :mod:`.features.leases`), created on first use."""
+        return self.leases.get(self, group)
 
     def save_lease(self, lease: Lease) -> None:
         """Persist ``lease``'s next sequence number (durable queues with a store only)."""
         if self.store is not None and self.durable and self.queue_id:
             self.store.save_definition(
                 "lease",
-                self.vhost.name,
+                self.host.name,
                 f"{self.name}\x00{lease.group}",
                 {"queue_id": self.queue_id, "next_seq": lease.next_seq},
             )
 
     def restore_lease(self, group: str, next_seq: int) -> None:
         """At start-up: group ``group``'s lease, once made, numbers on from ``next_seq``."""
-        self._lease_seqs[group] = next_seq
+        self.leases.restore(group, next_seq)
 
-    def browse(
-        self,
-        limit: int,
-        selector: Selector | None = None,
-        where: Callable[[QueuedMessage], bool] | None = None,
-    ) -> list[QueuedMessage]:
-        """Up to ``limit`` ready messages ``selector`` and ``where`` accept, in order, in
-        memory then paged out (read from the store, not kept), left in the queue."""
-
-        def wanted(entry: QueuedMessage) -> bool:
-            if where is not None and not where(entry):
-                return False
-            return selector is None or selector.matches(message_lookup(entry.message))
-
-        return self.scan(limit, wanted)[0]
-
-    def scan(
-        self, limit: int, where: Callable[[QueuedMessage], bool], after_seq: int = 0
-    ) -> tuple[list[QueuedMessage], int, bool]:
-        """Like :meth:`browse` from the message after ``after_seq`` on (seqs follow the
-        delivery order, priority levels too). Returns ``(found, position, complete)``:
-        ``position`` is the seq of the last message looked at, the ``after_seq`` of the
-        next call; ``complete`` is true once every waiting message has been looked at.
-        One call reads at most :data:`BROWSE_BATCHES` batches from the store."""
-        found, position, complete = self._scan(limit, where, after_seq)
-        return [entry for entry, _ in found], position, complete
-
-    def _scan(
-        self, limit: int, where: Callable[[QueuedMessage], bool], after_seq: int
-    ) -> tuple[list[tuple[QueuedMessage, bool]], int, bool]:
-        """:meth:`scan`, with each entry's ``paged`` flag (read from the store)."""
-        found: list[tuple[QueuedMessage, bool]] = []
-        position = after_seq
-        budget = [BROWSE_BATCHES * PAGE_IN_BATCH]
-        # store reads sized to what is wanted (a job takes a few dozen at a time)
-        batch = min(PAGE_IN_BATCH, max(2 * limit, 128))
-        for entry, paged in self._waiting(after_seq, budget, batch):
-            position = entry.seq
-            if where(entry):
-                found.append((entry, paged))
-                if len(found) >= limit:
-                    return found, position, False
-        return found, position, budget[0] >= 0
-
-    def _waiting(self, after_seq: int, budget: list[int], batch: int) -> Iterator[tuple[QueuedMessage, bool]]:
-        """The waiting messages after ``after_seq`` in delivery order, as ``(entry,
-        paged)``: those in memory, then each level's paged-out ones as entries read
-        from the store ``batch`` at a time (not kept), passing over held ones.
-        ``budget[0]`` rows read from the store at most: it is -1 when they ran out
-        before the last message."""
-        store = self.store
-        held = self.backlog.held
-        for part in self.backlog.parts:  # a priority queue's levels, highest first
-            if part.last_seq <= after_seq:
-                continue
-            ready = part.ready
-            start = bisect.bisect_right(ready, after_seq, key=_seq) if after_seq else 0
-            for entry in itertools.islice(ready, start, None):  # (skips in C)
-                if entry.state == READY:
-                    yield entry, False
-            after = max(part.paged_after, after_seq)
-            while part.paged and store is not None:
-                if budget[0] <= 0:
-                    budget[0] = -1
-                    return
-                rows = store.read_queue(self.queue_id, after, min(batch, budget[0]), part.last_seq)
-                budget[0] -= len(rows)
-                if not rows:
-                    break
-                for stored in rows:
-                    after = stored.seq
-                    if stored.seq in held:
-                        continue
-                    message = Message.restore(
-                        stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
-                    )
-                    entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
-                    entry.delivery_count = stored.delivery_count
-                    entry.redelivered = stored.delivery_count > 0
-                    yield entry, True
-
-    # -- an operator's actions on waiting messages (the dead-letter console) -----------
-    def hold(
-        self, limit: int, where: Callable[[QueuedMessage], bool], after_seq: int = 0
-    ) -> tuple[list[QueuedMessage], int, bool]:
-        """Take up to ``limit`` waiting messages ``where`` accepts out of the queue, as
-        :meth:`scan` finds them, without delivering them: no delivery is counted, no
-        ``redelivered`` flag set. They count as unacknowledged until :meth:`settle_held`
-        (gone: acknowledged) or :meth:`release` (back in their places, unchanged); a
-        persistent one keeps its row in the store meanwhile, so a crash leaves it in the
-        queue. Returns what :meth:`scan` returns."""
-        found, position, complete = self._scan(limit, where, after_seq)
-        backlog = self.backlog
-        for entry, paged in found:
-            if paged:  # read from the store: its row is passed over from now on
-                backlog.forget_paged(entry.seq, len(entry.message.body))
-                backlog.held.add(entry.seq)
-            else:
-                backlog.remove(entry)
-            entry.state = UNACKED
-            self.unacked_count += 1
-        return [entry for entry, _ in found], position, complete
-
-    def settle_held(self, entries: list[QueuedMessage]) -> None:
-        """Held messages (:meth:`hold`) are done with: they leave the queue and the
-        store, as acknowledged."""
-        for entry in entries:
-            self.ack(entry)
-            self.backlog.held.discard(entry.seq)
-
-    def release(self, entries: list[QueuedMessage]) -> None:
-        """Held messages (:meth:`hold`, in seq order) go back to their places in the
-        queue as they were (not marked redelivered)."""
-        if self.deleted:
-            return
-        backlog = self.backlog
-        back = []
-        for entry in entries:
-            if entry.state != UNACKED:
-                continue
-            self.unacked_count -= 1
-            if entry.seq in backlog.held:
-                backlog.held.discard(entry.seq)
-                if backlog.unforget_paged(entry.seq, len(entry.message.body)):
-                    entry.state = GONE  # counted as paged out again; its row is read back later
-                    continue
-            back.append(entry)
-        self._put_back(back)
-
+    @hands_back
     def get(self) -> QueuedMessage | None:
         """basic.get: the head message, or None when empty."""
         self.touch()
@@ -495,20 +355,17 @@ class ClassicQueue(Queue):
         return ()
 
     # -- settling -------------------------------------------------------------------
+    @hands_back
     def discard(self, entry: QueuedMessage, reason: str) -> None:
         """A delivered message dies (``rejected``): dead-lettered as configured."""
         self._die(entry, reason)
 
     def _die(self, entry: QueuedMessage, reason: str) -> None:
-        try:
-            if not self.deleted:
-                dead_letter(self, entry.message, reason)
-        except Exception:  # a message that cannot be dead-lettered must not stop the queue
-            log.exception(
-                "queue '%s': dead-lettering a message (%s) failed; it is dropped", self.name, reason
-            )
+        if not self.deleted:  # the host dead-letters it once this entry point returns
+            self.actions.append(DeadLetter(self, entry.message, reason))
         self.ack(entry)
 
+    @hands_back
     def requeue(self, entries: list[QueuedMessage]) -> None:
         """Unacknowledged messages come back: back to their original position, marked
         redelivered, after the redelivery policy's delay; a poison message (policy
@@ -516,7 +373,7 @@ class ClassicQueue(Queue):
         if self.deleted or not entries:
             return
         policy = self.config.redelivery
-        now = self.vhost.clock.time()
+        now = self.host.clock.time()
         back = []
         for entry in sorted(entries):
             if entry.state == UNACKED:
@@ -530,46 +387,41 @@ class ClassicQueue(Queue):
             else:
                 delay = policy.delay(entry.delivery_count)
                 if delay > 0:
-                    entry.state = DELAYED
-                    self._delayed_count += 1
                     due = now + delay / 1000
-                    heapq.heappush(self._delayed, (due, entry.seq, entry))
+                    self.delays.wait(entry, due)
                     if entry.store_id and self.store is not None:
                         self.store.set_available_at(entry.store_id, due)  # a restart keeps the wait
                 else:
                     back.append(entry)
-        if self._delayed:  # replace: a new entry may be due before the armed timer
-            self.timers.arm("redelivery", self._delayed[0][0] - now, self._redeliver_due, True)
+        self._arm_redelivery(now)  # replace: a new entry may be due before the armed timer
         if back:
             self._put_back(back)
         else:  # the consumers' prefetch windows have room now
-            self.drain()
+            self._dispatch()
 
     def _put_back(self, entries: list[QueuedMessage]) -> None:
         if not entries:
             return
-        if self.selective or self.group_owners is not None:
+        if self.selective or self.groups is not None:
             self._rewind(entries[0].seq)  # selectors look at the returned messages again
         self.backlog.put_back(entries)
         for entry in entries:
             if entry.expires_at:
                 self._watch_expiry(entry)
-        self.drain()
+        self._dispatch()
 
     def _redeliver_due(self) -> None:
         self.timers.fired("redelivery")
-        now = self.vhost.clock.time()
+        now = self.host.clock.time()
         due = []
-        while self._delayed and self._delayed[0][0] <= now:
-            entry = heapq.heappop(self._delayed)[2]
-            if entry.state == DELAYED:
-                self._delayed_count -= 1
-                if entry.expires_at and entry.expires_at <= now and not self.deleted:
-                    self._die(entry, "expired")  # expired while waiting: never delivered
-                else:
-                    due.append(entry)
-        if self._delayed:
-            self.timers.arm("redelivery", self._delayed[0][0] - now, self._redeliver_due)
+        for entry in self.delays.due(now):
+            if entry.expires_at and entry.expires_at <= now and not self.deleted:
+                self._die(entry, "expired")  # expired while waiting: never delivered
+            else:
+                due.append(entry)
+        next_due = self.delays.next_due()
+        if next_due is not None:
+            self.timers.arm("redelivery", next_due - now, self._redeliver_due)
         if not self.deleted:
             self._put_back(sorted(due))  # in queue order, not due order
 
@@ -578,33 +430,20 @@ class ClassicQueue(Queue):
         count = self.message_count
         for entry in self.backlog.clear(self.store, self.queue_id, self._next_seq):
             self.ack(entry)
-        for _, _, entry in self._delayed:
-            if entry.state == DELAYED:
-                self.ack(entry)
-        self._delayed.clear()
-        self._expiring.clear()
-        self._delayed_count = 0
+        for entry in self.delays.clear():
+            self.ack(entry)
+        self.expiry.clear()
         return count
 
     # -- TTL ------------------------------------------------------------------------
-    def _expiry(self, message: Message) -> float:
-        """Epoch seconds when ``message`` expires here (0: never)."""
-        ttl = self.config.message_ttl
-        own = message.ttl
-        if own is not None:
-            ttl = own if ttl is None else min(ttl, own)
-        if ttl is None:
-            return 0.0
-        return self.vhost.clock.time() + ttl / 1000
+    def _arm_redelivery(self, now: float) -> None:
+        next_due = self.delays.next_due()
+        if next_due is not None:
+            self.timers.arm("redelivery", next_due - now, self._redeliver_due, True)
 
     def _watch_expiry(self, entry: QueuedMessage) -> None:
-        heap = self._expiring
-        if len(heap) > 2 * (self.backlog.in_memory + self.unacked_count) + 64:  # drop settled ones
-            heap[:] = [item for item in heap if item[2].state in (READY, UNACKED, DELAYED)]
-            heapq.heapify(heap)
-        if not heap or entry.expires_at < heap[0][0]:
-            self.timers.arm("ttl", entry.expires_at - self.vhost.clock.time(), self._expire_due, True)
-        heapq.heappush(heap, (entry.expires_at, entry.seq, entry))
+        if self.expiry.watch(entry, self.backlog.in_memory + self.unacked_count):
+            self.timers.arm("ttl", entry.expires_at - self.host.clock.time(), self._expire_due, True)
 
     def _expire_paged(self) -> None:
         """Dead-letter paged-out messages whose time has come, read from the store by
@@ -614,7 +453,7 @@ class ClassicQueue(Queue):
         if store is None or self.deleted or not self.queue_id:
             return
         backlog = self.backlog
-        now = self.vhost.clock.time()
+        now = self.host.clock.time()
         budget = PAGED_EXPIRY_BATCH
         for low, high in backlog.paged_ranges():
             for stored in store.read_expired(self.queue_id, low, high, now, budget):
@@ -643,29 +482,26 @@ class ClassicQueue(Queue):
     def _expire_due(self) -> None:
         """Dead-letter every ready message whose time has come, wherever it is."""
         self.timers.fired("ttl")
-        heap = self._expiring
-        now = self.vhost.clock.time()
-        while heap and heap[0][0] <= now:
-            entry = heapq.heappop(heap)[2]
-            if entry.state == READY and entry.expires_at <= now:
-                self.backlog.remove(entry)
-                self._die(entry, "expired")
-        if heap and not self.deleted:
-            self.timers.arm("ttl", heap[0][0] - now, self._expire_due, True)
+        now = self.host.clock.time()
+        for entry in self.expiry.due(now):
+            self.backlog.remove(entry)
+            self._die(entry, "expired")
+        next_due = self.expiry.next_due()
+        if next_due is not None and not self.deleted:
+            self.timers.arm("ttl", next_due - now, self._expire_due, True)
 
     # -- lifecycle ------------------------------------------------------------------
     def stop(self) -> None:
         """Deleted, or the broker stops: timers off, leases handed back, memory freed."""
         super().stop()
-        for lease in self.leases.values():
-            lease.release_all()
+        self.leases.release_all()
         self.backlog.clear(None, self.queue_id, self._next_seq)  # the store forgets the queue itself
 
     # -- dispatch -------------------------------------------------------------------
-    def drain(self) -> None:
+    def _dispatch(self) -> None:
         """Deliver ready messages round-robin to consumers that can take them, the
         highest priority first (a lower one only while the higher ones are blocked)."""
-        if self.selective or self.group_owners is not None:
+        if self.selective or self.groups is not None:
             self._drain_selective()
             return
         consumers = self.consumers
@@ -724,20 +560,20 @@ class ClassicQueue(Queue):
 
     def _resume_scan(self) -> None:
         self.timers.fired("selector-scan")
-        self.drain()
+        self._dispatch()
 
     def _offer(self, candidates: list[QueuedMessage]) -> bool:
         """Offer ``candidates`` (in seq order) to the consumers; True once none can take
         more."""
-        owners = self.group_owners
+        groups = self.groups
         for entry in candidates:
             if entry.state != READY:
                 continue
             lookup = None
             taker = None
             can_take = False
-            group = message_group(entry.message) if owners is not None else None
-            owner = owners.get(group[0]) if owners and group is not None else None
+            group = message_group(entry.message) if groups is not None else None
+            owner = groups.owner(group) if groups is not None else None
             for consumer in self.dispatching:
                 if not consumer.can_accept():
                     continue
@@ -765,38 +601,23 @@ class ClassicQueue(Queue):
                 continue
             if taker is not None:
                 self.served(taker)  # the least recently served go first
-                if group is not None:
-                    self._assign_group(group, taker)
+                if group is not None and groups is not None and groups.assign(group, taker):
+                    self._look_again()
                 self.backlog.remove(entry)  # a tombstone until swept
                 self._taken(entry)
                 taker.deliver(self, entry)
         return False
 
-    # -- message groups (ActiveMQ's JMSXGroupID) -------------------------------------------
-    def _assign_group(self, group: tuple[str, int | None], consumer: Consumer) -> None:
-        """Messages of ``group`` go to ``consumer`` from now on, until it leaves or the
-        group is closed (a message with ``JMSXGroupSeq`` -1)."""
-        owners = self.group_owners
-        assert owners is not None
-        name, sequence = group
-        if sequence == -1 or len(owners) >= GROUP_CACHE:
-            # closed (or the oldest forgotten, as ActiveMQ's group cache does): what
-            # others skipped as that group's, they look at again
-            owners.pop(name if sequence == -1 else next(iter(owners)), None)
-            for other in self.consumers:
-                other.examined = 0
-        if sequence != -1:
-            owners[name] = consumer
+    # -- message groups (ActiveMQ's JMSXGroupID: :mod:`.features.groups`) -------------
+    def _look_again(self) -> None:
+        """A group changed hands: what consumers skipped as another's, they look at
+        again."""
+        for other in self.consumers:
+            other.examined = 0
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """As :meth:`Queue.remove_consumer`; its message groups find another consumer,
         and selectors look again at the messages they had skipped for them."""
-        owners = self.group_owners
-        if owners:
-            orphans = [name for name, owner in owners.items() if owner is consumer]
-            for name in orphans:
-                del owners[name]
-            if orphans:
-                for other in self.consumers:
-                    other.examined = 0
+        if self.groups is not None and self.groups.forget(consumer):
+            self._look_again()
         super().remove_consumer(consumer)

@@ -77,7 +77,7 @@ class QuorumQueue(ClassicQueue):
         refused with 540 NOT_IMPLEMENTED (RabbitMQ's quorum queues have no global QoS)."""
         if consumer.global_prefetch:
             raise NotImplementedFeature(
-                f"queue '{self.name}' in vhost '{self.vhost.name}' does not support global qos"
+                f"queue '{self.name}' in vhost '{self.host.name}' does not support global qos"
             )
         super().prepare_consumer(consumer)
 

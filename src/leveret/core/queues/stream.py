@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 from ..deduplication import DeduplicationCache, dedup_key
 from ..errors import precondition_failed
 from ..message import Message
-from .base import ACCEPTED, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
+from .base import UNACKED, Consumer, Queue, QueuedMessage
+from .host import QueueHost
+from .outcome import ACCEPTED, REJECTED, STORED, Enqueued
 
 if TYPE_CHECKING:
-    from ..lease import Lease
-    from ..vhost import VirtualHost
+    from .features.leases import Lease
 
 IN_MEMORY_TAIL = 10_000  # newest messages kept in memory when there is a store
 READ_BATCH = 1000  # messages read from the store at a time
@@ -54,7 +55,7 @@ class StreamQueue(Queue):
 
     def __init__(
         self,
-        vhost: VirtualHost,
+        host: QueueHost,
         name: str,
         durable: bool = True,
         exclusive_owner: Any = None,
@@ -64,9 +65,9 @@ class StreamQueue(Queue):
         if not durable or exclusive_owner is not None or auto_delete:
             raise precondition_failed(
                 f"invalid property 'durable/exclusive/auto_delete' for queue '{name}' in vhost "
-                f"'{vhost.name}': a stream must be durable, not exclusive, not auto-delete"
+                f"'{host.name}': a stream must be durable, not exclusive, not auto-delete"
             )
-        super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments)
+        super().__init__(host, name, durable, exclusive_owner, auto_delete, arguments)
         self.first_offset = 0
         self.next_offset = 0
         self._tail: deque[tuple[float, Message]] = deque()  # newest messages
@@ -84,7 +85,7 @@ class StreamQueue(Queue):
         return self.next_offset - self.first_offset
 
     # -- appending ------------------------------------------------------------------
-    def enqueue(self, message: Message) -> int:
+    def enqueue(self, message: Message) -> Enqueued:
         """Append ``message`` at ``next_offset``: STORED with a store (every message is
         written), else ACCEPTED; ACCEPTED too for a duplicate, which is dropped; REJECTED
         when it would pass ``x-max-length-bytes`` and ``x-overflow`` is not ``drop-head``."""
@@ -98,7 +99,7 @@ class StreamQueue(Queue):
         ):
             return REJECTED
         offset = self.next_offset
-        now = self.vhost.clock.time()
+        now = self.host.clock.time()
         self.next_offset += 1
         stored = False
         if self.store is not None:
@@ -121,7 +122,7 @@ class StreamQueue(Queue):
             self._tail_start += 1
         self._account(len(message.body), now)
         if self.consumers:
-            self.drain()
+            self._dispatch()
         return STORED if stored else ACCEPTED
 
     def _is_new(self, dedup: DeduplicationCache, message: Message) -> bool:
@@ -166,7 +167,7 @@ class StreamQueue(Queue):
         self.next_offset = self._tail_start = last_seq
         self.first_offset = last_seq - count
         self._total_bytes = size
-        self._segments = deque([[self.first_offset, size, self.vhost.clock.time()]])
+        self._segments = deque([[self.first_offset, size, self.host.clock.time()]])
 
     # -- reading --------------------------------------------------------------------
     def _read(self, offset: int) -> Message:
@@ -197,7 +198,7 @@ class StreamQueue(Queue):
         if isinstance(spec, int) and not isinstance(spec, bool):
             return min(max(spec, self.first_offset), self.next_offset)
         raise precondition_failed(
-            f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost '{self.vhost.name}': {spec!r}"
+            f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost '{self.host.name}': {spec!r}"
         )
 
     def _offset_at(self, when: float) -> int:
@@ -215,16 +216,16 @@ class StreamQueue(Queue):
         order by offset)."""
         if consumer.selector is not None:
             raise precondition_failed(
-                f"stream queue '{self.name}' in vhost '{self.vhost.name}' does not support selectors"
+                f"stream queue '{self.name}' in vhost '{self.host.name}' does not support selectors"
             )
         if getattr(consumer, "no_ack", False):
             raise precondition_failed(
-                f"stream queue '{self.name}' in vhost '{self.vhost.name}' requires manual acknowledgement"
+                f"stream queue '{self.name}' in vhost '{self.host.name}' requires manual acknowledgement"
             )
         if not getattr(consumer, "prefetch", 1) and not getattr(consumer, "global_prefetch", 0):
             raise precondition_failed(
                 f"consumer prefetch count is not set for stream queue '{self.name}' in vhost "
-                f"'{self.vhost.name}'"
+                f"'{self.host.name}'"
             )
         arguments = getattr(consumer, "arguments", {}) or {}
         start = self.resolve_offset(arguments.get("x-stream-offset"))
@@ -238,7 +239,7 @@ class StreamQueue(Queue):
         self._cursors.pop(consumer, None)
         super().remove_consumer(consumer)
 
-    def drain(self) -> None:
+    def _dispatch(self) -> None:
         """Each consumer reads on from its own position, within its prefetch window."""
         for consumer in list(self.consumers):
             cursor = self._cursors.get(consumer)
@@ -266,7 +267,7 @@ class StreamQueue(Queue):
         """nack/reject/close: nothing returns to a stream (it never left)."""
         for entry in entries:
             self.ack(entry)
-        self.drain()
+        self._dispatch()
 
     def discard(self, entry: QueuedMessage, reason: str) -> None:
         """reject/nack without requeue: only frees the prefetch slot (nothing dies)."""
@@ -275,14 +276,14 @@ class StreamQueue(Queue):
     def get(self) -> QueuedMessage | None:
         """Always PreconditionFailed: streams are read by consuming."""
         raise precondition_failed(
-            f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
+            f"queue '{self.name}' in vhost '{self.host.name}' is a stream: "
             "basic.get is not supported, consume with x-stream-offset"
         )
 
     def purge(self) -> int:
         """Always PreconditionFailed: a stream shrinks by retention only."""
         raise precondition_failed(
-            f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: "
+            f"queue '{self.name}' in vhost '{self.host.name}' is a stream: "
             "purge is not supported, use retention (x-max-length-bytes, x-max-age)"
         )
 

@@ -379,7 +379,7 @@ class Channel:
         queue.add_consumer(consumer)
 
     def _read_lease(self, queue: Queue, m: commands.Basic.Consume, tag: str, arguments: dict) -> None:
-        """leveret's leased read (see core.lease): deliver the range of sequence numbers
+        """leveret's leased read (see core.queues.features.leases): deliver the range of sequence numbers
         ``x-lease-from`` … ``x-lease-to`` (exclusive) still held by consumer group
         ``x-lease-group``, each with header ``x-lease-seq``, then cancel the consumer."""
         group, start, end = (arguments.get(k) for k in ("x-lease-group", "x-lease-from", "x-lease-to"))

@@ -82,7 +82,7 @@ class ChannelConsumer:
         self.unacked = 0
         self.selector = selector_of(arguments)
         self.examined = 0
-        where = f" for queue '{queue.name}' in vhost '{queue.vhost.name}'" if queue is not None else ""
+        where = f" for queue '{queue.name}' in vhost '{queue.host.name}'" if queue is not None else ""
         self.priority = priority_of(arguments, where)
 
     @property

@@ -524,7 +524,7 @@ class StompConnection(AdapterConnection):
                 if any(c.exclusive and not isinstance(c, Subscription) for c in queue.consumers):
                     raise StompError(  # an AMQP exclusive consumer holds it
                         "Exclusive consumer in use",
-                        f"queue '{queue.name}' in vhost '{queue.vhost.name}' in exclusive use",
+                        f"queue '{queue.name}' in vhost '{queue.host.name}' in exclusive use",
                     )
                 subscription = Subscription(
                     self,
@@ -546,8 +546,8 @@ class StompConnection(AdapterConnection):
                 made.append(subscription)
         except (StompError, BrokerError):
             for subscription in made:
-                if subscription.temporary:
-                    subscription.queue.vhost.delete_queue(subscription.queue.name)
+                if subscription.temporary and self.session is not None:
+                    self.session.vhost.delete_queue(subscription.queue.name)
             raise
         self.subscriptions[sub_id] = made
         receipt = headers.pop("receipt", None)

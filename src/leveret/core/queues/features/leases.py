@@ -19,28 +19,53 @@ they keep growing across restarts (messages held at a crash come back as redeliv
 and are leased again under new numbers). Over AMQP this is reached through the
 ``amq.leveret.api`` exchange (:mod:`leveret.core.api`) and consume arguments
 ``x-lease-group``/``x-lease-from``/``x-lease-to``.
+
+A classic queue keeps its leases by consumer group in a :class:`Leases` (no argument
+turns them on).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .clock import Timer
-    from .queues import ClassicQueue, QueuedMessage
+    from ...clock import Timer
+    from ...metrics import QueueCounters
+    from ..entry import QueuedMessage
+    from ..host import QueueHost
 
 DEFAULT_TTL = 300.0  # seconds
 
 
+class LeasedQueue(Protocol):
+    """What a lease needs of its queue (:class:`..classic.ClassicQueue` is one)."""
+
+    host: QueueHost
+    counters: QueueCounters
+
+    def take_for_lease(self) -> QueuedMessage | None:
+        """The head message, taken as for a delivery, or None when empty."""
+
+    def save_lease(self, lease: Lease) -> None:
+        """Persist ``lease``'s next sequence number."""
+
+    def ack(self, entry: QueuedMessage) -> None:
+        """``entry`` is acknowledged: it leaves the queue and the store."""
+
+    def requeue(self, entries: list[QueuedMessage]) -> None:
+        """``entries`` come back, redelivered."""
+
+
 class Lease:
     """The messages of ``queue`` held by consumer ``group`` (only classic queues lease:
-    :meth:`.queues.Queue.lease` raises PreconditionFailed for the other types).
+    :meth:`..base.Queue.lease` raises PreconditionFailed for the other types).
     ``held`` maps a sequence number to the entry and when it was leased (epoch
     seconds); ``ttl`` is in seconds."""
 
-    def __init__(self, queue: ClassicQueue, group: str, next_seq: int = 1) -> None:
+    def __init__(self, queue: LeasedQueue, group: str, next_seq: int = 1) -> None:
         self.queue = queue
         self.group = group
         self.next_seq = next_seq
@@ -56,7 +81,7 @@ class Lease:
         if ttl is not None:
             self.ttl = ttl
         start = self.next_seq
-        now = queue.vhost.clock.time()
+        now = queue.host.clock.time()
         while len(self.held) < 10_000_000 and self.next_seq - start < maximum:
             entry = queue.take_for_lease()
             if entry is None:
@@ -102,14 +127,47 @@ class Lease:
     def _arm(self) -> None:
         if self._timer is None and self.held:
             oldest = next(iter(self.held.values()))[1]
-            delay = oldest + self.ttl - self.queue.vhost.clock.time()
-            self._timer = self.queue.vhost.clock.call_later(delay, self._expire)
+            delay = oldest + self.ttl - self.queue.host.clock.time()
+            self._timer = self.queue.host.clock.call_later(delay, self._expire)
 
     def _expire(self) -> None:
         """Return messages leased longer than ``ttl`` ago (leased in order, so oldest
         first)."""
         self._timer = None
-        deadline = self.queue.vhost.clock.time() - self.ttl
+        deadline = self.queue.host.clock.time() - self.ttl
         expired = [seq for seq, (_, leased_at) in self.held.items() if leased_at <= deadline]
         self.release(expired)
         self._arm()
+
+
+class Leases:
+    """The leases of one queue, by consumer group."""
+
+    __slots__ = ("_by_group", "_next_seqs")
+
+    def __init__(self) -> None:
+        self._by_group: dict[str, Lease] = {}
+        self._next_seqs: dict[str, int] = {}  # next seq of leases recovered from the store
+
+    def get(self, queue: LeasedQueue, group: str) -> Lease:
+        """The lease of ``group`` on ``queue``, created on first use."""
+        lease = self._by_group.get(group)
+        if lease is None:
+            lease = self._by_group[group] = Lease(queue, group, self._next_seqs.get(group, 1))
+        return lease
+
+    def restore(self, group: str, next_seq: int) -> None:
+        """At start-up: ``group``'s lease, once made, numbers on from ``next_seq``."""
+        self._next_seqs[group] = next_seq
+
+    def release_all(self) -> None:
+        """The queue is going away or the broker stops: every lease hands its messages
+        back."""
+        for lease in self._by_group.values():
+            lease.release_all()
+
+    def __iter__(self) -> Iterator[Lease]:
+        return iter(self._by_group.values())
+
+    def __len__(self) -> int:
+        return len(self._by_group)
