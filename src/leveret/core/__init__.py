@@ -15,7 +15,8 @@ sockets or asyncio)::
     store/           durable definitions, messages and jobs: SQLite (embedded, the
                      default) or PostgreSQL (shared by a master and its standbys)
 
-docs/architecture.md draws the whole picture and follows a publish through it.
+docs/architecture.md draws the whole picture and follows a publish, a delivery, a
+page-in and a connection through it.
 
 Where each concept lives in core:
 
@@ -27,7 +28,8 @@ virtual host         :mod:`.vhost` (declare/delete/bind, routing across exchange
 exchange types       :mod:`.exchange`; topic matching :mod:`.topic`
 message container    :mod:`.message` (neutral facts, encoded form, death annotations)
 publish path         :mod:`.publish` (route, enqueue, confirm, return, transactions)
-queue types          :mod:`.queues` (the interface, classic, stream, paging, timers)
+queue types          :mod:`.queues` (the interface, classic, quorum, stream, paging,
+                     timers; :mod:`.queues.host`: what a queue hands back to its vhost)
 dead-lettering       :mod:`.dead_letter` (every death, one path)
 redelivery policy    :mod:`.redelivery` (ActiveMQ's back-off)
 message selectors    :mod:`.selector` (JMS's SQL subset, as ActiveMQ; values
@@ -39,6 +41,7 @@ leases               :mod:`.queues.features.leases`; the broker's API requests :
 users, permissions   :mod:`.auth` (the database), :mod:`.passwords` (RabbitMQ's hashes)
 permission checks    :mod:`.access` (one user in one vhost, RabbitMQ's texts)
 checked operations   :mod:`.session` (what each protocol calls: declare, bind, ...)
+connection life      :mod:`.lifecycle` (open, close, a refused login: every adapter's)
 failed logins        :mod:`.login_throttle` (slowed down per address)
 open connections     :mod:`.connections` (every protocol's, as facts; closing them)
 errors               :mod:`.errors` (neutral conditions; adapters map them)

@@ -1,7 +1,8 @@
 """ActiveMQ's message groups: messages with the same ``JMSXGroupID`` header go to one
 consumer, in order, while it lives; a message with ``JMSXGroupSeq`` -1 closes the
-group (the next one may go elsewhere). Queues dispatch groups in
-:mod:`.queues.classic`; this module reads a message's group cheaply.
+group (the next one may go elsewhere). A queue keeps its groups in
+:mod:`.queues.features.groups` and dispatches them in :mod:`.queues.classic`; this
+module reads a message's group cheaply.
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """One AMQP 0-9-1 connection: handshake, channels, heartbeats, errors and close.
 
-Sans-I/O at its edges: the server feeds it bytes (:meth:`Connection.data_received`) and
-gives it a transport with ``write``/``close``/``abort``, a loop for time and timers,
-a ``request_flush`` callback through which output is written once per event-loop
-turn, and optionally ``input_waiting``, which tells whether bytes wait unread on the
-socket (the heartbeat check counts them as a sign of life). Handshake and reply codes
+Sans-I/O at its edges, an :class:`~leveret.protocol.adapter.AdapterConnection` whose
+life in the broker is :mod:`leveret.core.lifecycle`'s: the server feeds it bytes
+(:meth:`Connection.data_received`) and gives it a
+:class:`~leveret.protocol.transport.Transport` (``write``, ``close``, ``abort``,
+``pause_reading``), a :class:`~leveret.protocol.transport.Loop` for time and timers, a
+``request_flush`` callback through which output is written once per event-loop turn,
+and optionally ``input_waiting``, which tells whether bytes wait unread on the socket
+(the heartbeat check counts them as a sign of life). Handshake and reply codes
 follow AMQP 0-9-1 §2.2.4 and RabbitMQ 3.10: a wrong protocol header is answered with
 ``AMQP\\x00\\x00\\x09\\x01`` and the socket closed; refused logins get
 connection.close 403; hard errors (320, 5xx) close the connection, soft ones only the

@@ -1,12 +1,14 @@
 """One STOMP 1.0-1.2 connection, sans-I/O, with ActiveMQ 5.17's semantics.
 
 The server feeds it bytes (:meth:`StompConnection.data_received`) and gives it the same
-transport, loop and ``request_flush`` callback an AMQP connection gets
-(:mod:`leveret.protocol.amqp.connection`). Everything a client asks goes through core:
-its :class:`~leveret.core.session.Session` (users, permissions and their RabbitMQ
-texts), one :class:`~leveret.core.publish.Publisher` (confirm mode: a RECEIPT for a
-persistent SEND goes out once the message is on disk) and one more per open
-transaction.
+transport, loop and ``request_flush`` callback an AMQP connection gets: both are
+:class:`~leveret.protocol.adapter.AdapterConnection`, whose life in the broker (login
+throttle, registry, alarms, vhost deletion) is :mod:`leveret.core.lifecycle`'s; CONNECT
+runs its own sequence of checks (login, vhost, access, client-id). Everything a client
+asks goes through core: its :class:`~leveret.core.session.Session` (users, permissions
+and their RabbitMQ texts), one :class:`~leveret.core.publish.Publisher` (confirm mode:
+a RECEIPT for a persistent SEND goes out once the message is on disk) and one more per
+open transaction.
 
 Errors follow STOMP 1.2: an ERROR frame (``message`` header, ``receipt-id`` when the
 failing frame asked for a receipt, a short text body), then the connection is closed;
