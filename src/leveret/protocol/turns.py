@@ -29,8 +29,8 @@ CHECK_EVERY = 8  # frames between looks at the clock (a look costs ~50 ns)
 
 
 class TurnBudget:
-    """The budget of one turn over ``frames`` frames (reads of fewer than
-    :data:`CHECK_EVERY` frames are never split), measured with ``now`` (monotonic
+    """The budget of one turn over ``frames`` frames (reads of :data:`CHECK_EVERY`
+    frames or fewer are never split), measured with ``now`` (monotonic
     seconds: :meth:`leveret.core.clock.Clock.monotonic`, kept bound so a look at the
     clock is one call)."""
 
