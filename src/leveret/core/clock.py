@@ -4,8 +4,8 @@ The server gives core the event loop's clock (:class:`leveret.server.clock.LoopC
 tests give a :class:`ManualClock`, which runs callbacks only when a test calls
 :meth:`ManualClock.advance`. Times are seconds: ``time()`` is wall-clock (epoch, for
 ``x-death`` and message expiry), ``monotonic()`` measures the budgets of a few
-milliseconds that bound one loop turn's work (protocol/turns.py, the scheduler's firing),
-timers take delays.
+milliseconds that bound one loop turn's work (protocol/turns.py, the scheduler's firing)
+and read coalescing's gaps (server/read_coalescing.py), timers take delays.
 """
 
 from __future__ import annotations

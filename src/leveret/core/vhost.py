@@ -6,6 +6,12 @@ reserved ``amq.`` prefix or the default exchange, ResourceLocked (405) for anoth
 connection's exclusive queue, PreconditionFailed (406) for an inequivalent redeclaration,
 an invalid argument or a failed if-unused/if-empty, CommandInvalid (503) for an unknown
 exchange type.
+
+A vhost is its queues' host (:class:`.queues.host.QueueHost`, and a
+:class:`.router.Router` for what publishes on the broker's behalf): its queues read its
+clock and policies and record actions, which :meth:`VirtualHost.carry_out`, the one
+driver, performs once their entry point has returned (dead-letter a message, delete an
+unused queue, publish a consumer advisory).
 """
 
 from __future__ import annotations

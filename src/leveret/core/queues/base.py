@@ -1,10 +1,11 @@
 """What every queue type is: identity, configuration, consumers, bindings, ``x-expires``.
 
 :class:`Queue` is the interface the rest of core (and the adapters) use, as
-``rabbit_queue_type`` is RabbitMQ's; each queue type (:mod:`.classic`, :mod:`.stream`)
-implements it. A queue hands a message to a consumer as a :class:`QueuedMessage` and
-forgets about it until the adapter settles it: :meth:`Queue.ack`, :meth:`Queue.discard`
-or :meth:`Queue.requeue` (AMQP 0-9-1 §3.1.4).
+``rabbit_queue_type`` is RabbitMQ's; each queue type (:mod:`.classic`, :mod:`.quorum`,
+:mod:`.stream`) implements it, and talks to its vhost only through :mod:`.host`. A queue
+hands a message to a consumer as a :class:`QueuedMessage` and forgets about it until the
+adapter settles it: :meth:`Queue.ack`, :meth:`Queue.discard` or :meth:`Queue.requeue`
+(AMQP 0-9-1 §3.1.4).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ window open, socket writable) and forgets it until the adapter settles it (AMQP 
 §3.1.4). A requeued message returns to its original position with ``redelivered`` set,
 as in RabbitMQ, after the delay of the queue's redelivery policy (:mod:`..redelivery`).
 
-The parts: ordered storage with paging (:class:`.backlog.Backlog`), dispatch to
-consumers (:meth:`ClassicQueue.drain`), and the features it is made of, each a
+The parts: ordered storage with paging (:class:`.backlog.Backlog`; paged-out messages
+come back by callback, :meth:`ClassicQueue._page_in`), dispatch to consumers
+(:meth:`.base.Queue.drain` → :meth:`ClassicQueue._dispatch`), and the features it is made of, each a
 collaborator in :mod:`.features` that also checks its ``x-`` arguments: expiry
 (:class:`.features.ttl.Expiry`; unlike RabbitMQ a message expires when due even if it is
 not at the head - one paged out to the store, by :meth:`ClassicQueue._expire_paged`),
