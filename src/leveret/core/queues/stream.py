@@ -39,11 +39,12 @@ READ_BATCH = 1000  # messages read from the store at a time
 
 
 class _Cursor:
-    __slots__ = ("end", "next")
+    __slots__ = ("end", "next", "waiting")
 
     def __init__(self, next_offset: int, end: int | None) -> None:
         self.next = next_offset
         self.end = end
+        self.waiting = False  # its start is being looked up in the store
 
 
 class Stream(Queue):
@@ -182,10 +183,11 @@ class Stream(Queue):
             message = self._chunk[offset]
         return message
 
-    def resolve_offset(self, spec: Any) -> int:
+    def resolve_offset(self, spec: Any) -> int | None:
         """The offset where a consumer with ``x-stream-offset: spec`` starts: ``first``,
-        ``last``, ``next`` (also None), an offset (clamped to the log) or a timestamp.
-        PreconditionFailed for anything else."""
+        ``last``, ``next`` (also None), an offset (clamped to the log) or a timestamp;
+        None for a timestamp older than the in-memory tail, which the store must look up
+        (:meth:`prepare_consumer` asks it). PreconditionFailed for anything else."""
         if spec is None or spec in ("next", b"next"):
             return self.next_offset
         if spec in ("first", b"first"):
@@ -200,12 +202,27 @@ class Stream(Queue):
             f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost '{self.vhost.name}': {spec!r}"
         )
 
-    def _offset_at(self, when: float) -> int:
+    def _offset_at(self, when: float) -> int | None:
         times = [t for t, _ in self._tail]
         if not times or times[0] <= when or self.store is None:
             return self._tail_start + bisect.bisect_left(times, when)
-        found = self.store.find_offset(self.queue_id, when)
-        return self.next_offset if found is None else max(found - 1, self.first_offset)
+        return None  # older than the tail: the store knows
+
+    def _look_up(self, consumer: Consumer, cursor: _Cursor, when: float) -> None:
+        """Ask the store where a consumer starting at ``when`` (epoch seconds) starts;
+        its cursor waits (nothing is delivered to it) until the answer, on the loop."""
+        assert self.store is not None
+        cursor.waiting = True
+        otherwise = self.next_offset  # none found: from the next message, as asked now
+
+        def found(seq: int | None) -> None:
+            if self._cursors.get(consumer) is not cursor:
+                return  # cancelled meanwhile
+            cursor.waiting = False
+            cursor.next = otherwise if seq is None else max(seq - 1, self.first_offset)
+            self.drain()
+
+        self.store.request_offset(self.queue_id, when, found)
 
     # -- consumers ------------------------------------------------------------------
     def prepare_consumer(self, consumer: Consumer) -> None:
@@ -227,11 +244,15 @@ class Stream(Queue):
                 f"'{self.vhost.name}'"
             )
         arguments = getattr(consumer, "arguments", {}) or {}
-        start = self.resolve_offset(arguments.get("x-stream-offset"))
+        spec = arguments.get("x-stream-offset")
+        start = self.resolve_offset(spec)
         end = arguments.get("x-stream-offset-end")
         if end is not None and (not isinstance(end, int) or isinstance(end, bool)):
             raise precondition_failed(f"invalid arg 'x-stream-offset-end': {end!r}")
-        self._cursors[consumer] = _Cursor(start, end)
+        cursor = self._cursors[consumer] = _Cursor(self.first_offset if start is None else start, end)
+        if start is None:  # only a timestamp older than the tail
+            assert isinstance(spec, datetime.datetime)
+            self._look_up(consumer, cursor, spec.timestamp())
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Forget ``consumer`` and its position."""
@@ -242,7 +263,7 @@ class Stream(Queue):
         """Each consumer reads on from its own position, within its prefetch window."""
         for consumer in list(self.consumers):
             cursor = self._cursors.get(consumer)
-            if cursor is None:
+            if cursor is None or cursor.waiting:
                 continue
             limit = self.next_offset if cursor.end is None else min(cursor.end, self.next_offset)
             while cursor.next < limit and consumer.can_accept():
