@@ -297,14 +297,14 @@ class BatchedStore(Store):
         pending = self._pending_inserts(queue_id, after_seq, upto_seq)
         deleting = self._pending_deletes()
 
-        def query(db: Connection) -> list:
+        def query(db: Connection) -> list[StoredMessage]:
             return self._query_queue(db, queue_id, after_seq, upto_seq, limit, deleting)
 
-        def finish(rows: list) -> None:
+        def finish(found: list[StoredMessage]) -> None:
             gone = self._pending_deletes()
             if gone:
-                rows = [row for row in rows if row[0] not in gone]
-            answer(self._merge_queue(rows, pending, limit))
+                found = [m for m in found if m.store_id not in gone]
+            answer(self._merge_queue(found, pending, limit))
 
         self._ask(query, finish)
 
@@ -322,47 +322,35 @@ class BatchedStore(Store):
     @staticmethod
     def _query_queue(
         db: Connection, queue_id: int, after_seq: int, upto_seq: int, limit: int, deleting: set[int]
-    ) -> list:
+    ) -> list[StoredMessage]:
         """Up to ``limit`` committed rows in seq order, none of ``deleting``. Touches
-        nothing but ``db``: runs on either thread."""
+        nothing but ``db``: runs on either thread (the reader's builds the messages too)."""
         # A committed row whose deletion is still on its way (a paged-out message that
         # expired on disk) is not read back: read that many more, so that ``limit`` rows
         # come whenever there are that many (a short read means the store lost track).
         rows = db.execute(
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
-            "transient, expires_at, published_at, size, meta, available_at FROM messages "
+            "meta, expires_at, available_at FROM messages "
             "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
             (queue_id, after_seq, upto_seq, limit + len(deleting)),
         ).fetchall()
         if deleting:
             rows = [row for row in rows if row[0] not in deleting][:limit]
-        return rows
+        return [
+            StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[8], r[10]) for r in rows
+        ]
 
     @staticmethod
-    def _merge_queue(rows: list, pending: list[list], limit: int) -> list[StoredMessage]:
-        """Committed ``rows`` and ``pending`` inserts as StoredMessages, by seq."""
-        if pending:
-            found = {row[0]: row for row in rows}
-            found.update((row[0], row) for row in pending)
-            rows = sorted(found.values(), key=lambda r: r[2])[:limit]
-        # columns: id, queue_id, seq, delivery_count, exchange, routing_key, header, body,
-        # transient, expires_at, published_at, size, meta, available_at (not in a batch's rows)
-        return [
-            StoredMessage(
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                row[4],
-                row[5],
-                row[6],
-                row[7],
-                expires_at=row[9],
-                meta=row[12],
-                available_at=row[13] if len(row) > 13 else 0.0,
-            )
-            for row in rows
-        ]
+    def _merge_queue(found: list[StoredMessage], pending: list[list], limit: int) -> list[StoredMessage]:
+        """Committed messages and ``pending`` inserts (a batch's rows), by seq."""
+        if not pending:
+            return found
+        # a batch's row: id, queue_id, seq, delivery_count, exchange, routing_key, header,
+        # body, transient, expires_at, published_at, size, meta
+        merged = {m.store_id: m for m in found}
+        for r in pending:
+            merged[r[0]] = StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[12])
+        return sorted(merged.values(), key=lambda m: m.seq)[:limit]
 
     # -- reads answered by callback ---------------------------------------------------------
     def _check_thread(self, what: str) -> None:
