@@ -249,8 +249,17 @@ class BatchedStore(Store):
             ):
                 snapshot.dedup.setdefault(queue_id, []).append((key, expires_at))
             row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
-            # block 0's ids (the others' are found on first use, see _block_id)
+            # block 0's ids, then the others' (an index lookup each, so that taking the
+            # first id of a block never reads the database on the event loop)
             last = db.execute("SELECT max(id) FROM messages WHERE id < ?", (BLOCK,)).fetchone()[0]
+            self._next_ids.clear()
+            for block in range(1, ALL_SEQS >> SEQ_BLOCK_BITS):
+                low = block << SEQ_BLOCK_BITS
+                found = db.execute(
+                    "SELECT max(id) FROM messages WHERE id >= ? AND id < ?", (low, low + BLOCK)
+                ).fetchone()[0]
+                if found:
+                    self._next_ids[block] = found + 1
             scheduled = db.execute("SELECT count(*), max(id) FROM scheduled").fetchone()
             snapshot.scheduled, last_scheduled = scheduled
             self._reader = self._connect_reader()
@@ -621,18 +630,10 @@ class BatchedStore(Store):
 
     def _block_id(self, block: int) -> int:
         """The next store id of seq block ``block``: ids ``block << SEQ_BLOCK_BITS``
-        onwards (the highest on disk, on first use)."""
+        onwards (after the highest on disk, found by :meth:`load`)."""
         next_id = self._next_ids.get(block)
         if next_id is None:
-            assert self._reader is not None
-            low = block << SEQ_BLOCK_BITS
-            try:
-                last = self._reader.execute(
-                    "SELECT max(id) FROM messages WHERE id >= ? AND id < ?", (low, low + BLOCK)
-                ).fetchone()[0]
-            except self._errors as exc:
-                raise self._error("read", exc) from None
-            next_id = (last or low) + 1
+            next_id = (block << SEQ_BLOCK_BITS) + 1
         self._next_ids[block] = next_id + 1
         return next_id
 
