@@ -17,7 +17,7 @@ from test_priority_queue import Consumer
 from leveret.core import BrokerCore, Message, scheduler as scheduler_module
 from leveret.core.clock import ManualClock
 from leveret.core.message import Properties
-from leveret.core.queues import ClassicQueue, QueuedMessage, stream as stream_module
+from leveret.core.queues import ClassicQueue, stream as stream_module
 from leveret.core.scheduler import Schedule
 from leveret.store.sqlite import SQLiteStore
 
@@ -310,8 +310,28 @@ def test_a_stream_consumer_older_than_the_tail_starts_when_the_store_answers(bro
     stream.prepare_consumer(consumer)
     stream.add_consumer(consumer)
     assert consumer.held == []  # its start is being looked up
-    # (the delivery of messages older than the tail still reads the store itself)
-    broker.store.forbid_loop_reads = False
+    broker.release()  # where it starts
+    assert consumer.held == []  # 4..6 are older than the tail: asked of the store too
     broker.release()
     assert consumer.bodies() == [str(i) for i in range(4, 10)]
-    assert all(isinstance(entry, QueuedMessage) for entry in consumer.held)
+    assert [entry.seq - 1 for entry in consumer.held] == list(range(4, 10))  # offsets
+
+
+def test_a_stream_read_from_the_first_offset_comes_in_batches_from_the_store(broker, monkeypatch):
+    monkeypatch.setattr(stream_module, "IN_MEMORY_TAIL", 2)
+    monkeypatch.setattr(stream_module, "READ_BATCH", 3)
+    stream = broker.vhost.declare_queue("log", None, durable=True, arguments={"x-queue-type": "stream"})
+    for i in range(10):
+        publish(stream, str(i))
+    broker.durable()
+    consumer = StreamConsumer("first")
+    stream.prepare_consumer(consumer)
+    stream.add_consumer(consumer)
+    bodies: list[str] = []
+    for _ in range(5):
+        bodies += settle(stream, consumer)
+        stream.drain()
+        broker.release()
+    bodies += settle(stream, consumer)
+    assert bodies == [str(i) for i in range(10)]
+    assert broker.store.asked == 3  # offsets 0-2, 3-5, 6-7: the tail holds 8 and 9

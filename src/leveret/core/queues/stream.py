@@ -15,24 +15,31 @@ Retention, as RabbitMQ: the log is cut in segments of ``x-stream-max-segment-siz
 is over ``x-max-length-bytes`` or their newest message is older than ``x-max-age``
 (``7D``, ``12h`` …). Segments are ranges of the store's rows, not separate files.
 With a store, messages are written to it (every message: a stream is durable) and only
-the newest are kept in memory; without one, the whole log is in memory.
+the newest are kept in memory; without one, the whole log is in memory. Older messages,
+and where a timestamp falls among them, are asked of the store, which answers on the
+event loop from its reader thread; the consumer waits for the answer meanwhile.
 """
 
 from __future__ import annotations
 
 import bisect
 import datetime
+import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..deduplication import DeduplicationCache, dedup_key
 from ..errors import precondition_failed
 from ..message import Message
+from .backlog import ALL_SEQS
 from .base import ACCEPTED, REJECTED, STORED, UNACKED, Consumer, Queue, QueuedMessage
 
 if TYPE_CHECKING:
+    from ...store.base import StoredMessage
     from ..lease import Lease
     from ..vhost import VirtualHost
+
+log = logging.getLogger("leveret.queue")
 
 IN_MEMORY_TAIL = 10_000  # newest messages kept in memory when there is a store
 READ_BATCH = 1000  # messages read from the store at a time
@@ -76,6 +83,7 @@ class Stream(Queue):
         self._total_bytes = 0
         self._cursors: dict[Consumer, _Cursor] = {}
         self._chunk: dict[int, Message] = {}  # the last batch read from the store
+        self._reading: int | None = None  # the offset a read of the store is on its way from
 
     # -- counts ---------------------------------------------------------------------
     @property
@@ -170,18 +178,40 @@ class Stream(Queue):
         self._segments = deque([[self.first_offset, size, self.vhost.clock.time()]])
 
     # -- reading --------------------------------------------------------------------
-    def _read(self, offset: int) -> Message:
+    def _read(self, offset: int) -> Message | None:
+        """The message at ``offset``: from the in-memory tail, the last batch read, or
+        None while :data:`READ_BATCH` from there are asked of the store (the answer, on
+        the loop, dispatches again: :meth:`_chunk_read`)."""
         if offset >= self._tail_start:
             return self._tail[offset - self._tail_start][1]
         message = self._chunk.get(offset)
-        if message is None:
+        if message is None and self._reading is None:
             assert self.store is not None
-            self._chunk = {
-                row.seq - 1: Message.restore(row.exchange, row.routing_key, row.header, row.body, row.meta)
-                for row in self.store.read_queue(self.queue_id, offset, READ_BATCH)
-            }
-            message = self._chunk[offset]
+            self._reading = offset
+            self.store.request_queue(
+                self.queue_id, offset, READ_BATCH, ALL_SEQS, lambda rows: self._chunk_read(offset, rows)
+            )
         return message
+
+    def _chunk_read(self, offset: int, rows: list[StoredMessage]) -> None:
+        """The store's answer to :meth:`_read`: the batch from ``offset`` on (less what
+        retention dropped meanwhile); consumers read on. Consumers waiting for an offset
+        the store no longer has go on from the next one it has."""
+        self._reading = None
+        if self.deleted:
+            return
+        self._chunk = {
+            row.seq - 1: Message.restore(row.exchange, row.routing_key, row.header, row.body, row.meta)
+            for row in rows
+            if row.seq - 1 >= self.first_offset
+        }
+        if offset >= self.first_offset and offset not in self._chunk:
+            after = min(self._chunk, default=self._tail_start)
+            log.error("stream '%s': offsets %d to %d missing from the store", self.name, offset, after - 1)
+            for cursor in self._cursors.values():
+                if offset <= cursor.next < after:
+                    cursor.next = after
+        self.drain()
 
     def resolve_offset(self, spec: Any) -> int | None:
         """The offset where a consumer with ``x-stream-offset: spec`` starts: ``first``,
@@ -268,8 +298,11 @@ class Stream(Queue):
             limit = self.next_offset if cursor.end is None else min(cursor.end, self.next_offset)
             while cursor.next < limit and consumer.can_accept():
                 offset = cursor.next
+                message = self._read(offset)
+                if message is None:  # on its way from the store
+                    break
                 cursor.next += 1
-                entry = QueuedMessage(self._read(offset), offset + 1)
+                entry = QueuedMessage(message, offset + 1)
                 entry.state = UNACKED
                 entry.delivery_count = 1
                 self.unacked_count += 1
