@@ -17,7 +17,9 @@ they arrived; ``meta``: JSON of what else the message carries, see
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
+import operator
 import os
 import queue as queue_mod
 import threading
@@ -42,6 +44,9 @@ from .ops import (
 )
 
 log = logging.getLogger("leveret.store")
+
+_SEQ = operator.itemgetter(2)  # a batch's row: its seq
+_STORED_SEQ = operator.attrgetter("seq")
 
 DELETE_CHUNK = 5000  # rows deleted per transaction by a background range deletion
 BLOCK = 1 << SEQ_BLOCK_BITS  # seqs (and store ids) per block
@@ -176,6 +181,9 @@ class BatchedStore(Store):
         self._reads_in_flight = 0
         #: scheduled-row changes made while reads were in flight (see request_scheduled)
         self._scheduled_since: dict[int, ScheduledRow | None] = {}
+        #: messages deleted while reads were in flight (see request_queue)
+        self._removed_since: set[int] = set()
+        self._ranges_since: list[DeleteRange] = []
         #: the event loop's thread (see :attr:`forbid_loop_reads`)
         self._loop_thread: int | None = None
         #: Debug guard (tests): a synchronous read on the loop's thread raises LoopRead.
@@ -300,9 +308,7 @@ class BatchedStore(Store):
     ) -> None:
         """:meth:`read_queue` on the reader thread: the inserts still in a batch are
         taken now, the committed rows read there, and ``answer(rows)`` runs on the loop,
-        without the rows whose deletion is then on its way. A row deleted and committed
-        between the read and the answer may still be in it: the caller knows what it
-        removed meanwhile (a queue forgets paged-out messages it expired or holds)."""
+        without the rows deleted since the request or whose deletion is on its way."""
         pending = self._pending_inserts(queue_id, after_seq, upto_seq)
         deleting = self._pending_deletes()
 
@@ -310,10 +316,22 @@ class BatchedStore(Store):
             return self._query_queue(db, queue_id, after_seq, upto_seq, limit, deleting)
 
         def finish(found: list[StoredMessage]) -> None:
-            gone = self._pending_deletes()
-            if gone:
-                found = [m for m in found if m.store_id not in gone]
-            answer(self._merge_queue(found, pending, limit))
+            gone = self._pending_deletes() | self._removed_since
+            ranges = [r for r in self._ranges_since if r.queue_id == queue_id]
+            if gone or ranges:
+                found = [
+                    m
+                    for m in found
+                    if m.store_id not in gone and not any(r.covers(queue_id, m.seq) for r in ranges)
+                ]
+            new = pending
+            if self._removed_since or ranges:
+                new = [
+                    r
+                    for r in pending
+                    if r[0] not in gone and not any(x.covers(queue_id, r[2]) for x in ranges)
+                ]
+            answer(self._merge_queue(found, new, limit))
 
         self._ask(query, finish)
 
@@ -356,10 +374,12 @@ class BatchedStore(Store):
             return found
         # a batch's row: id, queue_id, seq, delivery_count, exchange, routing_key, header,
         # body, transient, expires_at, published_at, size, meta
+        # only the ``limit`` lowest pending rows can be among the answer: while the writer
+        # is behind there are tens of thousands, and messages are built for these alone
         merged = {m.store_id: m for m in found}
-        for r in pending:
+        for r in heapq.nsmallest(limit, pending, key=_SEQ):
             merged[r[0]] = StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[12])
-        return sorted(merged.values(), key=lambda m: m.seq)[:limit]
+        return sorted(merged.values(), key=_STORED_SEQ)[:limit]
 
     # -- reads answered by callback ---------------------------------------------------------
     def _check_thread(self, what: str) -> None:
@@ -406,6 +426,8 @@ class BatchedStore(Store):
         finally:
             if not self._reads_in_flight:
                 self._scheduled_since.clear()
+                self._removed_since.clear()
+                self._ranges_since.clear()
 
     @property
     def reads_in_flight(self) -> int:
@@ -704,6 +726,8 @@ class BatchedStore(Store):
         if batch.inserts.pop(store_id, None) is None:
             batch.counts.pop(store_id, None)
             batch.deletes.append(store_id)
+        if self._reads_in_flight:  # not in an answer still to come
+            self._removed_since.add(store_id)
 
     def _delete_range(self, queue_id: int, low: int, high: int) -> None:
         """Forget a queue's messages with ``low < seq <= high``: at once for those not
@@ -714,7 +738,10 @@ class BatchedStore(Store):
             i for i, row in batch.inserts.items() if row[1] == queue_id and low < row[2] <= high
         ]:
             del batch.inserts[store_id]
-        batch.ops.append(DeleteRange(queue_id, low, high))
+        op = DeleteRange(queue_id, low, high)
+        batch.ops.append(op)
+        if self._reads_in_flight:
+            self._ranges_since.append(op)
 
     def remove_queue(self, queue_id: int) -> None:
         """A range deletion of all its seqs (done in the background, in chunks) and of
