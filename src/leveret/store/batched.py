@@ -318,20 +318,14 @@ class BatchedStore(Store):
         def finish(found: list[StoredMessage]) -> None:
             gone = self._pending_deletes() | self._removed_since
             ranges = [r for r in self._ranges_since if r.queue_id == queue_id]
-            if gone or ranges:
-                found = [
-                    m
-                    for m in found
-                    if m.store_id not in gone and not any(r.covers(queue_id, m.seq) for r in ranges)
-                ]
-            new = pending
-            if self._removed_since or ranges:
-                new = [
-                    r
-                    for r in pending
-                    if r[0] not in gone and not any(x.covers(queue_id, r[2]) for x in ranges)
-                ]
-            answer(self._merge_queue(found, new, limit))
+            fresh = pending
+            if gone:
+                found = [m for m in found if m.store_id not in gone]
+                fresh = [r for r in fresh if r[0] not in gone]
+            if ranges:  # purged or trimmed since the request
+                found = [m for m in found if not any(r.covers(queue_id, m.seq) for r in ranges)]
+                fresh = [row for row in fresh if not any(r.covers(queue_id, row[2]) for r in ranges)]
+            answer(self._merge_queue(found, fresh, limit))
 
         self._ask(query, finish)
 
