@@ -15,7 +15,10 @@ due meanwhile fire at once, the others at their time.
 
 Memory: the jobs due soonest are in memory, :data:`WINDOW` of them in the normal case;
 the later ones are read back from the store in due order as the window empties, so a
-million pending jobs cost the store, not the heap. One clock timer is armed, for the
+million pending jobs cost the store, not the heap. Reading back never blocks the event
+loop: the scheduler asks the store (:meth:`Store.request_scheduled`), which reads on its
+reader thread and answers on the loop, ahead of need (when the window is half empty);
+jobs due meanwhile wait for the answer. One clock timer is armed, for the
 earliest. A job in memory is its store row as a plain tuple of strings, bytes and
 numbers, which CPython's cyclic garbage collector stops tracking: a full window adds
 nothing to a collection's pause (with objects per job, full collections of a busy
@@ -57,7 +60,7 @@ log = logging.getLogger("leveret.scheduler")
 
 WINDOW = 50_000  # jobs kept in memory in the normal case
 EVICT_SLACK = 5_000  # jobs over the window before the latest go back to the store only
-READ_BATCH = 200  # jobs read back at a time: a read blocks the loop (~25 µs a job when busy)
+READ_BATCH = 200  # jobs read back at a time (each read's answer is merged on the loop)
 FIRE_BUDGET = 0.004  # seconds of deliveries per event-loop turn, so clients are read meanwhile
 _BUDGET_EVERY = 8  # deliveries between looks at the clock
 LIST_BATCH = 5_000  # jobs a listing reads from the store at a time
@@ -216,11 +219,13 @@ class Scheduler:
         self._timer_due = math.inf
         self._next_id = 1  # store ids while there is no store
         self._job_numbers = 0
+        self._reading = False  # a read of the store's next jobs is on its way
 
     # -- start-up --------------------------------------------------------------------
     def attach(self, store: Store, pending: int) -> None:
         """Keep jobs in ``store`` from now on; ``pending`` jobs are there already
-        (read back in due order, the earliest at once)."""
+        (read back in due order, the earliest asked for at once and taken when the
+        store answers)."""
         self.store = store
         if pending:
             self._on_disk = pending
@@ -320,8 +325,8 @@ class Scheduler:
     def _arm(self) -> None:
         """One clock timer, for the earliest job in memory (or the store's next ones)."""
         due = self._due[0][0] if self._due else math.inf
-        if self._horizon != _NEVER:
-            due = min(due, self._horizon[0])  # the store may hold earlier ones
+        if self._horizon != _NEVER and not self._reading:
+            due = min(due, self._horizon[0])  # the store may hold earlier ones (a read's answer arms)
         if due == math.inf:
             return
         if self._timer is not None:
@@ -341,9 +346,8 @@ class Scheduler:
         due = self._due
         while not out_of_time:
             if self._horizon != _NEVER and (not due or due[0] >= self._horizon):
-                if not self._refill():
-                    break
-                continue
+                self._refill()  # the store may hold earlier ones: its answer arms again
+                break
             if not due or due[0][0] > now:
                 break
             store_id = due.pop(0)[1]
@@ -425,24 +429,34 @@ class Scheduler:
             self._on_disk += 1
         self._horizon = min(self._horizon, key)
 
-    def _refill(self) -> bool:
-        """Read the next jobs from the store, in due order; whether that made progress
-        (jobs came in memory, or the horizon moved)."""
+    def _refill(self) -> None:
+        """Ask the store for the next jobs, in due order, unless a read is on its way
+        (:meth:`_refilled` takes the answer)."""
         assert self.store is not None
+        if self._reading:
+            return
+        self._reading = True
         low = self._horizon
-        rows = self.store.read_scheduled((low[0], low[1] - 1), READ_BATCH)
-        added = 0
-        for row in rows:
-            if row.store_id not in self._memory:
-                self._remember(row)
-                added += 1
-        self._on_disk = max(0, self._on_disk - added)
-        if len(rows) < READ_BATCH:
-            self._horizon, self._on_disk = _NEVER, 0  # all of them are in memory now
-        else:
-            last = rows[-1].key()
-            self._horizon = (last[0], last[1] + 1)
-        return added > 0 or self._horizon != low  # progress: jobs in memory, or read further
+        self.store.request_scheduled((low[0], low[1] - 1), READ_BATCH, lambda rows: self._refilled(low, rows))
+
+    def _refilled(self, low: tuple[float, int], rows: list[ScheduledRow]) -> None:
+        """On the loop: the store's next jobs after ``low`` (the horizon when asked), as
+        the store has them now. If jobs went back to the store meanwhile (the horizon
+        moved below ``low``), the answer is dropped and the next read starts there."""
+        self._reading = False
+        if self._horizon == low:
+            added = 0
+            for row in rows:
+                if row.store_id not in self._memory:
+                    self._remember(row)
+                    added += 1
+            self._on_disk = max(0, self._on_disk - added)
+            if len(rows) < READ_BATCH:
+                self._horizon, self._on_disk = _NEVER, 0  # all of them are in memory now
+            else:
+                last = rows[-1].key()
+                self._horizon = (last[0], last[1] + 1)
+        self._arm()
 
     # -- conversions --------------------------------------------------------------------
     def _row(self, job: Job) -> ScheduledRow:

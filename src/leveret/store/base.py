@@ -156,10 +156,9 @@ class Store(ABC):
         upto_seq: int,
         answer: Callable[[list[StoredMessage]], None],
     ) -> None:
-        """:meth:`read_queue`, answered by ``answer(rows)`` on the loop. A row whose
-        deletion is on its way at the answer is left out; one deleted and written
-        between the read and the answer may not be, so the caller leaves out what it
-        took away meanwhile."""
+        """:meth:`read_queue`, answered by ``answer(rows)`` on the loop, as of the
+        answer: a row deleted since the request (:meth:`remove_message`, a range
+        deletion) is left out."""
 
     @abstractmethod
     def read_queue(

@@ -17,7 +17,9 @@ they arrived; ``meta``: JSON of what else the message carries, see
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
+import operator
 import os
 import queue as queue_mod
 import threading
@@ -42,6 +44,9 @@ from .ops import (
 )
 
 log = logging.getLogger("leveret.store")
+
+_SEQ = operator.itemgetter(2)  # a batch's row: its seq
+_STORED_SEQ = operator.attrgetter("seq")
 
 DELETE_CHUNK = 5000  # rows deleted per transaction by a background range deletion
 BLOCK = 1 << SEQ_BLOCK_BITS  # seqs (and store ids) per block
@@ -176,6 +181,9 @@ class BatchedStore(Store):
         self._reads_in_flight = 0
         #: scheduled-row changes made while reads were in flight (see request_scheduled)
         self._scheduled_since: dict[int, ScheduledRow | None] = {}
+        #: messages deleted while reads were in flight (see request_queue)
+        self._removed_since: set[int] = set()
+        self._ranges_since: list[DeleteRange] = []
         #: the event loop's thread (see :attr:`forbid_loop_reads`)
         self._loop_thread: int | None = None
         #: Debug guard (tests): a synchronous read on the loop's thread raises LoopRead.
@@ -249,8 +257,17 @@ class BatchedStore(Store):
             ):
                 snapshot.dedup.setdefault(queue_id, []).append((key, expires_at))
             row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
-            # block 0's ids (the others' are found on first use, see _block_id)
+            # block 0's ids, then the others' (an index lookup each, so that taking the
+            # first id of a block never reads the database on the event loop)
             last = db.execute("SELECT max(id) FROM messages WHERE id < ?", (BLOCK,)).fetchone()[0]
+            self._next_ids.clear()
+            for block in range(1, ALL_SEQS >> SEQ_BLOCK_BITS):
+                low = block << SEQ_BLOCK_BITS
+                found = db.execute(
+                    "SELECT max(id) FROM messages WHERE id >= ? AND id < ?", (low, low + BLOCK)
+                ).fetchone()[0]
+                if found:
+                    self._next_ids[block] = found + 1
             scheduled = db.execute("SELECT count(*), max(id) FROM scheduled").fetchone()
             snapshot.scheduled, last_scheduled = scheduled
             self._reader = self._connect_reader()
@@ -291,20 +308,24 @@ class BatchedStore(Store):
     ) -> None:
         """:meth:`read_queue` on the reader thread: the inserts still in a batch are
         taken now, the committed rows read there, and ``answer(rows)`` runs on the loop,
-        without the rows whose deletion is then on its way. A row deleted and committed
-        between the read and the answer may still be in it: the caller knows what it
-        removed meanwhile (a queue forgets paged-out messages it expired or holds)."""
+        without the rows deleted since the request or whose deletion is on its way."""
         pending = self._pending_inserts(queue_id, after_seq, upto_seq)
         deleting = self._pending_deletes()
 
-        def query(db: Connection) -> list:
+        def query(db: Connection) -> list[StoredMessage]:
             return self._query_queue(db, queue_id, after_seq, upto_seq, limit, deleting)
 
-        def finish(rows: list) -> None:
-            gone = self._pending_deletes()
+        def finish(found: list[StoredMessage]) -> None:
+            gone = self._pending_deletes() | self._removed_since
+            ranges = [r for r in self._ranges_since if r.queue_id == queue_id]
+            fresh = pending
             if gone:
-                rows = [row for row in rows if row[0] not in gone]
-            answer(self._merge_queue(rows, pending, limit))
+                found = [m for m in found if m.store_id not in gone]
+                fresh = [r for r in fresh if r[0] not in gone]
+            if ranges:  # purged or trimmed since the request
+                found = [m for m in found if not any(r.covers(queue_id, m.seq) for r in ranges)]
+                fresh = [row for row in fresh if not any(r.covers(queue_id, row[2]) for r in ranges)]
+            answer(self._merge_queue(found, fresh, limit))
 
         self._ask(query, finish)
 
@@ -322,47 +343,37 @@ class BatchedStore(Store):
     @staticmethod
     def _query_queue(
         db: Connection, queue_id: int, after_seq: int, upto_seq: int, limit: int, deleting: set[int]
-    ) -> list:
+    ) -> list[StoredMessage]:
         """Up to ``limit`` committed rows in seq order, none of ``deleting``. Touches
-        nothing but ``db``: runs on either thread."""
+        nothing but ``db``: runs on either thread (the reader's builds the messages too)."""
         # A committed row whose deletion is still on its way (a paged-out message that
         # expired on disk) is not read back: read that many more, so that ``limit`` rows
         # come whenever there are that many (a short read means the store lost track).
         rows = db.execute(
             "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
-            "transient, expires_at, published_at, size, meta, available_at FROM messages "
+            "meta, expires_at, available_at FROM messages "
             "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
             (queue_id, after_seq, upto_seq, limit + len(deleting)),
         ).fetchall()
         if deleting:
             rows = [row for row in rows if row[0] not in deleting][:limit]
-        return rows
+        return [
+            StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[8], r[10]) for r in rows
+        ]
 
     @staticmethod
-    def _merge_queue(rows: list, pending: list[list], limit: int) -> list[StoredMessage]:
-        """Committed ``rows`` and ``pending`` inserts as StoredMessages, by seq."""
-        if pending:
-            found = {row[0]: row for row in rows}
-            found.update((row[0], row) for row in pending)
-            rows = sorted(found.values(), key=lambda r: r[2])[:limit]
-        # columns: id, queue_id, seq, delivery_count, exchange, routing_key, header, body,
-        # transient, expires_at, published_at, size, meta, available_at (not in a batch's rows)
-        return [
-            StoredMessage(
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                row[4],
-                row[5],
-                row[6],
-                row[7],
-                expires_at=row[9],
-                meta=row[12],
-                available_at=row[13] if len(row) > 13 else 0.0,
-            )
-            for row in rows
-        ]
+    def _merge_queue(found: list[StoredMessage], pending: list[list], limit: int) -> list[StoredMessage]:
+        """Committed messages and ``pending`` inserts (a batch's rows), by seq."""
+        if not pending:
+            return found
+        # a batch's row: id, queue_id, seq, delivery_count, exchange, routing_key, header,
+        # body, transient, expires_at, published_at, size, meta
+        # only the ``limit`` lowest pending rows can be among the answer: while the writer
+        # is behind there are tens of thousands, and messages are built for these alone
+        merged = {m.store_id: m for m in found}
+        for r in heapq.nsmallest(limit, pending, key=_SEQ):
+            merged[r[0]] = StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[12])
+        return sorted(merged.values(), key=_STORED_SEQ)[:limit]
 
     # -- reads answered by callback ---------------------------------------------------------
     def _check_thread(self, what: str) -> None:
@@ -411,6 +422,8 @@ class BatchedStore(Store):
         finally:
             if not self._reads_in_flight:
                 self._scheduled_since.clear()
+                self._removed_since.clear()
+                self._ranges_since.clear()
 
     @property
     def reads_in_flight(self) -> int:
@@ -635,18 +648,10 @@ class BatchedStore(Store):
 
     def _block_id(self, block: int) -> int:
         """The next store id of seq block ``block``: ids ``block << SEQ_BLOCK_BITS``
-        onwards (the highest on disk, on first use)."""
+        onwards (after the highest on disk, found by :meth:`load`)."""
         next_id = self._next_ids.get(block)
         if next_id is None:
-            assert self._reader is not None
-            low = block << SEQ_BLOCK_BITS
-            try:
-                last = self._reader.execute(
-                    "SELECT max(id) FROM messages WHERE id >= ? AND id < ?", (low, low + BLOCK)
-                ).fetchone()[0]
-            except self._errors as exc:
-                raise self._error("read", exc) from None
-            next_id = (last or low) + 1
+            next_id = (block << SEQ_BLOCK_BITS) + 1
         self._next_ids[block] = next_id + 1
         return next_id
 
@@ -717,6 +722,8 @@ class BatchedStore(Store):
         if batch.inserts.pop(store_id, None) is None:
             batch.counts.pop(store_id, None)
             batch.deletes.append(store_id)
+        if self._reads_in_flight:  # not in an answer still to come
+            self._removed_since.add(store_id)
 
     def _delete_range(self, queue_id: int, low: int, high: int) -> None:
         """Forget a queue's messages with ``low < seq <= high``: at once for those not
@@ -727,7 +734,10 @@ class BatchedStore(Store):
             i for i, row in batch.inserts.items() if row[1] == queue_id and low < row[2] <= high
         ]:
             del batch.inserts[store_id]
-        batch.ops.append(DeleteRange(queue_id, low, high))
+        op = DeleteRange(queue_id, low, high)
+        batch.ops.append(op)
+        if self._reads_in_flight:
+            self._ranges_since.append(op)
 
     def remove_queue(self, queue_id: int) -> None:
         """A range deletion of all its seqs (done in the background, in chunks) and of

@@ -10,9 +10,10 @@ import time
 import pytest
 from eventually import eventually
 from hypothesis import given, strategies as st
-from test_stores import TIMEOUT, Opened, PostgresPlace, add
+from test_stores import TIMEOUT, Opened, PostgresPlace, add, answer_of
 
 from leveret.store import StoreError
+from leveret.store.base import ALL_SEQS
 from leveret.store.postgresql import MIGRATIONS, PostgreSQLStore, escape_text, redact, unescape_text
 
 
@@ -129,6 +130,9 @@ def test_reads_go_on_after_the_readers_session_is_ended(place, postgres):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name='leveret-reader'"
         )
         assert [m.seq for m in opened.store.read_queue(1, 0, 10)] == [1]  # a new session
+        # the reader thread's session too: its next read reconnects
+        rows = answer_of(opened, lambda answer: opened.store.request_queue(1, 0, 10, ALL_SEQS, answer))
+        assert [m.seq for m in rows] == [1]
         assert opened.store.fenced is None  # the writer's session (the lock) is untouched
     finally:
         opened.close()

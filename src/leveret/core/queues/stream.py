@@ -15,36 +15,44 @@ Retention, as RabbitMQ: the log is cut in segments of ``x-stream-max-segment-siz
 is over ``x-max-length-bytes`` or their newest message is older than ``x-max-age``
 (``7D``, ``12h`` …). Segments are ranges of the store's rows, not separate files.
 With a store, messages are written to it (every message: a stream is durable) and only
-the newest are kept in memory; without one, the whole log is in memory.
+the newest are kept in memory; without one, the whole log is in memory. Older messages,
+and where a timestamp falls among them, are asked of the store, which answers on the
+event loop from its reader thread; the consumer waits for the answer meanwhile.
 """
 
 from __future__ import annotations
 
 import bisect
 import datetime
+import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..deduplication import DeduplicationCache, dedup_key
 from ..errors import precondition_failed
 from ..message import Message
+from .backlog import ALL_SEQS
 from .base import UNACKED, Consumer, Queue, QueuedMessage
 from .host import QueueHost
 from .outcome import ACCEPTED, REJECTED, STORED, Enqueued
 
 if TYPE_CHECKING:
+    from ...store.base import StoredMessage
     from .features.leases import Lease
+
+log = logging.getLogger("leveret.queue")
 
 IN_MEMORY_TAIL = 10_000  # newest messages kept in memory when there is a store
 READ_BATCH = 1000  # messages read from the store at a time
 
 
 class _Cursor:
-    __slots__ = ("end", "next")
+    __slots__ = ("end", "next", "waiting")
 
     def __init__(self, next_offset: int, end: int | None) -> None:
         self.next = next_offset
         self.end = end
+        self.waiting = False  # its start is being looked up in the store
 
 
 class StreamQueue(Queue):
@@ -76,6 +84,7 @@ class StreamQueue(Queue):
         self._total_bytes = 0
         self._cursors: dict[Consumer, _Cursor] = {}
         self._chunk: dict[int, Message] = {}  # the last batch read from the store
+        self._reading: int | None = None  # the offset a read of the store is on its way from
 
     # -- counts ---------------------------------------------------------------------
     @property
@@ -170,23 +179,46 @@ class StreamQueue(Queue):
         self._segments = deque([[self.first_offset, size, self.host.clock.time()]])
 
     # -- reading --------------------------------------------------------------------
-    def _read(self, offset: int) -> Message:
+    def _read(self, offset: int) -> Message | None:
+        """The message at ``offset``: from the in-memory tail, the last batch read, or
+        None while :data:`READ_BATCH` from there are asked of the store (the answer, on
+        the loop, dispatches again: :meth:`_chunk_read`)."""
         if offset >= self._tail_start:
             return self._tail[offset - self._tail_start][1]
         message = self._chunk.get(offset)
-        if message is None:
+        if message is None and self._reading is None:
             assert self.store is not None
-            self._chunk = {
-                row.seq - 1: Message.restore(row.exchange, row.routing_key, row.header, row.body, row.meta)
-                for row in self.store.read_queue(self.queue_id, offset, READ_BATCH)
-            }
-            message = self._chunk[offset]
+            self._reading = offset
+            self.store.request_queue(
+                self.queue_id, offset, READ_BATCH, ALL_SEQS, lambda rows: self._chunk_read(offset, rows)
+            )
         return message
 
-    def resolve_offset(self, spec: Any) -> int:
+    def _chunk_read(self, offset: int, rows: list[StoredMessage]) -> None:
+        """The store's answer to :meth:`_read`: the batch from ``offset`` on (less what
+        retention dropped meanwhile); consumers read on. Consumers waiting for an offset
+        the store no longer has go on from the next one it has."""
+        self._reading = None
+        if self.deleted:
+            return
+        self._chunk = {
+            row.seq - 1: Message.restore(row.exchange, row.routing_key, row.header, row.body, row.meta)
+            for row in rows
+            if row.seq - 1 >= self.first_offset
+        }
+        if offset >= self.first_offset and offset not in self._chunk:
+            after = min(self._chunk, default=self._tail_start)
+            log.error("stream '%s': offsets %d to %d missing from the store", self.name, offset, after - 1)
+            for cursor in self._cursors.values():
+                if offset <= cursor.next < after:
+                    cursor.next = after
+        self.drain()
+
+    def resolve_offset(self, spec: Any) -> int | None:
         """The offset where a consumer with ``x-stream-offset: spec`` starts: ``first``,
-        ``last``, ``next`` (also None), an offset (clamped to the log) or a timestamp.
-        PreconditionFailed for anything else."""
+        ``last``, ``next`` (also None), an offset (clamped to the log) or a timestamp;
+        None for a timestamp older than the in-memory tail, which the store must look up
+        (:meth:`prepare_consumer` asks it). PreconditionFailed for anything else."""
         if spec is None or spec in ("next", b"next"):
             return self.next_offset
         if spec in ("first", b"first"):
@@ -201,12 +233,27 @@ class StreamQueue(Queue):
             f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost '{self.host.name}': {spec!r}"
         )
 
-    def _offset_at(self, when: float) -> int:
+    def _offset_at(self, when: float) -> int | None:
         times = [t for t, _ in self._tail]
         if not times or times[0] <= when or self.store is None:
             return self._tail_start + bisect.bisect_left(times, when)
-        found = self.store.find_offset(self.queue_id, when)
-        return self.next_offset if found is None else max(found - 1, self.first_offset)
+        return None  # older than the tail: the store knows
+
+    def _look_up(self, consumer: Consumer, cursor: _Cursor, when: float) -> None:
+        """Ask the store where a consumer starting at ``when`` (epoch seconds) starts;
+        its cursor waits (nothing is delivered to it) until the answer, on the loop."""
+        assert self.store is not None
+        cursor.waiting = True
+        otherwise = self.next_offset  # none found: from the next message, as asked now
+
+        def found(seq: int | None) -> None:
+            if self._cursors.get(consumer) is not cursor:
+                return  # cancelled meanwhile
+            cursor.waiting = False
+            cursor.next = otherwise if seq is None else max(seq - 1, self.first_offset)
+            self.drain()
+
+        self.store.request_offset(self.queue_id, when, found)
 
     # -- consumers ------------------------------------------------------------------
     def prepare_consumer(self, consumer: Consumer) -> None:
@@ -228,11 +275,15 @@ class StreamQueue(Queue):
                 f"'{self.host.name}'"
             )
         arguments = getattr(consumer, "arguments", {}) or {}
-        start = self.resolve_offset(arguments.get("x-stream-offset"))
+        spec = arguments.get("x-stream-offset")
+        start = self.resolve_offset(spec)
         end = arguments.get("x-stream-offset-end")
         if end is not None and (not isinstance(end, int) or isinstance(end, bool)):
             raise precondition_failed(f"invalid arg 'x-stream-offset-end': {end!r}")
-        self._cursors[consumer] = _Cursor(start, end)
+        cursor = self._cursors[consumer] = _Cursor(self.first_offset if start is None else start, end)
+        if start is None:  # only a timestamp older than the tail
+            assert isinstance(spec, datetime.datetime)
+            self._look_up(consumer, cursor, spec.timestamp())
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Forget ``consumer`` and its position."""
@@ -243,13 +294,16 @@ class StreamQueue(Queue):
         """Each consumer reads on from its own position, within its prefetch window."""
         for consumer in list(self.consumers):
             cursor = self._cursors.get(consumer)
-            if cursor is None:
+            if cursor is None or cursor.waiting:
                 continue
             limit = self.next_offset if cursor.end is None else min(cursor.end, self.next_offset)
             while cursor.next < limit and consumer.can_accept():
                 offset = cursor.next
+                message = self._read(offset)
+                if message is None:  # on its way from the store
+                    break
                 cursor.next += 1
-                entry = QueuedMessage(self._read(offset), offset + 1)
+                entry = QueuedMessage(message, offset + 1)
                 entry.state = UNACKED
                 entry.delivery_count = 1
                 self.unacked_count += 1
