@@ -179,9 +179,8 @@ class ClassicQueue(HoldAndScan, Queue):
                 self._watch_expiry(entry)
         if self.consumers:
             self._dispatch()  # a waiting consumer takes it before any length limit applies
-        if config.max_length is not None or config.max_length_bytes is not None:
-            while self._over_limits() and self._drop_head():
-                pass
+        if config.max_length is not None or config.max_length_bytes is not None:  # limits.limited, inline
+            self._drop_over_limits()
         if expires_at and config.message_ttl == 0:
             self._expire_due()  # TTL 0: delivered at once or dead, as RabbitMQ
         return STORED if stored else ACCEPTED
@@ -189,18 +188,16 @@ class ClassicQueue(HoldAndScan, Queue):
     def _persists(self, message: Message) -> bool:
         return message.persistent or self.persists_every_message
 
-    def _over_limits(self) -> bool:
-        """Whether the queue is over its length limits (:mod:`.features.limits`)."""
+    def _drop_over_limits(self) -> None:
+        """Drop heads (reason ``maxlen``) while the queue is over its length limits
+        (:mod:`.features.limits`), except those still on their way from the store
+        (dropped once paged back in, :meth:`_paged_back`)."""
         backlog = self.backlog
-        return bool(len(backlog)) and limits.over(self.config, len(backlog), backlog.bytes)
-
-    def _drop_head(self) -> bool:
-        """Drop the head for a length limit; False when it is still on its way from the
-        store (dropped once paged back in, :meth:`_paged_back`)."""
-        if not self._has_ready():
-            return False
-        self._die(self.backlog.pop(), "maxlen")
-        return True
+        config = self.config
+        while (count := len(backlog)) and limits.over(config, count, backlog.bytes):
+            if not self._has_ready():
+                return
+            self._die(backlog.pop(), "maxlen")
 
     def _write(self, seq: int, message: Message, expires_at: float, transient: bool = False) -> int:
         store = self.store
@@ -258,10 +255,8 @@ class ClassicQueue(HoldAndScan, Queue):
         those waiting in :meth:`when_paged_in` go on."""
         if not self.deleted:
             self._paged_in(self.backlog.answered(part, generation, rows, self.host.clock.time()))
-            config = self.config
-            if config.max_length is not None or config.max_length_bytes is not None:
-                while self._over_limits() and self._drop_head():
-                    pass
+            if limits.limited(self.config):
+                self._drop_over_limits()
             self.drain()  # dispatches, then carries out what the queue handed back
         waiting, self._page_waiters = self._page_waiters, []
         for callback in waiting:
