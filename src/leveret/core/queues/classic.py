@@ -335,11 +335,14 @@ class ClassicQueue(HoldAndScan, Queue):
         """At start-up: group ``group``'s lease, once made, numbers on from ``next_seq``."""
         self.leases.restore(group, next_seq)
 
-    @hands_back
     def get(self) -> QueuedMessage | None:
-        """basic.get: the head message, or None when empty."""
+        """basic.get: the head message, or None when empty (an entry point, written out
+        as :meth:`drain` is: it runs per message)."""
         self.touch()
-        return self._take() if self._has_ready() else None
+        entry = self._take() if self._has_ready() else None
+        if self.actions:  # none today (a page-in is answered later); kept an entry point
+            self.host.carry_out()
+        return entry
 
     def delivery_headers(self, entry: QueuedMessage) -> tuple[tuple[str, int], ...]:
         """``x-delivery-count`` (previous deliveries) when the queue has a redelivery
@@ -350,23 +353,25 @@ class ClassicQueue(HoldAndScan, Queue):
         return ()
 
     # -- settling -------------------------------------------------------------------
-    @hands_back
     def discard(self, entry: QueuedMessage, reason: str) -> None:
-        """A delivered message dies (``rejected``): dead-lettered as configured."""
+        """A delivered message dies (``rejected``): dead-lettered as configured, by the
+        host once this entry point returns (written out, as :meth:`drain`: per message)."""
         self._die(entry, reason)
+        if self.actions:
+            self.host.carry_out()
 
     def _die(self, entry: QueuedMessage, reason: str) -> None:
         if not self.deleted:  # the host dead-letters it once this entry point returns
             self.actions.append(DeadLetter(self, entry.message, reason))
         self.ack(entry)
 
-    @hands_back
     def requeue(self, entries: list[QueuedMessage]) -> None:
         """Unacknowledged messages come back: back to their original position, marked
         redelivered, after the redelivery policy's delay; a poison message (policy
-        exhausted) or an expired one dies instead."""
+        exhausted) or an expired one dies instead (an entry point, written out as
+        :meth:`drain` is: it runs per nack)."""
         if self.deleted or not entries:
-            return
+            return  # nothing recorded
         policy = self.config.redelivery
         now = self.host.clock.time()
         back = []
@@ -393,6 +398,8 @@ class ClassicQueue(HoldAndScan, Queue):
             self._put_back(back)
         else:  # the consumers' prefetch windows have room now
             self._dispatch()
+        if self.actions:
+            self.host.carry_out()
 
     def _put_back(self, entries: list[QueuedMessage]) -> None:
         if not entries:
