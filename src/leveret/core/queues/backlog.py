@@ -37,6 +37,18 @@ PageAnswer = Callable[["Backlog", int, "list[StoredMessage]"], None]
 log = logging.getLogger("leveret.queue")
 
 PAGE_IN_BATCH = 1000  # messages read from the store at a time
+
+
+def restored(stored: StoredMessage) -> QueuedMessage:
+    """The queue entry of a message read back from the store, its deliveries counted
+    (``redelivered`` once delivered before, as after a restart)."""
+    message = Message.restore(stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta)
+    entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
+    entry.delivery_count = stored.delivery_count
+    entry.redelivered = stored.delivery_count > 0
+    return entry
+
+
 #: Above every seq (the store's bound: seqs are below 2**62).
 ALL_SEQS = 2**62
 
@@ -216,12 +228,7 @@ class Backlog:
             if stored.seq in forgotten or stored.seq in self.held:  # not counted in ``paged`` any more
                 self.paged_after = stored.seq
                 continue
-            message = Message.restore(
-                stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
-            )
-            entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
-            entry.delivery_count = stored.delivery_count
-            entry.redelivered = stored.delivery_count > 0
+            entry = restored(stored)
             if stored.available_at > now:  # its redelivery back-off outlived a restart
                 entry.state = DELAYED
                 self.waiting.append((stored.available_at, entry))

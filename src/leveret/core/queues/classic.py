@@ -31,7 +31,7 @@ from ..message import NEUTRAL, Message
 from ..message_groups import GROUP_ID_BYTES, message_group
 from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
-from .backlog import Backlog
+from .backlog import Backlog, restored
 from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
 from .features import limits
 from .features.groups import MessageGroups
@@ -461,10 +461,7 @@ class ClassicQueue(HoldAndScan, Queue):
             for stored in store.read_expired(self.queue_id, low, high, now, budget):
                 if stored.seq in backlog.held:  # an operator's action has it
                     continue
-                message = Message.restore(
-                    stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
-                )
-                entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
+                entry = restored(stored)
                 backlog.forget_paged(stored.seq, len(stored.body))
                 self._die(entry, "expired")  # dead-lettered, and gone from the store
                 budget -= 1
