@@ -23,7 +23,8 @@ Where each concept lives in core:
 concept              module
 ===================  ===============================================================
 broker state         :mod:`.broker` (vhosts, users, limits, alarms, the clock)
-virtual host         :mod:`.vhost` (declare/delete/bind, routing across exchanges)
+virtual host         :mod:`.vhost` (declare/delete/bind, routing across exchanges;
+                     its queues' host, :mod:`.queues.host`), :mod:`.router`
 exchange types       :mod:`.exchange`; topic matching :mod:`.topic`
 message container    :mod:`.message` (neutral facts, encoded form, death annotations)
 publish path         :mod:`.publish` (route, enqueue, confirm, return, transactions)
@@ -39,8 +40,10 @@ leases               :mod:`.queues.features.leases`; the broker's API requests :
 users, permissions   :mod:`.auth` (the database), :mod:`.passwords` (RabbitMQ's hashes)
 permission checks    :mod:`.access` (one user in one vhost, RabbitMQ's texts)
 checked operations   :mod:`.session` (what each protocol calls: declare, bind, ...)
-failed logins        :mod:`.login_throttle` (slowed down per address)
-open connections     :mod:`.connections` (every protocol's, as facts; closing them)
+failed logins        :mod:`.lifecycle` (log, audit, throttle), :mod:`.login_throttle`
+                     (slowed down per address)
+open connections     :mod:`.lifecycle` (open and close, for every adapter),
+                     :mod:`.connections` (the registry, as facts; closing them)
 errors               :mod:`.errors` (neutral conditions; adapters map them)
 time                 :mod:`.clock` (injected; tests use ManualClock)
 durable definitions  :mod:`.definitions` (what is saved), :mod:`.recovery` (at start-up)
