@@ -141,7 +141,7 @@ class Settings:
     #: ``leveret server``'s default); None: off
     web_stomp_port: int | None = None
     read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
-    #: AMQP connection worker processes (server/workers.py, docs/multicore.md); 0: none,
+    #: AMQP connection worker processes (server/workers/, docs/multicore.md); 0: none,
     #: the broker's own process does all the work
     workers: int = 0
     #: Host header names the HTTP API answers (None: loopback names and the bind address).

@@ -1,5 +1,5 @@
 """``leveret server --workers 2``: AMQP clients served through connection worker
-processes (server/workers.py). Real pika clients over TCP against a real server
+processes (server/workers/). Real pika clients over TCP against a real server
 process; a worker killed with SIGKILL."""
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ Where each concept lives in core:
 concept              module
 ===================  ===============================================================
 broker state         :mod:`.broker` (vhosts, users, limits, alarms, the clock)
-virtual host         :mod:`.vhost` (declare/delete/bind, routing across exchanges)
+virtual host         :mod:`.vhost` (declare/delete/bind, routing across exchanges;
+                     its queues' host, :mod:`.queues.host`), :mod:`.router`
 exchange types       :mod:`.exchange`; topic matching :mod:`.topic`
 message container    :mod:`.message` (neutral facts, encoded form, death annotations)
 publish path         :mod:`.publish` (route, enqueue, confirm, return, transactions)

@@ -85,14 +85,16 @@ class Store(ABC):
     """Durable definitions and messages. Methods are called on the event loop and must
     not block it; writes become durable in groups, in call order.
 
-    Reads the broker makes while it serves are requests answered by callback, as
-    :meth:`when_durable` is: :meth:`request_queue` (a queue's page-in),
-    :meth:`request_scheduled` (the scheduler's window) and :meth:`request_offset` (a
-    stream consumer's start by timestamp) read on the store's reader thread and call
-    ``answer`` on the loop, in the order asked. The blocking reads (:meth:`load`,
-    :meth:`count_blocks`, :meth:`read_queue`, :meth:`find_offset`,
-    :meth:`read_scheduled` …) are for start-up recovery, which runs before any listener
-    opens, and for an operator's look at a queue or the scheduler."""
+    Reads answered by callback, as :meth:`when_durable` is: :meth:`request_queue` (a
+    queue's page-in), :meth:`request_scheduled` (a scheduler window) and
+    :meth:`request_offset` (a stream start by timestamp) read on the store's reader
+    thread and call ``answer`` on the loop, in the order asked. The blocking reads
+    (:meth:`load`, :meth:`count_blocks`, :meth:`read_queue`, :meth:`find_offset`,
+    :meth:`read_scheduled` …) serve start-up recovery, which runs before any listener
+    opens, and an operator's look at a queue (browse, hold) or the scheduler's jobs; a
+    queue's sweep of expired paged-out messages (:meth:`read_expired`,
+    :meth:`next_expiry`, once per TTL timer, never per message) still reads on the
+    loop."""
 
     #: Definitions saved or deleted so far: a protocol adapter compares it before and
     #: after a declare to know whether its -ok must wait for :meth:`when_durable`.

@@ -1,4 +1,4 @@
-"""queue_config.build: every ``x-`` argument and policy key, which one wins, and the exact
+"""queues.features.build: every ``x-`` argument and policy key, which one wins, and the exact
 406 PRECONDITION_FAILED texts (RabbitMQ 3.10's where RabbitMQ has the argument; the
 texts in tests/test_dead_letter_rabbitmq.py were checked against it)."""
 

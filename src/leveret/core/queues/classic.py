@@ -32,7 +32,7 @@ from ..message import NEUTRAL, Message
 from ..message_groups import GROUP_ID_BYTES, message_group
 from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
-from .backlog import Backlog
+from .backlog import Backlog, restored
 from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
 from .features import limits
 from .features.groups import MessageGroups
@@ -180,9 +180,8 @@ class ClassicQueue(HoldAndScan, Queue):
                 self._watch_expiry(entry)
         if self.consumers:
             self._dispatch()  # a waiting consumer takes it before any length limit applies
-        if config.max_length is not None or config.max_length_bytes is not None:
-            while self._over_limits() and self._drop_head():
-                pass
+        if config.max_length is not None or config.max_length_bytes is not None:  # limits.limited, inline
+            self._drop_over_limits()
         if expires_at and config.message_ttl == 0:
             self._expire_due()  # TTL 0: delivered at once or dead, as RabbitMQ
         return STORED if stored else ACCEPTED
@@ -190,18 +189,16 @@ class ClassicQueue(HoldAndScan, Queue):
     def _persists(self, message: Message) -> bool:
         return message.persistent or self.persists_every_message
 
-    def _over_limits(self) -> bool:
-        """Whether the queue is over its length limits (:mod:`.features.limits`)."""
+    def _drop_over_limits(self) -> None:
+        """Drop heads (reason ``maxlen``) while the queue is over its length limits
+        (:mod:`.features.limits`), except those still on their way from the store
+        (dropped once paged back in, :meth:`_paged_back`)."""
         backlog = self.backlog
-        return bool(len(backlog)) and limits.over(self.config, len(backlog), backlog.bytes)
-
-    def _drop_head(self) -> bool:
-        """Drop the head for a length limit; False when it is still on its way from the
-        store (dropped once paged back in, :meth:`_paged_back`)."""
-        if not self._has_ready():
-            return False
-        self._die(self.backlog.pop(), "maxlen")
-        return True
+        config = self.config
+        while (count := len(backlog)) and limits.over(config, count, backlog.bytes):
+            if not self._has_ready():
+                return
+            self._die(backlog.pop(), "maxlen")
 
     def _write(self, seq: int, message: Message, expires_at: float, transient: bool = False) -> int:
         store = self.store
@@ -259,10 +256,8 @@ class ClassicQueue(HoldAndScan, Queue):
         those waiting in :meth:`when_paged_in` go on."""
         if not self.deleted:
             self._paged_in(self.backlog.answered(part, generation, rows, self.host.clock.time()))
-            config = self.config
-            if config.max_length is not None or config.max_length_bytes is not None:
-                while self._over_limits() and self._drop_head():
-                    pass
+            if limits.limited(self.config):
+                self._drop_over_limits()
             self.drain()  # dispatches, then carries out what the queue handed back
         waiting, self._page_waiters = self._page_waiters, []
         for callback in waiting:
@@ -341,11 +336,14 @@ class ClassicQueue(HoldAndScan, Queue):
         """At start-up: group ``group``'s lease, once made, numbers on from ``next_seq``."""
         self.leases.restore(group, next_seq)
 
-    @hands_back
     def get(self) -> QueuedMessage | None:
-        """basic.get: the head message, or None when empty."""
+        """basic.get: the head message, or None when empty (an entry point, written out
+        as :meth:`drain` is: it runs per message)."""
         self.touch()
-        return self._take() if self._has_ready() else None
+        entry = self._take() if self._has_ready() else None
+        if self.actions:  # none today (a page-in is answered later); kept an entry point
+            self.host.carry_out()
+        return entry
 
     def delivery_headers(self, entry: QueuedMessage) -> tuple[tuple[str, int], ...]:
         """``x-delivery-count`` (previous deliveries) when the queue has a redelivery
@@ -356,23 +354,25 @@ class ClassicQueue(HoldAndScan, Queue):
         return ()
 
     # -- settling -------------------------------------------------------------------
-    @hands_back
     def discard(self, entry: QueuedMessage, reason: str) -> None:
-        """A delivered message dies (``rejected``): dead-lettered as configured."""
+        """A delivered message dies (``rejected``): dead-lettered as configured, by the
+        host once this entry point returns (written out, as :meth:`drain`: per message)."""
         self._die(entry, reason)
+        if self.actions:
+            self.host.carry_out()
 
     def _die(self, entry: QueuedMessage, reason: str) -> None:
         if not self.deleted:  # the host dead-letters it once this entry point returns
             self.actions.append(DeadLetter(self, entry.message, reason))
         self.ack(entry)
 
-    @hands_back
     def requeue(self, entries: list[QueuedMessage]) -> None:
         """Unacknowledged messages come back: back to their original position, marked
         redelivered, after the redelivery policy's delay; a poison message (policy
-        exhausted) or an expired one dies instead."""
+        exhausted) or an expired one dies instead (an entry point, written out as
+        :meth:`drain` is: it runs per nack)."""
         if self.deleted or not entries:
-            return
+            return  # nothing recorded
         policy = self.config.redelivery
         now = self.host.clock.time()
         back = []
@@ -399,6 +399,8 @@ class ClassicQueue(HoldAndScan, Queue):
             self._put_back(back)
         else:  # the consumers' prefetch windows have room now
             self._dispatch()
+        if self.actions:
+            self.host.carry_out()
 
     def _put_back(self, entries: list[QueuedMessage]) -> None:
         if not entries:
@@ -460,10 +462,7 @@ class ClassicQueue(HoldAndScan, Queue):
             for stored in store.read_expired(self.queue_id, low, high, now, budget):
                 if stored.seq in backlog.held:  # an operator's action has it
                     continue
-                message = Message.restore(
-                    stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
-                )
-                entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
+                entry = restored(stored)
                 backlog.forget_paged(stored.seq, len(stored.body))
                 self._die(entry, "expired")  # dead-lettered, and gone from the store
                 budget -= 1

@@ -11,10 +11,10 @@ copy routed back to the same queue finds it consistent), as RabbitMQ's
 ``rabbit_queue_type`` callbacks return ``{State, Actions}`` and ``rabbit_fifo:apply/3``
 returns effects.
 
-Who runs the driver: the queue's public entry points (:func:`hands_back`;
-:meth:`.base.Queue.drain` writes the same out, as it runs per acknowledgement), its
-timers (:class:`.timers.Timers`), and callers of :meth:`.Queue.enqueue` on the publish
-path (:meth:`.publish.Publisher._route`, the scheduler, advisories), which check
+Who runs the driver: the queue's public entry points (:func:`hands_back`; written out
+in those that run per message: ``drain``, ``get``, ``discard``, ``requeue``), its timers
+(:class:`.timers.Timers`), and callers of :meth:`.Queue.enqueue` on the publish path
+(:meth:`.publish.Publisher._route`, the scheduler, advisories), which check
 ``host.actions`` once per publish rather than per queue.
 """
 

@@ -2,7 +2,7 @@
 docs/multicore.md §6).
 
 The core accepts each client and passes its socket to one of N worker processes in
-turn (:mod:`.worker`), which do the connection's byte work on another core: reading,
+turn (:mod:`.process`), which do the connection's byte work on another core: reading,
 splitting frames, parsing publishes, encoding deliveries, writing. The core keeps a
 :class:`~leveret.protocol.amqp.remote.RemoteConnection` per client, so channels,
 consumers, unacknowledged deliveries, confirms and transactions behave exactly as

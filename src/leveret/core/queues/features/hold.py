@@ -16,9 +16,8 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from ...message import Message
 from ...selector import message_lookup
-from ..backlog import PAGE_IN_BATCH
+from ..backlog import PAGE_IN_BATCH, restored
 from ..entry import GONE, READY, UNACKED, QueuedMessage
 from ..host import hands_back
 
@@ -124,13 +123,7 @@ class HoldAndScan:
                     after = stored.seq
                     if stored.seq in held:
                         continue
-                    message = Message.restore(
-                        stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta
-                    )
-                    entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
-                    entry.delivery_count = stored.delivery_count
-                    entry.redelivered = stored.delivery_count > 0
-                    yield entry, True
+                    yield restored(stored), True
 
     # -- an operator's actions on waiting messages (the dead-letter console) -----------
     def hold(

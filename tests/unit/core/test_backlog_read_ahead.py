@@ -1,0 +1,47 @@
+"""Backlog.wanted: how many paged-out messages a queue asks the store for at a dispatch
+(the read-ahead of docs/architecture.md's delivery flow), on a backlog whose counts are
+set directly."""
+
+from __future__ import annotations
+
+from leveret.core.queues.backlog import PAGE_IN_BATCH, Backlog
+
+
+def backlog(
+    live: int, paged: int, size: int = 10, max_in_memory: int = 100, max_bytes: int = 10**9
+) -> Backlog:
+    """A backlog of ``live`` messages in memory and ``paged`` in the store, each of
+    ``size`` body bytes."""
+    made = Backlog("q", max_in_memory, max_bytes)
+    made.live, made.paged = live, paged
+    made.bytes, made.memory_bytes = (live + paged) * size, live * size
+    return made
+
+
+def test_nothing_is_asked_while_a_read_is_on_its_way_or_nothing_is_paged_out():
+    on_its_way = backlog(0, 50)
+    on_its_way.reading = True
+    assert on_its_way.wanted(0, 0) == 0
+    assert backlog(0, 0).wanted(0, 0) == 0
+
+
+def test_an_empty_memory_asks_for_at_least_one_message_even_without_room():
+    assert backlog(0, 500).wanted(0, 0) == 100  # a batch that fits the limit
+    assert backlog(0, 500).wanted(150, 0) == 1  # over the limit (e.g. other priority levels)
+
+
+def test_reading_ahead_starts_once_half_a_batch_fits():
+    assert backlog(51, 500).wanted(51, 510) == 0  # 49 fit: less than half of 100
+    assert backlog(50, 500).wanted(50, 500) == 50
+    assert backlog(50, 500).wanted(50, 500, ahead=False) == 0  # memory is short
+    assert backlog(100, 500).wanted(100, 1000) == 0  # full
+
+
+def test_twice_the_limits_for_selectors_looking_past_memory():
+    assert backlog(100, 500).wanted(100, 1000, scale=2) == 100
+
+
+def test_the_byte_budget_shrinks_the_batch_at_the_average_size():
+    big = backlog(0, 500, size=1000, max_bytes=20_000)  # 20 messages of 1000 bytes fit
+    assert big.wanted(0, 0) == 20
+    assert backlog(0, 5000, max_in_memory=5000).wanted(0, 0) == PAGE_IN_BATCH
