@@ -394,7 +394,8 @@ class ClassicQueue(HoldAndScan, Queue):
                         self.store.set_available_at(entry.store_id, due)  # a restart keeps the wait
                 else:
                     back.append(entry)
-        self._arm_redelivery(now)  # replace: a new entry may be due before the armed timer
+        if self.delays.heap:  # replace: a new entry may be due before the armed timer
+            self._arm_redelivery(now)
         if back:
             self._put_back(back)
         else:  # the consumers' prefetch windows have room now
