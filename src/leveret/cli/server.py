@@ -158,8 +158,10 @@ REJOIN_PAUSE = 1.0
 async def _serve(settings: Settings) -> None:
     """Run brokers until a signal: one, or (PostgreSQL store) a new one each time the
     last was fenced, which waits as a standby again."""
+    from .. import compiled
     from ..server.broker import Broker
 
+    compiled.log_status()  # the broker's imports have asked for the compiled twins
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
