@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import signal
 import sys
 import threading
@@ -32,6 +33,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from brokers import Broker, BrokerError, Leveret, RabbitMQ, rabbitmq_installed  # noqa: E402
+from idle_memory import MEMORY_SECTION  # noqa: E402
+from l1 import L1_SECTION  # noqa: E402
 from loadgen import Connection, loop_name, new_event_loop  # noqa: E402
 from workloads import (  # noqa: E402
     ALIASES,
@@ -43,6 +46,7 @@ from workloads import (  # noqa: E402
     Meter,
     Row,
     Settings,
+    parse_rates,
 )
 
 BROKERS = ("leveret", "rabbitmq")
@@ -75,6 +79,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="pubsub: max messages in flight (default 1000)")
     p.add_argument("--latency-rate", type=int, default=d.latency_rate,
                    help="latency workload: fixed publish rate in msg/s (default 5000)")
+    p.add_argument("--latency-rates", type=parse_rates, default=None, metavar="R[,R...]",
+                   help="latency workload: one row per fixed rate, msg/s (e.g. 10000,50000 or 10k,50k; "
+                        "overrides --latency-rate)")
+    p.add_argument("--l1-publishers", type=int, default=d.l1_publishers,
+                   help=f"l1-16b, l1-1k: publisher processes (default {d.l1_publishers}, as lavinmqperf -x1)")
+    p.add_argument("--idle-queues", type=int, default=d.idle_queues,
+                   help=f"idle-queues: queues declared (default {d.idle_queues})")
+    p.add_argument("--idle-connections", type=int, default=d.idle_connections,
+                   help=f"idle-connections: AMQP connections opened (default {d.idle_connections})")
     p.add_argument("--confirm-window", type=int, default=d.confirm_window,
                    help="confirm workloads: max unconfirmed publishes (default 1000)")
     p.add_argument("--backlog-messages", type=int, default=d.backlog_messages,
@@ -227,6 +240,10 @@ def run_broker(name: str, workloads: list[str], settings: Settings, args: argpar
                 r = row_result(row, meter)
                 out["rows"][row.name] = r
                 lat = f"  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms" if "p50_ms" in r else ""
+                if "consumer_cpu_pct" in r:
+                    lat += f"  consumer {r['consumer_cpu_pct']:.0f}% publishers {r['publisher_cpu_pct']}% CPU"
+                if r.get("rss_bytes_per_item") is not None:
+                    lat += f"  {r['rss_bytes_per_item']:,.0f} B each"
                 log(f"[{name}] {row.name:15s} {r['messages']:>8d} msgs in {r['seconds']:6.2f}s = "
                     f"{r['msg_per_s']:>10,.0f} msg/s  {r['broker_cpu_us_per_msg'] or 0:7.2f} µs CPU/msg  "
                     f"broker {r['broker_cpu_pct'] or 0:5.1f}% CPU  "
@@ -291,7 +308,8 @@ def table_rows(results: dict) -> list[list[str]]:
     lev = results.get("leveret", {}).get("rows", {})
     rmq = results.get("rabbitmq", {}).get("rows", {})
     names = [n for n in dict.fromkeys([*lev, *rmq])
-             if (lev.get(n) or rmq.get(n)).get("section") not in (BACKLOG_SECTION, REDELIVERY_SECTION)]
+             if (lev.get(n) or rmq.get(n)).get("section") not in (BACKLOG_SECTION, REDELIVERY_SECTION,
+                                                                   MEMORY_SECTION)]
     rows = []
     for n in names:
         a, b = lev.get(n, {}), rmq.get(n, {})
@@ -443,7 +461,7 @@ def workers_rows(results: dict) -> list[list[str]]:
         if not broker.startswith(WORKERS):
             continue
         for n, w in res.get("rows", {}).items():
-            if w.get("section") in (BACKLOG_SECTION, REDELIVERY_SECTION):
+            if w.get("section") in (BACKLOG_SECTION, REDELIVERY_SECTION, MEMORY_SECTION):
                 continue
             a, b = one.get(n, {}), rmq.get(n, {})
             rw, ra, rb = w.get("msg_per_s"), a.get("msg_per_s"), b.get("msg_per_s")
@@ -484,6 +502,104 @@ BASELINE_HEADERS = ["workload", "before msg/s", "after msg/s", "after/before", "
                     "after µs CPU/msg", "CPU after/before"]
 
 
+def _pair(results: dict, section: str) -> tuple[dict, dict, list[str]]:
+    """leveret's and RabbitMQ's rows, and the names of the rows of ``section``."""
+    lev = results.get("leveret", {}).get("rows", {})
+    rmq = results.get("rabbitmq", {}).get("rows", {})
+    names = [n for n in dict.fromkeys([*lev, *rmq]) if (lev.get(n) or rmq.get(n)).get("section") == section]
+    return lev, rmq, names
+
+
+def l1_rows(results: dict) -> list[list[str]]:
+    """The L1 workloads per broker: published and consumed msg/s over the same window,
+    broker µs CPU per consumed message, and the CPU % of the broker, the consumer
+    process and each publisher process (which one saturates)."""
+    out = []
+    for broker, res in results.items():
+        for n, r in res.get("rows", {}).items():
+            if r.get("section") != L1_SECTION or not n.endswith(" consume"):
+                continue
+            pub = res["rows"].get(n.removesuffix(" consume") + " publish", {})
+            out.append([n.removesuffix(" consume"), broker, _fmt(r.get("published_msg_per_s")),
+                        _fmt(r.get("consumed_msg_per_s")), _fmt(pub.get("broker_cpu_us_per_msg"), ".2f"),
+                        _fmt(r.get("broker_cpu_us_per_msg"), ".2f"), _fmt(r.get("broker_cpu_pct"), ".0f"),
+                        _fmt(r.get("consumer_cpu_pct"), ".0f"),
+                        " + ".join(f"{p:.0f}" for p in r.get("publisher_cpu_pct", [])) or "-",
+                        _fmt(r.get("backlog_at_end"), ",d")])
+    return out
+
+
+L1_HEADERS = ["workload", "broker", "published msg/s", "consumed msg/s", "µs CPU/published",
+              "µs CPU/consumed", "broker CPU %", "consumer CPU %", "publisher(s) CPU %", "left in queue"]
+
+
+def latency_rows(results: dict) -> list[list[str]]:
+    """Each fixed-rate latency row per broker: target and achieved rate, p50, p99, max."""
+    out = []
+    for broker, res in results.items():
+        for n, r in res.get("rows", {}).items():
+            if "target_rate" not in r:
+                continue
+            out.append([n, broker, _fmt(r.get("achieved_rate")), _fmt(r.get("msg_per_s")),
+                        _fmt(r.get("write_gap_max_ms"), ".1f"), _fmt(r.get("p50_ms"), ".3f"),
+                        _fmt(r.get("p99_ms"), ".3f"), _fmt(r.get("max_ms"), ".2f"),
+                        _fmt(r.get("broker_cpu_us_per_msg"), ".1f")])
+    return out
+
+
+LATENCY_HEADERS = ["workload", "broker", "achieved publish msg/s", "delivered msg/s", "longest write gap ms",
+                   "p50 ms", "p99 ms", "max ms", "µs CPU/msg"]
+
+
+def memory_rows(results: dict) -> list[list[str]]:
+    """idle-queues / idle-connections: RSS before and after, bytes per item, leveret beside RabbitMQ."""
+    lev, rmq, names = _pair(results, MEMORY_SECTION)
+    out = []
+    for n in names:
+        a, b = lev.get(n, {}), rmq.get(n, {})
+        count = (a or b).get("messages", 0)
+        for label, key, spec in (("RSS MB before", "rss_before_mb", ",.0f"),
+                                 ("RSS MB after", "rss_after_mb", ",.0f"),
+                                 ("bytes each", "rss_bytes_per_item", ",.0f"),
+                                 ("opened per s", "msg_per_s", ",.0f")):
+            va, vb = a.get(key), b.get(key)
+            ratio = va / vb if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and vb else None
+            out.append([f"{n} ({count:,}): {label}", _fmt(va, spec), _fmt(vb, spec), _fmt(ratio, ".2f")])
+    return out
+
+
+MEMORY_HEADERS = ["idle resources", "leveret", "rabbitmq", "ratio lev/rmq"]
+
+
+def _show(console, title: str, headers: list[str], rows: list[list[str]], left: int = 1) -> None:
+    """A table with rich (``console``) or plain text (``console`` None); the first ``left``
+    columns are left-aligned."""
+    if not rows:
+        return
+    if console is None:
+        print(f"\n{title}:")
+        _plain(headers, rows)
+        return
+    from rich.table import Table
+
+    table = Table(title=title)
+    for i, h in enumerate(headers):
+        table.add_column(h, justify="left" if i < left else "right")
+    for r in rows:
+        table.add_row(*r)
+    console.print(table)
+
+
+def print_extra_tables(results: dict, console) -> None:
+    """The tables of the L1, fixed-rate latency and idle-memory workloads."""
+    _show(console, "LavinMQ's L1 (lavinmqperf throughput -x1 -y1): transient, no confirms, no-ack consumer",
+          L1_HEADERS, l1_rows(results), 2)
+    _show(console, "Latency at fixed publish rates (publish → deliver, one process, monotonic clock)",
+          LATENCY_HEADERS, latency_rows(results), 2)
+    _show(console, "Memory of idle queues and connections (broker RSS after − before, ÷ count)",
+          MEMORY_HEADERS, memory_rows(results))
+
+
 def print_tables(results: dict) -> None:
     baseline = baseline_rows(results)
     if baseline:
@@ -520,6 +636,7 @@ def print_tables(results: dict) -> None:
         if redel:
             print(f"\n{redel_title}:")
             _plain(redel_headers, redel)
+        print_extra_tables(results, None)
         print("\nSaturation (100% = one core busy):")
         _plain(sat_headers, sat)
     else:
@@ -545,6 +662,7 @@ def print_tables(results: dict) -> None:
             for r in redel:
                 d.add_row(*r)
             console.print(d)
+        print_extra_tables(results, console)
         s = Table(title="Saturation check (100% = one core busy)")
         for i, h in enumerate(sat_headers):
             s.add_column(h, justify="left" if i < 2 else "right")
@@ -566,6 +684,21 @@ def _plain(headers: list[str], rows: list[list[str]]) -> None:
         print(line(r))
 
 
+def raise_fd_limit() -> int:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit (the brokers it
+    starts inherit it: idle-connections opens 10,000 sockets on each side); returns
+    the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as e:
+            log(f"NOTE: could not raise the open-file limit from {soft}: {e}")
+    return soft
+
+
 def _sigterm(signum, frame) -> None:
     raise KeyboardInterrupt  # unwinds through run_broker's finally: brokers get stopped
 
@@ -579,7 +712,10 @@ def main(argv: list[str] | None = None) -> int:
                         latency_rate=args.latency_rate, confirm_window=args.confirm_window,
                         backlog_messages=args.backlog_messages, backlog_body_size=args.backlog_body_size,
                         nack_messages=args.nack_messages, delayed_messages=args.delayed_messages,
-                        redelivery_delay=args.redelivery_delay)
+                        redelivery_delay=args.redelivery_delay, l1_publishers=args.l1_publishers,
+                        latency_rates=args.latency_rates or (), idle_queues=args.idle_queues,
+                        idle_connections=args.idle_connections)
+    raise_fd_limit()
     workloads = resolve_workloads(args.workloads)
     # recovery right after backlog reuses its queue instead of filling a second one
     if "backlog" in workloads and "recovery" in workloads:

@@ -11,6 +11,7 @@ it fails.  A ``Row`` reports ``messages`` handled in ``seconds`` of wall time;
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import resource
 import secrets
@@ -40,7 +41,8 @@ class Settings:
     latency_window: int = 1000   # pubsub: max messages published but not yet consumed
     latency_batch: int = 50      # pubsub: messages per write (they share one timestamp)
     fanout_backlog: int = 50_000  # fanout: max per-queue backlog before the publisher waits
-    latency_rate: int = 5000     # latency: fixed publish rate, msg/s
+    latency_rate: int = 5000     # latency: fixed publish rate, msg/s (when latency_rates is empty)
+    latency_rates: tuple[int, ...] = ()  # latency: one row per rate, msg/s (empty: latency_rate)
     confirm_window: int = 1000   # confirms: max unconfirmed publishes
     grace: float = 30.0          # extra time allowed to drain in-flight messages at the end
     backlog_messages: int = 1_000_000  # backlog/recovery: persistent messages left in the queue
@@ -50,6 +52,9 @@ class Settings:
     nack_rejects: int = 2        # nack-heavy: nacks (requeue) per message before its ack
     delayed_messages: int = 100_000  # delayed-redeliveries: messages (also capped by ``messages``)
     redelivery_delay: int = 1000  # delayed-redeliveries: ms (x-redelivery-delay / retry-queue TTL)
+    l1_publishers: int = 1       # l1-16b, l1-1k: publisher processes (lavinmqperf -x)
+    idle_queues: int = 100_000   # idle-queues: queues declared
+    idle_connections: int = 10_000  # idle-connections: AMQP connections opened (one channel each)
 
 
 @dataclass
@@ -186,16 +191,42 @@ async def _sync_depth(ch: Channel, q: str, target: int, deadline: float) -> int:
     return depth
 
 
-def _percentiles_ms(samples_ns: list[int]) -> dict:
+def _phase(meter: Meter) -> dict:
+    """A phase's own CPU window (``run.py`` uses it instead of the workload's)."""
+    return {"phase_seconds": meter.seconds, "phase_broker_cpu_s": meter.broker_cpu,
+            "phase_loadgen_cpu_s": meter.gen_cpu, "phase_rss_bytes": meter.rss_bytes}
+
+
+def percentiles_ms(samples_ns: list[int]) -> dict:
+    """Latency figures of ``samples_ns`` (nanoseconds): ``p50_ms``, ``p99_ms`` (nearest
+    rank: the smallest sample with at least p% of the samples at or below it),
+    ``max_ms``, ``mean_ms`` (milliseconds) and ``samples``; ``{}`` for no samples."""
     if not samples_ns:
         return {}
     s = sorted(samples_ns)
+    n = len(s)
 
     def pct(p: float) -> float:
-        return s[min(len(s) - 1, int(p / 100 * len(s)))] / 1e6
+        return s[max(0, math.ceil(p * n / 100) - 1)] / 1e6
 
     return {"p50_ms": pct(50), "p99_ms": pct(99), "max_ms": s[-1] / 1e6,
-            "mean_ms": statistics.fmean(s) / 1e6, "samples": len(s)}
+            "mean_ms": statistics.fmean(s) / 1e6, "samples": n}
+
+
+def parse_rates(spec: str) -> tuple[int, ...]:
+    """``"10000,50000"`` or ``"10k,50k"`` → ``(10000, 50000)`` (msg/s). Raises ValueError
+    on an empty list or a rate that is not a positive integer."""
+    rates = []
+    for part in (p.strip().lower() for p in spec.split(",")):
+        if not part:
+            continue
+        value = int(part[:-1]) * 1000 if part.endswith("k") else int(part)
+        if value <= 0:
+            raise ValueError(f"rate must be positive, not {part!r}")
+        rates.append(value)
+    if not rates:
+        raise ValueError(f"no rate in {spec!r}")
+    return tuple(rates)
 
 
 # ---------------------------------------------------------------- workloads
@@ -286,7 +317,7 @@ async def wl_pubsub(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
         meter.stop()
         cch.ack_pending()
         await cch.cancel(tag)
-        extra = {"published": sent, **_percentiles_ms(cch.latencies_ns)}
+        extra = {"published": sent, **percentiles_ms(cch.latencies_ns)}
         return [Row("pubsub", cch.delivered, meter.seconds, extra)]
     finally:
         await _close(pconn, cconn)
@@ -294,12 +325,27 @@ async def wl_pubsub(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
 
 
 async def wl_latency(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
-    """(c') Like pubsub, but the producer publishes at a fixed rate (``latency_rate`` msg/s)
-    for at most ``min(seconds, 10)`` s, so latency is measured below saturation.
+    """(c') Like pubsub, but the producer publishes at a fixed rate for at most
+    ``min(seconds, 10)`` s, so latency is measured below saturation: one row
+    ``latency @RATE/s`` per rate of ``latency_rates`` (else ``latency_rate``), each with
+    its own CPU window, in msg/s.
 
-    Every ~1 ms the producer writes the messages that are due, each stamped
-    with ``time.monotonic_ns()``.
+    Every ~1 ms the producer writes the messages that are due, each stamped with
+    ``time.monotonic_ns()`` just before the write; the consumer (same process, same
+    clock) subtracts it from the time its read arrived. ``achieved_rate`` is the rate the
+    producer really kept (messages ÷ time until its last write) and ``write_gap_max_ms``
+    its longest pause between writes: a late producer shows there, not in the latency.
     """
+    rows = []
+    for rate in s.latency_rates or (s.latency_rate,):
+        phase = Meter(broker)
+        rows.append(await _latency_at(broker, s, phase, rate))
+    meter.start()  # the rows carry their own windows
+    meter.stop()
+    return rows
+
+
+async def _latency_at(broker: Broker, s: Settings, meter: Meter, rate: int) -> Row:
     q = _name("latency")
     cconn, cch = await _open(broker)
     pconn, pch = await _open(broker)
@@ -311,26 +357,33 @@ async def wl_latency(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
         head = message_frames(pch.id, "", q, b"\0" * (8 + len(pad)), pconn.frame_max)
         prefix, suffix = head[:-(8 + len(pad) + 1)], pad + b"\xce"
         pack_ts = struct.Struct(">Q").pack
-        rate = s.latency_rate
         n = min(s.messages, int(rate * min(s.seconds, 10.0)))
         sent = 0
+        gap_max = 0.0
         meter.start()
-        t0 = time.monotonic()
+        t0 = t_write = time.monotonic()
         while sent < n:
-            due = min(n, int((time.monotonic() - t0) * rate)) - sent
+            now = time.monotonic()
+            due = min(n, int((now - t0) * rate)) - sent
             if due > 0:
+                gap_max = max(gap_max, now - t_write)
+                t_write = now
                 pconn.write((prefix + pack_ts(time.monotonic_ns()) + suffix) * due)
                 sent += due
                 await pconn.drain()
             await asyncio.sleep(0.001)
             if cconn.closed:
                 raise cconn.closed
+        t_last = t_write - t0
         await _wait_until(lambda: cch.delivered >= sent, [cconn], time.monotonic() + s.grace)
         meter.stop()
         cch.ack_pending()
         await cch.cancel(tag)
-        extra = {"published": sent, "target_rate": rate, **_percentiles_ms(cch.latencies_ns)}
-        return [Row(f"latency @{rate}/s", cch.delivered, meter.seconds, extra)]
+        extra = {"published": sent, "target_rate": rate,
+                 "achieved_rate": round(sent / t_last, 1) if t_last > 0 else None,
+                 "write_gap_max_ms": round(gap_max * 1e3, 3),
+                 **percentiles_ms(cch.latencies_ns), **_phase(meter)}
+        return Row(f"latency @{rate}/s", cch.delivered, meter.seconds, extra)
     finally:
         await _close(pconn, cconn)
         await _cleanup(broker, [q])
@@ -793,7 +846,9 @@ def _backlog_limit(s: Settings) -> float:
     return s.backlog_messages / 500 + 600
 
 
-from pika_publish import wl_publish_pika  # noqa: E402 - it imports this module's helpers
+from idle_memory import wl_idle_connections, wl_idle_queues  # noqa: E402 - they import this module's helpers
+from l1 import wl_l1_1k, wl_l1_16b  # noqa: E402
+from pika_publish import wl_publish_pika  # noqa: E402
 
 TIME_LIMITS: dict[str, Callable[[Settings], float]] = {
     "backlog": _backlog_limit,
@@ -812,6 +867,8 @@ WORKLOADS: dict[str, Workload] = {
     "confirm-4k": wl_confirm_4k,
     "nack-heavy": wl_nack_heavy,
     "delayed-redeliveries": wl_delayed_redeliveries,
+    "l1-16b": wl_l1_16b,
+    "l1-1k": wl_l1_1k,
 }
 
 # ------------------------------------------------------- priority queues
@@ -825,12 +882,6 @@ def _priority_chunks(ch: Channel, q: str, body: bytes, batch: int, seed: int = 1
     frames = [encode_publish(ch.id, "", q, body, {"priority": p}, ch.conn.frame_max)
               for p in range(PRIORITY_LEVELS)]
     return [b"".join(frames[rng.randrange(PRIORITY_LEVELS)] for _ in range(batch)) for _ in range(16)]
-
-
-def _phase(meter: Meter) -> dict:
-    """A phase's own CPU window (``run.py`` uses it instead of the workload's)."""
-    return {"phase_seconds": meter.seconds, "phase_broker_cpu_s": meter.broker_cpu,
-            "phase_loadgen_cpu_s": meter.gen_cpu, "phase_rss_bytes": meter.rss_bytes}
 
 
 async def _priority_case(broker: Broker, s: Settings, kind: str, arguments: dict) -> list[Row]:
@@ -892,12 +943,16 @@ EXTRA_WORKLOADS: dict[str, Workload] = {
     "recovery": wl_recovery,
     "delayed-redeliveries-dlx": wl_delayed_redeliveries_dlx,
     "priority": wl_priority,
+    "idle-queues": wl_idle_queues,
+    "idle-connections": wl_idle_connections,
 }
 
 ALIASES: dict[str, list[str]] = {
     "a": ["publish", "publish-pika"], "b": ["consume"], "c": ["pubsub", "latency"], "d": ["fanout"],
     "e": ["confirm-100b", "confirm-4k"], "confirm": ["confirm-100b", "confirm-4k"],
     "f": ["nack-heavy", "delayed-redeliveries"], "redelivery": ["nack-heavy", "delayed-redeliveries"],
+    "g": ["l1-16b", "l1-1k"], "l1": ["l1-16b", "l1-1k"],
+    "memory": ["idle-queues", "idle-connections"],
     "all": list(WORKLOADS),
 }
 WORKLOADS.update(EXTRA_WORKLOADS)  # selectable by name; "all" stays the list above
