@@ -8,9 +8,11 @@ connections are opened from this process (asyncio: many sockets, one process, so
 the client costs little), each with one channel, and left idle (heartbeats off);
 the figure is (RSS after − before) ÷ connections.
 
-RSS is the broker's process tree (leveret: all of its processes; RabbitMQ: the
-``beam.smp`` process and its port helpers, whose memory does not change here), read
-after ``SETTLE_S`` seconds of quiet before and after. Both need file descriptors:
+Each starts by restarting the broker (same data), so memory that earlier workloads
+freed but the process kept does not absorb the cost. RSS is the broker's process
+tree (leveret: all of its processes; RabbitMQ: the ``beam.smp`` process and its port
+helpers, whose memory does not change here), read after ``SETTLE_S`` seconds of
+quiet before and after. Both need file descriptors:
 ``run.py`` raises its soft ``RLIMIT_NOFILE`` to the hard limit before it starts the
 brokers, which inherit it (RabbitMQ's own ceiling, ``ERL_MAX_PORTS``, is 65536 in
 its scripts).
@@ -32,6 +34,15 @@ MEMORY_SECTION = "memory"  # Row.extra["section"]: these rows have their own tab
 SETTLE_S = 3.0  # quiet seconds before each RSS reading (GC, Erlang's memory carriers)
 DECLARE_BATCH = 1000  # nowait declares written before a round trip
 CONNECT_CONCURRENCY = 100  # handshakes in flight at once
+
+
+async def _restart(broker: Broker) -> None:
+    """Stop the broker cleanly and start it again on the same data: a fresh process,
+    so memory that earlier workloads freed (but the process kept) does not absorb
+    what the idle resources cost."""
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, broker.shutdown)
+    await loop.run_in_executor(None, broker.launch)
 
 
 async def _settled_rss(broker: Broker) -> int:
@@ -62,6 +73,7 @@ async def wl_idle_queues(broker: Broker, s: Settings, meter: Meter) -> list[Row]
     declare them all; ``rss_bytes_per_item``). They are deleted afterwards (untimed)."""
     prefix = _name("idle")
     names = [f"{prefix}-{i}" for i in range(s.idle_queues)]
+    await _restart(broker)
     conn, ch = await _open(broker)
     try:
         rss0 = await _settled_rss(broker)
@@ -94,6 +106,7 @@ async def wl_idle_connections(broker: Broker, s: Settings, meter: Meter) -> list
     (row: connections ÷ time to open them all; ``rss_bytes_per_item``)."""
     conns: list[Connection] = []
     gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
+    await _restart(broker)
     try:
         rss0 = await _settled_rss(broker)
         meter.start()

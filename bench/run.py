@@ -33,13 +33,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from brokers import Broker, BrokerError, Leveret, RabbitMQ, rabbitmq_installed  # noqa: E402
-from idle_memory import MEMORY_SECTION  # noqa: E402
-from l1 import L1_SECTION  # noqa: E402
 from loadgen import Connection, loop_name, new_event_loop  # noqa: E402
 from workloads import (  # noqa: E402
     ALIASES,
     BACKLOG_SECTION,
     EXTRA_WORKLOADS,
+    L1_SECTION,
+    MEMORY_SECTION,
     REDELIVERY_SECTION,
     TIME_LIMITS,
     WORKLOADS,

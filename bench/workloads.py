@@ -846,8 +846,16 @@ def _backlog_limit(s: Settings) -> float:
     return s.backlog_messages / 500 + 600
 
 
-from idle_memory import wl_idle_connections, wl_idle_queues  # noqa: E402 - they import this module's helpers
-from l1 import wl_l1_1k, wl_l1_16b  # noqa: E402
+from idle_memory import (  # noqa: E402
+    MEMORY_SECTION as MEMORY_SECTION,
+    wl_idle_connections,
+    wl_idle_queues,
+)
+from l1 import (  # noqa: E402
+    L1_SECTION as L1_SECTION,
+    wl_l1_1k,
+    wl_l1_16b,
+)
 from pika_publish import wl_publish_pika  # noqa: E402
 
 TIME_LIMITS: dict[str, Callable[[Settings], float]] = {
