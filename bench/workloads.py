@@ -862,6 +862,10 @@ TIME_LIMITS: dict[str, Callable[[Settings], float]] = {
     "backlog": _backlog_limit,
     "backlog-default": _backlog_limit,
     "recovery": lambda s: _backlog_limit(s) + 3 * 1800,
+    # RabbitMQ 3.10 declares (and deletes) ~400 queues/s here, opens ~400 connections/s
+    "idle-queues": lambda s: s.idle_queues / 50 + 300,
+    "idle-connections": lambda s: s.idle_connections / 20 + 300,
+    "latency": lambda s: len(s.latency_rates or (1,)) * (min(s.seconds, 10.0) + s.grace + 60),
 }
 
 WORKLOADS: dict[str, Workload] = {
