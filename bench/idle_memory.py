@@ -24,7 +24,7 @@ import asyncio
 import time
 
 from brokers import Broker
-from loadgen import Channel, Connection
+from loadgen import AMQPError, Channel, Connection
 from pamqp import commands
 from workloads import Meter, Row, Settings, _close, _name, _open
 
@@ -127,4 +127,23 @@ async def wl_idle_connections(broker: Broker, s: Settings, meter: Meter) -> list
     finally:
         for c in conns:
             c.abort()
-        await asyncio.sleep(1.0)  # let the broker see the sockets close
+        await _responsive(broker)
+
+
+async def _responsive(broker: Broker, timeout: float = 300.0, quick: float = 0.5) -> None:
+    """Wait until a handshake with the broker takes less than ``quick`` seconds again:
+    RabbitMQ needs 10+ s to tear down 10,000 aborted connections, and handshakes
+    meanwhile take seconds, longer than the next workload's 10 s limit at times."""
+    deadline = time.monotonic() + timeout
+    while True:
+        t0 = time.monotonic()
+        try:
+            conn = await Connection.open(broker.host, broker.port, timeout=30)
+        except (TimeoutError, OSError, AMQPError):
+            if time.monotonic() > deadline or not broker.alive():
+                raise
+        else:
+            await _close(conn)
+            if time.monotonic() - t0 < quick or time.monotonic() > deadline:
+                return
+        await asyncio.sleep(1.0)
