@@ -8,8 +8,9 @@ connections are opened from this process (asyncio: many sockets, one process, so
 the client costs little), each with one channel, and left idle (heartbeats off);
 the figure is (RSS after − before) ÷ connections.
 
-Each starts by restarting the broker (same data), so memory that earlier workloads
-freed but the process kept does not absorb the cost. RSS is the broker's process
+Each restarts the broker (same data) before, so memory that earlier workloads freed
+but the process kept does not absorb the cost, and after, so later workloads see the
+broker's usual RSS (and the idle queues and connections are gone). RSS is the broker's process
 tree (leveret: all of its processes; RabbitMQ: the ``beam.smp`` process and its port
 helpers, whose memory does not change here), read after ``SETTLE_S`` seconds of
 quiet before and after. Both need file descriptors:
@@ -86,10 +87,24 @@ async def wl_idle_queues(broker: Broker, s: Settings, meter: Meter) -> list[Row]
         seconds = time.perf_counter() - t0
         meter.stop()
         rss1 = await _settled_rss(broker)
-        row = _memory_row("idle queues", len(names), seconds, rss0, rss1, "queues")
+        return [_memory_row("idle queues", len(names), seconds, rss0, rss1, "queues")]
+    finally:
+        await _close(conn)
+        await _restart(broker)  # RSS of later workloads as without this one; the queues go too
+        await _delete_left(broker, names)
+
+
+async def _delete_left(broker: Broker, names: list[str]) -> None:
+    """Delete ``names`` if they outlived the restart (neither broker keeps non-durable
+    queues across one, but RabbitMQ deletes ~400 queues/s here: only if needed)."""
+    conn, ch = await _open(broker)
+    try:
+        try:
+            await ch.queue_declare(names[0], passive=True)
+        except AMQPError:  # 404: gone
+            return
         frames = [encode_method(ch.id, commands.Queue.Delete(queue=q, nowait=True)) for q in names]
         await _pipelined(conn, frames, ch)
-        return [row]
     finally:
         await _close(conn)
 
@@ -127,23 +142,4 @@ async def wl_idle_connections(broker: Broker, s: Settings, meter: Meter) -> list
     finally:
         for c in conns:
             c.abort()
-        await _responsive(broker)
-
-
-async def _responsive(broker: Broker, timeout: float = 300.0, quick: float = 0.5) -> None:
-    """Wait until a handshake with the broker takes less than ``quick`` seconds again:
-    RabbitMQ needs 10+ s to tear down 10,000 aborted connections, and handshakes
-    meanwhile take seconds, longer than the next workload's 10 s limit at times."""
-    deadline = time.monotonic() + timeout
-    while True:
-        t0 = time.monotonic()
-        try:
-            conn = await Connection.open(broker.host, broker.port, timeout=30)
-        except (TimeoutError, OSError, AMQPError):
-            if time.monotonic() > deadline or not broker.alive():
-                raise
-        else:
-            await _close(conn)
-            if time.monotonic() - t0 < quick or time.monotonic() > deadline:
-                return
-        await asyncio.sleep(1.0)
+        await _restart(broker)  # RabbitMQ takes 10+ s to tear them down; RSS as before
