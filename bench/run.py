@@ -561,7 +561,7 @@ def memory_rows(results: dict) -> list[list[str]]:
         for label, key, spec in (("RSS MB before", "rss_before_mb", ",.0f"),
                                  ("RSS MB after", "rss_after_mb", ",.0f"),
                                  ("bytes each", "rss_bytes_per_item", ",.0f"),
-                                 ("opened per s", "msg_per_s", ",.0f")):
+                                 ("created per s", "msg_per_s", ",.0f")):
             va, vb = a.get(key), b.get(key)
             ratio = va / vb if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and vb else None
             out.append([f"{n} ({count:,}): {label}", _fmt(va, spec), _fmt(vb, spec), _fmt(ratio, ".2f")])

@@ -98,6 +98,7 @@ def test_tables_of_new_sections() -> None:
         ["latency @10000/s", "leveret", "9,990", "9,985", "1.5", "0.200", "0.450", "3.00", "20.0"]]
     memory = bench_run.memory_rows(results)
     assert ["idle queues (100,000): bytes each", "5,700", "26,000", "0.22"] in memory
+    assert ["idle queues (100,000): created per s", "7,000", "400", "17.50"] in memory
     # memory rows stay out of the msg/s table; L1 and latency rows are in it
     main = [r[0] for r in bench_run.table_rows(results)]
     assert main == ["l1-16b publish", "l1-16b consume", "latency @10000/s"]
