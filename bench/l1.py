@@ -55,7 +55,8 @@ async def publisher(host: str, port: int, queue: str, size: int, seconds: float,
         ch = await conn.channel()
         msg = ch.message("", queue, lavinmq_body(size))
         print("ready", flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        if not await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline):
+            return {"sent": 0, "seconds": 0.0, "cpu_s": 0.0}  # the harness went away: no flood
         cpu0, t0 = _cpu(), time.monotonic()
         sent = await _flood(conn, msg, count, t0 + seconds, batch)
         await ch.queue_declare(queue, passive=True)  # round trip: all publishes read
