@@ -7,9 +7,13 @@ Usage::
     python bench/run.py --workloads publish,pubsub   # or letters: a,c
     python bench/run.py --workers 1,2                # also leveret --workers 1 and 2, in the same run
     python bench/run.py --baseline-src ../old/src    # also leveret from an older tree: before/after
+    python bench/run.py --workloads l1               # LavinMQ's L1: l1-16b, l1-1k
+    python bench/run.py --workloads latency --latency-rates 10k,50k
+    python bench/run.py --workloads memory --idle-queues 10000 --idle-connections 1000
 
 Prints a side-by-side table (msg/s, ratio leveret/rabbitmq, broker µs CPU
-per message, RSS, pubsub latency) and writes ``bench/results/latest.json``.
+per message, RSS, pubsub latency), tables of the workloads with figures of their own
+(L1, fixed-rate latency, idle memory, backlog, ...) and writes ``bench/results/latest.json``.
 """
 
 from __future__ import annotations
