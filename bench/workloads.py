@@ -865,7 +865,7 @@ TIME_LIMITS: dict[str, Callable[[Settings], float]] = {
     # RabbitMQ 3.10 declares (and deletes) ~400 queues/s here, opens ~400 connections/s
     "idle-queues": lambda s: s.idle_queues / 50 + 300,
     "idle-connections": lambda s: s.idle_connections / 20 + 300,
-    "latency": lambda s: len(s.latency_rates or (1,)) * (min(s.seconds, 10.0) + s.grace + 60),
+    "latency": lambda s: len(s.latency_rates or (1,)) * (2 * s.seconds + 2 * s.grace + 60),
 }
 
 WORKLOADS: dict[str, Workload] = {
