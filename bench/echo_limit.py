@@ -87,6 +87,13 @@ class Sink(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
+    # echo: stop reading while the sender does not read what is sent back
+    def pause_writing(self) -> None:
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.transport.resume_reading()
+
     def data_received(self, data: bytes) -> None:
         self.bytes += len(data)
         if self.mode == "bytes":
