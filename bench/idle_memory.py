@@ -71,7 +71,7 @@ async def _pipelined(conn: Connection, frames: list[bytes], ch: Channel) -> None
 
 async def wl_idle_queues(broker: Broker, s: Settings, meter: Meter) -> list[Row]:
     """RSS per idle queue: ``idle_queues`` empty non-durable queues (row: queues ÷ time to
-    declare them all; ``rss_bytes_per_item``). They are deleted afterwards (untimed)."""
+    declare them all; ``rss_bytes_per_item``). The restart at the end takes them away."""
     prefix = _name("idle")
     names = [f"{prefix}-{i}" for i in range(s.idle_queues)]
     await _restart(broker)
