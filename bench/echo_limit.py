@@ -13,12 +13,15 @@ uvloop, does one of:
   size), keeping a partial frame for the next read, and counts content headers: the
   least per-frame work any pure-Python AMQP parser does;
 * ``echo``: ``frames`` plus ``transport.write`` of every read back to the sender
-  (which reads and drops it): a ceiling for receive + send.
+  (which reads and drops it): a ceiling for receive + send;
+* ``loadgen``: the sender writes ``basic.deliver`` + header + body instead, and the
+  sink is the load generator's parser (``loadgen.Connection``) with a no-ack channel,
+  as in ``l1-16b``: the most deliveries a load-generator consumer can count.
 
 Each mode runs ``--seconds`` (3); the table gives messages/s, the sink's CPU (100% =
 one core) and its µs CPU per message. Usage::
 
-    python bench/echo_limit.py [--seconds 3] [--body-size 16] [--modes bytes,frames,echo]
+    python bench/echo_limit.py [--seconds 3] [--body-size 16] [--modes bytes,frames,echo,loadgen]
 """
 
 from __future__ import annotations
@@ -38,10 +41,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import loadgen  # noqa: E402
 from loadgen import message_frames, new_event_loop  # noqa: E402
 
-MODES = ("bytes", "frames", "echo")
+from leveret.amqp.frames import encode_content, encode_deliver  # noqa: E402
+
+MODES = ("bytes", "frames", "echo", "loadgen")
 _HDR = struct.Struct(">BHI")  # frame type, channel, payload size
+_CONTENT = struct.Struct(">HHQH")  # content header: class, weight, body size, property flags
 FRAME_HEADER = 2
 
 
@@ -50,11 +57,26 @@ def publish_bytes(body_size: int) -> bytes:
     return message_frames(1, "", "perf-test", b"x" * body_size)
 
 
+def deliver_bytes(body_size: int, tag: int = 1) -> bytes:
+    """One basic.deliver on channel 1 (delivery tag ``tag``) with its content header and
+    body frames, as a broker sends it to a no-ack consumer of ``perf-test``."""
+    header = _CONTENT.pack(60, 0, body_size, 0)
+    body = b"x" * body_size
+    return encode_deliver(1, b"amq.ctag-bench", tag, False, "", "perf-test") + b"".join(
+        encode_content(1, header, body, 131072))
+
+
+def message_bytes(mode: str, body_size: int) -> bytes:
+    """What the sender repeats in ``mode``: deliveries for ``loadgen``, else publishes."""
+    return deliver_bytes(body_size) if mode == "loadgen" else publish_bytes(body_size)
+
+
 # ---------------------------------------------------------------------- sender
-def send(port: int, body_size: int, echo: bool) -> int:
-    """Write publishes to 127.0.0.1:``port`` until the peer closes; with ``echo``, a
-    thread reads and drops what comes back."""
-    msg = publish_bytes(body_size)
+def send(port: int, body_size: int, mode: str) -> int:
+    """Write ``message_bytes(mode)`` to 127.0.0.1:``port`` until the peer closes; in
+    ``echo`` mode a thread reads and drops what comes back."""
+    echo = mode == "echo"
+    msg = message_bytes(mode, body_size)
     chunk = msg * max(1, (256 << 10) // len(msg))
     sock = socket.create_connection(("127.0.0.1", port))
     if echo:
@@ -83,6 +105,12 @@ class Sink(asyncio.Protocol):
         self.messages = 0
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
+        if mode == "loadgen":  # the load generator's parser, as for L1's no-ack consumer
+            self.consumer = loadgen.Connection("amqp://guest:guest@127.0.0.1:1/", 1.0,
+                                               asyncio.get_running_loop())
+            self.channel = loadgen.Channel(self.consumer, 1)
+            self.consumer._channels[1] = self.channel
+            self.consumer._flush = lambda: None  # a no-ack consumer writes nothing
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -97,6 +125,9 @@ class Sink(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.bytes += len(data)
         if self.mode == "bytes":
+            return
+        if self.mode == "loadgen":
+            self.consumer.data_received(data)
             return
         buf = self.buf
         buf += data
@@ -118,6 +149,8 @@ class Sink(asyncio.Protocol):
             self.transport.write(data)
 
     def count(self) -> int:
+        if self.mode == "loadgen":
+            return self.channel.delivered
         return self.bytes // self.msg_size if self.mode == "bytes" else self.messages
 
 
@@ -129,7 +162,7 @@ def _cpu() -> float:
 async def measure(mode: str, body_size: int, seconds: float) -> dict:
     """One mode: start a sender process, count for ``seconds``; returns the figures."""
     loop = asyncio.get_running_loop()
-    sink = Sink(mode, len(publish_bytes(body_size)))
+    sink = Sink(mode, len(message_bytes(mode, body_size)))
     connected = loop.create_future()
 
     def factory() -> Sink:
@@ -169,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if args.send:
-        return send(args.send, args.body_size, modes == ["echo"])
+        return send(args.send, args.body_size, modes[0])
     unknown = set(modes) - set(MODES)
     if unknown:
         p.error(f"unknown mode(s) {', '.join(sorted(unknown))}; choose from {', '.join(MODES)}")
@@ -179,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         loop.close()
     size = len(publish_bytes(args.body_size))
-    print(f"one uvloop Protocol, {args.body_size} B bodies ({size} B per publish, 3 frames):")
+    print(f"one uvloop Protocol, {args.body_size} B bodies ({size} B per publish, 3 frames; "
+          f"loadgen: {len(deliver_bytes(args.body_size))} B per delivery):")
     print(f"{'mode':8s} {'msg/s':>12s} {'sink CPU %':>11s} {'µs CPU/msg':>11s}")
     for r in results:
         print(f"{r['mode']:8s} {r['msg_per_s']:>12,.0f} {r['sink_cpu_pct']:>11.0f} "
