@@ -1,11 +1,16 @@
 """A classic queue's ready messages, in order: in memory, and paged out to the store
-past ``x-max-in-memory-length`` messages or ``x-max-in-memory-bytes`` body bytes.
+past ``x-max-in-memory-length`` messages or ``x-max-in-memory-bytes`` body bytes (a lazy
+queue's small in-memory part; none for a default queue: it pages under memory pressure
+only, :mod:`.features.paging`).
 
 In memory they are a deque in ``seq`` order that may hold tombstones (entries taken out
 of the middle, e.g. by TTL, marked GONE and swept once they outnumber the live ones).
 Paged-out messages are all after every message in memory: only their count stays in
 memory, and they are read back in order, :data:`PAGE_IN_BATCH` at a time, as consumers
-catch up.
+catch up, up to the in-memory limits but never more than a bounded queue's
+(:data:`.BOUNDED_IN_MEMORY`, :data:`.BOUNDED_IN_MEMORY_BYTES`): a default queue
+recovered with millions of stored messages, or paged out under memory pressure, reads
+back as far ahead as a bounded one, not all of it.
 
 Reading back never blocks the event loop: the queue asks the store
 (:meth:`Backlog.request`, :meth:`Store.request_queue`), the store reads on its reader
@@ -25,6 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..message import Message
+from ..queue_config import BOUNDED_IN_MEMORY, BOUNDED_IN_MEMORY_BYTES
 from .base import DELAYED, GONE, READY, QueuedMessage
 
 if TYPE_CHECKING:
@@ -63,7 +69,7 @@ class Backlog:
         self,
         name: str,
         max_in_memory: int,
-        max_in_memory_bytes: int = 64 * 1024 * 1024,
+        max_in_memory_bytes: int = BOUNDED_IN_MEMORY_BYTES,
         first_seq: int = 0,
         last_seq: int = ALL_SEQS,
         waiting: list[tuple[float, QueuedMessage]] | None = None,
@@ -80,6 +86,10 @@ class Backlog:
         self.held: set[int] = held if held is not None else set()
         self.max_in_memory = max_in_memory
         self.max_in_memory_bytes = max_in_memory_bytes
+        #: how far reading back fills memory: the in-memory limits, at most a bounded
+        #: queue's (a default queue's are unlimited)
+        self.read_limit = min(max_in_memory, BOUNDED_IN_MEMORY)
+        self.read_limit_bytes = min(max_in_memory_bytes, BOUNDED_IN_MEMORY_BYTES)
         self.first_seq = first_seq
         self.last_seq = last_seq
         self.memory_bytes = 0  # body bytes of the ready messages in memory
@@ -164,26 +174,28 @@ class Backlog:
         """How many paged-out messages to ask the store for now, with ``in_memory``
         messages and ``memory_bytes`` body bytes in memory (the queue's): 0 while a read is
         on its way or none are paged out; with nothing in memory at least one; else, if
-        ``ahead``, a batch that fits ``scale`` times the in-memory limits once half a
-        batch fits (reading ahead), else 0. A batch is :data:`PAGE_IN_BATCH` messages
-        at most, fewer when the byte budget holds fewer at the backlog's average size."""
+        ``ahead``, a batch that fits ``scale`` times the read-back limits
+        (:attr:`read_limit`, :attr:`read_limit_bytes`) once half a batch fits (reading
+        ahead), else 0. A batch is :data:`PAGE_IN_BATCH` messages at most, fewer when the
+        byte budget holds fewer at the backlog's average size."""
         # Asked at every dispatch of a queue with paged-out messages: the cheap answers
         # (a read on its way, no read-ahead wanted, no room at all) come first.
         paged = self.paged
         if self.reading or not paged:
             return 0
         live = self.live
-        room = scale * self.max_in_memory - in_memory
+        limit = self.read_limit
+        room = scale * limit - in_memory
         if live and (not ahead or room < 1):  # the byte budget only lowers room
             return 0
         average = self.bytes // (live + paged)  # over len(self), > 0 as paged > 0
         # min() and max() written out below: each builtin call costs ~0.1 µs here
-        batch = self.max_in_memory if self.max_in_memory < PAGE_IN_BATCH else PAGE_IN_BATCH
+        batch = limit if limit < PAGE_IN_BATCH else PAGE_IN_BATCH
         if average:
-            by_bytes = self.max_in_memory_bytes // average
+            by_bytes = self.read_limit_bytes // average
             if by_bytes < batch:
                 batch = by_bytes
-            room_bytes = (scale * self.max_in_memory_bytes - memory_bytes) // average
+            room_bytes = (scale * self.read_limit_bytes - memory_bytes) // average
             if room_bytes < room:
                 room = room_bytes
         if not live:

@@ -56,7 +56,10 @@ PAGED_EXPIRY_BATCH = 1000
 class ClassicQueue(HoldAndScan, Queue):
     """A classic queue (``x-queue-type: classic``, the default). With a store,
     persistent messages of a durable queue are written there until they are
-    acknowledged or die, and a backlog beyond ``config.max_in_memory`` is paged out.
+    acknowledged or die, and new messages are paged out past the in-memory limits
+    (``config.max_in_memory``: a lazy or bounded queue) or while memory is short
+    (``host.memory_pressure``: every queue, as RabbitMQ 3.10 pages under the memory
+    watermark's paging ratio); see :mod:`.features.paging`.
     With ``x-max-priority`` N > 0 its messages wait in a :class:`.PriorityBacklog`:
     highest priority (0..N) first, FIFO within one, as RabbitMQ 3.10's priority queues."""
 
