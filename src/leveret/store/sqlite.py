@@ -161,7 +161,7 @@ class SQLiteStore(BatchedStore):
                 rest.delays = {i: t for i, t in batch.delays.items() if i not in batch.inserts}
                 if rest:
                     self._write(db, rest)
-                    batch.counts, batch.deletes, batch.ops = {}, [], []
+                    batch.counts, batch.deletes, batch.ops = {}, set(), []
                     batch.delays = {i: t for i, t in batch.delays.items() if i in batch.inserts}
                 raise NoRoom(f"{free} bytes free, {need} needed for messages, {self.reserve} kept in reserve")
         self._write(db, batch)
