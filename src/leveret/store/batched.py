@@ -226,8 +226,9 @@ class BatchedStore(Store):
         """Write ``batch`` (NoRoom to hold its messages back); see SQLiteStore's."""
         self._write(db, batch)
 
-    def _reclaim(self, db: Connection) -> bool:
-        """Give freed space back; whether more remains to give."""
+    def _reclaim(self, db: Connection, busy: bool = False) -> bool:
+        """Give freed space back (``busy``: between batches, only where it is worth
+        the writes it costs); whether more remains to give."""
         return False
 
     def _idle(self, db: Connection) -> None:
@@ -925,7 +926,7 @@ class BatchedStore(Store):
             dirty = dirty or error is None
             if error is None and now - last_vacuum > self._idle_every:
                 last_vacuum = now
-                backlog = self._reclaim(db)
+                backlog = self._reclaim(db, busy=True)
             if not self._report(self._written, batch, error):
                 return
 
