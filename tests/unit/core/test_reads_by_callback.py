@@ -18,6 +18,7 @@ from leveret.core import BrokerCore, Message, scheduler as scheduler_module
 from leveret.core.clock import ManualClock
 from leveret.core.message import Properties
 from leveret.core.queues import ClassicQueue, stream as stream_module
+from leveret.core.queues.backlog import PAGE_IN_BATCH
 from leveret.core.scheduler import Schedule
 from leveret.store.sqlite import SQLiteStore
 
@@ -149,6 +150,32 @@ def test_the_next_page_is_asked_for_before_memory_runs_out(broker):
             broker.release()
     assert got == [str(i) for i in range(300)]
     assert asked >= 4  # 200 paged out, read back ahead in batches of at most 100
+
+
+def test_under_memory_pressure_a_default_queue_pages_out_and_reads_ahead_one_batch(broker):
+    """Memory pressure: a default queue's new messages go to the store; read back, the
+    next batch is asked for once less than a batch is left in memory (the consumer does
+    not wait for the disk), never more than two batches in memory."""
+    queue = broker.declare()
+    broker.core.set_memory_pressure(True)
+    for i in range(3 * PAGE_IN_BATCH):
+        publish(queue, str(i))
+    assert (queue.backlog.live, queue.backlog.paged) == (0, 3 * PAGE_IN_BATCH)
+    broker.durable()
+    consumer = Consumer(prefetch=10)
+    queue.add_consumer(consumer)
+    broker.release()
+    assert queue.backlog.live == PAGE_IN_BATCH - 10  # a consumer took its window
+    asked = broker.store.asked
+    got = settle(queue, consumer)
+    queue.drain()  # the window opens: the queue dispatches
+    assert broker.store.asked == asked + 1 and queue.backlog.live > 0  # ahead, not when empty
+    while len(got) < 3 * PAGE_IN_BATCH:
+        broker.release()
+        assert queue.backlog.live + len(consumer.held) <= 2 * PAGE_IN_BATCH
+        got += settle(queue, consumer)
+        queue.drain()
+    assert got == [str(i) for i in range(3 * PAGE_IN_BATCH)]
 
 
 def test_a_paged_out_higher_priority_waits_for_the_answer_before_lower_ones_in_memory(broker):

@@ -32,7 +32,7 @@ from ..message import NEUTRAL, Message
 from ..message_groups import GROUP_ID_BYTES, message_group
 from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
-from .backlog import Backlog, restored
+from .backlog import PAGE_IN_BATCH, Backlog, restored
 from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
 from .features import limits
 from .features.groups import MessageGroups
@@ -245,13 +245,16 @@ class ClassicQueue(HoldAndScan, Queue):
         return backlog.live > 0
 
     def _page_in(self, more: bool = False) -> bool:
-        """Ask the store for the next paged-out messages if wanted now (reading ahead,
-        unless memory is short); the answer comes to :meth:`_paged_back`. Whether a read
-        is on its way."""
+        """Ask the store for the next paged-out messages if wanted now (reading ahead;
+        while memory is short, only once less than a batch is left in memory, so a
+        consumer still does not wait for the disk, and memory holds two batches at
+        most); the answer comes to :meth:`_paged_back`. Whether a read is on its way."""
         store = self.store
         if store is None:
             return False
-        return self.backlog.ask(store, self.queue_id, self._paged_back, not self.host.memory_pressure, more)
+        backlog = self.backlog
+        ahead = not self.host.memory_pressure or backlog.live < PAGE_IN_BATCH
+        return backlog.ask(store, self.queue_id, self._paged_back, ahead, more)
 
     def _paged_back(self, part: Backlog, generation: int, rows: list[StoredMessage]) -> None:
         """On the loop: the store's answer to :meth:`_page_in`. What the backlog takes
