@@ -14,6 +14,7 @@ import pytest
 from eventually import eventually, eventually_equal
 
 from leveret import BlockingBroker
+from leveret.core.queues.backlog import PAGE_IN_BATCH
 
 
 @pytest.fixture
@@ -225,11 +226,13 @@ def test_a_default_queue_keeps_a_long_backlog_in_memory_without_writing_it(broke
     conn.close()
 
 
-def test_memory_pressure_pages_a_default_queue_out_and_it_pages_back_in_order(broker):
+@pytest.mark.parametrize("persistent", [False, True])
+def test_memory_pressure_pages_a_default_queue_out_and_it_pages_back_in_order(broker, persistent):
     """Past the memory watermark's paging ratio (the memory monitor, fed a resident size
-    by hand) new messages go to the store only, the in-memory part stays; once the
-    pressure is over, messages keep going to the store until the paged-out ones are
-    read back, and a consumer gets all of them in publication order."""
+    by hand) the messages in memory but a batch move to the store (a persistent one is
+    there already) and new ones go to the store only; once the pressure is over, new
+    messages keep going to the store until the paged-out ones are read back, and a
+    consumer gets all of them in publication order."""
     resident = [100]
     monitor = broker.broker._memory_monitor
 
@@ -240,27 +243,39 @@ def test_memory_pressure_pages_a_default_queue_out_and_it_pages_back_in_order(br
     broker.call(feed)
     conn, ch = open_channel(broker)
     ch.queue_declare("default", durable=True)
-    publish(ch, "default", range(3000))
+    mode = 2 if persistent else 1
+
+    def publish_range(bodies: range) -> None:
+        for i in bodies:
+            ch.basic_publish("", "default", b"m%06d" % i, pika.BasicProperties(delivery_mode=mode))
+
+    publish_range(range(3000))
     assert message_count(ch, "default", 3000) == 3000
     assert (in_memory(broker, "default"), paged(broker, "default")) == (3000, 0)
+    assert eventually_equal(lambda: stored_rows(broker), 3000 if persistent else 0) == (
+        3000 if persistent else 0)
 
     resident[0] = 600
     eventually(lambda: broker.call(lambda: broker.core.memory_pressure))
-    publish(ch, "default", range(3000, 5000))
+    assert eventually_equal(lambda: paged(broker, "default"), 2000) == 2000  # a batch stays
+    assert in_memory(broker, "default") == PAGE_IN_BATCH
+    kept = 0 if persistent else PAGE_IN_BATCH  # transient ones in memory have no row
+    assert eventually_equal(lambda: stored_rows(broker), 3000 - kept) == 3000 - kept
+    publish_range(range(3000, 5000))
     assert message_count(ch, "default", 5000) == 5000
-    assert (in_memory(broker, "default"), paged(broker, "default")) == (3000, 2000)
-    assert eventually_equal(lambda: stored_rows(broker), 2000) == 2000  # transient, yet written
+    assert (in_memory(broker, "default"), paged(broker, "default")) == (PAGE_IN_BATCH, 4000)
+    assert eventually_equal(lambda: stored_rows(broker), 5000 - kept) == 5000 - kept
 
     resident[0] = 100
     eventually(lambda: not broker.call(lambda: broker.core.memory_pressure))
-    publish(ch, "default", range(5000, 5500))  # behind the paged-out ones: paged too
+    publish_range(range(5000, 5500))  # behind the paged-out ones: paged too
     assert message_count(ch, "default", 5500) == 5500
-    assert paged(broker, "default") == 2500
+    assert paged(broker, "default") == 4500
 
     assert drain(ch, "default", 5500) == [b"m%06d" % i for i in range(5500)]
     assert message_count(ch, "default", 0) == 0
     assert eventually_equal(lambda: stored_rows(broker), 0) == 0
-    publish(ch, "default", range(5500, 5600))  # nothing paged out any more: in memory again
+    publish_range(range(5500, 5600))  # nothing paged out any more: in memory again
     assert message_count(ch, "default", 100) == 100
     assert (in_memory(broker, "default"), paged(broker, "default")) == (100, 0)
     conn.close()

@@ -104,6 +104,10 @@ class Backlog:
         self.generation = 0
         #: seqs of paged-out messages taken away while a read was on its way
         self.forgotten: set[int] = set()
+        #: the highest seq ever taken out of ``ready`` (delivered, died, held): every
+        #: message outside it (unacknowledged, waiting out a delay) has one up to here,
+        #: so :meth:`page_out` moves only what is above, where no store row of theirs is
+        self.taken_upto = first_seq
 
     def __len__(self) -> int:
         """Ready messages, in memory and paged out."""
@@ -286,6 +290,8 @@ class Backlog:
         size = len(entry.message.body)
         self.bytes -= size
         self.memory_bytes -= size
+        if entry.seq > self.taken_upto:
+            self.taken_upto = entry.seq
         if not self.live:
             ready.clear()  # only tombstones are left
             self.holes = 0
@@ -297,6 +303,8 @@ class Backlog:
         the caller may give it another (delivered) but not READY while it is a
         tombstone: :meth:`put_back` sweeps them first."""
         entry.state = GONE
+        if entry.seq > self.taken_upto:
+            self.taken_upto = entry.seq
         self.live -= 1
         self.holes += 1
         size = len(entry.message.body)
@@ -316,6 +324,37 @@ class Backlog:
     def _sweep(self) -> None:
         self.ready = deque(e for e in self.ready if e.state == READY)
         self.holes = 0
+
+    def page_out(self, keep: int, most: int) -> list[QueuedMessage]:
+        """Memory pressure: READY messages at the tail of memory, ``most`` at most and
+        leaving ``keep`` in memory, join the paged-out ones (ahead of them, in order);
+        returns them in seq order with state GONE, for the queue to write those not in
+        the store yet. It stops at a message below :attr:`taken_upto` (one put back
+        among delivered ones) and moves nothing while a read is on its way (its answer
+        belongs behind them)."""
+        if self.reading:
+            return []
+        ready = self.ready
+        floor = self.taken_upto
+        moved: list[QueuedMessage] = []
+        while ready and self.live > keep and len(moved) < most:
+            entry = ready[-1]
+            if entry.state != READY:  # a tombstone: gone already
+                ready.pop()
+                self.holes -= 1
+                continue
+            if entry.seq <= floor:
+                break
+            ready.pop()
+            entry.state = GONE
+            self.live -= 1
+            self.memory_bytes -= len(entry.message.body)
+            moved.append(entry)
+        if moved:
+            moved.reverse()
+            self.paged += len(moved)
+            self.paged_after = moved[0].seq - 1
+        return moved
 
     def put_back(self, entries: list[QueuedMessage]) -> None:
         """Returned messages (in seq order) go back to their original positions."""

@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 SCAN_BUDGET = 10_000
 #: Paged-out messages dead-lettered for expiry in one event-loop turn, at most.
 PAGED_EXPIRY_BATCH = 1000
+#: Ready messages moved from memory to the store in one event-loop turn under memory
+#: pressure, at most (:meth:`ClassicQueue.memory_short`).
+PAGE_OUT_CHUNK = 10_000
 
 
 class ClassicQueue(HoldAndScan, Queue):
@@ -235,6 +238,41 @@ class ClassicQueue(HoldAndScan, Queue):
         if count:  # some may have expired while the broker was down, or expire later
             self.timers.arm("paged-expiry", 0, self._expire_paged, True)
             self._page_in()  # the first batch, answered once the store runs
+
+    def memory_short(self) -> None:
+        """As :meth:`Queue.memory_short`: as RabbitMQ 3.10's classic queues, the ready
+        messages in memory move to the store (a persistent one of a durable queue is
+        there already and is only dropped from memory; the others are written as
+        transient rows), :data:`PAGE_OUT_CHUNK` a turn while the pressure lasts,
+        keeping a batch in memory for the consumers. A priority queue keeps what it
+        holds (it pages new messages only)."""
+        if self.store is not None and self.levels is None and self.backlog.live > PAGE_IN_BATCH:
+            self.timers.arm("page-out", 0, self._page_out, True)
+
+    def _page_out(self) -> None:
+        self.timers.fired("page-out")
+        backlog = self.backlog
+        if self.deleted or not self.host.memory_pressure or not isinstance(backlog, Backlog):
+            return
+        if backlog.reading:  # its answer goes behind what would move: once it is in
+            self.timers.arm("page-out", 0.01, self._page_out, True)
+            return
+        moved = backlog.page_out(PAGE_IN_BATCH, PAGE_OUT_CHUNK)
+        expiring = False
+        store = self.store
+        assert store is not None
+        for entry in moved:
+            if not entry.store_id:
+                message = entry.message
+                entry.store_id = self._write(entry.seq, message, entry.expires_at, transient=True)
+                if entry.delivery_count:  # read back as redelivered
+                    store.set_delivery_count(entry.store_id, entry.delivery_count)
+            expiring = expiring or bool(entry.expires_at)
+        if expiring:  # the heap lets go of them; they expire on disk when due
+            self.expiry.sweep()
+            self.timers.arm("paged-expiry", 0, self._expire_paged, True)
+        if len(moved) == PAGE_OUT_CHUNK:
+            self.timers.arm("page-out", 0, self._page_out, True)
 
     def _has_ready(self) -> bool:
         """Whether a message is ready in memory; asks the store for paged-out ones ahead
