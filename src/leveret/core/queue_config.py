@@ -31,7 +31,8 @@ UNLIMITED = 2**62
 #: A default classic queue (no ``x-queue-mode: lazy``, no ``x-max-in-memory-*``) keeps
 #: every ready message in memory, as RabbitMQ 3.10's default classic queue does, until
 #: the broker's memory passes the paging threshold (``vm_memory_high_watermark`` ×
-#: ``vm_memory_high_watermark_paging_ratio``): then new messages page out to the store.
+#: ``vm_memory_high_watermark_paging_ratio``): then its messages page out to the store
+#: (:meth:`.queues.classic.ClassicQueue.memory_short`).
 DEFAULT_IN_MEMORY = UNLIMITED
 DEFAULT_IN_MEMORY_BYTES = UNLIMITED
 #: A bounded queue's ready messages kept in memory before new ones page out, when only

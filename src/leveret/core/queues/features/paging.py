@@ -4,7 +4,8 @@ out to the store (:mod:`..backlog`).
 As RabbitMQ 3.10's classic queues: a default queue keeps its messages in memory (a
 persistent one is in the store too) until the broker's memory passes the paging
 threshold of the memory watermark (``vm_memory_high_watermark_paging_ratio``, the
-memory monitor); then new messages go to the store only. ``x-queue-mode: lazy``
+memory monitor); then new messages go to the store only, and those in memory move
+there but for a batch. ``x-queue-mode: lazy``
 (RabbitMQ: "move contents to disk as early as practically possible") keeps a small
 in-memory part, :data:`.LAZY_IN_MEMORY` messages; ``x-max-in-memory-length``
 (messages, at least 0) and ``x-max-in-memory-bytes`` (body bytes, as RabbitMQ's
