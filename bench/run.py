@@ -354,6 +354,9 @@ def backlog_rows(results: dict) -> list[list[str]]:
         ("RSS growth B/msg", "rss_growth_bytes_per_msg", ",.0f"),
         ("disk MB", "disk_mb", ",.0f"),
         ("disk B/msg", "disk_bytes_per_msg", ",.0f"),
+        ("drain msg/s", "drain_msg_per_s", ",.0f"),
+        ("drain µs CPU/msg", "drain_cpu_us_per_msg", ".1f"),
+        ("drain peak RSS MB", "drain_peak_rss_mb", ",.0f"),
     ]
     recovery_fields = [
         ("stop s", "stop_s", ".2f"),

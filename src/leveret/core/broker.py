@@ -365,10 +365,14 @@ class BrokerCore:
     def set_memory_pressure(self, active: bool) -> None:
         """Memory is past the paging threshold (RabbitMQ's
         ``vm_memory_high_watermark_paging_ratio``): queues page new messages out to
-        the store rather than keep them in memory, until it is cleared."""
+        the store rather than keep them in memory, and move what they hold in memory
+        there too (:meth:`.Queue.memory_short`), until it is cleared."""
         self.memory_pressure = active
         for vhost in self.vhosts.values():
             vhost.memory_pressure = active
+            if active:
+                for queue in list(vhost.queues.values()):
+                    queue.memory_short()
 
     def set_alarm(self, active: bool, source: str = "disk") -> None:
         """Raise or clear a resource alarm from ``source`` (``disk``: free space under

@@ -26,11 +26,23 @@ STRATEGIES = ("shared", "individual", "discard")
 DELIVERY_GUARANTEES = ("at-most-once", "at-least-once")
 DEFAULT_SHARED_DLQ = "leveret.DLQ"
 DEFAULT_DLQ_PREFIX = "DLQ."
-DEFAULT_IN_MEMORY = 50_000  # ready messages kept in memory before paging out
-#: Body bytes a classic queue keeps in memory before paging new messages out (with a
-#: store): a few large messages page too (``x-max-in-memory-bytes``, as RabbitMQ's
-#: quorum queues name it).
-DEFAULT_IN_MEMORY_BYTES = 64 * 1024 * 1024
+#: No limit of a queue's own (above any count or size a queue reaches).
+UNLIMITED = 2**62
+#: A default classic queue (no ``x-queue-mode: lazy``, no ``x-max-in-memory-*``) keeps
+#: every ready message in memory, as RabbitMQ 3.10's default classic queue does, until
+#: the broker's memory passes the paging threshold (``vm_memory_high_watermark`` ×
+#: ``vm_memory_high_watermark_paging_ratio``): then its messages page out to the store
+#: (:meth:`.queues.classic.ClassicQueue.memory_short`).
+DEFAULT_IN_MEMORY = UNLIMITED
+DEFAULT_IN_MEMORY_BYTES = UNLIMITED
+#: A bounded queue's ready messages kept in memory before new ones page out, when only
+#: ``x-max-in-memory-bytes`` is given; also the most a queue reads back from the store
+#: ahead of its consumers (:class:`.queues.backlog.Backlog`).
+BOUNDED_IN_MEMORY = 50_000
+#: Body bytes the same (``x-max-in-memory-bytes``, as RabbitMQ's quorum queues name it:
+#: a few large messages page too), when only ``x-max-in-memory-length`` is given or
+#: with ``x-queue-mode: lazy``.
+BOUNDED_IN_MEMORY_BYTES = 64 * 1024 * 1024
 LAZY_IN_MEMORY = 1_000  # the same for x-queue-mode=lazy
 
 _MIN_WINS = {"message-ttl", "expires", "max-length", "max-length-bytes", "max-redeliveries", "delivery-limit"}

@@ -5,8 +5,8 @@ and compares it with the high watermark (a fraction of the machine's RAM, 0.4 by
 default, or an absolute number of bytes):
 
 - above ``paging_ratio`` × watermark (0.5, RabbitMQ's default), queues page every new
-  message out to the store (core's memory pressure), so memory stops growing with the
-  backlog;
+  message out to the store and move the messages they hold in memory there (core's
+  memory pressure), so memory stops growing with the backlog;
 - above the watermark, the alarm is raised: publishers get connection.blocked and are
   no longer read from, until memory is back under it.
 

@@ -71,7 +71,7 @@ class Batch:
         self.inserts: dict[int, list] = {}
         self.counts: dict[int, int] = {}
         self.delays: dict[int, float] = {}  # store id -> available_at (redelivery back-off)
-        self.deletes: list[int] = []
+        self.deletes: set[int] = set()  # a set: page-in answers look ids up in it
         #: everything else, in the order it was made (see :mod:`.ops`)
         self.ops: list[BatchOp] = []
         self.callbacks: list[Callback] = []
@@ -90,7 +90,7 @@ class Batch:
         for store_id in newer.deletes:
             if self.inserts.pop(store_id, None) is None:
                 self.counts.pop(store_id, None)
-                self.deletes.append(store_id)
+                self.deletes.add(store_id)
         for store_id, count in newer.counts.items():
             row = self.inserts.get(store_id)
             if row is not None:
@@ -121,6 +121,24 @@ def _encode_table(data: dict) -> bytes:
 
 def _decode_table(blob: bytes) -> dict:
     return decode.field_table(bytes(blob))[1]
+
+
+class StoreIds:
+    """The union of some sets of store ids, for ``in`` without copying them."""
+
+    __slots__ = ("sets",)
+
+    def __init__(self, *sets: set[int]) -> None:
+        self.sets = [ids for ids in sets if ids]
+
+    def __contains__(self, store_id: object) -> bool:
+        for ids in self.sets:  # noqa: SIM110 (written out: no generator per lookup)
+            if store_id in ids:
+                return True
+        return False
+
+    def __bool__(self) -> bool:
+        return bool(self.sets)
 
 
 class LoopRead(AssertionError):
@@ -208,8 +226,9 @@ class BatchedStore(Store):
         """Write ``batch`` (NoRoom to hold its messages back); see SQLiteStore's."""
         self._write(db, batch)
 
-    def _reclaim(self, db: Connection) -> bool:
-        """Give freed space back; whether more remains to give."""
+    def _reclaim(self, db: Connection, busy: bool = False) -> bool:
+        """Give freed space back (``busy``: between batches, only where it is worth
+        the writes it costs); whether more remains to give."""
         return False
 
     def _idle(self, db: Connection) -> None:
@@ -294,7 +313,7 @@ class BatchedStore(Store):
         self._check_thread("read_queue")
         assert self._reader is not None
         pending = self._pending_inserts(queue_id, after_seq, upto_seq)
-        deleting = self._pending_deletes()
+        deleting = self._deletes_on_the_way()
         rows = self._query_queue(self._reader, queue_id, after_seq, upto_seq, limit, deleting)
         return self._merge_queue(rows, pending, limit)
 
@@ -310,13 +329,13 @@ class BatchedStore(Store):
         taken now, the committed rows read there, and ``answer(rows)`` runs on the loop,
         without the rows deleted since the request or whose deletion is on its way."""
         pending = self._pending_inserts(queue_id, after_seq, upto_seq)
-        deleting = self._pending_deletes()
+        deleting = self._deletes_on_the_way()
 
         def query(db: Connection) -> list[StoredMessage]:
             return self._query_queue(db, queue_id, after_seq, upto_seq, limit, deleting)
 
         def finish(found: list[StoredMessage]) -> None:
-            gone = self._pending_deletes() | self._removed_since
+            gone = self._deletes_on_the_way(self._removed_since)
             ranges = [r for r in self._ranges_since if r.queue_id == queue_id]
             fresh = pending
             if gone:
@@ -342,21 +361,31 @@ class BatchedStore(Store):
 
     @staticmethod
     def _query_queue(
-        db: Connection, queue_id: int, after_seq: int, upto_seq: int, limit: int, deleting: set[int]
+        db: Connection, queue_id: int, after_seq: int, upto_seq: int, limit: int, deleting: StoreIds
     ) -> list[StoredMessage]:
         """Up to ``limit`` committed rows in seq order, none of ``deleting``. Touches
         nothing but ``db``: runs on either thread (the reader's builds the messages too)."""
         # A committed row whose deletion is still on its way (a paged-out message that
-        # expired on disk) is not read back: read that many more, so that ``limit`` rows
+        # expired on disk) is not read back: read on past it, so that ``limit`` rows
         # come whenever there are that many (a short read means the store lost track).
-        rows = db.execute(
-            "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
-            "meta, expires_at, available_at FROM messages "
-            "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
-            (queue_id, after_seq, upto_seq, limit + len(deleting)),
-        ).fetchall()
-        if deleting:
-            rows = [row for row in rows if row[0] not in deleting][:limit]
+        # Not ``limit + len(deleting)`` at once: while a consumer drains, ``deleting``
+        # holds thousands of acknowledged rows, all before ``after_seq``.
+        rows: list = []
+        want = limit
+        while True:
+            found = db.execute(
+                "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
+                "meta, expires_at, available_at FROM messages "
+                "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
+                (queue_id, after_seq, upto_seq, want),
+            ).fetchall()
+            if not deleting:
+                rows = found
+                break
+            rows += [row for row in found if row[0] not in deleting]
+            if len(found) < want or len(rows) >= limit:
+                break
+            after_seq, want = found[-1][2], limit - len(rows)
         return [
             StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[8], r[10]) for r in rows
         ]
@@ -433,6 +462,14 @@ class BatchedStore(Store):
     def _pending_deletes(self) -> set[int]:
         """Store ids whose deletion is still on its way to disk."""
         return {i for batch in (self._inflight, self._batch) if batch is not None for i in batch.deletes}
+
+    def _deletes_on_the_way(self, *more: set[int]) -> StoreIds:
+        """:meth:`_pending_deletes` (and ``more``) to look ids up in, not copied: while a
+        consumer drains, thousands of acknowledged rows wait in the batches, and each
+        page-in would copy them twice. The current batch's set grows meanwhile (a
+        superset is fine: the ids are gone either way)."""
+        inflight = self._inflight
+        return StoreIds(inflight.deletes if inflight is not None else set(), self._batch.deletes, *more)
 
     def read_expired(
         self, queue_id: int, after_seq: int, upto_seq: int, now: float, limit: int
@@ -721,7 +758,7 @@ class BatchedStore(Store):
         batch = self._changed()
         if batch.inserts.pop(store_id, None) is None:
             batch.counts.pop(store_id, None)
-            batch.deletes.append(store_id)
+            batch.deletes.add(store_id)
         if self._reads_in_flight:  # not in an answer still to come
             self._removed_since.add(store_id)
 
@@ -889,7 +926,7 @@ class BatchedStore(Store):
             dirty = dirty or error is None
             if error is None and now - last_vacuum > self._idle_every:
                 last_vacuum = now
-                backlog = self._reclaim(db)
+                backlog = self._reclaim(db, busy=True)
             if not self._report(self._written, batch, error):
                 return
 

@@ -4,6 +4,7 @@ set directly."""
 
 from __future__ import annotations
 
+from leveret.core.queue_config import BOUNDED_IN_MEMORY, DEFAULT_IN_MEMORY, DEFAULT_IN_MEMORY_BYTES
 from leveret.core.queues.backlog import PAGE_IN_BATCH, Backlog
 
 
@@ -45,3 +46,14 @@ def test_the_byte_budget_shrinks_the_batch_at_the_average_size():
     big = backlog(0, 500, size=1000, max_bytes=20_000)  # 20 messages of 1000 bytes fit
     assert big.wanted(0, 0) == 20
     assert backlog(0, 5000, max_in_memory=5000).wanted(0, 0) == PAGE_IN_BATCH
+
+
+def test_a_default_queue_reads_back_no_further_ahead_than_a_bounded_one():
+    """Unlimited in memory (paged out under memory pressure, or recovered with a long
+    backlog): read back a batch at a time up to the bounded queue's 50,000, not all."""
+    default = backlog(0, 10**6, size=1024, max_in_memory=DEFAULT_IN_MEMORY, max_bytes=DEFAULT_IN_MEMORY_BYTES)
+    assert default.wanted(0, 0) == PAGE_IN_BATCH
+    default.live = BOUNDED_IN_MEMORY - PAGE_IN_BATCH
+    assert default.wanted(default.live, 0) == PAGE_IN_BATCH
+    default.live = BOUNDED_IN_MEMORY - 10
+    assert default.wanted(default.live, 0) == 0

@@ -13,8 +13,11 @@ from rabbitmq_reference import INVALID_QUEUE_ARGUMENTS
 
 from leveret.core.errors import PreconditionFailed
 from leveret.core.queue_config import (
+    BOUNDED_IN_MEMORY,
+    BOUNDED_IN_MEMORY_BYTES,
     DEFAULT_DLQ_PREFIX,
     DEFAULT_IN_MEMORY,
+    DEFAULT_IN_MEMORY_BYTES,
     DEFAULT_SHARED_DLQ,
     LAZY_IN_MEMORY,
     DeadLetterConfig,
@@ -143,6 +146,20 @@ def test_binary_strings_are_read_as_text(key, value, path, expected):
 def test_byte_arrays_from_the_wire_are_refused_as_binary(arguments, text):
     # pamqp decodes a field of type x (pika's bytes) to a bytearray, not bytes
     assert refused(arguments) == text
+
+
+def test_a_default_queue_has_no_in_memory_limit_and_a_bounded_one_the_old_defaults():
+    """RabbitMQ 3.10: a default classic queue pages under memory pressure only; one
+    in-memory limit given, the other is what it was before (50,000 messages, 64 MiB)."""
+    plain = config()
+    assert (plain.max_in_memory, plain.max_in_memory_bytes) == (DEFAULT_IN_MEMORY, DEFAULT_IN_MEMORY_BYTES)
+    assert DEFAULT_IN_MEMORY > 10**12 and DEFAULT_IN_MEMORY_BYTES > 10**15
+    by_bytes = config({"x-max-in-memory-bytes": 1000})
+    assert (by_bytes.max_in_memory, by_bytes.max_in_memory_bytes) == (BOUNDED_IN_MEMORY, 1000)
+    by_length = config(policy={"max-in-memory-length": 7})
+    assert (by_length.max_in_memory, by_length.max_in_memory_bytes) == (7, BOUNDED_IN_MEMORY_BYTES)
+    lazy = config({"x-queue-mode": "lazy"})
+    assert (lazy.max_in_memory, lazy.max_in_memory_bytes) == (LAZY_IN_MEMORY, BOUNDED_IN_MEMORY_BYTES)
 
 
 def test_max_in_memory_length_wins_over_lazy_mode():

@@ -18,6 +18,7 @@ from leveret.core import BrokerCore, Message, scheduler as scheduler_module
 from leveret.core.clock import ManualClock
 from leveret.core.message import Properties
 from leveret.core.queues import ClassicQueue, stream as stream_module
+from leveret.core.queues.backlog import PAGE_IN_BATCH
 from leveret.core.scheduler import Schedule
 from leveret.store.sqlite import SQLiteStore
 
@@ -149,6 +150,62 @@ def test_the_next_page_is_asked_for_before_memory_runs_out(broker):
             broker.release()
     assert got == [str(i) for i in range(300)]
     assert asked >= 4  # 200 paged out, read back ahead in batches of at most 100
+
+
+def test_under_memory_pressure_a_default_queue_pages_out_and_reads_ahead_one_batch(broker):
+    """Memory pressure: a default queue's new messages go to the store; read back, the
+    next batch is asked for once less than a batch is left in memory (the consumer does
+    not wait for the disk), never more than two batches in memory."""
+    queue = broker.declare()
+    broker.core.set_memory_pressure(True)
+    for i in range(3 * PAGE_IN_BATCH):
+        publish(queue, str(i))
+    assert (queue.backlog.live, queue.backlog.paged) == (0, 3 * PAGE_IN_BATCH)
+    broker.durable()
+    consumer = Consumer(prefetch=10)
+    queue.add_consumer(consumer)
+    broker.release()
+    assert queue.backlog.live == PAGE_IN_BATCH - 10  # a consumer took its window
+    asked = broker.store.asked
+    got = settle(queue, consumer)
+    queue.drain()  # the window opens: the queue dispatches
+    assert broker.store.asked == asked + 1 and queue.backlog.live > 0  # ahead, not when empty
+    while len(got) < 3 * PAGE_IN_BATCH:
+        broker.release()
+        assert queue.backlog.live + len(consumer.held) <= 2 * PAGE_IN_BATCH
+        got += settle(queue, consumer)
+        queue.drain()
+    assert got == [str(i) for i in range(3 * PAGE_IN_BATCH)]
+
+
+def test_memory_pressure_moves_what_is_in_memory_but_never_a_delivered_message(broker):
+    """Memory pressure moves the ready messages above every delivered one to the store
+    (a batch stays); the unacknowledged ones, one of them requeued, are neither read
+    back twice nor lost: every message comes once, in order."""
+    queue = broker.declare()
+    count = 3 * PAGE_IN_BATCH
+    for i in range(count):
+        publish(queue, str(i))
+    consumer = Consumer(prefetch=10)
+    queue.add_consumer(consumer)
+    delivered = list(consumer.held)
+    assert [e.message.body for e in delivered] == [str(i).encode() for i in range(10)]
+    queue.requeue([delivered[3]])  # back in memory, below delivered ones: it stays there
+    consumer.held = [e for e in consumer.held if e is not delivered[3]]
+    broker.core.set_memory_pressure(True)
+    broker.clock.advance(0)  # the page-out runs on the queue's timer
+    assert queue.backlog.paged == count - 9 - PAGE_IN_BATCH  # above the delivered ones
+    assert queue.backlog.live == PAGE_IN_BATCH and queue.backlog.ready[0] is delivered[3]
+    broker.core.set_memory_pressure(False)
+    got = settle(queue, consumer)
+    consumer.prefetch = 0  # no window: the rest comes as fast as it is read back
+    while len(got) < count:
+        queue.drain()
+        broker.release()
+        got += settle(queue, consumer)
+    # the nine held, the requeued one again, then the rest: each once, none lost
+    assert got == [str(i) for i in (0, 1, 2, 4, 5, 6, 7, 8, 9, 3)] + [str(i) for i in range(10, count)]
+    assert queue.message_count == 0 and queue.unacked_count == 0
 
 
 def test_a_paged_out_higher_priority_waits_for_the_answer_before_lower_ones_in_memory(broker):

@@ -1,11 +1,16 @@
 """A classic queue's ready messages, in order: in memory, and paged out to the store
-past ``x-max-in-memory-length`` messages or ``x-max-in-memory-bytes`` body bytes.
+past ``x-max-in-memory-length`` messages or ``x-max-in-memory-bytes`` body bytes (a lazy
+queue's small in-memory part; none for a default queue: it pages under memory pressure
+only, :mod:`.features.paging`).
 
 In memory they are a deque in ``seq`` order that may hold tombstones (entries taken out
 of the middle, e.g. by TTL, marked GONE and swept once they outnumber the live ones).
 Paged-out messages are all after every message in memory: only their count stays in
 memory, and they are read back in order, :data:`PAGE_IN_BATCH` at a time, as consumers
-catch up.
+catch up, up to the in-memory limits but never more than a bounded queue's
+(:data:`.BOUNDED_IN_MEMORY`, :data:`.BOUNDED_IN_MEMORY_BYTES`): a default queue
+recovered with millions of stored messages, or paged out under memory pressure, reads
+back as far ahead as a bounded one, not all of it.
 
 Reading back never blocks the event loop: the queue asks the store
 (:meth:`Backlog.request`, :meth:`Store.request_queue`), the store reads on its reader
@@ -25,6 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..message import Message
+from ..queue_config import BOUNDED_IN_MEMORY, BOUNDED_IN_MEMORY_BYTES
 from .base import DELAYED, GONE, READY, QueuedMessage
 
 if TYPE_CHECKING:
@@ -63,7 +69,7 @@ class Backlog:
         self,
         name: str,
         max_in_memory: int,
-        max_in_memory_bytes: int = 64 * 1024 * 1024,
+        max_in_memory_bytes: int = BOUNDED_IN_MEMORY_BYTES,
         first_seq: int = 0,
         last_seq: int = ALL_SEQS,
         waiting: list[tuple[float, QueuedMessage]] | None = None,
@@ -80,6 +86,10 @@ class Backlog:
         self.held: set[int] = held if held is not None else set()
         self.max_in_memory = max_in_memory
         self.max_in_memory_bytes = max_in_memory_bytes
+        #: how far reading back fills memory: the in-memory limits, at most a bounded
+        #: queue's (a default queue's are unlimited)
+        self.read_limit = min(max_in_memory, BOUNDED_IN_MEMORY)
+        self.read_limit_bytes = min(max_in_memory_bytes, BOUNDED_IN_MEMORY_BYTES)
         self.first_seq = first_seq
         self.last_seq = last_seq
         self.memory_bytes = 0  # body bytes of the ready messages in memory
@@ -94,6 +104,10 @@ class Backlog:
         self.generation = 0
         #: seqs of paged-out messages taken away while a read was on its way
         self.forgotten: set[int] = set()
+        #: the highest seq ever taken out of ``ready`` (delivered, died, held): every
+        #: message outside it (unacknowledged, waiting out a delay) has one up to here,
+        #: so :meth:`page_out` moves only what is above, where no store row of theirs is
+        self.taken_upto = first_seq
 
     def __len__(self) -> int:
         """Ready messages, in memory and paged out."""
@@ -164,26 +178,28 @@ class Backlog:
         """How many paged-out messages to ask the store for now, with ``in_memory``
         messages and ``memory_bytes`` body bytes in memory (the queue's): 0 while a read is
         on its way or none are paged out; with nothing in memory at least one; else, if
-        ``ahead``, a batch that fits ``scale`` times the in-memory limits once half a
-        batch fits (reading ahead), else 0. A batch is :data:`PAGE_IN_BATCH` messages
-        at most, fewer when the byte budget holds fewer at the backlog's average size."""
+        ``ahead``, a batch that fits ``scale`` times the read-back limits
+        (:attr:`read_limit`, :attr:`read_limit_bytes`) once half a batch fits (reading
+        ahead), else 0. A batch is :data:`PAGE_IN_BATCH` messages at most, fewer when the
+        byte budget holds fewer at the backlog's average size."""
         # Asked at every dispatch of a queue with paged-out messages: the cheap answers
         # (a read on its way, no read-ahead wanted, no room at all) come first.
         paged = self.paged
         if self.reading or not paged:
             return 0
         live = self.live
-        room = scale * self.max_in_memory - in_memory
+        limit = self.read_limit
+        room = scale * limit - in_memory
         if live and (not ahead or room < 1):  # the byte budget only lowers room
             return 0
         average = self.bytes // (live + paged)  # over len(self), > 0 as paged > 0
         # min() and max() written out below: each builtin call costs ~0.1 µs here
-        batch = self.max_in_memory if self.max_in_memory < PAGE_IN_BATCH else PAGE_IN_BATCH
+        batch = limit if limit < PAGE_IN_BATCH else PAGE_IN_BATCH
         if average:
-            by_bytes = self.max_in_memory_bytes // average
+            by_bytes = self.read_limit_bytes // average
             if by_bytes < batch:
                 batch = by_bytes
-            room_bytes = (scale * self.max_in_memory_bytes - memory_bytes) // average
+            room_bytes = (scale * self.read_limit_bytes - memory_bytes) // average
             if room_bytes < room:
                 room = room_bytes
         if not live:
@@ -274,6 +290,8 @@ class Backlog:
         size = len(entry.message.body)
         self.bytes -= size
         self.memory_bytes -= size
+        if entry.seq > self.taken_upto:
+            self.taken_upto = entry.seq
         if not self.live:
             ready.clear()  # only tombstones are left
             self.holes = 0
@@ -285,6 +303,8 @@ class Backlog:
         the caller may give it another (delivered) but not READY while it is a
         tombstone: :meth:`put_back` sweeps them first."""
         entry.state = GONE
+        if entry.seq > self.taken_upto:
+            self.taken_upto = entry.seq
         self.live -= 1
         self.holes += 1
         size = len(entry.message.body)
@@ -304,6 +324,37 @@ class Backlog:
     def _sweep(self) -> None:
         self.ready = deque(e for e in self.ready if e.state == READY)
         self.holes = 0
+
+    def page_out(self, keep: int, most: int) -> list[QueuedMessage]:
+        """Memory pressure: READY messages at the tail of memory, ``most`` at most and
+        leaving ``keep`` in memory, join the paged-out ones (ahead of them, in order);
+        returns them in seq order with state GONE, for the queue to write those not in
+        the store yet. It stops at a message below :attr:`taken_upto` (one put back
+        among delivered ones) and moves nothing while a read is on its way (its answer
+        belongs behind them)."""
+        if self.reading:
+            return []
+        ready = self.ready
+        floor = self.taken_upto
+        moved: list[QueuedMessage] = []
+        while ready and self.live > keep and len(moved) < most:
+            entry = ready[-1]
+            if entry.state != READY:  # a tombstone: gone already
+                ready.pop()
+                self.holes -= 1
+                continue
+            if entry.seq <= floor:
+                break
+            ready.pop()
+            entry.state = GONE
+            self.live -= 1
+            self.memory_bytes -= len(entry.message.body)
+            moved.append(entry)
+        if moved:
+            moved.reverse()
+            self.paged += len(moved)
+            self.paged_after = moved[0].seq - 1
+        return moved
 
     def put_back(self, entries: list[QueuedMessage]) -> None:
         """Returned messages (in seq order) go back to their original positions."""

@@ -177,6 +177,11 @@ class Queue:
         """basic.get: the head message (as a delivery), or None when empty."""
         raise NotImplementedError
 
+    def memory_short(self) -> None:
+        """Memory passed the paging threshold (:meth:`.BrokerCore.set_memory_pressure`):
+        a queue that can move messages it holds in memory to its store starts to. A
+        queue that cannot: nothing."""
+
     def paging_in(self) -> bool:
         """Whether nothing is ready in memory while the queue's next messages are on
         their way from the store (it reads by callback, never on the loop): basic.get

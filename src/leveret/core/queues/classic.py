@@ -32,7 +32,7 @@ from ..message import NEUTRAL, Message
 from ..message_groups import GROUP_ID_BYTES, message_group
 from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
-from .backlog import Backlog, restored
+from .backlog import PAGE_IN_BATCH, Backlog, restored
 from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
 from .features import limits
 from .features.groups import MessageGroups
@@ -51,12 +51,18 @@ if TYPE_CHECKING:
 SCAN_BUDGET = 10_000
 #: Paged-out messages dead-lettered for expiry in one event-loop turn, at most.
 PAGED_EXPIRY_BATCH = 1000
+#: Ready messages moved from memory to the store in one event-loop turn under memory
+#: pressure, at most (:meth:`ClassicQueue.memory_short`).
+PAGE_OUT_CHUNK = 10_000
 
 
 class ClassicQueue(HoldAndScan, Queue):
     """A classic queue (``x-queue-type: classic``, the default). With a store,
     persistent messages of a durable queue are written there until they are
-    acknowledged or die, and a backlog beyond ``config.max_in_memory`` is paged out.
+    acknowledged or die, and new messages are paged out past the in-memory limits
+    (``config.max_in_memory``: a lazy or bounded queue) or while memory is short
+    (``host.memory_pressure``: every queue, as RabbitMQ 3.10 pages under the memory
+    watermark's paging ratio); see :mod:`.features.paging`.
     With ``x-max-priority`` N > 0 its messages wait in a :class:`.PriorityBacklog`:
     highest priority (0..N) first, FIFO within one, as RabbitMQ 3.10's priority queues."""
 
@@ -233,6 +239,41 @@ class ClassicQueue(HoldAndScan, Queue):
             self.timers.arm("paged-expiry", 0, self._expire_paged, True)
             self._page_in()  # the first batch, answered once the store runs
 
+    def memory_short(self) -> None:
+        """As :meth:`Queue.memory_short`: as RabbitMQ 3.10's classic queues, the ready
+        messages in memory move to the store (a persistent one of a durable queue is
+        there already and is only dropped from memory; the others are written as
+        transient rows), :data:`PAGE_OUT_CHUNK` a turn while the pressure lasts,
+        keeping a batch in memory for the consumers. A priority queue keeps what it
+        holds (it pages new messages only)."""
+        if self.store is not None and self.levels is None and self.backlog.live > PAGE_IN_BATCH:
+            self.timers.arm("page-out", 0, self._page_out, True)
+
+    def _page_out(self) -> None:
+        self.timers.fired("page-out")
+        backlog = self.backlog
+        if self.deleted or not self.host.memory_pressure or not isinstance(backlog, Backlog):
+            return
+        if backlog.reading:  # its answer goes behind what would move: once it is in
+            self.timers.arm("page-out", 0.01, self._page_out, True)
+            return
+        moved = backlog.page_out(PAGE_IN_BATCH, PAGE_OUT_CHUNK)
+        expiring = False
+        store = self.store
+        assert store is not None
+        for entry in moved:
+            if not entry.store_id:
+                message = entry.message
+                entry.store_id = self._write(entry.seq, message, entry.expires_at, transient=True)
+                if entry.delivery_count:  # read back as redelivered
+                    store.set_delivery_count(entry.store_id, entry.delivery_count)
+            expiring = expiring or bool(entry.expires_at)
+        if expiring:  # the heap lets go of them; they expire on disk when due
+            self.expiry.sweep()
+            self.timers.arm("paged-expiry", 0, self._expire_paged, True)
+        if len(moved) == PAGE_OUT_CHUNK:
+            self.timers.arm("page-out", 0, self._page_out, True)
+
     def _has_ready(self) -> bool:
         """Whether a message is ready in memory; asks the store for paged-out ones ahead
         of need, and when none is in memory (then False until the answer)."""
@@ -242,13 +283,16 @@ class ClassicQueue(HoldAndScan, Queue):
         return backlog.live > 0
 
     def _page_in(self, more: bool = False) -> bool:
-        """Ask the store for the next paged-out messages if wanted now (reading ahead,
-        unless memory is short); the answer comes to :meth:`_paged_back`. Whether a read
-        is on its way."""
+        """Ask the store for the next paged-out messages if wanted now (reading ahead;
+        while memory is short, only once less than a batch is left in memory, so a
+        consumer still does not wait for the disk, and memory holds two batches at
+        most); the answer comes to :meth:`_paged_back`. Whether a read is on its way."""
         store = self.store
         if store is None:
             return False
-        return self.backlog.ask(store, self.queue_id, self._paged_back, not self.host.memory_pressure, more)
+        backlog = self.backlog
+        ahead = not self.host.memory_pressure or backlog.live < PAGE_IN_BATCH
+        return backlog.ask(store, self.queue_id, self._paged_back, ahead, more)
 
     def _paged_back(self, part: Backlog, generation: int, rows: list[StoredMessage]) -> None:
         """On the loop: the store's answer to :meth:`_page_in`. What the backlog takes

@@ -54,12 +54,17 @@ class Expiry:
         queue holds in memory (settled ones are swept from the heap beyond twice that).
         Returns whether it is due before every other: the timer must move earlier."""
         heap = self.heap
-        if len(heap) > 2 * live + 64:  # drop settled ones
-            heap[:] = [item for item in heap if item[2].state in (READY, UNACKED, DELAYED)]
-            heapq.heapify(heap)
+        if len(heap) > 2 * live + 64:
+            self.sweep()
         first = not heap or entry.expires_at < heap[0][0]
         heapq.heappush(heap, (entry.expires_at, entry.seq, entry))
         return first
+
+    def sweep(self) -> None:
+        """Drop settled or paged-out messages from the heap (their bodies with them)."""
+        heap = self.heap
+        heap[:] = [item for item in heap if item[2].state in (READY, UNACKED, DELAYED)]
+        heapq.heapify(heap)
 
     def due(self, now: float) -> list[QueuedMessage]:
         """The ready messages whose time has come (taken off the heap)."""
