@@ -312,3 +312,29 @@ def encode(command: str, headers: dict[str, str] | list[tuple[str, str]], body: 
         lines = [f"{escape(name, version)}:{escape(value, version)}" for name, value in items]
     head = command + "\n" + "".join(line + "\n" for line in lines) + "\n"
     return head.encode() + body + b"\x00"
+
+
+def message_head(
+    start: str,
+    ack: int | None,
+    redelivered: bool,
+    counts: tuple[tuple[str, int], ...],
+    length: int | None,
+    block: bytes,
+) -> bytes:
+    """A MESSAGE frame up to its body (written once per delivery): ``start`` (the
+    command line and the header lines naming the destination and subscription, escaped
+    already), ``ack:<ack>`` (a STOMP 1.2 delivery waiting for an ACK), ``redelivered:true``,
+    the queue's integer ``counts`` (``x-delivery-count``, ``x-stream-offset``),
+    ``content-length:<length>`` (None: a text message, whose body ends at its NUL, as
+    ActiveMQ sends a TextMessage), the message's own header ``block`` and the empty line."""
+    head = [start]
+    if ack is not None:
+        head.append(f"ack:{ack}\n")
+    if redelivered:
+        head.append("redelivered:true\n")
+    for name, value in counts:
+        head.append(f"{name}:{value}\n")
+    if length is not None:
+        head.append(f"content-length:{length}\n")
+    return "".join(head).encode() + block + b"\n"
