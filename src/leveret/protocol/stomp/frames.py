@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...compiled import twin
+
 MAX_COMMAND_LINE = 1024  # bytes
 MAX_HEADER_LINE = 10 * 1024  # bytes
 MAX_HEADERS = 1000
@@ -338,3 +340,17 @@ def message_head(
     if length is not None:
         head.append(f"content-length:{length}\n")
     return "".join(head).encode() + block + b"\n"
+
+
+#: The pure-Python twins under their own names, whichever twin runs (the property
+#: tests compare them with the compiled ones of ``_cframes.pyx``).
+PyFrameParser = FrameParser
+py_encode, py_escape, py_unescape, py_message_head = encode, escape, unescape, message_head
+
+_compiled = twin("leveret.protocol.stomp._cframes")
+if _compiled is not None:
+    FrameParser = _compiled.FrameParser  # type: ignore[misc]
+    encode = _compiled.encode
+    escape = _compiled.escape
+    unescape = _compiled.unescape
+    message_head = _compiled.message_head
