@@ -42,6 +42,7 @@ cdef Py_ssize_t HEAD_CACHE_ENTRIES = _HEAD_CACHE_ENTRIES
 # past this many bytes a head cannot be within the limits
 cdef Py_ssize_t MAX_HEAD = MAX_COMMAND_LINE + (MAX_HEADER_LINE + 1) * MAX_HEADERS
 
+_new = object.__new__
 cdef dict _UNESCAPE = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
 cdef dict _UNESCAPE_12 = {**_UNESCAPE, "\\r": "\r"}
 
@@ -365,9 +366,12 @@ cdef class FrameParser:
                 raise FrameError(f"the body is longer than {self.max_body} bytes")
             body = _copy(p, size, start, end)
             self._pos = end + 1
-        headers = self._headers
+        frame = _new(Frame)  # what Frame(command, headers, body) does, without its __init__
+        frame.command = self._command
+        frame.headers = self._headers
+        frame.body = body
         self._headers = None
-        return Frame(self._command, headers, body)
+        return frame
 
 
 # -- header values ------------------------------------------------------------------------
