@@ -8,7 +8,8 @@ module's own.
 
 Memory safety on hostile input: the parser reads its bytearray through a pointer and
 the size taken at the same moment (the buffer is resized only after a read, in
-``feed``'s ``finally``), and only through :func:`_find`, :func:`_rfind`,
+``feed``'s ``finally``, and no Python code that could feed it runs between), and only
+through :func:`_find`, :func:`_rfind`,
 :func:`_find_end_of_head`, :func:`_byte` and :func:`_copy`, which clamp every index to
 ``[0, size)``. The header bytes of a frame not seen lately are read by the pure code's
 own steps (compiled), after a byte loop that takes the common case (ASCII, no escapes,
@@ -106,7 +107,7 @@ cdef class FrameParser:
     """Turns bytes into frames; the twin of ``frames.FrameParser`` (see its docs)."""
 
     cdef str _version
-    cdef public object max_body
+    cdef public Py_ssize_t max_body  # bytes (a C integer: no Python code runs mid-read)
     cdef readonly dict _heads  # SEND head bytes -> (command, headers, content-length)
     cdef bytearray _buffer
     # a frame whose headers are read, waiting for its body

@@ -11,6 +11,12 @@ Limits are ActiveMQ 5.17's (``StompWireFormat``): a command line of 1024 bytes, 
 header line of 10240 bytes, 1000 headers, a body of ``max_body`` bytes (100 MiB).
 Anything malformed or past a limit raises :class:`FrameError`: the connection
 answers with an ERROR frame and closes.
+
+``_cframes.pyx`` is the compiled twin of :class:`FrameParser`, :func:`encode`,
+:func:`message_head`, :func:`escape` and :func:`unescape` (:mod:`leveret.compiled`):
+these names are its objects when it is built, unless ``LEVERET_PURE_PYTHON=1``; the pure
+ones stay reachable as ``PyFrameParser``, ``py_encode``, … for the tests that compare the
+two. Both make the same :class:`Frame` objects and raise the same :class:`FrameError`.
 """
 
 from __future__ import annotations
