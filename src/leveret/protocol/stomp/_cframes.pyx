@@ -18,6 +18,7 @@ no CR) and leaves any other to them, so an error is always the pure code's error
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyTypeObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.string cimport memchr, memcpy
 
@@ -34,6 +35,7 @@ from leveret.protocol.stomp.frames import (
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
+    object PyType_GenericAlloc(PyTypeObject* type, Py_ssize_t items)
 
 cdef Py_ssize_t MAX_COMMAND_LINE = _MAX_COMMAND_LINE
 cdef Py_ssize_t MAX_HEADER_LINE = _MAX_HEADER_LINE
@@ -43,7 +45,10 @@ cdef Py_ssize_t HEAD_CACHE_ENTRIES = _HEAD_CACHE_ENTRIES
 # past this many bytes a head cannot be within the limits
 cdef Py_ssize_t MAX_HEAD = MAX_COMMAND_LINE + (MAX_HEADER_LINE + 1) * MAX_HEADERS
 
-_new = object.__new__
+# Frame is a plain class with __slots__ (no __new__ of its own): allocated as object() would
+if Frame.__new__ is not object.__new__:
+    raise ImportError("frames.Frame has its own __new__: _cframes must call it")
+cdef PyTypeObject* _FRAME = <PyTypeObject*>Frame  # the module holds Frame
 cdef dict _UNESCAPE = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
 cdef dict _UNESCAPE_12 = {**_UNESCAPE, "\\r": "\r"}
 
@@ -117,6 +122,7 @@ cdef class FrameParser:
     cdef Py_ssize_t _searched  # bytes already searched for the NUL (no content-length)
     cdef Py_ssize_t _head_scanned  # bytes already searched for the end of the headers
     cdef Py_ssize_t _pos  # where the next frame starts in the buffer, during feed()
+    cdef bint _remembered  # whether _read_new_head put its head in _heads
 
     def __init__(self, max_body=_MAX_BODY):
         self._version = "1.2"
@@ -219,11 +225,14 @@ cdef class FrameParser:
         self._pos = head_end + skip
         head_bytes = _copy(p, size, start, head_end)
         known = self._heads.get(head_bytes)
-        if known is None:
+        shared = known is not None
+        if not shared:
             known = self._read_new_head(head_bytes)
+            shared = self._remembered
         command, headers, length = <tuple>known
         self._command = command
-        self._headers = (<dict>headers).copy()  # a handler may take a header out
+        # a handler may take a header out: a remembered head's headers are copied
+        self._headers = (<dict>headers).copy() if shared else headers
         self._length = -1 if length is None else length
         self._searched = 0
         return True
@@ -231,6 +240,8 @@ cdef class FrameParser:
     cdef tuple _read_new_head(self, bytes head_bytes):
         """Check and read a header block not seen lately: its command, headers and
         content-length (None: the body ends at the first NUL), remembered."""
+        cdef str command
+        cdef dict headers
         read = self._plain_head(head_bytes) if self._version != "1.0" else None
         if read is None:
             read = self._any_head(head_bytes)
@@ -245,7 +256,8 @@ cdef class FrameParser:
             if length > self.max_body:
                 raise FrameError(f"the body is longer than {self.max_body} bytes")
         known = (command, headers, length)
-        if command == "SEND" and PyBytes_GET_SIZE(head_bytes) <= HEAD_CACHE_MAX_BYTES:  # ACKs' ids differ
+        self._remembered = command == "SEND" and PyBytes_GET_SIZE(head_bytes) <= HEAD_CACHE_MAX_BYTES
+        if self._remembered:  # not other commands: ACKs' ids differ
             if len(self._heads) >= HEAD_CACHE_ENTRIES:
                 self._heads.clear()
             self._heads[head_bytes] = known
@@ -367,7 +379,8 @@ cdef class FrameParser:
                 raise FrameError(f"the body is longer than {self.max_body} bytes")
             body = _copy(p, size, start, end)
             self._pos = end + 1
-        frame = _new(Frame)  # what Frame(command, headers, body) does, without its __init__
+        # what Frame(command, headers, body) does, without a Python call to __init__
+        frame = PyType_GenericAlloc(_FRAME, 0)
         frame.command = self._command
         frame.headers = self._headers
         frame.body = body
