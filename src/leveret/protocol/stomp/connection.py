@@ -41,7 +41,7 @@ from ..adapter import AdapterConnection
 from ..turns import TurnBudget
 from . import destinations
 from .destinations import TEMP_QUEUE_PREFIX, TEMP_TOPIC_PREFIX, Destination
-from .frames import HEARTBEAT, Frame, FrameError, FrameParser, encode, escape
+from .frames import HEARTBEAT, Frame, FrameError, FrameParser, encode, escape, message_head
 from .message import (
     STOMP,
     MessageIds,
@@ -732,40 +732,37 @@ class StompConnection(AdapterConnection):
         version = self.version
         origin = destination_of(message)
         if subscription is not None and subscription.on_topic:
-            head = [
+            start = (
                 f"MESSAGE\ndestination:{escape(origin, version)}\nsubscription:{escape(sub_id, version)}\n"
-            ]
+            )
         else:
             # from a queue, ActiveMQ names the queue; a message sent elsewhere (a virtual
             # topic's copy, a dead letter) also says where it was sent
             here = queue_destination(queue.name)
-            start = subscription.frame_start if subscription is not None else None
-            if start is None:
-                start = (
+            known = subscription.frame_start if subscription is not None else None
+            if known is None:
+                known = (
                     f"MESSAGE\ndestination:{escape(here, version)}\nsubscription:{escape(sub_id, version)}\n"
                 )
                 if subscription is not None:
-                    subscription.frame_start = start  # the same for every MESSAGE it gets
-            head = [start]
+                    subscription.frame_start = known  # the same for every MESSAGE it gets
+            start = known
             if here != origin and not message.deaths:  # a dead letter has its own
-                head.append(f"original-destination:{escape(origin, version)}\n")
+                start += f"original-destination:{escape(origin, version)}\n"
+        ack = None
         if number is not None:
             if version == "1.2":
-                head.append(f"ack:{number}\n")
+                ack = number
             else:
                 key = (sub_id, _message_id(message, block))
                 self.message_ids[key] = number
                 self._id_of[number] = key
-        if entry.redelivered:
-            head.append("redelivered:true\n")
-        for name, value in queue.delivery_headers(entry):
-            head.append(f"{name}:{value}\n")
         body = message.body
-        if not is_text(message):
-            head.append(f"content-length:{len(body)}\n")
+        length = None if is_text(message) else len(body)
         if version != "1.2" and b"\\" in block:
             block = _reescape(block, version)
-        self.send_parts(["".join(head).encode() + block + b"\n", body, b"\x00"], len(body))
+        head = message_head(start, ack, entry.redelivered, queue.delivery_headers(entry), length, block)
+        self.send_parts([head, body, b"\x00"], len(body))
 
     # -- ACK / NACK -----------------------------------------------------------------------
     def _ack(self, frame: Frame) -> None:

@@ -11,11 +11,19 @@ Limits are ActiveMQ 5.17's (``StompWireFormat``): a command line of 1024 bytes, 
 header line of 10240 bytes, 1000 headers, a body of ``max_body`` bytes (100 MiB).
 Anything malformed or past a limit raises :class:`FrameError`: the connection
 answers with an ERROR frame and closes.
+
+``_cframes.pyx`` is the compiled twin of :class:`FrameParser`, :func:`encode`,
+:func:`message_head`, :func:`escape` and :func:`unescape` (:mod:`leveret.compiled`):
+these names are its objects when it is built, unless ``LEVERET_PURE_PYTHON=1``; the pure
+ones stay reachable as ``PyFrameParser``, ``py_encode``, … for the tests that compare the
+two. Both make the same :class:`Frame` objects and raise the same :class:`FrameError`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ...compiled import twin
 
 MAX_COMMAND_LINE = 1024  # bytes
 MAX_HEADER_LINE = 10 * 1024  # bytes
@@ -312,3 +320,43 @@ def encode(command: str, headers: dict[str, str] | list[tuple[str, str]], body: 
         lines = [f"{escape(name, version)}:{escape(value, version)}" for name, value in items]
     head = command + "\n" + "".join(line + "\n" for line in lines) + "\n"
     return head.encode() + body + b"\x00"
+
+
+def message_head(
+    start: str,
+    ack: int | None,
+    redelivered: bool,
+    counts: tuple[tuple[str, int], ...],
+    length: int | None,
+    block: bytes,
+) -> bytes:
+    """A MESSAGE frame up to its body (written once per delivery): ``start`` (the
+    command line and the header lines naming the destination and subscription, escaped
+    already), ``ack:<ack>`` (a STOMP 1.2 delivery waiting for an ACK), ``redelivered:true``,
+    the queue's integer ``counts`` (``x-delivery-count``, ``x-stream-offset``),
+    ``content-length:<length>`` (None: a text message, whose body ends at its NUL, as
+    ActiveMQ sends a TextMessage), the message's own header ``block`` and the empty line."""
+    head = [start]
+    if ack is not None:
+        head.append(f"ack:{ack}\n")
+    if redelivered:
+        head.append("redelivered:true\n")
+    for name, value in counts:
+        head.append(f"{name}:{value}\n")
+    if length is not None:
+        head.append(f"content-length:{length}\n")
+    return "".join(head).encode() + block + b"\n"
+
+
+#: The pure-Python twins under their own names, whichever twin runs (the property
+#: tests compare them with the compiled ones of ``_cframes.pyx``).
+PyFrameParser = FrameParser
+py_encode, py_escape, py_unescape, py_message_head = encode, escape, unescape, message_head
+
+_compiled = twin("leveret.protocol.stomp._cframes")
+if _compiled is not None:
+    FrameParser = _compiled.FrameParser  # type: ignore[misc]
+    encode = _compiled.encode
+    escape = _compiled.escape
+    unescape = _compiled.unescape
+    message_head = _compiled.message_head

@@ -2,29 +2,36 @@
 anywhere, and either returns frames or raises FrameError; a whole StompConnection fed
 random and malformed frames answers with frames (an ERROR at worst, then closes), never
 an exception, and leaves the broker consistent (every message is in a queue or held
-unacknowledged by a live subscription)."""
+unacknowledged by a live subscription). Each runs with the pure codec and with the
+compiled one (``_cframes.pyx``)."""
 
 from __future__ import annotations
 
+import contextlib
+from unittest.mock import patch
+
+import pytest
 from hypothesis import given, strategies as st
 from sans_io import FUZZ, FakeLoop, FakeTransport, split
+from stomp_twins import TWINS
 
 from leveret.core.broker import BrokerCore
-from leveret.protocol.stomp import StompConnection
-from leveret.protocol.stomp.frames import Frame, FrameError, FrameParser, encode
+from leveret.protocol.stomp import StompConnection, connection as stomp_connection
+from leveret.protocol.stomp.frames import Frame, FrameError, encode
 
 
-def frames_of(parser: FrameParser, chunks: list[bytes]) -> list[Frame | None]:
+def frames_of(parser, chunks: list[bytes]) -> list[Frame | None]:
     out: list[Frame | None] = []
     for chunk in chunks:
         out += parser.feed(chunk)
     return out
 
 
+@pytest.mark.parametrize("twin", TWINS)
 @FUZZ
 @given(st.binary(max_size=600), st.lists(st.integers(0, 600), max_size=6))
-def test_the_parser_takes_any_bytes(data, cuts):
-    parser = FrameParser(max_body=256)
+def test_the_parser_takes_any_bytes(twin, data, cuts):
+    parser = twin.FrameParser(max_body=256)
     try:
         frames = frames_of(parser, split(data, cuts))
     except FrameError as exc:
@@ -41,18 +48,28 @@ headers = st.dictionaries(
 )
 
 
+@pytest.mark.parametrize("twin", TWINS)
 @FUZZ
 @given(st.sampled_from(["SEND", "MESSAGE", "ACK"]), headers, st.binary(max_size=64),
        st.sampled_from(["1.1", "1.2"]), st.lists(st.integers(0, 300), max_size=5))
-def test_encoded_frames_parse_back_the_same_however_cut(command, values, body, version, cuts):
+def test_encoded_frames_parse_back_the_same_however_cut(twin, command, values, body, version, cuts):
     """Escaping round-trips every header (1.1 and 1.2), and a body with NULs comes back
     whole with its content-length, whatever the read boundaries."""
     values = {k: v for k, v in values.items() if not (version == "1.1" and ("\r" in k or "\r" in v))}
     values["content-length"] = str(len(body))
-    parser = FrameParser()
+    parser = twin.FrameParser()
     parser.version = version
-    frames = frames_of(parser, split(encode(command, values, body, version) * 2, cuts))
+    frames = frames_of(parser, split(twin.encode(command, values, body, version) * 2, cuts))
     assert [f for f in frames if f is not None] == [Frame(command, values, body)] * 2
+
+
+@contextlib.contextmanager
+def codec(twin):
+    """StompConnections made inside read and write frames with ``twin``'s codec."""
+    with contextlib.ExitStack() as stack:
+        for name in ("FrameParser", "encode", "escape", "message_head"):
+            stack.enter_context(patch.object(stomp_connection, name, getattr(twin, name)))
+        yield
 
 
 class Stomp:
@@ -88,22 +105,24 @@ frames = st.builds(
 )
 
 
+@pytest.mark.parametrize("twin", TWINS)
 @FUZZ
 @given(st.sampled_from(["1.0", "1.1", "1.2"]),
        st.lists(st.one_of(frames, st.binary(max_size=30)), max_size=12),
        st.lists(st.integers(0, 400), max_size=4))
-def test_a_connection_fed_random_frames_never_raises(version, sequence, cuts):
+def test_a_connection_fed_random_frames_never_raises(twin, version, sequence, cuts):
     core = BrokerCore(FakeLoop())
-    consumer = Stomp(core)
-    consumer.feed(f"CONNECT\naccept-version:{version}\nlogin:guest\npasscode:guest\n\n\x00".encode())
-    assert consumer.transport.output.startswith(b"CONNECTED\n")
-    for chunk in split(b"".join(sequence), cuts):
-        consumer.feed(chunk)
-    out = bytes(consumer.transport.output)
-    assert out.count(b"ERROR\n") <= 1
-    if b"ERROR\n" in out:
-        assert consumer.connection.state == "closed" and consumer.transport.closed
-    # whatever happened, closing gives every message back to its queue
-    consumer.connection.connection_lost()
-    for queue in core.vhosts["/"].queues.values():
-        assert queue.unacked_count == 0 and not queue.consumers
+    with codec(twin):
+        consumer = Stomp(core)
+        consumer.feed(f"CONNECT\naccept-version:{version}\nlogin:guest\npasscode:guest\n\n\x00".encode())
+        assert consumer.transport.output.startswith(b"CONNECTED\n")
+        for chunk in split(b"".join(sequence), cuts):
+            consumer.feed(chunk)
+        out = bytes(consumer.transport.output)
+        assert out.count(b"ERROR\n") <= 1
+        if b"ERROR\n" in out:
+            assert consumer.connection.state == "closed" and consumer.transport.closed
+        # whatever happened, closing gives every message back to its queue
+        consumer.connection.connection_lost()
+        for queue in core.vhosts["/"].queues.values():
+            assert queue.unacked_count == 0 and not queue.consumers
