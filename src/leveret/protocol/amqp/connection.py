@@ -46,8 +46,7 @@ from ...amqp.frames import (
     FrameError,
     FrameReader,
     decode_method,
-    encode_content,
-    encode_deliver,
+    encode_delivery,
     encode_method,
 )
 from ...amqp.handoff import PARSED_PUBLISH, Fields, as_frames, whole_publish
@@ -173,9 +172,16 @@ class Connection(AdapterConnection):
     ) -> None:
         """Queue a basic.deliver with its content header and body frames
         (``consumer_tag`` UTF-8 encoded, ``header`` a content header payload)."""
-        parts = encode_content(channel, header, body, self.frame_max)
-        parts.insert(
-            0, encode_deliver(channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key)
+        parts = encode_delivery(
+            channel,
+            consumer_tag,
+            delivery_tag,
+            redelivered,
+            exchange,
+            routing_key,
+            header,
+            body,
+            self.frame_max,
         )
         self.send_parts(parts, len(body))
 
