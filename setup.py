@@ -37,9 +37,7 @@ def extensions() -> list[Extension]:
     """One extension per twin, named by its dotted path; cythonized when Cython is
     there (it is in [build-system] requires), else none."""
     sources = twin_sources()
-    modules = [
-        Extension(".".join(p.relative_to("src").with_suffix("").parts), [str(p)]) for p in sources
-    ]
+    modules = [Extension(".".join(p.relative_to("src").with_suffix("").parts), [str(p)]) for p in sources]
     try:
         from Cython.Build import cythonize
     except ImportError:
