@@ -51,16 +51,24 @@ class OptionalBuildExt(build_ext):
     compiler, a broken one): leveret then runs the pure-Python twin."""
 
     def run(self) -> None:
+        self._failed: set[str] = set()
         try:
             super().run()
         except COMPILE_FAILURES as exc:
             self._warn("the compiled twins", exc)
+            self.extensions = []  # nothing for an editable install to copy into src/
+
+    def build_extensions(self) -> None:
+        super().build_extensions()
+        # what did not build is not an output: an editable install would fail copying it
+        self.extensions = [ext for ext in self.extensions if ext.name not in self._failed]
 
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
         except COMPILE_FAILURES as exc:
             self._warn(ext.name, exc)
+            self._failed.add(ext.name)
 
     @staticmethod
     def _warn(what: str, exc: BaseException) -> None:
