@@ -387,15 +387,19 @@ cdef object _whole_publish(list frames, Py_ssize_t i):
     cdef Py_ssize_t count = PyList_GET_SIZE(frames)
     cdef unsigned long long size
     cdef bytes head
+    cdef const unsigned char* h
     if i < 0 or i + 1 >= count:
         return None
     frame = frames[i]
     number, payload = frame[1], frame[2]
     header_type, header_number, header = frames[i + 1]
-    if header_type != FRAME_HEADER or header_number != number or len(header) < 14 or header[:2] != b"\x00\x3c":
+    if header_type != FRAME_HEADER or header_number != number:
         return None
     head = header if type(header) is bytes else bytes(header)
-    size = _u64(<const unsigned char*>PyBytes_AS_STRING(head) + 4)
+    h = <const unsigned char*>PyBytes_AS_STRING(head)
+    if PyBytes_GET_SIZE(head) < 14 or h[0] != 0 or h[1] != 60:  # class 60 (basic)
+        return None
+    size = _u64(h + 4)
     if size:
         if i + 2 >= count:
             return None
@@ -405,7 +409,10 @@ cdef object _whole_publish(list frames, Py_ssize_t i):
     else:
         body = b""
     try:
-        exchange, routing_key, mandatory, immediate = publish_fields(payload)
+        if type(payload) is bytes:
+            exchange, routing_key, mandatory, immediate = _publish_fields(<bytes>payload)
+        else:
+            exchange, routing_key, mandatory, immediate = publish_fields(payload)
         facts = _scan(head)
     except (ValueError, IndexError, AMQPConnectionError):  # the core's frame path reports it
         return None

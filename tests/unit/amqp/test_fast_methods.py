@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 from pamqp import commands, frame
-
 from twins import TWINS
 
 from leveret.amqp.errors import AMQPConnectionError
