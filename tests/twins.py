@@ -2,8 +2,8 @@
 process imported it (compiled where built) and a private copy imported with
 ``LEVERET_PURE_PYTHON=1``, so property tests can run the same input through each.
 
-``TWINS`` parametrizes a test over ``leveret.amqp.frames`` and ``leveret.amqp.handoff``
-as each twin gives them; the compiled parameter skips, saying why, when
+``TWINS`` parametrizes a test over ``leveret.amqp.frames``, ``leveret.amqp.handoff`` and
+``leveret.amqp.delivery`` as each twin gives them; the compiled parameter skips, saying why, when
 ``leveret.amqp._cframes`` is not built or pure Python is forced.
 """
 
@@ -16,11 +16,12 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
+import leveret.amqp.delivery
 import leveret.amqp.handoff  # noqa: F401  (and frames): the process's own twins first
 from leveret import compiled
 
 #: The pure modules that select a compiled twin at import, in import order.
-SELECTING = ("leveret.amqp.frames", "leveret.amqp.handoff")
+SELECTING = ("leveret.amqp.frames", "leveret.amqp.handoff", "leveret.amqp.delivery")
 
 
 def pure_copies(names: tuple[str, ...] = SELECTING) -> dict[str, ModuleType]:
@@ -48,15 +49,22 @@ def pure_copies(names: tuple[str, ...] = SELECTING) -> dict[str, ModuleType]:
 
 
 _PURE = pure_copies()
-PURE = SimpleNamespace(frames=_PURE["leveret.amqp.frames"], handoff=_PURE["leveret.amqp.handoff"])
+PURE = SimpleNamespace(
+    frames=_PURE["leveret.amqp.frames"],
+    handoff=_PURE["leveret.amqp.handoff"],
+    delivery=_PURE["leveret.amqp.delivery"],
+)
 COMPILED_MODULE = compiled.twin("leveret.amqp._cframes")
+COMPILED_DELIVERY = compiled.twin("leveret.amqp._cdelivery")
 COMPILED = SimpleNamespace(
-    frames=sys.modules["leveret.amqp.frames"], handoff=sys.modules["leveret.amqp.handoff"]
+    frames=sys.modules["leveret.amqp.frames"],
+    handoff=sys.modules["leveret.amqp.handoff"],
+    delivery=sys.modules["leveret.amqp.delivery"],
 )
 NOT_BUILT = (
     f"{compiled.PURE_PYTHON_ENV}=1 is set"
     if compiled.pure_python_forced()
-    else "leveret.amqp._cframes is not built (pip install -e . with a C compiler builds it)"
+    else "leveret.amqp._cframes, _cdelivery are not built (pip install -e . with a C compiler builds them)"
 )
 #: ``pytest.mark.parametrize("twin", TWINS)``: a namespace with ``frames`` and ``handoff``.
 TWINS = [
@@ -66,7 +74,7 @@ TWINS = [
     ),
 ]
 #: Skip marker for tests that compare the compiled twin with the pure one.
-needs_compiled = pytest.mark.skipif(COMPILED_MODULE is None, reason=NOT_BUILT)
+needs_compiled = pytest.mark.skipif(COMPILED_MODULE is None or COMPILED_DELIVERY is None, reason=NOT_BUILT)
 
 
 def outcome(fn, *args):
