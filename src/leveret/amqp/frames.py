@@ -4,7 +4,8 @@
 ``(frame_type, channel, payload)``; it raises :class:`FrameError` (reply code 501) for a
 bad end marker, an unknown frame type or a frame larger than the negotiated frame-max.
 Method payloads are decoded and encoded with pamqp; content headers pass through as raw
-bytes (see :mod:`.properties`).
+bytes (see :mod:`.properties`). The hot functions have a compiled twin
+(``_cframes.pyx``, docs/compiled.md) that replaces them at import when it is built.
 """
 
 from __future__ import annotations
