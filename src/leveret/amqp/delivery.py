@@ -19,6 +19,7 @@ from typing import Any
 from pamqp import commands, decode, frame, header
 from pamqp.body import ContentBody
 
+from ..compiled import twin
 from .frames import FRAME_END
 from .properties import PROPERTY_LAYOUT, PROPERTY_NAMES
 
@@ -232,3 +233,8 @@ def decode_frame(buf: bytes | bytearray) -> tuple[int, Any]:
             pass
     _, channel, value = frame.unmarshal(bytes(buf[: end + 1]))
     return channel, value
+
+
+_c = twin("leveret.amqp._cdelivery")  # the compiled twin (leveret/amqp/_cdelivery.pyx)
+if _c is not None:
+    take_delivery = _c.take_delivery

@@ -81,3 +81,11 @@ def from_reply(cls: type[AMQPError], reply_code: int, reply_text: str) -> AMQPEr
     Exception.__init__(exc, reply_text)
     exc.reply_code, exc.reply_text = reply_code, reply_text
     return exc
+
+
+class FrameError(AMQPConnectionError):
+    """A malformed frame (501 FRAME_ERROR, §4.2.3): bad end marker, unknown frame type,
+    a frame over frame-max. Raised by both twins of the frame reader."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(FRAME_ERROR, text)

@@ -4,7 +4,8 @@
 ``(frame_type, channel, payload)``; it raises :class:`FrameError` (reply code 501) for a
 bad end marker, an unknown frame type or a frame larger than the negotiated frame-max.
 Method payloads are decoded and encoded with pamqp; content headers pass through as raw
-bytes (see :mod:`.properties`).
+bytes (see :mod:`.properties`). The hot functions have a compiled twin
+(``_cframes.pyx``, docs/compiled.md) that replaces them at import when it is built.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import struct
 
 from pamqp import commands, frame as pamqp_frame
 from pamqp.base import Frame as Method
-from pamqp.exceptions import UnmarshalingException
 
-from .errors import FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, AMQPConnectionError
-from .field_table import MAX_NESTING, nests_deeper
+from ..compiled import twin
+from .errors import SYNTAX_ERROR, AMQPConnectionError, FrameError
+from .methods import decode_with_pamqp
 from .properties import encode_properties, shortstr
 
 FRAME_METHOD = 1
@@ -30,11 +31,6 @@ PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 _FRAME_HEAD = struct.Struct(">BHI")
 _METHOD_ID = struct.Struct(">I")
 HEARTBEAT = bytes((FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END))
-
-
-class FrameError(AMQPConnectionError):
-    def __init__(self, text: str) -> None:
-        super().__init__(FRAME_ERROR, text)
 
 
 class FrameReader:
@@ -157,9 +153,6 @@ def encode_deliver(
     return _DELIVER_HEAD.pack(FRAME_METHOD, channel, 4 + len(args), 60, 60) + args + b"\xce"
 
 
-_TOO_DEEP = f"field tables nested more than {MAX_NESTING} deep"
-
-
 def decode_method(payload: bytes) -> Method:
     """A method frame payload as a pamqp command.
 
@@ -176,30 +169,7 @@ def decode_method(payload: bytes) -> Method:
             return fast(payload)
         except (struct.error, ValueError, IndexError) as exc:  # UnicodeDecodeError too
             raise AMQPConnectionError(SYNTAX_ERROR, f"cannot decode method {index:#x}: {exc}") from None
-    cls = commands.INDEX_MAPPING.get(index)
-    if cls is None:
-        raise AMQPConnectionError(
-            NOT_IMPLEMENTED, f"unknown method class {index >> 16} method {index & 0xFFFF}"
-        )
-    method = cls()
-    try:
-        method.unmarshal(payload[4:])
-    except (
-        UnmarshalingException,
-        struct.error,
-        ValueError,
-        TypeError,
-        UnicodeDecodeError,
-        IndexError,
-    ) as exc:
-        raise AMQPConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {exc}") from None
-    except RecursionError:
-        raise AMQPConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {_TOO_DEEP}") from None
-    for name in method.__slots__:  # pamqp's arguments
-        value = getattr(method, name, None)
-        if isinstance(value, dict) and nests_deeper(value):
-            raise AMQPConnectionError(SYNTAX_ERROR, f"cannot decode {method.name}: {_TOO_DEEP}")
-    return method
+    return decode_with_pamqp(index, payload)
 
 
 def encode_method(channel: int, method: Method) -> bytes:
@@ -219,6 +189,26 @@ def encode_content(channel: int, header: bytes, body: bytes, frame_max: int) -> 
         for start in range(0, len(body), chunk):
             piece = body[start : start + chunk]
             parts += (pack(FRAME_BODY, channel, len(piece)), piece, b"\xce")
+    return parts
+
+
+def encode_delivery(
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: str,
+    routing_key: str,
+    header: bytes,
+    body: bytes,
+    frame_max: int,
+) -> list[bytes]:
+    """The frames of one delivery, to be written in this order: basic.deliver
+    (:func:`encode_deliver`), its content header (``header``, a content header payload)
+    and body frames split at ``frame_max`` bytes (:func:`encode_content`). The compiled
+    twin gives them as one bytes object in a list; their concatenation is the same."""
+    parts = encode_content(channel, header, body, frame_max)
+    parts.insert(0, encode_deliver(channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key))
     return parts
 
 
@@ -260,3 +250,13 @@ def encode_publish(
         chunk = body[i : i + step]
         parts += (pack(FRAME_BODY, channel, len(chunk)), chunk, b"\xce")
     return b"".join(parts)
+
+
+_c = twin("leveret.amqp._cframes")  # the compiled twin (leveret/amqp/_cframes.pyx)
+if _c is not None:
+    FrameReader = _c.FrameReader  # type: ignore[misc]
+    publish_fields = _c.publish_fields
+    decode_method = _c.decode_method
+    encode_deliver = _c.encode_deliver
+    encode_content = _c.encode_content
+    encode_delivery = _c.encode_delivery

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..compiled import twin
 from . import properties as wire
 from .errors import AMQPConnectionError
 from .frames import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, PUBLISH_ID, publish_fields
@@ -95,3 +96,9 @@ def as_frames(number: int, fields: Fields) -> list[tuple[int, int, bytes]]:
     if body:
         frames.append((FRAME_BODY, number, body))
     return frames
+
+
+_c = twin("leveret.amqp._cframes")  # the compiled twin (leveret/amqp/_cframes.pyx)
+if _c is not None:
+    parse_publishes = _c.parse_publishes
+    whole_publish = _c.whole_publish

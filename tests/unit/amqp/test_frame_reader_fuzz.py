@@ -1,5 +1,6 @@
 """Fuzzing the sans-I/O FrameReader: garbage in gets a FrameError (501) out, never
-another exception; valid frames reassemble however they are cut."""
+another exception; valid frames reassemble however they are cut. Both twins (pure and
+compiled, tests/twins.py) are fuzzed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import struct
 import pytest
 from hypothesis import given, strategies as st
 from sans_io import FUZZ, split
+from twins import TWINS
 
 from leveret.amqp.frames import (
     FRAME_BODY,
@@ -15,13 +17,12 @@ from leveret.amqp.frames import (
     FRAME_HEARTBEAT,
     FRAME_METHOD,
     FrameError,
-    FrameReader,
     encode_frame,
 )
 
 
 # -- (a) FrameReader ------------------------------------------------------------------
-def feed_all(reader: FrameReader, pieces: list[bytes]) -> tuple[list, FrameError | None]:
+def feed_all(reader, pieces: list[bytes]) -> tuple[list, FrameError | None]:
     """Frames read and the FrameError that ended reading, if any; any other exception
     propagates (and fails the test)."""
     frames = []
@@ -35,11 +36,12 @@ def feed_all(reader: FrameReader, pieces: list[bytes]) -> tuple[list, FrameError
 
 
 @FUZZ
+@pytest.mark.parametrize("twin", TWINS)
 @given(data=st.binary(max_size=600), cuts=st.lists(st.integers(0, 600), max_size=12),
        max_size=st.sampled_from([4096, 131072, 64]))
-def test_frame_reader_gives_frames_or_frame_error(data, cuts, max_size):
-    frames, error = feed_all(FrameReader(max_size), split(data, cuts))
-    whole, whole_error = feed_all(FrameReader(max_size), [data])
+def test_frame_reader_gives_frames_or_frame_error(twin, data, cuts, max_size):
+    frames, error = feed_all(twin.frames.FrameReader(max_size), split(data, cuts))
+    whole, whole_error = feed_all(twin.frames.FrameReader(max_size), [data])
     for frame_type, channel, payload in frames:
         assert frame_type in (FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT)
         assert 0 <= channel <= 0xFFFF
@@ -56,10 +58,11 @@ valid_frames = st.lists(st.tuples(frame_types, st.integers(0, 0xFFFF), st.binary
 
 
 @FUZZ
+@pytest.mark.parametrize("twin", TWINS)
 @given(frames=valid_frames, cuts=st.lists(st.integers(0, 3000), max_size=20))
-def test_valid_frames_split_anywhere_reassemble(frames, cuts):
+def test_valid_frames_split_anywhere_reassemble(twin, frames, cuts):
     data = b"".join(encode_frame(*f) for f in frames)
-    reader = FrameReader(4096)
+    reader = twin.frames.FrameReader(4096)
     got = []
     for piece in split(data, cuts):
         got += reader.feed(piece)
@@ -67,9 +70,10 @@ def test_valid_frames_split_anywhere_reassemble(frames, cuts):
 
 
 @FUZZ
+@pytest.mark.parametrize("twin", TWINS)
 @given(frames=valid_frames, garbage=st.binary(min_size=1, max_size=50))
-def test_valid_frames_then_garbage_keep_the_valid_frames(frames, garbage):
-    reader = FrameReader(4096)
+def test_valid_frames_then_garbage_keep_the_valid_frames(twin, frames, garbage):
+    reader = twin.frames.FrameReader(4096)
     data = b"".join(encode_frame(*f) for f in frames)
     assert reader.feed(data) == frames
     try:
@@ -79,19 +83,21 @@ def test_valid_frames_then_garbage_keep_the_valid_frames(frames, garbage):
     assert all(t in (FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT) for t, _, _ in extra)
 
 
+@pytest.mark.parametrize("twin", TWINS)
 @pytest.mark.parametrize("bad,what", [
     (encode_frame(FRAME_METHOD, 0, b"abcd")[:-1] + b"\x00", "end marker"),
     (encode_frame(7, 0, b""), "unknown frame type"),
     (struct.pack(">BHI", FRAME_BODY, 1, 1 << 30), "exceeds frame_max"),
 ])
-def test_frame_reader_errors(bad, what):
-    reader = FrameReader(4096)
+def test_frame_reader_errors(twin, bad, what):
+    reader = twin.frames.FrameReader(4096)
     with pytest.raises(FrameError, match=what):
         for byte in bad:  # byte by byte
             reader.feed(bytes([byte]))
 
 
-def test_frame_size_error_needs_only_the_frame_head():
-    reader = FrameReader(4096)
+@pytest.mark.parametrize("twin", TWINS)
+def test_frame_size_error_needs_only_the_frame_head(twin):
+    reader = twin.frames.FrameReader(4096)
     with pytest.raises(FrameError):
         reader.feed(struct.pack(">BHI", FRAME_BODY, 1, 5000))

@@ -4,8 +4,10 @@ stands for exactly the frames it replaced; nothing raises."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, strategies as st
 from sans_io import FUZZ
+from twins import TWINS
 
 from leveret.amqp import properties as wire
 from leveret.amqp.frames import (
@@ -82,12 +84,13 @@ frame = st.one_of(
 
 
 @FUZZ
+@pytest.mark.parametrize("twin", TWINS)
 @given(st.lists(frame, max_size=12))
-def test_any_frames_come_back_as_they_were(parts: list) -> None:
+def test_any_frames_come_back_as_they_were(twin, parts: list) -> None:
     frames = []
     for part in parts:
         frames += part if isinstance(part, list) else [part]
-    items = parse_publishes(frames)
+    items = twin.handoff.parse_publishes(frames)
     assert expand(items) == frames
     for item in items:
         if item[0] == PARSED_PUBLISH:

@@ -42,15 +42,13 @@ from ...amqp.frames import (
     FRAME_METHOD,
     HEARTBEAT,
     PROTOCOL_HEADER,
-    PUBLISH_ID,
     FrameError,
     FrameReader,
     decode_method,
-    encode_content,
-    encode_deliver,
+    encode_delivery,
     encode_method,
 )
-from ...amqp.handoff import PARSED_PUBLISH, Fields, as_frames, whole_publish
+from ...amqp.handoff import PARSED_PUBLISH, Fields, as_frames, parse_publishes
 from ...core.access import Access
 from ...core.auth import AuthenticationError
 from ...core.clock import Timer
@@ -173,9 +171,16 @@ class Connection(AdapterConnection):
     ) -> None:
         """Queue a basic.deliver with its content header and body frames
         (``consumer_tag`` UTF-8 encoded, ``header`` a content header payload)."""
-        parts = encode_content(channel, header, body, self.frame_max)
-        parts.insert(
-            0, encode_deliver(channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key)
+        parts = encode_delivery(
+            channel,
+            consumer_tag,
+            delivery_tag,
+            redelivered,
+            exchange,
+            routing_key,
+            header,
+            body,
+            self.frame_max,
         )
         self.send_parts(parts, len(body))
 
@@ -195,7 +200,9 @@ class Connection(AdapterConnection):
         if self.state == "closed" or self.state == "refusing":
             return
         try:
-            frames = self._reader.feed(data)
+            # whole publishes parsed in one pass (compiled: amqp/_cframes.pyx), the
+            # rest frame by frame
+            frames = parse_publishes(self._reader.feed(data))
         except FrameError as exc:
             self._connection_error(exc, 0, 0)
             self.close_transport()
@@ -216,14 +223,7 @@ class Connection(AdapterConnection):
                 self._defer(frames[i:])
                 return
             frame_type, number, payload = frames[i]
-            if frame_type == FRAME_METHOD and i + 1 < count and payload[:4] == PUBLISH_ID:
-                taken = self._publish_whole(frames, i)
-                if taken:  # a whole message in this read: published in one go
-                    i += taken
-                    if self.state == "closed":
-                        return
-                    continue
-            elif frame_type == PARSED_PUBLISH:  # a connection worker's (amqp/handoff.py)
+            if frame_type == PARSED_PUBLISH:  # a whole publish (amqp/handoff.py)
                 if self._publish_parsed(number, payload):
                     i += 1
                     if self.state == "closed":
@@ -285,19 +285,6 @@ class Connection(AdapterConnection):
             return
         if self._stash is None and not self.blocked and self.state not in ("closed", "refusing"):
             self.transport.resume_reading()
-
-    def _publish_whole(self, frames: list[tuple[int, int, Any]], i: int) -> int:
-        """The hot path: ``frames[i]`` is a basic.publish whose content header and single
-        body frame follow in the same read. Publish it without the per-frame state
-        machine and return how many frames it took; return 0 for anything unusual (a
-        malformed method or header, ``immediate``, a body in several frames, a message
-        over the size limit, a channel not ready for it), which the per-frame path then
-        handles, errors included."""
-        whole = whole_publish(frames, i)
-        if whole is None:
-            return 0
-        fields, taken = whole
-        return taken if self._publish_parsed(frames[i][1], fields) else 0
 
     def _publish_parsed(self, number: int, fields: Fields) -> bool:
         """A whole publish, parsed (amqp/handoff.py: here, or by a connection worker):

@@ -18,7 +18,7 @@ import socket
 import sys
 from typing import Any, cast
 
-from ...amqp.frames import PROTOCOL_HEADER, FrameError, FrameReader, encode_content, encode_deliver
+from ...amqp.frames import PROTOCOL_HEADER, FrameError, FrameReader, encode_delivery
 from ...amqp.handoff import parse_publishes
 from ...protocol.output import HIGH_WATER
 from ..event_loop import new_event_loop
@@ -105,10 +105,17 @@ class Client(asyncio.Protocol):
                 parts.append(item)
             else:
                 number, consumer_tag, delivery_tag, redelivered, exchange, routing_key, header, body = item
-                parts.append(
-                    encode_deliver(number, consumer_tag, delivery_tag, redelivered, exchange, routing_key)
+                parts += encode_delivery(
+                    number,
+                    consumer_tag,
+                    delivery_tag,
+                    redelivered,
+                    exchange,
+                    routing_key,
+                    header,
+                    body,
+                    frame_max,
                 )
-                parts += encode_content(number, header, body, frame_max)
         self.transport.write(b"".join(parts))
 
     def set_reading(self) -> None:
