@@ -392,3 +392,29 @@ def test_a_stream_read_from_the_first_offset_comes_in_batches_from_the_store(bro
     bodies += settle(stream, consumer)
     assert bodies == [str(i) for i in range(10)]
     assert broker.store.asked == 3  # offsets 0-2, 3-5, 6-7: the tail holds 8 and 9
+
+
+def test_a_stream_reader_half_way_through_a_batch_has_the_next_one_asked_for(broker, monkeypatch):
+    monkeypatch.setattr(stream_module, "IN_MEMORY_TAIL", 2)
+    monkeypatch.setattr(stream_module, "READ_BATCH", 4)
+    stream = broker.vhost.declare_queue("log", None, durable=True, arguments={"x-queue-type": "stream"})
+    for i in range(14):
+        publish(stream, str(i))
+    broker.durable()
+    consumer = StreamConsumer("first")
+    consumer.prefetch = 3
+    stream.prepare_consumer(consumer)
+    stream.add_consumer(consumer)
+    broker.release()  # offsets 0-3
+    assert consumer.bodies() == ["0", "1", "2"]
+    assert broker.store.reads_in_flight == 1  # 4-7 asked for before the reader gets there
+    bodies = settle(stream, consumer)
+    stream.drain()
+    assert consumer.bodies() == ["3"]  # 4 is on its way
+    for _ in range(6):
+        broker.release()
+        bodies += settle(stream, consumer)
+        stream.drain()
+    bodies += settle(stream, consumer)
+    assert bodies == [str(i) for i in range(14)]
+    assert broker.store.asked == 3  # 0-3, 4-7, 8-11: the tail holds 12 and 13

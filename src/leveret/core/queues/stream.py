@@ -83,7 +83,9 @@ class StreamQueue(Queue):
         self._segments: deque[list] = deque([[0, 0, 0.0]])  # [first offset, bytes, newest time]
         self._total_bytes = 0
         self._cursors: dict[Consumer, _Cursor] = {}
-        self._chunk: dict[int, Message] = {}  # the last batch read from the store
+        #: the batches read from the store: the one consumers read and the one after it
+        self._chunk: dict[int, Message] = {}
+        self._chunk_end = 0  # the offset after the last one in _chunk
         self._reading: int | None = None  # the offset a read of the store is on its way from
 
     # -- counts ---------------------------------------------------------------------
@@ -166,6 +168,7 @@ class StreamQueue(Queue):
             self._tail.popleft()
             self._tail_start += 1
         self._chunk.clear()
+        self._chunk_end = 0
         if self.store is not None and self.queue_id:
             self.store.remove_range(self.queue_id, self.first_offset)
         for cursor in self._cursors.values():
@@ -180,34 +183,52 @@ class StreamQueue(Queue):
 
     # -- reading --------------------------------------------------------------------
     def _read(self, offset: int) -> Message | None:
-        """The message at ``offset``: from the in-memory tail, the last batch read, or
+        """The message at ``offset``: from the in-memory tail, the batches read, or
         None while :data:`READ_BATCH` from there are asked of the store (the answer, on
-        the loop, dispatches again: :meth:`_chunk_read`)."""
+        the loop, dispatches again: :meth:`_chunk_read`). Half-way through the last batch
+        read, the next one is asked for, so a reader seldom waits for the disk."""
         if offset >= self._tail_start:
             return self._tail[offset - self._tail_start][1]
         message = self._chunk.get(offset)
-        if message is None and self._reading is None:
-            assert self.store is not None
-            self._reading = offset
-            self.store.request_queue(
-                self.queue_id, offset, READ_BATCH, ALL_SEQS, lambda rows: self._chunk_read(offset, rows)
-            )
+        if self._reading is None:
+            if message is None:
+                self._ask(offset, False)
+            elif offset + READ_BATCH // 2 >= self._chunk_end and self._chunk_end < self._tail_start:
+                self._ask(self._chunk_end, True)
         return message
 
-    def _chunk_read(self, offset: int, rows: list[StoredMessage]) -> None:
+    def _ask(self, offset: int, ahead: bool) -> None:
+        """Ask the store for :data:`READ_BATCH` messages from ``offset`` on (``ahead``:
+        the batch after the last one read)."""
+        assert self.store is not None
+        self._reading = offset
+        self.store.request_queue(
+            self.queue_id, offset, READ_BATCH, ALL_SEQS, lambda rows: self._chunk_read(offset, rows, ahead)
+        )
+
+    def _chunk_read(self, offset: int, rows: list[StoredMessage], ahead: bool = False) -> None:
         """The store's answer to :meth:`_read`: the batch from ``offset`` on (less what
-        retention dropped meanwhile); consumers read on. Consumers waiting for an offset
-        the store no longer has go on from the next one it has."""
+        retention dropped meanwhile); consumers read on. A batch read ahead joins the
+        one being read; otherwise it replaces what was there. Consumers waiting for an
+        offset the store no longer has go on from the next one it has."""
         self._reading = None
         if self.deleted:
             return
-        self._chunk = {
-            row.seq - 1: Message.restore(row.exchange, row.routing_key, row.header, row.body, row.meta)
-            for row in rows
-            if row.seq - 1 >= self.first_offset
-        }
-        if offset >= self.first_offset and offset not in self._chunk:
-            after = min(self._chunk, default=self._tail_start)
+        chunk = self._chunk if ahead and offset == self._chunk_end else {}
+        first = self.first_offset
+        for row in rows:
+            if row.seq - 1 >= first:
+                chunk[row.seq - 1] = Message.restore(
+                    row.exchange, row.routing_key, row.header, row.body, row.meta
+                )
+        if chunk is self._chunk:  # keep two batches at most: drop what every reader is past
+            keep = offset - READ_BATCH
+            for stale in [key for key in chunk if key < keep]:
+                del chunk[stale]
+        self._chunk = chunk
+        self._chunk_end = max(chunk, default=offset - 1) + 1
+        if offset >= first and offset not in chunk:
+            after = min(chunk, default=self._tail_start)
             log.error("stream '%s': offsets %d to %d missing from the store", self.name, offset, after - 1)
             for cursor in self._cursors.values():
                 if offset <= cursor.next < after:
