@@ -57,3 +57,23 @@ def test_a_default_queue_reads_back_no_further_ahead_than_a_bounded_one():
     assert default.wanted(default.live, 0) == PAGE_IN_BATCH
     default.live = BOUNDED_IN_MEMORY - 10
     assert default.wanted(default.live, 0) == 0
+
+
+def test_page_out_stays_above_a_row_read_back_into_its_redelivery_delay():
+    # A nacked message's back-off outlived a restart: read back, it waits outside the
+    # ready messages. Memory pressure must not move ready messages from before it back
+    # to the store, or the next read would bring it (and its place in ``paged``) twice.
+    from leveret.store.base import StoredMessage
+
+    made = Backlog("q", DEFAULT_IN_MEMORY, DEFAULT_IN_MEMORY_BYTES)
+    made.restore(3000, 3000)
+    made.reading = True
+    rows = [
+        StoredMessage(seq, 1, seq, 0, "", "q", bytes(14), b"x", available_at=1e12 if seq == 2500 else 0.0)
+        for seq in range(1, 3001)
+    ]
+    made.take_page(made.generation, rows, now=1.0)
+    assert [entry.seq for _, entry in made.waiting] == [2500]
+    moved = made.page_out(1000, 10_000)
+    assert [entry.seq for entry in moved] == list(range(2501, 3001))  # only what comes after it
+    assert made.paged_after == 2500 and made.paged == 500

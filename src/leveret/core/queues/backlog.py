@@ -253,9 +253,13 @@ class Backlog:
             got += 1
             if stored.seq in forgotten or stored.seq in self.held:  # not counted in ``paged`` any more
                 self.paged_after = stored.seq
+                if stored.seq > self.taken_upto:  # page_out must not move messages back before it
+                    self.taken_upto = stored.seq
                 continue
             entry = restored(stored)
             if stored.available_at > now:  # its redelivery back-off outlived a restart
+                if stored.seq > self.taken_upto:  # outside ``ready``: page_out stays above it
+                    self.taken_upto = stored.seq
                 entry.state = DELAYED
                 self.waiting.append((stored.available_at, entry))
                 self.paged_after = stored.seq
