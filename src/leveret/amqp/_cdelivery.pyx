@@ -148,6 +148,7 @@ def take_delivery(buf):
     routing_key = _text(p, at, n)
     if consumer_tag is None or exchange is None or routing_key is None:
         return None
+    channel = (p[1] << 8) | p[2]  # read before any Python code runs (it could resize buf)
     if flags & _TABLE_OR_TIME:
         try:
             props = _pure.decode_properties(buf, pos + 21, head_end, flags)
@@ -158,5 +159,5 @@ def take_delivery(buf):
         if props is None:
             return None
     return taken, _pure.Delivery(
-        delivery_tag, redelivered, exchange, routing_key, props, body, consumer_tag, (p[1] << 8) | p[2]
+        delivery_tag, redelivered, exchange, routing_key, props, body, consumer_tag, channel
     )

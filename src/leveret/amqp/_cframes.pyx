@@ -15,9 +15,10 @@ past the end. Out-of-range arguments of the encoders raise by running the pure t
 own Python operation, so the message is the same.
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.tuple cimport PyTuple_GET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcpy
 
@@ -257,7 +258,8 @@ cdef Py_ssize_t _content_size(Py_ssize_t header_size, Py_ssize_t body_size, long
         raise ValueError("range() arg 3 must not be zero")
     if chunk > 0xFFFFFFFF and body_size > 0xFFFFFFFF:
         _FRAME_HEAD.pack(FRAME_BODY, 0, body_size)
-    return header_size + FRAME_OVERHEAD + body_size + ((body_size + chunk - 1) // chunk) * FRAME_OVERHEAD
+    # (body_size - 1) // chunk + 1 frames: no overflow for a chunk near 2**63
+    return header_size + FRAME_OVERHEAD + body_size + ((body_size - 1) // chunk + 1) * FRAME_OVERHEAD
 
 
 cdef Py_ssize_t _put_content(unsigned char* o, unsigned int channel, bytes header, bytes body,
@@ -383,6 +385,22 @@ def scan(bytes header not None):
     return _scan(header)
 
 
+cdef object _three(object frame):
+    """``frame`` if it unpacks into three values, else the ValueError (and its text) the
+    pure twin's unpacking raises. Frames come from the caller: never trusted to be
+    3-tuples."""
+    if type(frame) is tuple and PyTuple_GET_SIZE(frame) == 3:
+        return frame
+    n = len(frame)
+    if n < 3:
+        raise ValueError(f"not enough values to unpack (expected 3, got {n})")
+    if n > 3:
+        raise ValueError("too many values to unpack (expected 3)")
+    return frame
+
+
+@cython.boundscheck(True)  # frames come from the caller: a short tuple raises, as in pure
+@cython.wraparound(True)
 cdef object _whole_publish(list frames, Py_ssize_t i):
     cdef Py_ssize_t count = PyList_GET_SIZE(frames)
     cdef unsigned long long size
@@ -390,9 +408,8 @@ cdef object _whole_publish(list frames, Py_ssize_t i):
     cdef const unsigned char* h
     if i < 0 or i + 1 >= count:
         return None
-    frame = frames[i]
-    number, payload = frame[1], frame[2]
-    header_type, header_number, header = frames[i + 1]
+    _, number, payload = _three(frames[i])
+    header_type, header_number, header = _three(frames[i + 1])
     if header_type != FRAME_HEADER or header_number != number:
         return None
     head = header if type(header) is bytes else bytes(header)
@@ -403,7 +420,7 @@ cdef object _whole_publish(list frames, Py_ssize_t i):
     if size:
         if i + 2 >= count:
             return None
-        body_type, body_number, body = frames[i + 2]
+        body_type, body_number, body = _three(frames[i + 2])
         if body_type != FRAME_BODY or body_number != number or <unsigned long long>len(body) != size:
             return None
     else:
@@ -427,6 +444,8 @@ def whole_publish(list frames not None, Py_ssize_t i):
     return _whole_publish(frames, i)
 
 
+@cython.boundscheck(True)
+@cython.wraparound(True)
 def parse_publishes(list frames not None):
     """Twin of :func:`leveret.amqp.handoff.parse_publishes`: ``frames`` with every whole,
     well-formed, non-immediate basic.publish as one ``(0, channel, fields)`` item."""
