@@ -252,7 +252,9 @@ cdef class FrameParser:
             length_text = length_text.strip()
             if not (length_text.isascii() and length_text.isdigit()):
                 raise FrameError(f"invalid content-length '{length_text[:40]}'")
-            length = int(length_text)
+            # leading zeros off, and no int() of thousands of digits (ValueError past 4300)
+            digits = length_text.lstrip("0")
+            length = int(digits) if 0 < len(digits) <= 18 else 0 if not digits else self.max_body + 1
             if length > self.max_body:
                 raise FrameError(f"the body is longer than {self.max_body} bytes")
         known = (command, headers, length)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 from sans_io import FUZZ, split
-from stomp_twins import COMPILED, NOT_BUILT, PURE
+from stomp_twins import COMPILED, NOT_BUILT, PURE, TWINS
 
 from leveret.protocol.stomp.frames import HEAD_CACHE_ENTRIES, MAX_HEADERS, Frame, FrameError
 
@@ -220,3 +220,20 @@ def test_the_twins_forget_heads_alike_when_the_cache_is_full():
     pure, compiled = both()
     assert outcome(compiled, [data, data], ["1.2"]) == outcome(pure, [data, data], ["1.2"])
     assert len(compiled._heads) == len(pure._heads) <= HEAD_CACHE_ENTRIES
+
+
+@pytest.mark.parametrize("twin", TWINS)
+@pytest.mark.parametrize("digits", ["0" * 5000 + "5", "9" * 5000, "0" * 20])
+def test_a_content_length_of_thousands_of_digits_is_a_frame_error_or_its_value(twin, digits):
+    # int() refuses more than 4300 digits (ValueError): the parser must answer with its
+    # own FrameError (an ERROR frame), or read the value the digits give.
+    parser = twin.FrameParser()
+    data = f"SEND\ndestination:/queue/a\ncontent-length:{digits}\n\nhello\x00".encode()
+    if digits.strip("0") == "5":
+        assert [(f.command, f.body) for f in parser.feed(data)] == [("SEND", b"hello")]
+    elif not digits.strip("0"):
+        with pytest.raises(FrameError, match="NUL"):  # a body of 0 bytes, then "hello"
+            parser.feed(data)
+    else:
+        with pytest.raises(FrameError, match="the body is longer than"):
+            parser.feed(data)
