@@ -83,3 +83,21 @@ def test_server_logs_which_twin_runs(tmp_path, monkeypatch):
         assert "WARNING leveret.compiled: hot path in pure Python for " in log
         assert "not compiled (pip install -e . with a C compiler builds it)" in log
 
+
+
+@pytest.mark.skipif(not os.environ.get("LEVERET_REQUIRE_COMPILED") or compiled.pure_python_forced(),
+                    reason="LEVERET_REQUIRE_COMPILED is not set (.ci/run sets it), or pure Python is forced")
+def test_every_twin_is_built_where_ci_requires_it():
+    # setup.py only warns when a twin does not compile: CI, which has a compiler, makes
+    # that a failure, so a broken build cannot pass as a second pure-Python run.
+    from pathlib import Path
+
+    import leveret
+    import leveret.amqp.client  # the client's delivery decoding
+    import leveret.server.broker  # every protocol's codecs
+
+    src = Path(leveret.__file__).parent
+    twins = sorted(".".join(p.relative_to(src.parent).with_suffix("").parts) for p in src.glob("**/_c*.pyx"))
+    assert twins
+    # every twin is asked for by its pure module, and imports
+    assert {name: compiled.status().get(name) for name in twins} == dict.fromkeys(twins, True)
