@@ -385,9 +385,12 @@ class BatchedStore(Store):
             rows += [row for row in found if row[0] not in deleting]
             if len(found) < want or len(rows) >= limit:
                 break
-            after_seq, want = found[-1][2], limit - len(rows)
+            # a whole batch again, not only what is missing: a run of deleted rows ahead
+            # would otherwise be read a few rows per query
+            after_seq = found[-1][2]
         return [
-            StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[8], r[10]) for r in rows
+            StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[8], r[10])
+            for r in rows[:limit]
         ]
 
     @staticmethod
