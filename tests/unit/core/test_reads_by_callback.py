@@ -418,3 +418,31 @@ def test_a_stream_reader_half_way_through_a_batch_has_the_next_one_asked_for(bro
     bodies += settle(stream, consumer)
     assert bodies == [str(i) for i in range(14)]
     assert broker.store.asked == 3  # 0-3, 4-7, 8-11: the tail holds 12 and 13
+
+
+def test_two_stream_readers_far_apart_each_keep_their_window(broker, monkeypatch):
+    # Spark reads a stream with one consumer per partition: each has its own reads on
+    # their way and its own batches, neither waits for nor evicts the other's.
+    monkeypatch.setattr(stream_module, "IN_MEMORY_TAIL", 2)
+    monkeypatch.setattr(stream_module, "READ_BATCH", 4)
+    stream = broker.vhost.declare_queue("log", None, durable=True, arguments={"x-queue-type": "stream"})
+    for i in range(30):
+        publish(stream, str(i))
+    broker.durable()
+    early, late = StreamConsumer(0), StreamConsumer(14)
+    for consumer in (early, late):
+        stream.prepare_consumer(consumer)
+        stream.add_consumer(consumer)
+    assert broker.store.reads_in_flight == 2  # one for each, at once
+    bodies: dict[StreamConsumer, list[str]] = {early: [], late: []}
+    for _ in range(12):
+        broker.release()
+        for consumer in (early, late):
+            bodies[consumer] += settle(stream, consumer)
+        stream.drain()
+        assert len(stream._chunk) <= 4 * 4  # two batches a reader at most
+    assert bodies[early] == [str(i) for i in range(30)]
+    assert bodies[late] == [str(i) for i in range(14, 30)]
+    # 0-27 for the early reader in batches of 4 (7), 14-27 for the late one (4): the
+    # tail holds 28 and 29; nothing read twice
+    assert broker.store.asked == 11

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import datetime
+import itertools
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -47,12 +48,16 @@ READ_BATCH = 1000  # messages read from the store at a time
 
 
 class _Cursor:
-    __slots__ = ("end", "next", "waiting")
+    __slots__ = ("end", "next", "read_upto", "reading", "waiting")
 
     def __init__(self, next_offset: int, end: int | None) -> None:
         self.next = next_offset
         self.end = end
         self.waiting = False  # its start is being looked up in the store
+        #: the offset after the batches read from the store for this consumer: its
+        #: window of the stream queue's read cache is ``next`` .. ``read_upto``
+        self.read_upto = next_offset
+        self.reading = False  # a read of the store for it is on its way
 
 
 class StreamQueue(Queue):
@@ -83,10 +88,9 @@ class StreamQueue(Queue):
         self._segments: deque[list] = deque([[0, 0, 0.0]])  # [first offset, bytes, newest time]
         self._total_bytes = 0
         self._cursors: dict[Consumer, _Cursor] = {}
-        #: the batches read from the store: the one consumers read and the one after it
+        #: messages read from the store, by offset: each consumer's window (the batch it
+        #: reads and the one after it), shared where windows overlap
         self._chunk: dict[int, Message] = {}
-        self._chunk_end = 0  # the offset after the last one in _chunk
-        self._reading: int | None = None  # the offset a read of the store is on its way from
 
     # -- counts ---------------------------------------------------------------------
     @property
@@ -168,7 +172,6 @@ class StreamQueue(Queue):
             self._tail.popleft()
             self._tail_start += 1
         self._chunk.clear()
-        self._chunk_end = 0
         if self.store is not None and self.queue_id:
             self.store.remove_range(self.queue_id, self.first_offset)
         for cursor in self._cursors.values():
@@ -182,58 +185,66 @@ class StreamQueue(Queue):
         self._segments = deque([[self.first_offset, size, self.host.clock.time()]])
 
     # -- reading --------------------------------------------------------------------
-    def _read(self, offset: int) -> Message | None:
-        """The message at ``offset``: from the in-memory tail, the batches read, or
+    def _read(self, cursor: _Cursor) -> Message | None:
+        """The message at ``cursor.next``: from the in-memory tail, the read cache, or
         None while :data:`READ_BATCH` from there are asked of the store (the answer, on
         the loop, dispatches again: :meth:`_chunk_read`). Half-way through the last batch
-        read, the next one is asked for, so a reader seldom waits for the disk."""
+        read for it, the next one is asked for, so a reader seldom waits for the disk;
+        consumers far apart (Spark's partitions) each keep their own window."""
+        offset = cursor.next
         if offset >= self._tail_start:
             return self._tail[offset - self._tail_start][1]
         message = self._chunk.get(offset)
-        if self._reading is None:
+        if not cursor.reading:
             if message is None:
-                self._ask(offset, False)
-            elif offset + READ_BATCH // 2 >= self._chunk_end and self._chunk_end < self._tail_start:
-                self._ask(self._chunk_end, True)
+                self._ask(cursor, offset)
+            elif offset + READ_BATCH // 2 >= cursor.read_upto and cursor.read_upto < self._tail_start:
+                # read ahead (from the message after this one, when it reads in another's window)
+                self._ask(cursor, cursor.read_upto if cursor.read_upto > offset else offset + 1)
         return message
 
-    def _ask(self, offset: int, ahead: bool) -> None:
-        """Ask the store for :data:`READ_BATCH` messages from ``offset`` on (``ahead``:
-        the batch after the last one read)."""
+    def _ask(self, cursor: _Cursor, offset: int) -> None:
+        """Ask the store for :data:`READ_BATCH` messages from ``offset`` on, for ``cursor``."""
         assert self.store is not None
-        self._reading = offset
+        cursor.reading = True
         self.store.request_queue(
-            self.queue_id, offset, READ_BATCH, ALL_SEQS, lambda rows: self._chunk_read(offset, rows, ahead)
+            self.queue_id, offset, READ_BATCH, ALL_SEQS, lambda rows: self._chunk_read(cursor, offset, rows)
         )
 
-    def _chunk_read(self, offset: int, rows: list[StoredMessage], ahead: bool = False) -> None:
+    def _chunk_read(self, cursor: _Cursor, offset: int, rows: list[StoredMessage]) -> None:
         """The store's answer to :meth:`_read`: the batch from ``offset`` on (less what
-        retention dropped meanwhile); consumers read on. A batch read ahead joins the
-        one being read; otherwise it replaces what was there. Consumers waiting for an
-        offset the store no longer has go on from the next one it has."""
-        self._reading = None
+        retention dropped meanwhile) joins the read cache, which then keeps only the
+        consumers' windows; consumers read on. Consumers waiting for an offset the store
+        no longer has go on from the next one it has."""
+        cursor.reading = False
         if self.deleted:
             return
-        chunk = self._chunk if ahead and offset == self._chunk_end else {}
+        chunk = self._chunk
         first = self.first_offset
-        for row in rows:
-            if row.seq - 1 >= first:
-                chunk[row.seq - 1] = Message.restore(
-                    row.exchange, row.routing_key, row.header, row.body, row.meta
-                )
-        if chunk is self._chunk:  # keep two batches at most: drop what every reader is past
-            keep = offset - READ_BATCH
-            for stale in [key for key in chunk if key < keep]:
-                del chunk[stale]
-        self._chunk = chunk
-        self._chunk_end = max(chunk, default=offset - 1) + 1
-        if offset >= first and offset not in chunk:
-            after = min(chunk, default=self._tail_start)
+        got = [row for row in rows if row.seq - 1 >= first]
+        for row in got:
+            chunk[row.seq - 1] = Message.restore(
+                row.exchange, row.routing_key, row.header, row.body, row.meta
+            )
+        cursor.read_upto = got[-1].seq if got else offset
+        if offset >= first and (not got or got[0].seq - 1 != offset):
+            after = got[0].seq - 1 if got else self._tail_start
             log.error("stream '%s': offsets %d to %d missing from the store", self.name, offset, after - 1)
-            for cursor in self._cursors.values():
-                if offset <= cursor.next < after:
-                    cursor.next = after
+            for other in self._cursors.values():
+                if offset <= other.next < after:
+                    other.next = after
+        self._keep_windows()
         self.drain()
+
+    def _keep_windows(self) -> None:
+        """Drop from the read cache what no consumer's window (``next`` .. ``read_upto``)
+        holds: what they have read, and what another consumer's batch left behind."""
+        windows = sorted((c.next, c.read_upto) for c in self._cursors.values() if c.read_upto > c.next)
+        starts = [low for low, _ in windows]
+        reach = list(itertools.accumulate((high for _, high in windows), max))  # highest end so far
+        chunk = self._chunk
+        for key in [k for k in chunk if not (i := bisect.bisect_right(starts, k)) or reach[i - 1] <= k]:
+            del chunk[key]
 
     def resolve_offset(self, spec: Any) -> int | None:
         """The offset where a consumer with ``x-stream-offset: spec`` starts: ``first``,
@@ -307,8 +318,10 @@ class StreamQueue(Queue):
             self._look_up(consumer, cursor, spec.timestamp())
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        """Forget ``consumer`` and its position."""
+        """Forget ``consumer``, its position and (the last reader gone) the read cache."""
         self._cursors.pop(consumer, None)
+        if not self._cursors:
+            self._chunk.clear()
         super().remove_consumer(consumer)
 
     def _dispatch(self) -> None:
@@ -320,7 +333,7 @@ class StreamQueue(Queue):
             limit = self.next_offset if cursor.end is None else min(cursor.end, self.next_offset)
             while cursor.next < limit and consumer.can_accept():
                 offset = cursor.next
-                message = self._read(offset)
+                message = self._read(cursor)
                 if message is None:  # on its way from the store
                     break
                 cursor.next += 1
