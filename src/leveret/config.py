@@ -30,6 +30,12 @@ Example file::
     https_port = 15671              # the HTTP API over TLS
     ssl_cert_login_from = "distinguished_name"  # EXTERNAL: the user a certificate names
 
+    [http]                          # every HTTP port: management, Prometheus, Web STOMP
+    header_timeout = 20.0           # seconds to send a complete first request head; else closed
+    keepalive_timeout = 60.0        # seconds an idle keep-alive connection is kept
+    max_connections = 1024          # per HTTP port; beyond it 503 and closed at once
+    fd_fraction = 0.25              # of RLIMIT_NOFILE for all HTTP ports (the rest: AMQP/STOMP)
+
     [store]                         # where persistent state lives (default: SQLite in data_dir)
     url = "postgresql://leveret:secret@db.example:5432/leveret"   # a shared PostgreSQL
     cluster = "leveret"             # brokers of one cluster: one master, the others standbys
@@ -103,6 +109,7 @@ from .core.broker import BrokerCore, Limits
 from .core.clock import Clock
 from .core.passwords import DEFAULT_ALGORITHM
 from .core.policy import Policy
+from .server.http_limits import HttpLimits
 from .server.tls import LOGIN_FROM, TLSError, TLSOptions
 from .shovel.spec import ShovelError, ShovelSpec
 
@@ -165,6 +172,9 @@ class Settings:
     #: x-arguments of the queues STOMP clients create (None: ActiveMQ's defaults, see
     #: core.broker.ACTIVEMQ_QUEUE_DEFAULTS)
     stomp_queue_arguments: dict[str, Any] | None = None
+    #: the HTTP ports' header and keep-alive timeouts, connection cap and descriptor
+    #: share (``[http]``; see server/http_limits.py)
+    http: HttpLimits = field(default_factory=HttpLimits)
 
     def memory_limit(self) -> int:
         """The memory high watermark in bytes (0: unknown RAM, no alarm)."""
@@ -324,6 +334,11 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
         except ShovelError as exc:
             raise ConfigError(f"{path}: shovel {entry['name']}: {exc}") from None
         settings.shovels.append((str(entry.get("vhost", "/")), str(entry["name"]), definition))
+    if "http" in data:
+        try:
+            settings.http = HttpLimits.from_table(data.pop("http"))
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
     stomp_queue_arguments = data.pop("stomp_queue_arguments", None)
     if stomp_queue_arguments is not None:
         if not isinstance(stomp_queue_arguments, dict) or not all(

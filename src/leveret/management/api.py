@@ -47,6 +47,8 @@ from ..core.auth import AuthenticationError, LoopbackOnly, User
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
 from ..core.scheduler import JobInfo
+from ..server.http_guard import ConnectionGuard, GuardedSite
+from ..server.http_limits import HttpLimits
 from .admin import AdminAPI
 from .common import route_vhost, visible_vhosts
 from .console import CONSOLE_PREFIX, console_routes
@@ -150,7 +152,9 @@ class ManagementAPI:
     on ``https_port`` with the ``tls`` context. ``node_info`` gives what only the
     server knows (listeners, memory and disk limits: see :mod:`.runtime`).
     ``allowed_hosts``: the names a request's ``Host`` header may carry (against DNS
-    rebinding); by default the loopback names and ``host`` itself."""
+    rebinding); by default the loopback names and ``host`` itself. ``limits`` and
+    ``cap``: the header and keep-alive timeouts and the most connections each port
+    holds (:mod:`..server.http_guard`)."""
 
     def __init__(
         self,
@@ -163,8 +167,17 @@ class ManagementAPI:
         node_info: NodeInfo | None = None,
         stats_interval: float = DEFAULT_INTERVAL,
         shovel_status: ShovelStatus | None = None,
+        limits: HttpLimits | None = None,
+        cap: int | None = None,
     ) -> None:
         self.core = core
+        #: the HTTP port's and the HTTPS port's guards (:mod:`..server.http_guard`):
+        #: ``cap`` connections each at most, ``limits``' timeouts
+        self.limits = limits or HttpLimits()
+        self.guards = (
+            ConnectionGuard("HTTP API", self.limits, cap),
+            ConnectionGuard("HTTPS API", self.limits, cap),
+        )
         self.host = host
         self.port = port  # plain HTTP (None: off)
         self.https_port = https_port  # HTTPS with ``tls`` (None: off)
@@ -202,14 +215,18 @@ class ManagementAPI:
     async def start(self) -> None:
         """Listen on the running loop; :attr:`port` is then the port bound (OSError if it
         cannot be bound)."""
-        self._runner = web.AppRunner(self.app, access_log=None)
+        self._runner = web.AppRunner(
+            self.app, access_log=None, keepalive_timeout=self.limits.keepalive_timeout
+        )
         await self._runner.setup()
         self.rates.start()
         if self.port is not None:
-            await web.TCPSite(self._runner, self.host, self.port).start()
+            await GuardedSite(self._runner, self.host, self.port, self.guards[0]).start()
             self.port = self._runner.addresses[-1][1]
         if self.https_port is not None:
-            await web.TCPSite(self._runner, self.host, self.https_port, ssl_context=self._tls).start()
+            await GuardedSite(
+                self._runner, self.host, self.https_port, self.guards[1], ssl_context=self._tls
+            ).start()
             self.https_port = self._runner.addresses[-1][1]
 
     async def stop(self) -> None:

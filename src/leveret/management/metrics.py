@@ -51,6 +51,8 @@ from ..core.metrics import (
     dead_letter_strategy,
 )
 from ..core.queues import Queue
+from ..server.http_guard import ConnectionGuard, GuardedSite
+from ..server.http_limits import HttpLimits
 from ..version import __version__
 
 #: RabbitMQ's ``queue_type`` label values for leveret's queue types.
@@ -597,8 +599,13 @@ class PrometheusServer:
         port: int,
         node: NodeInfo | None = None,
         per_object_interval: float = 5.0,
+        limits: HttpLimits | None = None,
+        cap: int | None = None,
     ) -> None:
         self.core = core
+        #: the port's header and keep-alive timeouts and cap (:mod:`..server.http_guard`)
+        self.limits = limits or HttpLimits()
+        self.guard = ConnectionGuard("Prometheus port", self.limits, cap)
         self.host = host
         self.port = port
         self.node = node or NodeInfo()
@@ -616,10 +623,12 @@ class PrometheusServer:
 
     async def start(self) -> None:
         """Listen (OSError if the port cannot be bound)."""
-        self._runner = web.AppRunner(self.app, access_log=None)
+        self._runner = web.AppRunner(
+            self.app, access_log=None, keepalive_timeout=self.limits.keepalive_timeout
+        )
         await self._runner.setup()
         try:
-            await web.TCPSite(self._runner, self.host, self.port).start()
+            await GuardedSite(self._runner, self.host, self.port, self.guard).start()
         except BaseException:
             await self._runner.cleanup()
             self._runner = None

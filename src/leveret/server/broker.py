@@ -35,6 +35,7 @@ from .clock import LoopClock
 from .control import ControlServer
 from .disk_monitor import DiskMonitor
 from .event_loop import new_event_loop
+from .http_limits import descriptor_limit
 from .listener import AnyConnection, Listener
 from .memory_monitor import MemoryMonitor
 from .standby import StandbyServer
@@ -183,8 +184,11 @@ class Broker:
                     self.core, settings.bind, settings.stomp_port, 0, connection_class=StompConnection
                 )
                 await self.stomp_listener.start()
+            http_cap = self._http_port_cap()
             if settings.web_stomp_port is not None:
-                self.web_stomp = WebStompServer(self.core, settings.bind, settings.web_stomp_port)
+                self.web_stomp = WebStompServer(
+                    self.core, settings.bind, settings.web_stomp_port, settings.http, http_cap
+                )
                 await self.web_stomp.start()
             if settings.data_dir is not None:  # leveret ctl's socket lives there
                 control = ControlServer(self, Path(settings.data_dir) / SOCKET_NAME)
@@ -204,6 +208,8 @@ class Broker:
                     self.node_info,
                     settings.collect_statistics_interval / 1000,
                     self.shovels.status,
+                    settings.http,
+                    http_cap,
                 )
                 await self.management.start()
             if settings.prometheus_port is not None and settings.prometheus_port >= 0:  # -1: off
@@ -221,6 +227,8 @@ class Broker:
                     settings.prometheus_port,
                     node,
                     settings.collect_statistics_interval / 1000,
+                    settings.http,
+                    http_cap,
                 )
                 await prometheus.start()
                 self.prometheus = prometheus
@@ -234,6 +242,25 @@ class Broker:
             await self.stop()
             raise StoreError(f"fenced while starting as the master of cluster {settings.store_cluster!r}")
         return self
+
+    def _http_port_cap(self) -> int:
+        """The most connections each HTTP port (management HTTP and HTTPS, Prometheus,
+        Web STOMP) holds: ``[http] max_connections``, within an even share of
+        ``fd_fraction`` of RLIMIT_NOFILE (server/http_limits.py); logged once."""
+        settings = self.settings
+        ports = sum(
+            port is not None for port in (settings.http_port, settings.https_port, settings.web_stomp_port)
+        ) + (settings.prometheus_port is not None and settings.prometheus_port >= 0)
+        cap = settings.http.port_cap(ports)
+        if ports:
+            log.info(
+                "HTTP ports: at most %d connections each (%d ports, RLIMIT_NOFILE %s, http.fd_fraction %s)",
+                cap,
+                ports,
+                descriptor_limit() or "unlimited",
+                settings.http.fd_fraction,
+            )
+        return cap
 
     async def _become_master(self, url: str) -> PostgreSQLStore:
         """Wait as a standby (not listening for clients; the management port answers
@@ -249,7 +276,7 @@ class Broker:
         log.info("standby: another broker is the master of cluster %r", settings.store_cluster)
         http = None
         if settings.http_port is not None:
-            http = StandbyServer(settings.bind, settings.http_port, settings.store_cluster)
+            http = StandbyServer(settings.bind, settings.http_port, settings.store_cluster, settings.http)
             await http.start()
         if self.on_standby is not None:
             self.on_standby()

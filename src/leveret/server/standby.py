@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from .http_guard import ConnectionGuard, GuardedSite
+from .http_limits import HttpLimits
+
 
 class StandbyServer:
     """503 ``{"status": "failed", "reason": "standby: ..."}`` for every path on
-    ``host:port`` until :meth:`stop`."""
+    ``host:port`` until :meth:`stop`, behind the HTTP ports' guard (``limits``)."""
 
-    def __init__(self, host: str, port: int, cluster: str) -> None:
+    def __init__(self, host: str, port: int, cluster: str, limits: HttpLimits | None = None) -> None:
         self.host, self.port, self.cluster = host, port, cluster
+        self.limits = limits or HttpLimits()
+        self.guard = ConnectionGuard("standby HTTP port", self.limits, self.limits.port_cap(1))
         self._runner: web.AppRunner | None = None
 
     async def _answer(self, request: web.Request) -> web.Response:
@@ -27,9 +32,9 @@ class StandbyServer:
         """Listen (OSError if the port is taken)."""
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._answer)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, keepalive_timeout=self.limits.keepalive_timeout)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        site = GuardedSite(self._runner, self.host, self.port, self.guard, reuse_address=True)
         await site.start()
 
     async def stop(self) -> None:

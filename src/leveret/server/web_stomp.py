@@ -23,6 +23,8 @@ from ..core.broker import BrokerCore
 from ..protocol.output import HIGH_WATER
 from ..protocol.stomp import StompConnection
 from ..protocol.stomp.frames import MAX_BODY, MAX_COMMAND_LINE, MAX_HEADER_LINE, MAX_HEADERS
+from .http_guard import ConnectionGuard, GuardedSite
+from .http_limits import HttpLimits
 from .listener import Flusher
 
 log = logging.getLogger("leveret.server")
@@ -95,10 +97,16 @@ class WebSocketTransport:
 
 
 class WebStompServer:
-    """Serves STOMP over WebSocket on ``host:port`` (0 picks a free port)."""
+    """Serves STOMP over WebSocket on ``host:port`` (0 picks a free port); ``limits``
+    and ``cap``: the upgrade request's header timeout, the keep-alive timeout and the
+    most connections the port holds (:mod:`.http_guard`)."""
 
-    def __init__(self, core: BrokerCore, host: str, port: int) -> None:
+    def __init__(
+        self, core: BrokerCore, host: str, port: int, limits: HttpLimits | None = None, cap: int | None = None
+    ) -> None:
         self.core = core
+        self.limits = limits or HttpLimits()
+        self.guard = ConnectionGuard("Web STOMP port", self.limits, cap)
         self.host = host
         self.port = port
         self.connections: set[StompConnection] = set()
@@ -110,9 +118,11 @@ class WebStompServer:
     async def start(self) -> None:
         """Listen; :attr:`port` is then the port bound (OSError if it cannot be)."""
         self._flusher = Flusher(asyncio.get_running_loop())
-        self._runner = web.AppRunner(self.app, access_log=None)
+        self._runner = web.AppRunner(
+            self.app, access_log=None, keepalive_timeout=self.limits.keepalive_timeout
+        )
         await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
+        await GuardedSite(self._runner, self.host, self.port, self.guard).start()
         self.port = self._runner.addresses[-1][1]
 
     async def stop(self) -> None:
