@@ -75,8 +75,14 @@ def _get(url: str, timeout: float = 5) -> int:
 
 @pytest.fixture
 def broker() -> Iterator[BlockingBroker]:
-    limits = HttpLimits(header_timeout=30, keepalive_timeout=30, max_connections=5)
-    with BlockingBroker(amqp_port=0, http_port=0, prometheus_port=0, web_stomp_port=0, http=limits) as running:
+    yield from _broker(HttpLimits(header_timeout=30, keepalive_timeout=30, max_connections=5))
+
+
+def _broker(limits: HttpLimits) -> Iterator[BlockingBroker]:
+    """A broker with every HTTP port on, under ``limits``."""
+    with BlockingBroker(
+        amqp_port=0, http_port=0, prometheus_port=0, web_stomp_port=0, http=limits
+    ) as running:
         yield running
 
 
@@ -134,9 +140,7 @@ def test_a_slowloris_on_one_port_leaves_the_others_answering(broker):
 
 @pytest.fixture
 def quick() -> Iterator[BlockingBroker]:
-    limits = HttpLimits(header_timeout=0.5, keepalive_timeout=1.5)
-    with BlockingBroker(amqp_port=0, http_port=0, prometheus_port=0, web_stomp_port=0, http=limits) as running:
-        yield running
+    yield from _broker(HttpLimits(header_timeout=0.5, keepalive_timeout=1.5))
 
 
 @pytest.mark.parametrize("kind", ["management", "prometheus", "web-stomp"])
@@ -181,7 +185,9 @@ def test_a_websocket_stays_open_past_the_header_timeout(quick):
     import stomp
 
     port = _ports(quick)["web-stomp"]
-    conn = stomp.WSStompConnection([("127.0.0.1", port)], ws_path="/ws", header=["Sec-WebSocket-Protocol: v12.stomp"])
+    conn = stomp.WSStompConnection(
+        [("127.0.0.1", port)], ws_path="/ws", header=["Sec-WebSocket-Protocol: v12.stomp"]
+    )
     conn.connect("guest", "guest", wait=True)
     try:
         time.sleep(2.0)  # past both timeouts: an upgraded connection is no longer HTTP's
