@@ -19,7 +19,9 @@ aiohttp's own protocol: it passes every callback on, and
   within ``keepalive_timeout`` seconds.
 
 A TLS port counts a connection once its handshake is done; the handshake itself is
-bounded by ``header_timeout`` too (asyncio's ``ssl_handshake_timeout``).
+bounded by ``header_timeout`` too (asyncio's ``ssl_handshake_timeout``). With aiohttp
+3.14.5 or later, whose keep-alive timer also runs from the connection's start, the
+first request head has the lower of the two timeouts.
 
 Refusals are logged once per episode (the first, then one line when the port takes
 connections again); timeouts only at debug level. :attr:`ConnectionGuard.refused`
