@@ -140,7 +140,7 @@ def test_a_slowloris_on_one_port_leaves_the_others_answering(broker):
 
 @pytest.fixture
 def quick() -> Iterator[BlockingBroker]:
-    yield from _broker(HttpLimits(header_timeout=0.5, keepalive_timeout=1.5))
+    yield from _broker(HttpLimits(header_timeout=0.5, keepalive_timeout=2.5))
 
 
 @pytest.mark.parametrize("kind", ["management", "prometheus", "web-stomp"])
@@ -151,10 +151,10 @@ def test_a_head_never_finished_is_closed_after_the_header_timeout(quick, kind):
     started = time.monotonic()
     try:
         assert _answer(partial, timeout=5).startswith(b"HTTP/1.1 408 ")
-        assert 0.3 < time.monotonic() - started < 3
+        assert 0.3 < time.monotonic() - started < 2
         assert _answer(silent, timeout=5) == b""
         assert _answer(blank_lines, timeout=5) == b""
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 2  # the header timeout's doing, not the keep-alive one's
     finally:
         for sock in (partial, silent, blank_lines):
             sock.close()
@@ -176,7 +176,7 @@ def test_a_keep_alive_connection_outlives_the_header_timeout_until_idle_too_long
         assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
         started = time.monotonic()
         assert b" 200 " not in _answer(sock, timeout=5)  # idle: closed by the keep-alive timeout
-        assert 1.0 < time.monotonic() - started < 4
+        assert 2.0 < time.monotonic() - started < 5
     finally:
         sock.close()
 
@@ -190,7 +190,7 @@ def test_a_websocket_stays_open_past_the_header_timeout(quick):
     )
     conn.connect("guest", "guest", wait=True)
     try:
-        time.sleep(2.0)  # past both timeouts: an upgraded connection is no longer HTTP's
+        time.sleep(3.0)  # past both timeouts: an upgraded connection is no longer HTTP's
         assert conn.is_connected()
     finally:
         conn.disconnect()
