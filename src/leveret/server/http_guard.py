@@ -108,7 +108,7 @@ class ConnectionGuard:
         """A counted connection closed."""
         self.open -= 1
         if self._refusing and self.open < self.cap:
-            log.warning("%s: taking HTTP connections again (%d refused)", self.name, self._refusing)
+            log.info("%s: taking HTTP connections again (%d refused)", self.name, self._refusing)
             self._refusing = 0
 
 
