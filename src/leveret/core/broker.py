@@ -90,7 +90,8 @@ class BrokerCore:
     client_ids: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        #: Failed logins per source address, for every protocol and the HTTP API.
+        #: Failed logins per source address and user name, and unauthenticated
+        #: connections per address, for every protocol and the HTTP API.
         self.login_throttle = LoginThrottle(self.clock)
         #: Delayed and scheduled messages of every vhost (held until due).
         self.scheduler = Scheduler(self.clock, self.vhosts)

@@ -4,8 +4,9 @@ Each protocol adapter runs its own *sequence* of checks (authenticate, pick the 
 check access), as RabbitMQ's STOMP processor calls the same ``rabbit_access_control``
 checks as ``rabbit_reader`` does for AMQP, but the bookkeeping around them is here, once:
 
-- :func:`login_throttle_delay`, :func:`login_refused`, :func:`login_accepted`: a login
-  from an address (RabbitMQ's log line, the audit record, the login throttle);
+- :func:`connection_accepted`, :func:`login_refused`, :func:`login_accepted`,
+  :func:`connection_ended`: a connection before it logs in (the login throttle's count
+  of unauthenticated connections and failures, RabbitMQ's log line, the audit record);
 - :func:`open_connection`: the connection is open in a vhost. It is refused if the
   vhost's ``max-connections`` is reached or its client id is in use (as RabbitMQ's
   ``rabbit_connection_tracking`` and ActiveMQ's ``InvalidClientIDException``), else it is
@@ -60,21 +61,32 @@ class Adapter(ClientConnection, Protocol):
         CONNECTION_FORCED)."""
 
 
-def _address(peer: str) -> str:
+def address_of(peer: str) -> str:
     """The address of ``"host:port"`` (the login throttle counts per address)."""
     return peer.rpartition(":")[0]
 
 
-def login_throttle_delay(core: BrokerCore, peer: str) -> float:
-    """Seconds to wait before answering a login from ``peer`` (``"host:port"``): 0, or
-    more once its address failed too often (:class:`~.login_throttle.LoginThrottle`;
-    every answer waits then, a right one too)."""
-    return core.login_throttle.delay(_address(peer))
+
+
+
+def connection_accepted(core: BrokerCore, peer: str) -> bool:
+    """A connection from ``peer`` (``"host:port"``) was accepted: True if it may go on
+    (it now counts as unauthenticated for its address until :func:`login_accepted`,
+    :func:`login_refused` or :func:`connection_ended`), False if its address already
+    has the most unauthenticated connections allowed (refuse it at once:
+    :meth:`~.login_throttle.LoginThrottle.connection_opened`)."""
+    return core.login_throttle.connection_opened(address_of(peer))
+
+
+def connection_ended(core: BrokerCore, peer: str) -> None:
+    """A connection counted by :func:`connection_accepted` ended before logging in."""
+    core.login_throttle.connection_settled(address_of(peer))
 
 
 def login_accepted(core: BrokerCore, peer: str) -> None:
-    """``peer`` logged in: its address's count of failures starts afresh."""
-    core.login_throttle.succeeded(_address(peer))
+    """``peer`` logged in: no longer unauthenticated. Its address's and user's failures
+    are kept (a right password now and then buys a guesser nothing)."""
+    core.login_throttle.connection_settled(address_of(peer))
 
 
 def login_refused(
@@ -82,19 +94,25 @@ def login_refused(
     log: logging.Logger,
     peer: str,
     mechanism: str,
-    username: str,
+    username: str | None,
     reason: str,
     /,
     **details: object,
-) -> None:
+) -> float:
     """A login from ``peer`` (``"host:port"``) was refused: RabbitMQ's warning on the
     adapter's ``log`` (``connection <peer>: <mechanism> login refused: user '<u>' -
     <reason>``, never the secret), the audit record ``login.refused`` with ``details``
-    (``protocol=…``), and one more failure for the address's login throttle."""
-    log.warning("connection %s: %s login refused: user '%s' - %s", peer, mechanism, username, reason)
-    address = _address(peer)
-    audit.record("login.refused", username, address, **details)
-    core.login_throttle.failed(address)
+    (``protocol=…``), and one more failure for the address and for ``username`` (None:
+    none could be read). Returns the seconds to wait before sending the refusal (the
+    login throttle's: :meth:`~.login_throttle.LoginThrottle.failed`); the connection no
+    longer counts as unauthenticated, the refusal does until it is due."""
+    name = "?" if username is None else username
+    log.warning("connection %s: %s login refused: user '%s' - %s", peer, mechanism, name, reason)
+    address = address_of(peer)
+    audit.record("login.refused", name, address, **details)
+    throttle = core.login_throttle
+    throttle.connection_settled(address)
+    return throttle.failed(address, username)
 
 
 @dataclass(eq=False, slots=True)

@@ -1,58 +1,173 @@
-"""Failed logins slowed down per source address, so a password cannot be guessed at
-thousands of tries a second (measured before this: 4,500 wrong AMQP passwords/s).
+"""Online password guessing slowed down per source address *and* per user name, without
+slowing the users who know their password.
 
-The first :data:`FREE` failures from an address are answered at once; after that every
-answer to that address, right password or not, waits twice as long as the last, from
-:data:`BASE` up to :data:`LIMIT` seconds (so a guesser gains nothing by hanging up
-early).
-An address that stays quiet for :data:`FORGET` seconds, or logs in, starts afresh.
-Every protocol adapter and the HTTP API ask the same throttle. RabbitMQ has no
-equivalent (it relies on its default of loopback-only ``guest``).
+What is limited, and how (all times in seconds, on the injected clock):
+
+- **Failures, not logins.** A password is checked as soon as the login arrives. A right
+  one is answered at once and leaves every record as it is (so logging in correctly
+  now and then resets nothing). A wrong one is answered no earlier than the next free
+  slot of two *leaky buckets of failures* (the generic cell rate algorithm): one for
+  the source address, one for the user name tried. Each lets a burst of
+  :attr:`ThrottleSettings.address_burst` (:attr:`~ThrottleSettings.user_burst`)
+  failures through unslowed, then one failure per
+  :attr:`~ThrottleSettings.address_interval` (:attr:`~ThrottleSettings.user_interval`);
+  a refusal waits for the later of its two slots. Concurrent failures take successive
+  slots, so 200 parallel guesses are answered no faster than 200 sequential ones.
+- **Unauthenticated connections per address.** At most
+  :attr:`~ThrottleSettings.max_unauthenticated` connections from one address may be
+  accepted and not yet logged in, counting each refusal that is not yet due as one
+  (a guesser who hangs up rather than wait for the refusal keeps its place until the
+  refusal would have been sent). Beyond it a new connection is refused at once,
+  before its password is read.
+
+The timing difference this leaves (a right password answered at once, a wrong one
+possibly later) tells a guesser nothing the answer itself does not: the throttle limits
+the *rate* of guesses, it does not hide their outcome. A guesser who stops waiting
+for slow refusals still spends a slot of its address's budget and of the user's on
+each guess. Nothing is ever locked: a user under attack from elsewhere still logs in
+at once with the right password (OWASP's advice against account lockout), and an
+address only runs out of connections while it keeps
+:attr:`~ThrottleSettings.max_unauthenticated` attempts unanswered.
+
+RabbitMQ has no equivalent. Memory is bounded: at most
+:attr:`~ThrottleSettings.max_keys` addresses and as many user names are remembered,
+the least recently seen forgotten first (a forgotten key starts with a full burst).
 """
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass
+
 from .clock import Clock
 
-FREE = 3  # failures answered without delay
-BASE = 0.1  # seconds: the first delay
-LIMIT = 5.0  # seconds: the longest delay
-FORGET = 60.0  # seconds without a failure before an address starts afresh
-MAX_SOURCES = 100_000  # addresses remembered; the oldest are forgotten first
+USER_KEY_LENGTH = 255  # characters of a user name kept as its key (AMQP's shortstr)
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleSettings:
+    """The throttle's limits (seconds and counts)."""
+
+    address_burst: int = 10  # failures from one address answered without delay
+    address_interval: float = 0.5  # seconds between answered failures from one address after that
+    user_burst: int = 20  # failures for one user name (from anywhere) answered without delay
+    user_interval: float = 1.0  # seconds between answered failures for one user name after that
+    max_unauthenticated: int = 64  # connections per address not yet logged in (refusals due count)
+    max_keys: int = 100_000  # addresses, and user names, remembered at most
+
+
+class _Buckets:
+    """Leaky buckets of failures per key (GCRA): ``_tat[key]`` is the time the key's
+    bucket is empty again. Least recently used first, at most ``limit`` keys."""
+
+    def __init__(self, limit: int) -> None:
+        self._tat: dict[str, float] = {}
+        self.limit = limit
+
+    def charge(self, key: str, now: float, burst: int, interval: float) -> float:
+        """One more failure for ``key`` at ``now``: the time its answer is due."""
+        tat = max(self._tat.pop(key, now), now) + interval
+        self._tat[key] = tat  # re-inserted: dict order is least recently used first
+        if len(self._tat) > self.limit:
+            del self._tat[next(iter(self._tat))]
+        return max(now, tat - burst * interval)
+
+    def level(self, key: str, now: float, interval: float) -> float:
+        """How many failures ``key``'s bucket holds at ``now`` (0.0 when empty)."""
+        return max(0.0, self._tat.get(key, now) - now) / interval
+
+    def __len__(self) -> int:
+        return len(self._tat)
 
 
 class LoginThrottle:
-    """Counts failed logins per source (an address, as text), on ``clock``."""
+    """Counts failed logins per source address and per user name, and unauthenticated
+    connections per address, on ``clock``. Addresses are text without the port."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, settings: ThrottleSettings | None = None) -> None:
         self.clock = clock
-        self._failures: dict[str, tuple[int, float]] = {}  # source -> (count, last time)
+        self.settings = settings or ThrottleSettings()
+        self._addresses = _Buckets(self.settings.max_keys)
+        self._users = _Buckets(self.settings.max_keys)
+        self._open: dict[str, int] = {}  # address -> connections accepted, not logged in
+        self._due: dict[str, deque[float]] = {}  # address -> times its pending refusals are due
 
-    def failed(self, source: str) -> float:
-        """Record a failed login from ``source``; returns how many seconds to wait
-        before answering it."""
+    # -- unauthenticated connections -----------------------------------------------------
+    def unauthenticated(self, address: str) -> int:
+        """Connections from ``address`` not yet logged in, plus its refusals not yet due."""
+        return self._open.get(address, 0) + self._pending(address)
+
+    def connection_opened(self, address: str) -> bool:
+        """A connection from ``address`` was accepted. True: it counts as unauthenticated
+        until :meth:`connection_settled`; False: ``address`` already has
+        ``max_unauthenticated``, refuse it (it is not counted)."""
+        if self.unauthenticated(address) >= self.settings.max_unauthenticated:
+            return False
+        self._open[address] = self._open.get(address, 0) + 1
+        return True
+
+    def connection_settled(self, address: str) -> None:
+        """A counted connection from ``address`` logged in, was refused, or closed before
+        either: it no longer counts (a refusal counts through :meth:`failed` instead)."""
+        count = self._open.get(address, 0) - 1
+        if count > 0:
+            self._open[address] = count
+        else:
+            self._open.pop(address, None)
+
+    def may_check(self, address: str) -> bool:
+        """Whether a login from ``address`` outside a counted connection (an HTTP request)
+        may be checked now: its refusals not yet due are fewer than
+        ``max_unauthenticated``."""
+        return self._pending(address) < self.settings.max_unauthenticated
+
+    def room_in(self, address: str) -> float:
+        """Seconds until ``address``'s next refusal falls due (0.0 if none is pending):
+        when :meth:`may_check` can next become true."""
+        due = self._due.get(address)
+        return max(0.0, due[0] - self.clock.time()) if due else 0.0
+
+    def _pending(self, address: str) -> int:
+        due = self._due.get(address)
+        if due is None:
+            return 0
         now = self.clock.time()
-        count, last = self._failures.pop(source, (0, now))
-        if now - last > FORGET:
-            count = 0
-        count += 1
-        self._failures[source] = (count, now)  # re-inserted: dict order is age order
-        if len(self._failures) > MAX_SOURCES:
-            del self._failures[next(iter(self._failures))]
-        if count <= FREE:
-            return 0.0
-        return min(LIMIT, BASE * 2 ** (count - FREE - 1))
+        while due and due[0] <= now:
+            due.popleft()
+        if not due:
+            del self._due[address]
+        return len(due)
 
-    def delay(self, source: str) -> float:
-        """Seconds to wait before answering any login from ``source`` now (a right
-        password too): once an address is throttled, a guesser cannot tell a quick
-        answer from a slow refusal."""
+    # -- failures ------------------------------------------------------------------------
+    def failed(self, address: str, user: str | None) -> float:
+        """A login from ``address`` for ``user`` (None: no name could be read) was
+        refused: seconds to wait before answering it (0.0 within both bursts). Until
+        then the refusal counts as an unauthenticated connection of ``address``."""
         now = self.clock.time()
-        count, last = self._failures.get(source, (0, now))
-        if count <= FREE or now - last > FORGET:
+        s = self.settings
+        due = self._addresses.charge(address, now, s.address_burst, s.address_interval)
+        if user is not None:
+            due = max(due, self._users.charge(user[:USER_KEY_LENGTH], now, s.user_burst, s.user_interval))
+        if due <= now:
             return 0.0
-        return min(LIMIT, BASE * 2 ** (count - FREE - 1))
+        pending = self._due.pop(address, None) or deque()
+        pending.append(due)
+        if len(pending) > 1 and pending[-2] > due:  # (the user's slot came later before)
+            pending = deque(sorted(pending))
+        self._due[address] = pending  # re-inserted: least recently refused first
+        if len(self._due) > s.max_keys:
+            del self._due[next(iter(self._due))]
+        return due - now
 
-    def succeeded(self, source: str) -> None:
-        """A login from ``source`` succeeded: forget its failures."""
-        self._failures.pop(source, None)
+    def failures(self, address: str | None = None, user: str | None = None) -> float:
+        """How full ``address``'s (or ``user``'s) bucket of failures is now, in failures
+        (burst + 1 or more: its failures are being slowed down)."""
+        now = self.clock.time()
+        if address is not None:
+            return self._addresses.level(address, now, self.settings.address_interval)
+        assert user is not None
+        return self._users.level(user[:USER_KEY_LENGTH], now, self.settings.user_interval)
+
+    def throttled(self, address: str) -> bool:
+        """Whether a failure from ``address`` would be answered late now."""
+        return self.failures(address) + 1 > self.settings.address_burst

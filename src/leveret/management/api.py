@@ -3,7 +3,8 @@ aiohttp.
 
 It reads and changes the broker only through core's public objects. Authentication
 is HTTP basic with the broker's users (``guest`` from loopback only, as for AMQP); a
-refused login is RabbitMQ's 401 ``Login failed`` (logged, throttled per address), a
+refused login is RabbitMQ's 401 ``Login failed`` (logged, throttled per address and
+user: :mod:`leveret.core.login_throttle`), a
 user without a management tag gets 401 ``Not management user``, administration needs
 ``administrator``; a missing vhost or queue is 404. Requests must name an allowed
 ``Host``; answers carry :data:`SECURITY_HEADERS`. Field names follow RabbitMQ's API so
@@ -35,6 +36,7 @@ import asyncio
 import base64
 import ipaddress
 import json
+import math
 import logging
 from dataclasses import asdict
 from ssl import SSLContext
@@ -280,7 +282,7 @@ class ManagementAPI:
                     {"error": "forbidden", "reason": "CSRF token missing or wrong"}, status=403
                 )
         else:
-            username = "?"
+            username: str | None = None
             try:
                 scheme, _, encoded = header.partition(" ")
                 if scheme.lower() != "basic":
@@ -304,30 +306,36 @@ class ManagementAPI:
         return await handler(request)
 
     async def _login(self, request: web.Request, username: str, password: str) -> User | web.Response:
-        """The user these credentials name (the login throttle first: an address that
-        failed too often waits, a right answer too), or the 401 to answer."""
+        """The user these credentials name, at once; or the 401 to answer, once the login
+        throttle allows (see :mod:`leveret.core.login_throttle`); or 429 Too Many
+        Requests with ``Retry-After`` (seconds), unchecked, while the address has
+        ``max_unauthenticated`` refusals not yet answered."""
         peer = request.remote or ""
-        delay = self.core.login_throttle.delay(peer)
-        if delay:
-            await asyncio.sleep(delay)
+        throttle = self.core.login_throttle
+        if not throttle.may_check(peer):
+            return web.json_response(
+                {"error": "too_many_requests", "reason": "Too many failed logins from this address"},
+                status=429,
+                headers={"Retry-After": str(max(1, math.ceil(throttle.room_in(peer))))},
+            )
         try:
             loopback = peer in ("", "localhost") or ipaddress.ip_address(peer).is_loopback
             user = self.core.users.authenticate(username, password, loopback)
         except (AuthenticationError, ValueError) as exc:
-            return await self._refuse(request, username, exc, slowed=True)
-        self.core.login_throttle.succeeded(peer)
+            return await self._refuse(request, username, exc)
         return user
 
-    async def _refuse(
-        self, request: web.Request, username: str, exc: Exception, slowed: bool = False
-    ) -> web.Response:
-        """A refused login: logged, audited, counted against the address."""
+    async def _refuse(self, request: web.Request, username: str | None, exc: Exception) -> web.Response:
+        """A refused login (``username`` None: the header could not be read): logged,
+        audited, counted against the address and the user, and answered 401 when the
+        login throttle allows."""
         peer = request.remote or ""
-        if not slowed and (delay := self.core.login_throttle.delay(peer)):
+        name = "?" if username is None else username
+        log.warning("HTTP access denied: user '%s' from %s - %s", name, peer, exc)
+        self.core.audit.record("login.refused", name, peer, protocol="http")
+        delay = self.core.login_throttle.failed(peer, username)
+        if delay:
             await asyncio.sleep(delay)
-        log.warning("HTTP access denied: user '%s' from %s - %s", username, peer, exc)
-        self.core.audit.record("login.refused", username, peer, protocol="http")
-        self.core.login_throttle.failed(peer)
         if isinstance(exc, LoopbackOnly):
             return _unauthorised("User can only log in via localhost")
         return web.json_response(

@@ -20,6 +20,8 @@ from ..core.connections import ConnectionFacts
 from ..core.lifecycle import ConnectionHandle
 from .output import Output
 
+log = logging.getLogger("leveret.server")
+
 if TYPE_CHECKING:
     from ..core.auth import User
     from ..core.broker import BrokerCore
@@ -64,25 +66,41 @@ class AdapterConnection(Output):
         self._input_waiting = input_waiting  # whether unread bytes wait (heartbeat checks)
         self._init_output(request_flush)
         self.last_received = loop.time()
+        # counted as unauthenticated for its address until it logs in, is refused or ends
+        # (the login throttle); False: its address had too many, so it is refused now
+        self._unauthenticated = lifecycle.connection_accepted(core, peer)
         self._init_protocol()
+        if not self._unauthenticated:
+            self._refuse_unauthenticated(
+                f"too many unauthenticated connections from {lifecycle.address_of(peer)}"
+            )
 
     def _init_protocol(self) -> None:
         """The adapter's own state machine starts (its first state, its handshake timer)."""
         raise NotImplementedError
 
     # -- logging in -----------------------------------------------------------------------
-    def _login_delay(self) -> float:
-        """Seconds this peer's login must wait (its address failed too often), or 0."""
-        return lifecycle.login_throttle_delay(self.core, self.peer)
+    def _refuse_unauthenticated(self, text: str) -> None:
+        """Just accepted, but its address already has the most unauthenticated
+        connections the login throttle allows: refuse it before reading anything (an
+        adapter whose protocol lets the server speak first sends its error; this
+        default closes the socket)."""
+        log.warning("connection %s refused: %s", self.peer, text)
+        self.transport.close()
 
     def _login_refused(
-        self, log: logging.Logger, mechanism: str, username: str, reason: str, /, **details: object
-    ) -> None:
-        """Log, audit and count a refused login (:func:`leveret.core.lifecycle.login_refused`)."""
-        lifecycle.login_refused(self.core, log, self.peer, mechanism, username, reason, **details)
+        self, log: logging.Logger, mechanism: str, username: str | None, reason: str, /, **details: object
+    ) -> float:
+        """Log, audit and count a refused login (:func:`leveret.core.lifecycle.login_refused`);
+        returns the seconds to wait before sending the refusal (the login throttle's)."""
+        self._unauthenticated = False
+        return lifecycle.login_refused(self.core, log, self.peer, mechanism, username, reason, **details)
 
     def _login_accepted(self) -> None:
-        lifecycle.login_accepted(self.core, self.peer)
+        """The login succeeded (answered at once, whatever the address's failures)."""
+        if self._unauthenticated:
+            self._unauthenticated = False
+            lifecycle.login_accepted(self.core, self.peer)
 
     # -- open and closed ------------------------------------------------------------------
     def _open_life(self, user: User, vhost: VirtualHost, protocol: str, client_id: str | None = None) -> None:
@@ -100,6 +118,9 @@ class AdapterConnection(Output):
         if self.life is not None:
             self.life.close()
         self.vhost = None
+        if self._unauthenticated:  # it ended before logging in
+            self._unauthenticated = False
+            lifecycle.connection_ended(self.core, self.peer)
 
     def peer_address(self) -> tuple[str, int]:
         """The peer's host (without IPv6 brackets) and port, as management shows them."""

@@ -1,4 +1,4 @@
-"""Passwords, permission checks and the failed-login throttle, in core alone."""
+"""Passwords and permission checks, in core alone (the login throttle: test_login_throttle.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from leveret.core.access import Access
 from leveret.core.auth import AuthenticationError, Permission, TopicPermission, User, UserDatabase, matches
 from leveret.core.clock import ManualClock
 from leveret.core.errors import BrokerError
-from leveret.core.login_throttle import BASE, FREE, LIMIT, LoginThrottle
 
 # "pw" hashed by RabbitMQ 3.10.8 (rabbit_password_hashing_sha256), from GET /api/users/bob
 RABBITMQ_HASH = "Rg7zqF0qkYPq3sE7W3ZuOW+BvBZVuYI399YVWj1e1OYfAGuW"
@@ -109,20 +108,3 @@ def test_topic_permissions_expand_username_and_vhost():
     assert refused_text(checks.topic, "write", "amq.topic", "alice./") == \
         "access to topic 'alice./' in exchange 'amq.topic' in vhost '/' refused for user 'bob'"
     assert "topic 'x'" in refused_text(checks.topic, "read", "amq.topic", "x")
-
-
-# -- the failed-login throttle ----------------------------------------------------------
-def test_failed_logins_are_answered_later_and_later_then_forgotten():
-    clock = ManualClock()
-    throttle = LoginThrottle(clock)
-    delays = [throttle.failed("10.0.0.1") for _ in range(FREE + 8)]
-    assert delays[:FREE] == [0.0] * FREE
-    assert delays[FREE:FREE + 3] == [BASE, 2 * BASE, 4 * BASE]
-    assert max(delays) == LIMIT
-    assert throttle.failed("10.0.0.2") == 0.0  # per address
-    clock.advance(61)
-    assert throttle.failed("10.0.0.1") == 0.0  # quiet for a minute: forgotten
-    for _ in range(FREE):
-        throttle.failed("10.0.0.3")
-    throttle.succeeded("10.0.0.3")
-    assert throttle.failed("10.0.0.3") == 0.0

@@ -103,8 +103,8 @@ class Connection(AdapterConnection):
     """State machine of one client connection.
 
     States: ``header`` → ``start`` (start sent) → ``tune`` → ``open`` (awaiting
-    connection.open) → ``opened``; ``refusing`` while a login from an address that
-    failed too often waits out its throttle delay (nothing is read); ``closing`` after
+    connection.open) → ``opened``; ``refusing`` while a wrong password's refusal waits
+    for the login throttle's slot (nothing is read); ``closing`` after
     connection.close is sent, ``closed`` at the end.
     """
 
@@ -463,42 +463,39 @@ class Connection(AdapterConnection):
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         if m.mechanism not in self.mechanisms:
             raise AMQPConnectionError(COMMAND_INVALID, f"unknown authentication mechanism '{m.mechanism}'")
-        delay = self._login_delay()
-        if delay:  # this address failed too often: every answer waits, a right one too
-            self.state = "refusing"
-            self.transport.pause_reading()
-            self._timer.cancel()
-            self._timer = self.loop.call_later(delay, lambda: self._delayed_login(m))
-            return
         self._login(m)
 
-    def _delayed_login(self, m: C.StartOk) -> None:
-        """The throttle delay has passed: log in (or refuse) and read again."""
-        if self.state != "refusing":
-            return
-        self.state = "start"
-        self._timer = self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
-        self.transport.resume_reading()
-        try:
-            self._login(m)
-        except AMQPConnectionError as exc:
-            self._connection_error(exc, 10, 11)
+    def _refuse_unauthenticated(self, text: str) -> None:
+        """Over the login throttle's cap of unauthenticated connections per address:
+        the socket is closed before a byte is read (AMQP lets the server say nothing
+        before connection.start, and reading a start-ok is the work being refused)."""
+        log.warning("connection %s refused: %s", self.peer, text)
+        self.close_transport()
 
     def _login(self, m: C.StartOk) -> None:
-        """Authenticate connection.start-ok; AMQPConnectionError 403 if refused (logged
-        with user, address and mechanism, never the secret, and counted against the
-        address)."""
-        username = "?"
+        """Authenticate connection.start-ok: a right password gets connection.tune at
+        once; a wrong one connection.close 403 ACCESS_REFUSED (RabbitMQ's
+        ``authentication_failure_close``), sent when the login throttle allows it
+        (state ``refusing`` until then, nothing read). The refusal is logged with user,
+        address and mechanism, never the secret, and counted against both."""
+        username: str | None = None
         try:
             if m.mechanism == "EXTERNAL":  # the certificate is the credential
-                username = self.certificate_user or "?"
-                self.user = self.core.users.authenticate_external(username, self.from_loopback)
+                username = self.certificate_user
+                self.user = self.core.users.authenticate_external(username or "?", self.from_loopback)
             else:
                 username, password = parse_response(m.mechanism, m.response)
                 self.user = self.core.users.authenticate(username, password, self.from_loopback, m.mechanism)
         except AuthenticationError as exc:
-            self._login_refused(log, m.mechanism, username, str(exc), protocol="amqp", mechanism=m.mechanism)
-            raise AMQPConnectionError(ACCESS_REFUSED, str(exc)) from None
+            delay = self._login_refused(log, m.mechanism, username, str(exc), protocol="amqp", mechanism=m.mechanism)
+            refusal = AMQPConnectionError(ACCESS_REFUSED, str(exc))
+            if not delay:
+                raise refusal from None
+            self.state = "refusing"
+            self.transport.pause_reading()
+            self._timer.cancel()
+            self._timer = self.loop.call_later(delay, lambda: self._connection_error(refusal, 10, 11))
+            return
         self._login_accepted()
         self.auth_mechanism = m.mechanism
         self.state = "tune"

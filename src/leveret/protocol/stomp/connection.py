@@ -99,7 +99,8 @@ class StompError(Exception):
 
 class StompConnection(AdapterConnection):
     """State machine of one STOMP client connection: ``connecting`` until CONNECT (or
-    STOMP), ``refusing`` while a throttled login waits, ``connected``, then
+    STOMP), ``refusing`` while a wrong login's ERROR waits for the login throttle,
+    ``connected``, then
     ``closed``."""
 
     def _init_protocol(self) -> None:
@@ -122,9 +123,6 @@ class StompConnection(AdapterConnection):
         self._confirmed = 0
         self._ids: MessageIds | None = None
         self._uid = secrets.token_hex(6)  # names this connection's temporary destinations
-        # what came behind a CONNECT whose login waits out the throttle
-        self._waiting: list[Frame | None] = []
-        self._held = bytearray()
         # the rest of a read whose turn's budget ran out (see protocol/turns.py), else None
         self._rest: list[Frame | None] | None = None
         self._disconnecting = False  # DISCONNECT came: nothing more is read
@@ -163,8 +161,7 @@ class StompConnection(AdapterConnection):
         self.last_received = self.loop.time()
         if self.state == "closed":
             return
-        if self.state == "refusing":  # a throttled login: kept for after it
-            self._held += data
+        if self.state == "refusing":  # a wrong login waits for its ERROR: nothing more is read
             return
         try:
             frames = self.parser.feed(data)
@@ -188,8 +185,7 @@ class StompConnection(AdapterConnection):
             self._handle(frame)
             if self.state == "closed":
                 return
-            if self.state == "refusing":  # the rest waits for the login
-                self._waiting = frames[i + 1 :]
+            if self.state == "refusing":  # the rest is dropped with the connection
                 return
 
     def _defer(self, frames: list[Frame | None]) -> None:
@@ -241,31 +237,14 @@ class StompConnection(AdapterConnection):
         self.version = _negotiate(headers.get("accept-version"))
         self.parser.version = self.version
         heart_beat = _heart_beat(headers.get("heart-beat", "0,0"))
-        delay = self._login_delay()
-        if delay:  # this address failed too often: every answer waits, a right one too
-            self.state = "refusing"
-            self.transport.pause_reading()
-            self._timer.cancel()
-            self._timer = self.loop.call_later(delay, lambda: self._delayed_login(frame, heart_beat))
-            return
         self._login(frame, heart_beat)
 
-    def _delayed_login(self, frame: Frame, heart_beat: tuple[int, int]) -> None:
-        """The throttle delay has passed: log in, then handle what came meanwhile."""
-        if self.state != "refusing":
-            return
-        self.state = "connecting"
-        self.transport.resume_reading()
-        try:
-            self._login(frame, heart_beat)
-        except StompError as exc:
-            self._error(exc.message, frame.headers.get("receipt"), exc.detail)
-            return
-        waiting, self._waiting = self._waiting, []
-        held, self._held = bytes(self._held), bytearray()
-        self._run(waiting)
-        if held and self.state != "closed":
-            self.data_received(held)
+    def _refuse_unauthenticated(self, text: str) -> None:
+        """Over the login throttle's cap of unauthenticated connections per address: an
+        ERROR frame (``Too many unauthenticated connections``) and close, before a byte
+        is read (STOMP lets the server send ERROR at any time)."""
+        log.warning("STOMP connection %s refused: %s", self.peer, text)
+        self._error("Too many unauthenticated connections", None, text)
 
     def _login(self, frame: Frame, heart_beat: tuple[int, int]) -> None:
         """Authenticate login/passcode (no login: ``guest``, as RabbitMQ's STOMP
@@ -278,8 +257,18 @@ class StompConnection(AdapterConnection):
                 login, headers.get("passcode", "guest"), self.from_loopback, "STOMP"
             )
         except AuthenticationError as exc:
-            self._login_refused(log, "STOMP", login, str(exc), protocol="stomp")
-            raise StompError("Authentication failed", str(exc)) from None
+            delay = self._login_refused(log, "STOMP", login, str(exc), protocol="stomp")
+            if not delay:
+                raise StompError("Authentication failed", str(exc)) from None
+            # the ERROR waits for the login throttle's slot; nothing more is read
+            self.state = "refusing"
+            self.transport.pause_reading()
+            self._timer.cancel()
+            receipt, detail = headers.get("receipt"), str(exc)
+            self._timer = self.loop.call_later(
+                delay, lambda: self._error("Authentication failed", receipt, detail)
+            )
+            return
         self._login_accepted()
         host = headers.get("host", "/")
         vhost = self.core.vhosts.get(host) or self.core.vhosts.get("/")

@@ -1,0 +1,106 @@
+"""The login throttle on a stepped clock: leaky buckets of failures per address and per
+user name, the cap of unauthenticated connections per address, bounded memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from leveret.core.clock import ManualClock
+from leveret.core.login_throttle import LoginThrottle, ThrottleSettings
+
+SETTINGS = ThrottleSettings(
+    address_burst=3, address_interval=0.5, user_burst=5, user_interval=1.0, max_unauthenticated=4, max_keys=10
+)
+
+
+@pytest.fixture
+def clock():
+    return ManualClock()
+
+
+@pytest.fixture
+def throttle(clock):
+    return LoginThrottle(clock, SETTINGS)
+
+
+def test_failures_past_the_burst_are_answered_one_interval_apart(throttle):
+    delays = [throttle.failed("10.0.0.1", f"u{i}") for i in range(6)]  # a new user each time
+    assert delays == [0.0, 0.0, 0.0, 0.5, 1.0, 1.5]
+    assert throttle.failed("10.0.0.2", "v") == 0.0  # another address has its own bucket
+
+
+def test_concurrent_failures_take_successive_slots_so_parallel_is_no_faster_than_sequential(clock, throttle):
+    # 20 failures at the same instant: answered at the same times 20 sequential ones
+    # (each sent when the previous was answered) would be
+    parallel = [throttle.failed("10.0.0.1", None) for _ in range(20)]
+    sequential_clock = ManualClock()
+    sequential = LoginThrottle(sequential_clock, SETTINGS)
+    for _ in range(20):
+        sequential_clock.advance(sequential.failed("10.0.0.1", None))  # the next once answered
+    assert parallel[-1] == pytest.approx(sequential_clock.now - ManualClock().now) == 8.5
+    assert parallel == sorted(parallel)
+
+
+def test_the_bucket_drains_at_its_rate_and_a_quiet_address_starts_afresh(clock, throttle):
+    for _ in range(3):
+        throttle.failed("10.0.0.1", None)
+    assert throttle.failed("10.0.0.1", None) == 0.5
+    clock.advance(0.5)  # one slot drained: the next failure waits one interval
+    assert throttle.failed("10.0.0.1", None) == pytest.approx(0.5)
+    clock.advance(10)
+    assert [throttle.failed("10.0.0.1", None) for _ in range(3)] == [0.0] * 3
+
+
+def test_a_successful_login_wipes_nothing(throttle):
+    # there is no "succeeded": interleaved right passwords leave the buckets as they were
+    assert not hasattr(throttle, "succeeded")
+    for _ in range(4):
+        throttle.failed("10.0.0.1", "guest")
+    assert throttle.throttled("10.0.0.1")
+    assert throttle.connection_opened("10.0.0.1")
+    throttle.connection_settled("10.0.0.1")  # the right password: logged in
+    assert throttle.failed("10.0.0.1", "guest") == 1.0
+
+
+def test_guesses_for_one_user_from_many_addresses_are_slowed_by_the_user_bucket(throttle):
+    delays = [throttle.failed(f"10.0.1.{i}", "alice") for i in range(8)]  # each address once
+    assert delays == [0.0] * 5 + [1.0, 2.0, 3.0]
+    assert throttle.failed("10.0.1.200", "bob") == 0.0  # another user
+    assert throttle.failures(user="alice") == pytest.approx(8.0)
+
+
+def test_a_refusal_waits_for_the_later_of_its_two_slots(throttle):
+    for i in range(5):
+        throttle.failed(f"10.0.2.{i}", "carol")  # the user's burst spent from elsewhere
+    assert throttle.failed("10.0.0.9", "carol") == 1.0  # its address is fresh; the user is not
+    assert throttle.failed("10.0.0.9", "dave") == 0.0  # and the address bucket was charged once
+
+
+def test_unauthenticated_connections_are_capped_per_address_and_pending_refusals_count(clock, throttle):
+    assert all(throttle.connection_opened("10.0.0.1") for _ in range(4))
+    assert not throttle.connection_opened("10.0.0.1")  # the fifth is refused
+    assert throttle.connection_opened("10.0.0.2")  # per address
+    throttle.connection_settled("10.0.0.1")
+    assert throttle.connection_opened("10.0.0.1")
+    # refusals not yet due keep their place even once their connections are gone
+    for _ in range(4):
+        throttle.connection_settled("10.0.0.1")
+    for _ in range(3 + 4):
+        throttle.failed("10.0.0.1", None)  # the last 4 are answered 0.5 .. 2.0 s later
+    assert throttle.unauthenticated("10.0.0.1") == 4
+    assert not throttle.connection_opened("10.0.0.1") and not throttle.may_check("10.0.0.1")
+    assert throttle.room_in("10.0.0.1") == 0.5
+    clock.advance(0.5)  # the first refusal is due: room for one
+    assert throttle.may_check("10.0.0.1") and throttle.connection_opened("10.0.0.1")
+    assert not throttle.connection_opened("10.0.0.1")
+    clock.advance(2)
+    assert throttle.unauthenticated("10.0.0.1") == 1
+
+
+def test_memory_is_bounded_by_max_keys(throttle):
+    for i in range(1000):
+        throttle.failed(f"10.1.{i // 256}.{i % 256}", f"user{i}")
+    assert len(throttle._addresses) == len(throttle._users) == 10
+    assert len(throttle._due) <= 10
+    throttle.failed("10.9.9.9", "x" * 100_000)
+    assert max(len(key) for key in throttle._users._tat) <= 255
