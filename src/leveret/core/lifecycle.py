@@ -66,9 +66,6 @@ def address_of(peer: str) -> str:
     return peer.rpartition(":")[0]
 
 
-
-
-
 def connection_accepted(core: BrokerCore, peer: str) -> bool:
     """A connection from ``peer`` (``"host:port"``) was accepted: True if it may go on
     (it now counts as unauthenticated for its address until :func:`login_accepted`,

@@ -36,8 +36,8 @@ import asyncio
 import base64
 import ipaddress
 import json
-import math
 import logging
+import math
 from dataclasses import asdict
 from ssl import SSLContext
 from typing import Any

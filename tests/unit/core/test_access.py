@@ -10,7 +10,6 @@ import pytest
 from leveret.core import passwords
 from leveret.core.access import Access
 from leveret.core.auth import AuthenticationError, Permission, TopicPermission, User, UserDatabase, matches
-from leveret.core.clock import ManualClock
 from leveret.core.errors import BrokerError
 
 # "pw" hashed by RabbitMQ 3.10.8 (rabbit_password_hashing_sha256), from GET /api/users/bob

@@ -13,12 +13,15 @@ from leveret.core.connections import ConnectionFacts
 from leveret.core.lifecycle import (
     ClientIdInUse,
     ConnectionLimitReached,
+    connection_accepted,
+    connection_ended,
     login_accepted,
     login_refused,
-    login_throttle_delay,
     open_connection,
 )
-from leveret.core.login_throttle import FREE
+from leveret.core.login_throttle import ThrottleSettings
+
+FREE = ThrottleSettings().address_burst
 
 
 class Client:
@@ -91,14 +94,29 @@ def test_a_refused_login_is_logged_without_the_secret_audited_and_throttled(capl
     core = BrokerCore(ManualClock())
     log = logging.getLogger("leveret.test")
     caplog.set_level(logging.INFO)
-    for _ in range(FREE + 1):
+    delays = [
         login_refused(core, log, "10.0.0.1:4000", "PLAIN", "bob", "invalid credentials", protocol="test")
+        for _ in range(FREE + 1)
+    ]
     warnings = [r.getMessage() for r in caplog.records if r.name == "leveret.test"]
     line = "connection 10.0.0.1:4000: PLAIN login refused: user 'bob' - invalid credentials"
     assert warnings == [line] * (FREE + 1)
     audited = [r.getMessage() for r in caplog.records if r.name != "leveret.test"]
     assert "login.refused by user 'bob' from 10.0.0.1: protocol='test'" in audited
-    assert login_throttle_delay(core, "10.0.0.1:4001") > 0  # counted per address
-    assert login_throttle_delay(core, "10.0.0.2:4000") == 0
+    assert delays[:FREE] == [0.0] * FREE and delays[FREE] > 0  # counted per address
+    assert core.login_throttle.throttled("10.0.0.1") and not core.login_throttle.throttled("10.0.0.2")
     login_accepted(core, "10.0.0.1:4002")
-    assert login_throttle_delay(core, "10.0.0.1:4000") == 0
+    assert core.login_throttle.throttled("10.0.0.1")  # a login wipes nothing
+
+
+def test_unauthenticated_connections_are_counted_until_they_log_in_are_refused_or_end():
+    core = BrokerCore(ManualClock())
+    core.login_throttle.settings = ThrottleSettings(max_unauthenticated=2)
+    log = logging.getLogger("leveret.test")
+    assert connection_accepted(core, "10.0.0.1:1") and connection_accepted(core, "10.0.0.1:2")
+    assert not connection_accepted(core, "10.0.0.1:3")
+    login_accepted(core, "10.0.0.1:1")
+    assert connection_accepted(core, "10.0.0.1:4")
+    connection_ended(core, "10.0.0.1:4")
+    login_refused(core, log, "10.0.0.1:2", "PLAIN", "bob", "invalid credentials")  # within the burst
+    assert core.login_throttle.unauthenticated("10.0.0.1") == 0

@@ -487,8 +487,11 @@ class Connection(AdapterConnection):
                 username, password = parse_response(m.mechanism, m.response)
                 self.user = self.core.users.authenticate(username, password, self.from_loopback, m.mechanism)
         except AuthenticationError as exc:
-            delay = self._login_refused(log, m.mechanism, username, str(exc), protocol="amqp", mechanism=m.mechanism)
-            refusal = AMQPConnectionError(ACCESS_REFUSED, str(exc))
+            reason = str(exc)
+            delay = self._login_refused(
+                log, m.mechanism, username, reason, protocol="amqp", mechanism=m.mechanism
+            )
+            refusal = AMQPConnectionError(ACCESS_REFUSED, reason)
             if not delay:
                 raise refusal from None
             self.state = "refusing"
