@@ -82,7 +82,8 @@ class _Buckets:
 
 class LoginThrottle:
     """Counts failed logins per source address and per user name, and unauthenticated
-    connections per address, on ``clock``. Addresses are text without the port."""
+    connections per address, on ``clock``'s monotonic seconds (a wall-clock step never
+    stretches a delay). Addresses are text without the port."""
 
     def __init__(self, clock: Clock, settings: ThrottleSettings | None = None) -> None:
         self.clock = clock
@@ -125,13 +126,13 @@ class LoginThrottle:
         """Seconds until ``address``'s next refusal falls due (0.0 if none is pending):
         when :meth:`may_check` can next become true."""
         due = self._due.get(address)
-        return max(0.0, due[0] - self.clock.time()) if due else 0.0
+        return max(0.0, due[0] - self.clock.monotonic()) if due else 0.0
 
     def _pending(self, address: str) -> int:
         due = self._due.get(address)
         if due is None:
             return 0
-        now = self.clock.time()
+        now = self.clock.monotonic()
         while due and due[0] <= now:
             due.popleft()
         if not due:
@@ -143,7 +144,7 @@ class LoginThrottle:
         """A login from ``address`` for ``user`` (None: no name could be read) was
         refused: seconds to wait before answering it (0.0 within both bursts). Until
         then the refusal counts as an unauthenticated connection of ``address``."""
-        now = self.clock.time()
+        now = self.clock.monotonic()
         s = self.settings
         due = self._addresses.charge(address, now, s.address_burst, s.address_interval)
         if user is not None:
@@ -162,7 +163,7 @@ class LoginThrottle:
     def failures(self, address: str | None = None, user: str | None = None) -> float:
         """How full ``address``'s (or ``user``'s) bucket of failures is now, in failures
         (burst + 1 or more: its failures are being slowed down)."""
-        now = self.clock.time()
+        now = self.clock.monotonic()
         if address is not None:
             return self._addresses.level(address, now, self.settings.address_interval)
         assert user is not None

@@ -497,7 +497,7 @@ class Connection(AdapterConnection):
             self.state = "refusing"
             self.transport.pause_reading()
             self._timer.cancel()
-            self._timer = self.loop.call_later(delay, lambda: self._connection_error(refusal, 10, 11))
+            self._timer = self.loop.call_later(delay, lambda: self._refuse(refusal))
             return
         self._login_accepted()
         self.auth_mechanism = m.mechanism
@@ -506,6 +506,12 @@ class Connection(AdapterConnection):
         self.send_method(
             0, C.Tune(channel_max=limits.channel_max, frame_max=limits.frame_max, heartbeat=limits.heartbeat)
         )
+
+    def _refuse(self, refusal: AMQPConnectionError) -> None:
+        """A wrong password's slot came: connection.close 403, and read again (its
+        close-ok, or the end of a client that gave up)."""
+        self.transport.resume_reading()
+        self._connection_error(refusal, 10, 11)
 
     def _tune_ok(self, m: C.TuneOk) -> None:
         limits = self.core.limits
@@ -689,7 +695,9 @@ class Connection(AdapterConnection):
         text: str = "broker forced connection closure with reason 'shutdown'",
     ) -> None:
         """Close from the broker's side (shutdown): connection.close, then the socket."""
-        if self.state in ("opened", "open", "tune", "start"):
+        if self.state == "refusing":  # a refusal waits: its end is read again
+            self.transport.resume_reading()
+        if self.state in ("opened", "open", "tune", "start", "refusing"):
             self._connection_error(AMQPConnectionError(reply_code, text), 0, 0)
         elif self.state == "header":
             self.close_transport()
