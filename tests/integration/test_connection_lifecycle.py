@@ -29,7 +29,7 @@ from leveret import BlockingBroker
 from leveret.core.auth import AuthenticationError
 from leveret.core.connections import ChannelFacts, ConnectionFacts
 from leveret.core.lifecycle import ClientIdInUse, ConnectionRefused
-from leveret.core.login_throttle import FREE
+from leveret.core.login_throttle import ThrottleSettings
 from leveret.protocol.adapter import AdapterConnection
 
 log = logging.getLogger("leveret.line")
@@ -267,19 +267,20 @@ def test_refused_line_logins_are_logged_without_the_secret_and_share_the_login_t
     caplog.set_level(logging.WARNING, "leveret.line")
     before = broker.registrations()
     throttle = broker.broker.core.login_throttle
-    delay = lambda: broker.broker.call(throttle.delay, "127.0.0.1")  # noqa: E731
-    for _ in range(FREE + 1):
+    throttled = lambda: broker.broker.call(throttle.throttled, "127.0.0.1")  # noqa: E731
+    free = ThrottleSettings().address_burst
+    for _ in range(free):
         client = LineClient(broker.port)
         assert client.say("LOGIN guest not-the-password /") == "ERROR login refused"
         assert client.closed()
         client.close()
     lines = [r.getMessage() for r in caplog.records if r.name == "leveret.line"]
-    assert len(lines) == FREE + 1 and all("LINE login refused: user 'guest'" in line for line in lines)
+    assert len(lines) == free and all("LINE login refused: user 'guest'" in line for line in lines)
     assert not any("not-the-password" in r.getMessage() for r in caplog.records)
-    # the failures count for the address as AMQP's and STOMP's do: its logins now wait
-    assert delay() > 0
+    # the failures count for the address as AMQP's and STOMP's do: its next one waits
+    assert throttled()
     client = LineClient(broker.port)
-    assert client.say("LOGIN guest guest /") == "OK"
-    assert delay() == 0  # a login that succeeds starts the count afresh
+    assert client.say("LOGIN guest guest /") == "OK"  # a right password does not
+    assert throttled()  # and wipes nothing
     client.close()
     assert eventually(lambda: broker.registrations() == before, timeout=10)

@@ -637,10 +637,10 @@ def test_message_ids_stay_unique_when_a_client_id_reconnects(port):
     assert ids[0] != ids[1]
 
 
-def test_frames_behind_a_throttled_connect_are_handled_after_the_login(port):
-    from leveret.core.login_throttle import FREE
+def test_frames_behind_a_connect_from_a_throttled_address_are_handled_at_once(port):
+    from leveret.core.login_throttle import ThrottleSettings
 
-    for _ in range(FREE + 1):
+    for _ in range(ThrottleSettings().address_burst + 1):
         headers, _ = error_for(port, b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:wrong\n\n\x00",
                                connect=False)
         assert headers["message"] == "Authentication failed"
