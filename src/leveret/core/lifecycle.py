@@ -75,6 +75,12 @@ def connection_accepted(core: BrokerCore, peer: str) -> bool:
     return core.login_throttle.connection_opened(address_of(peer))
 
 
+def report_refusal(core: BrokerCore, peer: str) -> bool:
+    """Whether to log that ``peer``'s connection was refused by :func:`connection_accepted`
+    (once a minute per address at most)."""
+    return core.login_throttle.report(address_of(peer))
+
+
 def connection_ended(core: BrokerCore, peer: str) -> None:
     """A connection counted by :func:`connection_accepted` ended before logging in."""
     core.login_throttle.connection_settled(address_of(peer))

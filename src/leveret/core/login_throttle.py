@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from .clock import Clock
 
 USER_KEY_LENGTH = 255  # characters of a user name kept as its key (AMQP's shortstr)
+REPORT_INTERVAL = 60.0  # seconds between log lines about one address's refused connections
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class LoginThrottle:
         self._users = _Buckets(self.settings.max_keys)
         self._open: dict[str, int] = {}  # address -> connections accepted, not logged in
         self._due: dict[str, deque[float]] = {}  # address -> times its pending refusals are due
+        self._reported: dict[str, float] = {}  # address -> when its refusals were last logged
 
     # -- unauthenticated connections -----------------------------------------------------
     def unauthenticated(self, address: str) -> int:
@@ -115,6 +117,20 @@ class LoginThrottle:
             self._open[address] = count
         else:
             self._open.pop(address, None)
+
+    def report(self, address: str) -> bool:
+        """Whether to log that a connection from ``address`` was refused for the cap: at
+        most once per :data:`REPORT_INTERVAL` seconds per address (a flood of refused
+        connections must not become a flood of log lines)."""
+        now = self.clock.monotonic()
+        last = self._reported.get(address)
+        if last is not None and now - last < REPORT_INTERVAL:
+            return False
+        self._reported.pop(address, None)
+        self._reported[address] = now
+        if len(self._reported) > self.settings.max_keys:
+            del self._reported[next(iter(self._reported))]
+        return True
 
     def may_check(self, address: str) -> bool:
         """Whether a login from ``address`` outside a counted connection (an HTTP request)

@@ -71,9 +71,10 @@ class AdapterConnection(Output):
         self._unauthenticated = lifecycle.connection_accepted(core, peer)
         self._init_protocol()
         if not self._unauthenticated:
-            self._refuse_unauthenticated(
-                f"too many unauthenticated connections from {lifecycle.address_of(peer)}"
-            )
+            text = f"too many unauthenticated connections from {lifecycle.address_of(peer)}"
+            if lifecycle.report_refusal(core, peer):
+                log.warning("connection %s refused: %s (logged once a minute per address)", peer, text)
+            self._refuse_unauthenticated(text)
 
     def _init_protocol(self) -> None:
         """The adapter's own state machine starts (its first state, its handshake timer)."""
@@ -85,7 +86,6 @@ class AdapterConnection(Output):
         connections the login throttle allows: refuse it before reading anything (an
         adapter whose protocol lets the server speak first sends its error; this
         default closes the socket)."""
-        log.warning("connection %s refused: %s", self.peer, text)
         self.transport.close()
 
     def _login_refused(

@@ -104,3 +104,10 @@ def test_memory_is_bounded_by_max_keys(throttle):
     assert len(throttle._due) <= 10
     throttle.failed("10.9.9.9", "x" * 100_000)
     assert max(len(key) for key in throttle._users._tat) <= 255
+
+
+def test_refused_connections_are_reported_once_a_minute_per_address(clock, throttle):
+    assert throttle.report("10.0.0.1") and not throttle.report("10.0.0.1")
+    assert throttle.report("10.0.0.2")
+    clock.advance(60)
+    assert throttle.report("10.0.0.1")

@@ -469,7 +469,6 @@ class Connection(AdapterConnection):
         """Over the login throttle's cap of unauthenticated connections per address:
         the socket is closed before a byte is read (AMQP lets the server say nothing
         before connection.start, and reading a start-ok is the work being refused)."""
-        log.warning("connection %s refused: %s", self.peer, text)
         self.close_transport()
 
     def _login(self, m: C.StartOk) -> None:

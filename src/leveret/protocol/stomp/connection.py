@@ -243,7 +243,6 @@ class StompConnection(AdapterConnection):
         """Over the login throttle's cap of unauthenticated connections per address: an
         ERROR frame (``Too many unauthenticated connections``) and close, before a byte
         is read (STOMP lets the server send ERROR at any time)."""
-        log.warning("STOMP connection %s refused: %s", self.peer, text)
         self._error("Too many unauthenticated connections", None, text)
 
     def _login(self, frame: Frame, heart_beat: tuple[int, int]) -> None:
