@@ -37,6 +37,7 @@ from pamqp import commands, frame
 from leveret import BlockingBroker
 
 HEADER = b"AMQP\x00\x00\x09\x01"
+Guess = Callable[[], tuple[str, float]]  # one login: (outcome, seconds)
 
 
 def _frame(sock: socket.socket) -> tuple[int, int, int]:
@@ -129,7 +130,7 @@ class Refusals(logging.Handler):
             self.count += 1
 
 
-def run_guessers(count: int, seconds: float, guess: Callable[[], tuple[str, float]]) -> dict[str, int]:
+def run_guessers(count: int, seconds: float, guess: Guess) -> dict[str, int]:
     """``count`` threads calling ``guess`` until ``seconds`` pass; outcomes counted."""
     stop = time.monotonic() + seconds
     outcomes: dict[str, int] = {}
@@ -149,7 +150,7 @@ def run_guessers(count: int, seconds: float, guess: Callable[[], tuple[str, floa
     return outcomes
 
 
-def attack(name: str, count: int, seconds: float, guess: Callable[[int], Callable[[], tuple[str, float]]]) -> None:
+def attack(name: str, count: int, seconds: float, guess: Callable[[int], Guess]) -> None:
     refusals = Refusals()
     logging.getLogger("leveret.amqp").addHandler(refusals)
     with BlockingBroker(amqp_port=0) as broker:
@@ -172,7 +173,7 @@ def interleaved(seconds: float) -> None:
         while time.monotonic() - started < seconds:
             tries += 1
             if tries % 5 == 0:
-                outcome, took = amqp_login(broker.amqp_port, "guest")
+                _, took = amqp_login(broker.amqp_port, "guest")
                 logins.append(took)
             else:
                 amqp_login(broker.amqp_port, "wrong")
@@ -213,7 +214,9 @@ def legit(seconds: float, guessers: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds per attack (default 8)")
     parser.add_argument("--parallel", type=int, default=200, help="parallel guessers (default 200)")
     args = parser.parse_args()

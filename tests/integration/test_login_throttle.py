@@ -253,7 +253,8 @@ def test_unauthenticated_connections_per_address_are_capped(broker):
               max_unauthenticated=cap)
     throttle = broker.core.login_throttle
     amqp, stomp = broker.amqp_port, broker.broker.stomp_port
-    idle = [socket.create_connection(("127.0.0.1", amqp), source_address=("127.0.0.5", 0)) for _ in range(cap)]
+    idle = [socket.create_connection(("127.0.0.1", amqp), source_address=("127.0.0.5", 0))
+            for _ in range(cap)]
     assert eventually(lambda: broker.call(throttle.unauthenticated, "127.0.0.5") == cap)
     # one more from that address: AMQP closes it before reading a byte ...
     with socket.create_connection(("127.0.0.1", amqp), timeout=5, source_address=("127.0.0.5", 0)) as sock:
