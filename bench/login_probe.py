@@ -13,7 +13,7 @@ its default throttle settings, a fresh broker per attack, over raw AMQP sockets:
   second (the broker's ``login refused`` log lines) count, not the answers;
 - ``legit``: while 20 guessers keep the address throttled, a right password from the
   same address over AMQP (start-ok to tune), STOMP (CONNECT to CONNECTED) and HTTP
-  (``GET /api/whoami`` with basic auth), best and worst of 5; then the same while the
+  (``GET /api/whoami`` with basic auth), best and worst of 3; then the same while the
   200 parallel guessers run (they may fill the address's unauthenticated places).
 
 Each attack runs ``--seconds`` (default 8). Figures are wall-clock rates: the machine's
@@ -62,8 +62,11 @@ def _frame(sock: socket.socket) -> tuple[int, int, int]:
         data = data[8 + size :]
 
 
-def amqp_login(port: int, password: str, hang_up_after: float | None = None) -> tuple[str, float]:
-    """("in" | "refused" | "closed" | "gave up", seconds from start-ok to the answer)."""
+def amqp_login(
+    port: int, password: str, hang_up_after: float | None = None, deadline: float | None = None
+) -> tuple[str, float]:
+    """("in" | "refused" | "closed" | "gave up", seconds from start-ok to the answer);
+    "gave up" after ``hang_up_after`` seconds, or at ``deadline`` (time.monotonic())."""
     try:
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     except OSError:
@@ -78,8 +81,8 @@ def amqp_login(port: int, password: str, hang_up_after: float | None = None) -> 
             )
             started = time.monotonic()
             sock.sendall(frame.marshal(start_ok, 0))
-            if hang_up_after is not None:
-                sock.settimeout(hang_up_after)
+            wait = 30.0 if deadline is None else max(0.001, deadline - started)
+            sock.settimeout(wait if hang_up_after is None else min(wait, hang_up_after))
             _, class_id, method_id = _frame(sock)
         except TimeoutError:
             return "gave up", time.monotonic() - started
@@ -123,22 +126,31 @@ class Refusals(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__()
-        self.count = 0
+        self.times: list[float] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.times)
 
     def emit(self, record: logging.LogRecord) -> None:
         if "login refused" in record.getMessage():
-            self.count += 1
+            self.times.append(time.monotonic())
+
+    def rate_after(self, since: float, until: float) -> float:
+        """Passwords checked per second between ``since`` and ``until``."""
+        return sum(since <= t < until for t in self.times) / (until - since)
 
 
-def run_guessers(count: int, seconds: float, guess: Guess) -> dict[str, int]:
-    """``count`` threads calling ``guess`` until ``seconds`` pass; outcomes counted."""
+def run_guessers(count: int, seconds: float, guess: Callable[[float], Guess]) -> dict[str, int]:
+    """``count`` threads calling ``guess(deadline)()`` until ``seconds`` pass (answers
+    not come by then are "gave up"); outcomes counted."""
     stop = time.monotonic() + seconds
     outcomes: dict[str, int] = {}
     lock = threading.Lock()
 
     def guesser() -> None:
         while time.monotonic() < stop:
-            outcome, _ = guess()
+            outcome, _ = guess(stop)()
             with lock:
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
 
@@ -155,13 +167,15 @@ def attack(name: str, count: int, seconds: float, guess: Callable[[int], Guess])
     logging.getLogger("leveret.amqp").addHandler(refusals)
     with BlockingBroker(amqp_port=0) as broker:
         started = time.monotonic()
-        outcomes = run_guessers(count, seconds, guess(broker.amqp_port))
+        outcomes = run_guessers(count, seconds, lambda deadline: guess(broker.amqp_port, deadline))
         elapsed = time.monotonic() - started
     logging.getLogger("leveret.amqp").removeHandler(refusals)
     answered = outcomes.get("refused", 0)
+    steady = refusals.rate_after(started + seconds / 2, started + seconds)
     print(
         f"{name:12} {answered / elapsed:7.1f} refusals/s answered, {refusals.count / elapsed:7.1f} passwords"
-        f" checked/s  ({', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))}; {elapsed:.1f} s)"
+        f" checked/s, {steady:5.1f}/s in the second half"
+        f"  ({', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))}; {elapsed:.1f} s)"
     )
 
 
@@ -179,8 +193,10 @@ def interleaved(seconds: float) -> None:
                 amqp_login(broker.amqp_port, "wrong")
         elapsed = time.monotonic() - started
     logging.getLogger("leveret.amqp").removeHandler(refusals)
+    steady = refusals.rate_after(started + seconds / 2, started + seconds)
     print(
-        f"{'interleaved':12} {refusals.count / elapsed:7.1f} guesses/s with a right password every fifth try"
+        f"{'interleaved':12} {refusals.count / elapsed:7.1f} guesses/s ({steady:.1f}/s in the second half)"
+        " with a right password every fifth try"
         f" (its logins took {min(logins) * 1000:.1f}-{max(logins) * 1000:.1f} ms)"
     )
 
@@ -193,13 +209,17 @@ def legit(seconds: float, guessers: int) -> None:
         assert stomp_port is not None and http_port is not None
         attack_thread = threading.Thread(
             target=run_guessers,
-            args=(guessers, seconds, lambda: amqp_login(broker.amqp_port, "wrong")),
+            args=(
+                guessers,
+                seconds,
+                lambda deadline: lambda: amqp_login(broker.amqp_port, "wrong", None, deadline),
+            ),
             daemon=True,
         )
         attack_thread.start()
         time.sleep(seconds / 2)  # the address is throttled by now
         logins: dict[str, list[tuple[str, float]]] = {"amqp": [], "stomp": [], "http": []}
-        for _ in range(5):
+        for _ in range(3):
             logins["amqp"].append(amqp_login(broker.amqp_port, "guest"))
             logins["stomp"].append(stomp_login(stomp_port))
             logins["http"].append(http_login(http_port))
@@ -225,10 +245,10 @@ def main() -> None:
     logging.getLogger("leveret").propagate = False
     logging.getLogger("leveret").addHandler(logging.NullHandler())
     seconds = args.seconds
-    attack("sequential", 1, seconds, lambda port: lambda: amqp_login(port, "wrong"))
-    attack("parallel", args.parallel, seconds, lambda port: lambda: amqp_login(port, "wrong"))
+    attack("sequential", 1, seconds, lambda port, end: lambda: amqp_login(port, "wrong", None, end))
+    attack("parallel", args.parallel, seconds, lambda port, end: lambda: amqp_login(port, "wrong", None, end))
     interleaved(seconds)
-    attack("hang-up", 8, seconds, lambda port: lambda: amqp_login(port, "wrong", hang_up_after=0.02))
+    attack("hang-up", 8, seconds, lambda port, end: lambda: amqp_login(port, "wrong", 0.02, end))
     legit(seconds, 20)
     legit(seconds, args.parallel)
 
