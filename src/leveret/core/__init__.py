@@ -43,7 +43,7 @@ users, permissions   :mod:`.auth` (the database), :mod:`.passwords` (RabbitMQ's 
 permission checks    :mod:`.access` (one user in one vhost, RabbitMQ's texts)
 checked operations   :mod:`.session` (what each protocol calls: declare, bind, ...)
 connection life      :mod:`.lifecycle` (open, close, a refused login: every adapter's)
-failed logins        :mod:`.login_throttle` (slowed down per address)
+failed logins        :mod:`.login_throttle` (slowed per address and user name)
 open connections     :mod:`.connections` (every protocol's, as facts; closing them)
 errors               :mod:`.errors` (neutral conditions; adapters map them)
 time                 :mod:`.clock` (injected; tests use ManualClock)
