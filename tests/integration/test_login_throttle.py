@@ -193,6 +193,8 @@ def test_a_right_password_from_a_throttled_address_logs_in_at_once(broker):
         throttle = broker.core.login_throttle
         assert eventually(lambda: broker.call(throttle.failures, "127.0.0.1") >= 4)
         assert stomp_login(stomp, "wrong")[1] >= 0.3  # the address's refusals are slowed
+        status, elapsed, _ = http_login(web, "wrong")
+        assert status == 401 and elapsed >= 0.3
         times: dict[str, list[float]] = {"amqp": [], "pika": [], "stomp": [], "http": []}
         for _ in range(3):
             ok, elapsed = amqp_login(amqp, "guest")
