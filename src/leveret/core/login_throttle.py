@@ -36,11 +36,13 @@ the least recently seen forgotten first (a forgotten key starts with a full burs
 
 from __future__ import annotations
 
+import ipaddress
 from collections import deque
 from dataclasses import dataclass
 
 from .clock import Clock
 
+IPV6_PREFIX = 64  # bits of an IPv6 address that name one source (a host's usual share)
 USER_KEY_LENGTH = 255  # characters of a user name kept as its key (AMQP's shortstr)
 REPORT_INTERVAL = 60.0  # seconds between log lines about one address's refused connections
 
@@ -55,6 +57,22 @@ class ThrottleSettings:
     user_interval: float = 1.0  # seconds between answered failures for one user name after that
     max_unauthenticated: int = 256  # connections per address not yet logged in (refusals due count)
     max_keys: int = 100_000  # addresses, and user names, remembered at most
+
+
+def source_of(address: str) -> str:
+    """The source an address counts for: an IPv4 address itself (also written as
+    IPv4-mapped IPv6), an IPv6 address's /64 network (one host is usually given a whole
+    /64, so counting single IPv6 addresses would give it 2**64 budgets), anything
+    else (a name, "") as it is."""
+    if ":" not in address:
+        return address
+    try:
+        ip = ipaddress.IPv6Address(address.strip("[]").partition("%")[0])
+    except ValueError:
+        return address
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((ip, IPV6_PREFIX), strict=False))
 
 
 class _Buckets:
@@ -84,7 +102,8 @@ class _Buckets:
 class LoginThrottle:
     """Counts failed logins per source address and per user name, and unauthenticated
     connections per address, on ``clock``'s monotonic seconds (a wall-clock step never
-    stretches a delay). Addresses are text without the port."""
+    stretches a delay). Addresses are text without the port; IPv6 ones count per /64
+    (:func:`source_of`)."""
 
     def __init__(self, clock: Clock, settings: ThrottleSettings | None = None) -> None:
         self.clock = clock
@@ -98,12 +117,14 @@ class LoginThrottle:
     # -- unauthenticated connections -----------------------------------------------------
     def unauthenticated(self, address: str) -> int:
         """Connections from ``address`` not yet logged in, plus its refusals not yet due."""
+        address = source_of(address)
         return self._open.get(address, 0) + self._pending(address)
 
     def connection_opened(self, address: str) -> bool:
         """A connection from ``address`` was accepted. True: it counts as unauthenticated
         until :meth:`connection_settled`; False: ``address`` already has
         ``max_unauthenticated``, refuse it (it is not counted)."""
+        address = source_of(address)
         if self.unauthenticated(address) >= self.settings.max_unauthenticated:
             return False
         self._open[address] = self._open.get(address, 0) + 1
@@ -112,6 +133,7 @@ class LoginThrottle:
     def connection_settled(self, address: str) -> None:
         """A counted connection from ``address`` logged in, was refused, or closed before
         either: it no longer counts (a refusal counts through :meth:`failed` instead)."""
+        address = source_of(address)
         count = self._open.get(address, 0) - 1
         if count > 0:
             self._open[address] = count
@@ -122,6 +144,7 @@ class LoginThrottle:
         """Whether to log that a connection from ``address`` was refused for the cap: at
         most once per :data:`REPORT_INTERVAL` seconds per address (a flood of refused
         connections must not become a flood of log lines)."""
+        address = source_of(address)
         now = self.clock.monotonic()
         last = self._reported.get(address)
         if last is not None and now - last < REPORT_INTERVAL:
@@ -136,11 +159,13 @@ class LoginThrottle:
         """Whether a login from ``address`` outside a counted connection (an HTTP request)
         may be checked now: its refusals not yet due are fewer than
         ``max_unauthenticated``."""
+        address = source_of(address)
         return self._pending(address) < self.settings.max_unauthenticated
 
     def room_in(self, address: str) -> float:
         """Seconds until ``address``'s next refusal falls due (0.0 if none is pending):
         when :meth:`may_check` can next become true."""
+        address = source_of(address)
         due = self._due.get(address)
         return max(0.0, due[0] - self.clock.monotonic()) if due else 0.0
 
@@ -160,6 +185,7 @@ class LoginThrottle:
         """A login from ``address`` for ``user`` (None: no name could be read) was
         refused: seconds to wait before answering it (0.0 within both bursts). Until
         then the refusal counts as an unauthenticated connection of ``address``."""
+        address = source_of(address)
         now = self.clock.monotonic()
         s = self.settings
         due = self._addresses.charge(address, now, s.address_burst, s.address_interval)
@@ -181,10 +207,11 @@ class LoginThrottle:
         (burst + 1 or more: its failures are being slowed down)."""
         now = self.clock.monotonic()
         if address is not None:
-            return self._addresses.level(address, now, self.settings.address_interval)
+            return self._addresses.level(source_of(address), now, self.settings.address_interval)
         assert user is not None
         return self._users.level(user[:USER_KEY_LENGTH], now, self.settings.user_interval)
 
     def throttled(self, address: str) -> bool:
         """Whether a failure from ``address`` would be answered late now."""
+        address = source_of(address)
         return self.failures(address) + 1 > self.settings.address_burst

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from leveret.core.clock import ManualClock
-from leveret.core.login_throttle import LoginThrottle, ThrottleSettings
+from leveret.core.login_throttle import LoginThrottle, ThrottleSettings, source_of
 
 SETTINGS = ThrottleSettings(
     address_burst=3, address_interval=0.5, user_burst=5, user_interval=1.0, max_unauthenticated=4, max_keys=10
@@ -111,3 +111,13 @@ def test_refused_connections_are_reported_once_a_minute_per_address(clock, throt
     assert throttle.report("10.0.0.2")
     clock.advance(60)
     assert throttle.report("10.0.0.1")
+
+
+def test_ipv6_addresses_count_per_64_and_mapped_ipv4_as_ipv4(throttle):
+    assert source_of("2001:db8:1:2:aaaa::1") == source_of("2001:db8:1:2:bbbb::2") == "2001:db8:1:2::/64"
+    assert source_of("::ffff:10.0.0.1") == "10.0.0.1" and source_of("10.0.0.1") == "10.0.0.1"
+    assert source_of("fe80::1%eth0") == "fe80::/64" and source_of("") == ""
+    # one host rotating through its /64 gets one address's burst, not one per address
+    delays = [throttle.failed(f"2001:db8:1:2::{i:x}", None) for i in range(5)]
+    assert delays == [0.0, 0.0, 0.0, 0.5, 1.0]
+    assert throttle.failed("2001:db8:1:3::1", None) == 0.0  # the next /64 is another source
