@@ -36,6 +36,13 @@ Example file::
     max_connections = 1024          # per HTTP port; beyond it 503 and closed at once
     fd_fraction = 0.25              # of RLIMIT_NOFILE for all HTTP ports (the rest: AMQP/STOMP)
 
+    [login_throttle]                # failed logins (AMQP, STOMP, HTTP); a right password never waits
+    address_burst = 10              # failures per address answered at once ...
+    address_interval = 0.5          # ... then one per this many seconds
+    user_burst = 20                 # failures per user name, from anywhere, answered at once ...
+    user_interval = 1.0             # ... then one per this many seconds
+    max_unauthenticated = 256       # connections per address not logged in; beyond: refused
+
     [store]                         # where persistent state lives (default: SQLite in data_dir)
     url = "postgresql://leveret:secret@db.example:5432/leveret"   # a shared PostgreSQL
     cluster = "leveret"             # brokers of one cluster: one master, the others standbys
@@ -107,6 +114,7 @@ from .core import passwords
 from .core.auth import Permission, TopicPermission, User, UserDatabase, check_pattern
 from .core.broker import BrokerCore, Limits
 from .core.clock import Clock
+from .core.login_throttle import ThrottleSettings
 from .core.passwords import DEFAULT_ALGORITHM
 from .core.policy import Policy
 from .server.http_limits import HttpLimits
@@ -175,6 +183,9 @@ class Settings:
     #: the HTTP ports' header and keep-alive timeouts, connection cap and descriptor
     #: share (``[http]``; see server/http_limits.py)
     http: HttpLimits = field(default_factory=HttpLimits)
+    #: failed logins slowed per address and user name, unauthenticated connections
+    #: per address (``[login_throttle]``; see core/login_throttle.py)
+    login_throttle: ThrottleSettings = field(default_factory=ThrottleSettings)
 
     def memory_limit(self) -> int:
         """The memory high watermark in bytes (0: unknown RAM, no alarm)."""
@@ -198,6 +209,7 @@ class Settings:
         for name, vhost, topic in self.topic_permissions:
             users.topic_permissions[(vhost, name, topic.exchange)] = topic
         core = BrokerCore(clock, users=users, limits=self.limits, policies=list(self.policies))
+        core.login_throttle.settings = self.login_throttle
         if self.stomp_queue_arguments is not None:
             core.auto_queue_arguments = dict(self.stomp_queue_arguments)
         for name in self.vhosts:
@@ -337,6 +349,11 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
     if "http" in data:
         try:
             settings.http = HttpLimits.from_table(data.pop("http"))
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    if "login_throttle" in data:
+        try:
+            settings.login_throttle = ThrottleSettings.from_table(data.pop("login_throttle"))
         except ValueError as exc:
             raise ConfigError(f"{path}: {exc}") from None
     stomp_queue_arguments = data.pop("stomp_queue_arguments", None)

@@ -23,6 +23,7 @@ import pytest
 from amqp_raw import ConnectionGone, RawClient
 from eventually import eventually
 from pamqp import commands
+from servers import ServerProcess
 
 from leveret import BlockingBroker
 from leveret.amqp.frames import PROTOCOL_HEADER
@@ -299,3 +300,15 @@ def test_pending_refusals_hold_places_and_http_answers_429_meanwhile(broker):
     assert amqp_login(broker.amqp_port, "guest", source="127.0.0.7") == (None, 0.0)  # closed at once
     status, _, _ = http_login(management.port, "guest", source="127.0.0.8")
     assert status == 200
+
+
+def test_the_config_file_sets_the_throttle(tmp_path):
+    config = tmp_path / "leveret.toml"
+    config.write_text("[login_throttle]\naddress_burst = 1\naddress_interval = 0.3\n")
+    server = ServerProcess(tmp_path / "data", "--config", str(config))
+    try:
+        answers = [amqp_login(server.port, "wrong") for _ in range(2)]
+        assert [ok for ok, _ in answers] == [False, False]
+        assert answers[0][1] < 0.15 and answers[1][1] >= 0.27  # the default burst is 10
+    finally:
+        server.kill()

@@ -49,7 +49,8 @@ REPORT_INTERVAL = 60.0  # seconds between log lines about one address's refused 
 
 @dataclass(frozen=True, slots=True)
 class ThrottleSettings:
-    """The throttle's limits (seconds and counts)."""
+    """The throttle's limits (seconds and counts): the config file's
+    ``[login_throttle]`` table."""
 
     address_burst: int = 10  # failures from one address answered without delay
     address_interval: float = 0.5  # seconds between answered failures from one address after that
@@ -57,6 +58,30 @@ class ThrottleSettings:
     user_interval: float = 1.0  # seconds between answered failures for one user name after that
     max_unauthenticated: int = 256  # connections per address not yet logged in (refusals due count)
     max_keys: int = 100_000  # addresses, and user names, remembered at most
+
+    @classmethod
+    def from_table(cls, table: object) -> ThrottleSettings:
+        """The settings of a config file's ``[login_throttle]`` table (ValueError naming
+        the key when one is unknown, ill-typed or out of range)."""
+        if not isinstance(table, dict):
+            raise ValueError("[login_throttle] must be a table")
+        kinds = {name: type(getattr(cls(), name)) for name in cls.__dataclass_fields__}
+        values: dict[str, int | float] = {}
+        for key, value in table.items():
+            kind = kinds.get(key)
+            if kind is None:
+                raise ValueError(f"unknown key login_throttle.{key}")
+            if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+                raise ValueError(f"login_throttle.{key} must be {kind.__name__}")
+            values[key] = kind(value)
+        settings = cls(**values)  # type: ignore[arg-type]
+        if settings.address_burst < 0 or settings.user_burst < 0:
+            raise ValueError("login_throttle.address_burst and user_burst must be 0 or more")
+        if settings.address_interval <= 0 or settings.user_interval <= 0:
+            raise ValueError("login_throttle.address_interval and user_interval must be above 0 seconds")
+        if settings.max_unauthenticated < 1 or settings.max_keys < 1:
+            raise ValueError("login_throttle.max_unauthenticated and max_keys must be 1 or more")
+        return settings
 
 
 def source_of(address: str) -> str:
@@ -107,12 +132,22 @@ class LoginThrottle:
 
     def __init__(self, clock: Clock, settings: ThrottleSettings | None = None) -> None:
         self.clock = clock
-        self.settings = settings or ThrottleSettings()
-        self._addresses = _Buckets(self.settings.max_keys)
-        self._users = _Buckets(self.settings.max_keys)
+        self._settings = settings or ThrottleSettings()
+        self._addresses = _Buckets(self._settings.max_keys)
+        self._users = _Buckets(self._settings.max_keys)
         self._open: dict[str, int] = {}  # address -> connections accepted, not logged in
         self._due: dict[str, deque[float]] = {}  # address -> times its pending refusals are due
         self._reported: dict[str, float] = {}  # address -> when its refusals were last logged
+
+    @property
+    def settings(self) -> ThrottleSettings:
+        """The limits in force (may be replaced while running; what was counted stays)."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: ThrottleSettings) -> None:
+        self._settings = settings
+        self._addresses.limit = self._users.limit = settings.max_keys
 
     # -- unauthenticated connections -----------------------------------------------------
     def unauthenticated(self, address: str) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from leveret.config import ConfigError, load
 from leveret.core.clock import ManualClock
 from leveret.core.login_throttle import LoginThrottle, ThrottleSettings, source_of
 
@@ -121,3 +122,31 @@ def test_ipv6_addresses_count_per_64_and_mapped_ipv4_as_ipv4(throttle):
     delays = [throttle.failed(f"2001:db8:1:2::{i:x}", None) for i in range(5)]
     assert delays == [0.0, 0.0, 0.0, 0.5, 1.0]
     assert throttle.failed("2001:db8:1:3::1", None) == 0.0  # the next /64 is another source
+
+
+def test_the_login_throttle_table_of_a_config_file(tmp_path):
+    path = tmp_path / "leveret.toml"
+    path.write_text("[login_throttle]\naddress_burst = 2\naddress_interval = 1\nmax_unauthenticated = 8\n")
+    settings = load(path)
+    expected = ThrottleSettings(address_burst=2, address_interval=1.0, max_unauthenticated=8)
+    assert settings.login_throttle == expected
+    assert settings.build_core(ManualClock()).login_throttle.settings == settings.login_throttle
+    path.write_text("")
+    assert load(path).login_throttle == ThrottleSettings()
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ("adress_burst = 2", "unknown key login_throttle.adress_burst"),
+        ("address_burst = 1.5", "login_throttle.address_burst must be int"),
+        ("user_interval = true", "login_throttle.user_interval must be float"),
+        ("user_interval = 0", "must be above 0 seconds"),
+        ("max_unauthenticated = 0", "must be 1 or more"),
+    ],
+)
+def test_a_bad_login_throttle_setting_is_refused_with_its_name(tmp_path, table, message):
+    path = tmp_path / "leveret.toml"
+    path.write_text(f"[login_throttle]\n{table}\n")
+    with pytest.raises(ConfigError, match=message):
+        load(path)
