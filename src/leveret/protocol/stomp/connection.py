@@ -100,8 +100,7 @@ class StompError(Exception):
 class StompConnection(AdapterConnection):
     """State machine of one STOMP client connection: ``connecting`` until CONNECT (or
     STOMP), ``refusing`` while a wrong login's ERROR waits for the login throttle,
-    ``connected``, then
-    ``closed``."""
+    ``connected``, then ``closed``."""
 
     def _init_protocol(self) -> None:
         self.state = "connecting"
