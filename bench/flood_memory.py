@@ -40,7 +40,7 @@ from pamqp import header as pamqp_header  # noqa: E402
 
 from leveret.amqp.frames import encode_publish  # noqa: E402
 
-STALL_S = 0.2  # a write that waits this long counts as a pause of the publisher
+STALL_S = 0.05  # a write that waits this long counts as a pause of the publisher
 CHUNK = 256  # messages per write
 MB = 2**20
 
@@ -208,7 +208,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     args = parser.parse_args()
 
-    broker = Leveret(src=args.src, extra_args=args.broker_arg)
+    # the broker runs in a temporary directory: this tree's src/ by absolute path (a
+    # relative PYTHONPATH would fall back to whatever leveret is installed)
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    broker = Leveret(src=os.path.abspath(args.src or here), extra_args=args.broker_arg)
     broker.start()
     sampler = Sampler(broker, args.interval)
     try:
@@ -242,7 +245,7 @@ def main() -> None:
         rss_after = broker.rss_bytes()
         result = {
             "protocol": args.protocol,
-            "src": args.src or "this tree",
+            "src": broker.src,
             "broker_args": args.broker_arg,
             "messages": args.count,
             "queued": got,
