@@ -31,6 +31,7 @@ import struct
 import sys
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -243,6 +244,8 @@ def main() -> None:
         stats.pop("sock").close()
         time.sleep(args.after)
         rss_after = broker.rss_bytes()
+        cpu_total = broker.cpu_seconds() - cpu0
+        holds = flow_holds(broker)
         result = {
             "protocol": args.protocol,
             "src": broker.src,
@@ -257,6 +260,9 @@ def main() -> None:
             "flood_s": round(taken_in - sampler.t0, 1),
             "broker_cpu_s": round(cpu, 1),
             "broker_cpu_us_per_msg": round(cpu / args.count * 1e6, 1),
+            # with what the store still had to write when the last message was taken in
+            f"broker_cpu_s_incl_after_{args.after:g}s": round(cpu_total, 1),
+            "flow_holds": holds,
             "connection_blocked": stats["blocked"],
             "connection_unblocked": stats["unblocked"],
             "publisher_pauses": stats["pauses"],
@@ -271,6 +277,19 @@ def main() -> None:
     finally:
         sampler.stop.set()
         broker.stop()
+
+
+def flow_holds(broker: Leveret) -> int | None:
+    """``leveret_publisher_flow_holds_total`` from the broker's Prometheus metrics
+    (None: a tree without flow control)."""
+    url = broker.prometheus_url(timeout=1.0)
+    if url is None:
+        return None
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith("leveret_publisher_flow_holds_total "):
+                return int(float(line.split()[1]))
+    return None
 
 
 def amqp_drain(host: str, port: int, queue: str, expected: int) -> int:
