@@ -11,8 +11,10 @@ sampled every ``--interval`` seconds.
 Reported: peak RSS during the flood, RSS when the broker has taken in every message
 (a passive ``queue.declare`` counts them), RSS ``--after`` seconds later (memory given
 back after the flood), broker CPU seconds, the publisher's pauses (writes that waited
-``STALL_S`` or more: the broker stopped reading it, by flow control or an alarm) and, with
-``--verify``, how many messages a consumer then gets (none may be lost). The broker runs
+``STALL_S`` or more: the broker stopped reading it, by flow control or an alarm), the
+broker's count of flow-control holds (its Prometheus ``leveret_publisher_flow_holds_total``)
+and, with ``--verify``, how many messages a consumer then gets (none may be lost) and
+RSS once they are consumed and ``--after`` seconds later. The broker runs
 with default settings unless ``--broker-arg`` adds options; ``--src`` runs another
 leveret tree (e.g. ``/work/main/src``) for a before/after comparison.
 
@@ -268,8 +270,11 @@ def main() -> None:
             "publisher_pauses": stats["pauses"],
             "publisher_paused_s": round(stats["paused_s"], 1),
         }
-        if args.verify:
+        if args.verify:  # consume everything, then see what memory is given back
             result["consumed"] = amqp_drain(broker.host, broker.port, queue, args.count)
+            result["rss_drained_mb"] = round(broker.rss_bytes() / MB, 1)
+            time.sleep(args.after)
+            result[f"rss_drained_after_{args.after:g}s_mb"] = round(broker.rss_bytes() / MB, 1)
         timeline = [(round(t, 1), round(rss / MB)) for t, rss in sampler.samples]
         step = max(1, len(timeline) // 40)
         print(json.dumps(result, indent=1))
