@@ -5,8 +5,9 @@ allocator's heap (glibc ``malloc``), which keeps what is freed for later use: af
 flood is consumed or a long queue deleted, the broker's resident memory stays at its
 peak. When the heap holds :data:`TRIM_THRESHOLD` bytes more free than after the last
 trim (``mallinfo2().fordblks``, all arenas: a trimmed page stays counted as free),
-``malloc_trim(0)`` returns the free pages to the system (measured on a 300,000 × 1 KB flood consumed: 138 → 82 MB in 19 ms; Python's
-``gc.collect()`` gave nothing back there: bodies hold no reference cycles). It runs on
+``malloc_trim(0)`` returns the free pages to the system (measured on a 300,000 × 1 KB
+flood consumed: 138 → 82 MB in 19 ms; Python's ``gc.collect()`` gave nothing back
+there: bodies hold no reference cycles). It runs on
 a short-lived thread (ctypes lets go of the GIL), at most one at a time; the C
 allocator locks each arena while it trims it. RabbitMQ leaves this to the Erlang VM's
 allocators; ActiveMQ to the JVM's garbage collector. Elsewhere (musl, macOS) it does
@@ -91,7 +92,9 @@ class MallocTrim:
             self.baseline = free
         if free - self.baseline < self.threshold:
             return False
-        self._thread = threading.Thread(target=self._trim, args=(free,), name="leveret-malloc-trim", daemon=True)
+        self._thread = threading.Thread(
+            target=self._trim, args=(free,), name="leveret-malloc-trim", daemon=True
+        )
         self._thread.start()
         return True
 

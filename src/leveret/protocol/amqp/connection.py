@@ -588,7 +588,9 @@ class Connection(AdapterConnection):
             frame_max=self.frame_max,
             heartbeat=self.heartbeat,
             ssl=self.tls,
-            state=("flow" if self.flow_held else "blocked") if self.blocked else ("running" if self.state == "opened" else self.state),
+            state=("flow" if self.flow_held else "blocked")
+            if self.blocked
+            else ("running" if self.state == "opened" else self.state),
             channels=channels,
         )
 

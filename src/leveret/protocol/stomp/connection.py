@@ -350,7 +350,9 @@ class StompConnection(AdapterConnection):
             client_properties=self.client_properties,
             heartbeat=int(self._read_interval),
             ssl=self.tls,
-            state=("flow" if self.flow_held else "blocked") if self.blocked else ("running" if self.state == "connected" else self.state),
+            state=("flow" if self.flow_held else "blocked")
+            if self.blocked
+            else ("running" if self.state == "connected" else self.state),
             channels=(channel,),
         )
 
