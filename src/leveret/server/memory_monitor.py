@@ -62,7 +62,7 @@ class MemoryMonitor(PeriodicCheck):
         trim: MallocTrim | None = None,
     ) -> None:
         self.core = core
-        #: gives freed memory back (None: never)
+        #: gives freed memory back to the system (:mod:`.malloc_trim`)
         self.trim = trim if trim is not None else MallocTrim()
         self._trim_countdown = 0.0  # seconds until the next look at the C heap
         self.limit = limit  # read at every check, so it can be changed at run time
