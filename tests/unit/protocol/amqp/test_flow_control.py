@@ -17,9 +17,17 @@ def opened() -> Harness:
     channel 1 open and queue ``q`` declared."""
     h = Harness()
     h.feed(PROTOCOL_HEADER)
-    h.feed(method_frame(0, commands.Connection.StartOk(
-        client_properties={"capabilities": {"connection.blocked": True}},
-        mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US")))
+    h.feed(
+        method_frame(
+            0,
+            commands.Connection.StartOk(
+                client_properties={"capabilities": {"connection.blocked": True}},
+                mechanism="PLAIN",
+                response="\x00guest\x00guest",
+                locale="en_US",
+            ),
+        )
+    )
     h.feed(method_frame(0, commands.Connection.TuneOk(channel_max=16, frame_max=4096, heartbeat=0)))
     h.feed(method_frame(0, commands.Connection.Open(virtual_host="/")))
     h.feed(method_frame(1, commands.Channel.Open()))
