@@ -22,6 +22,8 @@ Example file::
     disk_reserve = 16777216         # bytes message writes always leave free (deletes, WAL)
     vm_memory_high_watermark = 0.4  # of RAM; above it publishers are blocked (RabbitMQ's)
     vm_memory_high_watermark_paging_ratio = 0.5  # of the watermark; queues page out above
+    store_flow_high = 33554432      # bytes of unwritten messages above which publishers are held
+    store_flow_low = 16777216       # ... and under which they are read again (docs/operations.md)
     read_coalesce_ms = 1            # hold a client streaming small writes this long; 0: off
     workers = 0                     # AMQP connection worker processes (docs/multicore.md); 0: none
     http_allowed_hosts = ["broker.example.com"]  # Host names the HTTP API answers
@@ -145,6 +147,10 @@ class Settings:
     vm_memory_high_watermark: float = 0.4  # of the machine's RAM: above it publishers block
     vm_memory_high_watermark_absolute: int | None = None  # bytes; wins over the fraction
     vm_memory_high_watermark_paging_ratio: float = 0.5  # of the watermark: queues page out
+    #: flow control (:mod:`leveret.core.flow`): bytes of messages the store has not
+    #: written yet above which publishers are no longer read, and under which they are
+    store_flow_high: int = 32 * 1024 * 1024
+    store_flow_low: int = 16 * 1024 * 1024
     http_port: int | None = None  # management API port; None: off
     #: Prometheus metrics (``/metrics``, RabbitMQ's 15692; ``leveret server``'s default);
     #: None: off
@@ -227,6 +233,8 @@ _SERVER_KEYS = {
     "vm_memory_high_watermark": float,
     "vm_memory_high_watermark_absolute": int,
     "vm_memory_high_watermark_paging_ratio": float,
+    "store_flow_high": int,
+    "store_flow_low": int,
     "http_port": int,
     "prometheus_port": int,
     "stomp_port": int,

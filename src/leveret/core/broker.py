@@ -15,6 +15,7 @@ from .auth import Grants, Permission, TopicPermission, User, UserDatabase
 from .clock import Clock
 from .connections import Connections
 from .dead_letter_actions import DeadLetterJobs
+from .flow import PublisherFlow
 from .login_throttle import LoginThrottle
 from .metrics import BrokerCounters
 from .policy import Policy
@@ -65,6 +66,8 @@ class BrokerCore:
     alarm_listeners: list[Callable[[bool], None]] = field(default_factory=list)
     alarm_active: bool = False
     alarm_sources: set[str] = field(default_factory=set)
+    #: Publishers held while the store's backlog of unwritten messages is high.
+    flow: PublisherFlow = field(default_factory=PublisherFlow)
     memory_pressure: bool = False
     #: Called with a vhost's name when it is deleted (its connections close: 320).
     vhost_deleted_listeners: list[Callable[[str], None]] = field(default_factory=list)

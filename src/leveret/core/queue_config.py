@@ -44,6 +44,14 @@ BOUNDED_IN_MEMORY = 50_000
 #: with ``x-queue-mode: lazy``.
 BOUNDED_IN_MEMORY_BYTES = 64 * 1024 * 1024
 LAZY_IN_MEMORY = 1_000  # the same for x-queue-mode=lazy
+#: A default classic queue that is durable keeps at most this many messages, and this
+#: many body bytes, in memory once a persistent message comes: past them a persistent
+#: message (written to the store anyway) is paged out rather than also kept in memory,
+#: and the messages after it follow it to the store (as RabbitMQ 3.12's classic queues,
+#: which keep a small window in memory), so a backlog of persistent messages nobody
+#: consumes does not grow the broker's memory.
+STORED_IN_MEMORY = 50_000
+STORED_IN_MEMORY_BYTES = 32 * 1024 * 1024
 
 _MIN_WINS = {"message-ttl", "expires", "max-length", "max-length-bytes", "max-redeliveries", "delivery-limit"}
 
@@ -78,6 +86,9 @@ class QueueConfig:
     overflow: str = "drop-head"
     max_in_memory: int = DEFAULT_IN_MEMORY
     max_in_memory_bytes: int = DEFAULT_IN_MEMORY_BYTES
+    #: the same for persistent messages of a durable queue (see :data:`STORED_IN_MEMORY`)
+    stored_in_memory: int = STORED_IN_MEMORY
+    stored_in_memory_bytes: int = STORED_IN_MEMORY_BYTES
     dead_letter: DeadLetterConfig = field(default_factory=DeadLetterConfig)
     redelivery: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
     deduplication: bool = False

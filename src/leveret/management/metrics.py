@@ -430,6 +430,14 @@ class BrokerCollector(Collector):
             alarm = UnknownMetricFamily(f"rabbitmq_alarms_{name}", f"1 if the {source} alarm is in effect")
             alarm.add_metric([], 1 if source in core.alarm_sources else 0)
             yield alarm
+        holds = _counter("leveret_publisher_flow_holds", "Publishing connections held by flow control")
+        holds.add_metric([], core.flow.holds)
+        yield holds
+        yield _gauge(
+            "leveret_store_backlog_bytes",
+            "Bytes of messages the store has not written yet (flow control's measure)",
+            getattr(core.store, "backlog_bytes", 0),
+        )
         uptime = time.time() - node.started
         yield _gauge(
             "rabbitmq_erlang_uptime_seconds",

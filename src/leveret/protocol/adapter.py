@@ -62,7 +62,9 @@ class AdapterConnection(Output):
         self.session: Session | None = None  # the user's operations in the vhost, likewise
         #: Its registrations in core while open (see :meth:`_open_life`), else None.
         self.life: ConnectionHandle | None = None
-        self.blocked = False  # not read during a resource alarm
+        self.blocked = False  # not read during a resource alarm or flow control
+        #: blocked by flow control only (:mod:`leveret.core.flow`): no alarm told the client
+        self.flow_held = False
         self._input_waiting = input_waiting  # whether unread bytes wait (heartbeat checks)
         self._init_output(request_flush)
         self.last_received = loop.time()

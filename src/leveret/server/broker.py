@@ -147,6 +147,9 @@ class Broker:
                 started = time.monotonic()
                 core = self.core
                 self.store.on_stall = lambda stalled: core.set_alarm(stalled, "store")
+                self.store.on_flow = core.flow.set
+                self.store.flow_high = self.settings.store_flow_high
+                self.store.flow_low = self.settings.store_flow_low
                 self.store.on_fenced = self._lose_mastership
                 self.core.attach_store(self.store)
                 self.store.start(asyncio.get_running_loop())

@@ -10,6 +10,9 @@ default, or an absolute number of bytes):
 - above the watermark, the alarm is raised: publishers get connection.blocked and are
   no longer read from, until memory is back under it.
 
+Every :data:`TRIM_EVERY` seconds it also gives memory freed since back to the system
+(:mod:`.malloc_trim`), so the resident size falls after a flood is consumed.
+
 Without ``/proc`` (not Linux) it does nothing.
 """
 
@@ -20,9 +23,12 @@ import os
 from collections.abc import Callable
 
 from ..core.broker import BrokerCore
+from .malloc_trim import MallocTrim
 from .periodic import PeriodicCheck
 
 log = logging.getLogger("leveret.alarm")
+
+TRIM_EVERY = 5.0  # seconds between looks at the C heap's free bytes
 
 
 def total_memory() -> int:
@@ -53,15 +59,24 @@ class MemoryMonitor(PeriodicCheck):
         paging_ratio: float = 0.5,
         interval: float = 0.25,
         resident: Callable[[], int | None] = resident_memory,
+        trim: MallocTrim | None = None,
     ) -> None:
         self.core = core
+        #: gives freed memory back to the system (:mod:`.malloc_trim`)
+        self.trim = trim if trim is not None else MallocTrim()
+        self._trim_countdown = 0.0  # seconds until the next look at the C heap
         self.limit = limit  # read at every check, so it can be changed at run time
         self.paging_ratio = paging_ratio
         self.interval = interval
         self._resident = resident
 
     def check(self) -> None:
-        """Compare once; change the alarm and the pressure when their state changes."""
+        """Compare once; change the alarm and the pressure when their state changes;
+        every :data:`TRIM_EVERY` seconds, trim the C heap if much of it is free."""
+        self._trim_countdown -= self.interval
+        if self._trim_countdown <= 0:
+            self._trim_countdown = TRIM_EVERY
+            self.trim.maybe_trim()
         used = self._resident()
         limit = self.limit()
         if used is None or limit <= 0:

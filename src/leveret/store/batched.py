@@ -51,6 +51,13 @@ _STORED_SEQ = operator.attrgetter("seq")
 DELETE_CHUNK = 5000  # rows deleted per transaction by a background range deletion
 BLOCK = 1 << SEQ_BLOCK_BITS  # seqs (and store ids) per block
 RETRY = 0.5  # seconds between attempts to write a batch that did not fit
+#: Bytes a row costs in the backlog beyond its body (its list, ids, header, strings):
+#: what :attr:`BatchedStore.backlog_bytes` counts per message.
+ROW_OVERHEAD = 512
+#: Flow control's marks on :attr:`BatchedStore.backlog_bytes` (bytes): above the high
+#: mark publishers are held (:mod:`leveret.core.flow`), under the low mark released.
+FLOW_HIGH = 32 * 1024 * 1024
+FLOW_LOW = 16 * 1024 * 1024
 
 
 class Connection(Protocol):
@@ -65,9 +72,11 @@ class Connection(Protocol):
 
 
 class Batch:
-    __slots__ = ("callbacks", "counts", "delays", "deletes", "inserts", "ops", "scheduled")
+    __slots__ = ("callbacks", "cost", "counts", "delays", "deletes", "inserts", "ops", "scheduled")
 
     def __init__(self) -> None:
+        #: bytes counted in the store's backlog for this batch (bodies + ROW_OVERHEAD each)
+        self.cost = 0
         self.inserts: dict[int, list] = {}
         self.counts: dict[int, int] = {}
         self.delays: dict[int, float] = {}  # store id -> available_at (redelivery back-off)
@@ -102,6 +111,7 @@ class Batch:
                 for store_id in [i for i, row in self.inserts.items() if op.covers(row[1], row[2])]:
                     del self.inserts[store_id]
         self.inserts.update(newer.inserts)
+        self.cost += newer.cost
         self.ops += newer.ops
         self.callbacks += newer.callbacks
         self.scheduled.update(newer.scheduled)  # the later change of a row wins
@@ -208,6 +218,15 @@ class BatchedStore(Store):
         self.forbid_loop_reads = bool(os.environ.get("LEVERET_FORBID_LOOP_READS"))
         self.failed: str | None = None
         self.fenced: str | None = None
+        #: Flow control (:mod:`leveret.core.flow`): called on the loop with True when
+        #: :attr:`backlog_bytes` passes ``flow_high``, False when it is back under ``flow_low``.
+        self.on_flow: Callable[[bool], None] | None = None
+        #: Bytes of messages added but not committed yet (the current and the in-flight
+        #: batch): bodies plus :data:`ROW_OVERHEAD` each.
+        self.backlog_bytes = 0
+        self.flow_high = FLOW_HIGH
+        self.flow_low = FLOW_LOW
+        self.flowing = False  # above the high mark, not yet back under the low one
 
     # -- what a subclass provides --------------------------------------------------------
     def _connect(self) -> Connection:
@@ -511,7 +530,13 @@ class BatchedStore(Store):
         return store_id
 
     def save_scheduled(self, row: ScheduledRow) -> None:
-        self._changed().scheduled[row.store_id] = row
+        batch = self._changed()
+        batch.scheduled[row.store_id] = row
+        cost = len(row.body) + ROW_OVERHEAD
+        batch.cost += cost
+        self.backlog_bytes += cost
+        if self.backlog_bytes > self.flow_high and not self.flowing:
+            self._flow(True)
         if self._reads_in_flight:
             self._scheduled_since[row.store_id] = row
 
@@ -718,7 +743,13 @@ class BatchedStore(Store):
             self._next_id += 1
         else:
             store_id = self._block_id(seq >> SEQ_BLOCK_BITS)
-        self._changed().inserts[store_id] = [
+        batch = self._changed()
+        cost = len(body) + ROW_OVERHEAD
+        batch.cost += cost
+        self.backlog_bytes += cost
+        if self.backlog_bytes > self.flow_high and not self.flowing:
+            self._flow(True)
+        batch.inserts[store_id] = [
             store_id,
             queue_id,
             seq,
@@ -854,9 +885,17 @@ class BatchedStore(Store):
         self._retry_at = 0.0  # the loop's timer may run a hair before RETRY has passed
         self._submit()
 
+    def _flow(self, active: bool) -> None:
+        self.flowing = active
+        if self.on_flow is not None:
+            self.on_flow(active)
+
     def _written(self, batch: Batch, error: str | None) -> None:
         self._writing = False
         self._inflight = None
+        self.backlog_bytes -= batch.cost
+        if self.flowing and self.backlog_bytes < self.flow_low:
+            self._flow(False)
         if self.stalled is not None and error is None:
             log.warning("store %s: writing again", self.name)
             self.stalled = None

@@ -46,3 +46,39 @@ def test_this_machine_reports_its_memory():
     assert total_memory() > 0
     resident = resident_memory()
     assert resident is not None and 0 < resident < total_memory()
+
+
+def test_memory_freed_in_the_c_heap_is_given_back_once_enough_is_free():
+    """MallocTrim trims when the C heap holds ``threshold`` more free bytes than after
+    its last trim (glibc), and not again until as much more is freed."""
+    import ctypes
+    import time
+
+    from leveret.server.malloc_trim import MallocTrim
+
+    trim = MallocTrim(threshold=8 * 1024 * 1024)
+    if not trim.available:
+        return  # not glibc: nothing to check
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    # 40 MiB in blocks below the mmap threshold; every other one is freed (20 MiB in the
+    # middle of the heap, where free() itself cannot give it back)
+    allocated = [libc.malloc(64 * 1024) for _ in range(40 * 16)]
+    blocks, keep = allocated[::2], allocated[1::2]
+    trim.maybe_trim()
+    if trim._thread is not None:
+        trim._thread.join(5)
+    trims = trim.trims
+    for block in blocks:
+        libc.free(block)
+    free = trim.free_bytes()
+    assert free is not None and free - trim.baseline >= trim.threshold
+    assert trim.maybe_trim()
+    assert trim._thread is not None
+    trim._thread.join(5)
+    assert trim.trims == trims + 1
+    time.sleep(0)
+    assert not trim.maybe_trim()  # nothing freed since
+    for block in keep:
+        libc.free(block)

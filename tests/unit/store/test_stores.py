@@ -925,3 +925,24 @@ def test_the_debug_guard_refuses_blocking_reads_on_the_loop_thread_only(opened):
     reader.join(TIMEOUT)
     assert [m.seq for m in result[0]] == [1]
     assert [m.seq for m in answer_of(opened, lambda a: store.request_queue(1, 0, 10, ALL_SEQS, a))] == [1]
+
+
+# -- flow control ---------------------------------------------------------------------
+def test_the_backlog_of_unwritten_messages_raises_flow_above_the_high_mark_and_ends_it_under_the_low(opened):
+    """Messages added while the writer is busy count (body + ROW_OVERHEAD) in
+    ``backlog_bytes``; past ``flow_high`` ``on_flow(True)`` is called once, and once the
+    writes are committed and the backlog is under ``flow_low``, ``on_flow(False)``."""
+    from leveret.store.batched import ROW_OVERHEAD
+
+    store = opened.store
+    flows: list[bool] = []
+    store.on_flow = flows.append
+    store.flow_high, store.flow_low = 10 * (1000 + ROW_OVERHEAD), 5 * (1000 + ROW_OVERHEAD)
+    for seq in range(1, 10):
+        add(store, 1, seq, b"b" * 1000)
+    assert flows == [] and store.backlog_bytes == 9 * (1000 + ROW_OVERHEAD)
+    for seq in range(10, 13):  # the 11th passes the high mark; more do not call again
+        add(store, 1, seq, b"b" * 1000)
+    assert flows == [True] and store.flowing
+    assert opened.durable()
+    assert flows == [True, False] and store.backlog_bytes == 0 and not store.flowing

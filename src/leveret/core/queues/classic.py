@@ -60,7 +60,8 @@ class ClassicQueue(HoldAndScan, Queue):
     """A classic queue (``x-queue-type: classic``, the default). With a store,
     persistent messages of a durable queue are written there until they are
     acknowledged or die, and new messages are paged out past the in-memory limits
-    (``config.max_in_memory``: a lazy or bounded queue) or while memory is short
+    (``config.max_in_memory``: a lazy or bounded queue; a default durable queue's
+    persistent messages past ``config.stored_in_memory``) or while memory is short
     (``host.memory_pressure``: every queue, as RabbitMQ 3.10 pages under the memory
     watermark's paging ratio); see :mod:`.features.paging`.
     With ``x-max-priority`` N > 0 its messages wait in a :class:`.PriorityBacklog`:
@@ -169,7 +170,17 @@ class ClassicQueue(HoldAndScan, Queue):
         )
         backlog = self.backlog
         stored = durable  # whether a confirm must wait for the store
-        if store is not None and (backlog.must_page(seq) or self.host.memory_pressure):
+        if store is not None and (
+            backlog.must_page(seq)
+            or self.host.memory_pressure
+            or (  # written anyway: past the window for stored messages, not kept in memory too
+                durable
+                and (
+                    backlog.memory_bytes >= config.stored_in_memory_bytes
+                    or backlog.in_memory >= config.stored_in_memory
+                )
+            )
+        ):
             # Paged out, the message exists only in the store: its confirm waits for
             # the write, as a persistent message's does, transient or not.
             self._write(seq, message, expires_at, transient=not durable)

@@ -609,8 +609,11 @@ class Channel:
         and ``facts`` what :func:`wire.scan` read from it. Raises NotFound (404) for a
         missing exchange, AccessRefused (403) for an internal one, PreconditionFailed
         (406) for a bad expiration or a direct reply-to without its consumer."""
-        if self.connection.core.alarm_active:
+        core = self.connection.core
+        if core.alarm_active:
             self.connection.block_publisher()
+        elif core.flow.active:
+            self.connection.hold_for_flow()
         exchange = self.publisher.exchange(exchange_name, routing_key)
         message = from_publish(exchange_name, routing_key, header, body, facts)
         if header[12] & _REPLY_TO_HIGH_BITS:

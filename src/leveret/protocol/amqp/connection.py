@@ -593,7 +593,9 @@ class Connection(AdapterConnection):
             frame_max=self.frame_max,
             heartbeat=self.heartbeat,
             ssl=self.tls,
-            state="blocked" if self.blocked else ("running" if self.state == "opened" else self.state),
+            state=("flow" if self.flow_held else "blocked")
+            if self.blocked
+            else ("running" if self.state == "opened" else self.state),
             channels=channels,
         )
 
@@ -647,8 +649,9 @@ class Connection(AdapterConnection):
 
     def on_alarm(self, active: bool) -> None:
         """The alarm ended: a connection blocked for publishing is read from again and
-        told with connection.unblocked."""
-        if not active and self.blocked:
+        told with connection.unblocked (one held by flow control waits for the flow's
+        end: :meth:`flow_released`)."""
+        if not active and self.blocked and not self.flow_held:
             self.blocked = False
             if self._stash is None:  # else the store's answer resumes reading
                 self.transport.resume_reading()
@@ -659,11 +662,34 @@ class Connection(AdapterConnection):
         """A publish arrived during a resource alarm: as RabbitMQ does, stop reading
         from this connection until the alarm ends, and say so with connection.blocked
         to clients that announced the capability."""
-        if not self.blocked:
+        if self.flow_held:  # held by flow control already: now by the alarm
+            self.flow_held = False
+            if self.capabilities.get("connection.blocked"):
+                self.send_method(0, C.Blocked(reason="low on resources"))
+        elif not self.blocked:
             self.blocked = True
             self.transport.pause_reading()
             if self.capabilities.get("connection.blocked"):
                 self.send_method(0, C.Blocked(reason="low on resources"))
+
+    def hold_for_flow(self) -> None:
+        """A publish arrived while the store lags (:mod:`leveret.core.flow`): stop
+        reading from this connection until the store has caught up, without
+        connection.blocked (RabbitMQ's ``flow`` state: its credit flow does not tell the
+        client either)."""
+        if not self.blocked:
+            self.blocked = self.flow_held = True
+            self.transport.pause_reading()
+            self.core.flow.hold(self)
+
+    def flow_released(self) -> None:
+        """The store caught up: read again, unless a resource alarm or a reply waiting
+        for the store holds the connection."""
+        if self.flow_held:
+            self.flow_held = False
+            self.blocked = False
+            if self._stash is None and self.state not in ("closed", "refusing"):
+                self.transport.resume_reading()
 
     def _resume(self) -> None:
         for channel in list(self.channels.values()):

@@ -337,7 +337,9 @@ class StompConnection(AdapterConnection):
             client_properties=self.client_properties,
             heartbeat=int(self._read_interval),
             ssl=self.tls,
-            state="blocked" if self.blocked else ("running" if self.state == "connected" else self.state),
+            state=("flow" if self.flow_held else "blocked")
+            if self.blocked
+            else ("running" if self.state == "connected" else self.state),
             channels=(channel,),
         )
 
@@ -355,8 +357,11 @@ class StompConnection(AdapterConnection):
         targets = destinations.parse(headers.get("destination", ""))
         publisher = self._publisher_for(headers.get("transaction"))
         self._reply_to(headers)
-        if self.core.alarm_active:
+        core = self.core
+        if core.alarm_active:
             self._block()
+        elif core.flow.active:
+            self.hold_for_flow()
         assert self._ids is not None
         message_id = self._ids.next()
         for target in targets:
@@ -897,13 +902,34 @@ class StompConnection(AdapterConnection):
         self.close_transport()
 
     def _block(self) -> None:
-        if not self.blocked:
+        if self.flow_held:  # held by flow control already: now by the alarm
+            self.flow_held = False
+        elif not self.blocked:
             self.blocked = True
             self.transport.pause_reading()
 
+    def hold_for_flow(self) -> None:
+        """A SEND arrived while the store lags (:mod:`leveret.core.flow`): read no more
+        from this connection until the store has caught up (as ActiveMQ's producer flow
+        control, which stops reading a producer without telling it)."""
+        if not self.blocked:
+            self.blocked = self.flow_held = True
+            self.transport.pause_reading()
+            self.core.flow.hold(self)
+
+    def flow_released(self) -> None:
+        """The store caught up: read again, unless a resource alarm holds the
+        connection or the rest of a read waits for the next turn."""
+        if self.flow_held:
+            self.flow_held = False
+            self.blocked = False
+            if self._rest is None and self.state == "connected" and not self._disconnecting:
+                self.transport.resume_reading()
+
     def on_alarm(self, active: bool) -> None:
-        """The alarm ended: read from a blocked connection again."""
-        if not active and self.blocked:
+        """The alarm ended: read from a blocked connection again (one held by flow
+        control waits for the flow's end: :meth:`flow_released`)."""
+        if not active and self.blocked and not self.flow_held:
             self.blocked = False
             if self._rest is None:  # else the next turn resumes reading
                 self.transport.resume_reading()

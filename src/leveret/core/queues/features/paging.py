@@ -23,6 +23,8 @@ from ...queue_config import (
     DEFAULT_IN_MEMORY,
     DEFAULT_IN_MEMORY_BYTES,
     LAZY_IN_MEMORY,
+    STORED_IN_MEMORY,
+    STORED_IN_MEMORY_BYTES,
     Arguments,
     or_default,
 )
@@ -34,13 +36,25 @@ KEYS = ("max-in-memory-length", "max-in-memory-bytes", "queue-mode")
 def configure(args: Arguments) -> dict[str, Any]:
     """The :class:`.QueueConfig` fields of this feature: ``max_in_memory`` (messages)
     and ``max_in_memory_bytes``; unlimited (:data:`.DEFAULT_IN_MEMORY`) for a default
-    queue, which pages under memory pressure only."""
+    queue, which pages under memory pressure only, or once it holds
+    :data:`.STORED_IN_MEMORY` messages or :data:`.STORED_IN_MEMORY_BYTES` body bytes in
+    memory and a persistent message comes (``stored_in_memory``,
+    ``stored_in_memory_bytes``: the in-memory limits when they are given)."""
     length = args.get("max-in-memory-length", int, 0)
     size = args.get("max-in-memory-bytes", int, 0)
     lazy = args.get("queue-mode", str) == "lazy"
     if length is None and size is None and not lazy:
-        return {"max_in_memory": DEFAULT_IN_MEMORY, "max_in_memory_bytes": DEFAULT_IN_MEMORY_BYTES}
+        return {
+            "max_in_memory": DEFAULT_IN_MEMORY,
+            "max_in_memory_bytes": DEFAULT_IN_MEMORY_BYTES,
+            "stored_in_memory": STORED_IN_MEMORY,
+            "stored_in_memory_bytes": STORED_IN_MEMORY_BYTES,
+        }
+    max_in_memory = or_default(length, LAZY_IN_MEMORY if lazy else BOUNDED_IN_MEMORY)
+    max_in_memory_bytes = or_default(size, BOUNDED_IN_MEMORY_BYTES)
     return {
-        "max_in_memory": or_default(length, LAZY_IN_MEMORY if lazy else BOUNDED_IN_MEMORY),
-        "max_in_memory_bytes": or_default(size, BOUNDED_IN_MEMORY_BYTES),
+        "max_in_memory": max_in_memory,
+        "max_in_memory_bytes": max_in_memory_bytes,
+        "stored_in_memory": max_in_memory,
+        "stored_in_memory_bytes": max_in_memory_bytes,
     }

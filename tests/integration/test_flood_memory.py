@@ -1,0 +1,183 @@
+"""Memory under a publish flood (issue 27): a publisher floods a durable queue nobody
+consumes with persistent messages. The queue keeps a bounded window of them in memory
+(the rest only in the store), the store's backlog of unwritten messages is bounded by
+flow control (publishers are not read while it is above ``store_flow_high``, and are
+again under ``store_flow_low``), so the broker's resident memory stays flat, and every
+message confirmed is there to consume. The full-size probe is bench/flood_memory.py."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from amqp_raw import connected
+from pamqp import commands
+from servers import ServerProcess
+
+MB = 1024 * 1024
+BODY = b"x" * 1024
+#: What the broker may grow by. Without the in-memory window and flow control a
+#: 150,000-message flood grew it by ~250 MB (~1.7 KB a message).
+GROWTH = 150 * MB
+CHUNK = 1000  # messages per write
+
+
+def resident(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+def start(tmp_path: Path) -> tuple[ServerProcess, str]:
+    """A broker with small flow-control marks (1 MiB / 512 KiB), so a flood on this
+    machine engages it however fast the disk is; and its Prometheus URL."""
+    config = tmp_path / "leveret.toml"
+    config.write_text("[server]\nstore_flow_high = 1048576\nstore_flow_low = 524288\n")
+    server = ServerProcess(tmp_path / "data", "--config", str(config))
+    for _ in range(10):
+        line = server.proc.stdout.readline()
+        if line.startswith("leveret prometheus:"):
+            return server, line.split()[-1]
+    server.kill()
+    raise AssertionError("no Prometheus line")
+
+
+def metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"{name} not in {url}")
+
+
+class PeakWatcher(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.done = pid, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.peak = max(self.peak, resident(self.pid))
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        self.done.set()
+        self.join()
+        return self.peak
+
+
+def declare(port: int, queue: str, passive: bool = False) -> int:
+    client = connected(port)
+    client.send_method(1, commands.Queue.Declare(queue=queue, durable=True, passive=passive))
+    count = client.expect(commands.Queue.DeclareOk, 1).message_count
+    client.close()
+    return count
+
+
+def drain(port: int, queue: str, expected: int) -> int:
+    """Consume ``queue`` (no-ack) until ``expected`` deliveries or 5 s of silence."""
+    client = connected(port)
+    client.send_method(1, commands.Basic.Consume(queue=queue, no_ack=True))
+    client.expect(commands.Basic.ConsumeOk, 1)
+    sock, data, got = client.sock, bytearray(client.buffer), 0
+    sock.settimeout(5)
+    try:
+        while got < expected:
+            pos = 0
+            while len(data) - pos >= 7:
+                kind, _, size = struct.unpack_from(">BHI", data, pos)
+                if len(data) - pos < size + 8:
+                    break
+                got += kind == 1 and data[pos + 7 : pos + 11] == b"\x00\x3c\x00\x3c"  # basic.deliver
+                pos += size + 8
+            del data[:pos]
+            if got >= expected:
+                break
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        pass
+    client.close()
+    return got
+
+
+def test_an_amqp_flood_is_held_by_flow_control_in_flat_memory_and_loses_nothing(tmp_path: Path):
+    """150,000 × 1 KB persistent messages with publisher confirms, no consumer: the
+    publisher is held (flow control) and resumed until all are confirmed, the broker
+    grows by less than GROWTH, and a consumer then gets every one."""
+    flood = 150_000
+    server, metrics = start(tmp_path)
+    try:
+        declare(server.port, "flood")
+        idle = resident(server.proc.pid)
+        watcher = PeakWatcher(server.proc.pid)
+        watcher.start()
+        client = connected(server.port)
+        client.send_method(1, commands.Confirm.Select())
+        client.expect(commands.Confirm.SelectOk, 1)
+        persistent = commands.Basic.Properties(delivery_mode=2)
+        chunk = client.publish_frames(1, "flood", BODY, properties=persistent) * CHUNK
+        confirmed = [0]
+
+        def read_confirms() -> None:
+            while confirmed[0] < flood:
+                _, value = client.read_frame()
+                if isinstance(value, commands.Basic.Ack):
+                    confirmed[0] = value.delivery_tag  # in order: multiple or not
+                elif isinstance(value, commands.Basic.Nack):
+                    raise AssertionError(f"nack {value.delivery_tag}")
+
+        client.sock.settimeout(30)
+        reader = threading.Thread(target=read_confirms, daemon=True)
+        reader.start()
+        for _ in range(flood // CHUNK):
+            client.sock.sendall(chunk)
+        reader.join(60)
+        peak = watcher.stop()
+        assert confirmed[0] == flood
+        assert metric(metrics, "leveret_publisher_flow_holds_total") > 0  # held, then resumed
+        assert metric(metrics, "leveret_store_backlog_bytes") == 0
+        assert peak - idle < GROWTH, f"grew by {(peak - idle) / MB:.0f} MB"
+        client.close()
+        assert declare(server.port, "flood", passive=True) == flood
+        assert drain(server.port, "flood", flood) == flood
+    finally:
+        server.kill()
+
+
+def test_a_stomp_flood_is_held_by_flow_control_in_flat_memory_and_loses_nothing(tmp_path: Path):
+    """60,000 persistent SENDs, the last with a receipt: the connection stops being
+    read while the store lags (STOMP has no connection.blocked), the receipt comes once
+    all are stored, the broker grows by less than GROWTH, and all are consumed."""
+    flood = 60_000
+    server, metrics = start(tmp_path)
+    try:
+        declare(server.port, "flood")
+        idle = resident(server.proc.pid)
+        watcher = PeakWatcher(server.proc.pid)
+        watcher.start()
+        assert server.stomp_port is not None
+        sock = socket.create_connection(("127.0.0.1", server.stomp_port), timeout=30)
+        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+        assert sock.recv(4096).startswith(b"CONNECTED")
+        send = b"SEND\ndestination:/queue/flood\npersistent:true\ncontent-length:1024\n\n" + BODY + b"\0"
+        for _ in range(flood // CHUNK - 1):
+            sock.sendall(send * CHUNK)
+        sock.sendall(send * (CHUNK - 1) + send.replace(b"\n\n", b"\nreceipt:last\n\n", 1))
+        reply = b""
+        while b"\0" not in reply:
+            reply += sock.recv(4096)
+        assert reply.startswith(b"RECEIPT") and b"receipt-id:last" in reply
+        peak = watcher.stop()
+        assert metric(metrics, "leveret_publisher_flow_holds_total") > 0
+        assert peak - idle < GROWTH, f"grew by {(peak - idle) / MB:.0f} MB"
+        sock.close()
+        assert declare(server.port, "flood", passive=True) == flood
+        assert drain(server.port, "flood", flood) == flood
+    finally:
+        server.kill()
