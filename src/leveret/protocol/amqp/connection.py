@@ -57,6 +57,7 @@ from ...core.errors import BrokerError
 from ...core.lifecycle import ConnectionRefused
 from ...core.session import Session
 from ...version import __version__
+from .. import prelogin
 from ..adapter import AdapterConnection
 from ..turns import TurnBudget
 from .channel import Channel
@@ -70,7 +71,7 @@ log = logging.getLogger("leveret.amqp")
 
 C = commands.Connection
 _PUBLISH_IDS = (60, 40)
-HANDSHAKE_TIMEOUT = 10.0  # seconds, as RabbitMQ's handshake_timeout
+HANDSHAKE_TIMEOUT = prelogin.HANDSHAKE_TIMEOUT  # seconds, as RabbitMQ's handshake_timeout
 CLOSE_TIMEOUT = 3.0  # seconds to wait for connection.close-ok
 HEARTBEAT_RECHECK = 0.1  # seconds: long enough for the loop to poll its sockets once
 
@@ -120,7 +121,8 @@ class Connection(AdapterConnection):
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.confirms_pending: set[Channel] = set()
-        self._reader = FrameReader(limits.frame_max)
+        # until tune-ok a frame is at most 4,096 bytes, as RabbitMQ's (protocol/prelogin.py)
+        self._reader = FrameReader(prelogin.AMQP_FRAME_MAX)
         self._header = b""
         self._timer: Timer = self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
         # Frames read while a reply waits for the store (wait_for_store), else None.
@@ -509,8 +511,10 @@ class Connection(AdapterConnection):
 
     def _tune_ok(self, m: C.TuneOk) -> None:
         limits = self.core.limits
-        if m.frame_max and m.frame_max < 4096:
-            raise AMQPConnectionError(NOT_ALLOWED, f"frame_max={m.frame_max} < 4096 min size")
+        if m.frame_max and m.frame_max < prelogin.AMQP_FRAME_MAX:
+            raise AMQPConnectionError(
+                NOT_ALLOWED, f"frame_max={m.frame_max} < {prelogin.AMQP_FRAME_MAX} min size"
+            )
         if m.frame_max > limits.frame_max:
             raise AMQPConnectionError(NOT_ALLOWED, f"frame_max={m.frame_max} > {limits.frame_max} max size")
         if m.channel_max > limits.channel_max:

@@ -37,6 +37,7 @@ from ...core.queues import Queue, QueuedMessage
 from ...core.selector import Selector, SelectorError, compile_selector
 from ...core.session import Session
 from ...version import __version__
+from .. import prelogin
 from ..adapter import AdapterConnection
 from ..turns import TurnBudget
 from . import destinations
@@ -57,10 +58,11 @@ from .subscription import ACK_MODES, QUEUE_PREFETCH, TOPIC_PREFETCH, Subscriptio
 log = logging.getLogger("leveret.stomp")
 
 VERSIONS = ("1.0", "1.1", "1.2")
-CONNECT_TIMEOUT = 30.0  # seconds to send CONNECT (ActiveMQ's default)
+CONNECT_TIMEOUT = prelogin.STOMP_CONNECT_TIMEOUT  # seconds to send CONNECT (ActiveMQ's default)
 #: ActiveMQ's virtual topics: a queue ``Consumer.<group>.VirtualTopic.<name>`` gets a copy
 #: of every message sent to the topic ``VirtualTopic.<name>`` once it exists.
 VIRTUAL_TOPIC_CONSUMER = re.compile(r"^Consumer\.[^.]+\.(VirtualTopic\..+)$")
+_TOO_MUCH = f"more than {prelogin.MAX_BYTES} bytes came before the CONNECT frame was complete"
 BROWSE_LIMIT = 400  # messages a queue browser sees (ActiveMQ's maxBrowsePageSize)
 
 
@@ -163,13 +165,22 @@ class StompConnection(AdapterConnection):
         self.last_received = self.loop.time()
         if self.state == "closed":
             return
-        if self.state == "refusing":  # a throttled login: kept for after it
+        if self.state == "refusing":  # a throttled login: kept for after it (bounded)
             self._held += data
+            if prelogin.over_limit(len(self._held)):
+                self._error("Frame too large before login", None, _TOO_MUCH)
             return
         try:
             frames = self.parser.feed(data)
         except FrameError as exc:
             self._error(str(exc), None)
+            return
+        if (
+            self.state == "connecting"
+            and prelogin.over_limit(self.parser.buffered)
+            and not any(frame is not None and frame.command in ("CONNECT", "STOMP") for frame in frames)
+        ):  # no CONNECT yet, and more held than one may be (see protocol/prelogin.py)
+            self._error("Frame too large before login", None, _TOO_MUCH)
             return
         if self._rest is not None:  # behind what waits for the next turn
             self._rest += frames
@@ -305,7 +316,8 @@ class StompConnection(AdapterConnection):
         self._ids = MessageIds(f"{self.session_id}-{self._uid}")
         self.state = "connected"
         self._timer.cancel()
-        client_sends, client_wants = heart_beat
+        # at least HEARTBEAT_FLOOR ms either way (RabbitMQ's STOMP: one second)
+        client_sends, client_wants = map(prelogin.heartbeat_interval, heart_beat)
         self._read_interval = client_sends / 1000
         self._send_interval = client_wants / 1000
         connected = {
@@ -979,6 +991,12 @@ class StompConnection(AdapterConnection):
         self._timer.cancel()
         if self._send_timer is not None:
             self._send_timer.cancel()
+        # what was read and not handled goes now: the connection lives on in reference
+        # cycles until the garbage collector's next full pass (100 MB per socket, once)
+        self.parser = FrameParser()
+        self._held = bytearray()
+        self._waiting = []
+        self._rest = None
         for publisher in self.transactions.values():
             publisher.close()
         self.transactions.clear()
