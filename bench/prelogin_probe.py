@@ -133,7 +133,15 @@ def amqp_refused(host: str, port: int, frame: bytes) -> bytes:
             sock.sendall(frame)
         except OSError:
             pass
-        return read_until_closed(sock)
+        data = b""
+        try:  # a client answers connection.close with close-ok; the broker then closes
+            kind, payload = read_frame(sock)
+            data = struct.pack(">BHI", kind, 0, len(payload)) + payload + b"\xce"
+            if payload[:4] == b"\x00\x0a\x00\x32":
+                sock.sendall(method_frame(0, 10, 51, b""))
+        except OSError:
+            pass
+        return data + read_until_closed(sock)
 
 
 def close_reason(data: bytes) -> str:
