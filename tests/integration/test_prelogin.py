@@ -11,6 +11,8 @@ sockets against a ``leveret server`` process, whose CPU and RSS are read from /p
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import os
 import socket
 import struct
@@ -162,8 +164,8 @@ def test_heart_beats_above_the_floor_and_zero_are_kept(leveret_broker):
 
 
 def test_web_stomp_refuses_more_than_the_limit_before_connect():
-    """Over WebSocket the same 64 KB hold: a message (or several) past it before the
-    CONNECT frame is complete gets an ERROR frame."""
+    """Over WebSocket the same 64 KB hold: messages past it before the CONNECT frame
+    is complete get an ERROR frame."""
 
     async def attack(url: str) -> str:
         async with aiohttp.ClientSession() as session:
@@ -174,12 +176,42 @@ def test_web_stomp_refuses_more_than_the_limit_before_connect():
                 message = await ws.receive(timeout=5)
                 return str(message.data)
 
-    import asyncio
-
     with BlockingBroker(amqp_port=0, web_stomp_port=0) as broker:
         assert broker.web_stomp_url
         answer = asyncio.run(attack(broker.web_stomp_url))
     assert answer.startswith("ERROR\n") and "before login" in answer, answer[:200]
+
+
+def test_one_100_mb_websocket_message_before_connect_is_refused_unread():
+    """aiohttp assembles a whole WebSocket message before leveret sees it; before login
+    the bytes are counted as they come, so a single message announcing 100 MB is
+    refused after about 64 KB, not read whole."""
+    with BlockingBroker(amqp_port=0, web_stomp_port=0) as broker:
+        assert broker.web_stomp_url
+        host, port = broker.web_stomp_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(
+                b"GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: " + base64.b64encode(os.urandom(16)) + b"\r\n"
+                b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: v12.stomp\r\n\r\n"
+            )
+            sock.settimeout(5)
+            response = b""
+            while b"\r\n\r\n" not in response:
+                response += sock.recv(4096)
+            assert response.startswith(b"HTTP/1.1 101"), response
+            # one text frame of 100 MB, masked with a zero key (the payload as is)
+            sock.sendall(b"\x81\xff" + struct.pack(">Q", 100 * MB) + b"\0\0\0\0" + connect_frame())
+            sent, chunk = 0, b"z" * MB
+            try:
+                while sent < 100 * MB - MB:
+                    sock.sendall(chunk)
+                    sent += MB
+            except OSError:
+                pass
+            answer = read_until_closed(sock)
+    assert b"ERROR\n" in answer and b"before login" in answer, answer[:200]
+    assert sent < 32 * MB  # what the kernel's buffers took before the broker closed
 
 
 # -------------------------------------------------------------------------------- AMQP

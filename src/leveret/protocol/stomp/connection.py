@@ -921,6 +921,11 @@ class StompConnection(AdapterConnection):
         self.send(encode("ERROR", headers, body, self.version))
         self.close_transport()
 
+    def refuse_before_login(self) -> None:
+        """More came before CONNECT than may (:data:`leveret.protocol.prelogin.MAX_BYTES`,
+        counted by the server, as Web STOMP does): ERROR, then close."""
+        self._error("Frame too large before login", None, _TOO_MUCH)
+
     def _block(self) -> None:
         if not self.blocked:
             self.blocked = True
