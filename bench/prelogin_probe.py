@@ -116,7 +116,7 @@ def amqp_login(host: str, port: int) -> None:
         read_frame(sock)  # start
         sock.sendall(start_ok(struct.pack(">I", 0)))
         _, tune = read_frame(sock)
-        channel_max, frame_max, heartbeat = struct.unpack(">HIH", tune[4:12])
+        channel_max, frame_max, _ = struct.unpack(">HIH", tune[4:12])
         sock.sendall(method_frame(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, 0)))
         sock.sendall(method_frame(0, 10, 40, _shortstr("/") + _shortstr("") + b"\x00"))
         read_frame(sock)  # open-ok
@@ -240,7 +240,8 @@ def probe_stomp_heartbeat(broker: Leveret, clients: int, seconds: float) -> None
         sock.close()
     print(
         f"stomp-heartbeat: {clients} clients heart-beat:0,1 -> CONNECTED {connected_header}; "
-        f"{received / clients / wall:.0f} heart-beats/s per client; broker CPU {100 * cpu / wall:.0f}% of a core"
+        f"{received / clients / wall:.0f} heart-beats/s per client; "
+        f"broker CPU {100 * cpu / wall:.0f}% of a core"
     )
 
 

@@ -67,7 +67,7 @@ def nests_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
 
 
 #: Bytes each fixed-size field value takes after its type tag (pamqp's types).
-_FIXED_SIZE = {ord(tag): size for tag, size in (*((t, struct.calcsize(f)) for t, f in _FIXED.items()), ("t", 1), ("D", 5))}
+_FIXED_SIZE = {ord(tag): struct.calcsize(fmt) for tag, fmt in _FIXED.items()} | {ord("t"): 1, ord("D"): 5}
 _VOID = (ord("V"), 0)
 _STRINGS = (ord("S"), ord("x"))
 _TABLE, _ARRAY = ord("F"), ord("A")
@@ -107,7 +107,7 @@ def check_table(data: bytes, offset: int = 0, limit: int = MAX_NESTING) -> int:
                 pos += size
             elif tag in _STRINGS:
                 pos += 4 + unpack(data, pos)[0]
-            elif tag == _TABLE or tag == _ARRAY:
+            elif tag in (_TABLE, _ARRAY):
                 if len(ends) >= limit:
                     raise ValueError(f"field tables nested more than {limit} deep")
                 inner_end = pos + 4 + unpack(data, pos)[0]

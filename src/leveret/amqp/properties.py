@@ -106,7 +106,7 @@ def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
                             raise ValueError(f"headers nested more than {MAX_NESTING} deep") from None
                         raise
                     table = header[offset : offset + size]
-                    consumed, headers = pamqp_decode.field_table(table)
+                    consumed, _ = pamqp_decode.field_table(table)
                     if offset + size > end or consumed != size:
                         raise ValueError("headers table length mismatch")
                     offset += size

@@ -11,10 +11,8 @@ import struct
 import time
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from pamqp import commands
-from pamqp import decode as pamqp_decode
+from hypothesis import given, strategies as st
+from pamqp import commands, decode as pamqp_decode
 
 from leveret.amqp.errors import AMQPConnectionError
 from leveret.amqp.field_table import MAX_NESTING, check_table, decode_table, encode_table, nests_deeper
