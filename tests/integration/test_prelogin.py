@@ -98,6 +98,26 @@ def test_a_100_mb_connect_is_refused_with_an_error_frame_and_memory_stays(server
     assert rss_bytes(pid) - before < 16 * MB  # it was +1,000 MB (100 MB per socket, kept)
 
 
+def test_a_closed_connection_gives_back_what_it_had_read(server_process):
+    """After login a SEND may be 100 MB; when its socket closes half-way, what was read
+    is dropped at once (it stayed until the garbage collector's next full pass: the
+    connection lives on in reference cycles)."""
+    port, pid = server_process.stomp_port, server_process.proc.pid
+    before = rss_bytes(pid)
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(connect_frame() + b"\0")
+            sock.settimeout(5)
+            assert sock.recv(4096).startswith(b"CONNECTED")
+            sock.sendall(b"SEND\ndestination:/queue/big\ncontent-length:%d\n\n" % (100 * MB))
+            chunk = b"b" * MB
+            for _ in range(40):
+                sock.sendall(chunk)
+            time.sleep(0.3)  # read by the broker
+    time.sleep(0.5)
+    assert rss_bytes(pid) - before < 32 * MB  # it was +120 MB
+
+
 def test_a_huge_header_block_or_a_body_without_nul_is_refused_before_login(leveret_broker):
     port = int(leveret_broker.stomp_url.rsplit(":", 1)[1].strip("/"))
     huge_headers = b"CONNECT\n" + b"".join(b"h%d:%s\n" % (i, b"v" * 9000) for i in range(20))
