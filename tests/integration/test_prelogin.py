@@ -201,6 +201,22 @@ def test_web_stomp_refuses_more_than_the_limit_before_connect():
     assert answer.startswith("ERROR\n") and "before login" in answer, answer[:200]
 
 
+def test_web_stomp_takes_large_messages_once_logged_in():
+    async def send_big(url: str) -> str:
+        async with aiohttp.ClientSession() as session, session.ws_connect(url, protocols=["v12.stomp"]) as ws:
+            await ws.send_str((connect_frame() + b"\0").decode())
+            assert str((await ws.receive(timeout=5)).data).startswith("CONNECTED")
+            body = "b" * (2 * MB)
+            head = f"SEND\ndestination:/queue/big\nreceipt:r\ncontent-length:{len(body)}\n\n"
+            await ws.send_str(f"{head}{body}\0")
+            return str((await ws.receive(timeout=10)).data)
+
+    with BlockingBroker(amqp_port=0, web_stomp_port=0) as broker:
+        assert broker.web_stomp_url
+        answer = asyncio.run(send_big(broker.web_stomp_url))
+    assert answer.startswith("RECEIPT\nreceipt-id:r"), answer[:200]
+
+
 def test_one_100_mb_websocket_message_before_connect_is_refused_unread():
     """aiohttp assembles a whole WebSocket message before leveret sees it; before login
     the bytes are counted as they come, so a single message announcing 100 MB is

@@ -45,9 +45,10 @@ class PreloginGuard:
     client gets an ERROR frame and nothing more it sends is read. Logged in, it only
     passes bytes on."""
 
-    __slots__ = ("_connection", "_reader", "_received", "_refused")
+    __slots__ = ("_connection", "_protocol", "_reader", "_received", "_refused")
 
-    def __init__(self, reader: Any, connection: StompConnection) -> None:
+    def __init__(self, protocol: Any, reader: Any, connection: StompConnection) -> None:
+        self._protocol = protocol  # aiohttp's, which feeds its reader through this
         self._reader = reader
         self._connection = connection
         self._received = 0  # bytes, until login
@@ -63,6 +64,8 @@ class PreloginGuard:
                 self._refused = True
                 connection.refuse_before_login()
                 return False, b""
+        else:  # logged in (or closed for another reason): out of the way from now on
+            self._protocol._payload_parser = self._reader
         return self._reader.feed_data(data)
 
     def feed_eof(self) -> Any:
@@ -182,7 +185,7 @@ class WebStompServer:
         protocol = request.protocol
         reader = getattr(protocol, "_payload_parser", None)
         if reader is not None and hasattr(reader, "feed_data"):
-            protocol._payload_parser = PreloginGuard(reader, connection)
+            protocol._payload_parser = PreloginGuard(protocol, reader, connection)
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         connection.local = (str(sockname[0]), int(sockname[1])) if sockname else ("", 0)
         self.connections.add(connection)
