@@ -11,24 +11,19 @@ within ``handshake_timeout``, 10 s). Past a limit the adapter answers with its p
 error (AMQP: connection.close 501 FRAME_ERROR, or 502 SYNTAX_ERROR for a field table
 refused while decoding; STOMP: an ERROR frame) and closes the socket.
 
-=========================  ==========================================================
-limit                      value (and whose)
-=========================  ==========================================================
-:data:`AMQP_FRAME_MAX`     4,096 bytes per frame until tune-ok (RabbitMQ's
-                           ``?FRAME_MIN_SIZE``; also the smallest frame_max a client
-                           may ask for)
-:data:`MAX_BYTES`          65,536 bytes buffered for a STOMP connection (TCP or
-                           WebSocket) until its CONNECT frame is complete: a CONNECT
-                           has a command, a few headers (a long OAuth token fits)
-                           and usually no body. ActiveMQ and RabbitMQ's STOMP apply
-                           their normal frame limits before login (ActiveMQ: 100 MiB).
-:data:`HANDSHAKE_TIMEOUT`  10 s to log in over AMQP (RabbitMQ's ``handshake_timeout``)
-:data:`STOMP_CONNECT_TIMEOUT`  30 s to send CONNECT (ActiveMQ's ``connectAttemptTimeout``
-                           default)
-field tables               nested at most :data:`leveret.amqp.field_table.MAX_NESTING`
-                           (64) deep, refused while decoding (before any value is
-                           built), so a refused start-ok costs well under 1 ms
-=========================  ==========================================================
+- :data:`AMQP_FRAME_MAX`: 4,096 bytes per frame until tune-ok (RabbitMQ's
+  ``?FRAME_MIN_SIZE``, also the smallest frame_max a client may ask for). RabbitMQ
+  closes the socket without a word; leveret says ``501 FRAME_ERROR`` first.
+- :data:`MAX_BYTES`: 65,536 bytes held for a STOMP connection (TCP or WebSocket) until
+  its CONNECT frame is complete. A CONNECT is a command, a few headers (a long OAuth
+  token fits) and usually no body. ActiveMQ and RabbitMQ's STOMP apply their normal
+  frame limits before login (ActiveMQ: 100 MiB).
+- :data:`HANDSHAKE_TIMEOUT`: 10 s to log in over AMQP (RabbitMQ's ``handshake_timeout``);
+  :data:`STOMP_CONNECT_TIMEOUT`: 30 s to send CONNECT (ActiveMQ's default).
+- Field tables nest at most :data:`leveret.amqp.field_table.MAX_NESTING` (64) levels,
+  refused while walking the bytes, before any value is built
+  (:func:`leveret.amqp.field_table.check_table`): a refused start-ok costs well under
+  1 ms.
 
 :data:`HEARTBEAT_FLOOR` is not a pre-login limit but is chosen at login: the shortest
 STOMP heart-beat interval the broker agrees to, 1 s, as RabbitMQ's STOMP (which rounds
