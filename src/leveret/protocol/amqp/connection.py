@@ -71,6 +71,7 @@ log = logging.getLogger("leveret.amqp")
 
 C = commands.Connection
 _PUBLISH_IDS = (60, 40)
+_TUNE_OK_IDS = b"\x00\x0a\x00\x1f"  # connection.tune-ok: class 10, method 31
 HANDSHAKE_TIMEOUT = prelogin.HANDSHAKE_TIMEOUT  # seconds, as RabbitMQ's handshake_timeout
 CLOSE_TIMEOUT = 3.0  # seconds to wait for connection.close-ok
 HEARTBEAT_RECHECK = 0.1  # seconds: long enough for the loop to poll its sockets once
@@ -201,6 +202,9 @@ class Connection(AdapterConnection):
                 return
         if self.state == "closed" or self.state == "refusing":
             return
+        rest = b""
+        if self.state in ("start", "tune"):  # what follows tune-ok: read with its frame_max
+            data, rest = self._split_after_tune_ok(data)
         try:
             # whole publishes parsed in one pass (compiled: amqp/_cframes.pyx), the
             # rest frame by frame
@@ -211,8 +215,29 @@ class Connection(AdapterConnection):
             return
         if self._stash is not None:  # a reply waits for the store: so does the rest
             self._stash += frames
-            return
-        self._run_frames(frames, whole)
+        else:
+            self._run_frames(frames, whole)
+        if rest:
+            self.data_received(rest, whole)
+
+    def _split_after_tune_ok(self, data: bytes) -> tuple[bytes, bytes]:
+        """``data`` cut after the connection.tune-ok frame in it, if there is one (a
+        client may send tune-ok, open and more in one write): until tune-ok is handled
+        frames are at most :data:`~leveret.protocol.prelogin.AMQP_FRAME_MAX` bytes, and
+        the ones after it are read with the frame_max it chose, as RabbitMQ reads them.
+        Only frame headers are looked at, and only up to that limit."""
+        held = self._reader._buffer  # the start of a frame the last read did not complete
+        buffer = held + data if held else data
+        pos, end = 0, len(buffer)
+        while end - pos >= 11:
+            stop = pos + 8 + int.from_bytes(buffer[pos + 3 : pos + 7], "big")
+            if stop - pos > prelogin.AMQP_FRAME_MAX or stop > end:
+                break  # the reader refuses it, or it is not all here
+            if buffer[pos] == FRAME_METHOD and buffer[pos + 7 : pos + 11] == _TUNE_OK_IDS:
+                cut = stop - len(held)
+                return data[:cut], data[cut:]
+            pos = stop
+        return data, b""
 
     def _run_frames(self, frames: list[tuple[int, int, Any]], whole: bool = False) -> None:
         i, count = 0, len(frames)

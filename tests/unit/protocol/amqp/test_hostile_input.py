@@ -92,6 +92,35 @@ def test_frames_up_to_the_negotiated_frame_max_pass_after_tune_ok():
     assert isinstance(last(harness), commands.Queue.DeclareOk)
 
 
+def test_frames_sent_with_tune_ok_in_one_write_get_its_frame_max():
+    """A client may write tune-ok, open and more at once: what follows tune-ok is read
+    with the frame_max tune-ok chose, not the 4,096 bytes before it (RabbitMQ reads
+    frame by frame likewise)."""
+    harness = Harness()
+    harness.feed(b"AMQP\x00\x00\x09\x01")
+    args = struct.pack(">H", 0) + shortstr("q") + b"\x00" + table("x-pad", b"p" * 10_000)
+    harness.feed(
+        method_frame(0, commands.Connection.StartOk(mechanism="PLAIN", response="\x00guest\x00guest",
+                                                    locale="en_US"))
+        + method_frame(0, commands.Connection.TuneOk(channel_max=16, frame_max=131072, heartbeat=0))
+        + method_frame(0, commands.Connection.Open(virtual_host="/"))
+        + method_frame(1, commands.Channel.Open())
+        + method(1, 50, 10, args)
+    )
+    assert isinstance(last(harness), commands.Queue.DeclareOk)
+
+
+def test_a_large_frame_before_tune_ok_in_the_same_write_is_still_refused():
+    harness = Harness()
+    harness.feed(b"AMQP\x00\x00\x09\x01")
+    big = method(0, 10, 11, table("pad", b"p" * 5000) + shortstr("PLAIN") + struct.pack(">I", 12)
+                 + b"\x00guest\x00guest" + shortstr("en_US"))
+    tune_ok = commands.Connection.TuneOk(channel_max=16, frame_max=131072, heartbeat=0)
+    harness.feed(big + method_frame(0, tune_ok))
+    close = last(harness)
+    assert isinstance(close, commands.Connection.Close) and close.reply_code == 501
+
+
 def test_tables_as_deep_as_allowed_are_accepted():
     harness = Harness()
     harness.feed(b"AMQP\x00\x00\x09\x01")
