@@ -183,6 +183,13 @@ def test_heart_beats_above_the_floor_and_zero_are_kept(leveret_broker):
     assert headers["heart-beat"] == "2500,0"
 
 
+def test_heart_beats_of_400_digits_get_the_ceiling_not_an_internal_error(leveret_broker):
+    port = int(leveret_broker.stomp_url.rsplit(":", 1)[1].strip("/"))
+    sock, headers = stomp_connected(port, "0," + "9" * 400)
+    sock.close()
+    assert headers["heart-beat"] == f"{prelogin.HEARTBEAT_CEILING},0"
+
+
 def test_web_stomp_refuses_more_than_the_limit_before_connect():
     """Over WebSocket the same 64 KB hold: messages past it before the CONNECT frame
     is complete get an ERROR frame."""

@@ -28,7 +28,7 @@ refused while decoding; STOMP: an ERROR frame) and closes the socket.
 :data:`HEARTBEAT_FLOOR` is not a pre-login limit but is chosen at login: the shortest
 STOMP heart-beat interval the broker agrees to, 1 s, as RabbitMQ's STOMP (which rounds
 any interval below 1,000 ms up to one second); a client asking for 1 ms gets 1,000 ms in
-its CONNECTED frame.
+its CONNECTED frame (and one asking for more than 24.8 days gets 2**31 - 1 ms).
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ HANDSHAKE_TIMEOUT = 10.0
 STOMP_CONNECT_TIMEOUT = 30.0
 #: Milliseconds: the shortest STOMP heart-beat interval agreed to, either way (RabbitMQ).
 HEARTBEAT_FLOOR = 1000
+#: Milliseconds: the longest (2**31 - 1, 24.8 days; a header of 400 digits overflowed
+#: the timer's float and cost an internal error).
+HEARTBEAT_CEILING = 2**31 - 1
 
 
 def over_limit(buffered: int, limit: int = MAX_BYTES) -> bool:
@@ -55,5 +58,6 @@ def over_limit(buffered: int, limit: int = MAX_BYTES) -> bool:
 
 def heartbeat_interval(milliseconds: int, floor: int = HEARTBEAT_FLOOR) -> int:
     """A heart-beat interval agreed to, in ms: 0 stays 0 (none), anything shorter than
-    ``floor`` becomes ``floor`` (RabbitMQ's STOMP rounds up to one second likewise)."""
-    return 0 if milliseconds <= 0 else max(milliseconds, floor)
+    ``floor`` becomes ``floor`` (RabbitMQ's STOMP rounds up to one second likewise), and
+    anything longer than :data:`HEARTBEAT_CEILING` becomes that."""
+    return 0 if milliseconds <= 0 else min(max(milliseconds, floor), HEARTBEAT_CEILING)
