@@ -73,11 +73,15 @@ _STRINGS = (ord("S"), ord("x"))
 _TABLE, _ARRAY = ord("F"), ord("A")
 
 
+class NestedTooDeep(ValueError):
+    """A field table with tables or arrays nested more than :data:`MAX_NESTING` deep."""
+
+
 def check_table(data: bytes, offset: int = 0, limit: int = MAX_NESTING) -> int:
     """Walk the field table at ``offset`` of ``data`` without decoding it (no value,
     key or container is built) and return the offset after it. ValueError as soon as
-    a table or array opens more than ``limit`` levels deep ("field tables nested more
-    than 64 deep"), or if the table is malformed (a length past its container's end,
+    a table or array opens more than ``limit`` levels deep (:class:`NestedTooDeep`,
+    "field tables nested more than 64 deep"), or if the table is malformed (a length past its container's end,
     an unknown type).
 
     The work is bounded by the bytes walked, and a table refused for its depth stops
@@ -109,7 +113,7 @@ def check_table(data: bytes, offset: int = 0, limit: int = MAX_NESTING) -> int:
                 pos += 4 + unpack(data, pos)[0]
             elif tag in (_TABLE, _ARRAY):
                 if len(ends) >= limit:
-                    raise ValueError(f"field tables nested more than {limit} deep")
+                    raise NestedTooDeep(f"field tables nested more than {limit} deep")
                 inner_end = pos + 4 + unpack(data, pos)[0]
                 if inner_end > ends[-1]:
                     raise ValueError("malformed field table: length mismatch")

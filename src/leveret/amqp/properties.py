@@ -16,7 +16,7 @@ from pamqp.exceptions import UnmarshalingException
 from pamqp.header import ContentHeader
 
 from .errors import SYNTAX_ERROR, AMQPConnectionError
-from .field_table import MAX_NESTING, check_table, encode_plain_table
+from .field_table import MAX_NESTING, NestedTooDeep, check_table, encode_plain_table
 
 Properties = commands.Basic.Properties
 
@@ -101,10 +101,8 @@ def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
                     size = 4 + int.from_bytes(header[offset : offset + 4], "big")
                     try:  # depth and lengths first, nothing decoded (field_table.py)
                         check_table(header, offset)
-                    except ValueError as exc:
-                        if "nested" in str(exc):
-                            raise ValueError(f"headers nested more than {MAX_NESTING} deep") from None
-                        raise
+                    except NestedTooDeep:
+                        raise ValueError(f"headers nested more than {MAX_NESTING} deep") from None
                     table = header[offset : offset + size]
                     consumed, _ = pamqp_decode.field_table(table)
                     if offset + size > end or consumed != size:

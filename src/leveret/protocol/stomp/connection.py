@@ -14,6 +14,10 @@ Errors follow STOMP 1.2: an ERROR frame (``message`` header, ``receipt-id`` when
 failing frame asked for a receipt, a short text body), then the connection is closed;
 other clients are not touched. See ``shared/reference/stomp-activemq.md`` for the
 ActiveMQ behaviour this follows and where leveret differs.
+
+Until CONNECT is complete at most :data:`leveret.protocol.prelogin.MAX_BYTES` are held
+(more: ERROR "Frame too large before login"), CONNECT must come within 30 s, and
+heart-beat intervals are agreed at 1 s at least (:mod:`leveret.protocol.prelogin`).
 """
 
 from __future__ import annotations
