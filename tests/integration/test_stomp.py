@@ -375,20 +375,22 @@ def test_permissions_apply_to_stomp_as_to_amqp(broker, port):
 
 
 def test_heart_beats_are_sent_and_a_silent_client_is_dropped(port):
+    """Intervals under 1 s are raised to it (RabbitMQ's floor, protocol/prelogin.py)."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\nheart-beat:200,100\n\n\x00")
-        assert parse(read_frame(sock))[0] == "CONNECTED"
+        command, headers, _ = parse(read_frame(sock))
+        assert command == "CONNECTED" and headers["heart-beat"] == "1000,1000"
         started = time.monotonic()
-        sock.settimeout(2)
+        sock.settimeout(3)
         received = b""
-        while time.monotonic() - started < 2:
+        while time.monotonic() - started < 3:
             chunk = sock.recv(100)
             if not chunk:
                 break
             received += chunk
         elapsed = time.monotonic() - started
-    assert received.count(b"\n") >= 2  # the broker's heart-beats, every 100 ms
-    assert 0.25 <= elapsed < 1.5  # silent for 200 ms × 1.5 grace: dropped
+    assert received.count(b"\n") >= 1  # the broker's heart-beats, every second
+    assert 1.25 <= elapsed < 2.5  # silent for 1 s × 1.5 grace: dropped
 
 
 # -- one port, both protocols ---------------------------------------------------------------

@@ -66,6 +66,67 @@ def nests_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
     return False
 
 
+#: Bytes each fixed-size field value takes after its type tag (pamqp's types).
+_FIXED_SIZE = {ord(tag): struct.calcsize(fmt) for tag, fmt in _FIXED.items()} | {ord("t"): 1, ord("D"): 5}
+_VOID = (ord("V"), 0)
+_STRINGS = (ord("S"), ord("x"))
+_TABLE, _ARRAY = ord("F"), ord("A")
+
+
+class NestedTooDeep(ValueError):
+    """A field table with tables or arrays nested more than :data:`MAX_NESTING` deep."""
+
+
+def check_table(data: bytes, offset: int = 0, limit: int = MAX_NESTING) -> int:
+    """Walk the field table at ``offset`` of ``data`` without decoding it (no value,
+    key or container is built) and return the offset after it. ValueError as soon as
+    a table or array opens more than ``limit`` levels deep (:class:`NestedTooDeep`,
+    "field tables nested more than 64 deep"), or if the table is malformed (a length past its container's end,
+    an unknown type).
+
+    The work is bounded by the bytes walked, and a table refused for its depth stops
+    at the level past ``limit``: decoders run this before pamqp's (which copies the
+    rest of the buffer at every value, so a frame of nested tables cost it O(n²)).
+    Depth counts as :func:`nests_deeper` does: the outer table is level 0."""
+    unpack = _U32.unpack_from
+    try:
+        end = offset + 4 + unpack(data, offset)[0]
+        if end > len(data):
+            raise ValueError("malformed field table: length past the end")
+        ends, tables = [end], [True]  # the open containers: where each ends, and its kind
+        pos = offset + 4
+        while ends:
+            if pos >= ends[-1]:
+                if pos != ends[-1]:
+                    raise ValueError("malformed field table: length mismatch")
+                ends.pop()
+                tables.pop()
+                continue
+            if tables[-1]:  # a table's entry starts with its key
+                pos += 1 + data[pos]
+            tag = data[pos]
+            pos += 1
+            size = _FIXED_SIZE.get(tag)
+            if size is not None:
+                pos += size
+            elif tag in _STRINGS:
+                pos += 4 + unpack(data, pos)[0]
+            elif tag in (_TABLE, _ARRAY):
+                if len(ends) >= limit:
+                    raise NestedTooDeep(f"field tables nested more than {limit} deep")
+                inner_end = pos + 4 + unpack(data, pos)[0]
+                if inner_end > ends[-1]:
+                    raise ValueError("malformed field table: length mismatch")
+                ends.append(inner_end)
+                tables.append(tag == _TABLE)
+                pos += 4
+            elif tag not in _VOID:
+                raise ValueError(f"unknown field type {chr(tag)!r}")
+    except (struct.error, IndexError):
+        raise ValueError("malformed field table: past the end") from None
+    return end
+
+
 def _headers_position(header: bytes) -> tuple[int, int]:
     """(property flags, where the ``headers`` table is or would be) in a content header
     payload (§4.2.6.1): after content-type and content-encoding, two short strings."""
@@ -88,14 +149,14 @@ def headers_offset(header: bytes) -> int | None:
 
 
 def decode_table(data: bytes, offset: int = 0) -> tuple[dict[str, Typed], int]:
-    """The table at ``offset`` and the offset after it; ValueError if malformed."""
-    try:
-        return _decode_table(data, offset)
-    except RecursionError:  # tables in tables, thousands deep, fit in one frame
-        raise ValueError("malformed field table: nested too deeply") from None
+    """The table at ``offset`` and the offset after it; ValueError if malformed or
+    nested more than :data:`MAX_NESTING` deep (refused on reaching that level)."""
+    return _decode_table(data, offset, 0)
 
 
-def _decode_table(data: bytes, offset: int) -> tuple[dict[str, Typed], int]:
+def _decode_table(data: bytes, offset: int, depth: int) -> tuple[dict[str, Typed], int]:
+    if depth >= MAX_NESTING:
+        raise ValueError(f"malformed field table: nested too deeply (over {MAX_NESTING} levels)")
     try:
         size = _U32.unpack_from(data, offset)[0]
         offset += 4
@@ -104,7 +165,7 @@ def _decode_table(data: bytes, offset: int) -> tuple[dict[str, Typed], int]:
         while offset < end:
             length = data[offset]
             key = data[offset + 1 : offset + 1 + length].decode()
-            table[key], offset = _decode_value(data, offset + 1 + length)
+            table[key], offset = _decode_value(data, offset + 1 + length, depth)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise ValueError(f"malformed field table: {exc}") from None
     if offset != end:
@@ -112,7 +173,9 @@ def _decode_table(data: bytes, offset: int) -> tuple[dict[str, Typed], int]:
     return table, end
 
 
-def _decode_value(data: bytes, offset: int) -> tuple[Typed, int]:
+def _decode_value(data: bytes, offset: int, depth: int) -> tuple[Typed, int]:
+    """The value at ``offset`` inside a container ``depth`` levels deep (0: the outer
+    table)."""
     tag = chr(data[offset])
     offset += 1
     fmt = _FIXED.get(tag)
@@ -131,15 +194,17 @@ def _decode_value(data: bytes, offset: int) -> tuple[Typed, int]:
             raise IndexError("decimal past the end")
         return (tag, bytes(data[offset : offset + 5])), offset + 5
     if tag == "F":
-        table, end = _decode_table(data, offset)
+        table, end = _decode_table(data, offset, depth + 1)
         return (tag, table), end
     if tag == "A":
+        if depth + 1 >= MAX_NESTING:
+            raise ValueError(f"malformed field table: nested too deeply (over {MAX_NESTING} levels)")
         size = _U32.unpack_from(data, offset)[0]
         offset += 4
         end = offset + size
         items = []
         while offset < end:
-            item, offset = _decode_value(data, offset)
+            item, offset = _decode_value(data, offset, depth + 1)
             items.append(item)
         if offset != end:
             raise ValueError("field array length mismatch")

@@ -16,7 +16,7 @@ from pamqp.exceptions import UnmarshalingException
 from pamqp.header import ContentHeader
 
 from .errors import SYNTAX_ERROR, AMQPConnectionError
-from .field_table import MAX_NESTING, encode_plain_table, nests_deeper
+from .field_table import MAX_NESTING, NestedTooDeep, check_table, encode_plain_table
 
 Properties = commands.Basic.Properties
 
@@ -99,12 +99,14 @@ def scan(header: bytes) -> tuple[int | None, int | None, str | None]:
                     offset += 8
                 else:
                     size = 4 + int.from_bytes(header[offset : offset + 4], "big")
+                    try:  # depth and lengths first, nothing decoded (field_table.py)
+                        check_table(header, offset)
+                    except NestedTooDeep:
+                        raise ValueError(f"headers nested more than {MAX_NESTING} deep") from None
                     table = header[offset : offset + size]
-                    consumed, headers = pamqp_decode.field_table(table)
+                    consumed, _ = pamqp_decode.field_table(table)
                     if offset + size > end or consumed != size:
                         raise ValueError("headers table length mismatch")
-                    if nests_deeper(headers):
-                        raise ValueError(f"headers nested more than {MAX_NESTING} deep")
                     offset += size
                 if offset > end:
                     raise ValueError("properties truncated")

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from ..core.broker import BrokerCore
+from ..protocol import prelogin
 from ..protocol.output import HIGH_WATER
 from ..protocol.stomp import StompConnection
 from ..protocol.stomp.frames import MAX_BODY, MAX_COMMAND_LINE, MAX_HEADER_LINE, MAX_HEADERS
@@ -33,6 +34,44 @@ SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 #: bytes in one WebSocket message: a whole frame of the largest body with its headers
 MAX_MESSAGE = MAX_BODY + MAX_COMMAND_LINE + MAX_HEADERS * (MAX_HEADER_LINE + 1) + 2
 PATH = "/ws"
+#: Bytes of WebSocket framing (headers, masks) allowed on top of prelogin.MAX_BYTES
+#: before login: a CONNECT sent in many small messages still fits.
+FRAMING_SLACK = 4096
+
+
+class PreloginGuard:
+    """Stands between aiohttp's connection and its WebSocket reader, which assembles a
+    whole message (up to :data:`MAX_MESSAGE`, 110 MB) before leveret sees it: until the
+    STOMP connection has logged in, the bytes received are counted, and past
+    :data:`leveret.protocol.prelogin.MAX_BYTES` (plus :data:`FRAMING_SLACK`) the
+    client gets an ERROR frame and nothing more it sends is read. Logged in, it only
+    passes bytes on."""
+
+    __slots__ = ("_connection", "_protocol", "_reader", "_received", "_refused")
+
+    def __init__(self, protocol: Any, reader: Any, connection: StompConnection) -> None:
+        self._protocol = protocol  # aiohttp's, which feeds its reader through this
+        self._reader = reader
+        self._connection = connection
+        self._received = 0  # bytes, until login
+        self._refused = False
+
+    def feed_data(self, data: bytes) -> Any:
+        if self._refused:
+            return False, b""
+        connection = self._connection
+        if connection.state in ("connecting", "refusing"):
+            self._received += len(data)
+            if prelogin.over_limit(self._received, prelogin.MAX_BYTES + FRAMING_SLACK):
+                self._refused = True
+                connection.refuse_before_login()
+                return False, b""
+        else:  # logged in (or closed for another reason): out of the way from now on
+            self._protocol._payload_parser = self._reader
+        return self._reader.feed_data(data)
+
+    def feed_eof(self) -> Any:
+        return self._reader.feed_eof()
 
 
 class WebSocketTransport:
@@ -152,6 +191,11 @@ class WebStompServer:
             self.core, transport, loop, self._flusher.request, f"{host}:{port}", loopback
         )
         transport.connection = connection
+        # aiohttp's reader, guarded until login (a private attribute: left alone if absent)
+        protocol = request.protocol
+        reader = getattr(protocol, "_payload_parser", None)
+        if reader is not None and hasattr(reader, "feed_data"):
+            protocol._payload_parser = PreloginGuard(protocol, reader, connection)
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         connection.local = (str(sockname[0]), int(sockname[1])) if sockname else ("", 0)
         self.connections.add(connection)

@@ -57,6 +57,7 @@ from ...core.errors import BrokerError
 from ...core.lifecycle import ConnectionRefused
 from ...core.session import Session
 from ...version import __version__
+from .. import prelogin
 from ..adapter import AdapterConnection
 from ..turns import TurnBudget
 from .channel import Channel
@@ -70,7 +71,8 @@ log = logging.getLogger("leveret.amqp")
 
 C = commands.Connection
 _PUBLISH_IDS = (60, 40)
-HANDSHAKE_TIMEOUT = 10.0  # seconds, as RabbitMQ's handshake_timeout
+_TUNE_OK_IDS = b"\x00\x0a\x00\x1f"  # connection.tune-ok: class 10, method 31
+HANDSHAKE_TIMEOUT = prelogin.HANDSHAKE_TIMEOUT  # seconds, as RabbitMQ's handshake_timeout
 CLOSE_TIMEOUT = 3.0  # seconds to wait for connection.close-ok
 HEARTBEAT_RECHECK = 0.1  # seconds: long enough for the loop to poll its sockets once
 
@@ -120,7 +122,8 @@ class Connection(AdapterConnection):
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.confirms_pending: set[Channel] = set()
-        self._reader = FrameReader(limits.frame_max)
+        # until tune-ok a frame is at most 4,096 bytes, as RabbitMQ's (protocol/prelogin.py)
+        self._reader = FrameReader(prelogin.AMQP_FRAME_MAX)
         self._header = b""
         self._timer: Timer = self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
         # Frames read while a reply waits for the store (wait_for_store), else None.
@@ -199,6 +202,9 @@ class Connection(AdapterConnection):
                 return
         if self.state == "closed" or self.state == "refusing":
             return
+        rest = b""
+        if self.state in ("start", "tune"):  # what follows tune-ok: read with its frame_max
+            data, rest = self._split_after_tune_ok(data)
         try:
             # whole publishes parsed in one pass (compiled: amqp/_cframes.pyx), the
             # rest frame by frame
@@ -209,8 +215,29 @@ class Connection(AdapterConnection):
             return
         if self._stash is not None:  # a reply waits for the store: so does the rest
             self._stash += frames
-            return
-        self._run_frames(frames, whole)
+        else:
+            self._run_frames(frames, whole)
+        if rest:
+            self.data_received(rest, whole)
+
+    def _split_after_tune_ok(self, data: bytes) -> tuple[bytes, bytes]:
+        """``data`` cut after the connection.tune-ok frame in it, if there is one (a
+        client may send tune-ok, open and more in one write): until tune-ok is handled
+        frames are at most :data:`~leveret.protocol.prelogin.AMQP_FRAME_MAX` bytes, and
+        the ones after it are read with the frame_max it chose, as RabbitMQ reads them.
+        Only frame headers are looked at, and only up to that limit."""
+        held = self._reader._buffer  # the start of a frame the last read did not complete
+        buffer = held + data if held else data
+        pos, end = 0, len(buffer)
+        while end - pos >= 11:
+            stop = pos + 8 + int.from_bytes(buffer[pos + 3 : pos + 7], "big")
+            if stop - pos > prelogin.AMQP_FRAME_MAX or stop > end:
+                break  # the reader refuses it, or it is not all here
+            if buffer[pos] == FRAME_METHOD and buffer[pos + 7 : pos + 11] == _TUNE_OK_IDS:
+                cut = stop - len(held)
+                return data[:cut], data[cut:]
+            pos = stop
+        return data, b""
 
     def _run_frames(self, frames: list[tuple[int, int, Any]], whole: bool = False) -> None:
         i, count = 0, len(frames)
@@ -514,8 +541,10 @@ class Connection(AdapterConnection):
 
     def _tune_ok(self, m: C.TuneOk) -> None:
         limits = self.core.limits
-        if m.frame_max and m.frame_max < 4096:
-            raise AMQPConnectionError(NOT_ALLOWED, f"frame_max={m.frame_max} < 4096 min size")
+        if m.frame_max and m.frame_max < prelogin.AMQP_FRAME_MAX:
+            raise AMQPConnectionError(
+                NOT_ALLOWED, f"frame_max={m.frame_max} < {prelogin.AMQP_FRAME_MAX} min size"
+            )
         if m.frame_max > limits.frame_max:
             raise AMQPConnectionError(NOT_ALLOWED, f"frame_max={m.frame_max} > {limits.frame_max} max size")
         if m.channel_max > limits.channel_max:

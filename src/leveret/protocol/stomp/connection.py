@@ -14,6 +14,10 @@ Errors follow STOMP 1.2: an ERROR frame (``message`` header, ``receipt-id`` when
 failing frame asked for a receipt, a short text body), then the connection is closed;
 other clients are not touched. See ``shared/reference/stomp-activemq.md`` for the
 ActiveMQ behaviour this follows and where leveret differs.
+
+Until CONNECT is complete at most :data:`leveret.protocol.prelogin.MAX_BYTES` are held
+(more: ERROR "Frame too large before login"), CONNECT must come within 30 s, and
+heart-beat intervals are agreed at 1 s at least (:mod:`leveret.protocol.prelogin`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from ...core.queues import Queue, QueuedMessage
 from ...core.selector import Selector, SelectorError, compile_selector
 from ...core.session import Session
 from ...version import __version__
+from .. import prelogin
 from ..adapter import AdapterConnection
 from ..turns import TurnBudget
 from . import destinations
@@ -57,10 +62,11 @@ from .subscription import ACK_MODES, QUEUE_PREFETCH, TOPIC_PREFETCH, Subscriptio
 log = logging.getLogger("leveret.stomp")
 
 VERSIONS = ("1.0", "1.1", "1.2")
-CONNECT_TIMEOUT = 30.0  # seconds to send CONNECT (ActiveMQ's default)
+CONNECT_TIMEOUT = prelogin.STOMP_CONNECT_TIMEOUT  # seconds to send CONNECT (ActiveMQ's default)
 #: ActiveMQ's virtual topics: a queue ``Consumer.<group>.VirtualTopic.<name>`` gets a copy
 #: of every message sent to the topic ``VirtualTopic.<name>`` once it exists.
 VIRTUAL_TOPIC_CONSUMER = re.compile(r"^Consumer\.[^.]+\.(VirtualTopic\..+)$")
+_TOO_MUCH = f"more than {prelogin.MAX_BYTES} bytes came before the CONNECT frame was complete"
 BROWSE_LIMIT = 400  # messages a queue browser sees (ActiveMQ's maxBrowsePageSize)
 
 
@@ -166,6 +172,13 @@ class StompConnection(AdapterConnection):
             frames = self.parser.feed(data)
         except FrameError as exc:
             self._error(str(exc), None)
+            return
+        if (
+            self.state == "connecting"
+            and prelogin.over_limit(self.parser.buffered)
+            and not any(frame is not None and frame.command in ("CONNECT", "STOMP") for frame in frames)
+        ):  # no CONNECT yet, and more held than one may be (see protocol/prelogin.py)
+            self._error("Frame too large before login", None, _TOO_MUCH)
             return
         if self._rest is not None:  # behind what waits for the next turn
             self._rest += frames
@@ -292,7 +305,8 @@ class StompConnection(AdapterConnection):
         self._ids = MessageIds(f"{self.session_id}-{self._uid}")
         self.state = "connected"
         self._timer.cancel()
-        client_sends, client_wants = heart_beat
+        # at least HEARTBEAT_FLOOR ms either way (RabbitMQ's STOMP: one second)
+        client_sends, client_wants = map(prelogin.heartbeat_interval, heart_beat)
         self._read_interval = client_sends / 1000
         self._send_interval = client_wants / 1000
         connected = {
@@ -901,6 +915,11 @@ class StompConnection(AdapterConnection):
         self.send(encode("ERROR", headers, body, self.version))
         self.close_transport()
 
+    def refuse_before_login(self) -> None:
+        """More came before CONNECT than may (:data:`leveret.protocol.prelogin.MAX_BYTES`,
+        counted by the server, as Web STOMP does): ERROR, then close."""
+        self._error("Frame too large before login", None, _TOO_MUCH)
+
     def _block(self) -> None:
         if self.flow_held:  # held by flow control already: now by the alarm
             self.flow_held = False
@@ -992,6 +1011,10 @@ class StompConnection(AdapterConnection):
         self._timer.cancel()
         if self._send_timer is not None:
             self._send_timer.cancel()
+        # what was read and not handled goes now: the connection lives on in reference
+        # cycles until the garbage collector's next full pass (100 MB per socket, once)
+        self.parser = FrameParser()
+        self._rest = None
         for publisher in self.transactions.values():
             publisher.close()
         self.transactions.clear()

@@ -16,6 +16,7 @@ from sans_io import FUZZ, FakeLoop, FakeTransport, split
 from stomp_twins import TWINS
 
 from leveret.core.broker import BrokerCore
+from leveret.protocol import prelogin
 from leveret.protocol.stomp import StompConnection, connection as stomp_connection
 from leveret.protocol.stomp.frames import Frame, FrameError, encode
 
@@ -126,3 +127,36 @@ def test_a_connection_fed_random_frames_never_raises(twin, version, sequence, cu
         consumer.connection.connection_lost()
         for queue in core.vhosts["/"].queues.values():
             assert queue.unacked_count == 0 and not queue.consumers
+
+
+prelogin_chunks = st.lists(
+    st.one_of(
+        st.binary(max_size=2000),
+        st.builds(lambda n, b: b * n, st.integers(1, 40_000),
+                  st.sampled_from([b"x", b"\n", b"h:v\n", b"\0"])),
+        st.sampled_from([b"CONNECT\n", b"CONNECT\ncontent-length:104857600\n\n", b"STOMP\nlogin:guest\n",
+                         b"CONNECT\nlogin:guest\npasscode:guest\n\n\0"]),
+    ),
+    max_size=12,
+)
+
+
+@pytest.mark.parametrize("twin", TWINS)
+@FUZZ
+@given(prelogin_chunks)
+def test_before_login_no_more_than_the_limit_is_held(twin, chunks):
+    """Whatever comes before CONNECT, cut however: the connection either logs in,
+    answers ERROR and closes, or holds at most prelogin.MAX_BYTES (after a read)."""
+    with codec(twin):
+        stomp = Stomp(BrokerCore(FakeLoop()))
+    connection = stomp.connection
+    for chunk in chunks:
+        stomp.feed(chunk)
+        if stomp.transport.output.startswith(b"CONNECTED\n"):
+            break  # logged in: the normal limits apply
+        if connection.state == "connecting":
+            assert connection.parser.buffered <= prelogin.MAX_BYTES
+        if connection.state == "closed":
+            assert connection.parser.buffered == 0  # given back at once
+            assert stomp.transport.output.startswith(b"ERROR\n")
+            break
