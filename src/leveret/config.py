@@ -43,7 +43,7 @@ Example file::
     address_interval = 0.5          # ... then one per this many seconds
     user_burst = 20                 # failures per user name, from anywhere, answered at once ...
     user_interval = 1.0             # ... then one per this many seconds
-    max_unauthenticated = 256       # connections per address not logged in; beyond: refused
+    max_unauthenticated = 1024      # connections per address not logged in; beyond: refused
 
     [store]                         # where persistent state lives (default: SQLite in data_dir)
     url = "postgresql://leveret:secret@db.example:5432/leveret"   # a shared PostgreSQL

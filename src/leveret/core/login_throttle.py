@@ -56,7 +56,7 @@ class ThrottleSettings:
     address_interval: float = 0.5  # seconds between answered failures from one address after that
     user_burst: int = 20  # failures for one user name (from anywhere) answered without delay
     user_interval: float = 1.0  # seconds between answered failures for one user name after that
-    max_unauthenticated: int = 256  # connections per address not yet logged in (refusals due count)
+    max_unauthenticated: int = 1024  # connections per address not yet logged in (refusals due count)
     max_keys: int = 100_000  # addresses, and user names, remembered at most
 
     @classmethod
