@@ -53,7 +53,7 @@ from .common import (
 )
 from .listing import list_answer, list_response
 from .queue_index import QueueIndex
-from .rates import LENGTHS, QUEUE_STATS, RateSampler, queue_reading, total, window, with_details
+from .rates import LENGTHS, QUEUE_STATS, RateSampler, queue_reading, total_sliced, window, with_details
 from .runtime import consumer_rows
 from .slicing import Slicer
 
@@ -214,10 +214,11 @@ QUEUE_KEYS: dict[str, Any] = {
 }
 
 
-def vhost_info(vhost: VirtualHost, rates: RateSampler, query: Mapping[str, str]) -> dict:
+async def vhost_info(vhost: VirtualHost, rates: RateSampler, query: Mapping[str, str]) -> dict:
     """A vhost in RabbitMQ's shape: its queues' message counts and, once they have seen
-    messages, ``message_stats``, with ``*_details`` (:mod:`.rates`)."""
-    reading = total([queue_reading(q) for q in vhost.queues.values()])
+    messages, ``message_stats``, with ``*_details`` (:mod:`.rates`). Its queues are
+    read in slices (:mod:`.slicing`)."""
+    reading = await total_sliced(list(vhost.queues.values()), Slicer())
     series = rates.vhost_series([vhost])
     info: dict[str, Any] = {
         "name": vhost.name,

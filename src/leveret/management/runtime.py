@@ -39,12 +39,12 @@ from .rates import (
     LENGTHS,
     QUEUE_STATS,
     RateSampler,
-    broker_reading,
-    queue_reading,
-    total as total_reading,
+    broker_reading_sliced,
+    total_sliced,
     window,
     with_details,
 )
+from .slicing import Slicer
 
 #: The RabbitMQ version whose management API this one follows: tools (Terraform's
 #: provider) read ``rabbitmq_version`` and need it to parse as 3.7 or later.
@@ -232,12 +232,13 @@ class Runtime:
         queues = [q for v in vhosts for q in v.queues.values()]
         connections = self._visible(request)
         channels = [c for facts in connections for c in facts.channels]
+        slicer = Slicer()  # 100,000 queues are read in slices (:mod:`.slicing`)
         if SEES_ALL_TAGS.intersection(user.tags):
-            reading, series = broker_reading(self.core), self.rates.broker
+            reading, series = await broker_reading_sliced(self.core, slicer), self.rates.broker
             # the broker's publish (each message once), then the queues' deliveries
             stats = [n for n, _ in BROKER_STATS] + [n for n, _ in QUEUE_STATS if n != "publish"]
         else:
-            reading = total_reading([queue_reading(q) for q in queues])
+            reading = await total_sliced(queues, slicer)
             series = self.rates.vhost_series(vhosts)
             stats = [name for name, _ in QUEUE_STATS]
         rates, lengths = window(request.query, "msg_rates"), window(request.query, "lengths")
