@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import itertools
 import multiprocessing
 import os
 import re
@@ -53,6 +54,7 @@ from leveret.amqp.frames import PROTOCOL_HEADER, encode_method
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 DECLARE_BATCH = 2000  # nowait declares written before a round trip
 CANARY_PAUSE_S = 0.002  # between the canary's round trips
+PAGE = "page=1&page_size=100"
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 
 
@@ -140,7 +142,9 @@ class RawAMQP:
         """Declare ``names`` (non-durable), pipelined, a round trip per batch."""
         for start in range(0, len(names), DECLARE_BATCH):
             batch = names[start : start + DECLARE_BATCH]
-            data = b"".join(encode_method(1, commands.Queue.Declare(queue=n, nowait=True)) for n in batch[:-1])
+            data = b"".join(
+                encode_method(1, commands.Queue.Declare(queue=n, nowait=True)) for n in batch[:-1]
+            )
             self.sock.sendall(data + encode_method(1, commands.Queue.Declare(queue=batch[-1])))
             self.expect(commands.Queue.DeclareOk)
 
@@ -224,7 +228,7 @@ def canary(port: int, started, stop, out) -> None:
 def largest_gap(ends: list[float], start: float, end: float) -> float:
     """The longest interval between consecutive round trips overlapping [start, end]."""
     gap = 0.0
-    for before, after in zip(ends, ends[1:]):
+    for before, after in itertools.pairwise(ends):
         if after >= start and before <= end:
             gap = max(gap, after - before)
     return gap
@@ -261,7 +265,14 @@ def main() -> None:
                 ready = ctx.Event()
                 holder = ctx.Process(
                     target=hold_connections,
-                    args=(broker.amqp_port, args.connections, args.consumers, names or ["x"], ready, holder_done),
+                    args=(
+                        broker.amqp_port,
+                        args.connections,
+                        args.consumers,
+                        names or ["x"],
+                        ready,
+                        holder_done,
+                    ),
                 )
                 holder.start()
                 ready.wait(300)
@@ -275,13 +286,13 @@ def main() -> None:
 
             api, prom = broker.http, broker.prometheus
             last = max(1, -(-args.queues // 100))
-            requests: list[tuple[str, str, bool]] = []
+            requests: list[tuple[str, str, bool | int]] = []
             if "queues" in only:
                 requests += [
                     ("queues page 1", f"{api}/api/queues?page=1&page_size=100", True),
                     ("queues page 1 (again)", f"{api}/api/queues?page=1&page_size=100", True),
                     ("queues last page", f"{api}/api/queues?page={last}&page_size=100", True),
-                    ("queues sort=messages", f"{api}/api/queues?page=1&page_size=100&sort=messages&sort_reverse=true", True),
+                    ("queues sort=messages", f"{api}/api/queues?{PAGE}&sort=messages&sort_reverse=true", 1),
                     ("queues name filter", f"{api}/api/queues?page=1&page_size=100&name=q-00012", True),
                     ("queues vhost page", f"{api}/api/queues/%2F?page=1&page_size=100", True),
                     ("queues full list", f"{api}/api/queues", True),
@@ -315,7 +326,9 @@ def main() -> None:
             print(f"{'request':32} {'wall_ms':>9} {'cpu_ms':>8} {'gap_ms':>8} {'bytes':>11}")
             for label, start, end, cpu, size in results:
                 gap = largest_gap(ends, start, end)
-                print(f"{label:32} {(end - start) * 1000:9.1f} {cpu * 1000:8.0f} {gap * 1000:8.1f} {size:11d}")
+                print(
+                    f"{label:32} {(end - start) * 1000:9.1f} {cpu * 1000:8.0f} {gap * 1000:8.1f} {size:11d}"
+                )
         finally:
             holder_done.set()
             if holder is not None:

@@ -781,7 +781,9 @@ class PrometheusServer:
         for text in parts(queues, series, dead):
             chunks.append(text.encode())
             await slicer.pause()
-        chunks.append(_latest(BrokerCollector(self.core, self.node, "detailed", families, vhosts, per_queue=False)))
+        chunks.append(
+            _latest(BrokerCollector(self.core, self.node, "detailed", families, vhosts, per_queue=False))
+        )
         return self._streamed(chunks)
 
 

@@ -44,7 +44,9 @@ def _label(value: str) -> str:
     return value
 
 
-def parts(queues: Sequence[Queue], series: Sequence[Series], dead_letters: str | None = None) -> Iterator[str]:
+def parts(
+    queues: Sequence[Queue], series: Sequence[Series], dead_letters: str | None = None
+) -> Iterator[str]:
     """The text of ``series`` over ``queues`` (labels ``queue`` and ``vhost``), then,
     with ``dead_letters`` (a counter's full name), that counter per queue, reason
     and ``dead_letter_strategy``; in parts of at most :data:`PART` queues' lines."""
@@ -68,7 +70,8 @@ def parts(queues: Sequence[Queue], series: Sequence[Series], dead_letters: str |
     for start in range(0, len(queues), PART):
         out = []
         for queue, name, host in zip(queues[start : start + PART], names[start:], hosts[start:]):
-            head = f'{dead_letters}{{dead_letter_strategy="{dead_letter_strategy(queue)}",queue="{name}",reason="'
+            strategy = dead_letter_strategy(queue)
+            head = f'{dead_letters}{{dead_letter_strategy="{strategy}",queue="{name}",reason="'
             tail = f'",vhost="{host}"}} '
             counts = queue.counters.dead_lettered
             for reason in DEAD_LETTER_REASONS:

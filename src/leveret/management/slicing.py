@@ -81,9 +81,7 @@ class Slicer:
             yield items[start : start + size]
             await self.pause()
 
-    async def sorted(
-        self, items: Sequence[T], key: Callable[[T], Any], reverse: bool = False
-    ) -> Iterator[T]:
+    async def sorted(self, items: Sequence[T], key: Callable[[T], Any], reverse: bool = False) -> Iterator[T]:
         """``items`` in the order of ``sorted(items, key=key, reverse=reverse)`` (stable,
         equal keys keep their order), lazily: runs of :data:`RUN` items are sorted one
         slice each, then merged as the caller reads (taking the first ``k`` costs about
