@@ -33,8 +33,9 @@ DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 500
 #: A list without ``page`` longer than this is written out in chunks as it is made.
 STREAM_ABOVE = 200
-#: Rows made (and written) at a time in a streamed list.
-STREAM_CHUNK = 128
+#: Rows made between two looks at the clock in a streamed list (a chunk is written
+#: each time a slice is used up).
+STREAM_CHUNK = 16
 _MISSING = object()
 
 
@@ -230,8 +231,15 @@ async def list_answer(
                 "page_out_of_range",
                 f"Page out of range, page: {page} page size: {size}, len: {len(items)}",
             )
-        await slicer.take(ordered, (page - 1) * size)  # the pages before
-        shown = [r for r in map(row, await slicer.take(ordered, size)) if r is not None]
+        low, high = (page - 1) * size, min(page * size, len(items))
+        if sort:
+            await slicer.take(ordered, low)  # the pages before
+            chosen = await slicer.take(ordered, size)
+        else:  # in the default order: read the page's items only
+            count = len(items)
+            indices = range(count - 1 - low, count - 1 - high, -1) if reverse else range(low, high)
+            chosen = [items[i] for i in indices]
+        shown = [r for r in map(row, chosen) if r is not None]
         if paths:
             shown = [_columns(r, paths) for r in shown]
         return web.json_response(
@@ -258,16 +266,20 @@ def _same(item: Any) -> Any:
 async def _streamed(
     ordered: Iterator[Any], row: Callable[[Any], dict | None], paths: list[list[str]] | None, slicer: Slicer
 ) -> AsyncIterator[bytes]:
-    """The JSON array of the rows of ``ordered``, :data:`STREAM_CHUNK` rows at a time
+    """The JSON array of the rows of ``ordered``, a chunk per slice of work
     (the same bytes ``json.dumps`` gives for the whole list)."""
     yield b"["
     separator = ""
-    while batch := list(islice(ordered, STREAM_CHUNK)):
-        rows = [r for r in map(row, batch) if r is not None]
+    while True:
+        rows: list[dict] = []
+        while not slicer.due() and (batch := list(islice(ordered, STREAM_CHUNK))):
+            rows += [r for r in map(row, batch) if r is not None]
         if paths:
             rows = [_columns(r, paths) for r in rows]
         if rows:
             yield (separator + json.dumps(rows)[1:-1]).encode()
             separator = ", "
+        if not slicer.due():  # the rows ran out before the slice did
+            break
         await slicer.pause()
     yield b"]"

@@ -183,7 +183,7 @@ def _gauge(name: str, documentation: str, value: float | None = None) -> GaugeMe
 
 
 #: Queues summed at a time by :func:`summing` (a part takes ~1 ms).
-SUM_PART = 2048
+SUM_PART = 512
 _FIELD_READERS = tuple((name, operator.attrgetter(name)) for name in QueueCounters.FIELDS)
 _DEAD_READERS = tuple((r, operator.methodcaller("get", r, 0)) for r in DEAD_LETTER_REASONS)
 
@@ -753,7 +753,8 @@ class PrometheusServer:
         chunks = [head]
         series = queue_series("rabbitmq_", PER_OBJECT_FAMILIES)
         for text in parts(queues, series, DEAD_LETTERS_TOTAL):
-            chunks.append(text.encode())
+            if text:
+                chunks.append(text.encode())
             await slicer.pause()
         return chunks
 
@@ -779,7 +780,8 @@ class PrometheusServer:
         dead = DEAD_LETTERS_TOTAL if DEAD_LETTER_FAMILY in families else None
         chunks = []
         for text in parts(queues, series, dead):
-            chunks.append(text.encode())
+            if text:
+                chunks.append(text.encode())
             await slicer.pause()
         chunks.append(
             _latest(BrokerCollector(self.core, self.node, "detailed", families, vhosts, per_queue=False))

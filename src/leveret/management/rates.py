@@ -20,6 +20,7 @@ cost a few MB, not a statistics database). With them, a ``*_details`` object als
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -91,7 +92,7 @@ def total(readings: list[Reading]) -> Reading:
 
 
 #: Queues read between two turns of the event loop (a few µs each).
-STEP = 256
+STEP = 32
 
 
 async def total_sliced(queues: Iterable[Queue], slicer: Slicer) -> Reading:
@@ -115,7 +116,7 @@ def broker_reading(core: BrokerCore) -> Reading:
 
 async def broker_reading_sliced(core: BrokerCore, slicer: Slicer) -> Reading:
     """:func:`broker_reading`, in slices."""
-    queues = [q for v in core.vhosts.values() for q in v.queues.values()]
+    queues = list(itertools.chain.from_iterable(v.queues.values() for v in core.vhosts.values()))
     return _broker_part(core, await total_sliced(queues, slicer))
 
 
@@ -199,8 +200,9 @@ class RateSampler:
             sums.append(total(readings))
             self.vhosts.setdefault(name, deque(maxlen=HISTORY)).append((now, sums[-1]))
         self.broker.append((now, _broker_part(self.core, total(sums))))
-        for key in self.queues.keys() - seen:
-            del self.queues[key]
+        if len(self.queues) != len(seen):  # some were deleted
+            for key in self.queues.keys() - seen:
+                del self.queues[key]
         for name in [n for n in self.vhosts if n not in self.core.vhosts]:
             del self.vhosts[name]
 

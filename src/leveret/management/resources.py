@@ -198,7 +198,7 @@ def queue_info(
 
 #: The values :func:`queue_info` puts at these paths, read from the queue without
 #: making its row (for ``sort`` over many queues).
-QUEUE_KEYS: dict[str, Any] = {
+_QUEUE_KEYS: dict[str, Any] = {
     "name": lambda q: q.name,
     "vhost": lambda q: q.host.name,
     "durable": lambda q: q.durable,
@@ -233,8 +233,16 @@ async def vhost_info(vhost: VirtualHost, rates: RateSampler, query: Mapping[str,
     return info
 
 
-def _queue_name(queue: Queue) -> str:
-    return queue.name
+def _queue_name(queue: Queue | None) -> str:
+    return queue.name if queue is not None else ""
+
+
+def _or_none(read: Any) -> Any:
+    return lambda queue: None if queue is None else read(queue)
+
+
+#: :data:`_QUEUE_KEYS` for items that may be None (a queue deleted meanwhile).
+QUEUE_KEYS = {path: _or_none(read) for path, read in _QUEUE_KEYS.items()}
 
 
 class Resources:
@@ -363,16 +371,12 @@ class Resources:
         """``GET /api/queues[/{vhost}]``: by vhost, then name. Only the rows shown are
         made (a page of 100 costs the same with 100 or 100,000 queues); see
         :func:`~.listing.list_answer`."""
-        slicer = Slicer()
-        queues: list[Queue] = []
-        for vhost in visible_vhosts(self.core, request):
-            queues += await self.index.queues(vhost, slicer)
+        queues = await self.index.queues(visible_vhosts(self.core, request), Slicer())
         core, rates, query = self.core, self.rates, request.query
 
-        def row(queue: Queue) -> dict | None:
-            vhost = core.vhosts.get(queue.host.name)
-            if vhost is None or vhost.queues.get(queue.name) is not queue:
-                return None  # deleted since the list was taken
+        def row(queue: Queue | None) -> dict | None:
+            if queue is None:
+                return None  # deleted since the names were taken
             return queue_info(core, queue, rates, query)
 
         return await list_answer(request, queues, row, True, name_of=_queue_name, keys=QUEUE_KEYS)

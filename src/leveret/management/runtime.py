@@ -16,6 +16,7 @@ What only the server knows (its listeners, memory and disk limits) comes from th
 
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import resource
@@ -253,10 +254,10 @@ class Runtime:
         totals and rates over what the user may see."""
         user = request["user"]
         vhosts = [v for name, v in self.core.vhosts.items() if works_in(self.core, user, name)]
-        queues = [q for v in vhosts for q in v.queues.values()]
-        connections = self._visible(request)
-        channels = [c for facts in connections for c in facts.channels]
+        queues = list(itertools.chain.from_iterable(v.queues.values() for v in vhosts))
         slicer = Slicer()  # 100,000 queues are read in slices (:mod:`.slicing`)
+        connections = await self._visible_sliced(request, slicer)
+        channels = [c for facts in connections for c in facts.channels]
         if SEES_ALL_TAGS.intersection(user.tags):
             reading, series = await broker_reading_sliced(self.core, slicer), self.rates.broker
             # the broker's publish (each message once), then the queues' deliveries

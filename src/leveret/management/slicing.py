@@ -40,6 +40,10 @@ class Slicer:
         self.seconds = seconds
         self._since = time.perf_counter()
 
+    def due(self) -> bool:
+        """Whether this slice is used up."""
+        return time.perf_counter() - self._since >= self.seconds
+
     async def pause(self) -> None:
         """A turn of the loop if this slice is used up."""
         if time.perf_counter() - self._since >= self.seconds:
