@@ -32,6 +32,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -54,7 +55,7 @@ from ..core.metrics import (
 )
 from ..core.queues import Queue
 from ..version import __version__
-from .metrics_text import Series, parts
+from .metrics_text import SUMS_OF, Series, parts
 from .slicing import Slicer
 
 #: RabbitMQ's ``queue_type`` label values for leveret's queue types.
@@ -67,6 +68,16 @@ QUEUE_TYPES = {
 #: AMQP channels, so every counter is ``amqp091`` there; leveret does the same.
 PROTOCOL = "amqp091"
 
+_ready = attrgetter("message_count")
+_unacked = attrgetter("unacked_count")
+
+
+def _messages(queue: Queue) -> int:
+    return queue.message_count + queue.unacked_count
+
+
+SUMS_OF[_messages] = (_ready, _unacked)
+
 #: The families of ``/metrics/detailed`` (RabbitMQ's, and leveret's dead letters), each
 #: a list of (metric suffix, type, help, reader of one queue).
 QueueReader = Callable[[Queue], float]
@@ -76,15 +87,15 @@ FAMILIES: dict[str, list[tuple[str, str, str, QueueReader]]] = {
             "queue_messages_ready",
             "gauge",
             "Messages ready to be delivered to consumers",
-            lambda q: q.message_count,
+            _ready,
         ),
         (
             "queue_messages_unacked",
             "gauge",
             "Messages delivered to consumers but not yet acknowledged",
-            lambda q: q.unacked_count,
+            _unacked,
         ),
-        ("queue_messages", "gauge", "Sum of ready and unacknowledged messages", lambda q: _messages(q)),
+        ("queue_messages", "gauge", "Sum of ready and unacknowledged messages", _messages),
     ],
     "queue_consumer_count": [
         ("queue_consumers", "gauge", "Consumers on a queue", lambda q: len(q.consumers)),
@@ -94,43 +105,43 @@ FAMILIES: dict[str, list[tuple[str, str, str, QueueReader]]] = {
             "queue_get_ack_total",
             "counter",
             "Messages fetched from a queue with basic.get in manual acknowledgement mode",
-            lambda q: q.counters.delivered_get_manual_ack,
+            attrgetter("counters.delivered_get_manual_ack"),
         ),
         (
             "queue_get_total",
             "counter",
             "Messages fetched from a queue with basic.get in automatic acknowledgement mode",
-            lambda q: q.counters.delivered_get_auto_ack,
+            attrgetter("counters.delivered_get_auto_ack"),
         ),
         (
             "queue_messages_delivered_ack_total",
             "counter",
             "Messages delivered from a queue to consumers in manual acknowledgement mode",
-            lambda q: q.counters.delivered_consume_manual_ack,
+            attrgetter("counters.delivered_consume_manual_ack"),
         ),
         (
             "queue_messages_delivered_total",
             "counter",
             "Messages delivered from a queue to consumers in automatic acknowledgement mode",
-            lambda q: q.counters.delivered_consume_auto_ack,
+            attrgetter("counters.delivered_consume_auto_ack"),
         ),
         (
             "queue_messages_redelivered_total",
             "counter",
             "Messages redelivered from a queue to consumers",
-            lambda q: q.counters.redelivered,
+            attrgetter("counters.redelivered"),
         ),
         (
             "queue_messages_acked_total",
             "counter",
             "Messages acknowledged by consumers on a queue",
-            lambda q: q.counters.acknowledged,
+            attrgetter("counters.acknowledged"),
         ),
         (
             "queue_get_empty_total",
             "counter",
             "Times basic.get found a queue empty",
-            lambda q: q.counters.get_empty,
+            attrgetter("counters.get_empty"),
         ),
     ],
     "queue_exchange_metrics": [
@@ -138,7 +149,7 @@ FAMILIES: dict[str, list[tuple[str, str, str, QueueReader]]] = {
             "queue_messages_published_total",
             "counter",
             "Messages publishers routed to a queue (leveret: no exchange label)",
-            lambda q: q.counters.published,
+            attrgetter("counters.published"),
         ),
     ],
 }
@@ -149,10 +160,6 @@ KNOWN_FAMILIES = (*FAMILIES, DEAD_LETTER_FAMILY)
 
 _RETURNED = "Messages published as mandatory into an exchange and returned to the publisher as unroutable"
 _DROPPED = "Messages published as non-mandatory into an exchange and dropped as unroutable"
-
-
-def _messages(queue: Queue) -> int:
-    return queue.message_count + queue.unacked_count
 
 
 @dataclass
