@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import time
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, overload
 
@@ -97,6 +98,9 @@ class QueueList(Sequence["Queue | None"]):
 
     def __len__(self) -> int:
         return self._count
+
+    def __iter__(self) -> Iterator[Queue | None]:
+        return itertools.chain.from_iterable(map(vhost.queues.get, names) for vhost, names in self._parts)
 
     @overload
     def __getitem__(self, index: int) -> Queue | None: ...
