@@ -26,6 +26,12 @@ broker is started as ``python3 -m leveret server`` in a subprocess with that pat
 
 Printed: one line per request, ``wall_ms``, ``cpu_ms`` (broker), ``gap_ms`` (canary),
 ``bytes``. Wall and gap are noisy on a shared machine; CPU is the steadier figure.
+
+``--trace FILE``: the broker runs with ``bench/stall_trace`` (asyncio's loop instead
+of uvloop, every loop callback over 20 ms and every garbage collection over 10 ms
+logged to FILE); each request's line then also names its longest loop callback and
+its longest collection (``loop_ms``, ``gc_ms``), so a gap can be put down to the
+management work or to the collector.
 """
 
 from __future__ import annotations
@@ -76,13 +82,18 @@ def rss_mb(pid: int) -> float:
 class Broker:
     """``leveret server`` in a subprocess, with the management API and Prometheus."""
 
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, trace: str | None = None) -> None:
         self.log = open(Path(data_dir).parent / "broker.log", "w")  # noqa: SIM115
+        env = dict(os.environ)
+        if trace:
+            here = str(Path(__file__).resolve().parent / "stall_trace")
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+            env["LEVERET_STALL_LOG"] = trace
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
              "--web-stomp-port", "0", "--prometheus-port", "0", "--http-port", "0",
              "--data-dir", data_dir],
-            stdout=subprocess.PIPE, stderr=self.log, text=True,
+            stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
         )  # fmt: skip
         self.amqp_port = self.http = self.prometheus = None
         assert self.proc.stdout is not None
@@ -241,17 +252,29 @@ def fetch(url: str, auth: bool = True) -> int:
         return len(answer.read())
 
 
+def read_trace(path: str) -> list[tuple[float, str, float]]:
+    """(monotonic end time, ``loop`` or ``gc``, ms) of each stall the broker logged."""
+    found = []
+    for line in Path(path).read_text().splitlines():
+        when, kind, ms = line.split()[:3]
+        found.append((float(when), kind, float(ms)))
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queues", type=int, default=100_000)
     parser.add_argument("--connections", type=int, default=0)
     parser.add_argument("--consumers", type=int, default=0)
     parser.add_argument("--only", default="queues,metrics,runtime")
+    parser.add_argument("--trace", help="log the broker's loop stalls and collections to this file")
     args = parser.parse_args()
     only = set(args.only.split(","))
 
     with tempfile.TemporaryDirectory() as tmp:
-        broker = Broker(os.path.join(tmp, "data"))
+        if args.trace:
+            Path(args.trace).write_text("")
+        broker = Broker(os.path.join(tmp, "data"), args.trace)
         ctx = multiprocessing.get_context("spawn")
         holder_done = ctx.Event()
         holder = None
