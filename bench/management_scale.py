@@ -346,12 +346,19 @@ def main() -> None:
             bird.join(10)
             quiet = largest_gap(ends, ends[0], results[0][1] - 0.05) if ends else 0.0
             print(f"canary: {len(ends)} round trips, largest gap before the requests {quiet * 1000:.1f} ms")
-            print(f"{'request':32} {'wall_ms':>9} {'cpu_ms':>8} {'gap_ms':>8} {'bytes':>11}")
+            stalls = read_trace(args.trace) if args.trace else []
+            head = f"{'request':32} {'wall_ms':>9} {'cpu_ms':>8} {'gap_ms':>8} {'bytes':>11}"
+            print(head + (f" {'loop_ms':>8} {'gc_ms':>8}" if args.trace else ""))
             for label, start, end, cpu, size in results:
                 gap = largest_gap(ends, start, end)
-                print(
-                    f"{label:32} {(end - start) * 1000:9.1f} {cpu * 1000:8.0f} {gap * 1000:8.1f} {size:11d}"
-                )
+                wall = (end - start) * 1000
+                line = f"{label:32} {wall:9.1f} {cpu * 1000:8.0f} {gap * 1000:8.1f} {size:11d}"
+                if args.trace:
+                    during = [(kind, ms) for when, kind, ms in stalls if start <= when <= end + 0.05]
+                    loop = max((ms for kind, ms in during if kind == "loop"), default=0.0)
+                    collected = max((ms for kind, ms in during if kind == "gc"), default=0.0)
+                    line += f" {loop:8.1f} {collected:8.1f}"
+                print(line)
         finally:
             holder_done.set()
             if holder is not None:

@@ -201,8 +201,12 @@ class RateSampler:
             self.vhosts.setdefault(name, deque(maxlen=HISTORY)).append((now, sums[-1]))
         self.broker.append((now, _broker_part(self.core, total(sums))))
         if len(self.queues) != len(seen):  # some were deleted
-            for key in self.queues.keys() - seen:
-                del self.queues[key]
+            keys = list(self.queues)
+            for start in range(0, len(keys), 1024):
+                for key in keys[start : start + 1024]:
+                    if key not in seen:
+                        del self.queues[key]
+                yield
         for name in [n for n in self.vhosts if n not in self.core.vhosts]:
             del self.vhosts[name]
 
