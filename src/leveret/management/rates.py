@@ -178,7 +178,7 @@ class RateSampler:
         queue was read."""
         before = self.broker[-1][0] if self.broker else None
         now = time.time()
-        seen: set[tuple[str, str]] = set()
+        seen = 0  # queues read (more kept than read: some were deleted)
         sums: list[Reading] = []
         for name, vhost in list(self.core.vhosts.items()):
             readings: list[Reading] = []
@@ -188,7 +188,7 @@ class RateSampler:
                     yield
                     now = time.time()
                 key = (name, queue.name)
-                seen.add(key)
+                seen += 1
                 reading = queue_reading(queue)
                 readings.append(reading)
                 known = self.queues.get(key)
@@ -200,11 +200,13 @@ class RateSampler:
             sums.append(total(readings))
             self.vhosts.setdefault(name, deque(maxlen=HISTORY)).append((now, sums[-1]))
         self.broker.append((now, _broker_part(self.core, total(sums))))
-        if len(self.queues) != len(seen):  # some were deleted
-            keys = list(self.queues)
-            for start in range(0, len(keys), 1024):
-                for key in keys[start : start + 1024]:
-                    if key not in seen:
+        if len(self.queues) > seen:  # some were deleted: forget them
+            vhosts = self.core.vhosts
+            known = list(self.queues.items())
+            for start in range(0, len(known), 1024):
+                for key, (queue, _) in known[start : start + 1024]:
+                    vhost = vhosts.get(key[0])
+                    if vhost is None or vhost.queues.get(key[1]) is not queue:
                         del self.queues[key]
                 yield
         for name in [n for n in self.vhosts if n not in self.core.vhosts]:
