@@ -319,6 +319,8 @@ def main() -> None:
                     ("queues name filter", f"{api}/api/queues?page=1&page_size=100&name=q-00012", True),
                     ("queues vhost page", f"{api}/api/queues/%2F?page=1&page_size=100", True),
                     ("queues full list", f"{api}/api/queues", True),
+                    ("one queue's bindings", f"{api}/api/queues/%2F/q-000001/bindings", True),
+                    ("bindings (all)", f"{api}/api/bindings", True),
                     ("overview", f"{api}/api/overview", True),
                 ]  # fmt: skip
             if "metrics" in only:

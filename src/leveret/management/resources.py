@@ -127,12 +127,50 @@ def _order(row: dict) -> tuple:
     )
 
 
+def _default_row(vhost: VirtualHost, queue: Queue) -> dict:
+    """The default exchange's implicit binding of ``queue``."""
+    return binding_row(vhost.name, "", queue.name, "queue", queue.name, {})
+
+
 def vhost_bindings(vhost: VirtualHost) -> list[dict]:
     """Every binding of ``vhost`` with the default exchange's implicit one per queue,
     as RabbitMQ lists them."""
-    rows = [binding_row(vhost.name, "", q.name, "queue", q.name, {}) for q in vhost.queues.values()]
+    rows = [_default_row(vhost, q) for q in vhost.queues.values()]
     for exchange in vhost.exchanges.values():
         rows.extend(_row(vhost, b) for b in exchange.bindings.values())
+    return sorted(rows, key=_order)
+
+
+async def vhost_bindings_sliced(vhost: VirtualHost, slicer: Slicer) -> list[dict]:
+    """:func:`vhost_bindings`, made and sorted in slices (100,000 queues are 100,000
+    implicit bindings)."""
+    rows = await slicer.map(lambda queue: _default_row(vhost, queue), list(vhost.queues.values()))
+    for exchange in list(vhost.exchanges.values()):
+        rows += await slicer.map(lambda binding: _row(vhost, binding), list(exchange.bindings.values()))
+    return await slicer.take(await slicer.sorted(rows, _order), len(rows))
+
+
+def queue_binding_rows(vhost: VirtualHost, queue: Queue) -> list[dict]:
+    """The bindings to ``queue`` (the default exchange's first), without going
+    through every binding of the vhost."""
+    rows = [_default_row(vhost, queue), *(_row(vhost, b) for b in queue.bindings)]
+    return sorted(rows, key=_order)
+
+
+def bindings_between(vhost: VirtualHost, source: str, kind: str, destination: str) -> list[dict]:
+    """The bindings from exchange ``source`` to the ``kind`` (queue or exchange) named
+    ``destination`` (none when either is missing)."""
+    if source == DEFAULT_EXCHANGE:
+        queue = vhost.queues.get(destination) if kind == "queue" else None
+        return [_default_row(vhost, queue)] if queue is not None else []
+    exchange = vhost.exchanges.get(source)
+    if exchange is None:
+        return []
+    rows = [
+        _row(vhost, b)
+        for b in exchange.bindings.values()
+        if b.destination.name == destination and isinstance(b.destination, Queue) == (kind == "queue")
+    ]
     return sorted(rows, key=_order)
 
 
@@ -231,6 +269,10 @@ async def vhost_info(vhost: VirtualHost, rates: RateSampler, query: Mapping[str,
         stats = {n: reading[n] for n, _ in QUEUE_STATS}
         info["message_stats"] = with_details(stats, series, window(query, "msg_rates"))
     return info
+
+
+def _same(row: dict) -> dict:
+    return row
 
 
 def _queue_name(queue: Queue | None) -> str:
@@ -347,17 +389,23 @@ class Resources:
 
     async def exchange_source_bindings(self, request: web.Request) -> web.Response:
         vhost, name = self._exchange_name(request)
-        rows = [r for r in vhost_bindings(vhost) if r["source"] == name]
-        return list_response(request, rows)
+        if name == DEFAULT_EXCHANGE:  # one implicit binding per queue
+            rows = [r for r in await vhost_bindings_sliced(vhost, Slicer()) if r["source"] == name]
+        else:
+            exchange = vhost.exchanges.get(name)
+            found = exchange.bindings.values() if exchange is not None else ()
+            rows = sorted((_row(vhost, b) for b in found), key=_order)
+        return await list_answer(request, rows, _same)
 
     async def exchange_destination_bindings(self, request: web.Request) -> web.Response:
         vhost, name = self._exchange_name(request)
         rows = [
-            r
-            for r in vhost_bindings(vhost)
-            if r["destination_type"] == "exchange" and r["destination"] == name
+            _row(vhost, b)
+            for exchange in vhost.exchanges.values()
+            for b in exchange.bindings.values()
+            if isinstance(b.destination, Exchange) and b.destination.name == name
         ]
-        return list_response(request, rows)
+        return list_response(request, sorted(rows, key=_order))
 
     # -- queues ---------------------------------------------------------------------
     def _queue(self, request: web.Request) -> tuple[VirtualHost, Queue]:
@@ -437,12 +485,7 @@ class Resources:
 
     async def queue_bindings(self, request: web.Request) -> web.Response:
         vhost, queue = self._queue(request)
-        rows = [
-            r
-            for r in vhost_bindings(vhost)
-            if r["destination_type"] == "queue" and r["destination"] == queue.name
-        ]
-        return list_response(request, rows)
+        return list_response(request, queue_binding_rows(vhost, queue))
 
     async def purge(self, request: web.Request) -> web.Response:
         """``DELETE /api/queues/{vhost}/{name}/contents``: purge ready messages (204); 401
@@ -471,8 +514,9 @@ class Resources:
 
     # -- bindings -------------------------------------------------------------------
     async def bindings(self, request: web.Request) -> web.Response:
-        rows = [r for v in visible_vhosts(self.core, request) for r in vhost_bindings(v)]
-        return list_response(request, rows)
+        slicer = Slicer()
+        rows = [r for v in visible_vhosts(self.core, request) for r in await vhost_bindings_sliced(v, slicer)]
+        return await list_answer(request, rows, _same)
 
     def _ends(self, request: web.Request) -> tuple[VirtualHost, str, str, str]:
         vhost = route_vhost(self.core, request)
@@ -485,11 +529,7 @@ class Resources:
         """The bindings from source to destination (none when either is missing: a
         200 with ``[]``, as RabbitMQ)."""
         vhost, source, kind, destination = self._ends(request)
-        rows = [
-            r
-            for r in vhost_bindings(vhost)
-            if (r["source"], r["destination_type"], r["destination"]) == (source, kind, destination)
-        ]
+        rows = bindings_between(vhost, source, kind, destination)
         return vhost, rows
 
     async def bindings_between(self, request: web.Request) -> web.Response:
