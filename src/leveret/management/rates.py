@@ -202,12 +202,12 @@ class RateSampler:
         self.broker.append((now, _broker_part(self.core, total(sums))))
         if len(self.queues) > seen:  # some were deleted: forget them
             vhosts = self.core.vhosts
-            known = list(self.queues.items())
-            for start in range(0, len(known), 1024):
-                for key, (queue, _) in known[start : start + 1024]:
-                    vhost = vhosts.get(key[0])
-                    if vhost is None or vhost.queues.get(key[1]) is not queue:
-                        del self.queues[key]
+            kept = list(self.queues.items())
+            for start in range(0, len(kept), 1024):
+                for (vhost_name, queue_name), (kept_queue, _) in kept[start : start + 1024]:
+                    owner = vhosts.get(vhost_name)
+                    if owner is None or owner.queues.get(queue_name) is not kept_queue:
+                        del self.queues[(vhost_name, queue_name)]
                 yield
         for name in [n for n in self.vhosts if n not in self.core.vhosts]:
             del self.vhosts[name]

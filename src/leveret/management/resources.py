@@ -54,7 +54,7 @@ from .common import (
 from .listing import list_answer, list_response
 from .queue_index import QueueIndex
 from .rates import LENGTHS, QUEUE_STATS, RateSampler, queue_reading, total_sliced, window, with_details
-from .runtime import consumer_rows
+from .runtime import connection_facts, consumer_rows
 from .slicing import Slicer
 
 DEFAULT_EXCHANGE_PATH = "amq.default"  # the default exchange's name in a path
@@ -434,7 +434,7 @@ class Resources:
         vhost, queue = self._queue(request)
         details = [
             row
-            for facts, _ in self.core.connections.facts()
+            for facts in await connection_facts(self.core, Slicer())
             if facts.vhost == vhost.name
             for channel in facts.channels
             for row in consumer_rows(facts, channel)

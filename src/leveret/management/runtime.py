@@ -168,6 +168,14 @@ def _facts(connection: Any) -> ConnectionFacts:
     return connection.facts()
 
 
+async def connection_facts(core: BrokerCore, slicer: Slicer) -> list[ConnectionFacts]:
+    """Every open connection's facts, by name, taken in slices (1,000 connections with
+    10,000 consumers take ~50 ms)."""
+    everyone = await slicer.map(_facts, list(core.connections), step=16)
+    everyone.sort(key=_name)
+    return everyone
+
+
 def _name(facts: ConnectionFacts) -> str:
     return facts.name
 
@@ -377,9 +385,7 @@ class Runtime:
         with 10,000 consumers take ~50 ms)."""
         if "vhost" in request.match_info:
             route_vhost(self.core, request)  # its 401 or 404 before any work
-        everyone = await slicer.map(_facts, list(self.core.connections), step=16)
-        everyone.sort(key=_name)
-        return self._seen(request, everyone)
+        return self._seen(request, await connection_facts(self.core, slicer))
 
     def _connection(self, request: web.Request) -> tuple[ConnectionFacts, Any]:
         found = self.core.connections.find(request.match_info["name"])

@@ -84,3 +84,22 @@ def test_the_queue_list_reads_queues_when_read_and_none_once_deleted():
     assert len(queues) == 3
     assert [q.name if q is not None else None for q in queues] == ["a", None, "c"]
     assert queues[-1] is vhost.queues["c"] and queues[0:2][1] is None
+
+
+def test_the_rate_sampler_forgets_deleted_queues_and_sums_the_rest():
+    from leveret.management.rates import RateSampler
+
+    core = BrokerCore(ManualClock())
+    vhost = core.vhosts.get("/") or core.add_vhost("/")
+    for i in range(100):  # several steps of the sampler
+        vhost.declare_queue(f"q{i}", None).counters.published = i
+    sampler = RateSampler(core)
+    sampler.sample()
+    assert len(sampler.queues) == 100
+    vhost.delete_queue("q7")
+    vhost.declare_queue("q7", None)  # declared again: counts anew
+    vhost.delete_queue("q8")
+    sampler.sample()
+    assert ("/", "q8") not in sampler.queues and len(sampler.queues) == 99
+    assert sampler.queues[("/", "q7")][0] is vhost.queues["q7"]
+    assert sampler.vhosts["/"][-1][1]["publish"] == sum(range(100)) - 7 - 8
