@@ -11,16 +11,13 @@ from leveret.management.listing import shape
 from leveret.management.resources import args_hash, properties_key, unpack_properties
 
 
-@pytest.mark.parametrize(
-    ("key", "args", "packed"),
-    [
-        ("", {}, "~"),
-        ("q1", {}, "q1"),
-        ("a b~c", {}, "a+b%7Ec"),  # form-quoted, and ~ quoted as %7E (RabbitMQ's test cases)
-        ("eu.*", {}, "eu.%2A"),
-        ("a/b", {}, "a%2Fb"),
-    ],
-)
+@pytest.mark.parametrize(("key", "args", "packed"), [
+    ("", {}, "~"),
+    ("q1", {}, "q1"),
+    ("a b~c", {}, "a+b%7Ec"),  # form-quoted, and ~ quoted as %7E (RabbitMQ's test cases)
+    ("eu.*", {}, "eu.%2A"),
+    ("a/b", {}, "a%2Fb"),
+])
 def test_properties_key_without_arguments(key, args, packed):
     assert properties_key(key, args) == packed
     assert unpack_properties(packed) == (key, None)
@@ -50,23 +47,13 @@ def test_sort_by_a_dotted_path_puts_missing_values_first():
 
 
 def test_columns_keep_nested_fields():
-    assert _answer("columns=name,n.v", ROWS) == [
-        {"name": "b", "n": {"v": 2}},
-        {"name": "a", "n": {"v": 3}},
-        {"name": "c"},
-    ]
+    assert _answer("columns=name,n.v", ROWS) == [{"name": "b", "n": {"v": 2}}, {"name": "a", "n": {"v": 3}},
+                                                 {"name": "c"}]
 
 
 def test_an_empty_list_pages_to_one_empty_page():
-    assert _answer("page=1", []) == {
-        "filtered_count": 0,
-        "item_count": 0,
-        "items": [],
-        "page": 1,
-        "page_count": 0,
-        "page_size": 100,
-        "total_count": 0,
-    }
+    assert _answer("page=1", []) == {"filtered_count": 0, "item_count": 0, "items": [], "page": 1,
+                                     "page_count": 0, "page_size": 100, "total_count": 0}
 
 
 def test_paging_is_ignored_where_rabbitmq_does_not_page():
