@@ -2,7 +2,7 @@
 ``leveret server`` process with 20,000 idle queues: a page of queues costs the same
 broker CPU with 2,000 or 20,000 queues, and an AMQP client (pika, publishing to its
 own queue and consuming the message back every few ms) never waits long while the
-full queue list and the per-object metrics are made. The 100,000-queue figures come
+full queue list and the per-object and detailed metrics are made. The 100,000-queue figures come
 from ``bench/management_scale.py``."""
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from leveret.amqp.frames import encode_method
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 AUTH = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
 #: The longest a client may wait while a listing or scrape of 20,000 queues is made.
-#: Slices are 5 ms; the bound is generous for a shared machine (before slicing, the
-#: loop was held ~1 s for either).
-GAP_BOUND_S = 0.4
+#: Slices are 5 ms; the bound is generous for a shared, loaded machine and for a full
+#: garbage collection of the broker landing there (~0.2-0.3 s at 20,000 queues); before
+#: slicing, the loop was held for the whole request (1-2 s for either).
+GAP_BOUND_S = 0.6
 
 
 def broker_cpu(pid: int) -> float:
@@ -136,7 +137,7 @@ def test_a_page_of_queues_costs_the_same_with_ten_times_the_queues(server):
     assert large < 3 * small + 0.1, (small, large)
 
 
-def test_clients_keep_being_served_during_a_full_listing_and_a_per_object_scrape(server):
+def test_clients_keep_being_served_during_a_full_listing_and_per_queue_scrapes(server):
     broker, prometheus = server
     declare(broker.port, 0, 20_000)
     canary = Canary(broker.port)
@@ -149,11 +150,16 @@ def test_clients_keep_being_served_during_a_full_listing_and_a_per_object_scrape
         listed = time.monotonic()
         text = get(f"{prometheus}/metrics/per-object", auth=False)
         scraped = time.monotonic()
+        families = "family=queue_coarse_metrics&family=queue_delivery_metrics&family=leveret_dead_letters"
+        detailed = get(f"{prometheus}/metrics/detailed?{families}", auth=False)
+        detailed_at = time.monotonic()
         time.sleep(0.1)
     finally:
         canary.done.set()
         canary.join(5)
     assert len(rows) == 20_001 and rows[0]["name"].startswith("amq.gen-")  # the canary's own
     assert text.count(b"rabbitmq_queue_messages_ready{") == 20_001
-    assert canary.largest_gap(start, listed) < GAP_BOUND_S
-    assert canary.largest_gap(listed, scraped) < GAP_BOUND_S
+    assert detailed.count(b"rabbitmq_detailed_queue_messages_ready{") == 20_001
+    gaps = [canary.largest_gap(a, b) for a, b in ((start, listed), (listed, scraped), (scraped, detailed_at))]
+    walls = listed - start, scraped - listed, detailed_at - scraped
+    assert max(gaps) < GAP_BOUND_S, (gaps, walls)
