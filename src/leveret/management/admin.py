@@ -281,7 +281,7 @@ class AdminAPI:
         vhost = self.core.vhosts.get(request.match_info["vhost"])
         if vhost is None:
             return not_found()
-        return web.json_response(vhost_info(vhost, self.rates, request.query))
+        return web.json_response(await vhost_info(vhost, self.rates, request.query))
 
     async def put_vhost(self, request: web.Request) -> web.Response:
         name = request.match_info["vhost"]

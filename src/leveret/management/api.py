@@ -401,7 +401,7 @@ class ManagementAPI:
         sees_all = bool(SEES_ALL_TAGS.intersection(user.tags))
         names = [n for n in self.core.vhosts if sees_all or self.core.users.may_access(user, n)]
         rows = []
-        rows = [vhost_info(self.core.vhosts[name], self.rates, request.query) for name in names]
+        rows = [await vhost_info(self.core.vhosts[name], self.rates, request.query) for name in names]
         return list_response(request, rows, pageable=True)
 
     # -- scheduled messages (leveret's; ActiveMQ's scheduler and delayed messages) ------------

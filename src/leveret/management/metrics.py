@@ -22,14 +22,17 @@ the RabbitMQ-Overview Grafana dashboard joins every panel on. Units are in the n
 
 from __future__ import annotations
 
+import asyncio
+import operator
 import os
 import platform
 import resource
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -54,6 +57,8 @@ from ..core.queues import Queue
 from ..server.http_guard import ConnectionGuard, GuardedSite
 from ..server.http_limits import HttpLimits
 from ..version import __version__
+from .metrics_text import SUMS_OF, Series, parts
+from .slicing import Slicer
 
 #: RabbitMQ's ``queue_type`` label values for leveret's queue types.
 QUEUE_TYPES = {
@@ -65,6 +70,16 @@ QUEUE_TYPES = {
 #: AMQP channels, so every counter is ``amqp091`` there; leveret does the same.
 PROTOCOL = "amqp091"
 
+_ready = attrgetter("message_count")
+_unacked = attrgetter("unacked_count")
+
+
+def _messages(queue: Queue) -> int:
+    return queue.message_count + queue.unacked_count
+
+
+SUMS_OF[_messages] = (_ready, _unacked)
+
 #: The families of ``/metrics/detailed`` (RabbitMQ's, and leveret's dead letters), each
 #: a list of (metric suffix, type, help, reader of one queue).
 QueueReader = Callable[[Queue], float]
@@ -74,15 +89,15 @@ FAMILIES: dict[str, list[tuple[str, str, str, QueueReader]]] = {
             "queue_messages_ready",
             "gauge",
             "Messages ready to be delivered to consumers",
-            lambda q: q.message_count,
+            _ready,
         ),
         (
             "queue_messages_unacked",
             "gauge",
             "Messages delivered to consumers but not yet acknowledged",
-            lambda q: q.unacked_count,
+            _unacked,
         ),
-        ("queue_messages", "gauge", "Sum of ready and unacknowledged messages", lambda q: _messages(q)),
+        ("queue_messages", "gauge", "Sum of ready and unacknowledged messages", _messages),
     ],
     "queue_consumer_count": [
         ("queue_consumers", "gauge", "Consumers on a queue", lambda q: len(q.consumers)),
@@ -92,43 +107,43 @@ FAMILIES: dict[str, list[tuple[str, str, str, QueueReader]]] = {
             "queue_get_ack_total",
             "counter",
             "Messages fetched from a queue with basic.get in manual acknowledgement mode",
-            lambda q: q.counters.delivered_get_manual_ack,
+            attrgetter("counters.delivered_get_manual_ack"),
         ),
         (
             "queue_get_total",
             "counter",
             "Messages fetched from a queue with basic.get in automatic acknowledgement mode",
-            lambda q: q.counters.delivered_get_auto_ack,
+            attrgetter("counters.delivered_get_auto_ack"),
         ),
         (
             "queue_messages_delivered_ack_total",
             "counter",
             "Messages delivered from a queue to consumers in manual acknowledgement mode",
-            lambda q: q.counters.delivered_consume_manual_ack,
+            attrgetter("counters.delivered_consume_manual_ack"),
         ),
         (
             "queue_messages_delivered_total",
             "counter",
             "Messages delivered from a queue to consumers in automatic acknowledgement mode",
-            lambda q: q.counters.delivered_consume_auto_ack,
+            attrgetter("counters.delivered_consume_auto_ack"),
         ),
         (
             "queue_messages_redelivered_total",
             "counter",
             "Messages redelivered from a queue to consumers",
-            lambda q: q.counters.redelivered,
+            attrgetter("counters.redelivered"),
         ),
         (
             "queue_messages_acked_total",
             "counter",
             "Messages acknowledged by consumers on a queue",
-            lambda q: q.counters.acknowledged,
+            attrgetter("counters.acknowledged"),
         ),
         (
             "queue_get_empty_total",
             "counter",
             "Times basic.get found a queue empty",
-            lambda q: q.counters.get_empty,
+            attrgetter("counters.get_empty"),
         ),
     ],
     "queue_exchange_metrics": [
@@ -136,7 +151,7 @@ FAMILIES: dict[str, list[tuple[str, str, str, QueueReader]]] = {
             "queue_messages_published_total",
             "counter",
             "Messages publishers routed to a queue (leveret: no exchange label)",
-            lambda q: q.counters.published,
+            attrgetter("counters.published"),
         ),
     ],
 }
@@ -147,10 +162,6 @@ KNOWN_FAMILIES = (*FAMILIES, DEAD_LETTER_FAMILY)
 
 _RETURNED = "Messages published as mandatory into an exchange and returned to the publisher as unroutable"
 _DROPPED = "Messages published as non-mandatory into an exchange and dropped as unroutable"
-
-
-def _messages(queue: Queue) -> int:
-    return queue.message_count + queue.unacked_count
 
 
 @dataclass
@@ -180,10 +191,65 @@ def _gauge(name: str, documentation: str, value: float | None = None) -> GaugeMe
     return GaugeMetricFamily(name, documentation, value=value)
 
 
+#: Queues summed at a time by :func:`summing` (a part takes ~1 ms).
+SUM_PART = 512
+_FIELD_READERS = tuple((name, operator.attrgetter(name)) for name in QueueCounters.FIELDS)
+_DEAD_READERS = tuple((r, operator.methodcaller("get", r, 0)) for r in DEAD_LETTER_REASONS)
+
+
+@dataclass
+class QueueSums:
+    """What the node-wide families sum over every queue: their number, consumers,
+    ready and unacknowledged messages, and counters by (queue type, dead-letter
+    strategy) with the deleted queues' (core's ``queue_totals``)."""
+
+    count: int = 0
+    consumers: int = 0
+    ready: int = 0
+    unacked: int = 0
+    totals: dict[tuple[str, str], QueueCounters] = field(default_factory=dict)
+
+
+def summing(core: BrokerCore, queues: list[Queue], sums: QueueSums) -> Iterator[None]:
+    """Fill ``sums`` over ``queues``, yielding after each :data:`SUM_PART` of them (so
+    the event loop can be given a turn: :func:`queue_sums`)."""
+    sums.totals = core.metrics.queue_totals([])  # the deleted queues'
+    sums.count = len(queues)
+    for start in range(0, len(queues), SUM_PART):
+        part = queues[start : start + SUM_PART]
+        sums.consumers += sum(len(q.consumers) for q in part)
+        sums.ready += sum(q.message_count for q in part)
+        sums.unacked += sum(q.unacked_count for q in part)
+        groups: dict[tuple[str, str], list[QueueCounters]] = {}
+        for queue in part:
+            groups.setdefault((queue.type_name, dead_letter_strategy(queue)), []).append(queue.counters)
+        for key, group in groups.items():
+            found = sums.totals.get(key)
+            if found is None:
+                found = sums.totals[key] = QueueCounters()
+            for name, read in _FIELD_READERS:
+                setattr(found, name, getattr(found, name) + sum(map(read, group)))
+            dicts = [c.dead_lettered for c in group]
+            for reason, get in _DEAD_READERS:
+                found.dead_lettered[reason] = found.dead_lettered.get(reason, 0) + sum(map(get, dicts))
+        yield
+
+
+async def queue_sums(core: BrokerCore, queues: list[Queue], slicer: Slicer) -> QueueSums:
+    """:class:`QueueSums` of ``queues``, in slices (:mod:`.slicing`)."""
+    sums = QueueSums()
+    for _ in summing(core, queues, sums):
+        await slicer.pause()
+    return sums
+
+
 class BrokerCollector(Collector):
     """Reads ``core`` at each scrape (on the broker's event loop: the HTTP server runs
     there). ``endpoint`` is ``aggregated``, ``per-object`` or ``detailed``; for
-    ``detailed``, ``families`` and ``vhosts`` (None: all) choose what is read."""
+    ``detailed``, ``families`` and ``vhosts`` (None: all) choose what is read.
+    ``sums``: the queues' sums made beforehand (:func:`queue_sums`, in slices), else
+    made here at once; ``per_queue``: False leaves out the per-queue series (the
+    server writes them itself: :mod:`.metrics_text`)."""
 
     def __init__(
         self,
@@ -192,12 +258,16 @@ class BrokerCollector(Collector):
         endpoint: str = "aggregated",
         families: Iterable[str] = (),
         vhosts: Iterable[str] | None = None,
+        sums: QueueSums | None = None,
+        per_queue: bool = True,
     ) -> None:
         self.core = core
         self.node = node
         self.endpoint = endpoint
         self.families = list(families)
         self.vhosts = None if vhosts is None else set(vhosts)
+        self.sums = sums
+        self.per_queue = per_queue
 
     def queues(self) -> list[Queue]:
         """The queues it reads (of the vhosts asked for)."""
@@ -210,19 +280,24 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The metric families of this endpoint."""
-        queues = self.queues()
         if self.endpoint == "detailed":
-            yield from self._detailed(queues)
+            if self.per_queue:
+                yield from self._detailed(self.queues())
         else:
-            yield from self._totals(queues)
-            yield from self._global(queues)
+            sums = self.sums
+            if sums is None:
+                sums = QueueSums()
+                for _ in summing(self.core, self.queues(), sums):
+                    pass
+            yield from self._totals(sums)
+            yield from self._global(sums)
             yield from self._process()
             if self.endpoint != "per-object":  # per-object: see per_queue_text
-                yield from self._queue_gauges(queues)
+                yield from self._queue_gauges(sums)
         yield from self._identity()
 
     # -- node-wide ------------------------------------------------------------------
-    def _totals(self, queues: list[Queue]) -> Iterator[Metric]:
+    def _totals(self, sums: QueueSums) -> Iterator[Metric]:
         m = self.core.metrics
         for name, value, text in (
             ("connections_opened", m.connections_opened, "Connections opened"),
@@ -236,21 +311,21 @@ class BrokerCollector(Collector):
             family = _counter(f"rabbitmq_{name}", f"Total number of {text.lower()}")
             family.add_metric([], value)
             yield family
-        consumers = sum(len(q.consumers) for q in queues)
+        consumers = sums.consumers
         yield _gauge(
             "rabbitmq_connections", "Connections currently open", m.connections_opened - m.connections_closed
         )
         yield _gauge("rabbitmq_channels", "Channels currently open", m.channels_opened - m.channels_closed)
         yield _gauge("rabbitmq_consumers", "Consumers currently connected", consumers)
-        yield _gauge("rabbitmq_queues", "Queues available", len(queues))
+        yield _gauge("rabbitmq_queues", "Queues available", sums.count)
         yield _gauge("rabbitmq_channel_consumers", "Consumers on channels", consumers)
         yield _gauge(
             "rabbitmq_channel_messages_unacked",
             "Delivered but not yet acknowledged messages",
-            sum(q.unacked_count for q in queues),
+            sums.unacked,
         )
 
-    def _global(self, queues: list[Queue]) -> Iterator[Metric]:
+    def _global(self, sums: QueueSums) -> Iterator[Metric]:
         m = self.core.metrics
         protocol = ["protocol"]
         for name, value, text in (
@@ -286,11 +361,9 @@ class BrokerCollector(Collector):
         consumers = GaugeMetricFamily(
             "rabbitmq_global_consumers", "Current number of consumers", labels=protocol
         )
-        consumers.add_metric([PROTOCOL], sum(len(q.consumers) for q in queues))
+        consumers.add_metric([PROTOCOL], sums.consumers)
         yield consumers
-        totals = self.core.metrics.queue_totals(
-            [q for v in self.core.vhosts.values() for q in v.queues.values()]
-        )
+        totals = sums.totals
         by_type: dict[str, QueueCounters] = {name: QueueCounters() for name in QUEUE_TYPES.values()}
         for (type_name, _), counters in totals.items():
             by_type.setdefault(QUEUE_TYPES.get(type_name, type_name), QueueCounters()).add(counters)
@@ -450,10 +523,16 @@ class BrokerCollector(Collector):
             node.started,
         )
 
-    def _queue_gauges(self, queues: list[Queue]) -> Iterator[Metric]:
+    def _queue_gauges(self, sums: QueueSums) -> Iterator[Metric]:
         """The per-queue gauges summed (``/metrics``)."""
-        for name, _, text, read in FAMILIES["queue_coarse_metrics"] + FAMILIES["queue_consumer_count"]:
-            yield _gauge(f"rabbitmq_{name}", text, sum(read(q) for q in queues))
+        values = {
+            "queue_messages_ready": sums.ready,
+            "queue_messages_unacked": sums.unacked,
+            "queue_messages": sums.ready + sums.unacked,
+            "queue_consumers": sums.consumers,
+        }
+        for name, _, text, _ in FAMILIES["queue_coarse_metrics"] + FAMILIES["queue_consumer_count"]:
+            yield _gauge(f"rabbitmq_{name}", text, values[name])
 
     # -- per queue --------------------------------------------------------------------
     def _per_queue(self, queues: list[Queue], prefix: str, families: list[str]) -> Iterator[Metric]:
@@ -535,39 +614,32 @@ PER_OBJECT_FAMILIES = (
 )
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+DEAD_LETTERS_TOTAL = "leveret_queue_messages_dead_lettered_total"
+
+
+def queue_series(prefix: str, families: Iterable[str]) -> list[Series]:
+    """The per-queue series of ``families`` named with ``prefix`` (``rabbitmq_`` or
+    ``rabbitmq_detailed_``), counters ending in ``_total``."""
+    return [
+        (prefix + (name.removesuffix("_total") + "_total" if kind == "counter" else name), kind, text, read)
+        for family in families
+        for name, kind, text, read in FAMILIES[family]
+    ]
 
 
 def per_queue_text(queues: list[Queue]) -> str:
     """The per-queue series of ``/metrics/per-object`` (:data:`PER_OBJECT_FAMILIES` and
     leveret's dead letters per queue and reason) in the text format, as
-    prometheus-client's ``generate_latest`` writes them (sorted labels, its float
-    format), written here: with thousands of queues, its per-sample formatting was most
-    of a scrape's CPU (profiled: 80 of 100 ms for 1,000 queues)."""
-    names = [f'queue="{_label(q.name)}",vhost="{_label(q.host.name)}"' for q in queues]
-    out: list[str] = []
-    for family_name in PER_OBJECT_FAMILIES:
-        for name, kind, text, read in FAMILIES[family_name]:
-            full = "rabbitmq_" + (name.removesuffix("_total") + "_total" if kind == "counter" else name)
-            out.append(f"# HELP {full} {text}\n# TYPE {full} {kind}\n")
-            out += [f"{full}{{{label}}} {floatToGoString(read(q))}\n" for q, label in zip(queues, names)]
-    full = "leveret_queue_messages_dead_lettered_total"
-    out.append(
-        f"# HELP {full} Messages that died in a queue, by reason (maxlen, expired, rejected, "
-        f"delivery_limit)\n# TYPE {full} counter\n"
-    )
-    for queue, label in zip(queues, names):
-        strategy = dead_letter_strategy(queue)
-        queue_label = label.partition(",")[0]
-        vhost_label = label.partition(",")[2]
-        for reason in DEAD_LETTER_REASONS:
-            count = floatToGoString(queue.counters.dead_lettered.get(reason, 0))
-            out.append(
-                f'{full}{{dead_letter_strategy="{strategy}",{queue_label},reason="{reason}",{vhost_label}}} '
-                f"{count}\n"
-            )
-    return "".join(out)
+    prometheus-client's ``generate_latest`` writes them, written by
+    :mod:`.metrics_text` (all at once; the server writes them in slices)."""
+    return "".join(parts(queues, queue_series("rabbitmq_", PER_OBJECT_FAMILIES), DEAD_LETTERS_TOTAL))
+
+
+def _latest(collector: BrokerCollector) -> bytes:
+    """prometheus-client's text of ``collector``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry)
 
 
 def _distribution_version() -> str:
@@ -619,10 +691,11 @@ class PrometheusServer:
         self.node = node or NodeInfo()
         #: seconds a ``/metrics/per-object`` answer is served again before it is made
         #: anew (RabbitMQ's per-object values change once a ``collect_statistics_interval``
-        #: too); rendering thousands of queues' series costs ~0.1 ms a queue, mostly in
-        #: prometheus-client's text formatting
+        #: too); with 100,000 queues one is ~130 MB of text and ~1 s of CPU (in slices)
         self.per_object_interval = per_object_interval
-        self._per_object: tuple[float, bytes] | None = None
+        self._per_object: tuple[float, list[bytes]] | None = None
+        #: the per-object answer being made, which scrapes meanwhile wait for
+        self._making: asyncio.Future[list[bytes]] | None = None
         self.app = web.Application()
         self.app.router.add_get("/metrics", self.aggregated)
         self.app.router.add_get("/metrics/per-object", self.per_object)
@@ -652,29 +725,62 @@ class PrometheusServer:
     def render(self, collector: BrokerCollector, body: bytes | None = None) -> web.Response:
         """One scrape of ``collector`` in the text format (``body``: made already)."""
         if body is None:
-            registry = CollectorRegistry(auto_describe=False)
-            registry.register(collector)
-            body = generate_latest(registry)
+            body = _latest(collector)
         response = web.Response(body=body)
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
 
+    def _streamed(self, chunks: list[bytes]) -> web.Response:
+        """An answer of ``chunks`` written one by one (waiting for the socket to drain:
+        the text is never copied whole into the transport's buffer)."""
+
+        async def body() -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                yield chunk
+
+        response = web.Response(body=body())
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    def _queues(self, vhosts: Iterable[str] | None = None) -> list[Queue]:
+        return BrokerCollector(self.core, self.node, vhosts=vhosts).queues()
+
     async def aggregated(self, request: web.Request) -> web.Response:
-        """``GET /metrics``: totals, no per-object labels."""
-        return self.render(BrokerCollector(self.core, self.node, "aggregated"))
+        """``GET /metrics``: totals, no per-object labels (the queues summed in
+        slices: :mod:`.slicing`)."""
+        sums = await queue_sums(self.core, self._queues(), Slicer())
+        return self.render(BrokerCollector(self.core, self.node, "aggregated", sums=sums))
 
     async def per_object(self, request: web.Request) -> web.Response:
         """``GET /metrics/per-object``: every series per queue too, at most
-        :attr:`per_object_interval` seconds old."""
-        now = time.monotonic()
+        :attr:`per_object_interval` seconds old; made in slices that give the event
+        loop back (:mod:`.slicing`), once for scrapes that come while it is made."""
         cached = self._per_object
-        if cached is None or now - cached[0] >= self.per_object_interval:
-            registry = CollectorRegistry(auto_describe=False)
-            collector = BrokerCollector(self.core, self.node, "per-object")
-            registry.register(collector)
-            body = generate_latest(registry) + per_queue_text(collector.queues()).encode()
-            cached = self._per_object = (now, body)
-        return self.render(BrokerCollector(self.core, self.node, "per-object"), cached[1])
+        if cached is None or time.monotonic() - cached[0] >= self.per_object_interval:
+            making = self._making
+            if making is None:
+                making = self._making = asyncio.ensure_future(self._make_per_object())
+                making.add_done_callback(self._made)
+            return self._streamed(await asyncio.shield(making))
+        return self._streamed(cached[1])
+
+    def _made(self, making: asyncio.Future[list[bytes]]) -> None:
+        self._making = None
+        if not making.cancelled() and making.exception() is None:
+            self._per_object = (time.monotonic(), making.result())
+
+    async def _make_per_object(self) -> list[bytes]:
+        slicer = Slicer()
+        queues = self._queues()
+        sums = await queue_sums(self.core, queues, slicer)
+        head = _latest(BrokerCollector(self.core, self.node, "per-object", sums=sums))
+        chunks = [head]
+        series = queue_series("rabbitmq_", PER_OBJECT_FAMILIES)
+        for text in parts(queues, series, DEAD_LETTERS_TOTAL):
+            if text:
+                chunks.append(text.encode())
+            await slicer.pause()
+        return chunks
 
     async def detailed(self, request: web.Request) -> web.Response:
         """``GET /metrics/detailed?family=F[&family=G][&vhost=V…]``: 400 for an unknown
@@ -692,7 +798,19 @@ class PrometheusServer:
             missing = [v for v in vhosts if v not in self.core.vhosts]
             if missing:
                 return web.Response(status=400, text=f"unknown vhost {', '.join(missing)}\n")
-        return self.render(BrokerCollector(self.core, self.node, "detailed", families, vhosts))
+        slicer = Slicer()
+        queues = self._queues(vhosts)
+        series = queue_series("rabbitmq_detailed_", [f for f in families if f in FAMILIES])
+        dead = DEAD_LETTERS_TOTAL if DEAD_LETTER_FAMILY in families else None
+        chunks = []
+        for text in parts(queues, series, dead):
+            if text:
+                chunks.append(text.encode())
+            await slicer.pause()
+        chunks.append(
+            _latest(BrokerCollector(self.core, self.node, "detailed", families, vhosts, per_queue=False))
+        )
+        return self._streamed(chunks)
 
 
 __all__ = ["FAMILIES", "KNOWN_FAMILIES", "BrokerCollector", "NodeInfo", "PrometheusServer"]

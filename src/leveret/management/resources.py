@@ -51,9 +51,11 @@ from .common import (
     session,
     visible_vhosts,
 )
-from .listing import list_response
-from .rates import LENGTHS, QUEUE_STATS, RateSampler, queue_reading, total, window, with_details
-from .runtime import consumer_rows
+from .listing import list_answer, list_response
+from .queue_index import QueueIndex
+from .rates import LENGTHS, QUEUE_STATS, RateSampler, queue_reading, total_sliced, window, with_details
+from .runtime import connection_facts, consumer_rows
+from .slicing import Slicer
 
 DEFAULT_EXCHANGE_PATH = "amq.default"  # the default exchange's name in a path
 
@@ -125,12 +127,63 @@ def _order(row: dict) -> tuple:
     )
 
 
-def vhost_bindings(vhost: VirtualHost) -> list[dict]:
+def _default_row(vhost: VirtualHost, queue: Queue) -> dict:
+    """The default exchange's implicit binding of ``queue``."""
+    return binding_row(vhost.name, "", queue.name, "queue", queue.name, {})
+
+
+#: A binding to list: a queue (its implicit binding to the default exchange) or a
+#: binding, with its vhost.
+BindingHandle = tuple[VirtualHost, "Queue | Binding"]
+
+
+def _handle_key(handle: BindingHandle) -> tuple:
+    """:func:`_order` of the handle's row, without making the row."""
+    what = handle[1]
+    if isinstance(what, Queue):
+        return ("", what.name, "queue", what.name, "{}")
+    kind = "queue" if isinstance(what.destination, Queue) else "exchange"
+    args = json.dumps(jsonable(what.arguments), sort_keys=True)
+    return (what.source.name, what.destination.name, kind, what.routing_key, args)
+
+
+def _handle_row(handle: BindingHandle) -> dict:
+    vhost, what = handle
+    return _default_row(vhost, what) if isinstance(what, Queue) else _row(vhost, what)
+
+
+async def vhost_binding_handles(vhost: VirtualHost, slicer: Slicer) -> list[BindingHandle]:
     """Every binding of ``vhost`` with the default exchange's implicit one per queue,
-    as RabbitMQ lists them."""
-    rows = [binding_row(vhost.name, "", q.name, "queue", q.name, {}) for q in vhost.queues.values()]
-    for exchange in vhost.exchanges.values():
-        rows.extend(_row(vhost, b) for b in exchange.bindings.values())
+    in RabbitMQ's order (:func:`_order`), as handles: sorted in slices by keys read
+    from the bindings, no rows made (100,000 queues are 100,000 implicit bindings, and
+    rows held until sorted were most of a full collection's work)."""
+    handles: list[BindingHandle] = [(vhost, q) for q in list(vhost.queues.values())]
+    for exchange in list(vhost.exchanges.values()):
+        handles += [(vhost, b) for b in list(exchange.bindings.values())]
+    return await slicer.take(await slicer.sorted(handles, _handle_key), len(handles))
+
+
+def queue_binding_rows(vhost: VirtualHost, queue: Queue) -> list[dict]:
+    """The bindings to ``queue`` (the default exchange's first), without going
+    through every binding of the vhost."""
+    rows = [_default_row(vhost, queue), *(_row(vhost, b) for b in queue.bindings)]
+    return sorted(rows, key=_order)
+
+
+def bindings_between(vhost: VirtualHost, source: str, kind: str, destination: str) -> list[dict]:
+    """The bindings from exchange ``source`` to the ``kind`` (queue or exchange) named
+    ``destination`` (none when either is missing)."""
+    if source == DEFAULT_EXCHANGE:
+        queue = vhost.queues.get(destination) if kind == "queue" else None
+        return [_default_row(vhost, queue)] if queue is not None else []
+    exchange = vhost.exchanges.get(source)
+    if exchange is None:
+        return []
+    rows = [
+        _row(vhost, b)
+        for b in exchange.bindings.values()
+        if b.destination.name == destination and isinstance(b.destination, Queue) == (kind == "queue")
+    ]
     return sorted(rows, key=_order)
 
 
@@ -194,10 +247,29 @@ def queue_info(
     return info
 
 
-def vhost_info(vhost: VirtualHost, rates: RateSampler, query: Mapping[str, str]) -> dict:
+#: The values :func:`queue_info` puts at these paths, read from the queue without
+#: making its row (for ``sort`` over many queues).
+_QUEUE_KEYS: dict[str, Any] = {
+    "name": lambda q: q.name,
+    "vhost": lambda q: q.host.name,
+    "durable": lambda q: q.durable,
+    "auto_delete": lambda q: q.auto_delete,
+    "exclusive": lambda q: q.exclusive_owner is not None,
+    "type": lambda q: q.type_name,
+    "state": lambda q: "running",
+    "node": lambda q: "leveret@localhost",
+    "messages": lambda q: q.message_count + q.unacked_count,
+    "messages_ready": lambda q: q.message_count,
+    "messages_unacknowledged": lambda q: q.unacked_count,
+    "consumers": lambda q: len(q.consumers),
+}
+
+
+async def vhost_info(vhost: VirtualHost, rates: RateSampler, query: Mapping[str, str]) -> dict:
     """A vhost in RabbitMQ's shape: its queues' message counts and, once they have seen
-    messages, ``message_stats``, with ``*_details`` (:mod:`.rates`)."""
-    reading = total([queue_reading(q) for q in vhost.queues.values()])
+    messages, ``message_stats``, with ``*_details`` (:mod:`.rates`). Its queues are
+    read in slices (:mod:`.slicing`)."""
+    reading = await total_sliced(list(vhost.queues.values()), Slicer())
     series = rates.vhost_series([vhost])
     info: dict[str, Any] = {
         "name": vhost.name,
@@ -212,12 +284,29 @@ def vhost_info(vhost: VirtualHost, rates: RateSampler, query: Mapping[str, str])
     return info
 
 
+def _same(row: dict) -> dict:
+    return row
+
+
+def _queue_name(queue: Queue | None) -> str:
+    return queue.name if queue is not None else ""
+
+
+def _or_none(read: Any) -> Any:
+    return lambda queue: None if queue is None else read(queue)
+
+
+#: :data:`_QUEUE_KEYS` for items that may be None (a queue deleted meanwhile).
+QUEUE_KEYS = {path: _or_none(read) for path, read in _QUEUE_KEYS.items()}
+
+
 class Resources:
     """The handlers, on ``core``; changes are recorded in the audit log."""
 
     def __init__(self, core: BrokerCore, rates: RateSampler | None = None) -> None:
         self.core = core
         self.rates = rates
+        self.index = QueueIndex()
 
     def routes(self) -> list[web.RouteDef]:
         b = "/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{destination}"
@@ -313,17 +402,25 @@ class Resources:
 
     async def exchange_source_bindings(self, request: web.Request) -> web.Response:
         vhost, name = self._exchange_name(request)
-        rows = [r for r in vhost_bindings(vhost) if r["source"] == name]
-        return list_response(request, rows)
+        if name == DEFAULT_EXCHANGE:  # one implicit binding per queue
+            slicer = Slicer()
+            handles = [h for h in await vhost_binding_handles(vhost, slicer) if isinstance(h[1], Queue)]
+            return await list_answer(request, handles, _handle_row)
+        else:
+            exchange = vhost.exchanges.get(name)
+            found = exchange.bindings.values() if exchange is not None else ()
+            rows = sorted((_row(vhost, b) for b in found), key=_order)
+        return await list_answer(request, rows, _same)
 
     async def exchange_destination_bindings(self, request: web.Request) -> web.Response:
         vhost, name = self._exchange_name(request)
         rows = [
-            r
-            for r in vhost_bindings(vhost)
-            if r["destination_type"] == "exchange" and r["destination"] == name
+            _row(vhost, b)
+            for exchange in vhost.exchanges.values()
+            for b in exchange.bindings.values()
+            if isinstance(b.destination, Exchange) and b.destination.name == name
         ]
-        return list_response(request, rows)
+        return list_response(request, sorted(rows, key=_order))
 
     # -- queues ---------------------------------------------------------------------
     def _queue(self, request: web.Request) -> tuple[VirtualHost, Queue]:
@@ -334,20 +431,25 @@ class Resources:
         return vhost, queue
 
     async def queues(self, request: web.Request) -> web.Response:
-        """``GET /api/queues[/{vhost}]``: by vhost, then name."""
-        rows = [
-            queue_info(self.core, q, self.rates, request.query)
-            for v in visible_vhosts(self.core, request)
-            for q in sorted(v.queues.values(), key=lambda q: q.name)
-        ]
-        return list_response(request, rows, pageable=True)
+        """``GET /api/queues[/{vhost}]``: by vhost, then name. Only the rows shown are
+        made (a page of 100 costs the same with 100 or 100,000 queues); see
+        :func:`~.listing.list_answer`."""
+        queues = await self.index.queues(visible_vhosts(self.core, request), Slicer())
+        core, rates, query = self.core, self.rates, request.query
+
+        def row(queue: Queue | None) -> dict | None:
+            if queue is None:
+                return None  # deleted since the names were taken
+            return queue_info(core, queue, rates, query)
+
+        return await list_answer(request, queues, row, True, name_of=_queue_name, keys=QUEUE_KEYS)
 
     async def queue(self, request: web.Request) -> web.Response:
         """One queue, with its consumers (``consumer_details``, RabbitMQ's shape)."""
         vhost, queue = self._queue(request)
         details = [
             row
-            for facts, _ in self.core.connections.facts()
+            for facts in await connection_facts(self.core, Slicer())
             if facts.vhost == vhost.name
             for channel in facts.channels
             for row in consumer_rows(facts, channel)
@@ -398,12 +500,7 @@ class Resources:
 
     async def queue_bindings(self, request: web.Request) -> web.Response:
         vhost, queue = self._queue(request)
-        rows = [
-            r
-            for r in vhost_bindings(vhost)
-            if r["destination_type"] == "queue" and r["destination"] == queue.name
-        ]
-        return list_response(request, rows)
+        return list_response(request, queue_binding_rows(vhost, queue))
 
     async def purge(self, request: web.Request) -> web.Response:
         """``DELETE /api/queues/{vhost}/{name}/contents``: purge ready messages (204); 401
@@ -432,8 +529,11 @@ class Resources:
 
     # -- bindings -------------------------------------------------------------------
     async def bindings(self, request: web.Request) -> web.Response:
-        rows = [r for v in visible_vhosts(self.core, request) for r in vhost_bindings(v)]
-        return list_response(request, rows)
+        slicer = Slicer()
+        handles = [
+            h for v in visible_vhosts(self.core, request) for h in await vhost_binding_handles(v, slicer)
+        ]
+        return await list_answer(request, handles, _handle_row)
 
     def _ends(self, request: web.Request) -> tuple[VirtualHost, str, str, str]:
         vhost = route_vhost(self.core, request)
@@ -446,11 +546,7 @@ class Resources:
         """The bindings from source to destination (none when either is missing: a
         200 with ``[]``, as RabbitMQ)."""
         vhost, source, kind, destination = self._ends(request)
-        rows = [
-            r
-            for r in vhost_bindings(vhost)
-            if (r["source"], r["destination_type"], r["destination"]) == (source, kind, destination)
-        ]
+        rows = bindings_between(vhost, source, kind, destination)
         return vhost, rows
 
     async def bindings_between(self, request: web.Request) -> web.Response:

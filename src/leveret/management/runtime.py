@@ -16,6 +16,7 @@ What only the server knows (its listeners, memory and disk limits) comes from th
 
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import resource
@@ -32,19 +33,19 @@ from ..core.exchange import EXCHANGE_TYPES
 from ..core.message import Message, Properties
 from ..version import __version__
 from .common import json_error, object_not_found, route_vhost, works_in
-from .listing import list_response
+from .listing import list_answer, list_response
 from .rates import (
     BROKER_STATS,
     CHURN,
     LENGTHS,
     QUEUE_STATS,
     RateSampler,
-    broker_reading,
-    queue_reading,
-    total as total_reading,
+    broker_reading_sliced,
+    total_sliced,
     window,
     with_details,
 )
+from .slicing import Slicer
 
 #: The RabbitMQ version whose management API this one follows: tools (Terraform's
 #: provider) read ``rabbitmq_version`` and need it to parse as 3.7 or later.
@@ -163,6 +164,38 @@ def consumer_rows(connection: ConnectionFacts, channel: ChannelFacts) -> list[di
     ]
 
 
+def _facts(connection: Any) -> ConnectionFacts:
+    return connection.facts()
+
+
+async def connection_facts(core: BrokerCore, slicer: Slicer) -> list[ConnectionFacts]:
+    """Every open connection's facts, by name, taken in slices (1,000 connections with
+    10,000 consumers take ~50 ms)."""
+    everyone = await slicer.map(_facts, list(core.connections), step=16)
+    everyone.sort(key=_name)
+    return everyone
+
+
+def _name(facts: ConnectionFacts) -> str:
+    return facts.name
+
+
+def _channel_row(pair: tuple[ConnectionFacts, ChannelFacts]) -> dict:
+    return channel_row(*pair)
+
+
+def _channel_name(pair: tuple[ConnectionFacts, ChannelFacts]) -> str:
+    return channel_name(*pair)
+
+
+def _consumer_rows(pair: tuple[ConnectionFacts, ChannelFacts]) -> list[dict]:
+    return consumer_rows(*pair)
+
+
+def _same(row: dict) -> dict:
+    return row
+
+
 def _activity(active: bool, single_active: bool) -> str:
     """RabbitMQ's ``activity_status`` of a consumer."""
     if not active:
@@ -229,15 +262,16 @@ class Runtime:
         totals and rates over what the user may see."""
         user = request["user"]
         vhosts = [v for name, v in self.core.vhosts.items() if works_in(self.core, user, name)]
-        queues = [q for v in vhosts for q in v.queues.values()]
-        connections = self._visible(request)
+        queues = list(itertools.chain.from_iterable(v.queues.values() for v in vhosts))
+        slicer = Slicer()  # 100,000 queues are read in slices (:mod:`.slicing`)
+        connections = await self._visible_sliced(request, slicer)
         channels = [c for facts in connections for c in facts.channels]
         if SEES_ALL_TAGS.intersection(user.tags):
-            reading, series = broker_reading(self.core), self.rates.broker
+            reading, series = await broker_reading_sliced(self.core, slicer), self.rates.broker
             # the broker's publish (each message once), then the queues' deliveries
             stats = [n for n, _ in BROKER_STATS] + [n for n, _ in QUEUE_STATS if n != "publish"]
         else:
-            reading = total_reading([queue_reading(q) for q in queues])
+            reading = await total_sliced(queues, slicer)
             series = self.rates.vhost_series(vhosts)
             stats = [name for name, _ in QUEUE_STATS]
         rates, lengths = window(request.query, "msg_rates"), window(request.query, "lengths")
@@ -334,14 +368,24 @@ class Runtime:
     # -- connections, channels, consumers ------------------------------------------
     def _visible(self, request: web.Request) -> list[ConnectionFacts]:
         """The connections the user sees (all, or their own), of the route's vhost."""
+        return self._seen(request, [facts for facts, _ in self.core.connections.facts()])
+
+    def _seen(self, request: web.Request, everyone: list[ConnectionFacts]) -> list[ConnectionFacts]:
         user = request["user"]
         sees_all = bool(SEES_ALL_TAGS.intersection(user.tags))
         vhost = route_vhost(self.core, request).name if "vhost" in request.match_info else None
         return [
             facts
-            for facts, _ in self.core.connections.facts()
+            for facts in everyone
             if (sees_all or facts.user == user.name) and vhost in (None, facts.vhost)
         ]
+
+    async def _visible_sliced(self, request: web.Request, slicer: Slicer) -> list[ConnectionFacts]:
+        """:meth:`_visible`, the connections' facts taken in slices (1,000 connections
+        with 10,000 consumers take ~50 ms)."""
+        if "vhost" in request.match_info:
+            route_vhost(self.core, request)  # its 401 or 404 before any work
+        return self._seen(request, await connection_facts(self.core, slicer))
 
     def _connection(self, request: web.Request) -> tuple[ConnectionFacts, Any]:
         found = self.core.connections.find(request.match_info["name"])
@@ -353,8 +397,11 @@ class Runtime:
         return found
 
     async def connections(self, request: web.Request) -> web.Response:
-        """``GET /api/connections``, ``/api/vhosts/{vhost}/connections``."""
-        return list_response(request, [connection_row(f) for f in self._visible(request)], pageable=True)
+        """``GET /api/connections``, ``/api/vhosts/{vhost}/connections`` (in slices:
+        :func:`~.listing.list_answer`)."""
+        slicer = Slicer()
+        connections = await self._visible_sliced(request, slicer)
+        return await list_answer(request, connections, connection_row, True, name_of=_name)
 
     async def connection(self, request: web.Request) -> web.Response:
         return web.json_response(connection_row(self._connection(request)[0]))
@@ -379,9 +426,10 @@ class Runtime:
         return list_response(request, [channel_row(facts, c) for c in facts.channels])
 
     async def channels(self, request: web.Request) -> web.Response:
-        """``GET /api/channels``, ``/api/vhosts/{vhost}/channels``."""
-        rows = [channel_row(f, c) for f in self._visible(request) for c in f.channels]
-        return list_response(request, rows, pageable=True)
+        """``GET /api/channels``, ``/api/vhosts/{vhost}/channels`` (in slices)."""
+        slicer = Slicer()
+        pairs = [(f, c) for f in await self._visible_sliced(request, slicer) for c in f.channels]
+        return await list_answer(request, pairs, _channel_row, True, name_of=_channel_name)
 
     async def channel(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -396,8 +444,10 @@ class Runtime:
     async def consumers(self, request: web.Request) -> web.Response:
         """``GET /api/consumers[/{vhost}]``: the consumers of the connections the user
         sees."""
-        rows = [row for f in self._visible(request) for c in f.channels for row in consumer_rows(f, c)]
-        return list_response(request, rows)
+        slicer = Slicer()
+        pairs = [(f, c) for f in await self._visible_sliced(request, slicer) for c in f.channels]
+        rows = [row for part in await slicer.map(_consumer_rows, pairs) for row in part]
+        return await list_answer(request, rows, _same)
 
     # -- health ---------------------------------------------------------------------
     async def aliveness(self, request: web.Request) -> web.Response:

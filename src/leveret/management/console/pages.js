@@ -131,18 +131,45 @@ export async function exchange(vhost, name) {
 
 // -- queues ------------------------------------------------------------------------------
 let queuesPage = 1; // the queues page shown (kept across the 5 s refreshes)
+// The filter and order of the queue list, applied by the server (`name`, `sort`,
+// `sort_reverse`): with 100,000 queues only the page shown travels and is built.
+const queuesView = { name: "", sort: "", reverse: false };
+const QUEUE_SORTS = [["", "vhost, name"], ["name", "name"], ["messages", "total"], ["messages_ready", "ready"], ["messages_unacknowledged", "unacked"], ["consumers", "consumers"]];
 const rerender = () => window.dispatchEvent(new HashChangeEvent("hashchange"));
 
+function queuesQuery(page) {
+  const query = new URLSearchParams({ page: String(page), page_size: "100" });
+  if (queuesView.name) query.set("name", queuesView.name);
+  if (queuesView.sort) query.set("sort", queuesView.sort);
+  if (queuesView.reverse) query.set("sort_reverse", "true");
+  return `/api/queues?${query}`;
+}
+
+function queuesControls() {
+  const name = h("input", { id: "queues-filter", placeholder: "filter by name", value: queuesView.name });
+  const sort = h("select", { id: "queues-sort" }, ...QUEUE_SORTS.map(([value, label]) => h("option", { value, selected: value === queuesView.sort }, label)));
+  const reverse = h("input", { id: "queues-reverse", type: "checkbox", checked: queuesView.reverse });
+  const apply = (event) => {
+    event.preventDefault();
+    Object.assign(queuesView, { name: name.value.trim(), sort: sort.value, reverse: reverse.checked });
+    queuesPage = 1;
+    rerender();
+  };
+  return h("form", { class: "inline", id: "queues-view", onsubmit: apply }, name, " sort by ", sort, h("label", {}, reverse, " descending"), h("button", { type: "submit" }, "Show"));
+}
+
 export async function queues() {
-  let answer = await api("GET", `/api/queues?page=${queuesPage}&page_size=100`);
+  let answer = await api("GET", queuesQuery(queuesPage));
   if (queuesPage > 1 && !answer.items.length) {
     queuesPage = 1;
-    answer = await api("GET", "/api/queues?page=1&page_size=100");
+    answer = await api("GET", queuesQuery(1));
   }
   const page = answer.page || 1, pages = answer.page_count || 1;
   const stat = (row, name) => (row.message_stats && row.message_stats[`${name}_details`] ? row.message_stats[`${name}_details`].rate : 0);
   return h("section", {},
     h("h1", {}, `Queues (${answer.total_count})`),
+    queuesControls(),
+    answer.filtered_count !== answer.total_count ? h("p", { class: "muted", id: "queues-matching" }, `${answer.filtered_count} matching`) : null,
     table([
       ["vhost", (r) => r.vhost],
       ["name", (r) => queueLink(r.vhost, r.name)],
