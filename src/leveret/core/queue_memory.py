@@ -26,8 +26,8 @@ backlog is never written) and pages only past it.
 from __future__ import annotations
 
 #: Bytes a message in memory costs beyond its body (measured: CPython 3.11, a 1 KB
-#: transient AMQP message waiting in a default queue holds ~1.7 KB of resident memory).
-ENTRY_OVERHEAD = 640
+#: transient AMQP message waiting in a default queue holds ~1.4 KB of resident memory).
+ENTRY_OVERHEAD = 512
 #: The budget when none is configured: this, or a quarter of the memory high
 #: watermark, whichever is smaller (bytes).
 DEFAULT_BUDGET = 256 * 1024 * 1024
