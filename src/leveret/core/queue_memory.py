@@ -30,7 +30,7 @@ from __future__ import annotations
 ENTRY_OVERHEAD = 512
 #: The budget when none is configured: this, or a quarter of the memory high
 #: watermark, whichever is smaller (bytes).
-DEFAULT_BUDGET = 256 * 1024 * 1024
+DEFAULT_BUDGET = 128 * 1024 * 1024
 #: Of the watermark, at most (see :func:`default_budget`).
 WATERMARK_SHARE = 0.25
 

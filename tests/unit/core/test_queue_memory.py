@@ -53,10 +53,10 @@ def test_the_budget_is_exceeded_past_the_high_mark_and_until_under_the_low_mark(
     assert not memory.check()
 
 
-def test_the_default_budget_is_256_mib_or_a_quarter_of_the_watermark():
-    assert default_budget(0) == DEFAULT_BUDGET == 256 * 1024 * 1024  # RAM unknown
+def test_the_default_budget_is_128_mib_or_a_quarter_of_the_watermark():
+    assert default_budget(0) == DEFAULT_BUDGET == 128 * 1024 * 1024  # RAM unknown
     assert default_budget(10 * 1024**3) == DEFAULT_BUDGET
-    assert default_budget(512 * 1024 * 1024) == 128 * 1024 * 1024  # a container's watermark
+    assert default_budget(256 * 1024 * 1024) == 64 * 1024 * 1024  # a container's watermark
 
 
 def test_the_count_follows_publishing_delivery_paging_and_purging(broker):
