@@ -221,7 +221,7 @@ def main() -> None:
     parser.add_argument("--broker-arg", action="append", default=[], help="a leveret server option")
     parser.add_argument("--verify", action="store_true", help="consume everything at the end and count")
     parser.add_argument(
-        "--transient", action="store_true", help="transient messages (delivery_mode 1, STOMP without persistent)"
+        "--transient", action="store_true", help="transient messages (delivery_mode 1; STOMP: no persistent)"
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     args = parser.parse_args()

@@ -47,7 +47,7 @@ class QueueMemory:
     """Bytes the broker's queues hold messages in (``held``: bodies plus
     :data:`ENTRY_OVERHEAD` each), against ``budget`` bytes (0 or less: no budget)."""
 
-    __slots__ = ("held", "budget", "low_ratio", "over")
+    __slots__ = ("budget", "held", "low_ratio", "over")
 
     def __init__(self, budget: int = DEFAULT_BUDGET, low_ratio: float = 0.5) -> None:
         #: bytes held now; the backlogs add and subtract directly

@@ -82,7 +82,7 @@ def test_the_count_follows_publishing_delivery_paging_and_purging(broker):
     assert got == [f"x{i:05d}" for i in range(count)]
     assert held.held == 0
     queue.remove_consumer(consumer)
-    for i in range(10):
+    for _ in range(10):
         transient(queue, b"y" * 100)
     consumer = Consumer(prefetch=0)
     queue.add_consumer(consumer)
