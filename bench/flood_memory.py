@@ -1,11 +1,12 @@
 """Memory under a publish flood with no consumer (issue 27, item 5).
 
-One publisher floods ``--count`` × ``--size``-byte persistent messages into one durable
-queue, with no consumer and no publisher confirms: over AMQP a raw socket writes
-pre-encoded ``basic.publish`` frames as fast as the broker reads them (announcing the
-``connection.blocked`` capability and counting the connection.blocked / unblocked it
-gets); over STOMP it writes ``SEND`` frames with ``persistent:true``. Meanwhile the
-broker's resident memory (``VmRSS`` of its process tree, from ``/proc/<pid>/status``) is
+One publisher floods ``--count`` × ``--size``-byte persistent messages (``--transient``:
+transient ones) into one durable queue, with no consumer and no publisher confirms:
+over AMQP a raw socket writes pre-encoded ``basic.publish`` frames as fast as the
+broker reads them (announcing the ``connection.blocked`` capability and counting the
+connection.blocked / unblocked it gets); over STOMP it writes ``SEND`` frames with
+``persistent:true`` (none with ``--transient``). Meanwhile the broker's resident memory
+(``VmRSS`` of its process tree, from ``/proc/<pid>/status``) is
 sampled every ``--interval`` seconds.
 
 Reported: peak RSS during the flood, RSS when the broker has taken in every message
@@ -130,11 +131,11 @@ def amqp_count(host: str, port: int, queue: str) -> int:
         sock.close()
 
 
-def amqp_flood(host: str, port: int, queue: str, count: int, body: bytes) -> dict:
+def amqp_flood(host: str, port: int, queue: str, count: int, body: bytes, persistent: bool = True) -> dict:
     sock, buf = amqp_open(host, port)
     sock.sendall(frame.marshal(commands.Queue.Declare(queue=queue, durable=True), 1))
     _wait_for(sock, buf, commands.Queue.DeclareOk)
-    one = encode_publish(1, "", queue, body, {"delivery_mode": 2}, 131072)
+    one = encode_publish(1, "", queue, body, {"delivery_mode": 2 if persistent else 1}, 131072)
     return _pump(sock, one, count, lambda data: _amqp_events(sock, buf, data))
 
 
@@ -149,7 +150,7 @@ def _amqp_events(sock: socket.socket, buf: bytearray, stats: dict) -> None:
 
 
 # -- STOMP -----------------------------------------------------------------------------
-def stomp_flood(host: str, port: int, queue: str, count: int, body: bytes) -> dict:
+def stomp_flood(host: str, port: int, queue: str, count: int, body: bytes, persistent: bool = True) -> dict:
     sock = socket.create_connection((host, port), timeout=30)
     sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:0,0\n\n\0")
     data = b""
@@ -157,7 +158,8 @@ def stomp_flood(host: str, port: int, queue: str, count: int, body: bytes) -> di
         data += sock.recv(65536)
     if not data.lstrip(b"\n").startswith(b"CONNECTED"):
         raise ConnectionError(data[:300])
-    one = (f"SEND\ndestination:/queue/{queue}\npersistent:true\ncontent-length:{len(body)}\n\n").encode()
+    flag = "persistent:true\n" if persistent else ""
+    one = (f"SEND\ndestination:/queue/{queue}\n{flag}content-length:{len(body)}\n\n").encode()
     one += body + b"\0"
 
     def events(stats: dict) -> None:
@@ -218,6 +220,9 @@ def main() -> None:
     parser.add_argument("--src", help="another leveret src/ for the broker (before/after)")
     parser.add_argument("--broker-arg", action="append", default=[], help="a leveret server option")
     parser.add_argument("--verify", action="store_true", help="consume everything at the end and count")
+    parser.add_argument(
+        "--transient", action="store_true", help="transient messages (delivery_mode 1; STOMP: no persistent)"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     args = parser.parse_args()
 
@@ -234,7 +239,7 @@ def main() -> None:
         body = os.urandom(args.size // 2).hex().encode()[: args.size]
         queue = "flood"
         if args.protocol == "amqp":
-            stats = amqp_flood(broker.host, broker.port, queue, args.count, body)
+            stats = amqp_flood(broker.host, broker.port, queue, args.count, body, not args.transient)
         else:
             if args.protocol == "stomp":
                 # the queue must be durable for persistent messages to go to the store
@@ -242,7 +247,7 @@ def main() -> None:
                 sock.sendall(frame.marshal(commands.Queue.Declare(queue=queue, durable=True), 1))
                 _wait_for(sock, buf, commands.Queue.DeclareOk)
                 sock.close()
-            stats = stomp_flood(broker.host, broker.stomp_port, queue, args.count, body)
+            stats = stomp_flood(broker.host, broker.stomp_port, queue, args.count, body, not args.transient)
         written = time.monotonic()
         deadline = written + args.timeout
         while (got := amqp_count(broker.host, broker.port, queue)) < args.count:
@@ -260,6 +265,7 @@ def main() -> None:
         holds = flow_holds(broker)
         result = {
             "protocol": args.protocol,
+            "delivery": "transient" if args.transient else "persistent",
             "src": broker.src,
             "broker_args": args.broker_arg,
             "messages": args.count,

@@ -24,6 +24,7 @@ Example file::
     vm_memory_high_watermark_paging_ratio = 0.5  # of the watermark; queues page out above
     store_flow_high = 33554432      # bytes of unwritten messages above which publishers are held
     store_flow_low = 16777216       # ... and under which they are read again (docs/operations.md)
+    queue_memory_budget = 134217728  # bytes queues hold messages in before paging; 0: none
     read_coalesce_ms = 1            # hold a client streaming small writes this long; 0: off
     workers = 0                     # AMQP connection worker processes (docs/multicore.md); 0: none
     http_allowed_hosts = ["broker.example.com"]  # Host names the HTTP API answers
@@ -151,6 +152,10 @@ class Settings:
     #: written yet above which publishers are no longer read, and under which they are
     store_flow_high: int = 32 * 1024 * 1024
     store_flow_low: int = 16 * 1024 * 1024
+    #: bytes every queue together holds messages in (bodies plus an estimate of their
+    #: objects) before memory pressure pages them to the store (:mod:`leveret.core.
+    #: queue_memory`); None: 128 MiB or a quarter of the watermark, the smaller; 0: none
+    queue_memory_budget: int | None = None
     http_port: int | None = None  # management API port; None: off
     #: Prometheus metrics (``/metrics``, RabbitMQ's 15692; ``leveret server``'s default);
     #: None: off
@@ -201,6 +206,15 @@ class Settings:
 
         return int(total_memory() * self.vm_memory_high_watermark)
 
+    def queue_memory_budget_bytes(self) -> int:
+        """The queue memory budget in bytes (0: none): ``queue_memory_budget``, or by
+        default 128 MiB or a quarter of the memory high watermark, the smaller."""
+        if self.queue_memory_budget is not None:
+            return self.queue_memory_budget
+        from .core.queue_memory import default_budget
+
+        return default_budget(self.memory_limit())
+
     def build_core(self, clock: Clock) -> BrokerCore:
         """A BrokerCore with these users, permissions, limits, policies and vhosts, on
         ``clock``; the default guest stays unless the users redefine it."""
@@ -235,6 +249,7 @@ _SERVER_KEYS = {
     "vm_memory_high_watermark_paging_ratio": float,
     "store_flow_high": int,
     "store_flow_low": int,
+    "queue_memory_budget": int,
     "http_port": int,
     "prometheus_port": int,
     "stomp_port": int,

@@ -19,6 +19,7 @@ from .flow import PublisherFlow
 from .login_throttle import LoginThrottle
 from .metrics import BrokerCounters
 from .policy import Policy
+from .queue_memory import QueueMemory
 from .scheduler import Scheduler
 from .vhost import VirtualHost
 
@@ -100,8 +101,12 @@ class BrokerCore:
         self.scheduler = Scheduler(self.clock, self.vhosts)
         #: Message and object counters (:mod:`.metrics`), shared by every vhost.
         self.metrics = BrokerCounters()
+        #: Bytes every queue holds messages in, against the budget past which memory
+        #: pressure starts (:mod:`.queue_memory`), shared by every vhost.
+        self.queue_memory = QueueMemory()
         for vhost in self.vhosts.values():
             vhost.metrics = self.metrics
+            vhost.queue_memory = self.queue_memory
         #: Open client connections of every protocol (see :mod:`.connections`).
         self.connections = Connections()
         #: The operators' latest actions (see :mod:`.audit`).
@@ -121,6 +126,7 @@ class BrokerCore:
             vhost.memory_pressure = self.memory_pressure
             vhost.scheduler = self.scheduler
             vhost.metrics = self.metrics
+            vhost.queue_memory = self.queue_memory
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost

@@ -31,6 +31,7 @@ from .message import Message
 from .metrics import BrokerCounters
 from .policy import Policy, matching, with_operator_policy
 from .queue_config import amqp_type_name
+from .queue_memory import QueueMemory
 from .queues import Consumer, Queue, queue_class
 from .queues.host import ConsumerChanged, DeadLetter, QueueAction, Unused
 
@@ -104,6 +105,9 @@ class VirtualHost:
         #: Memory is short (see BrokerCore.set_memory_pressure): queues with a store page
         #: every new message out instead of keeping it in memory.
         self.memory_pressure = False
+        #: Bytes its queues hold messages in: the broker's count, shared by every
+        #: vhost (:mod:`.queue_memory`; the BrokerCore gives its own).
+        self.queue_memory = QueueMemory()
         #: The broker's scheduler (delayed and scheduled messages); None: none.
         self.scheduler: Scheduler | None = None
         #: The broker's counters (:mod:`.metrics`; the BrokerCore shares its own).

@@ -511,6 +511,21 @@ class BrokerCollector(Collector):
             "Bytes of messages the store has not written yet (flow control's measure)",
             getattr(core.store, "backlog_bytes", 0),
         )
+        yield _gauge(
+            "leveret_queue_memory_bytes",
+            "Bytes queues hold messages in (bodies and their objects), against the budget",
+            core.queue_memory.held,
+        )
+        yield _gauge(
+            "leveret_queue_memory_budget_bytes",
+            "Queue memory past which messages are paged to the store (0: none)",
+            core.queue_memory.budget,
+        )
+        yield _gauge(
+            "leveret_memory_pressure",
+            "1 while queues page messages to the store (memory budget or paging ratio)",
+            int(core.memory_pressure),
+        )
         uptime = time.time() - node.started
         yield _gauge(
             "rabbitmq_erlang_uptime_seconds",

@@ -340,6 +340,10 @@ class Runtime:
             "mem_limit": info.get("mem_limit", 0),
             "mem_used": info.get("mem_used", rss),
             "mem_alarm": "memory" in alarms,
+            # leveret's own: queues page to the store (budget or paging ratio passed)
+            "mem_paging": self.core.memory_pressure,
+            "queue_memory_used": self.core.queue_memory.held,
+            "queue_memory_budget": self.core.queue_memory.budget,
             "disk_free_limit": info.get("disk_free_limit", 0),
             "disk_free": info.get("disk_free", 0),
             "disk_free_alarm": "disk" in alarms or "store" in alarms,

@@ -171,7 +171,10 @@ class Broker:
             self._disk_monitor.start()
         settings = self.settings
         self._memory_monitor = MemoryMonitor(
-            self.core, settings.memory_limit, settings.vm_memory_high_watermark_paging_ratio
+            self.core,
+            settings.memory_limit,
+            settings.vm_memory_high_watermark_paging_ratio,
+            budget=settings.queue_memory_budget_bytes,
         )
         self._memory_monitor.start()
         try:

@@ -105,6 +105,8 @@ def _status(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
         ["http_api", broker.http_url or ""],
         ["alarms", ",".join(sorted(core.alarm_sources))],
         ["memory_pressure", core.memory_pressure],
+        ["queue_memory_bytes", core.queue_memory.held],
+        ["queue_memory_budget", core.queue_memory.budget],
         ["vm_memory_high_watermark_bytes", settings.memory_limit()],
         ["disk_free_limit", settings.disk_free_limit],
         ["vhosts", len(core.vhosts)],

@@ -7,13 +7,17 @@ default, or an absolute number of bytes):
 - above ``paging_ratio`` × watermark (0.5, RabbitMQ's default), queues page every new
   message out to the store and move the messages they hold in memory there (core's
   memory pressure), so memory stops growing with the backlog;
+- the same memory pressure while the bytes queues hold messages in are over the
+  broker's queue memory budget (:mod:`leveret.core.queue_memory`, with hysteresis), so
+  a flood of transient messages pages to the store long before resident memory
+  reaches the paging ratio (and the store's flow control then holds publishers);
 - above the watermark, the alarm is raised: publishers get connection.blocked and are
   no longer read from, until memory is back under it.
 
 Every :data:`TRIM_EVERY` seconds it also gives memory freed since back to the system
 (:mod:`.malloc_trim`), so the resident size falls after a flood is consumed.
 
-Without ``/proc`` (not Linux) it does nothing.
+Without ``/proc`` (not Linux) only the queue memory budget applies.
 """
 
 from __future__ import annotations
@@ -60,8 +64,11 @@ class MemoryMonitor(PeriodicCheck):
         interval: float = 0.25,
         resident: Callable[[], int | None] = resident_memory,
         trim: MallocTrim | None = None,
+        budget: Callable[[], int] | None = None,
     ) -> None:
         self.core = core
+        #: the queue memory budget in bytes, read at every check (None: core's stays)
+        self.budget = budget
         #: gives freed memory back to the system (:mod:`.malloc_trim`)
         self.trim = trim if trim is not None else MallocTrim()
         self._trim_countdown = 0.0  # seconds until the next look at the C heap
@@ -79,17 +86,14 @@ class MemoryMonitor(PeriodicCheck):
             self.trim.maybe_trim()
         used = self._resident()
         limit = self.limit()
+        budget = self.core.queue_memory
+        if self.budget is not None:
+            budget.budget = self.budget()
+        over_budget = budget.check()
         if used is None or limit <= 0:
+            self._set_pressure(over_budget, used, 0)
             return
-        pressure = used > limit * self.paging_ratio
-        if pressure != self.core.memory_pressure:
-            log.warning(
-                "memory %s: %d bytes resident, paging above %d bytes",
-                "pressure: paging messages out" if pressure else "pressure over",
-                used,
-                int(limit * self.paging_ratio),
-            )
-            self.core.set_memory_pressure(pressure)
+        self._set_pressure(over_budget or used > limit * self.paging_ratio, used, limit)
         high = used > limit
         if high != ("memory" in self.core.alarm_sources):
             log.warning(
@@ -99,3 +103,18 @@ class MemoryMonitor(PeriodicCheck):
                 limit,
             )
             self.core.set_alarm(high, "memory")
+
+    def _set_pressure(self, pressure: bool, used: int | None, limit: int) -> None:
+        """Set core's memory pressure to ``pressure`` if it changes, saying why."""
+        if pressure == self.core.memory_pressure:
+            return
+        budget = self.core.queue_memory
+        log.warning(
+            "memory %s: %s bytes resident (paging above %d), queues hold %d bytes (budget %d)",
+            "pressure: paging messages out" if pressure else "pressure over",
+            used,
+            int(limit * self.paging_ratio),
+            budget.held,
+            budget.budget,
+        )
+        self.core.set_memory_pressure(pressure)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from ..message import Message
 from ..queue_config import BOUNDED_IN_MEMORY, BOUNDED_IN_MEMORY_BYTES
+from ..queue_memory import ENTRY_OVERHEAD, QueueMemory
 from .base import DELAYED, GONE, READY, QueuedMessage
 
 if TYPE_CHECKING:
@@ -74,8 +75,12 @@ class Backlog:
         last_seq: int = ALL_SEQS,
         waiting: list[tuple[float, QueuedMessage]] | None = None,
         held: set[int] | None = None,
+        memory: QueueMemory | None = None,
     ) -> None:
         self.name = name
+        #: the broker's count of bytes queues hold in memory (:mod:`..queue_memory`):
+        #: changed with :attr:`memory_bytes`, by the body plus ENTRY_OVERHEAD a message
+        self.memory = memory if memory is not None else QueueMemory()
         #: ``(available_at, entry)`` of messages read back while their redelivery
         #: back-off still runs (after a restart): not ready; the queue takes them
         #: (a priority queue's levels share one list)
@@ -138,6 +143,7 @@ class Backlog:
         size = len(entry.message.body)
         self.bytes += size
         self.memory_bytes += size
+        self.memory.held += size + ENTRY_OVERHEAD
 
     def appended_paged(self, seq: int, size: int) -> None:
         """A new message at the tail was written to the store only."""
@@ -247,6 +253,7 @@ class Backlog:
         forgotten, self.forgotten = self.forgotten, set()
         read, expired = [], []
         got = 0
+        memory_bytes = self.memory_bytes
         for stored in rows:
             if stored.seq <= self.paged_after:  # everything up to there left meanwhile
                 continue
@@ -278,6 +285,7 @@ class Backlog:
             log.error("queue '%s': %d paged-out messages missing from the store", self.name, self.paged)
             self.paged = 0
             self.bytes = self.memory_bytes = sum(len(e.message.body) for e in self.ready if e.state == READY)
+        self.memory.held += self.memory_bytes - memory_bytes + len(read) * ENTRY_OVERHEAD
         for entry in expired:
             self.remove(entry)
         return read
@@ -294,6 +302,7 @@ class Backlog:
         size = len(entry.message.body)
         self.bytes -= size
         self.memory_bytes -= size
+        self.memory.held -= size + ENTRY_OVERHEAD
         if entry.seq > self.taken_upto:
             self.taken_upto = entry.seq
         if not self.live:
@@ -314,6 +323,7 @@ class Backlog:
         size = len(entry.message.body)
         self.bytes -= size
         self.memory_bytes -= size
+        self.memory.held -= size + ENTRY_OVERHEAD
         ready = self.ready
         if not self.live:
             ready.clear()
@@ -341,6 +351,7 @@ class Backlog:
         ready = self.ready
         floor = self.taken_upto
         moved: list[QueuedMessage] = []
+        memory_bytes = self.memory_bytes
         while ready and self.live > keep and len(moved) < most:
             entry = ready[-1]
             if entry.state != READY:  # a tombstone: gone already
@@ -358,18 +369,21 @@ class Backlog:
             moved.reverse()
             self.paged += len(moved)
             self.paged_after = moved[0].seq - 1
+            self.memory.held -= memory_bytes - self.memory_bytes + len(moved) * ENTRY_OVERHEAD
         return moved
 
     def put_back(self, entries: list[QueuedMessage]) -> None:
         """Returned messages (in seq order) go back to their original positions."""
         if self.holes:  # a returned entry may still be there as a tombstone
             self._sweep()
+        memory_bytes = self.memory_bytes
         for entry in entries:
             entry.state = READY
             size = len(entry.message.body)
             self.bytes += size
             self.memory_bytes += size
         self.live += len(entries)
+        self.memory.held += self.memory_bytes - memory_bytes + len(entries) * ENTRY_OVERHEAD
         ready = self.ready
         if not ready or entries[-1].seq < ready[0].seq:
             ready.extendleft(reversed(entries))
@@ -386,5 +400,6 @@ class Backlog:
         if self.paged and store is not None:
             store.remove_paged(queue_id, self.paged_after, min(upto_seq, self.last_seq))
         self.ready.clear()
+        self.memory.held -= self.memory_bytes + self.live * ENTRY_OVERHEAD
         self.live = self.paged = self.bytes = self.memory_bytes = self.holes = 0
         return dropped

@@ -104,10 +104,12 @@ class ClassicQueue(HoldAndScan, Queue):
         self.backlog: Backlog | PriorityBacklog
         if config.max_priority:
             self.backlog = self.levels = PriorityBacklog(
-                name, config.max_in_memory, config.max_in_memory_bytes, config.max_priority
+                name, config.max_in_memory, config.max_in_memory_bytes, config.max_priority, host.queue_memory
             )
         else:  # x-max-priority 0 is one level: FIFO, as in RabbitMQ
-            self.backlog = Backlog(name, config.max_in_memory, config.max_in_memory_bytes)
+            self.backlog = Backlog(
+                name, config.max_in_memory, config.max_in_memory_bytes, memory=host.queue_memory
+            )
         #: requeued messages waiting out their redelivery delay (:mod:`.features.redelivery`)
         self.delays = Delays()
         #: ready messages due to expire (:mod:`.features.ttl`)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..message import Message
     from ..metrics import QueueCounters
     from ..queue_config import QueueConfig
+    from ..queue_memory import QueueMemory
 
 
 class HostedQueue(Protocol):
@@ -90,6 +91,8 @@ class QueueHost(Protocol):
     clock: Clock
     #: Memory is short: a queue with a store pages every new message out.
     memory_pressure: bool
+    #: The broker's count of bytes queues hold messages in (:mod:`..queue_memory`).
+    queue_memory: QueueMemory
     #: Actions recorded by the host's queues, carried out by :meth:`carry_out` (a queue
     #: appends, never runs them).
     actions: list[QueueAction]

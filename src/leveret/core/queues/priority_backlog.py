@@ -25,6 +25,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from ..queue_memory import ENTRY_OVERHEAD, QueueMemory
 from .backlog import Backlog, PageAnswer
 from .base import READY, QueuedMessage
 
@@ -48,8 +49,17 @@ class PriorityBacklog:
     ``max_in_memory_bytes`` body bytes at most in memory over all levels. A level is
     its "band" here: band 0 is the highest priority."""
 
-    def __init__(self, name: str, max_in_memory: int, max_in_memory_bytes: int, max_priority: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        max_in_memory: int,
+        max_in_memory_bytes: int,
+        max_priority: int,
+        memory: QueueMemory | None = None,
+    ) -> None:
         self.name = name
+        #: the broker's count of bytes queues hold in memory (see :class:`.Backlog`)
+        self.memory = memory = memory if memory is not None else QueueMemory()
         self.max_priority = max_priority
         self.max_in_memory = max_in_memory
         self.max_in_memory_bytes = max_in_memory_bytes
@@ -64,6 +74,7 @@ class PriorityBacklog:
                 ((band + 1) << SEQ_BITS) - 1,
                 self.waiting,
                 self.held,
+                memory,
             )
             for band in range(max_priority + 1)
         ]
@@ -157,6 +168,7 @@ class PriorityBacklog:
         band.live += 1
         band.bytes += size
         band.memory_bytes += size
+        self.memory.held += size + ENTRY_OVERHEAD
         self.in_memory += 1
         self.count += 1
         self.bytes += size
@@ -256,6 +268,7 @@ class PriorityBacklog:
         size = len(entry.message.body)
         band.bytes -= size
         band.memory_bytes -= size
+        self.memory.held -= size + ENTRY_OVERHEAD
         live = band.live = band.live - 1
         self.in_memory -= 1
         self.count -= 1

@@ -1,0 +1,166 @@
+"""Memory under a flood of transient messages (issue 27): past the queue memory budget
+(``queue_memory_budget``, here 8 MiB) the broker pages queues to the store, transient
+messages too, so the store's flow control holds the publisher whenever the writer lags
+and resident memory stays flat; every message is then consumed, in order. Without the
+budget transient messages stayed in memory up to the watermark's paging ratio (GBs).
+The full-size probe is ``bench/flood_memory.py --transient``."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from pathlib import Path
+
+from amqp_raw import connected
+from pamqp import commands
+from servers import ServerProcess
+from test_flood_memory import CHUNK, MB, PeakWatcher, declare, metric, resident
+
+#: What the broker may grow by. Without the budget 100,000 transient 1 KB messages
+#: grew it by ~140 MB (~1.4 KB a message), all of it kept.
+GROWTH = 80 * MB
+BUDGET = 8 * MB
+
+
+def body(i: int) -> bytes:
+    return b"%08d" % i + b"t" * 1016
+
+
+def start(tmp_path: Path) -> tuple[ServerProcess, str]:
+    """A broker with an 8 MiB queue memory budget and small flow-control marks
+    (1 MiB / 512 KiB); and its Prometheus URL."""
+    config = tmp_path / "leveret.toml"
+    config.write_text(
+        f"[server]\nqueue_memory_budget = {BUDGET}\nstore_flow_high = 1048576\nstore_flow_low = 524288\n"
+    )
+    server = ServerProcess(tmp_path / "data", "--config", str(config))
+    for _ in range(10):
+        line = server.proc.stdout.readline()
+        if line.startswith("leveret prometheus:"):
+            return server, line.split()[-1]
+    server.kill()
+    raise AssertionError("no Prometheus line")
+
+
+def drain_bodies(port: int, queue: str, expected: int) -> list[bytes]:
+    """Consume ``queue`` (no-ack) until ``expected`` bodies or 5 s of silence; the
+    bodies in delivery order (each fits one body frame)."""
+    client = connected(port)
+    client.send_method(1, commands.Basic.Consume(queue=queue, no_ack=True))
+    client.expect(commands.Basic.ConsumeOk, 1)
+    sock, data, bodies = client.sock, bytearray(client.buffer), []
+    sock.settimeout(5)
+    try:
+        while len(bodies) < expected:
+            pos = 0
+            while len(data) - pos >= 7:
+                kind, _, size = struct.unpack_from(">BHI", data, pos)
+                if len(data) - pos < size + 8:
+                    break
+                if kind == 3:
+                    bodies.append(bytes(data[pos + 7 : pos + 7 + size]))
+                pos += size + 8
+            del data[:pos]
+            if len(bodies) >= expected:
+                break
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        pass
+    client.close()
+    return bodies
+
+
+def check_consumed_in_order(server: ServerProcess, metrics: str, flood: int) -> None:
+    assert declare(server.port, "flood", passive=True) == flood
+    bodies = drain_bodies(server.port, "flood", flood)
+    assert len(bodies) == flood
+    assert all(got == body(i) for i, got in enumerate(bodies)), "out of order or altered"
+    assert metric(metrics, "leveret_queue_memory_bytes") == 0
+
+
+def test_an_amqp_transient_flood_pages_past_the_budget_is_held_and_loses_nothing(tmp_path: Path):
+    """100,000 × 1 KB transient messages with publisher confirms, no consumer: past the
+    budget they are paged to the store, the publisher is held by flow control and
+    resumed until all are confirmed, the broker grows by less than GROWTH, and a
+    consumer gets every one in order."""
+    flood = 100_000
+    server, metrics = start(tmp_path)
+    try:
+        declare(server.port, "flood")
+        assert metric(metrics, "leveret_queue_memory_budget_bytes") == BUDGET
+        idle = resident(server.proc.pid)
+        watcher = PeakWatcher(server.proc.pid)
+        watcher.start()
+        client = connected(server.port)
+        client.send_method(1, commands.Confirm.Select())
+        client.expect(commands.Confirm.SelectOk, 1)
+        transient = commands.Basic.Properties(delivery_mode=1)
+        confirmed = [0]
+
+        def read_confirms() -> None:
+            while confirmed[0] < flood:
+                _, value = client.read_frame()
+                if isinstance(value, commands.Basic.Ack):
+                    confirmed[0] = value.delivery_tag  # in order: multiple or not
+                elif isinstance(value, commands.Basic.Nack):
+                    raise AssertionError(f"nack {value.delivery_tag}")
+
+        client.sock.settimeout(30)
+        reader = threading.Thread(target=read_confirms, daemon=True)
+        reader.start()
+        for start_at in range(0, flood, CHUNK):
+            frames = [
+                client.publish_frames(1, "flood", body(i), properties=transient)
+                for i in range(start_at, start_at + CHUNK)
+            ]
+            client.sock.sendall(b"".join(frames))
+        reader.join(60)
+        peak = watcher.stop()
+        assert confirmed[0] == flood
+        # transient messages went to the store (paged), so the store's lag held the publisher
+        assert metric(metrics, "leveret_publisher_flow_holds_total") > 0
+        assert peak - idle < GROWTH, f"grew by {(peak - idle) / MB:.0f} MB"
+        client.close()
+        check_consumed_in_order(server, metrics, flood)
+    finally:
+        server.kill()
+
+
+def test_a_stomp_transient_flood_pages_past_the_budget_is_held_and_loses_nothing(tmp_path: Path):
+    """60,000 SENDs without ``persistent:true``, the last with a receipt: paged past
+    the budget, the connection stops being read while the store lags, the receipt
+    comes, the broker grows by less than GROWTH, and all are consumed in order."""
+    flood = 60_000
+    server, metrics = start(tmp_path)
+    try:
+        declare(server.port, "flood")
+        idle = resident(server.proc.pid)
+        watcher = PeakWatcher(server.proc.pid)
+        watcher.start()
+        assert server.stomp_port is not None
+        sock = socket.create_connection(("127.0.0.1", server.stomp_port), timeout=30)
+        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+        assert sock.recv(4096).startswith(b"CONNECTED")
+
+        def send(i: int, extra: bytes = b"") -> bytes:
+            return b"SEND\ndestination:/queue/flood\ncontent-length:1024\n" + extra + b"\n" + body(i) + b"\0"
+
+        for start_at in range(0, flood - CHUNK, CHUNK):
+            sock.sendall(b"".join(send(i) for i in range(start_at, start_at + CHUNK)))
+        last = flood - 1
+        sock.sendall(b"".join(send(i) for i in range(flood - CHUNK, last)) + send(last, b"receipt:last\n"))
+        reply = b""
+        while b"\0" not in reply:
+            reply += sock.recv(4096)
+        assert reply.startswith(b"RECEIPT") and b"receipt-id:last" in reply
+        peak = watcher.stop()
+        assert metric(metrics, "leveret_publisher_flow_holds_total") > 0
+        assert peak - idle < GROWTH, f"grew by {(peak - idle) / MB:.0f} MB"
+        sock.close()
+        check_consumed_in_order(server, metrics, flood)
+    finally:
+        server.kill()
