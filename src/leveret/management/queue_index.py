@@ -14,13 +14,14 @@ management API needs them sorted.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import heapq
 import itertools
 import time
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, overload
 
 from .slicing import RUN, Slicer
@@ -42,6 +43,10 @@ class _Known:
     ordered: list[str]
     churn: tuple[int, int, int]
     checked: float
+    #: held while the names are brought up to date: an update merged in slices gives
+    #: the loop turns, and one made meanwhile must start from its result, not from
+    #: the list it is replacing (else the first update's changes were lost for good)
+    updating: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class QueueIndex:
@@ -61,15 +66,18 @@ class QueueIndex:
         if known is not None and known.vhost is vhost:
             if known.churn == churn and now - known.checked < FULL_CHECK_S:
                 return known.ordered
-            current = vhost.queues.keys()
-            if current != known.names:
-                removed = known.names - current
-                added = current - known.names
-                known.names -= removed
-                known.names |= added
-                known.ordered = await _changed(slicer, known.ordered, removed, added)
-            known.churn, known.checked = churn, now
-            return known.ordered
+            async with known.updating:
+                # the names as of now (another update may have run while this waited)
+                churn = (metrics.queues_created, metrics.queues_deleted, len(vhost.queues))
+                current = vhost.queues.keys()
+                if current != known.names:
+                    removed = known.names - current
+                    added = current - known.names
+                    known.names -= removed
+                    known.names |= added
+                    known.ordered = await _changed(slicer, known.ordered, removed, added)
+                known.churn, known.checked = churn, time.monotonic()
+                return known.ordered
         ordered = await _merge(slicer, await _runs(slicer, list(vhost.queues)))
         names: set[str] = set()
         for start in range(0, len(ordered), RUN):

@@ -103,3 +103,28 @@ def test_the_rate_sampler_forgets_deleted_queues_and_sums_the_rest():
     assert ("/", "q8") not in sampler.queues and len(sampler.queues) == 99
     assert sampler.queues[("/", "q7")][0] is vhost.queues["q7"]
     assert sampler.vhosts["/"][-1][1]["publish"] == sum(range(100)) - 7 - 8
+
+
+def test_the_name_index_loses_no_change_when_two_listings_overlap(monkeypatch):
+    """A listing merging many changes in slices, and another one meanwhile: the index
+    ends up with every queue (the second must not work from the first's old list)."""
+    monkeypatch.setattr("leveret.management.queue_index.FEW", 5)
+    core = BrokerCore(ManualClock())
+    vhost = core.vhosts.get("/") or core.add_vhost("/")
+    names = [f"q{i:04d}" for i in range(300)]
+    for name in names:
+        vhost.declare_queue(name, None)
+    index = QueueIndex()
+
+    async def race() -> list[str]:
+        await index.names(vhost, Slicer(seconds=0))
+        for name in names[:50]:  # many changes: merged in slices, a turn after each
+            vhost.delete_queue(name)
+        first = asyncio.create_task(index.names(vhost, Slicer(seconds=0)))
+        await asyncio.sleep(0)  # the first listing is inside its merge
+        vhost.declare_queue("zz-late", None)
+        await index.names(vhost, Slicer(seconds=0))
+        await first
+        return await index.names(vhost, Slicer(seconds=0))
+
+    assert asyncio.run(race()) == sorted(vhost.queues)
