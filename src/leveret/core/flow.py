@@ -47,6 +47,12 @@ class PublisherFlow:
         self.held.add(connection)
         self.holds += 1
 
+    def forget(self, connection: Held) -> None:
+        """``connection`` closed: it is no longer held (else a closed connection stayed
+        referenced for as long as flow control lasts, which a stalled store makes
+        indefinite)."""
+        self.held.discard(connection)
+
     def set(self, active: bool) -> None:
         """The store's backlog went over its high mark (True) or under its low mark
         (False: every held connection is released)."""

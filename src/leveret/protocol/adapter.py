@@ -120,6 +120,7 @@ class AdapterConnection(Output):
         if self.life is not None:
             self.life.close()
         self.vhost = None
+        self.core.flow.forget(self)  # held by flow control when it closed
         if self._unauthenticated:  # it ended before logging in
             self._unauthenticated = False
             lifecycle.connection_ended(self.core, self.peer)

@@ -74,3 +74,12 @@ def test_an_alarm_after_a_flow_hold_blocks_with_connection_blocked_until_it_ends
     h.core.set_alarm(False, "memory")
     h.flush()
     assert h.transport.reading and told(h, commands.Connection.Unblocked) == 1
+
+
+def test_a_connection_held_by_flow_control_is_forgotten_when_it_closes():
+    h = opened()
+    h.core.flow.set(True)
+    publish(h)
+    assert h.connection in h.core.flow.held
+    h.connection.connection_lost()
+    assert not h.core.flow.held  # not kept (with its buffers) until the flow ends
