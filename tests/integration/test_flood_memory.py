@@ -8,102 +8,46 @@ message confirmed is there to consume. The full-size probe is bench/flood_memory
 from __future__ import annotations
 
 import socket
-import struct
-import threading
-import time
-import urllib.request
 from pathlib import Path
 
 from amqp_raw import connected
+from floods import (
+    CHUNK,
+    MB,
+    SMALL_FLOW_MARKS,
+    PeakWatcher,
+    declare,
+    drain as drain_frames,
+    metric,
+    read_confirms,
+    resident,
+    start as start_broker,
+)
 from pamqp import commands
 from servers import ServerProcess
 
-MB = 1024 * 1024
 BODY = b"x" * 1024
 #: What the broker may grow by. Without the in-memory window and flow control a
 #: 150,000-message flood grew it by ~250 MB (~1.7 KB a message).
 GROWTH = 150 * MB
-CHUNK = 1000  # messages per write
-
-
-def resident(pid: int) -> int:
-    with open(f"/proc/{pid}/statm") as statm:
-        return int(statm.read().split()[1]) * 4096
 
 
 def start(tmp_path: Path) -> tuple[ServerProcess, str]:
-    """A broker with small flow-control marks (1 MiB / 512 KiB), so a flood on this
-    machine engages it however fast the disk is; and its Prometheus URL."""
-    config = tmp_path / "leveret.toml"
-    config.write_text("[server]\nstore_flow_high = 1048576\nstore_flow_low = 524288\n")
-    server = ServerProcess(tmp_path / "data", "--config", str(config))
-    for _ in range(10):
-        line = server.proc.stdout.readline()
-        if line.startswith("leveret prometheus:"):
-            return server, line.split()[-1]
-    server.kill()
-    raise AssertionError("no Prometheus line")
-
-
-def metric(url: str, name: str) -> float:
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        for line in reply.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise AssertionError(f"{name} not in {url}")
-
-
-class PeakWatcher(threading.Thread):
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.peak, self.done = pid, 0, threading.Event()
-
-    def run(self) -> None:
-        while not self.done.is_set():
-            self.peak = max(self.peak, resident(self.pid))
-            time.sleep(0.05)
-
-    def stop(self) -> int:
-        self.done.set()
-        self.join()
-        return self.peak
-
-
-def declare(port: int, queue: str, passive: bool = False) -> int:
-    client = connected(port)
-    client.send_method(1, commands.Queue.Declare(queue=queue, durable=True, passive=passive))
-    count = client.expect(commands.Queue.DeclareOk, 1).message_count
-    client.close()
-    return count
+    """A broker with small flow-control marks, so a flood on this machine engages them
+    however fast the disk is; and its Prometheus URL."""
+    return start_broker(tmp_path, SMALL_FLOW_MARKS)
 
 
 def drain(port: int, queue: str, expected: int) -> int:
     """Consume ``queue`` (no-ack) until ``expected`` deliveries or 5 s of silence."""
-    client = connected(port)
-    client.send_method(1, commands.Basic.Consume(queue=queue, no_ack=True))
-    client.expect(commands.Basic.ConsumeOk, 1)
-    sock, data, got = client.sock, bytearray(client.buffer), 0
-    sock.settimeout(5)
-    try:
-        while got < expected:
-            pos = 0
-            while len(data) - pos >= 7:
-                kind, _, size = struct.unpack_from(">BHI", data, pos)
-                if len(data) - pos < size + 8:
-                    break
-                got += kind == 1 and data[pos + 7 : pos + 11] == b"\x00\x3c\x00\x3c"  # basic.deliver
-                pos += size + 8
-            del data[:pos]
-            if got >= expected:
-                break
-            chunk = sock.recv(1 << 20)
-            if not chunk:
-                break
-            data += chunk
-    except TimeoutError:
-        pass
-    client.close()
-    return got
+    got = [0]
+
+    def delivered(kind: int, frame: bytes) -> bool:
+        got[0] += kind == 1 and frame[7:11] == b"\x00\x3c\x00\x3c"  # basic.deliver
+        return got[0] >= expected
+
+    drain_frames(port, queue, delivered)
+    return got[0]
 
 
 def test_an_amqp_flood_is_held_by_flow_control_in_flat_memory_and_loses_nothing(tmp_path: Path):
@@ -122,19 +66,7 @@ def test_an_amqp_flood_is_held_by_flow_control_in_flat_memory_and_loses_nothing(
         client.expect(commands.Confirm.SelectOk, 1)
         persistent = commands.Basic.Properties(delivery_mode=2)
         chunk = client.publish_frames(1, "flood", BODY, properties=persistent) * CHUNK
-        confirmed = [0]
-
-        def read_confirms() -> None:
-            while confirmed[0] < flood:
-                _, value = client.read_frame()
-                if isinstance(value, commands.Basic.Ack):
-                    confirmed[0] = value.delivery_tag  # in order: multiple or not
-                elif isinstance(value, commands.Basic.Nack):
-                    raise AssertionError(f"nack {value.delivery_tag}")
-
-        client.sock.settimeout(30)
-        reader = threading.Thread(target=read_confirms, daemon=True)
-        reader.start()
+        reader, confirmed = read_confirms(client, flood)
         for _ in range(flood // CHUNK):
             client.sock.sendall(chunk)
         reader.join(60)

@@ -8,14 +8,23 @@ The full-size probe is ``bench/flood_memory.py --transient``."""
 from __future__ import annotations
 
 import socket
-import struct
-import threading
 from pathlib import Path
 
 from amqp_raw import connected
+from floods import (
+    CHUNK,
+    MB,
+    SMALL_FLOW_MARKS,
+    PeakWatcher,
+    declare,
+    drain,
+    metric,
+    read_confirms,
+    resident,
+    start as start_broker,
+)
 from pamqp import commands
 from servers import ServerProcess
-from test_flood_memory import CHUNK, MB, PeakWatcher, declare, metric, resident
 
 #: What the broker may grow by. Without the budget 100,000 transient 1 KB messages
 #: grew it by ~140 MB (~1.4 KB a message), all of it kept.
@@ -28,49 +37,22 @@ def body(i: int) -> bytes:
 
 
 def start(tmp_path: Path) -> tuple[ServerProcess, str]:
-    """A broker with an 8 MiB queue memory budget and small flow-control marks
-    (1 MiB / 512 KiB); and its Prometheus URL."""
-    config = tmp_path / "leveret.toml"
-    config.write_text(
-        f"[server]\nqueue_memory_budget = {BUDGET}\nstore_flow_high = 1048576\nstore_flow_low = 524288\n"
-    )
-    server = ServerProcess(tmp_path / "data", "--config", str(config))
-    for _ in range(10):
-        line = server.proc.stdout.readline()
-        if line.startswith("leveret prometheus:"):
-            return server, line.split()[-1]
-    server.kill()
-    raise AssertionError("no Prometheus line")
+    """A broker with an 8 MiB queue memory budget and small flow-control marks; and
+    its Prometheus URL."""
+    return start_broker(tmp_path, f"queue_memory_budget = {BUDGET}\n" + SMALL_FLOW_MARKS)
 
 
 def drain_bodies(port: int, queue: str, expected: int) -> list[bytes]:
     """Consume ``queue`` (no-ack) until ``expected`` bodies or 5 s of silence; the
     bodies in delivery order (each fits one body frame)."""
-    client = connected(port)
-    client.send_method(1, commands.Basic.Consume(queue=queue, no_ack=True))
-    client.expect(commands.Basic.ConsumeOk, 1)
-    sock, data, bodies = client.sock, bytearray(client.buffer), []
-    sock.settimeout(5)
-    try:
-        while len(bodies) < expected:
-            pos = 0
-            while len(data) - pos >= 7:
-                kind, _, size = struct.unpack_from(">BHI", data, pos)
-                if len(data) - pos < size + 8:
-                    break
-                if kind == 3:
-                    bodies.append(bytes(data[pos + 7 : pos + 7 + size]))
-                pos += size + 8
-            del data[:pos]
-            if len(bodies) >= expected:
-                break
-            chunk = sock.recv(1 << 20)
-            if not chunk:
-                break
-            data += chunk
-    except TimeoutError:
-        pass
-    client.close()
+    bodies: list[bytes] = []
+
+    def body_frame(kind: int, frame: bytes) -> bool:
+        if kind == 3:
+            bodies.append(frame[7:-1])
+        return len(bodies) >= expected
+
+    drain(port, queue, body_frame)
     return bodies
 
 
@@ -99,19 +81,7 @@ def test_an_amqp_transient_flood_pages_past_the_budget_is_held_and_loses_nothing
         client.send_method(1, commands.Confirm.Select())
         client.expect(commands.Confirm.SelectOk, 1)
         transient = commands.Basic.Properties(delivery_mode=1)
-        confirmed = [0]
-
-        def read_confirms() -> None:
-            while confirmed[0] < flood:
-                _, value = client.read_frame()
-                if isinstance(value, commands.Basic.Ack):
-                    confirmed[0] = value.delivery_tag  # in order: multiple or not
-                elif isinstance(value, commands.Basic.Nack):
-                    raise AssertionError(f"nack {value.delivery_tag}")
-
-        client.sock.settimeout(30)
-        reader = threading.Thread(target=read_confirms, daemon=True)
-        reader.start()
+        reader, confirmed = read_confirms(client, flood)
         for start_at in range(0, flood, CHUNK):
             frames = [
                 client.publish_frames(1, "flood", body(i), properties=transient)
