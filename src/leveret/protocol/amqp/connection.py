@@ -133,7 +133,7 @@ class Connection(AdapterConnection):
     @property
     def reading_paused(self) -> bool:
         """Whether this connection has a reason of its own not to be read now: blocked
-        by a resource alarm, or a reply waiting for the store."""
+        by a resource alarm or held by flow control, or a reply waiting for the store."""
         return self.blocked or self._stash is not None
 
     @property

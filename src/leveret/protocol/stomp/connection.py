@@ -140,8 +140,8 @@ class StompConnection(AdapterConnection):
     # -- what the server asks -----------------------------------------------------------
     @property
     def reading_paused(self) -> bool:
-        """Whether reading waits on this connection's account (a resource alarm, the
-        rest of a read left for the next turn)."""
+        """Whether reading waits on this connection's account (a resource alarm, flow
+        control, the rest of a read left for the next turn)."""
         return self.blocked or self._rest is not None
 
     @property
