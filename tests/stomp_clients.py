@@ -5,6 +5,7 @@ ERROR instead of sleeping."""
 from __future__ import annotations
 
 import queue
+import socket
 import time
 from typing import Any
 
@@ -134,3 +135,16 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_raw_frame(sock: socket.socket, timeout: float = 5.0) -> bytes:
+    """The bytes a raw socket receives up to the end of one frame (its NUL), or up to
+    the end of the stream; ``timeout`` seconds for each read."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\x00" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data

@@ -24,6 +24,7 @@ from amqp_raw import ConnectionGone, RawClient
 from eventually import eventually
 from pamqp import commands
 from servers import ServerProcess
+from stomp_clients import read_raw_frame
 
 from leveret import BlockingBroker
 from leveret.amqp.frames import PROTOCOL_HEADER
@@ -74,23 +75,13 @@ def amqp_login(port: int, password: str, user: str = "guest", source: str | None
     return True, elapsed
 
 
-def read_stomp_frame(sock: socket.socket) -> bytes:
-    data = b""
-    while b"\x00" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
 def stomp_login(port: int, passcode: str, source: str | None = None) -> tuple[str, float]:
     """(the answer's command, seconds from CONNECT to it)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10,
                                   source_address=(source, 0) if source else None) as sock:
         started = time.monotonic()
         sock.sendall(f"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:{passcode}\n\n\x00".encode())
-        frame = read_stomp_frame(sock)
+        frame = read_raw_frame(sock, 10)
         return frame.split(b"\n", 1)[0].decode(), time.monotonic() - started
 
 
@@ -267,7 +258,7 @@ def test_unauthenticated_connections_per_address_are_capped(broker):
             pass
     # ... STOMP says why with an ERROR frame
     with socket.create_connection(("127.0.0.1", stomp), timeout=5, source_address=("127.0.0.5", 0)) as sock:
-        frame = read_stomp_frame(sock)
+        frame = read_raw_frame(sock)
     assert frame.startswith(b"ERROR\n") and b"message:Too many unauthenticated connections" in frame
     assert b"from 127.0.0.5" in frame
     assert amqp_login(amqp, "guest", source="127.0.0.6")[0]  # other addresses are not affected

@@ -12,7 +12,7 @@ import time
 
 import pika
 import pytest
-from stomp_clients import Client
+from stomp_clients import Client, read_raw_frame
 
 from leveret import BlockingBroker
 from leveret.core.auth import Permission, User
@@ -62,7 +62,7 @@ def test_connected_frame_negotiates_the_highest_common_version(port):
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(b"CONNECT\naccept-version:1.0,1.1,1.2\nhost:/\nlogin:guest\npasscode:guest\n"
                      b"heart-beat:0,2000\n\n\x00")
-        reply = read_frame(sock)
+        reply = read_raw_frame(sock)
     command, headers, _ = parse(reply)
     assert command == "CONNECTED"
     assert headers["version"] == "1.2" and headers["server"].startswith("leveret/")
@@ -281,17 +281,6 @@ def test_composite_destination_sends_to_each(port):
 
 
 # -- errors ----------------------------------------------------------------------------------
-def read_frame(sock: socket.socket, timeout: float = 5.0) -> bytes:
-    sock.settimeout(timeout)
-    data = b""
-    while b"\x00" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
 def parse(raw: bytes) -> tuple[str, dict[str, str], bytes]:
     """(command, headers unescaped as STOMP 1.2 does, body) of one frame."""
     head, _, body = raw.partition(b"\n\n")
@@ -309,9 +298,9 @@ def error_for(port: int, frames: bytes, connect: bool = True) -> tuple[dict[str,
     with socket.create_connection(("127.0.0.1", port)) as sock:
         if connect:
             sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00")
-            assert parse(read_frame(sock))[0] == "CONNECTED"
+            assert parse(read_raw_frame(sock))[0] == "CONNECTED"
         sock.sendall(frames)
-        data = read_frame(sock)
+        data = read_raw_frame(sock)
         command, headers, _ = parse(data)
         assert command == "ERROR", data
         sock.settimeout(5)
@@ -378,7 +367,7 @@ def test_heart_beats_are_sent_and_a_silent_client_is_dropped(port):
     """Intervals under 1 s are raised to it (RabbitMQ's floor, protocol/prelogin.py)."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\nheart-beat:200,100\n\n\x00")
-        command, headers, _ = parse(read_frame(sock))
+        command, headers, _ = parse(read_raw_frame(sock))
         assert command == "CONNECTED" and headers["heart-beat"] == "1000,1000"
         started = time.monotonic()
         sock.settimeout(3)
@@ -577,7 +566,7 @@ def test_text_and_bytes_messages_as_activemq_tells_them_apart(port):
     content-length), with it a bytes message; amq-msg-type forces either."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00")
-        read_frame(sock)
+        read_raw_frame(sock)
         sock.sendall(b"SUBSCRIBE\nid:1\ndestination:/queue/kinds\n\n\x00"
                      b"SEND\ndestination:/queue/kinds\n\ntext body\x00"
                      b"SEND\ndestination:/queue/kinds\ncontent-length:5\n\nbytes\x00"
@@ -661,7 +650,7 @@ def test_a_subscribe_receipt_comes_before_the_first_message_even_behind_a_disk_w
     with BlockingBroker(amqp_port=0, stomp_port=0, data_dir=str(tmp_path)) as broker, \
             socket.create_connection(("127.0.0.1", broker.broker.stomp_port)) as sock:
         sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\x00")
-        read_frame(sock)
+        read_raw_frame(sock)
         sock.sendall(b"SEND\ndestination:/queue/early\npersistent:true\n\nx\x00"
                      b"SUBSCRIBE\nid:1\ndestination:/queue/early\nreceipt:sub\n\n\x00")
         data = b""
