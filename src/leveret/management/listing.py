@@ -12,8 +12,9 @@ page_count, items}``. Errors are RabbitMQ 3.10's 400 bodies (checked against a n
 Long lists (:func:`list_answer`: queues, connections, channels, consumers) are worked
 in slices that give the event loop back (:mod:`.slicing`): only the rows of the page
 asked for are built, sort keys are read straight from the objects for the fields
-that allow it (``keys``: the queues' are :data:`.resources.QUEUE_KEYS`), and a list without ``page`` is written out as it
-is made (chunked JSON), never held whole in one turn of the loop.
+that allow it (``keys``: the queues' are :data:`.resources.QUEUE_KEYS`), and a list
+without ``page`` is written out as it is made (chunked JSON), never held whole in one
+turn of the loop.
 """
 
 from __future__ import annotations

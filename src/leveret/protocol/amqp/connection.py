@@ -654,8 +654,13 @@ class Connection(AdapterConnection):
 
     def _heartbeat_tick(self) -> None:
         """Every heartbeat/2 seconds: drop the client if nothing came from it for two
-        heartbeat intervals (RabbitMQ's rule), send a heartbeat if we were quiet."""
+        heartbeat intervals (RabbitMQ's rule; the time it is not read, blocked by an
+        alarm or held by flow control, does not count), send a heartbeat if we were
+        quiet."""
         now = self.loop.time()
+        if self.blocked:  # not read (alarm or flow control): its heartbeats wait unread,
+            self.last_received = now  # so its silence does not count (RabbitMQ pauses
+            # the heartbeat monitor of a blocked connection likewise)
         if now - self.last_received > 2 * self.heartbeat:
             # After the event loop stalls, this timer can run before the bytes that
             # arrived meanwhile are read (uvloop runs due timers before it polls the

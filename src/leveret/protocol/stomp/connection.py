@@ -963,10 +963,14 @@ class StompConnection(AdapterConnection):
             self.close_transport(abort=True)
 
     def _check_heartbeat(self) -> None:
-        """Drop a client silent for its heart-beat interval times the grace factor."""
+        """Drop a client silent for its heart-beat interval times the grace factor (the
+        time it is not read, blocked by an alarm or held by flow control, does not
+        count: its heart-beats wait unread, and RabbitMQ pauses its monitor likewise)."""
         if self.state != "connected":
             return
         allowed = self._read_interval * self.core.limits.stomp_heartbeat_grace
+        if self.blocked:
+            self.last_received = self.loop.time()
         silent = self.loop.time() - self.last_received
         if silent > allowed and not (self._input_waiting is not None and self._input_waiting()):
             log.warning("STOMP connection %s: no heart-beat for %.1f s", self.peer, silent)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pamqp import commands
 from sans_io import Harness, method_frame
 
-from leveret.amqp.frames import PROTOCOL_HEADER, encode_publish
+from leveret.amqp.frames import HEARTBEAT, PROTOCOL_HEADER, encode_publish
 
 
 def opened() -> Harness:
@@ -83,3 +83,28 @@ def test_a_connection_held_by_flow_control_is_forgotten_when_it_closes():
     assert h.connection in h.core.flow.held
     h.connection.connection_lost()
     assert not h.core.flow.held  # not kept (with its buffers) until the flow ends
+
+
+def test_a_connection_held_for_long_is_not_dropped_for_the_heartbeats_it_cannot_read():
+    """Heartbeat 2 s; held by flow control for 20 s: the client's heartbeats wait
+    unread, so its silence does not count (RabbitMQ pauses the monitor of a blocked
+    connection); released, it lives on while it sends them."""
+    h = Harness()
+    h.feed(PROTOCOL_HEADER)
+    h.feed(method_frame(0, commands.Connection.StartOk(mechanism="PLAIN", response="\x00guest\x00guest")))
+    h.feed(method_frame(0, commands.Connection.TuneOk(channel_max=16, frame_max=4096, heartbeat=2)))
+    h.feed(method_frame(0, commands.Connection.Open(virtual_host="/")))
+    h.feed(method_frame(1, commands.Channel.Open()))
+    h.feed(method_frame(1, commands.Queue.Declare(queue="q")))
+    h.core.flow.set(True)
+    publish(h)
+    assert not h.transport.reading
+    h.loop.advance(20)
+    assert not h.transport.aborted and h.connection.state == "opened"
+    h.core.flow.set(False)
+    for _ in range(4):
+        h.feed(HEARTBEAT)
+        h.loop.advance(1)
+    assert not h.transport.aborted
+    h.loop.advance(5)  # silent now, and read: dropped
+    assert h.transport.aborted
