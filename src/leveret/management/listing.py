@@ -131,35 +131,16 @@ def shape(query: Mapping[str, str], items: Iterable[dict], pageable: bool = Fals
         rows.sort(key=lambda row: _sort_key(dotted(row, sort)), reverse=reverse)
     elif reverse:
         rows.reverse()
-    page = _positive(query, "page") if pageable else None
+    paging = _page(query) if pageable else None
     answer: Any = rows
-    if page is not None:
-        size = _positive(query, "page_size")
-        if page < 1 or (size is not None and not 1 <= size <= MAX_PAGE_SIZE):
-            shown = "undefined" if size is None else size
-            raise _error(
-                "invalid_pagination_parameters",
-                f"Invalid pagination parameters: page number {page}, page size {shown}",
-            )
-        size = size or DEFAULT_PAGE_SIZE
+    if paging is not None:
+        page, size = paging
         matches = _name_filter(query)
         filtered = [r for r in rows if matches(str(r.get("name", "")))] if matches else rows
-        page_count = math.ceil(len(filtered) / size)
-        if filtered and page > page_count:
-            raise _error(
-                "page_out_of_range",
-                f"Page out of range, page: {page} page size: {size}, len: {len(filtered)}",
-            )
-        shown_rows = filtered[(page - 1) * size : page * size]
-        answer = {
-            "filtered_count": len(filtered),
-            "item_count": len(shown_rows),
-            "items": shown_rows,
-            "page": page,
-            "page_count": page_count,
-            "page_size": size,
-            "total_count": len(rows),
-        }
+        page_count = _page_count(page, size, len(filtered))
+        answer = _paged(
+            filtered[(page - 1) * size : page * size], len(filtered), page, page_count, size, len(rows)
+        )
     columns = query.get("columns")
     if columns:
         paths = [c.split(".") for c in columns.split(",") if c]
@@ -183,6 +164,27 @@ def _page(query: Mapping[str, str]) -> tuple[int, int] | None:
             f"Invalid pagination parameters: page number {page}, page size {shown}",
         )
     return page, size or DEFAULT_PAGE_SIZE
+
+
+def _page_count(page: int, size: int, count: int) -> int:
+    """Pages of ``size`` for ``count`` items (RabbitMQ's 400 if ``page`` is past the last)."""
+    page_count = math.ceil(count / size)
+    if count and page > page_count:
+        raise _error("page_out_of_range", f"Page out of range, page: {page} page size: {size}, len: {count}")
+    return page_count
+
+
+def _paged(shown: list, filtered: int, page: int, page_count: int, size: int, total: int) -> dict:
+    """RabbitMQ's answer for a page: ``shown`` items of ``filtered`` that match, of ``total``."""
+    return {
+        "filtered_count": filtered,
+        "item_count": len(shown),
+        "items": shown,
+        "page": page,
+        "page_count": page_count,
+        "page_size": size,
+        "total_count": total,
+    }
 
 
 def _row_name(row: dict | None) -> str:
@@ -228,12 +230,7 @@ async def list_answer(
         ordered = reversed(items) if reverse else iter(items)
     if paging is not None:
         page, size = paging
-        page_count = math.ceil(len(items) / size)
-        if items and page > page_count:
-            raise _error(
-                "page_out_of_range",
-                f"Page out of range, page: {page} page size: {size}, len: {len(items)}",
-            )
+        page_count = _page_count(page, size, len(items))
         low, high = (page - 1) * size, min(page * size, len(items))
         if sort:
             await slicer.take(ordered, low)  # the pages before
@@ -245,17 +242,7 @@ async def list_answer(
         shown = [r for r in map(row, chosen) if r is not None]
         if paths:
             shown = [_columns(r, paths) for r in shown]
-        return web.json_response(
-            {
-                "filtered_count": len(items),
-                "item_count": len(shown),
-                "items": shown,
-                "page": page,
-                "page_count": page_count,
-                "page_size": size,
-                "total_count": total_count,
-            }
-        )
+        return web.json_response(_paged(shown, len(items), page, page_count, size, total_count))
     if len(items) <= STREAM_ABOVE:
         rows = [r for r in map(row, ordered) if r is not None]
         return web.json_response([_columns(r, paths) for r in rows] if paths else rows)
