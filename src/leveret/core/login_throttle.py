@@ -40,6 +40,7 @@ import ipaddress
 from collections import deque
 from dataclasses import dataclass
 
+from ..config_table import numbers
 from .clock import Clock
 
 IPV6_PREFIX = 64  # bits of an IPv6 address that name one source (a host's usual share)
@@ -63,18 +64,8 @@ class ThrottleSettings:
     def from_table(cls, table: object) -> ThrottleSettings:
         """The settings of a config file's ``[login_throttle]`` table (ValueError naming
         the key when one is unknown, ill-typed or out of range)."""
-        if not isinstance(table, dict):
-            raise ValueError("[login_throttle] must be a table")
         kinds = {name: type(getattr(cls(), name)) for name in cls.__dataclass_fields__}
-        values: dict[str, int | float] = {}
-        for key, value in table.items():
-            kind = kinds.get(key)
-            if kind is None:
-                raise ValueError(f"unknown key login_throttle.{key}")
-            if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
-                raise ValueError(f"login_throttle.{key} must be {kind.__name__}")
-            values[key] = kind(value)
-        settings = cls(**values)  # type: ignore[arg-type]
+        settings = cls(**numbers("login_throttle", table, kinds))  # type: ignore[arg-type]
         if settings.address_burst < 0 or settings.user_burst < 0:
             raise ValueError("login_throttle.address_burst and user_burst must be 0 or more")
         if settings.address_interval <= 0 or settings.user_interval <= 0:

@@ -82,6 +82,11 @@ class AdapterConnection(Output):
         """The adapter's own state machine starts (its first state, its handshake timer)."""
         raise NotImplementedError
 
+    def flow_released(self) -> None:
+        """Flow control ended (:mod:`leveret.core.flow`): read again, unless something
+        else pauses reading (each adapter's own)."""
+        raise NotImplementedError
+
     # -- logging in -----------------------------------------------------------------------
     def _refuse_unauthenticated(self, text: str) -> None:
         """Just accepted, but its address already has the most unauthenticated

@@ -19,6 +19,8 @@ import resource
 from dataclasses import dataclass
 from typing import Any
 
+from ..config_table import numbers
+
 #: ``[http]`` keys and their types (ints are taken for the float ones)
 KEYS: dict[str, type] = {
     "header_timeout": float,
@@ -63,16 +65,7 @@ class HttpLimits:
     def from_table(cls, table: Any) -> HttpLimits:
         """The limits of a config file's ``[http]`` table (ValueError naming the key
         when one is unknown, ill-typed or out of range)."""
-        if not isinstance(table, dict):
-            raise ValueError("[http] must be a table")
-        limits = cls()
-        for key, value in table.items():
-            kind = KEYS.get(key)
-            if kind is None:
-                raise ValueError(f"unknown key http.{key}")
-            if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
-                raise ValueError(f"http.{key} must be {kind.__name__}")
-            setattr(limits, key, kind(value))
+        limits = cls(**numbers("http", table, KEYS))  # type: ignore[arg-type]
         limits.check()
         return limits
 
