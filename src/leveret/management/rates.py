@@ -107,15 +107,9 @@ async def total_sliced(queues: Iterable[Queue], slicer: Slicer) -> Reading:
     return found
 
 
-def broker_reading(core: BrokerCore) -> Reading:
-    """The broker-wide counts now: every queue's (deleted ones' included), the
-    publishing side's and the churn counters."""
-    queues = [q for v in core.vhosts.values() for q in v.queues.values()]
-    return _broker_part(core, total([queue_reading(q) for q in queues]))
-
-
 async def broker_reading_sliced(core: BrokerCore, slicer: Slicer) -> Reading:
-    """:func:`broker_reading`, in slices."""
+    """The broker-wide counts now: every queue's (deleted ones' included), the
+    publishing side's and the churn counters; the queues read in slices."""
     queues = list(itertools.chain.from_iterable(v.queues.values() for v in core.vhosts.values()))
     return _broker_part(core, await total_sliced(queues, slicer))
 

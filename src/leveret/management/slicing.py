@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -78,12 +78,6 @@ class Slicer:
             found += batch
             await self.pause()
         return found
-
-    async def chunks(self, items: Sequence[T], size: int) -> AsyncIterator[Sequence[T]]:
-        """``items`` ``size`` at a time, a turn of the loop between chunks if due."""
-        for start in range(0, len(items), size):
-            yield items[start : start + size]
-            await self.pause()
 
     async def sorted(self, items: Sequence[T], key: Callable[[T], Any], reverse: bool = False) -> Iterator[T]:
         """``items`` in the order of ``sorted(items, key=key, reverse=reverse)`` (stable,
