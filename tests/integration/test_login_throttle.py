@@ -10,6 +10,7 @@ loopback, and guest may log in from any of them)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import http.client
 import logging
@@ -303,3 +304,26 @@ def test_the_config_file_sets_the_throttle(tmp_path):
         assert answers[0][1] < 0.15 and answers[1][1] >= 0.27  # the default burst is 10
     finally:
         server.kill()
+
+
+def test_a_slowed_web_stomp_refusal_ends_its_connection_in_the_broker_too():
+    """A wrong Web STOMP login answered late (the throttle's slot): the ERROR comes,
+    and the broker lets go of the connection (it was left waiting to read again, for
+    ever, with the connection still listed and counted as open)."""
+    import aiohttp
+
+    async def wrong_login(url: str) -> str:
+        async with aiohttp.ClientSession() as session, session.ws_connect(url, protocols=["v12.stomp"]) as ws:
+            await ws.send_str("CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:wrong\n\n\x00")
+            message = await ws.receive(timeout=5)
+            return str(message.data)
+
+    with BlockingBroker(amqp_port=0, web_stomp_port=0) as broker:
+        assert broker.web_stomp_url
+        configure(broker, address_burst=0, address_interval=0.3)
+        assert asyncio.run(wrong_login(broker.web_stomp_url)).startswith("ERROR\n")
+        server = broker.broker.web_stomp
+        assert server is not None
+        assert eventually(lambda: not broker.call(lambda: set(server.connections)))
+        metrics = broker.core.metrics
+        assert eventually(lambda: metrics.connections_opened == metrics.connections_closed)

@@ -117,10 +117,14 @@ class WebSocketTransport:
             await self.socket.close()
 
     def close(self) -> None:
-        """Close once everything queued is sent."""
+        """Close once everything queued is sent. The reading loop is woken if it waits
+        for :meth:`resume_reading` (a refusal the login throttle delayed, a DISCONNECT
+        whose receipt waited for the store, a blocked publisher): nothing resumes a
+        closed connection, and that loop alone ends it in the broker."""
         if not self.closing:
             self.closing = True
             self._outbox.put_nowait(None)
+            self.reading.set()
 
     def abort(self) -> None:
         self.close()
