@@ -5,6 +5,7 @@ publisher confirms read, and a queue drained frame by frame."""
 
 from __future__ import annotations
 
+import socket
 import struct
 import threading
 import time
@@ -124,3 +125,21 @@ def drain(port: int, queue: str, done: Callable[[int, bytes], bool]) -> None:
         pass
     finally:
         client.close()
+
+
+def stomp_connected(port: int) -> socket.socket:
+    """A raw STOMP 1.2 socket logged in as guest (30 s timeout on reads)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+    assert sock.recv(4096).startswith(b"CONNECTED")
+    return sock
+
+
+def flood_started(server: ServerProcess, queue: str = "flood") -> tuple[int, PeakWatcher]:
+    """Declare the durable ``queue``; the broker's resident size now, and a started
+    watcher of its peak from now on."""
+    declare(server.port, queue)
+    idle = resident(server.proc.pid)
+    watcher = PeakWatcher(server.proc.pid)
+    watcher.start()
+    return idle, watcher

@@ -7,7 +7,6 @@ message confirmed is there to consume. The full-size probe is bench/flood_memory
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 from amqp_raw import connected
@@ -15,16 +14,17 @@ from floods import (
     CHUNK,
     MB,
     SMALL_FLOW_MARKS,
-    PeakWatcher,
     declare,
     drain as drain_frames,
+    flood_started,
     metric,
     read_confirms,
-    resident,
     start as start_broker,
+    stomp_connected,
 )
 from pamqp import commands
 from servers import ServerProcess
+from stomp_clients import read_raw_frame
 
 BODY = b"x" * 1024
 #: What the broker may grow by. Without the in-memory window and flow control a
@@ -57,10 +57,7 @@ def test_an_amqp_flood_is_held_by_flow_control_in_flat_memory_and_loses_nothing(
     flood = 150_000
     server, metrics = start(tmp_path)
     try:
-        declare(server.port, "flood")
-        idle = resident(server.proc.pid)
-        watcher = PeakWatcher(server.proc.pid)
-        watcher.start()
+        idle, watcher = flood_started(server)
         client = connected(server.port)
         client.send_method(1, commands.Confirm.Select())
         client.expect(commands.Confirm.SelectOk, 1)
@@ -89,21 +86,14 @@ def test_a_stomp_flood_is_held_by_flow_control_in_flat_memory_and_loses_nothing(
     flood = 60_000
     server, metrics = start(tmp_path)
     try:
-        declare(server.port, "flood")
-        idle = resident(server.proc.pid)
-        watcher = PeakWatcher(server.proc.pid)
-        watcher.start()
+        idle, watcher = flood_started(server)
         assert server.stomp_port is not None
-        sock = socket.create_connection(("127.0.0.1", server.stomp_port), timeout=30)
-        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
-        assert sock.recv(4096).startswith(b"CONNECTED")
+        sock = stomp_connected(server.stomp_port)
         send = b"SEND\ndestination:/queue/flood\npersistent:true\ncontent-length:1024\n\n" + BODY + b"\0"
         for _ in range(flood // CHUNK - 1):
             sock.sendall(send * CHUNK)
         sock.sendall(send * (CHUNK - 1) + send.replace(b"\n\n", b"\nreceipt:last\n\n", 1))
-        reply = b""
-        while b"\0" not in reply:
-            reply += sock.recv(4096)
+        reply = read_raw_frame(sock, 60)
         assert reply.startswith(b"RECEIPT") and b"receipt-id:last" in reply
         peak = watcher.stop()
         assert metric(metrics, "leveret_publisher_flow_holds_total") > 0

@@ -7,7 +7,6 @@ The full-size probe is ``bench/flood_memory.py --transient``."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 from amqp_raw import connected
@@ -15,16 +14,17 @@ from floods import (
     CHUNK,
     MB,
     SMALL_FLOW_MARKS,
-    PeakWatcher,
     declare,
     drain,
+    flood_started,
     metric,
     read_confirms,
-    resident,
     start as start_broker,
+    stomp_connected,
 )
 from pamqp import commands
 from servers import ServerProcess
+from stomp_clients import read_raw_frame
 
 #: What the broker may grow by. Without the budget 100,000 transient 1 KB messages
 #: grew it by ~140 MB (~1.4 KB a message), all of it kept.
@@ -72,11 +72,8 @@ def test_an_amqp_transient_flood_pages_past_the_budget_is_held_and_loses_nothing
     flood = 100_000
     server, metrics = start(tmp_path)
     try:
-        declare(server.port, "flood")
         assert metric(metrics, "leveret_queue_memory_budget_bytes") == BUDGET
-        idle = resident(server.proc.pid)
-        watcher = PeakWatcher(server.proc.pid)
-        watcher.start()
+        idle, watcher = flood_started(server)
         client = connected(server.port)
         client.send_method(1, commands.Confirm.Select())
         client.expect(commands.Confirm.SelectOk, 1)
@@ -107,14 +104,9 @@ def test_a_stomp_transient_flood_pages_past_the_budget_is_held_and_loses_nothing
     flood = 60_000
     server, metrics = start(tmp_path)
     try:
-        declare(server.port, "flood")
-        idle = resident(server.proc.pid)
-        watcher = PeakWatcher(server.proc.pid)
-        watcher.start()
+        idle, watcher = flood_started(server)
         assert server.stomp_port is not None
-        sock = socket.create_connection(("127.0.0.1", server.stomp_port), timeout=30)
-        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
-        assert sock.recv(4096).startswith(b"CONNECTED")
+        sock = stomp_connected(server.stomp_port)
 
         def send(i: int, extra: bytes = b"") -> bytes:
             return b"SEND\ndestination:/queue/flood\ncontent-length:1024\n" + extra + b"\n" + body(i) + b"\0"
@@ -123,9 +115,7 @@ def test_a_stomp_transient_flood_pages_past_the_budget_is_held_and_loses_nothing
             sock.sendall(b"".join(send(i) for i in range(start_at, start_at + CHUNK)))
         last = flood - 1
         sock.sendall(b"".join(send(i) for i in range(flood - CHUNK, last)) + send(last, b"receipt:last\n"))
-        reply = b""
-        while b"\0" not in reply:
-            reply += sock.recv(4096)
+        reply = read_raw_frame(sock, 60)
         assert reply.startswith(b"RECEIPT") and b"receipt-id:last" in reply
         peak = watcher.stop()
         assert metric(metrics, "leveret_publisher_flow_holds_total") > 0
