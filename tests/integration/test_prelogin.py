@@ -22,6 +22,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from amqp_raw import connected
+from pamqp import commands
+from servers import ServerProcess
 
 from leveret import BlockingBroker
 from leveret.protocol import prelogin
@@ -331,3 +334,19 @@ def test_deep_client_properties_cost_under_a_millisecond_to_refuse(server_proces
         assert code in ((501, 0) if frame_bytes > prelogin.AMQP_FRAME_MAX else (502,))
     per_connection = (cpu_seconds(pid) - cpu) / connections
     assert per_connection < 0.001, f"{per_connection * 1000:.2f} ms per refused connection"
+
+
+def test_a_connection_worker_refuses_a_frame_over_4096_bytes_before_tune_ok(tmp_path):
+    """With --workers, a worker process splits the frames: it keeps the same limit
+    until tune-ok (it read them with the full frame_max), then takes the frame_max."""
+    server = ServerProcess(tmp_path / "data", "--workers", "1")
+    try:
+        pad = b"\x01pS" + struct.pack(">I", 4950) + b"p" * 4950
+        code, text = refused(server.port, start_ok(struct.pack(">I", len(pad)) + pad))
+        assert (code, text) == (501, "FRAME_ERROR - frame size 4993 exceeds frame_max 4096")
+        client = connected(server.port)  # after tune-ok: a large frame is read
+        client.send_method(1, commands.Queue.Declare(queue="q" * 200, arguments={"x": "y" * 60_000}))
+        client.expect(commands.Queue.DeclareOk, 1)
+        client.close()
+    finally:
+        server.kill()

@@ -31,6 +31,25 @@ PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 _FRAME_HEAD = struct.Struct(">BHI")
 _METHOD_ID = struct.Struct(">I")
 HEARTBEAT = bytes((FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END))
+_TUNE_OK_IDS = b"\x00\x0a\x00\x1f"  # connection.tune-ok: class 10, method 31
+
+
+def tune_ok_end(buffer: bytes, limit: int) -> int | None:
+    """The offset just past the connection.tune-ok frame among the whole frames at the
+    start of ``buffer``, or None if it is not there whole. Only frame headers are
+    looked at, and only frames of at most ``limit`` bytes (a larger one is the
+    reader's to refuse). Until tune-ok frames are read with the pre-login limit, and
+    those after it with the frame_max it chose (a client may send tune-ok, open and
+    more in one write), as RabbitMQ reads them."""
+    pos, end = 0, len(buffer)
+    while end - pos >= 11:
+        stop = pos + 8 + int.from_bytes(buffer[pos + 3 : pos + 7], "big")
+        if stop - pos > limit or stop > end:
+            return None
+        if buffer[pos] == FRAME_METHOD and buffer[pos + 7 : pos + 11] == _TUNE_OK_IDS:
+            return stop
+        pos = stop
+    return None
 
 
 class FrameReader:

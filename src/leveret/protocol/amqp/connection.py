@@ -47,6 +47,7 @@ from ...amqp.frames import (
     decode_method,
     encode_delivery,
     encode_method,
+    tune_ok_end,
 )
 from ...amqp.handoff import PARSED_PUBLISH, Fields, as_frames, parse_publishes
 from ...core.access import Access
@@ -71,7 +72,6 @@ log = logging.getLogger("leveret.amqp")
 
 C = commands.Connection
 _PUBLISH_IDS = (60, 40)
-_TUNE_OK_IDS = b"\x00\x0a\x00\x1f"  # connection.tune-ok: class 10, method 31
 HANDSHAKE_TIMEOUT = prelogin.HANDSHAKE_TIMEOUT  # seconds, as RabbitMQ's handshake_timeout
 CLOSE_TIMEOUT = 3.0  # seconds to wait for connection.close-ok
 HEARTBEAT_RECHECK = 0.1  # seconds: long enough for the loop to poll its sockets once
@@ -227,17 +227,11 @@ class Connection(AdapterConnection):
         the ones after it are read with the frame_max it chose, as RabbitMQ reads them.
         Only frame headers are looked at, and only up to that limit."""
         held = self._reader._buffer  # the start of a frame the last read did not complete
-        buffer = held + data if held else data
-        pos, end = 0, len(buffer)
-        while end - pos >= 11:
-            stop = pos + 8 + int.from_bytes(buffer[pos + 3 : pos + 7], "big")
-            if stop - pos > prelogin.AMQP_FRAME_MAX or stop > end:
-                break  # the reader refuses it, or it is not all here
-            if buffer[pos] == FRAME_METHOD and buffer[pos + 7 : pos + 11] == _TUNE_OK_IDS:
-                cut = stop - len(held)
-                return data[:cut], data[cut:]
-            pos = stop
-        return data, b""
+        stop = tune_ok_end(held + data if held else data, prelogin.AMQP_FRAME_MAX)
+        if stop is None:
+            return data, b""
+        cut = stop - len(held)
+        return data[:cut], data[cut:]
 
     def _run_frames(self, frames: list[tuple[int, int, Any]], whole: bool = False) -> None:
         i, count = 0, len(frames)

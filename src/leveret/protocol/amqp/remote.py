@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ...amqp.errors import FRAME_ERROR, from_reply
 from ...amqp.frames import FrameError
 from ..output import OUTPUT_LIMIT
 from ..transport import Transport
@@ -88,8 +89,11 @@ class RemoteConnection(Connection):
 
     def frame_error(self, text: str) -> None:
         """The worker found a malformed frame: 501 FRAME_ERROR, then the socket is closed
-        (as :meth:`Connection.data_received`)."""
-        self._connection_error(FrameError(text), 0, 0)
+        (as :meth:`Connection.data_received`). ``text`` is the worker's reply text,
+        already ``FRAME_ERROR - ...``."""
+        error = from_reply(FrameError, FRAME_ERROR, text)
+        assert isinstance(error, FrameError)
+        self._connection_error(error, 0, 0)
         self.close_transport()
 
     def send_delivery(

@@ -18,9 +18,10 @@ import socket
 import sys
 from typing import Any, cast
 
-from ...amqp.frames import PROTOCOL_HEADER, FrameError, FrameReader, encode_delivery
+from ...amqp.frames import PROTOCOL_HEADER, FrameError, FrameReader, encode_delivery, tune_ok_end
 from ...amqp.handoff import parse_publishes
 from ...protocol.output import HIGH_WATER
+from ...protocol.prelogin import AMQP_FRAME_MAX
 from ..event_loop import new_event_loop
 from .link import (
     ABORT,
@@ -49,7 +50,10 @@ class Client(asyncio.Protocol):
         self.worker = worker
         self.id = connection_id
         self.frame_max = worker.frame_max
-        self.reader = FrameReader(worker.frame_max)
+        # until tune-ok a frame is at most 4,096 bytes, as the core's own reader takes
+        # them (protocol/prelogin.py); then the broker's frame_max
+        self.reader = FrameReader(AMQP_FRAME_MAX)
+        self.tuned = False
         self.header: bytes | None = b""  # None once the protocol header is read
         self.paused_by_core = False  # PAUSE from the core (a reply waits for the store…)
         self.stopped = False  # after a bad header or frame: nothing more is read
@@ -83,6 +87,13 @@ class Client(asyncio.Protocol):
             data = header[8:]
             if not data:
                 return
+        rest, stop = b"", None
+        if not self.tuned:  # what follows tune-ok is read with the frame_max
+            held = self.reader._buffer
+            stop = tune_ok_end(held + data if held else data, AMQP_FRAME_MAX)
+            if stop is not None:
+                cut = stop - len(held)
+                data, rest = data[:cut], data[cut:]
         try:
             frames = self.reader.feed(data)
         except FrameError as exc:
@@ -91,6 +102,11 @@ class Client(asyncio.Protocol):
             return
         if frames:
             link.send((FRAMES, self.id, parse_publishes(frames), len(data)))
+        if stop is not None:
+            self.tuned = True
+            self.reader.max_size = self.frame_max
+            if rest:
+                self.data_received(rest)
 
     def _stop(self) -> None:
         self.stopped = True
