@@ -196,13 +196,16 @@ def test_a_websocket_stays_open_past_the_header_timeout(quick):
         conn.disconnect()
 
 
-def _start_limited(tmp_path: Path, nofile: int) -> tuple[subprocess.Popen, dict[str, int]]:
-    """``leveret server`` with RLIMIT_NOFILE ``nofile`` and a 2 s header timeout."""
+def _start_limited(
+    tmp_path: Path, nofile: int, hard: int | None = None
+) -> tuple[subprocess.Popen, dict[str, int]]:
+    """``leveret server`` with RLIMIT_NOFILE ``nofile`` (soft; the hard limit ``hard``,
+    default the same) and a 2 s header timeout."""
     config = tmp_path / "leveret.toml"
     config.write_text("[http]\nheader_timeout = 2.0\n")
 
     def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard or nofile))
 
     args = [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
             "--web-stomp-port", "0", "--prometheus-port", "0", "--http-port", "0",
@@ -257,5 +260,19 @@ def test_at_a_low_descriptor_limit_an_http_flood_leaves_room_for_amqp_and_stomp(
     finally:
         for sock in slow:
             sock.close()
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_the_server_raises_its_open_file_limit_to_the_hard_limit(tmp_path):
+    """As the JVM under ActiveMQ: a shell's soft limit of 256 (or 1,024) would leave each
+    HTTP port a few dozen connections, so ``leveret server`` takes the hard limit."""
+    proc, _ = _start_limited(tmp_path, 256, hard=4096)
+    try:
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+        soft, hard = re.search(r"Max open files\s+(\d+)\s+(\d+)", limits).groups()
+        assert (int(soft), int(hard)) == (4096, 4096)
+        assert "open file limit raised from 256 to 4096" in (tmp_path / "broker.log").read_text()
+    finally:
         proc.terminate()
         proc.wait(10)

@@ -294,6 +294,26 @@ def test_pending_refusals_hold_places_and_http_answers_429_meanwhile(broker):
     assert status == 200
 
 
+def test_one_guessing_address_holds_at_most_half_of_the_http_ports_connections(broker):
+    """Each HTTP refusal waiting for its slot holds a connection of the port: past half
+    the port's cap an address gets 429 at once, unchecked, and another address still
+    logs in at once (before, one address could fill the port and everyone got 503)."""
+    management = broker.broker.management
+    assert management is not None
+    broker.call(setattr, management.guards[0], "cap", 8)
+    configure(broker, address_burst=0, address_interval=1.0, user_burst=10_000, user_interval=0.001,
+              max_unauthenticated=100)
+    throttle = broker.core.login_throttle
+    with ThreadPoolExecutor(4) as pool:
+        waiting = [pool.submit(http_login, management.port, "wrong", "127.0.0.11") for _ in range(4)]
+        assert eventually(lambda: broker.call(throttle.unauthenticated, "127.0.0.11") == 4)
+        status, elapsed, _ = http_login(management.port, "wrong", source="127.0.0.11")
+        assert status == 429 and elapsed < FAST
+        status, elapsed, _ = http_login(management.port, "guest", source="127.0.0.12")
+        assert status == 200 and elapsed < FAST
+        assert sorted(answer.result()[0] for answer in waiting) == [401] * 4
+
+
 def test_the_config_file_sets_the_throttle(tmp_path):
     config = tmp_path / "leveret.toml"
     config.write_text("[login_throttle]\naddress_burst = 1\naddress_interval = 0.3\n")

@@ -160,8 +160,12 @@ async def _serve(settings: Settings) -> None:
     last was fenced, which waits as a standby again."""
     from .. import compiled
     from ..server.broker import Broker
+    from ..server.http_limits import raise_descriptor_limit
 
     compiled.log_status()  # the broker's imports have asked for the compiled twins
+    raised = raise_descriptor_limit()
+    if raised:
+        logging.getLogger("leveret").info("open file limit raised from %d to %d (RLIMIT_NOFILE)", *raised)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

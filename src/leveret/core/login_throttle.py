@@ -181,12 +181,17 @@ class LoginThrottle:
             del self._reported[next(iter(self._reported))]
         return True
 
-    def may_check(self, address: str) -> bool:
+    def may_check(self, address: str, most: int | None = None) -> bool:
         """Whether a login from ``address`` outside a counted connection (an HTTP request)
         may be checked now: its refusals not yet due are fewer than
-        ``max_unauthenticated``."""
+        ``max_unauthenticated``, and fewer than ``most`` when given (an HTTP port passes
+        half its connection cap, so that one guessing address cannot hold all of the
+        port's connections with refusals that wait for their slot)."""
         address = source_of(address)
-        return self._pending(address) < self.settings.max_unauthenticated
+        limit = self.settings.max_unauthenticated
+        if most is not None:
+            limit = min(limit, most)
+        return self._pending(address) < limit
 
     def room_in(self, address: str) -> float:
         """Seconds until ``address``'s next refusal falls due (0.0 if none is pending):

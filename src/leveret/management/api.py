@@ -309,10 +309,12 @@ class ManagementAPI:
         """The user these credentials name, at once; or the 401 to answer, once the login
         throttle allows (see :mod:`leveret.core.login_throttle`); or 429 Too Many
         Requests with ``Retry-After`` (seconds), unchecked, while the address has
-        ``max_unauthenticated`` refusals not yet answered."""
+        ``max_unauthenticated`` refusals not yet answered, or half the port's connection
+        cap (each waiting refusal holds an HTTP connection: one guessing address must not
+        fill the port, issue 27)."""
         peer = request.remote or ""
         throttle = self.core.login_throttle
-        if not throttle.may_check(peer):
+        if not throttle.may_check(peer, max(1, self.guards[0].cap // 2)):
             return web.json_response(
                 {"error": "too_many_requests", "reason": "Too many failed logins from this address"},
                 status=429,

@@ -40,6 +40,28 @@ def descriptor_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY or soft <= 0 else soft
 
 
+#: the most file descriptors :func:`raise_descriptor_limit` asks for
+DESCRIPTOR_CEILING = 1_048_576
+
+
+def raise_descriptor_limit(ceiling: int = DESCRIPTOR_CEILING) -> tuple[int, int] | None:
+    """Raise the ``RLIMIT_NOFILE`` soft limit to the hard limit (at most ``ceiling``), as
+    the JVM does at start (so ActiveMQ gets its hard limit) and as RabbitMQ's docs ask
+    operators to do by hand: the 1,024 that shells give by default would leave each
+    HTTP port 85 connections. Returns ``(old, new)`` soft limits when raised, else None
+    (already there, unlimited, or not allowed). ``leveret server`` calls it; an embedded
+    broker leaves its host process's limits alone."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = ceiling if hard == resource.RLIM_INFINITY else min(hard, ceiling)
+        if soft != resource.RLIM_INFINITY and 0 < soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return soft, target
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 @dataclass
 class HttpLimits:
     """The ``[http]`` table; applies to every HTTP port (management, Prometheus, Web
