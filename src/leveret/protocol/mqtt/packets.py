@@ -48,6 +48,11 @@ class MalformedPacket(ValueError):
         self.reason_code = reason_code
 
 
+#: Control packet types (§2.1.2); :data:`WILL` stands for a CONNECT's will properties.
+CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP = 1, 2, 3, 4, 5, 6, 7
+SUBSCRIBE, SUBACK, UNSUBSCRIBE, UNSUBACK, PINGREQ, PINGRESP, DISCONNECT, AUTH = range(8, 16)
+WILL = 0
+
 # -- properties (MQTT 5.0 §2.2.2.2) ------------------------------------------------------
 
 PropertyValue: TypeAlias = int | str | bytes | tuple[str, str]
@@ -114,6 +119,57 @@ PROPERTY_TYPES: dict[int, int] = {
     SHARED_SUBSCRIPTION_AVAILABLE: BYTE,
 }
 
+_ACKS_AND_MORE = {PUBACK, PUBREC, PUBREL, PUBCOMP, SUBACK, UNSUBACK, DISCONNECT, AUTH}
+_MESSAGE = {PUBLISH, WILL}
+#: The packets each property may appear in (§2.2.2.2, table 2-4).
+PROPERTY_PACKETS: dict[int, frozenset[int]] = {
+    identifier: frozenset(kinds)
+    for identifier, kinds in {
+        PAYLOAD_FORMAT_INDICATOR: _MESSAGE,
+        MESSAGE_EXPIRY_INTERVAL: _MESSAGE,
+        CONTENT_TYPE: _MESSAGE,
+        RESPONSE_TOPIC: _MESSAGE,
+        CORRELATION_DATA: _MESSAGE,
+        SUBSCRIPTION_IDENTIFIER: {PUBLISH, SUBSCRIBE},
+        SESSION_EXPIRY_INTERVAL: {CONNECT, CONNACK, DISCONNECT},
+        ASSIGNED_CLIENT_IDENTIFIER: {CONNACK},
+        SERVER_KEEP_ALIVE: {CONNACK},
+        AUTHENTICATION_METHOD: {CONNECT, CONNACK, AUTH},
+        AUTHENTICATION_DATA: {CONNECT, CONNACK, AUTH},
+        REQUEST_PROBLEM_INFORMATION: {CONNECT},
+        WILL_DELAY_INTERVAL: {WILL},
+        REQUEST_RESPONSE_INFORMATION: {CONNECT},
+        RESPONSE_INFORMATION: {CONNACK},
+        SERVER_REFERENCE: {CONNACK, DISCONNECT},
+        REASON_STRING: {CONNACK} | _ACKS_AND_MORE,
+        RECEIVE_MAXIMUM: {CONNECT, CONNACK},
+        TOPIC_ALIAS_MAXIMUM: {CONNECT, CONNACK},
+        TOPIC_ALIAS: {PUBLISH},
+        MAXIMUM_QOS: {CONNACK},
+        RETAIN_AVAILABLE: {CONNACK},
+        USER_PROPERTY: {CONNECT, CONNACK, PUBLISH, WILL, SUBSCRIBE, UNSUBSCRIBE} | _ACKS_AND_MORE,
+        MAXIMUM_PACKET_SIZE: {CONNECT, CONNACK},
+        WILDCARD_SUBSCRIPTION_AVAILABLE: {CONNACK},
+        SUBSCRIPTION_IDENTIFIER_AVAILABLE: {CONNACK},
+        SHARED_SUBSCRIPTION_AVAILABLE: {CONNACK},
+    }.items()
+}
+#: Properties whose value 0 is a protocol error (§3.1.2.11.3-4, §3.2.2.3.3, §3.3.2.3.4,
+#: §3.3.2.3.8); those that are a 0/1 flag (§3.1.2.11.6-7, §3.2.2.3.4-5, §3.3.2.3.2).
+_NOT_ZERO = frozenset({RECEIVE_MAXIMUM, MAXIMUM_PACKET_SIZE, TOPIC_ALIAS, SUBSCRIPTION_IDENTIFIER})
+_FLAG = frozenset(
+    {
+        PAYLOAD_FORMAT_INDICATOR,
+        REQUEST_PROBLEM_INFORMATION,
+        REQUEST_RESPONSE_INFORMATION,
+        MAXIMUM_QOS,
+        RETAIN_AVAILABLE,
+        WILDCARD_SUBSCRIPTION_AVAILABLE,
+        SUBSCRIPTION_IDENTIFIER_AVAILABLE,
+        SHARED_SUBSCRIPTION_AVAILABLE,
+    }
+)
+
 
 def get_property(properties: Properties, identifier: int) -> PropertyValue | None:
     """The first value of property ``identifier`` in ``properties``, or None."""
@@ -124,9 +180,6 @@ def get_property(properties: Properties, identifier: int) -> PropertyValue | Non
 
 
 # -- packets (§3) ------------------------------------------------------------------------
-
-CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP = 1, 2, 3, 4, 5, 6, 7
-SUBSCRIBE, SUBACK, UNSUBSCRIBE, UNSUBACK, PINGREQ, PINGRESP, DISCONNECT, AUTH = range(8, 16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -520,7 +573,10 @@ class _Cursor:
             raise MalformedPacket("packet identifier 0 (MQTT 5.0 §2.2.1, 3.1.1 §2.3.1)", PROTOCOL_ERROR)
         return value
 
-    def properties(self, repeatable: frozenset[int] = frozenset({USER_PROPERTY})) -> Properties:
+    def properties(self, kind: int) -> Properties:
+        """The properties of a packet of type ``kind`` (or :data:`WILL`), checked
+        against table 2-4: each where it may be, once unless repeatable, in range."""
+        repeatable = (USER_PROPERTY, SUBSCRIPTION_IDENTIFIER) if kind == PUBLISH else (USER_PROPERTY,)
         length = self.varint("the property length")
         end = self.pos + length
         if end > len(self.data):
@@ -529,29 +585,39 @@ class _Cursor:
         seen: set[int] = set()
         while self.pos < end:
             identifier = self.varint("a property identifier")
-            kind = PROPERTY_TYPES.get(identifier)
-            if kind is None:
+            data_type = PROPERTY_TYPES.get(identifier)
+            if data_type is None:
                 raise MalformedPacket(f"unknown property identifier {identifier:#x} (§2.2.2.2)")
+            if kind not in PROPERTY_PACKETS[identifier]:
+                raise MalformedPacket(
+                    f"property {identifier:#x} not allowed in packet type {kind} (§2.2.2.2)"
+                )
             if identifier in seen and identifier not in repeatable:
                 raise MalformedPacket(
                     f"property {identifier:#x} given more than once (§2.2.2.2)", PROTOCOL_ERROR
                 )
             seen.add(identifier)
             value: PropertyValue
-            if kind == BYTE:
+            if data_type == BYTE:
                 value = self.byte()
-            elif kind == TWO_BYTE:
+            elif data_type == TWO_BYTE:
                 value = self.u16()
-            elif kind == FOUR_BYTE:
+            elif data_type == FOUR_BYTE:
                 value = self.u32()
-            elif kind == VARINT:
+            elif data_type == VARINT:
                 value = self.varint()
-            elif kind == UTF8:
+            elif data_type == UTF8:
                 value = self.string()
-            elif kind == BINARY:
+            elif data_type == BINARY:
                 value = self.binary()
             else:
                 value = (self.string("a user property name"), self.string("a user property value"))
+            if value == 0 and identifier in _NOT_ZERO:
+                raise MalformedPacket(f"property {identifier:#x} is 0 (§2.2.2.2)", PROTOCOL_ERROR)
+            if identifier in _FLAG and not 0 <= value <= 1:  # type: ignore[operator]
+                raise MalformedPacket(
+                    f"property {identifier:#x} is neither 0 nor 1 (§2.2.2.2)", PROTOCOL_ERROR
+                )
             out.append((identifier, value))
         if self.pos != end:
             raise MalformedPacket("a property runs past the property length (§2.2.2.1)")
@@ -627,11 +693,11 @@ def _decode_connect(body: _Cursor) -> tuple[Connect, int]:
     if not v5 and flags & 0x40 and not flags & 0x80:
         raise MalformedPacket("a password without a user name (3.1.1 §3.1.2.9)")
     keep_alive = body.u16("the keep alive")
-    properties = body.properties() if v5 else ()
+    properties = body.properties(CONNECT) if v5 else ()
     client_id = body.string("the client identifier")
     will = None
     if will_flag:
-        will_properties = body.properties() if v5 else ()
+        will_properties = body.properties(WILL) if v5 else ()
         topic = _topic_name(body.string("the will topic"), False)
         will = Will(topic, body.binary("the will payload"), will_qos, bool(will_retain), will_properties)
     username = body.string("the user name") if flags & 0x80 else None
@@ -650,15 +716,14 @@ def _decode(kind: int, flags: int, data: bytes, version: int) -> Packet:
         if ack_flags & 0xFE:
             raise MalformedPacket("the connect acknowledge flags' reserved bits are set (§3.2.2.1)")
         code = body.byte("the connect reason code")
-        packet = ConnAck(bool(ack_flags), code, body.properties() if v5 else ())
+        packet = ConnAck(bool(ack_flags), code, body.properties(CONNACK) if v5 else ())
     elif kind == PUBLISH:
         qos = _check_qos(flags >> 1 & 3, "a PUBLISH with")
         if flags & 0x08 and not qos:
             raise MalformedPacket("DUP set on a QoS 0 PUBLISH (§3.3.1.1)")
         topic = _topic_name(body.string("the topic name"), v5)
         packet_id = body.packet_id() if qos else None
-        repeatable = frozenset({USER_PROPERTY, SUBSCRIPTION_IDENTIFIER})
-        properties = body.properties(repeatable) if v5 else ()
+        properties = body.properties(PUBLISH) if v5 else ()
         payload = body.take(body.left(), "the payload")
         packet = Publish(topic, payload, qos, bool(flags & 1), bool(flags & 8), packet_id, properties)
     elif kind in _ACKS:
@@ -666,11 +731,11 @@ def _decode(kind: int, flags: int, data: bytes, version: int) -> Packet:
         code, properties = 0, ()
         if v5 and body.left():
             code = body.byte()
-            properties = body.properties() if body.left() else ()
+            properties = body.properties(kind) if body.left() else ()
         packet = _ACKS[kind](packet_id, code, properties)
     elif kind == SUBSCRIBE:
         packet_id = body.packet_id()
-        properties = body.properties() if v5 else ()
+        properties = body.properties(SUBSCRIBE) if v5 else ()
         subscriptions = []
         while body.left():
             topic_filter = _topic_filter(body.string("a topic filter"))
@@ -691,7 +756,7 @@ def _decode(kind: int, flags: int, data: bytes, version: int) -> Packet:
         packet = Subscribe(packet_id, tuple(subscriptions), properties)
     elif kind in (SUBACK, UNSUBACK):
         packet_id = body.packet_id()
-        properties = body.properties() if v5 else ()
+        properties = body.properties(kind) if v5 else ()
         codes = tuple(body.take(body.left(), "the reason codes"))
         if kind == SUBACK:
             packet = SubAck(packet_id, codes, properties)
@@ -701,7 +766,7 @@ def _decode(kind: int, flags: int, data: bytes, version: int) -> Packet:
                 raise MalformedPacket("an UNSUBACK longer than 2 bytes (3.1.1 §3.11.1)")
     elif kind == UNSUBSCRIBE:
         packet_id = body.packet_id()
-        properties = body.properties() if v5 else ()
+        properties = body.properties(UNSUBSCRIBE) if v5 else ()
         filters = []
         while body.left():
             filters.append(_topic_filter(body.string("a topic filter")))
@@ -714,7 +779,7 @@ def _decode(kind: int, flags: int, data: bytes, version: int) -> Packet:
         code, properties = 0, ()
         if v5 and body.left():
             code = body.byte()
-            properties = body.properties() if body.left() else ()
+            properties = body.properties(kind) if body.left() else ()
         packet = Disconnect(code, properties) if kind == DISCONNECT else Auth(code, properties)
     elif kind == CONNECT:
         raise MalformedPacket("a second CONNECT (§3.1)", PROTOCOL_ERROR)

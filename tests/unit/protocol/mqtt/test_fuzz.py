@@ -65,22 +65,31 @@ def prop_value(identifier: int) -> st.SearchStrategy:
 
 
 @st.composite
-def properties(draw, repeatable=frozenset({p.USER_PROPERTY})):
-    ids = draw(st.lists(st.sampled_from(sorted(p.PROPERTY_TYPES)), max_size=5))
+def properties(draw, kind):
+    """Properties allowed in packet type ``kind`` (table 2-4), in range."""
+    allowed = sorted(i for i, kinds in p.PROPERTY_PACKETS.items() if kind in kinds)
+    ids = draw(st.lists(st.sampled_from(allowed), max_size=5))
+    repeatable = {p.USER_PROPERTY, p.SUBSCRIPTION_IDENTIFIER} if kind == p.PUBLISH else {p.USER_PROPERTY}
     out, seen = [], set()
     for identifier in ids:
         if identifier in seen and identifier not in repeatable:
             continue
         seen.add(identifier)
-        out.append((identifier, draw(prop_value(identifier))))
+        value = draw(prop_value(identifier))
+        if identifier in p._FLAG:
+            value &= 1
+        elif identifier in p._NOT_ZERO:
+            value = value or 1
+        out.append((identifier, value))
     return tuple(out)
 
 
 def packets(v5: bool) -> st.SearchStrategy:
-    props = properties() if v5 else st.just(())
-    pub_props = properties(frozenset({p.USER_PROPERTY, p.SUBSCRIPTION_IDENTIFIER})) if v5 else st.just(())
+    def props(kind):
+        return properties(kind) if v5 else st.just(())
+
     rc = code if v5 else st.just(0)
-    will = st.builds(p.Will, name, blob, st.integers(0, 2), st.booleans(), props)
+    will = st.builds(p.Will, name, blob, st.integers(0, 2), st.booleans(), props(p.WILL))
     user = st.none() | text
     password = st.none() | blob
 
@@ -89,7 +98,13 @@ def packets(v5: bool) -> st.SearchStrategy:
         username = draw(user)
         pw = draw(password) if (v5 or username is not None) else None
         return p.Connect(
-            draw(text), draw(st.booleans()), draw(u16), username, pw, draw(st.none() | will), draw(props)
+            draw(text),
+            draw(st.booleans()),
+            draw(u16),
+            username,
+            pw,
+            draw(st.none() | will),
+            draw(props(p.CONNECT)),
         )
 
     @st.composite
@@ -102,7 +117,7 @@ def packets(v5: bool) -> st.SearchStrategy:
             draw(st.booleans()),
             draw(st.booleans()) if qos else False,
             draw(pid) if qos else None,
-            draw(pub_props),
+            draw(props(p.PUBLISH)),
         )
 
     subscription = st.builds(
@@ -113,21 +128,27 @@ def packets(v5: bool) -> st.SearchStrategy:
         st.booleans() if v5 else st.just(False),
         st.integers(0, 2) if v5 else st.just(0),
     )
-    acks = [st.builds(ack, pid, rc, props) for ack in (p.PubAck, p.PubRec, p.PubRel, p.PubComp)]
+    acks = [st.builds(ack, pid, rc, props(p.PUBACK)) for ack in (p.PubAck, p.PubRec, p.PubRel, p.PubComp)]
     others = [
-        st.builds(p.ConnAck, st.booleans(), code, props),
+        st.builds(p.ConnAck, st.booleans(), code, props(p.CONNACK)),
         publish(),
         *acks,
-        st.builds(p.Subscribe, pid, st.lists(subscription, min_size=1, max_size=4).map(tuple), props),
-        st.builds(p.SubAck, pid, st.lists(code, max_size=4).map(tuple), props),
-        st.builds(p.Unsubscribe, pid, st.lists(filt, min_size=1, max_size=4).map(tuple), props),
-        st.builds(p.UnsubAck, pid, st.lists(code, max_size=4).map(tuple) if v5 else st.just(()), props),
+        st.builds(
+            p.Subscribe, pid, st.lists(subscription, min_size=1, max_size=4).map(tuple), props(p.SUBSCRIBE)
+        ),
+        st.builds(p.SubAck, pid, st.lists(code, max_size=4).map(tuple), props(p.SUBACK)),
+        st.builds(
+            p.Unsubscribe, pid, st.lists(filt, min_size=1, max_size=4).map(tuple), props(p.UNSUBSCRIBE)
+        ),
+        st.builds(
+            p.UnsubAck, pid, st.lists(code, max_size=4).map(tuple) if v5 else st.just(()), props(p.UNSUBACK)
+        ),
         st.just(p.PingReq()),
         st.just(p.PingResp()),
-        st.builds(p.Disconnect, rc, props),
+        st.builds(p.Disconnect, rc, props(p.DISCONNECT)),
     ]
     if v5:
-        others.append(st.builds(p.Auth, code, props))
+        others.append(st.builds(p.Auth, code, props(p.AUTH)))
     return st.one_of(connect(), *others)
 
 

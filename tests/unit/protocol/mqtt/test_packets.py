@@ -220,7 +220,12 @@ MALFORMED = [
     (5, "e003040102", M, "2.2.2.2"),  # a four byte property with no data
     (5, "e00304017f", M, "2.2.2.2"),  # unknown property 0x7f
     (5, "e00c040a11000000011100000002", PE, "2.2.2.2"),  # session expiry twice
-    (5, "b004000105 01", M, "3.11"),  # UNSUBACK: properties run past
+    (5, "b004000105 01", M, "3.11"),
+    (5, "e00500 03 230001", M, "2.2.2.2"),  # topic alias in a DISCONNECT
+    (5, "3007000174 03 230000", PE, "2.2.2.2"),  # topic alias 0
+    (5, "3006000174 02 0102", PE, "2.2.2.2"),  # payload format indicator 2
+    (5, "3008000174 04 0b00 0b00", PE, "2.2.2.2"),  # subscription identifier 0
+  # UNSUBACK: properties run past
     (4, "b003000100", M, "3.11.1"),  # 3.1.1 UNSUBACK with a reason code
     (4, "f000", M, "2.1.2"),  # AUTH in 3.1.1
     (5, "0000", M, "2.1.2"),  # type 0
