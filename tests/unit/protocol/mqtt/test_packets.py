@@ -121,8 +121,8 @@ def test_several_packets_in_one_read_and_one_cut_anywhere():
 
 # -- known bytes ---------------------------------------------------------------------------
 
-# What paho-mqtt 1.x/2.x sends for Client("test").connect(keepalive=60), MQTT 3.1.1, built
-# per §3.1 (paho-mqtt is not installed here).
+# What paho-mqtt sends for Client("test").connect(keepalive=60), MQTT 3.1.1, written out
+# per §3.1 (test_what_paho_mqtt_sends_decodes checks paho's own bytes where it is installed).
 PAHO_CONNECT = bytes.fromhex("101000044d5154540402003c000474657374")
 
 
@@ -225,7 +225,7 @@ MALFORMED = [
     (5, "3007000174 03 230000", PE, "2.2.2.2"),  # topic alias 0
     (5, "3006000174 02 0102", PE, "2.2.2.2"),  # payload format indicator 2
     (5, "3008000174 04 0b00 0b00", PE, "2.2.2.2"),  # subscription identifier 0
-  # UNSUBACK: properties run past
+    # UNSUBACK: properties run past
     (4, "b003000100", M, "3.11.1"),  # 3.1.1 UNSUBACK with a reason code
     (4, "f000", M, "2.1.2"),  # AUTH in 3.1.1
     (5, "0000", M, "2.1.2"),  # type 0
@@ -284,3 +284,44 @@ def test_encode_refuses_what_the_wire_cannot_carry():
         encode(p.Publish("\ud800"), 5)
     with pytest.raises(ValueError):
         encode(p.Connect(), 3)
+
+
+# -- what paho-mqtt sends (when installed) -------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_what_paho_mqtt_sends_decodes(version):
+    """paho-mqtt 2.x's own encoder (its Client with the socket left out) writes CONNECT,
+    PUBLISH and SUBSCRIBE; they decode to what was asked, and re-encode to the same bytes."""
+    mqtt = pytest.importorskip("paho.mqtt.client")
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+    from paho.mqtt.subscribeoptions import SubscribeOptions
+
+    sent: list[bytes] = []
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="test", protocol=version)
+    client._packet_queue = lambda command, packet, mid, qos, info=None: sent.append(bytes(packet))
+    client._sock = object()  # "connected", for _send_publish; never written to
+    client.username_pw_set("guest", "guest")
+    client.will_set("last/will", b"gone", 1, True)
+    client._send_connect(60)
+    props = None
+    if version == 5:
+        props = Properties(PacketTypes.PUBLISH)
+        props.UserProperty = ("k", "v")
+        props.MessageExpiryInterval = 60
+    client._send_publish(7, b"a/b", b"hi", 1, False, False, None, props)
+    options = SubscribeOptions(qos=2, noLocal=True) if version == 5 else 2
+    client._send_subscribe(False, [(b"a/+", options)])
+    reader = PacketReader()
+    got = [packet for data in sent for packet in reader.feed(data)]
+    user = ((p.USER_PROPERTY, ("k", "v")),)
+    assert got == [
+        p.Connect("test", True, 60, "guest", b"guest", p.Will("last/will", b"gone", 1, True)),
+        p.Publish(
+            "a/b", b"hi", 1, False, False, 7, ((p.MESSAGE_EXPIRY_INTERVAL, 60), *user) if props else ()
+        ),
+        p.Subscribe(1, (p.Subscription("a/+", 2, version == 5),)),
+    ]
+    assert [encode(packet, version) for packet in got] == sent
+    client._sock = None
