@@ -13,7 +13,9 @@ Lengths and sizes are in bytes; intervals are as the spec gives them (seconds).
 
 Any input that breaks the spec raises :class:`MalformedPacket` with the MQTT 5.0 reason
 code the server would send (0x81 malformed packet, 0x82 protocol error, 0x95 packet too
-large) and the spec section in its message.
+large) and the spec section in its message. Sections (§) are MQTT 5.0's unless marked
+3.1.1; the checks made are those that need no state beyond the protocol level (a topic
+alias's range, receive maximum and session rules belong to the adapter).
 """
 
 from __future__ import annotations
@@ -445,7 +447,6 @@ def encode(packet: Packet, version: int = MQTT_5) -> bytes:
     kind = _TYPES[type(packet)]
     flags = _FLAGS.get(kind, 0)
     body = bytearray()
-    props = v5
     if isinstance(packet, Connect):
         will = packet.will
         connect_flags = (packet.clean_start << 1) | (packet.username is not None) << 7
@@ -464,62 +465,46 @@ def encode(packet: Packet, version: int = MQTT_5) -> bytes:
             body += _string(packet.username)
         if packet.password is not None:
             body += _binary(packet.password)
-        props = False
     elif isinstance(packet, ConnAck):
         body += bytes([int(packet.session_present), packet.reason_code])
+        if v5:
+            body += _properties(packet.properties)
     elif isinstance(packet, Publish):
         flags = packet.dup << 3 | packet.qos << 1 | int(packet.retain)
         body += _string(packet.topic)
         if packet.qos:
-            assert packet.packet_id is not None
+            if packet.packet_id is None:
+                raise ValueError("a QoS 1 or 2 PUBLISH needs a packet identifier (§2.2.1)")
             body += struct.pack("!H", packet.packet_id)
         if v5:
             body += _properties(packet.properties)
         body += packet.payload
-        props = False
-    elif isinstance(packet, PubAck | PubRec | PubRel | PubComp):
-        body += struct.pack("!H", packet.packet_id)
-        if v5 and (packet.reason_code or packet.properties):
-            body.append(packet.reason_code)
-            props = bool(packet.properties)
-        else:
-            props = False
-    elif isinstance(packet, Subscribe):
+    elif isinstance(packet, Subscribe | Unsubscribe | SubAck | UnsubAck):
         body += struct.pack("!H", packet.packet_id)
         if v5:
             body += _properties(packet.properties)
-        for sub in packet.subscriptions:
-            options = sub.qos
-            if v5:
-                options |= sub.no_local << 2 | sub.retain_as_published << 3 | sub.retain_handling << 4
-            body += _string(sub.topic_filter) + bytes([options])
-        props = False
-    elif isinstance(packet, SubAck | UnsubAck):
-        body += struct.pack("!H", packet.packet_id)
-        if v5:
-            body += _properties(packet.properties)
-        if v5 or isinstance(packet, SubAck):
+        if isinstance(packet, Subscribe):
+            for sub in packet.subscriptions:
+                options = sub.qos
+                if v5:
+                    options |= sub.no_local << 2 | sub.retain_as_published << 3 | sub.retain_handling << 4
+                body += _string(sub.topic_filter) + bytes([options])
+        elif isinstance(packet, Unsubscribe):
+            for topic_filter in packet.topic_filters:
+                body += _string(topic_filter)
+        elif v5 or isinstance(packet, SubAck):
             body += bytes(packet.reason_codes)
-        props = False
-    elif isinstance(packet, Unsubscribe):
-        body += struct.pack("!H", packet.packet_id)
-        if v5:
-            body += _properties(packet.properties)
-        for topic_filter in packet.topic_filters:
-            body += _string(topic_filter)
-        props = False
     elif isinstance(packet, PingReq | PingResp):
-        props = False
-    elif isinstance(packet, Disconnect | Auth):
+        pass
+    else:  # PUBACK, PUBREC, PUBREL, PUBCOMP, DISCONNECT, AUTH: short forms (§3.4.2.1, §3.14.2.1)
         if isinstance(packet, Auth) and not v5:
             raise ValueError("there is no AUTH packet in MQTT 3.1.1")
+        if not isinstance(packet, Disconnect | Auth):
+            body += struct.pack("!H", packet.packet_id)
         if v5 and (packet.reason_code or packet.properties):
             body.append(packet.reason_code)
-            props = bool(packet.properties)
-        else:
-            props = False
-    if props:
-        body += _properties(packet.properties)  # type: ignore[union-attr]
+            if packet.properties:
+                body += _properties(packet.properties)
     return bytes([kind << 4 | flags]) + _varint(len(body)) + bytes(body)
 
 
