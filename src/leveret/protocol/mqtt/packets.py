@@ -606,6 +606,8 @@ class _Cursor:
             out.append((identifier, value))
         if self.pos != end:
             raise MalformedPacket("a property runs past the property length (§2.2.2.1)")
+        if AUTHENTICATION_DATA in seen and AUTHENTICATION_METHOD not in seen:
+            raise MalformedPacket("authentication data without a method (§3.1.2.11.10)", PROTOCOL_ERROR)
         return tuple(out)
 
     def end(self, what: str) -> None:
@@ -743,6 +745,10 @@ def _decode(kind: int, flags: int, data: bytes, version: int) -> Packet:
         packet_id = body.packet_id()
         properties = body.properties(kind) if v5 else ()
         codes = tuple(body.take(body.left(), "the reason codes"))
+        if not codes and (v5 or kind == SUBACK):
+            raise MalformedPacket("an acknowledgement with no reason code (§3.9.3, §3.11.3)", PROTOCOL_ERROR)
+        if not v5 and kind == SUBACK and not set(codes) <= {0, 1, 2, 0x80}:
+            raise MalformedPacket("a SUBACK return code other than 0, 1, 2 or 0x80 (3.1.1 §3.9.3)")
         if kind == SUBACK:
             packet = SubAck(packet_id, codes, properties)
         else:

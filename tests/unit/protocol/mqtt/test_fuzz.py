@@ -81,6 +81,8 @@ def properties(draw, kind):
         elif identifier in p._NOT_ZERO:
             value = value or 1
         out.append((identifier, value))
+    if p.AUTHENTICATION_DATA in seen and p.AUTHENTICATION_METHOD not in seen:
+        out.append((p.AUTHENTICATION_METHOD, "PLAIN"))
     return tuple(out)
 
 
@@ -136,12 +138,20 @@ def packets(v5: bool) -> st.SearchStrategy:
         st.builds(
             p.Subscribe, pid, st.lists(subscription, min_size=1, max_size=4).map(tuple), props(p.SUBSCRIBE)
         ),
-        st.builds(p.SubAck, pid, st.lists(code, max_size=4).map(tuple), props(p.SUBACK)),
+        st.builds(
+            p.SubAck,
+            pid,
+            st.lists(code if v5 else st.sampled_from((0, 1, 2, 0x80)), min_size=1, max_size=4).map(tuple),
+            props(p.SUBACK),
+        ),
         st.builds(
             p.Unsubscribe, pid, st.lists(filt, min_size=1, max_size=4).map(tuple), props(p.UNSUBSCRIBE)
         ),
         st.builds(
-            p.UnsubAck, pid, st.lists(code, max_size=4).map(tuple) if v5 else st.just(()), props(p.UNSUBACK)
+            p.UnsubAck,
+            pid,
+            st.lists(code, min_size=1, max_size=4).map(tuple) if v5 else st.just(()),
+            props(p.UNSUBACK),
         ),
         st.just(p.PingReq()),
         st.just(p.PingResp()),

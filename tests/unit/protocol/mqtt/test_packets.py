@@ -221,6 +221,10 @@ MALFORMED = [
     (5, "e00304017f", M, "2.2.2.2"),  # unknown property 0x7f
     (5, "e00c040a11000000011100000002", PE, "2.2.2.2"),  # session expiry twice
     (5, "b004000105 01", M, "3.11"),
+    (5, "b003 0001 00", PE, "3.11.3"),  # UNSUBACK, no reason code
+    (4, "900200 01", PE, "3.9.3"),  # SUBACK, no return code
+    (4, "90030001 03", M, "3.9.3"),  # 3.1.1 SUBACK return code 3
+    (5, "f005 00 03 160000", PE, "3.15.2.2"),  # AUTH: authentication data without a method
     (5, "e00500 03 230001", M, "2.2.2.2"),  # topic alias in a DISCONNECT
     (5, "3007000174 03 230000", PE, "2.2.2.2"),  # topic alias 0
     (5, "3006000174 02 0102", PE, "2.2.2.2"),  # payload format indicator 2
