@@ -18,6 +18,9 @@ refused while decoding; STOMP: an ERROR frame) and closes the socket.
   its CONNECT frame is complete. A CONNECT is a command, a few headers (a long OAuth
   token fits) and usually no body. ActiveMQ and RabbitMQ's STOMP apply their normal
   frame limits before login (ActiveMQ: 100 MiB).
+- MQTT (the codec so far, :class:`leveret.protocol.mqtt.packets.PacketReader`): a packet
+  before CONNECT is read, the CONNECT itself included, is at most :data:`MAX_BYTES`,
+  refused from its fixed header (reason code 0x95) before its body is held.
 - :data:`HANDSHAKE_TIMEOUT`: 10 s to log in over AMQP (RabbitMQ's ``handshake_timeout``);
   :data:`STOMP_CONNECT_TIMEOUT`: 30 s to send CONNECT (ActiveMQ's default).
 - Field tables nest at most :data:`leveret.amqp.field_table.MAX_NESTING` (64) levels,
