@@ -297,6 +297,8 @@ class Leveret(Broker):
                "--web-stomp-port", "0", "--data-dir", self.data_dir()]
         if self._cli_has("--prometheus-port"):  # a free port, not 15692 (runs may overlap)
             cmd += ["--prometheus-port", "0"]
+        if self._cli_has("--web-mqtt-port"):  # likewise, not 15675
+            cmd += ["--web-mqtt-port", "0"]
         cmd += self.extra_args
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if self.src:
