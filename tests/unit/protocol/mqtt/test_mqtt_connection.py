@@ -175,7 +175,8 @@ def test_topic_aliases_from_the_client(core, loop):
 def test_no_local_and_subscription_identifiers(core, loop):
     client = Client(core, loop)
     client.connect("self")
-    client.send(p.Subscribe(1, (p.Subscription("echo", 1, no_local=True),), ((p.SUBSCRIPTION_IDENTIFIER, 9),)))
+    mine = p.Subscription("echo", 1, no_local=True)
+    client.send(p.Subscribe(1, (mine,), ((p.SUBSCRIPTION_IDENTIFIER, 9),)))
     client.send(p.Subscribe(2, (p.Subscription("echo/#", 0),), ((p.SUBSCRIPTION_IDENTIFIER, 4),)))
     client.received()
     client.send(p.Publish("echo", b"mine"))
