@@ -125,6 +125,8 @@ class MqttConnection(AdapterConnection):
         self._clean_close = False  # DISCONNECT 0x00: the will is not sent
         self._aliases_in: dict[int, str] = {}
         self._match_cache: dict[str, list[SubscriptionOptions]] = {}
+        #: routing key -> (MQTT topic, its encoded field), for deliveries
+        self._topics: dict[str, tuple[str, bytes]] = {}
         # what the client allows us (MQTT 5 CONNECT properties)
         self.send_window = self.settings.prefetch
         self.client_max_packet = p.MAX_VARINT + 5
@@ -671,9 +673,11 @@ class MqttConnection(AdapterConnection):
 
     # -- PUBLISH (broker to client) ----------------------------------------------------
     def can_deliver(self) -> bool:
-        """Room in the client's Receive Maximum for one more QoS 1/2 PUBLISH, and a
-        writable socket."""
-        return self.writable and len(self.inflight) < self.send_window and self.state == "connected"
+        """Room in the client's Receive Maximum for one more QoS 1/2 PUBLISH (a QoS 2
+        one counts until its PUBCOMP, MQTT 5.0 §4.9), and a writable socket."""
+        record = self.record
+        in_flight = len(self.inflight) + (len(record.awaiting_comp) if record is not None else 0)
+        return self.writable and in_flight < self.send_window and self.state == "connected"
 
     def _matching(self, consumer: MqttConsumer, topic: str) -> list[SubscriptionOptions]:
         """The subscriptions a message on ``topic`` reached ``consumer`` for."""
@@ -699,7 +703,14 @@ class MqttConnection(AdapterConnection):
         client's Maximum Packet Size or the ``$`` rule says it must not go."""
         queue = consumer.queue
         message = entry.message
-        topic = to_topic(message.routing_key)
+        topics = self._topics
+        known = topics.get(message.routing_key)
+        if known is None:
+            if len(topics) > 4096:
+                topics.clear()
+            name = to_topic(message.routing_key)
+            known = topics[message.routing_key] = (name, p.topic_field(name))
+        topic, field = known
         subscriptions = self._matching(consumer, topic)
         if any(o.no_local for o in subscriptions) and publisher_id(message) == self.client_id:
             subscriptions = [o for o in subscriptions if not o.no_local]
@@ -714,21 +725,17 @@ class MqttConnection(AdapterConnection):
             if expiry <= 0:
                 queue.ack(entry)
                 return
-        properties: tuple = ()
+        block = None
         if self.v5:
-            identifiers = tuple(
+            properties = publish_properties(message, expiry) + tuple(
                 (p.SUBSCRIPTION_IDENTIFIER, o.identifier) for o in subscriptions if o.identifier
             )
-            properties = publish_properties(message, expiry) + identifiers
+            block = p.encode_properties(properties) if properties else b"\0"
         counters = queue.counters
-        packet_id = None
-        if qos:
-            packet_id = self._packet_id()
-        data = p.encode(
-            p.Publish(topic, message.body, qos, retain, entry.redelivered and qos > 0, packet_id, properties),
-            self.version,
-        )
-        if len(data) > self.client_max_packet:  # MQTT 5.0 §3.1.2.11.4: discarded as if sent
+        packet_id = self._packet_id() if qos else None
+        body = message.body
+        head = p.publish_head(field, qos, retain, entry.redelivered and qos > 0, packet_id, block, len(body))
+        if len(head) + len(body) > self.client_max_packet:  # MQTT 5.0 §3.1.2.11.4: as if sent
             queue.ack(entry)
             return
         if qos:
@@ -741,7 +748,7 @@ class MqttConnection(AdapterConnection):
         if entry.redelivered:
             counters.redelivered += 1
         self.core.metrics.mqtt_sent[qos] += 1
-        self.send_parts([data], len(message.body))
+        self.send_parts([head, body], len(body))
 
     def _packet_id(self) -> int:
         """The next packet identifier free for an outbound PUBLISH (§2.2.1)."""
