@@ -761,6 +761,7 @@ def _decode(kind: int, flags: int, data: bytes, version: int) -> Packet:
     v5 = version == MQTT_5
     body = _Cursor(data)
     packet: Packet
+    properties: Properties
     if kind == CONNACK:
         ack_flags = body.byte("the connect acknowledge flags")
         if ack_flags & 0xFE:
