@@ -351,7 +351,9 @@ class MqttState:
         """The retained messages of ``vhost`` that ``topic_filter`` matches (a filter
         without its ``$share/<group>/`` prefix; MQTT 5.0 §4.7, ``+``/``#`` do not match
         a first level starting with ``$``), in no particular order. Those past their
-        expiry at ``now`` (epoch seconds) are left out and deleted."""
+        expiry at ``now`` (epoch seconds) are left out and deleted. A shared
+        subscription gets no retained messages (MQTT 5.0 §4.8.2) and retain handling
+        (§3.8.3.1) is the adapter's: it does not call this then."""
         index = self._retained.get(vhost)
         if index is None:
             return []
