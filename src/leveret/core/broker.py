@@ -92,6 +92,10 @@ class BrokerCore:
     #: JMS client ids of open connections (STOMP's ``client-id``): unique in the broker,
     #: as ActiveMQ refuses a second connection with one in use.
     client_ids: dict[str, object] = field(default_factory=dict)
+    #: Settings and broker-wide state of protocol adapters, by protocol (``mqtt``: its
+    #: settings, :mod:`leveret.protocol.mqtt.settings`; ``mqtt_state``:
+    #: :class:`leveret.protocol.mqtt.state.MqttState`); core never reads them.
+    adapter_settings: dict[str, Any] = field(default_factory=dict)
     #: Stored definitions of kinds core does not know (:data:`CORE_KINDS`): a protocol
     #: adapter's durable state (MQTT's ``mqtt_retained``, ``mqtt_session`` …), as
     #: :meth:`attach_store` read them, kind -> ``[(vhost, name, data)]``. Core does not
@@ -99,9 +103,6 @@ class BrokerCore:
     #: (:meth:`leveret.protocol.mqtt.state.MqttState.of`); rows of a deleted vhost that
     #: no adapter took are deleted with it.
     adapter_definitions: dict[str, list[tuple[str, str, dict]]] = field(default_factory=dict)
-    #: One object per protocol adapter that keeps broker-wide state, by adapter name
-    #: (``mqtt``: :class:`leveret.protocol.mqtt.state.MqttState`).
-    adapter_state: dict[str, Any] = field(default_factory=dict)
 
     #: The definition kinds core reads back itself in :meth:`attach_store`; the other
     #: kinds a store holds go to :attr:`adapter_definitions`.

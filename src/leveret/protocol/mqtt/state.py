@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 #: ``expiry_interval`` of a session that never expires (MQTT 5.0 §3.1.2.11.2).
 NEVER_EXPIRES = 0xFFFFFFFF
+NEVER = NEVER_EXPIRES
 
 RETAINED_KIND = "mqtt_retained"
 SESSION_KIND = "mqtt_session"
@@ -236,9 +237,9 @@ class MqttState:
         start-up (``core.adapter_definitions``). Make it once the store is attached
         (the MQTT listener opens after recovery): the session expiry of sessions that
         were connected when the broker stopped counts from then."""
-        state = core.adapter_state.get("mqtt")
+        state = core.adapter_settings.get("mqtt_state")
         if state is None:
-            state = core.adapter_state["mqtt"] = cls(core)
+            state = core.adapter_settings["mqtt_state"] = cls(core)
         return state
 
     @property
@@ -399,6 +400,10 @@ class MqttState:
     def sessions(self, vhost: str | None = None) -> list[SessionRecord]:
         """Every persistent session (of ``vhost``, if given), for management."""
         return [r for (v, _), r in self._sessions.items() if vhost is None or v == vhost]
+
+    def all_sessions(self) -> list[SessionRecord]:
+        """Every persistent session of every vhost (:meth:`sessions` without a vhost)."""
+        return list(self._sessions.values())
 
     def save_session(self, record: SessionRecord) -> None:
         """Create or replace a session's record; only what changed since the last save
