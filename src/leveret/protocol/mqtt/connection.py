@@ -186,6 +186,8 @@ class MqttConnection(AdapterConnection):
                 self._handle(packet)
             except MqttError as exc:
                 self._violation(exc.text, exc.reason_code)
+            except BrokerError as exc:  # core refused what a handler asked (an unbind, say)
+                self._violation(exc.text, rc.UNSPECIFIED)
             if self.state != "connected":
                 return
 
@@ -456,13 +458,14 @@ class MqttConnection(AdapterConnection):
                 "more QoS 1 and 2 PUBLISHes than the Receive Maximum", rc.RECEIVE_MAXIMUM_EXCEEDED
             )
         if topic.startswith("$"):  # $SYS and the like are the broker's (§4.7.2)
-            self._refuse_publish(qos, packet_id, f"publishing to {topic!r} is not allowed")
+            self._refuse_publish(qos, packet_id, f"publishing to {topic!r} is not allowed", rc.NOT_AUTHORIZED)
             return
         routing_key = to_routing_key(topic)
         try:
             exchange = self.publisher.exchange(self.settings.exchange, routing_key)
-        except AccessRefused as exc:
-            self._refuse_publish(qos, packet_id, exc.text)
+        except BrokerError as exc:  # no write permission, no such exchange
+            code = rc.NOT_AUTHORIZED if isinstance(exc, AccessRefused) else rc.UNSPECIFIED
+            self._refuse_publish(qos, packet_id, exc.text, code)
             return
         core = self.core
         if core.alarm_active:
@@ -475,23 +478,23 @@ class MqttConnection(AdapterConnection):
         message = Message(self.settings.exchange, routing_key, packet.payload, MQTT, encoded, qos > 0, ttl)
         if packet.retain:
             self._retain(topic, packet, encoded, expiry)
-        self.publisher.publish(exchange, message)
-        if qos:
+        if qos:  # before publishing: a confirm may come at once, from inside publish()
             assert packet_id is not None
-            self._confirms.append((self.publisher.seq, qos, packet_id))
+            self._confirms.append((self.publisher.seq + 1, qos, packet_id))
+        self.publisher.publish(exchange, message)
         core.metrics.mqtt_received[qos] += 1
 
-    def _refuse_publish(self, qos: int, packet_id: int | None, text: str) -> None:
-        """A publish the user may not make: 5.0 answers 0x87 in its PUBACK/PUBREC
-        (QoS 0: dropped); 3.1.1 has no way to say it, so the connection closes (as
-        RabbitMQ's MQTT plugin does)."""
+    def _refuse_publish(self, qos: int, packet_id: int | None, text: str, code: int) -> None:
+        """A publish that cannot be made: 5.0 answers ``code`` (0x87 Not authorized,
+        0x80 Unspecified error) in its PUBACK/PUBREC (QoS 0: dropped); 3.1.1 has no way
+        to say it, so the connection closes (as RabbitMQ's MQTT plugin does)."""
         log.info("MQTT %s: publish refused: %s", self.client_id, text)
         if not self.v5:
             self.close_transport()
         elif qos == 1 and packet_id is not None:
-            self.send_packet(p.PubAck(packet_id, rc.NOT_AUTHORIZED))
+            self.send_packet(p.PubAck(packet_id, code))
         elif qos == 2 and packet_id is not None:
-            self.send_packet(p.PubRec(packet_id, rc.NOT_AUTHORIZED))
+            self.send_packet(p.PubRec(packet_id, code))
 
     def _retain(self, topic: str, packet: p.Publish, encoded: bytes, expiry: Any) -> None:
         """Keep (or, with an empty payload, clear) the topic's retained message."""
