@@ -121,6 +121,10 @@ class MqttConnection(AdapterConnection):
         #: inbound QoS 1/2 publishes waiting for the publisher's confirm:
         #: (publish seq, QoS, packet id)
         self._confirms: deque[tuple[int, int, int]] = deque()
+        self._confirmed_upto = 0  # the publisher's confirms so far
+        #: seqs of retained QoS 1/2 publishes whose acknowledgement waits for the
+        #: retained message to be on disk (the message itself may have reached no queue)
+        self._retaining: set[int] = set()
         self.will: p.Will | None = None
         self._clean_close = False  # DISCONNECT 0x00: the will is not sent
         self._aliases_in: dict[int, str] = {}
@@ -478,11 +482,15 @@ class MqttConnection(AdapterConnection):
         ttl = int(expiry) * 1000 if isinstance(expiry, int) else None
         encoded = encode_publish(qos, packet.retain, self.client_id, properties)
         message = Message(self.settings.exchange, routing_key, packet.payload, MQTT, encoded, qos > 0, ttl)
-        if packet.retain:
-            self._retain(topic, packet, encoded, expiry)
+        seq = self.publisher.seq + 1
         if qos:  # before publishing: a confirm may come at once, from inside publish()
             assert packet_id is not None
-            self._confirms.append((self.publisher.seq + 1, qos, packet_id))
+            self._confirms.append((seq, qos, packet_id))
+        if packet.retain:
+            self._retain(topic, packet, encoded, expiry)
+            if qos:
+                self._retaining.add(seq)
+                MqttState.of(core).when_durable(lambda ok: self._retained_durable(seq, ok))
         self.publisher.publish(exchange, message)
         core.metrics.mqtt_received[qos] += 1
 
@@ -516,13 +524,25 @@ class MqttConnection(AdapterConnection):
         if confirms is not None:
             self._confirmed(confirms[0])
 
+    def _retained_durable(self, seq: int, ok: bool) -> None:
+        """The retained message of publish ``seq`` is on disk (or failed to be)."""
+        self._retaining.discard(seq)
+        if self.state != "connected":
+            return
+        if not ok:  # the store failed: unacknowledged, the client publishes it again
+            self._disconnect_client(rc.UNSPECIFIED, "the retained message could not be stored")
+            return
+        self._confirmed(self._confirmed_upto)
+
     def _confirmed(self, upto: int) -> None:
-        """Publishes up to ``upto`` are safe: PUBACK (QoS 1) or PUBREC (QoS 2), in order."""
+        """Publishes up to ``upto`` are safe: PUBACK (QoS 1) or PUBREC (QoS 2), in
+        order; a retained one also waits for its retained message to be on disk."""
+        self._confirmed_upto = upto = max(upto, self._confirmed_upto)
         pending = self._confirms
         record = self.record
         assert record is not None
         saved = False
-        while pending and pending[0][0] <= upto:
+        while pending and pending[0][0] <= upto and pending[0][0] not in self._retaining:
             _, qos, packet_id = pending.popleft()
             if qos == 1:
                 self.send_packet(p.PubAck(packet_id))
