@@ -393,7 +393,7 @@ class MqttConnection(AdapterConnection):
         record.disconnected_at = None
         self.record = record
         self.subscriptions = dict(record.subscriptions)
-        if expiry:
+        if expiry or present:  # (a resumed one now ending with its connection: said so)
             state.save_session(record)
         return present
 
