@@ -426,7 +426,9 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
         raise ConfigError(f"{path}: server.ssl_cert_login_from must be one of {', '.join(LOGIN_FROM)}")
     tls_ports = (settings.amqps_port, settings.https_port, settings.mqtts_port)
     if any(port is not None for port in tls_ports) and settings.ssl_options is None:
-        raise ConfigError(f"{path}: amqps_port, https_port and mqtts_port need [ssl_options] (certfile, keyfile)")
+        raise ConfigError(
+            f"{path}: amqps_port, https_port and mqtts_port need [ssl_options] (certfile, keyfile)"
+        )
     if settings.read_coalesce_ms < 0:
         raise ConfigError(f"{path}: server.read_coalesce_ms must be 0 or more")
     if settings.workers < 0:

@@ -90,8 +90,9 @@ class Paho:
         self.messages: list[mqtt.MQTTMessage] = []
         self.connected = threading.Event()
         self.reason: object = None
-        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id or f"t-{time.monotonic_ns()}",
-                                  protocol=version, transport=transport)
+        client_id = client_id or f"t-{time.monotonic_ns()}"
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=version,
+                                  transport=transport)
         if transport == "websockets":
             self.client.ws_set_options(path="/ws")
         if tls is not None:
@@ -159,7 +160,8 @@ def test_paho_over_websocket_publishes_and_receives_qos_0_and_1(broker, version)
         round_trip(client, f"ws/{version}")
     finally:
         client.close()
-    assert ("http/web-mqtt", "127.0.0.1", ws_port(broker.web_mqtt_url)) in broker.broker.node_info()["listeners"]
+    listener = ("http/web-mqtt", "127.0.0.1", ws_port(broker.web_mqtt_url))
+    assert listener in broker.broker.node_info()["listeners"]
 
 
 def test_packets_split_over_messages_and_packed_into_one(broker):
@@ -439,4 +441,5 @@ def test_mqtt_js_in_node_over_websocket_v311_and_v5(broker):
         bodies = []
         while (got := channel.basic_get(queue, auto_ack=True))[0] is not None:
             bodies.append(got[2])
-        assert sorted(bodies) == sorted([b"qos 0 from mqtt.js", b"qos 1 from mqtt.js", b"\x00\x01\x02\xff"] * 2)
+        sent = [b"qos 0 from mqtt.js", b"qos 1 from mqtt.js", b"\x00\x01\x02\xff"] * 2
+        assert sorted(bodies) == sorted(sent)

@@ -226,7 +226,12 @@ class Broker:
                 await self.web_stomp.start()
             if settings.web_mqtt_port is not None:
                 self.web_mqtt = WebSocketServer(
-                    self.core, web_mqtt(self.core), settings.bind, settings.web_mqtt_port, settings.http, http_cap
+                    self.core,
+                    web_mqtt(self.core),
+                    settings.bind,
+                    settings.web_mqtt_port,
+                    settings.http,
+                    http_cap,
                 )
                 await self.web_mqtt.start()
             if settings.data_dir is not None:  # leveret ctl's socket lives there
@@ -289,7 +294,12 @@ class Broker:
         settings = self.settings
         ports = sum(
             port is not None
-            for port in (settings.http_port, settings.https_port, settings.web_stomp_port, settings.web_mqtt_port)
+            for port in (
+                settings.http_port,
+                settings.https_port,
+                settings.web_stomp_port,
+                settings.web_mqtt_port,
+            )
         ) + (settings.prometheus_port is not None and settings.prometheus_port >= 0)
         cap = settings.http.port_cap(ports)
         if ports:

@@ -26,4 +26,3 @@ MAX_MESSAGE = MAX_BODY + MAX_COMMAND_LINE + MAX_HEADERS * (MAX_HEADER_LINE + 1) 
 WEB_STOMP = WebSocketProtocol(
     "Web STOMP", StompConnection, SUBPROTOCOLS, MAX_MESSAGE, text_output=True, text_input=True
 )
-

@@ -234,7 +234,9 @@ class WebSocketServer:
         chosen = spec.choose([name for name in asked if name])
         if chosen is None and spec.subprotocol_required:
             # RabbitMQ's Web MQTT answers 400 to an upgrade without an MQTT subprotocol
-            return web.Response(status=400, text=f"{spec.name} needs the subprotocol {spec.subprotocols[0]}\n")
+            return web.Response(
+                status=400, text=f"{spec.name} needs the subprotocol {spec.subprotocols[0]}\n"
+            )
         protocols = (chosen,) if chosen is not None else spec.subprotocols
         socket = web.WebSocketResponse(protocols=protocols, max_msg_size=spec.max_message, heartbeat=None)
         await socket.prepare(request)
