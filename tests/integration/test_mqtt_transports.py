@@ -8,9 +8,7 @@ limits, and mqtt.js (npm ``mqtt`` v5) under node."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import os
 import re
 import shutil
 import socket
@@ -27,8 +25,9 @@ import aiohttp
 import paho.mqtt.client as mqtt
 import pika
 import pytest
-import trustme
+from certificates import CLIENT_DN, pem_files
 from paho.mqtt.enums import CallbackAPIVersion
+from websocket_raw import frame_head, upgraded
 
 from leveret import BlockingBroker
 from leveret.core.auth import Permission, User
@@ -36,18 +35,14 @@ from leveret.server.http_limits import HttpLimits
 from leveret.server.tls import TLSOptions
 
 JS = Path(__file__).resolve().parent.parent / "js"
-CLIENT_DN = "CN=alice,OU=clients,O=example"
 VERSIONS = [pytest.param(mqtt.MQTTv311, id="3.1.1"), pytest.param(mqtt.MQTTv5, id="5.0")]
 
 
 # -- MQTT bytes, written by hand (3.1.1) ------------------------------------------------
 def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        n, digit = divmod(n, 128)
-        out.append(digit | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+    """MQTT's Variable Byte Integer: 7 bits a byte, least significant first."""
+    digits = [n >> (7 * i) & 0x7F for i in range(max(1, (n.bit_length() + 6) // 7))]
+    return bytes(digit | 0x80 for digit in digits[:-1]) + bytes(digits[-1:])
 
 
 def string(text: str) -> bytes:
@@ -230,19 +225,9 @@ def test_a_websocket_message_growing_past_the_prelogin_limit_is_refused_unread(b
     """aiohttp assembles a whole WebSocket message before leveret sees it: before CONNECT
     the bytes are counted as they come, so a 10 MB message (within the port's 16 MB
     message limit) is cut off after 64 KiB, not waited for."""
-    with socket.create_connection(("127.0.0.1", ws_port(broker.web_mqtt_url))) as sock:
-        sock.sendall(
-            b"GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            b"Sec-WebSocket-Key: " + base64.b64encode(os.urandom(16)) + b"\r\n"
-            b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: mqtt\r\n\r\n"
-        )
-        sock.settimeout(5)
-        response = b""
-        while b"\r\n\r\n" not in response:
-            response += sock.recv(4096)
-        assert response.startswith(b"HTTP/1.1 101"), response
-        # one binary frame of 10 MB, masked with a zero key (the payload as is)
-        sock.sendall(b"\x82\xff" + struct.pack(">Q", 10_000_000) + b"\0\0\0\0" + connect_packet("big"))
+    with upgraded(broker.web_mqtt_url, "mqtt") as sock:
+        # one binary frame of 10 MB
+        sock.sendall(frame_head(0x2, 10_000_000) + connect_packet("big"))
         sock.sendall(b"z" * 200_000)
         closed, answer = False, b""
         try:
@@ -280,23 +265,10 @@ def test_the_http_port_cap_holds_web_mqtt_connections():
 
 
 # -- TLS --------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
 @pytest.fixture
-def files(ca, tmp_path) -> dict[str, str]:
-    """PEM files: the CA, the server's chain and key, a client's chain-and-key."""
-    server = ca.issue_cert("localhost", "127.0.0.1")
-    client = ca.issue_cert("alice@example", common_name="alice", organization_name="example",
-                           organization_unit_name="clients")
-    paths = {name: str(tmp_path / f"{name}.pem") for name in ("ca", "server", "server_key", "client")}
-    ca.cert_pem.write_to_path(paths["ca"])
-    server.private_key_pem.write_to_path(paths["server_key"])
-    server.cert_chain_pems[0].write_to_path(paths["server"])
-    client.private_key_and_cert_chain_pem.write_to_path(paths["client"])
-    return paths
+def files(tmp_path) -> dict[str, str]:
+    """PEM files of a new CA: the CA, the server's chain and key, a client's chain-and-key."""
+    return pem_files(tmp_path)
 
 
 def tls_broker(files, **settings) -> BlockingBroker:
