@@ -1,0 +1,53 @@
+"""mqtt.js (the npm ``mqtt`` v5 package's browser bundle) in headless chromium, as a web
+page uses it, against leveret's Web MQTT (``ws://HOST:PORT/ws``): MQTT 3.1.1 and 5.0,
+subscribe, publish at QoS 0 and 1, receive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from leveret import BlockingBroker
+
+BUNDLE = Path(__file__).resolve().parent.parent / "js" / "node_modules" / "mqtt" / "dist" / "mqtt.min.js"
+
+ROUND_TRIP = """
+const [url, done] = arguments;
+(async () => {
+  const report = {};
+  for (const version of [4, 5]) {
+    const client = await mqtt.connectAsync(url, {
+      protocolVersion: version, clientId: `browser-${version}`, reconnectPeriod: 0, connectTimeout: 5000,
+    });
+    const seen = [];
+    const all = new Promise((resolve) => client.on("message", (topic, payload, packet) => {
+      seen.push([topic, packet.qos, Array.from(payload)]);
+      if (seen.length === 2) resolve();
+    }));
+    await client.subscribeAsync(`browser/${version}/#`, { qos: 1 });
+    await client.publishAsync(`browser/${version}/zero`, "qos 0", { qos: 0 });
+    await client.publishAsync(`browser/${version}/one`, new Uint8Array([0, 1, 255]), { qos: 1 });
+    await all;
+    await client.endAsync();
+    report[version] = seen.sort();
+  }
+  return report;
+})().then(done, (error) => done({ error: String(error) }));
+"""
+
+
+@pytest.mark.skipif(not BUNDLE.exists(), reason="tests/js/node_modules (npm ci --prefix tests/js) is missing")
+def test_mqtt_js_in_chromium_over_web_mqtt(driver, tmp_path):
+    page = tmp_path / "mqtt.html"
+    page.write_text(f'<!doctype html><title>mqtt.js</title><script src="{BUNDLE.as_uri()}"></script>\n')
+    with BlockingBroker(amqp_port=0, web_mqtt_port=0) as broker:
+        driver.get(page.as_uri())
+        driver.set_script_timeout(20)
+        report = driver.execute_async_script(ROUND_TRIP, broker.web_mqtt_url)
+    assert "error" not in report, report
+    for version in ("4", "5"):
+        assert report[version] == [
+            [f"browser/{version}/one", 1, [0, 1, 255]],
+            [f"browser/{version}/zero", 0, list(b"qos 0")],
+        ]
