@@ -55,7 +55,16 @@ from .message import (
 from .sessions import SessionTimers, session_queue_name
 from .settings import MqttSettings, settings_of
 from .state import NEVER, MqttState, RetainedMessage, SessionRecord, SubscriptionOptions
-from .topics import TopicError, matches, split_shared, to_routing_key, to_topic
+from .topics import (
+    TopicError,
+    deliverable,
+    matches,
+    name_part,
+    split_shared,
+    system_topic,
+    to_routing_key,
+    to_topic,
+)
 
 if TYPE_CHECKING:
     from ...core.queues import QueuedMessage
@@ -68,7 +77,7 @@ MAX_PACKET_ID = 0xFFFF
 
 def shared_queue_name(group: str, topic_filter: str) -> str:
     """The queue of shared subscription ``$share/<group>/<topic_filter>``."""
-    return f"mqtt-shared-{group}-{to_routing_key(topic_filter)}"
+    return f"mqtt-shared-{group}-{name_part(topic_filter)}"
 
 
 class MqttError(Exception):
@@ -742,12 +751,14 @@ class MqttConnection(AdapterConnection):
 
     def _matching(self, consumer: MqttConsumer, topic: str) -> _Match:
         """The subscriptions a message on ``topic`` reached ``consumer`` for."""
-        key = consumer.shared or topic
+        key = topic if consumer.shared is None else consumer.shared + "\0" + topic
         cached = self._match_cache.get(key)
         if cached is None:
             if consumer.shared is not None:
                 options = self.subscriptions.get(consumer.shared)
                 cached = _Match([options] if options is not None else [])
+                if system_topic(topic) and consumer.shared.split("/", 3)[2][:1] in ("+", "#"):
+                    cached = _Match([])
             else:
                 cached = _Match(
                     [
@@ -774,8 +785,12 @@ class MqttConnection(AdapterConnection):
             if len(topics) > 4096:
                 topics.clear()
             name = to_topic(message.routing_key)
-            known = topics[message.routing_key] = (name, p.topic_field(name))
+            field = p.topic_field(name) if deliverable(name) else b""
+            known = topics[message.routing_key] = (name, field)
         topic, field = known
+        if not field:  # an AMQP routing key with * or #: no MQTT topic name can carry it
+            queue.ack(entry)
+            return
         match = self._matching(consumer, topic)
         if match.no_local and publisher_id(message) == self.client_id:
             match = match.local
