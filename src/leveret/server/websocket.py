@@ -276,7 +276,7 @@ class WebSocketServer:
                     connection.data_received(data)
                 except Exception:  # a bug costs this connection only
                     log.exception("internal error on %s connection %s", spec.name, connection.peer)
-                    connection.close()
+                    connection.close(541, "internal error")
                     break
                 if connection.state == "closed":
                     break
