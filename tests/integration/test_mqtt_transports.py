@@ -3,12 +3,18 @@
 user), and the AMQP port, which takes an MQTT CONNECT too (first-byte sniffing). With
 paho-mqtt, aiohttp's WebSocket client for what paho does not do (messages split and
 packed at will, refused subprotocols, text messages), raw sockets for the pre-login
-limits, and mqtt.js (npm ``mqtt`` v5) under node."""
+limits, and mqtt.js (npm ``mqtt`` v5) under node.
+
+``MQTT_BROKER=mosquitto`` runs the TLS round trip against a private mosquitto 2.0 as
+well; the other tests are leveret's own and skip then: Debian's mosquitto 2.0.11 is built
+without WebSocket support, and the AMQP port, certificate login order, pre-login limits,
+HTTP cap and ready line are leveret's (docs/mqtt.md, "Transports")."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import socket
@@ -35,6 +41,8 @@ from leveret.server.http_limits import HttpLimits
 from leveret.server.tls import TLSOptions
 
 JS = Path(__file__).resolve().parent.parent / "js"
+MQTT_BROKER = os.environ.get("MQTT_BROKER", "leveret")
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 VERSIONS = [pytest.param(mqtt.MQTTv311, id="3.1.1"), pytest.param(mqtt.MQTTv5, id="5.0")]
 
 
@@ -138,6 +146,13 @@ def round_trip(client: Paho, prefix: str) -> None:
 
 def ws_port(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/", 1)[0])
+
+
+@pytest.fixture(autouse=True)
+def leveret_only(request):
+    """Under MQTT_BROKER=mosquitto only the tests on :func:`tls_target` run."""
+    if MQTT_BROKER != "leveret" and "tls_target" not in request.fixturenames:
+        pytest.skip(f"leveret's own transport or limit (MQTT_BROKER={MQTT_BROKER})")
 
 
 # -- WebSocket --------------------------------------------------------------------------
@@ -280,23 +295,58 @@ def users(broker) -> list[str]:
     return broker.call(lambda: sorted(c.user.name for _, c in broker.broker.connections() if c.user))
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-def test_mqtt_over_tls_with_a_user_name(files, version):
-    with tls_broker(files) as broker:
-        assert ("mqtt/ssl", "127.0.0.1", broker.mqtts_port) in broker.broker.node_info()["listeners"]
-        client = Paho(broker.mqtts_port, version, tls={"ca_certs": files["ca"]})
-        try:
-            round_trip(client, "tls")
-            assert users(broker) == ["guest"]
-        finally:
-            client.close()
-        # the plain protocol on the TLS port gets nowhere
-        with socket.create_connection(("127.0.0.1", broker.mqtts_port), timeout=5) as sock:
-            sock.sendall(connect_packet("plain"))
+@pytest.fixture
+def tls_target(files, tmp_path):
+    """(TLS port, leveret's BlockingBroker or None): leveret's ``mqtts_port``, or with
+    MQTT_BROKER=mosquitto a private mosquitto's TLS listener with the same files."""
+    if MQTT_BROKER == "leveret":
+        with tls_broker(files) as broker:
+            assert ("mqtt/ssl", "127.0.0.1", broker.mqtts_port) in broker.broker.node_info()["listeners"]
+            yield broker.mqtts_port, broker
+        return
+    if not Path(MOSQUITTO).exists():
+        pytest.skip("mosquitto is not installed")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "mosquitto.conf"
+    config.write_text(f"listener {port} 127.0.0.1\ncafile {files['ca']}\ncertfile {files['server']}\n"
+                      f"keyfile {files['server_key']}\nallow_anonymous true\n"
+                      "user root\n")  # (as root it would drop to a user who cannot read tmp_path)
+    process = subprocess.Popen([MOSQUITTO, "-c", str(config)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
             try:
-                assert not sock.recv(100).startswith(b"\x20")
-            except (ConnectionResetError, TimeoutError):
-                pass
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and process.poll() is None, "mosquitto did not start"
+                time.sleep(0.05)
+        yield port, None
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mqtt_over_tls_with_a_user_name(tls_target, files, version):
+    port, broker = tls_target
+    client = Paho(port, version, tls={"ca_certs": files["ca"]})
+    try:
+        round_trip(client, "tls")
+        if broker is not None:
+            assert users(broker) == ["guest"]
+    finally:
+        client.close()
+    # the plain protocol on the TLS port gets nowhere
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(connect_packet("plain"))
+        try:
+            assert not sock.recv(100).startswith(b"\x20")
+        except (ConnectionResetError, TimeoutError):
+            pass
 
 
 @pytest.mark.parametrize("version", VERSIONS)
