@@ -5,10 +5,12 @@ clients ask for), served by :mod:`.websocket`.
 
 The WebSocket messages carry the MQTT bytes in binary messages: a packet may span
 messages and one message may hold several (MQTT §6.0). A text message closes the
-WebSocket, as §6.0 wants ("MUST close the Network Connection"). An upgrade that asks for no MQTT
-subprotocol gets ``400 Bad Request``, as RabbitMQ's Web MQTT answers. Before CONNECT,
-the bytes read are bounded as on TCP (64 KiB, plus 4 KiB of WebSocket framing), past
-which the connection is closed without a word (MQTT has no error before CONNACK).
+WebSocket with 1003 Unsupported Data, as §6.0 wants ("MUST close the Network
+Connection") and RabbitMQ does. An upgrade that asks for no MQTT subprotocol gets
+``400 Bad Request``, as RabbitMQ's Web MQTT answers (it takes only ``mqtt``). Before
+CONNECT, the bytes read are bounded as on TCP (64 KiB, plus 4 KiB of WebSocket
+framing), past which the connection is closed without a word (MQTT has no error before
+CONNACK).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from ..core.broker import BrokerCore
 from ..protocol import prelogin
@@ -58,7 +58,7 @@ class WebSocketProtocol:
     #: Output that is UTF-8 goes out as text messages (else always binary).
     text_output: bool = False
     #: Text messages are read as their UTF-8 bytes (else a text message closes the
-    #: WebSocket, as MQTT's §6 wants).
+    #: WebSocket with 1003 Unsupported Data, as MQTT's §6.0 wants and RabbitMQ does).
     text_input: bool = True
 
     def choose(self, asked: list[str]) -> str | None:
@@ -119,6 +119,8 @@ class WebSocketTransport:
         self._text = text_output
         self.reading = connection_ready  # set while reading is allowed
         self.closing = False
+        #: The WebSocket close code sent once the queue is written (1000 normal closure).
+        self.close_code = WSCloseCode.OK
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
 
     def write(self, data: bytes) -> None:
@@ -153,7 +155,7 @@ class WebSocketTransport:
                 self._writable = True
                 self.connection.set_writable(True)
         if not self.socket.closed:
-            await self.socket.close()
+            await self.socket.close(code=self.close_code)
 
     def close(self) -> None:
         """Close once everything queued is sent. The reading loop is woken if it waits
@@ -270,7 +272,9 @@ class WebSocketServer:
                     data: Any = message.data.encode()
                 elif message.type == WSMsgType.BINARY:
                     data = message.data
-                else:
+                else:  # a close, or a text message the protocol refuses: 1003, as RabbitMQ
+                    if message.type == WSMsgType.TEXT:
+                        transport.close_code = WSCloseCode.UNSUPPORTED_DATA
                     break
                 try:
                     connection.data_received(data)
