@@ -36,6 +36,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from websocket_raw import frame_head, upgraded
 
 from leveret import BlockingBroker
+from leveret.config import ConfigError, Settings, load
 from leveret.core.auth import Permission, User
 from leveret.server.http_limits import HttpLimits
 from leveret.server.tls import TLSOptions
@@ -435,6 +436,18 @@ def test_leveret_server_prints_the_web_mqtt_url_and_management_lists_it(tmp_path
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_the_config_file_sets_the_ports_and_mqtts_needs_ssl_options(tmp_path):
+    config = tmp_path / "leveret.toml"
+    config.write_text("[server]\nweb_mqtt_port = 0\nmqtts_port = 8883\n")
+    with pytest.raises(ConfigError, match=r"mqtts_port.*ssl_options"):
+        load(config, Settings())
+    config.write_text("[server]\nweb_mqtt_port = 0\n")
+    settings = load(config, Settings())
+    assert settings.web_mqtt_port == 0 and settings.mqtts_port is None
+    with BlockingBroker(settings, amqp_port=0) as broker:
+        assert broker.web_mqtt_url and broker.web_mqtt_url.startswith("ws://127.0.0.1:")
 
 
 # -- mqtt.js ----------------------------------------------------------------------------
