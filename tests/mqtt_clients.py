@@ -115,6 +115,20 @@ class Raw:
             self.pending.extend(self.reader.feed(data))
         return self.pending.pop(0)
 
+    def expect(self, wanted: type, timeout: float = TIMEOUT) -> Any:
+        """The first packet of type ``wanted``; packets of other types that arrive before
+        it stay queued, in order, for the next :meth:`recv`."""
+        deadline = time.monotonic() + timeout
+        skipped: list[p.Packet] = []
+        try:
+            while True:
+                packet = self.recv(max(0.0, deadline - time.monotonic()) or 0.001)
+                if isinstance(packet, wanted):
+                    return packet
+                skipped.append(packet)
+        finally:
+            self.pending[:0] = skipped
+
     def recv_publish(self, timeout: float = TIMEOUT) -> p.Publish:
         packet = self.recv(timeout)
         assert isinstance(packet, p.Publish), packet
@@ -169,7 +183,7 @@ def ack_publish(raw: Raw, publish: p.Publish) -> None:
         raw.send(p.PubAck(publish.packet_id))  # type: ignore[arg-type]
     elif publish.qos == 2:
         raw.send(p.PubRec(publish.packet_id))  # type: ignore[arg-type]
-        rel = raw.recv()
+        rel = raw.expect(p.PubRel)
         assert isinstance(rel, p.PubRel) and rel.packet_id == publish.packet_id, rel
         raw.send(p.PubComp(publish.packet_id))  # type: ignore[arg-type]
 
