@@ -135,8 +135,8 @@ class MqttBroker:
 class Mosquitto(MqttBroker):
     """A private mosquitto 2.0: a listener on 127.0.0.1, anonymous clients allowed and a
     password file with one user (a wrong password is refused), persistence in the
-    work dir (so :meth:`restart` keeps sessions and retained messages), other limits
-    at mosquitto's defaults."""
+    work dir (so :meth:`restart` keeps sessions and retained messages), a maximum
+    packet size of 100,000 bytes, other limits at mosquitto's defaults."""
 
     name = "mosquitto"
     USER, PASSWORD = "mqtt-user", "mqtt-secret"
@@ -165,6 +165,9 @@ class Mosquitto(MqttBroker):
                     "persistence true",
                     f"persistence_location {workdir}/",
                     "autosave_interval 1",
+                    # A maximum packet size (CONNACK 5.0 property) for the oversize test to
+                    # cross; mosquitto's default is none.
+                    "max_packet_size 100000",
                     "log_dest stderr",
                     "log_type error",
                     "log_type warning",

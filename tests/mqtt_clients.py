@@ -163,6 +163,19 @@ class Raw:
         codes = [x.reason_code for x in self.closed_after(timeout) if isinstance(x, p.Disconnect)]
         return codes[-1] if codes else None
 
+    def suback_or_disconnect(self, timeout: float = TIMEOUT) -> tuple[str, Any]:
+        """After a SUBSCRIBE: ``("suback", reason codes)``, or ``("disconnect", reason
+        code or None)`` when the server closes the connection instead."""
+        try:
+            packet = self.recv(timeout)
+        except (Closed, p.MalformedPacket):
+            return "disconnect", None
+        if isinstance(packet, p.SubAck):
+            return "suback", packet.reason_codes
+        assert isinstance(packet, p.Disconnect), packet
+        self.closed_after(timeout)
+        return "disconnect", packet.reason_code
+
     def __enter__(self) -> Raw:
         return self
 
