@@ -32,7 +32,9 @@ import pytest
 
 #: Which broker the MQTT tests run against: ``leveret`` or ``mosquitto``.
 BROKER = os.environ.get("MQTT_BROKER", "leveret")
-MOSQUITTO = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
+MOSQUITTO = shutil.which("mosquitto") or (
+    "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
+)
 
 _counter = itertools.count()
 
@@ -58,7 +60,9 @@ def _wait_listening(host: str, port: int, proc: subprocess.Popen, log: Path, tim
             return
         except OSError:
             time.sleep(0.02)
-    raise RuntimeError(f"the broker did not listen on {host}:{port} in {timeout} s: {log.read_text()[-2000:]}")
+    raise RuntimeError(
+        f"the broker did not listen on {host}:{port} in {timeout} s: {log.read_text()[-2000:]}"
+    )
 
 
 class MqttBroker:

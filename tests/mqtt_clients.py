@@ -58,15 +58,24 @@ class Raw:
         assert isinstance(ack, p.ConnAck), ack
         return ack
 
-    def subscribe(self, *subs: p.Subscription | str, packet_id: int = 1, properties: p.Properties = ()) -> p.SubAck:
+    def subscribe(
+        self, *subs: p.Subscription | str, packet_id: int = 1, properties: p.Properties = ()
+    ) -> p.SubAck:
         items = tuple(p.Subscription(s) if isinstance(s, str) else s for s in subs)
         self.send(p.Subscribe(packet_id, items, properties))
         ack = self.recv()
         assert isinstance(ack, p.SubAck) and ack.packet_id == packet_id, ack
         return ack
 
-    def publish(self, topic: str, payload: bytes = b"", qos: int = 0, retain: bool = False,
-                packet_id: int | None = None, properties: p.Properties = ()) -> None:
+    def publish(
+        self,
+        topic: str,
+        payload: bytes = b"",
+        qos: int = 0,
+        retain: bool = False,
+        packet_id: int | None = None,
+        properties: p.Properties = (),
+    ) -> None:
         """PUBLISH (and the acknowledgement flow of its QoS: PUBACK, or PUBREC/PUBREL/PUBCOMP)."""
         if qos and packet_id is None:
             packet_id = 1
@@ -296,4 +305,3 @@ class Paho:
 def codes(values: Iterable[Any]) -> list[int]:
     """Reason codes / granted QoS of a paho callback as ints (ReasonCode or int)."""
     return [v.value if hasattr(v, "value") else int(v) for v in values]
-

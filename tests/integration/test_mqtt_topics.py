@@ -54,9 +54,12 @@ def test_dollar_topics_are_not_matched_by_leading_wildcards(mqtt_broker):
     # §4.7.2 [MQTT-4.7.2-1]: "#" and "+/..." do not match topics starting with "$"; a
     # filter starting with "$" does.
     name = "$" + unique("dollar")
-    with raw_connected(mqtt_broker, V5) as everything, raw_connected(mqtt_broker, V5) as plus, raw_connected(
-        mqtt_broker, V5
-    ) as explicit, raw_connected(mqtt_broker, V5) as publisher:
+    with (
+        raw_connected(mqtt_broker, V5) as everything,
+        raw_connected(mqtt_broker, V5) as plus,
+        raw_connected(mqtt_broker, V5) as explicit,
+        raw_connected(mqtt_broker, V5) as publisher,
+    ):
         everything.subscribe(p.Subscription("#", 0))
         plus.subscribe(p.Subscription("+/x", 0))
         explicit.subscribe(p.Subscription(f"{name}/#", 0))

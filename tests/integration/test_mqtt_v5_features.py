@@ -11,8 +11,8 @@ import paho.mqtt.client as paho
 import pytest
 from mqtt_brokers import unique
 from mqtt_clients import V5, Paho, Raw, ack_publish, raw_connected
-from paho.mqtt.properties import Properties
 from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from leveret.protocol.mqtt import packets as p
 
@@ -127,9 +127,11 @@ def test_server_aliases_only_within_the_clients_maximum(mqtt_broker):
     # set no topic alias maximum, and none above it otherwise; any alias it uses maps
     # back to the topic it was set with.
     topic = unique("salias/t")
-    with raw_connected(mqtt_broker, V5) as plain, raw_connected(
-        mqtt_broker, V5, properties=((p.TOPIC_ALIAS_MAXIMUM, 2),)
-    ) as aliased, raw_connected(mqtt_broker, V5) as publisher:
+    with (
+        raw_connected(mqtt_broker, V5) as plain,
+        raw_connected(mqtt_broker, V5, properties=((p.TOPIC_ALIAS_MAXIMUM, 2),)) as aliased,
+        raw_connected(mqtt_broker, V5) as publisher,
+    ):
         plain.subscribe(p.Subscription(topic, 0))
         aliased.subscribe(p.Subscription(topic, 0))
         for i in range(3):
@@ -157,9 +159,10 @@ def test_server_drops_messages_larger_than_the_clients_maximum_packet_size(mqtt_
     # §3.1.2.11.4 [MQTT-3.1.2-25]: the server does not send a packet larger than the
     # client's maximum packet size; it discards the message as if delivered.
     topic = unique("mps/t")
-    with raw_connected(mqtt_broker, V5, properties=((p.MAXIMUM_PACKET_SIZE, 200),)) as small, raw_connected(
-        mqtt_broker, V5
-    ) as publisher:
+    with (
+        raw_connected(mqtt_broker, V5, properties=((p.MAXIMUM_PACKET_SIZE, 200),)) as small,
+        raw_connected(mqtt_broker, V5) as publisher,
+    ):
         small.subscribe(p.Subscription(topic, 1))
         publisher.publish(topic, b"x" * 500, qos=1)
         publisher.publish(topic, b"fits", qos=1)
@@ -200,7 +203,9 @@ def test_subscription_identifier_is_sent_with_matching_messages(mqtt_broker):
     # subscription it matched; none for a subscription made without one.
     base = unique("sid")
     with raw_connected(mqtt_broker, V5) as subscriber, raw_connected(mqtt_broker, V5) as publisher:
-        subscriber.subscribe(p.Subscription(f"{base}/a", 0), packet_id=1, properties=((p.SUBSCRIPTION_IDENTIFIER, 7),))
+        subscriber.subscribe(
+            p.Subscription(f"{base}/a", 0), packet_id=1, properties=((p.SUBSCRIPTION_IDENTIFIER, 7),)
+        )
         subscriber.subscribe(p.Subscription(f"{base}/b", 0), packet_id=2)
         publisher.publish(f"{base}/a", b"a")
         publisher.publish(f"{base}/b", b"b")
@@ -214,8 +219,12 @@ def test_overlapping_subscriptions_deliver_each_identifier(mqtt_broker):
     # PUBLISH per subscription, each with its identifier, or one with all identifiers.
     base = unique("sido")
     with raw_connected(mqtt_broker, V5) as subscriber, raw_connected(mqtt_broker, V5) as publisher:
-        subscriber.subscribe(p.Subscription(f"{base}/+", 0), packet_id=1, properties=((p.SUBSCRIPTION_IDENTIFIER, 1),))
-        subscriber.subscribe(p.Subscription(f"{base}/#", 0), packet_id=2, properties=((p.SUBSCRIPTION_IDENTIFIER, 300),))
+        subscriber.subscribe(
+            p.Subscription(f"{base}/+", 0), packet_id=1, properties=((p.SUBSCRIPTION_IDENTIFIER, 1),)
+        )
+        subscriber.subscribe(
+            p.Subscription(f"{base}/#", 0), packet_id=2, properties=((p.SUBSCRIPTION_IDENTIFIER, 300),)
+        )
         publisher.publish(f"{base}/x", b"both")
         first = subscriber.recv_publish()
         ids = [v for k, v in first.properties if k == p.SUBSCRIPTION_IDENTIFIER]
@@ -261,9 +270,12 @@ def test_shared_subscription_gives_each_message_to_one_member(mqtt_broker):
     # §4.8.2: each message matching a shared subscription goes to one of its sessions;
     # a non-shared subscription on the same topic still gets every message.
     topic, group = unique("shared/t"), unique("g")
-    with raw_connected(mqtt_broker, V5) as m1, raw_connected(mqtt_broker, V5) as m2, raw_connected(
-        mqtt_broker, V5
-    ) as everyone, raw_connected(mqtt_broker, V5) as publisher:
+    with (
+        raw_connected(mqtt_broker, V5) as m1,
+        raw_connected(mqtt_broker, V5) as m2,
+        raw_connected(mqtt_broker, V5) as everyone,
+        raw_connected(mqtt_broker, V5) as publisher,
+    ):
         for member in (m1, m2):
             assert member.subscribe(p.Subscription(f"$share/{group}/{topic}", 1)).reason_codes == (1,)
         everyone.subscribe(p.Subscription(topic, 0))
@@ -282,7 +294,9 @@ def test_shared_subscription_gives_each_message_to_one_member(mqtt_broker):
                 pass
         assert all(got[b"%d" % i] == 1 for i in range(10)), got
         assert got["m1"] + got["m2"] == 10 and got["m1"] and got["m2"], got
-        assert sorted(everyone.recv_publish().payload for _ in range(10)) == sorted(b"%d" % i for i in range(10))
+        assert sorted(everyone.recv_publish().payload for _ in range(10)) == sorted(
+            b"%d" % i for i in range(10)
+        )
 
 
 #: Whether a new shared subscription gets the retained messages of its filter. §4.8.2:

@@ -16,9 +16,7 @@ from leveret.protocol.mqtt import packets as p
 
 
 def with_will(broker, version, topic, payload=b"gone", qos=0, retain=False, properties=(), **connect):
-    return raw_connected(
-        broker, version, will=p.Will(topic, payload, qos, retain, properties), **connect
-    )
+    return raw_connected(broker, version, will=p.Will(topic, payload, qos, retain, properties), **connect)
 
 
 @pytest.mark.parametrize("version", [V311, V5])
