@@ -253,3 +253,27 @@ def test_qos2_inbound_is_delivered_once_across_reconnect(mqtt_broker):
         ack_publish(subscriber, delivered[0])
         subscriber.nothing(0.5)
         assert [m.payload for m in delivered] == [b"once"]
+
+
+#: Seconds the test waits between the broker's acknowledgement and kill -9. leveret
+#: writes an accepted QoS 1 message and the session state to its store before PUBACK
+#: (0); mosquitto 2.0.11 keeps them in memory and saves every autosave_interval (1 s in
+#: the test config), so it is given 1.5 s.
+SAVED_AFTER = {"leveret": 0.0, "mosquitto": 1.5}
+
+
+def test_persistent_session_survives_kill_9(mqtt_own_broker):
+    broker = mqtt_own_broker
+    cid, topic = unique("k9"), unique("k9/t")
+    first = raw_connected(broker, V5, client_id=cid, **persistent(V5))
+    first.subscribe(p.Subscription(topic, 1))
+    first.disconnect()
+    with raw_connected(broker, V5) as publisher:
+        publisher.publish(topic, b"acknowledged", qos=1)
+    time.sleep(SAVED_AFTER[broker.name])
+    broker.kill()
+    broker.start()
+    with Raw(broker, V5) as again:
+        assert again.connect(client_id=cid, **persistent(V5)).session_present
+        message = again.recv_publish()
+        assert (message.payload, message.qos) == (b"acknowledged", 1)

@@ -151,3 +151,55 @@ def test_paho_will(mqtt_broker, protocol):
         message = watcher.message()
         assert (message.payload, message.qos) == (b"paho gone", 1)
         client.client.loop_stop()
+
+
+#: Whether the old connection's will is published on session takeover, by (protocol
+#: level, the new connection's clean start, will delay in seconds). 5.0 §3.1.3.2.2: it is,
+#: unless the new connection has clean start 0 and the will delay is above 0 (clean
+#: start 1 ends the session, which publishes a delayed will at once). 3.1.1 is silent;
+#: mosquitto 2.0.11 publishes it only when the new connection starts clean, and leveret
+#: copies that. In 5.0 mosquitto publishes it only for clean start 1 and will delay 0.
+TAKEOVER_WILL = {
+    "leveret": {
+        (V311, True, 0): True,
+        (V311, False, 0): False,
+        (V5, True, 0): True,
+        (V5, True, 5): True,
+        (V5, False, 0): True,
+        (V5, False, 5): False,
+    },
+    "mosquitto": {
+        (V311, True, 0): True,
+        (V311, False, 0): False,
+        (V5, True, 0): True,
+        (V5, True, 5): False,
+        (V5, False, 0): False,
+        (V5, False, 5): False,
+    },
+}
+
+
+@pytest.mark.parametrize(("version", "clean_start", "delay"), list(TAKEOVER_WILL["leveret"]))
+def test_will_on_session_takeover(mqtt_broker, version, clean_start, delay):
+    topic, cid = unique("willto/t"), unique("willto")
+    session = ((p.SESSION_EXPIRY_INTERVAL, 60),) if version == V5 else ()
+    will_properties = ((p.WILL_DELAY_INTERVAL, delay),) if delay else ()
+    with raw_connected(mqtt_broker, V5) as watcher:
+        watcher.subscribe(p.Subscription(topic, 0))
+        old = raw_connected(
+            mqtt_broker,
+            version,
+            client_id=cid,
+            clean_start=False,
+            properties=session,
+            will=p.Will(topic, b"taken over", 0, False, will_properties),
+        )
+        new = raw_connected(mqtt_broker, version, client_id=cid, clean_start=clean_start, properties=session)
+        try:
+            if TAKEOVER_WILL[mqtt_broker.name][version, clean_start, delay]:
+                assert watcher.recv_publish(timeout=2).payload == b"taken over"
+            else:
+                watcher.nothing(0.6)
+        finally:
+            old.close()
+            new.disconnect()
