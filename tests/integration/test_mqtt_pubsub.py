@@ -240,9 +240,13 @@ def test_v311_publish_gets_plain_acks(mqtt_broker):
         assert raw.sock.recv(10) == b"\x70\x02\x00\x06"
 
 
+#: The PUBCOMP reason code for a PUBREL whose packet identifier the server does not know.
+#: §3.7.2.1 has 0x92 packet identifier not found for it (leveret); it is not a MUST, and
+#: mosquitto 2.0.11 answers 0x00.
+PUBCOMP_UNKNOWN_ID = {"leveret": 0x92, "mosquitto": 0x00}
+
+
 def test_v5_pubrel_for_unknown_packet_id_gets_pubcomp(mqtt_broker):
-    # §3.7.2.1 has PUBCOMP 0x92 packet identifier not found for this case.
     with raw_connected(mqtt_broker, V5) as raw:
         raw.send(p.PubRel(999))
-        # It is not a MUST: mosquitto 2.0.11 answers 0x00, and leveret copies it.
-        assert raw.recv() == p.PubComp(999, 0x00)
+        assert raw.recv() == p.PubComp(999, PUBCOMP_UNKNOWN_ID[mqtt_broker.name])

@@ -156,13 +156,14 @@ def test_paho_will(mqtt_broker, protocol):
 #: Whether the old connection's will is published on session takeover, by (protocol
 #: level, the new connection's clean start, will delay in seconds). 5.0 §3.1.3.2.2: it is,
 #: unless the new connection has clean start 0 and the will delay is above 0 (clean
-#: start 1 ends the session, which publishes a delayed will at once). 3.1.1 is silent;
-#: mosquitto 2.0.11 publishes it only when the new connection starts clean, and leveret
-#: copies that. In 5.0 mosquitto publishes it only for clean start 1 and will delay 0.
+#: start 1 ends the session, which publishes a delayed will at once). 3.1.1 is silent:
+#: leveret applies 5.0's rule for will delay 0 (published); mosquitto 2.0.11 publishes
+#: it only when the new connection starts clean. In 5.0 mosquitto publishes it only for
+#: clean start 1 and will delay 0.
 TAKEOVER_WILL = {
     "leveret": {
         (V311, True, 0): True,
-        (V311, False, 0): False,
+        (V311, False, 0): True,
         (V5, True, 0): True,
         (V5, True, 5): True,
         (V5, False, 0): True,
