@@ -168,6 +168,9 @@ class Mosquitto(MqttBroker):
                     f"password_file {passwd}",
                     "persistence true",
                     f"persistence_location {workdir}/",
+                    # Saved after every change (autosave_interval counts changes then),
+                    # for the kill -9 test; by default every 30 min.
+                    "autosave_on_changes true",
                     "autosave_interval 1",
                     # A maximum packet size (CONNACK 5.0 property) for the oversize test to
                     # cross; mosquitto's default is none.
