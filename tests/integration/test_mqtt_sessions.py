@@ -189,34 +189,35 @@ def test_session_takeover_closes_old_connection(mqtt_broker, version):
         new.close()
 
 
+@pytest.mark.parametrize("qos", [1, 2])
 @pytest.mark.parametrize("version", [V311, V5])
-def test_unacknowledged_qos1_is_redelivered_with_dup(mqtt_broker, version):
+def test_unacknowledged_publish_is_redelivered_with_dup(mqtt_broker, version, qos):
     # 3.1.1 §4.4 / 5.0 §4.4 [MQTT-4.4.0-1]: on reconnect with a session the server resends
     # unacknowledged PUBLISH packets with DUP set and their original packet identifiers.
-    # Of three messages the client acknowledges the first and third, so the resent one
-    # had the second identifier the server gave.
+    # Of three messages the client completes the first and third, so the resent one had
+    # the second identifier the server gave.
     cid, topic = unique("dup"), unique("dup/t")
     first = raw_connected(mqtt_broker, version, client_id=cid, **persistent(version))
-    first.subscribe(p.Subscription(topic, 1))
+    first.subscribe(p.Subscription(topic, qos))
     with raw_connected(mqtt_broker, V5) as publisher:
         for i in range(3):
-            publisher.publish(topic, b"m%d" % i, qos=1, packet_id=i + 1)
+            publisher.publish(topic, b"m%d" % i, qos=qos, packet_id=i + 1)
     got = [first.recv_publish() for _ in range(3)]
-    assert [(m.payload, m.dup) for m in got] == [(b"m0", False), (b"m1", False), (b"m2", False)]
-    first.send(p.PubAck(got[0].packet_id))  # type: ignore[arg-type]
-    first.send(p.PubAck(got[2].packet_id))  # type: ignore[arg-type]
+    assert [(m.payload, m.dup, m.qos) for m in got] == [(b"m%d" % i, False, qos) for i in range(3)]
+    ack_publish(first, got[0])
+    ack_publish(first, got[2])
     first.nothing(0.2)
-    first.close()  # no PUBACK for m1
+    first.close()  # m1 neither PUBACKed nor PUBRECed
     with Raw(mqtt_broker, version) as again:
         assert again.connect(client_id=cid, **persistent(version)).session_present
         resent = again.recv_publish()
         assert (resent.payload, resent.qos, resent.dup, resent.packet_id) == (
             b"m1",
-            1,
+            qos,
             True,
             got[1].packet_id,
         )
-        again.send(p.PubAck(resent.packet_id))  # type: ignore[arg-type]
+        ack_publish(again, resent)
         again.nothing()
 
 
