@@ -121,10 +121,16 @@ class MqttConnection(AdapterConnection):
         #: inbound QoS 1/2 publishes waiting for the publisher's confirm:
         #: (publish seq, QoS, packet id)
         self._confirms: deque[tuple[int, int, int]] = deque()
+        self._confirmed_upto = 0  # the publisher's confirms so far
+        #: seqs of retained QoS 1/2 publishes whose acknowledgement waits for the
+        #: retained message to be on disk (the message itself may have reached no queue)
+        self._retaining: set[int] = set()
         self.will: p.Will | None = None
         self._clean_close = False  # DISCONNECT 0x00: the will is not sent
         self._aliases_in: dict[int, str] = {}
         self._match_cache: dict[str, list[SubscriptionOptions]] = {}
+        #: routing key -> (MQTT topic, its encoded field), for deliveries
+        self._topics: dict[str, tuple[str, bytes]] = {}
         # what the client allows us (MQTT 5 CONNECT properties)
         self.send_window = self.settings.prefetch
         self.client_max_packet = p.MAX_VARINT + 5
@@ -186,6 +192,8 @@ class MqttConnection(AdapterConnection):
                 self._handle(packet)
             except MqttError as exc:
                 self._violation(exc.text, exc.reason_code)
+            except BrokerError as exc:  # core refused what a handler asked (an unbind, say)
+                self._violation(exc.text, rc.UNSPECIFIED)
             if self.state != "connected":
                 return
 
@@ -393,7 +401,7 @@ class MqttConnection(AdapterConnection):
         record.disconnected_at = None
         self.record = record
         self.subscriptions = dict(record.subscriptions)
-        if expiry:
+        if expiry or present:  # (a resumed one now ending with its connection: said so)
             state.save_session(record)
         return present
 
@@ -464,13 +472,14 @@ class MqttConnection(AdapterConnection):
                 "more QoS 1 and 2 PUBLISHes than the Receive Maximum", rc.RECEIVE_MAXIMUM_EXCEEDED
             )
         if topic.startswith("$"):  # $SYS and the like are the broker's (§4.7.2)
-            self._refuse_publish(qos, packet_id, f"publishing to {topic!r} is not allowed")
+            self._refuse_publish(qos, packet_id, f"publishing to {topic!r} is not allowed", rc.NOT_AUTHORIZED)
             return
         routing_key = to_routing_key(topic)
         try:
             exchange = self.publisher.exchange(self.settings.exchange, routing_key)
-        except AccessRefused as exc:
-            self._refuse_publish(qos, packet_id, exc.text)
+        except BrokerError as exc:  # no write permission, no such exchange
+            code = rc.NOT_AUTHORIZED if isinstance(exc, AccessRefused) else rc.UNSPECIFIED
+            self._refuse_publish(qos, packet_id, exc.text, code)
             return
         core = self.core
         if core.alarm_active:
@@ -481,25 +490,29 @@ class MqttConnection(AdapterConnection):
         ttl = int(expiry) * 1000 if isinstance(expiry, int) else None
         encoded = encode_publish(qos, packet.retain, self.client_id, properties)
         message = Message(self.settings.exchange, routing_key, packet.payload, MQTT, encoded, qos > 0, ttl)
+        seq = self.publisher.seq + 1
+        if qos:  # before publishing: a confirm may come at once, from inside publish()
+            assert packet_id is not None
+            self._confirms.append((seq, qos, packet_id))
         if packet.retain:
             self._retain(topic, packet, encoded, expiry)
+            if qos:
+                self._retaining.add(seq)
+                MqttState.of(core).when_durable(lambda ok: self._retained_durable(seq, ok))
         self.publisher.publish(exchange, message)
-        if qos:
-            assert packet_id is not None
-            self._confirms.append((self.publisher.seq, qos, packet_id))
         core.metrics.mqtt_received[qos] += 1
 
-    def _refuse_publish(self, qos: int, packet_id: int | None, text: str) -> None:
-        """A publish the user may not make: 5.0 answers 0x87 in its PUBACK/PUBREC
-        (QoS 0: dropped); 3.1.1 has no way to say it, so the connection closes (as
-        RabbitMQ's MQTT plugin does)."""
+    def _refuse_publish(self, qos: int, packet_id: int | None, text: str, code: int) -> None:
+        """A publish that cannot be made: 5.0 answers ``code`` (0x87 Not authorized,
+        0x80 Unspecified error) in its PUBACK/PUBREC (QoS 0: dropped); 3.1.1 has no way
+        to say it, so the connection closes (as RabbitMQ's MQTT plugin does)."""
         log.info("MQTT %s: publish refused: %s", self.client_id, text)
         if not self.v5:
             self.close_transport()
         elif qos == 1 and packet_id is not None:
-            self.send_packet(p.PubAck(packet_id, rc.NOT_AUTHORIZED))
+            self.send_packet(p.PubAck(packet_id, code))
         elif qos == 2 and packet_id is not None:
-            self.send_packet(p.PubRec(packet_id, rc.NOT_AUTHORIZED))
+            self.send_packet(p.PubRec(packet_id, code))
 
     def _retain(self, topic: str, packet: p.Publish, encoded: bytes, expiry: Any) -> None:
         """Keep (or, with an empty payload, clear) the topic's retained message."""
@@ -519,13 +532,25 @@ class MqttConnection(AdapterConnection):
         if confirms is not None:
             self._confirmed(confirms[0])
 
+    def _retained_durable(self, seq: int, ok: bool) -> None:
+        """The retained message of publish ``seq`` is on disk (or failed to be)."""
+        self._retaining.discard(seq)
+        if self.state != "connected":
+            return
+        if not ok:  # the store failed: unacknowledged, the client publishes it again
+            self._disconnect_client(rc.UNSPECIFIED, "the retained message could not be stored")
+            return
+        self._confirmed(self._confirmed_upto)
+
     def _confirmed(self, upto: int) -> None:
-        """Publishes up to ``upto`` are safe: PUBACK (QoS 1) or PUBREC (QoS 2), in order."""
+        """Publishes up to ``upto`` are safe: PUBACK (QoS 1) or PUBREC (QoS 2), in
+        order; a retained one also waits for its retained message to be on disk."""
+        self._confirmed_upto = upto = max(upto, self._confirmed_upto)
         pending = self._confirms
         record = self.record
         assert record is not None
         saved = False
-        while pending and pending[0][0] <= upto:
+        while pending and pending[0][0] <= upto and pending[0][0] not in self._retaining:
             _, qos, packet_id = pending.popleft()
             if qos == 1:
                 self.send_packet(p.PubAck(packet_id))
@@ -676,9 +701,11 @@ class MqttConnection(AdapterConnection):
 
     # -- PUBLISH (broker to client) ----------------------------------------------------
     def can_deliver(self) -> bool:
-        """Room in the client's Receive Maximum for one more QoS 1/2 PUBLISH, and a
-        writable socket."""
-        return self.writable and len(self.inflight) < self.send_window and self.state == "connected"
+        """Room in the client's Receive Maximum for one more QoS 1/2 PUBLISH (a QoS 2
+        one counts until its PUBCOMP, MQTT 5.0 §4.9), and a writable socket."""
+        record = self.record
+        in_flight = len(self.inflight) + (len(record.awaiting_comp) if record is not None else 0)
+        return self.writable and in_flight < self.send_window and self.state == "connected"
 
     def _matching(self, consumer: MqttConsumer, topic: str) -> list[SubscriptionOptions]:
         """The subscriptions a message on ``topic`` reached ``consumer`` for."""
@@ -704,7 +731,14 @@ class MqttConnection(AdapterConnection):
         client's Maximum Packet Size or the ``$`` rule says it must not go."""
         queue = consumer.queue
         message = entry.message
-        topic = to_topic(message.routing_key)
+        topics = self._topics
+        known = topics.get(message.routing_key)
+        if known is None:
+            if len(topics) > 4096:
+                topics.clear()
+            name = to_topic(message.routing_key)
+            known = topics[message.routing_key] = (name, p.topic_field(name))
+        topic, field = known
         subscriptions = self._matching(consumer, topic)
         if any(o.no_local for o in subscriptions) and publisher_id(message) == self.client_id:
             subscriptions = [o for o in subscriptions if not o.no_local]
@@ -719,21 +753,17 @@ class MqttConnection(AdapterConnection):
             if expiry <= 0:
                 queue.ack(entry)
                 return
-        properties: tuple = ()
+        block = None
         if self.v5:
-            identifiers = tuple(
+            properties = publish_properties(message, expiry) + tuple(
                 (p.SUBSCRIPTION_IDENTIFIER, o.identifier) for o in subscriptions if o.identifier
             )
-            properties = publish_properties(message, expiry) + identifiers
+            block = p.encode_properties(properties) if properties else b"\0"
         counters = queue.counters
-        packet_id = None
-        if qos:
-            packet_id = self._packet_id()
-        data = p.encode(
-            p.Publish(topic, message.body, qos, retain, entry.redelivered and qos > 0, packet_id, properties),
-            self.version,
-        )
-        if len(data) > self.client_max_packet:  # MQTT 5.0 §3.1.2.11.4: discarded as if sent
+        packet_id = self._packet_id() if qos else None
+        body = message.body
+        head = p.publish_head(field, qos, retain, entry.redelivered and qos > 0, packet_id, block, len(body))
+        if len(head) + len(body) > self.client_max_packet:  # MQTT 5.0 §3.1.2.11.4: as if sent
             queue.ack(entry)
             return
         if qos:
@@ -746,7 +776,7 @@ class MqttConnection(AdapterConnection):
         if entry.redelivered:
             counters.redelivered += 1
         self.core.metrics.mqtt_sent[qos] += 1
-        self.send_parts([data], len(message.body))
+        self.send_parts([head, body], len(body))
 
     def _packet_id(self) -> int:
         """The next packet identifier free for an outbound PUBLISH (§2.2.1)."""

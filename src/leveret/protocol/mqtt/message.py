@@ -6,7 +6,7 @@ A PUBLISH becomes a :class:`~leveret.core.message.Message` whose encoded form is
 - one byte: the publish QoS (bits 0-1) and the retain flag (bit 2);
 - the publishing client's identifier (a two-byte length, UTF-8), for *no local*;
 - the PUBLISH's MQTT 5 property block as it came (empty from MQTT 3.1.1), less the
-  topic alias and subscription identifiers, which belong to one hop.
+  topic alias and subscription identifiers, which belong to one hop (and a will's delay).
 
 An MQTT subscriber gets the block back as it was sent, so MQTT to MQTT passes through
 untouched (but for a message expiry interval, which counts down). AMQP and STOMP
@@ -40,7 +40,7 @@ from typing import Any
 from ...core.message import Message, Properties, register_format
 from . import packets as p
 
-_SKIP = frozenset((p.TOPIC_ALIAS, p.SUBSCRIPTION_IDENTIFIER))
+_SKIP = frozenset((p.TOPIC_ALIAS, p.SUBSCRIPTION_IDENTIFIER, p.WILL_DELAY_INTERVAL))
 #: Headers the mapping owns (not turned into user properties on the way back).
 _OWN_HEADERS = frozenset(
     ("x-mqtt-publish-qos", "x-mqtt-payload-format-indicator", "x-correlation-id", "x-mqtt-dup")
