@@ -10,6 +10,8 @@ codes otherwise.
 from __future__ import annotations
 
 import queue
+import time
+import warnings
 from typing import Any
 
 import paho.mqtt.client as mqtt
@@ -24,8 +26,9 @@ def _code(reason: Any) -> int:
 
 
 class Client:
-    """One paho client on ``port`` (MQTT 3.1.1 with ``version=4``, 5.0 with 5); its
-    network loop runs on paho's thread, events go through queues."""
+    """One paho client on ``port`` (MQTT 3.1.1 with ``version=4``, 5.0 with 5), from
+    ``source`` (a local address, default any); its network loop runs on paho's thread,
+    events go through queues."""
 
     def __init__(
         self,
@@ -36,15 +39,18 @@ class Client:
         password: str | None = None,
         host: str = "127.0.0.1",
         clean: bool = True,
+        source: str = "",
     ) -> None:
-        self.port, self.host, self.version = port, host, version
+        self.port, self.host, self.version, self.source = port, host, version, source
         protocol = mqtt.MQTTv5 if version == V5 else mqtt.MQTTv311
         api = mqtt.CallbackAPIVersion.VERSION2 if version == V5 else mqtt.CallbackAPIVersion.VERSION1
         kwargs: dict[str, Any] = {"client_id": client_id, "protocol": protocol, "reconnect_on_failure": False}
         if version != V5:
             kwargs["clean_session"] = clean
         self.clean = clean
-        self.paho = mqtt.Client(api, **kwargs)
+        with warnings.catch_warnings():  # VERSION1 is deprecated, and what 3.1.1 users have
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.paho = mqtt.Client(api, **kwargs)
         if username is not None:
             self.paho.username_pw_set(username, password)
         self.connacks: queue.Queue[int] = queue.Queue()
@@ -77,7 +83,7 @@ class Client:
     # the test's side
     def connect(self, keepalive: int = 60, timeout: float = 5.0, session_expiry: int | None = None) -> int:
         """The CONNACK code (0: accepted); -1 if the socket closed without one."""
-        kwargs: dict[str, Any] = {"keepalive": keepalive}
+        kwargs: dict[str, Any] = {"keepalive": keepalive, "bind_address": self.source}
         if self.version == V5:
             kwargs["clean_start"] = self.clean
             if session_expiry is not None:
@@ -94,16 +100,20 @@ class Client:
             raise
 
     def publish(self, topic: str, payload: bytes, qos: int = 1, timeout: float = 5.0) -> int | None:
-        """PUBACK's reason code for QoS 1 (0 for 3.1.1), None if none came in
-        ``timeout`` s (a 3.1.1 connection closed instead)."""
+        """PUBACK's reason code for QoS 1 (0 for 3.1.1), None if the connection closed
+        (or nothing came within ``timeout`` s) instead."""
         info = self.paho.publish(topic, payload, qos)
         if qos == 0:
             return 0
         waiting = self.acks.setdefault(info.mid, queue.Queue())
-        try:
-            return waiting.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                return waiting.get(timeout=0.02)
+            except queue.Empty:
+                if not self.disconnects.empty():
+                    return None
+        return None
 
     def subscribe(self, topic_filter: str, qos: int = 1, timeout: float = 5.0) -> list[int]:
         """The SUBACK's codes (granted QoS, or 0x80 / a 5.0 reason code)."""
