@@ -49,11 +49,18 @@ class RabbitMQWithMqtt(RabbitMQ):
         self.env = env
         return env
 
+    def cookie(self) -> str:
+        """The node's Erlang cookie (rabbitmqctl runs as the rabbitmq user, whose home
+        has another)."""
+        return Path(self.workdir, ".erlang.cookie").read_text().strip()
+
     def ctl(self, *args: str) -> str:
-        return subprocess.run(
-            ["rabbitmqctl", "-n", self.extra["nodename"], *args],
+        done = subprocess.run(
+            ["rabbitmqctl", "-n", self.extra["nodename"], "--erlang-cookie", self.cookie(), *args],
             env=self.env, capture_output=True, text=True, timeout=60, check=False,
-        ).stdout
+        )
+        print(f"rabbitmqctl {' '.join(args)}: {done.returncode} {done.stdout}{done.stderr}", file=sys.stderr)
+        return done.stdout
 
 
 class Side:
