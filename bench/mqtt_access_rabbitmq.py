@@ -122,7 +122,8 @@ def cases(side: Side) -> dict[str, Any]:
     side.http("PUT", "/api/vhost-limits/mq1/max-connections", {"value": 1})
     first = Client(port, "lim1", V311, "mq1:bob", "pw")
     out["max-connections 1: first"] = first.connect()
-    out["max-connections 1: second"] = connack(port, V311, username="mq1:bob", password="pw", client_id="lim2")
+    out["max-connections 1: second"] = connack(
+        port, V311, username="mq1:bob", password="pw", client_id="lim2")
     first.close()
     side.http("DELETE", "/api/vhost-limits/mq1/max-connections")
 
@@ -166,7 +167,8 @@ def cases(side: Side) -> dict[str, Any]:
     name = row.get("name", "")
     status, _ = side.http("DELETE", "/api/connections/" + urllib.request.quote(name, safe=""))
     out["DELETE /api/connections/{name}"] = status
-    out["  ... after DELETE, the connection"] = "closed" if wait_for(lambda: not client.paho.is_connected(), 5) else "open"
+    out["  ... after DELETE, the connection"] = (
+        "closed" if wait_for(lambda: not client.paho.is_connected(), 5) else "open")
     client.close()
     client = Client(port, "vhost-goes", V311, "mq1:bob", "pw")
     client.connect()

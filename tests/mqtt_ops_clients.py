@@ -15,8 +15,8 @@ import warnings
 from typing import Any
 
 import paho.mqtt.client as mqtt
-from paho.mqtt.properties import Properties
 from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 V311, V5 = 4, 5
 

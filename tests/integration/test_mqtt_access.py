@@ -179,13 +179,14 @@ def test_the_vhost_connection_limit_refuses_one_more(broker, api, account, versi
     vhost, user = account
     grant(api, vhost, user)
     assert api.http("PUT", f"/api/vhost-limits/{vhost}/max-connections", {"value": 1})[0] == 204
-    first = Client(broker.mqtt_port, client_id(), version, f"{vhost}:{user}", "pw")
+    login = {"username": f"{vhost}:{user}", "password": "pw"}
+    first = Client(broker.mqtt_port, client_id(), version, **login)
     try:
         assert first.connect() == 0
-        assert connack(broker.mqtt_port, version, username=f"{vhost}:{user}", password="pw") == LIMIT[version]
+        assert connack(broker.mqtt_port, version, **login) == LIMIT[version]
     finally:
         first.close()
-    assert eventually(lambda: connack(broker.mqtt_port, version, username=f"{vhost}:{user}", password="pw") == 0)
+    assert eventually(lambda: connack(broker.mqtt_port, version, **login) == 0)
 
 
 def test_refused_mqtt_logins_are_audited(broker, caplog):
