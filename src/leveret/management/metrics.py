@@ -329,8 +329,9 @@ class BrokerCollector(Collector):
         )
 
     def _mqtt(self) -> Iterator[Metric]:
-        """MQTT PUBLISH packets by QoS (label ``qos`` ``0``, ``1``, ``2``): received from
-        clients and sent to them (retained messages sent on subscribe not counted).
+        """MQTT PUBLISH packets by QoS (label ``qos`` ``0``, ``1``, ``2``): taken from
+        clients (refused ones not counted) and sent to them (retained messages sent on
+        subscribe not counted).
         RabbitMQ 3.10 has no such series (its ``rabbitmq_global_*`` counters carry a
         ``protocol`` label only from 3.13)."""
         m = self.core.metrics
