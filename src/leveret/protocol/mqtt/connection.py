@@ -42,11 +42,29 @@ from ..adapter import AdapterConnection
 from ..turns import TurnBudget
 from . import packets as p, reason_codes as rc
 from .consumer import MqttConsumer
-from .message import MQTT, encode_publish, publish_properties, publish_qos, publisher_id, was_retained
+from .message import (
+    MQTT,
+    encode_publish,
+    property_block,
+    publish_prefix,
+    publish_properties,
+    publish_qos,
+    publisher_id,
+    was_retained,
+)
 from .sessions import SessionTimers, session_queue_name
 from .settings import MqttSettings, settings_of
 from .state import NEVER, MqttState, RetainedMessage, SessionRecord, SubscriptionOptions
-from .topics import TopicError, matches, split_shared, to_routing_key, to_topic
+from .topics import (
+    TopicError,
+    deliverable,
+    matches,
+    name_part,
+    split_shared,
+    system_topic,
+    to_routing_key,
+    to_topic,
+)
 
 if TYPE_CHECKING:
     from ...core.queues import QueuedMessage
@@ -59,7 +77,7 @@ MAX_PACKET_ID = 0xFFFF
 
 def shared_queue_name(group: str, topic_filter: str) -> str:
     """The queue of shared subscription ``$share/<group>/<topic_filter>``."""
-    return f"mqtt-shared-{group}-{to_routing_key(topic_filter)}"
+    return f"mqtt-shared-{group}-{name_part(topic_filter)}"
 
 
 class MqttError(Exception):
@@ -81,6 +99,25 @@ class _InFlight:
         self.consumer = consumer
         self.entry = entry
         self.qos = qos
+
+
+class _Match:
+    """The subscriptions of a session a message on one topic reached, and what they
+    make of it (MQTT 5.0 §3.3.4: one PUBLISH, at their highest QoS, with every
+    identifier); ``local`` the same without the *no local* ones, for the session's own
+    messages."""
+
+    __slots__ = ("identifiers", "local", "no_local", "qos", "retain_as_published", "subscriptions")
+
+    def __init__(self, subscriptions: list[SubscriptionOptions]) -> None:
+        self.subscriptions = subscriptions
+        self.qos = max((o.qos for o in subscriptions), default=0)
+        self.retain_as_published = any(o.retain_as_published for o in subscriptions)
+        self.identifiers = tuple(
+            (p.SUBSCRIPTION_IDENTIFIER, o.identifier) for o in subscriptions if o.identifier
+        )
+        self.no_local = any(o.no_local for o in subscriptions)
+        self.local = _Match([o for o in subscriptions if not o.no_local]) if self.no_local else self
 
 
 class _WillEvents:
@@ -128,7 +165,12 @@ class MqttConnection(AdapterConnection):
         self.will: p.Will | None = None
         self._clean_close = False  # DISCONNECT 0x00: the will is not sent
         self._aliases_in: dict[int, str] = {}
-        self._match_cache: dict[str, list[SubscriptionOptions]] = {}
+        #: topic (or a shared subscription's filter) -> what a message there matched
+        self._match_cache: dict[str, _Match] = {}
+        #: topic -> routing key, for publishes
+        self._keys: dict[str, str] = {}
+        #: the start of the encoded form of this client's messages, by QoS | retain << 2
+        self._prefixes: dict[int, bytes] = {}
         #: routing key -> (MQTT topic, its encoded field), for deliveries
         self._topics: dict[str, tuple[str, bytes]] = {}
         # what the client allows us (MQTT 5 CONNECT properties)
@@ -474,7 +516,11 @@ class MqttConnection(AdapterConnection):
         if topic.startswith("$"):  # $SYS and the like are the broker's (§4.7.2)
             self._refuse_publish(qos, packet_id, f"publishing to {topic!r} is not allowed", rc.NOT_AUTHORIZED)
             return
-        routing_key = to_routing_key(topic)
+        routing_key = self._keys.get(topic)
+        if routing_key is None:
+            if len(self._keys) > 4096:
+                self._keys.clear()
+            routing_key = self._keys[topic] = to_routing_key(topic)
         try:
             exchange = self.publisher.exchange(self.settings.exchange, routing_key)
         except BrokerError as exc:  # no write permission, no such exchange
@@ -488,7 +534,11 @@ class MqttConnection(AdapterConnection):
             self.hold_for_flow()
         expiry = p.get_property(properties, p.MESSAGE_EXPIRY_INTERVAL)
         ttl = int(expiry) * 1000 if isinstance(expiry, int) else None
-        encoded = encode_publish(qos, packet.retain, self.client_id, properties)
+        flags = qos | packet.retain << 2
+        prefix = self._prefixes.get(flags)
+        if prefix is None:
+            prefix = self._prefixes[flags] = publish_prefix(qos, packet.retain, self.client_id)
+        encoded = prefix + property_block(properties) if properties else prefix
         message = Message(self.settings.exchange, routing_key, packet.payload, MQTT, encoded, qos > 0, ttl)
         seq = self.publisher.seq + 1
         if qos:  # before publishing: a confirm may come at once, from inside publish()
@@ -707,21 +757,27 @@ class MqttConnection(AdapterConnection):
         in_flight = len(self.inflight) + (len(record.awaiting_comp) if record is not None else 0)
         return self.writable and in_flight < self.send_window and self.state == "connected"
 
-    def _matching(self, consumer: MqttConsumer, topic: str) -> list[SubscriptionOptions]:
+    def _matching(self, consumer: MqttConsumer, topic: str) -> _Match:
         """The subscriptions a message on ``topic`` reached ``consumer`` for."""
-        if consumer.shared is not None:
-            options = self.subscriptions.get(consumer.shared)
-            return [options] if options is not None else []
-        cached = self._match_cache.get(topic)
+        key = topic if consumer.shared is None else consumer.shared + "\0" + topic
+        cached = self._match_cache.get(key)
         if cached is None:
-            cached = [
-                options
-                for topic_filter, options in self.subscriptions.items()
-                if not topic_filter.startswith("$share/") and matches(topic_filter, topic)
-            ]
+            if consumer.shared is not None:
+                options = self.subscriptions.get(consumer.shared)
+                cached = _Match([options] if options is not None else [])
+                if system_topic(topic) and consumer.shared.split("/", 3)[2][:1] in ("+", "#"):
+                    cached = _Match([])
+            else:
+                cached = _Match(
+                    [
+                        options
+                        for topic_filter, options in self.subscriptions.items()
+                        if not topic_filter.startswith("$share/") and matches(topic_filter, topic)
+                    ]
+                )
             if len(self._match_cache) > 1024:
                 self._match_cache.clear()
-            self._match_cache[topic] = cached
+            self._match_cache[key] = cached
         return cached
 
     def deliver(self, consumer: MqttConsumer, entry: QueuedMessage) -> None:
@@ -737,16 +793,20 @@ class MqttConnection(AdapterConnection):
             if len(topics) > 4096:
                 topics.clear()
             name = to_topic(message.routing_key)
-            known = topics[message.routing_key] = (name, p.topic_field(name))
+            field = p.topic_field(name) if deliverable(name) else b""
+            known = topics[message.routing_key] = (name, field)
         topic, field = known
-        subscriptions = self._matching(consumer, topic)
-        if any(o.no_local for o in subscriptions) and publisher_id(message) == self.client_id:
-            subscriptions = [o for o in subscriptions if not o.no_local]
-        if not subscriptions:
+        if not field:  # an AMQP routing key with * or #: no MQTT topic name can carry it
             queue.ack(entry)
             return
-        qos = min(max(o.qos for o in subscriptions), publish_qos(message))
-        retain = was_retained(message) and any(o.retain_as_published for o in subscriptions)
+        match = self._matching(consumer, topic)
+        if match.no_local and publisher_id(message) == self.client_id:
+            match = match.local
+        if not match.subscriptions:
+            queue.ack(entry)
+            return
+        qos = min(match.qos, publish_qos(message))
+        retain = match.retain_as_published and was_retained(message)
         expiry = None
         if entry.expires_at:
             expiry = math.ceil(entry.expires_at - self.core.clock.time())
@@ -755,9 +815,7 @@ class MqttConnection(AdapterConnection):
                 return
         block = None
         if self.v5:
-            properties = publish_properties(message, expiry) + tuple(
-                (p.SUBSCRIPTION_IDENTIFIER, o.identifier) for o in subscriptions if o.identifier
-            )
+            properties = publish_properties(message, expiry) + match.identifiers
             block = p.encode_properties(properties) if properties else b"\0"
         counters = queue.counters
         packet_id = self._packet_id() if qos else None

@@ -740,21 +740,36 @@ def _decode_connect(body: _Cursor) -> tuple[Connect, int]:
 def _decode_publish(flags: int, body: _Cursor, v5: bool) -> Publish:
     """A PUBLISH (§3.3), read with fewer calls than the other packets: it is most of
     what a busy broker reads."""
-    qos = _check_qos(flags >> 1 & 3, "a PUBLISH with")
-    if flags & 0x08 and not qos:
+    qos = flags >> 1 & 3
+    if qos == 3 or (flags & 0x08 and not qos):
+        _check_qos(qos, "a PUBLISH with")
         raise MalformedPacket("DUP set on a QoS 0 PUBLISH (§3.3.1.1)")
-    topic = _topic_name(body.string("the topic name"), v5)
-    packet_id = body.packet_id() if qos else None
+    data = body.data
+    size = len(data)
+    end = 2 + (data[0] << 8 | data[1]) if size >= 2 else size + 1
+    if end > size:
+        topic = body.string("the topic name")  # raises, with the cursor's text
+    else:
+        topic = _utf8(data[2:end], "the topic name")
+    _topic_name(topic, v5)
+    pos = end
+    packet_id = None
+    if qos:
+        if pos + 2 > size or not (data[pos] or data[pos + 1]):
+            body.pos = pos
+            body.packet_id()  # raises
+        packet_id = data[pos] << 8 | data[pos + 1]
+        pos += 2
     properties: Properties = ()
     if v5:
-        data, pos = body.data, body.pos
-        if pos < len(data) and not data[pos]:  # no properties: the common case
-            body.pos = pos + 1
+        if pos < size and not data[pos]:  # no properties: the common case
+            pos += 1
         else:
+            body.pos = pos
             properties = body.properties(PUBLISH)
-    payload = body.data[body.pos :]
-    body.pos = len(body.data)
-    return Publish(topic, payload, qos, bool(flags & 1), bool(flags & 8), packet_id, properties)
+            pos = body.pos
+    body.pos = size
+    return Publish(topic, data[pos:], qos, bool(flags & 1), bool(flags & 8), packet_id, properties)
 
 
 def _decode(kind: int, flags: int, data: bytes, version: int) -> Packet:
