@@ -331,8 +331,8 @@ class MqttConnection(AdapterConnection):
         self._take_over(f"mqtt:{vhost_name}:{client_id}")
         try:
             self._open_life(user, vhost, PROTOCOL_NAMES[self.version], f"mqtt:{vhost_name}:{client_id}")
-        except ConnectionLimitReached as exc:
-            self._refuse_connect(rc.QUOTA_EXCEEDED, exc.text)
+        except ConnectionLimitReached as exc:  # 3.1.1: 5 not authorized, as RabbitMQ 3.10
+            self._refuse_connect(rc.QUOTA_EXCEEDED if self.v5 else rc.NOT_AUTHORIZED, exc.text)
             return
         except ConnectionRefused as exc:
             self._refuse_connect(rc.SERVER_UNAVAILABLE, exc.text)
