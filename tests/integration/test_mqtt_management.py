@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -63,11 +64,12 @@ def closed_by_broker(client: Client) -> int:
     return client.disconnected()
 
 
-def raw_mqtt5(port: int, cid: str) -> socket.socket:
-    """A socket that sent an MQTT 5 CONNECT (clean start, keep alive 60 s, no
+def raw_mqtt5(port: int, cid: str, keep_alive: int = 60) -> socket.socket:
+    """A socket that sent an MQTT 5 CONNECT (clean start, ``keep_alive`` seconds, no
     properties) and read its CONNACK."""
     name = cid.encode()
-    body = b"\x00\x04MQTT\x05\x02\x00\x3c\x00" + len(name).to_bytes(2, "big") + name
+    body = (b"\x00\x04MQTT\x05\x02" + keep_alive.to_bytes(2, "big") + b"\x00"
+            + len(name).to_bytes(2, "big") + name)
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
     sock.sendall(bytes([0x10, len(body)]) + body)
     connack = sock.recv(2)
@@ -266,3 +268,24 @@ def test_an_mqtt_publisher_is_not_read_during_a_resource_alarm(tmp_path):
         finally:
             publisher.close()
             amqp.close()
+
+
+def test_a_blocked_publishers_keep_alive_does_not_run_out(tmp_path):
+    """Time a publisher is not read (the alarm) does not count against its keep alive:
+    silent for longer than 1.5 keep alives while blocked, it is still connected, and
+    answered once the alarm ends."""
+    with (
+        BlockingBroker(amqp_port=0, mqtt_port=0, data_dir=str(tmp_path), disk_free_limit=10**18) as broker,
+        raw_mqtt5(broker.mqtt_port, client_id(), keep_alive=1) as sock,
+    ):
+        topic = b"alarm/k"
+        publish = len(topic).to_bytes(2, "big") + topic + b"\x00" + b"payload"  # QoS 0
+        sock.sendall(bytes([0x30, len(publish)]) + publish)
+        time.sleep(2.0)  # 1.5 keep alives is 1.5 s
+        sock.settimeout(0.1)
+        with pytest.raises(TimeoutError):  # neither a DISCONNECT nor the end
+            sock.recv(1)
+        broker.broker.settings.disk_free_limit = 0
+        sock.settimeout(8)
+        sock.sendall(b"\xc0\x00")  # PINGREQ
+        assert sock.recv(2) == b"\xd0\x00"  # PINGRESP
