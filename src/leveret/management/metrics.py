@@ -331,9 +331,8 @@ class BrokerCollector(Collector):
     def _mqtt(self) -> Iterator[Metric]:
         """MQTT PUBLISH packets by QoS (label ``qos`` ``0``, ``1``, ``2``): taken from
         clients (refused ones not counted) and sent to them (retained messages sent on
-        subscribe not counted).
-        RabbitMQ 3.10 has no such series (its ``rabbitmq_global_*`` counters carry a
-        ``protocol`` label only from 3.13)."""
+        subscribe not counted). RabbitMQ 3.10 has no such series: its MQTT plugin's
+        messages count in ``rabbitmq_global_*`` as AMQP ones, as leveret's do too."""
         m = self.core.metrics
         for direction, counts, text in (
             ("received", m.mqtt_received, "MQTT PUBLISH packets received from clients, by QoS"),
