@@ -309,7 +309,7 @@ class MqttConnection(AdapterConnection):
         vhost_name, username = self._vhost_of(username)
         mechanism = "EXTERNAL" if username is None and self.certificate_user else "PLAIN"
         try:
-            if vhost_name not in self.core.vhosts:  # RabbitMQ 3.10: a failed login, CONNACK 4
+            if vhost_name not in self.core.vhosts:  # a failed login, as RabbitMQ 3.10 takes it
                 raise AuthenticationError(f"vhost '{vhost_name}' does not exist")
             if mechanism == "EXTERNAL" and self.settings.ssl_cert_login:
                 assert self.certificate_user is not None
