@@ -309,6 +309,8 @@ class MqttConnection(AdapterConnection):
         vhost_name, username = self._vhost_of(username)
         mechanism = "EXTERNAL" if username is None and self.certificate_user else "PLAIN"
         try:
+            if vhost_name not in self.core.vhosts:  # a failed login, as RabbitMQ 3.10 takes it
+                raise AuthenticationError(f"vhost '{vhost_name}' does not exist")
             if mechanism == "EXTERNAL" and self.settings.ssl_cert_login:
                 assert self.certificate_user is not None
                 user = self.core.users.authenticate_external(self.certificate_user, self.from_loopback)
@@ -323,8 +325,8 @@ class MqttConnection(AdapterConnection):
             self._refuse_later(delay, rc.BAD_USER_NAME_OR_PASSWORD, str(exc))
             return
         self._login_accepted()
-        vhost = self.core.vhosts.get(vhost_name)
-        if vhost is None or not self.core.users.may_access(user, vhost_name):
+        vhost = self.core.vhosts[vhost_name]
+        if not self.core.users.may_access(user, vhost_name):
             self._refuse_connect(
                 rc.NOT_AUTHORIZED, f"access to vhost '{vhost_name}' refused for '{user.name}'"
             )
@@ -332,13 +334,14 @@ class MqttConnection(AdapterConnection):
         self._take_over(f"mqtt:{vhost_name}:{client_id}")
         try:
             self._open_life(user, vhost, PROTOCOL_NAMES[self.version], f"mqtt:{vhost_name}:{client_id}")
-        except ConnectionLimitReached as exc:
-            self._refuse_connect(rc.QUOTA_EXCEEDED, exc.text)
+        except ConnectionLimitReached as exc:  # 3.1.1: 5 not authorized, as RabbitMQ 3.10
+            self._refuse_connect(rc.QUOTA_EXCEEDED if self.v5 else rc.NOT_AUTHORIZED, exc.text)
             return
         except ConnectionRefused as exc:
             self._refuse_connect(rc.SERVER_UNAVAILABLE, exc.text)
             return
-        self.session = Session(vhost, Access(self.core.users, user, vhost.name), self)
+        access = Access(self.core.users, user, vhost.name, {"client_id": client_id})
+        self.session = Session(vhost, access, self)
         self.publisher = Publisher(self.session, self)
         self.publisher.select_confirms()
         self.will = packet.will
@@ -365,13 +368,18 @@ class MqttConnection(AdapterConnection):
         return packet.username, password
 
     def _vhost_of(self, username: str | None) -> tuple[str, str | None]:
-        """The vhost a login names, RabbitMQ's way: ``vhost:user`` when that vhost
-        exists, else the listening port's mapped vhost, else the configured one."""
+        """The vhost a login names, as RabbitMQ 3.10's MQTT plugin chooses it: the part
+        of ``vhost:user`` before the last colon; else the listening port's vhost (the
+        global parameter ``mqtt_port_to_vhost_mapping``, ``{"1883": "vhost"}``, then
+        ``[mqtt] port_vhosts``); else ``[mqtt] vhost``."""
         if username is not None and ":" in username:
-            vhost, _, user = username.partition(":")
-            if vhost in self.core.vhosts:
-                return vhost, user
-        mapped = self.settings.port_vhosts.get(self.local[1])
+            vhost, _, user = username.rpartition(":")
+            return vhost, user
+        port = self.local[1]
+        mapping = self.core.global_parameters.get("mqtt_port_to_vhost_mapping")
+        mapped = mapping.get(str(port)) if isinstance(mapping, dict) else None
+        if not isinstance(mapped, str):
+            mapped = self.settings.port_vhosts.get(port)
         return (mapped or self.settings.vhost), username
 
     def _refuse_connect(self, reason_code: int, text: str) -> None:
