@@ -32,8 +32,9 @@ class Mqtt:
 
     def __init__(self, port: int, protocol: int = mqtt.MQTTv5) -> None:
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, f"interop-{uuid.uuid4().hex[:8]}",
-                                  protocol=protocol)
+        self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, f"interop-{uuid.uuid4().hex[:8]}", protocol=protocol
+        )
         self.client.on_message = lambda client, userdata, message: self.messages.put(message)
         self.client.connect("127.0.0.1", port)
         self.client.loop_start()
@@ -93,9 +94,16 @@ def test_an_amqp_publish_reaches_an_mqtt_subscriber_with_its_properties(broker, 
     connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
     channel = connection.channel()
     channel.basic_publish(
-        "amq.topic", "orders.eu.created", BODY,
-        pika.BasicProperties(delivery_mode=2, content_type="text/plain", correlation_id="c-9",
-                             reply_to="answers", headers={"tenant": "acme", "n": 7}),
+        "amq.topic",
+        "orders.eu.created",
+        BODY,
+        pika.BasicProperties(
+            delivery_mode=2,
+            content_type="text/plain",
+            correlation_id="c-9",
+            reply_to="answers",
+            headers={"tenant": "acme", "n": 7},
+        ),
     )
     message = mqtt_client.message()
     assert message.topic == "orders/eu/created" and message.payload == BODY and message.qos == 1
@@ -134,8 +142,9 @@ def test_an_mqtt_311_client_gets_amqp_messages_without_properties(broker):
     try:
         client.subscribe("legacy/#", qos=2)
         connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
-        connection.channel().basic_publish("amq.topic", "legacy.x", b"hello",
-                                           pika.BasicProperties(delivery_mode=2, headers={"a": "b"}))
+        connection.channel().basic_publish(
+            "amq.topic", "legacy.x", b"hello", pika.BasicProperties(delivery_mode=2, headers={"a": "b"})
+        )
         message = client.message()
         assert (message.topic, message.payload, message.qos) == ("legacy/x", b"hello", 1)
         connection.close()

@@ -155,6 +155,9 @@ class MqttConnection(AdapterConnection):
         #: outbound packet id -> what waits for its PUBACK/PUBREC
         self.inflight: dict[int, _InFlight] = {}
         self._next_id = 0
+        #: (queue name, seq) -> the packet id an earlier connection of the session sent
+        #: it with: a redelivery goes with the same id (MQTT 3.1.1 §4.4, 5.0 §4.4)
+        self._resent_ids: dict[tuple[str, int], int] = {}
         #: inbound QoS 1/2 publishes waiting for the publisher's confirm:
         #: (publish seq, QoS, packet id)
         self._confirms: deque[tuple[int, int, int]] = deque()
@@ -306,6 +309,8 @@ class MqttConnection(AdapterConnection):
         vhost_name, username = self._vhost_of(username)
         mechanism = "EXTERNAL" if username is None and self.certificate_user else "PLAIN"
         try:
+            if vhost_name not in self.core.vhosts:  # a failed login, as RabbitMQ 3.10 takes it
+                raise AuthenticationError(f"vhost '{vhost_name}' does not exist")
             if mechanism == "EXTERNAL" and self.settings.ssl_cert_login:
                 assert self.certificate_user is not None
                 user = self.core.users.authenticate_external(self.certificate_user, self.from_loopback)
@@ -320,8 +325,8 @@ class MqttConnection(AdapterConnection):
             self._refuse_later(delay, rc.BAD_USER_NAME_OR_PASSWORD, str(exc))
             return
         self._login_accepted()
-        vhost = self.core.vhosts.get(vhost_name)
-        if vhost is None or not self.core.users.may_access(user, vhost_name):
+        vhost = self.core.vhosts[vhost_name]
+        if not self.core.users.may_access(user, vhost_name):
             self._refuse_connect(
                 rc.NOT_AUTHORIZED, f"access to vhost '{vhost_name}' refused for '{user.name}'"
             )
@@ -329,13 +334,14 @@ class MqttConnection(AdapterConnection):
         self._take_over(f"mqtt:{vhost_name}:{client_id}")
         try:
             self._open_life(user, vhost, PROTOCOL_NAMES[self.version], f"mqtt:{vhost_name}:{client_id}")
-        except ConnectionLimitReached as exc:
-            self._refuse_connect(rc.QUOTA_EXCEEDED, exc.text)
+        except ConnectionLimitReached as exc:  # 3.1.1: 5 not authorized, as RabbitMQ 3.10
+            self._refuse_connect(rc.QUOTA_EXCEEDED if self.v5 else rc.NOT_AUTHORIZED, exc.text)
             return
         except ConnectionRefused as exc:
             self._refuse_connect(rc.SERVER_UNAVAILABLE, exc.text)
             return
-        self.session = Session(vhost, Access(self.core.users, user, vhost.name), self)
+        access = Access(self.core.users, user, vhost.name, {"client_id": client_id})
+        self.session = Session(vhost, access, self)
         self.publisher = Publisher(self.session, self)
         self.publisher.select_confirms()
         self.will = packet.will
@@ -362,13 +368,18 @@ class MqttConnection(AdapterConnection):
         return packet.username, password
 
     def _vhost_of(self, username: str | None) -> tuple[str, str | None]:
-        """The vhost a login names, RabbitMQ's way: ``vhost:user`` when that vhost
-        exists, else the listening port's mapped vhost, else the configured one."""
+        """The vhost a login names, as RabbitMQ 3.10's MQTT plugin chooses it: the part
+        of ``vhost:user`` before the last colon; else the listening port's vhost (the
+        global parameter ``mqtt_port_to_vhost_mapping``, ``{"1883": "vhost"}``, then
+        ``[mqtt] port_vhosts``); else ``[mqtt] vhost``."""
         if username is not None and ":" in username:
-            vhost, _, user = username.partition(":")
-            if vhost in self.core.vhosts:
-                return vhost, user
-        mapped = self.settings.port_vhosts.get(self.local[1])
+            vhost, _, user = username.rpartition(":")
+            return vhost, user
+        port = self.local[1]
+        mapping = self.core.global_parameters.get("mqtt_port_to_vhost_mapping")
+        mapped = mapping.get(str(port)) if isinstance(mapping, dict) else None
+        if not isinstance(mapped, str):
+            mapped = self.settings.port_vhosts.get(port)
         return (mapped or self.settings.vhost), username
 
     def _refuse_connect(self, reason_code: int, text: str) -> None:
@@ -421,13 +432,13 @@ class MqttConnection(AdapterConnection):
         state = MqttState.of(self.core)
         timers = SessionTimers.of(self.core)
         key = self.key
-        timers.reconnected(key)  # a will waiting for its delay is not sent (§3.1.3.2.2)
         record = state.session(*key)
-        if record is not None and clean_start:
+        if clean_start:  # the old session ends: a will waiting for its delay goes now
             timers.expire(key)
             record = None
-        elif record is None and clean_start:
-            self._drop_stale_queue()
+        else:  # a will waiting for its delay is not sent (§3.1.3.2.2)
+            timers.reconnected(key)
+            self._resent_ids = timers.take_packet_ids(key)
         present = record is not None
         if record is None:
             record = SessionRecord(key[0], key[1], expiry)
@@ -501,7 +512,11 @@ class MqttConnection(AdapterConnection):
         if qos == 2 and packet_id in record.awaiting_rel:  # a resend: routed already (§4.3.3)
             self.send_packet(p.PubRec(packet_id))
             return
-        if qos and len(self._confirms) >= self.settings.receive_maximum and self.v5:
+        if (
+            qos
+            and self.v5
+            and len(self._confirms) + len(record.awaiting_rel) >= self.settings.receive_maximum
+        ):
             raise MqttError(
                 "more QoS 1 and 2 PUBLISHes than the Receive Maximum", rc.RECEIVE_MAXIMUM_EXCEEDED
             )
@@ -810,7 +825,11 @@ class MqttConnection(AdapterConnection):
             properties = publish_properties(message, expiry) + match.identifiers
             block = p.encode_properties(properties) if properties else b"\0"
         counters = queue.counters
-        packet_id = self._packet_id() if qos else None
+        packet_id = None
+        if qos:
+            packet_id = self._resent_ids.pop((queue.name, entry.seq), None) if entry.redelivered else None
+            if packet_id is None or packet_id in self.inflight:
+                packet_id = self._packet_id()
         body = message.body
         head = p.publish_head(field, qos, retain, entry.redelivered and qos > 0, packet_id, block, len(body))
         if len(head) + len(body) > self.client_max_packet:  # MQTT 5.0 §3.1.2.11.4: as if sent
@@ -930,8 +949,11 @@ class MqttConnection(AdapterConnection):
         self._match_cache.clear()
         self._save_subscriptions()
 
-    def _end_consumer(self, consumer: MqttConsumer) -> None:
-        """Stop ``consumer``; what it had in flight goes back to its queue (redelivered)."""
+    def _end_consumer(
+        self, consumer: MqttConsumer, keep_ids: dict[tuple[str, int], int] | None = None
+    ) -> None:
+        """Stop ``consumer``; what it had in flight goes back to its queue (redelivered),
+        its packet ids noted in ``keep_ids`` for the session's next connection."""
         consumer.queue.remove_consumer(consumer)
         entries = []
         for packet_id, flight in list(self.inflight.items()):
@@ -939,6 +961,8 @@ class MqttConnection(AdapterConnection):
                 del self.inflight[packet_id]
                 assert flight.entry is not None
                 entries.append(flight.entry)
+                if keep_ids is not None:
+                    keep_ids[(consumer.queue.name, flight.entry.seq)] = packet_id
         if entries:
             consumer.queue.requeue(entries)
 
@@ -1066,8 +1090,9 @@ class MqttConnection(AdapterConnection):
         self._timer.cancel()
         self.reader = p.PacketReader()
         self._rest = None
+        keep_ids: dict[tuple[str, int], int] = {}
         for consumer in list(self.consumers.values()):
-            self._end_consumer(consumer)
+            self._end_consumer(consumer, keep_ids)
         self.consumers.clear()
         if self.publisher is not None:
             self.publisher.close()
@@ -1079,6 +1104,7 @@ class MqttConnection(AdapterConnection):
                 self._schedule_will(timers, key, record.expiry_interval)
             record.subscriptions = dict(self.subscriptions)
             if record.expiry_interval:
+                timers.keep_packet_ids(key, keep_ids)
                 record.disconnected_at = self.core.clock.time()
                 MqttState.of(self.core).save_session(record)
             self._end_life()  # an exclusive session queue goes here

@@ -40,7 +40,9 @@ _CONNACK_3 = {
     SERVER_UNAVAILABLE: 3,
     SERVER_BUSY: 3,
     QUOTA_EXCEEDED: 3,
-    BAD_USER_NAME_OR_PASSWORD: 4,
+    # a wrong password: mosquitto 2.0 answers 3.1.1 clients 5 (not authorized), 5.0
+    # clients 0x86; 3.1.1's 4 would say the fields were malformed
+    BAD_USER_NAME_OR_PASSWORD: 5,
     BAD_AUTHENTICATION_METHOD: 4,
     NOT_AUTHORIZED: 5,
 }
