@@ -14,26 +14,30 @@ BUNDLE = Path(__file__).resolve().parent.parent / "js" / "node_modules" / "mqtt"
 
 ROUND_TRIP = """
 const [url, done] = arguments;
+const report = { stage: "start" };
 (async () => {
-  const report = {};
   for (const version of [4, 5]) {
+    report.stage = `connect ${version}`;
     const client = await mqtt.connectAsync(url, {
-      protocolVersion: version, clientId: `browser-${version}`, reconnectPeriod: 0, connectTimeout: 5000,
+      protocolVersion: version, clientId: `browser-${version}`, reconnectPeriod: 0, connectTimeout: 10000,
     });
     const seen = [];
     const all = new Promise((resolve) => client.on("message", (topic, payload, packet) => {
       seen.push([topic, packet.qos, Array.from(payload)]);
       if (seen.length === 2) resolve();
     }));
+    report.stage = `subscribe ${version}`;
     await client.subscribeAsync(`browser/${version}/#`, { qos: 1 });
+    report.stage = `publish ${version}`;
     await client.publishAsync(`browser/${version}/zero`, "qos 0", { qos: 0 });
     await client.publishAsync(`browser/${version}/one`, new Uint8Array([0, 1, 255]), { qos: 1 });
+    report.stage = `receive ${version}`;
     await all;
     await client.endAsync();
     report[version] = seen.sort();
   }
   return report;
-})().then(done, (error) => done({ error: String(error) }));
+})().then(done, (error) => done({ error: String(error), stage: report.stage }));
 """
 
 
@@ -43,7 +47,7 @@ def test_mqtt_js_in_chromium_over_web_mqtt(driver, tmp_path):
     page.write_text(f'<!doctype html><title>mqtt.js</title><script src="{BUNDLE.as_uri()}"></script>\n')
     with BlockingBroker(amqp_port=0, web_mqtt_port=0) as broker:
         driver.get(page.as_uri())
-        driver.set_script_timeout(20)
+        driver.set_script_timeout(30)
         report = driver.execute_async_script(ROUND_TRIP, broker.web_mqtt_url)
     assert "error" not in report, report
     for version in ("4", "5"):
