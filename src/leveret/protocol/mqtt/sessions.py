@@ -104,8 +104,11 @@ class SessionTimers:
 
     def expire(self, key: Key) -> None:
         """The session is over: its will goes if still waiting, its record and queue are
-        deleted (a queue a connection consumes from again is kept)."""
-        self._expiries.pop(key, None)
+        deleted (a queue a connection consumes from again is kept). Its expiry timer
+        is cancelled: a session the client starts anew must not end at the old time."""
+        timer = self._expiries.pop(key, None)
+        if timer is not None:
+            timer.cancel()
         self._packet_ids.pop(key, None)
         self.will_now(key)
         vhost_name, client_id = key

@@ -1,0 +1,44 @@
+"""Defects found by a second reading of the MQTT adapter, each pinned by a test on the
+sans-I/O connection (tests/sans_io.py's fake loop is the broker's clock too)."""
+
+from __future__ import annotations
+
+import pytest
+from sans_io import FakeLoop
+from test_mqtt_connection import Client, publishes
+
+from leveret.core.broker import BrokerCore
+from leveret.protocol.mqtt import packets as p
+from leveret.protocol.mqtt.sessions import session_queue_name
+
+
+@pytest.fixture
+def loop() -> FakeLoop:
+    return FakeLoop()
+
+
+@pytest.fixture
+def core(loop: FakeLoop) -> BrokerCore:
+    return BrokerCore(loop)
+
+
+def test_a_clean_start_cancels_the_expiry_of_the_session_it_replaces(core, loop):
+    client = Client(core, loop)
+    client.connect("c", properties=((p.SESSION_EXPIRY_INTERVAL, 100),))
+    client.send(p.Disconnect())  # the old session expires at t=100
+    loop.advance(10)
+    again = Client(core, loop)
+    again.connect("c", clean_start=True, properties=((p.SESSION_EXPIRY_INTERVAL, 1000),))
+    again.subscribe("t", qos=1)
+    again.send(p.Disconnect())  # the new session expires at t=1010
+    publisher = Client(core, loop)
+    publisher.connect("pub")
+    publisher.send(p.Publish("t", b"kept", 1, packet_id=1))
+    assert publisher.received() == [p.PubAck(1)]
+    loop.advance(100)  # t=110: past the old session's expiry, not the new one's
+    assert session_queue_name("c") in core.vhosts["/"].queues
+    back = Client(core, loop)
+    back.send(p.Connect("c", clean_start=False))
+    connack, *rest = back.received()
+    assert isinstance(connack, p.ConnAck) and connack.session_present
+    assert [m.payload for m in publishes(rest)] == [b"kept"]
