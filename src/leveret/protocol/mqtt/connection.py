@@ -528,6 +528,8 @@ class MqttConnection(AdapterConnection):
         if qos == 2 and packet_id in record.awaiting_rel:  # a resend: routed already (§4.3.3)
             self.send_packet(p.PubRec(packet_id))
             return
+        if qos == 2 and packet.dup and any(c[2] == packet_id and c[1] == 2 for c in self._confirms):
+            return  # a resend of one routed but not yet safe: its PUBREC comes with the confirm
         if (
             qos
             and self.v5

@@ -3,6 +3,8 @@ sans-I/O connection (tests/sans_io.py's fake loop is the broker's clock too)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from sans_io import FakeLoop
 from test_mqtt_connection import Client, publishes
@@ -10,6 +12,8 @@ from test_mqtt_connection import Client, publishes
 from leveret.core.broker import BrokerCore
 from leveret.protocol.mqtt import packets as p
 from leveret.protocol.mqtt.sessions import session_queue_name
+from leveret.protocol.mqtt.state import MqttState
+from leveret.store.sqlite import SQLiteStore
 
 
 @pytest.fixture
@@ -42,3 +46,35 @@ def test_a_clean_start_cancels_the_expiry_of_the_session_it_replaces(core, loop)
     connack, *rest = back.received()
     assert isinstance(connack, p.ConnAck) and connack.session_present
     assert [m.payload for m in publishes(rest)] == [b"kept"]
+
+
+
+def test_a_qos2_resend_before_its_pubrec_is_routed_once(loop, tmp_path):
+    """The first PUBLISH waits for the store (a durable queue): a resend with DUP set
+    in the meantime is not routed again (MQTT 3.1.1 §4.3.3, 5.0 §4.3.3)."""
+    writer = asyncio.new_event_loop()
+    store = SQLiteStore(tmp_path)
+    core = BrokerCore(loop)
+    core.attach_store(store)
+    store.start(writer)
+    try:
+        subscriber = Client(core, loop)
+        subscriber.connect("sub", properties=((p.SESSION_EXPIRY_INTERVAL, 60),))  # a durable queue
+        subscriber.subscribe("q2", qos=2)
+        publisher = Client(core, loop, p.MQTT_3_1_1)
+        publisher.connect("pub")
+        first = p.encode(p.Publish("q2", b"once", 2, packet_id=7), p.MQTT_3_1_1)
+        again = p.encode(p.Publish("q2", b"once", 2, dup=True, packet_id=7), p.MQTT_3_1_1)
+        publisher.connection.data_received(first + again)  # resent before the confirm came
+        assert publisher.received() == []
+        done = writer.create_future()
+        MqttState.of(core).when_durable(done.set_result)
+        writer.run_until_complete(asyncio.wait_for(done, 10))
+        writer.run_until_complete(asyncio.sleep(0.05))
+        assert publisher.received() == [p.PubRec(7)]
+        publisher.send(p.PubRel(7))
+        assert publisher.received() == [p.PubComp(7)]
+        assert [m.payload for m in publishes(subscriber.received())] == [b"once"]
+    finally:
+        store.close()
+        writer.close()
