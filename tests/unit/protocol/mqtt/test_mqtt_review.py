@@ -78,3 +78,19 @@ def test_a_qos2_resend_before_its_pubrec_is_routed_once(loop, tmp_path):
     finally:
         store.close()
         writer.close()
+
+
+def test_a_message_in_flight_with_an_expiry_expires_once_back_in_its_queue(core, loop):
+    """Requeued on disconnect, it was watched for expiry twice: the second removal
+    raised IndexError inside the queue's TTL timer."""
+    subscriber = Client(core, loop, p.MQTT_3_1_1)
+    subscriber.connect("s", clean_start=False)
+    subscriber.subscribe("a", qos=1)
+    publisher = Client(core, loop)
+    publisher.connect("p")
+    publisher.send(p.Publish("a", b"x", 1, packet_id=1, properties=((p.MESSAGE_EXPIRY_INTERVAL, 1),)))
+    assert len(publishes(subscriber.received())) == 1
+    subscriber.connection.connection_lost()  # back in the queue, redelivered next time
+    loop.advance(10)
+    queue = core.vhosts["/"].queues[session_queue_name("s")]
+    assert queue.message_count == 0

@@ -67,12 +67,13 @@ class Expiry:
         heapq.heapify(heap)
 
     def due(self, now: float) -> list[QueuedMessage]:
-        """The ready messages whose time has come (taken off the heap)."""
+        """The ready messages whose time has come (taken off the heap), each once: a
+        message requeued after its delivery is on the heap twice (same key, adjacent)."""
         heap = self.heap
-        found = []
+        found: list[QueuedMessage] = []
         while heap and heap[0][0] <= now:
             entry = heapq.heappop(heap)[2]
-            if entry.state == READY and entry.expires_at <= now:
+            if entry.state == READY and entry.expires_at <= now and not (found and found[-1] is entry):
                 found.append(entry)
         return found
 
