@@ -73,6 +73,7 @@ log = logging.getLogger("leveret.mqtt")
 
 PROTOCOL_NAMES = {p.MQTT_3_1_1: "MQTT 3.1.1", p.MQTT_5: "MQTT 5.0"}
 MAX_PACKET_ID = 0xFFFF
+MAX_EXPIRY = 0xFFFFFFFF  # seconds: the most a Message Expiry Interval holds (§3.3.2.3.3)
 
 
 def shared_queue_name(group: str, topic_filter: str) -> str:
@@ -818,7 +819,10 @@ class MqttConnection(AdapterConnection):
             if len(topics) > 4096:
                 topics.clear()
             name = to_topic(message.routing_key)
-            field = p.topic_field(name) if deliverable(name) else b""
+            try:
+                field = p.topic_field(name) if deliverable(name) else b""
+            except ValueError:  # U+0000 (an AMQP routing key may hold it), or too long
+                field = b""
             known = topics[message.routing_key] = (name, field)
         topic, field = known
         if not field:  # an AMQP routing key with * or #: no MQTT topic name can carry it
@@ -834,7 +838,7 @@ class MqttConnection(AdapterConnection):
         retain = match.retain_as_published and was_retained(message)
         expiry = None
         if entry.expires_at:
-            expiry = math.ceil(entry.expires_at - self.core.clock.time())
+            expiry = min(math.ceil(entry.expires_at - self.core.clock.time()), MAX_EXPIRY)
             if expiry <= 0:
                 queue.ack(entry)
                 return

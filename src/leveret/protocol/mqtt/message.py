@@ -115,20 +115,31 @@ def publish_properties(message: Message, expiry: int | None) -> p.Properties:
     out: list[tuple[int, Any]] = []
     if expiry is not None:
         out.append((p.MESSAGE_EXPIRY_INTERVAL, expiry))
-    if props.content_type:
+    if props.content_type and _fits(props.content_type):
         out.append((p.CONTENT_TYPE, props.content_type))
-    if props.reply_to:
+    if props.reply_to and _fits(props.reply_to):
         out.append((p.RESPONSE_TOPIC, props.reply_to))
-    if props.correlation_id:
+    if props.correlation_id and _fits(props.correlation_id):
         out.append((p.CORRELATION_DATA, props.correlation_id.encode()))
     for name, value in (props.headers or {}).items():
-        if name in _OWN_HEADERS or not isinstance(name, str):
+        if name in _OWN_HEADERS or not isinstance(name, str) or not _fits(name):
             continue
         if isinstance(value, bytes):
             value = value.decode("utf-8", "replace")
-        if isinstance(value, (str, int, float, bool)):
-            out.append((p.USER_PROPERTY, (name, str(value).replace("\x00", ""))))
+        if isinstance(value, (str, int, float, bool)) and _fits(text := str(value).replace("\x00", "")):
+            out.append((p.USER_PROPERTY, (name, text)))
     return tuple(out)
+
+
+def _fits(text: str) -> bool:
+    """Whether ``text`` can be an MQTT UTF-8 string (MQTT 5.0 §1.5.4): no U+0000, no
+    surrogate, at most 65,535 bytes. An AMQP or STOMP property that cannot is left out."""
+    if "\x00" in text:
+        return False
+    try:
+        return len(text.encode()) <= 0xFFFF
+    except UnicodeEncodeError:
+        return False
 
 
 def _user_property_in(prop: tuple[int, Any], names: dict[str, Any]) -> bool:

@@ -10,6 +10,7 @@ from sans_io import FakeLoop
 from test_mqtt_connection import Client, publishes
 
 from leveret.core.broker import BrokerCore
+from leveret.core.message import Message, Properties
 from leveret.protocol.mqtt import packets as p
 from leveret.protocol.mqtt.sessions import session_queue_name
 from leveret.protocol.mqtt.state import MqttState
@@ -94,3 +95,32 @@ def test_a_message_in_flight_with_an_expiry_expires_once_back_in_its_queue(core,
     loop.advance(10)
     queue = core.vhosts["/"].queues[session_queue_name("s")]
     assert queue.message_count == 0
+
+
+def _publish_as_amqp(client: Client, routing_key: str, properties: Properties) -> None:
+    """Publish to amq.topic as an AMQP client can: any routing key and headers."""
+    publisher = client.connection.publisher
+    assert publisher is not None
+    exchange = publisher.exchange("amq.topic", routing_key)
+    publisher.publish(exchange, Message.build("amq.topic", routing_key, b"body", properties))
+
+
+@pytest.mark.parametrize("version", [p.MQTT_3_1_1, p.MQTT_5])
+def test_what_no_publish_packet_can_carry_is_dropped_not_raised_in_the_queue(core, loop, version):
+    subscriber = Client(core, loop, version)
+    subscriber.connect("s")
+    subscriber.subscribe("#", qos=0)
+    other = Client(core, loop)
+    other.connect("o")
+    _publish_as_amqp(other, "nul\x00key", Properties())  # no topic name holds U+0000
+    odd = Properties(
+        content_type="a\x00b",
+        headers={"long": "x" * 70_000, "k\x00": "v", "ok": "1"},
+        expiration=str(10**14),  # ms: more seconds than a Message Expiry Interval holds
+    )
+    _publish_as_amqp(other, "fine", odd)
+    (got,) = publishes(subscriber.received())
+    assert got.topic == "fine" and got.payload == b"body"
+    if version == p.MQTT_5:
+        assert got.properties == ((p.MESSAGE_EXPIRY_INTERVAL, 0xFFFFFFFF), (p.USER_PROPERTY, ("ok", "1")))
+    assert not subscriber.closed
