@@ -23,6 +23,7 @@ RabbitMQ); a refused subscription gets 0x80/0x87/0x8F in its SUBACK.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import secrets
@@ -155,6 +156,9 @@ class MqttConnection(AdapterConnection):
         self.consumers: dict[str, MqttConsumer] = {}
         #: outbound packet id -> what waits for its PUBACK/PUBREC
         self.inflight: dict[int, _InFlight] = {}
+        #: retained QoS 1/2 messages for new subscriptions, waiting for room in the
+        #: client's Receive Maximum (MQTT 5.0 §4.9); their packet ids come when sent
+        self._retained_waiting: deque[p.Publish] = deque()
         self._next_id = 0
         #: (queue name, seq) -> the packet id an earlier connection of the session sent
         #: it with: a redelivery goes with the same id (MQTT 3.1.1 §4.4, 5.0 §4.4)
@@ -207,6 +211,7 @@ class MqttConnection(AdapterConnection):
         self.send(p.encode(packet, self.version))
 
     def _resume(self) -> None:
+        self._send_waiting_retained()
         for consumer in list(self.consumers.values()):
             consumer.queue.drain()
 
@@ -898,16 +903,30 @@ class MqttConnection(AdapterConnection):
                 if options.identifier:
                     stored = (*stored, (p.SUBSCRIPTION_IDENTIFIER, options.identifier))
                 properties = stored
-            packet_id = self._packet_id() if qos else None
-            data = p.encode(
-                p.Publish(retained.topic, retained.payload, qos, True, False, packet_id, properties),
-                self.version,
-            )
-            if len(data) > self.client_max_packet:
-                continue
-            if packet_id is not None:
-                self.inflight[packet_id] = _InFlight(None, None, qos)
-            self.send(data)
+            packet = p.Publish(retained.topic, retained.payload, qos, True, False, None, properties)
+            if qos:
+                self._retained_waiting.append(packet)
+            else:
+                self._send_retained_packet(packet)
+        self._send_waiting_retained()
+
+    def _send_waiting_retained(self) -> None:
+        """Retained QoS 1/2 messages go while the client's Receive Maximum has room."""
+        waiting = self._retained_waiting
+        while waiting and self.can_deliver():
+            self._send_retained_packet(waiting.popleft())
+
+    def _send_retained_packet(self, packet: p.Publish) -> None:
+        """One retained message, with a packet id for QoS 1/2; not sent when over the
+        client's Maximum Packet Size (MQTT 5.0 §3.1.2.11.4)."""
+        if packet.qos:
+            packet = dataclasses.replace(packet, packet_id=self._packet_id())
+        data = p.encode(packet, self.version)
+        if len(data) > self.client_max_packet:
+            return
+        if packet.packet_id is not None:
+            self.inflight[packet.packet_id] = _InFlight(None, None, packet.qos)
+        self.send(data)
 
     def _puback(self, packet: p.PubAck) -> None:
         flight = self.inflight.pop(packet.packet_id, None)
@@ -953,6 +972,8 @@ class MqttConnection(AdapterConnection):
         queue = consumer.queue
         queue.ack(entry)
         queue.counters.acknowledged += 1
+        if self._retained_waiting:
+            self._send_waiting_retained()
         queue.drain()
         if len(self.consumers) > 1:
             self._resume()
@@ -1129,6 +1150,7 @@ class MqttConnection(AdapterConnection):
         self._timer.cancel()
         self.reader = p.PacketReader()
         self._rest = None
+        self._retained_waiting.clear()
         keep_ids: dict[tuple[str, int], int] = {}
         for consumer in list(self.consumers.values()):
             self._end_consumer(consumer, keep_ids)

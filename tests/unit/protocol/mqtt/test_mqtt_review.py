@@ -124,3 +124,24 @@ def test_what_no_publish_packet_can_carry_is_dropped_not_raised_in_the_queue(cor
     if version == p.MQTT_5:
         assert got.properties == ((p.MESSAGE_EXPIRY_INTERVAL, 0xFFFFFFFF), (p.USER_PROPERTY, ("ok", "1")))
     assert not subscriber.closed
+
+
+def test_retained_messages_sent_on_subscribe_keep_to_the_receive_maximum(core, loop):
+    """MQTT 5.0 §4.9: no more unacknowledged QoS 1/2 PUBLISHes than the client's
+    Receive Maximum, retained ones too; the rest follow as PUBACKs come."""
+    publisher = Client(core, loop)
+    publisher.connect("retainer")
+    for i in range(3):
+        publisher.send(p.Publish(f"r/{i}", b"%d" % i, 1, retain=True, packet_id=i + 1))
+    publisher.received()
+    subscriber = Client(core, loop)
+    subscriber.connect("slow", properties=((p.RECEIVE_MAXIMUM, 1),))
+    subscriber.send(p.Subscribe(1, (p.Subscription("r/#", 1),)))
+    first = publishes(subscriber.received())
+    assert len(first) == 1 and first[0].retain
+    subscriber.send(p.PubAck(first[0].packet_id))
+    second = publishes(subscriber.received())
+    assert len(second) == 1
+    subscriber.send(p.PubAck(second[0].packet_id))
+    third = publishes(subscriber.received())
+    assert sorted(m.payload for m in first + second + third) == [b"0", b"1", b"2"]
