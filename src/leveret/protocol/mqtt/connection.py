@@ -625,22 +625,39 @@ class MqttConnection(AdapterConnection):
 
     def _confirmed(self, upto: int) -> None:
         """Publishes up to ``upto`` are safe: PUBACK (QoS 1) or PUBREC (QoS 2), in
-        order; a retained one also waits for its retained message to be on disk."""
+        order; a retained one also waits for its retained message to be on disk, and
+        a persistent session's PUBREC for its packet id to be (a client with a PUBREC
+        never resends the PUBLISH: the id must survive a crash, MQTT 5.0 §4.3.3)."""
         self._confirmed_upto = upto = max(upto, self._confirmed_upto)
         pending = self._confirms
         record = self.record
         assert record is not None
-        saved = False
+        durable: list[int] = []
         while pending and pending[0][0] <= upto and pending[0][0] not in self._retaining:
             _, qos, packet_id = pending.popleft()
             if qos == 1:
                 self.send_packet(p.PubAck(packet_id))
             else:
                 record.awaiting_rel.add(packet_id)
-                saved = True
-                self.send_packet(p.PubRec(packet_id))
-        if saved and record.expiry_interval:
-            MqttState.of(self.core).save_session(record)
+                if record.expiry_interval:
+                    durable.append(packet_id)
+                else:
+                    self.send_packet(p.PubRec(packet_id))
+        if durable:
+            state = MqttState.of(self.core)
+            state.save_session(record)
+            state.when_durable(lambda ok: self._packet_ids_durable(durable, ok))
+
+    def _packet_ids_durable(self, packet_ids: list[int], ok: bool) -> None:
+        """The QoS 2 packet ids of a persistent session are on disk (or failed to be):
+        their PUBRECs go (else the connection closes, the client resends)."""
+        if self.state != "connected":
+            return
+        if not ok:
+            self._disconnect_client(rc.UNSPECIFIED, "the session state could not be stored")
+            return
+        for packet_id in packet_ids:
+            self.send_packet(p.PubRec(packet_id))
 
     def rejected(self, seq: int, before: tuple[int, bool] | None) -> None:
         """A publish was not taken (a failed write, a full queue): 5.0's PUBACK/PUBREC

@@ -4,6 +4,8 @@ sans-I/O connection (tests/sans_io.py's fake loop is the broker's clock too)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 
 import pytest
 from sans_io import FakeLoop
@@ -145,3 +147,36 @@ def test_retained_messages_sent_on_subscribe_keep_to_the_receive_maximum(core, l
     subscriber.send(p.PubAck(second[0].packet_id))
     third = publishes(subscriber.received())
     assert sorted(m.payload for m in first + second + third) == [b"0", b"1", b"2"]
+
+
+def test_a_persistent_sessions_pubrec_waits_for_its_packet_id_to_be_on_disk(loop, tmp_path):
+    """Exactly once across kill -9: once the client has a PUBREC it never resends the
+    PUBLISH, so the packet id must be durable before (else a crash between the two
+    lets a resend be routed again)."""
+    writer = asyncio.new_event_loop()
+    store = SQLiteStore(tmp_path)
+    core = BrokerCore(loop)
+    core.attach_store(store)
+    store.start(writer)
+    try:
+        publisher = Client(core, loop)
+        publisher.connect("pub", properties=((p.SESSION_EXPIRY_INTERVAL, 60),))
+        publisher.send(p.Publish("q2", b"once", 2, packet_id=7))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            writer.call_soon(writer.stop)
+            writer.run_forever()  # one turn of the loop
+            if publisher.received() == [p.PubRec(7)]:
+                break
+            time.sleep(0.001)
+        else:
+            pytest.fail("no PUBREC")
+        db = sqlite3.connect(store.path)
+        try:
+            rows = db.execute("SELECT data FROM definitions WHERE kind='mqtt_packet_ids'").fetchall()
+        finally:
+            db.close()
+        assert len(rows) == 1 and "7" in str(rows[0][0])
+    finally:
+        store.close()
+        writer.close()
