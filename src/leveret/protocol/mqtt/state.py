@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ...core.broker import BrokerCore
+    from ...core.clock import Timer
     from ...store import Store
 
 #: ``expiry_interval`` of a session that never expires (MQTT 5.0 §3.1.2.11.2).
@@ -224,6 +225,9 @@ class MqttState:
         #: (an entry whose message was replaced or cleared since is skipped).
         self._expiring: list[tuple[float, int, str, RetainedMessage]] = []
         self._order = 0
+        #: The timer of :meth:`expire_retained` and when it fires (epoch seconds).
+        self._expiry_timer: Timer | None = None
+        self._expiry_due: float | None = None
         self._sessions: dict[tuple[str, str], SessionRecord] = {}
         #: What the store holds of each session, to write only the part that changed:
         #: (expiry interval, subscriptions, disconnected_at) and the packet ids.
@@ -292,6 +296,7 @@ class MqttState:
         if message.expires_at is not None:
             self._order += 1
             heapq.heappush(self._expiring, (message.expires_at, self._order, vhost, message))
+            self._arm_expiry(message.expires_at)
             if len(self._expiring) > 1024 + 2 * sum(map(len, self._retained.values())):
                 self._compact_expiring()
 
@@ -374,8 +379,9 @@ class MqttState:
 
     def expire_retained(self, now: float) -> int:
         """Delete every retained message past its expiry at ``now`` (epoch seconds), of
-        every vhost, in expiry order; how many. For a timer (:meth:`next_retained_expiry`):
-        a message nobody subscribes to again would stay otherwise."""
+        every vhost, in expiry order; how many. Run by this state's timer at each next
+        expiry (:meth:`next_retained_expiry`): a message nobody subscribes to again
+        would stay otherwise."""
         count = 0
         expiring = self._expiring
         while expiring and expiring[0][0] <= now:
@@ -385,6 +391,23 @@ class MqttState:
                 self.clear_retained(vhost, message.topic)
                 count += 1
         return count
+
+    def _arm_expiry(self, due: float) -> None:
+        """Have :meth:`expire_retained` run at ``due`` (epoch seconds, on
+        ``core.clock``) unless its timer fires earlier already."""
+        if self._expiry_due is not None and self._expiry_due <= due:
+            return
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        self._expiry_due = due
+        self._expiry_timer = self.core.clock.call_later(due - self.core.clock.time(), self._expiry_fired)
+
+    def _expiry_fired(self) -> None:
+        self._expiry_timer = self._expiry_due = None
+        self.expire_retained(self.core.clock.time())
+        due = self.next_retained_expiry()
+        if due is not None:
+            self._arm_expiry(due)
 
     def next_retained_expiry(self) -> float | None:
         """The earliest expiry (epoch seconds) of a retained message, None if none

@@ -180,3 +180,16 @@ def test_a_persistent_sessions_pubrec_waits_for_its_packet_id_to_be_on_disk(loop
     finally:
         store.close()
         writer.close()
+
+
+def test_an_expired_retained_message_nobody_asks_for_again_is_deleted(core, loop):
+    client = Client(core, loop)
+    client.connect("r")
+    client.send(p.Publish("gone/soon", b"x", retain=True, properties=((p.MESSAGE_EXPIRY_INTERVAL, 5),)))
+    client.send(p.Publish("gone/later", b"y", retain=True, properties=((p.MESSAGE_EXPIRY_INTERVAL, 50),)))
+    state = MqttState.of(core)
+    assert state.retained_count("/") == 2
+    loop.advance(6)
+    assert state.retained_count("/") == 1
+    loop.advance(50)
+    assert state.retained_count("/") == 0
