@@ -1163,7 +1163,8 @@ class MqttConnection(AdapterConnection):
     def _release(self) -> None:
         """The connection is over: its consumers stop (what was in flight goes back to
         its queue, redelivered), the will is sent or waits for its delay, and the
-        session waits for its expiry or ends now."""
+        session waits for its expiry or ends now (at once, without its will, when its
+        vhost is being deleted)."""
         self._timer.cancel()
         self.reader = p.PacketReader()
         self._rest = None
@@ -1175,7 +1176,10 @@ class MqttConnection(AdapterConnection):
         if self.publisher is not None:
             self.publisher.close()
         record = self.record
-        if record is not None and self.life is not None:
+        if record is not None and self.life is not None and self.core.vhosts.get(self.key[0]) is not self.vhost:
+            SessionTimers.of(self.core).expire(self.key)  # its vhost is deleted: no will, no session
+            self._end_life()
+        elif record is not None and self.life is not None:
             key = self.key
             timers = SessionTimers.of(self.core)
             if self.will is not None and not self._clean_close:

@@ -11,6 +11,7 @@ import pytest
 from sans_io import FakeLoop
 from test_mqtt_connection import Client, publishes
 
+from leveret.core.auth import Permission
 from leveret.core.broker import BrokerCore
 from leveret.core.message import Message, Properties
 from leveret.protocol.mqtt import packets as p
@@ -193,3 +194,16 @@ def test_an_expired_retained_message_nobody_asks_for_again_is_deleted(core, loop
     assert state.retained_count("/") == 1
     loop.advance(50)
     assert state.retained_count("/") == 0
+
+
+def test_a_deleted_vhost_keeps_no_session_or_retained_will_of_its_clients(core, loop):
+    state = MqttState.of(core)  # made at start-up, as the server does (SessionTimers.start)
+    core.add_vhost("v")
+    core.set_permission("guest", "v", Permission())
+    will = p.Will("w", b"gone", 0, True)
+    client = Client(core, loop, p.MQTT_3_1_1)
+    assert client.connect("kept", clean_start=False, username="v:guest", password=b"guest", will=will).reason_code == 0
+    client.subscribe("t", qos=1)
+    core.delete_vhost("v")
+    assert client.closed
+    assert state.sessions("v") == [] and state.retained_count("v") == 0
