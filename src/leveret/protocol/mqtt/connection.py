@@ -872,7 +872,12 @@ class MqttConnection(AdapterConnection):
         packet_id = None
         if qos:
             packet_id = self._resent_ids.pop((queue.name, entry.seq), None) if entry.redelivered else None
-            if packet_id is None or packet_id in self.inflight:
+            record = self.record
+            if (
+                packet_id is None
+                or packet_id in self.inflight
+                or (record is not None and packet_id in record.awaiting_comp)
+            ):  # (its old id went to another message meanwhile)
                 packet_id = self._packet_id()
         body = message.body
         head = p.publish_head(field, qos, retain, entry.redelivered and qos > 0, packet_id, block, len(body))

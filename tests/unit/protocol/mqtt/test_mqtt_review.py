@@ -207,3 +207,31 @@ def test_a_deleted_vhost_keeps_no_session_or_retained_will_of_its_clients(core, 
     core.delete_vhost("v")
     assert client.closed
     assert state.sessions("v") == [] and state.retained_count("v") == 0
+
+
+def test_a_redelivery_does_not_reuse_a_packet_id_still_waiting_for_pubcomp(core, loop):
+    """§2.2.1: a packet id is free again only after its PUBCOMP; the id a redelivered
+    message was first sent with may have gone to a QoS 2 message meanwhile."""
+    session = ((p.SESSION_EXPIRY_INTERVAL, 60), (p.RECEIVE_MAXIMUM, 2))
+    client = Client(core, loop)
+    client.connect("c", properties=session)
+    client.subscribe("own", qos=2)
+    client.subscribe("$share/g/s", qos=1, packet_id=2)
+    publisher = Client(core, loop)
+    publisher.connect("pub")
+    publisher.send(p.Publish("s", b"X", 1, packet_id=1))
+    (x,) = publishes(client.received())
+    client.connection.connection_lost()  # X goes back to its queue, with its packet id kept
+    publisher.send(p.Publish("own", b"Y", 2, packet_id=2))
+    publisher.send(p.Publish("own", b"Z", 1, packet_id=3))
+    again = Client(core, loop)
+    again.send(p.Connect("c", clean_start=False, properties=session))
+    _, *sent = again.received()
+    y, z = publishes(sent)
+    assert y.payload == b"Y" and z.payload == b"Z"
+    again.send(p.PubRec(y.packet_id))
+    assert again.received() == [p.PubRel(y.packet_id)]  # y's id is busy until its PUBCOMP
+    again.send(p.PubAck(z.packet_id))
+    (x_again,) = publishes(again.received())
+    assert x_again.payload == b"X" and x_again.dup
+    assert x_again.packet_id != y.packet_id
