@@ -897,13 +897,18 @@ class MqttConnection(AdapterConnection):
         self.send_parts([head, body], len(body))
 
     def _packet_id(self) -> int:
-        """The next packet identifier free for an outbound PUBLISH (§2.2.1)."""
+        """The next packet identifier free for an outbound PUBLISH (§2.2.1): not in
+        flight, not waiting for PUBCOMP, not kept for a message the session's last
+        connection had in flight (the client may still hold it, §4.3.3)."""
         record = self.record
         busy = self.inflight
         awaiting = record.awaiting_comp if record is not None else set()
+        kept = set(self._resent_ids.values()) if self._resent_ids else set()
+        if len(busy) + len(awaiting) + len(kept) >= MAX_PACKET_ID:
+            kept = set()  # (never more ids than a Receive Maximum of 65,535 needs)
         for _ in range(MAX_PACKET_ID):
             self._next_id = self._next_id % MAX_PACKET_ID + 1
-            if self._next_id not in busy and self._next_id not in awaiting:
+            if self._next_id not in busy and self._next_id not in awaiting and self._next_id not in kept:
                 return self._next_id
         raise MqttError("no packet identifier free", rc.IMPLEMENTATION_SPECIFIC)
 

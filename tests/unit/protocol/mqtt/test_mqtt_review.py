@@ -235,3 +235,27 @@ def test_a_redelivery_does_not_reuse_a_packet_id_still_waiting_for_pubcomp(core,
     (x_again,) = publishes(again.received())
     assert x_again.payload == b"X" and x_again.dup
     assert x_again.packet_id != y.packet_id
+
+
+def test_a_new_message_does_not_take_the_packet_id_a_redelivery_will_go_with(core, loop):
+    """The client may still hold a QoS 2 id of the last connection (it sent PUBREC, the
+    broker never read it): a new PUBLISH with that id would look like a resend to it."""
+    session = ((p.SESSION_EXPIRY_INTERVAL, 60), (p.RECEIVE_MAXIMUM, 2))
+    client = Client(core, loop)
+    client.connect("c", properties=session)
+    client.subscribe("own", qos=2)
+    client.subscribe("$share/g/s", qos=2, packet_id=2)
+    publisher = Client(core, loop)
+    publisher.connect("pub")
+    publisher.send(p.Publish("s", b"X", 2, packet_id=1))
+    publisher.send(p.PubRel(1))
+    (x,) = publishes(client.received())
+    client.connection.connection_lost()  # its PUBREC for X never arrived
+    publisher.send(p.Publish("own", b"Y", 2, packet_id=2))
+    publisher.send(p.PubRel(2))
+    again = Client(core, loop)
+    again.send(p.Connect("c", clean_start=False, properties=session))
+    _, *sent = again.received()
+    got = {m.payload: m for m in publishes(sent)}
+    assert got[b"X"].packet_id == x.packet_id and got[b"X"].dup
+    assert got[b"Y"].packet_id != x.packet_id
