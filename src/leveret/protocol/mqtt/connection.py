@@ -291,7 +291,10 @@ class MqttConnection(AdapterConnection):
             return
         if self.v5 and self.state == "connected":
             properties = ((p.REASON_STRING, text[:200]),) if text else ()
-            self.send_packet(p.Disconnect(reason_code, properties))
+            data = p.encode(p.Disconnect(reason_code, properties), self.version)
+            if len(data) > self.client_max_packet:  # no reason string then (§3.14.2.2.3)
+                data = p.encode(p.Disconnect(reason_code), self.version)
+            self.send(data)
         self.close_transport()
 
     # -- CONNECT ----------------------------------------------------------------------

@@ -259,3 +259,15 @@ def test_a_new_message_does_not_take_the_packet_id_a_redelivery_will_go_with(cor
     got = {m.payload: m for m in publishes(sent)}
     assert got[b"X"].packet_id == x.packet_id and got[b"X"].dup
     assert got[b"Y"].packet_id != x.packet_id
+
+
+def test_a_disconnect_leaves_its_reason_string_out_beyond_the_clients_maximum_packet_size(core, loop):
+    """MQTT 5.0 §3.14.2.2.3: no Reason String that makes the DISCONNECT larger than the
+    Maximum Packet Size the client set."""
+    client = Client(core, loop)
+    client.connect("tiny", properties=((p.MAXIMUM_PACKET_SIZE, 16),))
+    client.send(p.Publish("", b"x", properties=((p.TOPIC_ALIAS, 3),)))  # an alias never set
+    data = bytes(client.transport.output[client._read :])
+    (disconnect,) = client.received()
+    assert isinstance(disconnect, p.Disconnect) and disconnect.reason_code == 0x82
+    assert len(data) <= 16 and disconnect.properties == ()
