@@ -1189,8 +1189,9 @@ class MqttConnection(AdapterConnection):
         if self.publisher is not None:
             self.publisher.close()
         record = self.record
-        if record is not None and self.life is not None and self.core.vhosts.get(self.key[0]) is not self.vhost:
-            SessionTimers.of(self.core).expire(self.key)  # its vhost is deleted: no will, no session
+        vhost_deleted = self.vhost is not None and self.core.vhosts.get(self.vhost.name) is not self.vhost
+        if record is not None and self.life is not None and vhost_deleted:
+            SessionTimers.of(self.core).expire(self.key)  # no will, no session left
             self._end_life()
         elif record is not None and self.life is not None:
             key = self.key
