@@ -5,6 +5,9 @@ The mapping is RabbitMQ's MQTT plugin's (3.13 and later): ``/`` ↔ ``.`` (the l
 separator), ``+`` ↔ ``*`` (one level), ``#`` ↔ ``#`` (any levels), and a ``.`` inside
 an MQTT level becomes ``/`` in the routing key (and back), so MQTT topics with dots
 reach AMQP and come back unchanged (RabbitMQ 3.10 turned such dots into separators).
+Likewise a literal ``*`` in an MQTT topic (an ordinary character there) becomes ``+``
+(an ordinary character of a routing key) and back: RabbitMQ keeps it ``*``, which comes
+back as the wildcard ``+``, so such a message never reaches an MQTT subscriber.
 
 A shared subscription (MQTT 5.0 §4.8.2) is ``$share/<group>/<filter>``.
 """
@@ -19,8 +22,8 @@ SHARE_PREFIX = "$share/"
 #: does not match them (ActiveMQ's advisories, which leveret publishes on ``amq.topic``,
 #: would otherwise reach every ``#`` subscriber).
 SYSTEM_PREFIXES = ("$", "ActiveMQ/Advisory/")
-_TO_KEY = str.maketrans({"/": ".", ".": "/", "+": "*"})
-_TO_TOPIC = str.maketrans({".": "/", "/": ".", "*": "+"})
+_TO_KEY = str.maketrans({"/": ".", ".": "/", "+": "*", "*": "+"})
+_TO_TOPIC = str.maketrans({".": "/", "/": ".", "*": "+", "+": "*"})
 
 
 class TopicError(ValueError):

@@ -271,3 +271,25 @@ def test_a_disconnect_leaves_its_reason_string_out_beyond_the_clients_maximum_pa
     (disconnect,) = client.received()
     assert isinstance(disconnect, p.Disconnect) and disconnect.reason_code == 0x82
     assert len(data) <= 16 and disconnect.properties == ()
+
+
+def test_a_topic_name_with_a_literal_star_reaches_its_subscribers(core, loop):
+    """``*`` is an ordinary character of an MQTT topic name (§4.7.1): its routing key
+    must come back as the same name, not as ``+`` (a wildcard, not deliverable), and a
+    filter naming it must not share a binding with one using ``+``."""
+    subscriber = Client(core, loop)
+    subscriber.connect("s")
+    subscriber.subscribe("#", qos=1)
+    subscriber.subscribe("a/*", qos=1, packet_id=2)
+    subscriber.subscribe("a/+", qos=1, packet_id=3)
+    publisher = Client(core, loop)
+    publisher.connect("p")
+    publisher.send(p.Publish("a/*", b"star", 1, packet_id=1))
+    assert publisher.received() == [p.PubAck(1)]
+    (got,) = publishes(subscriber.received())
+    assert got.topic == "a/*" and got.payload == b"star"
+    subscriber.send(p.PubAck(got.packet_id))
+    subscriber.send(p.Unsubscribe(4, ("#", "a/*")))
+    subscriber.received()
+    publisher.send(p.Publish("a/b", b"plus", 0))
+    assert [m.payload for m in publishes(subscriber.received())] == [b"plus"]  # a/+ still bound
