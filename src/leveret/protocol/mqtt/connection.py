@@ -93,14 +93,22 @@ class MqttError(Exception):
 
 class _InFlight:
     """An outbound QoS 1 or 2 PUBLISH waiting for its PUBACK or PUBREC: the consumer
-    and queue entry it came from (None for a retained message sent on subscribe)."""
+    and queue entry it came from (None for a retained message sent on subscribe, whose
+    ``packet`` is kept instead)."""
 
-    __slots__ = ("consumer", "entry", "qos")
+    __slots__ = ("consumer", "entry", "packet", "qos")
 
-    def __init__(self, consumer: MqttConsumer | None, entry: QueuedMessage | None, qos: int) -> None:
+    def __init__(
+        self,
+        consumer: MqttConsumer | None,
+        entry: QueuedMessage | None,
+        qos: int,
+        packet: p.Publish | None = None,
+    ) -> None:
         self.consumer = consumer
         self.entry = entry
         self.qos = qos
+        self.packet = packet
 
 
 class _Match:
@@ -453,6 +461,7 @@ class MqttConnection(AdapterConnection):
         else:  # a will waiting for its delay is not sent (§3.1.3.2.2)
             timers.reconnected(key)
             self._resent_ids = timers.take_packet_ids(key)
+            self._retained_waiting.extend(timers.take_retained(key))
         present = record is not None
         if record is None:
             record = SessionRecord(key[0], key[1], expiry)
@@ -499,7 +508,7 @@ class MqttConnection(AdapterConnection):
 
     def _resume_session(self) -> None:
         """A resumed session's subscriptions consume again, and PUBRELs it had not seen
-        completed go again (§4.4)."""
+        completed and retained messages it had not seen acknowledged go again (§4.4)."""
         assert self.record is not None
         for topic_filter in list(self.subscriptions):
             try:
@@ -511,6 +520,7 @@ class MqttConnection(AdapterConnection):
                 self.subscriptions.pop(topic_filter, None)
         for packet_id in sorted(self.record.awaiting_comp):
             self.send_packet(p.PubRel(packet_id))
+        self._send_waiting_retained()
         self._start_consumers()
 
     # -- PUBLISH (client to broker) ----------------------------------------------------
@@ -907,6 +917,7 @@ class MqttConnection(AdapterConnection):
         busy = self.inflight
         awaiting = record.awaiting_comp if record is not None else set()
         kept = set(self._resent_ids.values()) if self._resent_ids else set()
+        kept.update(x.packet_id for x in self._retained_waiting if x.packet_id is not None)
         if len(busy) + len(awaiting) + len(kept) >= MAX_PACKET_ID:
             kept = set()  # (never more ids than a Receive Maximum of 65,535 needs)
         for _ in range(MAX_PACKET_ID):
@@ -947,15 +958,25 @@ class MqttConnection(AdapterConnection):
             self._send_retained_packet(waiting.popleft())
 
     def _send_retained_packet(self, packet: p.Publish) -> None:
-        """One retained message, with a packet id for QoS 1/2; not sent when over the
+        """One retained message, with a packet id for QoS 1/2 (its own again, DUP set,
+        when the session's last connection had sent it: §4.4); not sent when over the
         client's Maximum Packet Size (MQTT 5.0 §3.1.2.11.4)."""
         if packet.qos:
-            packet = dataclasses.replace(packet, packet_id=self._packet_id())
+            packet_id = packet.packet_id
+            record = self.record
+            if (
+                packet_id is None
+                or packet_id in self.inflight
+                or (record is not None and packet_id in record.awaiting_comp)
+            ):
+                packet = dataclasses.replace(packet, packet_id=self._packet_id(), dup=False)
+            else:
+                packet = dataclasses.replace(packet, dup=True)
         data = p.encode(packet, self.version)
         if len(data) > self.client_max_packet:
             return
         if packet.packet_id is not None:
-            self.inflight[packet.packet_id] = _InFlight(None, None, packet.qos)
+            self.inflight[packet.packet_id] = _InFlight(None, None, packet.qos, packet)
         self.send(data)
 
     def _puback(self, packet: p.PubAck) -> None:
@@ -1181,7 +1202,6 @@ class MqttConnection(AdapterConnection):
         self._timer.cancel()
         self.reader = p.PacketReader()
         self._rest = None
-        self._retained_waiting.clear()
         keep_ids: dict[tuple[str, int], int] = {}
         for consumer in list(self.consumers.values()):
             self._end_consumer(consumer, keep_ids)
@@ -1201,6 +1221,8 @@ class MqttConnection(AdapterConnection):
             record.subscriptions = dict(self.subscriptions)
             if record.expiry_interval:
                 timers.keep_packet_ids(key, keep_ids)
+                retained = [f.packet for f in self.inflight.values() if f.packet is not None]
+                timers.keep_retained(key, retained + list(self._retained_waiting))
                 record.disconnected_at = self.core.clock.time()
                 MqttState.of(self.core).save_session(record)
             self._end_life()  # an exclusive session queue goes here
@@ -1208,6 +1230,7 @@ class MqttConnection(AdapterConnection):
         else:
             self._end_life()
         self.inflight.clear()
+        self._retained_waiting.clear()
 
     def _schedule_will(self, timers: SessionTimers, key: tuple[str, str], expiry: int) -> None:
         """The will goes now, or after its Will Delay Interval if the session lasts

@@ -18,6 +18,7 @@ from .state import NEVER, MqttState
 if TYPE_CHECKING:
     from ...core.broker import BrokerCore
     from ...core.clock import Timer
+    from .packets import Publish
 
 Key = tuple[str, str]  # (vhost, client identifier)
 
@@ -37,6 +38,10 @@ class SessionTimers:
         #: packet ids of messages a session's last connection had in flight, by
         #: (queue name, seq): its next connection resends them with the same ids
         self._packet_ids: dict[Key, dict[tuple[str, int], int]] = {}
+        #: retained messages sent on SUBSCRIBE that a session's last connection had not
+        #: seen acknowledged (with their packet ids) or not sent yet: its next
+        #: connection sends them (again)
+        self._retained: dict[Key, list[Publish]] = {}
 
     @classmethod
     def of(cls, core: BrokerCore) -> SessionTimers:
@@ -80,6 +85,17 @@ class SessionTimers:
     def take_packet_ids(self, key: Key) -> dict[tuple[str, int], int]:
         return self._packet_ids.pop(key, {})
 
+    def keep_retained(self, key: Key, packets: list[Publish]) -> None:
+        """Retained QoS 1/2 PUBLISHes the session's connection had in flight or waiting
+        (in memory, as :meth:`keep_packet_ids`)."""
+        if packets:
+            self._retained[key] = packets
+        else:
+            self._retained.pop(key, None)
+
+    def take_retained(self, key: Key) -> list[Publish]:
+        return self._retained.pop(key, [])
+
     # -- session expiry ----------------------------------------------------------------
     def reconnected(self, key: Key) -> None:
         """The client is back: its will waits no more (it is not sent) and its session
@@ -110,6 +126,7 @@ class SessionTimers:
         if timer is not None:
             timer.cancel()
         self._packet_ids.pop(key, None)
+        self._retained.pop(key, None)
         self.will_now(key)
         vhost_name, client_id = key
         MqttState.of(self.core).delete_session(vhost_name, client_id)

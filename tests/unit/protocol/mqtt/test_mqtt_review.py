@@ -293,3 +293,24 @@ def test_a_topic_name_with_a_literal_star_reaches_its_subscribers(core, loop):
     subscriber.received()
     publisher.send(p.Publish("a/b", b"plus", 0))
     assert [m.payload for m in publishes(subscriber.received())] == [b"plus"]  # a/+ still bound
+
+
+def test_a_retained_message_unacknowledged_at_disconnect_is_resent_with_its_packet_id(core, loop):
+    """MQTT 5.0 §4.4 (3.1.1 §4.4): a resumed session gets every unacknowledged QoS 1/2
+    PUBLISH again, with its original packet id (the retained one sent on SUBSCRIBE too)."""
+    publisher = Client(core, loop)
+    publisher.connect("retainer")
+    publisher.send(p.Publish("r", b"kept", 1, retain=True, packet_id=1))
+    session = ((p.SESSION_EXPIRY_INTERVAL, 60),)
+    client = Client(core, loop)
+    client.connect("c", properties=session)
+    client.send(p.Subscribe(1, (p.Subscription("r", 1),)))
+    (first,) = publishes(client.received())
+    client.connection.connection_lost()  # never acknowledged
+    again = Client(core, loop)
+    again.send(p.Connect("c", clean_start=False, properties=session))
+    _, *sent = again.received()
+    (resent,) = publishes(sent)
+    assert (resent.payload, resent.packet_id, resent.dup) == (b"kept", first.packet_id, True)
+    again.send(p.PubAck(resent.packet_id))
+    assert again.connection.inflight == {}
