@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from leveret.protocol.mqtt import packets as P
 
@@ -86,8 +86,8 @@ class Client(asyncio.Protocol):
     """One MQTT connection. Counters: ``received`` (PUBLISH packets), ``acked`` (PUBACKs),
     ``pingresps``; ``last_rx`` is the ``time.monotonic()`` of the last read that held a
     PUBLISH. ``shared`` (a ``multiprocessing`` RawArray of ``q``) and ``slot``: the
-    PUBLISH count is also added there, so another process can follow it. ``wake``: an
-    event set when PUBACKs arrive (a publisher waiting for its window)."""
+    PUBLISH count is also added there, so another process can follow it. ``wake``: called
+    when PUBACKs arrive (a publisher waiting for its window)."""
 
     def __init__(self, version: int = P.MQTT_3_1_1) -> None:
         self.version = version
@@ -101,7 +101,7 @@ class Client(asyncio.Protocol):
         self.last_rx = 0.0
         self.shared = None
         self.slot = 0
-        self.wake: asyncio.Event | None = None
+        self.wake: Callable[[], None] | None = None
         self.closed = False
         self.close_reason: str | None = None
         self._paused: asyncio.Future | None = None
@@ -160,7 +160,7 @@ class Client(asyncio.Protocol):
         if pubacks:
             self.acked += pubacks
             if self.wake is not None:
-                self.wake.set()
+                self.wake()
 
     def _control(self, raw: bytes) -> None:
         try:
@@ -199,7 +199,7 @@ class Client(asyncio.Protocol):
         if self._paused is not None and not self._paused.done():
             self._paused.set_result(None)
         if self.wake is not None:
-            self.wake.set()
+            self.wake()
 
     # -- use ------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
