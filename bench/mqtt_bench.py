@@ -148,9 +148,9 @@ async def _subscriber(job: Job, slot: int, ready, start, counts, published, resu
         if total != last_total:
             last_total, last_change = total, now
         done = published.value
-        if done >= 0:  # the publisher has finished: everything it published is due here
-            if total >= done * job.count or now - last_change > job.settings.idle:
-                break
+        # once the publisher has finished, everything it published is due here
+        if done >= 0 and (total >= done * job.count or now - last_change > job.settings.idle):
+            break
         if now > hard_stop or all(c.closed for c in clients):
             break
     lost_connections = [c.close_reason for c in clients if c.closed]
@@ -180,7 +180,9 @@ async def _publisher(job: Job, ready, start, counts, published, results) -> None
         topics = [f"{job.prefix}/in/{i}" for i in range(case.publishers)]
     else:
         topics = [f"{job.prefix}/t"]
-    encoders = [Publishes(topics[i % len(topics)], payload, case.qos, s.protocol) for i in range(len(clients))]
+    encoders = [
+        Publishes(topics[i % len(topics)], payload, case.qos, s.protocol) for i in range(len(clients))
+    ]
     loop = asyncio.get_running_loop()
     waiting: list[asyncio.Future] = []
 
@@ -400,7 +402,11 @@ def run_case(broker: Broker, port: int, name: str, s: Settings) -> dict:
         "closed": [c for r in subs for c in r["closed"]],
     }
     row["saturated"] = verdict(
-        row["broker_cpu_pct"], row["pub_cpu_pct"], row["sub_cpu_pct"], row["machine_cpu_pct"], os.cpu_count() or 1
+        row["broker_cpu_pct"],
+        row["pub_cpu_pct"],
+        row["sub_cpu_pct"],
+        row["machine_cpu_pct"],
+        os.cpu_count() or 1,
     )
     return row
 
@@ -447,7 +453,10 @@ def run_broker(name: str, cases: list[str], s: Settings, args: argparse.Namespac
         out["errors"]["start"] = str(exc)
         return out
     try:
-        log(f"[{name}] ready, MQTT on {broker.host}:{broker.mqtt_port} (pid {broker.pid}) in {time.monotonic() - t:.1f} s")
+        log(
+            f"[{name}] ready, MQTT on {broker.host}:{broker.mqtt_port} (pid {broker.pid}) "
+            f"in {time.monotonic() - t:.1f} s"
+        )
         out["info"] = {"pid": broker.pid, "idle_rss_mb": round(broker.rss_bytes() / 2**20, 1)}
         for case in cases:
             if not broker.alive():
@@ -509,8 +518,17 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
             key = "msg_per_s" if label.endswith("msg/s") else "broker_cpu_us_per_msg"
             cells.append(_fmt(_ratio(a.get(key), b.get(key)), ".2f"))
         main_rows.append(cells)
-    sat_head = ["broker", "case", "broker CPU %", "publisher CPU %", "subscriber CPU %", "machine CPU %",
-                "loadgen µs CPU/msg", "lost", "saturated"]
+    sat_head = [
+        "broker",
+        "case",
+        "broker CPU %",
+        "publisher CPU %",
+        "subscriber CPU %",
+        "machine CPU %",
+        "loadgen µs CPU/msg",
+        "lost",
+        "saturated",
+    ]
     sat_rows = []
     for b in names:
         for case in cases:
@@ -520,16 +538,30 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
                 if err:
                     sat_rows.append([b, case, "-", "-", "-", "-", "-", "-", f"error: {err[:60]}"])
                 continue
-            sat_rows.append([b, case, _fmt(r["broker_cpu_pct"], ".0f"), _fmt(r["pub_cpu_pct"], ".0f"),
-                             _fmt(r["sub_cpu_pct"], ".0f"), _fmt(r["machine_cpu_pct"], ".0f"),
-                             _fmt(r["loadgen_cpu_us_per_msg"], ".2f"), str(r["lost"]), r["saturated"]])
-    return [("MQTT throughput (deliveries/s, end to end)", head, main_rows),
-            ("Saturation check (100% = one core)", sat_head, sat_rows)]
+            sat_rows.append(
+                [
+                    b,
+                    case,
+                    _fmt(r["broker_cpu_pct"], ".0f"),
+                    _fmt(r["pub_cpu_pct"], ".0f"),
+                    _fmt(r["sub_cpu_pct"], ".0f"),
+                    _fmt(r["machine_cpu_pct"], ".0f"),
+                    _fmt(r["loadgen_cpu_us_per_msg"], ".2f"),
+                    str(r["lost"]),
+                    r["saturated"],
+                ]
+            )
+    return [
+        ("MQTT throughput (deliveries/s, end to end)", head, main_rows),
+        ("Saturation check (100% = one core)", sat_head, sat_rows),
+    ]
 
 
 def print_tables(results: dict, cases: list[str]) -> None:
     for title, head, rows in tables(results, cases):
-        widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
+        widths = (
+            [max(len(str(x)) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
+        )
 
         def line(cells: list[str], widths: list[int] = widths) -> str:
             return "| " + " | ".join(str(c).rjust(w) for c, w in zip(cells, widths)) + " |"
@@ -550,14 +582,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=d.seconds, help="publishing time per case at most (s)")
     p.add_argument("--body-size", type=int, default=d.body_size, help="payload bytes")
     p.add_argument("--fan", type=int, default=d.fan, help="fanout subscribers and fanin publishers")
-    p.add_argument("--inflight", type=int, default=d.inflight,
-                   help="QoS 1: PUBLISHes awaiting PUBACK per publisher; also the brokers' QoS 1 delivery window")
-    p.add_argument("--window", type=int, default=d.window,
-                   help="deliveries published but not yet received, at most (end to end)")
+    p.add_argument(
+        "--inflight",
+        type=int,
+        default=d.inflight,
+        help="QoS 1: PUBLISHes awaiting PUBACK per publisher; also the brokers' QoS 1 delivery window",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=d.window,
+        help="deliveries published but not yet received, at most (end to end)",
+    )
     p.add_argument("--batch", type=int, default=d.batch, help="PUBLISH packets per write")
     p.add_argument("--sub-procs", type=int, default=d.sub_procs, help="subscriber processes")
-    p.add_argument("--protocol", type=int, choices=(3, 4, 5), default=4,
-                   help="MQTT version: 4 (or 3) = 3.1.1, 5 = 5.0")
+    p.add_argument(
+        "--protocol", type=int, choices=(3, 4, 5), default=4, help="MQTT version: 4 (or 3) = 3.1.1, 5 = 5.0"
+    )
     p.add_argument("--leveret-src", default=None, help="run leveret from another tree's src/")
     p.add_argument("--rabbitmq-schedulers", type=int, default=None, help="Erlang scheduler threads")
     p.add_argument("--output", default=str(HERE / "results" / "mqtt-latest.json"), help="JSON results path")
@@ -572,15 +613,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
     raise_nofile_limit()
-    s = Settings(messages=args.messages, seconds=args.seconds, body_size=args.body_size, fan=args.fan,
-                 inflight=args.inflight, window=args.window, batch=args.batch, sub_procs=args.sub_procs,
-                 protocol=5 if args.protocol == 5 else 4)
+    s = Settings(
+        messages=args.messages,
+        seconds=args.seconds,
+        body_size=args.body_size,
+        fan=args.fan,
+        inflight=args.inflight,
+        window=args.window,
+        batch=args.batch,
+        sub_procs=args.sub_procs,
+        protocol=5 if args.protocol == 5 else 4,
+    )
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     for name in [*cases, *brokers]:
         if name not in (*CASES, *BROKERS):
-            raise SystemExit(f"unknown case or broker {name!r}: cases {', '.join(CASES)}; "
-                             f"brokers {', '.join(BROKERS)}")
+            raise SystemExit(
+                f"unknown case or broker {name!r}: cases {', '.join(CASES)}; brokers {', '.join(BROKERS)}"
+            )
     skipped = {}
     for b in list(brokers):
         why = available(b, s, args)
@@ -589,8 +639,10 @@ def main(argv: list[str] | None = None) -> int:
             skipped[b] = why
             brokers.remove(b)
     version = "MQTT 5.0" if s.protocol == 5 else "MQTT 3.1.1"
-    log(f"cases: {', '.join(cases)}; {version}; {s.messages} deliveries or {s.seconds:g} s each, "
-        f"{s.body_size} B payloads")
+    log(
+        f"cases: {', '.join(cases)}; {version}; {s.messages} deliveries or {s.seconds:g} s each, "
+        f"{s.body_size} B payloads"
+    )
     results: dict = {}
     try:
         for b in brokers:
@@ -598,15 +650,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("interrupted")
         return 130
-    print(f"\n{version}, {s.body_size} B payloads; brokers skipped: "
-          + ("; ".join(f"{b} ({w})" for b, w in skipped.items()) or "none"))
+    print(
+        f"\n{version}, {s.body_size} B payloads; brokers skipped: "
+        + ("; ".join(f"{b} ({w})" for b, w in skipped.items()) or "none")
+    )
     print_tables(results, cases)
     doc = {
         "meta": {
             "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "settings": asdict(s), "cases": cases, "skipped": skipped,
-            "pythonpath": os.environ.get("PYTHONPATH", ""), "loadavg": os.getloadavg(),
+            "host": platform.node(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "settings": asdict(s),
+            "cases": cases,
+            "skipped": skipped,
+            "pythonpath": os.environ.get("PYTHONPATH", ""),
+            "loadavg": os.getloadavg(),
         },
         "results": results,
     }

@@ -261,10 +261,12 @@ async def connect(
     properties: P.Properties = ()
     if version == P.MQTT_5 and receive_maximum:
         properties = ((P.RECEIVE_MAXIMUM, receive_maximum),)
-    connect_packet = P.Connect(client_id=client_id, clean_start=clean, keep_alive=keep_alive, properties=properties)
+    connect_packet = P.Connect(
+        client_id=client_id, clean_start=clean, keep_alive=keep_alive, properties=properties
+    )
     try:
         connack = await client.request(connect_packet, CONNACK, timeout)
-    except (asyncio.TimeoutError, MqttError):
+    except (TimeoutError, MqttError):
         if client.transport is not None:
             client.transport.abort()
         raise
