@@ -286,6 +286,7 @@ class Sample:
     pub: float
     subs: list[float]
     machine: float
+    harness: float
 
 
 def sample(broker: Broker, pub_pid: int, sub_pids: list[int], counts) -> Sample:
@@ -296,14 +297,19 @@ def sample(broker: Broker, pub_pid: int, sub_pids: list[int], counts) -> Sample:
         proc_cpu_seconds(pub_pid),
         [proc_cpu_seconds(p) for p in sub_pids],
         machine_cpu(),
+        proc_cpu_seconds(os.getpid()),
     )
 
 
-def verdict(broker_pct: float, pub_pct: float, sub_pct: float, machine_pct: float, cores: int) -> str:
+def verdict(
+    broker_pct: float, pub_pct: float, sub_pct: float, machine_pct: float, other_pct: float, cores: int
+) -> str:
     """Which process limited the rate: a load generator process or the broker at ≥ 85% of
     a core (mosquitto and leveret's event loop use one; RabbitMQ's schedulers may use
     more, so it counts as saturated at 85% of one core too, and the figure shows how many
-    it used); else the machine (≥ 85% of every core busy); else neither (the windows)."""
+    it used); else the machine (≥ 85% of every core busy), saying so when processes
+    outside the run (``other_pct``) took 25% of a core or more; else neither (the
+    windows: end to end, or the PUBACKs)."""
     if pub_pct >= 85:
         return "publisher"
     if sub_pct >= 85:
@@ -311,6 +317,8 @@ def verdict(broker_pct: float, pub_pct: float, sub_pct: float, machine_pct: floa
     if broker_pct >= 85:
         return "broker"
     if machine_pct >= 85 * cores:
+        if other_pct >= 25:
+            return f"all cores busy (others {other_pct:.0f}%)"
         return "machine (all cores)"
     return "neither (windows)"
 
@@ -383,6 +391,8 @@ def run_case(broker: Broker, port: int, name: str, s: Settings) -> dict:
     pub_cpu = last.pub - first_sample.pub
     sub_cpu = [b - a for a, b in zip(first_sample.subs, last.subs)]
     machine = last.machine - first_sample.machine
+    harness = last.harness - first_sample.harness
+    other = max(0.0, machine - broker_cpu - pub_cpu - sum(sub_cpu) - harness)
     expected = pub_res["published"] * case.subscribers
     row = {
         "case": name,
@@ -399,6 +409,8 @@ def run_case(broker: Broker, port: int, name: str, s: Settings) -> dict:
         "sub_cpu_pct": round(100 * max(sub_cpu) / window, 1),
         "loadgen_cpu_us_per_msg": round((pub_cpu + sum(sub_cpu)) / received * 1e6, 2) if received else None,
         "machine_cpu_pct": round(100 * machine / window, 1),
+        "harness_cpu_pct": round(100 * harness / window, 1),
+        "other_cpu_pct": round(100 * other / window, 1),
         "closed": [c for r in subs for c in r["closed"]],
     }
     row["saturated"] = verdict(
@@ -406,6 +418,7 @@ def run_case(broker: Broker, port: int, name: str, s: Settings) -> dict:
         row["pub_cpu_pct"],
         row["sub_cpu_pct"],
         row["machine_cpu_pct"],
+        row["other_cpu_pct"],
         os.cpu_count() or 1,
     )
     return row
@@ -475,7 +488,8 @@ def run_broker(name: str, cases: list[str], s: Settings, args: argparse.Namespac
                 f"[{name}] {case:7s} {row['received']:>8d} deliveries in {row['seconds']:6.2f} s = "
                 f"{row['msg_per_s']:>9,.0f} msg/s  {row['broker_cpu_us_per_msg'] or 0:6.1f} µs CPU/msg  "
                 f"broker {row['broker_cpu_pct']:5.1f}%  pub {row['pub_cpu_pct']:5.1f}%  "
-                f"sub {row['sub_cpu_pct']:5.1f}%  machine {row['machine_cpu_pct']:5.1f}%  lost {row['lost']}"
+                f"sub {row['sub_cpu_pct']:5.1f}%  machine {row['machine_cpu_pct']:5.1f}% "
+                f"(others {row['other_cpu_pct']:.0f}%)  lost {row['lost']}"
                 f"  -> {row['saturated']}"
             )
             time.sleep(s.pause)
@@ -525,6 +539,7 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
         "publisher CPU %",
         "subscriber CPU %",
         "machine CPU %",
+        "others CPU %",
         "loadgen µs CPU/msg",
         "lost",
         "saturated",
@@ -536,7 +551,7 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
             if r is None:
                 err = results[b].get("errors", {}).get(case) or results[b].get("errors", {}).get("start")
                 if err:
-                    sat_rows.append([b, case, "-", "-", "-", "-", "-", "-", f"error: {err[:60]}"])
+                    sat_rows.append([b, case, *["-"] * (len(sat_head) - 3), f"error: {err[:60]}"])
                 continue
             sat_rows.append(
                 [
@@ -546,6 +561,7 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
                     _fmt(r["pub_cpu_pct"], ".0f"),
                     _fmt(r["sub_cpu_pct"], ".0f"),
                     _fmt(r["machine_cpu_pct"], ".0f"),
+                    _fmt(r["other_cpu_pct"], ".0f"),
                     _fmt(r["loadgen_cpu_us_per_msg"], ".2f"),
                     str(r["lost"]),
                     r["saturated"],
