@@ -25,15 +25,19 @@ class ServerProcess:
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
-                 "--web-stomp-port", "0", "--prometheus-port", "0", "--data-dir", str(data_dir), *args],
+                 "--web-stomp-port", "0",
+                 "--mqtt-port", "0", "--prometheus-port", "0", "--data-dir", str(data_dir), *args],
                 stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=new_session)
         line = self.proc.stdout.readline()
-        match = re.match(r"leveret ready: amqp://([\d.]+):(\d+)(?: stomp://[\d.]+:(\d+))?", line)
+        match = re.match(
+            r"leveret ready: amqp://([\d.]+):(\d+)(?: stomp://[\d.]+:(\d+))?(?: mqtt://[\d.]+:(\d+))?", line
+        )
         if not match:
             self.proc.kill()
             raise RuntimeError(f"no ready line: {line!r} {self.log_path.read_text()}")
         self.host, self.port = match.group(1), int(match.group(2))
         self.stomp_port = int(match.group(3)) if match.group(3) else None
+        self.mqtt_port = int(match.group(4)) if match.group(4) else None
         self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
         self.http_url = None
         if "--http-port" in args:  # the management API's line follows the ready line

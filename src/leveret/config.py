@@ -12,6 +12,7 @@ Example file::
     prometheus_port = 15692         # Prometheus metrics, /metrics (rabbitmq_prometheus's port)
     stomp_port = 61613              # STOMP 1.0-1.2 (ActiveMQ's port); the AMQP port takes STOMP too
     web_stomp_port = 15674          # STOMP over WebSocket, ws://HOST:PORT/ws (RabbitMQ's port)
+    mqtt_port = 1883                # MQTT 3.1.1 and 5.0 (docs/mqtt.md)
     data_dir = "./leveret-data"
     heartbeat = 60                  # seconds proposed in connection.tune; 0 disables
     frame_max = 131072              # bytes
@@ -120,6 +121,7 @@ from .core.clock import Clock
 from .core.login_throttle import ThrottleSettings
 from .core.passwords import DEFAULT_ALGORITHM
 from .core.policy import Policy
+from .protocol.mqtt.settings import mqtt_settings
 from .server.http_limits import HttpLimits
 from .server.tls import LOGIN_FROM, TLSError, TLSOptions
 from .shovel.spec import ShovelError, ShovelSpec
@@ -166,6 +168,10 @@ class Settings:
     #: STOMP over WebSocket (``ws://HOST:PORT/ws``; RabbitMQ's Web STOMP port is 15674,
     #: ``leveret server``'s default); None: off
     web_stomp_port: int | None = None
+    #: MQTT 3.1.1 and 5.0 (1883, ``leveret server``'s default); None: off
+    mqtt_port: int | None = None
+    #: The MQTT adapter's settings (``[mqtt]``, :class:`leveret.protocol.mqtt.settings.MqttSettings`)
+    mqtt: dict[str, Any] = field(default_factory=dict)
     read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
     #: AMQP connection worker processes (server/workers/, docs/multicore.md); 0: none,
     #: the broker's own process does all the work
@@ -232,6 +238,8 @@ class Settings:
         core.login_throttle.settings = self.login_throttle
         if self.stomp_queue_arguments is not None:
             core.auto_queue_arguments = dict(self.stomp_queue_arguments)
+        if self.mqtt:
+            core.adapter_settings["mqtt"] = mqtt_settings(self.mqtt)
         for name in self.vhosts:
             core.add_vhost(name)
         return core
@@ -254,6 +262,7 @@ _SERVER_KEYS = {
     "prometheus_port": int,
     "stomp_port": int,
     "web_stomp_port": int,
+    "mqtt_port": int,
     "read_coalesce_ms": int,
     "workers": int,
     "collect_statistics_interval": int,
@@ -379,6 +388,13 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
             settings.login_throttle = ThrottleSettings.from_table(data.pop("login_throttle"))
         except ValueError as exc:
             raise ConfigError(f"{path}: {exc}") from None
+    mqtt = data.pop("mqtt", None)
+    if mqtt is not None:
+        try:
+            mqtt_settings(mqtt)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{path}: [mqtt]: {exc}") from None
+        settings.mqtt = mqtt
     stomp_queue_arguments = data.pop("stomp_queue_arguments", None)
     if stomp_queue_arguments is not None:
         if not isinstance(stomp_queue_arguments, dict) or not all(

@@ -48,6 +48,12 @@ if TYPE_CHECKING:  # (loaded when a broker runs: `leveret ctl` imports this modu
     default=None,
     help="STOMP over WebSocket port, path /ws (RabbitMQ's is 15674); 0 picks a free one, -1 off [15674].",
 )
+@click.option(
+    "--mqtt-port",
+    type=int,
+    default=None,
+    help="MQTT 3.1.1 and 5.0 port (docs/mqtt.md); 0 picks a free one, -1 turns it off [1883].",
+)
 @click.option("--data-dir", default=None, help="Directory for the broker's data [./leveret-data].")
 @click.option(
     "--store",
@@ -82,6 +88,7 @@ def server(
     prometheus_port: int | None,
     stomp_port: int | None,
     web_stomp_port: int | None,
+    mqtt_port: int | None,
     data_dir: str | None,
     store_url: str | None,
     cluster: str | None,
@@ -97,7 +104,7 @@ def server(
     may first print "leveret standby: cluster NAME" and wait to become the master; a
     master that loses its database session stops serving and becomes a standby again.
     """
-    settings = Settings(stomp_port=61613, web_stomp_port=15674, prometheus_port=15692)
+    settings = Settings(stomp_port=61613, web_stomp_port=15674, prometheus_port=15692, mqtt_port=1883)
     if config_file:
         try:
             load(config_file, settings)
@@ -110,6 +117,7 @@ def server(
         ("prometheus_port", prometheus_port),
         ("stomp_port", stomp_port),
         ("web_stomp_port", web_stomp_port),
+        ("mqtt_port", mqtt_port),
         ("data_dir", data_dir),
         ("store_url", store_url),
         ("store_cluster", cluster),
@@ -126,6 +134,8 @@ def server(
         settings.stomp_port = None
     if settings.web_stomp_port is not None and settings.web_stomp_port < 0:
         settings.web_stomp_port = None
+    if settings.mqtt_port is not None and settings.mqtt_port < 0:
+        settings.mqtt_port = None
     if settings.data_dir is None:
         settings.data_dir = "./leveret-data"
     logging.basicConfig(
@@ -223,6 +233,8 @@ def _ready(broker: Broker) -> None:
     ready = f"leveret ready: amqp://{broker.host}:{broker.amqp_port}"
     if broker.stomp_url:
         ready += " " + broker.stomp_url
+    if broker.mqtt_url:
+        ready += " " + broker.mqtt_url
     click.echo(ready)
     if broker.http_url:
         click.echo(f"leveret management: {broker.http_url}/api/")

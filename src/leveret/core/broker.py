@@ -92,6 +92,9 @@ class BrokerCore:
     #: JMS client ids of open connections (STOMP's ``client-id``): unique in the broker,
     #: as ActiveMQ refuses a second connection with one in use.
     client_ids: dict[str, object] = field(default_factory=dict)
+    #: Settings and broker-wide state of protocol adapters, by protocol (``mqtt``: its
+    #: settings, :mod:`leveret.protocol.mqtt.settings`); core never reads them.
+    adapter_settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         #: Failed logins per source address and user name, and unauthenticated

@@ -189,6 +189,8 @@ class BrokerCounters:
         "connections_opened",
         "message_size_sum",
         "message_sizes",
+        "mqtt_received",
+        "mqtt_sent",
         "publishers",
         "queues_created",
         "queues_declared",
@@ -204,6 +206,9 @@ class BrokerCounters:
         #: messages published (each publish once, however many queues it reaches; a
         #: transaction's when committed)
         self.received = 0
+        #: MQTT PUBLISHes received from clients and sent to them, by QoS (0, 1, 2)
+        self.mqtt_received = [0, 0, 0]
+        self.mqtt_sent = [0, 0, 0]
         #: of those, published with confirms on
         self.received_confirm = 0
         #: publishes that reached no queue, without ``mandatory``: dropped

@@ -25,6 +25,8 @@ from ..config import Settings
 from ..control_socket import SOCKET_NAME
 from ..core.broker import BrokerCore
 from ..management import ManagementAPI
+from ..protocol.mqtt.connection import MqttConnection
+from ..protocol.mqtt.sessions import SessionTimers
 from ..protocol.stomp import StompConnection
 from ..shovel.manager import Shovels
 from ..store import DataDirLock, StoreError
@@ -80,6 +82,8 @@ class Broker:
         self.tls_listener: Listener | None = None
         #: STOMP, when ``stomp_port`` is set.
         self.stomp_listener: Listener | None = None
+        #: MQTT 3.1.1 and 5.0, when ``mqtt_port`` is set.
+        self.mqtt_listener: Listener | None = None
         #: STOMP over WebSocket, when ``web_stomp_port`` is set.
         self.web_stomp: WebStompServer | None = None
         self._lock: DataDirLock | None = None
@@ -190,6 +194,12 @@ class Broker:
                     self.core, settings.bind, settings.stomp_port, 0, connection_class=StompConnection
                 )
                 await self.stomp_listener.start()
+            if settings.mqtt_port is not None:
+                SessionTimers.of(self.core).start()  # sessions of MQTT clients gone meanwhile
+                self.mqtt_listener = Listener(
+                    self.core, settings.bind, settings.mqtt_port, 0, connection_class=MqttConnection
+                )
+                await self.mqtt_listener.start()
             http_cap = self._http_port_cap()
             if settings.web_stomp_port is not None:
                 self.web_stomp = WebStompServer(
@@ -342,6 +352,17 @@ class Broker:
         return f"stomp://{self.host}:{port}" if port is not None else None
 
     @property
+    def mqtt_port(self) -> int | None:
+        """The MQTT port actually bound (after start), if any."""
+        return self.mqtt_listener.port if self.mqtt_listener is not None else None
+
+    @property
+    def mqtt_url(self) -> str | None:
+        """``mqtt://host:port`` (after start), if MQTT has a port."""
+        port = self.mqtt_port
+        return f"mqtt://{self.host}:{port}" if port is not None else None
+
+    @property
     def web_stomp_url(self) -> str | None:
         """``ws://host:port/ws`` (after start), if STOMP over WebSocket runs."""
         if self.web_stomp is None:
@@ -364,6 +385,8 @@ class Broker:
             listeners.append(("stomp", self.host, self.stomp_port))
         if self.web_stomp is not None:
             listeners.append(("http/web-stomp", self.host, self.web_stomp.port))
+        if self.mqtt_port is not None:
+            listeners.append(("mqtt", self.host, self.mqtt_port))
         management = self.management
         if management is not None and management.port is not None:
             listeners.append(("http", self.host, management.port))
@@ -391,6 +414,7 @@ class Broker:
             (self.listener, ""),
             (self.tls_listener, " (TLS)"),
             (self.stomp_listener, " (STOMP)"),
+            (self.mqtt_listener, " (MQTT)"),
             (self.web_stomp, " (Web STOMP)"),
         )
         for listener, suffix in listeners:
@@ -412,6 +436,9 @@ class Broker:
         if self.stomp_listener is not None:
             await self.stomp_listener.stop()
             self.stomp_listener = None
+        if self.mqtt_listener is not None:
+            await self.mqtt_listener.stop()
+            self.mqtt_listener = None
         if self.web_stomp is not None:
             await self.web_stomp.stop()
             self.web_stomp = None
@@ -507,6 +534,11 @@ class BlockingBroker:
     def http_url(self) -> str | None:
         """The management API's base URL, when it runs."""
         return self.broker.http_url
+
+    @property
+    def mqtt_port(self) -> int | None:
+        """See :attr:`Broker.mqtt_port`."""
+        return self.broker.mqtt_port
 
     @property
     def prometheus_url(self) -> str | None:

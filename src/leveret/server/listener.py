@@ -24,6 +24,7 @@ except ImportError:  # Windows: the connection then defers its heartbeat verdict
 
 from ..core.broker import BrokerCore
 from ..protocol.amqp import Connection
+from ..protocol.mqtt.connection import MqttConnection
 from ..protocol.output import HIGH_WATER
 from ..protocol.stomp import StompConnection
 from .read_coalescing import ReadCoalescer
@@ -36,8 +37,8 @@ DRAIN_LIMIT = 4 * READ_SIZE  # bytes read from a held socket at once, at most
 
 
 #: A client's sans-I/O connection, whichever protocol it speaks.
-AnyConnection = Connection | StompConnection
-ConnectionClass = type[Connection] | type[StompConnection]
+AnyConnection = Connection | StompConnection | MqttConnection
+ConnectionClass = type[Connection] | type[StompConnection] | type[MqttConnection]
 
 
 class Flusher:

@@ -436,6 +436,21 @@ def _properties(properties: Properties) -> bytes:
     return _varint(len(out)) + bytes(out)
 
 
+def encode_properties(properties: Properties) -> bytes:
+    """A property block as the wire carries it: its length (a variable byte integer),
+    then each property (§2.2.2). Raises ValueError for a value the wire cannot carry."""
+    return _properties(properties)
+
+
+def decode_properties(data: bytes, kind: int = PUBLISH) -> Properties:
+    """The properties of a block :func:`encode_properties` made, checked as those of a
+    packet of type ``kind`` (table 2-4). Raises MalformedPacket."""
+    cursor = _Cursor(data)
+    properties = cursor.properties(kind)
+    cursor.end("the property block")
+    return properties
+
+
 def encode(packet: Packet, version: int = MQTT_5) -> bytes:
     """``packet`` on the wire for protocol level ``version`` (4: 3.1.1, 5: 5.0): fixed
     header (§2.1), variable header and payload. In 3.1.1 properties, and reason codes
