@@ -377,6 +377,10 @@ class Leveret(Broker):
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if self.src:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (self.src, env.get("PYTHONPATH"))))
+        if env.get("PYTHONPATH"):  # absolute: the broker runs in its temporary directory, where
+            # a relative PYTHONPATH=src would find nothing and the installed leveret would run
+            paths = env["PYTHONPATH"].split(os.pathsep)
+            env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in paths if p)
         offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         with open(self.log_path, "ab") as log:
             t0 = time.monotonic()
