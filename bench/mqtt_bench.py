@@ -84,6 +84,7 @@ class Settings:
     window: int = 10_000  # deliveries published but not yet counted, at most
     batch: int = 50  # PUBLISH packets per write
     sub_procs: int = 1
+    read_pause_ms: float = 1.0  # subscribers: pause after a small read (see mqtt_client.Client)
     protocol: int = 4  # 4: MQTT 3.1.1, 5: MQTT 5.0
     idle: float = 3.0  # seconds without a delivery after publishing ends: the rest is lost
     pause: float = 1.0
@@ -131,6 +132,7 @@ async def _subscribe_all(job: Job, counts, slot: int) -> list[Client]:
     await asyncio.gather(*(c.subscribe(topic_filter, case.qos) for c in clients))
     for c in clients:
         c.shared, c.slot = counts, slot
+        c.read_pause = s.read_pause_ms / 1000
     return clients
 
 
@@ -613,6 +615,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=d.batch, help="PUBLISH packets per write")
     p.add_argument("--sub-procs", type=int, default=d.sub_procs, help="subscriber processes")
     p.add_argument(
+        "--read-pause-ms",
+        type=float,
+        default=d.read_pause_ms,
+        help="subscribers stop reading this long after a read under 32 KiB (0: never)",
+    )
+    p.add_argument(
         "--protocol", type=int, choices=(3, 4, 5), default=4, help="MQTT version: 4 (or 3) = 3.1.1, 5 = 5.0"
     )
     p.add_argument("--leveret-src", default=None, help="run leveret from another tree's src/")
@@ -638,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         window=args.window,
         batch=args.batch,
         sub_procs=args.sub_procs,
+        read_pause_ms=args.read_pause_ms,
         protocol=5 if args.protocol == 5 else 4,
     )
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]

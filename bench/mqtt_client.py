@@ -87,7 +87,12 @@ class Client(asyncio.Protocol):
     ``pingresps``; ``last_rx`` is the ``time.monotonic()`` of the last read that held a
     PUBLISH. ``shared`` (a ``multiprocessing`` RawArray of ``q``) and ``slot``: the
     PUBLISH count is also added there, so another process can follow it. ``wake``: called
-    when PUBACKs arrive (a publisher waiting for its window)."""
+    when PUBACKs arrive (a publisher waiting for its window).
+
+    ``read_pause`` (seconds, 0: off): after a read of less than 32 KiB, stop reading for
+    that long, so the next read takes what arrived meanwhile in one go. A broker that
+    writes every packet on its own (mosquitto, RabbitMQ) would otherwise cost the
+    subscriber a read, and ~8 µs, per delivery; 1 ms adds at most 1 ms of latency."""
 
     def __init__(self, version: int = P.MQTT_3_1_1) -> None:
         self.version = version
@@ -105,6 +110,7 @@ class Client(asyncio.Protocol):
         self.closed = False
         self.close_reason: str | None = None
         self._paused: asyncio.Future | None = None
+        self.read_pause = 0.0
 
     # -- asyncio.Protocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -161,6 +167,13 @@ class Client(asyncio.Protocol):
             self.acked += pubacks
             if self.wake is not None:
                 self.wake()
+        if self.read_pause and end < 32768 and self.transport is not None and not self.closed:
+            self.transport.pause_reading()  # type: ignore[attr-defined]
+            asyncio.get_running_loop().call_later(self.read_pause, self._resume_reading)
+
+    def _resume_reading(self) -> None:
+        if self.transport is not None and not self.closed and not self.transport.is_closing():
+            self.transport.resume_reading()  # type: ignore[attr-defined]
 
     def _control(self, raw: bytes) -> None:
         try:
