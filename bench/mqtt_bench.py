@@ -132,7 +132,9 @@ async def _subscribe_all(job: Job, counts, slot: int) -> list[Client]:
     await asyncio.gather(*(c.subscribe(topic_filter, case.qos) for c in clients))
     for c in clients:
         c.shared, c.slot = counts, slot
-        c.read_pause = s.read_pause_ms / 1000
+        # each of many connections gets a share of the deliveries: pause longer so that
+        # a read still takes several (100 subscribers: 10 ms)
+        c.read_pause = s.read_pause_ms / 1000 * max(1, job.count // 10)
     return clients
 
 
@@ -618,7 +620,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--read-pause-ms",
         type=float,
         default=d.read_pause_ms,
-        help="subscribers stop reading this long after a read under 32 KiB (0: never)",
+        help="subscribers stop reading this long (× connections/10 in a process with more) "
+        "after a read under 32 KiB (0: never)",
     )
     p.add_argument(
         "--protocol", type=int, choices=(3, 4, 5), default=4, help="MQTT version: 4 (or 3) = 3.1.1, 5 = 5.0"
