@@ -12,6 +12,7 @@ import pika
 import pytest
 from ha import Node
 from hypothesis import settings
+from mqtt_brokers import _mqtt_session_broker, mqtt_broker, mqtt_own_broker  # noqa: F401 (fixtures)
 from postgres import PostgresServer
 from servers import TEST_WORKERS, ServerProcess
 from targets import Target, rabbitmq_installed, start_rabbitmq, unique

@@ -16,7 +16,7 @@ from postgres import free_port
 
 
 class Node:
-    """One ``leveret server --store URL`` on its own ports (AMQP, STOMP, HTTP),
+    """One ``leveret server --store URL`` on its own ports (AMQP, STOMP, MQTT, HTTP),
     restartable on the same ports; :meth:`wait_for` waits for a line it prints
     (``leveret standby``, ``leveret ready``)."""
 
@@ -24,6 +24,7 @@ class Node:
         self.dir = directory
         self.store_url, self.cluster = store_url, cluster
         self.amqp_port, self.stomp_port, self.http_port = free_port(), free_port(), free_port()
+        self.mqtt_port = free_port()
         self.url = f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
         self.http_url = f"http://127.0.0.1:{self.http_port}"
         self.log_path = directory / "server.log"
@@ -38,7 +39,7 @@ class Node:
                 [
                     sys.executable, "-m", "leveret", "server",
                     "--amqp-port", str(self.amqp_port), "--stomp-port", str(self.stomp_port),
-                    "--web-stomp-port", "-1", "--mqtt-port", "-1", "--prometheus-port", "-1",
+                    "--web-stomp-port", "-1", "--mqtt-port", str(self.mqtt_port), "--prometheus-port", "-1",
                     "--http-port", str(self.http_port), "--data-dir", str(self.dir / "data"),
                     "--store", self.store_url, "--cluster", self.cluster,
                 ],

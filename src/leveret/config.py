@@ -121,7 +121,6 @@ from .core.clock import Clock
 from .core.login_throttle import ThrottleSettings
 from .core.passwords import DEFAULT_ALGORITHM
 from .core.policy import Policy
-from .protocol.mqtt.settings import mqtt_settings
 from .server.http_limits import HttpLimits
 from .server.tls import LOGIN_FROM, TLSError, TLSOptions
 from .shovel.spec import ShovelError, ShovelSpec
@@ -239,6 +238,8 @@ class Settings:
         if self.stomp_queue_arguments is not None:
             core.auto_queue_arguments = dict(self.stomp_queue_arguments)
         if self.mqtt:
+            from .protocol.mqtt.settings import mqtt_settings  # (`leveret ctl` loads no adapter)
+
             core.adapter_settings["mqtt"] = mqtt_settings(self.mqtt)
         for name in self.vhosts:
             core.add_vhost(name)
@@ -390,6 +391,8 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
             raise ConfigError(f"{path}: {exc}") from None
     mqtt = data.pop("mqtt", None)
     if mqtt is not None:
+        from .protocol.mqtt.settings import mqtt_settings  # (`leveret ctl` loads no adapter)
+
         try:
             mqtt_settings(mqtt)
         except (TypeError, ValueError) as exc:

@@ -18,12 +18,17 @@ DEFAULT_EXCHANGE_RESOURCE = "amq.default"  # the default exchange's name in perm
 class Access:
     """What ``user`` may do in ``vhost``, looked up in ``users`` at each check (a
     permission changed at run time applies at once; the last allowed publish target is
-    remembered until anything changes)."""
+    remembered until anything changes). ``variables`` are more ``{name}`` placeholders
+    of topic permissions than ``{username}`` and ``{vhost}`` (MQTT: ``client_id``, as
+    RabbitMQ's MQTT plugin passes in its authorisation context)."""
 
-    def __init__(self, users: UserDatabase, user: User, vhost: str) -> None:
+    def __init__(
+        self, users: UserDatabase, user: User, vhost: str, variables: dict[str, str] | None = None
+    ) -> None:
         self.users = users
         self.user = user
         self.vhost = vhost
+        self.variables = {"username": user.name, "vhost": vhost, **(variables or {})}
         self._allowed_write: tuple[int, str] | None = None  # (generation, exchange)
 
     def _check(self, operation: str, kind: str, name: str) -> None:
@@ -57,12 +62,17 @@ class Access:
 
     def topic(self, operation: str, exchange: str, routing_key: str) -> None:
         """``write`` (publish) or ``read`` (bind from) topic ``exchange`` with
-        ``routing_key``: allowed unless a topic permission for the exchange says no."""
+        ``routing_key``: allowed unless a topic permission for the exchange says no.
+        Its expression's ``{username}``, ``{vhost}`` and the connection's other
+        ``variables`` are replaced by their values as they are (not escaped), as
+        ``rabbit_auth_backend_internal`` does; an unknown ``{name}`` stays."""
         topic = self.users.topic_permission(self.user.name, self.vhost, exchange)
         if topic is None:
             return
         pattern = getattr(topic, operation)
-        pattern = pattern.replace("{username}", self.user.name).replace("{vhost}", self.vhost)
+        if "{" in pattern:
+            for name, value in self.variables.items():
+                pattern = pattern.replace("{" + name + "}", value)
         if not matches(pattern, routing_key):
             raise access_refused(
                 f"access to topic '{routing_key}' in exchange '{exchange}' in vhost '{self.vhost}' "

@@ -11,7 +11,8 @@ internal database of RabbitMQ (``rabbit_auth_backend_internal``), with its rules
   name (Erlang's ``re:run``, as RabbitMQ); ``""`` matches nothing.
 - A **topic permission** narrows publishing to (*write*) and binding from (*read*) one
   topic exchange to routing keys matching an expression, in which ``{username}`` and
-  ``{vhost}`` are replaced; without one, any routing key is allowed.
+  ``{vhost}`` are replaced (and ``{client_id}`` for MQTT clients); without one, any
+  routing key is allowed.
 
 As in RabbitMQ, the default user ``guest``/``guest`` (tag administrator, full permission
 on ``/``) exists unless the configuration defines users, and may only log in from a

@@ -93,8 +93,37 @@ class BrokerCore:
     #: as ActiveMQ refuses a second connection with one in use.
     client_ids: dict[str, object] = field(default_factory=dict)
     #: Settings and broker-wide state of protocol adapters, by protocol (``mqtt``: its
-    #: settings, :mod:`leveret.protocol.mqtt.settings`); core never reads them.
+    #: settings, :mod:`leveret.protocol.mqtt.settings`; ``mqtt_state``:
+    #: :class:`leveret.protocol.mqtt.state.MqttState`); core never reads them.
     adapter_settings: dict[str, Any] = field(default_factory=dict)
+    #: Stored definitions of kinds core does not know (:data:`CORE_KINDS`): a protocol
+    #: adapter's durable state (MQTT's ``mqtt_retained``, ``mqtt_session`` …), as
+    #: :meth:`attach_store` read them, kind -> ``[(vhost, name, data)]``. Core does not
+    #: import adapters: an adapter takes (pops) its kinds when it first needs them
+    #: (:meth:`leveret.protocol.mqtt.state.MqttState.of`); rows of a deleted vhost that
+    #: no adapter took are deleted with it.
+    adapter_definitions: dict[str, list[tuple[str, str, dict]]] = field(default_factory=dict)
+
+    #: The definition kinds core reads back itself in :meth:`attach_store`; the other
+    #: kinds a store holds go to :attr:`adapter_definitions`.
+    CORE_KINDS = frozenset(
+        {
+            "vhost",
+            "user",
+            "permission",
+            "topic_permission",
+            "exchange",
+            "queue",
+            "binding",
+            "lease",
+            "meta",
+            "audit",
+            "policy",
+            "operator_policy",
+            "global_parameter",
+            "parameter",
+        }
+    )
 
     def __post_init__(self) -> None:
         #: Failed logins per source address and user name, and unauthenticated
@@ -143,6 +172,11 @@ class BrokerCore:
             return False
         for listener in list(self.vhost_deleted_listeners):
             listener(name)
+        for kind, rows in self.adapter_definitions.items():  # (no adapter took them)
+            for row in rows:
+                if row[0] == name and self.store is not None:
+                    self.store.delete_definition(kind, name, row[1])
+            rows[:] = [row for row in rows if row[0] != name]
         vhost.delete_all()
         for component, parameter_vhost, parameter in list(self.parameters):
             if parameter_vhost == name:  # its shovels stop, as RabbitMQ's
@@ -282,6 +316,9 @@ class BrokerCore:
                 self._save("topic_permission", vhost, _topic_key(name, exchange), asdict(topic))
             store.save_definition("meta", "", "users_seeded", {})
         self.users.changed()
+        for kind, rows in snapshot.definitions.items():
+            if kind not in self.CORE_KINDS:
+                self.adapter_definitions[kind] = rows
         recovered = recover(self, snapshot, store)
         self.scheduler.attach(store, snapshot.scheduled)
         return recovered

@@ -9,7 +9,9 @@ format of ``prometheus-client``, whose custom collectors read core's counters
   summed, process gauges, ``rabbitmq_message_size_bytes`` histogram;
 - ``GET /metrics/per-object``: the same, with per-queue series labelled
   ``{vhost, queue}``, and the dead-letter counter per queue and reason
-  ``leveret_queue_messages_dead_lettered_total{vhost, queue, reason}``;
+  ``leveret_queue_messages_dead_lettered_total{vhost, queue, reason}``; both have
+  ``leveret_mqtt_messages_received_total{qos}`` and
+  ``leveret_mqtt_messages_sent_total{qos}``, MQTT PUBLISH packets by QoS;
 - ``GET /metrics/detailed?family=F&vhost=V``: only the families asked for
   (:data:`FAMILIES`), per queue, named ``rabbitmq_detailed_*``, restricted to the vhosts
   given (all when none); an unknown family or vhost is a 400 with a plain-text reason.
@@ -291,6 +293,7 @@ class BrokerCollector(Collector):
                     pass
             yield from self._totals(sums)
             yield from self._global(sums)
+            yield from self._mqtt()
             yield from self._process()
             if self.endpoint != "per-object":  # per-object: see per_queue_text
                 yield from self._queue_gauges(sums)
@@ -324,6 +327,21 @@ class BrokerCollector(Collector):
             "Delivered but not yet acknowledged messages",
             sums.unacked,
         )
+
+    def _mqtt(self) -> Iterator[Metric]:
+        """MQTT PUBLISH packets by QoS (label ``qos`` ``0``, ``1``, ``2``): taken from
+        clients (refused ones not counted) and sent to them (retained messages sent on
+        subscribe not counted). RabbitMQ 3.10 has no such series: its MQTT plugin's
+        messages count in ``rabbitmq_global_*`` as AMQP ones, as leveret's do too."""
+        m = self.core.metrics
+        for direction, counts, text in (
+            ("received", m.mqtt_received, "MQTT PUBLISH packets received from clients, by QoS"),
+            ("sent", m.mqtt_sent, "MQTT PUBLISH packets sent to clients, by QoS"),
+        ):
+            family = _counter(f"leveret_mqtt_messages_{direction}", text, ["qos"])
+            for qos, value in enumerate(counts):
+                family.add_metric([str(qos)], value)
+            yield family
 
     def _global(self, sums: QueueSums) -> Iterator[Metric]:
         m = self.core.metrics

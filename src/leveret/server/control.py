@@ -460,6 +460,11 @@ CONNECTION_INFO: dict[str, Callable[[ConnectionRow], Any]] = {
     "channels": lambda c: len(c[1].channels),
     "protocol": lambda c: c[1].protocol,
     "ssl": lambda c: c[1].ssl,
+    # heartbeat (AMQP, STOMP) or keep alive (MQTT), seconds
+    "timeout": lambda c: c[1].heartbeat,
+    "auth_mechanism": lambda c: c[1].auth_mechanism,
+    # MQTT: client_id, keep_alive, session_expiry_interval, clean_session
+    "client_properties": lambda c: json.dumps(definitions_document.jsonable(c[1].client_properties)),
 }
 
 

@@ -45,6 +45,18 @@ export async function overview() {
 overview.refreshEvery = 5000;
 
 // -- connections and channels -----------------------------------------------------------
+// An MQTT connection's client id; an AMQP client's connection_name.
+const clientOf = (c) => (c.client_properties || {}).client_id || (c.client_properties || {}).connection_name || "";
+
+// An MQTT session: clean (ends with the connection) or persistent (its expiry).
+function sessionOf(c) {
+  const p = c.client_properties || {};
+  if (!String(c.protocol || "").startsWith("MQTT")) return "";
+  if (p.clean_session) return "clean";
+  const expiry = p.session_expiry_interval;
+  return expiry >= 4294967295 ? "persistent" : `persistent (expiry ${expiry} s)`;
+}
+
 export async function connections() {
   const rows = await api("GET", "/api/connections");
   return h("section", {},
@@ -54,6 +66,9 @@ export async function connections() {
       ["user", (c) => c.user],
       ["vhost", (c) => c.vhost],
       ["protocol", (c) => c.protocol],
+      ["client", (c) => clientOf(c)],
+      ["heartbeat / keep alive", (c) => c.timeout ? `${c.timeout} s` : "", { num: true }],
+      ["session", (c) => sessionOf(c)],
       ["channels", (c) => c.channels, { num: true }],
       ["connected", (c) => when(c.connected_at / 1000)],
       ["", (c) => h("button", { class: "danger", onclick: async () => {

@@ -42,11 +42,29 @@ from ..adapter import AdapterConnection
 from ..turns import TurnBudget
 from . import packets as p, reason_codes as rc
 from .consumer import MqttConsumer
-from .message import MQTT, encode_publish, publish_properties, publish_qos, publisher_id, was_retained
+from .message import (
+    MQTT,
+    encode_publish,
+    property_block,
+    publish_prefix,
+    publish_properties,
+    publish_qos,
+    publisher_id,
+    was_retained,
+)
 from .sessions import SessionTimers, session_queue_name
 from .settings import MqttSettings, settings_of
 from .state import NEVER, MqttState, RetainedMessage, SessionRecord, SubscriptionOptions
-from .topics import TopicError, matches, split_shared, to_routing_key, to_topic
+from .topics import (
+    TopicError,
+    deliverable,
+    matches,
+    name_part,
+    split_shared,
+    system_topic,
+    to_routing_key,
+    to_topic,
+)
 
 if TYPE_CHECKING:
     from ...core.queues import QueuedMessage
@@ -59,7 +77,7 @@ MAX_PACKET_ID = 0xFFFF
 
 def shared_queue_name(group: str, topic_filter: str) -> str:
     """The queue of shared subscription ``$share/<group>/<topic_filter>``."""
-    return f"mqtt-shared-{group}-{to_routing_key(topic_filter)}"
+    return f"mqtt-shared-{group}-{name_part(topic_filter)}"
 
 
 class MqttError(Exception):
@@ -81,6 +99,25 @@ class _InFlight:
         self.consumer = consumer
         self.entry = entry
         self.qos = qos
+
+
+class _Match:
+    """The subscriptions of a session a message on one topic reached, and what they
+    make of it (MQTT 5.0 §3.3.4: one PUBLISH, at their highest QoS, with every
+    identifier); ``local`` the same without the *no local* ones, for the session's own
+    messages."""
+
+    __slots__ = ("identifiers", "local", "no_local", "qos", "retain_as_published", "subscriptions")
+
+    def __init__(self, subscriptions: list[SubscriptionOptions]) -> None:
+        self.subscriptions = subscriptions
+        self.qos = max((o.qos for o in subscriptions), default=0)
+        self.retain_as_published = any(o.retain_as_published for o in subscriptions)
+        self.identifiers = tuple(
+            (p.SUBSCRIPTION_IDENTIFIER, o.identifier) for o in subscriptions if o.identifier
+        )
+        self.no_local = any(o.no_local for o in subscriptions)
+        self.local = _Match([o for o in subscriptions if not o.no_local]) if self.no_local else self
 
 
 class _WillEvents:
@@ -118,13 +155,27 @@ class MqttConnection(AdapterConnection):
         #: outbound packet id -> what waits for its PUBACK/PUBREC
         self.inflight: dict[int, _InFlight] = {}
         self._next_id = 0
+        #: (queue name, seq) -> the packet id an earlier connection of the session sent
+        #: it with: a redelivery goes with the same id (MQTT 3.1.1 §4.4, 5.0 §4.4)
+        self._resent_ids: dict[tuple[str, int], int] = {}
         #: inbound QoS 1/2 publishes waiting for the publisher's confirm:
         #: (publish seq, QoS, packet id)
         self._confirms: deque[tuple[int, int, int]] = deque()
+        self._confirmed_upto = 0  # the publisher's confirms so far
+        #: seqs of retained QoS 1/2 publishes whose acknowledgement waits for the
+        #: retained message to be on disk (the message itself may have reached no queue)
+        self._retaining: set[int] = set()
         self.will: p.Will | None = None
         self._clean_close = False  # DISCONNECT 0x00: the will is not sent
         self._aliases_in: dict[int, str] = {}
-        self._match_cache: dict[str, list[SubscriptionOptions]] = {}
+        #: topic (or a shared subscription's filter) -> what a message there matched
+        self._match_cache: dict[str, _Match] = {}
+        #: topic -> routing key, for publishes
+        self._keys: dict[str, str] = {}
+        #: the start of the encoded form of this client's messages, by QoS | retain << 2
+        self._prefixes: dict[int, bytes] = {}
+        #: routing key -> (MQTT topic, its encoded field), for deliveries
+        self._topics: dict[str, tuple[str, bytes]] = {}
         # what the client allows us (MQTT 5 CONNECT properties)
         self.send_window = self.settings.prefetch
         self.client_max_packet = p.MAX_VARINT + 5
@@ -258,6 +309,8 @@ class MqttConnection(AdapterConnection):
         vhost_name, username = self._vhost_of(username)
         mechanism = "EXTERNAL" if username is None and self.certificate_user else "PLAIN"
         try:
+            if vhost_name not in self.core.vhosts:  # a failed login, as RabbitMQ 3.10 takes it
+                raise AuthenticationError(f"vhost '{vhost_name}' does not exist")
             if mechanism == "EXTERNAL" and self.settings.ssl_cert_login:
                 assert self.certificate_user is not None
                 user = self.core.users.authenticate_external(self.certificate_user, self.from_loopback)
@@ -272,8 +325,8 @@ class MqttConnection(AdapterConnection):
             self._refuse_later(delay, rc.BAD_USER_NAME_OR_PASSWORD, str(exc))
             return
         self._login_accepted()
-        vhost = self.core.vhosts.get(vhost_name)
-        if vhost is None or not self.core.users.may_access(user, vhost_name):
+        vhost = self.core.vhosts[vhost_name]
+        if not self.core.users.may_access(user, vhost_name):
             self._refuse_connect(
                 rc.NOT_AUTHORIZED, f"access to vhost '{vhost_name}' refused for '{user.name}'"
             )
@@ -281,13 +334,14 @@ class MqttConnection(AdapterConnection):
         self._take_over(f"mqtt:{vhost_name}:{client_id}")
         try:
             self._open_life(user, vhost, PROTOCOL_NAMES[self.version], f"mqtt:{vhost_name}:{client_id}")
-        except ConnectionLimitReached as exc:
-            self._refuse_connect(rc.QUOTA_EXCEEDED, exc.text)
+        except ConnectionLimitReached as exc:  # 3.1.1: 5 not authorized, as RabbitMQ 3.10
+            self._refuse_connect(rc.QUOTA_EXCEEDED if self.v5 else rc.NOT_AUTHORIZED, exc.text)
             return
         except ConnectionRefused as exc:
             self._refuse_connect(rc.SERVER_UNAVAILABLE, exc.text)
             return
-        self.session = Session(vhost, Access(self.core.users, user, vhost.name), self)
+        access = Access(self.core.users, user, vhost.name, {"client_id": client_id})
+        self.session = Session(vhost, access, self)
         self.publisher = Publisher(self.session, self)
         self.publisher.select_confirms()
         self.will = packet.will
@@ -314,13 +368,18 @@ class MqttConnection(AdapterConnection):
         return packet.username, password
 
     def _vhost_of(self, username: str | None) -> tuple[str, str | None]:
-        """The vhost a login names, RabbitMQ's way: ``vhost:user`` when that vhost
-        exists, else the listening port's mapped vhost, else the configured one."""
+        """The vhost a login names, as RabbitMQ 3.10's MQTT plugin chooses it: the part
+        of ``vhost:user`` before the last colon; else the listening port's vhost (the
+        global parameter ``mqtt_port_to_vhost_mapping``, ``{"1883": "vhost"}``, then
+        ``[mqtt] port_vhosts``); else ``[mqtt] vhost``."""
         if username is not None and ":" in username:
-            vhost, _, user = username.partition(":")
-            if vhost in self.core.vhosts:
-                return vhost, user
-        mapped = self.settings.port_vhosts.get(self.local[1])
+            vhost, _, user = username.rpartition(":")
+            return vhost, user
+        port = self.local[1]
+        mapping = self.core.global_parameters.get("mqtt_port_to_vhost_mapping")
+        mapped = mapping.get(str(port)) if isinstance(mapping, dict) else None
+        if not isinstance(mapped, str):
+            mapped = self.settings.port_vhosts.get(port)
         return (mapped or self.settings.vhost), username
 
     def _refuse_connect(self, reason_code: int, text: str) -> None:
@@ -373,13 +432,13 @@ class MqttConnection(AdapterConnection):
         state = MqttState.of(self.core)
         timers = SessionTimers.of(self.core)
         key = self.key
-        timers.reconnected(key)  # a will waiting for its delay is not sent (§3.1.3.2.2)
         record = state.session(*key)
-        if record is not None and clean_start:
+        if clean_start:  # the old session ends: a will waiting for its delay goes now
             timers.expire(key)
             record = None
-        elif record is None and clean_start:
-            self._drop_stale_queue()
+        else:  # a will waiting for its delay is not sent (§3.1.3.2.2)
+            timers.reconnected(key)
+            self._resent_ids = timers.take_packet_ids(key)
         present = record is not None
         if record is None:
             record = SessionRecord(key[0], key[1], expiry)
@@ -387,7 +446,7 @@ class MqttConnection(AdapterConnection):
         record.disconnected_at = None
         self.record = record
         self.subscriptions = dict(record.subscriptions)
-        if expiry:
+        if expiry or present:  # (a resumed one now ending with its connection: said so)
             state.save_session(record)
         return present
 
@@ -453,14 +512,22 @@ class MqttConnection(AdapterConnection):
         if qos == 2 and packet_id in record.awaiting_rel:  # a resend: routed already (§4.3.3)
             self.send_packet(p.PubRec(packet_id))
             return
-        if qos and len(self._confirms) >= self.settings.receive_maximum and self.v5:
+        if (
+            qos
+            and self.v5
+            and len(self._confirms) + len(record.awaiting_rel) >= self.settings.receive_maximum
+        ):
             raise MqttError(
                 "more QoS 1 and 2 PUBLISHes than the Receive Maximum", rc.RECEIVE_MAXIMUM_EXCEEDED
             )
         if topic.startswith("$"):  # $SYS and the like are the broker's (§4.7.2)
             self._refuse_publish(qos, packet_id, f"publishing to {topic!r} is not allowed", rc.NOT_AUTHORIZED)
             return
-        routing_key = to_routing_key(topic)
+        routing_key = self._keys.get(topic)
+        if routing_key is None:
+            if len(self._keys) > 4096:
+                self._keys.clear()
+            routing_key = self._keys[topic] = to_routing_key(topic)
         try:
             exchange = self.publisher.exchange(self.settings.exchange, routing_key)
         except BrokerError as exc:  # no write permission, no such exchange
@@ -474,13 +541,21 @@ class MqttConnection(AdapterConnection):
             self.hold_for_flow()
         expiry = p.get_property(properties, p.MESSAGE_EXPIRY_INTERVAL)
         ttl = int(expiry) * 1000 if isinstance(expiry, int) else None
-        encoded = encode_publish(qos, packet.retain, self.client_id, properties)
+        flags = qos | packet.retain << 2
+        prefix = self._prefixes.get(flags)
+        if prefix is None:
+            prefix = self._prefixes[flags] = publish_prefix(qos, packet.retain, self.client_id)
+        encoded = prefix + property_block(properties) if properties else prefix
         message = Message(self.settings.exchange, routing_key, packet.payload, MQTT, encoded, qos > 0, ttl)
-        if packet.retain:
-            self._retain(topic, packet, encoded, expiry)
+        seq = self.publisher.seq + 1
         if qos:  # before publishing: a confirm may come at once, from inside publish()
             assert packet_id is not None
-            self._confirms.append((self.publisher.seq + 1, qos, packet_id))
+            self._confirms.append((seq, qos, packet_id))
+        if packet.retain:
+            self._retain(topic, packet, encoded, expiry)
+            if qos:
+                self._retaining.add(seq)
+                MqttState.of(core).when_durable(lambda ok: self._retained_durable(seq, ok))
         self.publisher.publish(exchange, message)
         core.metrics.mqtt_received[qos] += 1
 
@@ -514,13 +589,25 @@ class MqttConnection(AdapterConnection):
         if confirms is not None:
             self._confirmed(confirms[0])
 
+    def _retained_durable(self, seq: int, ok: bool) -> None:
+        """The retained message of publish ``seq`` is on disk (or failed to be)."""
+        self._retaining.discard(seq)
+        if self.state != "connected":
+            return
+        if not ok:  # the store failed: unacknowledged, the client publishes it again
+            self._disconnect_client(rc.UNSPECIFIED, "the retained message could not be stored")
+            return
+        self._confirmed(self._confirmed_upto)
+
     def _confirmed(self, upto: int) -> None:
-        """Publishes up to ``upto`` are safe: PUBACK (QoS 1) or PUBREC (QoS 2), in order."""
+        """Publishes up to ``upto`` are safe: PUBACK (QoS 1) or PUBREC (QoS 2), in
+        order; a retained one also waits for its retained message to be on disk."""
+        self._confirmed_upto = upto = max(upto, self._confirmed_upto)
         pending = self._confirms
         record = self.record
         assert record is not None
         saved = False
-        while pending and pending[0][0] <= upto:
+        while pending and pending[0][0] <= upto and pending[0][0] not in self._retaining:
             _, qos, packet_id = pending.popleft()
             if qos == 1:
                 self.send_packet(p.PubAck(packet_id))
@@ -671,25 +758,33 @@ class MqttConnection(AdapterConnection):
 
     # -- PUBLISH (broker to client) ----------------------------------------------------
     def can_deliver(self) -> bool:
-        """Room in the client's Receive Maximum for one more QoS 1/2 PUBLISH, and a
-        writable socket."""
-        return self.writable and len(self.inflight) < self.send_window and self.state == "connected"
+        """Room in the client's Receive Maximum for one more QoS 1/2 PUBLISH (a QoS 2
+        one counts until its PUBCOMP, MQTT 5.0 §4.9), and a writable socket."""
+        record = self.record
+        in_flight = len(self.inflight) + (len(record.awaiting_comp) if record is not None else 0)
+        return self.writable and in_flight < self.send_window and self.state == "connected"
 
-    def _matching(self, consumer: MqttConsumer, topic: str) -> list[SubscriptionOptions]:
+    def _matching(self, consumer: MqttConsumer, topic: str) -> _Match:
         """The subscriptions a message on ``topic`` reached ``consumer`` for."""
-        if consumer.shared is not None:
-            options = self.subscriptions.get(consumer.shared)
-            return [options] if options is not None else []
-        cached = self._match_cache.get(topic)
+        key = topic if consumer.shared is None else consumer.shared + "\0" + topic
+        cached = self._match_cache.get(key)
         if cached is None:
-            cached = [
-                options
-                for topic_filter, options in self.subscriptions.items()
-                if not topic_filter.startswith("$share/") and matches(topic_filter, topic)
-            ]
+            if consumer.shared is not None:
+                options = self.subscriptions.get(consumer.shared)
+                cached = _Match([options] if options is not None else [])
+                if system_topic(topic) and consumer.shared.split("/", 3)[2][:1] in ("+", "#"):
+                    cached = _Match([])
+            else:
+                cached = _Match(
+                    [
+                        options
+                        for topic_filter, options in self.subscriptions.items()
+                        if not topic_filter.startswith("$share/") and matches(topic_filter, topic)
+                    ]
+                )
             if len(self._match_cache) > 1024:
                 self._match_cache.clear()
-            self._match_cache[topic] = cached
+            self._match_cache[key] = cached
         return cached
 
     def deliver(self, consumer: MqttConsumer, entry: QueuedMessage) -> None:
@@ -699,36 +794,45 @@ class MqttConnection(AdapterConnection):
         client's Maximum Packet Size or the ``$`` rule says it must not go."""
         queue = consumer.queue
         message = entry.message
-        topic = to_topic(message.routing_key)
-        subscriptions = self._matching(consumer, topic)
-        if any(o.no_local for o in subscriptions) and publisher_id(message) == self.client_id:
-            subscriptions = [o for o in subscriptions if not o.no_local]
-        if not subscriptions:
+        topics = self._topics
+        known = topics.get(message.routing_key)
+        if known is None:
+            if len(topics) > 4096:
+                topics.clear()
+            name = to_topic(message.routing_key)
+            field = p.topic_field(name) if deliverable(name) else b""
+            known = topics[message.routing_key] = (name, field)
+        topic, field = known
+        if not field:  # an AMQP routing key with * or #: no MQTT topic name can carry it
             queue.ack(entry)
             return
-        qos = min(max(o.qos for o in subscriptions), publish_qos(message))
-        retain = was_retained(message) and any(o.retain_as_published for o in subscriptions)
+        match = self._matching(consumer, topic)
+        if match.no_local and publisher_id(message) == self.client_id:
+            match = match.local
+        if not match.subscriptions:
+            queue.ack(entry)
+            return
+        qos = min(match.qos, publish_qos(message))
+        retain = match.retain_as_published and was_retained(message)
         expiry = None
         if entry.expires_at:
             expiry = math.ceil(entry.expires_at - self.core.clock.time())
             if expiry <= 0:
                 queue.ack(entry)
                 return
-        properties: tuple = ()
+        block = None
         if self.v5:
-            identifiers = tuple(
-                (p.SUBSCRIPTION_IDENTIFIER, o.identifier) for o in subscriptions if o.identifier
-            )
-            properties = publish_properties(message, expiry) + identifiers
+            properties = publish_properties(message, expiry) + match.identifiers
+            block = p.encode_properties(properties) if properties else b"\0"
         counters = queue.counters
         packet_id = None
         if qos:
-            packet_id = self._packet_id()
-        data = p.encode(
-            p.Publish(topic, message.body, qos, retain, entry.redelivered and qos > 0, packet_id, properties),
-            self.version,
-        )
-        if len(data) > self.client_max_packet:  # MQTT 5.0 §3.1.2.11.4: discarded as if sent
+            packet_id = self._resent_ids.pop((queue.name, entry.seq), None) if entry.redelivered else None
+            if packet_id is None or packet_id in self.inflight:
+                packet_id = self._packet_id()
+        body = message.body
+        head = p.publish_head(field, qos, retain, entry.redelivered and qos > 0, packet_id, block, len(body))
+        if len(head) + len(body) > self.client_max_packet:  # MQTT 5.0 §3.1.2.11.4: as if sent
             queue.ack(entry)
             return
         if qos:
@@ -741,7 +845,7 @@ class MqttConnection(AdapterConnection):
         if entry.redelivered:
             counters.redelivered += 1
         self.core.metrics.mqtt_sent[qos] += 1
-        self.send_parts([data], len(message.body))
+        self.send_parts([head, body], len(body))
 
     def _packet_id(self) -> int:
         """The next packet identifier free for an outbound PUBLISH (§2.2.1)."""
@@ -845,8 +949,11 @@ class MqttConnection(AdapterConnection):
         self._match_cache.clear()
         self._save_subscriptions()
 
-    def _end_consumer(self, consumer: MqttConsumer) -> None:
-        """Stop ``consumer``; what it had in flight goes back to its queue (redelivered)."""
+    def _end_consumer(
+        self, consumer: MqttConsumer, keep_ids: dict[tuple[str, int], int] | None = None
+    ) -> None:
+        """Stop ``consumer``; what it had in flight goes back to its queue (redelivered),
+        its packet ids noted in ``keep_ids`` for the session's next connection."""
         consumer.queue.remove_consumer(consumer)
         entries = []
         for packet_id, flight in list(self.inflight.items()):
@@ -854,6 +961,8 @@ class MqttConnection(AdapterConnection):
                 del self.inflight[packet_id]
                 assert flight.entry is not None
                 entries.append(flight.entry)
+                if keep_ids is not None:
+                    keep_ids[(consumer.queue.name, flight.entry.seq)] = packet_id
         if entries:
             consumer.queue.requeue(entries)
 
@@ -981,8 +1090,9 @@ class MqttConnection(AdapterConnection):
         self._timer.cancel()
         self.reader = p.PacketReader()
         self._rest = None
+        keep_ids: dict[tuple[str, int], int] = {}
         for consumer in list(self.consumers.values()):
-            self._end_consumer(consumer)
+            self._end_consumer(consumer, keep_ids)
         self.consumers.clear()
         if self.publisher is not None:
             self.publisher.close()
@@ -994,6 +1104,7 @@ class MqttConnection(AdapterConnection):
                 self._schedule_will(timers, key, record.expiry_interval)
             record.subscriptions = dict(self.subscriptions)
             if record.expiry_interval:
+                timers.keep_packet_ids(key, keep_ids)
                 record.disconnected_at = self.core.clock.time()
                 MqttState.of(self.core).save_session(record)
             self._end_life()  # an exclusive session queue goes here

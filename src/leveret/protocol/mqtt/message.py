@@ -47,12 +47,24 @@ _OWN_HEADERS = frozenset(
 )
 
 
+def publish_prefix(qos: int, retain: bool, client_id: str) -> bytes:
+    """The encoded form's start, before the property block (see the module doc): the
+    same for every PUBLISH of a client with the same QoS and retain flag."""
+    ident = client_id.encode()
+    return bytes((qos | retain << 2,)) + struct.pack("!H", len(ident)) + ident
+
+
+def property_block(properties: p.Properties) -> bytes:
+    """The encoded form's property block: a PUBLISH's properties less those of one hop."""
+    if not properties:
+        return b""
+    kept = tuple(prop for prop in properties if prop[0] not in _SKIP)
+    return p.encode_properties(kept) if kept else b""
+
+
 def encode_publish(qos: int, retain: bool, client_id: str, properties: p.Properties) -> bytes:
     """The encoded form of a PUBLISH's message (see the module doc)."""
-    kept = tuple(prop for prop in properties if prop[0] not in _SKIP)
-    block = p.encode_properties(kept) if kept else b""
-    ident = client_id.encode()
-    return bytes((qos | retain << 2,)) + struct.pack("!H", len(ident)) + ident + block
+    return publish_prefix(qos, retain, client_id) + property_block(properties)
 
 
 def publish_qos(message: Message) -> int:

@@ -40,7 +40,10 @@ _CONNACK_3 = {
     SERVER_UNAVAILABLE: 3,
     SERVER_BUSY: 3,
     QUOTA_EXCEEDED: 3,
-    BAD_USER_NAME_OR_PASSWORD: 4,
+    # a wrong password: 5 (not authorized) as mosquitto 2.0 answers 3.1.1 clients
+    # (RabbitMQ 3.10: 4); an MQTT 5 client gets 0x86, the spec's code for it, where
+    # mosquitto says 0x87
+    BAD_USER_NAME_OR_PASSWORD: 5,
     BAD_AUTHENTICATION_METHOD: 4,
     NOT_AUTHORIZED: 5,
 }

@@ -34,6 +34,9 @@ class SessionTimers:
         self.core = core
         self._wills: dict[Key, tuple[Timer, Callable[[], None]]] = {}
         self._expiries: dict[Key, Timer] = {}
+        #: packet ids of messages a session's last connection had in flight, by
+        #: (queue name, seq): its next connection resends them with the same ids
+        self._packet_ids: dict[Key, dict[tuple[str, int], int]] = {}
 
     @classmethod
     def of(cls, core: BrokerCore) -> SessionTimers:
@@ -65,6 +68,18 @@ class SessionTimers:
             pending[0].cancel()
             pending[1]()
 
+    # -- packet ids ----------------------------------------------------------------------
+    def keep_packet_ids(self, key: Key, ids: dict[tuple[str, int], int]) -> None:
+        """The packet ids the session's messages in flight were sent with (in memory:
+        after a restart they are sent with new ids, DUP set all the same)."""
+        if ids:
+            self._packet_ids[key] = ids
+        else:
+            self._packet_ids.pop(key, None)
+
+    def take_packet_ids(self, key: Key) -> dict[tuple[str, int], int]:
+        return self._packet_ids.pop(key, {})
+
     # -- session expiry ----------------------------------------------------------------
     def reconnected(self, key: Key) -> None:
         """The client is back: its will waits no more (it is not sent) and its session
@@ -91,6 +106,7 @@ class SessionTimers:
         """The session is over: its will goes if still waiting, its record and queue are
         deleted (a queue a connection consumes from again is kept)."""
         self._expiries.pop(key, None)
+        self._packet_ids.pop(key, None)
         self.will_now(key)
         vhost_name, client_id = key
         MqttState.of(self.core).delete_session(vhost_name, client_id)

@@ -15,6 +15,10 @@ import functools
 from typing import NamedTuple
 
 SHARE_PREFIX = "$share/"
+#: Topics of the broker's own: like ``$`` topics, a filter that starts with a wildcard
+#: does not match them (ActiveMQ's advisories, which leveret publishes on ``amq.topic``,
+#: would otherwise reach every ``#`` subscriber).
+SYSTEM_PREFIXES = ("$", "ActiveMQ/Advisory/")
 _TO_KEY = str.maketrans({"/": ".", ".": "/", "+": "*"})
 _TO_TOPIC = str.maketrans({".": "/", "/": ".", "*": "+"})
 
@@ -76,6 +80,25 @@ def to_topic(routing_key: str) -> str:
     return routing_key.translate(_TO_TOPIC)
 
 
+def system_topic(topic: str) -> bool:
+    """Whether a filter starting with a wildcard must not match ``topic``
+    (:data:`SYSTEM_PREFIXES`)."""
+    return topic.startswith(SYSTEM_PREFIXES)
+
+
+def deliverable(topic: str) -> bool:
+    """Whether ``topic`` may be a PUBLISH's topic name: a routing key from AMQP or
+    STOMP may hold ``*`` or ``#``, which would be wildcards (MQTT 5.0 §4.7.3: a
+    malformed packet for the client), or be empty."""
+    return bool(topic) and "+" not in topic and "#" not in topic
+
+
+def name_part(topic_filter: str) -> str:
+    """``topic_filter`` as part of a queue name: its routing key with the wildcards
+    spelt out (``*`` → ``%2A``, ``#`` → ``%23``), so the name is never a pattern."""
+    return to_routing_key(topic_filter).replace("%", "%25").replace("*", "%2A").replace("#", "%23")
+
+
 @functools.lru_cache(maxsize=4096)
 def _levels(topic_filter: str) -> tuple[str, ...]:
     return tuple(topic_filter.split("/"))
@@ -84,9 +107,10 @@ def _levels(topic_filter: str) -> tuple[str, ...]:
 def matches(topic_filter: str, topic: str) -> bool:
     """Whether ``topic`` (a name) matches ``topic_filter`` (MQTT 5.0 §4.7): ``+`` one
     level, ``#`` the parent level and any below it, and a filter starting with a
-    wildcard does not match a topic starting with ``$`` (§4.7.2)."""
+    wildcard does not match a topic starting with ``$`` (§4.7.2) nor one of
+    :data:`SYSTEM_PREFIXES`."""
     pattern = _levels(topic_filter)
-    if topic.startswith("$") and pattern[0] in ("+", "#"):
+    if pattern[0] in ("+", "#") and system_topic(topic):
         return False
     levels = topic.split("/")
     for i, level in enumerate(pattern):

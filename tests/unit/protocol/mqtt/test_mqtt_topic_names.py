@@ -62,3 +62,13 @@ def test_shared_subscriptions_split():
     for bad in ("$share/g1", "$share//a", "$share/g+/a", "$share/g/a/#/b"):
         with pytest.raises(TopicError):
             split_shared(bad)
+
+
+def test_advisories_are_system_topics_and_amqp_wildcards_are_not_deliverable():
+    from leveret.protocol.mqtt.topics import deliverable, name_part
+
+    assert not matches("#", "ActiveMQ/Advisory/Consumer/Queue/q")
+    assert matches("ActiveMQ/#", "ActiveMQ/Advisory/Consumer/Queue/q")
+    assert not deliverable(to_topic("a.*")) and not deliverable(to_topic("a.#")) and not deliverable("")
+    assert deliverable(to_topic("a.b"))
+    assert name_part("a/+/#") == "a.%2A.%23" and name_part("50%") == "50%25"
