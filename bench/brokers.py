@@ -358,6 +358,8 @@ class Leveret(Broker):
     def prepare(self) -> None:
         if (self.mqtt or self.web_mqtt) and not self.has_mqtt():
             raise BrokerError("this leveret has no MQTT yet (no `leveret server --mqtt-port`)")
+        if self.web_mqtt and not self._cli_has("--web-mqtt-port"):
+            raise BrokerError("this leveret has no MQTT over WebSocket yet (no `--web-mqtt-port`)")
         self.workdir = tempfile.mkdtemp(prefix="leveret-bench-")
         os.makedirs(self.data_dir())
         self.mqtt_port = free_port() if self.mqtt else 0
