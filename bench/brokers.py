@@ -307,8 +307,9 @@ class Leveret(Broker):
     ``mqtt=True`` passes a free loopback port (``mqtt_port``, kept across restarts) and
     the broker is ready once that port also answers an MQTT 3.1.1 CONNECT (anonymous)
     with CONNACK 0; otherwise ``--mqtt-port=-1`` keeps it off, so that no bench binds
-    the default 1883. ``web_mqtt`` does the same for ``--web-mqtt-port``. Asking for
-    MQTT from a tree without the option raises :class:`BrokerError`.
+    the default 1883. ``web_mqtt`` passes a free port to ``--web-mqtt-port``
+    (``web_mqtt_port``); otherwise it gets ``0`` (a port the system picks, not 15675).
+    Asking for MQTT from a tree without the option raises :class:`BrokerError`.
     """
 
     READY = re.compile(r"leveret ready: amqp://([\d.]+|\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
@@ -371,10 +372,10 @@ class Leveret(Broker):
                "--web-stomp-port", "0", "--data-dir", self.data_dir()]
         if self._cli_has("--prometheus-port"):  # a free port, not 15692 (runs may overlap)
             cmd += ["--prometheus-port", "0"]
-        if self.has_mqtt():  # explicit either way: the default would be 1883 for every bench
+        if self.has_mqtt():  # explicit: the default would be 1883 for every bench
             cmd += [f"--mqtt-port={self.mqtt_port or -1}"]
-            if self._cli_has("--web-mqtt-port"):
-                cmd += [f"--web-mqtt-port={self.web_mqtt_port or -1}"]
+        if self._cli_has("--web-mqtt-port"):  # likewise, not 15675 (0: a free port)
+            cmd += [f"--web-mqtt-port={self.web_mqtt_port}"]
         cmd += self.extra_args
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if self.src:

@@ -91,7 +91,7 @@ class Broker:
             env["LEVERET_STALL_LOG"] = trace
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
-             "--mqtt-port", "0",
+             "--mqtt-port", "0", "--web-mqtt-port", "0",
              "--web-stomp-port", "0", "--prometheus-port", "0", "--http-port", "0",
              "--data-dir", data_dir],
             stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,

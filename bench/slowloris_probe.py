@@ -56,6 +56,7 @@ def start_broker(data_dir: Path, nofile: int, config: Path | None) -> tuple[subp
 
     args = [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0"]
     args += ["--web-stomp-port", "0", "--prometheus-port", "0", "--http-port", "0"]
+    args += ["--mqtt-port", "0", "--web-mqtt-port", "0"]
     args += ["--data-dir", str(data_dir)]
     if config is not None:
         args += ["--config", str(config)]

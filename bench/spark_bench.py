@@ -42,7 +42,7 @@ class Server:
         with open(data_dir.parent / "server.log", "a") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
-                 "--mqtt-port", "0",
+                 "--mqtt-port", "0", "--web-mqtt-port", "0",
                  "--web-stomp-port", "0", "--prometheus-port", "0", "--data-dir", str(data_dir),
                  "--log-level", "warning"],
                 stdout=subprocess.PIPE, stderr=log, text=True)

@@ -39,7 +39,8 @@ class Node:
                 [
                     sys.executable, "-m", "leveret", "server",
                     "--amqp-port", str(self.amqp_port), "--stomp-port", str(self.stomp_port),
-                    "--web-stomp-port", "-1", "--mqtt-port", str(self.mqtt_port), "--prometheus-port", "-1",
+                    "--web-stomp-port", "-1", "--mqtt-port", str(self.mqtt_port), "--web-mqtt-port", "-1",
+                    "--prometheus-port", "-1",
                     "--http-port", str(self.http_port), "--data-dir", str(self.dir / "data"),
                     "--store", self.store_url, "--cluster", self.cluster,
                 ],

@@ -214,6 +214,8 @@ class Leveret(MqttBroker):
             "0",
             "--web-stomp-port",
             "0",
+            "--web-mqtt-port",
+            "0",
             "--prometheus-port",
             "0",
             "--mqtt-port",

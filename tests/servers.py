@@ -25,7 +25,7 @@ class ServerProcess:
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
-                 "--web-stomp-port", "0",
+                 "--web-stomp-port", "0", "--web-mqtt-port", "0",
                  "--mqtt-port", "0", "--prometheus-port", "0", "--data-dir", str(data_dir), *args],
                 stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=new_session)
         line = self.proc.stdout.readline()

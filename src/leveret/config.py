@@ -13,6 +13,8 @@ Example file::
     stomp_port = 61613              # STOMP 1.0-1.2 (ActiveMQ's port); the AMQP port takes STOMP too
     web_stomp_port = 15674          # STOMP over WebSocket, ws://HOST:PORT/ws (RabbitMQ's port)
     mqtt_port = 1883                # MQTT 3.1.1 and 5.0 (docs/mqtt.md)
+    web_mqtt_port = 15675           # MQTT over WebSocket, ws://HOST:PORT/ws (RabbitMQ's port)
+    mqtts_port = 8883               # MQTT over TLS (needs [ssl_options]); off by default
     data_dir = "./leveret-data"
     heartbeat = 60                  # seconds proposed in connection.tune; 0 disables
     frame_max = 131072              # bytes
@@ -34,7 +36,7 @@ Example file::
     https_port = 15671              # the HTTP API over TLS
     ssl_cert_login_from = "distinguished_name"  # EXTERNAL: the user a certificate names
 
-    [http]                          # every HTTP port: management, Prometheus, Web STOMP
+    [http]                          # every HTTP port: management, Prometheus, Web STOMP, Web MQTT
     header_timeout = 20.0           # seconds to send a complete first request head; else closed
     keepalive_timeout = 60.0        # seconds an idle keep-alive connection is kept
     max_connections = 1024          # per HTTP port; beyond it 503 and closed at once
@@ -169,6 +171,11 @@ class Settings:
     web_stomp_port: int | None = None
     #: MQTT 3.1.1 and 5.0 (1883, ``leveret server``'s default); None: off
     mqtt_port: int | None = None
+    #: MQTT over WebSocket (``ws://HOST:PORT/ws``; RabbitMQ's Web MQTT port is 15675,
+    #: ``leveret server``'s default); None: off
+    web_mqtt_port: int | None = None
+    #: MQTT over TLS (8883 by convention; needs ``ssl_options``); None: off
+    mqtts_port: int | None = None
     #: The MQTT adapter's settings (``[mqtt]``, :class:`leveret.protocol.mqtt.settings.MqttSettings`)
     mqtt: dict[str, Any] = field(default_factory=dict)
     read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
@@ -264,6 +271,8 @@ _SERVER_KEYS = {
     "stomp_port": int,
     "web_stomp_port": int,
     "mqtt_port": int,
+    "web_mqtt_port": int,
+    "mqtts_port": int,
     "read_coalesce_ms": int,
     "workers": int,
     "collect_statistics_interval": int,
@@ -415,8 +424,11 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
             raise ConfigError(f"{path}: {exc}") from None
     if settings.ssl_cert_login_from not in LOGIN_FROM:
         raise ConfigError(f"{path}: server.ssl_cert_login_from must be one of {', '.join(LOGIN_FROM)}")
-    if (settings.amqps_port is not None or settings.https_port is not None) and settings.ssl_options is None:
-        raise ConfigError(f"{path}: amqps_port and https_port need [ssl_options] (certfile, keyfile)")
+    tls_ports = (settings.amqps_port, settings.https_port, settings.mqtts_port)
+    if any(port is not None for port in tls_ports) and settings.ssl_options is None:
+        raise ConfigError(
+            f"{path}: amqps_port, https_port and mqtts_port need [ssl_options] (certfile, keyfile)"
+        )
     if settings.read_coalesce_ms < 0:
         raise ConfigError(f"{path}: server.read_coalesce_ms must be 0 or more")
     if settings.workers < 0:

@@ -46,7 +46,7 @@ class Server:
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
-                 "--mqtt-port", "0",
+                 "--mqtt-port", "0", "--web-mqtt-port", "0",
                  "--web-stomp-port", "0", "--prometheus-port", "0", "--data-dir", str(data_dir), *args],
                 stdout=subprocess.PIPE, stderr=log, text=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], 60)
@@ -109,7 +109,7 @@ def start_server(tmp_path):
 def run_server_expecting_failure(data_dir: Path, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
-         "--mqtt-port", "0",
+         "--mqtt-port", "0", "--web-mqtt-port", "0",
          "--web-stomp-port", "0", "--prometheus-port", "0", "--data-dir", str(data_dir)],
         capture_output=True, text=True, timeout=timeout)
 

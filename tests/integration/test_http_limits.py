@@ -208,7 +208,7 @@ def _start_limited(
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard or nofile))
 
     args = [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "0",
-            "--mqtt-port", "0",
+            "--mqtt-port", "0", "--web-mqtt-port", "-1",
             "--web-stomp-port", "0", "--prometheus-port", "0", "--http-port", "0",
             "--data-dir", str(tmp_path / "data"), "--config", str(config)]
     log = open(tmp_path / "broker.log", "w")  # noqa: SIM115 (the child keeps it)

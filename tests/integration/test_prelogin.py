@@ -12,7 +12,6 @@ sockets against a ``leveret server`` process, whose CPU and RSS are read from /p
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import socket
 import struct
@@ -25,6 +24,7 @@ import pytest
 from amqp_raw import connected
 from pamqp import commands
 from servers import ServerProcess
+from websocket_raw import frame_head, upgraded
 
 from leveret import BlockingBroker
 from leveret.protocol import prelogin
@@ -233,20 +233,9 @@ def test_one_100_mb_websocket_message_before_connect_is_refused_unread():
     refused after about 64 KB, not read whole."""
     with BlockingBroker(amqp_port=0, web_stomp_port=0) as broker:
         assert broker.web_stomp_url
-        host, port = broker.web_stomp_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
-        with socket.create_connection((host, int(port))) as sock:
-            sock.sendall(
-                b"GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                b"Sec-WebSocket-Key: " + base64.b64encode(os.urandom(16)) + b"\r\n"
-                b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: v12.stomp\r\n\r\n"
-            )
-            sock.settimeout(5)
-            response = b""
-            while b"\r\n\r\n" not in response:
-                response += sock.recv(4096)
-            assert response.startswith(b"HTTP/1.1 101"), response
-            # one text frame of 100 MB, masked with a zero key (the payload as is)
-            sock.sendall(b"\x81\xff" + struct.pack(">Q", 100 * MB) + b"\0\0\0\0" + connect_frame())
+        with upgraded(broker.web_stomp_url, "v12.stomp") as sock:
+            # one text frame of 100 MB
+            sock.sendall(frame_head(0x1, 100 * MB) + connect_frame())
             sent, chunk = 0, b"z" * MB
             try:
                 while sent < 100 * MB - MB:

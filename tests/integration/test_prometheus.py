@@ -463,7 +463,7 @@ def test_the_dead_letter_dashboard_reads_only_metrics_leveret_exports(broker):
 def test_leveret_server_prints_and_serves_its_metrics_address(tmp_path):
     """``leveret server --prometheus-port 0``: the last start-up line names the endpoint."""
     command = [sys.executable, "-m", "leveret", "server", "--amqp-port", "0", "--stomp-port", "-1",
-               "--mqtt-port", "0",
+               "--mqtt-port", "0", "--web-mqtt-port", "-1",
                "--web-stomp-port", "-1", "--prometheus-port", "0", "--data-dir", str(tmp_path / "data")]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:

@@ -10,33 +10,18 @@ import urllib.request
 
 import pika
 import pytest
-import trustme
+from certificates import CLIENT_DN, pem_files
 from pika.credentials import ExternalCredentials
 
 from leveret import BlockingBroker
 from leveret.core.auth import Permission, User
 from leveret.server.tls import TLSOptions
 
-CLIENT_DN = "CN=alice,OU=clients,O=example"
-
-
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
 
 @pytest.fixture
-def files(ca, tmp_path) -> dict[str, str]:
-    """PEM files: the CA, the server's chain and key, a client's chain-and-key."""
-    server = ca.issue_cert("localhost", "127.0.0.1")
-    client = ca.issue_cert("alice@example", common_name="alice", organization_name="example",
-                           organization_unit_name="clients")
-    paths = {name: str(tmp_path / f"{name}.pem") for name in ("ca", "server", "server_key", "client")}
-    ca.cert_pem.write_to_path(paths["ca"])
-    server.private_key_pem.write_to_path(paths["server_key"])
-    server.cert_chain_pems[0].write_to_path(paths["server"])
-    client.private_key_and_cert_chain_pem.write_to_path(paths["client"])
-    return paths
+def files(tmp_path) -> dict[str, str]:
+    """PEM files of a new CA: the CA, the server's chain and key, a client's chain-and-key."""
+    return pem_files(tmp_path)
 
 
 def options(files, **overrides) -> TLSOptions:

@@ -54,6 +54,18 @@ if TYPE_CHECKING:  # (loaded when a broker runs: `leveret ctl` imports this modu
     default=None,
     help="MQTT 3.1.1 and 5.0 port (docs/mqtt.md); 0 picks a free one, -1 turns it off [1883].",
 )
+@click.option(
+    "--web-mqtt-port",
+    type=int,
+    default=None,
+    help="MQTT over WebSocket port, path /ws (RabbitMQ's is 15675); 0 picks a free one, -1 off [15675].",
+)
+@click.option(
+    "--mqtts-port",
+    type=int,
+    default=None,
+    help="MQTT over TLS port (8883 by convention; needs [ssl_options]); 0 picks a free one [off].",
+)
 @click.option("--data-dir", default=None, help="Directory for the broker's data [./leveret-data].")
 @click.option(
     "--store",
@@ -89,6 +101,8 @@ def server(
     stomp_port: int | None,
     web_stomp_port: int | None,
     mqtt_port: int | None,
+    web_mqtt_port: int | None,
+    mqtts_port: int | None,
     data_dir: str | None,
     store_url: str | None,
     cluster: str | None,
@@ -104,7 +118,9 @@ def server(
     may first print "leveret standby: cluster NAME" and wait to become the master; a
     master that loses its database session stops serving and becomes a standby again.
     """
-    settings = Settings(stomp_port=61613, web_stomp_port=15674, prometheus_port=15692, mqtt_port=1883)
+    settings = Settings(
+        stomp_port=61613, web_stomp_port=15674, prometheus_port=15692, mqtt_port=1883, web_mqtt_port=15675
+    )
     if config_file:
         try:
             load(config_file, settings)
@@ -118,6 +134,8 @@ def server(
         ("stomp_port", stomp_port),
         ("web_stomp_port", web_stomp_port),
         ("mqtt_port", mqtt_port),
+        ("web_mqtt_port", web_mqtt_port),
+        ("mqtts_port", mqtts_port),
         ("data_dir", data_dir),
         ("store_url", store_url),
         ("store_cluster", cluster),
@@ -136,6 +154,10 @@ def server(
         settings.web_stomp_port = None
     if settings.mqtt_port is not None and settings.mqtt_port < 0:
         settings.mqtt_port = None
+    if settings.web_mqtt_port is not None and settings.web_mqtt_port < 0:
+        settings.web_mqtt_port = None
+    if settings.mqtts_port is not None and settings.mqtts_port < 0:
+        settings.mqtts_port = None
     if settings.data_dir is None:
         settings.data_dir = "./leveret-data"
     logging.basicConfig(
@@ -240,6 +262,10 @@ def _ready(broker: Broker) -> None:
         click.echo(f"leveret management: {broker.http_url}/api/")
     if broker.web_stomp_url:
         click.echo(f"leveret web-stomp: {broker.web_stomp_url}")
+    if broker.web_mqtt_url:
+        click.echo(f"leveret web-mqtt: {broker.web_mqtt_url}")
+    if broker.mqtts_port is not None:
+        click.echo(f"leveret mqtts: mqtts://{broker.host}:{broker.mqtts_port}")
     if broker.amqps_port is not None:
         click.echo(f"leveret amqps: amqps://{broker.host}:{broker.amqps_port}")
     if broker.prometheus_url:

@@ -42,7 +42,9 @@ from .listener import AnyConnection, Listener
 from .memory_monitor import MemoryMonitor
 from .standby import StandbyServer
 from .tls import TLSError
-from .web_stomp import PATH as WEB_STOMP_PATH, WebStompServer
+from .web_mqtt import web_mqtt
+from .web_stomp import WEB_STOMP
+from .websocket import WebSocketServer
 from .workers.listener import WorkerListener
 
 if TYPE_CHECKING:
@@ -84,8 +86,12 @@ class Broker:
         self.stomp_listener: Listener | None = None
         #: MQTT 3.1.1 and 5.0, when ``mqtt_port`` is set.
         self.mqtt_listener: Listener | None = None
+        #: MQTT over TLS, when ``mqtts_port`` is set.
+        self.mqtts_listener: Listener | None = None
         #: STOMP over WebSocket, when ``web_stomp_port`` is set.
-        self.web_stomp: WebStompServer | None = None
+        self.web_stomp: WebSocketServer | None = None
+        #: MQTT over WebSocket, when ``web_mqtt_port`` is set.
+        self.web_mqtt: WebSocketServer | None = None
         self._lock: DataDirLock | None = None
         self.store: BatchedStore | None = None
         #: With a PostgreSQL store: "standby" while waiting for the master lock, then
@@ -183,6 +189,8 @@ class Broker:
         self._memory_monitor.start()
         try:
             tls = self._tls_context()
+            # sessions of MQTT clients gone meanwhile (the AMQP port takes MQTT too)
+            SessionTimers.of(self.core).start()
             await self.listener.start()
             if settings.amqps_port is not None:
                 self.tls_listener = Listener(
@@ -195,17 +203,37 @@ class Broker:
                 )
                 await self.stomp_listener.start()
             if settings.mqtt_port is not None:
-                SessionTimers.of(self.core).start()  # sessions of MQTT clients gone meanwhile
                 self.mqtt_listener = Listener(
                     self.core, settings.bind, settings.mqtt_port, 0, connection_class=MqttConnection
                 )
                 await self.mqtt_listener.start()
+            if settings.mqtts_port is not None:
+                self.mqtts_listener = Listener(
+                    self.core,
+                    settings.bind,
+                    settings.mqtts_port,
+                    0,
+                    tls,
+                    settings.ssl_cert_login_from,
+                    connection_class=MqttConnection,
+                )
+                await self.mqtts_listener.start()
             http_cap = self._http_port_cap()
             if settings.web_stomp_port is not None:
-                self.web_stomp = WebStompServer(
-                    self.core, settings.bind, settings.web_stomp_port, settings.http, http_cap
+                self.web_stomp = WebSocketServer(
+                    self.core, WEB_STOMP, settings.bind, settings.web_stomp_port, settings.http, http_cap
                 )
                 await self.web_stomp.start()
+            if settings.web_mqtt_port is not None:
+                self.web_mqtt = WebSocketServer(
+                    self.core,
+                    web_mqtt(self.core),
+                    settings.bind,
+                    settings.web_mqtt_port,
+                    settings.http,
+                    http_cap,
+                )
+                await self.web_mqtt.start()
             if settings.data_dir is not None:  # leveret ctl's socket lives there
                 control = ControlServer(self, Path(settings.data_dir) / SOCKET_NAME)
                 try:
@@ -261,11 +289,17 @@ class Broker:
 
     def _http_port_cap(self) -> int:
         """The most connections each HTTP port (management HTTP and HTTPS, Prometheus,
-        Web STOMP) holds: ``[http] max_connections``, within an even share of
+        Web STOMP, Web MQTT) holds: ``[http] max_connections``, within an even share of
         ``fd_fraction`` of RLIMIT_NOFILE (server/http_limits.py); logged once."""
         settings = self.settings
         ports = sum(
-            port is not None for port in (settings.http_port, settings.https_port, settings.web_stomp_port)
+            port is not None
+            for port in (
+                settings.http_port,
+                settings.https_port,
+                settings.web_stomp_port,
+                settings.web_mqtt_port,
+            )
         ) + (settings.prometheus_port is not None and settings.prometheus_port >= 0)
         cap = settings.http.port_cap(ports)
         if ports:
@@ -334,10 +368,10 @@ class Broker:
         """The server's TLS context when a TLS port is set (TLSError if ssl_options are
         missing or cannot be loaded)."""
         settings = self.settings
-        if settings.amqps_port is None and settings.https_port is None:
+        if settings.amqps_port is None and settings.https_port is None and settings.mqtts_port is None:
             return None
         if settings.ssl_options is None:
-            raise TLSError("amqps_port and https_port need ssl_options (certfile, keyfile)")
+            raise TLSError("amqps_port, https_port and mqtts_port need ssl_options (certfile, keyfile)")
         return settings.ssl_options.server_context()
 
     @property
@@ -365,9 +399,17 @@ class Broker:
     @property
     def web_stomp_url(self) -> str | None:
         """``ws://host:port/ws`` (after start), if STOMP over WebSocket runs."""
-        if self.web_stomp is None:
-            return None
-        return f"ws://{self.host}:{self.web_stomp.port}{WEB_STOMP_PATH}"
+        return self.web_stomp.url if self.web_stomp is not None else None
+
+    @property
+    def web_mqtt_url(self) -> str | None:
+        """``ws://host:port/ws`` (after start), if MQTT over WebSocket runs."""
+        return self.web_mqtt.url if self.web_mqtt is not None else None
+
+    @property
+    def mqtts_port(self) -> int | None:
+        """The MQTT-over-TLS port actually bound (after start), if any."""
+        return self.mqtts_listener.port if self.mqtts_listener is not None else None
 
     @property
     def amqps_port(self) -> int | None:
@@ -387,6 +429,10 @@ class Broker:
             listeners.append(("http/web-stomp", self.host, self.web_stomp.port))
         if self.mqtt_port is not None:
             listeners.append(("mqtt", self.host, self.mqtt_port))
+        if self.mqtts_port is not None:
+            listeners.append(("mqtt/ssl", self.host, self.mqtts_port))
+        if self.web_mqtt is not None:
+            listeners.append(("http/web-mqtt", self.host, self.web_mqtt.port))
         management = self.management
         if management is not None and management.port is not None:
             listeners.append(("http", self.host, management.port))
@@ -408,14 +454,16 @@ class Broker:
     def connections(self) -> list[tuple[str, AnyConnection]]:
         """Every client connection with its name, RabbitMQ's form
         ``"peer -> listener"`` (`` (TLS)`` appended for amqps, `` (STOMP)`` for STOMP,
-        `` (Web STOMP)`` for STOMP over WebSocket)."""
+        `` (Web STOMP)`` for STOMP over WebSocket, likewise for MQTT)."""
         found = []
-        listeners: tuple[tuple[Listener | WebStompServer | None, str], ...] = (
+        listeners: tuple[tuple[Listener | WebSocketServer | None, str], ...] = (
             (self.listener, ""),
             (self.tls_listener, " (TLS)"),
             (self.stomp_listener, " (STOMP)"),
             (self.mqtt_listener, " (MQTT)"),
+            (self.mqtts_listener, " (MQTT, TLS)"),
             (self.web_stomp, " (Web STOMP)"),
+            (self.web_mqtt, " (Web MQTT)"),
         )
         for listener, suffix in listeners:
             if listener is not None:
@@ -439,9 +487,15 @@ class Broker:
         if self.mqtt_listener is not None:
             await self.mqtt_listener.stop()
             self.mqtt_listener = None
+        if self.mqtts_listener is not None:
+            await self.mqtts_listener.stop()
+            self.mqtts_listener = None
         if self.web_stomp is not None:
             await self.web_stomp.stop()
             self.web_stomp = None
+        if self.web_mqtt is not None:
+            await self.web_mqtt.stop()
+            self.web_mqtt = None
 
     @property
     def http_url(self) -> str | None:
@@ -554,6 +608,16 @@ class BlockingBroker:
     def web_stomp_url(self) -> str | None:
         """See :attr:`Broker.web_stomp_url`."""
         return self.broker.web_stomp_url
+
+    @property
+    def web_mqtt_url(self) -> str | None:
+        """See :attr:`Broker.web_mqtt_url`."""
+        return self.broker.web_mqtt_url
+
+    @property
+    def mqtts_port(self) -> int | None:
+        """See :attr:`Broker.mqtts_port`."""
+        return self.broker.mqtts_port
 
     def start(self) -> BlockingBroker:
         """Start the thread and wait until the broker listens; raises what

@@ -1,4 +1,4 @@
-"""TCP listeners: asyncio protocol objects feeding sans-I/O connections (AMQP, STOMP).
+"""TCP listeners: asyncio protocol objects feeding sans-I/O connections (AMQP, STOMP, MQTT).
 
 Output of every connection is written once per event-loop turn: a connection with
 something to send registers here, and one ``call_soon`` callback flushes them all, so a
@@ -120,8 +120,8 @@ class ClientProtocol(asyncio.Protocol):
         self.connection = listener.connection_class(*self._arguments)
         self._local = transport.get_extra_info("sockname") or ("", 0)
         self._mark(self.connection)
-        # An AMQP port also takes STOMP (ActiveMQ's "auto" transport): told apart by the
-        # first byte, before the AMQP connection has read anything.
+        # An AMQP port also takes STOMP and MQTT (ActiveMQ's "auto" transport): told
+        # apart by the first byte, before the AMQP connection has read anything.
         self._sniffing = listener.connection_class is Connection
         listener.connections.add(self.connection)
         listener.core.metrics.connections_opened += 1
@@ -158,15 +158,21 @@ class ClientProtocol(asyncio.Protocol):
         r"""The first bytes on an AMQP port: ``AMQP`` (or anything else, which the AMQP
         connection answers with its protocol header) stays AMQP; a STOMP frame or a
         heart-beat (``C``\ ONNECT, ``S``\ TOMP, end of line) becomes a STOMP
-        connection."""
+        connection, an MQTT CONNECT packet (first byte 0x10, the type of no AMQP or
+        STOMP opening) an MQTT connection."""
         self._sniffing = False
-        if data[:1] not in (b"C", b"S", b"\n", b"\r"):
+        first = data[:1]
+        if first in (b"C", b"S", b"\n", b"\r"):
+            sniffed: ConnectionClass = StompConnection
+        elif first == b"\x10":
+            sniffed = MqttConnection
+        else:
             return
         listener = self.listener
         amqp = self.connection
         listener.connections.discard(amqp)
         amqp.connection_lost()  # nothing happened yet: this only cancels its timer
-        self.connection = StompConnection(*self._arguments)
+        self.connection = sniffed(*self._arguments)
         self._mark(self.connection)
         listener.connections.add(self.connection)
 

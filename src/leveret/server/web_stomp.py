@@ -1,230 +1,28 @@
 """STOMP over WebSocket, for browser applications (RabbitMQ's Web STOMP plugin; ActiveMQ's
 ``ws`` transport): ``ws://HOST:PORT/ws`` with the subprotocols ``v10.stomp``,
-``v11.stomp`` and ``v12.stomp`` (a client may also ask for none), on aiohttp's WebSocket
-server.
+``v11.stomp`` and ``v12.stomp`` (a client may also ask for none), served by
+:mod:`.websocket`.
 
-Each WebSocket is one :class:`~leveret.protocol.stomp.StompConnection`, fed the bytes of
-every message received (text or binary; STOMP frames may span messages or share one).
-What it writes goes out once per event-loop turn as one text message when it is UTF-8,
-else as a binary one (a body with arbitrary bytes), so stomp.js gets exactly the frames
-a TCP client gets.
+STOMP frames may span WebSocket messages or share one, text or binary. What a connection
+writes goes out once per event-loop turn as one text message when it is UTF-8, else as a
+binary one (a body with arbitrary bytes), so stomp.js gets exactly the frames a TCP
+client gets. Before login the bytes read are bounded as on TCP (64 KiB, plus 4 KiB of
+WebSocket framing), past which the client gets an ERROR frame.
 """
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
-import logging
-from typing import Any
-
-from aiohttp import WSMsgType, web
-
-from ..core.broker import BrokerCore
-from ..protocol import prelogin
-from ..protocol.output import HIGH_WATER
 from ..protocol.stomp import StompConnection
 from ..protocol.stomp.frames import MAX_BODY, MAX_COMMAND_LINE, MAX_HEADER_LINE, MAX_HEADERS
-from .http_guard import ConnectionGuard, GuardedSite
-from .http_limits import HttpLimits
-from .listener import Flusher
+from .websocket import PATH, WebSocketProtocol
 
-log = logging.getLogger("leveret.server")
+__all__ = ["MAX_MESSAGE", "PATH", "SUBPROTOCOLS", "WEB_STOMP"]
 
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 #: bytes in one WebSocket message: a whole frame of the largest body with its headers
 MAX_MESSAGE = MAX_BODY + MAX_COMMAND_LINE + MAX_HEADERS * (MAX_HEADER_LINE + 1) + 2
-PATH = "/ws"
-#: Bytes of WebSocket framing (headers, masks) allowed on top of prelogin.MAX_BYTES
-#: before login: a CONNECT sent in many small messages still fits.
-FRAMING_SLACK = 4096
 
-
-class PreloginGuard:
-    """Stands between aiohttp's connection and its WebSocket reader, which assembles a
-    whole message (up to :data:`MAX_MESSAGE`, 110 MB) before leveret sees it: until the
-    STOMP connection has logged in, the bytes received are counted, and past
-    :data:`leveret.protocol.prelogin.MAX_BYTES` (plus :data:`FRAMING_SLACK`) the
-    client gets an ERROR frame and nothing more it sends is read. Logged in, it only
-    passes bytes on."""
-
-    __slots__ = ("_connection", "_protocol", "_reader", "_received", "_refused")
-
-    def __init__(self, protocol: Any, reader: Any, connection: StompConnection) -> None:
-        self._protocol = protocol  # aiohttp's, which feeds its reader through this
-        self._reader = reader
-        self._connection = connection
-        self._received = 0  # bytes, until login
-        self._refused = False
-
-    def feed_data(self, data: bytes) -> Any:
-        if self._refused:
-            return False, b""
-        connection = self._connection
-        if connection.state in ("connecting", "refusing"):
-            self._received += len(data)
-            if prelogin.over_limit(self._received, prelogin.MAX_BYTES + FRAMING_SLACK):
-                self._refused = True
-                connection.refuse_before_login()
-                return False, b""
-        else:  # logged in (or closed for another reason): out of the way from now on
-            self._protocol._payload_parser = self._reader
-        return self._reader.feed_data(data)
-
-    def feed_eof(self) -> Any:
-        return self._reader.feed_eof()
-
-
-class WebSocketTransport:
-    """The transport a StompConnection writes to: queued messages sent in order by one
-    writer task; reading pauses between messages."""
-
-    def __init__(self, socket: web.WebSocketResponse, connection_ready: asyncio.Event) -> None:
-        self.socket = socket
-        self.connection: StompConnection | None = None
-        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self._queued = 0
-        self._writable = True
-        self.reading = connection_ready  # set while reading is allowed
-        self.closing = False
-        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
-
-    def write(self, data: bytes) -> None:
-        if self.closing:
-            return
-        self._queued += len(data)
-        self._outbox.put_nowait(data)
-        if self._writable and self._queued > HIGH_WATER and self.connection is not None:
-            self._writable = False
-            self.connection.set_writable(False)
-
-    async def _write_loop(self) -> None:
-        while True:
-            data = await self._outbox.get()
-            if data is None:
-                break
-            try:
-                try:
-                    await self.socket.send_str(data.decode())
-                except UnicodeDecodeError:
-                    await self.socket.send_bytes(data)
-            except (ConnectionError, RuntimeError):  # the client went away
-                break
-            self._queued -= len(data)
-            if not self._writable and self._queued < HIGH_WATER // 4 and self.connection is not None:
-                self._writable = True
-                self.connection.set_writable(True)
-        if not self.socket.closed:
-            await self.socket.close()
-
-    def close(self) -> None:
-        """Close once everything queued is sent. The reading loop is woken if it waits
-        for :meth:`resume_reading` (a refusal the login throttle delayed, a DISCONNECT
-        whose receipt waited for the store, a blocked publisher): nothing resumes a
-        closed connection, and that loop alone ends it in the broker."""
-        if not self.closing:
-            self.closing = True
-            self._outbox.put_nowait(None)
-            self.reading.set()
-
-    def abort(self) -> None:
-        self.close()
-
-    def pause_reading(self) -> None:
-        self.reading.clear()
-
-    def resume_reading(self) -> None:
-        self.reading.set()
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-
-class WebStompServer:
-    """Serves STOMP over WebSocket on ``host:port`` (0 picks a free port); ``limits``
-    and ``cap``: the upgrade request's header timeout, the keep-alive timeout and the
-    most connections the port holds (:mod:`.http_guard`)."""
-
-    def __init__(
-        self, core: BrokerCore, host: str, port: int, limits: HttpLimits | None = None, cap: int | None = None
-    ) -> None:
-        self.core = core
-        self.limits = limits or HttpLimits()
-        self.guard = ConnectionGuard("Web STOMP port", self.limits, cap)
-        self.host = host
-        self.port = port
-        self.connections: set[StompConnection] = set()
-        self._runner: web.AppRunner | None = None
-        self._flusher: Flusher | None = None
-        self.app = web.Application()
-        self.app.add_routes([web.get(PATH, self._websocket)])
-
-    async def start(self) -> None:
-        """Listen; :attr:`port` is then the port bound (OSError if it cannot be)."""
-        self._flusher = Flusher(asyncio.get_running_loop())
-        self._runner = web.AppRunner(
-            self.app, access_log=None, keepalive_timeout=self.limits.keepalive_timeout
-        )
-        await self._runner.setup()
-        await GuardedSite(self._runner, self.host, self.port, self.guard).start()
-        self.port = self._runner.addresses[-1][1]
-
-    async def stop(self) -> None:
-        """Close every connection (ERROR, then the socket), then stop listening."""
-        for connection in list(self.connections):
-            connection.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def _websocket(self, request: web.Request) -> web.StreamResponse:
-        # one WebSocket message holds at most a frame of the largest size STOMP takes
-        socket = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=MAX_MESSAGE, heartbeat=None)
-        await socket.prepare(request)
-        loop = asyncio.get_running_loop()
-        reading = asyncio.Event()
-        reading.set()
-        transport = WebSocketTransport(socket, reading)
-        peer = request.transport.get_extra_info("peername") if request.transport else None
-        host, port = (peer[0], peer[1]) if peer else ("", 0)
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = False
-        assert self._flusher is not None
-        connection = StompConnection(
-            self.core, transport, loop, self._flusher.request, f"{host}:{port}", loopback
-        )
-        transport.connection = connection
-        # aiohttp's reader, guarded until login (a private attribute: left alone if absent)
-        protocol = request.protocol
-        reader = getattr(protocol, "_payload_parser", None)
-        if reader is not None and hasattr(reader, "feed_data"):
-            protocol._payload_parser = PreloginGuard(protocol, reader, connection)
-        sockname = request.transport.get_extra_info("sockname") if request.transport else None
-        connection.local = (str(sockname[0]), int(sockname[1])) if sockname else ("", 0)
-        self.connections.add(connection)
-        self.core.metrics.connections_opened += 1
-        try:
-            async for message in socket:
-                if message.type == WSMsgType.TEXT:
-                    data: Any = message.data.encode()
-                elif message.type == WSMsgType.BINARY:
-                    data = message.data
-                else:
-                    break
-                try:
-                    connection.data_received(data)
-                except Exception:  # a bug costs this connection only
-                    log.exception("internal error on STOMP connection %s", connection.peer)
-                    connection.close()
-                    break
-                if connection.state == "closed":
-                    break
-                await reading.wait()
-        finally:
-            self.connections.discard(connection)
-            self.core.metrics.connections_closed += 1
-            connection.connection_lost()
-            transport.close()
-            await transport._writer
-        return socket
+#: Web STOMP for :class:`.websocket.WebSocketServer`.
+WEB_STOMP = WebSocketProtocol(
+    "Web STOMP", StompConnection, SUBPROTOCOLS, MAX_MESSAGE, text_output=True, text_input=True
+)

@@ -166,6 +166,7 @@ class MqttConnection(AdapterConnection):
         #: retained message to be on disk (the message itself may have reached no queue)
         self._retaining: set[int] = set()
         self.will: p.Will | None = None
+        self._auth_method: str | None = None  # MQTT 5 enhanced authentication's
         self._clean_close = False  # DISCONNECT 0x00: the will is not sent
         self._aliases_in: dict[int, str] = {}
         #: topic (or a shared subscription's filter) -> what a message there matched
@@ -346,12 +347,16 @@ class MqttConnection(AdapterConnection):
         self.publisher.select_confirms()
         self.will = packet.will
         self.keep_alive = packet.keep_alive
+        granted = self.settings.max_keep_alive
+        if self.v5 and granted and not 0 < self.keep_alive <= granted:
+            self.keep_alive = granted  # told in the CONNACK's Server Keep Alive (§3.2.2.3.14)
+        self._auth_method = method if isinstance(method, str) else None
         self._client_limits(properties)
         expiry = self._session_expiry(packet)
         present = self._open_session(packet.clean_start, expiry)
         self.state = "connected"
         self._timer.cancel()
-        self._connack(present, assigned, expiry, p.get_property(properties, p.SESSION_EXPIRY_INTERVAL))
+        self._connack(present, assigned, expiry, packet)
         if self.keep_alive:
             self._timer = self.loop.call_later(self.keep_alive * 1.5, self._check_keep_alive)
         self._resume_session()
@@ -457,7 +462,11 @@ class MqttConnection(AdapterConnection):
         if queue is not None and not queue.consumers:
             self.vhost.delete_queue(queue.name)
 
-    def _connack(self, present: bool, assigned: str | None, expiry: int, asked: Any) -> None:
+    def _connack(self, present: bool, assigned: str | None, expiry: int, connect: p.Connect) -> None:
+        """CONNACK 0x00; to an MQTT 5 client with what the broker allows and what it
+        changed: the session expiry and keep alive granted, an assigned client id, the
+        authentication method it used, Response Information when asked for (a topic
+        prefix of the client's own, ``response/<client id>/``)."""
         properties: list[tuple[int, Any]] = []
         if self.v5:
             settings = self.settings
@@ -468,8 +477,15 @@ class MqttConnection(AdapterConnection):
             ]
             if assigned is not None:
                 properties.append((p.ASSIGNED_CLIENT_IDENTIFIER, assigned))
+            asked = p.get_property(connect.properties, p.SESSION_EXPIRY_INTERVAL)
             if isinstance(asked, int) and asked != expiry:
                 properties.append((p.SESSION_EXPIRY_INTERVAL, expiry))
+            if self.keep_alive != connect.keep_alive:
+                properties.append((p.SERVER_KEEP_ALIVE, self.keep_alive))
+            if self._auth_method is not None:
+                properties.append((p.AUTHENTICATION_METHOD, self._auth_method))
+            if p.get_property(connect.properties, p.REQUEST_RESPONSE_INFORMATION) == 1:
+                properties.append((p.RESPONSE_INFORMATION, f"response/{self.client_id}/"))
         self.send_packet(p.ConnAck(present, rc.SUCCESS, tuple(properties)))
 
     def _resume_session(self) -> None:
@@ -986,7 +1002,24 @@ class MqttConnection(AdapterConnection):
         self.close_transport()
 
     def _auth(self, packet: p.Auth) -> None:
-        raise MqttError("AUTH without an authentication method in progress (§4.12)")
+        """Re-authentication (MQTT 5.0 §4.12.1): AUTH 0x19 with the CONNECT's method
+        (``PLAIN``: the same user's password checked again) is answered AUTH 0x00; a
+        wrong password ends the connection (DISCONNECT 0x87)."""
+        method = p.get_property(packet.properties, p.AUTHENTICATION_METHOD)
+        if self._auth_method is None or packet.reason_code != 0x19 or method != self._auth_method:
+            raise MqttError("AUTH without the connection's authentication method (§4.12)")
+        if method == "PLAIN":
+            data = p.get_property(packet.properties, p.AUTHENTICATION_DATA)
+            parts = data.decode("utf-8", "replace").split("\0") if isinstance(data, bytes) else []
+            assert self.user is not None
+            try:
+                if len(parts) != 3 or parts[1] != self.user.name:
+                    raise AuthenticationError("re-authentication as another user")
+                self.core.users.authenticate(parts[1], parts[2], self.from_loopback, "MQTT")
+            except AuthenticationError as exc:
+                self._login_refused(log, "MQTT", self.user.name, str(exc), protocol="mqtt")
+                raise MqttError(str(exc), rc.NOT_AUTHORIZED) from None
+        self.send_packet(p.Auth(rc.SUCCESS, ((p.AUTHENTICATION_METHOD, method),)))
 
     # -- keep alive, alarms, closing ---------------------------------------------------
     def _connect_timeout(self) -> None:

@@ -45,6 +45,10 @@ class MqttSettings:
     #: ``mqtt.max_session_expiry_interval_seconds``, one day). A 3.1.1 persistent session
     #: never expires (MQTT 3.1.1 has no expiry; RabbitMQ applies its maximum to them too).
     max_session_expiry: int = 86400
+    #: The longest keep alive granted, in seconds (0: what the client asks): a client
+    #: asking for more, or for none, is told this one in the CONNACK's Server Keep
+    #: Alive (MQTT 5; 3.1.1 clients keep theirs). RabbitMQ 3.13's ``mqtt.max_keepalive``.
+    max_keep_alive: int = 0
     #: Seconds a client has to send CONNECT after the TCP connection opens (RabbitMQ's
     #: handshake timeout is 10 s).
     connect_timeout: float = 10.0

@@ -211,3 +211,43 @@ def test_shared_subscriptions_share_the_messages(core, loop):
         publisher.send(p.Publish("jobs/x", b"%d" % i, 1, packet_id=i + 1))
     counts = [len(publishes(member.received())) for member in members]
     assert sum(counts) == 6 and all(counts)
+
+
+def test_server_keep_alive_response_information_and_plain_authentication(core, loop):
+    from leveret.protocol.mqtt.settings import settings_of
+
+    settings_of(core).max_keep_alive = 30
+    client = Client(core, loop)
+    connack = client.connect(
+        "auth",
+        keep_alive=0,
+        properties=(
+            (p.AUTHENTICATION_METHOD, "PLAIN"),
+            (p.AUTHENTICATION_DATA, b"\0guest\0guest"),
+            (p.REQUEST_RESPONSE_INFORMATION, 1),
+        ),
+    )
+    assert connack.reason_code == 0
+    assert p.get_property(connack.properties, p.SERVER_KEEP_ALIVE) == 30
+    assert p.get_property(connack.properties, p.AUTHENTICATION_METHOD) == "PLAIN"
+    assert p.get_property(connack.properties, p.RESPONSE_INFORMATION) == "response/auth/"
+    again = ((p.AUTHENTICATION_METHOD, "PLAIN"), (p.AUTHENTICATION_DATA, b"\0guest\0guest"))
+    client.send(p.Auth(0x19, again))
+    assert client.received() == [p.Auth(0, ((p.AUTHENTICATION_METHOD, "PLAIN"),))]
+    client.send(p.Auth(0x19, ((p.AUTHENTICATION_METHOD, "PLAIN"), (p.AUTHENTICATION_DATA, b"\0guest\0nope"))))
+    (disconnect,) = client.received()
+    assert isinstance(disconnect, p.Disconnect) and disconnect.reason_code == 0x87
+    loop.advance(45.1)  # (no keep alive check left: the connection is gone)
+    other = Client(core, loop)
+    assert other.connect("other", properties=((p.AUTHENTICATION_METHOD, "SCRAM-SHA-1"),)).reason_code == 0x8C
+
+
+def test_the_granted_keep_alive_is_the_one_enforced(core, loop):
+    from leveret.protocol.mqtt.settings import settings_of
+
+    settings_of(core).max_keep_alive = 10
+    client = Client(core, loop)
+    client.connect("ka", keep_alive=600)
+    loop.advance(16)
+    (disconnect,) = client.received()
+    assert isinstance(disconnect, p.Disconnect) and disconnect.reason_code == 0x8D
