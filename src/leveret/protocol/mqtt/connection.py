@@ -162,6 +162,7 @@ class MqttConnection(AdapterConnection):
         #: (publish seq, QoS, packet id)
         self._confirms: deque[tuple[int, int, int]] = deque()
         self._confirmed_upto = 0  # the publisher's confirms so far
+        self._confirms_ready = False  # some wait to be taken at the flush
         #: seqs of retained QoS 1/2 publishes whose acknowledgement waits for the
         #: retained message to be on disk (the message itself may have reached no queue)
         self._retaining: set[int] = set()
@@ -600,10 +601,18 @@ class MqttConnection(AdapterConnection):
 
     # -- publisher events (core.publish.PublisherEvents) -------------------------------
     def confirms_ready(self) -> None:
-        assert self.publisher is not None
-        confirms = self.publisher.take_confirms()
-        if confirms is not None:
-            self._confirmed(confirms[0])
+        """Confirms are ready: their PUBACKs and PUBRECs go at this turn's flush, all
+        at once (as AMQP's basic.ack multiple)."""
+        self._confirms_ready = True
+        self._want_flush()
+
+    def _flushing(self) -> None:
+        if self._confirms_ready and self.state == "connected":
+            self._confirms_ready = False
+            assert self.publisher is not None
+            confirms = self.publisher.take_confirms()
+            if confirms is not None:
+                self._confirmed(confirms[0])
 
     def _retained_durable(self, seq: int, ok: bool) -> None:
         """The retained message of publish ``seq`` is on disk (or failed to be)."""
@@ -623,14 +632,17 @@ class MqttConnection(AdapterConnection):
         record = self.record
         assert record is not None
         saved = False
+        out = []
         while pending and pending[0][0] <= upto and pending[0][0] not in self._retaining:
             _, qos, packet_id = pending.popleft()
             if qos == 1:
-                self.send_packet(p.PubAck(packet_id))
+                out.append(p.puback(packet_id))
             else:
                 record.awaiting_rel.add(packet_id)
                 saved = True
-                self.send_packet(p.PubRec(packet_id))
+                out.append(p.pubrec(packet_id))
+        if out:
+            self.send(b"".join(out))
         if saved and record.expiry_interval:
             MqttState.of(self.core).save_session(record)
 
