@@ -907,6 +907,8 @@ class PacketReader:
             body = bytes(buffer[1 + used : size])
             del buffer[:size]
             out.append(self._packet(first >> 4, first & 0x0F, body))
+        if not buffer and buffer.__alloc__() > 512:  # an idle connection holds no big buffer
+            self._buffer = bytearray()
         return out
 
     def _packet(self, kind: int, flags: int, body: bytes) -> Packet:
