@@ -152,6 +152,7 @@ class MqttConnection(AdapterConnection):
         "_match_cache",
         "_next_id",
         "_prefixes",
+        "_qos1_waiting",
         "_resent_ids",
         "_rest",
         "_retaining",
@@ -197,6 +198,7 @@ class MqttConnection(AdapterConnection):
         #: (publish seq, QoS, packet id)
         self._confirms: list[tuple[int, int, int]] = []
         self._confirmed_upto = 0  # the publisher's confirms so far
+        self._qos1_waiting = 0  # QoS 1 publishes in _confirms (QoS 2: in awaiting_rel)
         self._confirms_ready = False  # some wait to be taken at the flush
         #: seqs of retained QoS 1/2 publishes whose acknowledgement waits for the
         #: retained message to be on disk (the message itself may have reached no queue)
@@ -562,13 +564,10 @@ class MqttConnection(AdapterConnection):
         record = self.record
         assert record is not None and self.publisher is not None
         if qos == 2 and packet_id in record.awaiting_rel:  # a resend: routed already (§4.3.3)
-            self.send_packet(p.PubRec(packet_id))
+            if not any(waiting[2] == packet_id and waiting[1] == 2 for waiting in self._confirms):
+                self.send_packet(p.PubRec(packet_id))  # (else its PUBREC waits for the confirm)
             return
-        if (
-            qos
-            and self.v5
-            and len(self._confirms) + len(record.awaiting_rel) >= self.settings.receive_maximum
-        ):
+        if qos and self.v5 and self._qos1_waiting + len(record.awaiting_rel) >= self.settings.receive_maximum:
             raise MqttError(
                 "more QoS 1 and 2 PUBLISHes than the Receive Maximum", rc.RECEIVE_MAXIMUM_EXCEEDED
             )
@@ -603,6 +602,14 @@ class MqttConnection(AdapterConnection):
         if qos:  # before publishing: a confirm may come at once, from inside publish()
             assert packet_id is not None
             self._confirms.append((seq, qos, packet_id))
+            if qos == 1:
+                self._qos1_waiting += 1
+            else:  # noted before the message is routed, so that the store has the note
+                # whenever it has the message: a PUBLISH resent after a crash that lost
+                # its PUBREC is known (a store writes in call order)
+                record.awaiting_rel.add(packet_id)
+                if record.expiry_interval:
+                    MqttState.of(core).save_session(record)
         if packet.retain:
             self._retain(topic, packet, encoded, expiry)
             if qos:
@@ -669,7 +676,6 @@ class MqttConnection(AdapterConnection):
         pending = self._confirms
         record = self.record
         assert record is not None
-        saved = False
         out = []
         retaining = self._retaining
         done = 0
@@ -678,16 +684,13 @@ class MqttConnection(AdapterConnection):
                 break
             done += 1
             if qos == 1:
+                self._qos1_waiting -= 1
                 out.append(p.puback(packet_id))
             else:
-                record.awaiting_rel.add(packet_id)
-                saved = True
                 out.append(p.pubrec(packet_id))
         if done:
             del pending[:done]
             self.send(b"".join(out))
-        if saved and record.expiry_interval:
-            MqttState.of(self.core).save_session(record)
 
     def rejected(self, seq: int, before: tuple[int, bool] | None) -> None:
         """A publish was not taken (a failed write, a full queue): 5.0's PUBACK/PUBREC
@@ -699,6 +702,10 @@ class MqttConnection(AdapterConnection):
         if found is None:
             return  # a QoS 0 publish: nothing to say
         _, qos, packet_id = pending.pop(found)
+        if qos == 1:
+            self._qos1_waiting -= 1
+        elif self.record is not None:  # not taken: the client may send it again
+            self.record.awaiting_rel.discard(packet_id)
         if not self.v5:
             self.close_transport()
         elif qos == 1:
@@ -761,10 +768,24 @@ class MqttConnection(AdapterConnection):
                 retained.append((topic_filter, options))
         self._match_cache.clear()
         self._save_subscriptions()
-        self.send_packet(p.SubAck(packet.packet_id, tuple(codes)))
-        for topic_filter, options in retained:
-            self._send_retained(topic_filter, options)
-        self._start_consumers()
+        suback = p.SubAck(packet.packet_id, tuple(codes))
+
+        def answer(ok: bool) -> None:
+            if self.state != "connected":
+                return
+            if not ok:  # the store failed: the client must not think it subscribed
+                self._disconnect_client(rc.UNSPECIFIED, "the subscription could not be stored")
+                return
+            self.send_packet(suback)
+            for topic_filter, options in retained:
+                self._send_retained(topic_filter, options)
+            self._start_consumers()
+
+        assert self.record is not None
+        if self.record.expiry_interval:  # a persistent session: SUBACK once it is on disk
+            MqttState.of(self.core).when_durable(answer)
+        else:
+            answer(True)
 
     def _attach(self, topic_filter: str) -> None:
         """Make the queue and binding of subscription ``topic_filter`` exist and this
