@@ -812,7 +812,11 @@ class MqttConnection(AdapterConnection):
         else:
             name = shared_queue_name(group, plain)
             if name not in session.vhost.queues:
-                session.declare_queue(name, durable=durable, auto_delete=not durable)
+                # a durable one (its group's persistent sessions) goes after the longest
+                # session expiry without a member, not never
+                expires = self.settings.max_session_expiry * 1000
+                arguments = {"x-expires": expires} if durable and expires else None
+                session.declare_queue(name, durable=durable, auto_delete=not durable, arguments=arguments)
             shared = topic_filter
         session.bind(self.settings.exchange, "queue", name, to_routing_key(plain))
         if name not in self.consumers:
