@@ -1,4 +1,4 @@
-"""Start, measure and stop the brokers under test (leveret, RabbitMQ, ActiveMQ).
+"""Start, measure and stop the brokers under test (leveret, RabbitMQ, ActiveMQ, mosquitto).
 
 Each broker runs as a private subprocess on a free loopback port with its own
 temporary data directory, so a benchmark run never touches a system broker.
@@ -30,6 +30,7 @@ from typing import ClassVar
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+MOSQUITTO = "/usr/sbin/mosquitto"  # Debian's package (apt-get install mosquitto)
 ACTIVEMQ_HOME = "/usr/share/activemq"  # Debian's package (apt-get install activemq)
 ACTIVEMQ_JAR = os.path.join(ACTIVEMQ_HOME, "bin", "activemq.jar")
 
@@ -154,6 +155,54 @@ def stomp_connect(host: str, port: int, login: str | None = "guest", passcode: s
     return command, headers
 
 
+def mqtt_connect(host: str, port: int, version: int = 4, client_id: str = "",
+                 username: str | None = None, password: str | None = None,
+                 timeout: float = 2.0) -> int | None:
+    """One MQTT CONNECT (clean session, keep alive 0) on a fresh socket: the CONNACK's
+    return code (3.1.1, ``version`` 4) or reason code (5.0, ``version`` 5), 0 meaning
+    accepted; None if the port is closed or answers no CONNACK. The bytes are built
+    here (MQTT 3.1.1 §3.1, 5.0 §3.1), so this works without leveret importable."""
+    def string(b: bytes) -> bytes:
+        return len(b).to_bytes(2, "big") + b
+
+    flags = 0x02 | (0x80 if username is not None else 0) | (0x40 if password is not None else 0)
+    body = string(b"MQTT") + bytes([version, flags]) + b"\x00\x00"
+    if version == 5:
+        body += b"\x00"  # no properties
+    body += string(client_id.encode())
+    if username is not None:
+        body += string(username.encode())
+    if password is not None:
+        body += string(password.encode())
+    try:
+        with socket.create_connection((host, port), timeout=1) as s:
+            s.sendall(b"\x10" + bytes([len(body)]) + body)  # len(body) < 128 here
+            s.settimeout(timeout)
+            data = b""
+            while len(data) < 4:
+                chunk = s.recv(64)
+                if not chunk:
+                    return None
+                data += chunk
+            if data[0] != 0x20:
+                return None
+            s.sendall(b"\xe0\x00")  # DISCONNECT
+            return data[3]
+    except OSError:
+        return None
+
+
+def raise_nofile_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (brokers started after
+    inherit it); returns the new soft limit (file descriptors)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 # ------------------------------------------------------------------ brokers
 class BrokerError(RuntimeError):
     pass
@@ -173,6 +222,11 @@ class Broker:
     #: the STOMP port (leveret: from its ready line; RabbitMQ with ``stomp=True``;
     #: ActiveMQ: ``port``); 0 when the broker does not listen for STOMP
     stomp_port: int = 0
+    #: the MQTT port (mosquitto: ``port``; RabbitMQ with ``mqtt=True``; leveret with
+    #: ``mqtt=True``); 0 when the broker does not listen for MQTT
+    mqtt_port: int = 0
+    #: the MQTT-over-WebSocket port (RabbitMQ ``web_mqtt=True``, leveret ``web_mqtt=True``)
+    web_mqtt_port: int = 0
     pid: int = 0
     root: subprocess.Popen | None = None
     workdir: str = ""
@@ -248,6 +302,14 @@ class Leveret(Broker):
 
     Ready when it prints ``leveret ready: amqp://127.0.0.1:PORT stomp://127.0.0.1:PORT``
     (``stomp_port`` is the second one).
+
+    MQTT: when the tree's ``leveret server`` has ``--mqtt-port`` (see :meth:`has_mqtt`),
+    ``mqtt=True`` passes a free loopback port (``mqtt_port``, kept across restarts) and
+    the broker is ready once that port also answers an MQTT 3.1.1 CONNECT (anonymous)
+    with CONNACK 0; otherwise ``--mqtt-port=-1`` keeps it off, so that no bench binds
+    the default 1883. ``web_mqtt`` passes a free port to ``--web-mqtt-port``
+    (``web_mqtt_port``); otherwise it gets ``0`` (a port the system picks, not 15675).
+    Asking for MQTT from a tree without the option raises :class:`BrokerError`.
     """
 
     READY = re.compile(r"leveret ready: amqp://([\d.]+|\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
@@ -255,8 +317,11 @@ class Leveret(Broker):
     PROMETHEUS = re.compile(r"leveret prometheus: (http://\S+)/metrics")
 
     def __init__(self, python: str = sys.executable, start_timeout: float = 30.0,
-                 src: str | None = None, extra_args: list[str] | None = None) -> None:
+                 src: str | None = None, extra_args: list[str] | None = None,
+                 mqtt: bool = False, web_mqtt: bool = False) -> None:
         super().__init__(name="leveret")
+        self.mqtt = mqtt
+        self.web_mqtt = web_mqtt
         self.python = python
         #: more ``leveret server`` options (e.g. ``--http-port 0``)
         self.extra_args = list(extra_args or [])
@@ -287,9 +352,19 @@ class Leveret(Broker):
                 continue
         return False
 
+    def has_mqtt(self) -> bool:
+        """Whether this tree's ``leveret server`` takes ``--mqtt-port``."""
+        return self._cli_has("--mqtt-port")
+
     def prepare(self) -> None:
+        if (self.mqtt or self.web_mqtt) and not self.has_mqtt():
+            raise BrokerError("this leveret has no MQTT yet (no `leveret server --mqtt-port`)")
+        if self.web_mqtt and not self._cli_has("--web-mqtt-port"):
+            raise BrokerError("this leveret has no MQTT over WebSocket yet (no `--web-mqtt-port`)")
         self.workdir = tempfile.mkdtemp(prefix="leveret-bench-")
         os.makedirs(self.data_dir())
+        self.mqtt_port = free_port() if self.mqtt else 0
+        self.web_mqtt_port = free_port() if self.web_mqtt else 0
 
     def launch(self, timeout: float = 900.0) -> float:
         self.log_path = os.path.join(self.workdir, "leveret.log")
@@ -297,12 +372,18 @@ class Leveret(Broker):
                "--web-stomp-port", "0", "--data-dir", self.data_dir()]
         if self._cli_has("--prometheus-port"):  # a free port, not 15692 (runs may overlap)
             cmd += ["--prometheus-port", "0"]
-        if self._cli_has("--web-mqtt-port"):  # likewise, not 15675
-            cmd += ["--web-mqtt-port", "0"]
+        if self.has_mqtt():  # explicit: the default would be 1883 for every bench
+            cmd += [f"--mqtt-port={self.mqtt_port or -1}"]
+        if self._cli_has("--web-mqtt-port"):  # likewise, not 15675 (0: a free port)
+            cmd += [f"--web-mqtt-port={self.web_mqtt_port}"]
         cmd += self.extra_args
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if self.src:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (self.src, env.get("PYTHONPATH"))))
+        if env.get("PYTHONPATH"):  # absolute: the broker runs in its temporary directory, where
+            # a relative PYTHONPATH=src would find nothing and the installed leveret would run
+            paths = env["PYTHONPATH"].split(os.pathsep)
+            env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in paths if p)
         offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         with open(self.log_path, "ab") as log:
             t0 = time.monotonic()
@@ -320,7 +401,8 @@ class Leveret(Broker):
                 self.port = int(m.group(2))
                 m_stomp = self.READY_STOMP.search(text)
                 self.stomp_port = int(m_stomp.group(1)) if m_stomp else 0
-                return t0
+                if not self.mqtt or mqtt_connect(self.host, self.mqtt_port) == 0:
+                    return t0
             if self.root.poll() is not None:
                 break
             time.sleep(0.02)
@@ -376,15 +458,28 @@ class RabbitMQ(Broker):
     ``stomp``: enable ``rabbitmq_stomp`` (through the enabled-plugins file) with one
     listener on a free loopback port (``stomp_port``); the node is then ready once
     that port also answers a STOMP CONNECT (guest/guest, vhost ``/``) with CONNECTED.
+    ``mqtt``: enable ``rabbitmq_mqtt`` (MQTT 3.1.1 only in 3.10) with one listener on a
+    free loopback port (``mqtt_port``), ``mqtt.allow_anonymous = true`` with the default
+    user ``guest``/``guest`` (allowed because clients come from loopback), vhost ``/``,
+    exchange ``amq.topic`` and ``mqtt.prefetch = mqtt_prefetch`` (QoS 1 deliveries
+    unacknowledged per subscriber; the plugin's default is 10); the node is then ready
+    once that port answers an anonymous CONNECT with CONNACK 0. ``web_mqtt``: also
+    ``rabbitmq_web_mqtt`` on a free loopback port (``web_mqtt_port``, path ``/ws``).
+    File descriptors: the node inherits this process's RLIMIT_NOFILE (call
+    :func:`raise_nofile_limit` first for many connections).
     """
 
     def __init__(self, start_timeout: float = 90.0, schedulers: int | None = None,
-                 management: bool = False, stomp: bool = False) -> None:
+                 management: bool = False, stomp: bool = False, mqtt: bool = False,
+                 web_mqtt: bool = False, mqtt_prefetch: int = 10) -> None:
         super().__init__(name="rabbitmq")
         self.start_timeout = start_timeout
         self.schedulers = schedulers
         self.management = management
         self.stomp = stomp
+        self.mqtt = mqtt or web_mqtt
+        self.web_mqtt = web_mqtt
+        self.mqtt_prefetch = mqtt_prefetch
         self.epmd_port = 0
         self.http_port = 0
 
@@ -392,7 +487,9 @@ class RabbitMQ(Broker):
         w = self.workdir
         Path(w, "rabbitmq-env.conf").write_text("")
         plugins = [name for name, wanted in (("rabbitmq_management", self.management),
-                                             ("rabbitmq_stomp", self.stomp)) if wanted]
+                                             ("rabbitmq_stomp", self.stomp),
+                                             ("rabbitmq_mqtt", self.mqtt),
+                                             ("rabbitmq_web_mqtt", self.web_mqtt)) if wanted]
         Path(w, "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
         Path(w, "rabbitmq.conf").write_text(
             "loopback_users.guest = true\n"
@@ -401,6 +498,12 @@ class RabbitMQ(Broker):
             + (f"management.tcp.port = {self.http_port}\nmanagement.tcp.ip = 127.0.0.1\n"
                if self.management else "")
             + (f"stomp.listeners.tcp.1 = 127.0.0.1:{self.stomp_port}\n" if self.stomp else "")
+            + (f"mqtt.listeners.tcp.1 = 127.0.0.1:{self.mqtt_port}\n"
+               "mqtt.allow_anonymous = true\nmqtt.default_user = guest\nmqtt.default_pass = guest\n"
+               f"mqtt.vhost = /\nmqtt.exchange = amq.topic\nmqtt.prefetch = {self.mqtt_prefetch}\n"
+               if self.mqtt else "")
+            + (f"web_mqtt.tcp.port = {self.web_mqtt_port}\nweb_mqtt.tcp.ip = 127.0.0.1\n"
+               if self.web_mqtt else "")
         )
         erl_args = "-kernel inet_dist_use_interface {127,0,0,1}"
         if self.schedulers:
@@ -434,6 +537,8 @@ class RabbitMQ(Broker):
         self.epmd_port = free_port()
         self.http_port = free_port() if self.management else 0
         self.stomp_port = free_port() if self.stomp else 0
+        self.mqtt_port = free_port() if self.mqtt else 0
+        self.web_mqtt_port = free_port() if self.web_mqtt else 0
         self.extra = {"nodename": f"bench-{secrets.token_hex(4)}@localhost", "dist_port": free_port()}
 
     def launch(self, timeout: float = 900.0) -> float:
@@ -450,7 +555,8 @@ class RabbitMQ(Broker):
         while time.monotonic() < deadline:
             if self.root.poll() is not None:
                 break
-            if amqp_port_open(self.host, self.port) and (not self.stomp or self._stomp_ready()):
+            if (amqp_port_open(self.host, self.port) and (not self.stomp or self._stomp_ready())
+                    and (not self.mqtt or mqtt_connect(self.host, self.mqtt_port) == 0)):
                 beam = self._find_beam()
                 if beam:
                     self.pid = beam
@@ -530,6 +636,116 @@ class RabbitMQ(Broker):
                     os.kill(p, signal.SIGTERM)
                 except OSError:
                     pass
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = ""
+
+
+def mosquitto_installed() -> bool:
+    return os.access(MOSQUITTO, os.X_OK)
+
+
+class Mosquitto(Broker):
+    """A private mosquitto 2.0 broker (Debian's ``/usr/sbin/mosquitto``), never the system
+    service: ``mosquitto -c <tmp>/mosquitto.conf`` in the foreground.
+
+    The generated configuration: one MQTT listener on a free loopback port (``port`` =
+    ``mqtt_port``), ``allow_anonymous true``, ``max_connections -1``, ``persistence
+    false``, ``set_tcp_nodelay false`` (mosquitto's default; ``tcp_nodelay=True`` sets
+    it, as RabbitMQ does by default: mosquitto then writes every packet in its own TCP
+    segment, which cost it and the subscriber more CPU per message here),
+    ``max_queued_messages`` (default 1,000,000 per client; mosquitto's default of 1000
+    drops QoS 0 messages to a slow subscriber), ``max_queued_bytes 0`` (no limit),
+    ``max_inflight_messages`` (QoS 1/2 deliveries unacknowledged per client; its default
+    is 20), ``connection_messages false`` (no log line per connection), logging of
+    errors, warnings and notices to ``mosquitto.log`` in the instance's directory. Run as
+    root, mosquitto would switch to the ``mosquitto`` user, so ``user root`` keeps it
+    as the current user. ``web_mqtt``: also a ``protocol websockets`` listener on a free
+    loopback port (``web_mqtt_port``).
+
+    Ready when the port answers an MQTT 3.1.1 CONNECT with CONNACK 0; ``pid`` is the
+    mosquitto process (spawned directly). Stopped with SIGTERM, SIGKILL after a timeout.
+    File descriptors: it inherits this process's RLIMIT_NOFILE (see
+    :func:`raise_nofile_limit`).
+    """
+
+    def __init__(self, start_timeout: float = 30.0, max_queued_messages: int = 1_000_000,
+                 max_inflight_messages: int = 20, web_mqtt: bool = False,
+                 binary: str = MOSQUITTO, tcp_nodelay: bool = False) -> None:
+        super().__init__(name="mosquitto")
+        self.start_timeout = start_timeout
+        self.max_queued_messages = max_queued_messages
+        self.max_inflight_messages = max_inflight_messages
+        self.web_mqtt = web_mqtt
+        self.binary = binary
+        self.tcp_nodelay = tcp_nodelay
+
+    def data_dir(self) -> str:
+        return self.workdir
+
+    def conf_path(self) -> str:
+        return os.path.join(self.workdir, "mosquitto.conf")
+
+    def prepare(self) -> None:
+        if not os.access(self.binary, os.X_OK):
+            raise BrokerError(f"mosquitto is not installed ({self.binary}; apt-get install -y mosquitto)")
+        self.workdir = tempfile.mkdtemp(prefix="mosquitto-bench-")
+        self.port = self.mqtt_port = free_port()
+        self.web_mqtt_port = free_port() if self.web_mqtt else 0
+        lines = [
+            "# generated by leveret's bench/brokers.py: a private mosquitto for tests and benchmarks",
+            "per_listener_settings false",
+            "allow_anonymous true",
+            "max_connections -1",
+            f"max_queued_messages {self.max_queued_messages}",
+            "max_queued_bytes 0",
+            f"max_inflight_messages {self.max_inflight_messages}",
+            "persistence false",
+            f"set_tcp_nodelay {'true' if self.tcp_nodelay else 'false'}",
+            "connection_messages false",
+            "log_dest stdout",
+            "log_type error",
+            "log_type warning",
+            "log_type notice",
+            f"listener {self.port} {self.host}",
+            "protocol mqtt",
+        ]
+        if os.geteuid() == 0:
+            lines.insert(1, "user root")
+        if self.web_mqtt:
+            lines += [f"listener {self.web_mqtt_port} {self.host}", "protocol websockets"]
+        Path(self.conf_path()).write_text("\n".join(lines) + "\n")
+
+    def launch(self, timeout: float = 900.0) -> float:
+        self.log_path = os.path.join(self.workdir, "mosquitto.log")
+        with open(self.log_path, "ab") as log:
+            t0 = time.monotonic()
+            self.root = subprocess.Popen([self.binary, "-c", self.conf_path()], stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         cwd=self.workdir, start_new_session=True)
+        self.pid = self.root.pid
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            if self.root.poll() is not None:
+                break
+            if mqtt_connect(self.host, self.port) == 0:
+                return t0
+            time.sleep(0.02)
+        raise BrokerError(f"mosquitto did not answer MQTT on port {self.port}\n{self.log_tail()}")
+
+    def shutdown(self, kill: bool = False, timeout: float = 120.0) -> float:
+        t0 = time.monotonic()
+        if self.root is not None and self.root.poll() is None:
+            self.root.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.root.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.root.kill()
+                self.root.wait(5)
+        return time.monotonic() - t0
+
+    def stop(self) -> None:
+        self.shutdown(timeout=15)
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = ""

@@ -82,6 +82,9 @@ def shared_queue_name(group: str, topic_filter: str) -> str:
     return f"mqtt-shared-{group}-{name_part(topic_filter)}"
 
 
+_NOTHING: frozenset[int] = frozenset()
+
+
 class MqttError(Exception):
     """A protocol violation: DISCONNECT with ``reason_code`` (MQTT 5), then close."""
 
@@ -148,6 +151,41 @@ class MqttConnection(AdapterConnection):
     ``refusing`` while a wrong login's CONNACK waits for the login throttle,
     ``connected``, then ``closed``."""
 
+    # (its own attributes out of the instance dict: 10,000 idle connections are common)
+    __slots__ = (
+        "_aliases_in",
+        "_auth_method",
+        "_clean_close",
+        "_confirmed_upto",
+        "_confirms",
+        "_confirms_ready",
+        "_keys",
+        "_match_cache",
+        "_next_id",
+        "_prefixes",
+        "_qos1_waiting",
+        "_resent_ids",
+        "_rest",
+        "_retained_waiting",
+        "_retaining",
+        "_timer",
+        "_topics",
+        "client_id",
+        "client_max_packet",
+        "consumers",
+        "inflight",
+        "keep_alive",
+        "publisher",
+        "reader",
+        "record",
+        "send_window",
+        "settings",
+        "state",
+        "subscriptions",
+        "version",
+        "will",
+    )
+
     settings: MqttSettings
 
     def _init_protocol(self) -> None:
@@ -166,18 +204,21 @@ class MqttConnection(AdapterConnection):
         self.inflight: dict[int, _InFlight] = {}
         #: retained QoS 1/2 messages for new subscriptions, waiting for room in the
         #: client's Receive Maximum (MQTT 5.0 §4.9); their packet ids come when sent
-        self._retained_waiting: deque[p.Publish] = deque()
+        #: (None until there are some)
+        self._retained_waiting: deque[p.Publish] | None = None
         self._next_id = 0
         #: (queue name, seq) -> the packet id an earlier connection of the session sent
         #: it with: a redelivery goes with the same id (MQTT 3.1.1 §4.4, 5.0 §4.4)
         self._resent_ids: dict[tuple[str, int], int] = {}
         #: inbound QoS 1/2 publishes waiting for the publisher's confirm:
         #: (publish seq, QoS, packet id)
-        self._confirms: deque[tuple[int, int, int]] = deque()
+        self._confirms: list[tuple[int, int, int]] = []
         self._confirmed_upto = 0  # the publisher's confirms so far
+        self._qos1_waiting = 0  # QoS 1 publishes in _confirms (QoS 2: in awaiting_rel)
+        self._confirms_ready = False  # some wait to be taken at the flush
         #: seqs of retained QoS 1/2 publishes whose acknowledgement waits for the
         #: retained message to be on disk (the message itself may have reached no queue)
-        self._retaining: set[int] = set()
+        self._retaining: set[int] | frozenset[int] = _NOTHING
         self.will: p.Will | None = None
         self._auth_method: str | None = None  # MQTT 5 enhanced authentication's
         self._clean_close = False  # DISCONNECT 0x00: the will is not sent
@@ -219,7 +260,8 @@ class MqttConnection(AdapterConnection):
         self.send(p.encode(packet, self.version))
 
     def _resume(self) -> None:
-        self._send_waiting_retained()
+        if self._retained_waiting:
+            self._send_waiting_retained()
         for consumer in list(self.consumers.values()):
             consumer.queue.drain()
 
@@ -461,7 +503,9 @@ class MqttConnection(AdapterConnection):
         else:  # a will waiting for its delay is not sent (§3.1.3.2.2)
             timers.reconnected(key)
             self._resent_ids = timers.take_packet_ids(key)
-            self._retained_waiting.extend(timers.take_retained(key))
+            retained = timers.take_retained(key)
+            if retained:
+                self._retained_waiting = deque(retained)
         present = record is not None
         if record is None:
             record = SessionRecord(key[0], key[1], expiry)
@@ -545,15 +589,10 @@ class MqttConnection(AdapterConnection):
         record = self.record
         assert record is not None and self.publisher is not None
         if qos == 2 and packet_id in record.awaiting_rel:  # a resend: routed already (§4.3.3)
-            self.send_packet(p.PubRec(packet_id))
+            if not any(waiting[2] == packet_id and waiting[1] == 2 for waiting in self._confirms):
+                self.send_packet(p.PubRec(packet_id))  # (else its PUBREC waits for the confirm)
             return
-        if qos == 2 and packet.dup and any(c[2] == packet_id and c[1] == 2 for c in self._confirms):
-            return  # a resend of one routed but not yet safe: its PUBREC comes with the confirm
-        if (
-            qos
-            and self.v5
-            and len(self._confirms) + len(record.awaiting_rel) >= self.settings.receive_maximum
-        ):
+        if qos and self.v5 and self._qos1_waiting + len(record.awaiting_rel) >= self.settings.receive_maximum:
             raise MqttError(
                 "more QoS 1 and 2 PUBLISHes than the Receive Maximum", rc.RECEIVE_MAXIMUM_EXCEEDED
             )
@@ -588,10 +627,20 @@ class MqttConnection(AdapterConnection):
         if qos:  # before publishing: a confirm may come at once, from inside publish()
             assert packet_id is not None
             self._confirms.append((seq, qos, packet_id))
+            if qos == 1:
+                self._qos1_waiting += 1
+            else:  # noted before the message is routed, so that the store has the note
+                # whenever it has the message: a PUBLISH resent after a crash that lost
+                # its PUBREC is known (a store writes in call order)
+                record.awaiting_rel.add(packet_id)
+                if record.expiry_interval:
+                    MqttState.of(core).save_session(record)
         if packet.retain:
             self._retain(topic, packet, encoded, expiry)
             if qos:
-                self._retaining.add(seq)
+                if not self._retaining:
+                    self._retaining = set()
+                self._retaining.add(seq)  # type: ignore[union-attr]
                 MqttState.of(core).when_durable(lambda ok: self._retained_durable(seq, ok))
         self.publisher.publish(exchange, message)
         core.metrics.mqtt_received[qos] += 1
@@ -621,14 +670,23 @@ class MqttConnection(AdapterConnection):
 
     # -- publisher events (core.publish.PublisherEvents) -------------------------------
     def confirms_ready(self) -> None:
-        assert self.publisher is not None
-        confirms = self.publisher.take_confirms()
-        if confirms is not None:
-            self._confirmed(confirms[0])
+        """Confirms are ready: their PUBACKs and PUBRECs go at this turn's flush, all
+        at once (as AMQP's basic.ack multiple)."""
+        self._confirms_ready = True
+        self._want_flush()
+
+    def _flushing(self) -> None:
+        if self._confirms_ready and self.state == "connected":
+            self._confirms_ready = False
+            assert self.publisher is not None
+            confirms = self.publisher.take_confirms()
+            if confirms is not None:
+                self._confirmed(confirms[0])
 
     def _retained_durable(self, seq: int, ok: bool) -> None:
         """The retained message of publish ``seq`` is on disk (or failed to be)."""
-        self._retaining.discard(seq)
+        if seq in self._retaining:
+            self._retaining.remove(seq)  # type: ignore[union-attr]
         if self.state != "connected":
             return
         if not ok:  # the store failed: unacknowledged, the client publishes it again
@@ -638,39 +696,26 @@ class MqttConnection(AdapterConnection):
 
     def _confirmed(self, upto: int) -> None:
         """Publishes up to ``upto`` are safe: PUBACK (QoS 1) or PUBREC (QoS 2), in
-        order; a retained one also waits for its retained message to be on disk, and
-        a persistent session's PUBREC for its packet id to be (a client with a PUBREC
-        never resends the PUBLISH: the id must survive a crash, MQTT 5.0 §4.3.3)."""
+        order; a retained one also waits for its retained message to be on disk."""
         self._confirmed_upto = upto = max(upto, self._confirmed_upto)
         pending = self._confirms
         record = self.record
         assert record is not None
-        durable: list[int] = []
-        while pending and pending[0][0] <= upto and pending[0][0] not in self._retaining:
-            _, qos, packet_id = pending.popleft()
+        out = []
+        retaining = self._retaining
+        done = 0
+        for seq, qos, packet_id in pending:
+            if seq > upto or seq in retaining:
+                break
+            done += 1
             if qos == 1:
-                self.send_packet(p.PubAck(packet_id))
+                self._qos1_waiting -= 1
+                out.append(p.puback(packet_id))
             else:
-                record.awaiting_rel.add(packet_id)
-                if record.expiry_interval:
-                    durable.append(packet_id)
-                else:
-                    self.send_packet(p.PubRec(packet_id))
-        if durable:
-            state = MqttState.of(self.core)
-            state.save_session(record)
-            state.when_durable(lambda ok: self._packet_ids_durable(durable, ok))
-
-    def _packet_ids_durable(self, packet_ids: list[int], ok: bool) -> None:
-        """The QoS 2 packet ids of a persistent session are on disk (or failed to be):
-        their PUBRECs go (else the connection closes, the client resends)."""
-        if self.state != "connected":
-            return
-        if not ok:
-            self._disconnect_client(rc.UNSPECIFIED, "the session state could not be stored")
-            return
-        for packet_id in packet_ids:
-            self.send_packet(p.PubRec(packet_id))
+                out.append(p.pubrec(packet_id))
+        if done:
+            del pending[:done]
+            self.send(b"".join(out))
 
     def rejected(self, seq: int, before: tuple[int, bool] | None) -> None:
         """A publish was not taken (a failed write, a full queue): 5.0's PUBACK/PUBREC
@@ -678,11 +723,14 @@ class MqttConnection(AdapterConnection):
         if before is not None:
             self._confirmed(before[0])
         pending = self._confirms
-        while pending and pending[0][0] < seq:
-            pending.popleft()
-        if not pending or pending[0][0] != seq:
+        found = next((i for i, waiting in enumerate(pending) if waiting[0] == seq), None)
+        if found is None:
             return  # a QoS 0 publish: nothing to say
-        _, qos, packet_id = pending.popleft()
+        _, qos, packet_id = pending.pop(found)
+        if qos == 1:
+            self._qos1_waiting -= 1
+        elif self.record is not None:  # not taken: the client may send it again
+            self.record.awaiting_rel.discard(packet_id)
         if not self.v5:
             self.close_transport()
         elif qos == 1:
@@ -693,13 +741,21 @@ class MqttConnection(AdapterConnection):
     def returned(self, exchange: str, message: Message) -> None:
         """Never called: MQTT publishes are not mandatory."""
 
-    def _pubrel(self, packet: p.PubRel) -> None:
+    def _settle_id(self, ids: set[int], packet_id: int) -> bool:
+        """Take ``packet_id`` out of one of the session's QoS 2 sets (``awaiting_rel``
+        or ``awaiting_comp``), saved for a persistent session; False if not there."""
         record = self.record
         assert record is not None
-        if packet.packet_id in record.awaiting_rel:
-            record.awaiting_rel.discard(packet.packet_id)
-            if record.expiry_interval:
-                MqttState.of(self.core).save_session(record)
+        if packet_id not in ids:
+            return False
+        ids.discard(packet_id)
+        if record.expiry_interval:
+            MqttState.of(self.core).save_session(record)
+        return True
+
+    def _pubrel(self, packet: p.PubRel) -> None:
+        assert self.record is not None
+        if self._settle_id(self.record.awaiting_rel, packet.packet_id):
             self.send_packet(p.PubComp(packet.packet_id))
         else:
             self.send_packet(p.PubComp(packet.packet_id, rc.PACKET_ID_NOT_FOUND if self.v5 else 0))
@@ -745,10 +801,24 @@ class MqttConnection(AdapterConnection):
                 retained.append((topic_filter, options))
         self._match_cache.clear()
         self._save_subscriptions()
-        self.send_packet(p.SubAck(packet.packet_id, tuple(codes)))
-        for topic_filter, options in retained:
-            self._send_retained(topic_filter, options)
-        self._start_consumers()
+        suback = p.SubAck(packet.packet_id, tuple(codes))
+
+        def answer(ok: bool) -> None:
+            if self.state != "connected":
+                return
+            if not ok:  # the store failed: the client must not think it subscribed
+                self._disconnect_client(rc.UNSPECIFIED, "the subscription could not be stored")
+                return
+            self.send_packet(suback)
+            for topic_filter, options in retained:
+                self._send_retained(topic_filter, options)
+            self._start_consumers()
+
+        assert self.record is not None
+        if self.record.expiry_interval:  # a persistent session: SUBACK once it is on disk
+            MqttState.of(self.core).when_durable(answer)
+        else:
+            answer(True)
 
     def _attach(self, topic_filter: str) -> None:
         """Make the queue and binding of subscription ``topic_filter`` exist and this
@@ -767,7 +837,11 @@ class MqttConnection(AdapterConnection):
         else:
             name = shared_queue_name(group, plain)
             if name not in session.vhost.queues:
-                session.declare_queue(name, durable=durable, auto_delete=not durable)
+                # a durable one (its group's persistent sessions) goes after the longest
+                # session expiry without a member, not never
+                expires = self.settings.max_session_expiry * 1000
+                arguments = {"x-expires": expires} if durable and expires else None
+                session.declare_queue(name, durable=durable, auto_delete=not durable, arguments=arguments)
             shared = topic_filter
         session.bind(self.settings.exchange, "queue", name, to_routing_key(plain))
         if name not in self.consumers:
@@ -917,7 +991,8 @@ class MqttConnection(AdapterConnection):
         busy = self.inflight
         awaiting = record.awaiting_comp if record is not None else set()
         kept = set(self._resent_ids.values()) if self._resent_ids else set()
-        kept.update(x.packet_id for x in self._retained_waiting if x.packet_id is not None)
+        if self._retained_waiting:
+            kept.update(x.packet_id for x in self._retained_waiting if x.packet_id is not None)
         if len(busy) + len(awaiting) + len(kept) >= MAX_PACKET_ID:
             kept = set()  # (never more ids than a Receive Maximum of 65,535 needs)
         for _ in range(MAX_PACKET_ID):
@@ -946,6 +1021,8 @@ class MqttConnection(AdapterConnection):
                 properties = stored
             packet = p.Publish(retained.topic, retained.payload, qos, True, False, None, properties)
             if qos:
+                if self._retained_waiting is None:
+                    self._retained_waiting = deque()
                 self._retained_waiting.append(packet)
             else:
                 self._send_retained_packet(packet)
@@ -1007,12 +1084,8 @@ class MqttConnection(AdapterConnection):
             self._settled(flight)
 
     def _pubcomp(self, packet: p.PubComp) -> None:
-        record = self.record
-        assert record is not None
-        if packet.packet_id in record.awaiting_comp:
-            record.awaiting_comp.discard(packet.packet_id)
-            if record.expiry_interval:
-                MqttState.of(self.core).save_session(record)
+        assert self.record is not None
+        if self._settle_id(self.record.awaiting_comp, packet.packet_id):
             self._resume()
 
     def _settled(self, flight: _InFlight) -> None:
@@ -1179,21 +1252,6 @@ class MqttConnection(AdapterConnection):
         self.state = "closed"
         self.transport.close()
 
-    def close_transport(self, abort: bool = False) -> None:
-        if self.state == "closed":
-            return
-        self.flush()
-        self.state = "closed"
-        (self.transport.abort if abort else self.transport.close)()
-        self._release()
-
-    def connection_lost(self) -> None:
-        if self.state == "closed":
-            return
-        self.state = "closed"
-        self._out.clear()
-        self._release()
-
     def _release(self) -> None:
         """The connection is over: its consumers stop (what was in flight goes back to
         its queue, redelivered), the will is sent or waits for its delay, and the
@@ -1222,7 +1280,7 @@ class MqttConnection(AdapterConnection):
             if record.expiry_interval:
                 timers.keep_packet_ids(key, keep_ids)
                 retained = [f.packet for f in self.inflight.values() if f.packet is not None]
-                timers.keep_retained(key, retained + list(self._retained_waiting))
+                timers.keep_retained(key, retained + list(self._retained_waiting or ()))
                 record.disconnected_at = self.core.clock.time()
                 MqttState.of(self.core).save_session(record)
             self._end_life()  # an exclusive session queue goes here
@@ -1230,7 +1288,7 @@ class MqttConnection(AdapterConnection):
         else:
             self._end_life()
         self.inflight.clear()
-        self._retained_waiting.clear()
+        self._retained_waiting = None
 
     def _schedule_will(self, timers: SessionTimers, key: tuple[str, str], expiry: int) -> None:
         """The will goes now, or after its Will Delay Interval if the session lasts

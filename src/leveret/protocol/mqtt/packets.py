@@ -479,6 +479,20 @@ def publish_head(
     return bytes((first,)) + _varint(remaining) + variable
 
 
+_PUBACK = struct.Struct("!BBH")
+
+
+def puback(packet_id: int) -> bytes:
+    """PUBACK success for ``packet_id``, as :func:`encode` makes it in 3.1.1 and 5.0
+    (5.0 leaves out a success code without properties, §3.4.2.1)."""
+    return _PUBACK.pack(PUBACK << 4, 2, packet_id)
+
+
+def pubrec(packet_id: int) -> bytes:
+    """PUBREC success for ``packet_id`` (see :func:`puback`)."""
+    return _PUBACK.pack(PUBREC << 4, 2, packet_id)
+
+
 def encode(packet: Packet, version: int = MQTT_5) -> bytes:
     """``packet`` on the wire for protocol level ``version`` (4: 3.1.1, 5: 5.0): fixed
     header (§2.1), variable header and payload. In 3.1.1 properties, and reason codes
@@ -893,6 +907,8 @@ class PacketReader:
             body = bytes(buffer[1 + used : size])
             del buffer[:size]
             out.append(self._packet(first >> 4, first & 0x0F, body))
+        if not buffer and buffer.__alloc__() > 512:  # an idle connection holds no big buffer
+            self._buffer = bytearray()
         return out
 
     def _packet(self, kind: int, flags: int, body: bytes) -> Packet:

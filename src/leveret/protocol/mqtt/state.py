@@ -22,9 +22,10 @@ stay within PostgreSQL's index row limit; the data always holds it whole):
 Writes are queued in the store's current batch (in call order, one transaction per
 batch); a change is durable once ``store.when_durable(callback)`` (or
 :meth:`MqttState.when_durable`) calls back with True. The adapter waits for that before
-it sends PUBACK/PUBREC of a retained QoS 1/2 PUBLISH and a persistent session's PUBREC
-(the one that adds an id to ``awaiting_rel``); SUBACK and CONNACK do not wait (a
-subscription or session made just before a crash may be lost with its batch).
+it sends PUBACK/PUBREC of a retained QoS 1/2 PUBLISH and a persistent session's SUBACK;
+the id a PUBREC adds to ``awaiting_rel`` is written before its message, whose confirm
+the PUBREC waits for. CONNACK does not wait (a session made just before a crash may be
+lost with its batch).
 
 What differs: mosquitto keeps retained messages and sessions in memory and writes them
 to its persistence file every ``autosave_interval`` (1800 s) and at a clean shutdown,

@@ -29,9 +29,8 @@ class Client:
         self.flush()
 
     def flush(self) -> None:
-        for connection in list(self.pending):
-            connection.flush()
-        self.pending.clear()
+        while self.pending:  # as the server's flusher: a flush may ask for another
+            self.pending.pop().flush()
 
     def received(self) -> list[p.Packet]:
         """Packets written since the last call (after the loop turns due now: confirms)."""

@@ -52,6 +52,19 @@ def test_a_clean_start_cancels_the_expiry_of_the_session_it_replaces(core, loop)
     assert [m.payload for m in publishes(rest)] == [b"kept"]
 
 
+def _turn_until_received(writer: asyncio.AbstractEventLoop, client: Client) -> list[p.Packet]:
+    """Turn the store's event loop, one turn at a time, until ``client`` gets packets."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        writer.call_soon(writer.stop)
+        writer.run_forever()  # one turn of the loop
+        got = client.received()
+        if got:
+            return got
+        time.sleep(0.001)
+    pytest.fail("nothing received")
+
+
 def test_a_qos2_resend_before_its_pubrec_is_routed_once(loop, tmp_path):
     """The first PUBLISH waits for the store (a durable queue): a resend with DUP set
     in the meantime is not routed again (MQTT 3.1.1 §4.3.3, 5.0 §4.3.3)."""
@@ -63,7 +76,8 @@ def test_a_qos2_resend_before_its_pubrec_is_routed_once(loop, tmp_path):
     try:
         subscriber = Client(core, loop)
         subscriber.connect("sub", properties=((p.SESSION_EXPIRY_INTERVAL, 60),))  # a durable queue
-        subscriber.subscribe("q2", qos=2)
+        subscriber.send(p.Subscribe(1, (p.Subscription("q2", 2),)))
+        assert isinstance(_turn_until_received(writer, subscriber)[0], p.SubAck)
         publisher = Client(core, loop, p.MQTT_3_1_1)
         publisher.connect("pub")
         first = p.encode(p.Publish("q2", b"once", 2, packet_id=7), p.MQTT_3_1_1)
@@ -159,24 +173,22 @@ def test_a_persistent_sessions_pubrec_waits_for_its_packet_id_to_be_on_disk(loop
     core.attach_store(store)
     store.start(writer)
     try:
+        subscriber = Client(core, loop)
+        subscriber.connect("sub", properties=((p.SESSION_EXPIRY_INTERVAL, 60),))  # the message is stored
+        subscriber.send(p.Subscribe(1, (p.Subscription("q2", 2),)))
+        assert isinstance(_turn_until_received(writer, subscriber)[0], p.SubAck)
         publisher = Client(core, loop)
         publisher.connect("pub", properties=((p.SESSION_EXPIRY_INTERVAL, 60),))
         publisher.send(p.Publish("q2", b"once", 2, packet_id=7))
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            writer.call_soon(writer.stop)
-            writer.run_forever()  # one turn of the loop
-            if publisher.received() == [p.PubRec(7)]:
-                break
-            time.sleep(0.001)
-        else:
-            pytest.fail("no PUBREC")
+        assert _turn_until_received(writer, publisher) == [p.PubRec(7)]
         db = sqlite3.connect(store.path)
         try:
-            rows = db.execute("SELECT data FROM definitions WHERE kind='mqtt_packet_ids'").fetchall()
+            rows = db.execute(
+                "SELECT data FROM definitions WHERE kind='mqtt_packet_ids' AND name='pub'"
+            ).fetchall()
         finally:
             db.close()
-        assert len(rows) == 1 and "7" in str(rows[0][0])
+        assert len(rows) == 1 and b"\x07" in rows[0][0]
     finally:
         store.close()
         writer.close()

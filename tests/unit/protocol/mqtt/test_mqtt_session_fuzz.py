@@ -67,9 +67,8 @@ class _Client:
         self.check()
 
     def check(self) -> None:
-        for connection in list(self.pending):
-            connection.flush()
-        self.pending.clear()
+        while self.pending:  # as the server's flusher: a flush may ask for another
+            self.pending.pop().flush()
         data = bytes(self.transport.output[self.read :])
         self.read = len(self.transport.output)
         for sent in self.reader.feed(data):
