@@ -9,6 +9,8 @@ publish to/bind from this topic exchange with this routing key".
 
 from __future__ import annotations
 
+import re
+
 from .auth import User, UserDatabase, matches
 from .errors import access_refused
 
@@ -64,15 +66,17 @@ class Access:
         """``write`` (publish) or ``read`` (bind from) topic ``exchange`` with
         ``routing_key``: allowed unless a topic permission for the exchange says no.
         Its expression's ``{username}``, ``{vhost}`` and the connection's other
-        ``variables`` are replaced by their values as they are (not escaped), as
-        ``rabbit_auth_backend_internal`` does; an unknown ``{name}`` stays."""
+        ``variables`` are replaced by their values with every regular-expression
+        character escaped (``re.escape``), as RabbitMQ does since CVE-2026-44838 (a
+        client id ``.*`` or ``a-z`` must not widen ``^{client_id}/`` or
+        ``[{client_id}]``); an unknown ``{name}`` stays."""
         topic = self.users.topic_permission(self.user.name, self.vhost, exchange)
         if topic is None:
             return
         pattern = getattr(topic, operation)
         if "{" in pattern:
             for name, value in self.variables.items():
-                pattern = pattern.replace("{" + name + "}", value)
+                pattern = pattern.replace("{" + name + "}", re.escape(value))
         if not matches(pattern, routing_key):
             raise access_refused(
                 f"access to topic '{routing_key}' in exchange '{exchange}' in vhost '{self.vhost}' "

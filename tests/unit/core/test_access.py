@@ -109,15 +109,18 @@ def test_topic_permissions_expand_username_and_vhost():
     assert "topic 'x'" in refused_text(checks.topic, "read", "amq.topic", "x")
 
 
-def test_topic_permissions_expand_the_connections_variables_as_they_are():
-    """``{client_id}`` (an MQTT connection's) as RabbitMQ's internal backend expands its
-    authorisation context's variables: not escaped; unknown names stay as written."""
+def test_topic_permissions_expand_the_connections_variables_escaped():
+    """``{client_id}`` (an MQTT connection's) expanded with its regular-expression
+    characters escaped, as RabbitMQ since CVE-2026-44838; unknown names stay as written."""
     topics = (TopicPermission("amq.topic", write="^dev\\.{client_id}\\.", read="^{client_id}$"),)
     users = access(Permission(), topics).users
     mqtt = Access(users, users.users["bob"], "/", {"client_id": "sensor-1"})
     mqtt.topic("write", "amq.topic", "dev.sensor-1.temp")
     assert "refused" in refused_text(mqtt.topic, "write", "amq.topic", "dev.sensor-2.temp")
     dotted = Access(users, users.users["bob"], "/", {"client_id": "a.b"})
-    dotted.topic("read", "amq.topic", "aXb")  # "." from the value is a regex dot
+    dotted.topic("read", "amq.topic", "a.b")
+    assert "refused" in refused_text(dotted.topic, "read", "amq.topic", "aXb")  # "." is no regex dot
+    wild = Access(users, users.users["bob"], "/", {"client_id": ".*"})
+    assert "refused" in refused_text(wild.topic, "read", "amq.topic", "anything")
     amqp = Access(users, users.users["bob"], "/")  # no client id: "{client_id}" stays
     assert "refused" in refused_text(amqp.topic, "write", "amq.topic", "dev.sensor-1.temp")

@@ -517,13 +517,6 @@ class MqttConnection(AdapterConnection):
             state.save_session(record)
         return present
 
-    def _drop_stale_queue(self) -> None:
-        """A clean start: a queue left by an earlier session of this client id goes."""
-        assert self.vhost is not None
-        queue = self.vhost.queues.get(session_queue_name(self.client_id))
-        if queue is not None and not queue.consumers:
-            self.vhost.delete_queue(queue.name)
-
     def _connack(self, present: bool, assigned: str | None, expiry: int, connect: p.Connect) -> None:
         """CONNACK 0x00; to an MQTT 5 client with what the broker allows and what it
         changed: the session expiry and keep alive granted, an assigned client id, the
@@ -1068,6 +1061,9 @@ class MqttConnection(AdapterConnection):
         """QoS 2, step 2: the client has the message; it leaves its queue and the
         packet id waits for PUBCOMP (kept in a persistent session's record)."""
         flight = self.inflight.pop(packet.packet_id, None)
+        if flight is not None and flight.qos != 2:  # a PUBREC for a QoS 1 PUBLISH: ignored
+            self.inflight[packet.packet_id] = flight
+            return
         record = self.record
         assert record is not None
         if flight is not None and packet.reason_code < 0x80:

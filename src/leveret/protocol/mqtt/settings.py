@@ -83,5 +83,21 @@ def mqtt_settings(table: dict) -> MqttSettings:
             raise ValueError(f"{key} must be a number")
         elif isinstance(default, str) and not isinstance(value, str):
             raise ValueError(f"{key} must be a string")
+        limits = _RANGES.get(key)
+        if limits is not None and not limits[0] <= value <= limits[1]:
+            raise ValueError(f"{key} must be between {limits[0]} and {limits[1]}")
         setattr(settings, key, value)
     return settings
+
+
+#: What the wire can carry (MQTT 5.0's two- and four-byte fields, the varint) and what
+#: makes sense: a window of 0 would deliver no QoS 1/2 message at all.
+_RANGES: dict[str, tuple[float, float]] = {
+    "prefetch": (1, 65535),
+    "receive_maximum": (1, 65535),
+    "topic_alias_maximum": (0, 65535),
+    "max_packet_size": (64, 268_435_460),
+    "max_session_expiry": (0, 0xFFFFFFFF),
+    "max_keep_alive": (0, 65535),
+    "connect_timeout": (0.001, 3600),
+}
