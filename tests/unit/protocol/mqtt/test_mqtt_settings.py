@@ -7,7 +7,8 @@ from leveret.protocol.mqtt.settings import mqtt_settings
 
 def test_a_table_sets_the_settings():
     settings = mqtt_settings({"prefetch": 20, "allow_anonymous": False, "port_vhosts": {"1884": "devices"}})
-    assert settings.prefetch == 20 and not settings.allow_anonymous and settings.port_vhosts == {1884: "devices"}
+    assert settings.prefetch == 20 and not settings.allow_anonymous
+    assert settings.port_vhosts == {1884: "devices"}
 
 
 @pytest.mark.parametrize(
