@@ -72,6 +72,14 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, iowait) CPU seconds of the whole machine so far, all cores (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK, iowait / CLK_TCK
+
+
 def proc_rss_bytes(pid: int) -> int:
     """VmRSS of one process, in bytes (0 if gone or a kernel thread)."""
     try:
