@@ -63,14 +63,13 @@ sys.path.insert(0, str(HERE))
 import loadgen  # noqa: E402
 from brokers import (  # noqa: E402
     Broker,
-    BrokerError,
     Leveret,
     RabbitMQ,
     machine_cpu,
     proc_cpu_seconds,
     rabbitmq_installed,
 )
-from report import fmt, log, print_errors, print_table, run_meta, sigterm, write_results  # noqa: E402
+from report import fmt, log, print_errors, print_table, run_meta, sigterm, start, write_results  # noqa: E402
 from stomp_bench import busiest_thread, profile_summary, thread_cpu, verdict  # noqa: E402
 
 from leveret.amqp.frames import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, encode_publish  # noqa: E402
@@ -500,12 +499,7 @@ def run_broker(name: str, s: Settings, delays: array, args: argparse.Namespace) 
     out: dict = {"errors": {}}
     broker: Broker = Leveret(python=args.python, src=args.leveret_src) if name == "leveret" else RabbitMQ(
         schedulers=args.rabbitmq_schedulers)
-    log(f"[{name}] starting ...")
-    try:
-        broker.start()
-    except BrokerError as exc:
-        log(f"[{name}] failed to start: {exc}")
-        out["errors"]["start"] = str(exc)
+    if start(name, broker, out) is None:
         return out
     sampler = RssSampler(broker)
     ctx = mp.get_context("fork")

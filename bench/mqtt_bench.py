@@ -49,6 +49,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import report  # noqa: E402
 from brokers import (  # noqa: E402
     Broker,
     Leveret,
@@ -61,19 +62,7 @@ from brokers import (  # noqa: E402
     raise_nofile_limit,
 )
 from mqtt_client import Client, MqttError, Publishes, connect_many, install_uvloop  # noqa: E402
-from report import (  # noqa: E402
-    check_names,
-    fmt,
-    log,
-    print_markdown_table,
-    ratio,
-    run_broker as serve,
-    run_cases,
-    run_meta,
-    sigterm,
-    split_names,
-    write_results,
-)
+from report import fmt, log, ratio  # noqa: E402
 
 BROKERS = ("leveret", "mosquitto", "rabbitmq")
 CASES = ("qos0", "qos1", "fanout", "fanin")
@@ -460,7 +449,7 @@ def run_broker(name: str, cases: list[str], s: Settings, args: argparse.Namespac
     """Start one broker, run the cases, stop it (also on error or a signal)."""
 
     def body(broker: Broker, out: dict) -> None:
-        run_cases(
+        report.run_cases(
             name,
             broker,
             cases,
@@ -470,7 +459,7 @@ def run_broker(name: str, cases: list[str], s: Settings, args: argparse.Namespac
             s.pause,
         )
 
-    return serve(name, make_broker(name, s, args), "MQTT", body)
+    return report.run_broker(name, make_broker(name, s, args), "MQTT", body)
 
 
 def describe(case: str, row: dict) -> str:
@@ -553,7 +542,7 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
 
 def print_tables(results: dict, cases: list[str]) -> None:
     for title, head, rows in tables(results, cases):
-        print_markdown_table(head, rows, title)
+        report.print_markdown_table(head, rows, title)
 
 
 #: the Settings given on the command line (``--sub-procs`` for ``sub_procs``): help text
@@ -590,11 +579,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, sigterm)
+    signal.signal(signal.SIGTERM, report.sigterm)
     raise_nofile_limit()
     s = Settings(**{name: getattr(args, name) for name in OPTIONS}, protocol=5 if args.protocol == 5 else 4)
-    cases, brokers = split_names(args.cases), split_names(args.brokers)
-    check_names([*cases, *brokers], CASES, BROKERS)
+    cases, brokers = report.split_names(args.cases), report.split_names(args.brokers)
+    report.check_names([*cases, *brokers], CASES, BROKERS)
     skipped = {}
     for b in list(brokers):
         why = available(b, s, args)
@@ -619,8 +608,8 @@ def main(argv: list[str] | None = None) -> int:
         + ("; ".join(f"{b} ({w})" for b, w in skipped.items()) or "none")
     )
     print_tables(results, cases)
-    meta = run_meta(settings=asdict(s), cases=cases, skipped=skipped)
-    return write_results(args.output, meta, results)
+    meta = report.run_meta(settings=asdict(s), cases=cases, skipped=skipped)
+    return report.write_results(args.output, meta, results)
 
 
 if __name__ == "__main__":

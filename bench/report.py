@@ -2,8 +2,8 @@
 
 Logging to stderr, formatting figures for tables, the loop that starts one broker, runs
 the cases against it and stops it (also on an error or a signal), printing tables and
-writing the JSON results. Used by stomp_bench.py, mqtt_bench.py, delayed_bench.py and
-mqtt_connections.py; the measuring itself stays in each bench.
+writing the JSON results. Used by stomp_bench.py, mqtt_bench.py, delayed_bench.py,
+mqtt_connections.py and run.py (starting a broker); the measuring itself stays in each bench.
 """
 
 from __future__ import annotations
@@ -56,6 +56,20 @@ def check_names(given: Iterable[str], cases: Iterable[str], brokers: Iterable[st
             )
 
 
+def start(name: str, broker: Broker, out: dict) -> float | None:
+    """Start ``broker``, logging it; returns ``time.monotonic()`` from just before, or None
+    when it failed to start (logged and put in ``out["errors"]["start"]``)."""
+    log(f"[{name}] starting ...")
+    t = time.monotonic()
+    try:
+        broker.start()
+    except BrokerError as exc:
+        log(f"[{name}] failed to start: {exc}")
+        out["errors"]["start"] = str(exc)
+        return None
+    return t
+
+
 def run_broker(name: str, broker: Broker, protocol: str, body: Callable[[Broker, dict], None]) -> dict:
     """Start ``broker``, log where it listens for ``protocol`` (``"STOMP"``, ``"MQTT"``: its
     ``stomp_port`` / ``mqtt_port``), call ``body(broker, out)``, stop the broker.
@@ -64,13 +78,8 @@ def run_broker(name: str, broker: Broker, protocol: str, body: Callable[[Broker,
     ``info`` (pid, idle RSS in MB); a broker that fails to start gets ``errors["start"]``.
     """
     out: dict = {"rows": {}, "errors": {}, "info": {}}
-    log(f"[{name}] starting ...")
-    t = time.monotonic()
-    try:
-        broker.start()
-    except BrokerError as exc:
-        log(f"[{name}] failed to start: {exc}")
-        out["errors"]["start"] = str(exc)
+    t = start(name, broker, out)
+    if t is None:
         return out
     try:
         port = getattr(broker, f"{protocol.lower()}_port")

@@ -48,6 +48,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import report  # noqa: E402
 from brokers import (  # noqa: E402
     CLK_TCK,
     ActiveMQ,
@@ -59,20 +60,7 @@ from brokers import (  # noqa: E402
     process_tree,
     rabbitmq_installed,
 )
-from report import (  # noqa: E402
-    check_names,
-    fmt,
-    log,
-    print_errors,
-    print_table,
-    ratio,
-    run_broker as serve,
-    run_cases,
-    run_meta,
-    sigterm,
-    split_names,
-    write_results,
-)
+from report import fmt, log, ratio  # noqa: E402
 
 BROKERS = ("leveret", "activemq", "rabbitmq")
 CASES = ("send-transient", "send-persistent", "receive", "receive-transient")
@@ -644,10 +632,10 @@ def run_broker(name: str, cases: list[str], s: Settings, args: argparse.Namespac
                     log(f"[{name}] warm-up {case} failed: {type(exc).__name__}: {exc}")
             log(f"[{name}] warmed up: every case with {s.warmup} messages ({out['info'].get('server')})")
             time.sleep(s.pause)
-        run_cases(name, broker, cases, lambda case: run_case(broker, case, s, args.profile), describe, out,
-                  s.pause)
+        report.run_cases(name, broker, cases, lambda case: run_case(broker, case, s, args.profile), describe,
+                         out, s.pause)
 
-    return serve(name, make_broker(name, args), "STOMP", body)
+    return report.run_broker(name, make_broker(name, args), "STOMP", body)
 
 
 def describe(case: str, row: dict) -> str:
@@ -711,8 +699,8 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
 
 def print_tables(results: dict, cases: list[str]) -> None:
     for title, head, rows in tables(results, cases):
-        print_table(title, head, rows)
-    print_errors(results)
+        report.print_table(title, head, rows)
+    report.print_errors(results)
 
 
 # ------------------------------------------------------------------ main
@@ -765,14 +753,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, sigterm)
+    signal.signal(signal.SIGTERM, report.sigterm)
     s = Settings(messages=args.messages, seconds=args.seconds, body_size=args.body_size, clients=args.clients,
                  receipt_every=args.receipt_every, window=args.window, batch=args.batch,
                  prefetch=args.prefetch, ack_batch=args.ack_batch,
                  fill_seconds=args.fill_seconds, drain_seconds=args.drain_seconds,
                  warmup=args.warmup, pause=args.pause, profile_gil=args.profile_gil)
-    cases, brokers = split_names(args.cases), split_names(args.brokers)
-    check_names([*cases, *brokers], CASES, BROKERS)
+    cases, brokers = report.split_names(args.cases), report.split_names(args.brokers)
+    report.check_names([*cases, *brokers], CASES, BROKERS)
     if "rabbitmq" in brokers and not rabbitmq_installed():
         log("NOTE: rabbitmq-server is not installed, skipped (apt-get install -y rabbitmq-server)")
         brokers.remove("rabbitmq")
@@ -792,8 +780,8 @@ def main(argv: list[str] | None = None) -> int:
         log("interrupted")
         return 130
     print_tables(results, cases)
-    meta = run_meta(settings=asdict(s), cases=cases)
-    return write_results(args.output, meta, results)
+    meta = report.run_meta(settings=asdict(s), cases=cases)
+    return report.write_results(args.output, meta, results)
 
 
 if __name__ == "__main__":
