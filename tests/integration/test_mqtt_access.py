@@ -20,7 +20,7 @@ import pika
 import pytest
 from eventually import eventually
 from mqtt_ops_clients import V5, V311, Client, connack
-from targets import Target, unique
+from targets import Target, grant, new_account
 
 from leveret import BlockingBroker
 from leveret.protocol.mqtt.settings import MqttSettings, settings_of
@@ -28,7 +28,6 @@ from leveret.protocol.mqtt.settings import MqttSettings, settings_of
 if os.environ.get("MQTT_BROKER", "leveret") != "leveret":
     pytest.skip("leveret's users, vhosts and permissions", allow_module_level=True)
 
-FULL = {"configure": ".*", "write": ".*", "read": ".*"}
 #: What a refusal is answered with: 3.1.1 CONNACK return codes, MQTT 5.0 reason codes.
 #: A failed login is 5 for 3.1.1 as mosquitto 2.0 answers it (RabbitMQ 3.10: 4).
 BAD_LOGIN = {V311: 5, V5: 0x86}
@@ -61,17 +60,9 @@ def settings(broker: BlockingBroker) -> Iterator[MqttSettings]:
 
 @pytest.fixture
 def account(api: Target) -> Iterator[tuple[str, str]]:
-    """A fresh vhost and a user ``name``/``pw`` with no permission yet; gone after."""
-    vhost, user = unique("mqv"), unique("mqu")
-    assert api.http("PUT", f"/api/vhosts/{vhost}")[0] == 201
-    assert api.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": ""})[0] == 201
-    yield vhost, user
-    api.http("DELETE", f"/api/vhosts/{vhost}")
-    api.http("DELETE", f"/api/users/{user}")
-
-
-def grant(api: Target, vhost: str, user: str, **permission: str) -> None:
-    assert api.http("PUT", f"/api/permissions/{vhost}/{user}", {**FULL, **permission})[0] in (201, 204)
+    """A fresh vhost and a user ``name``/``pw`` with no permission yet (targets.new_account)."""
+    with new_account(api, "mqv", "mqu") as names:
+        yield names
 
 
 def client_id() -> str:

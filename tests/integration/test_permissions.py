@@ -17,26 +17,14 @@ import pytest
 from amqp_raw import PLAIN_GUEST, RawClient
 from pamqp import commands
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, ProbableAccessDeniedError
-from targets import Target, unique
-
-FULL = {"configure": ".*", "write": ".*", "read": ".*"}
+from targets import Target, grant, new_account, unique
 
 
 @pytest.fixture
 def account(target: Target):
-    """A fresh vhost (guest has full permissions there, as its creator) and a tagless
-    user ``name`` with password ``pw`` and no permissions yet; both deleted after."""
-    vhost, user = unique("vh"), unique("user")
-    assert target.http("PUT", f"/api/vhosts/{vhost}")[0] == 201
-    assert target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": ""})[0] == 201
-    yield vhost, user
-    target.http("DELETE", f"/api/vhosts/{vhost}")
-    target.http("DELETE", f"/api/users/{user}")
-
-
-def grant(target: Target, vhost: str, user: str, **permission: str) -> None:
-    status, _ = target.http("PUT", f"/api/permissions/{vhost}/{user}", {**FULL, **permission})
-    assert status in (201, 204)
+    """A fresh vhost and a user ``name``/``pw`` with no permissions yet (targets.new_account)."""
+    with new_account(target, "vh", "user") as names:
+        yield names
 
 
 def refusal(target: Target, vhost: str, user: str, operation) -> str | None:
