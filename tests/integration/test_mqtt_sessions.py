@@ -23,13 +23,20 @@ def persistent(version: int, expiry: int = 300) -> dict:
     return {"clean_start": False, "properties": ((p.SESSION_EXPIRY_INTERVAL, expiry),)}
 
 
+def leave_session(broker, version: int, cid: str, topic: str, qos: int) -> tuple[int, ...]:
+    """Connect a persistent session ``cid`` (see persistent), subscribe it to ``topic`` at
+    ``qos``, disconnect: the session stays. Returns the SUBACK's reason codes."""
+    first = raw_connected(broker, version, client_id=cid, **persistent(version))
+    codes = first.subscribe(p.Subscription(topic, qos)).reason_codes
+    first.disconnect()
+    return codes
+
+
 @pytest.mark.parametrize("version", [V311, V5])
 def test_session_present_after_reconnect(mqtt_broker, version):
     # 3.1.1 §3.2.2.2 / 5.0 §3.2.2.1.1: session present is 1 when the server resumes a session.
     cid = unique("sp")
-    first = raw_connected(mqtt_broker, version, client_id=cid, **persistent(version))
-    assert first.subscribe(p.Subscription(unique("sp/t"), 1)).reason_codes == (1,)
-    first.disconnect()
+    assert leave_session(mqtt_broker, version, cid, unique("sp/t"), 1) == (1,)
     with Raw(mqtt_broker, version) as again:
         ack = again.connect(client_id=cid, **persistent(version))
         assert ack.reason_code == 0 and ack.session_present
@@ -42,9 +49,7 @@ def test_session_present_after_reconnect(mqtt_broker, version):
 @pytest.mark.parametrize("version", [V311, V5])
 def test_clean_start_drops_subscriptions(mqtt_broker, version):
     cid, topic = unique("cs"), unique("cs/t")
-    first = raw_connected(mqtt_broker, version, client_id=cid, **persistent(version))
-    first.subscribe(p.Subscription(topic, 1))
-    first.disconnect()
+    leave_session(mqtt_broker, version, cid, topic, 1)
     with raw_connected(mqtt_broker, version, client_id=cid, clean_start=True) as clean:
         with raw_connected(mqtt_broker, V5) as publisher:
             publisher.publish(topic, b"x", qos=1)
@@ -98,9 +103,7 @@ def test_persistent_session_queues_qos1_and_qos2(mqtt_broker, version):
     # 3.1.1 §4.1 / 5.0 §4.1: the session state keeps subscriptions and QoS 1 and 2
     # messages pending transmission while the client is disconnected.
     cid, topic = unique("ps"), unique("ps/t")
-    first = raw_connected(mqtt_broker, version, client_id=cid, **persistent(version))
-    assert first.subscribe(p.Subscription(topic, 2)).reason_codes == (2,)
-    first.disconnect()
+    assert leave_session(mqtt_broker, version, cid, topic, 2) == (2,)
     with raw_connected(mqtt_broker, V5) as publisher:
         publisher.publish(topic, b"one", qos=1, packet_id=1)
         publisher.publish(topic, b"two", qos=2, packet_id=2)
@@ -136,9 +139,7 @@ def test_persistent_session_survives_broker_restart(mqtt_own_broker):
     # broker restarts (mosquitto: with persistence on, saved at shutdown).
     broker = mqtt_own_broker
     cid, topic = unique("rs"), unique("rs/t")
-    first = raw_connected(broker, V5, client_id=cid, **persistent(V5))
-    first.subscribe(p.Subscription(topic, 2))
-    first.disconnect()
+    leave_session(broker, V5, cid, topic, 2)
     with raw_connected(broker, V5) as publisher:
         publisher.publish(topic, b"queued-1", qos=1)
         publisher.publish(topic, b"queued-2", qos=2)
@@ -272,9 +273,7 @@ SAVED_AFTER = {"leveret": 0.0, "mosquitto": 0.5}
 def test_persistent_session_survives_kill_9(mqtt_own_broker):
     broker = mqtt_own_broker
     cid, topic = unique("k9"), unique("k9/t")
-    first = raw_connected(broker, V5, client_id=cid, **persistent(V5))
-    first.subscribe(p.Subscription(topic, 1))
-    first.disconnect()
+    leave_session(broker, V5, cid, topic, 1)
     with raw_connected(broker, V5) as publisher:
         publisher.publish(topic, b"acknowledged", qos=1)
     time.sleep(SAVED_AFTER[broker.name])
