@@ -9,10 +9,8 @@ leveret's own rules (users, vhosts): skipped with ``MQTT_BROKER=mosquitto``."""
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 
@@ -128,21 +126,6 @@ def test_the_vhost_comes_from_the_user_name_then_the_port_then_the_default(broke
     broker.call(setattr, settings, "vhost", vhost)
     assert vhost_seen(user) == vhost
     assert vhost_seen(f"{vhost}:{user}") == vhost  # split at the last colon, as RabbitMQ
-
-
-@pytest.fixture(scope="module")
-def other_host() -> str:
-    """A local address that is not loopback (a connection from it is one from another
-    host as far as the broker can tell); skipped when this machine has none."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))  # picks the source address; sends nothing
-        except OSError:
-            pytest.skip("no route off this host, so no non-loopback source address")
-        address = probe.getsockname()[0]
-    if ipaddress.ip_address(address).is_loopback:
-        pytest.skip("this host's only address is a loopback one")
-    return address
 
 
 @VERSIONS

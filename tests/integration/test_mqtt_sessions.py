@@ -32,6 +32,18 @@ def leave_session(broker, version: int, cid: str, topic: str, qos: int) -> tuple
     return codes
 
 
+def resumed(broker, version: int, cid: str) -> Raw:
+    """A new connection resuming the persistent session ``cid``: its CONNACK must say
+    session present (3.1.1 §3.2.2.2 / 5.0 §3.2.2.1.1)."""
+    raw = Raw(broker, version)
+    try:
+        assert raw.connect(client_id=cid, **persistent(version)).session_present
+    except BaseException:
+        raw.close()
+        raise
+    return raw
+
+
 @pytest.mark.parametrize("version", [V311, V5])
 def test_session_present_after_reconnect(mqtt_broker, version):
     # 3.1.1 §3.2.2.2 / 5.0 §3.2.2.1.1: session present is 1 when the server resumes a session.
@@ -107,8 +119,7 @@ def test_persistent_session_queues_qos1_and_qos2(mqtt_broker, version):
     with raw_connected(mqtt_broker, V5) as publisher:
         publisher.publish(topic, b"one", qos=1, packet_id=1)
         publisher.publish(topic, b"two", qos=2, packet_id=2)
-    with Raw(mqtt_broker, version) as again:
-        assert again.connect(client_id=cid, **persistent(version)).session_present
+    with resumed(mqtt_broker, version, cid) as again:
         got = []
         for _ in range(2):
             message = again.recv_publish()
@@ -145,8 +156,7 @@ def test_persistent_session_survives_broker_restart(mqtt_own_broker):
         publisher.publish(topic, b"queued-2", qos=2)
         publisher.publish(topic + "/retained", b"kept", qos=1, retain=True)
     broker.restart()
-    with Raw(broker, V5) as again:
-        assert again.connect(client_id=cid, **persistent(V5)).session_present
+    with resumed(broker, V5, cid) as again:
         got = []
         for _ in range(2):
             message = again.recv_publish()
@@ -209,8 +219,7 @@ def test_unacknowledged_publish_is_redelivered_with_dup(mqtt_broker, version, qo
     ack_publish(first, got[2])
     first.nothing(0.2)
     first.close()  # m1 neither PUBACKed nor PUBRECed
-    with Raw(mqtt_broker, version) as again:
-        assert again.connect(client_id=cid, **persistent(version)).session_present
+    with resumed(mqtt_broker, version, cid) as again:
         resent = again.recv_publish()
         assert (resent.payload, resent.qos, resent.dup, resent.packet_id) == (
             b"m1",
@@ -234,8 +243,7 @@ def test_qos2_after_pubrec_the_server_resends_pubrel(mqtt_broker):
     rel = first.recv()
     assert rel == p.PubRel(message.packet_id)  # type: ignore[arg-type]
     first.close()  # no PUBCOMP
-    with Raw(mqtt_broker, V5) as again:
-        assert again.connect(client_id=cid, **persistent(V5)).session_present
+    with resumed(mqtt_broker, V5, cid) as again:
         assert again.recv() == p.PubRel(message.packet_id)  # type: ignore[arg-type]
         again.send(p.PubComp(message.packet_id))  # type: ignore[arg-type]
         again.nothing()
@@ -251,8 +259,7 @@ def test_qos2_inbound_is_delivered_once_across_reconnect(mqtt_broker):
         sender.send(p.Publish(topic, b"once", 2, packet_id=9))
         assert sender.recv() == p.PubRec(9)
         sender.close()
-        with Raw(mqtt_broker, V5) as again:
-            assert again.connect(client_id=cid, **persistent(V5)).session_present
+        with resumed(mqtt_broker, V5, cid) as again:
             again.send(p.Publish(topic, b"once", 2, dup=True, packet_id=9))
             assert again.recv() == p.PubRec(9)
             again.send(p.PubRel(9))
@@ -279,7 +286,6 @@ def test_persistent_session_survives_kill_9(mqtt_own_broker):
     time.sleep(SAVED_AFTER[broker.name])
     broker.kill()
     broker.start()
-    with Raw(broker, V5) as again:
-        assert again.connect(client_id=cid, **persistent(V5)).session_present
+    with resumed(broker, V5, cid) as again:
         message = again.recv_publish()
         assert (message.payload, message.qos) == (b"acknowledged", 1)

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import base64
 import http.client
-import ipaddress
 import json
 import re
-import socket
 
 import pika
 import pytest
@@ -201,21 +199,6 @@ def test_purging_over_http_needs_read_on_the_queue(target, account):
 
 
 # -- guest only from loopback ---------------------------------------------------------
-@pytest.fixture(scope="module")
-def other_host() -> str:
-    """A local address that is not loopback: a connection from it to 127.0.0.1 reaches the
-    broker as one from another host would. Skipped on a machine with no such address."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))  # picks the source address; sends nothing
-        except OSError:
-            pytest.skip("no route off this host, so no non-loopback source address")
-        address = probe.getsockname()[0]
-    if ipaddress.ip_address(address).is_loopback:
-        pytest.skip("this host's only address is a loopback one")
-    return address
-
-
 def http_from(target: Target, source: str, path: str, user: str, password: str) -> tuple[int, object]:
     connection = http.client.HTTPConnection(target.host, target.http_port, timeout=10,
                                             source_address=(source, 0))
