@@ -9,7 +9,17 @@ import asyncio
 
 import pytest
 from mqtt_brokers import unique
-from mqtt_clients import API_VERSIONS, PROTOCOLS, V5, V311, Paho, Raw, ack_publish, raw_connected
+from mqtt_clients import (
+    API_VERSIONS,
+    PROTOCOLS,
+    V5,
+    V311,
+    Paho,
+    Raw,
+    ack_publish,
+    raw_connected,
+    subscriber_and_publisher,
+)
 
 from leveret.protocol.mqtt import packets as p
 
@@ -42,8 +52,7 @@ def test_qos_flows_and_downgrade(mqtt_broker, version, pub_qos, sub_qos):
 def test_in_flight_packet_ids_are_distinct(mqtt_broker):
     # §2.2.1: a packet identifier is not reused while its exchange is in flight.
     topic = unique("ids/t")
-    with raw_connected(mqtt_broker, V5) as subscriber, raw_connected(mqtt_broker, V5) as publisher:
-        subscriber.subscribe(p.Subscription(topic, 1))
+    with subscriber_and_publisher(mqtt_broker, topic, 1) as (subscriber, publisher):
         for i in range(1, 6):
             publisher.publish(topic, b"%d" % i, qos=1, packet_id=i)
         messages = [subscriber.recv_publish() for _ in range(5)]
@@ -55,8 +64,7 @@ def test_in_flight_packet_ids_are_distinct(mqtt_broker):
 def test_order_is_kept_per_topic(mqtt_broker, qos):
     # §4.6: messages published to one topic at one QoS are delivered in that order.
     topic = unique("ord/t")
-    with raw_connected(mqtt_broker, V5) as subscriber, raw_connected(mqtt_broker, V5) as publisher:
-        subscriber.subscribe(p.Subscription(topic, qos))
+    with subscriber_and_publisher(mqtt_broker, topic, qos) as (subscriber, publisher):
         for i in range(1, 21):
             publisher.publish(topic, b"%d" % i, qos=qos, packet_id=i if qos else None)
         got = []
