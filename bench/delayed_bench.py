@@ -69,7 +69,17 @@ from brokers import (  # noqa: E402
     proc_cpu_seconds,
     rabbitmq_installed,
 )
-from report import fmt, log, print_errors, print_table, run_meta, sigterm, start, write_results  # noqa: E402
+from report import (  # noqa: E402
+    fmt,
+    log,
+    print_errors,
+    print_table,
+    run_each,
+    run_meta,
+    sigterm,
+    start,
+    write_results,
+)
 from stomp_bench import busiest_thread, profile_summary, thread_cpu, verdict  # noqa: E402
 
 from leveret.amqp.frames import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, encode_publish  # noqa: E402
@@ -722,12 +732,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
     delays = make_delays(s.messages, s.spread, s.seed)
-    results: dict = {}
-    try:
-        for b in brokers:
-            results[b] = run_broker(b, s, delays, args)
-    except KeyboardInterrupt:
-        log("interrupted")
+    results = run_each(brokers, lambda b: run_broker(b, s, delays, args))
+    if results is None:
         return 130
     print_results(results, s)
     meta = run_meta(loop=loadgen.loop_name(), settings=asdict(s), leveret_src=args.leveret_src)

@@ -596,12 +596,8 @@ def main(argv: list[str] | None = None) -> int:
         f"cases: {', '.join(cases)}; {version}; {s.messages} deliveries or {s.seconds:g} s each, "
         f"{s.body_size} B payloads"
     )
-    results: dict = {}
-    try:
-        for b in brokers:
-            results[b] = run_broker(b, cases, s, args)
-    except KeyboardInterrupt:
-        log("interrupted")
+    results = report.run_each(brokers, lambda b: run_broker(b, cases, s, args))
+    if results is None:
         return 130
     print(
         f"\n{version}, {s.body_size} B payloads; brokers skipped: "

@@ -95,6 +95,19 @@ def run_broker(name: str, broker: Broker, protocol: str, body: Callable[[Broker,
     return out
 
 
+def run_each(brokers: Iterable[str], run: Callable[[str], dict]) -> dict | None:
+    """``{broker: run(broker)}``, one broker after the other; None when interrupted (Ctrl-C,
+    or SIGTERM with ``sigterm`` installed: the running broker was stopped on the way out)."""
+    results: dict = {}
+    try:
+        for b in brokers:
+            results[b] = run(b)
+    except KeyboardInterrupt:
+        log("interrupted")
+        return None
+    return results
+
+
 def run_cases(
     name: str,
     broker: Broker,

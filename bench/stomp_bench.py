@@ -771,13 +771,9 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(args.profile, exist_ok=True)
     log(f"cases: {', '.join(cases)}; {s.messages} messages or {s.seconds:g} s each, {s.body_size} B bodies, "
         f"{s.clients} client process(es)")
-    results: dict = {}
-    try:
-        for b in brokers:
-            results[b] = run_broker(b, cases, s, args if b == "leveret" else argparse.Namespace(
-                **{**vars(args), "profile": None}))
-    except KeyboardInterrupt:  # SIGINT or SIGTERM: the running broker was stopped on the way out
-        log("interrupted")
+    results = report.run_each(brokers, lambda b: run_broker(
+        b, cases, s, args if b == "leveret" else argparse.Namespace(**{**vars(args), "profile": None})))
+    if results is None:
         return 130
     print_tables(results, cases)
     meta = report.run_meta(settings=asdict(s), cases=cases)
