@@ -343,6 +343,18 @@ def _properties_from_json(data: dict[str, Any]) -> Properties:
     return Properties(**data)
 
 
+class HeaderFormat:
+    """What most formats share: no death history of their own (deaths are core's
+    annotations), and a header read from the decoded properties. A format that can
+    read one header without decoding the rest overrides :meth:`header`."""
+
+    def death_history(self, message: Message) -> list[tuple[str, str]]:
+        return []
+
+    def header(self, message: Message, name: str) -> Any:
+        return message.headers.get(name)
+
+
 class _NeutralFormat:
     """Messages core builds: their properties are all there is."""
 

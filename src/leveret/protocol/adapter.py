@@ -130,6 +130,31 @@ class AdapterConnection(Output):
             self._unauthenticated = False
             lifecycle.connection_ended(self.core, self.peer)
 
+    # -- closing ------------------------------------------------------------------------
+    def close_transport(self, abort: bool = False) -> None:
+        """Write what is queued and close the socket (``abort``: drop it). The
+        connection is released now (:meth:`_release`), not when the socket is gone, so
+        a client that reconnects at once finds its messages back in their queues."""
+        if self.state == "closed":
+            return
+        self.flush()
+        self.state = "closed"
+        (self.transport.abort if abort else self.transport.close)()
+        self._release()
+
+    def connection_lost(self) -> None:
+        """The socket is gone: released (:meth:`_release`) unless it was closed already."""
+        if self.state == "closed":
+            return
+        self.state = "closed"
+        self._out.clear()
+        self._release()
+
+    def _release(self) -> None:
+        """The adapter's end of a connection: its subscriptions, transactions, timers,
+        then :meth:`_end_life`."""
+        raise NotImplementedError
+
     def peer_address(self) -> tuple[str, int]:
         """The peer's host (without IPv6 brackets) and port, as management shows them."""
         host, _, port = self.peer.rpartition(":")

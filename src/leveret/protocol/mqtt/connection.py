@@ -716,13 +716,21 @@ class MqttConnection(AdapterConnection):
     def returned(self, exchange: str, message: Message) -> None:
         """Never called: MQTT publishes are not mandatory."""
 
-    def _pubrel(self, packet: p.PubRel) -> None:
+    def _settle_id(self, ids: set[int], packet_id: int) -> bool:
+        """Take ``packet_id`` out of one of the session's QoS 2 sets (``awaiting_rel``
+        or ``awaiting_comp``), saved for a persistent session; False if not there."""
         record = self.record
         assert record is not None
-        if packet.packet_id in record.awaiting_rel:
-            record.awaiting_rel.discard(packet.packet_id)
-            if record.expiry_interval:
-                MqttState.of(self.core).save_session(record)
+        if packet_id not in ids:
+            return False
+        ids.discard(packet_id)
+        if record.expiry_interval:
+            MqttState.of(self.core).save_session(record)
+        return True
+
+    def _pubrel(self, packet: p.PubRel) -> None:
+        assert self.record is not None
+        if self._settle_id(self.record.awaiting_rel, packet.packet_id):
             self.send_packet(p.PubComp(packet.packet_id))
         else:
             self.send_packet(p.PubComp(packet.packet_id, rc.PACKET_ID_NOT_FOUND if self.v5 else 0))
@@ -804,7 +812,11 @@ class MqttConnection(AdapterConnection):
         else:
             name = shared_queue_name(group, plain)
             if name not in session.vhost.queues:
-                session.declare_queue(name, durable=durable, auto_delete=not durable)
+                # a durable one (its group's persistent sessions) goes after the longest
+                # session expiry without a member, not never
+                expires = self.settings.max_session_expiry * 1000
+                arguments = {"x-expires": expires} if durable and expires else None
+                session.declare_queue(name, durable=durable, auto_delete=not durable, arguments=arguments)
             shared = topic_filter
         session.bind(self.settings.exchange, "queue", name, to_routing_key(plain))
         if name not in self.consumers:
@@ -1006,12 +1018,8 @@ class MqttConnection(AdapterConnection):
             self._settled(flight)
 
     def _pubcomp(self, packet: p.PubComp) -> None:
-        record = self.record
-        assert record is not None
-        if packet.packet_id in record.awaiting_comp:
-            record.awaiting_comp.discard(packet.packet_id)
-            if record.expiry_interval:
-                MqttState.of(self.core).save_session(record)
+        assert self.record is not None
+        if self._settle_id(self.record.awaiting_comp, packet.packet_id):
             self._resume()
 
     def _settled(self, flight: _InFlight) -> None:
@@ -1175,21 +1183,6 @@ class MqttConnection(AdapterConnection):
         server send nothing before CONNECT)."""
         self.state = "closed"
         self.transport.close()
-
-    def close_transport(self, abort: bool = False) -> None:
-        if self.state == "closed":
-            return
-        self.flush()
-        self.state = "closed"
-        (self.transport.abort if abort else self.transport.close)()
-        self._release()
-
-    def connection_lost(self) -> None:
-        if self.state == "closed":
-            return
-        self.state = "closed"
-        self._out.clear()
-        self._release()
 
     def _release(self) -> None:
         """The connection is over: its consumers stop (what was in flight goes back to

@@ -37,7 +37,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from ...core.message import Message, Properties, register_format
+from ...core.message import HeaderFormat, Message, Properties, register_format
 from . import packets as p
 
 _SKIP = frozenset((p.TOPIC_ALIAS, p.SUBSCRIPTION_IDENTIFIER, p.WILL_DELAY_INTERVAL))
@@ -135,7 +135,7 @@ def _user_property_in(prop: tuple[int, Any], names: dict[str, Any]) -> bool:
     return prop[0] == p.USER_PROPERTY and prop[1][0] in names
 
 
-class MqttFormat:
+class MqttFormat(HeaderFormat):
     """The encoded form of a message published over MQTT (see the module doc)."""
 
     name = "mqtt"
@@ -165,12 +165,6 @@ class MqttFormat:
         if message.ttl is not None:
             properties.expiration = str(message.ttl)
         return properties
-
-    def death_history(self, message: Message) -> list[tuple[str, str]]:
-        return []
-
-    def header(self, message: Message, name: str) -> Any:
-        return message.headers.get(name)
 
     def with_headers(self, message: Message, changes: dict[str, Any]) -> Message:
         """A copy whose user properties have ``changes`` applied (a value replaces the

@@ -992,23 +992,6 @@ class StompConnection(AdapterConnection):
         else:
             self.close_transport()
 
-    def close_transport(self, abort: bool = False) -> None:
-        """Write what is queued and close (``abort``: drop it). Subscriptions end now,
-        not when the socket is gone, so a client that got its DISCONNECT receipt and
-        reconnects finds its messages back in their queues."""
-        if self.state == "closed":
-            return
-        self.flush()
-        self.state = "closed"
-        (self.transport.abort if abort else self.transport.close)()
-        self._release()
-
-    def connection_lost(self) -> None:
-        """The socket is gone: see :meth:`_release`."""
-        self.state = "closed"
-        self._out.clear()
-        self._release()
-
     def _release(self) -> None:
         """Open transactions roll back, unacknowledged messages come back
         (redelivered, their delivery count raised), temporary queues go (once)."""

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from ...core.errors import precondition_failed
-from ...core.message import Message, Properties, register_format
+from ...core.message import HeaderFormat, Message, Properties, register_format
 from .destinations import TEMP_QUEUE_PREFIX, TEMP_TOPIC_PREFIX
 from .frames import escape, unescape
 
@@ -70,7 +70,7 @@ def is_text(message: Message) -> bool:
     )
 
 
-class StompFormat:
+class StompFormat(HeaderFormat):
     """The MESSAGE header block (see the module doc) as a message's encoded form."""
 
     name = "stomp"
@@ -98,12 +98,6 @@ class StompFormat:
         if message.ttl is not None:
             properties.expiration = str(message.ttl)
         return properties
-
-    def death_history(self, message: Message) -> list[tuple[str, str]]:
-        return []
-
-    def header(self, message: Message, name: str) -> Any:
-        return message.headers.get(name)
 
     def with_headers(self, message: Message, changes: dict[str, Any]) -> Message:
         """A copy whose header block has ``changes`` applied (a value replaces the
