@@ -72,6 +72,14 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, iowait) CPU seconds of the whole machine so far, all cores (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK, iowait / CLK_TCK
+
+
 def proc_rss_bytes(pid: int) -> int:
     """VmRSS of one process, in bytes (0 if gone or a kernel thread)."""
     try:
@@ -274,16 +282,33 @@ class Broker:
         """Make the working directory (and pick ports) for a first launch."""
         raise NotImplementedError
 
+    #: seconds ``stop`` waits for a clean exit before SIGKILL
+    stop_timeout: float = 15.0
+
     def stop(self) -> None:
-        raise NotImplementedError
+        """Shut down (waiting ``stop_timeout`` seconds at most) and remove the working
+        directory."""
+        self.shutdown(timeout=self.stop_timeout)
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = ""
 
     def shutdown(self, kill: bool = False, timeout: float = 120.0) -> float:
         """Stop the broker process but keep its data directory (for a restart).
 
-        ``kill``: SIGKILL (a crash) instead of a clean SIGTERM shutdown.
-        Returns the seconds until the process had exited.
+        ``kill``: SIGKILL (a crash) instead of a clean SIGTERM shutdown; SIGKILL after
+        ``timeout`` seconds either way. Returns the seconds until the process had exited.
+        This is for a broker that is the process we spawned (``root``); RabbitMQ overrides it.
         """
-        raise NotImplementedError
+        t0 = time.monotonic()
+        if self.root is not None and self.root.poll() is None:
+            self.root.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.root.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.root.kill()
+                self.root.wait(5)
+        return time.monotonic() - t0
 
     def launch(self, timeout: float = 900.0) -> float:
         """Start the process again on the same data directory; returns the
@@ -420,23 +445,6 @@ class Leveret(Broker):
             if time.monotonic() > deadline or not self._cli_has("--prometheus-port"):
                 return None
             time.sleep(0.02)
-
-    def shutdown(self, kill: bool = False, timeout: float = 120.0) -> float:
-        t0 = time.monotonic()
-        if self.root is not None and self.root.poll() is None:
-            self.root.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self.root.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.root.kill()
-                self.root.wait(5)
-        return time.monotonic() - t0
-
-    def stop(self) -> None:
-        self.shutdown(timeout=15)
-        if self.workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = ""
 
 
 def rabbitmq_installed() -> bool:
@@ -733,23 +741,6 @@ class Mosquitto(Broker):
             time.sleep(0.02)
         raise BrokerError(f"mosquitto did not answer MQTT on port {self.port}\n{self.log_tail()}")
 
-    def shutdown(self, kill: bool = False, timeout: float = 120.0) -> float:
-        t0 = time.monotonic()
-        if self.root is not None and self.root.poll() is None:
-            self.root.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self.root.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.root.kill()
-                self.root.wait(5)
-        return time.monotonic() - t0
-
-    def stop(self) -> None:
-        self.shutdown(timeout=15)
-        if self.workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = ""
-
 
 def _java17() -> str | None:
     """A Java 17 ``java`` (Debian's openjdk-17, which the activemq package depends on)."""
@@ -873,6 +864,7 @@ class ActiveMQ(Broker):
                  scheduler: bool = True, heap: str = "1G", java: str | None = None) -> None:
         super().__init__(name="activemq")
         self.start_timeout = start_timeout
+        self.stop_timeout = 30.0  # the JVM's shutdown hook stops the broker first
         self.auth = auth
         self.openwire = openwire
         self.scheduler = scheduler
@@ -949,25 +941,6 @@ class ActiveMQ(Broker):
                 return t0
             time.sleep(0.05)
         raise BrokerError(f"ActiveMQ did not answer STOMP on port {self.port}\n{self.log_tail()}")
-
-    def shutdown(self, kill: bool = False, timeout: float = 120.0) -> float:
-        """Stop the JVM but keep the data directory. Clean: SIGTERM (the shutdown hook stops
-        the broker); ``kill``: SIGKILL (a crash). SIGKILL after ``timeout`` either way."""
-        t0 = time.monotonic()
-        if self.root is not None and self.root.poll() is None:
-            self.root.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self.root.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.root.kill()
-                self.root.wait(5)
-        return time.monotonic() - t0
-
-    def stop(self) -> None:
-        self.shutdown(timeout=30)
-        if self.workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = ""
 
 
 # ------------------------------------------------------------------ self-check

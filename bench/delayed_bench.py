@@ -43,12 +43,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import datetime
-import json
 import math
 import multiprocessing as mp
 import os
-import platform
 import random
 import signal
 import struct
@@ -66,13 +63,24 @@ sys.path.insert(0, str(HERE))
 import loadgen  # noqa: E402
 from brokers import (  # noqa: E402
     Broker,
-    BrokerError,
     Leveret,
     RabbitMQ,
+    machine_cpu,
     proc_cpu_seconds,
     rabbitmq_installed,
 )
-from stomp_bench import busiest_thread, machine_cpu, profile_summary, thread_cpu, verdict  # noqa: E402
+from report import (  # noqa: E402
+    fmt,
+    log,
+    print_errors,
+    print_table,
+    run_each,
+    run_meta,
+    sigterm,
+    start,
+    write_results,
+)
+from stomp_bench import busiest_thread, profile_summary, thread_cpu, verdict  # noqa: E402
 
 from leveret.amqp.frames import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, encode_publish  # noqa: E402
 
@@ -94,10 +102,6 @@ _BASIC_DELIVER = (60 << 16) | 60
 _BASIC_ACK = (60 << 16) | 80
 _BASIC_NACK = (60 << 16) | 120
 FRAME_END = 0xCE
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -505,12 +509,7 @@ def run_broker(name: str, s: Settings, delays: array, args: argparse.Namespace) 
     out: dict = {"errors": {}}
     broker: Broker = Leveret(python=args.python, src=args.leveret_src) if name == "leveret" else RabbitMQ(
         schedulers=args.rabbitmq_schedulers)
-    log(f"[{name}] starting ...")
-    try:
-        broker.start()
-    except BrokerError as exc:
-        log(f"[{name}] failed to start: {exc}")
-        out["errors"]["start"] = str(exc)
+    if start(name, broker, out) is None:
         return out
     sampler = RssSampler(broker)
     ctx = mp.get_context("fork")
@@ -636,10 +635,6 @@ def run_broker(name: str, s: Settings, delays: array, args: argparse.Namespace) 
 
 
 # ------------------------------------------------------------------ output
-def _fmt(v, spec: str = ",.0f") -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def table(results: dict, s: Settings) -> tuple[list[str], list[list[str]]]:
     names = [b for b in BROKERS if b in results]
     labels = {"leveret": "leveret (x-delayed-message)", "rabbitmq": "RabbitMQ (TTL + DLX)"}
@@ -652,23 +647,23 @@ def table(results: dict, s: Settings) -> tuple[list[str], list[list[str]]]:
         return v
 
     rows = [
-        ["publish msg/s"] + [_fmt(get(b, "publish_msg_per_s")) for b in names],
+        ["publish msg/s"] + [fmt(get(b, "publish_msg_per_s")) for b in names],
         ["broker µs CPU/msg (publish phase)"] + [
-            _fmt(get(b, "publish_cpu_us_per_msg"), ".1f") for b in names],
-        ["peak broker RSS MB"] + [_fmt(get(b, "peak_rss_mb")) for b in names],
-        ["lateness p50 ms"] + [_fmt(get(b, "lateness", "p50_ms"), ",.1f") for b in names],
-        ["lateness p99 ms"] + [_fmt(get(b, "lateness", "p99_ms"), ",.1f") for b in names],
-        ["lateness max ms"] + [_fmt(get(b, "lateness", "max_ms"), ",.1f") for b in names],
+            fmt(get(b, "publish_cpu_us_per_msg"), ".1f") for b in names],
+        ["peak broker RSS MB"] + [fmt(get(b, "peak_rss_mb")) for b in names],
+        ["lateness p50 ms"] + [fmt(get(b, "lateness", "p50_ms"), ",.1f") for b in names],
+        ["lateness p99 ms"] + [fmt(get(b, "lateness", "p99_ms"), ",.1f") for b in names],
+        ["lateness max ms"] + [fmt(get(b, "lateness", "max_ms"), ",.1f") for b in names],
         ["messages lost (delivered twice)"] + [
-            f"{_fmt(get(b, 'lost'))} ({_fmt(get(b, 'duplicates'))})" for b in names],
+            f"{fmt(get(b, 'lost'))} ({fmt(get(b, 'duplicates'))})" for b in names],
         ["saturated, publish phase"] + [str(get(b, "publish_phase", "saturated") or "-") for b in names],
         ["  broker % / busiest thread % / publisher % / consumer % / others %"] + [
-            "/".join(_fmt(get(b, "publish_phase", k)) for k in (
+            "/".join(fmt(get(b, "publish_phase", k)) for k in (
                 "broker_cpu_pct", "busiest_thread_pct", "publisher_cpu_pct", "consumer_cpu_pct",
                 "other_cpu_pct")) for b in names],
         ["saturated, delivery phase"] + [str(get(b, "deliver_phase", "saturated") or "-") for b in names],
         ["  broker % / busiest thread % / publisher % / consumer % / others %"] + [
-            "/".join(_fmt(get(b, "deliver_phase", k)) for k in (
+            "/".join(fmt(get(b, "deliver_phase", k)) for k in (
                 "broker_cpu_pct", "busiest_thread_pct", "publisher_cpu_pct", "consumer_cpu_pct",
                 "other_cpu_pct")) for b in names],
     ]
@@ -682,22 +677,12 @@ def table(results: dict, s: Settings) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def print_table(results: dict, s: Settings) -> None:
+def print_results(results: dict, s: Settings) -> None:
     head, rows = table(results, s)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    print(f"\nDelayed messages: {s.messages:,} persistent, delays uniform over {s.spread:g} s, "
-          f"confirm window {s.confirm_window}:")
-    print(line(head))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print(line(r))
-    for b, res in results.items():
-        for what, err in res.get("errors", {}).items():
-            print(f"{b} {what}: ERROR {err}")
+    title = (f"Delayed messages: {s.messages:,} persistent, delays uniform over {s.spread:g} s, "
+             f"confirm window {s.confirm_window}")
+    print_table(title, head, rows)
+    print_errors(results)
 
 
 # ------------------------------------------------------------------ main
@@ -730,13 +715,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _sigterm(signum, frame) -> None:
-    raise KeyboardInterrupt  # unwinds through run_broker's finally: the broker is stopped
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, sigterm)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
     s = Settings(messages=args.messages, spread=args.spread, confirm_window=args.confirm_window,
                  prefetch=args.prefetch, ack_every=args.ack_every, publish_timeout=args.publish_timeout,
@@ -751,29 +732,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
     delays = make_delays(s.messages, s.spread, s.seed)
-    results: dict = {}
-    try:
-        for b in brokers:
-            results[b] = run_broker(b, s, delays, args)
-    except KeyboardInterrupt:
-        log("interrupted")
+    results = run_each(brokers, lambda b: run_broker(b, s, delays, args))
+    if results is None:
         return 130
-    print_table(results, s)
-    doc = {
-        "meta": {
-            "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "loop": loadgen.loop_name(), "settings": asdict(s),
-            "pythonpath": os.environ.get("PYTHONPATH", ""),
-            "leveret_src": args.leveret_src, "loadavg": os.getloadavg(),
-        },
-        "results": results,
-    }
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
-    log(f"results written to {out}")
-    return 1 if any(r.get("errors") for r in results.values()) else 0
+    print_results(results, s)
+    meta = run_meta(loop=loadgen.loop_name(), settings=asdict(s), leveret_src=args.leveret_src)
+    return write_results(args.output, meta, results)
 
 
 if __name__ == "__main__":

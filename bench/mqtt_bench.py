@@ -36,11 +36,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import json
 import multiprocessing as mp
 import os
-import platform
 import queue
 import secrets
 import signal
@@ -52,25 +49,23 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import report  # noqa: E402
 from brokers import (  # noqa: E402
     Broker,
-    BrokerError,
     Leveret,
     Mosquitto,
     RabbitMQ,
+    machine_cpu,
     mosquitto_installed,
     proc_cpu_seconds,
     rabbitmq_installed,
     raise_nofile_limit,
 )
 from mqtt_client import Client, MqttError, Publishes, connect_many, install_uvloop  # noqa: E402
+from report import fmt, log, ratio  # noqa: E402
 
 BROKERS = ("leveret", "mosquitto", "rabbitmq")
 CASES = ("qos0", "qos1", "fanout", "fanin")
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------ settings and jobs
@@ -274,14 +269,6 @@ def _worker(kind: str, job: Job, slot: int, ready, start, counts, published, res
 
 
 # ------------------------------------------------------------------ measuring
-def machine_cpu() -> float:
-    """Busy CPU seconds of the whole machine so far, all cores (``/proc/stat``)."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass
 class Sample:
     t: float
@@ -300,7 +287,7 @@ def sample(broker: Broker, pub_pid: int, sub_pids: list[int], counts) -> Sample:
         broker.cpu_seconds(),
         proc_cpu_seconds(pub_pid),
         [proc_cpu_seconds(p) for p in sub_pids],
-        machine_cpu(),
+        machine_cpu()[0],
         proc_cpu_seconds(os.getpid()),
     )
 
@@ -459,59 +446,35 @@ def available(name: str, s: Settings, args: argparse.Namespace) -> str | None:
 
 
 def run_broker(name: str, cases: list[str], s: Settings, args: argparse.Namespace) -> dict:
-    out: dict = {"rows": {}, "errors": {}, "info": {}}
-    broker = make_broker(name, s, args)
-    log(f"[{name}] starting ...")
-    t = time.monotonic()
-    try:
-        broker.start()
-    except BrokerError as exc:
-        log(f"[{name}] failed to start: {exc}")
-        out["errors"]["start"] = str(exc)
-        return out
-    try:
-        log(
-            f"[{name}] ready, MQTT on {broker.host}:{broker.mqtt_port} (pid {broker.pid}) "
-            f"in {time.monotonic() - t:.1f} s"
+    """Start one broker, run the cases, stop it (also on error or a signal)."""
+
+    def body(broker: Broker, out: dict) -> None:
+        report.run_cases(
+            name,
+            broker,
+            cases,
+            lambda case: run_case(broker, broker.mqtt_port, case, s),
+            describe,
+            out,
+            s.pause,
         )
-        out["info"] = {"pid": broker.pid, "idle_rss_mb": round(broker.rss_bytes() / 2**20, 1)}
-        for case in cases:
-            if not broker.alive():
-                out["errors"][case] = "broker is not running"
-                log(f"[{name}] {case}: skipped, the broker died\n{broker.log_tail()}")
-                continue
-            try:
-                row = run_case(broker, broker.mqtt_port, case, s)
-            except Exception as exc:  # keep going with the next case
-                out["errors"][case] = f"{type(exc).__name__}: {exc}"
-                log(f"[{name}] {case}: FAILED: {type(exc).__name__}: {exc}")
-                continue
-            row["rss_mb"] = round(broker.rss_bytes() / 2**20, 1)
-            out["rows"][case] = row
-            log(
-                f"[{name}] {case:7s} {row['received']:>8d} deliveries in {row['seconds']:6.2f} s = "
-                f"{row['msg_per_s']:>9,.0f} msg/s  {row['broker_cpu_us_per_msg'] or 0:6.1f} µs CPU/msg  "
-                f"broker {row['broker_cpu_pct']:5.1f}%  pub {row['pub_cpu_pct']:5.1f}%  "
-                f"sub {row['sub_cpu_pct']:5.1f}%  machine {row['machine_cpu_pct']:5.1f}% "
-                f"(others {row['other_cpu_pct']:.0f}%)  lost {row['lost']}"
-                f"  -> {row['saturated']}"
-            )
-            time.sleep(s.pause)
-    finally:
-        log(f"[{name}] stopping")
-        broker.stop()
-    return out
+
+    return report.run_broker(name, make_broker(name, s, args), "MQTT", body)
+
+
+def describe(case: str, row: dict) -> str:
+    """A case's log line."""
+    return (
+        f"{case:7s} {row['received']:>8d} deliveries in {row['seconds']:6.2f} s = "
+        f"{row['msg_per_s']:>9,.0f} msg/s  {row['broker_cpu_us_per_msg'] or 0:6.1f} µs CPU/msg  "
+        f"broker {row['broker_cpu_pct']:5.1f}%  pub {row['pub_cpu_pct']:5.1f}%  "
+        f"sub {row['sub_cpu_pct']:5.1f}%  machine {row['machine_cpu_pct']:5.1f}% "
+        f"(others {row['other_cpu_pct']:.0f}%)  lost {row['lost']}"
+        f"  -> {row['saturated']}"
+    )
 
 
 # ------------------------------------------------------------------ output
-def _fmt(v, spec: str = ",.0f") -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def _ratio(a, b) -> float | None:
-    return a / b if a is not None and b else None
-
-
 def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[list[str]]]]:
     names = [b for b in BROKERS if b in results]
     rows = {b: results[b].get("rows", {}) for b in names}
@@ -528,13 +491,13 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
     main_rows = []
     for case in cases:
         cells = [case]
-        cells += [_fmt(rows[b].get(case, {}).get("msg_per_s")) for b in names]
-        cells += [_fmt(rows[b].get(case, {}).get("broker_cpu_us_per_msg"), ".2f") for b in names]
+        cells += [fmt(rows[b].get(case, {}).get("msg_per_s")) for b in names]
+        cells += [fmt(rows[b].get(case, {}).get("broker_cpu_us_per_msg"), ".2f") for b in names]
         for label in ratios:
             a_name, b_name = label.split(" ")[0].split("/")
             a, b = rows[a_name.lower()].get(case, {}), rows[b_name.lower()].get(case, {})
             key = "msg_per_s" if label.endswith("msg/s") else "broker_cpu_us_per_msg"
-            cells.append(_fmt(_ratio(a.get(key), b.get(key)), ".2f"))
+            cells.append(fmt(ratio(a.get(key), b.get(key)), ".2f"))
         main_rows.append(cells)
     sat_head = [
         "broker",
@@ -561,12 +524,12 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
                 [
                     b,
                     case,
-                    _fmt(r["broker_cpu_pct"], ".0f"),
-                    _fmt(r["pub_cpu_pct"], ".0f"),
-                    _fmt(r["sub_cpu_pct"], ".0f"),
-                    _fmt(r["machine_cpu_pct"], ".0f"),
-                    _fmt(r["other_cpu_pct"], ".0f"),
-                    _fmt(r["loadgen_cpu_us_per_msg"], ".2f"),
+                    fmt(r["broker_cpu_pct"], ".0f"),
+                    fmt(r["pub_cpu_pct"], ".0f"),
+                    fmt(r["sub_cpu_pct"], ".0f"),
+                    fmt(r["machine_cpu_pct"], ".0f"),
+                    fmt(r["other_cpu_pct"], ".0f"),
+                    fmt(r["loadgen_cpu_us_per_msg"], ".2f"),
                     str(r["lost"]),
                     r["saturated"],
                 ]
@@ -579,18 +542,22 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
 
 def print_tables(results: dict, cases: list[str]) -> None:
     for title, head, rows in tables(results, cases):
-        widths = (
-            [max(len(str(x)) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
-        )
+        report.print_markdown_table(head, rows, title)
 
-        def line(cells: list[str], widths: list[int] = widths) -> str:
-            return "| " + " | ".join(str(c).rjust(w) for c, w in zip(cells, widths)) + " |"
 
-        print(f"\n{title}")
-        print(line(head))
-        print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-        for r in rows:
-            print(line(r))
+#: the Settings given on the command line (``--sub-procs`` for ``sub_procs``): help text
+OPTIONS = {
+    "messages": "deliveries per case at most",
+    "seconds": "publishing time per case at most (s)",
+    "body_size": "payload bytes",
+    "fan": "fanout subscribers and fanin publishers",
+    "inflight": "QoS 1: PUBLISHes awaiting PUBACK per publisher; also the brokers' QoS 1 delivery window",
+    "window": "deliveries published but not yet received, at most (end to end)",
+    "batch": "PUBLISH packets per write",
+    "sub_procs": "subscriber processes",
+    "read_pause_ms": "subscribers stop reading this long (× connections/10 in a process with more) "
+    "after a read under 32 KiB (0: never)",
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -598,31 +565,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--brokers", default=",".join(BROKERS), help="comma-separated: " + ", ".join(BROKERS))
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
-    p.add_argument("--messages", type=int, default=d.messages, help="deliveries per case at most")
-    p.add_argument("--seconds", type=float, default=d.seconds, help="publishing time per case at most (s)")
-    p.add_argument("--body-size", type=int, default=d.body_size, help="payload bytes")
-    p.add_argument("--fan", type=int, default=d.fan, help="fanout subscribers and fanin publishers")
-    p.add_argument(
-        "--inflight",
-        type=int,
-        default=d.inflight,
-        help="QoS 1: PUBLISHes awaiting PUBACK per publisher; also the brokers' QoS 1 delivery window",
-    )
-    p.add_argument(
-        "--window",
-        type=int,
-        default=d.window,
-        help="deliveries published but not yet received, at most (end to end)",
-    )
-    p.add_argument("--batch", type=int, default=d.batch, help="PUBLISH packets per write")
-    p.add_argument("--sub-procs", type=int, default=d.sub_procs, help="subscriber processes")
-    p.add_argument(
-        "--read-pause-ms",
-        type=float,
-        default=d.read_pause_ms,
-        help="subscribers stop reading this long (× connections/10 in a process with more) "
-        "after a read under 32 KiB (0: never)",
-    )
+    for name, text in OPTIONS.items():
+        default = getattr(d, name)
+        p.add_argument("--" + name.replace("_", "-"), type=type(default), default=default, help=text)
     p.add_argument(
         "--protocol", type=int, choices=(3, 4, 5), default=4, help="MQTT version: 4 (or 3) = 3.1.1, 5 = 5.0"
     )
@@ -632,33 +577,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _sigterm(signum, frame) -> None:
-    raise KeyboardInterrupt  # unwinds through run_broker's finally: the broker is stopped
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, report.sigterm)
     raise_nofile_limit()
-    s = Settings(
-        messages=args.messages,
-        seconds=args.seconds,
-        body_size=args.body_size,
-        fan=args.fan,
-        inflight=args.inflight,
-        window=args.window,
-        batch=args.batch,
-        sub_procs=args.sub_procs,
-        read_pause_ms=args.read_pause_ms,
-        protocol=5 if args.protocol == 5 else 4,
-    )
-    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
-    for name in [*cases, *brokers]:
-        if name not in (*CASES, *BROKERS):
-            raise SystemExit(
-                f"unknown case or broker {name!r}: cases {', '.join(CASES)}; brokers {', '.join(BROKERS)}"
-            )
+    s = Settings(**{name: getattr(args, name) for name in OPTIONS}, protocol=5 if args.protocol == 5 else 4)
+    cases, brokers = report.split_names(args.cases), report.split_names(args.brokers)
+    report.check_names([*cases, *brokers], CASES, BROKERS)
     skipped = {}
     for b in list(brokers):
         why = available(b, s, args)
@@ -671,37 +596,16 @@ def main(argv: list[str] | None = None) -> int:
         f"cases: {', '.join(cases)}; {version}; {s.messages} deliveries or {s.seconds:g} s each, "
         f"{s.body_size} B payloads"
     )
-    results: dict = {}
-    try:
-        for b in brokers:
-            results[b] = run_broker(b, cases, s, args)
-    except KeyboardInterrupt:
-        log("interrupted")
+    results = report.run_each(brokers, lambda b: run_broker(b, cases, s, args))
+    if results is None:
         return 130
     print(
         f"\n{version}, {s.body_size} B payloads; brokers skipped: "
         + ("; ".join(f"{b} ({w})" for b, w in skipped.items()) or "none")
     )
     print_tables(results, cases)
-    doc = {
-        "meta": {
-            "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "host": platform.node(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "settings": asdict(s),
-            "cases": cases,
-            "skipped": skipped,
-            "pythonpath": os.environ.get("PYTHONPATH", ""),
-            "loadavg": os.getloadavg(),
-        },
-        "results": results,
-    }
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
-    log(f"results written to {out}")
-    return 1 if any(r.get("errors") for r in results.values()) else 0
+    meta = report.run_meta(settings=asdict(s), cases=cases, skipped=skipped)
+    return report.write_results(args.output, meta, results)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from brokers import Broker, BrokerError, Leveret, Mosquitto, RabbitMQ, raise_nofile_limit  # noqa: E402
-from mqtt_bench import BROKERS, Settings, available, log  # noqa: E402
+from mqtt_bench import BROKERS, Settings, available  # noqa: E402
 from mqtt_client import Client, connect, install_uvloop  # noqa: E402
+from report import log, print_markdown_table, sigterm  # noqa: E402
 
 
 async def _open(broker: Broker, n: int, keep_alive: int, version: int, limit_s: float, parallel: int = 100):
@@ -212,11 +213,7 @@ def print_table(results: dict) -> None:
                 f"{r['broker_cpu_hold_s']:.2f}",
             ]
         )
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    print("| " + " | ".join(h.rjust(w) for h, w in zip(head, widths)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for r in rows:
-        print("| " + " | ".join(str(c).rjust(w) for c, w in zip(r, widths)) + " |")
+    print_markdown_table(head, rows)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -233,13 +230,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _sigterm(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, sigterm)
     nofile = raise_nofile_limit()
     if nofile < args.connections + 100:
         log(f"NOTE: RLIMIT_NOFILE is {nofile}: fewer than {args.connections} connections may open")

@@ -36,8 +36,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from brokers import Broker, BrokerError, Leveret, RabbitMQ, rabbitmq_installed  # noqa: E402
+from brokers import Broker, Leveret, RabbitMQ, rabbitmq_installed  # noqa: E402
 from loadgen import Connection, loop_name, new_event_loop  # noqa: E402
+from report import start  # noqa: E402
 from workloads import (  # noqa: E402
     ALIASES,
     BACKLOG_SECTION,
@@ -201,13 +202,8 @@ def run_broker(name: str, workloads: list[str], settings: Settings, args: argpar
     """Start one broker, run the workloads in order, stop it.  Returns {"info", "rows", "errors"}."""
     out: dict = {"info": {}, "rows": {}, "errors": {}}
     broker = make_broker(name, args)
-    log(f"[{name}] starting ...")
-    t = time.monotonic()
-    try:
-        broker.start()
-    except BrokerError as e:
-        log(f"[{name}] failed to start: {e}")
-        out["errors"]["start"] = str(e)
+    t = start(name, broker, out)
+    if t is None:
         return out
     loop = new_event_loop()
     stack = contextlib.ExitStack()

@@ -34,11 +34,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
 import multiprocessing as mp
 import os
-import platform
 import select
 import signal
 import socket
@@ -51,25 +48,23 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import report  # noqa: E402
 from brokers import (  # noqa: E402
     CLK_TCK,
     ActiveMQ,
     Broker,
-    BrokerError,
     Leveret,
     RabbitMQ,
     activemq_installed,
+    machine_cpu,
     process_tree,
     rabbitmq_installed,
 )
+from report import fmt, log, ratio  # noqa: E402
 
 BROKERS = ("leveret", "activemq", "rabbitmq")
 CASES = ("send-transient", "send-persistent", "receive", "receive-transient")
 DEFAULT_CASES = ("send-transient", "send-persistent", "receive")
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------ the client (worker processes)
@@ -329,14 +324,6 @@ def thread_cpu(broker: Broker) -> dict[tuple[int, int], tuple[str, float]]:
             fields = raw[raw.rindex(")") + 2:].split()
             out[(pid, int(tid))] = (name, (int(fields[11]) + int(fields[12])) / CLK_TCK)
     return out
-
-
-def machine_cpu() -> tuple[float, float]:
-    """(busy, iowait) CPU seconds of the whole machine so far, all cores (``/proc/stat``)."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    user, nice, system, _idle, iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / CLK_TCK, iowait / CLK_TCK
 
 
 def busiest_thread(before: dict, after: dict) -> tuple[str, float]:
@@ -633,20 +620,8 @@ def make_broker(name: str, args: argparse.Namespace) -> Broker:
 
 def run_broker(name: str, cases: list[str], s: Settings, args: argparse.Namespace) -> dict:
     """Start one broker, warm it up, run the cases, stop it (also on error or a signal)."""
-    out: dict = {"rows": {}, "errors": {}, "info": {}}
-    broker = make_broker(name, args)
-    log(f"[{name}] starting ...")
-    t = time.monotonic()
-    try:
-        broker.start()
-    except BrokerError as exc:
-        log(f"[{name}] failed to start: {exc}")
-        out["errors"]["start"] = str(exc)
-        return out
-    try:
-        log(f"[{name}] ready, STOMP on {broker.host}:{broker.stomp_port} (pid {broker.pid}) "
-            f"in {time.monotonic() - t:.1f} s")
-        out["info"] = {"pid": broker.pid, "idle_rss_mb": round(broker.rss_bytes() / 2**20, 1)}
+
+    def body(broker: Broker, out: dict) -> None:
         if s.warmup:  # every case once with fewer messages (ActiveMQ's JIT compiles the paths)
             warm = dataclasses.replace(s, messages=s.warmup, pause=0.2)
             for case in cases:
@@ -657,40 +632,22 @@ def run_broker(name: str, cases: list[str], s: Settings, args: argparse.Namespac
                     log(f"[{name}] warm-up {case} failed: {type(exc).__name__}: {exc}")
             log(f"[{name}] warmed up: every case with {s.warmup} messages ({out['info'].get('server')})")
             time.sleep(s.pause)
-        for case in cases:
-            if not broker.alive():
-                out["errors"][case] = "broker is not running"
-                log(f"[{name}] {case}: skipped, the broker died\n{broker.log_tail()}")
-                continue
-            try:
-                row = run_case(broker, case, s, args.profile)
-            except Exception as exc:  # keep going with the next case
-                out["errors"][case] = f"{type(exc).__name__}: {exc}"
-                log(f"[{name}] {case}: FAILED: {type(exc).__name__}: {exc}")
-                continue
-            row["rss_mb"] = round(broker.rss_bytes() / 2**20, 1)
-            out["rows"][case] = row
-            log(f"[{name}] {case:17s} {row['messages']:>7d} msgs in {row['seconds']:6.2f} s = "
-                f"{row['msg_per_s']:>9,.0f} msg/s  {row['broker_cpu_us_per_msg'] or 0:7.1f} µs CPU/msg  "
-                f"broker {row['broker_cpu_pct']:5.1f}% (busiest thread {row['busiest_thread_pct']:.0f}% "
-                f"{row['busiest_thread']})  client {row['client_cpu_pct']:5.1f}%  "
-                f"others {row['other_cpu_pct']:.0f}%  -> {row['saturated']}")
-            time.sleep(s.pause)
-    finally:
-        log(f"[{name}] stopping")
-        broker.stop()
-    return out
+        report.run_cases(name, broker, cases, lambda case: run_case(broker, case, s, args.profile), describe,
+                         out, s.pause)
+
+    return report.run_broker(name, make_broker(name, args), "STOMP", body)
+
+
+def describe(case: str, row: dict) -> str:
+    """A case's log line."""
+    return (f"{case:17s} {row['messages']:>7d} msgs in {row['seconds']:6.2f} s = "
+            f"{row['msg_per_s']:>9,.0f} msg/s  {row['broker_cpu_us_per_msg'] or 0:7.1f} µs CPU/msg  "
+            f"broker {row['broker_cpu_pct']:5.1f}% (busiest thread {row['busiest_thread_pct']:.0f}% "
+            f"{row['busiest_thread']})  client {row['client_cpu_pct']:5.1f}%  "
+            f"others {row['other_cpu_pct']:.0f}%  -> {row['saturated']}")
 
 
 # ------------------------------------------------------------------ output
-def _fmt(v, spec: str = ",.0f") -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def _ratio(a, b) -> float | None:
-    return a / b if a is not None and b else None
-
-
 def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[list[str]]]]:
     names = [b for b in BROKERS if b in results]
     head = ["case"] + [f"{b} msg/s" for b in names] + [f"{b} µs CPU/msg" for b in names]
@@ -706,16 +663,16 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
     main = []
     for case in cases:
         rows = {b: results[b].get("rows", {}).get(case, {}) for b in names}
-        line = [case] + [_fmt(rows[b].get("msg_per_s")) for b in names]
-        line += [_fmt(rows[b].get("broker_cpu_us_per_msg"), ".1f") for b in names]
-        ra = _ratio(lev.get(case, {}).get("msg_per_s"), amq.get(case, {}).get("msg_per_s"))
-        rr = _ratio(lev.get(case, {}).get("msg_per_s"), rmq.get(case, {}).get("msg_per_s"))
-        rc = _ratio(lev.get(case, {}).get("broker_cpu_us_per_msg"),
+        line = [case] + [fmt(rows[b].get("msg_per_s")) for b in names]
+        line += [fmt(rows[b].get("broker_cpu_us_per_msg"), ".1f") for b in names]
+        ra = ratio(lev.get(case, {}).get("msg_per_s"), amq.get(case, {}).get("msg_per_s"))
+        rr = ratio(lev.get(case, {}).get("msg_per_s"), rmq.get(case, {}).get("msg_per_s"))
+        rc = ratio(lev.get(case, {}).get("broker_cpu_us_per_msg"),
                     rmq.get(case, {}).get("broker_cpu_us_per_msg"))
         if lev and amq:
-            line.append(_fmt(ra, ".2f"))
+            line.append(fmt(ra, ".2f"))
         if lev and rmq:
-            line += [_fmt(rr, ".2f"), _fmt(rc, ".2f")]
+            line += [fmt(rr, ".2f"), fmt(rc, ".2f")]
         if lev and amq and rmq:
             line.append("-" if ra is None or rc is None else
                         ("met" if ra >= 2 and rc < 1 else
@@ -734,7 +691,7 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
                     client += f" ({r['client_processes']} procs, max {r['client_max_cpu_pct']:.0f})"
                 sat.append([b, case, f"{r['broker_cpu_pct']:.0f}",
                             f"{r['busiest_thread_pct']:.0f} ({r['busiest_thread']})", client,
-                            _fmt(r["client_cpu_us_per_msg"], ".1f"), f"{r['other_cpu_pct']:.0f}",
+                            fmt(r["client_cpu_us_per_msg"], ".1f"), f"{r['other_cpu_pct']:.0f}",
                             f"{r['iowait_pct']:.0f}", r["saturated"]])
     return [("STOMP throughput (msg/s) and broker CPU per message", head, main),
             ("Saturation (100% = one core busy)", sat_head, sat)]
@@ -742,20 +699,8 @@ def tables(results: dict, cases: list[str]) -> list[tuple[str, list[str], list[l
 
 def print_tables(results: dict, cases: list[str]) -> None:
     for title, head, rows in tables(results, cases):
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-
-        def line(cells: list[str], widths: list[int] = widths) -> str:
-            return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                             for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-
-        print(f"\n{title}:")
-        print(line(head))
-        print("  ".join("-" * w for w in widths))
-        for r in rows:
-            print(line(r))
-    for b, res in results.items():
-        for case, err in res.get("errors", {}).items():
-            print(f"{b} {case}: ERROR {err}")
+        report.print_table(title, head, rows)
+    report.print_errors(results)
 
 
 # ------------------------------------------------------------------ main
@@ -806,24 +751,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _sigterm(signum, frame) -> None:
-    raise KeyboardInterrupt  # unwinds through run_broker's finally: the broker is stopped
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, report.sigterm)
     s = Settings(messages=args.messages, seconds=args.seconds, body_size=args.body_size, clients=args.clients,
                  receipt_every=args.receipt_every, window=args.window, batch=args.batch,
                  prefetch=args.prefetch, ack_batch=args.ack_batch,
                  fill_seconds=args.fill_seconds, drain_seconds=args.drain_seconds,
                  warmup=args.warmup, pause=args.pause, profile_gil=args.profile_gil)
-    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
-    for name in [*cases, *brokers]:
-        if name not in (*CASES, *BROKERS):
-            raise SystemExit(f"unknown case or broker {name!r}: cases {', '.join(CASES)}; "
-                             f"brokers {', '.join(BROKERS)}")
+    cases, brokers = report.split_names(args.cases), report.split_names(args.brokers)
+    report.check_names([*cases, *brokers], CASES, BROKERS)
     if "rabbitmq" in brokers and not rabbitmq_installed():
         log("NOTE: rabbitmq-server is not installed, skipped (apt-get install -y rabbitmq-server)")
         brokers.remove("rabbitmq")
@@ -834,29 +771,13 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(args.profile, exist_ok=True)
     log(f"cases: {', '.join(cases)}; {s.messages} messages or {s.seconds:g} s each, {s.body_size} B bodies, "
         f"{s.clients} client process(es)")
-    results: dict = {}
-    try:
-        for b in brokers:
-            results[b] = run_broker(b, cases, s, args if b == "leveret" else argparse.Namespace(
-                **{**vars(args), "profile": None}))
-    except KeyboardInterrupt:  # SIGINT or SIGTERM: the running broker was stopped on the way out
-        log("interrupted")
+    results = report.run_each(brokers, lambda b: run_broker(
+        b, cases, s, args if b == "leveret" else argparse.Namespace(**{**vars(args), "profile": None})))
+    if results is None:
         return 130
     print_tables(results, cases)
-    doc = {
-        "meta": {
-            "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "settings": asdict(s), "cases": cases, "pythonpath": os.environ.get("PYTHONPATH", ""),
-            "loadavg": os.getloadavg(),
-        },
-        "results": results,
-    }
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
-    log(f"results written to {out}")
-    return 1 if any(r.get("errors") for r in results.values()) else 0
+    meta = report.run_meta(settings=asdict(s), cases=cases)
+    return report.write_results(args.output, meta, results)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@ leveret's own pytest plugin; ``server_process`` runs ``leveret server`` as a sub
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,3 +115,19 @@ def vhost(target: Target):
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
+
+@pytest.fixture(scope="session")
+def other_host() -> str:
+    """A local address that is not loopback: a connection from it to 127.0.0.1 reaches the
+    broker as one from another host would (guest only from loopback, as RabbitMQ).
+    Skipped on a machine with no such address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # picks the source address; sends nothing
+        except OSError:
+            pytest.skip("no route off this host, so no non-loopback source address")
+        address = probe.getsockname()[0]
+    if ipaddress.ip_address(address).is_loopback:
+        pytest.skip("this host's only address is a loopback one")
+    return address

@@ -9,7 +9,8 @@ import queue
 import socket
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -197,6 +198,17 @@ def raw_connected(broker: MqttBroker, version: int = V5, **connect: Any) -> Raw:
     ack = raw.connect(**connect)
     assert ack.reason_code == 0, ack
     return raw
+
+
+@contextmanager
+def subscriber_and_publisher(
+    broker: MqttBroker, topic_filter: str, qos: int, version: int = V5, publisher_version: int = V5
+) -> Iterator[tuple[Raw, Raw]]:
+    """Two connections: a subscriber (MQTT ``version``) whose subscription to
+    ``topic_filter`` at ``qos`` was granted, and a publisher; both closed after."""
+    with raw_connected(broker, version) as subscriber, raw_connected(broker, publisher_version) as publisher:
+        assert subscriber.subscribe(p.Subscription(topic_filter, qos)).reason_codes == (qos,)
+        yield subscriber, publisher
 
 
 def ack_publish(raw: Raw, publish: p.Publish) -> None:

@@ -19,6 +19,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,31 @@ class Target:
 def unique(prefix: str) -> str:
     """A name no other test uses (the RabbitMQ node is shared by the session)."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+#: every permission: configure, write and read on every name (the regular expression ``.*``)
+FULL = {"configure": ".*", "write": ".*", "read": ".*"}
+
+
+@contextmanager
+def new_account(target: Target, vhost_prefix: str, user_prefix: str) -> Iterator[tuple[str, str]]:
+    """A fresh vhost (guest has full permissions there, as its creator) and a tagless user
+    with password ``pw`` and no permissions yet, as (vhost, user); both deleted after."""
+    vhost, user = unique(vhost_prefix), unique(user_prefix)
+    assert target.http("PUT", f"/api/vhosts/{vhost}")[0] == 201
+    assert target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": ""})[0] == 201
+    try:
+        yield vhost, user
+    finally:
+        target.http("DELETE", f"/api/vhosts/{vhost}")
+        target.http("DELETE", f"/api/users/{user}")
+
+
+def grant(target: Target, vhost: str, user: str, **permission: str) -> None:
+    """Give ``user`` full permissions in ``vhost`` but for the ones named (``write="^x$"``:
+    regular expressions, as RabbitMQ's); the API answers 201 (created) or 204 (updated)."""
+    status, _ = target.http("PUT", f"/api/permissions/{vhost}/{user}", {**FULL, **permission})
+    assert status in (201, 204)
 
 
 def start_rabbitmq() -> tuple[RabbitMQ, Target]:

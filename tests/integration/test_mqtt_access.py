@@ -9,10 +9,8 @@ leveret's own rules (users, vhosts): skipped with ``MQTT_BROKER=mosquitto``."""
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 
@@ -20,7 +18,7 @@ import pika
 import pytest
 from eventually import eventually
 from mqtt_ops_clients import V5, V311, Client, connack
-from targets import Target, unique
+from targets import Target, grant, new_account
 
 from leveret import BlockingBroker
 from leveret.protocol.mqtt.settings import MqttSettings, settings_of
@@ -28,7 +26,6 @@ from leveret.protocol.mqtt.settings import MqttSettings, settings_of
 if os.environ.get("MQTT_BROKER", "leveret") != "leveret":
     pytest.skip("leveret's users, vhosts and permissions", allow_module_level=True)
 
-FULL = {"configure": ".*", "write": ".*", "read": ".*"}
 #: What a refusal is answered with: 3.1.1 CONNACK return codes, MQTT 5.0 reason codes.
 #: A failed login is 5 for 3.1.1 as mosquitto 2.0 answers it (RabbitMQ 3.10: 4).
 BAD_LOGIN = {V311: 5, V5: 0x86}
@@ -61,17 +58,9 @@ def settings(broker: BlockingBroker) -> Iterator[MqttSettings]:
 
 @pytest.fixture
 def account(api: Target) -> Iterator[tuple[str, str]]:
-    """A fresh vhost and a user ``name``/``pw`` with no permission yet; gone after."""
-    vhost, user = unique("mqv"), unique("mqu")
-    assert api.http("PUT", f"/api/vhosts/{vhost}")[0] == 201
-    assert api.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": ""})[0] == 201
-    yield vhost, user
-    api.http("DELETE", f"/api/vhosts/{vhost}")
-    api.http("DELETE", f"/api/users/{user}")
-
-
-def grant(api: Target, vhost: str, user: str, **permission: str) -> None:
-    assert api.http("PUT", f"/api/permissions/{vhost}/{user}", {**FULL, **permission})[0] in (201, 204)
+    """A fresh vhost and a user ``name``/``pw`` with no permission yet (targets.new_account)."""
+    with new_account(api, "mqv", "mqu") as names:
+        yield names
 
 
 def client_id() -> str:
@@ -137,21 +126,6 @@ def test_the_vhost_comes_from_the_user_name_then_the_port_then_the_default(broke
     broker.call(setattr, settings, "vhost", vhost)
     assert vhost_seen(user) == vhost
     assert vhost_seen(f"{vhost}:{user}") == vhost  # split at the last colon, as RabbitMQ
-
-
-@pytest.fixture(scope="module")
-def other_host() -> str:
-    """A local address that is not loopback (a connection from it is one from another
-    host as far as the broker can tell); skipped when this machine has none."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))  # picks the source address; sends nothing
-        except OSError:
-            pytest.skip("no route off this host, so no non-loopback source address")
-        address = probe.getsockname()[0]
-    if ipaddress.ip_address(address).is_loopback:
-        pytest.skip("this host's only address is a loopback one")
-    return address
 
 
 @VERSIONS

@@ -7,7 +7,7 @@ from __future__ import annotations
 import paho.mqtt.client as paho
 import pytest
 from mqtt_brokers import unique
-from mqtt_clients import V5, V311, Paho, ack_publish, raw_connected
+from mqtt_clients import V5, V311, Paho, ack_publish, raw_connected, subscriber_and_publisher
 
 from leveret.protocol.mqtt import packets as p
 
@@ -42,8 +42,7 @@ def test_empty_retained_payload_clears(mqtt_broker):
     # §3.3.1.3 [MQTT-3.3.1-6/7]: a retained PUBLISH with an empty payload removes the
     # retained message and is not itself retained; it still goes to current subscribers.
     topic = unique("clr/t")
-    with raw_connected(mqtt_broker, V5) as publisher, raw_connected(mqtt_broker, V5) as live:
-        live.subscribe(p.Subscription(topic, 0))
+    with subscriber_and_publisher(mqtt_broker, topic, 0) as (live, publisher):
         publisher.publish(topic, b"kept", qos=1, retain=True)
         assert live.recv_publish().payload == b"kept"
         publisher.publish(topic, b"", qos=1, retain=True)
@@ -59,8 +58,7 @@ def test_live_delivery_clears_retain_flag(mqtt_broker, version):
     # 3.1.1 [MQTT-3.3.1-9] / 5.0 retain as published 0 [MQTT-3.3.1-12]: a retained message
     # forwarded to an existing subscription has RETAIN 0.
     topic = unique("live/t")
-    with raw_connected(mqtt_broker, version) as subscriber, raw_connected(mqtt_broker, version) as publisher:
-        subscriber.subscribe(p.Subscription(topic, 0))
+    with subscriber_and_publisher(mqtt_broker, topic, 0, version, version) as (subscriber, publisher):
         publisher.publish(topic, b"now", retain=True)
         message = subscriber.recv_publish()
         assert (message.payload, message.retain) == (b"now", False)

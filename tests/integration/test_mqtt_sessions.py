@@ -23,13 +23,32 @@ def persistent(version: int, expiry: int = 300) -> dict:
     return {"clean_start": False, "properties": ((p.SESSION_EXPIRY_INTERVAL, expiry),)}
 
 
+def leave_session(broker, version: int, cid: str, topic: str, qos: int) -> tuple[int, ...]:
+    """Connect a persistent session ``cid`` (see persistent), subscribe it to ``topic`` at
+    ``qos``, disconnect: the session stays. Returns the SUBACK's reason codes."""
+    first = raw_connected(broker, version, client_id=cid, **persistent(version))
+    codes = first.subscribe(p.Subscription(topic, qos)).reason_codes
+    first.disconnect()
+    return codes
+
+
+def resumed(broker, version: int, cid: str) -> Raw:
+    """A new connection resuming the persistent session ``cid``: its CONNACK must say
+    session present (3.1.1 §3.2.2.2 / 5.0 §3.2.2.1.1)."""
+    raw = Raw(broker, version)
+    try:
+        assert raw.connect(client_id=cid, **persistent(version)).session_present
+    except BaseException:
+        raw.close()
+        raise
+    return raw
+
+
 @pytest.mark.parametrize("version", [V311, V5])
 def test_session_present_after_reconnect(mqtt_broker, version):
     # 3.1.1 §3.2.2.2 / 5.0 §3.2.2.1.1: session present is 1 when the server resumes a session.
     cid = unique("sp")
-    first = raw_connected(mqtt_broker, version, client_id=cid, **persistent(version))
-    assert first.subscribe(p.Subscription(unique("sp/t"), 1)).reason_codes == (1,)
-    first.disconnect()
+    assert leave_session(mqtt_broker, version, cid, unique("sp/t"), 1) == (1,)
     with Raw(mqtt_broker, version) as again:
         ack = again.connect(client_id=cid, **persistent(version))
         assert ack.reason_code == 0 and ack.session_present
@@ -42,9 +61,7 @@ def test_session_present_after_reconnect(mqtt_broker, version):
 @pytest.mark.parametrize("version", [V311, V5])
 def test_clean_start_drops_subscriptions(mqtt_broker, version):
     cid, topic = unique("cs"), unique("cs/t")
-    first = raw_connected(mqtt_broker, version, client_id=cid, **persistent(version))
-    first.subscribe(p.Subscription(topic, 1))
-    first.disconnect()
+    leave_session(mqtt_broker, version, cid, topic, 1)
     with raw_connected(mqtt_broker, version, client_id=cid, clean_start=True) as clean:
         with raw_connected(mqtt_broker, V5) as publisher:
             publisher.publish(topic, b"x", qos=1)
@@ -98,14 +115,11 @@ def test_persistent_session_queues_qos1_and_qos2(mqtt_broker, version):
     # 3.1.1 §4.1 / 5.0 §4.1: the session state keeps subscriptions and QoS 1 and 2
     # messages pending transmission while the client is disconnected.
     cid, topic = unique("ps"), unique("ps/t")
-    first = raw_connected(mqtt_broker, version, client_id=cid, **persistent(version))
-    assert first.subscribe(p.Subscription(topic, 2)).reason_codes == (2,)
-    first.disconnect()
+    assert leave_session(mqtt_broker, version, cid, topic, 2) == (2,)
     with raw_connected(mqtt_broker, V5) as publisher:
         publisher.publish(topic, b"one", qos=1, packet_id=1)
         publisher.publish(topic, b"two", qos=2, packet_id=2)
-    with Raw(mqtt_broker, version) as again:
-        assert again.connect(client_id=cid, **persistent(version)).session_present
+    with resumed(mqtt_broker, version, cid) as again:
         got = []
         for _ in range(2):
             message = again.recv_publish()
@@ -136,16 +150,13 @@ def test_persistent_session_survives_broker_restart(mqtt_own_broker):
     # broker restarts (mosquitto: with persistence on, saved at shutdown).
     broker = mqtt_own_broker
     cid, topic = unique("rs"), unique("rs/t")
-    first = raw_connected(broker, V5, client_id=cid, **persistent(V5))
-    first.subscribe(p.Subscription(topic, 2))
-    first.disconnect()
+    leave_session(broker, V5, cid, topic, 2)
     with raw_connected(broker, V5) as publisher:
         publisher.publish(topic, b"queued-1", qos=1)
         publisher.publish(topic, b"queued-2", qos=2)
         publisher.publish(topic + "/retained", b"kept", qos=1, retain=True)
     broker.restart()
-    with Raw(broker, V5) as again:
-        assert again.connect(client_id=cid, **persistent(V5)).session_present
+    with resumed(broker, V5, cid) as again:
         got = []
         for _ in range(2):
             message = again.recv_publish()
@@ -208,8 +219,7 @@ def test_unacknowledged_publish_is_redelivered_with_dup(mqtt_broker, version, qo
     ack_publish(first, got[2])
     first.nothing(0.2)
     first.close()  # m1 neither PUBACKed nor PUBRECed
-    with Raw(mqtt_broker, version) as again:
-        assert again.connect(client_id=cid, **persistent(version)).session_present
+    with resumed(mqtt_broker, version, cid) as again:
         resent = again.recv_publish()
         assert (resent.payload, resent.qos, resent.dup, resent.packet_id) == (
             b"m1",
@@ -233,8 +243,7 @@ def test_qos2_after_pubrec_the_server_resends_pubrel(mqtt_broker):
     rel = first.recv()
     assert rel == p.PubRel(message.packet_id)  # type: ignore[arg-type]
     first.close()  # no PUBCOMP
-    with Raw(mqtt_broker, V5) as again:
-        assert again.connect(client_id=cid, **persistent(V5)).session_present
+    with resumed(mqtt_broker, V5, cid) as again:
         assert again.recv() == p.PubRel(message.packet_id)  # type: ignore[arg-type]
         again.send(p.PubComp(message.packet_id))  # type: ignore[arg-type]
         again.nothing()
@@ -250,8 +259,7 @@ def test_qos2_inbound_is_delivered_once_across_reconnect(mqtt_broker):
         sender.send(p.Publish(topic, b"once", 2, packet_id=9))
         assert sender.recv() == p.PubRec(9)
         sender.close()
-        with Raw(mqtt_broker, V5) as again:
-            assert again.connect(client_id=cid, **persistent(V5)).session_present
+        with resumed(mqtt_broker, V5, cid) as again:
             again.send(p.Publish(topic, b"once", 2, dup=True, packet_id=9))
             assert again.recv() == p.PubRec(9)
             again.send(p.PubRel(9))
@@ -272,15 +280,12 @@ SAVED_AFTER = {"leveret": 0.0, "mosquitto": 0.5}
 def test_persistent_session_survives_kill_9(mqtt_own_broker):
     broker = mqtt_own_broker
     cid, topic = unique("k9"), unique("k9/t")
-    first = raw_connected(broker, V5, client_id=cid, **persistent(V5))
-    first.subscribe(p.Subscription(topic, 1))
-    first.disconnect()
+    leave_session(broker, V5, cid, topic, 1)
     with raw_connected(broker, V5) as publisher:
         publisher.publish(topic, b"acknowledged", qos=1)
     time.sleep(SAVED_AFTER[broker.name])
     broker.kill()
     broker.start()
-    with Raw(broker, V5) as again:
-        assert again.connect(client_id=cid, **persistent(V5)).session_present
+    with resumed(broker, V5, cid) as again:
         message = again.recv_publish()
         assert (message.payload, message.qos) == (b"acknowledged", 1)

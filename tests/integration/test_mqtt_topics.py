@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from mqtt_brokers import unique
-from mqtt_clients import V5, V311, ack_publish, raw_connected
+from mqtt_clients import V5, V311, ack_publish, raw_connected, subscriber_and_publisher
 
 from leveret.protocol.mqtt import packets as p
 
@@ -149,8 +149,7 @@ def test_unsubscribe(mqtt_broker, version):
     # §3.10.4, §3.11.3: UNSUBACK with 0x00 success / 0x11 no subscription existed (5.0);
     # 3.1.1's UNSUBACK has no payload. Afterwards no message arrives for the filter.
     topic = unique("unsub/t")
-    with raw_connected(mqtt_broker, version) as subscriber, raw_connected(mqtt_broker, V5) as publisher:
-        subscriber.subscribe(p.Subscription(topic, 1))
+    with subscriber_and_publisher(mqtt_broker, topic, 1, version) as (subscriber, publisher):
         subscriber.send(p.Unsubscribe(2, (topic, topic + "/never")))
         ack = subscriber.recv()
         assert ack == p.UnsubAck(2, (0x00, 0x11) if version == V5 else ())

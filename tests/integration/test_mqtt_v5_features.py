@@ -10,7 +10,7 @@ from collections import Counter
 import paho.mqtt.client as paho
 import pytest
 from mqtt_brokers import unique
-from mqtt_clients import V5, Paho, Raw, ack_publish, raw_connected
+from mqtt_clients import V5, Paho, Raw, ack_publish, raw_connected, subscriber_and_publisher
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -33,8 +33,7 @@ def test_message_properties_are_forwarded_unchanged(mqtt_broker):
     # §3.3.2.3: payload format indicator, content type, response topic, correlation data
     # and user properties (order kept, [MQTT-3.3.2-18]) reach the subscriber unaltered.
     topic = unique("props/t")
-    with raw_connected(mqtt_broker, V5) as subscriber, raw_connected(mqtt_broker, V5) as publisher:
-        subscriber.subscribe(p.Subscription(topic, 1))
+    with subscriber_and_publisher(mqtt_broker, topic, 1) as (subscriber, publisher):
         publisher.publish(topic, b'{"k": 1}', qos=1, properties=MESSAGE_PROPERTIES)
         message = subscriber.recv_publish()
         assert message.payload == b'{"k": 1}'

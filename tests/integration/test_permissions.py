@@ -7,36 +7,22 @@ from __future__ import annotations
 
 import base64
 import http.client
-import ipaddress
 import json
 import re
-import socket
 
 import pika
 import pytest
 from amqp_raw import PLAIN_GUEST, RawClient
 from pamqp import commands
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, ProbableAccessDeniedError
-from targets import Target, unique
-
-FULL = {"configure": ".*", "write": ".*", "read": ".*"}
+from targets import Target, grant, new_account, unique
 
 
 @pytest.fixture
 def account(target: Target):
-    """A fresh vhost (guest has full permissions there, as its creator) and a tagless
-    user ``name`` with password ``pw`` and no permissions yet; both deleted after."""
-    vhost, user = unique("vh"), unique("user")
-    assert target.http("PUT", f"/api/vhosts/{vhost}")[0] == 201
-    assert target.http("PUT", f"/api/users/{user}", {"password": "pw", "tags": ""})[0] == 201
-    yield vhost, user
-    target.http("DELETE", f"/api/vhosts/{vhost}")
-    target.http("DELETE", f"/api/users/{user}")
-
-
-def grant(target: Target, vhost: str, user: str, **permission: str) -> None:
-    status, _ = target.http("PUT", f"/api/permissions/{vhost}/{user}", {**FULL, **permission})
-    assert status in (201, 204)
+    """A fresh vhost and a user ``name``/``pw`` with no permissions yet (targets.new_account)."""
+    with new_account(target, "vh", "user") as names:
+        yield names
 
 
 def refusal(target: Target, vhost: str, user: str, operation) -> str | None:
@@ -213,21 +199,6 @@ def test_purging_over_http_needs_read_on_the_queue(target, account):
 
 
 # -- guest only from loopback ---------------------------------------------------------
-@pytest.fixture(scope="module")
-def other_host() -> str:
-    """A local address that is not loopback: a connection from it to 127.0.0.1 reaches the
-    broker as one from another host would. Skipped on a machine with no such address."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))  # picks the source address; sends nothing
-        except OSError:
-            pytest.skip("no route off this host, so no non-loopback source address")
-        address = probe.getsockname()[0]
-    if ipaddress.ip_address(address).is_loopback:
-        pytest.skip("this host's only address is a loopback one")
-    return address
-
-
 def http_from(target: Target, source: str, path: str, user: str, password: str) -> tuple[int, object]:
     connection = http.client.HTTPConnection(target.host, target.http_port, timeout=10,
                                             source_address=(source, 0))

@@ -67,6 +67,22 @@ def core(loop: FakeLoop) -> BrokerCore:
     return BrokerCore(loop)
 
 
+def connected(core: BrokerCore, loop: FakeLoop, client_id: str, **connect) -> Client:
+    """A Client whose CONNECT (``connect``: its other fields) was accepted."""
+    client = Client(core, loop)
+    assert client.connect(client_id, **connect).reason_code == 0
+    return client
+
+
+def subscribed(
+    core: BrokerCore, loop: FakeLoop, client_id: str, topic_filter: str, qos: int, **connect
+) -> Client:
+    """A connected Client subscribed to ``topic_filter`` at ``qos`` (granted)."""
+    client = connected(core, loop, client_id, **connect)
+    assert client.subscribe(topic_filter, qos=qos).reason_codes == (qos,)
+    return client
+
+
 def publishes(packets: list[p.Packet]) -> list[p.Publish]:
     return [packet for packet in packets if isinstance(packet, p.Publish)]
 
@@ -120,11 +136,8 @@ def test_a_session_expires_with_its_queue_after_its_interval(core, loop):
 
 
 def test_a_resent_qos2_publish_is_routed_once(core, loop):
-    subscriber = Client(core, loop)
-    subscriber.connect("sub")
-    subscriber.subscribe("q2", qos=2)
-    publisher = Client(core, loop)
-    publisher.connect("pub")
+    subscriber = subscribed(core, loop, "sub", "q2", 2)
+    publisher = connected(core, loop, "pub")
     publisher.send(p.Publish("q2", b"once", 2, packet_id=7))
     assert publisher.received() == [p.PubRec(7)]
     publisher.send(p.Publish("q2", b"once", 2, dup=True, packet_id=7))  # PUBREC was lost
@@ -141,11 +154,8 @@ def test_a_resent_qos2_publish_is_routed_once(core, loop):
 
 
 def test_the_clients_receive_maximum_bounds_what_is_in_flight(core, loop):
-    subscriber = Client(core, loop)
-    subscriber.connect("slow", properties=((p.RECEIVE_MAXIMUM, 2),))
-    subscriber.subscribe("r", qos=1)
-    publisher = Client(core, loop)
-    publisher.connect("fast")
+    subscriber = subscribed(core, loop, "slow", "r", 1, properties=((p.RECEIVE_MAXIMUM, 2),))
+    publisher = connected(core, loop, "fast")
     for i in range(5):
         publisher.send(p.Publish("r", b"%d" % i, 1, packet_id=i + 1))
     first = publishes(subscriber.received())
@@ -155,11 +165,8 @@ def test_the_clients_receive_maximum_bounds_what_is_in_flight(core, loop):
 
 
 def test_topic_aliases_from_the_client(core, loop):
-    subscriber = Client(core, loop)
-    subscriber.connect("s")
-    subscriber.subscribe("long/topic/name", qos=0)
-    publisher = Client(core, loop)
-    publisher.connect("p")
+    subscriber = subscribed(core, loop, "s", "long/topic/name", 0)
+    publisher = connected(core, loop, "p")
     publisher.send(p.Publish("long/topic/name", b"1", properties=((p.TOPIC_ALIAS, 3),)))
     publisher.send(p.Publish("", b"2", properties=((p.TOPIC_ALIAS, 3),)))
     got = publishes(subscriber.received())
