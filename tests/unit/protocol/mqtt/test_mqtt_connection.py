@@ -4,67 +4,12 @@ maximum and topic aliases, with time stepped rather than waited for."""
 
 from __future__ import annotations
 
-import pytest
-from sans_io import FakeLoop, FakeTransport
+from mqtt_sans_io import Client, publishes
+from sans_io import FakeLoop
 
 from leveret.core.broker import BrokerCore
 from leveret.protocol.mqtt import packets as p
-from leveret.protocol.mqtt.connection import MqttConnection
 from leveret.protocol.mqtt.sessions import session_queue_name
-
-
-class Client:
-    """One MQTT client on a sans-I/O MqttConnection: sends packets, reads the answers."""
-
-    def __init__(self, core: BrokerCore, loop: FakeLoop, version: int = p.MQTT_5) -> None:
-        self.loop, self.version = loop, version
-        self.transport = FakeTransport()
-        self.pending: set[MqttConnection] = set()
-        self.connection = MqttConnection(core, self.transport, loop, self.pending.add, "127.0.0.1:5000")
-        self.reader = p.PacketReader(version)
-        self._read = 0
-
-    def send(self, packet: p.Packet) -> None:
-        self.connection.data_received(p.encode(packet, self.version))
-        self.flush()
-
-    def flush(self) -> None:
-        while self.pending:  # as the server's flusher: a flush may ask for another
-            self.pending.pop().flush()
-
-    def received(self) -> list[p.Packet]:
-        """Packets written since the last call (after the loop turns due now: confirms)."""
-        self.loop.advance(0)
-        self.flush()
-        data = bytes(self.transport.output[self._read :])
-        self._read = len(self.transport.output)
-        return self.reader.feed(data)
-
-    def connect(self, client_id: str, **kwargs) -> p.ConnAck:
-        self.send(p.Connect(client_id, **kwargs))
-        (connack,) = self.received()
-        assert isinstance(connack, p.ConnAck)
-        return connack
-
-    def subscribe(self, topic_filter: str, qos: int = 1, packet_id: int = 1, **props) -> p.SubAck:
-        self.send(p.Subscribe(packet_id, (p.Subscription(topic_filter, qos),), **props))
-        suback = self.received()[0]
-        assert isinstance(suback, p.SubAck)
-        return suback
-
-    @property
-    def closed(self) -> bool:
-        return self.transport.closed or self.transport.aborted
-
-
-@pytest.fixture
-def loop() -> FakeLoop:
-    return FakeLoop()
-
-
-@pytest.fixture
-def core(loop: FakeLoop) -> BrokerCore:
-    return BrokerCore(loop)
 
 
 def connected(core: BrokerCore, loop: FakeLoop, client_id: str, **connect) -> Client:
@@ -81,10 +26,6 @@ def subscribed(
     client = connected(core, loop, client_id, **connect)
     assert client.subscribe(topic_filter, qos=qos).reason_codes == (qos,)
     return client
-
-
-def publishes(packets: list[p.Packet]) -> list[p.Publish]:
-    return [packet for packet in packets if isinstance(packet, p.Publish)]
 
 
 def test_a_silent_client_is_dropped_after_one_and_a_half_keep_alives(core, loop):

@@ -8,8 +8,7 @@ import sqlite3
 import time
 
 import pytest
-from sans_io import FakeLoop
-from test_mqtt_connection import Client, publishes
+from mqtt_sans_io import Client, publishes
 
 from leveret.core.auth import Permission
 from leveret.core.broker import BrokerCore
@@ -18,16 +17,6 @@ from leveret.protocol.mqtt import packets as p
 from leveret.protocol.mqtt.sessions import session_queue_name
 from leveret.protocol.mqtt.state import MqttState
 from leveret.store.sqlite import SQLiteStore
-
-
-@pytest.fixture
-def loop() -> FakeLoop:
-    return FakeLoop()
-
-
-@pytest.fixture
-def core(loop: FakeLoop) -> BrokerCore:
-    return BrokerCore(loop)
 
 
 def test_a_clean_start_cancels_the_expiry_of_the_session_it_replaces(core, loop):
