@@ -182,6 +182,7 @@ class MqttConnection(AdapterConnection):
         "settings",
         "state",
         "subscriptions",
+        "v5",
         "version",
         "will",
     )
@@ -192,6 +193,7 @@ class MqttConnection(AdapterConnection):
         self.state = "connecting"
         self.settings = settings_of(self.core)
         self.version = p.MQTT_3_1_1
+        self.v5 = False  # MQTT 5.0 (protocol level 5), known from the CONNECT
         self.reader = p.PacketReader()
         self.client_id = ""
         self.keep_alive = 0  # seconds (0: none)
@@ -245,10 +247,6 @@ class MqttConnection(AdapterConnection):
     @property
     def quiet(self) -> bool:
         return not self._flush_requested and self.state == "connected" and not self.blocked
-
-    @property
-    def v5(self) -> bool:
-        return self.version == p.MQTT_5
 
     @property
     def key(self) -> tuple[str, str]:
@@ -351,6 +349,7 @@ class MqttConnection(AdapterConnection):
     def _connect(self, packet: p.Connect) -> None:
         assert self.reader.version is not None
         self.version = self.reader.version
+        self.v5 = self.version == p.MQTT_5
         self.reader.max_packet_size = self.settings.max_packet_size
         properties = packet.properties
         method = p.get_property(properties, p.AUTHENTICATION_METHOD)
@@ -564,7 +563,7 @@ class MqttConnection(AdapterConnection):
     def _publish(self, packet: p.Publish) -> None:
         topic = packet.topic
         properties = packet.properties
-        if self.v5:
+        if self.v5 and (properties or not topic):
             alias = p.get_property(properties, p.TOPIC_ALIAS)
             if isinstance(alias, int):
                 if alias > self.settings.topic_alias_maximum:
@@ -608,7 +607,7 @@ class MqttConnection(AdapterConnection):
             self._block()
         elif core.flow.active:
             self.hold_for_flow()
-        expiry = p.get_property(properties, p.MESSAGE_EXPIRY_INTERVAL)
+        expiry = p.get_property(properties, p.MESSAGE_EXPIRY_INTERVAL) if properties else None
         ttl = int(expiry) * 1000 if isinstance(expiry, int) else None
         flags = qos | packet.retain << 2
         prefix = self._prefixes.get(flags)
@@ -936,7 +935,7 @@ class MqttConnection(AdapterConnection):
         if not match.subscriptions:
             queue.ack(entry)
             return
-        qos = min(match.qos, publish_qos(message))
+        qos = min(match.qos, message.encoded[0] & 3 if message.format is MQTT else publish_qos(message))
         retain = match.retain_as_published and was_retained(message)
         expiry = None
         if entry.expires_at:
@@ -982,10 +981,11 @@ class MqttConnection(AdapterConnection):
         connection had in flight (the client may still hold it, §4.3.3)."""
         record = self.record
         busy = self.inflight
-        awaiting = record.awaiting_comp if record is not None else set()
-        kept = set(self._resent_ids.values()) if self._resent_ids else set()
-        if self._retained_waiting:
-            kept.update(x.packet_id for x in self._retained_waiting if x.packet_id is not None)
+        awaiting = record.awaiting_comp if record is not None else _NOTHING
+        kept: set[int] | frozenset[int] = _NOTHING
+        if self._resent_ids or self._retained_waiting:
+            kept = set(self._resent_ids.values())
+            kept.update(x.packet_id for x in self._retained_waiting or () if x.packet_id is not None)
         if len(busy) + len(awaiting) + len(kept) >= MAX_PACKET_ID:
             kept = set()  # (never more ids than a Receive Maximum of 65,535 needs)
         for _ in range(MAX_PACKET_ID):
