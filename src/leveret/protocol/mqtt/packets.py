@@ -21,9 +21,11 @@ alias's range, receive maximum and session rules belong to the adapter).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from leveret.compiled import twin
 from leveret.protocol import prelogin
 
 MQTT_3_1_1 = 4
@@ -885,31 +887,7 @@ class PacketReader:
     def feed(self, data: bytes) -> list[Packet]:
         """The packets completed by ``data`` (possibly none). Raises MalformedPacket; the
         reader is then unusable, as the connection must close."""
-        self._buffer += data
-        out: list[Packet] = []
-        buffer = self._buffer
-        while buffer:
-            remaining, used = _read_varint(buffer, 1)
-            if used < 0:
-                break
-            size = 1 + used + remaining
-            limit = self.max_packet_size
-            if self.version is None:
-                limit = min(limit, prelogin.MAX_BYTES)
-            if size > limit:
-                raise MalformedPacket(
-                    f"a packet of {size} bytes, more than the {limit} allowed (MQTT 5.0 §3.1.2.11.4)",
-                    PACKET_TOO_LARGE,
-                )
-            if len(buffer) < size:
-                break
-            first = buffer[0]
-            body = bytes(buffer[1 + used : size])
-            del buffer[:size]
-            out.append(self._packet(first >> 4, first & 0x0F, body))
-        if not buffer and buffer.__alloc__() > 512:  # an idle connection holds no big buffer
-            self._buffer = bytearray()
-        return out
+        return _feed(self, data)
 
     def _packet(self, kind: int, flags: int, body: bytes) -> Packet:
         if kind != PUBLISH and flags != _FLAGS.get(kind, 0):
@@ -920,3 +898,38 @@ class PacketReader:
             connect, self.version = _decode_connect(_Cursor(body))
             return connect
         return _decode(kind, flags, body, self.version)
+
+
+def py_feed(reader: PacketReader, data: bytes) -> list[Packet]:
+    """:meth:`PacketReader.feed` in pure Python (the compiled twin's reference)."""
+    reader._buffer += data
+    out: list[Packet] = []
+    buffer = reader._buffer
+    while buffer:
+        remaining, used = _read_varint(buffer, 1)
+        if used < 0:
+            break
+        size = 1 + used + remaining
+        limit = reader.max_packet_size
+        if reader.version is None:
+            limit = min(limit, prelogin.MAX_BYTES)
+        if size > limit:
+            raise MalformedPacket(
+                f"a packet of {size} bytes, more than the {limit} allowed (MQTT 5.0 §3.1.2.11.4)",
+                PACKET_TOO_LARGE,
+            )
+        if len(buffer) < size:
+            break
+        first = buffer[0]
+        body = bytes(buffer[1 + used : size])
+        del buffer[:size]
+        out.append(reader._packet(first >> 4, first & 0x0F, body))
+    if not buffer and buffer.__alloc__() > 512:  # an idle connection holds no big buffer
+        reader._buffer = bytearray()
+    return out
+
+
+_compiled = twin("leveret.protocol.mqtt._cpackets")
+#: :meth:`PacketReader.feed`: the compiled twin when built (``_cpackets.pyx``), else
+#: :func:`py_feed`.
+_feed: Callable[[PacketReader, bytes], list[Packet]] = _compiled.feed if _compiled is not None else py_feed
