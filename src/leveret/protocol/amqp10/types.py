@@ -583,14 +583,14 @@ class _Decoder:
         count, end = self.sized(code)
         self.enter()
         element, descriptor = self.constructor()
+        if element not in TYPE_NAMES:
+            raise DecodeError(f"unknown array element constructor {element:#04x}")
         if element in _ZERO_WIDTH or element == LIST0:
             self.free -= count
             if self.free < 0:
                 raise DecodeError(f"an array of {count} zero-width elements, more than the bytes given")
         elif count > end - self.pos:
             raise DecodeError(f"an array of {count} elements in {end - self.pos} bytes")
-        if element not in TYPE_NAMES:
-            raise DecodeError(f"unknown array element constructor {element:#04x}")
         items = tuple(self.body(element) for _ in range(count))
         self.depth -= 1
         self.finish(end, "array")
