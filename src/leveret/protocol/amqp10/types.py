@@ -566,7 +566,9 @@ class _Decoder:
         if code in (MAP8, MAP32) and count % 2:
             raise DecodeError(f"a map with an odd number of elements ({count})")
         self.enter()
+        outer, self.end = self.end, end  # elements may not run past the list's size
         items = [self.value() for _ in range(count)]
+        self.end = outer
         self.depth -= 1
         self.finish(end, TYPE_NAMES[code])
         if code in (LIST8, LIST32):
@@ -582,6 +584,7 @@ class _Decoder:
     def array(self, code: int) -> Array:
         count, end = self.sized(code)
         self.enter()
+        outer, self.end = self.end, end
         element, descriptor = self.constructor()
         if element not in TYPE_NAMES:
             raise DecodeError(f"unknown array element constructor {element:#04x}")
@@ -592,6 +595,7 @@ class _Decoder:
         elif count > end - self.pos:
             raise DecodeError(f"an array of {count} elements in {end - self.pos} bytes")
         items = tuple(self.body(element) for _ in range(count))
+        self.end = outer
         self.depth -= 1
         self.finish(end, "array")
         return Array(TYPE_NAMES[element], items, None if descriptor is _NO_DESCRIPTOR else descriptor)
