@@ -611,7 +611,10 @@ _NO_DESCRIPTOR = object()
 def decode(data: bytes, offset: int = 0, end: int | None = None) -> tuple[Any, int]:
     """The value encoded at ``data[offset:]`` (up to ``end``, default the end of
     ``data``) and the offset just past it. Raises :class:`DecodeError` for bytes that
-    are not one whole, valid value."""
+    are not one whole, valid value. ``data`` may be any bytes-like object (it is copied
+    to ``bytes`` unless it is one, so binary values are always ``bytes``)."""
+    if type(data) is not bytes:
+        data = bytes(data)
     stop = len(data) if end is None else end
     decoder = _Decoder(data, offset, stop)
     value = decoder.value()
@@ -621,6 +624,8 @@ def decode(data: bytes, offset: int = 0, end: int | None = None) -> tuple[Any, i
 def decode_all(data: bytes, offset: int = 0) -> list[Any]:
     """Every value encoded one after another in ``data[offset:]`` (a message's
     sections, §3.2). Raises :class:`DecodeError`."""
+    if type(data) is not bytes:
+        data = bytes(data)
     out = []
     decoder = _Decoder(data, offset, len(data))
     while decoder.pos < len(data):
