@@ -158,7 +158,8 @@ class FrameReader:
                 raise DecodeError("the connection does not start with a protocol header", FRAMING_ERROR)
             if size < HEADER_SIZE or size > self._max:
                 raise DecodeError(
-                    f"a frame of {size} bytes, outside {HEADER_SIZE} to max-frame-size {self._max}", FRAMING_ERROR
+                    f"a frame of {size} bytes, outside {HEADER_SIZE} to max-frame-size {self._max}",
+                    FRAMING_ERROR,
                 )
             if len(buffer) < size:
                 break
@@ -188,8 +189,12 @@ def decode_frame(frame: bytes) -> Frame:
     body = perf.from_described(described)
     wanted = perf.PERFORMATIVES if kind == TYPE_AMQP else perf.SASL_FRAMES
     if not isinstance(body, wanted):
-        raise DecodeError(f"a {'AMQP' if kind == TYPE_AMQP else 'SASL'} frame holding {described.descriptor!r:.40}")
+        raise DecodeError(
+            f"a {'AMQP' if kind == TYPE_AMQP else 'SASL'} frame holding {described.descriptor!r:.40}"
+        )
     payload = frame[end:]
     if payload and not isinstance(body, perf.Transfer):
-        raise DecodeError(f"{len(payload)} bytes after a {type(body).__name__.lower()} (§2.3.2)", FRAMING_ERROR)
+        raise DecodeError(
+            f"{len(payload)} bytes after a {type(body).__name__.lower()} (§2.3.2)", FRAMING_ERROR
+        )
     return Frame(channel, body, payload, kind)

@@ -641,8 +641,24 @@ Section: TypeAlias = (
     | Footer
 )
 
-PERFORMATIVES: tuple[type[Composite], ...] = (Open, Begin, Attach, Flow, Transfer, Disposition, Detach, End, Close)
-SASL_FRAMES: tuple[type[Composite], ...] = (SaslMechanisms, SaslInit, SaslChallenge, SaslResponse, SaslOutcome)
+PERFORMATIVES: tuple[type[Composite], ...] = (
+    Open,
+    Begin,
+    Attach,
+    Flow,
+    Transfer,
+    Disposition,
+    Detach,
+    End,
+    Close,
+)
+SASL_FRAMES: tuple[type[Composite], ...] = (
+    SaslMechanisms,
+    SaslInit,
+    SaslChallenge,
+    SaslResponse,
+    SaslOutcome,
+)
 DELIVERY_STATES: tuple[type[Composite], ...] = (Received, Accepted, Rejected, Released, Modified)
 SECTIONS: tuple[type[Composite], ...] = (
     Header,
@@ -657,7 +673,9 @@ SECTIONS: tuple[type[Composite], ...] = (
 )
 #: Every composite class by its numeric descriptor and by its symbolic one.
 REGISTRY: dict[Any, type[Composite]] = {}
-for _cls in (*PERFORMATIVES, *SASL_FRAMES, *DELIVERY_STATES, *SECTIONS, Error, Source, Target):
+_ALL: tuple[type[Composite], ...] = (*PERFORMATIVES, *SASL_FRAMES, *DELIVERY_STATES, *SECTIONS)
+_ALL += (Error, Source, Target)
+for _cls in _ALL:
     REGISTRY[_cls.CODE] = _cls
     REGISTRY[_cls.NAME] = _cls
 

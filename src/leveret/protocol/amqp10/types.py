@@ -518,7 +518,9 @@ class _Decoder:
                     return Symbol(data.decode("ascii"))
                 return data.decode("utf-8")  # strict: no surrogates, no overlong forms
             except UnicodeDecodeError:
-                raise DecodeError(f"a {TYPE_NAMES[code]} that is not valid {'ASCII' if code & 2 else 'UTF-8'}") from None
+                raise DecodeError(
+                    f"a {TYPE_NAMES[code]} that is not valid {'ASCII' if code & 2 else 'UTF-8'}"
+                ) from None
         if code in _ZERO_WIDTH:
             return _ZERO_WIDTH[code]
         if code in (LIST0, LIST8, LIST32, MAP8, MAP32):

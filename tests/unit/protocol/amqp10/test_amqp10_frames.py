@@ -21,7 +21,9 @@ CLIENT = [
     f.Frame(0, p.Open("client-1", "localhost", 65536, 255, 30000)),
     f.Frame(3, p.Begin(None, 0, 2048, 2048)),
     f.Frame(3, p.Attach("sender", 0, p.ROLE_SENDER, source=p.Source("s"), target=p.Target("/queues/q"))),
-    f.Frame(3, p.Transfer(0, 0, b"\x00", 0, settled=False), payload=bytes(p.to_described(p.Data(b"hi")).value)),
+    f.Frame(
+        3, p.Transfer(0, 0, b"\x00", 0, settled=False), payload=bytes(p.to_described(p.Data(b"hi")).value)
+    ),
     f.Frame(0),
     f.Frame(3, p.Detach(0, True)),
     f.Frame(0, p.Close(p.Error("amqp:internal-error", "bye"))),
@@ -91,14 +93,19 @@ def test_protocol_headers_of_other_versions_are_returned_for_the_connection_to_a
     reader = FrameReader()
     (header,) = reader.feed(b"AMQP\x00\x00\x09\x01")  # AMQP 0-9-1's header
     assert header == ProtocolHeader(0, 0, 9, 1) and not header.supported
-    assert ProtocolHeader(f.PROTOCOL_SASL).supported and ProtocolHeader(f.PROTOCOL_TLS).to_bytes() == f.TLS_HEADER
+    assert (
+        ProtocolHeader(f.PROTOCOL_SASL).supported
+        and ProtocolHeader(f.PROTOCOL_TLS).to_bytes() == f.TLS_HEADER
+    )
 
 
 def test_a_partial_header_waits():
     reader = FrameReader()
-    assert reader.feed(b"AM") == [] and reader.feed(b"QP\x03\x01\x00") == [] and reader.feed(b"\x00") == [
-        ProtocolHeader(3)
-    ]
+    assert (
+        reader.feed(b"AM") == []
+        and reader.feed(b"QP\x03\x01\x00") == []
+        and reader.feed(b"\x00") == [ProtocolHeader(3)]
+    )
 
 
 @pytest.mark.parametrize(
@@ -129,7 +136,11 @@ def _frame(body: bytes, kind: int = f.TYPE_AMQP) -> bytes:
         (_frame(t.encode(p.to_described(p.Close())) + b"x"), "after a close", f.FRAMING_ERROR),
         (_frame(t.encode([1])), "not a performative", "amqp:decode-error"),
         (_frame(t.encode(p.to_described(p.SaslInit("PLAIN")))), "AMQP frame holding", "amqp:decode-error"),
-        (_frame(t.encode(p.to_described(p.Open("c"))), f.TYPE_SASL), "SASL frame holding", "amqp:decode-error"),
+        (
+            _frame(t.encode(p.to_described(p.Open("c"))), f.TYPE_SASL),
+            "SASL frame holding",
+            "amqp:decode-error",
+        ),
         (_frame(t.encode(p.to_described(p.Accepted()))), "AMQP frame holding", "amqp:decode-error"),
         (_frame(t.encode(t.Described(t.ULong(0x10), [None]))), "mandatory", "amqp:invalid-field"),
         (_frame(b"\x00\x53\x10\xc0\x05\x01"), "past the end", "amqp:decode-error"),

@@ -19,10 +19,12 @@ from leveret.protocol.amqp10.types import DecodeError, decode
 CONDITIONS = {"amqp:decode-error", "amqp:invalid-field", f.FRAMING_ERROR}
 
 #: Constructors weighted in: random bytes rarely hit the compound ones otherwise.
-_CONSTRUCTORS = st.sampled_from([0x00, 0x40, 0x45, 0x53, 0x56, 0xA1, 0xA3, 0xC0, 0xC1, 0xD0, 0xD1, 0xE0, 0xF0])
-amqp_ish = st.lists(st.one_of(_CONSTRUCTORS.map(lambda c: bytes((c,))), st.binary(max_size=6)), max_size=60).map(
-    b"".join
+_CONSTRUCTORS = st.sampled_from(
+    [0x00, 0x40, 0x45, 0x53, 0x56, 0xA1, 0xA3, 0xC0, 0xC1, 0xD0, 0xD1, 0xE0, 0xF0]
 )
+amqp_ish = st.lists(
+    st.one_of(_CONSTRUCTORS.map(lambda c: bytes((c,))), st.binary(max_size=6)), max_size=60
+).map(b"".join)
 
 
 def _decode_or_refuse(data: bytes) -> None:
@@ -98,9 +100,19 @@ FRAMES = [
 
 
 @FUZZ
-@given(st.lists(st.sampled_from(FRAMES), max_size=5), st.integers(0, 10_000), st.integers(0, 255), st.lists(st.integers(0, 800), max_size=4))
+@given(
+    st.lists(st.sampled_from(FRAMES), max_size=5),
+    st.integers(0, 10_000),
+    st.integers(0, 255),
+    st.lists(st.integers(0, 800), max_size=4),
+)
 def test_mangled_valid_frames(bodies, where, byte, cuts):
-    data = bytearray(f.AMQP_HEADER + b"".join(encode_frame(body, 1, b"payload" if isinstance(body, p.Transfer) else b"") for body in bodies))
+    data = bytearray(
+        f.AMQP_HEADER
+        + b"".join(
+            encode_frame(body, 1, b"payload" if isinstance(body, p.Transfer) else b"") for body in bodies
+        )
+    )
     data[where % len(data)] = byte
     _feed(bytes(data), cuts)
 
@@ -108,12 +120,19 @@ def test_mangled_valid_frames(bodies, where, byte, cuts):
 #: Small inputs built to cost much: nesting, counts and sizes at their limits.
 BOMBS = {
     "2**32-1 nulls in an array32": bytes.fromhex("f0000000050fffffff40"),
-    "200 arrays of 255 nulls": b"\xf0" + (5 + 600).to_bytes(4, "big") + (200).to_bytes(4, "big") + b"\xe0" + b"\x02\xff\x40" * 200,
+    "200 arrays of 255 nulls": b"\xf0"
+    + (5 + 600).to_bytes(4, "big")
+    + (200).to_bytes(4, "big")
+    + b"\xe0"
+    + b"\x02\xff\x40" * 200,
     "a list32 claiming 2**32-1 elements": bytes.fromhex("d0ffffffffffffffff") + b"\x40" * 1000,
     "a str32 of 4 GiB": bytes.fromhex("b1ffffffff") + b"a" * 1000,
     "100,000 nested lists": b"\xc0\xff\x01" * 100_000,
     "100,000 nested described values": b"\x00\x40" * 100_000,
-    "a map of 50,000 list0 keys": b"\xd1" + (4 + 100_000).to_bytes(4, "big") + (100_000).to_bytes(4, "big") + b"\x45\x40" * 50_000,
+    "a map of 50,000 list0 keys": b"\xd1"
+    + (4 + 100_000).to_bytes(4, "big")
+    + (100_000).to_bytes(4, "big")
+    + b"\x45\x40" * 50_000,
 }
 
 

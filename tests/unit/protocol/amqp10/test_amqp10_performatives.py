@@ -39,7 +39,15 @@ KINDS: dict[str, st.SearchStrategy[Any]] = {
 def composite(cls: type[p.Composite]) -> st.SearchStrategy[Any]:
     """Instances of ``cls`` with every field drawn (None only where the default is)."""
     if issubclass(cls, p._Section):
-        return st.builds(cls, {"map": field_map, "binary": st.binary(max_size=20), "list": st.lists(scalar, max_size=4), "any": values}[cls.KIND])
+        return st.builds(
+            cls,
+            {
+                "map": field_map,
+                "binary": st.binary(max_size=20),
+                "list": st.lists(scalar, max_size=4),
+                "any": values,
+            }[cls.KIND],
+        )
     args = {}
     for (kind, _mandatory), f in zip(cls.FIELDS, fields(cls)):
         strategy = _kind(kind)
@@ -81,9 +89,8 @@ def test_every_composite_round_trips(cls, data):
 def test_defaults_are_sent_as_null_and_trailing_nulls_left_out():
     assert encode(p.to_described(p.Open("c"))).hex() == "005310c00401a10163"
     assert p.to_described(p.Open("c", max_frame_size=2**32 - 1, channel_max=65535)).value == ["c"]
-    assert p.to_described(p.Flow(incoming_window=1, next_outgoing_id=2, outgoing_window=3, drain=True)).value == [
-        None, 1, 2, 3, None, None, None, None, True,
-    ]  # fmt: skip
+    flow = p.Flow(incoming_window=1, next_outgoing_id=2, outgoing_window=3, drain=True)
+    assert p.to_described(flow).value == [None, 1, 2, 3, None, None, None, None, True]
     assert encode(p.to_described(p.Accepted())).hex() == "00532445"
 
 
@@ -104,7 +111,9 @@ def test_symbolic_descriptors_are_read():
 def test_unknown_descriptors_stay_described():
     declared = Described(t.ULong(0x33), [b"txn"])
     assert p.from_described(declared) is declared
-    transfer = p.from_described(Described(t.ULong(0x14), [t.UInt(0), None, None, None, None, None, None, declared]))
+    transfer = p.from_described(
+        Described(t.ULong(0x14), [t.UInt(0), None, None, None, None, None, None, declared])
+    )
     assert transfer.state == declared
 
 
@@ -144,7 +153,9 @@ def test_a_missing_mandatory_field_is_invalid_field(described):
         Described(t.ULong(0x12), ["l", t.UInt(0), t.UByte(1)]),  # role not a boolean
         Described(t.ULong(0x12), ["l", t.UInt(0), True, None, None, [1]]),  # source not described
         Described(t.ULong(0x12), ["l", t.UInt(0), True, None, None, Described(t.ULong(0x29), [])]),
-        Described(t.ULong(0x14), [t.UInt(0), None, None, None, None, None, None, Described(t.ULong(0x1D), ["x"])]),
+        Described(
+            t.ULong(0x14), [t.UInt(0), None, None, None, None, None, None, Described(t.ULong(0x1D), ["x"])]
+        ),
         Described(t.ULong(0x16), [t.UInt(0), None, Described(t.ULong(0x24), [])]),  # error not an error
         Described(t.ULong(0x40), [[t.Symbol("PLAIN")]]),  # a list for a multiple field
         Described(t.ULong(0x40), [t.Array("uint", (t.UInt(1),))]),

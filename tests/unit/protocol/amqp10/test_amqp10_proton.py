@@ -5,7 +5,6 @@ own engine writes. Skipped without python-qpid-proton (the ``test`` extra instal
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
@@ -227,8 +226,12 @@ def test_the_frames_proton_writes_read_back():
     assert header == f.ProtocolHeader(f.PROTOCOL_AMQP)
     bodies = [frame.body for frame in frames]
     open_, begin, attach = bodies[:3]
-    assert isinstance(open_, p.Open) and open_.container_id == "proton-client" and open_.hostname == "localhost"
-    assert open_.max_frame_size == 65536 and open_.idle_time_out == 15_000  # proton advertises half its timeout
+    assert (
+        isinstance(open_, p.Open) and open_.container_id == "proton-client" and open_.hostname == "localhost"
+    )
+    assert (
+        open_.max_frame_size == 65536 and open_.idle_time_out == 15_000
+    )  # proton advertises half its timeout
     assert isinstance(begin, p.Begin) and begin.remote_channel is None
     assert isinstance(attach, p.Attach) and attach.name == "sender-link" and attach.role == p.ROLE_SENDER
     assert isinstance(attach.target, p.Target) and attach.target.address == "/queues/q"
