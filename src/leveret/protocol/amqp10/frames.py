@@ -79,8 +79,8 @@ class ProtocolHeader:
 @dataclass(frozen=True, slots=True)
 class Frame:
     """A frame (§2.3): ``type`` :data:`TYPE_AMQP` or :data:`TYPE_SASL`; ``body`` the
-    performative or SASL frame (a ``Described`` if its descriptor is unknown; None for
-    an empty frame); ``payload`` the bytes after it (a transfer's message bytes)."""
+    performative (AMQP frames) or SASL frame, None for an empty frame; ``payload`` the
+    bytes after it (a transfer's message bytes; empty for the others)."""
 
     channel: int
     body: Any = None

@@ -617,7 +617,9 @@ def decode(data: bytes, offset: int = 0, end: int | None = None) -> tuple[Any, i
     to ``bytes`` unless it is one, so binary values are always ``bytes``)."""
     if type(data) is not bytes:
         data = bytes(data)
-    stop = len(data) if end is None else end
+    stop = len(data) if end is None else min(end, len(data))
+    if not 0 <= offset <= stop:
+        raise DecodeError(f"offset {offset} outside the data (0 to {stop})")
     decoder = _Decoder(data, offset, stop)
     value = decoder.value()
     return value, decoder.pos

@@ -115,6 +115,14 @@ def test_decode_at_an_offset_and_decode_all():
     value, end = decode(data, 4)
     assert same(value, t.UInt(5)) and end == 6
     assert decode_all(data, 4) == [5, "s", [1]]
+    assert decode(data, 4, 6) == (5, 6)
+    with pytest.raises(DecodeError, match="past the end"):
+        decode(data, 6, 7)  # "s" is cut by the end given
+    with pytest.raises(DecodeError, match="past the end"):
+        decode(data[:8], 6, 100)  # an end past the data is the data's end
+    with pytest.raises(DecodeError, match="offset"):
+        decode(data, 100)
+    assert decode(bytearray(b"\xa0\x01x")) == (b"x", 3) and decode(memoryview(b"\xa1\x01x")) == ("x", 3)
 
 
 @pytest.mark.parametrize(
