@@ -369,7 +369,10 @@ def _body(code: int, value: Any, check: bool = False) -> bytes | None:
         if code in (FLOAT, DOUBLE):
             if not isinstance(value, float | int) or isinstance(value, bool):
                 raise ValueError(f"{value!r} is not a number for a {TYPE_NAMES[code]}")
-            return fixed.pack(value)
+            try:
+                return fixed.pack(value)
+            except (OverflowError, struct.error):  # 1e300 as a float, 10**400 as either
+                raise ValueError(f"{value!r} is out of range for a {TYPE_NAMES[code]}") from None
         if not isinstance(value, int) or isinstance(value, bool):
             raise ValueError(f"{value!r} is not an integer for a {TYPE_NAMES[code]}")
         try:
