@@ -150,6 +150,25 @@ def test_hostile_inputs_cost_little(data):
     assert peak < 64 * len(data) + 2_000_000, f"{peak} bytes for {len(data)} bytes of input"
 
 
+@FUZZ
+@given(st.lists(st.one_of(_CONSTRUCTORS.map(lambda c: bytes((c,))), st.binary(max_size=6)), max_size=400))
+def test_any_input_costs_memory_in_proportion(parts):
+    """Whatever the bytes, the values built take at most ~100 bytes of memory per byte
+    of input (a list0 is 1 byte and a 56-byte list; a 3-byte described value is one
+    object), beyond the allowance of zero-width array elements."""
+    data = b"".join(parts)
+    tracemalloc.start()
+    try:
+        try:
+            decode(data)
+        except DecodeError:
+            pass
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200 * len(data) + 8 * t.ZERO_WIDTH_ALLOWANCE + 50_000
+
+
 def test_a_big_valid_value_costs_in_proportion():
     """The largest allowed zero-width array (allowance plus one per byte) decodes."""
     data = b"\xf0" + (5).to_bytes(4, "big") + (t.ZERO_WIDTH_ALLOWANCE + 9).to_bytes(4, "big") + b"\x40"
