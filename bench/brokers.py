@@ -473,14 +473,17 @@ class RabbitMQ(Broker):
     unacknowledged per subscriber; the plugin's default is 10); the node is then ready
     once that port answers an anonymous CONNECT with CONNACK 0. ``web_mqtt``: also
     ``rabbitmq_web_mqtt`` on a free loopback port (``web_mqtt_port``, path ``/ws``).
+    ``amqp10``: enable ``rabbitmq_amqp1_0`` (3.10's plugin: AMQP 1.0 on the AMQP port,
+    sniffed from the protocol header; v1 addresses ``/queue/NAME``, ``/exchange/X/KEY``).
     File descriptors: the node inherits this process's RLIMIT_NOFILE (call
     :func:`raise_nofile_limit` first for many connections).
     """
 
     def __init__(self, start_timeout: float = 90.0, schedulers: int | None = None,
                  management: bool = False, stomp: bool = False, mqtt: bool = False,
-                 web_mqtt: bool = False, mqtt_prefetch: int = 10) -> None:
+                 web_mqtt: bool = False, mqtt_prefetch: int = 10, amqp10: bool = False) -> None:
         super().__init__(name="rabbitmq")
+        self.amqp10 = amqp10
         self.start_timeout = start_timeout
         self.schedulers = schedulers
         self.management = management
@@ -497,7 +500,8 @@ class RabbitMQ(Broker):
         plugins = [name for name, wanted in (("rabbitmq_management", self.management),
                                              ("rabbitmq_stomp", self.stomp),
                                              ("rabbitmq_mqtt", self.mqtt),
-                                             ("rabbitmq_web_mqtt", self.web_mqtt)) if wanted]
+                                             ("rabbitmq_web_mqtt", self.web_mqtt),
+                                             ("rabbitmq_amqp1_0", self.amqp10)) if wanted]
         Path(w, "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
         Path(w, "rabbitmq.conf").write_text(
             "loopback_users.guest = true\n"
