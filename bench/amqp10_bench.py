@@ -78,8 +78,12 @@ SETTLE = ("settled", "unsettled")
 CREDITS = (200, 2000)
 DURABILITY = ("transient", "durable")
 #: the cells of ``--quick``
-QUICK_CELLS = ("100B-unsettled-c2000-transient", "100B-settled-c2000-transient",
-               "4KB-unsettled-c2000-transient", "100B-unsettled-c200-durable")
+QUICK_CELLS = (
+    "100B-unsettled-c2000-transient",
+    "100B-settled-c2000-transient",
+    "4KB-unsettled-c2000-transient",
+    "100B-unsettled-c200-durable",
+)
 PROFILE_RATE = 250  # py-spy samples per second
 
 
@@ -99,22 +103,35 @@ class Cell:
 
     @property
     def name(self) -> str:
-        return (f"{self.size_label}-{'settled' if self.settled else 'unsettled'}-c{self.credit}-"
-                f"{'durable' if self.durable else 'transient'}")
+        return (
+            f"{self.size_label}-{'settled' if self.settled else 'unsettled'}-c{self.credit}-"
+            f"{'durable' if self.durable else 'transient'}"
+        )
 
     @staticmethod
     def parse(name: str) -> Cell:
         """``100B-unsettled-c200-durable`` → Cell; ValueError on anything else."""
         parts = name.split("-")
-        if (len(parts) != 4 or parts[0] not in SIZES or parts[1] not in SETTLE
-                or not parts[2].startswith("c") or not parts[2][1:].isdigit() or parts[3] not in DURABILITY):
+        if (
+            len(parts) != 4
+            or parts[0] not in SIZES
+            or parts[1] not in SETTLE
+            or not parts[2].startswith("c")
+            or not parts[2][1:].isdigit()
+            or parts[3] not in DURABILITY
+        ):
             raise ValueError(f"not a cell: {name!r} (e.g. 100B-unsettled-c200-durable)")
         return Cell(parts[0], parts[1] == "settled", int(parts[2][1:]), parts[3] == "durable")
 
 
 def all_cells() -> list[Cell]:
-    return [Cell(z, s == "settled", c, d == "durable")
-            for z in SIZES for s in SETTLE for c in CREDITS for d in DURABILITY]
+    return [
+        Cell(z, s == "settled", c, d == "durable")
+        for z in SIZES
+        for s in SETTLE
+        for c in CREDITS
+        for d in DURABILITY
+    ]
 
 
 @dataclass
@@ -123,6 +140,7 @@ class Settings:
     seconds: float = 5.0  # publishing time per phase at most
     grace: float = 60.0  # extra seconds for the last outcomes / deliveries
     ack_every: int = 1  # AMQP 0-9-1 unsettled consume: ack (multiple) every N deliveries
+    driver: str = "engine"  # AMQP 1.0 client: "engine" (proton's C engine, no reactor) or "reactor"
     pause: float = 0.5  # idle seconds between phases
 
 
@@ -141,14 +159,14 @@ class Job:
     seconds: float
     grace: float
     ack_every: int = 1
+    driver: str = "engine"  # AMQP 1.0 client: "engine" (proton's C engine) or "reactor"
 
 
 # ------------------------------------------------------------------ AMQP 1.0 client (proton)
 def _proton_worker(job: Job, ready, start, results) -> None:
     """Run one proton reactor (``proton.reactor.Container``) with a bare handler: no
     MessagingHandler layers (they decode every message); the body is encoded once."""
-    from proton import Delivery, Link, Message, Terminus
-    from proton import Handler
+    from proton import Delivery, Handler, Link, Message, Terminus
     from proton.reactor import Container
 
     cell = job.cell
@@ -215,8 +233,13 @@ def _proton_worker(job: Job, ready, start, results) -> None:
             if not self.started or self.done or link is None:
                 return
             n = 0
-            while (link.credit > 0 and self.sent < self.limit and n < batch and link.queued < batch
-                   and (cell.settled or self.sent - self.settled_count < cell.credit)):
+            while (
+                link.credit > 0
+                and self.sent < self.limit
+                and n < batch
+                and link.queued < batch
+                and (cell.settled or self.sent - self.settled_count < cell.credit)
+            ):
                 if time.monotonic() > self.deadline:  # out of time: this one is the last
                     self.limit = self.sent + 1
                 dlv = link.delivery(str(self.sent))
@@ -286,8 +309,9 @@ def _proton_worker(job: Job, ready, start, results) -> None:
             self.done = True
             self.t_end = time.monotonic()
             count = self.received if job.phase == "consume" else self.sent
-            results.put(("done", os.getpid(), {"messages": count, "t_end": self.t_end,
-                                                "rejected": self.rejected}))
+            results.put(
+                ("done", os.getpid(), {"messages": count, "t_end": self.t_end, "rejected": self.rejected})
+            )
             self.link.connection.close()
 
         def fail(self, msg: str) -> None:
@@ -326,6 +350,229 @@ def _proton_worker(job: Job, ready, start, results) -> None:
     container.run()
 
 
+def _engine_worker(job: Job, ready, start, results) -> None:
+    """Drive proton's C engine (``pn_connection``/``pn_transport``/``pn_collector`` through
+    its cffi module) over a plain socket, without the reactor and without proton's Python
+    wrapper objects: a message costs a handful of C calls (``pn_delivery``,
+    ``pn_link_send``, ``pn_link_advance``, ``pn_delivery_settle``; receiving:
+    ``pn_link_current``, ``pn_link_recv``, ``pn_delivery_update``). The body is encoded once
+    with ``proton.Message``. Same cells, same outcomes as the reactor client."""
+    import select
+    import socket
+
+    from cproton_ffi import ffi, lib
+    from proton import Message
+
+    cell = job.cell
+    payload = bytes(Message(body=b"x" * cell.size, durable=cell.durable).encode())
+    payload_ptr = ffi.from_buffer(payload)
+    tag_bytes = [i.to_bytes(2, "big") for i in range(65536)]
+    tags = [(2, ffi.from_buffer(b)) for b in tag_bytes]
+    rbuf = bytearray(1 << 20)
+    rbuf_ptr = ffi.from_buffer(rbuf)
+    batch = 500
+
+    sock = socket.create_connection((job.host, job.port), timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
+    conn = lib.pn_connection()
+    coll = lib.pn_collector()
+    lib.pn_connection_collect(conn, coll)
+    lib.pn_connection_set_container(conn, f"bench-{secrets.token_hex(3)}".encode())
+    lib.pn_connection_set_hostname(conn, job.host.encode())
+    lib.pn_connection_set_user(conn, b"guest")
+    lib.pn_connection_set_password(conn, b"guest")
+    transport = lib.pn_transport()
+    sasl = lib.pn_sasl(transport)
+    lib.pn_sasl_allowed_mechs(sasl, b"PLAIN")
+    lib.pn_sasl_set_allow_insecure_mechs(sasl, True)
+    lib.pn_transport_bind(transport, conn)
+    lib.pn_connection_open(conn)
+    ssn = lib.pn_session(conn)
+    lib.pn_session_open(ssn)
+    name = f"bench-{job.phase}-{secrets.token_hex(3)}".encode()
+    sender = job.phase == "publish"
+    if sender:
+        link = lib.pn_sender(ssn, name)
+        terminus = lib.pn_link_target(link)
+        lib.pn_link_set_snd_settle_mode(link, lib.PN_SND_MIXED)
+    else:
+        link = lib.pn_receiver(ssn, name)
+        terminus = lib.pn_link_source(link)
+        lib.pn_link_set_snd_settle_mode(link, lib.PN_SND_SETTLED if cell.settled else lib.PN_SND_UNSETTLED)
+    lib.pn_link_set_rcv_settle_mode(link, lib.PN_RCV_FIRST)
+    lib.pn_terminus_set_address(terminus, job.address.encode())
+    if cell.durable and job.address.startswith("/queue/"):  # see the reactor client
+        lib.pn_terminus_set_durability(terminus, lib.PN_DELIVERIES)
+    lib.pn_link_open(link)
+
+    def condition(cond) -> str:
+        if cond == ffi.NULL or not lib.pn_condition_is_set(cond):
+            return "no condition"
+        name = lib.pn_condition_get_name(cond)
+        desc = lib.pn_condition_get_description(cond)
+        return " ".join(ffi.string(x).decode() for x in (name, desc) if x != ffi.NULL)
+
+    class Failed(Exception):
+        pass
+
+    state = {"tail_closed": False}
+
+    def io(timeout: float) -> None:
+        """Write what proton has, read what the socket has (waiting ``timeout`` at most)."""
+        pending = lib.pn_transport_pending(transport)
+        if pending < 0 and state["tail_closed"]:
+            raise Failed(f"connection closed: {condition(lib.pn_transport_condition(transport))}")
+        want_w = [sock] if pending > 0 else []
+        r, w, _ = select.select([sock], want_w, [], timeout)
+        if w:
+            n, data = _peek(pending)
+            try:
+                sent = sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            if sent:
+                lib.pn_transport_pop(transport, sent)
+        if r:
+            cap = lib.pn_transport_capacity(transport)
+            if cap > 0:
+                try:
+                    data = sock.recv(min(cap, 1 << 20))
+                except BlockingIOError:
+                    return
+                if not data:
+                    lib.pn_transport_close_tail(transport)
+                    state["tail_closed"] = True
+                    raise Failed(f"connection lost: {condition(lib.pn_transport_condition(transport))}")
+                lib.pn_transport_push(transport, data, len(data))
+
+    def _peek(pending: int):
+        buf = bytearray(pending)
+        n = lib.pn_transport_peek(transport, ffi.from_buffer(buf), pending)
+        return n, memoryview(buf)[: max(n, 0)]
+
+    remote_open = False
+    counted = 0  # publish: outcomes; consume: deliveries
+    rejected = 0
+    last_tag = None
+
+    def events() -> None:
+        nonlocal remote_open, counted, rejected, last_tag
+        while True:
+            e = lib.pn_collector_peek(coll)
+            if e == ffi.NULL:
+                return
+            t = lib.pn_event_type(e)
+            if t == lib.PN_DELIVERY and sender:
+                d = lib.pn_event_delivery(e)
+                st = lib.pn_delivery_remote_state(d)
+                if st:  # an outcome (the broker settles it too: rcv-settle-mode first)
+                    if st != lib.PN_ACCEPTED:
+                        rejected += 1
+                    if last_tag is not None:
+                        tb = lib.pn_delivery_tag(d)
+                        if ffi.buffer(tb.start, tb.size)[:] == last_tag:
+                            counted = -1  # the last one: done
+                    elif counted >= 0:
+                        counted += 1
+                    lib.pn_delivery_settle(d)
+            elif t == lib.PN_LINK_REMOTE_OPEN:
+                remote_open = True
+            elif t in (lib.PN_LINK_REMOTE_CLOSE, lib.PN_LINK_REMOTE_DETACH):
+                raise Failed(f"link detached: {condition(lib.pn_link_remote_condition(link))}")
+            elif t == lib.PN_SESSION_REMOTE_CLOSE:
+                raise Failed(f"session ended: {condition(lib.pn_session_remote_condition(ssn))}")
+            elif t == lib.PN_CONNECTION_REMOTE_CLOSE:
+                raise Failed(f"connection closed: {condition(lib.pn_connection_remote_condition(conn))}")
+            elif t == lib.PN_TRANSPORT_ERROR:
+                raise Failed(f"transport error: {condition(lib.pn_transport_condition(transport))}")
+            lib.pn_collector_pop(coll)
+
+    try:
+        t_open = time.monotonic() + 30
+        while not remote_open:
+            io(0.05)
+            events()
+            if time.monotonic() > t_open:
+                raise Failed("no attach in 30 s")
+        ready.put(("ready", os.getpid(), ""))
+        start.wait(120)
+        deadline = time.monotonic() + job.seconds
+        hard = deadline + job.grace
+        limit = job.messages
+        if sender:
+            sent = 0
+            while True:
+                n = 0
+                while (
+                    sent < limit
+                    and n < batch
+                    and lib.pn_link_credit(link) > 0
+                    and lib.pn_link_queued(link) < batch
+                    and (cell.settled or sent - counted < cell.credit)
+                ):
+                    if n == 0 and time.monotonic() > deadline:
+                        limit = sent + 1  # out of time: the next one is the last
+                    d = lib.pn_delivery(link, tags[sent & 0xFFFF])
+                    lib.pn_link_send(link, payload_ptr, len(payload))
+                    lib.pn_link_advance(link)
+                    sent += 1
+                    n += 1
+                    if cell.settled:
+                        if sent < limit:
+                            lib.pn_delivery_settle(d)
+                        else:
+                            last_tag = tag_bytes[(sent - 1) & 0xFFFF]
+                io(0 if n else 0.005)
+                events()
+                if counted < 0 or (not cell.settled and counted >= limit):
+                    break
+                if time.monotonic() > hard:
+                    raise Failed(f"only {counted} of {sent} outcomes in time")
+            messages = sent
+        else:
+            left = limit
+            got = 0
+            if left:
+                lib.pn_link_flow(link, min(cell.credit, left))
+            accepted = lib.PN_ACCEPTED
+            while got < limit:
+                io(0.005)
+                while True:
+                    d = lib.pn_link_current(link)
+                    if d == ffi.NULL or lib.pn_delivery_partial(d) or not lib.pn_delivery_readable(d):
+                        break
+                    pend = lib.pn_delivery_pending(d)
+                    while pend > 0:
+                        pend -= max(lib.pn_link_recv(link, rbuf_ptr, min(pend, len(rbuf))), 0) or pend
+                    lib.pn_link_advance(link)
+                    if not cell.settled:
+                        lib.pn_delivery_update(d, accepted)
+                    lib.pn_delivery_settle(d)
+                    got += 1
+                left = limit - got
+                credit = lib.pn_link_credit(link)
+                if credit < cell.credit // 2 and credit < left:
+                    lib.pn_link_flow(link, min(cell.credit, left) - credit)
+                events()
+                if time.monotonic() > hard:
+                    raise Failed(f"only {got} of {limit} deliveries in time")
+            messages = got
+        t_end = time.monotonic()
+        results.put(("done", os.getpid(), {"messages": messages, "t_end": t_end, "rejected": rejected}))
+        lib.pn_connection_close(conn)
+        try:
+            for _ in range(20):
+                io(0.01)
+        except Failed:
+            pass
+    except Failed as exc:
+        ready.put(("error", os.getpid(), str(exc)))
+        results.put(("error", os.getpid(), str(exc)))
+    finally:
+        sock.close()
+
+
 # ------------------------------------------------------------------ AMQP 0-9-1 client (loadgen)
 async def _amqp091_client(job: Job, ready, start, results) -> None:
     from workloads import _close, _flood, _open, _publish_confirmed, _sync_depth, _wait_until
@@ -354,8 +601,9 @@ async def _amqp091_client(job: Job, ready, start, results) -> None:
             ready.put(("ready", os.getpid(), ""))
             start.wait(120)
             tag = await ch.consume(job.queue, ack_every=0 if cell.settled else job.ack_every)
-            await _wait_until(lambda: ch.delivered >= job.messages, [conn],
-                              time.monotonic() + job.seconds + job.grace)
+            await _wait_until(
+                lambda: ch.delivered >= job.messages, [conn], time.monotonic() + job.seconds + job.grace
+            )
             t_end = time.monotonic()
             got = ch.delivered
             ch.ack_pending()
@@ -368,8 +616,10 @@ async def _amqp091_client(job: Job, ready, start, results) -> None:
 def _worker(job: Job, ready, start, results) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
     try:
-        if job.protocol == "amqp10":
+        if job.protocol == "amqp10" and job.driver == "reactor":
             _proton_worker(job, ready, start, results)
+        elif job.protocol == "amqp10":
+            _engine_worker(job, ready, start, results)
         else:
             from loadgen import new_event_loop
 
@@ -440,9 +690,22 @@ def run_phase(broker: Broker, job: Job, profile: str | None = None) -> Phase:
         if what == "error":
             raise ClientError(detail)
         if profile:
-            spy = subprocess.Popen(["py-spy", "record", "--pid", str(broker.pid), "--format", "raw",
-                                    "--rate", str(PROFILE_RATE), "-o", profile],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            spy = subprocess.Popen(
+                [
+                    "py-spy",
+                    "record",
+                    "--pid",
+                    str(broker.pid),
+                    "--format",
+                    "raw",
+                    "--rate",
+                    str(PROFILE_RATE),
+                    "-o",
+                    profile,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             time.sleep(1.0)  # py-spy attaches
         c0, m0, b0 = proc_cpu_seconds(proc.pid or 0), machine_cpu()[0], broker.cpu_seconds()
         t0 = time.monotonic()
@@ -472,9 +735,15 @@ def run_phase(broker: Broker, job: Job, profile: str | None = None) -> Phase:
         if proc.is_alive():
             proc.kill()
             proc.join(5)
-    ph = Phase(messages=detail["messages"], seconds=detail["t_end"] - t0, window_s=t1 - t0,
-               broker_cpu_s=b1 - b0, client_cpu_s=c1 - c0, machine_cpu_s=m1 - m0,
-               rejected=detail["rejected"])
+    ph = Phase(
+        messages=detail["messages"],
+        seconds=detail["t_end"] - t0,
+        window_s=t1 - t0,
+        broker_cpu_s=b1 - b0,
+        client_cpu_s=c1 - c0,
+        machine_cpu_s=m1 - m0,
+        rejected=detail["rejected"],
+    )
     if profile:
         ph.profile = top_functions(profile)
     return ph
@@ -562,8 +831,9 @@ def address_of(broker: str, q: str) -> str:
     return f"/queues/{q}" if broker == "leveret" else f"/queue/{q}"
 
 
-def run_cell(broker: Broker, bname: str, protocol: str, cell: Cell, s: Settings,
-             profile_dir: str | None) -> dict:
+def run_cell(
+    broker: Broker, bname: str, protocol: str, cell: Cell, s: Settings, profile_dir: str | None
+) -> dict:
     """Both phases of ``cell`` on a fresh queue; returns ``{phase: row}``."""
     q = f"bench-{protocol}-{cell.name}-{secrets.token_hex(3)}"
     _queue_op(broker, "declare", q, cell.durable)
@@ -576,18 +846,32 @@ def run_cell(broker: Broker, bname: str, protocol: str, cell: Cell, s: Settings,
                 count = depth
             else:
                 count = s.messages
-            job = Job(protocol, phase, broker.host, broker.port, address, q, cell, count, s.seconds,
-                      s.grace, s.ack_every)
+            job = Job(
+                protocol,
+                phase,
+                broker.host,
+                broker.port,
+                address,
+                q,
+                cell,
+                count,
+                s.seconds,
+                s.grace,
+                s.ack_every,
+                s.driver,
+            )
             prof = None
             if profile_dir and bname == "leveret":
                 prof = os.path.join(profile_dir, f"{protocol}-{cell.name}-{phase}.txt")
             ph = run_phase(broker, job, prof)
             rows[phase] = phase_row(ph)
             r = rows[phase]
-            log(f"[{bname} {protocol}] {cell.name} {phase}: {r['messages']} in {r['seconds']:.2f} s, "
+            log(
+                f"[{bname} {protocol}] {cell.name} {phase}: {r['messages']} in {r['seconds']:.2f} s, "
                 f"{r['msg_per_s']:,.0f} msg/s, broker {r['broker_us_per_msg']:.1f} µs/msg "
                 f"({r['broker_cpu_pct']:.0f}%), client {r['client_us_per_msg']:.1f} µs/msg "
-                f"({r['client_cpu_pct']:.0f}%), saturated: {r['saturated']}")
+                f"({r['client_cpu_pct']:.0f}%), saturated: {r['saturated']}"
+            )
             time.sleep(s.pause)
     finally:
         try:
@@ -606,12 +890,13 @@ def amqp10_refusal(broker: Broker) -> str | None:
         c = BlockingConnection(f"amqp://guest:guest@{broker.host}:{broker.port}", timeout=5)
         c.close()
         return None
-    except Exception as exc:  # noqa: BLE001 - any refusal is the answer
+    except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
 
 
-def run_broker(bname: str, cells: list[Cell], s: Settings, with_091: bool, src: str | None,
-               profile_dir: str | None) -> dict:
+def run_broker(
+    bname: str, cells: list[Cell], s: Settings, with_091: bool, src: str | None, profile_dir: str | None
+) -> dict:
     broker: Broker = Leveret(src=src) if bname == "leveret" else RabbitMQ(amqp10=True)
 
     def body(b: Broker, out: dict) -> None:
@@ -640,8 +925,10 @@ def run_broker(bname: str, cells: list[Cell], s: Settings, with_091: bool, src: 
     if t is None:
         return out
     try:
-        log(f"[{bname}] ready, AMQP on {broker.host}:{broker.port} (pid {broker.pid}) "
-            f"in {time.monotonic() - t:.1f} s")
+        log(
+            f"[{bname}] ready, AMQP on {broker.host}:{broker.port} (pid {broker.pid}) "
+            f"in {time.monotonic() - t:.1f} s"
+        )
         out["info"] = {"pid": broker.pid, "idle_rss_mb": round(broker.rss_bytes() / 2**20, 1)}
         body(broker, out)
     finally:
@@ -656,9 +943,20 @@ def _get(results: dict, broker: str, protocol: str, cell: Cell, phase: str) -> d
 
 
 def print_tables(results: dict, cells: list[Cell]) -> None:
-    head = ["cell", "phase", "leveret msg/s", "RabbitMQ msg/s", "lev/RMQ msg/s",
-            "leveret µs/msg", "RabbitMQ µs/msg", "lev/RMQ CPU", "lev 0-9-1 µs/msg", "1.0/0-9-1 CPU",
-            "client µs/msg lev/RMQ", "saturated lev / RMQ / 0-9-1"]
+    head = [
+        "cell",
+        "phase",
+        "leveret msg/s",
+        "RabbitMQ msg/s",
+        "lev/RMQ msg/s",
+        "leveret µs/msg",
+        "RabbitMQ µs/msg",
+        "lev/RMQ CPU",
+        "lev 0-9-1 µs/msg",
+        "1.0/0-9-1 CPU",
+        "client µs/msg lev/RMQ",
+        "saturated lev / RMQ / 0-9-1",
+    ]
     rows = []
     for cell in cells:
         for phase in PHASES:
@@ -669,41 +967,61 @@ def print_tables(results: dict, cells: list[Cell]) -> None:
             def v(r, k):
                 return r[k] if r else None
 
-            rows.append([
-                cell.name, phase,
-                fmt(v(lev, "msg_per_s"), ",.0f"), fmt(v(rmq, "msg_per_s"), ",.0f"),
-                fmt(ratio(v(lev, "msg_per_s"), v(rmq, "msg_per_s")), ".2f"),
-                fmt(v(lev, "broker_us_per_msg"), ".1f"), fmt(v(rmq, "broker_us_per_msg"), ".1f"),
-                fmt(ratio(v(lev, "broker_us_per_msg"), v(rmq, "broker_us_per_msg")), ".2f"),
-                fmt(v(o91, "broker_us_per_msg"), ".1f"),
-                fmt(ratio(v(lev, "broker_us_per_msg"), v(o91, "broker_us_per_msg")), ".2f"),
-                f"{fmt(v(lev, 'client_us_per_msg'), '.1f')} / {fmt(v(rmq, 'client_us_per_msg'), '.1f')}",
-                " / ".join(str(v(r, "saturated") or "-") for r in (lev, rmq, o91)),
-            ])
-    report.print_table("AMQP 1.0: leveret vs RabbitMQ 3.10 (rabbitmq_amqp1_0), and leveret's AMQP 0-9-1",
-                       head, rows)
-    print("\nmsg/s ratio above 1: leveret faster (target ≥ 2); CPU ratios below 1: leveret cheaper;"
-          " 1.0/0-9-1 CPU: target ≤ 1.3")
+            rows.append(
+                [
+                    cell.name,
+                    phase,
+                    fmt(v(lev, "msg_per_s"), ",.0f"),
+                    fmt(v(rmq, "msg_per_s"), ",.0f"),
+                    fmt(ratio(v(lev, "msg_per_s"), v(rmq, "msg_per_s")), ".2f"),
+                    fmt(v(lev, "broker_us_per_msg"), ".1f"),
+                    fmt(v(rmq, "broker_us_per_msg"), ".1f"),
+                    fmt(ratio(v(lev, "broker_us_per_msg"), v(rmq, "broker_us_per_msg")), ".2f"),
+                    fmt(v(o91, "broker_us_per_msg"), ".1f"),
+                    fmt(ratio(v(lev, "broker_us_per_msg"), v(o91, "broker_us_per_msg")), ".2f"),
+                    f"{fmt(v(lev, 'client_us_per_msg'), '.1f')} / {fmt(v(rmq, 'client_us_per_msg'), '.1f')}",
+                    " / ".join(str(v(r, "saturated") or "-") for r in (lev, rmq, o91)),
+                ]
+            )
+    report.print_table(
+        "AMQP 1.0: leveret vs RabbitMQ 3.10 (rabbitmq_amqp1_0), and leveret's AMQP 0-9-1", head, rows
+    )
+    print(
+        "\nmsg/s ratio above 1: leveret faster (target ≥ 2); CPU ratios below 1: leveret cheaper;"
+        " 1.0/0-9-1 CPU: target ≤ 1.3"
+    )
     report.print_errors(results)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--brokers", default=",".join(BROKERS), help="comma-separated: leveret, rabbitmq")
     ap.add_argument("--cells", default="", help="comma-separated cell names (default: all 16)")
-    ap.add_argument("--quick", action="store_true",
-                    help=f"cells {', '.join(QUICK_CELLS)}; 20,000 messages, 2 s per phase")
+    ap.add_argument(
+        "--quick", action="store_true", help=f"cells {', '.join(QUICK_CELLS)}; 20,000 messages, 2 s per phase"
+    )
     ap.add_argument("--messages", type=int, default=None, help="per publish phase at most (100,000)")
     ap.add_argument("--seconds", type=float, default=None, help="publish time per phase at most (5)")
     ap.add_argument("--ack-every", type=int, default=1, help="AMQP 0-9-1 consume: ack every N (1)")
+    ap.add_argument(
+        "--driver",
+        choices=("engine", "reactor"),
+        default="engine",
+        help="AMQP 1.0 client: proton's C engine driven directly (engine), or proton.reactor.Container",
+    )
     ap.add_argument("--no-amqp091", action="store_true", help="skip leveret's AMQP 0-9-1 cells")
     ap.add_argument("--src", default=None, help="another leveret src/ for the broker (before/after)")
-    ap.add_argument("--profile", default=None, metavar="DIR",
-                    help="record leveret with py-spy per phase into DIR; print the top functions")
+    ap.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="record leveret with py-spy per phase into DIR; print the top functions",
+    )
     ap.add_argument("--json", default="bench/results/amqp10.json", help="results file")
     args = ap.parse_args(argv)
-    s = Settings(ack_every=args.ack_every)
+    s = Settings(ack_every=args.ack_every, driver=args.driver)
     if args.quick:
         s.messages, s.seconds = 20_000, 2.0
     if args.messages is not None:
@@ -725,8 +1043,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
     signal.signal(signal.SIGTERM, report.sigterm)
-    results = report.run_each(brokers, lambda b: run_broker(b, cells, s, not args.no_amqp091, args.src,
-                                                              args.profile))
+    results = report.run_each(
+        brokers, lambda b: run_broker(b, cells, s, not args.no_amqp091, args.src, args.profile)
+    )
     if results is None:
         return 130
     print_tables(results, cells)
