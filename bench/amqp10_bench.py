@@ -426,7 +426,7 @@ def _engine_worker(job: Job, ready, start, results) -> None:
         want_w = [sock] if pending > 0 else []
         r, w, _ = select.select([sock], want_w, [], timeout)
         if w:
-            n, data = _peek(pending)
+            _, data = _peek(pending)
             try:
                 sent = sock.send(data)
             except BlockingIOError:
