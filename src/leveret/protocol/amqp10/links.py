@@ -43,7 +43,7 @@ from ...core.publish import Publisher
 from ...core.queues import Queue, QueuedMessage
 from . import errors as e, performatives as perf
 from .address import Address, parse
-from .message import address_fields, decode_transfer, encode_transfer
+from .message import address_fields, decode_transfer, delivery_delay, encode_transfer
 from .types import DecodeError
 
 if TYPE_CHECKING:
@@ -264,7 +264,8 @@ class IncomingLink:
         message.exchange = exchange_name
         message.routing_key = key
         self._returned = False
-        self.publisher.publish(exchange, message, mandatory=True)
+        delay = delivery_delay(message, int(core.clock.time() * 1000))
+        self.publisher.publish(exchange, message, True, delay)
         if self._returned:
             self._outcomes[self.publisher.seq] = _RELEASED
 

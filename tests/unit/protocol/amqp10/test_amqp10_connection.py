@@ -317,3 +317,21 @@ def test_close_is_answered(client: Client) -> None:
     (close,) = client.bodies()
     assert isinstance(close, perf.Close) and close.error is None
     assert client.closed
+
+
+def test_delivery_delay_and_time_annotations_hold_the_message(client: Client, core: BrokerCore, loop) -> None:
+    _declare(core, "q")
+    _ready(client)
+    client.attach_sender("/queues/q", settled=True)
+    now_ms = int(core.clock.time() * 1000)
+    client.transfer(0, 0, message_payload(b"later", annotations={"x-opt-delivery-delay": 5000}), settled=True)
+    client.transfer(
+        0, 1, message_payload(b"at", annotations={"x-opt-delivery-time": now_ms + 8000}), settled=True
+    )
+    client.transfer(0, 2, message_payload(b"now"), settled=True)
+    queue = core.vhosts.get("/").queues["q"]
+    assert [e.message.body for e in queue.browse(10)] == [b"now"]
+    loop.advance(5.5)
+    assert [e.message.body for e in queue.browse(10)] == [b"now", b"later"]
+    loop.advance(3)
+    assert [e.message.body for e in queue.browse(10)] == [b"now", b"later", b"at"]
