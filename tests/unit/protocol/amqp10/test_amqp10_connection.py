@@ -335,3 +335,22 @@ def test_delivery_delay_and_time_annotations_hold_the_message(client: Client, co
     assert [e.message.body for e in queue.browse(10)] == [b"now", b"later"]
     loop.advance(3)
     assert [e.message.body for e in queue.browse(10)] == [b"now", b"later", b"at"]
+
+
+def test_direct_reply_to_address(client: Client, core: BrokerCore) -> None:
+    _ready(client)
+    source = perf.Source(None, dynamic=True, capabilities=("rabbitmq:volatile-queue",))
+    client.send(
+        perf.Attach("replies", 1, perf.ROLE_RECEIVER, perf.SND_SETTLED, perf.RCV_FIRST, source, perf.Target())
+    )
+    (attach,) = client.bodies()
+    address = attach.source.address
+    assert address.startswith("/queues/amq.rabbitmq.reply-to.")
+    client.flow(1, 1)
+    client.attach_sender(address, handle=2, settled=True)
+    client.transfer(2, 0, message_payload(b"reply 1"), settled=True)
+    client.transfer(2, 1, message_payload(b"reply 2"), settled=True)  # no credit left: dropped
+    transfers = [b for b in client.bodies() if isinstance(b, perf.Transfer)]
+    assert [(t.handle, t.settled) for t in transfers] == [(1, True)]
+    client.send(perf.Detach(1, True))
+    assert core.vhosts.get("/").reply_consumers == {}
