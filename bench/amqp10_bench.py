@@ -785,10 +785,17 @@ def phase_row(ph: Phase) -> dict:
 
 
 # ------------------------------------------------------------------ profiles
-def top_functions(path: str, n: int = 15) -> list:
-    """The ``n`` functions with the most samples in a py-spy ``--format raw`` file, by own
-    time (the innermost frame of a sample) and inclusive (anywhere in it), in % of the
-    samples: ``[(function, self %, inclusive %)]``."""
+#: innermost frames of a thread that waits (the store writer, executors): not broker work
+IDLE = ("wait (threading.py", "Condition.wait (threading.py", "_worker (concurrent/futures/thread.py")
+
+
+def top_functions(path: str, n: int = 20) -> list:
+    """The ``n`` functions with the most samples in a py-spy ``--format raw`` file, by
+    inclusive share (anywhere in the stack), in % of the busy samples (a thread waiting in
+    :data:`IDLE` is left out): ``[(function, own %, inclusive %)]``, the event loop's
+    outermost frames (the CLI, runpy) left out. ``own`` is the innermost frame's share;
+    ``server (leveret/cli/server.py)``'s own share is uvloop's C code (reads, writes,
+    callbacks)."""
     own: collections.Counter = collections.Counter()
     incl: collections.Counter = collections.Counter()
     total = 0
@@ -800,17 +807,19 @@ def top_functions(path: str, n: int = 15) -> list:
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
-        k = int(count)
-        frames = [f.replace(str(HERE.parent) + "/", "") for f in stack.split(";")[1:]]
-        if not frames:
+        frames = [_short(f) for f in stack.split(";")]
+        if not frames or frames[-1].startswith(IDLE):
             continue
+        k = int(count)
         total += k
-        own[_short(frames[-1])] += k
-        for f in set(_short(f) for f in frames):
+        own[frames[-1]] += k
+        for f in set(frames):
             incl[f] += k
     if not total:
         return []
-    return [(f, round(100 * c / total, 1), round(100 * incl[f] / total, 1)) for f, c in own.most_common(n)]
+    skip = ("<module>", "_run_code", "_run_module_as_main", "Command.", "Group.", "Context.", "main (")
+    ranked = [f for f, _ in incl.most_common() if not f.startswith(skip)]
+    return [(f, round(100 * own[f] / total, 1), round(100 * incl[f] / total, 1)) for f in ranked[:n]]
 
 
 def _short(frame: str) -> str:
@@ -1053,9 +1062,9 @@ def main(argv: list[str] | None = None) -> int:
         for key, rows in results.get("leveret", {}).get("rows", {}).items():
             for phase, r in rows.items():
                 if r.get("profile_top"):
-                    print(f"\nleveret {key} {phase}: top functions by own samples (own %, inclusive %)")
+                    print(f"\nleveret {key} {phase}: top functions (inclusive %, own %) of the busy samples")
                     for f, own, inc in r["profile_top"]:
-                        print(f"  {own:5.1f} {inc:5.1f}  {f}")
+                        print(f"  {inc:5.1f} {own:5.1f}  {f}")
     meta = report.run_meta(settings=asdict(s), cells=[c.name for c in cells])
     return report.write_results(args.json, meta, results)
 
