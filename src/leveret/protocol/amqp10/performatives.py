@@ -26,7 +26,8 @@ annotations are written as symbols (§3.2.10).
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields as dc_fields
+import functools
+from dataclasses import MISSING, Field, dataclass, field, fields as dc_fields
 from typing import Any, ClassVar, TypeAlias
 
 from leveret.protocol.amqp10.types import (
@@ -703,6 +704,13 @@ def _is_default(value: Any, default: Any) -> bool:
     return value is not MISSING and value == default and isinstance(value, bool) == isinstance(default, bool)
 
 
+@functools.cache
+def _dc_fields(cls: type) -> tuple[Field, ...]:
+    """``dataclasses.fields(cls)``, computed once per class: it builds a new tuple on every
+    call, a tenth of an AMQP 1.0 publish's CPU when called per transfer."""
+    return dc_fields(cls)
+
+
 def to_described(composite: Composite) -> Described:
     """``composite`` as the described value that :func:`~leveret.protocol.amqp10.types.
     encode` writes: a list of its fields (spec defaults as null, trailing nulls left
@@ -717,7 +725,7 @@ def to_described(composite: Composite) -> Described:
             value = _write(_FIELDS, value)  # annotation keys are symbols (§3.2.10)
         return Described(descriptor, value)
     items = []
-    for (kind, mandatory), dc_field in zip(composite.FIELDS, dc_fields(composite)):  # type: ignore[arg-type]
+    for (kind, mandatory), dc_field in zip(composite.FIELDS, _dc_fields(type(composite))):  # type: ignore[arg-type]
         value = getattr(composite, dc_field.name)
         if value is None:
             if mandatory:
@@ -808,11 +816,11 @@ def from_described(described: Described) -> Any:
     if not isinstance(value, list):
         raise DecodeError(f"{cls.NAME} described by a {type(value).__name__}, not a list")
     args = {}
-    for (kind, _), dc_field, item in zip(cls.FIELDS, dc_fields(cls), value):  # type: ignore[arg-type]
+    for (kind, _), dc_field, item in zip(cls.FIELDS, _dc_fields(cls), value):  # type: ignore[arg-type]
         if item is None:
             continue
         args[dc_field.name] = _read(cls, dc_field.name, kind, item)
-    for (_, mandatory), dc_field in zip(cls.FIELDS, dc_fields(cls)):  # type: ignore[arg-type]
+    for (_, mandatory), dc_field in zip(cls.FIELDS, _dc_fields(cls)):  # type: ignore[arg-type]
         if mandatory and dc_field.name not in args:
             raise DecodeError(f"{cls.NAME}: mandatory field {dc_field.name} is missing", INVALID_FIELD)
     return cls(**args)
