@@ -381,6 +381,7 @@ def _engine_worker(job: Job, ready, start, results) -> None:
     rbuf = bytearray(1 << 20)
     rbuf_ptr = ffi.from_buffer(rbuf)
     batch = 500
+    out_max = 256 * 1024  # bytes encoded by proton but not yet written to the socket, at most
 
     sock = socket.create_connection((job.host, job.port), timeout=10)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -514,8 +515,12 @@ def _engine_worker(job: Job, ready, start, results) -> None:
             sent = 0
             while True:
                 n = 0
+                # proton encodes whatever the link holds into the transport's buffer, which
+                # grows without bound: settled, nothing else holds the sender back
+                room = lib.pn_transport_pending(transport) < out_max
                 while (
-                    sent < limit
+                    room
+                    and sent < limit
                     and n < batch
                     and lib.pn_link_credit(link) > 0
                     and lib.pn_link_queued(link) < batch
