@@ -28,11 +28,12 @@ from typing import Any
 from aiohttp import web
 
 from ..core.broker import BrokerCore
-from ..core.connections import ChannelFacts, ConnectionFacts
+from ..core.connections import ChannelFacts, ConnectionFacts, sessions_of
 from ..core.exchange import EXCHANGE_TYPES
 from ..core.message import Message, Properties
 from ..version import __version__
 from .common import json_error, object_not_found, route_vhost, works_in
+from .connection_sessions import session_row
 from .listing import list_answer, list_response
 from .rates import (
     BROKER_STATS,
@@ -232,6 +233,7 @@ class Runtime:
             web.get("/api/connections/{name}", self.connection),
             web.delete("/api/connections/{name}", self.close_connection),
             web.get("/api/connections/{name}/channels", self.connection_channels),
+            web.get("/api/connections/{name}/sessions", self.connection_sessions),
             web.get("/api/vhosts/{vhost}/connections", self.connections),
             web.get("/api/vhosts/{vhost}/channels", self.channels),
             web.get("/api/channels", self.channels),
@@ -428,6 +430,16 @@ class Runtime:
     async def connection_channels(self, request: web.Request) -> web.Response:
         facts, _ = self._connection(request)
         return list_response(request, [channel_row(facts, c) for c in facts.channels])
+
+    async def connection_sessions(self, request: web.Request) -> web.Response:
+        """``GET /api/connections/{name}/sessions``: an AMQP 1.0 connection's sessions
+        and links (:mod:`.connection_sessions`); 400 for another protocol's, as
+        RabbitMQ 4."""
+        _, connection = self._connection(request)
+        sessions = sessions_of(connection)
+        if sessions is None:
+            raise json_error(400, "bad_request", "connection does not use AMQP 1.0")
+        return list_response(request, [session_row(s) for s in sessions])
 
     async def channels(self, request: web.Request) -> web.Response:
         """``GET /api/channels``, ``/api/vhosts/{vhost}/channels`` (in slices)."""
