@@ -86,7 +86,7 @@ class LinkFacts:
     (``settled``/``unsettled``/``mixed``) and ``unconfirmed`` (deliveries waiting for
     their outcome). Outgoing only: ``queue`` (the source queue's name),
     ``send_settled`` (the broker sends settled: no acknowledgements) and ``filters``
-    (name, descriptor, value as JSON holds it)."""
+    (name, descriptor: a symbol's text or a numeric code, value as JSON holds it)."""
 
     handle: int
     name: str
@@ -99,7 +99,7 @@ class LinkFacts:
     unconfirmed: int = 0
     queue: str = ""
     send_settled: bool = False
-    filters: tuple[tuple[str, str, Any], ...] = ()
+    filters: tuple[tuple[str, str | int, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

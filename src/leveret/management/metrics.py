@@ -423,8 +423,8 @@ class BrokerCollector(Collector):
                 f"rabbitmq_global_messages_{name}", f"Total number of {text[0].lower()}{text[1:]}", labels
             )
             for queue_type, counters in sorted(by_type.items()):
-                share = amqp10_by_type.get(queue_type)
-                counted = 0 if share is None else getattr(share, name)
+                of_type = amqp10_by_type.get(queue_type)
+                counted = 0 if of_type is None else getattr(of_type, name)
                 family.add_metric([PROTOCOL, queue_type], getattr(counters, name) - counted)
                 family.add_metric([AMQP10, queue_type], counted)
             yield family

@@ -86,10 +86,10 @@ def _address(terminus: Any) -> str | None:
     return address if isinstance(address, str) else None
 
 
-def _filters(filters: dict[Any, Any] | None) -> tuple[tuple[str, str, Any], ...]:
+def _filters(filters: dict[Any, Any] | None) -> tuple[tuple[str, str | int, Any], ...]:
     """A source's filter set (§3.5.8) as (name, descriptor, value): each filter is a
     described value; its descriptor a symbol (shown as text) or a code (a number)."""
-    found = []
+    found: list[tuple[str, str | int, Any]] = []
     for name, value in (filters or {}).items():
         if isinstance(value, Described):
             descriptor = value.descriptor
