@@ -25,10 +25,17 @@ from leveret.protocol.amqp10.types import encode
 
 
 def message_payload(
-    body: bytes = b"hello", durable: bool = False, to: str | None = None, **app: Any
+    body: bytes = b"hello",
+    durable: bool = False,
+    to: str | None = None,
+    annotations: dict[str, Any] | None = None,
+    **app: Any,
 ) -> bytes:
-    """A bare message: header, properties (with ``to``), application properties, data."""
-    parts = [perf.Header(durable=durable)]
+    """A bare message: header, message annotations, properties (with ``to``),
+    application properties, data."""
+    parts: list[Any] = [perf.Header(durable=durable)]
+    if annotations:
+        parts.append(perf.MessageAnnotations(annotations))
     if to is not None:
         parts.append(perf.Properties(to=to))
     if app:

@@ -317,3 +317,40 @@ def test_close_is_answered(client: Client) -> None:
     (close,) = client.bodies()
     assert isinstance(close, perf.Close) and close.error is None
     assert client.closed
+
+
+def test_delivery_delay_and_time_annotations_hold_the_message(client: Client, core: BrokerCore, loop) -> None:
+    _declare(core, "q")
+    _ready(client)
+    client.attach_sender("/queues/q", settled=True)
+    now_ms = int(core.clock.time() * 1000)
+    client.transfer(0, 0, message_payload(b"later", annotations={"x-opt-delivery-delay": 5000}), settled=True)
+    client.transfer(
+        0, 1, message_payload(b"at", annotations={"x-opt-delivery-time": now_ms + 8000}), settled=True
+    )
+    client.transfer(0, 2, message_payload(b"now"), settled=True)
+    queue = core.vhosts.get("/").queues["q"]
+    assert [e.message.body for e in queue.browse(10)] == [b"now"]
+    loop.advance(5.5)
+    assert [e.message.body for e in queue.browse(10)] == [b"now", b"later"]
+    loop.advance(3)
+    assert [e.message.body for e in queue.browse(10)] == [b"now", b"later", b"at"]
+
+
+def test_direct_reply_to_address(client: Client, core: BrokerCore) -> None:
+    _ready(client)
+    source = perf.Source(None, dynamic=True, capabilities=("rabbitmq:volatile-queue",))
+    client.send(
+        perf.Attach("replies", 1, perf.ROLE_RECEIVER, perf.SND_SETTLED, perf.RCV_FIRST, source, perf.Target())
+    )
+    (attach,) = client.bodies()
+    address = attach.source.address
+    assert address.startswith("/queues/amq.rabbitmq.reply-to.")
+    client.flow(1, 1)
+    client.attach_sender(address, handle=2, settled=True)
+    client.transfer(2, 0, message_payload(b"reply 1"), settled=True)
+    client.transfer(2, 1, message_payload(b"reply 2"), settled=True)  # no credit left: dropped
+    transfers = [b for b in client.bodies() if isinstance(b, perf.Transfer)]
+    assert [(t.handle, t.settled) for t in transfers] == [(1, True)]
+    client.send(perf.Detach(1, True))
+    assert core.vhosts.get("/").reply_consumers == {}
