@@ -111,6 +111,7 @@ def test_the_api_lists_an_amqp10_connection(broker, api, user, mechanism):
         row = eventually(lambda: row_of(api, container))
         assert row is not None
         assert row["protocol"] == "AMQP 1.0"
+        assert row["container_id"] == container  # RabbitMQ 4 lists it at the top level
         assert (row["user"], row["vhost"], row["auth_mechanism"]) == ("guest", "/", mechanism)
         assert row["frame_max"] == 128 * 1024 and row["channel_max"] == 64
         assert row["channels"] == 0  # no session yet

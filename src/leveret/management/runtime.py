@@ -62,7 +62,15 @@ def _ms(seconds: float) -> int:
 
 
 def connection_row(facts: ConnectionFacts) -> dict:
-    """A connection in RabbitMQ's shape (without statistics)."""
+    """A connection in RabbitMQ's shape (without statistics); an AMQP 1.0 connection's
+    ``container_id`` (its ``open``'s) at the top level too, as RabbitMQ 4 lists it."""
+    row = _connection_row(facts)
+    if facts.protocol == "AMQP 1.0" and "container_id" in facts.client_properties:
+        row["container_id"] = facts.client_properties["container_id"]
+    return row
+
+
+def _connection_row(facts: ConnectionFacts) -> dict:
     return {
         "auth_mechanism": facts.auth_mechanism,
         "channel_max": facts.channel_max,
