@@ -73,12 +73,19 @@ def link_facts(link: Any) -> LinkFacts:
     source = attach.source
     return LinkFacts(
         **common,
-        address=_address(source),
+        address=_source_address(link, source),
         max_message_size=attach.max_message_size or None,  # 0 or none: unlimited (§2.7.3)
         queue=queue.name if queue is not None else "",
         send_settled=bool(getattr(link, "no_ack", attach.snd_settle_mode == perf.SND_SETTLED)),
         filters=_filters(source.filter if isinstance(source, perf.Source) else None),
     )
+
+
+def _source_address(link: Any, source: Any) -> str | None:
+    """The address a receiving link reads: the one the broker gave a dynamic source
+    (direct reply-to's ``/queues/amq.rabbitmq.reply-to.<key>``), else the client's."""
+    given = getattr(link, "address", None)
+    return given if isinstance(given, str) else _address(source)
 
 
 def _address(terminus: Any) -> str | None:
