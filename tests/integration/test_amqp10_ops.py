@@ -284,6 +284,49 @@ def test_an_operators_close_is_connection_forced(broker, api):
         connection.close()
 
 
+def test_deleting_the_vhost_closes_its_amqp10_connections(broker, api):
+    vhost = f"ops-{uuid.uuid4().hex[:6]}"
+    assert api.http("PUT", f"/api/vhosts/{vhost}")[0] == 201
+    assert api.http(
+        "PUT", f"/api/permissions/{vhost}/guest", {"configure": ".*", "write": ".*", "read": ".*"}
+    )[0] in (201, 204)
+    connection = BlockingConnection(
+        f"amqp://guest:guest@127.0.0.1:{broker.amqp_port}", virtual_host=f"vhost:{vhost}", timeout=5
+    )
+    try:
+        assert api.http("DELETE", f"/api/vhosts/{vhost}")[0] == 204
+        condition, _ = closed_with(connection)
+        assert condition == FORCED
+    finally:
+        connection.close()
+
+
+def test_a_user_sees_the_sessions_of_their_own_connections_only(broker, api):
+    """As ``/api/connections/{name}``: a user without ``administrator``/``monitoring``
+    gets 401 for another user's connection (RabbitMQ's ``is_authorized_user``)."""
+    user = f"u{uuid.uuid4().hex[:6]}"
+    assert api.http("PUT", f"/api/users/{user}", {"password": user, "tags": "management"})[0] == 201
+    assert api.http("PUT", f"/api/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"})[
+        0
+    ] in (201, 204)
+    theirs = connect(broker.amqp_port, f"ops-{uuid.uuid4().hex[:8]}", user)
+    container = f"ops-{uuid.uuid4().hex[:8]}"
+    guests = connect(broker.amqp_port, container)
+    try:
+        row = eventually(lambda: row_of(api, container))
+        assert row is not None
+        path = f"/api/connections/{urllib.parse.quote(row['name'], safe='')}/sessions"
+        assert api.http("GET", path, user=user, password=user)[0] == 401
+        own = [r for r in api.http("GET", "/api/connections", user=user, password=user)[1]]
+        assert [r["user"] for r in own] == [user]
+        own_path = f"/api/connections/{urllib.parse.quote(own[0]['name'], safe='')}/sessions"
+        assert api.http("GET", own_path, user=user, password=user) == (200, [])
+    finally:
+        theirs.close()
+        guests.close()
+        api.http("DELETE", f"/api/users/{user}")
+
+
 def ctl(data: Path, *args: str) -> list[list[str]]:
     command = [sys.executable, "-m", "leveret", "ctl", "--data-dir", str(data), "-q", *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
