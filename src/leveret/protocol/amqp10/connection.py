@@ -458,8 +458,8 @@ class Amqp10Connection(AdapterConnection):
             connected_at=self.connected_at,
             client_properties=self.client_properties,
             auth_mechanism=self.mechanism or "PLAIN",
-            channel_max=CHANNEL_MAX + 1,
-            frame_max=MAX_FRAME_SIZE,
+            channel_max=CHANNEL_MAX,  # RabbitMQ 4: the highest channel number
+            frame_max=self.peer_max_frame_size,  # RabbitMQ 4: the largest frame sent to the client
             heartbeat=int(self._peer_idle),
             ssl=self.tls,
             state=("flow" if self.flow_held else "blocked")
