@@ -26,8 +26,7 @@ annotations are written as symbols (§3.2.10).
 
 from __future__ import annotations
 
-import functools
-from dataclasses import MISSING, Field, dataclass, field, fields as dc_fields
+from dataclasses import MISSING, dataclass, field, fields as dc_fields
 from typing import Any, ClassVar, TypeAlias
 
 from leveret.protocol.amqp10.types import (
@@ -683,6 +682,21 @@ for _cls in _ALL:
 # -- to and from described values ---------------------------------------------------------
 
 
+_FIELDS_OF: dict[type, tuple[tuple[str, Any, str, bool], ...]] = {}
+
+
+def _fields_of(cls: type[Composite]) -> tuple[tuple[str, Any, str, bool], ...]:
+    """Each field's name, spec default, type and mandatory flag, in wire order (made
+    once per class: ``dataclasses.fields`` costs more than decoding a transfer)."""
+    fields = _FIELDS_OF.get(cls)
+    if fields is None:
+        fields = _FIELDS_OF[cls] = tuple(
+            (f.name, f.default, kind, mandatory)
+            for (kind, mandatory), f in zip(cls.FIELDS, dc_fields(cls))  # type: ignore[arg-type]
+        )
+    return fields
+
+
 def _write(kind: str, value: Any) -> Any:
     if value is None:
         return None
@@ -704,13 +718,6 @@ def _is_default(value: Any, default: Any) -> bool:
     return value is not MISSING and value == default and isinstance(value, bool) == isinstance(default, bool)
 
 
-@functools.cache
-def _dc_fields(cls: type) -> tuple[Field, ...]:
-    """``dataclasses.fields(cls)``, computed once per class: it builds a new tuple on every
-    call, a tenth of an AMQP 1.0 publish's CPU when called per transfer."""
-    return dc_fields(cls)
-
-
 def to_described(composite: Composite) -> Described:
     """``composite`` as the described value that :func:`~leveret.protocol.amqp10.types.
     encode` writes: a list of its fields (spec defaults as null, trailing nulls left
@@ -725,15 +732,15 @@ def to_described(composite: Composite) -> Described:
             value = _write(_FIELDS, value)  # annotation keys are symbols (§3.2.10)
         return Described(descriptor, value)
     items = []
-    for (kind, mandatory), dc_field in zip(composite.FIELDS, _dc_fields(type(composite))):  # type: ignore[arg-type]
-        value = getattr(composite, dc_field.name)
+    for name, default, kind, mandatory in _fields_of(type(composite)):
+        value = getattr(composite, name)
         if value is None:
             if mandatory:
-                raise ValueError(f"{composite.NAME}: field {dc_field.name} is mandatory")
-        elif not mandatory and _is_default(value, dc_field.default):
+                raise ValueError(f"{composite.NAME}: field {name} is mandatory")
+        elif not mandatory and _is_default(value, default):
             value = None
         elif kind in _RANGES and not 0 <= value < _RANGES[kind]:
-            raise ValueError(f"{composite.NAME}: {dc_field.name} {value} is out of range for a {kind}")
+            raise ValueError(f"{composite.NAME}: {name} {value} is out of range for a {kind}")
         items.append(_write(kind, value))
     while items and items[-1] is None:
         items.pop()
@@ -816,11 +823,12 @@ def from_described(described: Described) -> Any:
     if not isinstance(value, list):
         raise DecodeError(f"{cls.NAME} described by a {type(value).__name__}, not a list")
     args = {}
-    for (kind, _), dc_field, item in zip(cls.FIELDS, _dc_fields(cls), value):  # type: ignore[arg-type]
+    fields = _fields_of(cls)
+    for (name, _, kind, _), item in zip(fields, value):
         if item is None:
             continue
-        args[dc_field.name] = _read(cls, dc_field.name, kind, item)
-    for (_, mandatory), dc_field in zip(cls.FIELDS, _dc_fields(cls)):  # type: ignore[arg-type]
-        if mandatory and dc_field.name not in args:
-            raise DecodeError(f"{cls.NAME}: mandatory field {dc_field.name} is missing", INVALID_FIELD)
+        args[name] = _read(cls, name, kind, item)
+    for name, _, _, mandatory in fields:
+        if mandatory and name not in args:
+            raise DecodeError(f"{cls.NAME}: mandatory field {name} is missing", INVALID_FIELD)
     return cls(**args)
