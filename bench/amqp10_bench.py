@@ -59,6 +59,7 @@ import collections
 import multiprocessing as mp
 import os
 import queue
+import resource
 import secrets
 import signal
 import subprocess
@@ -173,6 +174,13 @@ class Job:
 
 
 # ------------------------------------------------------------------ AMQP 1.0 client (proton)
+def _own_cpu() -> float:
+    """This process's CPU seconds (user + system): a client reports its own, since it may
+    be gone before the parent reads its /proc."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _proton_worker(job: Job, ready, start, results) -> None:
     """Run one proton reactor (``proton.reactor.Container``) with a bare handler: no
     MessagingHandler layers (they decode every message); the body is encoded once."""
@@ -190,6 +198,7 @@ def _proton_worker(job: Job, ready, start, results) -> None:
             self.started = False
             self.sent = self.settled_count = self.received = 0
             self.rejected = 0
+            self.cpu0 = 0.0
             self.deadline = 0.0
             self.limit = job.messages
             self.last = None
@@ -228,6 +237,7 @@ def _proton_worker(job: Job, ready, start, results) -> None:
                 return self.fail(f"attach refused: {event.link.remote_condition}")
             ready.put(("ready", os.getpid(), ""))
             start.wait(120)
+            self.cpu0 = _own_cpu()
             self.started = True
             self.deadline = time.monotonic() + job.seconds
             if job.phase == "consume":
@@ -320,7 +330,16 @@ def _proton_worker(job: Job, ready, start, results) -> None:
             self.t_end = time.monotonic()
             count = self.received if job.phase == "consume" else self.sent
             results.put(
-                ("done", os.getpid(), {"messages": count, "t_end": self.t_end, "rejected": self.rejected})
+                (
+                    "done",
+                    os.getpid(),
+                    {
+                        "messages": count,
+                        "t_end": self.t_end,
+                        "rejected": self.rejected,
+                        "cpu_s": _own_cpu() - self.cpu0,
+                    },
+                )
             )
             self.link.connection.close()
 
@@ -508,6 +527,7 @@ def _engine_worker(job: Job, ready, start, results) -> None:
                 raise Failed("no attach in 30 s")
         ready.put(("ready", os.getpid(), ""))
         start.wait(120)
+        cpu0 = _own_cpu()
         deadline = time.monotonic() + job.seconds
         hard = deadline + job.grace
         limit = job.messages
@@ -574,7 +594,13 @@ def _engine_worker(job: Job, ready, start, results) -> None:
                     raise Failed(f"only {got} of {limit} deliveries in time")
             messages = got
         t_end = time.monotonic()
-        results.put(("done", os.getpid(), {"messages": messages, "t_end": t_end, "rejected": rejected}))
+        results.put(
+            (
+                "done",
+                os.getpid(),
+                {"messages": messages, "t_end": t_end, "rejected": rejected, "cpu_s": _own_cpu() - cpu0},
+            )
+        )
         lib.pn_connection_close(conn)
         try:
             for _ in range(20):
@@ -602,6 +628,7 @@ async def _amqp091_client(job: Job, ready, start, results) -> None:
             msg = ch.message("", job.queue, b"x" * cell.size, persistent=cell.durable)
             ready.put(("ready", os.getpid(), ""))
             start.wait(120)
+            cpu0 = _own_cpu()
             deadline = time.monotonic() + job.seconds
             if cell.settled:
                 sent = await _flood(conn, msg, job.messages, deadline, 500)
@@ -615,6 +642,7 @@ async def _amqp091_client(job: Job, ready, start, results) -> None:
             await ch.qos(cell.credit)
             ready.put(("ready", os.getpid(), ""))
             start.wait(120)
+            cpu0 = _own_cpu()
             tag = await ch.consume(job.queue, ack_every=0 if cell.settled else job.ack_every)
             await _wait_until(
                 lambda: ch.delivered >= job.messages, [conn], time.monotonic() + job.seconds + job.grace
@@ -623,7 +651,13 @@ async def _amqp091_client(job: Job, ready, start, results) -> None:
             got = ch.delivered
             ch.ack_pending()
             await ch.cancel(tag)
-        results.put(("done", os.getpid(), {"messages": got, "t_end": t_end, "rejected": 0}))
+        results.put(
+            (
+                "done",
+                os.getpid(),
+                {"messages": got, "t_end": t_end, "rejected": 0, "cpu_s": _own_cpu() - cpu0},
+            )
+        )
     finally:
         await _close(conn)
 
@@ -755,7 +789,7 @@ def run_phase(broker: Broker, job: Job, profile: str | None = None) -> Phase:
         seconds=detail["t_end"] - t0,
         window_s=t1 - t0,
         broker_cpu_s=b1 - b0,
-        client_cpu_s=c1 - c0,
+        client_cpu_s=detail.get("cpu_s", c1 - c0),
         machine_cpu_s=m1 - m0,
         rejected=detail["rejected"],
     )
