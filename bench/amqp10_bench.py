@@ -401,6 +401,7 @@ def _engine_worker(job: Job, ready, start, results) -> None:
     rbuf_ptr = ffi.from_buffer(rbuf)
     batch = 500
     out_max = 256 * 1024  # bytes encoded by proton but not yet written to the socket, at most
+    read_max = 256 * 1024  # bytes read from the socket per turn, at most
 
     sock = socket.create_connection((job.host, job.port), timeout=10)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -463,18 +464,23 @@ def _engine_worker(job: Job, ready, start, results) -> None:
                 sent = 0
             if sent:
                 lib.pn_transport_pop(transport, sent)
-        if r:
+        # everything the socket holds (up to ``read_max``), so that the deliveries of one
+        # turn are accepted by one disposition range, as a reactor reading 64 KB would
+        got = 0
+        while r and got < read_max:
             cap = lib.pn_transport_capacity(transport)
-            if cap > 0:
-                try:
-                    data = sock.recv(min(cap, 1 << 20))
-                except BlockingIOError:
-                    return
-                if not data:
-                    lib.pn_transport_close_tail(transport)
-                    state["tail_closed"] = True
-                    raise Failed(f"connection lost: {condition(lib.pn_transport_condition(transport))}")
-                lib.pn_transport_push(transport, data, len(data))
+            if cap <= 0:
+                break
+            try:
+                data = sock.recv(min(cap, read_max - got))
+            except BlockingIOError:
+                break
+            if not data:
+                lib.pn_transport_close_tail(transport)
+                state["tail_closed"] = True
+                raise Failed(f"connection lost: {condition(lib.pn_transport_condition(transport))}")
+            lib.pn_transport_push(transport, data, len(data))
+            got += len(data)
 
     def _peek(pending: int):
         buf = bytearray(pending)
