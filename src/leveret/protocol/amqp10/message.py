@@ -100,8 +100,11 @@ def delivery_delay(message: Message, now_ms: int) -> int:
     """Milliseconds to hold ``message`` before routing it: its ``x-opt-delivery-delay``
     message annotation, or its ``x-opt-delivery-time`` (ms since the epoch) less
     ``now_ms`` (RabbitMQ Tanzu 4.3's names); 0 for none or a time past."""
-    if b"x-opt-delivery-" not in message.encoded:  # a symbol's bytes are on the wire as they are:
-        return 0  # without them there is no such annotation, and no need to decode the sections
+    # A symbol's bytes are on the wire as they are: without these, neither annotation is
+    # there and the sections need no decoding. (Not "x-opt-...": a body of "x"s would make
+    # the search step one byte at a time.)
+    if b"opt-delivery-" not in message.encoded:
+        return 0
     for section in _sections(message.encoded):
         if isinstance(section, perf.MessageAnnotations):
             delay = section.value.get("x-opt-delivery-delay")
