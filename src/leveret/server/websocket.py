@@ -1,6 +1,6 @@
 """A protocol over WebSocket, for browser applications: ``ws://HOST:PORT/ws`` on aiohttp's
-WebSocket server, one sans-I/O connection per WebSocket. Web STOMP (:mod:`.web_stomp`)
-and Web MQTT (:mod:`.web_mqtt`) are this server with their own
+WebSocket server, one sans-I/O connection per WebSocket. Web STOMP (:mod:`.web_stomp`),
+Web MQTT (:mod:`.web_mqtt`) and Web AMQP (:mod:`.web_amqp`) are this server with their own
 :class:`WebSocketProtocol`.
 
 Each WebSocket is one connection of the protocol's class, fed the bytes of every message
@@ -23,6 +23,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from ..core.broker import BrokerCore
 from ..protocol import prelogin
+from ..protocol.amqp10.connection import Amqp10Connection
 from ..protocol.mqtt.connection import MqttConnection
 from ..protocol.output import HIGH_WATER
 from ..protocol.stomp import StompConnection
@@ -38,7 +39,7 @@ PATH = "/ws"
 FRAMING_SLACK = 4096
 
 #: A WebSocket's connection, whichever protocol it speaks.
-WebConnection = StompConnection | MqttConnection
+WebConnection = StompConnection | MqttConnection | Amqp10Connection
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class WebSocketProtocol:
 
     #: As logs and the port's guard name it ("Web STOMP").
     name: str
-    connection_class: type[StompConnection] | type[MqttConnection]
+    connection_class: type[StompConnection] | type[MqttConnection] | type[Amqp10Connection]
     #: The subprotocols offered, preferred first (``Sec-WebSocket-Protocol``).
     subprotocols: tuple[str, ...]
     #: Bytes in one WebSocket message, at most (aiohttp closes with 1009 beyond).
