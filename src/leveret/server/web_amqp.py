@@ -7,8 +7,10 @@ header on (SASL included): a frame may span messages and one message may hold se
 A text message closes the WebSocket with 1003 Unsupported Data (WSB sends AMQP in
 binary messages only). An upgrade that asks for no ``amqp`` subprotocol gets ``400 Bad
 Request`` (WSB: the server fails the handshake when it speaks none of the subprotocols
-offered). Before the connection is open the bytes read are bounded as on TCP (64 KiB,
-plus 4 KiB of WebSocket framing), past which the connection is closed.
+offered). Until the connection is open the bytes read are bounded (64 KiB, plus 4 KiB
+of WebSocket framing), counted as they arrive, past which the connection is closed
+without a word (on TCP the frames before open are at most 512 bytes, §2.7.1, but aiohttp
+assembles a whole WebSocket message before leveret reads it).
 """
 
 from __future__ import annotations
@@ -33,4 +35,7 @@ WEB_AMQP = WebSocketProtocol(
     subprotocol_required=True,
     text_output=False,
     text_input=False,
+    # until open: the SASL exchange, then the AMQP header and open (a frame is at most
+    # 512 bytes until then, but aiohttp would assemble a whole message first)
+    prelogin_states=("header", "sasl", "refusing", "amqp-header", "opening"),
 )
