@@ -41,6 +41,7 @@ from leveret.protocol.amqp10.frames import (
     ProtocolHeader,
     encode_frame,
 )
+from leveret.server.http_limits import HttpLimits
 from leveret.server.tls import TLSOptions
 
 JS = Path(__file__).resolve().parent.parent / "js"
@@ -189,6 +190,59 @@ def test_sasl_and_open_split_over_messages_and_pipelined_in_one(broker):
     assert name.endswith(f"127.0.0.1:{ws_port(broker.web_amqp_url)} (Web AMQP)")
     assert facts.user == "guest" and facts.vhost == "/" and not facts.ssl
     wait_listed(broker, 0)
+
+
+async def open_web_amqp(ws: aiohttp.ClientWebSocketResponse) -> WebAmqp:
+    """SASL PLAIN as guest and open, pipelined in one message; the answers read."""
+    client = WebAmqp(ws)
+    init = encode_frame(perf.SaslInit("PLAIN", plain_response("guest", "guest")), type=TYPE_SASL)
+    await ws.send_bytes(SASL_HEADER + init + AMQP_HEADER + encode_frame(perf.Open(container_id="ws")))
+    for _ in range(5):  # SASL header, mechanisms, outcome, AMQP header, open
+        await client.next()
+    return client
+
+
+def test_an_operator_closing_the_connection_reaches_the_websocket_client(broker):
+    """``leveret ctl close_connection`` (close_by_operator): the client gets close with
+    ``amqp:connection:forced`` and the reason, then the WebSocket closes normally."""
+
+    def close_all() -> None:
+        for _, connection in broker.broker.connections():
+            connection.close_by_operator("maintenance")
+
+    async def run(url: str) -> tuple[object, aiohttp.WSMessage]:
+        async with aiohttp.ClientSession() as session, session.ws_connect(url, protocols=["amqp"]) as ws:
+            client = await open_web_amqp(ws)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, wait_listed, broker, 1)
+            await loop.run_in_executor(None, broker.call, close_all)
+            closed = await client.body()
+            return closed, await ws.receive(timeout=5)
+
+    closed, end = asyncio.run(run(broker.web_amqp_url))
+    assert isinstance(closed, perf.Close) and closed.error is not None
+    assert closed.error.condition == "amqp:connection:forced" and closed.error.description == "maintenance"
+    assert end.type == aiohttp.WSMsgType.CLOSE and end.data == 1000
+    wait_listed(broker, 0)
+
+
+def test_the_http_port_cap_holds_web_amqp_connections():
+    async def run(url: str) -> int:
+        async with aiohttp.ClientSession() as session:
+            first = await session.ws_connect(url, protocols=["amqp"])
+            second = await session.ws_connect(url, protocols=["amqp"])
+            try:
+                async with session.ws_connect(url, protocols=["amqp"]):
+                    return 101
+            except aiohttp.WSServerHandshakeError as exc:
+                return exc.status
+            finally:
+                await first.close()
+                await second.close()
+
+    with BlockingBroker(amqp_port=0, web_amqp_port=0, http=HttpLimits(max_connections=2)) as broker:
+        assert broker.web_amqp_url
+        assert asyncio.run(run(broker.web_amqp_url)) == 503
 
 
 @pytest.mark.parametrize("asked", [["mqtt"], [], ["AMQPWSB10", "binary"]])
