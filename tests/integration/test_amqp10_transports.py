@@ -23,6 +23,7 @@ from pathlib import Path
 import aiohttp
 import pika
 import pytest
+from amqp10_tls_rabbitmq import TlsRabbitMQ, rabbitmq_installed
 from certificates import CLIENT_DN, pem_files
 from proton import Message, SSLDomain
 from proton.utils import BlockingConnection
@@ -464,6 +465,64 @@ def test_external_with_a_certificate_naming_no_user_is_refused(files):
         with pytest.raises(Exception, match=r"(?i)auth"):
             proton_round_trip(broker.amqps_port, ssl_domain(files, True), "none", allowed_mechs="EXTERNAL")
         assert amqp10_connections(broker) == []
+
+
+# -- beside RabbitMQ 3.10 ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def rabbitmq_tls(tmp_path_factory):
+    """A private RabbitMQ 3.10 with AMQP 1.0 over TLS and EXTERNAL, its certificates
+    and its user named by the client certificate (skipped when RabbitMQ is absent)."""
+    if not rabbitmq_installed():
+        pytest.skip("rabbitmq-server is not installed")
+    files = pem_files(tmp_path_factory.mktemp("rabbitmq-tls"))
+    with TlsRabbitMQ(files, (CLIENT_DN,)) as node:
+        node.wait_tls()
+        yield node
+
+
+@pytest.mark.parametrize("target", ["leveret", "rabbitmq"])
+def test_tls_plain_and_external_as_rabbitmq_3_10_does(target, request, tmp_path):
+    """The same client against leveret's AMQPS port and RabbitMQ 3.10's: PLAIN and
+    EXTERNAL round trips with proton (a v1 address both take), EXTERNAL without a
+    certificate refused with sasl-outcome code 1. (3.10 offers EXTERNAL even then;
+    leveret offers it only with a certificate, as RabbitMQ 4.)"""
+    if target == "rabbitmq":
+        node = request.getfixturevalue("rabbitmq_tls")
+        files, port, amqp_port, broker = node.files, node.amqps_port, node.port, None
+    else:
+        files = pem_files(tmp_path)
+        broker = tls_broker(files).start()
+        broker.call(broker.broker.core.add_user, User(CLIENT_DN))
+        broker.call(broker.broker.core.set_permission, CLIENT_DN, "/", Permission())
+        port, amqp_port = broker.amqps_port, broker.amqp_port
+    try:
+        url = f"amqp://guest:guest@127.0.0.1:{amqp_port}/%2F"
+        with pika.BlockingConnection(pika.URLParameters(url)) as connection:
+            connection.channel().queue_declare("cmp-tls")
+        address = "/amq/queue/cmp-tls"  # RabbitMQ 3.10's v1 address (RabbitMQ 4 still takes it)
+        for certificate, login in (
+            (False, {"user": "guest", "password": "guest", "allowed_mechs": "PLAIN"}),
+            (True, {"allowed_mechs": "EXTERNAL"}),
+        ):
+            connection = BlockingConnection(
+                f"amqps://localhost:{port}", ssl_domain=ssl_domain(files, certificate), timeout=10, **login
+            )
+            try:
+                connection.create_sender(address).send(Message(body=b"\x00tls\xff"))
+                receiver = connection.create_receiver(address, credit=1)
+                assert receiver.receive(5).body == b"\x00tls\xff"
+                receiver.accept()
+            finally:
+                connection.close()
+        _, offered = sasl_exchange(files, port, True, None)
+        assert {"PLAIN", "EXTERNAL"} <= set(offered.sasl_server_mechanisms)
+        got = sasl_exchange(files, port, False, "EXTERNAL")
+        assert isinstance(got[-1], perf.SaslOutcome) and got[-1].code == perf.SASL_AUTH
+        got = sasl_exchange(files, port, True, "EXTERNAL")
+        assert isinstance(got[-1], perf.SaslOutcome) and got[-1].code == perf.SASL_OK
+    finally:
+        if broker is not None:
+            broker.stop()
 
 
 # -- leveret server ---------------------------------------------------------------------
