@@ -9,6 +9,7 @@ raw TLS sockets for the bytes a client library will not send (docs/amqp10.md,
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import shutil
@@ -123,7 +124,7 @@ def test_rhea_in_node_sends_and_receives_over_websocket(broker):
         channel.queue_declare("web-other")
         channel.basic_publish("", "web-in", b"\x00from pika\xff")
         result = subprocess.run(
-            ["node", str(JS / "amqp10_roundtrip.mjs"), broker.web_amqp_url, "web-in", "web-other", "3"],
+            ["node", str(JS / "amqp10_roundtrip.mjs"), broker.web_amqp_url, "web-in", "web-other", "4"],
             capture_output=True,
             text=True,
             timeout=60,
@@ -135,9 +136,10 @@ def test_rhea_in_node_sends_and_receives_over_websocket(broker):
         assert sorted((o["outcome"], o["target"]) for o in report["outcomes"]) == [
             ("accepted", "/queues/web-in"),
             ("accepted", "/queues/web-in"),
+            ("accepted", "/queues/web-in"),
             ("accepted", "/queues/web-other"),
         ]
-        first, text, binary = report["received"]
+        first, text, binary, large = report["received"]
         assert bytes(first["body"]["bytes"]) == b"\x00from pika\xff"
         assert text["message_id"] == "m1" and text["subject"] == "greeting"
         assert text["content_type"] == "text/plain"
@@ -148,6 +150,9 @@ def test_rhea_in_node_sends_and_receives_over_websocket(broker):
             binary["body"]["kind"] in ("data", "binary")
             and bytes(binary["body"]["bytes"]) == b"\x00\x01\x02\xff"
         )
+        sent = bytes(i % 251 for i in range(300_000))  # over 128 KiB: several frames each way
+        assert large["message_id"] == "m3" and large["body"]["length"] == len(sent)
+        assert large["body"]["sha256"] == hashlib.sha256(sent).hexdigest()
         assert channel.basic_get("web-other", auto_ack=True)[2] == b"for pika"
         # every message was accepted: none is left
         assert channel.queue_declare("web-in", passive=True).method.message_count == 0

@@ -5,13 +5,17 @@
 // /queues/QUEUE (credit 10, accepting each message itself) and senders to /queues/QUEUE
 // and /queues/OTHER_QUEUE (RabbitMQ 4's address v2); sends an amqp-value string with
 // properties and application properties and a binary data section to QUEUE, a data
-// section to OTHER_QUEUE; waits for the three outcomes and for EXPECTED messages on the
-// receiver (the two it sent, plus what the test put in QUEUE before), then closes and
-// prints one JSON line with what it saw.
+// section and a 300,000-byte one (bytes i % 251) to QUEUE, a data section to OTHER_QUEUE;
+// waits for the four outcomes and for EXPECTED messages on the receiver (the three it
+// sent, plus what the test put in QUEUE before), then closes and prints one JSON line
+// with what it saw.
+import { createHash } from "node:crypto";
 import rhea from "rhea";
 import WebSocket from "ws";
 
 const [url, queue, other, expected] = process.argv.slice(2);
+const large = Buffer.alloc(300000);
+for (let i = 0; i < large.length; i++) large[i] = i % 251;
 const wanted = Number(expected);
 const report = { outcomes: [], received: [], errors: [] };
 const timeout = setTimeout(() => {
@@ -19,10 +23,16 @@ const timeout = setTimeout(() => {
   process.exit(2);
 }, 15000);
 
+// a large body is reported by its length and sha256, not byte by byte
+function bytes(buffer) {
+  if (buffer.length <= 64) return { bytes: Array.from(buffer) };
+  return { length: buffer.length, sha256: createHash("sha256").update(buffer).digest("hex") };
+}
+
 function body(value) {
   if (typeof value === "string") return { kind: "string", text: value };
-  if (Buffer.isBuffer(value)) return { kind: "binary", bytes: Array.from(value) };
-  if (value && value.typecode === 0x75) return { kind: "data", bytes: Array.from(value.content) };
+  if (Buffer.isBuffer(value)) return { kind: "binary", ...bytes(value) };
+  if (value && value.typecode === 0x75) return { kind: "data", ...bytes(value.content) };
   return { kind: "other", text: JSON.stringify(value) };
 }
 
@@ -33,12 +43,13 @@ const connection = container.connect({
   username: "guest",
   password: "guest",
   reconnect: false,
+  max_frame_size: 65536, // the broker splits the large message for us too
 });
 let sent = false;
 let closing = false;
 
 function maybeClose() {
-  if (!closing && report.outcomes.length === 3 && report.received.length === wanted) {
+  if (!closing && report.outcomes.length === 4 && report.received.length === wanted) {
     closing = true;
     connection.close();
   }
@@ -63,6 +74,8 @@ container.on("connection_open", (context) => {
       application_properties: { color: "red", n: 7 },
     });
     own.send({ body: rhea.message.data_section(Buffer.from([0, 1, 2, 255])), message_id: "m2" });
+    // larger than the broker's max-frame-size (128 KiB): several transfer frames each way
+    own.send({ body: rhea.message.data_section(large), message_id: "m3" });
     second.send({ body: rhea.message.data_section(Buffer.from("for pika")) });
   });
 });
