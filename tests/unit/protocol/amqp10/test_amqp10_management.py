@@ -91,7 +91,12 @@ def test_binding_segments_parse_and_locations_round_trip():
     location = paths.binding_location("e 1", "exchange", "x/y", "k#", {"a": 1})
     ref = paths.parse_binding_segment(location.removeprefix("/bindings/"))
     assert ref == paths.BindingRef("e 1", "exchange", "x/y", "k#", paths.args_hash({"a": 1}))
-    for bad in ("src=;dstq=q;key=;args=", "src=e;dstx=q;key=;args=", "src=e;dstq=q;key=k", "src=e/;dstq=q;key=;args="):
+    for bad in (
+        "src=;dstq=q;key=;args=",
+        "src=e;dstx=q;key=;args=",
+        "src=e;dstq=q;key=k",
+        "src=e/;dstq=q;key=;args=",
+    ):
         with pytest.raises(paths.BadTarget, match="bad binding path segment"):
             paths.parse_binding_segment(bad)
 
@@ -114,7 +119,12 @@ def test_a_request_message_parses_and_the_response_echoes_its_message_id():
     ]
     payload = b"".join(encode(to_described(s)) for s in sections)
     request = parse_request([from_described(d) for d in decode_all(payload)])
-    assert (request.message_id, request.method, request.target, request.body) == ("id-1", "GET", "/queues/q", None)
+    assert (request.message_id, request.method, request.target, request.body) == (
+        "id-1",
+        "GET",
+        "/queues/q",
+        None,
+    )
     reply = response_sections(request, "200", {"name": "q"})
     decoded = [from_described(d) for d in decode_all(b"".join(encode(to_described(s)) for s in reply))]
     assert decoded[0].subject == "200" and decoded[0].correlation_id == "id-1"
@@ -236,7 +246,10 @@ def test_queue_info_counts_messages_and_a_missing_queue_is_404(core, session):
     publish(core, "q", 3)
     status, info = handle_request(session, "GET", "/queues/q", None)
     assert (status, info["message_count"], info["consumer_count"]) == ("200", 3, 0)
-    assert handle_request(session, "GET", "/queues/nope", None) == ("404", "queue 'nope' in vhost '/' not found")
+    assert handle_request(session, "GET", "/queues/nope", None) == (
+        "404",
+        "queue 'nope' in vhost '/' not found",
+    )
 
 
 def test_purge_answers_the_count_404_when_missing_and_400_for_a_stream(core, session):
@@ -330,7 +343,9 @@ def test_bind_and_unbind_exchange_to_exchange_with_arguments(core, session):
     put(session, "/exchanges/src", {"type": "headers"})
     put(session, "/exchanges/dst", {"type": "fanout"})
     put(session, "/queues/q", {})
-    handle_request(session, "POST", "/bindings", {"source": "dst", "destination_queue": "q", "binding_key": ""})
+    handle_request(
+        session, "POST", "/bindings", {"source": "dst", "destination_queue": "q", "binding_key": ""}
+    )
     arguments = {"x-match": "any", "colour": "red"}
     body = {"source": "src", "destination_exchange": "dst", "binding_key": "", "arguments": arguments}
     assert handle_request(session, "POST", "/bindings", body) == ("204", None)
@@ -353,7 +368,9 @@ def test_binding_errors_are_400_and_the_default_exchange_403(session):
     status, text = handle_request(session, "POST", "/bindings", missing)
     assert status == "400" and "no exchange 'nope'" in text
     put(session, "/exchanges/e", {"type": "direct"})
-    status, text = handle_request(session, "POST", "/bindings", {**missing, "source": "e", "destination_queue": "x"})
+    status, text = handle_request(
+        session, "POST", "/bindings", {**missing, "source": "e", "destination_queue": "x"}
+    )
     assert status == "400" and "no queue 'x'" in text
     default = {"source": "", "destination_queue": "q", "binding_key": "q"}
     assert handle_request(session, "POST", "/bindings", default) == (
