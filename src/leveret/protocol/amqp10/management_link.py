@@ -1,118 +1,289 @@
-"""The management node's link pairs in one AMQP 1.0 session (AMQP Link Pair CS 01, as
-RabbitMQ 4's ``rabbit_amqp_session``): a client's sender whose target is
-``/management`` (requests in) and its receiver whose source is ``/management``
-(responses out), both attached with the link property ``paired = true`` and paired by
-link name. Sans-I/O: the session's link layer calls :meth:`ManagementPairs.attach`,
-:meth:`~ManagementPairs.detach` and :meth:`~ManagementPairs.respond` and does the
-framing.
+"""The management node's link pair (AMQP Link Pair CS 01, as RabbitMQ 4's
+``rabbit_amqp_session``): a client's sender whose target is ``/management`` carries
+requests in (:class:`RequestLink`), its receiver whose source is ``/management`` carries
+the responses out (:class:`ResponseLink`). Both are attached with the link property
+``paired = true``; the two halves have the same link name, which pairs them, and a
+request is answered on the response link of its own pair. :func:`management_link` is
+the hook :func:`~.links.attach_link` calls; what a request does is
+:mod:`.management`'s.
+
+Errors, as RabbitMQ 4: an attach without ``paired = true`` is refused with
+``amqp:invalid-field``, a second half of the same role and name with
+``amqp:precondition-failed``; a request while the response half is not attached
+detaches the request link with ``amqp:precondition-failed``, a transfer without credit
+with ``amqp:link:transfer-limit-exceeded``, a message that is no request (no method,
+no target, ``reply-to`` not ``$me``, not decodable) with ``amqp:invalid-field`` or
+``amqp:decode-error``; a refused permission ends the session with
+``amqp:unauthorized-access``.
+
+The broker grants :data:`REQUEST_CREDIT` requests and renews it once half is used
+(RabbitMQ 4's numbers), but only while fewer than :data:`REQUEST_CREDIT` responses wait
+for the client's credit on the response link, so a client that never reads its
+responses makes the broker hold at most that many. (RabbitMQ 4 fails the session when a
+request comes while the response link has no credit; leveret holds the response.)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections import deque
+from typing import TYPE_CHECKING, Any
 
-from leveret.core.session import Session
+from leveret.core.errors import AccessRefused
 
-from .management import MANAGEMENT_ADDRESS, handle_request, parse_request, response_sections
-from .performatives import from_described, to_described
+from . import errors as e, performatives as perf
+from .links import MAX_MESSAGE_SIZE, IncomingLink
+from .management import (
+    MANAGEMENT_ADDRESS,
+    BadRequestMessage,
+    handle_request,
+    parse_request,
+    response_sections,
+)
 from .types import DecodeError, Described, decode_all, encode
 
-#: Credit granted on a request link, topped up when half is used (RabbitMQ 4's 8).
+if TYPE_CHECKING:
+    from .session import Amqp10Session
+
+#: Requests the broker lets a client send before it renews the credit (RabbitMQ 4's 8).
 REQUEST_CREDIT = 8
-
-INVALID_FIELD = "amqp:invalid-field"
-PRECONDITION_FAILED = "amqp:precondition-failed"
+_UINT = 2**32
 
 
-class PairError(Exception):
-    """An attach or transfer the link pair refuses: ``condition`` is the AMQP error
-    (``amqp:invalid-field`` for a missing ``paired`` property,
-    ``amqp:precondition-failed`` for a second half of the same role or a request on a
-    half-open pair), ``text`` RabbitMQ's kind of description."""
-
-    def __init__(self, condition: str, text: str) -> None:
-        super().__init__(text)
-        self.condition = condition
-        self.text = text
-
-
-def is_management(address: Any) -> bool:
-    """Whether a terminus address names the management node."""
-    return address == MANAGEMENT_ADDRESS
-
-
-def check_paired(properties: dict | None) -> None:
-    """PairError (``amqp:invalid-field``) unless the attach's properties hold
-    ``paired = true``, as RabbitMQ 4 requires."""
-    if not properties or properties.get("paired") is not True:
-        raise PairError(INVALID_FIELD, "Link property 'paired' is not set to boolean value 'true'")
-
-
-@dataclass(slots=True)
-class _Pair:
-    requests: int | None = None  # the client's sender (our incoming link) handle
-    responses: int | None = None  # the client's receiver (our outgoing link) handle
-
-
-class ManagementPairs:
-    """The management link pairs of one AMQP session, by link name. Handles are the
-    client's link handles (the adapter's own bookkeeping of each link stays its own)."""
-
-    def __init__(self) -> None:
-        self._pairs: dict[str, _Pair] = {}
-        self._names: dict[int, str] = {}
-
-    def attach(self, name: str, client_is_sender: bool, handle: int, properties: dict | None) -> None:
-        """Record one half: ``client_is_sender`` for the request link (target
-        ``/management``), else the response link (source ``/management``). PairError
-        for a missing ``paired`` property or a half already attached under ``name``."""
-        check_paired(properties)
-        pair = self._pairs.setdefault(name, _Pair())
-        if (pair.requests if client_is_sender else pair.responses) is not None:
-            raise PairError(PRECONDITION_FAILED, f"management link pair '{name}' already has that half")
-        if client_is_sender:
-            pair.requests = handle
-        else:
-            pair.responses = handle
-        self._names[handle] = name
-
-    def owns(self, handle: int) -> bool:
-        """Whether ``handle`` is a management link of this session."""
-        return handle in self._names
-
-    def detach(self, handle: int) -> None:
-        """Forget a half; the pair goes once both halves have."""
-        name = self._names.pop(handle, None)
-        if name is None:
-            return
-        pair = self._pairs[name]
-        if pair.requests == handle:
-            pair.requests = None
-        if pair.responses == handle:
-            pair.responses = None
-        if pair.requests is None and pair.responses is None:
-            del self._pairs[name]
-
-    def response_link(self, request_handle: int) -> int:
-        """The response link paired with request link ``request_handle``; PairError
-        (``amqp:precondition-failed``) while it is not attached."""
-        pair = self._pairs[self._names[request_handle]]
-        if pair.responses is None:
-            raise PairError(PRECONDITION_FAILED, "received transfer on half open management link pair")
-        return pair.responses
-
-
-def respond(session: Session, payload: bytes) -> bytes:
-    """The response message (encoded sections) to the request message ``payload``.
-    Raises :class:`~.management.BadRequestMessage` or DecodeError for a message that
-    is no request, and core's AccessRefused for a refused permission (end the session
-    with ``amqp:unauthorized-access``)."""
+def respond(session: Any, payload: bytes) -> bytes:
+    """The response message (its encoded sections) to the request message ``payload``,
+    carried out by core session ``session``. Raises BadRequestMessage or DecodeError for
+    a message that is no request, and core's AccessRefused for a refused permission."""
     sections = []
     for value in decode_all(payload):
         if not isinstance(value, Described):
             raise DecodeError("a message section that is not a described value")
-        sections.append(from_described(value))
+        sections.append(perf.from_described(value))
     request = parse_request(sections)
     status, body = handle_request(session, request.method, request.target, request.body)
-    return b"".join(encode(to_described(section)) for section in response_sections(request, status, body))
+    return b"".join(
+        encode(perf.to_described(section)) for section in response_sections(request, status, body)
+    )
+
+
+def _check_paired(attach: perf.Attach) -> None:
+    properties = attach.properties or {}
+    if properties.get("paired") is not True:
+        raise e.LinkFault(e.INVALID_FIELD, "Link property 'paired' is not set to boolean value 'true'")
+
+
+def management_link(session: Amqp10Session, attach: perf.Attach) -> RequestLink | ResponseLink | None:
+    """The management half a client's attach asks for (a sender with target
+    ``/management``, a receiver with source ``/management``), else None. LinkFault when
+    refused (see the module doc)."""
+    terminus: Any
+    if attach.role == perf.ROLE_SENDER:
+        terminus = attach.target
+        cls: type[RequestLink] | type[ResponseLink] = RequestLink
+    else:
+        terminus = attach.source
+        cls = ResponseLink
+    if getattr(terminus, "address", None) != MANAGEMENT_ADDRESS:
+        return None
+    _check_paired(attach)
+    for link in session.links.values():
+        if isinstance(link, cls) and link.name == attach.name:
+            raise e.LinkFault(
+                e.PRECONDITION_FAILED, f"management link pair '{attach.name}' already has this half"
+            )
+    return cls(session, attach)
+
+
+class ResponseLink:
+    """The broker's half that sends responses: settled deliveries, as far as the
+    client's link credit goes (responses wait, in order, while it has none)."""
+
+    detaching = False
+
+    def __init__(self, session: Amqp10Session, attach: perf.Attach) -> None:
+        self.session = session
+        self.name = attach.name
+        self.handle = attach.handle
+        self.attach = attach
+        self.credit = 0
+        self.delivery_count = 0
+        self.waiting: deque[bytes] = deque()
+
+    def attached(self) -> None:
+        attach = self.attach
+        self.session.send(
+            perf.Attach(
+                name=attach.name,
+                handle=attach.handle,
+                role=perf.ROLE_SENDER,
+                snd_settle_mode=perf.SND_SETTLED,
+                rcv_settle_mode=attach.rcv_settle_mode,
+                source=attach.source,
+                target=attach.target,
+                initial_delivery_count=0,
+                max_message_size=attach.max_message_size,
+                properties=attach.properties,
+            )
+        )
+
+    def send(self, payload: bytes) -> None:
+        """Send a response, or keep it until the client gives credit."""
+        self.waiting.append(payload)
+        self._send_waiting()
+
+    def _send_waiting(self) -> None:
+        session = self.session
+        while self.waiting and self.credit > 0 and session.remote_incoming_window > 0 and not self.detaching:
+            payload = self.waiting.popleft()
+            delivery_id = session.next_delivery_id
+            session.next_delivery_id = (delivery_id + 1) % _UINT
+            self.credit -= 1
+            self.delivery_count = (self.delivery_count + 1) % _UINT
+            session.send_transfer(self.handle, delivery_id, True, payload)
+
+    def flow(self, flow: perf.Flow) -> None:
+        """The client's credit (§2.6.7); ``drain`` uses up what no response fills."""
+        if flow.link_credit is not None:
+            if flow.delivery_count is None:
+                credit = flow.link_credit
+            else:
+                credit = (flow.delivery_count + flow.link_credit - self.delivery_count) % _UINT
+                if credit > 2**31:
+                    credit = 0
+            self.credit = credit
+        self._send_waiting()
+        if flow.drain and self.credit > 0:
+            self.delivery_count = (self.delivery_count + self.credit) % _UINT
+            self.credit = 0
+            self.session.send_flow(self.handle, self.delivery_count, 0, 0, True)
+        elif flow.echo:
+            self.session.send_flow(self.handle, self.delivery_count, self.credit, len(self.waiting))
+        self._renew_partners()
+
+    def _renew_partners(self) -> None:
+        for link in self.session.links.values():
+            if isinstance(link, RequestLink) and link.name == self.name:
+                link.renew_credit()
+
+    def settle(self, delivery_id: int, state: Any) -> None:
+        """Responses are sent settled: nothing to do."""
+        return None
+
+    def release(self) -> None:
+        self.detaching = True
+        self.waiting.clear()
+
+
+class RequestLink(IncomingLink):
+    """The broker's half that receives requests; each is carried out at once and
+    answered on the paired :class:`ResponseLink`. (An IncomingLink, so the session
+    takes its transfers; none of the publishing machinery is used.)"""
+
+    def __init__(self, session: Amqp10Session, attach: perf.Attach) -> None:
+        self.session = session
+        self.name = attach.name
+        self.handle = attach.handle
+        self.attach = attach
+        self.detaching = False
+        self.credit = 0
+        self.delivery_count = attach.initial_delivery_count or 0
+        self.parts: list[bytes] | None = None
+        self.size = 0
+        self.settled = False
+        self.delivery_id = 0
+
+    @property
+    def unconfirmed(self) -> int:
+        return 0
+
+    def attached(self) -> None:
+        attach = self.attach
+        self.session.send(
+            perf.Attach(
+                name=attach.name,
+                handle=attach.handle,
+                role=perf.ROLE_RECEIVER,
+                snd_settle_mode=perf.SND_SETTLED,
+                rcv_settle_mode=perf.RCV_FIRST,
+                source=attach.source,
+                target=attach.target,
+                max_message_size=MAX_MESSAGE_SIZE,
+                properties=attach.properties,
+            )
+        )
+        self.renew_credit()
+
+    def _partner(self) -> ResponseLink | None:
+        for link in self.session.links.values():
+            if isinstance(link, ResponseLink) and link.name == self.name and not link.detaching:
+                return link
+        return None
+
+    def renew_credit(self) -> None:
+        """Top the credit up to :data:`REQUEST_CREDIT` once half is used, unless as
+        many responses wait for the client's credit."""
+        if self.detaching or self.credit > REQUEST_CREDIT // 2:
+            return
+        partner = self._partner()
+        if partner is not None and len(partner.waiting) >= REQUEST_CREDIT:
+            return
+        self.credit = REQUEST_CREDIT
+        self.session.send_flow(self.handle, self.delivery_count, self.credit)
+
+    def flow(self, flow: perf.Flow) -> None:
+        if flow.echo:
+            self.session.send_flow(self.handle, self.delivery_count, self.credit)
+
+    def transfer(self, transfer: perf.Transfer, payload: bytes) -> None:
+        if self.parts is None:
+            if self.credit <= 0:
+                raise e.LinkFault(
+                    e.TRANSFER_LIMIT_EXCEEDED, f"a transfer on link '{self.name}' without credit"
+                )
+            if transfer.delivery_id is None:
+                raise e.LinkFault(e.INVALID_FIELD, "the first transfer of a delivery has no delivery-id")
+            self.credit -= 1
+            self.delivery_count = (self.delivery_count + 1) % _UINT
+            self.delivery_id = transfer.delivery_id
+            self.settled = bool(transfer.settled)
+            self.parts, self.size = [], 0
+        if transfer.aborted:
+            self.parts = None
+            return
+        self.parts.append(payload)
+        self.size += len(payload)
+        self.settled = self.settled or bool(transfer.settled)
+        if self.size > MAX_MESSAGE_SIZE:
+            self.parts = None
+            raise e.LinkFault(e.MESSAGE_SIZE_EXCEEDED, f"a request of more than {MAX_MESSAGE_SIZE} bytes")
+        if transfer.more:
+            return
+        parts, self.parts = self.parts, None
+        self._request(b"".join(parts))
+        self.renew_credit()
+
+    def _request(self, payload: bytes) -> None:
+        partner = self._partner()
+        if partner is None:
+            raise e.LinkFault(e.PRECONDITION_FAILED, "received transfer on half open management link pair")
+        core_session = self.session.connection.session
+        assert core_session is not None
+        try:
+            response = respond(core_session, payload)
+        except BadRequestMessage as exc:
+            raise e.LinkFault(exc.condition, str(exc)) from None
+        except DecodeError as exc:
+            raise e.LinkFault(exc.condition, f"the request does not decode: {exc}") from None
+        except AccessRefused as exc:
+            raise e.SessionFault(e.UNAUTHORIZED_ACCESS, exc.text) from None
+        if not self.settled:
+            self.session.send(
+                perf.Disposition(perf.ROLE_RECEIVER, self.delivery_id, None, True, perf.Accepted())
+            )
+        partner.send(response)
+
+    def send_confirms(self) -> None:
+        return None
+
+    def release(self) -> None:
+        self.detaching = True
+        self.parts = None

@@ -24,6 +24,7 @@ from ...core.connections import ChannelFacts, ConsumerFacts
 from ...core.errors import BrokerError
 from . import errors as e, performatives as perf
 from .links import IncomingLink, OutgoingLink, attach_link
+from .management_link import ResponseLink, management_link
 
 if TYPE_CHECKING:
     from .connection import Amqp10Connection
@@ -72,7 +73,7 @@ class Amqp10Session:
         self._window_left = INCOMING_WINDOW
         self.handle_max = min(begin.handle_max, HANDLE_MAX)
         #: Links by handle (the broker uses the client's handle numbers as its own).
-        self.links: dict[int, IncomingLink | OutgoingLink] = {}
+        self.links: dict[int, IncomingLink | OutgoingLink | ResponseLink] = {}
         #: Delivery id -> the outgoing link of each delivery the client has not settled.
         self.unsettled: dict[int, OutgoingLink] = {}
         self.next_delivery_id = 0
@@ -169,7 +170,7 @@ class Amqp10Session:
         except e.SessionFault as exc:
             self.end_with(exc)
 
-    def _link(self, handle: int | None) -> IncomingLink | OutgoingLink:
+    def _link(self, handle: int | None) -> IncomingLink | OutgoingLink | ResponseLink:
         link = self.links.get(handle) if handle is not None else None
         if link is None:
             raise e.SessionFault(e.UNATTACHED_HANDLE, f"handle {handle} is not attached")
@@ -242,7 +243,7 @@ class Amqp10Session:
                 e.NOT_ALLOWED, f"handle {attach.handle} is above handle-max {self.handle_max}"
             )
         try:
-            link = attach_link(self, attach)
+            link = management_link(self, attach) or attach_link(self, attach)
         except e.LinkFault as exc:
             self._refuse_attach(attach, exc)
             return
@@ -280,7 +281,7 @@ class Amqp10Session:
         if not link.detaching:
             self.send(perf.Detach(detach.handle, detach.closed))
 
-    def detach_with(self, link: IncomingLink | OutgoingLink, fault: e.Fault) -> None:
+    def detach_with(self, link: IncomingLink | OutgoingLink | ResponseLink, fault: e.Fault) -> None:
         """Detach ``link`` (closed) with an error; the client's detach is then only
         acknowledged."""
         if link.detaching:
