@@ -77,11 +77,11 @@ MIN_PEER_IDLE_TIME_OUT = 1000
 MECHANISMS = ("PLAIN", "ANONYMOUS")
 #: RabbitMQ 4's ``anonymous_login_user``/``anonymous_login_pass``.
 ANONYMOUS_USER = ("guest", "guest")
-#: The broker's container-id (RabbitMQ 4 sends its node name, ``rabbit@host``).
 #: The RabbitMQ version the open frame announces (as product ``RabbitMQ``): the RabbitMQ 4
 #: model leveret follows, which rabbitmq-amqp-python-client checks (leveret's own version
 #: is in the ``information`` property).
 RABBITMQ_VERSION = "4.2.0"
+#: The broker's container-id (RabbitMQ 4 sends its node name, ``rabbit@host``).
 CONTAINER_ID = f"leveret@{platform.node() or 'localhost'}"
 OFFERED_CAPABILITIES = (Symbol("LINK_PAIR_V1_0"), Symbol("ANONYMOUS-RELAY"))
 

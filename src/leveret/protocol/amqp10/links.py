@@ -486,12 +486,9 @@ class OutgoingLink:
 
     def cancel_by_broker(self) -> None:
         """The queue was deleted: the link is detached with ``amqp:resource-deleted``."""
-        session = self.session
-        if session.links.get(self.handle) is self:
-            del session.links[self.handle]
-            session.detach_with(
-                self, e.LinkFault(e.RESOURCE_DELETED, f"queue '{self.queue.name}' was deleted")
-            )
+        self.session.detach_with(
+            self, e.LinkFault(e.RESOURCE_DELETED, f"queue '{self.queue.name}' was deleted")
+        )
 
     def release(self) -> None:
         """Stop deliveries; what the client did not settle goes back to the queue."""
