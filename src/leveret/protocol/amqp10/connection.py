@@ -298,8 +298,12 @@ class Amqp10Connection(AdapterConnection):
                 idle_time_out=IDLE_TIME_OUT,
                 offered_capabilities=OFFERED_CAPABILITIES,
                 properties={
-                    Symbol("product"): "leveret",
-                    Symbol("version"): __version__,
+                    # rabbitmq-amqp-python-client refuses a server whose product is
+                    # not RabbitMQ or whose version is below 4.0.0, and enables its
+                    # stream and SQL filter options by version (4.1.0, 4.2.0).
+                    Symbol("product"): "RabbitMQ",
+                    Symbol("version"): RABBITMQ_VERSION,
+                    Symbol("information"): f"leveret {__version__}",
                     Symbol("platform"): "Python",
                 },
             )
