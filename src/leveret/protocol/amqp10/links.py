@@ -39,11 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.errors import BrokerError
 from ...core.message import Message
-from ...core.publish import Publisher
+from ...core.publish import REPLY_TO_PREFIX, Publisher
 from ...core.queues import Queue, QueuedMessage
 from . import errors as e, performatives as perf
 from .address import Address, parse
-from .message import address_fields, decode_transfer, encode_transfer
+from .message import address_fields, decode_transfer, delivery_delay, encode_transfer
+from .reply_to import ReplyToLink, wants_reply_to
 from .types import DecodeError
 
 if TYPE_CHECKING:
@@ -66,11 +67,13 @@ _ACCEPTED = perf.Accepted()
 _RELEASED = perf.Released()
 
 
-def attach_link(session: Amqp10Session, attach: perf.Attach) -> IncomingLink | OutgoingLink:
+def attach_link(session: Amqp10Session, attach: perf.Attach) -> IncomingLink | OutgoingLink | ReplyToLink:
     """The link a client's attach asks for; LinkFault (or core's BrokerError) when
     refused."""
     if attach.role == perf.ROLE_SENDER:
         return IncomingLink(session, attach)
+    if wants_reply_to(attach.source):
+        return ReplyToLink(session, attach)
     return OutgoingLink(session, attach)
 
 
@@ -123,6 +126,8 @@ class IncomingLink:
     def _check(self, address: Address) -> None:
         """The fixed address exists (a v1 queue is created) and may be written to."""
         session = self.core_session
+        if address.kind == "queue" and address.name.startswith(REPLY_TO_PREFIX):
+            return  # direct reply-to: core finds (or drops) the consumer per message
         if address.kind == "queue":
             if address.declare and address.name not in session.vhost.queues:
                 session.declare_queue(address.name, durable=True)
@@ -264,7 +269,8 @@ class IncomingLink:
         message.exchange = exchange_name
         message.routing_key = key
         self._returned = False
-        self.publisher.publish(exchange, message, mandatory=True)
+        delay = delivery_delay(message, int(core.clock.time() * 1000))
+        self.publisher.publish(exchange, message, True, delay)
         if self._returned:
             self._outcomes[self.publisher.seq] = _RELEASED
 
