@@ -19,8 +19,9 @@ no target, ``reply-to`` not ``$me``, not decodable) with ``amqp:invalid-field`` 
 The broker grants :data:`REQUEST_CREDIT` requests and renews it once half is used
 (RabbitMQ 4's numbers), but only while fewer than :data:`REQUEST_CREDIT` responses wait
 for the client's credit on the response link, so a client that never reads its
-responses makes the broker hold at most that many. (RabbitMQ 4 fails the session when a
-request comes while the response link has no credit; leveret holds the response.)
+responses makes the broker hold at most one and a half times that many. (RabbitMQ 4
+fails the session when a request comes while the response link has no credit; leveret
+holds the response.)
 """
 
 from __future__ import annotations
