@@ -9,7 +9,7 @@ for 0-9-1's, which has no combined round; counted per operation). ``--rounds`` r
 (default 300) per protocol, after 20 rounds of warm-up; the broker runs as a subprocess
 (``bench/brokers.py``'s Leveret), its CPU read from ``/proc`` (user + system).
 
-    PYTHONPATH=src python bench/amqp10_management_probe.py [--rounds 300] [--src DIR]
+    PYTHONPATH=src python bench/amqp10_management_probe.py [--rounds 300] [--src DIR] [--transient]
 
 ``--src`` runs another tree's broker (``/work/main/src``: the "before" figure, where an
 older tree refuses the management link). Wall-clock rates move with the machine's load;
@@ -31,6 +31,9 @@ from brokers import Leveret
 WARM_UP = 20
 
 
+DURABLE = True
+
+
 def amqp10_round(management, index: int) -> int:
     from rabbitmq_amqp_python_client import (
         ClassicQueueSpecification,
@@ -39,8 +42,8 @@ def amqp10_round(management, index: int) -> int:
     )
 
     queue, exchange = f"probe-q-{index}", f"probe-x-{index}"
-    management.declare_queue(ClassicQueueSpecification(name=queue))
-    management.declare_exchange(ExchangeSpecification(name=exchange))
+    management.declare_queue(ClassicQueueSpecification(name=queue, is_durable=DURABLE))
+    management.declare_exchange(ExchangeSpecification(name=exchange, is_durable=DURABLE))
     path = management.bind(
         ExchangeToQueueBindingSpecification(
             source_exchange=exchange, destination_queue=queue, binding_key="k"
@@ -55,8 +58,8 @@ def amqp10_round(management, index: int) -> int:
 
 def amqp091_round(channel, index: int) -> int:
     queue, exchange = f"probe-q-{index}", f"probe-x-{index}"
-    channel.queue_declare(queue, durable=True)
-    channel.exchange_declare(exchange, "direct", durable=True)
+    channel.queue_declare(queue, durable=DURABLE)
+    channel.exchange_declare(exchange, "direct", durable=DURABLE)
     channel.queue_bind(queue, exchange, "k")
     channel.queue_declare(queue, passive=True)
     channel.queue_unbind(queue, exchange, "k")
@@ -113,9 +116,13 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--src", help="another leveret tree's src/ for the broker (a 'before' figure)")
+    parser.add_argument("--transient", action="store_true", help="non-durable queues and exchanges")
     args = parser.parse_args()
+    global DURABLE
+    DURABLE = not args.transient
     with Leveret(src=args.src) as broker:
-        print(f"leveret ({args.src or 'this tree'}), {args.rounds} rounds of 7 operations")
+        kind = "transient" if args.transient else "durable"
+        print(f"leveret ({args.src or 'this tree'}), {args.rounds} rounds of 7 operations, {kind}")
         print(f"  AMQP 1.0 management node (rabbitmq-amqp-python-client): {run_amqp10(broker, args.rounds)}")
         print(
             f"  AMQP 0-9-1 channel methods (pika):                        {run_amqp091(broker, args.rounds)}"
