@@ -121,6 +121,27 @@ def test_names_are_percent_encoded(broker, client):
     assert not on_broker(broker, lambda v: name in v.queues)
 
 
+def test_an_exclusive_queue_belongs_to_its_connection(broker, client):
+    _, management = client
+    management.declare_queue(ClassicQueueSpecification(name="mq-mine", is_exclusive=True, is_durable=False))
+    assert management.queue_info("mq-mine").is_exclusive is True
+    environment, other = connect(broker)
+    others = other.management()
+    try:
+        assert others.queue_info("mq-mine").is_exclusive is True
+        with pytest.raises(ValidationCodeException, match="400"):
+            others.declare_queue(
+                ClassicQueueSpecification(name="mq-mine", is_exclusive=True, is_durable=False)
+            )
+        with pytest.raises(ValidationCodeException, match="400"):
+            others.delete_queue("mq-mine")
+    finally:
+        others.close()
+        other.close()
+        environment.close()
+    management.delete_queue("mq-mine")
+
+
 def publish(connection, address: str, bodies: list[str]) -> list:
     """Publish ``bodies``; their outcomes. Each carries a message annotation: the
     client's consumer handler reads every delivery's annotations (RabbitMQ 4 always
