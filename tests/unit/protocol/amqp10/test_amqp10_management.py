@@ -5,6 +5,7 @@ status codes and bodies (rabbit_amqp_management)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from leveret.core import BrokerCore, Message
 from leveret.core.access import Access
@@ -29,7 +30,7 @@ from leveret.protocol.amqp10.performatives import (
     from_described,
     to_described,
 )
-from leveret.protocol.amqp10.types import Array, Symbol, UInt, ULong, decode_all, encode
+from leveret.protocol.amqp10.types import Array, Symbol, Timestamp, UInt, ULong, decode_all, encode
 
 
 @pytest.fixture
@@ -431,3 +432,82 @@ def test_unknown_paths_are_404_other_methods_405_and_token_refresh_501(session):
     assert handle_request(session, "PATCH", "/exchanges/e", None)[0] == "405"
     assert handle_request(session, "PUT", "/auth/tokens", b"token")[0] == "501"
     assert handle_request(session, "GET", "queues/q", None)[0] == "400"
+
+
+# -- fuzz ----------------------------------------------------------------------------------
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=12),
+    st.binary(max_size=8),
+    st.builds(Symbol, st.text("abcx-", max_size=8)),
+    st.builds(Timestamp, st.integers(0, 2**40)),
+    st.builds(ULong, st.integers(0, 2**64 - 1)),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.text(max_size=12), st.integers()), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+_FIELDS = st.sampled_from(
+    [
+        "durable",
+        "exclusive",
+        "auto_delete",
+        "arguments",
+        "type",
+        "internal",
+        "source",
+        "destination_queue",
+        "destination_exchange",
+        "binding_key",
+        "x",
+    ]
+)
+_BODIES = st.one_of(_VALUES, st.dictionaries(_FIELDS, _VALUES, max_size=6))
+_SEGMENT = st.one_of(
+    st.sampled_from(
+        ["queues", "exchanges", "bindings", "messages", "auth", "tokens", "", "amq.x", "%", "%2F"]
+    ),
+    st.text(max_size=10),
+    st.builds(
+        lambda s, k, d, key, a: f"src={s};dst{k}={d};key={key};args={a}",
+        st.sampled_from(["e", "amq.direct", "", "%zz"]),
+        st.sampled_from(["q", "e", "z"]),
+        st.sampled_from(["q", "e", "", "%C3"]),
+        st.text("ab.%", max_size=4),
+        st.text("AZ-_", max_size=6),
+    ),
+)
+_PATHS = st.builds(
+    lambda segments, query: "/" + "/".join(segments) + query,
+    st.lists(_SEGMENT, min_size=1, max_size=4),
+    st.sampled_from(["", "?src=e&dstq=q&key=k", "?src=e&key=", "?&=&a", "?src=%zz"]),
+)
+_STATUSES = {"200", "201", "204", "400", "403", "404", "405", "409", "501"}
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    method=st.sampled_from(["GET", "PUT", "POST", "DELETE", "PATCH", ""]),
+    path=_PATHS,
+    body=_BODIES,
+)
+def test_any_request_gets_a_status_never_an_exception(session, method, path, body):
+    """Whatever a client sends, the node answers with a status (the guest may do
+    anything, so nothing is refused as a permission) and core stays consistent."""
+    status, answer = handle_request(session, method, path, body)
+    assert status in _STATUSES
+    if status >= "400":
+        assert isinstance(answer, str)
+    vhost = session.vhost
+    for name, queue in vhost.queues.items():
+        assert queue.name == name
+        for binding in queue.bindings:
+            assert binding.source.name in vhost.exchanges
