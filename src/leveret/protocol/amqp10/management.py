@@ -196,7 +196,8 @@ def _arguments(value: Any) -> dict:
 def _amqp(value: Any) -> Any:
     """Core's argument value as an AMQP 1.0 value for a response (RabbitMQ's
     ``mc_amqpl:from_091``): datetimes as timestamps, decimals as strings, tables as
-    maps, arrays as lists; the rest as it is (``int`` encodes as long)."""
+    maps, arrays as lists; the rest as it is (``int`` encodes as long, a larger one as
+    ulong, one beyond that as its text)."""
     if isinstance(value, datetime.datetime):
         return Timestamp(int(value.timestamp() * 1000))
     if isinstance(value, decimal.Decimal):
@@ -209,6 +210,8 @@ def _amqp(value: Any) -> Any:
         return bytes(value)
     if isinstance(value, Float32):
         return float(value)
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        return ULong(value) if 0 <= value < 2**64 else str(value)  # beyond a long
     return value
 
 

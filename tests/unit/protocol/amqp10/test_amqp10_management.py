@@ -201,6 +201,22 @@ def test_x_queue_type_of_the_queues_own_type_is_equivalent_to_none(session):
     assert put(session, "/queues/typed", {"arguments": {"x-queue-type": "quorum"}})[0] == "409"
 
 
+def test_arguments_of_every_amqp_type_come_back_encodable(session):
+    arguments = {
+        "x-ulong": ULong(2**64 - 1),
+        "x-symbol": Symbol("s"),
+        "x-list": [1, "a", b"b"],
+        "x-map": {"k": Timestamp(1_700_000_000_000)},
+        "x-array": Array("int", (1, 2)),
+        "x-none": None,
+    }
+    status, info = put(session, "/queues/typed-args", {"arguments": arguments})
+    assert status == "201"
+    assert info["arguments"]["x-ulong"] == 2**64 - 1 and info["arguments"]["x-list"] == [1, "a", b"b"]
+    assert info["arguments"]["x-map"]["k"] == 1_700_000_000_000 and info["arguments"]["x-array"] == [1, 2]
+    encode(info)
+
+
 def test_an_invalid_argument_is_409(session):
     status, text = put(session, "/queues/q", {"arguments": {"x-max-length": "lots"}})
     assert status == "409" and "x-max-length" in text
@@ -524,6 +540,12 @@ def test_any_request_gets_a_status_never_an_exception(session, request):
     anything, so nothing is refused as a permission) and core stays consistent."""
     status, answer = handle_request(session, *request)
     assert status in _STATUSES
+    # the response encodes (a queue's arguments as the client gave them included)
+    request_message = parse_request([Properties(message_id=1, to="/", subject="GET", reply_to="$me")])
+    for section in response_sections(request_message, status, answer):
+        encode(to_described(section))
+    if status in ("200", "201") and isinstance(answer, dict) and "name" in answer:
+        encode(handle_request(session, "GET", "/queues/" + paths.quote(answer["name"]), None)[1])
     if status >= "400":
         assert isinstance(answer, str)
     vhost = session.vhost
