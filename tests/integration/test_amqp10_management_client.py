@@ -30,6 +30,7 @@ from rabbitmq_amqp_python_client import (  # noqa: E402
     StreamSpecification,
     ValidationCodeException,
 )
+from rabbitmq_amqp_python_client.qpid.proton.utils import LinkDetached  # noqa: E402
 
 import leveret  # noqa: E402
 from leveret.core.auth import Permission, User  # noqa: E402
@@ -319,21 +320,26 @@ def test_the_link_pair_answers_with_rabbitmqs_properties(broker):
 
 
 def test_a_user_without_permission_has_the_session_ended(broker):
+    text = "access to queue 'mq-not-bobs' in vhost '/' refused for user 'bob'"
     environment, connection = connect(broker, "bob", "secret")
     management = connection.management()
-    try:  # what bob may do, through rabbitmq-amqp-python-client
+    try:  # what bob may do, and may not, through rabbitmq-amqp-python-client
         management.declare_queue(ClassicQueueSpecification(name="bob-q"))
         assert management.queue_info("bob-q").name == "bob-q"
         management.delete_queue("bob-q")
+        # the pair is detached with the error before the session ends, so the
+        # client's request fails at once (RabbitMQ 4 only ends the session)
+        with pytest.raises(LinkDetached) as detached:
+            management.declare_queue(ClassicQueueSpecification(name="mq-not-bobs"))
+        assert detached.value.condition == "amqp:unauthorized-access"
+        assert text in str(detached.value)
     finally:
-        management.close()
         connection.close()
         environment.close()
-    # what he may not: RabbitMQ 4 ends the session (which the client's blocking API
-    # does not notice: it would wait for the response for ever)
+    assert not on_broker(broker, lambda v: "mq-not-bobs" in v.queues)
+    # the session itself ends with the same error, as RabbitMQ 4's
     handler = paired_request(broker, "bob", "secret", "PUT", "/queues/mq-not-bobs", {"durable": True})
     assert handler.response is None
     error = handler.session_error
-    assert error is not None and error.name == "amqp:unauthorized-access"
-    assert error.description == "access to queue 'mq-not-bobs' in vhost '/' refused for user 'bob'"
+    assert error is not None and (error.name, error.description) == ("amqp:unauthorized-access", text)
     assert not on_broker(broker, lambda v: "mq-not-bobs" in v.queues)

@@ -14,7 +14,9 @@ detaches the request link with ``amqp:precondition-failed``, a transfer without 
 with ``amqp:link:transfer-limit-exceeded``, a message that is no request (no method,
 no target, ``reply-to`` not ``$me``, not decodable) with ``amqp:invalid-field`` or
 ``amqp:decode-error``; a refused permission ends the session with
-``amqp:unauthorized-access``.
+``amqp:unauthorized-access``, as RabbitMQ 4 does, after detaching both halves with the
+same error (RabbitMQ only ends the session, which rabbitmq-amqp-python-client's
+blocking API never notices: it would wait for the response for ever).
 
 The broker grants :data:`REQUEST_CREDIT` requests and renews it once half is used
 (RabbitMQ 4's numbers), but only while fewer than :data:`REQUEST_CREDIT` responses wait
@@ -275,6 +277,10 @@ class RequestLink(IncomingLink):
         except DecodeError as exc:
             raise e.LinkFault(exc.condition, f"the request does not decode: {exc}") from None
         except AccessRefused as exc:
+            # The pair is detached with the error first: a client blocked on the
+            # response (proton's blocking API) sees that, and not a session end.
+            for link in (partner, self):
+                self.session.detach_with(link, e.LinkFault(e.UNAUTHORIZED_ACCESS, exc.text))
             raise e.SessionFault(e.UNAUTHORIZED_ACCESS, exc.text) from None
         if not self.settled:
             self.session.send(

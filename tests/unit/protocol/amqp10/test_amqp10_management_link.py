@@ -192,9 +192,13 @@ def test_a_refused_permission_ends_the_session(client: Client, core: BrokerCore)
     client.transfer(0, 0, request("PUT", "/queues/bob-q", {}), settled=True)
     assert responses(client)[0][0].subject == "201"
     client.transfer(0, 1, request("PUT", "/queues/alice-q", {}), settled=True)
-    (end,) = client.bodies()
-    assert isinstance(end, perf.End) and end.error.condition == "amqp:unauthorized-access"
-    assert end.error.description == "access to queue 'alice-q' in vhost '/' refused for user 'bob'"
+    detach_responses, detach_requests, end = client.bodies()
+    text = "access to queue 'alice-q' in vhost '/' refused for user 'bob'"
+    # both halves are detached first (a blocked client sees it), then the session ends
+    assert (detach_responses.handle, detach_requests.handle) == (1, 0)
+    for frame in (detach_responses, detach_requests, end):
+        assert frame.error.condition == "amqp:unauthorized-access" and frame.error.description == text
+    assert detach_responses.closed and isinstance(end, perf.End)
     assert "alice-q" not in core.vhosts["/"].queues
 
 
