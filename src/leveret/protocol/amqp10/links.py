@@ -18,7 +18,9 @@ is settled (``disposition``, ``settled``) once it is safe, as a publisher confir
 
 Outgoing (the client is the receiver): a source ``/queues/:queue``; each delivery takes
 one credit (§2.6.7), ``drain`` uses the rest up when the queue has nothing more. The
-client settles with an outcome (RabbitMQ 4's mapping):
+source's filters (JMS selector, AMQP filter expressions, stream offset and filter
+values: :mod:`.filters`) become the consumer's selector and arguments. The client
+settles with an outcome (RabbitMQ 4's mapping):
 
 - ``accepted``: acknowledged;
 - ``rejected``: dead-lettered (reason ``rejected``, ``x-death``), or dropped;
@@ -33,6 +35,7 @@ their queue, redelivered.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -43,6 +46,7 @@ from ...core.publish import Publisher
 from ...core.queues import Queue, QueuedMessage
 from . import errors as e, performatives as perf
 from .address import Address, parse
+from .filters import source_filters
 from .message import address_fields, decode_transfer, encode_transfer
 from .types import DecodeError
 
@@ -335,6 +339,7 @@ class OutgoingLink:
         "delivery_count",
         "detaching",
         "drain",
+        "echoed_filter",
         "examined",
         "handle",
         "name",
@@ -372,7 +377,17 @@ class OutgoingLink:
             raise e.LinkFault(e.INVALID_FIELD, "a source needs an address")
         self.temporary = False
         self.queue = self._source_queue(parse(source.address, as_source=True))
-        self.queue.prepare_consumer(self)
+        try:
+            filters = source_filters(source.filter, stream=self.queue.type_name == "stream")
+            self.selector = filters.selector
+            self.arguments = filters.arguments
+            #: the filters applied, echoed in the attach (§3.5.3)
+            self.echoed_filter = filters.echoed
+            self.queue.prepare_consumer(self)
+        except (e.LinkFault, BrokerError):
+            if self.temporary:
+                _core_session(session).vhost.delete_queue(self.queue.name)
+            raise
 
     def _source_queue(self, address: Address) -> Queue:
         session = _core_session(self.session)
@@ -404,7 +419,7 @@ class OutgoingLink:
                 role=perf.ROLE_SENDER,
                 snd_settle_mode=perf.SND_SETTLED if self.no_ack else perf.SND_UNSETTLED,
                 rcv_settle_mode=perf.RCV_FIRST,
-                source=attach.source,
+                source=dataclasses.replace(attach.source, filter=self.echoed_filter),
                 target=attach.target,
                 initial_delivery_count=0,
                 max_message_size=MAX_MESSAGE_SIZE,

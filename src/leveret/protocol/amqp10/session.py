@@ -276,8 +276,9 @@ class Amqp10Session:
         del self.links[detach.handle]
         if detach.error is not None:
             log.info("AMQP 1.0 link %r detached by the client: %s", link.name, detach.error.condition)
+        answered = link.detaching  # the broker detached it first: nothing more to send
         link.release()
-        if not link.detaching:
+        if not answered:
             self.send(perf.Detach(detach.handle, detach.closed))
 
     def detach_with(self, link: IncomingLink | OutgoingLink, fault: e.Fault) -> None:
