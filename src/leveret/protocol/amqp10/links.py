@@ -332,6 +332,8 @@ class OutgoingLink:
     exclusive = False
     prefetch = 0
     priority = 0
+    #: its window is the link credit (a stream queue needs no prefetch for it)
+    credit_window = True
     __slots__ = (
         "arguments",
         "attach",
