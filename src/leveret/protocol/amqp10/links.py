@@ -46,6 +46,7 @@ from ...core.publish import Publisher
 from ...core.queues import Queue, QueuedMessage
 from . import errors as e, performatives as perf
 from .address import Address, parse
+from .delivery_annotations import with_annotations
 from .filters import source_filters
 from .message import address_fields, decode_transfer, encode_transfer
 from .types import DecodeError
@@ -445,6 +446,9 @@ class OutgoingLink:
         if entry.expires_at:
             ttl_left = max(0, int((entry.expires_at - session.connection.core.clock.time()) * 1000))
         payload = encode_transfer(message, max(0, entry.delivery_count - 1), not entry.redelivered, ttl_left)
+        extra = self.queue.delivery_headers(entry)
+        if extra:  # a stream's x-stream-offset, as a message annotation (RabbitMQ 4)
+            payload = with_annotations(payload, extra)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _UINT
         counters = self.queue.counters
