@@ -13,8 +13,8 @@ all the consumers that look at it in a row (a one-message cache).
 Kinds: ``p`` a properties field (its AMQP 1.0 value: ids as str, int, bytes or UUID,
 times as int milliseconds), ``a`` an application property as is (:data:`MISSING` when
 absent, unlike None for a null value), ``jms-type`` the JMSType of Qpid JMS (the
-``subject``; else the AMQP 0-9-1 ``type``), ``sfv`` the stream filter value
-(annotation ``x-stream-filter-value``, else the header of that name from AMQP 0-9-1).
+``subject``; else the AMQP 0-9-1 ``type``), ``sfv`` the stream filter value (the
+header ``x-stream-filter-value`` of AMQP 0-9-1, else that message-annotation).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from ...core.message import Message
 from ...core.selector_lookup import register_namespace
 from . import performatives as perf
-from .message import encode_transfer
+from .message import AMQP10, encode_transfer
 from .types import DecodeError, Described, decode_all
 
 NAMESPACE = "amqp10"
@@ -101,8 +101,10 @@ def read(message: Message, rest: str) -> Any:
         subject = _decoded(message)[0][3]
         return subject if isinstance(subject, str) else message.properties.type
     if kind == "sfv":
-        value = _decoded(message)[1].get(STREAM_FILTER_VALUE)
-        return value if value is not None else message.headers.get(STREAM_FILTER_VALUE)
+        value = message.header(STREAM_FILTER_VALUE)
+        if value is None and message.format is AMQP10:
+            value = _decoded(message)[1].get(STREAM_FILTER_VALUE)
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
     return None
 
 
