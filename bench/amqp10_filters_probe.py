@@ -25,7 +25,7 @@ from proton.reactor import Filter, Selector
 from proton.utils import BlockingConnection
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from brokers import Leveret  # noqa: E402
+from brokers import Leveret
 
 
 def _described(name: str, value: Any) -> Described:
@@ -98,11 +98,15 @@ def run_case(broker: Leveret, index: int, label: str, stream: bool, options: Any
     receiver.close()
     amqp10.close()
     connection.close()
-    return f"{label:32} echoed={echoed!s:5} delivered={delivered:6} broker CPU {cpu * 1e6 / count:7.1f} µs/msg"
+    return (
+        f"{label:32} echoed={echoed!s:5} delivered={delivered:6} broker CPU {cpu * 1e6 / count:7.1f} µs/msg"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--messages", type=int, default=4000)
     parser.add_argument("--src", help="the src/ of the leveret tree to run (default: this one)")
     args = parser.parse_args()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .types import Described, DecodeError, Symbol, ULong, decode, encode
+from .types import DecodeError, Described, Symbol, ULong, decode, encode
 
 _HEADER, _DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS = 0x70, 0x71, 0x72
 _NAMES = {

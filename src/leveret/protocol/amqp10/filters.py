@@ -216,7 +216,21 @@ _ID, _STRING, _BINARY, _SYMBOL, _TIME, _UINT = "id", "string", "binary", "symbol
 _FIELD_TYPES = dict(
     zip(
         PROPERTY_FIELDS,
-        (_ID, _BINARY, _STRING, _STRING, _STRING, _ID, _SYMBOL, _SYMBOL, _TIME, _TIME, _STRING, _UINT, _STRING),
+        (
+            _ID,
+            _BINARY,
+            _STRING,
+            _STRING,
+            _STRING,
+            _ID,
+            _SYMBOL,
+            _SYMBOL,
+            _TIME,
+            _TIME,
+            _STRING,
+            _UINT,
+            _STRING,
+        ),
         strict=True,
     )
 )
@@ -249,20 +263,31 @@ def property_filter(kind: str, value: Any) -> _Fn:
     return fn
 
 
+def _is_uint(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_string(v: Any) -> bool:
+    return isinstance(v, str) and not isinstance(v, Symbol)
+
+
+#: The reference values each field type takes (RabbitMQ's; content-type and
+#: content-encoding also as strings, times and group-sequence as any integer ≥ 0).
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    _ID: lambda v: (isinstance(v, str | bytes | uuid.UUID) and not isinstance(v, Symbol)) or _is_uint(v),
+    _STRING: _is_string,
+    _BINARY: lambda v: isinstance(v, bytes),
+    _SYMBOL: lambda v: isinstance(v, str),
+    _TIME: _is_uint,
+    _UINT: _is_uint,
+}
+
+
 def _reference(ref: Any, kind: str | None) -> _Match:
     """How a message's value matches the reference value ``ref`` (filtex §4.1.1)."""
     if ref is None:
         return lambda v: True
-    if kind == _ID:
-        if not isinstance(ref, str | int | bytes | uuid.UUID) or isinstance(ref, bool | Symbol):
-            raise _Invalid
-    elif kind == _STRING and (not isinstance(ref, str) or isinstance(ref, Symbol)):
-        raise _Invalid
-    elif kind == _BINARY and not isinstance(ref, bytes):
-        raise _Invalid
-    elif kind == _SYMBOL and not isinstance(ref, str):
-        raise _Invalid
-    elif kind in (_TIME, _UINT) and (not isinstance(ref, int) or isinstance(ref, bool) or ref < 0):
+    if kind is not None and not _TYPE_CHECKS[kind](ref):
         raise _Invalid
     if isinstance(ref, str) and not isinstance(ref, Symbol) and kind != _SYMBOL and ref.startswith("&"):
         affix = ref[3:].encode()

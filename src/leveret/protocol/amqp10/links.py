@@ -413,8 +413,11 @@ class OutgoingLink:
         return 0
 
     def attached(self) -> None:
-        """Answer the attach (the broker as sender), then wait for credit."""
+        """Answer the attach (the broker as sender, the source with the filters
+        applied), then wait for credit."""
         attach = self.attach
+        source = attach.source
+        assert isinstance(source, perf.Source)  # checked when the link was made
         self.session.send(
             perf.Attach(
                 name=attach.name,
@@ -422,7 +425,7 @@ class OutgoingLink:
                 role=perf.ROLE_SENDER,
                 snd_settle_mode=perf.SND_SETTLED if self.no_ack else perf.SND_UNSETTLED,
                 rcv_settle_mode=perf.RCV_FIRST,
-                source=dataclasses.replace(attach.source, filter=self.echoed_filter),
+                source=dataclasses.replace(source, filter=self.echoed_filter),
                 target=attach.target,
                 initial_delivery_count=0,
                 max_message_size=MAX_MESSAGE_SIZE,

@@ -122,7 +122,9 @@ def test_jms_selector_reads_qpid_jms_names():
     }
     msg = amqp_message(group_id="g1", group_sequence=UInt(3), correlation_id="c")
     assert matches(f, msg)
-    assert not matches(f, amqp_message(subject="green", group_id="g1", group_sequence=UInt(3), correlation_id="c"))
+    assert not matches(
+        f, amqp_message(subject="green", group_id="g1", group_sequence=UInt(3), correlation_id="c")
+    )
 
 
 def test_invalid_jms_selector_refuses_the_attach():
@@ -211,7 +213,16 @@ def test_sql_filter(sql, expected):
 
 @pytest.mark.parametrize(
     "sql",
-    ["k % 2 = 1", "k BETWEEN 0 AND 5", "p.creation_time < UTC()", "a.b = 0x0102", "x.subject = 'a'", "p.colour = 'a'", "k =", "'a' < 'b'"],
+    [
+        "k % 2 = 1",
+        "k BETWEEN 0 AND 5",
+        "p.creation_time < UTC()",
+        "a.b = 0x0102",
+        "x.subject = 'a'",
+        "p.colour = 'a'",
+        "k =",
+        "'a' < 'b'",
+    ],
 )
 def test_sql_filter_outside_cores_grammar_is_not_applied(sql):
     out = source_filters({Symbol("sql-filter"): described("amqp:sql-filter", sql)})
@@ -271,3 +282,23 @@ def test_all_applied_filters_must_match():
     assert matches(f, amqp_message(app={"k": 1}, annotations={"x-stream-filter-value": "red"}))
     assert not matches(f, amqp_message(app={"k": 2}, annotations={"x-stream-filter-value": "red"}))
     assert not matches(f, amqp_message(app={"k": 1}, annotations={"x-stream-filter-value": "blue"}))
+
+
+# -- a stream delivery's x-stream-offset annotation ---------------------------------------
+def test_with_annotations_inserts_or_merges_message_annotations():
+    from leveret.protocol.amqp10.delivery_annotations import with_annotations
+    from leveret.protocol.amqp10.types import decode_all
+
+    def sections(payload: bytes) -> list:
+        return [p.from_described(v) for v in decode_all(payload)]
+
+    header, props, data = (
+        encode(p.to_described(s)) for s in (p.Header(durable=True), p.Properties(), p.Data(b"x"))
+    )
+    out = sections(with_annotations(header + props + data, (("x-stream-offset", 7),)))
+    assert [type(s) for s in out] == [p.Header, p.MessageAnnotations, p.Properties, p.Data]
+    assert out[1].value == {"x-stream-offset": 7}
+    annotations = encode(p.to_described(p.MessageAnnotations({Symbol("x-opt-a"): "b"})))
+    out = sections(with_annotations(annotations + data, (("x-stream-offset", 8),)))
+    assert [type(s) for s in out] == [p.MessageAnnotations, p.Data]
+    assert out[0].value == {"x-opt-a": "b", "x-stream-offset": 8}

@@ -21,12 +21,12 @@ from rabbitmq_amqp_python_client import (
     AMQPMessagingHandler,
     Converter,
     Environment,
+    Message as RMessage,
     MessageProperties,
     OffsetSpecification,
     StreamConsumerOptions,
     StreamFilterOptions,
 )
-from rabbitmq_amqp_python_client import Message as RMessage
 
 from leveret import BlockingBroker
 from leveret.core.queues.stream import SCAN_BUDGET
@@ -144,14 +144,18 @@ def test_application_properties_and_sql_filters(amqp10, channel):
     name = queue(channel)
     sender = amqp10.create_sender(f"/queues/{name}")
     for i in range(6):
-        sender.send(Message(body=f"m{i}", subject="s", properties={"region": "eu" if i < 3 else "us", "n": i}))
+        sender.send(
+            Message(body=f"m{i}", subject="s", properties={"region": "eu" if i < 3 else "us", "n": i})
+        )
     app = described("amqp:application-properties-filter", {"region": "us"})
     receiver = amqp10.create_receiver(f"/queues/{name}", credit=10, options=Filter({symbol("a"): app}))
     sender.send(Message(body="last", properties={"region": "us"}))
     assert bodies(receiver) == ["m3", "m4", "m5", "last"]
     receiver.close()
     sql = described("amqp:sql-filter", "region = 'eu' AND (n = 0 OR p.subject != 's')")
-    receiver = amqp10.create_receiver(f"/queues/{name}", credit=10, options=Filter({symbol("sql-filter"): sql}))
+    receiver = amqp10.create_receiver(
+        f"/queues/{name}", credit=10, options=Filter({symbol("sql-filter"): sql})
+    )
     assert echoed(receiver) == {symbol("sql-filter"): sql}
     sender.send(Message(body="last", subject="t", properties={"region": "eu", "n": 7}))
     assert bodies(receiver) == ["m0", "last"]
@@ -199,7 +203,9 @@ def rabbit(broker: BlockingBroker) -> Iterator[Any]:
     connection.close()
 
 
-def consume(rabbit: Any, name: str, offset: Any = None, filters: StreamFilterOptions | None = None) -> list[str]:
+def consume(
+    rabbit: Any, name: str, offset: Any = None, filters: StreamFilterOptions | None = None
+) -> list[str]:
     handler = _Collect()
     consumer = rabbit.consumer(
         f"/queues/{name}",
@@ -267,7 +273,10 @@ def _timestamp(when: datetime.datetime) -> Any:
     ("filters", "expected"),
     [
         (StreamFilterOptions(values=["red"]), ["m0", "m3", "m5-last"]),
-        (StreamFilterOptions(values=["blue", "red"], match_unfiltered=True), ["m0", "m1", "m2", "m3", "m5-last"]),
+        (
+            StreamFilterOptions(values=["blue", "red"], match_unfiltered=True),
+            ["m0", "m1", "m2", "m3", "m5-last"],
+        ),
         (StreamFilterOptions(sql="p.subject IN ('b', 'c') OR k > 4"), ["m1", "m2", "m5-last"]),
         (StreamFilterOptions(application_properties={"k": 5}), ["m5-last"]),
         (StreamFilterOptions(message_properties=MessageProperties(subject="&p:e")), ["m5-last"]),
@@ -301,7 +310,9 @@ def test_a_stream_filter_reads_past_more_than_one_scan_budget(channel, amqp10):
     name = queue(channel, stream=True)
     for i in range(SCAN_BUDGET * 2 + 10):
         channel.basic_publish("", name, b"x", pika.BasicProperties(headers={"i": i}))
-    channel.basic_publish("", name, b"last", pika.BasicProperties(headers={"x-stream-filter-value": "wanted"}))
+    channel.basic_publish(
+        "", name, b"last", pika.BasicProperties(headers={"x-stream-filter-value": "wanted"})
+    )
     receiver = amqp10.create_receiver(
         f"/queues/{name}",
         credit=5,
