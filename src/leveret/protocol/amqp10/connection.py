@@ -198,11 +198,11 @@ class Amqp10Connection(AdapterConnection):
                     raise AuthenticationError("PLAIN response is not authzid NUL authcid NUL passwd")
                 username = parts[1].decode("utf-8", "replace")
                 user = users.authenticate(
-                    username, parts[2].decode("utf-8", "replace"), self.from_loopback, "AMQP 1.0"
+                    username, parts[2].decode("utf-8", "replace"), self.from_loopback, "PLAIN"
                 )
             elif mechanism == "ANONYMOUS":
                 username = ANONYMOUS_USER[0]
-                user = users.authenticate(*ANONYMOUS_USER, self.from_loopback, "AMQP 1.0")
+                user = users.authenticate(*ANONYMOUS_USER, self.from_loopback, "ANONYMOUS")
             elif mechanism == "EXTERNAL" and self.certificate_user:
                 username = self.certificate_user
                 user = users.authenticate_external(self.certificate_user, self.from_loopback)

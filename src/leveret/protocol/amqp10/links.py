@@ -42,13 +42,14 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.errors import BrokerError
 from ...core.message import Message
-from ...core.publish import Publisher
+from ...core.publish import REPLY_TO_PREFIX, Publisher
 from ...core.queues import Queue, QueuedMessage
 from . import errors as e, performatives as perf
 from .address import Address, parse
 from .delivery_annotations import with_annotations
 from .filters import source_filters
-from .message import address_fields, decode_transfer, encode_transfer
+from .message import address_fields, decode_transfer, delivery_delay, encode_transfer
+from .reply_to import ReplyToLink, wants_reply_to
 from .types import DecodeError
 
 if TYPE_CHECKING:
@@ -71,11 +72,13 @@ _ACCEPTED = perf.Accepted()
 _RELEASED = perf.Released()
 
 
-def attach_link(session: Amqp10Session, attach: perf.Attach) -> IncomingLink | OutgoingLink:
+def attach_link(session: Amqp10Session, attach: perf.Attach) -> IncomingLink | OutgoingLink | ReplyToLink:
     """The link a client's attach asks for; LinkFault (or core's BrokerError) when
     refused."""
     if attach.role == perf.ROLE_SENDER:
         return IncomingLink(session, attach)
+    if wants_reply_to(attach.source):
+        return ReplyToLink(session, attach)
     return OutgoingLink(session, attach)
 
 
@@ -128,6 +131,8 @@ class IncomingLink:
     def _check(self, address: Address) -> None:
         """The fixed address exists (a v1 queue is created) and may be written to."""
         session = self.core_session
+        if address.kind == "queue" and address.name.startswith(REPLY_TO_PREFIX):
+            return  # direct reply-to: core finds (or drops) the consumer per message
         if address.kind == "queue":
             if address.declare and address.name not in session.vhost.queues:
                 session.declare_queue(address.name, durable=True)
@@ -269,7 +274,8 @@ class IncomingLink:
         message.exchange = exchange_name
         message.routing_key = key
         self._returned = False
-        self.publisher.publish(exchange, message, mandatory=True)
+        delay = delivery_delay(message, int(core.clock.time() * 1000))
+        self.publisher.publish(exchange, message, True, delay)
         if self._returned:
             self._outcomes[self.publisher.seq] = _RELEASED
 
@@ -510,12 +516,9 @@ class OutgoingLink:
 
     def cancel_by_broker(self) -> None:
         """The queue was deleted: the link is detached with ``amqp:resource-deleted``."""
-        session = self.session
-        if session.links.get(self.handle) is self:
-            del session.links[self.handle]
-            session.detach_with(
-                self, e.LinkFault(e.RESOURCE_DELETED, f"queue '{self.queue.name}' was deleted")
-            )
+        self.session.detach_with(
+            self, e.LinkFault(e.RESOURCE_DELETED, f"queue '{self.queue.name}' was deleted")
+        )
 
     def release(self) -> None:
         """Stop deliveries; what the client did not settle goes back to the queue."""

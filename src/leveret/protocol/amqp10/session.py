@@ -24,6 +24,7 @@ from ...core.connections import ChannelFacts, ConsumerFacts
 from ...core.errors import BrokerError
 from . import errors as e, performatives as perf
 from .links import IncomingLink, OutgoingLink, attach_link
+from .reply_to import ReplyToLink
 
 if TYPE_CHECKING:
     from .connection import Amqp10Connection
@@ -72,10 +73,13 @@ class Amqp10Session:
         self._window_left = INCOMING_WINDOW
         self.handle_max = min(begin.handle_max, HANDLE_MAX)
         #: Links by handle (the broker uses the client's handle numbers as its own).
-        self.links: dict[int, IncomingLink | OutgoingLink] = {}
+        self.links: dict[int, IncomingLink | OutgoingLink | ReplyToLink] = {}
         #: Delivery id -> the outgoing link of each delivery the client has not settled.
         self.unsettled: dict[int, OutgoingLink] = {}
         self.next_delivery_id = 0
+        #: Handles the broker detached (or refused to attach) whose detach from the
+        #: client is still to come: it is taken without an answer.
+        self._detached: set[int] = set()
         #: Incoming links with outcomes to send at the end of the loop turn.
         self.confirming: set[IncomingLink] = set()
 
@@ -169,9 +173,13 @@ class Amqp10Session:
         except e.SessionFault as exc:
             self.end_with(exc)
 
-    def _link(self, handle: int | None) -> IncomingLink | OutgoingLink:
+    def _link(self, handle: int | None) -> IncomingLink | OutgoingLink | ReplyToLink | None:
+        """The link on ``handle``; None for one the broker detached (what the client
+        sent before it saw the detach is dropped)."""
         link = self.links.get(handle) if handle is not None else None
         if link is None:
+            if handle in self._detached:
+                return None
             raise e.SessionFault(e.UNATTACHED_HANDLE, f"handle {handle} is not attached")
         return link
 
@@ -181,6 +189,8 @@ class Amqp10Session:
         if self._window_left < 0:
             raise e.SessionFault(e.WINDOW_VIOLATION, f"more than {INCOMING_WINDOW} transfers past the window")
         link = self._link(transfer.handle)
+        if link is None:
+            return
         if not isinstance(link, IncomingLink):
             raise e.SessionFault(
                 e.ILLEGAL_STATE, f"a transfer on handle {transfer.handle}, where the broker sends"
@@ -201,6 +211,8 @@ class Amqp10Session:
             ) % _UINT
         if flow.handle is not None:
             link = self._link(flow.handle)
+            if link is None:
+                return
             try:
                 link.flow(flow)
             except e.LinkFault as exc:
@@ -270,26 +282,30 @@ class Amqp10Session:
             )
         )
         self.send(perf.Detach(attach.handle, True, fault.error()))
+        self._detached.add(attach.handle)
 
     def _detach(self, detach: perf.Detach) -> None:
+        if detach.handle in self._detached:  # the answer to the broker's detach
+            self._detached.discard(detach.handle)
+            return
         link = self._link(detach.handle)
+        assert link is not None
         del self.links[detach.handle]
         if detach.error is not None:
             log.info("AMQP 1.0 link %r detached by the client: %s", link.name, detach.error.condition)
-        answered = link.detaching  # the broker detached it first: nothing more to send
         link.release()
-        if not answered:
-            self.send(perf.Detach(detach.handle, detach.closed))
+        self.send(perf.Detach(detach.handle, detach.closed))
 
-    def detach_with(self, link: IncomingLink | OutgoingLink, fault: e.Fault) -> None:
+    def detach_with(self, link: IncomingLink | OutgoingLink | ReplyToLink, fault: e.Fault) -> None:
         """Detach ``link`` (closed) with an error; the client's detach is then only
         acknowledged."""
-        if link.detaching:
+        if self.links.get(link.handle) is not link:
             return
         log.info("AMQP 1.0 connection %s: link %r detached: %s", self.connection.peer, link.name, fault.text)
-        link.detaching = True
+        del self.links[link.handle]
         link.release()
         self.send(perf.Detach(link.handle, True, fault.error()))
+        self._detached.add(link.handle)
 
     def _end(self, end: perf.End) -> None:
         self.send(perf.End())
