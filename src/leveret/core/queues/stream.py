@@ -4,8 +4,9 @@ clients: an append-only, durable, replayable log.
 Consumers read without removing: each has its own position, chosen with the consume
 argument ``x-stream-offset`` (``first``, ``last``, ``next`` — the default —, a numeric
 offset, or a timestamp: the first message published at or after it), must use manual
-acknowledgement with a prefetch (basic.qos), and every delivery carries the header
-``x-stream-offset`` (a long). Acknowledging only makes room in the prefetch window;
+acknowledgement with a prefetch (basic.qos; an AMQP 1.0 link's credit is its window),
+and every delivery carries the header ``x-stream-offset`` (a long). A consumer with a
+selector (``x-selector``, AMQP 1.0 source filters) reads past what it turns down. Acknowledging only makes room in the prefetch window;
 nack and reject change nothing. leveret adds ``x-stream-offset-end``: the consumer gets
 offsets up to that one (exclusive), then a server-sent basic.cancel, so a reader (a
 Spark executor) can fetch a range deterministically.
