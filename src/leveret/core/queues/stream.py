@@ -6,8 +6,8 @@ argument ``x-stream-offset`` (``first``, ``last``, ``next`` — the default —,
 offset, or a timestamp: the first message published at or after it), must use manual
 acknowledgement with a prefetch (basic.qos; an AMQP 1.0 link's credit is its window),
 and every delivery carries the header ``x-stream-offset`` (a long). A consumer with a
-selector (``x-selector``, AMQP 1.0 source filters) reads past what it turns down. Acknowledging only makes room in the prefetch window;
-nack and reject change nothing. leveret adds ``x-stream-offset-end``: the consumer gets
+selector (``x-selector``, AMQP 1.0 source filters) reads past what it turns down.
+Acknowledging only makes room in the prefetch window; nack and reject change nothing. leveret adds ``x-stream-offset-end``: the consumer gets
 offsets up to that one (exclusive), then a server-sent basic.cancel, so a reader (a
 Spark executor) can fetch a range deterministically.
 

@@ -6,11 +6,12 @@ Filters are recognised by their descriptor (symbol or code), whatever their key:
 
 - ``apache.org:selector-filter:string`` (``0x0000468C00000004``): a JMS message
   selector (core's :mod:`leveret.core.selector`). JMS header names read the AMQP 1.0
-  fields as Qpid JMS maps them (JMSType the ``subject``, JMSXGroupID the ``group-id``,
-  JMSXGroupSeq ``group-sequence``, JMSExpiration ``absolute-expiry-time``; the others as
-  core reads them: JMSMessageID ``message-id``, JMSCorrelationID ``correlation-id``,
-  JMSPriority the header's ``priority``, 4 by default, JMSTimestamp ``creation-time``,
-  JMSDeliveryMode the header's ``durable``); other names are application properties.
+  fields as Qpid JMS maps them (JMSType the ``subject``, JMSTimestamp the
+  ``creation-time``, JMSXGroupID the ``group-id``, JMSXGroupSeq ``group-sequence``,
+  JMSExpiration ``absolute-expiry-time``, each as core reads it when absent; the others
+  as core reads them: JMSMessageID ``message-id``, JMSCorrelationID ``correlation-id``,
+  JMSPriority the header's ``priority``, 4 by default, JMSDeliveryMode the header's
+  ``durable``); other names are application properties.
   An invalid selector refuses the attach with ``amqp:invalid-field`` (ActiveMQ
   Artemis; Qpid JMS raises InvalidSelectorException for it).
 - ``amqp:properties-filter`` (``0x173``) and ``amqp:application-properties-filter``
@@ -181,6 +182,7 @@ def _all(fns: list[_Fn]) -> _Fn:
 #: do not hold.
 _JMS_RENAMES = {
     "JMSType": name("jms-type"),
+    "JMSTimestamp": name("p", "creation-time"),
     "JMSXGroupID": name("p", "group-id"),
     "JMSXGroupSeq": name("p", "group-sequence"),
     "JMSExpiration": name("p", "absolute-expiry-time"),
@@ -200,8 +202,13 @@ def jms_selector(text: str) -> _Fn:
 
     def fn(lookup: Lookup) -> bool | None:
         def renamed(n: str) -> Any:
-            v = lookup(renames.get(n, n))
-            return 0 if v is None and n == "JMSExpiration" else v
+            field = renames.get(n)
+            if field is None:
+                return lookup(n)
+            v = lookup(field)
+            if v is None:  # not in the AMQP 1.0 form: as core reads it
+                v = 0 if n == "JMSExpiration" else lookup(n)
+            return v
 
         return evaluate(renamed)
 

@@ -127,6 +127,17 @@ def test_jms_selector_reads_qpid_jms_names():
     )
 
 
+def test_jms_timestamp_is_the_creation_time():
+    f = {
+        Symbol("s"): described(
+            "apache.org:selector-filter:string", "JMSTimestamp > 1000 AND JMSExpiration = 0"
+        )
+    }
+    assert matches(f, amqp_message(creation_time=Timestamp(2000)))
+    assert not matches(f, amqp_message(creation_time=Timestamp(500)))
+    assert not matches(f, amqp_message())  # none: unknown
+
+
 def test_invalid_jms_selector_refuses_the_attach():
     with pytest.raises(e.LinkFault) as info:
         source_filters({Symbol("s"): described("apache.org:selector-filter:string", "k >")})
