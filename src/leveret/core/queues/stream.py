@@ -7,9 +7,10 @@ offset, or a timestamp: the first message published at or after it), must use ma
 acknowledgement with a prefetch (basic.qos; an AMQP 1.0 link's credit is its window),
 and every delivery carries the header ``x-stream-offset`` (a long). A consumer with a
 selector (``x-selector``, AMQP 1.0 source filters) reads past what it turns down.
-Acknowledging only makes room in the prefetch window; nack and reject change nothing. leveret adds ``x-stream-offset-end``: the consumer gets
-offsets up to that one (exclusive), then a server-sent basic.cancel, so a reader (a
-Spark executor) can fetch a range deterministically.
+Acknowledging only makes room in the prefetch window; nack and reject change nothing.
+leveret adds ``x-stream-offset-end``: the consumer gets offsets up to that one
+(exclusive), then a server-sent basic.cancel, so a reader (a Spark executor) can fetch
+a range deterministically.
 
 Retention, as RabbitMQ: the log is cut in segments of ``x-stream-max-segment-size-bytes``
 (default 500 MB); when a segment fills, whole old segments are dropped while the stream
