@@ -25,7 +25,7 @@ from ...core.message import Message
 from ...core.selector_lookup import register_namespace
 from . import performatives as perf
 from .message import AMQP10, encode_transfer
-from .types import DecodeError, Described, decode_all
+from .types import DecodeError, Described, decode
 
 NAMESPACE = "amqp10"
 
@@ -74,15 +74,19 @@ def _decoded(message: Message) -> tuple[tuple[Any, ...], dict[Any, Any]]:
     if _last[0] is message:
         return _last[1], _last[2]
     fields, annotations = _NO_FIELDS, {}
-    try:
-        for value in decode_all(encode_transfer(message, 0, True, None)):
-            if not isinstance(value, Described):
-                continue
-            section = perf.from_described(value)
-            if isinstance(section, perf.Properties):
-                fields = tuple(getattr(section, f.replace("-", "_")) for f in PROPERTY_FIELDS)
-            elif isinstance(section, perf.MessageAnnotations):
+    payload = encode_transfer(message, 0, True, None)
+    pos = 0
+    try:  # the sections up to the properties (§3.2: header, annotations, properties, …)
+        while pos < len(payload):
+            value, pos = decode(payload, pos)
+            section = perf.from_described(value) if isinstance(value, Described) else None
+            if isinstance(section, perf.MessageAnnotations):
                 annotations = section.value
+            elif isinstance(section, perf.Properties):
+                fields = tuple(getattr(section, f.replace("-", "_")) for f in PROPERTY_FIELDS)
+                break
+            elif not isinstance(section, perf.Header | perf.DeliveryAnnotations):
+                break  # application-properties or the body: no properties section
     except (DecodeError, ValueError):
         pass  # a message that does not render: no fields
     _last[:] = [message, fields, annotations]
