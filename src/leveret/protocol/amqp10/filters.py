@@ -26,7 +26,8 @@ Filters are recognised by their descriptor (symbol or code), whatever their key:
   non-literal ``IN`` lists, strings ordered with ``<``…) leaves the filter unapplied.
   SQL and property filters exclude each other (RabbitMQ 4): the first one wins.
 - ``rabbitmq:stream-offset-spec``: on a stream, the consumer argument
-  ``x-stream-offset`` (``first``, ``last``, ``next``, an offset ≥ 0, or a timestamp).
+  ``x-stream-offset`` (``first``, ``last``, ``next``, an offset ≥ 0, a timestamp, or
+  an interval such as ``10m``: the messages of the last ten minutes).
 - ``rabbitmq:stream-filter`` (a string or a list of strings) with
   ``rabbitmq:stream-match-unfiltered`` (boolean): only messages whose filter value
   (message-annotation or header ``x-stream-filter-value``) is one of them, and those
@@ -47,6 +48,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.errors import BrokerError
+from ...core.queue_config import parse_age
 from ...core.selector import Lookup, Selector, SelectorError, compile_selector
 from . import errors as e
 from .filter_fields import MISSING, PROPERTY_FIELDS, name
@@ -94,9 +97,10 @@ def _is(descriptor: Any, symbol: str, code: int | None) -> bool:
     return code is not None and isinstance(descriptor, int) and descriptor == code
 
 
-def source_filters(filter_map: Any, stream: bool = False) -> SourceFilters:
+def source_filters(filter_map: Any, stream: bool = False, now: float | None = None) -> SourceFilters:
     """The filters of a source's ``filter`` map (see the module doc); ``stream``: the
-    source is a stream queue (the offset spec applies only there). Raises LinkFault
+    source is a stream queue (the offset spec applies only there); ``now``: the time
+    (epoch seconds) an interval offset spec counts back from. Raises LinkFault
     (``amqp:invalid-field``) for an invalid JMS selector, and nothing else."""
     out = SourceFilters()
     if not isinstance(filter_map, dict):
@@ -140,7 +144,7 @@ def source_filters(filter_map: Any, stream: bool = False) -> SourceFilters:
             elif _is(descriptor, STREAM_OFFSET_SPEC, None):
                 if not stream:
                     continue
-                out.arguments["x-stream-offset"] = offset_spec(value.value)
+                out.arguments["x-stream-offset"] = offset_spec(value.value, now)
             elif _is(descriptor, STREAM_FILTER, None):
                 stream_values = _stream_values(value.value)
             elif _is(descriptor, STREAM_MATCH_UNFILTERED, None):
@@ -445,10 +449,11 @@ def _translate_sql(value: Any) -> tuple[str, dict[str, str]]:
 _OFFSET_WORDS = ("first", "last", "next")
 
 
-def offset_spec(value: Any) -> Any:
+def offset_spec(value: Any, now: float | None = None) -> Any:
     """``rabbitmq:stream-offset-spec`` as core's ``x-stream-offset``: ``first``,
-    ``last``, ``next``, an offset ≥ 0, or a timestamp (ms) as a UTC datetime. _Invalid
-    for anything else (RabbitMQ's intervals such as ``10m`` are not supported)."""
+    ``last``, ``next``, an offset ≥ 0, a timestamp (ms) as a UTC datetime, or an
+    interval back from ``now`` (epoch seconds; RabbitMQ's ``10m``, ``12h``, ``7D``…:
+    ``x-max-age``'s units) as the datetime it starts at. _Invalid for anything else."""
     if isinstance(value, Timestamp):
         try:
             return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
@@ -456,6 +461,13 @@ def offset_spec(value: Any) -> Any:
             raise _Invalid from None
     if isinstance(value, str) and value in _OFFSET_WORDS:
         return str(value)
+    if isinstance(value, str) and now is not None:
+        try:
+            age = parse_age(str(value))
+        except BrokerError:
+            raise _Invalid from None
+        assert age is not None
+        return datetime.datetime.fromtimestamp(now - age, datetime.UTC)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return int(value)
     raise _Invalid

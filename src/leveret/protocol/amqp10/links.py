@@ -387,7 +387,11 @@ class OutgoingLink:
         self.temporary = False
         self.queue = self._source_queue(parse(source.address, as_source=True))
         try:
-            filters = source_filters(source.filter, stream=self.queue.type_name == "stream")
+            filters = source_filters(
+                source.filter,
+                stream=self.queue.type_name == "stream",
+                now=session.connection.core.clock.time(),
+            )
             self.selector = filters.selector
             self.arguments = filters.arguments
             #: the filters applied, echoed in the attach (§3.5.3)

@@ -266,8 +266,13 @@ def test_stream_offset_spec(spec, argument):
 def test_stream_offset_spec_only_on_streams_and_valid_ones():
     f = {Symbol("o"): described("rabbitmq:stream-offset-spec", "first")}
     assert source_filters(f).echoed == {} and source_filters(f).arguments == {}
-    bad = {Symbol("o"): described("rabbitmq:stream-offset-spec", "10m")}
-    assert source_filters(bad, stream=True).echoed == {}
+    interval = {Symbol("o"): described("rabbitmq:stream-offset-spec", "10m")}
+    assert source_filters(interval, stream=True, now=1_700_000_600).arguments == {
+        "x-stream-offset": datetime.datetime.fromtimestamp(1_700_000_000, datetime.UTC)
+    }
+    assert source_filters(interval, stream=True).echoed == {}  # no clock to count from
+    bad = {Symbol("o"): described("rabbitmq:stream-offset-spec", "10 minutes")}
+    assert source_filters(bad, stream=True, now=1_700_000_600).echoed == {}
     undescribed = {Symbol("rabbitmq:stream-offset-spec"): "last"}  # RabbitMQ still reads these
     assert source_filters(undescribed, stream=True).arguments == {"x-stream-offset": "last"}
 
