@@ -162,6 +162,23 @@ def test_application_properties_and_sql_filters(amqp10, channel):
     receiver.close()
 
 
+def test_a_filter_on_a_quorum_queue_leaves_the_others_for_other_consumers(amqp10, channel):
+    name = f"filters-{next(_names)}"
+    channel.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum"})
+    sender = amqp10.create_sender(f"/queues/{name}")
+    for i in range(4):
+        sender.send(Message(body=f"m{i}", properties={"k": i % 2}))
+    odd = described("amqp:application-properties-filter", {"k": 1})
+    receiver = amqp10.create_receiver(f"/queues/{name}", credit=10, options=Filter({symbol("odd"): odd}))
+    sender.send(Message(body="last", properties={"k": 1}))
+    assert bodies(receiver) == ["m1", "m3", "last"]
+    receiver.close()
+    everything = amqp10.create_receiver(f"/queues/{name}", credit=10)
+    sender.send(Message(body="last", properties={"k": 0}))
+    assert bodies(everything) == ["m0", "m2", "last"]
+    everything.close()
+
+
 def test_unsupported_filters_are_not_echoed_nor_applied(amqp10, channel):
     name = queue(channel)
     sender = amqp10.create_sender(f"/queues/{name}")
