@@ -12,8 +12,8 @@ Filters are recognised by their descriptor (symbol or code), whatever their key:
   as core reads them: JMSMessageID ``message-id``, JMSCorrelationID ``correlation-id``,
   JMSPriority the header's ``priority``, 4 by default, JMSDeliveryMode the header's
   ``durable``); other names are application properties.
-  An invalid selector refuses the attach with ``amqp:invalid-field`` (ActiveMQ
-  Artemis; Qpid JMS raises InvalidSelectorException for it).
+  An invalid selector refuses the attach with ``amqp:invalid-field`` and the parse
+  error as text, so a JMS client hears of it rather than getting every message.
 - ``amqp:properties-filter`` (``0x173``) and ``amqp:application-properties-filter``
   (``0x174``): AMQP filter expressions (OASIS filtex, RabbitMQ 4.1): every field given
   must equal the message's; a string may be ``&p:prefix``, ``&s:suffix`` (``&&`` for a
