@@ -342,3 +342,21 @@ def test_a_stream_filter_reads_past_more_than_one_scan_budget(channel, amqp10):
     )
     assert bodies(receiver) == ["last"]
     receiver.close()
+
+
+def test_an_amqp_091_selector_on_a_stream_reads_past_what_it_turns_down(channel):
+    name = queue(channel, stream=True)
+    for i in range(6):
+        channel.basic_publish("", name, b"%d" % i, pika.BasicProperties(headers={"n": i}))
+    channel.basic_publish("", name, b"last", pika.BasicProperties(headers={"n": 99}))
+    channel.basic_qos(prefetch_count=10)
+    got = []
+    arguments = {"x-stream-offset": "first", "x-selector": "n > 3"}
+    for method, _, body in channel.consume(name, arguments=arguments, inactivity_timeout=5):
+        assert method is not None, got
+        got.append(body)
+        channel.basic_ack(method.delivery_tag)
+        if body == b"last":
+            break
+    channel.cancel()
+    assert got == [b"4", b"5", b"last"]
