@@ -10,6 +10,7 @@ import datetime
 import uuid
 
 import pytest
+from hypothesis import given, strategies as st
 
 from leveret.core.selector import message_lookup
 from leveret.protocol.amqp10 import errors as e, performatives as p
@@ -318,3 +319,43 @@ def test_with_annotations_inserts_or_merges_message_annotations():
     out = sections(with_annotations(annotations + data, (("x-stream-offset", 8),)))
     assert [type(s) for s in out] == [p.MessageAnnotations, p.Data]
     assert out[0].value == {"x-opt-a": "b", "x-stream-offset": 8}
+
+
+# -- any input ----------------------------------------------------------------------------
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | st.binary(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+_descriptors = st.sampled_from(
+    [
+        "apache.org:selector-filter:string",
+        "amqp:properties-filter",
+        "amqp:application-properties-filter",
+        "amqp:sql-filter",
+        "rabbitmq:stream-offset-spec",
+        "rabbitmq:stream-filter",
+        "rabbitmq:stream-match-unfiltered",
+        "x:other",
+    ]
+)
+
+
+@given(
+    st.dictionaries(
+        st.text(max_size=8).map(Symbol),
+        st.builds(lambda d, v: Described(Symbol(d), v), _descriptors, _values)
+        | st.builds(lambda v: Described(Symbol("amqp:sql-filter"), v), st.text(max_size=60)),
+        max_size=4,
+    )
+)
+def test_any_filter_map_gives_filters_or_an_invalid_field_refusal(filter_map):
+    try:
+        out = source_filters(filter_map, stream=True, now=1_700_000_000)
+    except e.LinkFault as exc:
+        assert exc.condition == "amqp:invalid-field"
+        return
+    assert set(out.echoed or {}) <= set(filter_map)
+    if out.selector is not None:
+        for message in (amqp_message(), amqp_message(app={"k": 1, "a": "x"}, priority=9)):
+            assert out.selector.evaluate(message_lookup(message)) in (True, False, None)
