@@ -1,0 +1,585 @@
+"""AMQP 1.0 behaviour over real TCP with python-qpid-proton 0.40 (its blocking API and its
+reactor), each test run against leveret and against RabbitMQ 3.10's rabbitmq_amqp1_0 plugin
+(tests/amqp10_brokers.py; ``AMQP10_BROKER`` picks them). Where RabbitMQ 3.10 differs from
+RabbitMQ 4 (leveret's model), the test says what each broker does; docs/amqp10.md lists
+the differences.
+
+Connection-level tests: SASL, open/close, heartbeats. Links: settled and unsettled sends,
+credit and drain, a slow receiver, multi-frame transfers, the receive outcomes
+(accepted, rejected, released, modified), a missing queue.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from amqp10_brokers import Amqp10Broker, unique
+from amqp10_clients import (
+    TIMEOUT,
+    blocking,
+    drain_all,
+    pop,
+    receiver,
+    run_reactor,
+    send,
+    settle,
+    wait_messages,
+)
+from amqp10_raw import RawAmqp10
+from proton import Delivery, Message
+from proton.handlers import MessagingHandler
+from proton.reactor import AtMostOnce
+from proton import Timeout
+from proton import ConnectionException
+from proton.utils import LinkDetached
+
+from leveret.protocol.amqp10 import performatives as perf
+from leveret.protocol.amqp10.frames import Frame
+
+pytestmark = pytest.mark.timeout(30)
+
+
+# -- SASL, open and close ----------------------------------------------------------------
+
+
+def test_sasl_plain_opens_and_closes(amqp10_broker: Amqp10Broker) -> None:
+    with blocking(amqp10_broker) as conn:
+        assert conn.conn.remote_container  # the broker's container id
+        assert conn.conn.state & conn.conn.REMOTE_ACTIVE
+    # and the broker's close answers ours (the close above did not time out)
+
+
+def test_sasl_plain_wrong_password_is_refused(amqp10_broker: Amqp10Broker) -> None:
+    with pytest.raises(ConnectionException) as raised:
+        with blocking(amqp10_broker, amqp10_broker.url(password="not-the-password")):
+            pass
+    assert "amqp:unauthorized-access" in str(raised.value)
+    # on the wire: sasl-outcome code 1 (auth), then the broker closes the socket
+    with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
+        outcome = raw.sasl("guest", "not-the-password")
+        assert outcome.code == perf.SASL_AUTH
+        raw.wait_closed(TIMEOUT)
+
+
+def test_sasl_anonymous(amqp10_broker: Amqp10Broker) -> None:
+    """ANONYMOUS logs in as the default user (RabbitMQ 3.10: amqp1_0.default_user guest;
+    RabbitMQ 4: anonymous_login_user guest, from loopback)."""
+    with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
+        raw.send(b"AMQP\x03\x01\x00\x00")
+        raw.read()
+        mechanisms = raw.read_body(perf.SaslMechanisms).sasl_server_mechanisms
+        assert "ANONYMOUS" in mechanisms and "PLAIN" in mechanisms
+    with blocking(amqp10_broker, amqp10_broker.anonymous_url(), allowed_mechs="ANONYMOUS") as conn:
+        queue = amqp10_broker.declare()
+        assert send(conn, amqp10_broker.queue(queue), Message(body="anon")) == [Delivery.ACCEPTED]
+
+
+def test_reactor_sends_receives_and_closes(amqp10_broker: Amqp10Broker) -> None:
+    queue = amqp10_broker.declare()
+    address = amqp10_broker.queue(queue)
+
+    class Handler(MessagingHandler):
+        def __init__(self) -> None:
+            super().__init__(prefetch=10)
+            self.sent = 0
+            self.got: list[object] = []
+            self.outcomes: list[int] = []
+            self.closed = False
+
+        def on_start(self, event):
+            conn = event.container.connect(amqp10_broker.url(), reconnect=False)
+            event.container.create_sender(conn, address)
+            event.container.create_receiver(conn, address)
+
+        def on_sendable(self, event):
+            while event.sender.credit and self.sent < 5:
+                event.sender.send(Message(body=f"m{self.sent}"))
+                self.sent += 1
+
+        def on_accepted(self, event):
+            self.outcomes.append(event.delivery.remote_state)
+
+        def on_message(self, event):
+            self.got.append(event.message.body)
+            if len(self.got) == 5:
+                event.connection.close()
+
+        def on_connection_closed(self, event):
+            self.closed = True
+
+    handler = Handler()
+    run_reactor(handler)
+    assert handler.got == [f"m{i}" for i in range(5)]
+    assert handler.outcomes == [Delivery.ACCEPTED] * 5
+    assert handler.closed
+    assert amqp10_broker.message_count(queue) == 0  # auto-accepted
+
+
+# -- heartbeats --------------------------------------------------------------------------
+
+
+def test_broker_sends_heartbeats_at_our_idle_time_out(amqp10_broker: Amqp10Broker) -> None:
+    """Our open asks for idle-time-out 500 ms: the broker sends something (empty frames)
+    at least every 500 ms while nothing else happens."""
+    with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
+        raw.open(idle_time_out=500)
+        arrivals = []
+        start = time.monotonic()
+        while time.monotonic() - start < 1.6:
+            item = raw.read(timeout=1.0)
+            assert isinstance(item, Frame) and item.body is None, item
+            arrivals.append(time.monotonic())
+        gaps = [b - a for a, b in zip([start, *arrivals], arrivals, strict=False)]
+        assert len(arrivals) >= 3 and max(gaps) < 0.6, gaps
+
+
+def test_silent_peer_is_closed_but_proton_heartbeats_keep_it_open(amqp10_broker: Amqp10Broker) -> None:
+    """The broker's open advertises an idle-time-out (RabbitMQ 3.10: its heartbeat
+    setting in ms; 2 s here); a raw peer that then sends nothing is closed after it,
+    while a proton connection idle as long stays open (proton sends empty frames)."""
+    with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw, blocking(amqp10_broker) as conn:
+        advertised = raw.open().idle_time_out
+        assert advertised is not None and 0 < advertised <= 4000, advertised
+        proton_advertised = conn.conn.transport.remote_idle_timeout
+        assert proton_advertised == advertised / 1000
+        start = time.monotonic()
+        raw.wait_closed(timeout=advertised / 1000 * 2 + 2)
+        silent_for = time.monotonic() - start
+        assert silent_for >= advertised / 1000 * 0.9, silent_for
+        # proton stayed idle as long, and its connection still works
+        queue = amqp10_broker.declare()
+        assert send(conn, amqp10_broker.queue(queue), Message(body="alive")) == [Delivery.ACCEPTED]
+
+
+# -- sending -----------------------------------------------------------------------------
+
+
+def test_send_pre_settled(amqp10_broker: Amqp10Broker) -> None:
+    queue = amqp10_broker.declare()
+    with blocking(amqp10_broker) as conn:
+        sender = conn.create_sender(amqp10_broker.queue(queue), options=AtMostOnce())
+        for i in range(3):
+            delivery = sender.send(Message(body=f"s{i}"))
+            assert delivery.settled  # pre-settled: no outcome comes back
+            assert delivery.remote_state == 0
+        rcv = receiver(conn, amqp10_broker.queue(queue), credit=3)
+        wait_messages(conn, rcv, 3)
+        assert [pop(rcv)[0].body for _ in range(3)] == ["s0", "s1", "s2"]
+
+
+def test_send_unsettled_gets_accepted(amqp10_broker: Amqp10Broker) -> None:
+    queue = amqp10_broker.declare()
+    with blocking(amqp10_broker) as conn:
+        outcomes = send(conn, amqp10_broker.queue(queue), *(Message(body=i) for i in range(5)))
+    assert outcomes == [Delivery.ACCEPTED] * 5
+    assert amqp10_broker.message_count(queue) == 5
+
+
+def test_send_through_an_exchange(amqp10_broker: Amqp10Broker) -> None:
+    queue = amqp10_broker.declare()
+    with amqp10_broker.pika() as pconn:
+        pconn.channel().queue_bind(queue, "amq.direct", routing_key=queue)
+    with blocking(amqp10_broker) as conn:
+        assert send(conn, amqp10_broker.exchange("amq.direct", queue), Message(body="x")) == [Delivery.ACCEPTED]
+    assert amqp10_broker.message_count(queue) == 1
+
+
+def test_sender_to_a_missing_queue(amqp10_broker: Amqp10Broker) -> None:
+    """RabbitMQ 4 (leveret): the attach is answered by a detach with amqp:not-found.
+    RabbitMQ 3.10: ``/amq/queue/missing`` attaches (it is not checked) and messages sent
+    there are accepted and dropped."""
+    missing = unique("missing")
+    with blocking(amqp10_broker) as conn:
+        if amqp10_broker.name == "rabbitmq":
+            assert send(conn, amqp10_broker.queue(missing), Message(body="x")) == [Delivery.ACCEPTED]
+            return
+        with pytest.raises(LinkDetached) as raised:
+            conn.create_sender(amqp10_broker.queue(missing))
+        assert raised.value.condition == "amqp:not-found"
+
+
+def test_sender_to_a_missing_exchange(amqp10_broker: Amqp10Broker) -> None:
+    """RabbitMQ 4 (leveret): detach with amqp:not-found. RabbitMQ 3.10: the session is
+    ended with amqp:not-found."""
+    with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
+        raw.open()
+        raw.begin()
+        target = perf.Target(address=amqp10_broker.exchange(unique("missing"), "k"))
+        raw.send_frame(perf.Attach(name="l", handle=0, role=perf.ROLE_SENDER, source=perf.Source(address="s"),
+                                   target=target, initial_delivery_count=0))
+        if amqp10_broker.name == "rabbitmq":
+            end = raw.read_body(perf.End)
+            assert end.error is not None and end.error.condition == "amqp:not-found"
+            return
+        attach = raw.read_body(perf.Attach)
+        assert attach.target is None
+        detach = raw.read_body(perf.Detach)
+        assert detach.closed and detach.error is not None and detach.error.condition == "amqp:not-found"
+
+
+def test_receiver_from_a_missing_queue(amqp10_broker: Amqp10Broker) -> None:
+    with blocking(amqp10_broker) as conn, pytest.raises((LinkDetached, ConnectionException)) as raised:
+        receiver(conn, amqp10_broker.queue(unique("missing")), credit=1)
+    assert "amqp:not-found" in str(raised.value)
+
+
+# -- credit, drain, slow receivers -------------------------------------------------------
+
+
+def fill(broker: Amqp10Broker, count: int, size: int = 0, **arguments: object) -> str:
+    queue = broker.declare(**arguments)
+    with blocking(broker) as conn:
+        outcomes = send(conn, broker.queue(queue), *(Message(body=f"{i}".ljust(size, ".")) for i in range(count)))
+    assert outcomes == [Delivery.ACCEPTED] * count
+    return queue
+
+
+def test_receiver_gets_at_most_its_credit(amqp10_broker: Amqp10Broker) -> None:
+    queue = fill(amqp10_broker, 10)
+    with blocking(amqp10_broker) as conn:
+        rcv = receiver(conn, amqp10_broker.queue(queue), credit=3)
+        wait_messages(conn, rcv, 3)
+        assert rcv.link.credit == 0
+        assert rcv.fetcher is not None
+        fetcher = rcv.fetcher
+        with pytest.raises(Timeout):  # a fourth must not come
+            conn.wait(lambda: fetcher.has_message > 3, timeout=0.3)
+        assert amqp10_broker.message_count(queue) == 7  # the 3 are unsettled, not ready
+        assert [pop(rcv)[0].body for _ in range(3)] == ["0", "1", "2"]
+
+
+def test_drain_sends_what_is_there_then_uses_up_the_credit(amqp10_broker: Amqp10Broker) -> None:
+    queue = fill(amqp10_broker, 2)
+    with blocking(amqp10_broker) as conn:
+        rcv = receiver(conn, amqp10_broker.queue(queue))
+        rcv.link.drain(5)
+        conn.wait(lambda: not rcv.link.draining() and rcv.link.credit == 0, timeout=TIMEOUT, msg="drain")
+        assert rcv.fetcher is not None and rcv.fetcher.has_message == 2
+        drain_all(conn, rcv)
+        # drain on an empty queue: the broker answers with the credit used up, no message
+        rcv.link.drain(4)
+        conn.wait(lambda: not rcv.link.draining(), timeout=TIMEOUT, msg="empty drain")
+        assert rcv.link.credit == 0 and rcv.fetcher.has_message == 0
+
+
+def test_slow_receiver_is_never_sent_more_than_its_credit(amqp10_broker: Amqp10Broker) -> None:
+    """A receiver that settles one 10 KB message at a time and grants one credit for each
+    (credit 5): at every step it holds at most 5 and the queue keeps the rest ready."""
+    total, window = 60, 5
+    queue = fill(amqp10_broker, total, size=10_000)
+    with blocking(amqp10_broker) as conn:
+        rcv = receiver(conn, amqp10_broker.queue(queue), credit=window)
+        assert rcv.fetcher is not None
+        got = []
+        while len(got) < total:
+            wait_messages(conn, rcv, 1)
+            assert rcv.fetcher.has_message <= window
+            if len(got) % 20 == 0:
+                ready = amqp10_broker.message_count(queue)
+                assert ready >= total - len(got) - window, (ready, len(got))
+            message, delivery = pop(rcv)
+            got.append(message.body.rstrip("."))
+            settle(delivery, Delivery.ACCEPTED)
+            if len(got) <= total - window:
+                rcv.link.flow(1)
+        assert got == [str(i) for i in range(total)]
+        assert amqp10_broker.message_count(queue) == 0
+
+
+def test_reactor_receiver_with_credit_three(amqp10_broker: Amqp10Broker) -> None:
+    """The reactor API with prefetch 0 and flow(3): three messages, then the link's
+    credit is 0 while seven stay ready."""
+    queue = fill(amqp10_broker, 10)
+
+    class Handler(MessagingHandler):
+        def __init__(self) -> None:
+            super().__init__(prefetch=0, auto_accept=False)
+            self.got: list[str] = []
+            self.ready_after = -1
+
+        def on_start(self, event):
+            self.conn = event.container.connect(amqp10_broker.url(), reconnect=False)
+            event.container.create_receiver(self.conn, amqp10_broker.queue(queue))
+
+        def on_link_opened(self, event):
+            if event.link.is_receiver:
+                event.link.flow(3)
+
+        def on_message(self, event):
+            self.got.append(event.message.body)
+            if len(self.got) == 3:
+                event.container.schedule(0.2, self)
+
+        def on_timer_task(self, event):
+            self.ready_after = amqp10_broker.message_count(queue)
+            self.conn.close()
+
+    handler = Handler()
+    run_reactor(handler)
+    assert handler.got == ["0", "1", "2"]
+    assert handler.ready_after == 7
+
+
+# -- multi-frame transfers ---------------------------------------------------------------
+
+
+def test_one_megabyte_message_in_small_frames(amqp10_broker: Amqp10Broker) -> None:
+    """1 MB each way: proton with max-frame-size 4,096 receives it in many frames; a raw
+    client sends it in 4 KB frames (more=true)."""
+    body = bytes(range(256)) * 4096  # 1 MiB
+    queue = amqp10_broker.declare()
+    with blocking(amqp10_broker, max_frame_size=4096) as conn:
+        assert conn.conn.transport.max_frame_size == 4096
+        assert send(conn, amqp10_broker.queue(queue), Message(body=body)) == [Delivery.ACCEPTED]
+        rcv = receiver(conn, amqp10_broker.queue(queue), credit=1)
+        wait_messages(conn, rcv, 1)
+        message, delivery = pop(rcv)
+        assert message.body == body
+        settle(delivery, Delivery.ACCEPTED)
+    # the broker reassembles a transfer split by the sender
+    encoded = Message(body=body).encode()
+    with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
+        raw.open(max_frame_size=65536)
+        raw.begin()
+        raw.send_frame(perf.Attach(name="big", handle=0, role=perf.ROLE_SENDER, source=perf.Source(address="s"),
+                                   target=perf.Target(address=amqp10_broker.queue(queue)), initial_delivery_count=0))
+        raw.read_body(perf.Attach)
+        raw.read_body(perf.Flow)
+        chunks = [encoded[i:i + 4000] for i in range(0, len(encoded), 4000)]
+        for i, chunk in enumerate(chunks):
+            transfer = perf.Transfer(handle=0, delivery_id=0 if i == 0 else None,
+                                     delivery_tag=b"t" if i == 0 else None, message_format=0 if i == 0 else None,
+                                     more=i < len(chunks) - 1)
+            raw.send_frame(transfer, payload=chunk)
+        disposition = raw.read_body(perf.Disposition)
+        assert isinstance(disposition.state, perf.Accepted)
+    with blocking(amqp10_broker) as conn:
+        rcv = receiver(conn, amqp10_broker.queue(queue), credit=1)
+        wait_messages(conn, rcv, 1)
+        assert pop(rcv)[0].body == body
+
+
+# -- outcomes on receive -----------------------------------------------------------------
+
+
+def receive_one(conn, address: str):
+    rcv = receiver(conn, address, credit=1)
+    wait_messages(conn, rcv, 1)
+    return rcv, *pop(rcv)
+
+
+def test_accepted_removes_the_message(amqp10_broker: Amqp10Broker) -> None:
+    queue = fill(amqp10_broker, 1)
+    with blocking(amqp10_broker) as conn:
+        _, message, delivery = receive_one(conn, amqp10_broker.queue(queue))
+        assert not delivery.settled  # rcv-settle-mode first: we settle, the broker forgets
+        settle(delivery, Delivery.ACCEPTED)
+    assert amqp10_broker.message_count(queue) == 0
+
+
+def test_unsettled_deliveries_return_to_the_queue_on_close(amqp10_broker: Amqp10Broker) -> None:
+    queue = fill(amqp10_broker, 2)
+    with blocking(amqp10_broker) as conn:
+        rcv = receiver(conn, amqp10_broker.queue(queue), credit=2)
+        wait_messages(conn, rcv, 2)
+    assert amqp10_broker.message_count(queue) == 2
+
+
+def test_rejected_dead_letters_with_x_death(amqp10_broker: Amqp10Broker) -> None:
+    dlq = amqp10_broker.declare()
+    queue = amqp10_broker.declare(**{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    with blocking(amqp10_broker) as conn:
+        send(conn, amqp10_broker.queue(queue), Message(body=b"bad", content_type="application/octet-stream"))
+        _, message, delivery = receive_one(conn, amqp10_broker.queue(queue))
+        settle(delivery, Delivery.REJECTED)
+    with amqp10_broker.pika() as pconn:
+        channel = pconn.channel()
+        for _ in range(50):
+            method, props, body = channel.basic_get(dlq, auto_ack=True)
+            if method:
+                break
+            time.sleep(0.05)
+        assert method is not None, "nothing dead-lettered"
+        assert body == b"bad"
+        death = props.headers["x-death"][0]
+        assert death["reason"] == "rejected" and death["queue"] == queue and death["count"] == 1
+        assert props.headers["x-first-death-reason"] == "rejected"
+    assert amqp10_broker.message_count(queue) == 0
+
+
+def test_released_requeues_without_counting(amqp10_broker: Amqp10Broker) -> None:
+    """released: back to the queue; RabbitMQ 4 does not count it as a failed delivery
+    (delivery-count stays 0, the first-acquirer flag false on the next delivery).
+    RabbitMQ 3.10 sends header.delivery-count 0 too."""
+    queue = fill(amqp10_broker, 1)
+    with blocking(amqp10_broker) as conn:
+        rcv, message, delivery = receive_one(conn, amqp10_broker.queue(queue))
+        assert message.delivery_count == 0
+        settle(delivery, Delivery.RELEASED)
+        rcv.link.flow(1)
+        wait_messages(conn, rcv, 1)
+        message, delivery = pop(rcv)
+        assert message.body == "0"
+        assert message.delivery_count == 0
+        settle(delivery, Delivery.ACCEPTED)
+
+
+def test_released_does_not_count_toward_the_delivery_limit(amqp10_broker: Amqp10Broker) -> None:
+    """A quorum queue with x-delivery-limit 1: releasing it three times keeps the message
+    (RabbitMQ 4). RabbitMQ 3.10 counts every return: the message is dropped after the
+    second release."""
+    queue = unique("qq")
+    with amqp10_broker.pika() as pconn:
+        pconn.channel().queue_declare(queue, durable=True,
+                                      arguments={"x-queue-type": "quorum", "x-delivery-limit": 1})
+    try:
+        with blocking(amqp10_broker) as conn:
+            send(conn, amqp10_broker.queue(queue), Message(body="keep"))
+            rcv = receiver(conn, amqp10_broker.queue(queue))
+            deliveries = 0
+            for _ in range(3):
+                rcv.link.flow(1)
+                try:
+                    wait_messages(conn, rcv, 1, timeout=1.0)
+                except Exception:
+                    break
+                deliveries += 1
+                settle(pop(rcv)[1], Delivery.RELEASED)
+        expected = 2 if amqp10_broker.name == "rabbitmq" else 3
+        assert deliveries == expected
+    finally:
+        amqp10_broker.delete(queue)
+
+
+def test_modified_delivery_failed_counts_and_redelivers(amqp10_broker: Amqp10Broker) -> None:
+    """modified with delivery-failed: requeued, the next delivery has header
+    delivery-count 1 (first-acquirer false) and reaches an AMQP 0-9-1 consumer as
+    redelivered."""
+    queue = fill(amqp10_broker, 1)
+    with blocking(amqp10_broker) as conn:
+        rcv, message, delivery = receive_one(conn, amqp10_broker.queue(queue))
+        assert message.delivery_count == 0 and message.first_acquirer
+        settle(delivery, Delivery.MODIFIED, failed=True)
+        rcv.link.flow(1)
+        wait_messages(conn, rcv, 1)
+        message, delivery = pop(rcv)
+        assert message.body == "0"
+        assert message.delivery_count == 1 and not message.first_acquirer
+        settle(delivery, Delivery.MODIFIED, failed=True)
+    with amqp10_broker.pika() as pconn:
+        method, _, body = pconn.channel().basic_get(queue, auto_ack=True)
+        assert body == b"0" and method.redelivered
+
+
+def test_modified_undeliverable_here(amqp10_broker: Amqp10Broker) -> None:
+    """modified with undeliverable-here: RabbitMQ 4 (leveret) dead-letters it (reason
+    rejected); RabbitMQ 3.10 requeues it."""
+    dlq = amqp10_broker.declare()
+    queue = amqp10_broker.declare(**{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    with blocking(amqp10_broker) as conn:
+        send(conn, amqp10_broker.queue(queue), Message(body="u"))
+        _, _, delivery = receive_one(conn, amqp10_broker.queue(queue))
+        settle(delivery, Delivery.MODIFIED, failed=True, undeliverable=True)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and amqp10_broker.message_count(dlq) + amqp10_broker.message_count(queue) == 0:
+        time.sleep(0.05)
+    if amqp10_broker.name == "rabbitmq":
+        assert (amqp10_broker.message_count(queue), amqp10_broker.message_count(dlq)) == (1, 0)
+    else:
+        assert (amqp10_broker.message_count(queue), amqp10_broker.message_count(dlq)) == (0, 1)
+
+
+def test_pre_settled_receive_needs_no_outcome(amqp10_broker: Amqp10Broker) -> None:
+    """A receiver asking for snd-settle-mode settled gets pre-settled deliveries: the
+    message is gone from the queue as soon as it is sent."""
+    queue = fill(amqp10_broker, 2)
+    with blocking(amqp10_broker) as conn:
+        rcv = conn.create_receiver(amqp10_broker.queue(queue), credit=0, options=AtMostOnce())
+        rcv.link.flow(2)
+        wait_messages(conn, rcv, 2)
+        assert all(pop(rcv)[1].settled for _ in range(2))
+    assert amqp10_broker.message_count(queue) == 0
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def test_closing_with_an_error_is_answered(amqp10_broker: Amqp10Broker) -> None:
+    """A client closing with an error condition gets the broker's close back and the
+    socket ends; the broker keeps serving others."""
+    with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
+        raw.open()
+        raw.send_frame(perf.Close(error=perf.Error("amqp:internal-error", "client gave up")))
+        close = raw.read_body(perf.Close)
+        assert close.error is None
+        raw.wait_closed(TIMEOUT)
+    queue = amqp10_broker.declare()
+    with blocking(amqp10_broker) as conn:
+        assert send(conn, amqp10_broker.queue(queue), Message(body=1)) == [Delivery.ACCEPTED]
+
+
+def test_detach_with_error_is_answered(amqp10_broker: Amqp10Broker) -> None:
+    """A closing detach (with an error) is answered by a closing detach (RabbitMQ 3.10
+    answers closed=false), then end and close are answered."""
+    queue = amqp10_broker.declare()
+    with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
+        raw.open()
+        raw.begin()
+        raw.send_frame(perf.Attach(name="l", handle=0, role=perf.ROLE_SENDER, source=perf.Source(address="s"),
+                                   target=perf.Target(address=amqp10_broker.queue(queue)), initial_delivery_count=0))
+        raw.read_body(perf.Attach)
+        raw.read_body(perf.Flow)
+        raw.send_frame(perf.Detach(handle=0, closed=True, error=perf.Error("amqp:internal-error", "bye")))
+        detach = raw.read_body(perf.Detach)
+        assert detach.handle == 0 and detach.error is None
+        assert detach.closed == (amqp10_broker.name != "rabbitmq")
+        raw.send_frame(perf.End())
+        raw.read_body(perf.End)
+        raw.send_frame(perf.Close())
+        raw.read_body(perf.Close)
+
+
+def test_other_clients_carry_on_while_one_misbehaves(amqp10_broker: Amqp10Broker) -> None:
+    """A proton sender keeps getting accepted outcomes while raw peers send a bad header,
+    garbage and an oversized frame."""
+    queue = amqp10_broker.declare()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    sent = [0]
+
+    def produce() -> None:
+        try:
+            with blocking(amqp10_broker) as conn:
+                sender = conn.create_sender(amqp10_broker.queue(queue))
+                while not stop.is_set():
+                    assert sender.send(Message(body=sent[0])).remote_state == Delivery.ACCEPTED
+                    sent[0] += 1
+        except BaseException as error:
+            errors.append(error)
+
+    worker = threading.Thread(target=produce)
+    worker.start()
+    try:
+        for bad in (b"HTTP/1.1 GET /\r\n\r\n", b"AMQP\x00\x01\x00\x00" + b"\xff" * 64):
+            with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
+                raw.send(bad)
+                try:
+                    raw.wait_closed(TIMEOUT)
+                except OSError:
+                    pass
+        with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
+            raw.open(max_frame_size=1024)
+            raw.send((1 << 20).to_bytes(4, "big") + b"\x02\x00\x00\x00" + b"\x00" * 100)
+            raw.wait_closed(TIMEOUT)
+    finally:
+        before = sent[0]
+        deadline = time.monotonic() + TIMEOUT
+        while sent[0] == before and time.monotonic() < deadline and not errors:
+            time.sleep(0.01)
+        stop.set()
+        worker.join(TIMEOUT)
+    assert not errors, errors
+    assert sent[0] > before
+
