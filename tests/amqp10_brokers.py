@@ -37,8 +37,8 @@ from brokers import RabbitMQ, rabbitmq_installed  # noqa: E402
 
 #: Which brokers the AMQP 1.0 tests run against (comma-separated).
 BROKERS = [b.strip() for b in os.environ.get("AMQP10_BROKER", "leveret,rabbitmq").split(",") if b.strip()]
-#: RabbitMQ's heartbeat (seconds), which its AMQP 1.0 open advertises as idle-time-out.
-RABBITMQ_HEARTBEAT = 2
+#: RabbitMQ's heartbeat (seconds), which its AMQP 1.0 open advertises as idle-time-out (1,000 ms).
+RABBITMQ_HEARTBEAT = 1
 
 
 def unique(prefix: str = "q") -> str:
