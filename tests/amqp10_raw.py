@@ -73,12 +73,12 @@ class RawAmqp10:
             self.pending.extend(self.reader.feed(data))
         return self.pending.pop(0)
 
-    def read_body(self, kind: type, timeout: float | None = None) -> Any:
-        """Skip empty frames (heartbeats) and return the next frame body, which must be a
-        ``kind``."""
+    def read_body(self, kind: type, timeout: float | None = None, skip: tuple[type, ...] = ()) -> Any:
+        """Skip empty frames (heartbeats) and bodies of the ``skip`` types, and return the
+        next frame body, which must be a ``kind``."""
         while True:
             item = self.read(timeout)
-            if isinstance(item, Frame) and item.body is None:
+            if isinstance(item, Frame) and (item.body is None or isinstance(item.body, skip)):
                 continue
             body = item.body if isinstance(item, Frame) else item
             assert isinstance(body, kind), f"expected {kind.__name__}, got {body!r:.300}"

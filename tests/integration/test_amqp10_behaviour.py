@@ -136,11 +136,18 @@ def test_broker_sends_heartbeats_at_our_idle_time_out(amqp10_broker: Amqp10Broke
         assert len(arrivals) >= 3 and max(gaps) < 1.0, gaps
 
 
-def test_silent_peer_is_closed_but_proton_heartbeats_keep_it_open(amqp10_broker: Amqp10Broker) -> None:
+def test_silent_peer_is_closed_but_proton_heartbeats_keep_it_open(
+    amqp10_broker: Amqp10Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The broker's open advertises an idle-time-out (RabbitMQ 3.10: its heartbeat
     setting in ms; 1 s here); a raw peer that then sends nothing is closed after at most
     two of them (RabbitMQ 3.10: about six), while a proton connection idle as long stays
-    open (proton sends empty frames)."""
+    open (proton sends empty frames). leveret announces 60,000 ms (RabbitMQ 4's
+    default): the in-process broker's constant is set to 1,000 ms for this test."""
+    if amqp10_broker.name == "leveret":
+        from leveret.protocol.amqp10 import connection
+
+        monkeypatch.setattr(connection, "IDLE_TIME_OUT", 1000)
     with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw, blocking(amqp10_broker) as conn:
         advertised = raw.open().idle_time_out
         assert advertised is not None and 0 < advertised <= 4000, advertised
@@ -424,6 +431,32 @@ def test_accepted_removes_the_message(amqp10_broker: Amqp10Broker) -> None:
     assert amqp10_broker.message_count(queue) == 0
 
 
+def test_rcv_settle_mode_first(amqp10_broker: Amqp10Broker) -> None:
+    """A receiver in rcv-settle-mode first settles with its outcome in one disposition:
+    the broker forgets the message and sends nothing back (§2.6.12). (Asked for
+    rcv-settle-mode second, RabbitMQ 3.10 ends the session with amqp:not-implemented;
+    leveret answers the attach with first.)"""
+    queue = fill(amqp10_broker, 2)
+    with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
+        raw.open()
+        raw.begin()
+        raw.send_frame(perf.Attach(name="r", handle=0, role=perf.ROLE_RECEIVER, rcv_settle_mode=perf.RCV_FIRST,
+                                   source=perf.Source(address=amqp10_broker.queue(queue)),
+                                   target=perf.Target(address="t")))
+        attach = raw.read_body(perf.Attach)
+        assert attach.rcv_settle_mode == perf.RCV_FIRST and attach.source is not None
+        raw.send_frame(perf.Flow(next_incoming_id=0, incoming_window=100, next_outgoing_id=0, outgoing_window=100,
+                                 handle=0, delivery_count=0, link_credit=1))
+        transfer = raw.read_body(perf.Transfer, skip=(perf.Flow,))  # RabbitMQ 3.10 sends a flow first
+        assert not transfer.settled
+        raw.send_frame(perf.Disposition(role=perf.ROLE_RECEIVER, first=transfer.delivery_id, settled=True,
+                                        state=perf.Accepted()))
+        with pytest.raises(TimeoutError):  # no disposition comes back
+            raw.read_body(perf.Disposition, timeout=0.3, skip=(perf.Flow,))
+        assert amqp10_broker.message_count(queue) == 1
+    assert amqp10_broker.message_count(queue) == 1  # the accepted one did not come back
+
+
 def test_unsettled_deliveries_return_to_the_queue_on_close(amqp10_broker: Amqp10Broker) -> None:
     queue = fill(amqp10_broker, 2)
     with blocking(amqp10_broker) as conn:
@@ -462,7 +495,7 @@ def test_released_requeues_without_counting(amqp10_broker: Amqp10Broker) -> None
     queue = fill(amqp10_broker, 1)
     with blocking(amqp10_broker) as conn:
         rcv, message, delivery = receive_one(conn, amqp10_broker.queue(queue))
-        assert message.delivery_count == 0
+        assert message.delivery_count == 0 and message.first_acquirer
         settle(delivery, Delivery.RELEASED)
         rcv.link.flow(1)
         wait_messages(conn, rcv, 1)
@@ -501,8 +534,10 @@ def test_released_does_not_count_toward_the_delivery_limit(amqp10_broker: Amqp10
 
 def test_modified_delivery_failed_counts_and_redelivers(amqp10_broker: Amqp10Broker) -> None:
     """modified with delivery-failed: requeued, the next delivery has header
-    delivery-count 1 (first-acquirer false) and reaches an AMQP 0-9-1 consumer as
-    redelivered. RabbitMQ 3.10.8 requeues it but does not send it again on the link
+    delivery-count 1 and first-acquirer false (the first had first-acquirer true, as
+    RabbitMQ 3.10 and 4 send it) and reaches an AMQP 0-9-1 consumer as redelivered.
+    (RabbitMQ 4 sets first-acquirer but leaves the header's delivery-count out; a quorum
+    queue's count goes in the x-delivery-count annotation.) RabbitMQ 3.10.8 requeues it but does not send it again on the link
     that was given a new credit."""
     queue = fill(amqp10_broker, 1)
     with blocking(amqp10_broker) as conn:
