@@ -33,7 +33,7 @@ import pika
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from brokers import RabbitMQ, rabbitmq_installed  # noqa: E402
+from brokers import RabbitMQ, rabbitmq_installed
 
 #: Which brokers the AMQP 1.0 tests run against (comma-separated).
 BROKERS = [b.strip() for b in os.environ.get("AMQP10_BROKER", "leveret,rabbitmq").split(",") if b.strip()]
@@ -62,7 +62,8 @@ class Amqp10Broker:
         """``amqp://user:password@host:port`` for proton (PLAIN over SASL)."""
         user = self.user if user is None else user
         password = self.password if password is None else password
-        return f"amqp://{urllib.parse.quote(user, safe='')}:{urllib.parse.quote(password, safe='')}@{self.host}:{self.port}"
+        quote = urllib.parse.quote
+        return f"amqp://{quote(user, safe='')}:{quote(password, safe='')}@{self.host}:{self.port}"
 
     def anonymous_url(self) -> str:
         """``amqp://host:port``: proton then picks SASL ANONYMOUS."""
@@ -81,7 +82,9 @@ class Amqp10Broker:
     def pika(self) -> pika.BlockingConnection:
         """An AMQP 0-9-1 connection (guest, vhost ``/``)."""
         return pika.BlockingConnection(
-            pika.ConnectionParameters(self.host, self.port, "/", pika.PlainCredentials(self.user, self.password))
+            pika.ConnectionParameters(
+                self.host, self.port, "/", pika.PlainCredentials(self.user, self.password)
+            )
         )
 
     def declare(self, name: str | None = None, **arguments: object) -> str:

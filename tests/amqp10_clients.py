@@ -62,7 +62,9 @@ def grant(rcv: BlockingReceiver, credit: int) -> None:
     rcv.link.flow(credit)
 
 
-def wait_messages(conn: BlockingConnection, rcv: BlockingReceiver, count: int, timeout: float = TIMEOUT) -> None:
+def wait_messages(
+    conn: BlockingConnection, rcv: BlockingReceiver, count: int, timeout: float = TIMEOUT
+) -> None:
     """Wait until ``count`` messages have arrived on ``rcv`` (not yet popped)."""
     assert rcv.fetcher is not None
     fetcher = rcv.fetcher

@@ -99,8 +99,12 @@ def test_amqp091_to_amqp10(amqp10_broker: Amqp10Broker) -> None:
             "",
             queue,
             BODY,
-            pika.BasicProperties(content_type=CONTENT_TYPE, message_id="msg-2", correlation_id="corr-2",
-                                 headers={"color": "blue", "count": 8}),
+            pika.BasicProperties(
+                content_type=CONTENT_TYPE,
+                message_id="msg-2",
+                correlation_id="corr-2",
+                headers={"color": "blue", "count": 8},
+            ),
         )
     message = receive_amqp10(amqp10_broker, queue)
     assert message.inferred  # a data section
@@ -120,8 +124,11 @@ def test_amqp10_to_stomp(amqp10_broker: Amqp10Broker, request: pytest.FixtureReq
     and a header per application property. RabbitMQ 3.10 breaks the frame with its binary
     ``x-amqp-1.0-*`` headers (expected to fail there)."""
     if amqp10_broker.name == "rabbitmq":
-        request.applymarker(pytest.mark.xfail(strict=True, reason="RabbitMQ 3.10 sends AMQP 1.0 sections "
-                                              "as binary STOMP headers"))
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True, reason="RabbitMQ 3.10 sends AMQP 1.0 sections as binary STOMP headers"
+            )
+        )
     queue = amqp10_broker.declare()
     with blocking(amqp10_broker) as conn:
         send(conn, amqp10_broker.queue(queue), amqp10_message(color="red", count=7))
@@ -143,8 +150,16 @@ def test_amqp10_to_stomp(amqp10_broker: Amqp10Broker, request: pytest.FixtureReq
 def test_stomp_to_amqp10(amqp10_broker: Amqp10Broker) -> None:
     queue = amqp10_broker.declare()
     with stomp_client(amqp10_broker) as (conn, collector):
-        conn.send(stomp_queue(queue), BODY, headers={"content-type": CONTENT_TYPE, "correlation-id": "corr-3",
-                                                     "color": "green", "receipt": "r1"})
+        conn.send(
+            stomp_queue(queue),
+            BODY,
+            headers={
+                "content-type": CONTENT_TYPE,
+                "correlation-id": "corr-3",
+                "color": "green",
+                "receipt": "r1",
+            },
+        )
         assert collector.receipts.get(timeout=5) == "r1"
     message = receive_amqp10(amqp10_broker, queue)
     assert message.body == BODY
