@@ -8,11 +8,12 @@ default: both, RabbitMQ skipped when ``rabbitmq-server`` is not installed).
 Fixtures (imported by tests/conftest.py):
 
 - ``amqp10_broker``: an :class:`Amqp10Broker`, parametrized by broker name. leveret is a
-  fresh in-process ``BlockingBroker(amqp_port=0, stomp_port=0)`` per test (AMQP 1.0 is
-  sniffed on its AMQP port, as RabbitMQ 4); RabbitMQ one node per session (tests keep
-  apart by :func:`unique` names), with the AMQP 1.0 plugin on its AMQP port (as 3.10
-  does), STOMP on its own port and ``heartbeat = 2`` (seconds: the idle-time-out its open
-  advertises is 2,000 ms) so the heartbeat tests need not wait a minute.
+  fresh in-process ``BlockingBroker(amqp_port=0, stomp_port=0)`` per test, with
+  ``LEVERET_TEST_WORKERS`` connection workers as the other tests (AMQP 1.0 is sniffed
+  on its AMQP port, as RabbitMQ 4); RabbitMQ one node per session (tests keep apart by
+  :func:`unique` names), with the AMQP 1.0 plugin on its AMQP port (as 3.10 does), STOMP
+  on its own port and ``heartbeat = 1`` (seconds: the idle-time-out its open advertises
+  is 1,000 ms) so the heartbeat tests need not wait a minute.
 
 Addresses differ: leveret follows RabbitMQ 4's address v2 (``/queues/q``,
 ``/exchanges/x/key``), RabbitMQ 3.10 its v1 (``/amq/queue/q``, ``/exchange/x/key``):
@@ -168,9 +169,11 @@ def amqp10_broker(request: pytest.FixtureRequest) -> Iterator[Amqp10Broker]:
         pytest.fail(f"AMQP10_BROKER={request.param!r}: expected 'leveret' and/or 'rabbitmq'")
     if not leveret_has_amqp10():
         pytest.skip("leveret has no AMQP 1.0 adapter yet (leveret.protocol.amqp10.connection)")
+    from servers import TEST_WORKERS
+
     from leveret import BlockingBroker
 
-    with BlockingBroker(amqp_port=0, stomp_port=0) as broker:
+    with BlockingBroker(amqp_port=0, stomp_port=0, workers=TEST_WORKERS) as broker:
         stomp_port = broker.broker.stomp_port
         assert stomp_port is not None
         yield LeveretAmqp10(broker.broker.host, broker.amqp_port, stomp_port)
