@@ -90,6 +90,20 @@ def test_sasl_anonymous(amqp10_broker: Amqp10Broker) -> None:
         assert send(conn, amqp10_broker.queue(queue), Message(body="anon")) == [Delivery.ACCEPTED]
 
 
+def test_a_missing_vhost_closes_the_connection_with_an_error(amqp10_broker: Amqp10Broker) -> None:
+    """open's hostname ``vhost:NAME`` names the vhost: a missing one gets the broker's
+    open then a close with amqp:not-found (RabbitMQ 4, leveret). RabbitMQ 3.10 accepts
+    the open and closes at the first begin with amqp:unauthorized-access."""
+    queue = amqp10_broker.declare()
+    with (
+        pytest.raises(ConnectionException) as raised,
+        blocking(amqp10_broker, virtual_host=f"vhost:{unique('missing')}") as conn,
+    ):
+        conn.create_sender(amqp10_broker.queue(queue))
+    expected = "amqp:unauthorized-access" if amqp10_broker.name == "rabbitmq" else "amqp:not-found"
+    assert expected in str(raised.value)
+
+
 def test_reactor_sends_receives_and_closes(amqp10_broker: Amqp10Broker) -> None:
     queue = amqp10_broker.declare()
     address = amqp10_broker.queue(queue)
