@@ -1,0 +1,313 @@
+"""The sections of an AMQP 1.0 message (part 3, §3.2) located without decoding them:
+the scan that the transfer hot path runs, sans-I/O.
+
+:func:`scan` walks a transfer's payload section by section, reading each section's
+descriptor and the *size* of its value (every AMQP encoding gives its extent in its
+first bytes, so a list, map, binary or string is stepped over, not read), checks the
+order §3.2 gives (header, delivery-annotations, message-annotations, properties,
+application-properties, one body: data sections, amqp-sequence sections or one
+amqp-value, then footer) and returns where each section starts and ends. Only the
+header is decoded (:func:`read_header`): the rest is decoded when someone asks.
+
+:func:`header_bytes` encodes the header a receiver gets (part 3, §3.2.1).
+
+Errors: :class:`~leveret.protocol.amqp10.types.DecodeError` with ``amqp:decode-error``
+(RabbitMQ 4 detaches the link with that condition for a message it cannot parse):
+an unknown constructor or descriptor, a size past the payload, sections out of order
+or repeated, a section's value of the wrong type, no body.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from typing import Any, NamedTuple
+
+from .types import DECODE_ERROR, MAX_DEPTH, DecodeError, decode
+
+HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
+APPLICATION_PROPERTIES, DATA, AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x74, 0x75, 0x76, 0x77, 0x78
+#: The symbolic descriptors of the sections (§3.2), for senders that use them.
+SECTION_NAMES = {
+    "amqp:header:list": HEADER,
+    "amqp:delivery-annotations:map": DELIVERY_ANNOTATIONS,
+    "amqp:message-annotations:map": MESSAGE_ANNOTATIONS,
+    "amqp:properties:list": PROPERTIES,
+    "amqp:application-properties:map": APPLICATION_PROPERTIES,
+    "amqp:data:binary": DATA,
+    "amqp:amqp-sequence:list": AMQP_SEQUENCE,
+    "amqp:amqp-value:*": AMQP_VALUE,
+    "amqp:footer:map": FOOTER,
+}
+
+# How far each constructor's value extends: >= 0 a fixed width, SIZE8 / SIZE32 a
+# one- or four-byte size first, DESCRIBED a descriptor then a value, None unknown.
+SIZE8, SIZE32, DESCRIBED = -1, -4, -2
+_WIDTH: list[int | None] = [None] * 256
+for _code in (0x40, 0x41, 0x42, 0x43, 0x44, 0x45):
+    _WIDTH[_code] = 0
+for _code in (0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56):
+    _WIDTH[_code] = 1
+for _code in (0x60, 0x61):
+    _WIDTH[_code] = 2
+for _code in (0x70, 0x71, 0x72, 0x73, 0x74):
+    _WIDTH[_code] = 4
+for _code in (0x80, 0x81, 0x82, 0x83, 0x84):
+    _WIDTH[_code] = 8
+for _code in (0x94, 0x98):
+    _WIDTH[_code] = 16
+for _code in (0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0):
+    _WIDTH[_code] = SIZE8
+for _code in (0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0):
+    _WIDTH[_code] = SIZE32
+_WIDTH[0x00] = DESCRIBED
+
+_U32 = struct.Struct(">I")
+_LISTS = frozenset((0x45, 0xC0, 0xD0))
+_MAPS = frozenset((0xC1, 0xD1))
+_BINARIES = frozenset((0xA0, 0xB0))
+_NULL = 0x40
+
+
+def skip(data: bytes, pos: int, end: int, depth: int = 0) -> int:
+    """The offset just past the value encoded at ``data[pos:]``, from its constructor
+    and size alone (its contents are not checked). Raises DecodeError for an unknown
+    constructor or a value running past ``end``."""
+    if pos >= end:
+        raise DecodeError("a value runs past the end of the message")
+    code = data[pos]
+    width = _WIDTH[code]
+    if width is None:
+        raise DecodeError(f"unknown constructor {code:#04x} in a message")
+    if width >= 0:
+        stop = pos + 1 + width
+    elif width == SIZE8:
+        if pos + 2 > end:
+            raise DecodeError("a size runs past the end of the message")
+        stop = pos + 2 + data[pos + 1]
+    elif width == SIZE32:
+        if pos + 5 > end:
+            raise DecodeError("a size runs past the end of the message")
+        stop = pos + 5 + _U32.unpack_from(data, pos + 1)[0]
+    else:
+        if depth >= MAX_DEPTH:
+            raise DecodeError(f"values nested more than {MAX_DEPTH} deep")
+        return skip(data, skip(data, pos + 1, end, depth + 1), end, depth + 1)
+    if stop > end:
+        raise DecodeError("a value runs past the end of the message")
+    return stop
+
+
+class Scan(NamedTuple):
+    """Where a message's sections are in its payload (offsets; ``(start, end)``
+    pairs cover the whole section, descriptor included, None when absent)."""
+
+    header: tuple[int, int] | None
+    delivery_annotations: tuple[int, int] | None
+    message_annotations: tuple[int, int] | None
+    properties: tuple[int, int] | None
+    application_properties: tuple[int, int] | None
+    #: where the body's first section starts
+    body: int
+    #: the body's section code: DATA, AMQP_SEQUENCE or AMQP_VALUE
+    body_code: int
+    #: each data section's value bytes (start, end), for a body of data sections
+    data: tuple[tuple[int, int], ...]
+    #: where the footer starts (the payload's length when there is none)
+    footer: int
+
+
+def _section(payload: bytes, pos: int, end: int) -> tuple[int, int]:
+    """A section's descriptor code and where its value starts."""
+    if payload[pos] != 0:
+        raise DecodeError(f"a message section that is not a described value ({payload[pos]:#04x})")
+    if pos + 2 < end and payload[pos + 1] == 0x53:
+        return payload[pos + 2], pos + 3
+    descriptor, value_at = decode(payload, pos + 1, min(end, pos + 1 + 4096))
+    if isinstance(descriptor, str):
+        code = SECTION_NAMES.get(descriptor)
+        if code is None:
+            raise DecodeError(f"an unknown message section {descriptor!r:.60}")
+        return code, value_at
+    if isinstance(descriptor, int) and not isinstance(descriptor, bool):
+        return descriptor, value_at
+    raise DecodeError("a message section with a descriptor that is neither a code nor a name")
+
+
+def scan(payload: bytes) -> Scan:
+    """The sections of a message (see the module doc). Raises DecodeError."""
+    end = len(payload)
+    pos = 0
+    last = 0
+    spans: dict[int, tuple[int, int]] = {}
+    body = body_code = -1
+    data: list[tuple[int, int]] = []
+    footer = end
+    while pos < end:
+        code, value = _section(payload, pos, end)
+        if value >= end:
+            raise DecodeError("a message section without a value")
+        constructor = payload[value]
+        stop = skip(payload, value, end)
+        if code < HEADER or code > FOOTER:
+            raise DecodeError(f"an unknown message section {code:#x}")
+        if code >= DATA and code <= AMQP_VALUE:
+            if body_code == -1:
+                if last > code:
+                    raise DecodeError("a body section after the footer")
+                body, body_code = pos, code
+            elif code != body_code or code == AMQP_VALUE:
+                raise DecodeError("a body of more than one kind of section, or two amqp-value sections")
+            if code == DATA:
+                if constructor not in _BINARIES:
+                    raise DecodeError("a data section that does not hold binary")
+                data.append((value + (2 if constructor == 0xA0 else 5), stop))
+            elif code == AMQP_SEQUENCE and constructor not in _LISTS:
+                raise DecodeError("an amqp-sequence section that does not hold a list")
+        else:
+            if code <= last:
+                raise DecodeError(f"message section {code:#x} repeated or out of order (§3.2)")
+            if code in (HEADER, PROPERTIES):
+                if constructor not in _LISTS and constructor != _NULL:
+                    raise DecodeError(f"message section {code:#x} does not hold a list")
+            elif constructor not in _MAPS and constructor != _NULL:
+                raise DecodeError(f"message section {code:#x} does not hold a map")
+            if code == FOOTER:
+                footer = pos
+            else:
+                if body_code != -1:
+                    raise DecodeError(f"message section {code:#x} after the body (§3.2)")
+                spans[code] = (pos, stop)
+        last = code
+        pos = stop
+    if body_code == -1:
+        raise DecodeError("a message without a body (§3.2: one data, amqp-sequence or amqp-value)")
+    get = spans.get
+    return Scan(
+        get(HEADER),
+        get(DELIVERY_ANNOTATIONS),
+        get(MESSAGE_ANNOTATIONS),
+        get(PROPERTIES),
+        get(APPLICATION_PROPERTIES),
+        body,
+        body_code,
+        tuple(data),
+        footer,
+    )
+
+
+def section_value(data: bytes, start: int, end: int) -> Any:
+    """The decoded value of the section at ``data[start:end]`` (None for null).
+    Raises DecodeError."""
+    value_at = start + 3 if data[start + 1] == 0x53 else decode(data, start + 1, end)[1]
+    value, stop = decode(data, value_at, end)
+    if stop != end:
+        raise DecodeError("a message section with bytes after its value")
+    return value
+
+
+def read_header(data: bytes, start: int, end: int) -> tuple[bool | None, int | None, int | None]:
+    """``(durable, priority, ttl)`` of the header section at ``data[start:end]``: None
+    for a field left null (durable false, priority 4 and no ttl by the spec's
+    defaults). Raises DecodeError for a field of the wrong type."""
+    fields = section_value(data, start, end)
+    if not fields:
+        return None, None, None
+    durable = fields[0]
+    priority = fields[1] if len(fields) > 1 else None
+    ttl = fields[2] if len(fields) > 2 else None
+    if durable is not None and not isinstance(durable, bool):
+        raise DecodeError("header: durable is not a boolean")
+    if priority is not None and not _uint_below(priority, 256):
+        raise DecodeError("header: priority is not a ubyte")
+    if ttl is not None and not _uint_below(ttl, 2**32):
+        raise DecodeError("header: ttl is not a uint")
+    for flag in fields[3:4]:
+        if flag is not None and not isinstance(flag, bool):
+            raise DecodeError("header: first-acquirer is not a boolean")
+    for count in fields[4:5]:
+        if count is not None and not _uint_below(count, 2**32):
+            raise DecodeError("header: delivery-count is not a uint")
+    return durable, None if priority is None else int(priority), None if ttl is None else int(ttl)
+
+
+def _uint_below(value: Any, limit: int) -> bool:
+    return type(value) is not bool and isinstance(value, int) and 0 <= value < limit
+
+
+def _uint(value: int) -> bytes:
+    if value == 0:
+        return b"\x43"
+    if value < 256:
+        return bytes((0x52, value))
+    return b"\x70" + _U32.pack(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def header_bytes(
+    durable: bool, priority: int | None, ttl: int | None, first_acquirer: bool, delivery_count: int
+) -> bytes:
+    """The header section (§3.2.1) a receiver gets: ``durable``, ``priority`` (None:
+    left null, the default 4), ``ttl`` in ms (None: none), ``first-acquirer`` and
+    ``delivery-count`` always written, as RabbitMQ 4 writes them. ValueError for a
+    priority or count out of range."""
+    if priority is not None and not 0 <= priority < 256:
+        raise ValueError(f"priority {priority} is not a ubyte")
+    if ttl is not None and not 0 <= ttl < 2**32:
+        ttl = 2**32 - 1 if ttl > 0 else 0
+    if not 0 <= delivery_count < 2**32:
+        raise ValueError(f"delivery-count {delivery_count} is not a uint")
+    fields = b"".join(
+        (
+            b"\x41" if durable else b"\x42",
+            b"\x40" if priority is None else bytes((0x50, priority)),
+            b"\x40" if ttl is None else _uint(ttl),
+            b"\x41" if first_acquirer else b"\x42",
+            _uint(delivery_count),
+        )
+    )
+    return bytes((0x00, 0x53, HEADER, 0xC0, len(fields) + 1, 5)) + fields
+
+
+def list_field(data: bytes, start: int, end: int, index: int) -> Any:
+    """Field ``index`` of the list section at ``data[start:end]`` (properties),
+    decoded alone: the fields before it are stepped over. None when the list is
+    shorter. Raises DecodeError."""
+    pos = start + 3 if data[start + 1] == 0x53 else decode(data, start + 1, end)[1]
+    code = data[pos]
+    if code == 0x45 or code == _NULL:
+        return None
+    if code == 0xC0:
+        count, pos = data[pos + 2], pos + 3
+    elif code == 0xD0:
+        if pos + 9 > end:
+            raise DecodeError("a list runs past the end of its section")
+        count, pos = _U32.unpack_from(data, pos + 5)[0], pos + 9
+    else:
+        raise DecodeError(f"a list section holding constructor {code:#04x}")
+    if index >= count:
+        return None
+    for _ in range(index):
+        pos = skip(data, pos, end)
+    return decode(data, pos, end)[0]
+
+
+def data_constructor(size: int) -> bytes:
+    """The start of a data section (§3.2.6) holding ``size`` bytes: descriptor and
+    binary constructor with its size, the bytes to follow."""
+    if size < 256:
+        return bytes((0x00, 0x53, DATA, 0xA0, size))
+    return bytes((0x00, 0x53, DATA, 0xB0)) + _U32.pack(size)
+
+
+__all__ = [
+    "DECODE_ERROR",
+    "Scan",
+    "data_constructor",
+    "header_bytes",
+    "list_field",
+    "read_header",
+    "scan",
+    "section_value",
+    "skip",
+]
