@@ -275,7 +275,7 @@ class _Rendered:
 
     head: bytes
     with_body: bool
-    tail: bytes | memoryview
+    tail: bytes
 
 
 def encode_transfer(
@@ -313,10 +313,9 @@ def _render(message: Message) -> _Rendered:
         else:
             values = _annotations(encoded, *span) if span is not None else {}
             annotations = _annotations_section(_delivery_annotations(values, message))
-        view = memoryview(encoded)
         if layout.kind == _MANY_DATA:
             return _Rendered(annotations + encoded[layout.bare :], False, b"")
-        return _Rendered(annotations + encoded[layout.bare : layout.ins], True, view[layout.ins :])
+        return _Rendered(annotations + encoded[layout.bare : layout.ins], True, encoded[layout.ins :])
     return _Rendered(_foreign_head(message), True, b"")
 
 

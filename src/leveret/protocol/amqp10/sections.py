@@ -139,19 +139,31 @@ def scan(payload: bytes) -> Scan:
     end = len(payload)
     pos = 0
     last = 0
-    spans: dict[int, tuple[int, int]] = {}
+    header = delivery = annotations = properties = application = None
     body = body_code = -1
     data: list[tuple[int, int]] = []
     footer = end
+    width_of = _WIDTH
     while pos < end:
-        code, value = _section(payload, pos, end)
-        if value >= end:
-            raise DecodeError("a message section without a value")
+        if pos + 3 < end and payload[pos] == 0 and payload[pos + 1] == 0x53:
+            code, value = payload[pos + 2], pos + 3
+        else:
+            code, value = _section(payload, pos, end)
+            if value >= end:
+                raise DecodeError("a message section without a value")
         constructor = payload[value]
-        stop = skip(payload, value, end)
-        if code < HEADER or code > FOOTER:
-            raise DecodeError(f"an unknown message section {code:#x}")
-        if code >= DATA and code <= AMQP_VALUE:
+        width = width_of[constructor]
+        if width is not None and width >= 0:
+            stop = value + 1 + width
+        elif width == SIZE8 and value + 1 < end:
+            stop = value + 2 + payload[value + 1]
+        elif width == SIZE32 and value + 4 < end:
+            stop = value + 5 + _U32.unpack_from(payload, value + 1)[0]
+        else:
+            stop = skip(payload, value, end)
+        if stop > end:
+            raise DecodeError("a message section runs past the end of the message")
+        if DATA <= code <= AMQP_VALUE:
             if body_code == -1:
                 if last > code:
                     raise DecodeError("a body section after the footer")
@@ -159,12 +171,15 @@ def scan(payload: bytes) -> Scan:
             elif code != body_code or code == AMQP_VALUE:
                 raise DecodeError("a body of more than one kind of section, or two amqp-value sections")
             if code == DATA:
-                if constructor not in _BINARIES:
+                if constructor == 0xA0:
+                    data.append((value + 2, stop))
+                elif constructor == 0xB0:
+                    data.append((value + 5, stop))
+                else:
                     raise DecodeError("a data section that does not hold binary")
-                data.append((value + (2 if constructor == 0xA0 else 5), stop))
             elif code == AMQP_SEQUENCE and constructor not in _LISTS:
                 raise DecodeError("an amqp-sequence section that does not hold a list")
-        else:
+        elif HEADER <= code <= FOOTER:
             if code <= last:
                 raise DecodeError(f"message section {code:#x} repeated or out of order (§3.2)")
             if code in (HEADER, PROPERTIES):
@@ -172,28 +187,25 @@ def scan(payload: bytes) -> Scan:
                     raise DecodeError(f"message section {code:#x} does not hold a list")
             elif constructor not in _MAPS and constructor != _NULL:
                 raise DecodeError(f"message section {code:#x} does not hold a map")
-            if code == FOOTER:
+            if code == HEADER:
+                header = (pos, stop)
+            elif code == PROPERTIES:
+                properties = (pos, stop)
+            elif code == FOOTER:
                 footer = pos
+            elif code == MESSAGE_ANNOTATIONS:
+                annotations = (pos, stop)
+            elif code == APPLICATION_PROPERTIES:
+                application = (pos, stop)
             else:
-                if body_code != -1:
-                    raise DecodeError(f"message section {code:#x} after the body (§3.2)")
-                spans[code] = (pos, stop)
+                delivery = (pos, stop)
+        else:
+            raise DecodeError(f"an unknown message section {code:#x}")
         last = code
         pos = stop
     if body_code == -1:
         raise DecodeError("a message without a body (§3.2: one data, amqp-sequence or amqp-value)")
-    get = spans.get
-    return Scan(
-        get(HEADER),
-        get(DELIVERY_ANNOTATIONS),
-        get(MESSAGE_ANNOTATIONS),
-        get(PROPERTIES),
-        get(APPLICATION_PROPERTIES),
-        body,
-        body_code,
-        tuple(data),
-        footer,
-    )
+    return Scan(header, delivery, annotations, properties, application, body, body_code, tuple(data), footer)
 
 
 def section_value(data: bytes, start: int, end: int) -> Any:
@@ -206,10 +218,81 @@ def section_value(data: bytes, start: int, end: int) -> Any:
     return value
 
 
+_BOOLEANS = {0x40: None, 0x41: True, 0x42: False}
+
+
 def read_header(data: bytes, start: int, end: int) -> tuple[bool | None, int | None, int | None]:
     """``(durable, priority, ttl)`` of the header section at ``data[start:end]``: None
     for a field left null (durable false, priority 4 and no ttl by the spec's
     defaults). Raises DecodeError for a field of the wrong type."""
+    # the forms senders use (list0, or a list8 of nulls, booleans, a ubyte and a uint
+    # in its short forms) read directly; anything else through the codec
+    pos = start + 3
+    if data[start + 1] == 0x53 and end > pos:
+        code = data[pos]
+        if code == 0x45 or code == _NULL:
+            return None, None, None
+        if code == 0xC0 and end - pos >= 3 and data[pos + 1] == end - pos - 2:
+            fast = _fast_header(data, pos + 3, end, data[pos + 2])
+            if fast is not None:
+                return fast
+    return _read_header(data, start, end)
+
+
+_UNKNOWN = object()
+_HeaderFacts = tuple[bool | None, int | None, int | None]
+
+
+def _fast_uint(data: bytes, pos: int, end: int) -> tuple[Any, int]:
+    code = data[pos]
+    if code == _NULL:
+        return None, pos + 1
+    if code == 0x43:
+        return 0, pos + 1
+    if code == 0x52 and pos + 1 < end:
+        return data[pos + 1], pos + 2
+    if code == 0x70 and pos + 4 < end:
+        return _U32.unpack_from(data, pos + 1)[0], pos + 5
+    return _UNKNOWN, pos
+
+
+def _fast_header(data: bytes, pos: int, end: int, count: int) -> _HeaderFacts | None:
+    """The header's facts when every field has one of the usual encodings (None
+    otherwise: the codec reads it and says what is wrong)."""
+    durable = priority = ttl = None
+    if count > 5:
+        return None
+    if count >= 1:
+        durable = _BOOLEANS.get(data[pos], _UNKNOWN)
+        if durable is _UNKNOWN:
+            return None
+        pos += 1
+    if count >= 2 and pos < end:
+        code = data[pos]
+        if code == 0x50 and pos + 1 < end:
+            priority, pos = data[pos + 1], pos + 2
+        elif code == _NULL:
+            pos += 1
+        else:
+            return None
+    if count >= 3 and pos < end:
+        ttl, pos = _fast_uint(data, pos, end)
+        if ttl is _UNKNOWN:
+            return None
+    if count >= 4 and pos < end:
+        if data[pos] not in _BOOLEANS:
+            return None
+        pos += 1
+    if count >= 5 and pos < end:
+        delivery_count, pos = _fast_uint(data, pos, end)
+        if delivery_count is _UNKNOWN:
+            return None
+    if pos != end:
+        return None
+    return durable, priority, ttl  # type: ignore[return-value]
+
+
+def _read_header(data: bytes, start: int, end: int) -> tuple[bool | None, int | None, int | None]:
     fields = section_value(data, start, end)
     if not fields:
         return None, None, None
