@@ -208,6 +208,114 @@ def scan(payload: bytes) -> Scan:
     return Scan(header, delivery, annotations, properties, application, body, body_code, tuple(data), footer)
 
 
+_STRINGS = frozenset((0xA1, 0xB1))
+_SYMBOLS = frozenset((0xA3, 0xB3))
+_ID = frozenset((0x44, 0x53, 0x80, 0x98, 0xA0, 0xB0, 0xA1, 0xB1))  # ulong, uuid, binary, string
+_TIMESTAMPS = frozenset((0x83,))
+_UINTS = frozenset((0x43, 0x52, 0x70))
+#: The constructors each field of properties (§3.2.4) may have besides null.
+PROPERTY_FIELDS: tuple[tuple[str, frozenset[int]], ...] = (
+    ("message-id", _ID),
+    ("user-id", _BINARIES),
+    ("to", _STRINGS),
+    ("subject", _STRINGS),
+    ("reply-to", _STRINGS),
+    ("correlation-id", _ID),
+    ("content-type", _SYMBOLS),
+    ("content-encoding", _SYMBOLS),
+    ("absolute-expiry-time", _TIMESTAMPS),
+    ("creation-time", _TIMESTAMPS),
+    ("group-id", _STRINGS),
+    ("group-sequence", _UINTS),
+    ("reply-to-group-id", _STRINGS),
+)
+#: Constructors an application property's value may not have (§3.2.5: simple types).
+_NOT_SIMPLE = frozenset((0x00, 0x45, 0xC0, 0xD0, 0xC1, 0xD1, 0xE0, 0xF0))
+#: Constructors whose bytes the codec checks beyond their size.
+_CHECKED = frozenset((0x56, 0x73))
+
+
+def _compound_items(data: bytes, start: int, end: int) -> tuple[int, int]:
+    """The count and first item of the list or map a section at ``data[start:end]``
+    holds (0 items for list0 or null)."""
+    pos = start + 3 if data[start + 1] == 0x53 else decode(data, start + 1, end)[1]
+    code = data[pos]
+    if code == 0x45 or code == _NULL:
+        return 0, end
+    wide = code in (0xD0, 0xD1)
+    first = pos + (9 if wide else 3)
+    if first > end:
+        raise DecodeError("a section's list or map runs past its end")
+    size = _U32.unpack_from(data, pos + 1)[0] if wide else data[pos + 1]
+    count = _U32.unpack_from(data, pos + 5)[0] if wide else data[pos + 2]
+    if pos + (5 if wide else 2) + size != end:
+        raise DecodeError("a section whose list or map does not fill it")
+    return count, first
+
+
+def _check_text(data: bytes, pos: int, stop: int, code: int) -> bytes:
+    """The bytes of the string or symbol at ``data[pos:stop]``, checked (UTF-8,
+    ASCII) as the codec checks them."""
+    raw = data[pos + (2 if code < 0xB0 else 5) : stop]
+    try:
+        raw.decode("utf-8" if code in _STRINGS else "ascii")
+    except UnicodeDecodeError:
+        raise DecodeError(f"a {'string' if code in _STRINGS else 'symbol'} that is not valid text") from None
+    return raw
+
+
+def check_properties(data: bytes, start: int, end: int) -> None:
+    """Check the properties section at ``data[start:end]`` field by field from the
+    constructors (each field's type, §3.2.4; strings UTF-8, symbols ASCII) without
+    building its values. Raises DecodeError (``amqp:decode-error``)."""
+    count, pos = _compound_items(data, start, end)
+    for index in range(count):
+        code = data[pos] if pos < end else -1
+        stop = skip(data, pos, end)
+        if code != _NULL and index < len(PROPERTY_FIELDS):
+            name, allowed = PROPERTY_FIELDS[index]
+            if code not in allowed:
+                raise DecodeError(f"properties: {name} of constructor {code:#04x}")
+            if code in _STRINGS or code in _SYMBOLS:
+                _check_text(data, pos, stop, code)
+        elif code != _NULL:
+            decode(data, pos, stop)  # a field a later version adds: any valid value
+        pos = stop
+    if pos != end:
+        raise DecodeError("properties whose fields do not fill the section")
+
+
+def check_application_properties(data: bytes, start: int, end: int) -> None:
+    """Check the application-properties section at ``data[start:end]``: string keys
+    (UTF-8, none twice) and values of simple types (§3.2.5), from the constructors.
+    Raises DecodeError (``amqp:decode-error``)."""
+    count, pos = _compound_items(data, start, end)
+    if count % 2:
+        raise DecodeError(f"application-properties with an odd number of elements ({count})")
+    keys = set()
+    for _ in range(count // 2):
+        code = data[pos] if pos < end else -1
+        stop = skip(data, pos, end)
+        if code not in _STRINGS:
+            raise DecodeError(f"an application-property key of constructor {code:#04x}, not a string")
+        key = _check_text(data, pos, stop, code)
+        if key in keys:
+            raise DecodeError("an application-property key given twice")
+        keys.add(key)
+        pos = stop
+        code = data[pos] if pos < end else -1
+        stop = skip(data, pos, end)
+        if code in _NOT_SIMPLE:
+            raise DecodeError(f"an application-property value of constructor {code:#04x}, not a simple type")
+        if code in _STRINGS or code in _SYMBOLS:
+            _check_text(data, pos, stop, code)
+        elif code in _CHECKED:
+            decode(data, pos, stop)
+        pos = stop
+    if pos != end:
+        raise DecodeError("application-properties whose entries do not fill the section")
+
+
 def section_value(data: bytes, start: int, end: int) -> Any:
     """The decoded value of the section at ``data[start:end]`` (None for null).
     Raises DecodeError."""
