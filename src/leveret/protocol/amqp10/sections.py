@@ -164,9 +164,9 @@ def scan(payload: bytes) -> Scan:
         if stop > end:
             raise DecodeError("a message section runs past the end of the message")
         if DATA <= code <= AMQP_VALUE:
+            if last == FOOTER:
+                raise DecodeError("a body section after the footer")
             if body_code == -1:
-                if last > code:
-                    raise DecodeError("a body section after the footer")
                 body, body_code = pos, code
             elif code != body_code or code == AMQP_VALUE:
                 raise DecodeError("a body of more than one kind of section, or two amqp-value sections")
