@@ -100,6 +100,7 @@ _P = _PREFIX.size
 #: Message-annotations RabbitMQ sets itself (left out of AMQP 0-9-1 headers).
 _INTERNAL = frozenset(("x-exchange", "x-routing-key", "x-death", "x-opt-deaths", "x-cc"))
 _SHORTSTR = 255
+_FLOAT32_MAX = 3.4028234663852886e38
 #: Headers the mapping makes from other annotations or properties.
 _RENAMED = frozenset(("CC", "x-death", "x-message-id", "x-correlation-id", "timestamp_in_ms"))
 
@@ -525,16 +526,18 @@ def _to_amqp(value: Any) -> Any:
 
 def _to_plain(value: Any) -> Any:
     """An AMQP 1.0 value as a neutral header value (_SKIP: none fits)."""
-    if value is None or type(value) in (bool, str, bytes, int, float):
+    if value is None or type(value) is bool or type(value) is str:
         return value
-    if isinstance(value, Timestamp):
-        return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return int(value)
+    if isinstance(value, int) and not isinstance(value, Timestamp):
+        # AMQP 0-9-1 tables hold signed 64-bit integers at most (a larger ulong: text)
+        return int(value) if value < 2**63 else str(int(value))
     if isinstance(value, float):
-        return float(value)
+        # pamqp writes floats as AMQP 0-9-1 'f' (binary32): a larger double as text
+        return float(value) if not abs(value) > _FLOAT32_MAX else repr(float(value))
+    if type(value) is bytes:
+        return bytearray(value)  # AMQP 0-9-1's byte array ('x'), as pamqp has it
+    if isinstance(value, Timestamp):
+        return _datetime(value) or int(value)
     if isinstance(value, str):
         return str(value)
     if isinstance(value, uuid.UUID):
@@ -554,6 +557,17 @@ def _to_plain(value: Any) -> Any:
     return _SKIP  # decimals, described values
 
 
+def _datetime(ms: int) -> datetime.datetime | None:
+    """A timestamp (ms since the epoch) as AMQP 0-9-1 can carry it (unsigned
+    seconds), None for one before 1970 or past year 9999."""
+    if ms < 0:
+        return None
+    try:
+        return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
 def _id_to_neutral(value: Any, header: str, headers: dict[str, Any]) -> str | None:
     """A message or correlation id as RabbitMQ 4 renders it for AMQP 0-9-1."""
     if value is None:
@@ -565,7 +579,7 @@ def _id_to_neutral(value: Any, header: str, headers: dict[str, Any]) -> str | No
     if isinstance(value, str) and len(value.encode()) <= _SHORTSTR:
         return str(value)
     if isinstance(value, bytes | str):
-        headers[header] = value if isinstance(value, bytes) else str(value)
+        headers[header] = bytearray(value) if isinstance(value, bytes) else str(value)
     return None
 
 
@@ -584,7 +598,7 @@ def _deaths_to_x_death(value: Any) -> list[dict[str, Any]] | None:
         }
         first = entry.get("first-time")
         if isinstance(first, int):
-            item["time"] = datetime.datetime.fromtimestamp(first // 1000, datetime.UTC)
+            item["time"] = _datetime(first // 1000 * 1000) or 0
         item["exchange"] = str(entry.get("exchange") or "")
         keys = entry.get("routing-keys")
         item["routing-keys"] = [str(key) for key in keys.items] if isinstance(keys, Array) else []
@@ -653,10 +667,7 @@ class Amqp10Format(HeaderFormat):
         props.content_type = str(fields[6]) if isinstance(fields[6], str) else None
         props.content_encoding = str(fields[7]) if isinstance(fields[7], str) else None
         if isinstance(fields[9], int) and not isinstance(fields[9], bool):
-            try:
-                props.timestamp = datetime.datetime.fromtimestamp(fields[9] / 1000, datetime.UTC)
-            except (OverflowError, ValueError, OSError):
-                pass
+            props.timestamp = _datetime(fields[9])
         group_id = fields[10]
         if isinstance(group_id, str) and len(group_id.encode()) <= _SHORTSTR:
             props.app_id = str(group_id)
