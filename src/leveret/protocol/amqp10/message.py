@@ -816,7 +816,7 @@ def annotated(message: Message, annotations: dict[Any, Any]) -> Message:
     if not annotations:
         return message
     if message.format is not AMQP10:
-        changes = {}
+        changes: dict[str, Any] = {}
         for key, value in annotations.items():
             if isinstance(value, bool):
                 changes[str(key)] = "true" if value else "false"
