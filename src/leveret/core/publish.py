@@ -124,8 +124,11 @@ class Publisher:
             self.access.topic("write", name, routing_key)
         return exchange
 
-    def publish(self, exchange: Exchange, message: Message, mandatory: bool = False) -> None:
-        """Publish ``message`` through ``exchange`` (see the module doc)."""
+    def publish(self, exchange: Exchange, message: Message, mandatory: bool = False, delay: int = 0) -> None:
+        """Publish ``message`` through ``exchange`` (see the module doc); ``delay`` in
+        milliseconds holds it in the scheduler first (AMQP 1.0's
+        ``x-opt-delivery-delay``/``x-opt-delivery-time`` annotations), as a
+        delayed-message exchange holds a message with ``x-delay``."""
         if exchange.name == api.API_EXCHANGE and message.properties.reply_to:
             self.access.publish(DEFAULT_EXCHANGE)  # the reply goes through the default exchange
         seq = 0
@@ -138,12 +141,18 @@ class Publisher:
         if self.transaction is not None:
             if SCHEDULE_MARK in message.encoded:
                 schedule_from_headers(message.headers)  # refused now, not half-way through the commit
-            self.transaction.append((self._route, (exchange, message, mandatory, seq)))
+            self.transaction.append((self._route, (exchange, message, mandatory, seq, True, delay)))
         else:
-            self._route(exchange, message, mandatory, seq)
+            self._route(exchange, message, mandatory, seq, True, delay)
 
     def _route(
-        self, exchange: Exchange, message: Message, mandatory: bool, seq: int, counted: bool = True
+        self,
+        exchange: Exchange,
+        message: Message,
+        mandatory: bool,
+        seq: int,
+        counted: bool = True,
+        delay: int = 0,
     ) -> None:
         vhost = self.vhost
         # Enqueued outcomes combined with | (see .queues.outcome): an int on the way,
@@ -159,8 +168,8 @@ class Publisher:
             routed = consumer is not None
             if consumer is not None:
                 consumer.deliver(None, QueuedMessage(message, 0))
-        elif (exchange.holds_messages or SCHEDULE_MARK in message.encoded) and (
-            held := self._hold(exchange, message)
+        elif (exchange.holds_messages or delay > 0 or SCHEDULE_MARK in message.encoded) and (
+            held := self._hold(exchange, message, delay)
         ) is not None:
             routed = True  # held: routed when due (neither the plugin nor ActiveMQ return it)
             outcome = held
@@ -188,9 +197,10 @@ class Publisher:
         if seq:
             self._settle(seq, outcome)
 
-    def _hold(self, exchange: Exchange, message: Message) -> Enqueued | None:
-        """A message for later: a delayed-message exchange's with an ``x-delay``, or one
-        with ActiveMQ's ``AMQ_SCHEDULED_*`` headers, goes to the scheduler (STORED
+    def _hold(self, exchange: Exchange, message: Message, delay: int = 0) -> Enqueued | None:
+        """A message for later: a delayed-message exchange's with an ``x-delay``, one
+        published with a ``delay`` (ms), or one with ActiveMQ's ``AMQ_SCHEDULED_*``
+        headers, goes to the scheduler (STORED
         when it went to the store durably; its job id is its message id, when it has
         one, as ActiveMQ's); None without a schedule (it is routed now). PreconditionFailed
         for schedule headers that do not parse."""
@@ -199,9 +209,11 @@ class Publisher:
         schedule = None
         activemq = False
         if isinstance(exchange, DelayedMessageExchange):
-            delay = exchange.delay_of(message)
-            if delay > 0:
-                schedule = Schedule(delay=delay, headers={"x-delay": -delay})
+            exchange_delay = exchange.delay_of(message)
+            if exchange_delay > 0:
+                schedule = Schedule(delay=exchange_delay, headers={"x-delay": -exchange_delay})
+        if schedule is None and delay > 0:
+            schedule = Schedule(delay=delay)
         if schedule is None and SCHEDULE_MARK in message.encoded:
             schedule = schedule_from_headers(message.headers)
             activemq = True

@@ -24,6 +24,7 @@ except ImportError:  # Windows: the connection then defers its heartbeat verdict
 
 from ..core.broker import BrokerCore
 from ..protocol.amqp import Connection
+from ..protocol.amqp10.connection import Amqp10Connection
 from ..protocol.mqtt.connection import MqttConnection
 from ..protocol.output import HIGH_WATER
 from ..protocol.stomp import StompConnection
@@ -37,8 +38,8 @@ DRAIN_LIMIT = 4 * READ_SIZE  # bytes read from a held socket at once, at most
 
 
 #: A client's sans-I/O connection, whichever protocol it speaks.
-AnyConnection = Connection | StompConnection | MqttConnection
-ConnectionClass = type[Connection] | type[StompConnection] | type[MqttConnection]
+AnyConnection = Connection | StompConnection | MqttConnection | Amqp10Connection
+ConnectionClass = type[Connection] | type[StompConnection] | type[MqttConnection] | type[Amqp10Connection]
 
 
 class Flusher:
@@ -123,6 +124,7 @@ class ClientProtocol(asyncio.Protocol):
         # An AMQP port also takes STOMP and MQTT (ActiveMQ's "auto" transport): told
         # apart by the first byte, before the AMQP connection has read anything.
         self._sniffing = listener.connection_class is Connection
+        self._held_prefix = b""
         listener.connections.add(self.connection)
         listener.core.metrics.connections_opened += 1
         self.transport = transport
@@ -146,7 +148,9 @@ class ClientProtocol(asyncio.Protocol):
         it), feed the Connection, then let read coalescing decide whether to hold this
         socket."""
         if self._sniffing:
-            self._sniff(data)
+            data = self._sniff(data)
+            if not data:  # too few bytes yet to tell the protocol
+                return
         if self.coalescer.holding:  # another pause was lifted during the hold: it is over
             self.coalescer.release()
         if self.listener.held:
@@ -154,20 +158,30 @@ class ClientProtocol(asyncio.Protocol):
         if self._feed(data):
             self.coalescer.after_read(len(data), self.connection.quiet)
 
-    def _sniff(self, data: bytes) -> None:
-        r"""The first bytes on an AMQP port: ``AMQP`` (or anything else, which the AMQP
-        connection answers with its protocol header) stays AMQP; a STOMP frame or a
-        heart-beat (``C``\ ONNECT, ``S``\ TOMP, end of line) becomes a STOMP
-        connection, an MQTT CONNECT packet (first byte 0x10, the type of no AMQP or
-        STOMP opening) an MQTT connection."""
+    def _sniff(self, data: bytes) -> bytes:
+        r"""The first bytes on an AMQP port: ``AMQP`` then 0-9-1's version (or anything
+        else, which the AMQP connection answers with its protocol header) stays AMQP
+        0-9-1; ``AMQP`` then protocol id 0, 2 or 3 and major version 1 is AMQP 1.0 (as
+        RabbitMQ 4 tells them apart); a STOMP frame or a heart-beat (``C``\ ONNECT,
+        ``S``\ TOMP, end of line) becomes a STOMP connection, an MQTT CONNECT packet
+        (first byte 0x10, the type of no AMQP or STOMP opening) an MQTT connection.
+        Returns the bytes to feed: none while the first six bytes of an ``AMQP`` header
+        are not all here (they are held meanwhile)."""
+        data = self._held_prefix + data
+        if len(data) < 6 and data and b"AMQP".startswith(data[:4]):
+            self._held_prefix = data
+            return b""
+        self._held_prefix = b""
         self._sniffing = False
         first = data[:1]
         if first in (b"C", b"S", b"\n", b"\r"):
             sniffed: ConnectionClass = StompConnection
         elif first == b"\x10":
             sniffed = MqttConnection
+        elif data[:4] == b"AMQP" and data[4] in (0, 2, 3) and data[5] == 1:
+            sniffed = Amqp10Connection
         else:
-            return
+            return data
         listener = self.listener
         amqp = self.connection
         listener.connections.discard(amqp)
@@ -175,6 +189,7 @@ class ClientProtocol(asyncio.Protocol):
         self.connection = sniffed(*self._arguments)
         self._mark(self.connection)
         listener.connections.add(self.connection)
+        return data
 
     def _mark(self, connection: AnyConnection) -> None:
         """Tell the connection where it came in (for its name in core's registry)."""

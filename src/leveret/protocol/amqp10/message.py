@@ -245,9 +245,9 @@ def delivery_time(message: Message, now_ms: int) -> int | None:
     """When an AMQP 1.0 message asks to be delivered, in ms since the epoch: its
     message-annotation ``x-opt-delivery-time`` (ms since the epoch), else ``now_ms``
     plus ``x-opt-delivery-delay`` (ms); None when it has neither (or is of another
-    format), or when the time is not after ``now_ms`` (due already). The adapter hands
-    a later time to core's scheduler (RabbitMQ Tanzu 4.3's annotations). Raises
-    DecodeError (``amqp:invalid-field``) for a value that is not an integer."""
+    format), or when the time is not after ``now_ms`` (due already); a value that is
+    not an integer is ignored. The adapter hands a later time to core's scheduler
+    (RabbitMQ Tanzu 4.3's annotations)."""
     if message.format is not AMQP10:
         return None
     encoded = message.encoded
@@ -262,16 +262,37 @@ def delivery_time_of(annotations: dict[Any, Any], now_ms: int) -> int | None:
     """:func:`delivery_time` of an annotations map (a message's, or a ``modified``
     outcome's)."""
     at = annotations.get("x-opt-delivery-time")
-    if at is None:
+    if not _is_integer(at):
         delay = annotations.get("x-opt-delivery-delay")
-        if delay is None:
+        if not _is_integer(delay):
             return None
-        if type(delay) is bool or not isinstance(delay, int):
-            raise DecodeError("x-opt-delivery-delay is not an integer (ms)", INVALID_FIELD)
         at = now_ms + delay
-    elif type(at) is bool or not isinstance(at, int):
-        raise DecodeError("x-opt-delivery-time is not an integer (ms since the epoch)", INVALID_FIELD)
     return int(at) if at > now_ms else None
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and type(value) is not bool
+
+
+def delivery_delay(message: Message, now_ms: int) -> int:
+    """Milliseconds to hold ``message`` before routing it (:func:`delivery_time` less
+    ``now_ms``; 0: route it now)."""
+    at = delivery_time(message, now_ms)
+    return 0 if at is None else at - now_ms
+
+
+def address_fields(message: Message) -> tuple[str | None, str | None]:
+    """The ``to`` and ``subject`` of an AMQP 1.0 message's properties
+    (:func:`message_to`, :func:`message_subject`), from one look at the section."""
+    if message.format is not AMQP10:
+        return None, None
+    encoded = message.encoded
+    span = _Layout(encoded).properties()
+    if span is None:
+        return None, None
+    to = s.list_field(encoded, span[0], span[1], 2)
+    subject = s.list_field(encoded, span[0], span[1], 3)
+    return (None if to is None else str(to)), (None if subject is None else str(subject))
 
 
 # -- a transfer to a receiver ------------------------------------------------------------
@@ -854,8 +875,10 @@ __all__ = [
     "AMQP10",
     "AMQP10_TYPE",
     "Amqp10Format",
+    "address_fields",
     "annotated",
     "decode_transfer",
+    "delivery_delay",
     "delivery_time",
     "delivery_time_of",
     "encode_transfer",

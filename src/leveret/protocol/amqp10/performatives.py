@@ -682,6 +682,21 @@ for _cls in _ALL:
 # -- to and from described values ---------------------------------------------------------
 
 
+_FIELDS_OF: dict[type, tuple[tuple[str, Any, str, bool], ...]] = {}
+
+
+def _fields_of(cls: type[Composite]) -> tuple[tuple[str, Any, str, bool], ...]:
+    """Each field's name, spec default, type and mandatory flag, in wire order (made
+    once per class: ``dataclasses.fields`` costs more than decoding a transfer)."""
+    fields = _FIELDS_OF.get(cls)
+    if fields is None:
+        fields = _FIELDS_OF[cls] = tuple(
+            (f.name, f.default, kind, mandatory)
+            for (kind, mandatory), f in zip(cls.FIELDS, dc_fields(cls))  # type: ignore[arg-type]
+        )
+    return fields
+
+
 def _write(kind: str, value: Any) -> Any:
     if value is None:
         return None
@@ -717,15 +732,15 @@ def to_described(composite: Composite) -> Described:
             value = _write(_FIELDS, value)  # annotation keys are symbols (§3.2.10)
         return Described(descriptor, value)
     items = []
-    for (kind, mandatory), dc_field in zip(composite.FIELDS, dc_fields(composite)):  # type: ignore[arg-type]
-        value = getattr(composite, dc_field.name)
+    for name, default, kind, mandatory in _fields_of(type(composite)):
+        value = getattr(composite, name)
         if value is None:
             if mandatory:
-                raise ValueError(f"{composite.NAME}: field {dc_field.name} is mandatory")
-        elif not mandatory and _is_default(value, dc_field.default):
+                raise ValueError(f"{composite.NAME}: field {name} is mandatory")
+        elif not mandatory and _is_default(value, default):
             value = None
         elif kind in _RANGES and not 0 <= value < _RANGES[kind]:
-            raise ValueError(f"{composite.NAME}: {dc_field.name} {value} is out of range for a {kind}")
+            raise ValueError(f"{composite.NAME}: {name} {value} is out of range for a {kind}")
         items.append(_write(kind, value))
     while items and items[-1] is None:
         items.pop()
@@ -808,11 +823,12 @@ def from_described(described: Described) -> Any:
     if not isinstance(value, list):
         raise DecodeError(f"{cls.NAME} described by a {type(value).__name__}, not a list")
     args = {}
-    for (kind, _), dc_field, item in zip(cls.FIELDS, dc_fields(cls), value):  # type: ignore[arg-type]
+    fields = _fields_of(cls)
+    for (name, _, kind, _), item in zip(fields, value):
         if item is None:
             continue
-        args[dc_field.name] = _read(cls, dc_field.name, kind, item)
-    for (_, mandatory), dc_field in zip(cls.FIELDS, dc_fields(cls)):  # type: ignore[arg-type]
-        if mandatory and dc_field.name not in args:
-            raise DecodeError(f"{cls.NAME}: mandatory field {dc_field.name} is missing", INVALID_FIELD)
+        args[name] = _read(cls, name, kind, item)
+    for name, _, _, mandatory in fields:
+        if mandatory and name not in args:
+            raise DecodeError(f"{cls.NAME}: mandatory field {name} is missing", INVALID_FIELD)
     return cls(**args)
