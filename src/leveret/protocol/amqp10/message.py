@@ -314,15 +314,17 @@ def encode_transfer(
     """The payload of a transfer of ``message`` to a receiver: a header with
     ``durable`` (``message.persistent``), ``priority``, ``ttl`` (``ttl_left_ms``, the
     ms the message has left to live; None: the message's own TTL, if any),
-    ``first-acquirer`` and ``delivery-count`` (the failed deliveries before this one,
-    RabbitMQ 4.3's), then the message-annotations (``x-exchange``, ``x-routing-key``,
-    ``x-opt-deaths`` after dead-lettering, as RabbitMQ 4 adds them), then the rest: for
+    ``first-acquirer`` (false for a dead-lettered message, as RabbitMQ 4 has it) and
+    ``delivery-count`` (the failed deliveries before this one, RabbitMQ 4.3's), then
+    the message-annotations (``x-exchange``, ``x-routing-key``, ``x-opt-deaths``
+    after dead-lettering, as RabbitMQ 4 adds them), then the rest: for
     an AMQP 1.0 message its bare message and footer as received; for any other format
     properties, application-properties and one data section built from its neutral
     properties (see the module doc). What does not change between deliveries is
     cached on ``message.rendered``. Raises nothing for a message that was accepted."""
     ttl = ttl_left_ms if ttl_left_ms is not None else message.ttl
-    header = s.header_bytes(message.persistent, message.priority, ttl, first_acquirer, delivery_count)
+    first = first_acquirer and not message.deaths  # RabbitMQ 4: a dead letter's is false
+    header = s.header_bytes(message.persistent, message.priority, ttl, first, delivery_count)
     rendered = message.rendered
     if type(rendered) is not _Rendered:
         rendered = _render(message)

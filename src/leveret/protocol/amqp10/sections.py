@@ -269,16 +269,30 @@ def check_properties(data: bytes, start: int, end: int) -> None:
     constructors (each field's type, §3.2.4; strings UTF-8, symbols ASCII) without
     building its values. Raises DecodeError (``amqp:decode-error``)."""
     count, pos = _compound_items(data, start, end)
+    known = len(PROPERTY_FIELDS)
     for index in range(count):
-        code = data[pos] if pos < end else -1
-        stop = skip(data, pos, end)
-        if code != _NULL and index < len(PROPERTY_FIELDS):
+        if pos >= end:
+            raise DecodeError("properties with fewer fields than their count")
+        code = data[pos]
+        if code == _NULL:
+            pos += 1
+            continue
+        width = _WIDTH[code]
+        if width is not None and width >= 0:
+            stop = pos + 1 + width
+        elif width == SIZE8 and pos + 1 < end:
+            stop = pos + 2 + data[pos + 1]
+        else:
+            stop = skip(data, pos, end)
+        if stop > end:
+            raise DecodeError("a property runs past the end of its section")
+        if index < known:
             name, allowed = PROPERTY_FIELDS[index]
             if code not in allowed:
                 raise DecodeError(f"properties: {name} of constructor {code:#04x}")
             if code in _STRINGS or code in _SYMBOLS:
                 _check_text(data, pos, stop, code)
-        elif code != _NULL:
+        else:
             decode(data, pos, stop)  # a field a later version adds: any valid value
         pos = stop
     if pos != end:

@@ -448,8 +448,9 @@ def test_deaths_are_x_opt_deaths_for_amqp_1_0_receivers():
     dead = message.dead(Death("q", "rejected", 1_700_000_000, "", ("q",), "2500"), "dlx", "dead")
     dead = dead.dead(Death("q", "rejected", 1_700_000_005, "", ("q",)), "dlx", "dead")
     dead = dead.dead(Death("dlq", "expired", 1_700_000_009, "dlx", ("dead",)), "", "again")
-    got = received(encode_transfer(dead, 0, False, None))
+    got = received(encode_transfer(dead, 0, True, None))
     assert got.ttl == 0  # the dead copy has no TTL of its own
+    assert got.first_acquirer is False  # RabbitMQ 4's, for a dead letter
     deaths = got.annotations["x-opt-deaths"].elements
     assert [(d["queue"], d["reason"], d["count"]) for d in deaths] == [
         ("dlq", "expired", 1),
