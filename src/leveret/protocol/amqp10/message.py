@@ -261,9 +261,9 @@ def delivery_time(message: Message, now_ms: int) -> int | None:
 def delivery_time_of(annotations: dict[Any, Any], now_ms: int) -> int | None:
     """:func:`delivery_time` of an annotations map (a message's, or a ``modified``
     outcome's)."""
-    at = annotations.get("x-opt-delivery-time")
+    at: Any = annotations.get("x-opt-delivery-time")
     if not _is_integer(at):
-        delay = annotations.get("x-opt-delivery-delay")
+        delay: Any = annotations.get("x-opt-delivery-delay")
         if not _is_integer(delay):
             return None
         at = now_ms + delay
@@ -454,15 +454,36 @@ def _foreign_head(message: Message) -> bytes:
     ]
     while fields and fields[-1] is None:
         fields.pop()
-    out = [_annotations_section(annotations)]
-    if fields:
-        out.append(b"\x00\x53\x73" + encode(fields))
+    out = [b"\x00\x53\x72" + _encodable_map(annotations)]
+    try:
+        properties = encode(fields) if fields else None
+    except ValueError:  # a text no AMQP string holds (a lone surrogate): left out
+        properties = encode([field if _encodes(field) else None for field in fields])
+    if properties is not None:
+        out.append(b"\x00\x53\x73" + properties)
     if application:
-        out.append(b"\x00\x53\x74" + encode(application))
+        out.append(b"\x00\x53\x74" + _encodable_map(application))
     body = message.body
     if props.type != AMQP10_TYPE or not _is_body(body):
         out.append(s.data_constructor(len(body)))
     return b"".join(out)
+
+
+def _encodable_map(values: dict[Any, Any]) -> bytes:
+    """A map's encoding, less the entries AMQP cannot carry (keys or text with lone
+    surrogates, which no AMQP string holds)."""
+    try:
+        return encode(values)
+    except ValueError:
+        return encode({key: value for key, value in values.items() if _encodes(key) and _encodes(value)})
+
+
+def _encodes(value: Any) -> bool:
+    try:
+        encode(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_body(body: bytes) -> bool:

@@ -7,11 +7,13 @@ LEVERET_FUZZ_EXAMPLES=5000 for a longer hunt."""
 
 from __future__ import annotations
 
+import datetime
+
 from amqp10_values import ascii_text, scalar, text, values
 from hypothesis import given, strategies as st
 from sans_io import FUZZ
 
-from leveret.core.message import Death, Message
+from leveret.core.message import FORMATS, Death, Message, Properties
 from leveret.protocol.amqp.message import content_header
 from leveret.protocol.amqp10 import sections as s, types as t
 from leveret.protocol.amqp10.message import (
@@ -191,3 +193,53 @@ def test_mangled_messages_are_refused_cleanly(data, where, byte):
 @given(messages(), st.integers(0, 10_000))
 def test_cut_messages_are_refused_cleanly(data, where):
     decode_or_refuse(data[: where % len(data)])
+
+
+plain = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(),
+        st.text(max_size=10),
+        st.binary(max_size=10),
+        st.datetimes(timezones=st.just(datetime.UTC)),
+        st.decimals(allow_nan=False, places=2),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3), st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+neutral = st.builds(
+    Properties,
+    content_type=_opt(st.text(max_size=10)),
+    content_encoding=_opt(st.text(max_size=10)),
+    headers=_opt(st.dictionaries(st.text(max_size=12), plain, max_size=5)),
+    delivery_mode=_opt(st.sampled_from([1, 2])),
+    priority=_opt(st.integers(0, 9)),
+    correlation_id=_opt(st.one_of(st.text(max_size=50), st.uuids().map(lambda u: f"urn:uuid:{u}"))),
+    reply_to=_opt(st.text(max_size=20)),
+    expiration=_opt(st.integers(0, 10**6).map(str)),
+    message_id=_opt(st.text(max_size=50)),
+    timestamp=_opt(st.datetimes(timezones=st.just(datetime.UTC))),
+    type=_opt(st.text(max_size=10)),
+    user_id=_opt(st.text(max_size=10)),
+    app_id=_opt(st.text(max_size=10)),
+)
+
+
+@FUZZ
+@given(neutral, st.binary(max_size=300), st.sampled_from(["neutral", "amqp-0-9-1", "stomp", "mqtt"]))
+def test_any_neutral_properties_reach_an_amqp_1_0_receiver(properties, body, kind):
+    message = Message.build("ex", "rk", body, properties)
+    message.format = FORMATS[kind] if kind != "neutral" else message.format  # rendered from properties
+    out = encode_transfer(message, 0, True, None)
+    again = decode_transfer(out, "ex", "rk")
+    assert again.body == body or again.properties.type == "amqp-1.0"
+    assert again.properties.content_type == (
+        properties.content_type
+        if properties.content_type is not None and properties.content_type.isascii()
+        else None
+    )
+    exercise(again)
