@@ -75,6 +75,52 @@ class ConnectionFacts:
         return connection_name(self.peer_host, self.peer_port, self.host, self.port)
 
 
+@dataclass(frozen=True, slots=True)
+class LinkFacts:
+    """One AMQP 1.0 link of a session (RabbitMQ 4's link infos), seen from the broker:
+    ``incoming`` when the client sends on it (a publisher), else outgoing (a consumer).
+    ``address`` is the target's (incoming) or source's (outgoing) address, None when
+    null; ``delivery_count`` and ``credit`` are the link's flow state (§2.6.7);
+    ``max_message_size`` bytes, None for unlimited (an outgoing link's is the client's,
+    an incoming link's the broker's). Incoming only: ``snd_settle_mode``
+    (``settled``/``unsettled``/``mixed``) and ``unconfirmed`` (deliveries waiting for
+    their outcome). Outgoing only: ``queue`` (the source queue's name),
+    ``send_settled`` (the broker sends settled: no acknowledgements) and ``filters``
+    (name, descriptor: a symbol's text or a numeric code, value as JSON holds it)."""
+
+    handle: int
+    name: str
+    incoming: bool
+    address: str | None
+    delivery_count: int = 0
+    credit: int = 0
+    max_message_size: int | None = None
+    snd_settle_mode: str = "unsettled"
+    unconfirmed: int = 0
+    queue: str = ""
+    send_settled: bool = False
+    filters: tuple[tuple[str, str | int, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFacts:
+    """One AMQP 1.0 session (§2.5; RabbitMQ 4's session infos): ``channel`` is the
+    broker's channel number, ``remote_channel`` the client's; the windows count
+    transfer frames (§2.5.6); ``outgoing_unsettled`` deliveries the broker sent and the
+    client has not settled."""
+
+    channel: int
+    remote_channel: int
+    handle_max: int
+    next_incoming_id: int
+    incoming_window: int
+    next_outgoing_id: int
+    remote_incoming_window: int
+    remote_outgoing_window: int
+    outgoing_unsettled: int
+    links: tuple[LinkFacts, ...] = ()
+
+
 def connection_name(peer_host: str, peer_port: int, host: str, port: int) -> str:
     """RabbitMQ's connection name, ``"peer:port -> local:port"``."""
     return f"{peer_host}:{peer_port} -> {host}:{port}"
@@ -89,6 +135,20 @@ class ClientConnection(Protocol):
     def close_by_operator(self, reason: str) -> None:
         """Close it because an operator said so (``reason``: their text, shown to the
         client as RabbitMQ does: ``CONNECTION_FORCED - <reason>``)."""
+
+
+class WithSessions(Protocol):
+    """A connection whose protocol has sessions and links (AMQP 1.0)."""
+
+    def session_facts(self) -> tuple[SessionFacts, ...]:
+        """Its sessions as they are now, by channel."""
+
+
+def sessions_of(connection: ClientConnection) -> tuple[SessionFacts, ...] | None:
+    """``connection``'s sessions, or None when its protocol has none (AMQP 0-9-1's
+    channels, STOMP, MQTT): management asks without knowing the protocol."""
+    facts = getattr(connection, "session_facts", None)
+    return None if facts is None else facts()
 
 
 class Connections:

@@ -33,6 +33,7 @@ queues_declared/created/deleted             :class:`~.vhost.VirtualHost` (core)
 redelivered, get_empty, acknowledged        a client or takes its acknowledgement
                                             (it alone knows the acknowledgement mode);
                                             :class:`~.lease.Lease` for lease acks
+``amqp10`` (:class:`ProtocolCounters`)      the AMQP 1.0 adapter, beside the above
 connections_opened/closed                   the server's listeners
 channels_opened/closed                      the AMQP adapter (STOMP has no channels)
 ==========================================  ===========================================
@@ -168,6 +169,46 @@ class QueueCounters:
         return found
 
 
+class ProtocolCounters:
+    """One protocol's share of the broker's message counters (RabbitMQ 4's
+    ``protocol`` label: ``rabbitmq_global_messages_received_total{protocol="amqp10"}``).
+
+    The protocol's adapter bumps these beside core's counters, with core's meaning of
+    each, so the rest of the broker is the total less these. ``publishers`` and
+    ``consumers`` are gauges: its publishers that have published and are open, its
+    consumers attached to a queue. ``queue_types`` holds the delivery side by queue
+    type (``classic``, ``quorum``, ``stream``): delivered, redelivered, acknowledged."""
+
+    __slots__ = (
+        "confirmed",
+        "consumers",
+        "publishers",
+        "queue_types",
+        "received",
+        "received_confirm",
+        "unroutable_dropped",
+        "unroutable_returned",
+    )
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.received_confirm = 0
+        self.unroutable_dropped = 0
+        self.unroutable_returned = 0
+        self.confirmed = 0
+        self.publishers = 0
+        self.consumers = 0
+        self.queue_types: dict[str, QueueCounters] = {}
+
+    def of_queue_type(self, type_name: str) -> QueueCounters:
+        """The delivery counters for queues of ``type_name`` (an adapter keeps the one
+        of its consumer's queue)."""
+        counters = self.queue_types.get(type_name)
+        if counters is None:
+            counters = self.queue_types[type_name] = QueueCounters()
+        return counters
+
+
 def dead_letter_strategy(queue: CountedQueue) -> str:
     """RabbitMQ's ``dead_letter_strategy`` label for ``queue``: ``disabled`` without
     dead-lettering, else ``at_most_once`` (leveret's dead-lettering, like a classic
@@ -182,6 +223,7 @@ class BrokerCounters:
     """A broker's counters (see the module doc); every value counts since start."""
 
     __slots__ = (
+        "amqp10",
         "channels_closed",
         "channels_opened",
         "confirmed",
@@ -232,6 +274,8 @@ class BrokerCounters:
         self.queues_declared = 0
         self.queues_created = 0
         self.queues_deleted = 0
+        #: AMQP 1.0's share of the counters above (bumped by its adapter)
+        self.amqp10 = ProtocolCounters()
         #: Counters of deleted queues, by (queue type, dead-letter strategy).
         self.retired: dict[tuple[str, str], QueueCounters] = {}
 

@@ -52,6 +52,7 @@ from ..core.broker import BrokerCore
 from ..core.metrics import (
     DEAD_LETTER_REASONS,
     MESSAGE_SIZE_BUCKETS,
+    ProtocolCounters,
     QueueCounters,
     dead_letter_strategy,
 )
@@ -69,8 +70,12 @@ QUEUE_TYPES = {
     "stream": "rabbit_stream_queue",
 }
 #: RabbitMQ 3.10's ``protocol`` label: its STOMP plugin publishes and consumes through
-#: AMQP channels, so every counter is ``amqp091`` there; leveret does the same.
+#: AMQP channels, so every counter is ``amqp091`` there; leveret does the same, for
+#: MQTT too.
 PROTOCOL = "amqp091"
+#: RabbitMQ 4's label for AMQP 1.0 clients' share (``core.metrics.amqp10``); the
+#: ``amqp091`` series are the rest, so a sum over ``protocol`` is the broker's total.
+AMQP10 = "amqp10"
 
 _ready = attrgetter("message_count")
 _unacked = attrgetter("unacked_count")
@@ -183,6 +188,13 @@ class NodeInfo:
     def __post_init__(self) -> None:
         if not self.cluster:
             self.cluster = self.node
+
+
+def _amqp10_share(counters: ProtocolCounters, name: str) -> int:
+    """AMQP 1.0's part of the global counter ``name`` (routed: received less unroutable)."""
+    if name == "routed":
+        return counters.received - counters.unroutable_dropped - counters.unroutable_returned
+    return getattr(counters, name)
 
 
 def _counter(name: str, documentation: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
@@ -369,23 +381,28 @@ class BrokerCollector(Collector):
             family = _counter(
                 f"rabbitmq_global_messages_{name}", f"Total number of {text[0].lower()}{text[1:]}", protocol
             )
-            family.add_metric([PROTOCOL], value)
+            share = _amqp10_share(m.amqp10, name)
+            family.add_metric([PROTOCOL], value - share)
+            family.add_metric([AMQP10], share)
             yield family
         publishers = GaugeMetricFamily(
             "rabbitmq_global_publishers", "Current number of publishers", labels=protocol
         )
-        publishers.add_metric([PROTOCOL], m.publishers)
+        publishers.add_metric([PROTOCOL], m.publishers - m.amqp10.publishers)
+        publishers.add_metric([AMQP10], m.amqp10.publishers)
         yield publishers
         consumers = GaugeMetricFamily(
             "rabbitmq_global_consumers", "Current number of consumers", labels=protocol
         )
-        consumers.add_metric([PROTOCOL], sums.consumers)
+        consumers.add_metric([PROTOCOL], sums.consumers - m.amqp10.consumers)
+        consumers.add_metric([AMQP10], m.amqp10.consumers)
         yield consumers
         totals = sums.totals
         by_type: dict[str, QueueCounters] = {name: QueueCounters() for name in QUEUE_TYPES.values()}
         for (type_name, _), counters in totals.items():
             by_type.setdefault(QUEUE_TYPES.get(type_name, type_name), QueueCounters()).add(counters)
         labels = ["protocol", "queue_type"]
+        amqp10_by_type = {QUEUE_TYPES.get(t, t): c for t, c in m.amqp10.queue_types.items()}
         for name, text in (
             ("delivered", "Messages delivered to consumers"),
             (
@@ -406,7 +423,10 @@ class BrokerCollector(Collector):
                 f"rabbitmq_global_messages_{name}", f"Total number of {text[0].lower()}{text[1:]}", labels
             )
             for queue_type, counters in sorted(by_type.items()):
-                family.add_metric([PROTOCOL, queue_type], getattr(counters, name))
+                of_type = amqp10_by_type.get(queue_type)
+                counted = 0 if of_type is None else getattr(of_type, name)
+                family.add_metric([PROTOCOL, queue_type], getattr(counters, name) - counted)
+                family.add_metric([AMQP10, queue_type], counted)
             yield family
         dead_labels = ["queue_type", "dead_letter_strategy"]
         for reason in DEAD_LETTER_REASONS:

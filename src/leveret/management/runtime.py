@@ -28,11 +28,12 @@ from typing import Any
 from aiohttp import web
 
 from ..core.broker import BrokerCore
-from ..core.connections import ChannelFacts, ConnectionFacts
+from ..core.connections import ChannelFacts, ConnectionFacts, sessions_of
 from ..core.exchange import EXCHANGE_TYPES
 from ..core.message import Message, Properties
 from ..version import __version__
 from .common import json_error, object_not_found, route_vhost, works_in
+from .connection_sessions import session_row
 from .listing import list_answer, list_response
 from .rates import (
     BROKER_STATS,
@@ -61,7 +62,15 @@ def _ms(seconds: float) -> int:
 
 
 def connection_row(facts: ConnectionFacts) -> dict:
-    """A connection in RabbitMQ's shape (without statistics)."""
+    """A connection in RabbitMQ's shape (without statistics); an AMQP 1.0 connection's
+    ``container_id`` (its ``open``'s) at the top level too, as RabbitMQ 4 lists it."""
+    row = _connection_row(facts)
+    if facts.protocol == "AMQP 1.0" and "container_id" in facts.client_properties:
+        row["container_id"] = facts.client_properties["container_id"]
+    return row
+
+
+def _connection_row(facts: ConnectionFacts) -> dict:
     return {
         "auth_mechanism": facts.auth_mechanism,
         "channel_max": facts.channel_max,
@@ -232,6 +241,7 @@ class Runtime:
             web.get("/api/connections/{name}", self.connection),
             web.delete("/api/connections/{name}", self.close_connection),
             web.get("/api/connections/{name}/channels", self.connection_channels),
+            web.get("/api/connections/{name}/sessions", self.connection_sessions),
             web.get("/api/vhosts/{vhost}/connections", self.connections),
             web.get("/api/vhosts/{vhost}/channels", self.channels),
             web.get("/api/channels", self.channels),
@@ -428,6 +438,16 @@ class Runtime:
     async def connection_channels(self, request: web.Request) -> web.Response:
         facts, _ = self._connection(request)
         return list_response(request, [channel_row(facts, c) for c in facts.channels])
+
+    async def connection_sessions(self, request: web.Request) -> web.Response:
+        """``GET /api/connections/{name}/sessions``: an AMQP 1.0 connection's sessions
+        and links (:mod:`.connection_sessions`); 400 for another protocol's, as
+        RabbitMQ 4."""
+        _, connection = self._connection(request)
+        sessions = sessions_of(connection)
+        if sessions is None:
+            raise json_error(400, "bad_request", "connection does not use AMQP 1.0")
+        return list_response(request, [session_row(s) for s in sessions])
 
     async def channels(self, request: web.Request) -> web.Response:
         """``GET /api/channels``, ``/api/vhosts/{vhost}/channels`` (in slices)."""

@@ -10,6 +10,7 @@ let refresh = null; // the current page's refresh timer
 const ROUTES = [
   [/^\/$/, pages.overview],
   [/^\/connections$/, pages.connections],
+  [/^\/connections\/([^/]+)$/, pages.connection],
   [/^\/channels$/, pages.channels],
   [/^\/exchanges$/, pages.exchanges],
   [/^\/exchanges\/([^/]+)\/([^/]*)$/, pages.exchange],

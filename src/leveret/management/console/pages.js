@@ -62,7 +62,7 @@ export async function connections() {
   return h("section", {},
     h("h1", {}, "Connections"),
     table([
-      ["name", (c) => c.name],
+      ["name", (c) => link(`#/connections/${q(c.name)}`, c.name)],
       ["user", (c) => c.user],
       ["vhost", (c) => c.vhost],
       ["protocol", (c) => c.protocol],
@@ -78,6 +78,79 @@ export async function connections() {
   );
 }
 connections.refreshEvery = 5000;
+
+// An AMQP 1.0 connection has sessions and links (RabbitMQ 4's "AMQP 1-0"; leveret says "AMQP 1.0").
+const isAmqp10 = (c) => /AMQP 1[.-]0$/.test(String(c.protocol || ""));
+// A window or credit of 0 stops the other side: marked as RabbitMQ 4's page marks it.
+const stopped = (n) => h("span", { class: n === 0 ? "stopped" : null }, fmt(n));
+
+function sessionTables(s) {
+  const incoming = s.incoming_links || [], outgoing = s.outgoing_links || [];
+  const filters = (l) => (l.filter || []).map((f) => h("span", { class: "tag", title: `${f.descriptor}: ${JSON.stringify(f.value)}` }, f.name));
+  return h("div", { class: "amqp-session", dataset: { channel: s.channel_number } },
+    h("h2", {}, `Session on channel ${s.channel_number}`),
+    table([
+      ["channel", (x) => x.channel_number, { num: true }],
+      ["handle-max", (x) => fmt(x.handle_max), { num: true }],
+      ["next-incoming-id", (x) => fmt(x.next_incoming_id), { num: true }],
+      ["incoming-window", (x) => stopped(x.incoming_window), { num: true }],
+      ["next-outgoing-id", (x) => fmt(x.next_outgoing_id), { num: true }],
+      ["remote-incoming-window", (x) => stopped(x.remote_incoming_window), { num: true }],
+      ["remote-outgoing-window", (x) => fmt(x.remote_outgoing_window), { num: true }],
+      ["outgoing unsettled deliveries", (x) => x.outgoing_unsettled_deliveries, { num: true }],
+    ], [s], { class: "session-windows" }),
+    h("h3", {}, `Incoming links (${incoming.length})`),
+    table([
+      ["handle", (l) => l.handle, { num: true }],
+      ["link name", (l) => l.link_name],
+      ["target address", (l) => l.target_address ?? "(null: each message's to)"],
+      ["snd-settle-mode", (l) => l.snd_settle_mode],
+      ["max-message-size (bytes)", (l) => fmt(l.max_message_size), { num: true }],
+      ["delivery-count", (l) => fmt(l.delivery_count), { num: true }],
+      ["link-credit", (l) => stopped(l.credit), { num: true }],
+      ["unconfirmed", (l) => l.unconfirmed_messages, { num: true }],
+    ], incoming, { class: "incoming-links" }),
+    h("h3", {}, `Outgoing links (${outgoing.length})`),
+    table([
+      ["handle", (l) => l.handle, { num: true }],
+      ["link name", (l) => l.link_name],
+      ["source address", (l) => l.source_address],
+      ["queue", (l) => l.queue_name],
+      ["sender settles", (l) => (l.send_settled ? "yes" : "no")],
+      ["max-message-size (bytes)", (l) => fmt(l.max_message_size), { num: true }],
+      ["delivery-count", (l) => fmt(l.delivery_count), { num: true }],
+      ["link-credit", (l) => stopped(l.credit), { num: true }],
+      ["filters", (l) => filters(l)],
+    ], outgoing, { class: "outgoing-links" }),
+  );
+}
+
+// One connection: its facts, then its sessions and links (AMQP 1.0) or its channels.
+export async function connection(name) {
+  const c = await api("GET", `/api/connections/${q(name)}`);
+  const facts = [
+    ["user", c.user], ["vhost", c.vhost], ["protocol", c.protocol], ["SASL mechanism", c.auth_mechanism],
+    ["client", clientOf(c) || (c.client_properties || {}).container_id || ""], ["heartbeat / keep alive", c.timeout ? `${c.timeout} s` : ""],
+    ["frame max (bytes)", fmt(c.frame_max)], ["channel max", c.channel_max], ["TLS", c.ssl ? "yes" : "no"], ["state", c.state], ["connected", when(c.connected_at / 1000)],
+  ];
+  let detail;
+  if (isAmqp10(c)) {
+    const sessions = await api("GET", `/api/connections/${q(name)}/sessions`);
+    detail = [h("h2", { id: "sessions-title" }, `Sessions (${sessions.length})`), sessions.length ? sessions.map(sessionTables) : h("p", { class: "muted" }, "No sessions.")];
+  } else {
+    const channels = await api("GET", `/api/connections/${q(name)}/channels`);
+    detail = [h("h2", {}, `Channels (${channels.length})`), table([
+      ["number", (x) => x.number, { num: true }], ["prefetch", (x) => x.prefetch_count, { num: true }],
+      ["unacked", (x) => x.messages_unacknowledged, { num: true }], ["consumers", (x) => x.consumer_count, { num: true }],
+    ], channels)];
+  }
+  return h("section", { id: "connection" },
+    h("h1", {}, `Connection ${name}`),
+    table([["", (f) => f[0]], ["", (f) => f[1]]], facts, { class: "facts" }),
+    ...detail,
+  );
+}
+connection.refreshEvery = 5000;
 
 export async function channels() {
   const rows = await api("GET", "/api/channels");

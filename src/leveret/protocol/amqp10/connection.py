@@ -37,7 +37,7 @@ from typing import Any
 from ...core.access import Access
 from ...core.auth import AuthenticationError, User
 from ...core.clock import Timer
-from ...core.connections import ChannelFacts, ConnectionFacts
+from ...core.connections import ChannelFacts, ConnectionFacts, SessionFacts
 from ...core.lifecycle import ConnectionRefused
 from ...core.session import Session
 from ...version import __version__
@@ -58,6 +58,7 @@ from .frames import (
     ProtocolHeader,
     encode_frame,
 )
+from .info import session_facts
 from .session import Amqp10Session
 from .types import DecodeError, Symbol
 
@@ -457,8 +458,8 @@ class Amqp10Connection(AdapterConnection):
             connected_at=self.connected_at,
             client_properties=self.client_properties,
             auth_mechanism=self.mechanism or "PLAIN",
-            channel_max=CHANNEL_MAX + 1,
-            frame_max=MAX_FRAME_SIZE,
+            channel_max=CHANNEL_MAX,  # RabbitMQ 4: the highest channel number
+            frame_max=self.peer_max_frame_size,  # RabbitMQ 4: the largest frame sent to the client
             heartbeat=int(self._peer_idle),
             ssl=self.tls,
             state=("flow" if self.flow_held else "blocked")
@@ -466,6 +467,11 @@ class Amqp10Connection(AdapterConnection):
             else ("running" if self.state == "open" else self.state),
             channels=channels,
         )
+
+    def session_facts(self) -> tuple[SessionFacts, ...]:
+        """Its sessions and their links, as RabbitMQ 4's ``/api/connections/:name/sessions``
+        shows them (:mod:`.info`)."""
+        return session_facts(list(self.sessions.values()))
 
 
 def _vhost_name(hostname: str | None, vhosts: Any) -> str:

@@ -103,6 +103,9 @@ class IncomingLink:
         self.core_session = _core_session(session)
         self.publisher = Publisher(self.core_session, self)
         self.publisher.select_confirms()
+        #: AMQP 1.0's share of the broker's counters; the publisher's confirms counted
+        self._counted = session.connection.core.metrics.amqp10
+        self._confirms_seen = 0
         if isinstance(target.address, str):
             self.address = parse(target.address, as_source=False)
             self._check(self.address)
@@ -271,8 +274,14 @@ class IncomingLink:
         self._returned = False
         delay = delivery_delay(message, int(core.clock.time() * 1000))
         self.publisher.publish(exchange, message, True, delay)
+        counted = self._counted  # as core counted it: every publish of a link is confirmed
+        counted.received += 1
+        counted.received_confirm += 1
+        if self.publisher.seq == 1:
+            counted.publishers += 1
         if self._returned:
             self._outcomes[self.publisher.seq] = _RELEASED
+            counted.unroutable_returned += 1
 
     # -- outcomes (the publisher's events) ------------------------------------------------
     def confirms_ready(self) -> None:
@@ -282,6 +291,8 @@ class IncomingLink:
     def rejected(self, seq: int, before: tuple[int, bool] | None) -> None:
         if before is not None:
             self._known_upto = max(self._known_upto, before[0])
+            self._counted.confirmed += before[0] - self._confirms_seen
+        self._confirms_seen = self.publisher.seq - self.publisher.unconfirmed
         self._outcomes[seq] = perf.Rejected(perf.Error(e.PRECONDITION_FAILED, "the message was not taken"))
         self._known_upto = max(self._known_upto, seq)
         self.confirms_ready()
@@ -297,6 +308,8 @@ class IncomingLink:
         confirms = self.publisher.take_confirms()
         if confirms is not None:
             self._known_upto = max(self._known_upto, confirms[0])
+            self._counted.confirmed += confirms[0] - self._confirms_seen
+            self._confirms_seen = confirms[0]
         pending, outcomes, upto = self._pending, self._outcomes, self._known_upto
         run_first = run_last = -1
         run_state: Any = None
@@ -324,6 +337,8 @@ class IncomingLink:
         the client's unsettled deliveries are when a link goes)."""
         self.detaching = True
         self._parts = None
+        if self.publisher.seq and not self.publisher.closed:
+            self._counted.publishers -= 1
         self.publisher.close()
 
 
@@ -337,6 +352,8 @@ class OutgoingLink:
     __slots__ = (
         "arguments",
         "attach",
+        "consuming",
+        "counted",
         "credit",
         "delivery_count",
         "detaching",
@@ -379,6 +396,9 @@ class OutgoingLink:
         self.temporary = False
         self.queue = self._source_queue(parse(source.address, as_source=True))
         self.queue.prepare_consumer(self)
+        #: AMQP 1.0's share of the delivery counters of this queue's type
+        self.counted = session.connection.core.metrics.amqp10.of_queue_type(self.queue.type_name)
+        self.consuming = False
 
     def _source_queue(self, address: Address) -> Queue:
         session = _core_session(self.session)
@@ -417,6 +437,8 @@ class OutgoingLink:
             )
         )
         self.queue.add_consumer(self)
+        self.consuming = True
+        self.session.connection.core.metrics.amqp10.consumers += 1
 
     def can_accept(self) -> bool:
         """Credit left, room in the client's session window, a writable socket."""
@@ -437,15 +459,19 @@ class OutgoingLink:
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _UINT
         counters = self.queue.counters
+        counted = self.counted
         if self.no_ack:
             self.queue.ack(entry)
             counters.delivered_consume_auto_ack += 1
+            counted.delivered_consume_auto_ack += 1
         else:
             self.unsettled[delivery_id] = entry
             session.unsettled[delivery_id] = self
             counters.delivered_consume_manual_ack += 1
+            counted.delivered_consume_manual_ack += 1
         if entry.redelivered:
             counters.redelivered += 1
+            counted.redelivered += 1
         session.send_transfer(self.handle, delivery_id, self.no_ack, payload)
 
     def flow(self, flow: perf.Flow) -> None:
@@ -479,6 +505,7 @@ class OutgoingLink:
         if state is None or isinstance(state, perf.Accepted):
             queue.ack(entry)
             queue.counters.acknowledged += 1
+            self.counted.acknowledged += 1
         elif isinstance(state, perf.Rejected) or (
             isinstance(state, perf.Modified) and state.undeliverable_here
         ):
@@ -499,6 +526,9 @@ class OutgoingLink:
     def release(self) -> None:
         """Stop deliveries; what the client did not settle goes back to the queue."""
         self.detaching = True
+        if self.consuming:
+            self.consuming = False
+            self.session.connection.core.metrics.amqp10.consumers -= 1
         queue = self.queue
         if not queue.deleted:
             queue.remove_consumer(self)

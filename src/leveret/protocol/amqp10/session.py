@@ -70,6 +70,7 @@ class Amqp10Session:
         self.next_outgoing_id = 0
         self.next_incoming_id = begin.next_outgoing_id
         self.remote_incoming_window = begin.incoming_window
+        self.remote_outgoing_window = begin.outgoing_window
         self._window_left = INCOMING_WINDOW
         self.handle_max = min(begin.handle_max, HANDLE_MAX)
         #: Links by handle (the broker uses the client's handle numbers as its own).
@@ -203,6 +204,7 @@ class Amqp10Session:
             self.send_flow()
 
     def _flow(self, flow: perf.Flow) -> None:
+        self.remote_outgoing_window = flow.outgoing_window
         if flow.next_incoming_id is None:
             self.remote_incoming_window = flow.incoming_window
         else:
@@ -346,6 +348,11 @@ class Amqp10Session:
             link.release()
         self.unsettled.clear()
         self.confirming.clear()
+
+    @property
+    def incoming_window(self) -> int:
+        """Transfer frames the client may still send before the broker renews the window."""
+        return max(0, self._window_left)
 
     def facts(self) -> ChannelFacts:
         consumers = tuple(
