@@ -18,9 +18,12 @@ drops them). ``Message.body`` is the body "byte for byte" for every other protoc
 **The hot path.** :func:`decode_transfer` scans the sections' boundaries
 (:mod:`.sections`) and decodes only the header (``durable`` → ``persistent``,
 ``priority``, ``ttl`` ms → ``Message.ttl``) and, when there is one, the
-message-annotations map (``x-cc`` routing keys). :func:`message_to`,
-:func:`message_subject` and :func:`delivery_time` read one more field each when the
-adapter needs it; :meth:`Amqp10Format.properties` decodes the rest lazily.
+message-annotations map (``x-cc`` routing keys); properties and
+application-properties are checked from their constructors, the body and footer only
+scanned. :func:`address_fields` (``to``, ``subject``; also :func:`message_to`,
+:func:`message_subject`) and :func:`delivery_time` / :func:`delivery_delay` read one
+section each when the adapter needs it; :meth:`Amqp10Format.properties` decodes the
+rest lazily.
 :func:`encode_transfer` writes a receiver's payload: a new header (durable, priority,
 ttl, ``first-acquirer`` and ``delivery-count``, which change per delivery), the
 message-annotations with RabbitMQ 4's ``x-exchange`` and ``x-routing-key`` (and
