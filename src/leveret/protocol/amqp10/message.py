@@ -127,15 +127,13 @@ def decode_transfer(payload: bytes, exchange: str, routing_key: str) -> Message:
     for an ``x-cc`` that is not a list of strings (RabbitMQ 4's)."""
     if type(payload) is not bytes:
         payload = bytes(payload)
-    sc = s.scan(payload)
-    if sc.delivery_annotations is not None:
-        start, stop = sc.delivery_annotations
-        return decode_transfer(payload[:start] + payload[stop:], exchange, routing_key)
+    header, delivery, annotations, properties, application, b, _, data, _ = s.scan(payload)
+    if delivery is not None:
+        return decode_transfer(payload[: delivery[0]] + payload[delivery[1] :], exchange, routing_key)
     durable = priority = ttl = None
-    if sc.header is not None:
-        durable, priority, ttl = s.read_header(payload, *sc.header)
+    if header is not None:
+        durable, priority, ttl = s.read_header(payload, header[0], header[1])
     cc: tuple[str, ...] = ()
-    annotations = sc.message_annotations
     if annotations is not None:
         values = _annotations(payload, *annotations)
         if durable is None and values.get("x-basic-delivery-mode") == 2:
@@ -151,32 +149,29 @@ def decode_transfer(payload: bytes, exchange: str, routing_key: str) -> Message:
             cc = _cc(values["x-cc"])
     # checked now (RabbitMQ 4 parses the bare message up to its body): a client learns
     # of a bad section at once, and core never meets one later
-    if sc.properties is not None:
-        s.check_properties(payload, *sc.properties)
-    if sc.application_properties is not None:
-        s.check_application_properties(payload, *sc.application_properties)
-    h = sc.header[1] if sc.header is not None else 0
-    if sc.properties is not None:
-        a = sc.properties[0]
-    elif sc.application_properties is not None:
-        a = sc.application_properties[0]
-    else:
-        a = sc.body
-    ap = sc.application_properties[0] if sc.application_properties is not None else sc.body
-    b = sc.body
-    data = sc.data
+    ap = b
+    if application is not None:
+        s.check_application_properties(payload, application[0], application[1])
+        ap = application[0]
+    bare = ap
+    if properties is not None:
+        s.check_properties(payload, properties[0], properties[1])
+        bare = properties[0]
+    h = _P + header[1] if header is not None else _P
     if len(data) == 1:
         start, stop = data[0]
         body = payload[start:stop]
-        encoded = _PREFIX.pack(_ONE_DATA, _P + h, _P + a, _P + ap, _P + b, _P + start) + (
-            payload[:start] + payload[stop:] if stop < len(payload) else payload[:start]
-        )
+        prefix = _PREFIX.pack(_ONE_DATA, h, _P + bare, _P + ap, _P + b, _P + start)
+        if stop < len(payload):
+            encoded = b"".join((prefix, payload[:start], payload[stop:]))
+        else:
+            encoded = prefix + payload[:start]
     elif data:
-        body = b"".join(payload[start:stop] for start, stop in data)
-        encoded = _PREFIX.pack(_MANY_DATA, _P + h, _P + a, _P + ap, _P + b, _P + len(payload)) + payload
+        body = b"".join([payload[start:stop] for start, stop in data])
+        encoded = _PREFIX.pack(_MANY_DATA, h, _P + bare, _P + ap, _P + b, _P + len(payload)) + payload
     else:
         body = payload[b:]
-        encoded = _PREFIX.pack(_ENCODED_BODY, _P + h, _P + a, _P + ap, _P + b, _P + b) + payload[:b]
+        encoded = _PREFIX.pack(_ENCODED_BODY, h, _P + bare, _P + ap, _P + b, _P + b) + payload[:b]
     return Message(exchange, routing_key, body, AMQP10, encoded, durable is True, ttl, priority, cc=cc)
 
 
