@@ -48,7 +48,7 @@ from . import errors as e, performatives as perf
 from .address import Address, parse
 from .delivery_annotations import with_annotations
 from .filters import source_filters
-from .message import address_fields, decode_transfer, delivery_delay, encode_transfer
+from .message import address_fields, annotated, decode_transfer, delivery_delay, encode_transfer
 from .reply_to import ReplyToLink, wants_reply_to
 from .types import DecodeError
 
@@ -525,10 +525,18 @@ class OutgoingLink:
 
     def settle(self, delivery_id: int, state: Any) -> Queue | None:
         """The client settled delivery ``delivery_id`` with ``state`` (see the module
-        doc); returns the queue to drain."""
-        entry = self.unsettled.pop(delivery_id, None)
+        doc); returns the queue to drain. A ``modified`` outcome's message annotations
+        go into the message for its next deliveries (§3.4.5); keys not starting with
+        ``x-`` end the session with ``amqp:invalid-field``, as RabbitMQ 4 ends it."""
+        entry = self.unsettled.get(delivery_id)
         if entry is None:
             return None
+        if isinstance(state, perf.Modified) and state.message_annotations:
+            try:
+                entry.message = annotated(entry.message, state.message_annotations)
+            except DecodeError as exc:
+                raise e.SessionFault(exc.condition, str(exc)) from None
+        del self.unsettled[delivery_id]
         queue = self.queue
         if state is None or isinstance(state, perf.Accepted):
             queue.ack(entry)
