@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pika
 import pytest
+from amqp10_brokers import _amqp10_rabbitmq, amqp10_broker  # noqa: F401 (fixtures)
 from ha import Node
 from hypothesis import settings
 from mqtt_brokers import _mqtt_session_broker, mqtt_broker, mqtt_own_broker  # noqa: F401 (fixtures)

@@ -15,6 +15,7 @@ Example file::
     mqtt_port = 1883                # MQTT 3.1.1 and 5.0 (docs/mqtt.md)
     web_mqtt_port = 15675           # MQTT over WebSocket, ws://HOST:PORT/ws (RabbitMQ's port)
     mqtts_port = 8883               # MQTT over TLS (needs [ssl_options]); off by default
+    web_amqp_port = 15678           # AMQP 1.0 over WebSocket, ws://HOST:PORT/ws; off by default
     data_dir = "./leveret-data"
     heartbeat = 60                  # seconds proposed in connection.tune; 0 disables
     frame_max = 131072              # bytes
@@ -32,11 +33,11 @@ Example file::
     workers = 0                     # AMQP connection worker processes (docs/multicore.md); 0: none
     http_allowed_hosts = ["broker.example.com"]  # Host names the HTTP API answers
     collect_statistics_interval = 5000  # ms between readings for the HTTP API's rates
-    amqps_port = 5671               # AMQP over TLS (needs [ssl_options])
+    amqps_port = 5671               # AMQP 0-9-1 and 1.0 over TLS (needs [ssl_options])
     https_port = 15671              # the HTTP API over TLS
     ssl_cert_login_from = "distinguished_name"  # EXTERNAL: the user a certificate names
 
-    [http]                          # every HTTP port: management, Prometheus, Web STOMP, Web MQTT
+    [http]                          # every HTTP port: management, Prometheus, Web STOMP/MQTT/AMQP
     header_timeout = 20.0           # seconds to send a complete first request head; else closed
     keepalive_timeout = 60.0        # seconds an idle keep-alive connection is kept
     max_connections = 1024          # per HTTP port; beyond it 503 and closed at once
@@ -176,6 +177,9 @@ class Settings:
     web_mqtt_port: int | None = None
     #: MQTT over TLS (8883 by convention; needs ``ssl_options``); None: off
     mqtts_port: int | None = None
+    #: AMQP 1.0 over WebSocket (``ws://HOST:PORT/ws``, subprotocol ``amqp``; Tanzu
+    #: RabbitMQ's Web AMQP port is 15678); None: off, ``leveret server``'s default too
+    web_amqp_port: int | None = None
     #: The MQTT adapter's settings (``[mqtt]``, :class:`leveret.protocol.mqtt.settings.MqttSettings`)
     mqtt: dict[str, Any] = field(default_factory=dict)
     read_coalesce_ms: int = 1  # see server/read_coalescing.py; 0 reads every write at once
@@ -187,7 +191,7 @@ class Settings:
     #: milliseconds between two readings of the counters the HTTP API's rates come from
     #: (RabbitMQ's setting and default)
     collect_statistics_interval: int = 5000
-    amqps_port: int | None = None  # AMQP over TLS (RabbitMQ: 5671); None: off
+    amqps_port: int | None = None  # AMQP 0-9-1 and 1.0 over TLS (RabbitMQ: 5671); None: off
     https_port: int | None = None  # the management API over TLS (RabbitMQ: 15671); None: off
     ssl_options: TLSOptions | None = None  # RabbitMQ's words; needed by the TLS ports
     ssl_cert_login_from: str = "distinguished_name"  # or common_name: a certificate's user
@@ -273,6 +277,7 @@ _SERVER_KEYS = {
     "mqtt_port": int,
     "web_mqtt_port": int,
     "mqtts_port": int,
+    "web_amqp_port": int,
     "read_coalesce_ms": int,
     "workers": int,
     "collect_statistics_interval": int,

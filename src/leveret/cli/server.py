@@ -66,6 +66,12 @@ if TYPE_CHECKING:  # (loaded when a broker runs: `leveret ctl` imports this modu
     default=None,
     help="MQTT over TLS port (8883 by convention; needs [ssl_options]); 0 picks a free one [off].",
 )
+@click.option(
+    "--web-amqp-port",
+    type=int,
+    default=None,
+    help="AMQP 1.0 over WebSocket port, path /ws (Tanzu RabbitMQ's is 15678); 0 picks a free one [off].",
+)
 @click.option("--data-dir", default=None, help="Directory for the broker's data [./leveret-data].")
 @click.option(
     "--store",
@@ -103,6 +109,7 @@ def server(
     mqtt_port: int | None,
     web_mqtt_port: int | None,
     mqtts_port: int | None,
+    web_amqp_port: int | None,
     data_dir: str | None,
     store_url: str | None,
     cluster: str | None,
@@ -136,6 +143,7 @@ def server(
         ("mqtt_port", mqtt_port),
         ("web_mqtt_port", web_mqtt_port),
         ("mqtts_port", mqtts_port),
+        ("web_amqp_port", web_amqp_port),
         ("data_dir", data_dir),
         ("store_url", store_url),
         ("store_cluster", cluster),
@@ -158,6 +166,8 @@ def server(
         settings.web_mqtt_port = None
     if settings.mqtts_port is not None and settings.mqtts_port < 0:
         settings.mqtts_port = None
+    if settings.web_amqp_port is not None and settings.web_amqp_port < 0:
+        settings.web_amqp_port = None
     if settings.data_dir is None:
         settings.data_dir = "./leveret-data"
     logging.basicConfig(
@@ -264,6 +274,8 @@ def _ready(broker: Broker) -> None:
         click.echo(f"leveret web-stomp: {broker.web_stomp_url}")
     if broker.web_mqtt_url:
         click.echo(f"leveret web-mqtt: {broker.web_mqtt_url}")
+    if broker.web_amqp_url:
+        click.echo(f"leveret web-amqp: {broker.web_amqp_url}")
     if broker.mqtts_port is not None:
         click.echo(f"leveret mqtts: mqtts://{broker.host}:{broker.mqtts_port}")
     if broker.amqps_port is not None:

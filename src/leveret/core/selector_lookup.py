@@ -44,17 +44,35 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: Readers of names in a namespace of an adapter's own (``\x00namespace:field``): message
+#: fields its filters use that are neither JMS header fields nor application headers
+#: (AMQP 1.0's ``subject``, ``to``, ``group-id``…). A JMS identifier never starts with
+#: NUL, so no selector text can name them. See :func:`register_namespace`.
+_NAMESPACES: dict[str, Callable[[Message, str], Any]] = {}
+
+
+def register_namespace(namespace: str, read: Callable[[Message, str], Any]) -> None:
+    """Let lookups resolve ``"\x00<namespace>:<field>"`` as ``read(message, field)``
+    (an adapter's filters, e.g. :mod:`leveret.protocol.amqp10.filters`)."""
+    _NAMESPACES[namespace] = read
+
+
 def message_lookup(message: Message) -> Callable[[str], Any]:
     """A lookup for ``message``: the JMS header fields (JMSMessageID, JMSCorrelationID,
     JMSType, JMSReplyTo, JMSXUserID from its properties; JMSPriority, 4 by default;
     JMSDeliveryMode 'PERSISTENT'/'NON_PERSISTENT'; JMSTimestamp in ms), which shadow
     headers of the same name as in ActiveMQ's PropertyExpression, then its application
-    headers. Each name is resolved when the selector asks for it, nothing before."""
+    headers; a name starting with NUL is an adapter's field (:func:`register_namespace`).
+    Each name is resolved when the selector asks for it, nothing before."""
 
     def lookup(name: str) -> Any:
         field = _JMS_FIELDS.get(name)
         if field is not None:
             return field(message)
+        if name[:1] == "\x00":
+            namespace, _, rest = name[1:].partition(":")
+            read = _NAMESPACES.get(namespace)
+            return None if read is None else read(message, rest)
         return _plain(message.headers.get(name))
 
     return lookup

@@ -152,6 +152,12 @@ class Session:
         if exchange is not None and exchange.type == "topic":
             self.access.topic("read", source, routing_key)
 
+    def check_binding(self, source: str, kind: str, destination: str, routing_key: str) -> None:
+        """The permission checks of a bind or unbind, alone (AMQP 1.0 management's
+        unbind and binding listing check them whether or not the binding exists):
+        AccessRefused with RabbitMQ's text."""
+        self._check_binding(source, kind, destination, routing_key)
+
     def _destination(self, kind: str, name: str) -> Queue | Exchange:
         if kind == "queue":
             return self.vhost.get_queue(name, self.owner)

@@ -42,6 +42,7 @@ from .listener import AnyConnection, Listener
 from .memory_monitor import MemoryMonitor
 from .standby import StandbyServer
 from .tls import TLSError
+from .web_amqp import WEB_AMQP
 from .web_mqtt import web_mqtt
 from .web_stomp import WEB_STOMP
 from .websocket import WebSocketServer
@@ -80,7 +81,8 @@ class Broker:
             self.listener = Listener(
                 self.core, settings.bind, settings.amqp_port, settings.read_coalesce_ms / 1000
             )
-        #: AMQP over TLS, when ``amqps_port`` is set (its context is made at start).
+        #: AMQP over TLS, when ``amqps_port`` is set (its context is made at start):
+        #: AMQP 0-9-1 and 1.0, told apart by their protocol headers as on the AMQP port.
         self.tls_listener: Listener | None = None
         #: STOMP, when ``stomp_port`` is set.
         self.stomp_listener: Listener | None = None
@@ -92,6 +94,8 @@ class Broker:
         self.web_stomp: WebSocketServer | None = None
         #: MQTT over WebSocket, when ``web_mqtt_port`` is set.
         self.web_mqtt: WebSocketServer | None = None
+        #: AMQP 1.0 over WebSocket, when ``web_amqp_port`` is set.
+        self.web_amqp: WebSocketServer | None = None
         self._lock: DataDirLock | None = None
         self.store: BatchedStore | None = None
         #: With a PostgreSQL store: "standby" while waiting for the master lock, then
@@ -234,6 +238,11 @@ class Broker:
                     http_cap,
                 )
                 await self.web_mqtt.start()
+            if settings.web_amqp_port is not None:
+                self.web_amqp = WebSocketServer(
+                    self.core, WEB_AMQP, settings.bind, settings.web_amqp_port, settings.http, http_cap
+                )
+                await self.web_amqp.start()
             if settings.data_dir is not None:  # leveret ctl's socket lives there
                 control = ControlServer(self, Path(settings.data_dir) / SOCKET_NAME)
                 try:
@@ -289,7 +298,7 @@ class Broker:
 
     def _http_port_cap(self) -> int:
         """The most connections each HTTP port (management HTTP and HTTPS, Prometheus,
-        Web STOMP, Web MQTT) holds: ``[http] max_connections``, within an even share of
+        Web STOMP, Web MQTT, Web AMQP) holds: ``[http] max_connections``, within an even share of
         ``fd_fraction`` of RLIMIT_NOFILE (server/http_limits.py); logged once."""
         settings = self.settings
         ports = sum(
@@ -299,6 +308,7 @@ class Broker:
                 settings.https_port,
                 settings.web_stomp_port,
                 settings.web_mqtt_port,
+                settings.web_amqp_port,
             )
         ) + (settings.prometheus_port is not None and settings.prometheus_port >= 0)
         cap = settings.http.port_cap(ports)
@@ -407,6 +417,11 @@ class Broker:
         return self.web_mqtt.url if self.web_mqtt is not None else None
 
     @property
+    def web_amqp_url(self) -> str | None:
+        """``ws://host:port/ws`` (after start), if AMQP 1.0 over WebSocket runs."""
+        return self.web_amqp.url if self.web_amqp is not None else None
+
+    @property
     def mqtts_port(self) -> int | None:
         """The MQTT-over-TLS port actually bound (after start), if any."""
         return self.mqtts_listener.port if self.mqtts_listener is not None else None
@@ -433,6 +448,8 @@ class Broker:
             listeners.append(("mqtt/ssl", self.host, self.mqtts_port))
         if self.web_mqtt is not None:
             listeners.append(("http/web-mqtt", self.host, self.web_mqtt.port))
+        if self.web_amqp is not None:
+            listeners.append(("http/web-amqp", self.host, self.web_amqp.port))
         management = self.management
         if management is not None and management.port is not None:
             listeners.append(("http", self.host, management.port))
@@ -454,7 +471,8 @@ class Broker:
     def connections(self) -> list[tuple[str, AnyConnection]]:
         """Every client connection with its name, RabbitMQ's form
         ``"peer -> listener"`` (`` (TLS)`` appended for amqps, `` (STOMP)`` for STOMP,
-        `` (Web STOMP)`` for STOMP over WebSocket, likewise for MQTT)."""
+        `` (Web STOMP)`` for STOMP over WebSocket, likewise for MQTT and `` (Web AMQP)``
+        for AMQP 1.0 over WebSocket; AMQP 1.0 on the AMQP ports is named as AMQP 0-9-1)."""
         found = []
         listeners: tuple[tuple[Listener | WebSocketServer | None, str], ...] = (
             (self.listener, ""),
@@ -464,6 +482,7 @@ class Broker:
             (self.mqtts_listener, " (MQTT, TLS)"),
             (self.web_stomp, " (Web STOMP)"),
             (self.web_mqtt, " (Web MQTT)"),
+            (self.web_amqp, " (Web AMQP)"),
         )
         for listener, suffix in listeners:
             if listener is not None:
@@ -496,6 +515,9 @@ class Broker:
         if self.web_mqtt is not None:
             await self.web_mqtt.stop()
             self.web_mqtt = None
+        if self.web_amqp is not None:
+            await self.web_amqp.stop()
+            self.web_amqp = None
 
     @property
     def http_url(self) -> str | None:
@@ -613,6 +635,16 @@ class BlockingBroker:
     def web_mqtt_url(self) -> str | None:
         """See :attr:`Broker.web_mqtt_url`."""
         return self.broker.web_mqtt_url
+
+    @property
+    def web_amqp_url(self) -> str | None:
+        """See :attr:`Broker.web_amqp_url`."""
+        return self.broker.web_amqp_url
+
+    @property
+    def amqps_port(self) -> int | None:
+        """See :attr:`Broker.amqps_port`."""
+        return self.broker.amqps_port
 
     @property
     def mqtts_port(self) -> int | None:

@@ -1,6 +1,6 @@
 """A protocol over WebSocket, for browser applications: ``ws://HOST:PORT/ws`` on aiohttp's
-WebSocket server, one sans-I/O connection per WebSocket. Web STOMP (:mod:`.web_stomp`)
-and Web MQTT (:mod:`.web_mqtt`) are this server with their own
+WebSocket server, one sans-I/O connection per WebSocket. Web STOMP (:mod:`.web_stomp`),
+Web MQTT (:mod:`.web_mqtt`) and Web AMQP (:mod:`.web_amqp`) are this server with their own
 :class:`WebSocketProtocol`.
 
 Each WebSocket is one connection of the protocol's class, fed the bytes of every message
@@ -23,6 +23,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from ..core.broker import BrokerCore
 from ..protocol import prelogin
+from ..protocol.amqp10.connection import Amqp10Connection
 from ..protocol.mqtt.connection import MqttConnection
 from ..protocol.output import HIGH_WATER
 from ..protocol.stomp import StompConnection
@@ -38,7 +39,7 @@ PATH = "/ws"
 FRAMING_SLACK = 4096
 
 #: A WebSocket's connection, whichever protocol it speaks.
-WebConnection = StompConnection | MqttConnection
+WebConnection = StompConnection | MqttConnection | Amqp10Connection
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class WebSocketProtocol:
 
     #: As logs and the port's guard name it ("Web STOMP").
     name: str
-    connection_class: type[StompConnection] | type[MqttConnection]
+    connection_class: type[StompConnection] | type[MqttConnection] | type[Amqp10Connection]
     #: The subprotocols offered, preferred first (``Sec-WebSocket-Protocol``).
     subprotocols: tuple[str, ...]
     #: Bytes in one WebSocket message, at most (aiohttp closes with 1009 beyond).
@@ -60,6 +61,9 @@ class WebSocketProtocol:
     #: Text messages are read as their UTF-8 bytes (else a text message closes the
     #: WebSocket with 1003 Unsupported Data, as MQTT's §6.0 wants and RabbitMQ does).
     text_input: bool = True
+    #: The connection's states before it has logged in, while :class:`PreloginGuard`
+    #: counts the bytes received (STOMP's and MQTT's; AMQP 1.0 has its own).
+    prelogin_states: tuple[str, ...] = ("connecting", "refusing")
 
     def choose(self, asked: list[str]) -> str | None:
         """The subprotocol answered to a client asking for ``asked`` (in its order of
@@ -70,18 +74,26 @@ class WebSocketProtocol:
 class PreloginGuard:
     """Stands between aiohttp's connection and its WebSocket reader, which assembles a
     whole message (up to the protocol's ``max_message`` bytes) before leveret sees it:
-    until the connection has logged in, the bytes received are counted, and past
+    while the connection is in one of ``prelogin_states`` (not logged in, or for AMQP
+    1.0 not open yet), the bytes received are counted, and past
     :data:`leveret.protocol.prelogin.MAX_BYTES` (plus :data:`FRAMING_SLACK`) the
-    connection refuses (``refuse_before_login``: STOMP sends an ERROR frame, MQTT just
-    closes) and nothing more the client sends is read. Logged in, it only passes bytes
-    on."""
+    connection refuses (``refuse_before_login``: STOMP sends an ERROR frame, MQTT and
+    AMQP 1.0 just close) and nothing more the client sends is read. Past those states it
+    only passes bytes on."""
 
-    __slots__ = ("_connection", "_protocol", "_reader", "_received", "_refused")
+    __slots__ = ("_connection", "_prelogin", "_protocol", "_reader", "_received", "_refused")
 
-    def __init__(self, protocol: Any, reader: Any, connection: WebConnection) -> None:
+    def __init__(
+        self,
+        protocol: Any,
+        reader: Any,
+        connection: WebConnection,
+        prelogin_states: tuple[str, ...] = ("connecting", "refusing"),
+    ) -> None:
         self._protocol = protocol  # aiohttp's, which feeds its reader through this
         self._reader = reader
         self._connection = connection
+        self._prelogin = prelogin_states
         self._received = 0  # bytes, until login
         self._refused = False
 
@@ -89,7 +101,7 @@ class PreloginGuard:
         if self._refused:
             return False, b""
         connection = self._connection
-        if connection.state in ("connecting", "refusing"):
+        if connection.state in self._prelogin:
             self._received += len(data)
             if prelogin.over_limit(self._received, prelogin.MAX_BYTES + FRAMING_SLACK):
                 self._refused = True
@@ -261,7 +273,7 @@ class WebSocketServer:
         protocol = request.protocol
         reader = getattr(protocol, "_payload_parser", None)
         if reader is not None and hasattr(reader, "feed_data"):
-            protocol._payload_parser = PreloginGuard(protocol, reader, connection)
+            protocol._payload_parser = PreloginGuard(protocol, reader, connection, spec.prelogin_states)
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         connection.local = (str(sockname[0]), int(sockname[1])) if sockname else ("", 0)
         self.connections.add(connection)

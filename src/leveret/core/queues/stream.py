@@ -4,11 +4,13 @@ clients: an append-only, durable, replayable log.
 Consumers read without removing: each has its own position, chosen with the consume
 argument ``x-stream-offset`` (``first``, ``last``, ``next`` — the default —, a numeric
 offset, or a timestamp: the first message published at or after it), must use manual
-acknowledgement with a prefetch (basic.qos), and every delivery carries the header
-``x-stream-offset`` (a long). Acknowledging only makes room in the prefetch window;
-nack and reject change nothing. leveret adds ``x-stream-offset-end``: the consumer gets
-offsets up to that one (exclusive), then a server-sent basic.cancel, so a reader (a
-Spark executor) can fetch a range deterministically.
+acknowledgement with a prefetch (basic.qos; an AMQP 1.0 link's credit is its window),
+and every delivery carries the header ``x-stream-offset`` (a long). A consumer with a
+selector (``x-selector``, AMQP 1.0 source filters) reads past what it turns down.
+Acknowledging only makes room in the prefetch window; nack and reject change nothing.
+leveret adds ``x-stream-offset-end``: the consumer gets offsets up to that one
+(exclusive), then a server-sent basic.cancel, so a reader (a Spark executor) can fetch
+a range deterministically.
 
 Retention, as RabbitMQ: the log is cut in segments of ``x-stream-max-segment-size-bytes``
 (default 500 MB); when a segment fills, whole old segments are dropped while the stream
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ..deduplication import DeduplicationCache, dedup_key
 from ..errors import precondition_failed
 from ..message import Message
+from ..selector import message_lookup
 from .backlog import ALL_SEQS
 from .base import UNACKED, Consumer, Queue, QueuedMessage
 from .host import QueueHost
@@ -45,6 +48,9 @@ log = logging.getLogger("leveret.queue")
 
 IN_MEMORY_TAIL = 10_000  # newest messages kept in memory when there is a store
 READ_BATCH = 1000  # messages read from the store at a time
+#: Messages a consumer's selector may turn down in one dispatch; then it goes on in
+#: the next event-loop turn, so one filtered reader never holds up the broker.
+SCAN_BUDGET = 2000
 
 
 class _Cursor:
@@ -291,17 +297,19 @@ class StreamQueue(Queue):
     def prepare_consumer(self, consumer: Consumer) -> None:
         """Place the consumer at its ``x-stream-offset``. PreconditionFailed, as
         RabbitMQ, for no-ack or no prefetch, and for a bad offset or
-        ``x-stream-offset-end`` (not an integer); a selector too (a stream is read in
-        order by offset)."""
-        if consumer.selector is not None:
-            raise precondition_failed(
-                f"stream queue '{self.name}' in vhost '{self.host.name}' does not support selectors"
-            )
+        ``x-stream-offset-end`` (not an integer). A consumer with a selector (an AMQP
+        1.0 source filter, RabbitMQ 4.1's filter expressions on streams) reads on past
+        the messages it turns down. A consumer whose window is its link credit (AMQP
+        1.0, ``credit_window``) needs no prefetch."""
         if getattr(consumer, "no_ack", False):
             raise precondition_failed(
                 f"stream queue '{self.name}' in vhost '{self.host.name}' requires manual acknowledgement"
             )
-        if not getattr(consumer, "prefetch", 1) and not getattr(consumer, "global_prefetch", 0):
+        if (
+            not getattr(consumer, "prefetch", 1)
+            and not getattr(consumer, "global_prefetch", 0)
+            and not getattr(consumer, "credit_window", False)
+        ):
             raise precondition_failed(
                 f"consumer prefetch count is not set for stream queue '{self.name}' in vhost "
                 f"'{self.host.name}'"
@@ -325,18 +333,27 @@ class StreamQueue(Queue):
         super().remove_consumer(consumer)
 
     def _dispatch(self) -> None:
-        """Each consumer reads on from its own position, within its prefetch window."""
+        """Each consumer reads on from its own position, within its prefetch window,
+        skipping what its selector turns down (:data:`SCAN_BUDGET` at a time)."""
         for consumer in list(self.consumers):
             cursor = self._cursors.get(consumer)
             if cursor is None or cursor.waiting:
                 continue
             limit = self.next_offset if cursor.end is None else min(cursor.end, self.next_offset)
+            selector = consumer.selector
+            budget = SCAN_BUDGET
             while cursor.next < limit and consumer.can_accept():
                 offset = cursor.next
                 message = self._read(cursor)
                 if message is None:  # on its way from the store
                     break
                 cursor.next += 1
+                if selector is not None and not selector.matches(message_lookup(message)):
+                    budget -= 1
+                    if budget <= 0:
+                        self.timers.arm("filter-scan", 0, self._resume_scan)
+                        break
+                    continue
                 entry = QueuedMessage(message, offset + 1)
                 entry.state = UNACKED
                 entry.delivery_count = 1
@@ -345,6 +362,11 @@ class StreamQueue(Queue):
             if cursor.end is not None and cursor.next >= cursor.end:
                 self.remove_consumer(consumer)
                 consumer.cancel_by_broker()
+
+    def _resume_scan(self) -> None:
+        self.timers.fired("filter-scan")
+        if not self.deleted:
+            self._dispatch()
 
     def delivery_headers(self, entry: QueuedMessage) -> tuple[tuple[str, int], ...]:
         """Every delivery carries its offset as ``x-stream-offset`` (RabbitMQ)."""

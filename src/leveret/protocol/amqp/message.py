@@ -225,14 +225,15 @@ def content_header(message: Message) -> bytes:
     if message.format is AMQP and not message.deaths:
         return message.encoded
     header = message.rendered
-    if header is None:
+    if type(header) is not bytes:  # None, or another adapter's cache (AMQP 1.0's)
         if message.format is AMQP:
             header = message.encoded
         else:  # NEUTRAL, or another protocol's message
             header = encode_properties(message.properties, len(message.body))
         if message.deaths:
             header = _render_deaths(header, message.deaths, len(message.body))
-        message.rendered = header
+        if message.rendered is None:
+            message.rendered = header
     return header
 
 

@@ -78,6 +78,10 @@ MIN_PEER_IDLE_TIME_OUT = 1000
 MECHANISMS = ("PLAIN", "ANONYMOUS")
 #: RabbitMQ 4's ``anonymous_login_user``/``anonymous_login_pass``.
 ANONYMOUS_USER = ("guest", "guest")
+#: The RabbitMQ version the open frame announces (as product ``RabbitMQ``): the RabbitMQ 4
+#: model leveret follows, which rabbitmq-amqp-python-client checks (leveret's own version
+#: is in the ``information`` property).
+RABBITMQ_VERSION = "4.2.0"
 #: The broker's container-id (RabbitMQ 4 sends its node name, ``rabbit@host``).
 CONTAINER_ID = f"leveret@{platform.node() or 'localhost'}"
 OFFERED_CAPABILITIES = (Symbol("LINK_PAIR_V1_0"), Symbol("ANONYMOUS-RELAY"))
@@ -295,8 +299,12 @@ class Amqp10Connection(AdapterConnection):
                 idle_time_out=IDLE_TIME_OUT,
                 offered_capabilities=OFFERED_CAPABILITIES,
                 properties={
-                    Symbol("product"): "leveret",
-                    Symbol("version"): __version__,
+                    # rabbitmq-amqp-python-client refuses a server whose product is
+                    # not RabbitMQ or whose version is below 4.0.0, and enables its
+                    # stream and SQL filter options by version (4.1.0, 4.2.0).
+                    Symbol("product"): "RabbitMQ",
+                    Symbol("version"): RABBITMQ_VERSION,
+                    Symbol("information"): f"leveret {__version__}",
                     Symbol("platform"): "Python",
                 },
             )

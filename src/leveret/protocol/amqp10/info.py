@@ -77,8 +77,16 @@ def link_facts(link: Any) -> LinkFacts:
         max_message_size=attach.max_message_size or None,  # 0 or none: unlimited (§2.7.3)
         queue=queue.name if queue is not None else "",
         send_settled=bool(getattr(link, "no_ack", attach.snd_settle_mode == perf.SND_SETTLED)),
-        filters=_filters(source.filter if isinstance(source, perf.Source) else None),
+        filters=_filters(_applied_filters(link, source)),
     )
+
+
+def _applied_filters(link: Any, source: Any) -> dict[Any, Any] | None:
+    """The filters in place: those the broker echoed (RabbitMQ 4 shows the effective
+    filter), else the client's."""
+    if hasattr(link, "echoed_filter"):
+        return link.echoed_filter
+    return source.filter if isinstance(source, perf.Source) else None
 
 
 def _source_address(link: Any, source: Any) -> str | None:

@@ -18,7 +18,9 @@ is settled (``disposition``, ``settled``) once it is safe, as a publisher confir
 
 Outgoing (the client is the receiver): a source ``/queues/:queue``; each delivery takes
 one credit (§2.6.7), ``drain`` uses the rest up when the queue has nothing more. The
-client settles with an outcome (RabbitMQ 4's mapping):
+source's filters (JMS selector, AMQP filter expressions, stream offset and filter
+values: :mod:`.filters`) become the consumer's selector and arguments. The client
+settles with an outcome (RabbitMQ 4's mapping):
 
 - ``accepted``: acknowledged;
 - ``rejected``: dead-lettered (reason ``rejected``, ``x-death``), or dropped;
@@ -33,6 +35,7 @@ their queue, redelivered.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -43,7 +46,9 @@ from ...core.publish import REPLY_TO_PREFIX, Publisher
 from ...core.queues import Queue, QueuedMessage
 from . import errors as e, performatives as perf
 from .address import Address, parse
-from .message import address_fields, decode_transfer, delivery_delay, encode_transfer
+from .delivery_annotations import with_annotations
+from .filters import source_filters
+from .message import address_fields, annotated, decode_transfer, delivery_delay, encode_transfer
 from .reply_to import ReplyToLink, wants_reply_to
 from .types import DecodeError
 
@@ -349,6 +354,8 @@ class OutgoingLink:
     exclusive = False
     prefetch = 0
     priority = 0
+    #: its window is the link credit (a stream queue needs no prefetch for it)
+    credit_window = True
     __slots__ = (
         "arguments",
         "attach",
@@ -358,6 +365,7 @@ class OutgoingLink:
         "delivery_count",
         "detaching",
         "drain",
+        "echoed_filter",
         "examined",
         "handle",
         "name",
@@ -395,7 +403,21 @@ class OutgoingLink:
             raise e.LinkFault(e.INVALID_FIELD, "a source needs an address")
         self.temporary = False
         self.queue = self._source_queue(parse(source.address, as_source=True))
-        self.queue.prepare_consumer(self)
+        try:
+            filters = source_filters(
+                source.filter,
+                stream=self.queue.type_name == "stream",
+                now=session.connection.core.clock.time(),
+            )
+            self.selector = filters.selector
+            self.arguments = filters.arguments
+            #: the filters applied, echoed in the attach (§3.5.3)
+            self.echoed_filter = filters.echoed
+            self.queue.prepare_consumer(self)
+        except (e.LinkFault, BrokerError):
+            if self.temporary:
+                _core_session(session).vhost.delete_queue(self.queue.name)
+            raise
         #: AMQP 1.0's share of the delivery counters of this queue's type
         self.counted = session.connection.core.metrics.amqp10.of_queue_type(self.queue.type_name)
         self.consuming = False
@@ -421,8 +443,11 @@ class OutgoingLink:
         return 0
 
     def attached(self) -> None:
-        """Answer the attach (the broker as sender), then wait for credit."""
+        """Answer the attach (the broker as sender, the source with the filters
+        applied), then wait for credit."""
         attach = self.attach
+        source = attach.source
+        assert isinstance(source, perf.Source)  # checked when the link was made
         self.session.send(
             perf.Attach(
                 name=attach.name,
@@ -430,7 +455,7 @@ class OutgoingLink:
                 role=perf.ROLE_SENDER,
                 snd_settle_mode=perf.SND_SETTLED if self.no_ack else perf.SND_UNSETTLED,
                 rcv_settle_mode=perf.RCV_FIRST,
-                source=attach.source,
+                source=dataclasses.replace(source, filter=self.echoed_filter),
                 target=attach.target,
                 initial_delivery_count=0,
                 max_message_size=MAX_MESSAGE_SIZE,
@@ -456,6 +481,9 @@ class OutgoingLink:
         if entry.expires_at:
             ttl_left = max(0, int((entry.expires_at - session.connection.core.clock.time()) * 1000))
         payload = encode_transfer(message, max(0, entry.delivery_count - 1), not entry.redelivered, ttl_left)
+        extra = self.queue.delivery_headers(entry)
+        if extra:  # a stream's x-stream-offset, as a message annotation (RabbitMQ 4)
+            payload = with_annotations(payload, extra)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _UINT
         counters = self.queue.counters
@@ -497,10 +525,18 @@ class OutgoingLink:
 
     def settle(self, delivery_id: int, state: Any) -> Queue | None:
         """The client settled delivery ``delivery_id`` with ``state`` (see the module
-        doc); returns the queue to drain."""
-        entry = self.unsettled.pop(delivery_id, None)
+        doc); returns the queue to drain. A ``modified`` outcome's message annotations
+        go into the message for its next deliveries (§3.4.5); keys not starting with
+        ``x-`` end the session with ``amqp:invalid-field``, as RabbitMQ 4 ends it."""
+        entry = self.unsettled.get(delivery_id)
         if entry is None:
             return None
+        if isinstance(state, perf.Modified) and state.message_annotations:
+            try:
+                entry.message = annotated(entry.message, state.message_annotations)
+            except DecodeError as exc:
+                raise e.SessionFault(exc.condition, str(exc)) from None
+        del self.unsettled[delivery_id]
         queue = self.queue
         if state is None or isinstance(state, perf.Accepted):
             queue.ack(entry)

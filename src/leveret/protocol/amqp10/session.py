@@ -24,6 +24,7 @@ from ...core.connections import ChannelFacts, ConsumerFacts
 from ...core.errors import BrokerError
 from . import errors as e, performatives as perf
 from .links import IncomingLink, OutgoingLink, attach_link
+from .management_link import ResponseLink, management_link
 from .reply_to import ReplyToLink
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class Amqp10Session:
         self._window_left = INCOMING_WINDOW
         self.handle_max = min(begin.handle_max, HANDLE_MAX)
         #: Links by handle (the broker uses the client's handle numbers as its own).
-        self.links: dict[int, IncomingLink | OutgoingLink | ReplyToLink] = {}
+        self.links: dict[int, IncomingLink | OutgoingLink | ReplyToLink | ResponseLink] = {}
         #: Delivery id -> the outgoing link of each delivery the client has not settled.
         self.unsettled: dict[int, OutgoingLink] = {}
         self.next_delivery_id = 0
@@ -174,7 +175,7 @@ class Amqp10Session:
         except e.SessionFault as exc:
             self.end_with(exc)
 
-    def _link(self, handle: int | None) -> IncomingLink | OutgoingLink | ReplyToLink | None:
+    def _link(self, handle: int | None) -> IncomingLink | OutgoingLink | ReplyToLink | ResponseLink | None:
         """The link on ``handle``; None for one the broker detached (what the client
         sent before it saw the detach is dropped)."""
         link = self.links.get(handle) if handle is not None else None
@@ -256,7 +257,7 @@ class Amqp10Session:
                 e.NOT_ALLOWED, f"handle {attach.handle} is above handle-max {self.handle_max}"
             )
         try:
-            link = attach_link(self, attach)
+            link = management_link(self, attach) or attach_link(self, attach)
         except e.LinkFault as exc:
             self._refuse_attach(attach, exc)
             return
@@ -298,7 +299,9 @@ class Amqp10Session:
         link.release()
         self.send(perf.Detach(detach.handle, detach.closed))
 
-    def detach_with(self, link: IncomingLink | OutgoingLink | ReplyToLink, fault: e.Fault) -> None:
+    def detach_with(
+        self, link: IncomingLink | OutgoingLink | ReplyToLink | ResponseLink, fault: e.Fault
+    ) -> None:
         """Detach ``link`` (closed) with an error; the client's detach is then only
         acknowledged."""
         if self.links.get(link.handle) is not link:

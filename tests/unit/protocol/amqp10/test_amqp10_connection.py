@@ -354,3 +354,22 @@ def test_direct_reply_to_address(client: Client, core: BrokerCore) -> None:
     assert [(t.handle, t.settled) for t in transfers] == [(1, True)]
     client.send(perf.Detach(1, True))
     assert core.vhosts.get("/").reply_consumers == {}
+
+
+def test_modified_annotations_go_into_the_message(client: Client, core: BrokerCore) -> None:
+    _declare(core, "q")
+    _ready(client)
+    client.attach_sender("/queues/q", settled=True)
+    client.transfer(0, 0, message_payload(b"m"), settled=True)
+    client.attach_receiver("/queues/q")
+    client.flow(1, 1)
+    client.bodies()
+    modified = perf.Modified(False, False, {"x-opt-reason": "retry later"})
+    client.send(perf.Disposition(perf.ROLE_RECEIVER, 0, None, True, modified))
+    client.flow(1, 1, delivery_count=1)
+    (frame,) = [item for item in client.received() if isinstance(item.body, perf.Transfer)]
+    assert b"x-opt-reason" in frame.payload and b"retry later" in frame.payload
+    client.send(perf.Disposition(perf.ROLE_RECEIVER, 1, None, True, perf.Modified(False, False, {"bad": 1})))
+    (end,) = client.bodies()
+    assert isinstance(end, perf.End) and end.error.condition == "amqp:invalid-field"
+    assert core.vhosts.get("/").queues["q"].message_count == 1  # the delivery went back

@@ -15,7 +15,8 @@ from leveret.protocol.amqp10.links import LINK_CREDIT, MAX_MESSAGE_SIZE
 from leveret.protocol.amqp10.session import INCOMING_WINDOW
 from leveret.protocol.amqp10.types import Described, Symbol, ULong
 
-PROPERTIES_FILTER = ULong(0x0000468C00000003)  # RabbitMQ's properties filter (a code)
+SELECTOR_FILTER = ULong(0x0000468C00000004)  # the JMS selector filter, by its code
+NO_LOCAL_FILTER = ULong(0x0000468C00000003)  # not applied by leveret: not shown
 
 
 def _queue(core: BrokerCore, name: str) -> None:
@@ -41,8 +42,9 @@ def test_a_session_shows_its_windows_and_its_links_as_they_change(client: Client
             perf.Source(
                 "/queues/q",
                 filter={
-                    Symbol("sql"): Described(Symbol("apache.org:selector-filter:string"), "n > 1"),
-                    Symbol("props"): Described(PROPERTIES_FILTER, {Symbol("subject"): "complaint"}),
+                    Symbol("sql"): Described(Symbol("amqp:sql-filter"), "n IS NULL"),
+                    Symbol("selector"): Described(SELECTOR_FILTER, "JMSType IS NULL"),
+                    Symbol("no-local"): Described(NO_LOCAL_FILTER, []),
                 },
             ),
             perf.Target(),
@@ -73,13 +75,9 @@ def test_a_session_shows_its_windows_and_its_links_as_they_change(client: Client
     assert (outgoing.delivery_count, outgoing.credit) == (2, 3)
 
     row = session_row(session)
-    assert row["outgoing_links"][0]["filter"] == [
-        {"name": "sql", "descriptor": "apache.org:selector-filter:string", "value": "n > 1"},
-        {
-            "name": "props",
-            "descriptor": PROPERTIES_FILTER,
-            "value": [{"key": "subject", "value": "complaint"}],
-        },
+    assert row["outgoing_links"][0]["filter"] == [  # the filters in place (RabbitMQ 4's)
+        {"name": "sql", "descriptor": "amqp:sql-filter", "value": "n IS NULL"},
+        {"name": "selector", "descriptor": SELECTOR_FILTER, "value": "JMSType IS NULL"},
     ]
     assert row["incoming_links"][0]["snd_settle_mode"] == "unsettled"
 
