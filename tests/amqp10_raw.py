@@ -128,3 +128,23 @@ class RawAmqp10:
     def begin(self, channel: int = 0) -> perf.Begin:
         self.send_frame(perf.Begin(next_outgoing_id=0, incoming_window=1000, outgoing_window=1000), channel)
         return self.read_body(perf.Begin)
+
+    def attach_sender(self, target: str, name: str = "l", handle: int = 0) -> None:
+        """Attach a link the client sends on to the ``target`` address (no answer read)."""
+        self.send_frame(
+            perf.Attach(
+                name=name,
+                handle=handle,
+                role=perf.ROLE_SENDER,
+                source=perf.Source(address="s"),
+                target=perf.Target(address=target),
+                initial_delivery_count=0,
+            )
+        )
+
+    def sender(self, target: str, name: str = "l", handle: int = 0) -> perf.Flow:
+        """:meth:`attach_sender`, then read the broker's attach; returns its flow (the
+        credit it grants)."""
+        self.attach_sender(target, name, handle)
+        self.read_body(perf.Attach)
+        return self.read_body(perf.Flow)
