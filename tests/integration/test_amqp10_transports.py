@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pika
@@ -354,8 +355,16 @@ def declare(broker, queue: str) -> None:
         connection.channel().queue_declare(queue)
 
 
-def facts_of_the_one(broker) -> object:
-    [(name, facts)] = wait_listed(broker, 1)
+def tls_login_facts(broker, domain: SSLDomain, **login) -> Any:
+    """Connect over amqps://localhost:PORT with proton's blocking API and ``login``; the
+    broker's facts of that connection (the one listed, named ``... (TLS)``)."""
+    connection = BlockingConnection(
+        f"amqps://localhost:{broker.amqps_port}", ssl_domain=domain, timeout=10, **login
+    )
+    try:
+        [(name, facts)] = wait_listed(broker, 1)
+    finally:
+        connection.close()
     assert name.endswith(f"127.0.0.1:{broker.amqps_port} (TLS)")
     return facts
 
@@ -363,20 +372,9 @@ def facts_of_the_one(broker) -> object:
 def test_proton_over_tls_with_plain_and_amqp_0_9_1_on_the_same_port(files):
     with tls_broker(files) as broker:
         declare(broker, "tls")
-        listed: list = []
-        connection = BlockingConnection(
-            f"amqps://localhost:{broker.amqps_port}",
-            ssl_domain=ssl_domain(files, False),
-            timeout=10,
-            user="guest",
-            password="guest",
-            allowed_mechs="PLAIN",
+        facts = tls_login_facts(
+            broker, ssl_domain(files, False), user="guest", password="guest", allowed_mechs="PLAIN"
         )
-        try:
-            listed.append(facts_of_the_one(broker))
-        finally:
-            connection.close()
-        facts = listed[0]
         assert facts.ssl and facts.user == "guest" and facts.auth_mechanism == "PLAIN"
         proton_round_trip(
             broker.amqps_port,
@@ -401,18 +399,7 @@ def test_a_client_certificate_logs_in_with_external(files, login_from, name):
         broker.call(broker.broker.core.add_user, User(name))  # no password: the certificate is it
         broker.call(broker.broker.core.set_permission, name, "/", Permission())
         declare(broker, "cert")
-        listed: list = []
-        connection = BlockingConnection(
-            f"amqps://localhost:{broker.amqps_port}",
-            ssl_domain=ssl_domain(files, True),
-            timeout=10,
-            allowed_mechs="EXTERNAL",
-        )
-        try:
-            listed.append(facts_of_the_one(broker))
-        finally:
-            connection.close()
-        facts = listed[0]
+        facts = tls_login_facts(broker, ssl_domain(files, True), allowed_mechs="EXTERNAL")
         assert facts.user == name and facts.auth_mechanism == "EXTERNAL" and facts.ssl
         proton_round_trip(broker.amqps_port, ssl_domain(files, True), "cert", allowed_mechs="EXTERNAL")
         # with a certificate, PLAIN still logs in as the user it names
