@@ -33,6 +33,7 @@ import pika
 import pytest
 from certificates import CLIENT_DN, pem_files
 from paho.mqtt.enums import CallbackAPIVersion
+from websocket_cap import status_past_cap
 from websocket_raw import frame_head, upgraded
 
 from leveret import BlockingBroker
@@ -262,22 +263,9 @@ def test_a_websocket_message_growing_past_the_prelogin_limit_is_refused_unread(b
 
 
 def test_the_http_port_cap_holds_web_mqtt_connections():
-    async def run(url: str) -> int:
-        async with aiohttp.ClientSession() as session:
-            first = await session.ws_connect(url, protocols=["mqtt"])
-            second = await session.ws_connect(url, protocols=["mqtt"])
-            try:
-                async with session.ws_connect(url, protocols=["mqtt"]):
-                    return 101
-            except aiohttp.WSServerHandshakeError as exc:
-                return exc.status
-            finally:
-                await first.close()
-                await second.close()
-
     with BlockingBroker(amqp_port=0, web_mqtt_port=0, http=HttpLimits(max_connections=2)) as broker:
         assert broker.web_mqtt_url
-        assert asyncio.run(run(broker.web_mqtt_url)) == 503
+        assert status_past_cap(broker.web_mqtt_url, "mqtt", 2) == 503
 
 
 # -- TLS --------------------------------------------------------------------------------
