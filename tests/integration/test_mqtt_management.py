@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pika
 import pytest
 from eventually import eventually
 from mqtt_ops_clients import V5, V311, Client
 from prometheus_client.parser import text_string_to_metric_families
-from servers import ServerProcess
+from servers import ServerProcess, ctl_rows as ctl
 from targets import Target, unique
 
 from leveret import BlockingBroker
@@ -162,13 +159,6 @@ def test_deleting_the_vhost_disconnects_its_mqtt_clients(broker, api):
 
 
 # -- leveret ctl ------------------------------------------------------------------
-def ctl(data: Path, *args: str) -> list[list[str]]:
-    command = [sys.executable, "-m", "leveret", "ctl", "--data-dir", str(data), "-q", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
-    assert result.returncode == 0, result.stderr
-    return [line.split("\t") for line in result.stdout.splitlines()[1:]]
-
-
 def test_ctl_lists_and_closes_mqtt_connections(tmp_path):
     server = ServerProcess(tmp_path / "data")
     try:
