@@ -42,8 +42,7 @@ def broker() -> Iterator[BlockingBroker]:
 
 @pytest.fixture(scope="module")
 def api(broker: BlockingBroker) -> Target:
-    http_port = int(str(broker.http_url).rsplit(":", 1)[1].rstrip("/"))
-    return Target("leveret", "127.0.0.1", broker.amqp_port, http_port)
+    return Target.of(broker)
 
 
 def client_id() -> str:
@@ -232,8 +231,7 @@ def test_an_mqtt_publisher_is_not_read_during_a_resource_alarm(tmp_path):
     # A limit above any real disk's free space raises the disk alarm at once.
     with BlockingBroker(amqp_port=0, mqtt_port=0, http_port=0, data_dir=str(tmp_path),
                         disk_free_limit=10**18) as broker:
-        http_port = int(str(broker.http_url).rsplit(":", 1)[1].rstrip("/"))
-        api = Target("leveret", "127.0.0.1", broker.amqp_port, http_port)
+        api = Target.of(broker)
         amqp = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
         channel = amqp.channel()
         channel.queue_declare("alarmed", durable=True)
