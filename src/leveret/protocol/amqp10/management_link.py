@@ -214,10 +214,6 @@ class RequestLink(IncomingLink):
         self.credit = REQUEST_CREDIT
         self.session.send_flow(self.handle, self.delivery_count, self.credit)
 
-    def flow(self, flow: perf.Flow) -> None:
-        if flow.echo:
-            self.session.send_flow(self.handle, self.delivery_count, self.credit)
-
     def transfer(self, transfer: perf.Transfer, payload: bytes) -> None:
         if self.parts is None:
             self.delivery_id = self.take_credit(transfer)
