@@ -29,8 +29,8 @@ from amqp10_tls_rabbitmq import TlsRabbitMQ, rabbitmq_installed
 from certificates import CLIENT_DN, pem_files
 from proton import Message, SSLDomain
 from proton.utils import BlockingConnection
-from websocket_cap import status_past_cap
 from websocket_raw import frame_head, upgraded
+from websocket_upgrade import upgrade_status
 
 from leveret import BlockingBroker
 from leveret.config import Settings, load
@@ -237,20 +237,12 @@ def test_an_operator_closing_the_connection_reaches_the_websocket_client(broker)
 def test_the_http_port_cap_holds_web_amqp_connections():
     with BlockingBroker(amqp_port=0, web_amqp_port=0, http=HttpLimits(max_connections=2)) as broker:
         assert broker.web_amqp_url
-        assert status_past_cap(broker.web_amqp_url, "amqp", 2) == 503
+        assert upgrade_status(broker.web_amqp_url, ["amqp"], held=2) == 503
 
 
 @pytest.mark.parametrize("asked", [["mqtt"], [], ["AMQPWSB10", "binary"]])
 def test_an_upgrade_without_the_amqp_subprotocol_is_refused_with_400(broker, asked):
-    async def upgrade(url: str) -> int:
-        async with aiohttp.ClientSession() as session:
-            try:
-                async with session.ws_connect(url, protocols=asked):
-                    return 101
-            except aiohttp.WSServerHandshakeError as exc:
-                return exc.status
-
-    assert asyncio.run(upgrade(broker.web_amqp_url)) == 400
+    assert upgrade_status(broker.web_amqp_url, asked) == 400
 
 
 def test_a_text_message_closes_the_websocket_with_1003(broker):

@@ -33,8 +33,8 @@ import pika
 import pytest
 from certificates import CLIENT_DN, pem_files
 from paho.mqtt.enums import CallbackAPIVersion
-from websocket_cap import status_past_cap
 from websocket_raw import frame_head, upgraded
+from websocket_upgrade import upgrade_status
 
 from leveret import BlockingBroker
 from leveret.config import ConfigError, Settings, load
@@ -210,15 +210,7 @@ def test_packets_split_over_messages_and_packed_into_one(broker):
 
 @pytest.mark.parametrize("asked", [["v12.stomp"], [], ["mqtt5", "wamp"]])
 def test_an_upgrade_without_the_mqtt_subprotocol_is_refused_with_400(broker, asked):
-    async def upgrade(url: str) -> int:
-        async with aiohttp.ClientSession() as session:
-            try:
-                async with session.ws_connect(url, protocols=asked):
-                    return 101
-            except aiohttp.WSServerHandshakeError as exc:
-                return exc.status
-
-    assert asyncio.run(upgrade(broker.web_mqtt_url)) == 400
+    assert upgrade_status(broker.web_mqtt_url, asked) == 400
 
 
 def test_mqttv31_subprotocol_is_accepted_and_a_text_message_closes(broker):
@@ -265,7 +257,7 @@ def test_a_websocket_message_growing_past_the_prelogin_limit_is_refused_unread(b
 def test_the_http_port_cap_holds_web_mqtt_connections():
     with BlockingBroker(amqp_port=0, web_mqtt_port=0, http=HttpLimits(max_connections=2)) as broker:
         assert broker.web_mqtt_url
-        assert status_past_cap(broker.web_mqtt_url, "mqtt", 2) == 503
+        assert upgrade_status(broker.web_mqtt_url, ["mqtt"], held=2) == 503
 
 
 # -- TLS --------------------------------------------------------------------------------
