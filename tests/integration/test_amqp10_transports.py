@@ -49,6 +49,8 @@ from leveret.server.http_limits import HttpLimits
 from leveret.server.tls import TLSOptions
 
 JS = Path(__file__).resolve().parent.parent / "js"
+#: proton's login as guest with SASL PLAIN.
+GUEST_PLAIN = {"user": "guest", "password": "guest", "allowed_mechs": "PLAIN"}
 LISTED_TIMEOUT = 5.0  # seconds to wait for a connection to show (or go) in the broker
 
 
@@ -352,18 +354,9 @@ def tls_login_facts(broker, domain: SSLDomain, **login) -> Any:
 def test_proton_over_tls_with_plain_and_amqp_0_9_1_on_the_same_port(files):
     with tls_broker(files) as broker:
         declare(broker, "tls")
-        facts = tls_login_facts(
-            broker, ssl_domain(files, False), user="guest", password="guest", allowed_mechs="PLAIN"
-        )
+        facts = tls_login_facts(broker, ssl_domain(files, False), **GUEST_PLAIN)
         assert facts.ssl and facts.user == "guest" and facts.auth_mechanism == "PLAIN"
-        proton_round_trip(
-            broker.amqps_port,
-            ssl_domain(files, False),
-            "tls",
-            user="guest",
-            password="guest",
-            allowed_mechs="PLAIN",
-        )
+        proton_round_trip(broker.amqps_port, ssl_domain(files, False), "tls", **GUEST_PLAIN)
         # AMQP 0-9-1 still speaks there (the protocol headers tell them apart)
         context = ssl.create_default_context(cafile=files["ca"])
         parameters = pika.ConnectionParameters(
@@ -383,14 +376,7 @@ def test_a_client_certificate_logs_in_with_external(files, login_from, name):
         assert facts.user == name and facts.auth_mechanism == "EXTERNAL" and facts.ssl
         proton_round_trip(broker.amqps_port, ssl_domain(files, True), "cert", allowed_mechs="EXTERNAL")
         # with a certificate, PLAIN still logs in as the user it names
-        proton_round_trip(
-            broker.amqps_port,
-            ssl_domain(files, True),
-            "cert",
-            user="guest",
-            password="guest",
-            allowed_mechs="PLAIN",
-        )
+        proton_round_trip(broker.amqps_port, ssl_domain(files, True), "cert", **GUEST_PLAIN)
 
 
 def sasl_exchange(files, port: int, certificate: bool, mechanism: str | None) -> list:
