@@ -66,3 +66,15 @@ def drain_or_echo(link: Any, drain: bool, echo: bool, available: int) -> None:
         link.session.send_flow(link.handle, link.delivery_count, 0, 0, True)
     elif echo:
         link.session.send_flow(link.handle, link.delivery_count, link.credit, available)
+
+
+def send_settled(link: Any, payload: bytes) -> None:
+    """Send ``payload`` (a message's encoded sections) on ``link`` as one delivery, settled
+    (at most once), with the session's next delivery id; it uses one of the link's credit
+    (the caller checked there is one)."""
+    link.credit -= 1
+    link.delivery_count = (link.delivery_count + 1) % SERIAL
+    session = link.session
+    delivery_id = session.next_delivery_id
+    session.next_delivery_id = (delivery_id + 1) % SERIAL
+    session.send_transfer(link.handle, delivery_id, True, payload)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.core.errors import AccessRefused
 
 from . import errors as e, performatives as perf
-from .credit import answer_attach, drain_or_echo, flow_credit
+from .credit import answer_attach, drain_or_echo, flow_credit, send_settled
 from .links import MAX_MESSAGE_SIZE, IncomingLink
 from .management import (
     MANAGEMENT_ADDRESS,
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 
 #: Requests the broker lets a client send before it renews the credit (RabbitMQ 4's 8).
 REQUEST_CREDIT = 8
-_UINT = 2**32
 
 
 def respond(session: Any, payload: bytes) -> bytes:
@@ -133,12 +132,7 @@ class ResponseLink:
     def _send_waiting(self) -> None:
         session = self.session
         while self.waiting and self.credit > 0 and session.remote_incoming_window > 0 and not self.detaching:
-            payload = self.waiting.popleft()
-            delivery_id = session.next_delivery_id
-            session.next_delivery_id = (delivery_id + 1) % _UINT
-            self.credit -= 1
-            self.delivery_count = (self.delivery_count + 1) % _UINT
-            session.send_transfer(self.handle, delivery_id, True, payload)
+            send_settled(self, self.waiting.popleft())
 
     def flow(self, flow: perf.Flow) -> None:
         """The client's credit (§2.6.7); ``drain`` uses up what no response fills."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ...core.publish import REPLY_TO_PREFIX
 from . import performatives as perf
-from .credit import answer_attach, drain_or_echo, flow_credit
+from .credit import answer_attach, drain_or_echo, flow_credit, send_settled
 from .message import encode_transfer
 from .types import Symbol
 
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from .session import Amqp10Session
 
 VOLATILE_QUEUE = "rabbitmq:volatile-queue"
-_UINT = 2**32
 
 
 def wants_reply_to(source: object) -> bool:
@@ -93,12 +92,7 @@ class ReplyToLink:
         if self.credit <= 0 or not self.session.connection.writable:
             self.dropped += 1
             return
-        self.credit -= 1
-        self.delivery_count = (self.delivery_count + 1) % _UINT
-        session = self.session
-        delivery_id = session.next_delivery_id
-        session.next_delivery_id = (delivery_id + 1) % _UINT
-        session.send_transfer(self.handle, delivery_id, True, encode_transfer(entry.message, 0, True, None))
+        send_settled(self, encode_transfer(entry.message, 0, True, None))
 
     def flow(self, flow: perf.Flow) -> None:
         """The client's credit (§2.6.7); ``drain`` uses up what no reply fills."""
