@@ -29,7 +29,7 @@ from amqp10_tls_rabbitmq import TlsRabbitMQ, rabbitmq_installed
 from certificates import CLIENT_DN, pem_files
 from proton import Message, SSLDomain
 from proton.utils import BlockingConnection
-from websocket_raw import frame_head, upgraded
+from websocket_raw import frame_head, read_until_closed, upgraded
 from websocket_upgrade import upgrade_status
 
 from leveret import BlockingBroker
@@ -274,18 +274,7 @@ def test_a_websocket_message_growing_past_the_prelogin_limit_is_refused_unread(b
         else:
             sock.sendall(frame_head(0x2, 10_000_000) + SASL_HEADER + init)
         sock.sendall(b"z" * 200_000)
-        closed, answer = False, b""
-        try:
-            while True:
-                data = sock.recv(65536)
-                if not data:
-                    closed = True
-                    break
-                answer += data
-        except ConnectionResetError:
-            closed = True
-        except TimeoutError:
-            pass
+        closed, answer = read_until_closed(sock)
     assert closed, "the connection was kept, waiting for the rest of the message"
     assert ok not in answer and AMQP_HEADER not in answer
 

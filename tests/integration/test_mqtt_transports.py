@@ -33,7 +33,7 @@ import pika
 import pytest
 from certificates import CLIENT_DN, pem_files
 from paho.mqtt.enums import CallbackAPIVersion
-from websocket_raw import frame_head, upgraded
+from websocket_raw import frame_head, read_until_closed, upgraded
 from websocket_upgrade import upgrade_status
 
 from leveret import BlockingBroker
@@ -238,18 +238,7 @@ def test_a_websocket_message_growing_past_the_prelogin_limit_is_refused_unread(b
         # one binary frame of 10 MB
         sock.sendall(frame_head(0x2, 10_000_000) + connect_packet("big"))
         sock.sendall(b"z" * 200_000)
-        closed, answer = False, b""
-        try:
-            while True:
-                data = sock.recv(65536)
-                if not data:
-                    closed = True
-                    break
-                answer += data
-        except ConnectionResetError:
-            closed = True
-        except TimeoutError:
-            pass
+        closed, answer = read_until_closed(sock)
     assert closed, "the connection was kept, waiting for the rest of the message"
     assert b"\x20\x02" not in answer  # no CONNACK
 
