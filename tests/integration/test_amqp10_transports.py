@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 import pika
 import pytest
+from amqp10_raw import plain_init
 from amqp10_tls_rabbitmq import TlsRabbitMQ, rabbitmq_installed
 from certificates import CLIENT_DN, pem_files
 from proton import Message, SSLDomain
@@ -52,11 +53,6 @@ JS = Path(__file__).resolve().parent.parent / "js"
 #: proton's login as guest with SASL PLAIN.
 GUEST_PLAIN = {"user": "guest", "password": "guest", "allowed_mechs": "PLAIN"}
 LISTED_TIMEOUT = 5.0  # seconds to wait for a connection to show (or go) in the broker
-
-
-def plain_response(user: str, password: str) -> bytes:
-    """SASL PLAIN's initial response (RFC 4616): authzid, authcid, password."""
-    return b"\0" + user.encode() + b"\0" + password.encode()
 
 
 def ws_port(url: str) -> int:
@@ -178,7 +174,7 @@ def test_sasl_and_open_split_over_messages_and_pipelined_in_one(broker):
             await ws.send_bytes(SASL_HEADER[:3])
             await ws.send_bytes(SASL_HEADER[3:])
             seen: list = [await client.next(), await client.body()]
-            init = encode_frame(perf.SaslInit("PLAIN", plain_response("guest", "guest")), type=TYPE_SASL)
+            init = plain_init()
             opening = encode_frame(perf.Open(container_id="raw-ws", hostname="localhost"))
             await ws.send_bytes(init + AMQP_HEADER + opening)
             seen += [await client.body(), await client.next(), await client.body()]
@@ -205,7 +201,7 @@ def test_sasl_and_open_split_over_messages_and_pipelined_in_one(broker):
 async def open_web_amqp(ws: aiohttp.ClientWebSocketResponse) -> WebAmqp:
     """SASL PLAIN as guest and open, pipelined in one message; the answers read."""
     client = WebAmqp(ws)
-    init = encode_frame(perf.SaslInit("PLAIN", plain_response("guest", "guest")), type=TYPE_SASL)
+    init = plain_init()
     await ws.send_bytes(SASL_HEADER + init + AMQP_HEADER + encode_frame(perf.Open(container_id="ws")))
     for _ in range(5):  # SASL header, mechanisms, outcome, AMQP header, open
         await client.next()
@@ -264,7 +260,7 @@ def test_a_websocket_message_growing_past_the_prelogin_limit_is_refused_unread(b
     64 KiB, not waited for."""
     ok = encode_frame(perf.SaslOutcome(perf.SASL_OK), type=TYPE_SASL)
     with upgraded(broker.web_amqp_url, "amqp") as sock:
-        init = encode_frame(perf.SaslInit("PLAIN", plain_response("guest", "guest")), type=TYPE_SASL)
+        init = plain_init()
         if after_sasl:  # one whole message (the mask key is zero: the payload as it is)
             sock.sendall(frame_head(0x2, len(SASL_HEADER + init)) + SASL_HEADER + init)
             got = b""
