@@ -46,9 +46,9 @@ from ...core.publish import REPLY_TO_PREFIX, Publisher
 from ...core.queues import Queue, QueuedMessage
 from . import errors as e, performatives as perf
 from .address import Address, parse
-from .credit import answer_attach, drain_or_echo, flow_credit
 from .delivery_annotations import with_annotations
 from .filters import source_filters
+from .link_common import answer_attach, drain_or_echo, flow_credit
 from .message import address_fields, annotated, decode_transfer, delivery_delay, encode_transfer
 from .reply_to import ReplyToLink, wants_reply_to
 from .types import DecodeError

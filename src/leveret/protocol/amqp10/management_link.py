@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.core.errors import AccessRefused
 
 from . import errors as e, performatives as perf
-from .credit import answer_attach, drain_or_echo, flow_credit, send_settled
+from .link_common import answer_attach, drain_or_echo, flow_credit, send_settled
 from .links import MAX_MESSAGE_SIZE, IncomingLink
 from .management import (
     MANAGEMENT_ADDRESS,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ...core.publish import REPLY_TO_PREFIX
 from . import performatives as perf
-from .credit import answer_attach, drain_or_echo, flow_credit, send_settled
+from .link_common import answer_attach, drain_or_echo, flow_credit, send_settled
 from .message import encode_transfer
 from .types import Symbol
 
