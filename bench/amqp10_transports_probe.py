@@ -30,16 +30,10 @@ from pathlib import Path
 
 import pika
 import trustme
+from brokers import proc_cpu_seconds
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 HERE = Path(__file__).resolve().parent
 CLIENT = HERE / "amqp10_transports_probe.mjs"
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of ``pid``, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def certificates(directory: Path) -> dict[str, str]:
@@ -156,12 +150,12 @@ def main() -> None:
                 if key not in found:
                     print(f"  {name:20} absent")
                     continue
-                cpu, wall = cpu_seconds(process.pid), time.perf_counter()
+                cpu, wall = proc_cpu_seconds(process.pid), time.perf_counter()
                 if transport == "pika":
                     error = pika_tls(int(found["amqps"]), queue, count, size, ca)
                 else:
                     error = rhea(transport, addresses[key], queue, count, size, ca)
-                wall, cpu = time.perf_counter() - wall, cpu_seconds(process.pid) - cpu
+                wall, cpu = time.perf_counter() - wall, proc_cpu_seconds(process.pid) - cpu
                 if error is not None:
                     print(f"  {name:20} absent ({error[:80]})")
                     continue

@@ -24,6 +24,12 @@ from leveret.protocol.amqp10.frames import (
 )
 
 
+def plain_init(user: str = "guest", password: str = "guest") -> bytes:
+    """A sasl-init frame for SASL PLAIN (RFC 4616: authzid, authcid, password)."""
+    response = b"\0" + user.encode() + b"\0" + password.encode()
+    return encode_frame(perf.SaslInit("PLAIN", response), type=TYPE_SASL)
+
+
 class Closed(Exception):
     """The broker closed the socket."""
 
@@ -108,10 +114,9 @@ class RawAmqp10:
         assert header == ProtocolHeader(3), header
         self.read_body(perf.SaslMechanisms)
         if user is None:
-            init = perf.SaslInit("ANONYMOUS", b"")
+            self.send_frame(perf.SaslInit("ANONYMOUS", b""), type=TYPE_SASL)
         else:
-            init = perf.SaslInit("PLAIN", b"\0" + user.encode() + b"\0" + password.encode())
-        self.send_frame(init, type=TYPE_SASL)
+            self.send(plain_init(user, password))
         return self.read_body(perf.SaslOutcome)
 
     def open(self, user: str = "guest", password: str = "guest", **fields: Any) -> perf.Open:
@@ -128,3 +133,23 @@ class RawAmqp10:
     def begin(self, channel: int = 0) -> perf.Begin:
         self.send_frame(perf.Begin(next_outgoing_id=0, incoming_window=1000, outgoing_window=1000), channel)
         return self.read_body(perf.Begin)
+
+    def attach_sender(self, target: str, name: str = "l", handle: int = 0) -> None:
+        """Attach a link the client sends on to the ``target`` address (no answer read)."""
+        self.send_frame(
+            perf.Attach(
+                name=name,
+                handle=handle,
+                role=perf.ROLE_SENDER,
+                source=perf.Source(address="s"),
+                target=perf.Target(address=target),
+                initial_delivery_count=0,
+            )
+        )
+
+    def sender(self, target: str, name: str = "l", handle: int = 0) -> perf.Flow:
+        """:meth:`attach_sender`, then read the broker's attach; returns its flow (the
+        credit it grants)."""
+        self.attach_sender(target, name, handle)
+        self.read_body(perf.Attach)
+        return self.read_body(perf.Flow)

@@ -52,3 +52,12 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def ctl_rows(data_dir: Path, *args: str) -> list[list[str]]:
+    """``leveret ctl -q ARGS`` on the server of ``data_dir``, in a subprocess (30 s at the
+    most); a listing's rows under its header, split at tabs. It must exit 0."""
+    command = [sys.executable, "-m", "leveret", "ctl", "--data-dir", str(data_dir), "-q", *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr
+    return [line.split("\t") for line in result.stdout.splitlines()[1:]]

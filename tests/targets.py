@@ -36,6 +36,12 @@ class Target:
     def __init__(self, name: str, host: str, amqp_port: int, http_port: int) -> None:
         self.name, self.host, self.amqp_port, self.http_port = name, host, amqp_port, http_port
 
+    @classmethod
+    def of(cls, broker: Any) -> Target:
+        """An in-process BlockingBroker (leveret, with its HTTP port on)."""
+        http_port = int(str(broker.http_url).rsplit(":", 1)[1].rstrip("/"))
+        return cls("leveret", "127.0.0.1", broker.amqp_port, http_port)
+
     def url(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> str:
         quoted = urllib.parse.quote(vhost, safe="")
         return f"amqp://{user}:{password}@{self.host}:{self.amqp_port}/{quoted}"

@@ -32,3 +32,19 @@ def frame_head(opcode: int, length: int) -> bytes:
     """The head of a final client frame of ``length`` bytes (0x81 text, 0x82 binary),
     masked with a zero key: the payload follows as it is."""
     return bytes([0x80 | opcode, 0xFF]) + struct.pack(">Q", length) + b"\0\0\0\0"
+
+
+def read_until_closed(sock: socket.socket) -> tuple[bool, bytes]:
+    """What the broker sends on ``sock`` until it closes the connection (True) or goes
+    quiet for the socket's timeout (False), and whether it closed."""
+    answer = b""
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return True, answer
+            answer += data
+    except ConnectionResetError:
+        return True, answer
+    except TimeoutError:
+        return False, answer

@@ -253,25 +253,8 @@ def test_sender_to_a_missing_exchange(amqp10_broker: Amqp10Broker) -> None:
     with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
         raw.open()
         raw.begin()
-        target = perf.Target(address=amqp10_broker.exchange(unique("missing"), "k"))
-        raw.send_frame(
-            perf.Attach(
-                name="l",
-                handle=0,
-                role=perf.ROLE_SENDER,
-                source=perf.Source(address="s"),
-                target=target,
-                initial_delivery_count=0,
-            )
-        )
-        if amqp10_broker.name == "rabbitmq":
-            end = raw.read_body(perf.End)
-            assert end.error is not None and end.error.condition == "amqp:not-found"
-            return
-        attach = raw.read_body(perf.Attach)
-        assert attach.target is None
-        detach = raw.read_body(perf.Detach)
-        assert detach.closed and detach.error is not None and detach.error.condition == "amqp:not-found"
+        raw.attach_sender(amqp10_broker.exchange(unique("missing"), "k"))
+        expect_not_found(raw, amqp10_broker, "target")
 
 
 def test_receiver_from_a_missing_queue(amqp10_broker: Amqp10Broker) -> None:
@@ -286,14 +269,21 @@ def test_receiver_from_a_missing_queue(amqp10_broker: Amqp10Broker) -> None:
                 name="l", handle=0, role=perf.ROLE_RECEIVER, source=source, target=perf.Target(address="t")
             )
         )
-        if amqp10_broker.name == "rabbitmq":
-            end = raw.read_body(perf.End)
-            assert end.error is not None and end.error.condition == "amqp:not-found"
-            return
-        attach = raw.read_body(perf.Attach)
-        assert attach.source is None
-        detach = raw.read_body(perf.Detach)
-        assert detach.closed and detach.error is not None and detach.error.condition == "amqp:not-found"
+        expect_not_found(raw, amqp10_broker, "source")
+
+
+def expect_not_found(raw: RawAmqp10, amqp10_broker: Amqp10Broker, terminus: str) -> None:
+    """After an attach to a missing object: RabbitMQ 3.10 ends the session with
+    amqp:not-found; RabbitMQ 4 (leveret) answers the attach with a null ``terminus``
+    ("source" or "target") and detaches with amqp:not-found."""
+    if amqp10_broker.name == "rabbitmq":
+        end = raw.read_body(perf.End)
+        assert end.error is not None and end.error.condition == "amqp:not-found"
+        return
+    attach = raw.read_body(perf.Attach)
+    assert getattr(attach, terminus) is None
+    detach = raw.read_body(perf.Detach)
+    assert detach.closed and detach.error is not None and detach.error.condition == "amqp:not-found"
 
 
 # -- credit, drain, slow receivers -------------------------------------------------------
@@ -436,18 +426,7 @@ def test_one_megabyte_message_in_small_frames(amqp10_broker: Amqp10Broker) -> No
     with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
         raw.open(max_frame_size=65536)
         raw.begin()
-        raw.send_frame(
-            perf.Attach(
-                name="big",
-                handle=0,
-                role=perf.ROLE_SENDER,
-                source=perf.Source(address="s"),
-                target=perf.Target(address=amqp10_broker.queue(queue)),
-                initial_delivery_count=0,
-            )
-        )
-        raw.read_body(perf.Attach)
-        raw.read_body(perf.Flow)
+        raw.sender(amqp10_broker.queue(queue), "big")
         chunks = [encoded[i : i + 4000] for i in range(0, len(encoded), 4000)]
         for i, chunk in enumerate(chunks):
             transfer = perf.Transfer(
@@ -690,18 +669,7 @@ def test_detach_with_error_is_answered(amqp10_broker: Amqp10Broker) -> None:
     with RawAmqp10(amqp10_broker.host, amqp10_broker.port) as raw:
         raw.open()
         raw.begin()
-        raw.send_frame(
-            perf.Attach(
-                name="l",
-                handle=0,
-                role=perf.ROLE_SENDER,
-                source=perf.Source(address="s"),
-                target=perf.Target(address=amqp10_broker.queue(queue)),
-                initial_delivery_count=0,
-            )
-        )
-        raw.read_body(perf.Attach)
-        raw.read_body(perf.Flow)
+        raw.sender(amqp10_broker.queue(queue), "l")
         raw.send_frame(perf.Detach(handle=0, closed=True, error=perf.Error("amqp:internal-error", "bye")))
         detach = raw.read_body(perf.Detach)
         assert detach.handle == 0 and detach.error is None

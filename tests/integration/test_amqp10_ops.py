@@ -10,13 +10,10 @@ an AMQP 0-9-1 one (RabbitMQ 4's answers), an operator's close (HTTP ``DELETE`` a
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pika
 import pytest
@@ -25,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proton import Endpoint, Message, Timeout
 from proton.reactor import AtMostOnce, Selector
 from proton.utils import BlockingConnection, ConnectionClosed
-from servers import ServerProcess
+from servers import ServerProcess, ctl_rows as ctl
 from targets import Target
 
 from leveret import BlockingBroker
@@ -41,8 +38,7 @@ def broker() -> Iterator[BlockingBroker]:
 
 @pytest.fixture(scope="module")
 def api(broker: BlockingBroker) -> Target:
-    http_port = int(str(broker.http_url).rsplit(":", 1)[1].rstrip("/"))
-    return Target("leveret", "127.0.0.1", broker.amqp_port, http_port)
+    return Target.of(broker)
 
 
 def connect(port: int, container: str, user: str | None = "guest") -> BlockingConnection:
@@ -327,13 +323,6 @@ def test_a_user_sees_the_sessions_of_their_own_connections_only(broker, api):
         theirs.close()
         guests.close()
         api.http("DELETE", f"/api/users/{user}")
-
-
-def ctl(data: Path, *args: str) -> list[list[str]]:
-    command = [sys.executable, "-m", "leveret", "ctl", "--data-dir", str(data), "-q", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
-    assert result.returncode == 0, result.stderr
-    return [line.split("\t") for line in result.stdout.splitlines()[1:]]
 
 
 def test_ctl_lists_and_closes_amqp10_connections(tmp_path):

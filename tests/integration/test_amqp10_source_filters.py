@@ -237,18 +237,22 @@ def consume(
     return handler.got
 
 
+def stream_message(body: str, value: str | None, subject: str, k: int) -> RMessage:
+    """A message with the stream filter value ``value`` (none when None), ``subject`` and
+    the application property ``k``."""
+    return RMessage(
+        body=Converter.string_to_bytes(body),
+        annotations={"x-stream-filter-value": value} if value else {},
+        subject=subject,
+        application_properties={"k": k},
+    )
+
+
 def fill(rabbit: Any, name: str) -> None:
     """m0 … m3: filter values red, blue, none, red; subjects a … d; property k = i."""
     publisher = rabbit.publisher(f"/queues/{name}")
     for i, value in enumerate(["red", "blue", None, "red"]):
-        publisher.publish(
-            RMessage(
-                body=Converter.string_to_bytes(f"m{i}"),
-                annotations={"x-stream-filter-value": value} if value else {},
-                subject="abcd"[i],
-                application_properties={"k": i},
-            )
-        )
+        publisher.publish(stream_message(f"m{i}", value, "abcd"[i], i))
     publisher.close()
 
 
@@ -303,22 +307,8 @@ def test_stream_filters(rabbit, channel, filters, expected):
     name = queue(channel, stream=True)
     fill(rabbit, name)
     publisher = rabbit.publisher(f"/queues/{name}")
-    publisher.publish(
-        RMessage(
-            body=Converter.string_to_bytes("m4"),
-            annotations={"x-stream-filter-value": "green"},
-            subject="x",
-            application_properties={"k": 4},
-        )
-    )
-    publisher.publish(
-        RMessage(
-            body=Converter.string_to_bytes("m5-last"),
-            annotations={"x-stream-filter-value": "red"},
-            subject="e",
-            application_properties={"k": 5},
-        )
-    )
+    publisher.publish(stream_message("m4", "green", "x", 4))
+    publisher.publish(stream_message("m5-last", "red", "e", 5))
     publisher.close()
     assert consume(rabbit, name, OffsetSpecification.first, filters) == expected
 

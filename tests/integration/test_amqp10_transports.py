@@ -20,15 +20,18 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pika
 import pytest
+from amqp10_raw import plain_init
 from amqp10_tls_rabbitmq import TlsRabbitMQ, rabbitmq_installed
 from certificates import CLIENT_DN, pem_files
 from proton import Message, SSLDomain
 from proton.utils import BlockingConnection
-from websocket_raw import frame_head, upgraded
+from websocket_raw import frame_head, read_until_closed, upgraded
+from websocket_upgrade import upgrade_status
 
 from leveret import BlockingBroker
 from leveret.config import Settings, load
@@ -47,12 +50,9 @@ from leveret.server.http_limits import HttpLimits
 from leveret.server.tls import TLSOptions
 
 JS = Path(__file__).resolve().parent.parent / "js"
+#: proton's login as guest with SASL PLAIN.
+GUEST_PLAIN = {"user": "guest", "password": "guest", "allowed_mechs": "PLAIN"}
 LISTED_TIMEOUT = 5.0  # seconds to wait for a connection to show (or go) in the broker
-
-
-def plain_response(user: str, password: str) -> bytes:
-    """SASL PLAIN's initial response (RFC 4616): authzid, authcid, password."""
-    return b"\0" + user.encode() + b"\0" + password.encode()
 
 
 def ws_port(url: str) -> int:
@@ -174,7 +174,7 @@ def test_sasl_and_open_split_over_messages_and_pipelined_in_one(broker):
             await ws.send_bytes(SASL_HEADER[:3])
             await ws.send_bytes(SASL_HEADER[3:])
             seen: list = [await client.next(), await client.body()]
-            init = encode_frame(perf.SaslInit("PLAIN", plain_response("guest", "guest")), type=TYPE_SASL)
+            init = plain_init()
             opening = encode_frame(perf.Open(container_id="raw-ws", hostname="localhost"))
             await ws.send_bytes(init + AMQP_HEADER + opening)
             seen += [await client.body(), await client.next(), await client.body()]
@@ -201,7 +201,7 @@ def test_sasl_and_open_split_over_messages_and_pipelined_in_one(broker):
 async def open_web_amqp(ws: aiohttp.ClientWebSocketResponse) -> WebAmqp:
     """SASL PLAIN as guest and open, pipelined in one message; the answers read."""
     client = WebAmqp(ws)
-    init = encode_frame(perf.SaslInit("PLAIN", plain_response("guest", "guest")), type=TYPE_SASL)
+    init = plain_init()
     await ws.send_bytes(SASL_HEADER + init + AMQP_HEADER + encode_frame(perf.Open(container_id="ws")))
     for _ in range(5):  # SASL header, mechanisms, outcome, AMQP header, open
         await client.next()
@@ -233,35 +233,14 @@ def test_an_operator_closing_the_connection_reaches_the_websocket_client(broker)
 
 
 def test_the_http_port_cap_holds_web_amqp_connections():
-    async def run(url: str) -> int:
-        async with aiohttp.ClientSession() as session:
-            first = await session.ws_connect(url, protocols=["amqp"])
-            second = await session.ws_connect(url, protocols=["amqp"])
-            try:
-                async with session.ws_connect(url, protocols=["amqp"]):
-                    return 101
-            except aiohttp.WSServerHandshakeError as exc:
-                return exc.status
-            finally:
-                await first.close()
-                await second.close()
-
     with BlockingBroker(amqp_port=0, web_amqp_port=0, http=HttpLimits(max_connections=2)) as broker:
         assert broker.web_amqp_url
-        assert asyncio.run(run(broker.web_amqp_url)) == 503
+        assert upgrade_status(broker.web_amqp_url, ["amqp"], held=2) == 503
 
 
 @pytest.mark.parametrize("asked", [["mqtt"], [], ["AMQPWSB10", "binary"]])
 def test_an_upgrade_without_the_amqp_subprotocol_is_refused_with_400(broker, asked):
-    async def upgrade(url: str) -> int:
-        async with aiohttp.ClientSession() as session:
-            try:
-                async with session.ws_connect(url, protocols=asked):
-                    return 101
-            except aiohttp.WSServerHandshakeError as exc:
-                return exc.status
-
-    assert asyncio.run(upgrade(broker.web_amqp_url)) == 400
+    assert upgrade_status(broker.web_amqp_url, asked) == 400
 
 
 def test_a_text_message_closes_the_websocket_with_1003(broker):
@@ -281,7 +260,7 @@ def test_a_websocket_message_growing_past_the_prelogin_limit_is_refused_unread(b
     64 KiB, not waited for."""
     ok = encode_frame(perf.SaslOutcome(perf.SASL_OK), type=TYPE_SASL)
     with upgraded(broker.web_amqp_url, "amqp") as sock:
-        init = encode_frame(perf.SaslInit("PLAIN", plain_response("guest", "guest")), type=TYPE_SASL)
+        init = plain_init()
         if after_sasl:  # one whole message (the mask key is zero: the payload as it is)
             sock.sendall(frame_head(0x2, len(SASL_HEADER + init)) + SASL_HEADER + init)
             got = b""
@@ -291,18 +270,7 @@ def test_a_websocket_message_growing_past_the_prelogin_limit_is_refused_unread(b
         else:
             sock.sendall(frame_head(0x2, 10_000_000) + SASL_HEADER + init)
         sock.sendall(b"z" * 200_000)
-        closed, answer = False, b""
-        try:
-            while True:
-                data = sock.recv(65536)
-                if not data:
-                    closed = True
-                    break
-                answer += data
-        except ConnectionResetError:
-            closed = True
-        except TimeoutError:
-            pass
+        closed, answer = read_until_closed(sock)
     assert closed, "the connection was kept, waiting for the rest of the message"
     assert ok not in answer and AMQP_HEADER not in answer
 
@@ -354,8 +322,16 @@ def declare(broker, queue: str) -> None:
         connection.channel().queue_declare(queue)
 
 
-def facts_of_the_one(broker) -> object:
-    [(name, facts)] = wait_listed(broker, 1)
+def tls_login_facts(broker, domain: SSLDomain, **login) -> Any:
+    """Connect over amqps://localhost:PORT with proton's blocking API and ``login``; the
+    broker's facts of that connection (the one listed, named ``... (TLS)``)."""
+    connection = BlockingConnection(
+        f"amqps://localhost:{broker.amqps_port}", ssl_domain=domain, timeout=10, **login
+    )
+    try:
+        [(name, facts)] = wait_listed(broker, 1)
+    finally:
+        connection.close()
     assert name.endswith(f"127.0.0.1:{broker.amqps_port} (TLS)")
     return facts
 
@@ -363,29 +339,9 @@ def facts_of_the_one(broker) -> object:
 def test_proton_over_tls_with_plain_and_amqp_0_9_1_on_the_same_port(files):
     with tls_broker(files) as broker:
         declare(broker, "tls")
-        listed: list = []
-        connection = BlockingConnection(
-            f"amqps://localhost:{broker.amqps_port}",
-            ssl_domain=ssl_domain(files, False),
-            timeout=10,
-            user="guest",
-            password="guest",
-            allowed_mechs="PLAIN",
-        )
-        try:
-            listed.append(facts_of_the_one(broker))
-        finally:
-            connection.close()
-        facts = listed[0]
+        facts = tls_login_facts(broker, ssl_domain(files, False), **GUEST_PLAIN)
         assert facts.ssl and facts.user == "guest" and facts.auth_mechanism == "PLAIN"
-        proton_round_trip(
-            broker.amqps_port,
-            ssl_domain(files, False),
-            "tls",
-            user="guest",
-            password="guest",
-            allowed_mechs="PLAIN",
-        )
+        proton_round_trip(broker.amqps_port, ssl_domain(files, False), "tls", **GUEST_PLAIN)
         # AMQP 0-9-1 still speaks there (the protocol headers tell them apart)
         context = ssl.create_default_context(cafile=files["ca"])
         parameters = pika.ConnectionParameters(
@@ -401,29 +357,11 @@ def test_a_client_certificate_logs_in_with_external(files, login_from, name):
         broker.call(broker.broker.core.add_user, User(name))  # no password: the certificate is it
         broker.call(broker.broker.core.set_permission, name, "/", Permission())
         declare(broker, "cert")
-        listed: list = []
-        connection = BlockingConnection(
-            f"amqps://localhost:{broker.amqps_port}",
-            ssl_domain=ssl_domain(files, True),
-            timeout=10,
-            allowed_mechs="EXTERNAL",
-        )
-        try:
-            listed.append(facts_of_the_one(broker))
-        finally:
-            connection.close()
-        facts = listed[0]
+        facts = tls_login_facts(broker, ssl_domain(files, True), allowed_mechs="EXTERNAL")
         assert facts.user == name and facts.auth_mechanism == "EXTERNAL" and facts.ssl
         proton_round_trip(broker.amqps_port, ssl_domain(files, True), "cert", allowed_mechs="EXTERNAL")
         # with a certificate, PLAIN still logs in as the user it names
-        proton_round_trip(
-            broker.amqps_port,
-            ssl_domain(files, True),
-            "cert",
-            user="guest",
-            password="guest",
-            allowed_mechs="PLAIN",
-        )
+        proton_round_trip(broker.amqps_port, ssl_domain(files, True), "cert", **GUEST_PLAIN)
 
 
 def sasl_exchange(files, port: int, certificate: bool, mechanism: str | None) -> list:

@@ -43,8 +43,7 @@ def broker() -> Iterator[BlockingBroker]:
 
 @pytest.fixture(scope="module")
 def api(broker: BlockingBroker) -> Target:
-    http_port = int(str(broker.http_url).rsplit(":", 1)[1].rstrip("/"))
-    return Target("leveret", "127.0.0.1", broker.amqp_port, http_port)
+    return Target.of(broker)
 
 
 @pytest.fixture

@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pika
 import pytest
 from eventually import eventually
 from mqtt_ops_clients import V5, V311, Client
 from prometheus_client.parser import text_string_to_metric_families
-from servers import ServerProcess
+from servers import ServerProcess, ctl_rows as ctl
 from targets import Target, unique
 
 from leveret import BlockingBroker
@@ -45,8 +42,7 @@ def broker() -> Iterator[BlockingBroker]:
 
 @pytest.fixture(scope="module")
 def api(broker: BlockingBroker) -> Target:
-    http_port = int(str(broker.http_url).rsplit(":", 1)[1].rstrip("/"))
-    return Target("leveret", "127.0.0.1", broker.amqp_port, http_port)
+    return Target.of(broker)
 
 
 def client_id() -> str:
@@ -162,13 +158,6 @@ def test_deleting_the_vhost_disconnects_its_mqtt_clients(broker, api):
 
 
 # -- leveret ctl ------------------------------------------------------------------
-def ctl(data: Path, *args: str) -> list[list[str]]:
-    command = [sys.executable, "-m", "leveret", "ctl", "--data-dir", str(data), "-q", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
-    assert result.returncode == 0, result.stderr
-    return [line.split("\t") for line in result.stdout.splitlines()[1:]]
-
-
 def test_ctl_lists_and_closes_mqtt_connections(tmp_path):
     server = ServerProcess(tmp_path / "data")
     try:
@@ -242,8 +231,7 @@ def test_an_mqtt_publisher_is_not_read_during_a_resource_alarm(tmp_path):
     # A limit above any real disk's free space raises the disk alarm at once.
     with BlockingBroker(amqp_port=0, mqtt_port=0, http_port=0, data_dir=str(tmp_path),
                         disk_free_limit=10**18) as broker:
-        http_port = int(str(broker.http_url).rsplit(":", 1)[1].rstrip("/"))
-        api = Target("leveret", "127.0.0.1", broker.amqp_port, http_port)
+        api = Target.of(broker)
         amqp = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
         channel = amqp.channel()
         channel.queue_declare("alarmed", durable=True)

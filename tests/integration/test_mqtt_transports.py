@@ -33,7 +33,8 @@ import pika
 import pytest
 from certificates import CLIENT_DN, pem_files
 from paho.mqtt.enums import CallbackAPIVersion
-from websocket_raw import frame_head, upgraded
+from websocket_raw import frame_head, read_until_closed, upgraded
+from websocket_upgrade import upgrade_status
 
 from leveret import BlockingBroker
 from leveret.config import ConfigError, Settings, load
@@ -209,15 +210,7 @@ def test_packets_split_over_messages_and_packed_into_one(broker):
 
 @pytest.mark.parametrize("asked", [["v12.stomp"], [], ["mqtt5", "wamp"]])
 def test_an_upgrade_without_the_mqtt_subprotocol_is_refused_with_400(broker, asked):
-    async def upgrade(url: str) -> int:
-        async with aiohttp.ClientSession() as session:
-            try:
-                async with session.ws_connect(url, protocols=asked):
-                    return 101
-            except aiohttp.WSServerHandshakeError as exc:
-                return exc.status
-
-    assert asyncio.run(upgrade(broker.web_mqtt_url)) == 400
+    assert upgrade_status(broker.web_mqtt_url, asked) == 400
 
 
 def test_mqttv31_subprotocol_is_accepted_and_a_text_message_closes(broker):
@@ -245,39 +238,15 @@ def test_a_websocket_message_growing_past_the_prelogin_limit_is_refused_unread(b
         # one binary frame of 10 MB
         sock.sendall(frame_head(0x2, 10_000_000) + connect_packet("big"))
         sock.sendall(b"z" * 200_000)
-        closed, answer = False, b""
-        try:
-            while True:
-                data = sock.recv(65536)
-                if not data:
-                    closed = True
-                    break
-                answer += data
-        except ConnectionResetError:
-            closed = True
-        except TimeoutError:
-            pass
+        closed, answer = read_until_closed(sock)
     assert closed, "the connection was kept, waiting for the rest of the message"
     assert b"\x20\x02" not in answer  # no CONNACK
 
 
 def test_the_http_port_cap_holds_web_mqtt_connections():
-    async def run(url: str) -> int:
-        async with aiohttp.ClientSession() as session:
-            first = await session.ws_connect(url, protocols=["mqtt"])
-            second = await session.ws_connect(url, protocols=["mqtt"])
-            try:
-                async with session.ws_connect(url, protocols=["mqtt"]):
-                    return 101
-            except aiohttp.WSServerHandshakeError as exc:
-                return exc.status
-            finally:
-                await first.close()
-                await second.close()
-
     with BlockingBroker(amqp_port=0, web_mqtt_port=0, http=HttpLimits(max_connections=2)) as broker:
         assert broker.web_mqtt_url
-        assert asyncio.run(run(broker.web_mqtt_url)) == 503
+        assert upgrade_status(broker.web_mqtt_url, ["mqtt"], held=2) == 503
 
 
 # -- TLS --------------------------------------------------------------------------------

@@ -137,6 +137,23 @@ _TOKEN = re.compile(
 )
 
 
+def logic_of(fns: tuple[_Fn, ...], stop: bool) -> Callable[[Lookup], bool | None]:
+    """JMS's three-valued OR (``stop`` True) or AND (``stop`` False) of the conditions
+    ``fns``: ``stop`` as soon as one gives it, else None (unknown) when one gave None,
+    else ``not stop``."""
+
+    def fn(lookup: Lookup) -> bool | None:
+        unknown = False
+        for f in fns:
+            r = f(lookup)
+            if r is stop:
+                return stop
+            unknown = unknown or r is None
+        return None if unknown else not stop
+
+    return fn
+
+
 class _Token(NamedTuple):
     kind: str  # id, kw, num, str, op, end
     value: Any
@@ -256,18 +273,7 @@ class _Parser:
             parts.append(operand())
         if len(parts) == 1:
             return parts[0]
-        fns = tuple(self.boolean(p).fn for p in parts)
-        stop = word == "OR"  # the value that decides: TRUE for OR, FALSE for AND
-
-        def fn(lookup: Lookup) -> bool | None:
-            unknown = False
-            for f in fns:
-                r = f(lookup)
-                if r is stop:
-                    return stop
-                unknown = unknown or r is None
-            return None if unknown else not stop
-
+        fn = logic_of(tuple(self.boolean(p).fn for p in parts), word == "OR")
         return self.node(fn, _BOOL, parts[0].pos, *parts)
 
     def or_(self) -> _Node:

@@ -50,7 +50,7 @@ from typing import Any
 
 from ...core.errors import BrokerError
 from ...core.queue_config import parse_age
-from ...core.selector import Lookup, Selector, SelectorError, compile_selector
+from ...core.selector import Lookup, Selector, SelectorError, compile_selector, logic_of
 from . import errors as e
 from .filter_fields import MISSING, PROPERTY_FIELDS, name
 from .types import Described, Symbol, Timestamp
@@ -166,19 +166,7 @@ def source_filters(filter_map: Any, stream: bool = False, now: float | None = No
 
 def _all(fns: list[_Fn]) -> _Fn:
     """Every filter, with the JMS truth table of AND."""
-    if len(fns) == 1:
-        return fns[0]
-
-    def fn(lookup: Lookup) -> bool | None:
-        unknown = False
-        for f in fns:
-            r = f(lookup)
-            if r is False:
-                return False
-            unknown = unknown or r is None
-        return None if unknown else True
-
-    return fn
+    return fns[0] if len(fns) == 1 else logic_of(tuple(fns), False)
 
 
 # -- the JMS selector -------------------------------------------------------------------

@@ -48,6 +48,7 @@ from . import errors as e, performatives as perf
 from .address import Address, parse
 from .delivery_annotations import with_annotations
 from .filters import source_filters
+from .link_common import answer_attach, drain_or_echo, flow_credit
 from .message import address_fields, annotated, decode_transfer, delivery_delay, encode_transfer
 from .reply_to import ReplyToLink, wants_reply_to
 from .types import DecodeError
@@ -150,18 +151,13 @@ class IncomingLink:
 
     def attached(self) -> None:
         """Answer the attach (the broker as receiver, settling first), then grant credit."""
-        attach = self.attach
-        self.session.send(
-            perf.Attach(
-                name=attach.name,
-                handle=attach.handle,
-                role=perf.ROLE_RECEIVER,
-                snd_settle_mode=attach.snd_settle_mode,
-                rcv_settle_mode=perf.RCV_FIRST,
-                source=attach.source,
-                target=attach.target,
-                max_message_size=MAX_MESSAGE_SIZE,
-            )
+        answer_attach(
+            self.session,
+            self.attach,
+            perf.ROLE_RECEIVER,
+            self.attach.snd_settle_mode,
+            perf.RCV_FIRST,
+            max_message_size=MAX_MESSAGE_SIZE,
         )
         self.renew_credit()
 
@@ -184,26 +180,31 @@ class IncomingLink:
             self.session.send_flow(self.handle, self.delivery_count, self.credit)
 
     # -- transfers ------------------------------------------------------------------------
+    def take_credit(self, transfer: perf.Transfer) -> int:
+        """A delivery's first transfer uses one credit (§2.6.7); returns its delivery-id.
+        LinkFault ``amqp:link:transfer-limit-exceeded`` without credit,
+        ``amqp:invalid-field`` without a delivery-id."""
+        if self.credit <= 0:
+            raise e.LinkFault(e.TRANSFER_LIMIT_EXCEEDED, f"a transfer on link '{self.name}' without credit")
+        if transfer.delivery_id is None:
+            raise e.LinkFault(e.INVALID_FIELD, "the first transfer of a delivery has no delivery-id")
+        self.credit -= 1
+        self.delivery_count = (self.delivery_count + 1) % _UINT
+        return transfer.delivery_id
+
     def transfer(self, transfer: perf.Transfer, payload: bytes) -> None:
         if self._parts is None:
-            if self.credit <= 0:
-                raise e.LinkFault(
-                    e.TRANSFER_LIMIT_EXCEEDED, f"a transfer on link '{self.name}' without credit"
-                )
-            if transfer.delivery_id is None:
-                raise e.LinkFault(e.INVALID_FIELD, "the first transfer of a delivery has no delivery-id")
-            self.credit -= 1
-            self.delivery_count = (self.delivery_count + 1) % _UINT
+            delivery_id = self.take_credit(transfer)
             settled = bool(transfer.settled) or self.settled_mode
             if transfer.aborted:
                 return
             if not transfer.more:
-                self._deliver(payload, transfer.delivery_id, settled)
+                self._deliver(payload, delivery_id, settled)
                 if self.credit < LINK_CREDIT // 2:
                     self.renew_credit()
                 return
             self._parts = [payload]
-            self._partial_id = transfer.delivery_id
+            self._partial_id = delivery_id
             self._partial_settled = settled
             self._partial_size = len(payload)
             return
@@ -445,21 +446,17 @@ class OutgoingLink:
     def attached(self) -> None:
         """Answer the attach (the broker as sender, the source with the filters
         applied), then wait for credit."""
-        attach = self.attach
-        source = attach.source
+        source = self.attach.source
         assert isinstance(source, perf.Source)  # checked when the link was made
-        self.session.send(
-            perf.Attach(
-                name=attach.name,
-                handle=attach.handle,
-                role=perf.ROLE_SENDER,
-                snd_settle_mode=perf.SND_SETTLED if self.no_ack else perf.SND_UNSETTLED,
-                rcv_settle_mode=perf.RCV_FIRST,
-                source=dataclasses.replace(source, filter=self.echoed_filter),
-                target=attach.target,
-                initial_delivery_count=0,
-                max_message_size=MAX_MESSAGE_SIZE,
-            )
+        answer_attach(
+            self.session,
+            self.attach,
+            perf.ROLE_SENDER,
+            perf.SND_SETTLED if self.no_ack else perf.SND_UNSETTLED,
+            perf.RCV_FIRST,
+            dataclasses.replace(source, filter=self.echoed_filter),
+            initial_delivery_count=0,
+            max_message_size=MAX_MESSAGE_SIZE,
         )
         self.queue.add_consumer(self)
         self.consuming = True
@@ -505,23 +502,13 @@ class OutgoingLink:
     def flow(self, flow: perf.Flow) -> None:
         """The client's credit (§2.6.7): ``delivery-count + link-credit`` of its flow
         less the deliveries sent since; ``drain`` uses up what the queue cannot fill."""
-        if flow.link_credit is not None:
-            if flow.delivery_count is None:
-                credit = flow.link_credit
-            else:
-                credit = (flow.delivery_count + flow.link_credit - self.delivery_count) % _UINT
-                if credit > 2**31:  # the client counted fewer deliveries than were sent
-                    credit = 0
+        credit = flow_credit(flow, self.delivery_count)
+        if credit is not None:
             self.credit = credit
         self.drain = flow.drain
         if self.credit > 0:
             self.queue.drain()
-        if self.drain and self.credit > 0 and not self.detaching:
-            self.delivery_count = (self.delivery_count + self.credit) % _UINT
-            self.credit = 0
-            self.session.send_flow(self.handle, self.delivery_count, 0, 0, True)
-        elif flow.echo:
-            self.session.send_flow(self.handle, self.delivery_count, self.credit, self.queue.message_count)
+        drain_or_echo(self, self.drain and not self.detaching, flow.echo, self.queue.message_count)
 
     def settle(self, delivery_id: int, state: Any) -> Queue | None:
         """The client settled delivery ``delivery_id`` with ``state`` (see the module

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.core.errors import AccessRefused
 
 from . import errors as e, performatives as perf
+from .link_common import answer_attach, drain_or_echo, flow_credit, send_settled
 from .links import MAX_MESSAGE_SIZE, IncomingLink
 from .management import (
     MANAGEMENT_ADDRESS,
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 
 #: Requests the broker lets a client send before it renews the credit (RabbitMQ 4's 8).
 REQUEST_CREDIT = 8
-_UINT = 2**32
 
 
 def respond(session: Any, payload: bytes) -> bytes:
@@ -113,19 +113,15 @@ class ResponseLink:
 
     def attached(self) -> None:
         attach = self.attach
-        self.session.send(
-            perf.Attach(
-                name=attach.name,
-                handle=attach.handle,
-                role=perf.ROLE_SENDER,
-                snd_settle_mode=perf.SND_SETTLED,
-                rcv_settle_mode=attach.rcv_settle_mode,
-                source=attach.source,
-                target=attach.target,
-                initial_delivery_count=0,
-                max_message_size=attach.max_message_size,
-                properties=attach.properties,
-            )
+        answer_attach(
+            self.session,
+            attach,
+            perf.ROLE_SENDER,
+            perf.SND_SETTLED,
+            attach.rcv_settle_mode,
+            initial_delivery_count=0,
+            max_message_size=attach.max_message_size,
+            properties=attach.properties,
         )
 
     def send(self, payload: bytes) -> None:
@@ -136,30 +132,15 @@ class ResponseLink:
     def _send_waiting(self) -> None:
         session = self.session
         while self.waiting and self.credit > 0 and session.remote_incoming_window > 0 and not self.detaching:
-            payload = self.waiting.popleft()
-            delivery_id = session.next_delivery_id
-            session.next_delivery_id = (delivery_id + 1) % _UINT
-            self.credit -= 1
-            self.delivery_count = (self.delivery_count + 1) % _UINT
-            session.send_transfer(self.handle, delivery_id, True, payload)
+            send_settled(self, self.waiting.popleft())
 
     def flow(self, flow: perf.Flow) -> None:
         """The client's credit (§2.6.7); ``drain`` uses up what no response fills."""
-        if flow.link_credit is not None:
-            if flow.delivery_count is None:
-                credit = flow.link_credit
-            else:
-                credit = (flow.delivery_count + flow.link_credit - self.delivery_count) % _UINT
-                if credit > 2**31:
-                    credit = 0
+        credit = flow_credit(flow, self.delivery_count)
+        if credit is not None:
             self.credit = credit
         self._send_waiting()
-        if flow.drain and self.credit > 0:
-            self.delivery_count = (self.delivery_count + self.credit) % _UINT
-            self.credit = 0
-            self.session.send_flow(self.handle, self.delivery_count, 0, 0, True)
-        elif flow.echo:
-            self.session.send_flow(self.handle, self.delivery_count, self.credit, len(self.waiting))
+        drain_or_echo(self, flow.drain, flow.echo, len(self.waiting))
         self._renew_partners()
 
     def _renew_partners(self) -> None:
@@ -199,19 +180,14 @@ class RequestLink(IncomingLink):
         return 0
 
     def attached(self) -> None:
-        attach = self.attach
-        self.session.send(
-            perf.Attach(
-                name=attach.name,
-                handle=attach.handle,
-                role=perf.ROLE_RECEIVER,
-                snd_settle_mode=perf.SND_SETTLED,
-                rcv_settle_mode=perf.RCV_FIRST,
-                source=attach.source,
-                target=attach.target,
-                max_message_size=MAX_MESSAGE_SIZE,
-                properties=attach.properties,
-            )
+        answer_attach(
+            self.session,
+            self.attach,
+            perf.ROLE_RECEIVER,
+            perf.SND_SETTLED,
+            perf.RCV_FIRST,
+            max_message_size=MAX_MESSAGE_SIZE,
+            properties=self.attach.properties,
         )
         self.renew_credit()
 
@@ -232,21 +208,9 @@ class RequestLink(IncomingLink):
         self.credit = REQUEST_CREDIT
         self.session.send_flow(self.handle, self.delivery_count, self.credit)
 
-    def flow(self, flow: perf.Flow) -> None:
-        if flow.echo:
-            self.session.send_flow(self.handle, self.delivery_count, self.credit)
-
     def transfer(self, transfer: perf.Transfer, payload: bytes) -> None:
         if self.parts is None:
-            if self.credit <= 0:
-                raise e.LinkFault(
-                    e.TRANSFER_LIMIT_EXCEEDED, f"a transfer on link '{self.name}' without credit"
-                )
-            if transfer.delivery_id is None:
-                raise e.LinkFault(e.INVALID_FIELD, "the first transfer of a delivery has no delivery-id")
-            self.credit -= 1
-            self.delivery_count = (self.delivery_count + 1) % _UINT
-            self.delivery_id = transfer.delivery_id
+            self.delivery_id = self.take_credit(transfer)
             self.settled = bool(transfer.settled)
             self.parts, self.size = [], 0
         if transfer.aborted:

@@ -81,6 +81,7 @@ import functools
 import struct
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,15 +226,23 @@ def message_subject(message: Message) -> str | None:
     return _property_field(message, 3, "subject")
 
 
-def _property_field(message: Message, index: int, name: str) -> str | None:
+def _section_of(
+    message: Message, section: Callable[[_Layout], tuple[int, int] | None]
+) -> tuple[bytes, int, int] | None:
+    """``message``'s encoding and where in it the ``section`` (a :class:`_Layout`
+    method) starts and ends; None for a message of another format or without it."""
     if message.format is not AMQP10:
         return None
     encoded = message.encoded
-    layout = _Layout(encoded)
-    span = layout.properties()
-    if span is None:
+    span = section(_Layout(encoded))
+    return None if span is None else (encoded, span[0], span[1])
+
+
+def _property_field(message: Message, index: int, name: str) -> str | None:
+    found = _section_of(message, _Layout.properties)
+    if found is None:
         return None
-    value = s.list_field(encoded, span[0], span[1], index)
+    value = s.list_field(*found, index)
     if value is not None and not isinstance(value, str):
         raise DecodeError(f"properties: {name} is not a string")
     return None if value is None else str(value)
@@ -246,14 +255,10 @@ def delivery_time(message: Message, now_ms: int) -> int | None:
     format), or when the time is not after ``now_ms`` (due already); a value that is
     not an integer is ignored. The adapter hands a later time to core's scheduler
     (RabbitMQ Tanzu 4.3's annotations)."""
-    if message.format is not AMQP10:
+    found = _section_of(message, _Layout.annotations)
+    if found is None:
         return None
-    encoded = message.encoded
-    layout = _Layout(encoded)
-    span = layout.annotations()
-    if span is None:
-        return None
-    return delivery_time_of(_annotations(encoded, *span), now_ms)
+    return delivery_time_of(_annotations(*found), now_ms)
 
 
 def delivery_time_of(annotations: dict[Any, Any], now_ms: int) -> int | None:
@@ -282,14 +287,11 @@ def delivery_delay(message: Message, now_ms: int) -> int:
 def address_fields(message: Message) -> tuple[str | None, str | None]:
     """The ``to`` and ``subject`` of an AMQP 1.0 message's properties
     (:func:`message_to`, :func:`message_subject`), from one look at the section."""
-    if message.format is not AMQP10:
+    found = _section_of(message, _Layout.properties)
+    if found is None:
         return None, None
-    encoded = message.encoded
-    span = _Layout(encoded).properties()
-    if span is None:
-        return None, None
-    to = s.list_field(encoded, span[0], span[1], 2)
-    subject = s.list_field(encoded, span[0], span[1], 3)
+    to = s.list_field(*found, 2)
+    subject = s.list_field(*found, 3)
     return (None if to is None else str(to)), (None if subject is None else str(subject))
 
 

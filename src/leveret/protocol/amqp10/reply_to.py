@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ...core.publish import REPLY_TO_PREFIX
 from . import performatives as perf
+from .link_common import answer_attach, drain_or_echo, flow_credit, send_settled
 from .message import encode_transfer
 from .types import Symbol
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from .session import Amqp10Session
 
 VOLATILE_QUEUE = "rabbitmq:volatile-queue"
-_UINT = 2**32
 
 
 def wants_reply_to(source: object) -> bool:
@@ -66,25 +66,21 @@ class ReplyToLink:
         return 0
 
     def attached(self) -> None:
-        attach = self.attach
-        source = attach.source
+        source = self.attach.source
         assert isinstance(source, perf.Source)
-        self.session.send(
-            perf.Attach(
-                name=attach.name,
-                handle=attach.handle,
-                role=perf.ROLE_SENDER,
-                snd_settle_mode=perf.SND_SETTLED,
-                rcv_settle_mode=perf.RCV_FIRST,
-                source=perf.Source(
-                    address=self.address,
-                    dynamic=True,
-                    expiry_policy=source.expiry_policy,
-                    capabilities=(Symbol(VOLATILE_QUEUE),),
-                ),
-                target=attach.target,
-                initial_delivery_count=0,
-            )
+        answer_attach(
+            self.session,
+            self.attach,
+            perf.ROLE_SENDER,
+            perf.SND_SETTLED,
+            perf.RCV_FIRST,
+            perf.Source(
+                address=self.address,
+                dynamic=True,
+                expiry_policy=source.expiry_policy,
+                capabilities=(Symbol(VOLATILE_QUEUE),),
+            ),
+            initial_delivery_count=0,
         )
         self.vhost.reply_consumers[self.key] = self
 
@@ -96,26 +92,14 @@ class ReplyToLink:
         if self.credit <= 0 or not self.session.connection.writable:
             self.dropped += 1
             return
-        self.credit -= 1
-        self.delivery_count = (self.delivery_count + 1) % _UINT
-        session = self.session
-        delivery_id = session.next_delivery_id
-        session.next_delivery_id = (delivery_id + 1) % _UINT
-        session.send_transfer(self.handle, delivery_id, True, encode_transfer(entry.message, 0, True, None))
+        send_settled(self, encode_transfer(entry.message, 0, True, None))
 
     def flow(self, flow: perf.Flow) -> None:
-        if flow.link_credit is not None:
-            if flow.delivery_count is None:
-                self.credit = flow.link_credit
-            else:
-                credit = (flow.delivery_count + flow.link_credit - self.delivery_count) % _UINT
-                self.credit = 0 if credit > 2**31 else credit
-        if flow.drain and self.credit > 0:
-            self.delivery_count = (self.delivery_count + self.credit) % _UINT
-            self.credit = 0
-            self.session.send_flow(self.handle, self.delivery_count, 0, 0, True)
-        elif flow.echo:
-            self.session.send_flow(self.handle, self.delivery_count, self.credit, 0)
+        """The client's credit (§2.6.7); ``drain`` uses up what no reply fills."""
+        credit = flow_credit(flow, self.delivery_count)
+        if credit is not None:
+            self.credit = credit
+        drain_or_echo(self, flow.drain, flow.echo, 0)
 
     def cancel_by_broker(self) -> None:
         """Never called: no queue to delete."""

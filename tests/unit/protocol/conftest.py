@@ -1,4 +1,5 @@
-"""Fixtures of the MQTT adapter's unit tests: one fake loop, the broker's clock too."""
+"""Fixtures of the sans-I/O adapters' unit tests (MQTT, AMQP 1.0): one fake loop, the
+broker's clock too, and a broker core on it."""
 
 import pytest
 from sans_io import FakeLoop
