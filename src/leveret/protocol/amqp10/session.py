@@ -236,10 +236,11 @@ class Amqp10Session:
         first = disposition.first
         last = first if disposition.last is None else disposition.last
         unsettled = self.unsettled
-        if last - first < 64 or last - first < len(unsettled):
-            ids = [i for i in range(first, last + 1) if i in unsettled]
+        span = (last - first) % _UINT  # serial numbers (§2.8.11): the range may wrap
+        if span < 64 or span < len(unsettled):
+            ids = [(first + k) % _UINT for k in range(span + 1) if (first + k) % _UINT in unsettled]
         else:  # a wide range: walk the deliveries rather than the range
-            ids = sorted(i for i in unsettled if first <= i <= last)
+            ids = sorted((i for i in unsettled if (i - first) % _UINT <= span), key=lambda i: (i - first) % _UINT)
         touched = set()
         for delivery_id in ids:
             link = unsettled.pop(delivery_id)

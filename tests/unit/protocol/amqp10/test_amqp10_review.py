@@ -1,0 +1,57 @@
+"""Defects found on the second reading of the AMQP 1.0 adapter, sans-I/O: serial-number
+wrap of delivery ids and transfer ids, and the other edge cases each test names."""
+
+from __future__ import annotations
+
+from amqp10_sans_io import Client, message_payload
+
+from leveret.core.broker import BrokerCore
+from leveret.protocol.amqp10 import performatives as perf
+
+
+def _declare(core: BrokerCore, name: str, **arguments) -> None:
+    core.vhosts.get("/").declare_queue(name, None, False, True, False, False, arguments or None)
+
+
+def _ready(client: Client) -> None:
+    client.open()
+    client.begin()
+
+
+def _fill(client: Client, count: int) -> None:
+    client.attach_sender("/queues/q", settled=True)
+    for delivery_id in range(count):
+        client.transfer(0, delivery_id, message_payload(b"m%d" % delivery_id), settled=True)
+
+
+def test_disposition_range_across_the_delivery_id_wrap_settles(client: Client, core: BrokerCore) -> None:
+    _declare(core, "q")
+    _ready(client)
+    _fill(client, 3)
+    session = client.connection.sessions[0]
+    session.next_delivery_id = 2**32 - 2
+    client.attach_receiver("/queues/q")
+    client.flow(1, 3)
+    transfers = [b for b in client.bodies() if isinstance(b, perf.Transfer)]
+    assert [t.delivery_id for t in transfers] == [2**32 - 2, 2**32 - 1, 0]
+    # RFC 1982 serial numbers (§2.8.11): first 2**32-2, last 0 is the three of them
+    client.send(perf.Disposition(perf.ROLE_RECEIVER, 2**32 - 2, 0, True, perf.Accepted()))
+    queue = core.vhosts.get("/").queues["q"]
+    assert session.unsettled == {}
+    assert queue.message_count == 0 and queue.unacked_count == 0
+
+
+def test_transfer_ids_wrap_at_2_to_the_32(client: Client, core: BrokerCore) -> None:
+    _declare(core, "q")
+    _ready(client)
+    _fill(client, 2)
+    session = client.connection.sessions[0]
+    session.next_outgoing_id = 2**32 - 1
+    client.attach_receiver("/queues/q", settled=True)
+    client.flow(1, 2)
+    transfers = [b for b in client.bodies() if isinstance(b, perf.Transfer)]
+    assert len(transfers) == 2
+    client.send(perf.Flow(0, 1000, 0, 1000, echo=True))
+    (flow,) = client.bodies()
+    assert flow.next_outgoing_id == 1
+    assert not client.closed
