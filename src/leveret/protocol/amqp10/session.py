@@ -137,7 +137,7 @@ class Amqp10Session:
         body = transfer_body(handle, delivery_id, tag, settled, False)
         size = 8 + len(body) + len(payload)
         if size <= connection.peer_max_frame_size:
-            self.next_outgoing_id += 1
+            self.next_outgoing_id = (self.next_outgoing_id + 1) % _UINT
             self.remote_incoming_window -= 1
             connection.send_parts([_FRAME_HEADER.pack(size, 2, 0, channel), body, payload], len(payload))
             return
@@ -148,7 +148,7 @@ class Amqp10Session:
             more = start + room < len(payload)
             head = transfer_body(handle, delivery_id, tag, settled, more)
             parts += [_FRAME_HEADER.pack(8 + len(head) + len(chunk), 2, 0, channel), head, chunk]
-            self.next_outgoing_id += 1
+            self.next_outgoing_id = (self.next_outgoing_id + 1) % _UINT
             self.remote_incoming_window -= 1
         connection.send_parts(parts, len(payload))
 
