@@ -240,7 +240,9 @@ class Amqp10Session:
         if span < 64 or span < len(unsettled):
             ids = [(first + k) % _UINT for k in range(span + 1) if (first + k) % _UINT in unsettled]
         else:  # a wide range: walk the deliveries rather than the range
-            ids = sorted((i for i in unsettled if (i - first) % _UINT <= span), key=lambda i: (i - first) % _UINT)
+            ids = sorted(
+                (i for i in unsettled if (i - first) % _UINT <= span), key=lambda i: (i - first) % _UINT
+            )
         touched = set()
         for delivery_id in ids:
             link = unsettled.pop(delivery_id)
