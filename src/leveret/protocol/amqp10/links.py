@@ -196,6 +196,8 @@ class IncomingLink:
             self.delivery_count = (self.delivery_count + 1) % _UINT
             settled = bool(transfer.settled) or self.settled_mode
             if transfer.aborted:
+                if self.credit < LINK_CREDIT // 2:
+                    self.renew_credit()
                 return
             if not transfer.more:
                 self._deliver(payload, transfer.delivery_id, settled)
@@ -207,8 +209,10 @@ class IncomingLink:
             self._partial_settled = settled
             self._partial_size = len(payload)
             return
-        if transfer.aborted:  # §2.6.14: the delivery is dropped
+        if transfer.aborted:  # §2.6.14: the delivery is dropped (its credit renewed)
             self._parts = None
+            if self.credit < LINK_CREDIT // 2:
+                self.renew_credit()
             return
         self._parts.append(payload)
         self._partial_size += len(payload)

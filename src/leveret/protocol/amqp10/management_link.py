@@ -251,6 +251,7 @@ class RequestLink(IncomingLink):
             self.parts, self.size = [], 0
         if transfer.aborted:
             self.parts = None
+            self.renew_credit()
             return
         self.parts.append(payload)
         self.size += len(payload)

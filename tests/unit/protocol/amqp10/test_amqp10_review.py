@@ -55,3 +55,18 @@ def test_transfer_ids_wrap_at_2_to_the_32(client: Client, core: BrokerCore) -> N
     (flow,) = client.bodies()
     assert flow.next_outgoing_id == 1
     assert not client.closed
+
+
+def test_aborted_deliveries_do_not_starve_the_sender_of_credit(client: Client, core: BrokerCore) -> None:
+    _declare(core, "q")
+    _ready(client)
+    bodies = client.attach_sender("/queues/q")
+    (flow,) = [b for b in bodies if isinstance(b, perf.Flow)]
+    granted = flow.link_credit
+    for delivery_id in range(granted):  # every delivery begun, then aborted (§2.6.14)
+        client.transfer(0, delivery_id, b"partial", more=True)
+        client.send(perf.Transfer(0, None, None, None, None, False, aborted=True))
+    flows = [b for b in client.bodies() if isinstance(b, perf.Flow) and b.handle == 0]
+    assert flows, "the credit the aborted deliveries used is never renewed"
+    assert flows[-1].delivery_count + flows[-1].link_credit > granted
+    assert not client.closed
