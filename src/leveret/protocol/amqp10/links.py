@@ -46,6 +46,7 @@ from ...core.publish import REPLY_TO_PREFIX, Publisher
 from ...core.queues import Queue, QueuedMessage
 from . import errors as e, performatives as perf
 from .address import Address, parse
+from .credit import credit_left
 from .delivery_annotations import with_annotations
 from .filters import source_filters
 from .message import address_fields, annotated, decode_transfer, delivery_delay, encode_transfer
@@ -513,9 +514,7 @@ class OutgoingLink:
             if flow.delivery_count is None:
                 credit = flow.link_credit
             else:
-                credit = (flow.delivery_count + flow.link_credit - self.delivery_count) % _UINT
-                if credit > 2**31:  # the client counted fewer deliveries than were sent
-                    credit = 0
+                credit = credit_left(flow.delivery_count, flow.link_credit, self.delivery_count)
             self.credit = credit
         self.drain = flow.drain
         if self.credit > 0:

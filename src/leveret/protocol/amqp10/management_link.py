@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.core.errors import AccessRefused
 
 from . import errors as e, performatives as perf
+from .credit import credit_left
 from .links import MAX_MESSAGE_SIZE, IncomingLink
 from .management import (
     MANAGEMENT_ADDRESS,
@@ -149,9 +150,7 @@ class ResponseLink:
             if flow.delivery_count is None:
                 credit = flow.link_credit
             else:
-                credit = (flow.delivery_count + flow.link_credit - self.delivery_count) % _UINT
-                if credit > 2**31:
-                    credit = 0
+                credit = credit_left(flow.delivery_count, flow.link_credit, self.delivery_count)
             self.credit = credit
         self._send_waiting()
         if flow.drain and self.credit > 0:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ...core.publish import REPLY_TO_PREFIX
 from . import performatives as perf
+from .credit import credit_left
 from .message import encode_transfer
 from .types import Symbol
 
@@ -108,8 +109,7 @@ class ReplyToLink:
             if flow.delivery_count is None:
                 self.credit = flow.link_credit
             else:
-                credit = (flow.delivery_count + flow.link_credit - self.delivery_count) % _UINT
-                self.credit = 0 if credit > 2**31 else credit
+                self.credit = credit_left(flow.delivery_count, flow.link_credit, self.delivery_count)
         if flow.drain and self.credit > 0:
             self.delivery_count = (self.delivery_count + self.credit) % _UINT
             self.credit = 0

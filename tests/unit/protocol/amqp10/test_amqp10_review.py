@@ -70,3 +70,20 @@ def test_aborted_deliveries_do_not_starve_the_sender_of_credit(client: Client, c
     assert flows, "the credit the aborted deliveries used is never renewed"
     assert flows[-1].delivery_count + flows[-1].link_credit > granted
     assert not client.closed
+
+
+def test_huge_credit_with_a_tiny_session_window_sends_only_the_window(
+    client: Client, core: BrokerCore
+) -> None:
+    _declare(core, "q")
+    client.open()
+    client.send(perf.Begin(None, 0, 1, 1000))  # incoming-window: one transfer frame
+    client.bodies()
+    _fill(client, 5)
+    client.attach_receiver("/queues/q", settled=True)
+    client.bodies()
+    client.send(perf.Flow(0, 1, 0, 1000, 1, 0, 2**32 - 1))
+    assert len([b for b in client.bodies() if isinstance(b, perf.Transfer)]) == 1
+    client.send(perf.Flow(1, 2, 0, 1000))  # the window reopened: two more frames
+    assert len([b for b in client.bodies() if isinstance(b, perf.Transfer)]) == 2
+    assert core.vhosts.get("/").queues["q"].message_count == 2
