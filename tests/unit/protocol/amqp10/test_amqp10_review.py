@@ -87,3 +87,17 @@ def test_huge_credit_with_a_tiny_session_window_sends_only_the_window(
     client.send(perf.Flow(1, 2, 0, 1000))  # the window reopened: two more frames
     assert len([b for b in client.bodies() if isinstance(b, perf.Transfer)]) == 2
     assert core.vhosts.get("/").queues["q"].message_count == 2
+
+
+def test_far_delivery_time_holds_the_message_without_failing(client: Client, core: BrokerCore, loop) -> None:
+    _declare(core, "q")
+    _ready(client)
+    client.attach_sender("/queues/q")
+    far = {"x-opt-delivery-time": 2**63 - 1}  # the largest timestamp a long carries
+    client.transfer(0, 0, message_payload(b"far", annotations=far))
+    client.transfer(0, 1, message_payload(b"big delay", annotations={"x-opt-delivery-delay": 2**63 - 1}))
+    client.transfer(0, 2, message_payload(b"now"))
+    bodies = client.bodies()
+    assert not client.closed
+    assert all(isinstance(b, perf.Disposition) and isinstance(b.state, perf.Accepted) for b in bodies), bodies
+    assert [e.message.body for e in core.vhosts.get("/").queues["q"].browse(10)] == [b"now"]
