@@ -205,6 +205,7 @@ class Amqp10Session:
             self.send_flow()
 
     def _flow(self, flow: perf.Flow) -> None:
+        was_shut = self.remote_incoming_window <= 0
         self.remote_outgoing_window = flow.outgoing_window
         if flow.next_incoming_id is None:
             self.remote_incoming_window = flow.incoming_window
@@ -222,7 +223,8 @@ class Amqp10Session:
                 self.detach_with(link, exc)
         elif flow.echo:
             self.send_flow()
-        if self.remote_incoming_window > 0 and flow.handle is None:
+        # a window reopened wakes every link, whichever link's state the flow carries
+        if self.remote_incoming_window > 0 and (flow.handle is None or was_shut):
             self.resume()
 
     def _disposition(self, disposition: perf.Disposition) -> None:

@@ -101,3 +101,27 @@ def test_far_delivery_time_holds_the_message_without_failing(client: Client, cor
     assert not client.closed
     assert all(isinstance(b, perf.Disposition) and isinstance(b.state, perf.Accepted) for b in bodies), bodies
     assert [e.message.body for e in core.vhosts.get("/").queues["q"].browse(10)] == [b"now"]
+
+
+def test_window_reopened_by_one_links_flow_resumes_every_link(client: Client, core: BrokerCore) -> None:
+    for name in ("qa", "qb"):
+        _declare(core, name)
+    client.open()
+    client.send(perf.Begin(None, 0, 1, 1000))  # incoming-window: one transfer frame
+    client.bodies()
+    client.attach_sender("/queues/qa", handle=0, settled=True)
+    client.attach_sender("/queues/qb", handle=1, settled=True)
+    for n in range(2):
+        client.transfer(0, 2 * n, message_payload(b"a%d" % n), settled=True)
+        client.transfer(1, 2 * n + 1, message_payload(b"b%d" % n), settled=True)
+    client.attach_receiver("/queues/qa", handle=2, settled=True)
+    client.attach_receiver("/queues/qb", handle=3, settled=True)
+    client.bodies()
+    client.send(perf.Flow(0, 1, 0, 1000, 2, 0, 10))
+    client.send(perf.Flow(0, 1, 0, 1000, 3, 0, 10))
+    sent = [b for b in client.bodies() if isinstance(b, perf.Transfer)]
+    assert [t.handle for t in sent] == [2]  # the window allows one frame
+    # the window reopens (room for 10 frames) in a flow that carries link 2's state
+    client.send(perf.Flow(1, 10, 0, 1000, 2, 1, 9))
+    handles = sorted(b.handle for b in client.bodies() if isinstance(b, perf.Transfer))
+    assert handles == [2, 3, 3], handles
