@@ -319,10 +319,14 @@ def encode_transfer(
     an AMQP 1.0 message its bare message and footer as received; for any other format
     properties, application-properties and one data section built from its neutral
     properties (see the module doc). What does not change between deliveries is
-    cached on ``message.rendered``. Raises nothing for a message that was accepted."""
+    cached on ``message.rendered``. Raises nothing for a message that was accepted (a
+    priority outside a ubyte, which the HTTP API's publish takes, is clamped to 0-255)."""
     ttl = ttl_left_ms if ttl_left_ms is not None else message.ttl
     first = first_acquirer and not message.deaths  # RabbitMQ 4: a dead letter's is false
-    header = s.header_bytes(message.persistent, message.priority, ttl, first, delivery_count)
+    priority = message.priority
+    if priority is not None and not 0 <= priority < 256:
+        priority = 255 if priority > 0 else 0
+    header = s.header_bytes(message.persistent, priority, ttl, first, delivery_count)
     rendered = message.rendered
     if type(rendered) is not _Rendered:
         rendered = _render(message)

@@ -125,3 +125,26 @@ def test_window_reopened_by_one_links_flow_resumes_every_link(client: Client, co
     client.send(perf.Flow(1, 10, 0, 1000, 2, 1, 9))
     handles = sorted(b.handle for b in client.bodies() if isinstance(b, perf.Transfer))
     assert handles == [2, 3, 3], handles
+
+
+def test_priority_beyond_a_ubyte_from_another_protocol_is_delivered(client: Client, core: BrokerCore) -> None:
+    """The HTTP API's publish takes any integer priority; an AMQP 1.0 header holds a
+    ubyte: the delivery carries it clamped (0-255) rather than failing."""
+    from leveret.core.message import Message, Properties
+    from leveret.core.publish import Publisher
+    from leveret.core.session import Session
+
+    _declare(core, "q")
+    _ready(client)
+    vhost = core.vhosts.get("/")
+    session = client.connection.session
+    assert isinstance(session, Session)
+    publisher = Publisher(session, client.connection.sessions[0])
+    for priority in (1000, -1):
+        message = Message.build("", "q", b"p%d" % priority, Properties(priority=priority))
+        publisher.publish(vhost.get_exchange(""), message)
+    client.attach_receiver("/queues/q", settled=True)
+    client.flow(1, 2)
+    transfers = [b for b in client.bodies() if isinstance(b, perf.Transfer)]
+    assert len(transfers) == 2
+    assert not client.closed
