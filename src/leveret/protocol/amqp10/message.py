@@ -443,7 +443,7 @@ def _foreign_head(message: Message) -> bytes:
     annotations = _delivery_annotations(annotations, message)
     fields = [
         _id_to_amqp(props.message_id),
-        props.user_id.encode() if props.user_id else None,
+        props.user_id.encode("utf-8", "replace") if props.user_id else None,
         None,
         None,
         _reply_to_address(message, props.reply_to),
