@@ -519,15 +519,17 @@ def _reply_to_address(message: Message, reply_to: str | None) -> str | None:
     name = message.format.name
     if name == "mqtt":
         key = reply_to.translate(_MQTT_TO_KEY)
-        return "/exchanges/amq.topic/" + urllib.parse.quote(key, safe="")
+        return "/exchanges/amq.topic/" + urllib.parse.quote(key, safe="", errors="replace")
     if name == "stomp" and reply_to.startswith("/"):
         for prefix, address in _STOMP_DESTINATIONS:
             if reply_to.startswith(prefix):
                 return address + "/".join(
-                    urllib.parse.quote(part, safe="") for part in reply_to[len(prefix) :].split("/", 1)
+                    urllib.parse.quote(part, safe="", errors="replace")
+                    for part in reply_to[len(prefix) :].split("/", 1)
                 )
         return reply_to
-    return "/queues/" + urllib.parse.quote(reply_to, safe="")
+    # errors="replace": a lone surrogate (the HTTP API takes one) is no UTF-8
+    return "/queues/" + urllib.parse.quote(reply_to, safe="", errors="replace")
 
 
 _MQTT_TO_KEY = str.maketrans({"/": ".", ".": "/"})

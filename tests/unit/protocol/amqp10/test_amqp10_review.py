@@ -153,7 +153,8 @@ def test_priority_beyond_a_ubyte_from_another_protocol_is_delivered(client: Clie
 def test_user_id_with_a_lone_surrogate_from_another_protocol_is_delivered(
     client: Client, core: BrokerCore
 ) -> None:
-    """The HTTP API's publish takes any JSON string as ``user_id`` (``"\\udc80"`` too);
+    """The HTTP API's publish takes any JSON string as ``user_id`` or ``reply_to``
+    (``"\\udc80"`` too);
     no UTF-8 holds a lone surrogate: the delivery's binary user-id has it replaced
     (``?``) rather than failing."""
     from leveret.core.message import Message, Properties
@@ -165,10 +166,10 @@ def test_user_id_with_a_lone_surrogate_from_another_protocol_is_delivered(
     session = client.connection.session
     assert session is not None
     publisher = Publisher(session, client.connection.sessions[0])
-    message = Message.build("", "q", b"odd", Properties(user_id="\udc80", app_id="app"))
-    publisher.publish(vhost.get_exchange(""), message)
+    for properties in (Properties(user_id="\udc80", app_id="app"), Properties(reply_to="r\udc80")):
+        publisher.publish(vhost.get_exchange(""), Message.build("", "q", b"odd", properties))
     client.attach_receiver("/queues/q", settled=True)
-    client.flow(1, 1)
+    client.flow(1, 2)
     transfers = [b for b in client.bodies() if isinstance(b, perf.Transfer)]
-    assert len(transfers) == 1
+    assert len(transfers) == 2
     assert not client.closed
