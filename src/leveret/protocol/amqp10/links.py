@@ -471,9 +471,13 @@ class OutgoingLink:
         self.session.connection.core.metrics.amqp10.consumers += 1
 
     def can_accept(self) -> bool:
-        """Credit left, room in the client's session window, a writable socket."""
+        """Credit left, room in the client's session window, a writable socket, and
+        the link not on its way out."""
         return (
-            self.credit > 0 and self.session.remote_incoming_window > 0 and self.session.connection.writable
+            self.credit > 0
+            and self.session.remote_incoming_window > 0
+            and self.session.connection.writable
+            and not self.detaching
         )
 
     def deliver(self, queue: Queue | None, entry: QueuedMessage) -> None:

@@ -348,9 +348,16 @@ class Amqp10Session:
         for link in confirming:
             link.send_confirms()
 
+    def stop_links(self) -> None:
+        """Mark every link as going, so that what one link gives back to a queue is not
+        delivered to another link of this session on its way out."""
+        for link in self.links.values():
+            link.detaching = True
+
     def release(self) -> None:
         """The session is over: every link goes (unsettled deliveries return to their
-        queues, redelivered)."""
+        queues, redelivered; none goes out to another of its links)."""
+        self.stop_links()
         links, self.links = self.links, {}
         for link in links.values():
             link.release()

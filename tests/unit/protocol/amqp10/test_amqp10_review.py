@@ -173,3 +173,22 @@ def test_user_id_with_a_lone_surrogate_from_another_protocol_is_delivered(
     transfers = [b for b in client.bodies() if isinstance(b, perf.Transfer)]
     assert len(transfers) == 2
     assert not client.closed
+
+
+def test_nothing_is_sent_on_a_session_after_its_end(client: Client, core: BrokerCore) -> None:
+    """Two receivers on one queue: the first's unsettled delivery goes back to the queue
+    when the session ends; it must not go out to the second (ending too) after the end."""
+    _declare(core, "q")
+    _ready(client)
+    _fill(client, 1)
+    client.attach_receiver("/queues/q", handle=1)
+    client.attach_receiver("/queues/q", handle=2)
+    client.bodies()
+    client.flow(1, 1)
+    assert [b.handle for b in client.bodies() if isinstance(b, perf.Transfer)] == [1]
+    client.flow(2, 10)
+    client.bodies()
+    client.send(perf.End())
+    bodies = client.bodies()
+    assert isinstance(bodies[-1], perf.End), bodies
+    assert core.vhosts.get("/").queues["q"].message_count == 1
