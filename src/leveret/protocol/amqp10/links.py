@@ -186,6 +186,9 @@ class IncomingLink:
 
     # -- transfers ------------------------------------------------------------------------
     def transfer(self, transfer: perf.Transfer, payload: bytes) -> None:
+        if transfer.more and self.session.connection.core.alarm_active:
+            # a partial delivery is held in memory: blocked as a whole message is
+            self.session.connection.block_for_alarm()
         if self._parts is None:
             if self.credit <= 0:
                 raise e.LinkFault(

@@ -192,3 +192,19 @@ def test_nothing_is_sent_on_a_session_after_its_end(client: Client, core: Broker
     bodies = client.bodies()
     assert isinstance(bodies[-1], perf.End), bodies
     assert core.vhosts.get("/").queues["q"].message_count == 1
+
+
+def test_partial_deliveries_during_an_alarm_stop_the_reading(client: Client, core: BrokerCore) -> None:
+    """A delivery in several transfers is held in memory until its last frame: during a
+    resource alarm its frames must block the connection as a whole message does, or a
+    client never finishing its deliveries (one per link) grows the broker's memory."""
+    _declare(core, "q")
+    _ready(client)
+    client.attach_sender("/queues/q")
+    core.set_alarm(True, "memory")
+    client.transfer(0, 0, b"x" * 1000, more=True)
+    assert not client.transport.reading and client.connection.blocked
+    core.set_alarm(False, "memory")
+    assert client.transport.reading
+    client.transfer(0, 0, message_payload(b"y"))
+    assert not client.closed
