@@ -208,3 +208,19 @@ def test_partial_deliveries_during_an_alarm_stop_the_reading(client: Client, cor
     assert client.transport.reading
     client.transfer(0, 0, message_payload(b"y"))
     assert not client.closed
+
+
+def test_management_argument_with_a_far_timestamp_is_a_400(client: Client) -> None:
+    """A queue argument holding a timestamp no datetime holds (year past 9999) is
+    refused with 400, not an exception out of the session."""
+    from test_amqp10_management_link import pair, request, responses
+
+    from leveret.protocol.amqp10.types import Timestamp
+
+    pair(client)
+    body = {"durable": True, "arguments": {"x-when": Timestamp(2**62)}}
+    client.transfer(0, 0, request("PUT", "/queues/when", body), settled=True)
+    (response,) = responses(client)
+    properties = response[0]
+    assert properties.subject == "400", response
+    assert not client.closed
