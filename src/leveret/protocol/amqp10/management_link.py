@@ -64,9 +64,26 @@ def respond(session: Any, payload: bytes) -> bytes:
         sections.append(perf.from_described(value))
     request = parse_request(sections)
     status, body = handle_request(session, request.method, request.target, request.body)
-    return b"".join(
-        encode(perf.to_described(section)) for section in response_sections(request, status, body)
-    )
+    try:
+        return b"".join(
+            encode(perf.to_described(section)) for section in response_sections(request, status, body)
+        )
+    except ValueError:  # a text no AMQP string holds (a lone surrogate, from the HTTP API)
+        body = _utf8_safe(body)
+        return b"".join(
+            encode(perf.to_described(section)) for section in response_sections(request, status, body)
+        )
+
+
+def _utf8_safe(value: Any) -> Any:
+    """``value`` with every text's lone surrogates replaced (``?``), so it encodes."""
+    if isinstance(value, str):
+        return type(value)(value.encode("utf-8", "replace").decode("utf-8"))
+    if isinstance(value, dict):
+        return {_utf8_safe(key): _utf8_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_utf8_safe(item) for item in value]
+    return value
 
 
 def _check_paired(attach: perf.Attach) -> None:

@@ -224,3 +224,16 @@ def test_management_argument_with_a_far_timestamp_is_a_400(client: Client) -> No
     properties = response[0]
     assert properties.subject == "400", response
     assert not client.closed
+
+
+def test_management_info_of_a_queue_with_an_unencodable_argument(client: Client, core: BrokerCore) -> None:
+    """A queue declared over HTTP may hold an argument text with a lone surrogate, which
+    no AMQP string carries: its info is still answered (not an exception)."""
+    from test_amqp10_management_link import pair, request, responses
+
+    _declare(core, "odd", **{"x-note": "a\udc80b"})
+    pair(client)
+    client.transfer(0, 0, request("GET", "/queues/odd"), settled=True)
+    (response,) = responses(client)
+    assert response[0].subject == "200", response
+    assert not client.closed
