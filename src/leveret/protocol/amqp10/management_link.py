@@ -43,6 +43,7 @@ from .management import (
     parse_request,
     response_sections,
 )
+from .message import utf8_safe
 from .types import DecodeError, Described, decode_all, encode
 
 if TYPE_CHECKING:
@@ -69,21 +70,10 @@ def respond(session: Any, payload: bytes) -> bytes:
             encode(perf.to_described(section)) for section in response_sections(request, status, body)
         )
     except ValueError:  # a text no AMQP string holds (a lone surrogate, from the HTTP API)
-        body = _utf8_safe(body)
+        body = utf8_safe(body)
         return b"".join(
             encode(perf.to_described(section)) for section in response_sections(request, status, body)
         )
-
-
-def _utf8_safe(value: Any) -> Any:
-    """``value`` with every text's lone surrogates replaced (``?``), so it encodes."""
-    if isinstance(value, str):
-        return type(value)(value.encode("utf-8", "replace").decode("utf-8"))
-    if isinstance(value, dict):
-        return {_utf8_safe(key): _utf8_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_utf8_safe(item) for item in value]
-    return value
 
 
 def _check_paired(attach: perf.Attach) -> None:

@@ -346,7 +346,11 @@ def _render(message: Message) -> _Rendered:
             annotations = _routing_annotations(message.exchange, message.routing_key)
         else:
             values = _annotations(encoded, *span) if span is not None else {}
-            annotations = _annotations_section(_delivery_annotations(values, message))
+            delivered = _delivery_annotations(values, message)
+            try:
+                annotations = _annotations_section(delivered)
+            except ValueError:  # a routing key or death text with a lone surrogate (HTTP)
+                annotations = b"\x00\x53\x72" + _encodable_map(utf8_safe(delivered))
         if layout.kind == _MANY_DATA:
             return _Rendered(annotations + encoded[layout.bare :], False, b"")
         return _Rendered(annotations + encoded[layout.bare : layout.ins], True, encoded[layout.ins :])
@@ -469,6 +473,19 @@ def _foreign_head(message: Message) -> bytes:
     if props.type != AMQP10_TYPE or not _is_body(body):
         out.append(s.data_constructor(len(body)))
     return b"".join(out)
+
+
+def utf8_safe(value: Any) -> Any:
+    """``value`` with every text's lone surrogates replaced (``?``), so it encodes."""
+    if isinstance(value, str):
+        return type(value)(value.encode("utf-8", "replace").decode("utf-8"))
+    if isinstance(value, dict):
+        return {utf8_safe(key): utf8_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [utf8_safe(item) for item in value]
+    if isinstance(value, Array):
+        return Array(value.type, tuple(utf8_safe(item) for item in value.items), value.descriptor)
+    return value
 
 
 def _encodable_map(values: dict[Any, Any]) -> bytes:
@@ -912,4 +929,5 @@ __all__ = [
     "message_subject",
     "message_to",
     "payload",
+    "utf8_safe",
 ]

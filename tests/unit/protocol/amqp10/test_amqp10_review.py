@@ -237,3 +237,26 @@ def test_management_info_of_a_queue_with_an_unencodable_argument(client: Client,
     (response,) = responses(client)
     assert response[0].subject == "200", response
     assert not client.closed
+
+
+def test_dead_letter_with_an_unencodable_routing_key_is_delivered(client: Client, core: BrokerCore) -> None:
+    """A dead-letter routing key set over HTTP may hold a lone surrogate: an AMQP 1.0
+    message dead-lettered with it still reaches an AMQP 1.0 receiver (its
+    ``x-routing-key`` annotation has the surrogate replaced), not an exception."""
+    vhost = core.vhosts.get("/")
+    vhost.declare_exchange("fan", "fanout")
+    _declare(core, "dlq")
+    vhost.bind("fan", vhost.get_queue("dlq"), "")
+    _declare(core, "q", **{"x-dead-letter-exchange": "fan", "x-dead-letter-routing-key": "k\udc80"})
+    _ready(client)
+    _fill(client, 1)
+    client.attach_receiver("/queues/q", handle=1)
+    client.flow(1, 1)
+    client.bodies()
+    client.send(perf.Disposition(perf.ROLE_RECEIVER, 0, None, True, perf.Rejected()))
+    assert vhost.get_queue("dlq").message_count == 1
+    client.attach_receiver("/queues/dlq", handle=2, settled=True)
+    client.flow(2, 1)
+    transfers = [b for b in client.bodies() if isinstance(b, perf.Transfer)]
+    assert len(transfers) == 1
+    assert not client.closed
