@@ -467,7 +467,10 @@ def offset_spec(value: Any, now: float | None = None) -> Any:
         except BrokerError:
             raise _Invalid from None
         assert age is not None
-        return datetime.datetime.fromtimestamp(now - age, datetime.UTC)
+        try:
+            return datetime.datetime.fromtimestamp(now - age, datetime.UTC)
+        except (OverflowError, ValueError, OSError):  # back before year 1
+            raise _Invalid from None
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return int(value)
     raise _Invalid

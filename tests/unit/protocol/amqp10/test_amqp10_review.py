@@ -260,3 +260,14 @@ def test_dead_letter_with_an_unencodable_routing_key_is_delivered(client: Client
     transfers = [b for b in client.bodies() if isinstance(b, perf.Transfer)]
     assert len(transfers) == 1
     assert not client.closed
+
+
+def test_stream_offset_interval_beyond_the_epoch_is_refused_cleanly() -> None:
+    """An interval reaching back before year 1 (``99999999Y``) is no offset: the filter
+    is not applied (left out of the echo), not an exception out of the attach."""
+    from leveret.protocol.amqp10.filters import source_filters
+    from leveret.protocol.amqp10.types import Described, Symbol
+
+    spec = Symbol("rabbitmq:stream-offset-spec")
+    far = {Symbol("o"): Described(spec, "99999999Y")}
+    assert source_filters(far, stream=True, now=1_700_000_000).echoed == {}
