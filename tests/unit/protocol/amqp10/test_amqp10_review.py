@@ -271,3 +271,25 @@ def test_stream_offset_interval_beyond_the_epoch_is_refused_cleanly() -> None:
     spec = Symbol("rabbitmq:stream-offset-spec")
     far = {Symbol("o"): Described(spec, "99999999Y")}
     assert source_filters(far, stream=True, now=1_700_000_000).echoed == {}
+
+
+def test_transfers_after_the_brokers_detach_are_dropped_then_the_handle_is_free(
+    client: Client, core: BrokerCore
+) -> None:
+    _declare(core, "q")
+    _ready(client)
+    client.attach_sender("/queues/q", settled=True)
+    client.send(perf.Detach(0, True))
+    client.bodies()
+    client.attach_sender("/queues/missing", settled=True)  # refused: attach then detach
+    for delivery_id in range(3):  # sent before the client saw the detach
+        client.transfer(0, delivery_id, message_payload(), settled=True, more=delivery_id < 2)
+    client.send(perf.Flow(0, 1000, 0, 1000, 0, 0, 0, echo=True))
+    assert client.bodies() == []
+    client.send(perf.Detach(0, True))  # the answer to the broker's detach
+    assert client.bodies() == []
+    bodies = client.attach_sender("/queues/q", settled=True)
+    assert isinstance(bodies[0], perf.Attach) and bodies[0].target is not None
+    client.transfer(0, 3, message_payload(b"ok"), settled=True)
+    assert [e.message.body for e in core.vhosts.get("/").queues["q"].browse(10)] == [b"ok"]
+    assert not client.closed
