@@ -11,7 +11,9 @@ used up, until the client's ``flow`` opens it.
 
 Errors: a frame on a handle that is not attached ends the session with
 ``amqp:session:unattached-handle``, an attach on a handle in use with
-``amqp:session:handle-in-use`` (§2.8.17); a link's own error detaches that link only.
+``amqp:session:handle-in-use`` (§2.8.17); an attach on a handle above ``handle-max``
+closes the connection with ``amqp:connection:framing-error`` (§2.7.2, as RabbitMQ 4);
+a link's own error detaches that link only.
 """
 
 from __future__ import annotations
@@ -257,9 +259,9 @@ class Amqp10Session:
     def _attach(self, attach: perf.Attach) -> None:
         if attach.handle in self.links:
             raise e.SessionFault(e.HANDLE_IN_USE, f"handle {attach.handle} is in use")
-        if attach.handle > self.handle_max:
-            raise e.SessionFault(
-                e.NOT_ALLOWED, f"handle {attach.handle} is above handle-max {self.handle_max}"
+        if attach.handle > self.handle_max:  # §2.7.2: a connection error, as RabbitMQ 4
+            raise e.ConnectionFault(
+                e.FRAMING_ERROR, f"link handle value ({attach.handle}) exceeds handle-max ({self.handle_max})"
             )
         try:
             link = management_link(self, attach) or attach_link(self, attach)

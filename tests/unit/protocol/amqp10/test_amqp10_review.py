@@ -293,3 +293,15 @@ def test_transfers_after_the_brokers_detach_are_dropped_then_the_handle_is_free(
     client.transfer(0, 3, message_payload(b"ok"), settled=True)
     assert [e.message.body for e in core.vhosts.get("/").queues["q"].browse(10)] == [b"ok"]
     assert not client.closed
+
+
+def test_attach_above_handle_max_closes_the_connection_with_framing_error(client: Client) -> None:
+    """§2.7.2: a handle outside the range the partner can handle closes the connection
+    with framing-error (RabbitMQ 4: "link handle value exceeds maximum link handle
+    value", amqp:connection:framing-error)."""
+    client.open()
+    assert client.begin().handle_max == 255
+    bodies = client.attach_sender("/queues/q", handle=256)
+    (close,) = [b for b in bodies if isinstance(b, perf.Close)]
+    assert close.error.condition == "amqp:connection:framing-error"
+    assert client.closed
