@@ -314,9 +314,11 @@ def _reference(ref: Any, kind: str | None) -> _Match:
 
 
 def _bytes(v: Any) -> bytes | None:
-    """A string, binary or UUID value's bytes (RabbitMQ holds all three as binaries)."""
+    """A string, binary or UUID value's bytes (RabbitMQ holds all three as binaries);
+    a lone surrogate (text from HTTP, a 0-9-1 key that is no UTF-8) keeps bytes that
+    no UTF-8 reference value holds, so it matches nothing."""
     if isinstance(v, str):
-        return v.encode()
+        return v.encode("utf-8", "surrogatepass")
     if isinstance(v, bytes):
         return v
     if isinstance(v, uuid.UUID):

@@ -305,3 +305,23 @@ def test_attach_above_handle_max_closes_the_connection_with_framing_error(client
     (close,) = [b for b in bodies if isinstance(b, perf.Close)]
     assert close.error.condition == "amqp:connection:framing-error"
     assert client.closed
+
+
+def test_filters_on_text_with_a_lone_surrogate_do_not_fail() -> None:
+    """Property filters compare texts by their bytes; a message published over HTTP (or
+    an AMQP 0-9-1 key that is no UTF-8) may hold a lone surrogate: it matches nothing,
+    rather than raising out of the queue's dispatch (the publisher's call)."""
+    from leveret.core.message import Message, Properties
+    from leveret.core.selector import message_lookup
+    from leveret.protocol.amqp10.filters import source_filters
+    from leveret.protocol.amqp10.types import Described, Symbol
+
+    message = Message.build("", "q", b"x", Properties(message_id="ab\udc80", headers={"k": "v\udc80"}))
+    for filter_map in (
+        {Symbol("p"): Described(Symbol("amqp:properties-filter"), {Symbol("message-id"): "&p:ab"})},
+        {Symbol("p"): Described(Symbol("amqp:properties-filter"), {Symbol("message-id"): "abc"})},
+        {Symbol("a"): Described(Symbol("amqp:application-properties-filter"), {"k": "&s:v"})},
+    ):
+        selector = source_filters(filter_map).selector
+        assert selector is not None
+        assert selector.matches(message_lookup(message)) in (True, False)
