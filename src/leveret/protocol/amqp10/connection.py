@@ -444,6 +444,8 @@ class Amqp10Connection(AdapterConnection):
             self._heartbeat.cancel()
         self.reader = FrameReader()
         self._rest = None
+        for session in self.sessions.values():
+            session.stop_links()  # what one session gives back goes to no other
         for session in list(self.sessions.values()):
             session.release()
         self.sessions.clear()

@@ -302,9 +302,11 @@ def _reference(ref: Any, kind: str | None) -> _Match:
 
 
 def _bytes(v: Any) -> bytes | None:
-    """A string, binary or UUID value's bytes (RabbitMQ holds all three as binaries)."""
+    """A string, binary or UUID value's bytes (RabbitMQ holds all three as binaries);
+    a lone surrogate (text from HTTP, a 0-9-1 key that is no UTF-8) keeps bytes that
+    no UTF-8 reference value holds, so it matches nothing."""
     if isinstance(v, str):
-        return v.encode()
+        return v.encode("utf-8", "surrogatepass")
     if isinstance(v, bytes):
         return v
     if isinstance(v, uuid.UUID):
@@ -455,7 +457,10 @@ def offset_spec(value: Any, now: float | None = None) -> Any:
         except BrokerError:
             raise _Invalid from None
         assert age is not None
-        return datetime.datetime.fromtimestamp(now - age, datetime.UTC)
+        try:
+            return datetime.datetime.fromtimestamp(now - age, datetime.UTC)
+        except (OverflowError, ValueError, OSError):  # back before year 1
+            raise _Invalid from None
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return int(value)
     raise _Invalid

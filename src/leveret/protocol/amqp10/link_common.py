@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import performatives as perf
+from .credit import credit_left
 
 #: Delivery counts and delivery ids are RFC 1982 serial numbers of 32 bits (§2.6.7).
 SERIAL = 2**32
@@ -44,15 +45,14 @@ def answer_attach(
 def flow_credit(flow: perf.Flow, delivery_count: int) -> int | None:
     """The link credit a client's ``flow`` gives a link the broker sends on, whose own
     delivery count is ``delivery_count`` (§2.6.7): the flow's ``delivery-count +
-    link-credit`` less the deliveries sent since; its ``link-credit`` as is when it has
-    no delivery count yet; 0 when the client counted fewer deliveries than were sent;
-    None when the flow carries no link credit (the credit stays as it was)."""
+    link-credit`` less the deliveries sent since (:func:`.credit.credit_left`); its
+    ``link-credit`` as is when it has no delivery count yet; None when the flow
+    carries no link credit (the credit stays as it was)."""
     if flow.link_credit is None:
         return None
     if flow.delivery_count is None:
         return flow.link_credit
-    credit = (flow.delivery_count + flow.link_credit - delivery_count) % SERIAL
-    return 0 if credit > 2**31 else credit
+    return credit_left(flow.delivery_count, flow.link_credit, delivery_count)
 
 
 def drain_or_echo(link: Any, drain: bool, echo: bool, available: int) -> None:

@@ -193,10 +193,15 @@ class IncomingLink:
         return transfer.delivery_id
 
     def transfer(self, transfer: perf.Transfer, payload: bytes) -> None:
+        if transfer.more and self.session.connection.core.alarm_active:
+            # a partial delivery is held in memory: blocked as a whole message is
+            self.session.connection.block_for_alarm()
         if self._parts is None:
             delivery_id = self.take_credit(transfer)
             settled = bool(transfer.settled) or self.settled_mode
             if transfer.aborted:
+                if self.credit < LINK_CREDIT // 2:
+                    self.renew_credit()
                 return
             if not transfer.more:
                 self._deliver(payload, delivery_id, settled)
@@ -208,8 +213,10 @@ class IncomingLink:
             self._partial_settled = settled
             self._partial_size = len(payload)
             return
-        if transfer.aborted:  # §2.6.14: the delivery is dropped
+        if transfer.aborted:  # §2.6.14: the delivery is dropped (its credit renewed)
             self._parts = None
+            if self.credit < LINK_CREDIT // 2:
+                self.renew_credit()
             return
         self._parts.append(payload)
         self._partial_size += len(payload)
@@ -463,9 +470,13 @@ class OutgoingLink:
         self.session.connection.core.metrics.amqp10.consumers += 1
 
     def can_accept(self) -> bool:
-        """Credit left, room in the client's session window, a writable socket."""
+        """Credit left, room in the client's session window, a writable socket, and
+        the link not on its way out."""
         return (
-            self.credit > 0 and self.session.remote_incoming_window > 0 and self.session.connection.writable
+            self.credit > 0
+            and self.session.remote_incoming_window > 0
+            and self.session.connection.writable
+            and not self.detaching
         )
 
     def deliver(self, queue: Queue | None, entry: QueuedMessage) -> None:

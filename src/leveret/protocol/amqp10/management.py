@@ -156,7 +156,8 @@ def _plain(value: Any) -> Any:
     """An AMQP 1.0 value as core keeps queue/exchange/binding arguments (AMQP 0-9-1's
     Python values): strings and symbols as ``str``, every integer type as ``int``,
     timestamps as aware datetimes (0-9-1 timestamps are seconds). _Answer 400 for what a
-    0-9-1 table cannot hold (described values, decimals, chars, UUIDs)."""
+    0-9-1 table cannot hold (described values, decimals, chars, UUIDs, a timestamp
+    outside the years 1-9999)."""
     if isinstance(value, Char | uuid.UUID | Described | Decimal32 | Decimal64 | Decimal128):
         raise _Answer(BAD_REQUEST, f"unsupported argument {value!r}")
     if value is None or isinstance(value, bool):
@@ -164,7 +165,10 @@ def _plain(value: Any) -> Any:
     if isinstance(value, bytes):
         return bytes(value)
     if isinstance(value, Timestamp):
-        return datetime.datetime.fromtimestamp(int(value) // 1000, datetime.UTC)
+        try:
+            return datetime.datetime.fromtimestamp(int(value) // 1000, datetime.UTC)
+        except (ValueError, OverflowError, OSError):  # beyond the years a datetime holds
+            raise _Answer(BAD_REQUEST, f"unsupported argument {value!r}") from None
     if isinstance(value, str):
         return str(value)
     if isinstance(value, int):

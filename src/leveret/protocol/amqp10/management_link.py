@@ -43,6 +43,7 @@ from .management import (
     parse_request,
     response_sections,
 )
+from .message import utf8_safe
 from .types import DecodeError, Described, decode_all, encode
 
 if TYPE_CHECKING:
@@ -63,9 +64,15 @@ def respond(session: Any, payload: bytes) -> bytes:
         sections.append(perf.from_described(value))
     request = parse_request(sections)
     status, body = handle_request(session, request.method, request.target, request.body)
-    return b"".join(
-        encode(perf.to_described(section)) for section in response_sections(request, status, body)
-    )
+    try:
+        return b"".join(
+            encode(perf.to_described(section)) for section in response_sections(request, status, body)
+        )
+    except ValueError:  # a text no AMQP string holds (a lone surrogate, from the HTTP API)
+        body = utf8_safe(body)
+        return b"".join(
+            encode(perf.to_described(section)) for section in response_sections(request, status, body)
+        )
 
 
 def _check_paired(attach: perf.Attach) -> None:
@@ -215,6 +222,7 @@ class RequestLink(IncomingLink):
             self.parts, self.size = [], 0
         if transfer.aborted:
             self.parts = None
+            self.renew_credit()
             return
         self.parts.append(payload)
         self.size += len(payload)

@@ -321,10 +321,14 @@ def encode_transfer(
     an AMQP 1.0 message its bare message and footer as received; for any other format
     properties, application-properties and one data section built from its neutral
     properties (see the module doc). What does not change between deliveries is
-    cached on ``message.rendered``. Raises nothing for a message that was accepted."""
+    cached on ``message.rendered``. Raises nothing for a message that was accepted (a
+    priority outside a ubyte, which the HTTP API's publish takes, is clamped to 0-255)."""
     ttl = ttl_left_ms if ttl_left_ms is not None else message.ttl
     first = first_acquirer and not message.deaths  # RabbitMQ 4: a dead letter's is false
-    header = s.header_bytes(message.persistent, message.priority, ttl, first, delivery_count)
+    priority = message.priority
+    if priority is not None and not 0 <= priority < 256:
+        priority = 255 if priority > 0 else 0
+    header = s.header_bytes(message.persistent, priority, ttl, first, delivery_count)
     rendered = message.rendered
     if type(rendered) is not _Rendered:
         rendered = _render(message)
@@ -344,7 +348,11 @@ def _render(message: Message) -> _Rendered:
             annotations = _routing_annotations(message.exchange, message.routing_key)
         else:
             values = _annotations(encoded, *span) if span is not None else {}
-            annotations = _annotations_section(_delivery_annotations(values, message))
+            delivered = _delivery_annotations(values, message)
+            try:
+                annotations = _annotations_section(delivered)
+            except ValueError:  # a routing key or death text with a lone surrogate (HTTP)
+                annotations = b"\x00\x53\x72" + _encodable_map(utf8_safe(delivered))
         if layout.kind == _MANY_DATA:
             return _Rendered(annotations + encoded[layout.bare :], False, b"")
         return _Rendered(annotations + encoded[layout.bare : layout.ins], True, encoded[layout.ins :])
@@ -441,7 +449,7 @@ def _foreign_head(message: Message) -> bytes:
     annotations = _delivery_annotations(annotations, message)
     fields = [
         _id_to_amqp(props.message_id),
-        props.user_id.encode() if props.user_id else None,
+        props.user_id.encode("utf-8", "replace") if props.user_id else None,
         None,
         None,
         _reply_to_address(message, props.reply_to),
@@ -467,6 +475,19 @@ def _foreign_head(message: Message) -> bytes:
     if props.type != AMQP10_TYPE or not _is_body(body):
         out.append(s.data_constructor(len(body)))
     return b"".join(out)
+
+
+def utf8_safe(value: Any) -> Any:
+    """``value`` with every text's lone surrogates replaced (``?``), so it encodes."""
+    if isinstance(value, str):
+        return type(value)(value.encode("utf-8", "replace").decode("utf-8"))
+    if isinstance(value, dict):
+        return {utf8_safe(key): utf8_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [utf8_safe(item) for item in value]
+    if isinstance(value, Array):
+        return Array(value.type, tuple(utf8_safe(item) for item in value.items), value.descriptor)
+    return value
 
 
 def _encodable_map(values: dict[Any, Any]) -> bytes:
@@ -517,15 +538,17 @@ def _reply_to_address(message: Message, reply_to: str | None) -> str | None:
     name = message.format.name
     if name == "mqtt":
         key = reply_to.translate(_MQTT_TO_KEY)
-        return "/exchanges/amq.topic/" + urllib.parse.quote(key, safe="")
+        return "/exchanges/amq.topic/" + urllib.parse.quote(key, safe="", errors="replace")
     if name == "stomp" and reply_to.startswith("/"):
         for prefix, address in _STOMP_DESTINATIONS:
             if reply_to.startswith(prefix):
                 return address + "/".join(
-                    urllib.parse.quote(part, safe="") for part in reply_to[len(prefix) :].split("/", 1)
+                    urllib.parse.quote(part, safe="", errors="replace")
+                    for part in reply_to[len(prefix) :].split("/", 1)
                 )
         return reply_to
-    return "/queues/" + urllib.parse.quote(reply_to, safe="")
+    # errors="replace": a lone surrogate (the HTTP API takes one) is no UTF-8
+    return "/queues/" + urllib.parse.quote(reply_to, safe="", errors="replace")
 
 
 _MQTT_TO_KEY = str.maketrans({"/": ".", ".": "/"})
@@ -908,4 +931,5 @@ __all__ = [
     "message_subject",
     "message_to",
     "payload",
+    "utf8_safe",
 ]

@@ -39,6 +39,7 @@ class ReplyToLink:
     """A receiving link on a direct reply-to address: core's reply consumer."""
 
     exclusive = False
+    detaching = False
     no_ack = True
     prefetch = 0
     priority = 0

@@ -11,7 +11,9 @@ used up, until the client's ``flow`` opens it.
 
 Errors: a frame on a handle that is not attached ends the session with
 ``amqp:session:unattached-handle``, an attach on a handle in use with
-``amqp:session:handle-in-use`` (§2.8.17); a link's own error detaches that link only.
+``amqp:session:handle-in-use`` (§2.8.17); an attach on a handle above ``handle-max``
+closes the connection with ``amqp:connection:framing-error`` (§2.7.2, as RabbitMQ 4);
+a link's own error detaches that link only.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ class Amqp10Session:
         body = transfer_body(handle, delivery_id, tag, settled, False)
         size = 8 + len(body) + len(payload)
         if size <= connection.peer_max_frame_size:
-            self.next_outgoing_id += 1
+            self.next_outgoing_id = (self.next_outgoing_id + 1) % _UINT
             self.remote_incoming_window -= 1
             connection.send_parts([_FRAME_HEADER.pack(size, 2, 0, channel), body, payload], len(payload))
             return
@@ -148,7 +150,7 @@ class Amqp10Session:
             more = start + room < len(payload)
             head = transfer_body(handle, delivery_id, tag, settled, more)
             parts += [_FRAME_HEADER.pack(8 + len(head) + len(chunk), 2, 0, channel), head, chunk]
-            self.next_outgoing_id += 1
+            self.next_outgoing_id = (self.next_outgoing_id + 1) % _UINT
             self.remote_incoming_window -= 1
         connection.send_parts(parts, len(payload))
 
@@ -205,6 +207,7 @@ class Amqp10Session:
             self.send_flow()
 
     def _flow(self, flow: perf.Flow) -> None:
+        was_shut = self.remote_incoming_window <= 0
         self.remote_outgoing_window = flow.outgoing_window
         if flow.next_incoming_id is None:
             self.remote_incoming_window = flow.incoming_window
@@ -222,7 +225,8 @@ class Amqp10Session:
                 self.detach_with(link, exc)
         elif flow.echo:
             self.send_flow()
-        if self.remote_incoming_window > 0 and flow.handle is None:
+        # a window reopened wakes every link, whichever link's state the flow carries
+        if self.remote_incoming_window > 0 and (flow.handle is None or was_shut):
             self.resume()
 
     def _disposition(self, disposition: perf.Disposition) -> None:
@@ -236,10 +240,13 @@ class Amqp10Session:
         first = disposition.first
         last = first if disposition.last is None else disposition.last
         unsettled = self.unsettled
-        if last - first < 64 or last - first < len(unsettled):
-            ids = [i for i in range(first, last + 1) if i in unsettled]
+        span = (last - first) % _UINT  # serial numbers (§2.8.11): the range may wrap
+        if span < 64 or span < len(unsettled):
+            ids = [(first + k) % _UINT for k in range(span + 1) if (first + k) % _UINT in unsettled]
         else:  # a wide range: walk the deliveries rather than the range
-            ids = sorted(i for i in unsettled if first <= i <= last)
+            ids = sorted(
+                (i for i in unsettled if (i - first) % _UINT <= span), key=lambda i: (i - first) % _UINT
+            )
         touched = set()
         for delivery_id in ids:
             link = unsettled.pop(delivery_id)
@@ -252,9 +259,9 @@ class Amqp10Session:
     def _attach(self, attach: perf.Attach) -> None:
         if attach.handle in self.links:
             raise e.SessionFault(e.HANDLE_IN_USE, f"handle {attach.handle} is in use")
-        if attach.handle > self.handle_max:
-            raise e.SessionFault(
-                e.NOT_ALLOWED, f"handle {attach.handle} is above handle-max {self.handle_max}"
+        if attach.handle > self.handle_max:  # §2.7.2: a connection error, as RabbitMQ 4
+            raise e.ConnectionFault(
+                e.FRAMING_ERROR, f"link handle value ({attach.handle}) exceeds handle-max ({self.handle_max})"
             )
         try:
             link = management_link(self, attach) or attach_link(self, attach)
@@ -343,9 +350,16 @@ class Amqp10Session:
         for link in confirming:
             link.send_confirms()
 
+    def stop_links(self) -> None:
+        """Mark every link as going, so that what one link gives back to a queue is not
+        delivered to another link of this session on its way out."""
+        for link in self.links.values():
+            link.detaching = True
+
     def release(self) -> None:
         """The session is over: every link goes (unsettled deliveries return to their
-        queues, redelivered)."""
+        queues, redelivered; none goes out to another of its links)."""
+        self.stop_links()
         links, self.links = self.links, {}
         for link in links.values():
             link.release()
