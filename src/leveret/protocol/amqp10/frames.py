@@ -173,8 +173,6 @@ class FrameReader:
 
 #: Field encodings the transfer fast path reads: null, uint0, smalluint, uint, ubyte,
 #: true, false, boolean, vbin8 (anything else goes the generic way).
-_SIMPLE = frozenset((0x40, 0x43, 0x52, 0x70, 0x50, 0x41, 0x42, 0x56, 0xA0))
-_TRANSFER_NAMES = ("handle", "delivery_id", "delivery_tag", "message_format", "settled", "more")
 _TRANSFER_KINDS = (int, int, bytes, int, bool, bool)
 
 
@@ -193,42 +191,52 @@ def _fast_transfer(frame: bytes, start: int, size: int) -> tuple[perf.Transfer, 
         end = start + 8 + int.from_bytes(frame[start + 4 : start + 8], "big")
     else:
         return None
-    if count > 6 or end > size:
+    if count > 6 or end > size or count == 0:
         return None
-    values: dict[str, Any] = {}
+    values: list[Any] = [None, None, None, None, None, False]
     for index in range(count):
         if pos >= end:
             return None
         code = frame[pos]
-        if code not in _SIMPLE:
-            return None
-        if code == 0x40:
+        if code == 0x40:  # null: the field's default
             pos += 1
             continue
-        if code in (0x43, 0x41, 0x42):
-            value: Any = {0x43: 0, 0x41: True, 0x42: False}[code]
-            pos += 1
-        elif code in (0x52, 0x50, 0x56):
-            if pos + 2 > end:
-                return None
-            value = frame[pos + 1] if code != 0x56 else frame[pos + 1] != 0
-            pos += 2
-        elif code == 0x70:
+        kind = _TRANSFER_KINDS[index]
+        if code == 0x70 and kind is int:
             if pos + 5 > end:
                 return None
-            value = int.from_bytes(frame[pos + 1 : pos + 5], "big")
+            value: Any = int.from_bytes(frame[pos + 1 : pos + 5], "big")
             pos += 5
-        else:  # 0xa0: vbin8
+        elif code == 0x52 and kind is int:
+            if pos + 2 > end:
+                return None
+            value = frame[pos + 1]
+            pos += 2
+        elif code == 0x43 and kind is int:
+            value = 0
+            pos += 1
+        elif code == 0xA0 and kind is bytes:
             if pos + 2 > end or pos + 2 + frame[pos + 1] > end:
                 return None
             value = frame[pos + 2 : pos + 2 + frame[pos + 1]]
             pos += 2 + frame[pos + 1]
-        if type(value) is not _TRANSFER_KINDS[index] or (code == 0x50):
-            return None  # a field of the wrong type: the generic decoder says so
-        values[_TRANSFER_NAMES[index]] = value
-    if pos != end or "handle" not in values:
-        return None
-    return perf.Transfer(**values), end
+        elif code == 0x41 and kind is bool:
+            value = True
+            pos += 1
+        elif code == 0x42 and kind is bool:
+            value = False
+            pos += 1
+        elif code == 0x56 and kind is bool:
+            if pos + 2 > end or frame[pos + 1] > 1:
+                return None  # a boolean other than 0 or 1: the generic decoder says so
+            value = frame[pos + 1] == 1
+            pos += 2
+        else:  # another encoding, or a field of the wrong type: the generic decoder
+            return None
+        values[index] = value
+    if pos != end or values[0] is None:
+        return None  # the handle is mandatory: the generic decoder refuses its absence
+    return perf.Transfer(*values), end
 
 
 def decode_frame(frame: bytes) -> Frame:

@@ -343,7 +343,7 @@ class Flow(Composite):
     properties: dict[Any, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per frame, and frozen init costs 2x
 class Transfer(Composite):
     """transfer (§2.7.5): its payload (message bytes) follows it in the frame."""
 
