@@ -103,6 +103,9 @@ class Amqp10Connection(AdapterConnection):
         self.peer_max_frame_size = 512
         self._peer_idle = 0.0  # seconds: the client's idle-time-out (0: none)
         self._rest: list[ProtocolHeader | Frame] | None = None
+        #: Bytes of unfinished multi-frame deliveries its links hold (see
+        #: :data:`.links.MAX_PARTIAL_BYTES`).
+        self.partial_bytes = 0
         self._timer: Timer = self.loop.call_later(prelogin.HANDSHAKE_TIMEOUT, self._handshake_timeout)
         self._heartbeat: Timer | None = None
 

@@ -68,6 +68,11 @@ MAX_UNCONFIRMED = 2 * LINK_CREDIT
 #: Bytes: the largest message the broker takes (RabbitMQ 4's ``max_message_size``
 #: default, 16 MiB), announced in its attach.
 MAX_MESSAGE_SIZE = 16 * 1024 * 1024
+#: Bytes of unfinished multi-frame deliveries one connection may hold, all its links
+#: together: past it the link adding to them is detached with
+#: ``amqp:resource-limit-exceeded`` (a client cannot make the broker buffer
+#: 16 MiB on each of thousands of links).
+MAX_PARTIAL_BYTES = 64 * 1024 * 1024
 _UINT = 2**32
 _ACCEPTED = perf.Accepted()
 _RELEASED = perf.Released()
@@ -208,29 +213,51 @@ class IncomingLink:
                 if self.credit < LINK_CREDIT // 2:
                     self.renew_credit()
                 return
-            self._parts = [payload]
+            self._parts = []
             self._partial_id = delivery_id
             self._partial_settled = settled
-            self._partial_size = len(payload)
+            self._partial_size = 0
+            self._hold_part(payload)
             return
         if transfer.aborted:  # §2.6.14: the delivery is dropped (its credit renewed)
-            self._parts = None
+            self._drop_partial()
             if self.credit < LINK_CREDIT // 2:
                 self.renew_credit()
             return
-        self._parts.append(payload)
-        self._partial_size += len(payload)
+        self._hold_part(payload)
         if self._partial_size > MAX_MESSAGE_SIZE:
-            self._parts = None
+            self._drop_partial()
             raise e.LinkFault(
                 e.MESSAGE_SIZE_EXCEEDED, f"a message of more than {MAX_MESSAGE_SIZE} bytes (max-message-size)"
             )
         self._partial_settled = self._partial_settled or bool(transfer.settled)
         if not transfer.more:
-            parts, self._parts = self._parts, None
+            parts = self._drop_partial()
             self._deliver(b"".join(parts), self._partial_id, self._partial_settled)
             if self.credit < LINK_CREDIT // 2:
                 self.renew_credit()
+
+    def _hold_part(self, payload: bytes) -> None:
+        """Keep one frame of an unfinished delivery, counted against the connection's
+        :data:`MAX_PARTIAL_BYTES` (LinkFault ``amqp:resource-limit-exceeded`` past it)."""
+        assert self._parts is not None
+        connection = self.session.connection
+        if connection.partial_bytes + len(payload) > MAX_PARTIAL_BYTES:
+            self._drop_partial()
+            raise e.LinkFault(
+                e.RESOURCE_LIMIT_EXCEEDED,
+                f"unfinished deliveries on this connection would hold more than {MAX_PARTIAL_BYTES} bytes",
+            )
+        self._parts.append(payload)
+        self._partial_size += len(payload)
+        connection.partial_bytes += len(payload)
+
+    def _drop_partial(self) -> list[bytes]:
+        """The unfinished delivery's frames, no longer held (nor counted)."""
+        parts, self._parts = self._parts or [], None
+        self.session.connection.partial_bytes -= self._partial_size
+        self._partial_size = 0
+        return parts
 
     def _deliver(self, payload: bytes, delivery_id: int, settled: bool) -> None:
         """Publish one complete message (see the module doc for its outcome)."""
@@ -349,7 +376,7 @@ class IncomingLink:
         """The link is gone: its publisher closes (outcomes not sent yet are lost, as
         the client's unsettled deliveries are when a link goes)."""
         self.detaching = True
-        self._parts = None
+        self._drop_partial()
         if self.publisher.seq and not self.publisher.closed:
             self._counted.publishers -= 1
         self.publisher.close()

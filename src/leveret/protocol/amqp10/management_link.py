@@ -35,7 +35,7 @@ from leveret.core.errors import AccessRefused
 
 from . import errors as e, performatives as perf
 from .link_common import answer_attach, drain_or_echo, flow_credit, send_settled
-from .links import MAX_MESSAGE_SIZE, IncomingLink
+from .links import IncomingLink
 from .management import (
     MANAGEMENT_ADDRESS,
     BadRequestMessage,
@@ -101,6 +101,12 @@ def management_link(session: Amqp10Session, attach: perf.Attach) -> RequestLink 
                 e.PRECONDITION_FAILED, f"management link pair '{attach.name}' already has this half"
             )
     return cls(session, attach)
+
+
+#: Bytes: the largest management request the broker takes (its max-message-size on
+#: the request link): a declaration with its arguments is a few hundred bytes, and a
+#: client's management links must not hold 16 MiB each.
+MAX_REQUEST_SIZE = 1024 * 1024
 
 
 class ResponseLink:
@@ -193,7 +199,7 @@ class RequestLink(IncomingLink):
             perf.ROLE_RECEIVER,
             perf.SND_SETTLED,
             perf.RCV_FIRST,
-            max_message_size=MAX_MESSAGE_SIZE,
+            max_message_size=MAX_REQUEST_SIZE,
             properties=self.attach.properties,
         )
         self.renew_credit()
@@ -227,9 +233,9 @@ class RequestLink(IncomingLink):
         self.parts.append(payload)
         self.size += len(payload)
         self.settled = self.settled or bool(transfer.settled)
-        if self.size > MAX_MESSAGE_SIZE:
+        if self.size > MAX_REQUEST_SIZE:
             self.parts = None
-            raise e.LinkFault(e.MESSAGE_SIZE_EXCEEDED, f"a request of more than {MAX_MESSAGE_SIZE} bytes")
+            raise e.LinkFault(e.MESSAGE_SIZE_EXCEEDED, f"a request of more than {MAX_REQUEST_SIZE} bytes")
         if transfer.more:
             return
         parts, self.parts = self.parts, None

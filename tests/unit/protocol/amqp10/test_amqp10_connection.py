@@ -373,3 +373,22 @@ def test_modified_annotations_go_into_the_message(client: Client, core: BrokerCo
     (end,) = client.bodies()
     assert isinstance(end, perf.End) and end.error.condition == "amqp:invalid-field"
     assert core.vhosts.get("/").queues["q"].message_count == 1  # the delivery went back
+
+
+def test_unfinished_deliveries_are_bounded_per_connection(
+    client: Client, core: BrokerCore, monkeypatch
+) -> None:
+    from leveret.protocol.amqp10 import links
+
+    monkeypatch.setattr(links, "MAX_PARTIAL_BYTES", 10_000)
+    _declare(core, "q")
+    _ready(client)
+    for handle in range(3):
+        client.attach_sender("/queues/q", handle=handle)
+        client.transfer(handle, 0, b"x" * 4000, more=True)
+    detaches = [b for b in client.bodies() if isinstance(b, perf.Detach)]
+    assert [(d.handle, d.error.condition) for d in detaches] == [(2, "amqp:resource-limit-exceeded")]
+    assert client.connection.partial_bytes == 8000
+    client.transfer(0, 0, b"y", more=False)  # finishing one frees its bytes (the message is bad: detached)
+    client.send(perf.Transfer(1, None, None, None, None, False, aborted=True))
+    assert client.connection.partial_bytes == 0
