@@ -24,9 +24,11 @@ unknown frame type, a body where none may be), ``amqp:decode-error`` or
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from leveret.compiled import twin
 from leveret.protocol.amqp10 import performatives as perf
 from leveret.protocol.amqp10.types import DecodeError, Described, decode, encode
 
@@ -176,7 +178,7 @@ class FrameReader:
 _TRANSFER_KINDS = (int, int, bytes, int, bool, bool)
 
 
-def _fast_transfer(frame: bytes, start: int, size: int) -> tuple[perf.Transfer, int] | None:
+def py_fast_transfer(frame: bytes, start: int, size: int) -> tuple[perf.Transfer, int] | None:
     """A transfer whose fields are all simple encodings (what clients send: handle,
     delivery-id, tag, format, settled, more), decoded without the generic decoder
     (the hot path); None for anything else, which the generic decoder reads."""
@@ -237,6 +239,14 @@ def _fast_transfer(frame: bytes, start: int, size: int) -> tuple[perf.Transfer, 
     if pos != end or values[0] is None:
         return None  # the handle is mandatory: the generic decoder refuses its absence
     return perf.Transfer(*values), end
+
+
+_compiled = twin("leveret.protocol.amqp10._ctransfer")
+#: The transfer fast path: the compiled twin when built (``_ctransfer.pyx``), else
+#: :func:`py_fast_transfer`.
+_fast_transfer: Callable[[bytes, int, int], tuple[perf.Transfer, int] | None] = (
+    _compiled.fast_transfer if _compiled is not None else py_fast_transfer
+)
 
 
 def decode_frame(frame: bytes) -> Frame:

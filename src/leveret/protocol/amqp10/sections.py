@@ -23,6 +23,8 @@ import functools
 import struct
 from typing import Any, NamedTuple
 
+from leveret.compiled import twin
+
 from .types import DECODE_ERROR, MAX_DEPTH, DecodeError, decode
 
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = 0x70, 0x71, 0x72, 0x73
@@ -135,7 +137,18 @@ def _section(payload: bytes, pos: int, end: int) -> tuple[int, int]:
 
 
 def scan(payload: bytes) -> Scan:
-    """The sections of a message (see the module doc). Raises DecodeError."""
+    """The sections of a message (see the module doc). Raises DecodeError. The
+    compiled twin (``_ctransfer.pyx``) takes the common case of ``bytes`` when built;
+    the pure :func:`py_scan` reads the rest."""
+    if _compiled is not None and type(payload) is bytes:
+        found = _compiled.scan(payload)
+        if found is not None:
+            return found
+    return py_scan(payload)
+
+
+def py_scan(payload: bytes) -> Scan:
+    """:func:`scan` in pure Python (the compiled twin's reference)."""
     end = len(payload)
     pos = 0
     last = 0
@@ -207,6 +220,8 @@ def scan(payload: bytes) -> Scan:
         raise DecodeError("a message without a body (§3.2: one data, amqp-sequence or amqp-value)")
     return Scan(header, delivery, annotations, properties, application, body, body_code, tuple(data), footer)
 
+
+_compiled = twin("leveret.protocol.amqp10._ctransfer")
 
 _STRINGS = frozenset((0xA1, 0xB1))
 _SYMBOLS = frozenset((0xA3, 0xB3))
