@@ -49,7 +49,7 @@ from .address import Address, parse
 from .delivery_annotations import with_annotations
 from .filters import source_filters
 from .link_common import answer_attach, drain_or_echo, flow_credit
-from .message import address_fields, annotated, decode_transfer, delivery_delay, encode_transfer
+from .message import address_fields, annotated, decode_publish, encode_transfer
 from .reply_to import ReplyToLink, wants_reply_to
 from .types import DecodeError
 
@@ -266,7 +266,7 @@ class IncomingLink:
                 e.MESSAGE_SIZE_EXCEEDED, f"a message of {len(payload)} bytes (max-message-size)"
             )
         try:
-            message = decode_transfer(payload, "", "")
+            message, delay = decode_publish(payload, int(self.session.connection.core.clock.time() * 1000))
         except DecodeError as exc:
             raise e.LinkFault(exc.condition, f"the message does not decode: {exc}") from None
         address = self.address
@@ -276,9 +276,9 @@ class IncomingLink:
                 if to is None:
                     raise e.LinkFault(e.INVALID_FIELD, "a message on a null target has no 'to' address")
                 address = parse(to, as_source=False)
-                self._publish(message, address, subject)
+                self._publish(message, address, subject, delay)
             else:
-                self._publish(message, address, None)
+                self._publish(message, address, None, delay)
         except (e.LinkFault, BrokerError) as exc:
             if self.address is not None and isinstance(exc, BrokerError):
                 raise e.LinkFault.of(exc) from None
@@ -296,7 +296,9 @@ class IncomingLink:
         if not settled:
             self._pending.append((self.publisher.seq, delivery_id))
 
-    def _publish(self, message: Message, address: Address, subject: str | None) -> None:
+    def _publish(self, message: Message, address: Address, subject: str | None, delay: int) -> None:
+        """Publish ``message`` to ``address`` (``subject``: its routing key where the
+        address has none), held ``delay`` ms in the scheduler first."""
         connection = self.session.connection
         core = connection.core
         if core.alarm_active:
@@ -312,7 +314,6 @@ class IncomingLink:
         message.exchange = exchange_name
         message.routing_key = key
         self._returned = False
-        delay = delivery_delay(message, int(core.clock.time() * 1000))
         self.publisher.publish(exchange, message, True, delay)
         counted = self._counted  # as core counted it: every publish of a link is confirmed
         counted.received += 1

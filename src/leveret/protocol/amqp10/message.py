@@ -126,12 +126,27 @@ def decode_transfer(payload: bytes, exchange: str, routing_key: str) -> Message:
     message (bad encoding, sections out of order, no body, a header field of the wrong
     type: RabbitMQ 4 detaches the link with that condition), ``amqp:invalid-field``
     for an ``x-cc`` that is not a list of strings (RabbitMQ 4's)."""
+    return _decode(payload, exchange, routing_key)[0]
+
+
+def decode_publish(payload: bytes, now_ms: int) -> tuple[Message, int]:
+    """:func:`decode_transfer` for the publish path (not addressed yet) and the
+    milliseconds to hold the message first (:func:`delivery_delay`), read from the
+    message-annotations decoded once. Raises DecodeError as :func:`decode_transfer`."""
+    message, values = _decode(payload, "", "")
+    at = delivery_time_of(values, now_ms) if values else None
+    return message, 0 if at is None else at - now_ms
+
+
+def _decode(payload: bytes, exchange: str, routing_key: str) -> tuple[Message, dict[Any, Any] | None]:
+    """:func:`decode_transfer`, and the message-annotations it decoded (None: none)."""
     if type(payload) is not bytes:
         payload = bytes(payload)
     header, delivery, annotations, properties, application, b, _, data, _ = s.scan(payload)
     if delivery is not None:
-        return decode_transfer(payload[: delivery[0]] + payload[delivery[1] :], exchange, routing_key)
+        return _decode(payload[: delivery[0]] + payload[delivery[1] :], exchange, routing_key)
     durable = priority = ttl = None
+    values: dict[Any, Any] | None = None
     if header is not None:
         durable, priority, ttl = s.read_header(payload, header[0], header[1])
     cc: tuple[str, ...] = ()
@@ -173,7 +188,8 @@ def decode_transfer(payload: bytes, exchange: str, routing_key: str) -> Message:
     else:
         body = payload[b:]
         encoded = _PREFIX.pack(_ENCODED_BODY, h, _P + bare, _P + ap, _P + b, _P + b) + payload[:b]
-    return Message(exchange, routing_key, body, AMQP10, encoded, durable is True, ttl, priority, cc=cc)
+    message = Message(exchange, routing_key, body, AMQP10, encoded, durable is True, ttl, priority, cc=cc)
+    return message, values
 
 
 def _annotations(data: bytes, start: int, end: int) -> dict[Any, Any]:
