@@ -122,6 +122,7 @@ class BrokerCore:
             "operator_policy",
             "global_parameter",
             "parameter",
+            "stream_chunk",
         }
     )
 

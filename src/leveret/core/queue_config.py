@@ -100,6 +100,7 @@ class QueueConfig:
     max_priority: int | None = None  # x-max-priority: priorities 0..max_priority (classic)
     max_age: float | None = None  # seconds (streams)
     max_segment_size: int = 500_000_000  # bytes (streams)
+    filter_size: int | None = None  # bytes of a stream chunk's Bloom filter (None: default)
 
 
 def _text(value: Any, source: str, where: str) -> Any:
