@@ -281,6 +281,13 @@ class StreamQueue(Queue):
             offset = rows[-1].seq
         return read
 
+    def stop(self) -> None:
+        """Deleted: also forget the saved chunk summaries (recovery drops any left)."""
+        if self.deleted and self.store is not None and self.queue_id:
+            for chunk in self.index.chunks:
+                self.store.delete_definition(CHUNK_KIND, self.host.name, f"{self.queue_id}:{chunk}")
+        super().stop()
+
     # -- reading --------------------------------------------------------------------
     def _read(self, cursor: _Cursor) -> Message | None:
         """The message at ``cursor.next``: from the in-memory tail, the read cache, or
