@@ -89,5 +89,6 @@ def from_arguments(arguments: dict[str, Any]) -> StreamFilter | None:
         return None
     match_unfiltered = arguments.get(MATCH_UNFILTERED_ARGUMENT)
     return StreamFilter.of(
-        (v for v in values if v is not None), match_unfiltered if isinstance(match_unfiltered, bool) else False
+        (v for v in values if v is not None),
+        match_unfiltered if isinstance(match_unfiltered, bool) else False,
     )

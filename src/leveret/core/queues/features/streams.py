@@ -1,8 +1,9 @@
 """Stream retention (RabbitMQ's stream queues): ``x-max-age`` (``7D``, ``12h``, ``30m``,
 ``10s``: Y, M, D, h, m, s) and ``x-stream-max-segment-size-bytes`` (at least 1; 500 MB
-by default); ``x-stream-filter-size-bytes`` (an integer ≥ 0; the stream queue takes
-16..255, as RabbitMQ 3.13: the size of its chunks' Bloom filters); with ``x-max-length-bytes`` (:mod:`.limits`) a stream drops whole
-segments from its head. 406 with RabbitMQ's texts for invalid values."""
+by default); with ``x-max-length-bytes`` (:mod:`.limits`) a stream drops whole segments
+from its head. Also ``x-stream-filter-size-bytes`` (an integer ≥ 0 here; the stream
+queue takes 16..255, as RabbitMQ 3.13: its chunks' Bloom filter size). 406 with
+RabbitMQ's texts for invalid values."""
 
 from __future__ import annotations
 
