@@ -86,6 +86,51 @@ def build(data: str, messages: int, rare: int) -> float:
     return time.monotonic() - started
 
 
+def index_walk(messages: int, rare: int) -> None:
+    """The chunk index alone, in this process, at full size: the CPU per appended
+    message of reading its filter value and indexing it (what every publish to a
+    stream now pays), and of a filtered consumer's walk over the whole index to the
+    ``rare`` matches (what the broker spends skipping, without the store reads)."""
+    from leveret.core.queues.stream_index import ChunkIndex
+    from leveret.core.stream_filter import StreamFilter, filter_value
+    from leveret.protocol.amqp.message import from_publish
+
+    body = b"x" * 100
+    plain = from_publish("", STREAM, _header(None, len(body)), body)
+    tagged = from_publish("", STREAM, _header("v1", len(body)), body)
+    reads = []
+    for message in (plain, tagged):
+        t0 = time.process_time()
+        for _ in range(100_000):
+            filter_value(message)
+        reads.append((time.process_time() - t0) / 100_000)
+    step = messages // rare
+    rare_at = {step // 2 + i * step for i in range(rare)}
+    values = [None, *(f"v{i}" for i in range(8))]
+    index = ChunkIndex()
+    add = index.add
+    t0 = time.process_time()
+    for offset in range(messages):
+        add(offset, "rare" if offset in rare_at else values[0 if offset % 2 else 1 + (offset // 2) % 8])
+    per_add = (time.process_time() - t0) / messages
+    wanted = StreamFilter.of(["rare"])
+    t0 = time.process_time()
+    found, offset = [], 0
+    while offset < messages:
+        offset = index.next_candidate(offset, messages, wanted)
+        if offset < messages:
+            found.append(offset)
+            offset += 1
+    walk = time.process_time() - t0
+    assert found == sorted(rare_at), found
+    print(
+        f"index of {messages:,} offsets ({len(index.chunks):,} chunks): filter value read "
+        f"{reads[0] * 1e6:.2f} us (no header) / {reads[1] * 1e6:.2f} us (header) per message, "
+        f"index add {per_add * 1e6:.2f} us/message; "
+        f"walk to the {rare} matches: {walk * 1000:.1f} ms CPU"
+    )
+
+
 def consume(
     broker: Leveret, arguments: dict, want: int, timeout: float
 ) -> tuple[int, float, float, int, int]:
@@ -121,10 +166,14 @@ def main() -> None:
     parser.add_argument("--scan", type=int, default=200_000, help="messages the no-filter case reads")
     parser.add_argument("--selector-timeout", type=float, default=60.0)
     parser.add_argument("--src", help="the broker's tree (src/), default this one")
+    parser.add_argument("--index-only", type=int, metavar="N", help="only the chunk index at N offsets")
     parser.add_argument(
         "--data", help="a data directory, built there if empty, kept; default: a temporary one"
     )
     args = parser.parse_args()
+    if args.index_only:
+        index_walk(args.index_only, args.rare)
+        return
     broker = Leveret(src=args.src, start_timeout=600)
     broker.prepare()
     if args.data:
