@@ -170,3 +170,14 @@ def test_random_streams_agree_with_a_scan():
 ])
 def test_consume_arguments_are_read_as_rabbitmq_reads_them(arguments, expected):
     assert from_arguments(arguments) == expected
+
+
+def test_span_ends_after_the_last_candidate_unless_dense():
+    values: list[str | None] = [None] * (3 * CHUNK_SIZE)
+    values[5] = values[700] = values[2000] = "rare"
+    index = index_of(values)
+    wanted = StreamFilter.of(["rare"])
+    assert index.span(5, 1005, wanted) == 701  # reads offsets 5..700, not the whole batch
+    assert index.span(700, 1700, wanted) == 701
+    dense = index_of(["a"] * CHUNK_SIZE)
+    assert dense.span(0, 1000, StreamFilter.of(["a"]), most=64) == 1000

@@ -308,11 +308,22 @@ class StreamQueue(Queue):
         return message
 
     def _ask(self, cursor: _Cursor, offset: int) -> None:
-        """Ask the store for :data:`READ_BATCH` messages from ``offset`` on, for ``cursor``."""
+        """Ask the store for :data:`READ_BATCH` messages from ``offset`` on, for
+        ``cursor``; with a stream filter, from the first to the last message in that
+        batch the chunk index does not rule out (:meth:`.stream_index.ChunkIndex.span`),
+        and nothing when it rules them all out (a read ahead)."""
         assert self.store is not None
+        upto = ALL_SEQS
+        if cursor.filter is not None:
+            limit = min(offset + READ_BATCH, self._tail_start)
+            offset = self.index.next_candidate(offset, limit, cursor.filter)
+            if offset >= limit:
+                return
+            # seqs are offsets + 1: the span's end offset is the last seq to read
+            upto = self.index.span(offset, limit, cursor.filter)
         cursor.reading = True
         self.store.request_queue(
-            self.queue_id, offset, READ_BATCH, ALL_SEQS, lambda rows: self._chunk_read(cursor, offset, rows)
+            self.queue_id, offset, READ_BATCH, upto, lambda rows: self._chunk_read(cursor, offset, rows)
         )
 
     def _chunk_read(self, cursor: _Cursor, offset: int, rows: list[StoredMessage]) -> None:

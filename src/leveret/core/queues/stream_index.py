@@ -187,6 +187,19 @@ class ChunkIndex:
             offset = (chunk + 1) << CHUNK_BITS
         return limit
 
+    def span(self, offset: int, limit: int, wanted: StreamFilter, most: int = 64) -> int:
+        """Where a read for ``wanted`` from ``offset`` (a candidate) may stop: the
+        offset after the last candidate below ``limit``, or ``limit`` when there are
+        more than ``most`` candidates (a dense filter reads a whole batch anyway). So
+        that a filter matching one message in a million reads that one message."""
+        last = offset
+        for _ in range(most):
+            following = self.next_candidate(last + 1, limit, wanted)
+            if following >= limit:
+                return last + 1
+            last = following
+        return limit
+
     def drop_below(self, first_offset: int) -> list[int]:
         """Forget the chunks wholly below ``first_offset`` (retention); returns their
         numbers."""
