@@ -187,7 +187,7 @@ def main() -> None:
         t0 = broker.launch(600)
         print(
             f"broker ({args.src or 'this tree'}) ready in {time.monotonic() - t0:.1f} s, "
-            f"CPU so far {broker.cpu_seconds():.1f} s",
+            f"CPU so far {broker.cpu_seconds():.1f} s, RSS {broker.rss_bytes() / 2**20:.0f} MiB",
             flush=True,
         )
         got, wall, cpu, _, other = consume(broker, {"x-stream-filter": "rare"}, args.rare, 300)
