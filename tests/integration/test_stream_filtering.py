@@ -6,13 +6,16 @@ others through, so the assertions are exact."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sqlite3
 
+import aio_pika
 import pika
 import pytest
 
+import leveret
 from leveret import BlockingBroker
 from leveret.core.queues.stream_index import CHUNK_SIZE
 
@@ -222,3 +225,30 @@ def test_deleting_a_stream_forgets_its_saved_index(tmp_path):
         ch.queue_delete("gone")
         conn.close()
     assert _saved_chunks(data) == 2  # kept's two chunks
+
+
+def test_aio_pika_filtered_stream_consumer():
+    """aio-pika passes x-stream-filter as its consume arguments, as with RabbitMQ 3.13."""
+
+    async def main() -> list[tuple[int, bytes]]:
+        async with leveret.Broker(amqp_port=0) as broker:
+            connection = await aio_pika.connect(broker.amqp_url)
+            async with connection:
+                channel = await connection.channel()
+                await channel.set_qos(prefetch_count=10)
+                queue = await channel.declare_queue("fruit", durable=True, arguments=STREAM)
+                for i, value in enumerate(VALUES):
+                    headers = {} if value is None else {"x-stream-filter-value": value}
+                    await channel.default_exchange.publish(
+                        aio_pika.Message(b"%d" % i, headers=headers), routing_key="fruit")
+                got: list[tuple[int, bytes]] = []
+                async with queue.iterator(arguments={"x-stream-offset": "first",
+                                                     "x-stream-filter": ["b", "c"]}) as messages:
+                    async for message in messages:
+                        await message.ack()
+                        got.append((message.headers["x-stream-offset"], message.body))
+                        if len(got) == 3:
+                            break
+                return got
+
+    assert asyncio.run(asyncio.wait_for(main(), 10)) == [(1, b"1"), (4, b"4"), (6, b"6")]
