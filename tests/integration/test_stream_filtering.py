@@ -252,3 +252,17 @@ def test_aio_pika_filtered_stream_consumer():
                 return got
 
     assert asyncio.run(asyncio.wait_for(main(), 10)) == [(1, b"1"), (4, b"4"), (6, b"6")]
+
+
+def test_retention_drops_the_index_of_dropped_chunks(leveret_broker, channel):
+    channel.queue_declare("short", durable=True, arguments={
+        **STREAM, "x-max-length-bytes": 3000, "x-stream-max-segment-size-bytes": 1000})
+    values = ["a" if i % 7 == 0 else None for i in range(3 * CHUNK_SIZE)]
+    publish(channel, "short", values)
+    first = channel.queue_declare("short", passive=True).method.message_count
+    first = len(values) - first
+    assert first > 2 * CHUNK_SIZE
+    chunks = leveret_broker.call(lambda: sorted(leveret_broker.core.vhosts["/"].queues["short"].index.chunks))
+    assert chunks == [2]
+    assert read(channel, "short", **{"x-stream-offset": "first", "x-stream-filter": "a"}) == [
+        i for i in range(first, len(values)) if i % 7 == 0]
