@@ -36,7 +36,7 @@ def leveret_broker() -> Iterator[BlockingBroker]:
         yield broker
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     """The switch of the pytest-rabbitmq fixtures, and pytest-rabbitmq's own settings
     when that package is absent."""
     from .testing.rabbitmq.config import add_options
@@ -44,7 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     help_text = "rabbitmq_proc and rabbitmq fixtures (pytest-rabbitmq's) backed by leveret"
     parser.getgroup("leveret").addoption("--leveret-rabbitmq", action="store_true", help=help_text)
     parser.addini("leveret_rabbitmq", help_text, type="bool", default=False)
-    add_options(parser)
+    add_options(parser, pluginmanager)
 
 
 def rabbitmq_switch(config: pytest.Config) -> bool:

@@ -11,12 +11,13 @@ The RabbitMQ-only ones (``rabbitmq_server``, ``rabbitmq_ctl``, ``rabbitmq_node``
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 
 import pytest
 
 #: (name, help) of pytest-rabbitmq's settings; declared by :func:`add_options` only
-#: when pytest-rabbitmq is not installed (it declares the same ones).
+#: when pytest-rabbitmq's plugin is not loaded (it declares the same ones).
 OPTIONS = (
     ("host", "Address the test broker listens on [127.0.0.1]"),
     ("port", "AMQP port of the test broker [a free one]"),
@@ -29,21 +30,29 @@ OPTIONS = (
 )
 
 
-def pytest_rabbitmq_installed() -> bool:
-    """Whether the pytest-rabbitmq package can be imported (its plugin then declares
-    the ``rabbitmq_*`` options)."""
-    return importlib.util.find_spec("pytest_rabbitmq") is not None
+def pytest_rabbitmq_loaded(pluginmanager: pytest.PytestPluginManager) -> bool:
+    """Whether pytest-rabbitmq's plugin is, or will be, registered in this run (and so
+    declares the ``rabbitmq_*`` options): already registered (``-p``), or installed,
+    not blocked (``-p no:pytest_rabbitmq``) and plugin autoloading on."""
+    if pluginmanager.has_plugin("pytest_rabbitmq") or pluginmanager.has_plugin("pytest_rabbitmq.plugin"):
+        return True
+    if importlib.util.find_spec("pytest_rabbitmq") is None or pluginmanager.is_blocked("pytest_rabbitmq"):
+        return False
+    return not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
 
 
-def add_options(parser: pytest.Parser) -> None:
-    """Declare pytest-rabbitmq's ini and command-line names, unless pytest-rabbitmq
-    is installed (two declarations of one option are an error)."""
-    if pytest_rabbitmq_installed():
+def add_options(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Declare pytest-rabbitmq's ini and command-line names, unless its plugin is
+    loaded (two declarations of one option are an error)."""
+    if pytest_rabbitmq_loaded(pluginmanager):
         return
     group = parser.getgroup("rabbitmq", "pytest-rabbitmq's settings (leveret reads host and port)")
     for name, help_text in OPTIONS:
+        try:
+            group.addoption(f"--rabbitmq-{name.replace('_', '-')}", dest=f"rabbitmq_{name}", help=help_text)
+        except ValueError:  # declared already: pytest-rabbitmq's plugin came first after all
+            return
         parser.addini(f"rabbitmq_{name}", help_text, default=None)
-        group.addoption(f"--rabbitmq-{name.replace('_', '-')}", dest=f"rabbitmq_{name}", help=help_text)
 
 
 @dataclass(frozen=True)
