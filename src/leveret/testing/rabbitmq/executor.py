@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 import time
@@ -200,7 +201,7 @@ class SubprocessLeveret(LeveretExecutor):
             command += [option, "-1"]
         log = self.log_path.open("ab")
         start_offset = log.tell()
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_same_leveret_env())
         log.close()
         deadline = time.monotonic() + self.timeout
         while True:
@@ -233,7 +234,7 @@ class SubprocessLeveret(LeveretExecutor):
     def rabbitctl_output(self, *args: str) -> str:
         """Run ``leveret ctl ARGS`` against this broker and return its output (as
         pytest-rabbitmq's method of that name runs ``rabbitmqctl``)."""
-        return subprocess.check_output([*self.rabbit_ctl, *args]).decode()
+        return subprocess.check_output([*self.rabbit_ctl, *args], env=_same_leveret_env()).decode()
 
     def _names(self, kind: str) -> list[str]:
         if self.http_url is None or not self.running():
@@ -249,6 +250,15 @@ class SubprocessLeveret(LeveretExecutor):
 
     def list_queues(self) -> list[str]:
         return self._names("queues")
+
+
+def _same_leveret_env() -> dict[str, str]:
+    """The environment, with ``PYTHONPATH`` led by the directory this leveret is
+    imported from, so the subprocess runs the same leveret as the tests."""
+    source = str(Path(__file__).resolve().parents[3])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
+    return env
 
 
 def _line_word(text: str, prefix: str, word_start: str) -> str | None:

@@ -36,15 +36,20 @@ def clear_rabbitmq(process: LeveretExecutor, rabbitmq_connection: BlockingConnec
     """Delete the exchanges, then the queues, of vhost ``/`` (not ``amq.*``).
 
     As pytest-rabbitmq's function of that name, through ``rabbitmq_connection``; unlike
-    it, a closed connection is replaced by a new one, and a deletion the broker
+    it, a closed connection (by the test, or by ``stopped()``) is replaced by a
+    new one, and a deletion the broker
     refuses (405 RESOURCE_LOCKED: an exclusive queue of a connection still open)
     is logged and skipped instead of failing the teardown.
     """
-    from pika.exceptions import ChannelClosed
+    from pika.exceptions import AMQPConnectionError, ChannelClosed
 
-    connection = rabbitmq_connection if rabbitmq_connection.is_open else connect(process)
+    connection = rabbitmq_connection
     try:
         channel = connection.channel()
+    except AMQPConnectionError:  # closed by the test, or by a broker restart
+        connection = connect(process)
+        channel = connection.channel()
+    try:
         for kind, names in (("exchange", process.list_exchanges()), ("queue", process.list_queues())):
             for name in names:
                 if name.startswith("amq."):
