@@ -5,14 +5,17 @@ Checked: the README's uses (``rabbitmq``, ``rabbitmq_proc``, the factories), the
 process fixture's attributes, the cleanup of exchanges and queues between tests (and
 that a custom teardown replaces it), the opt-in switch in its three spellings, the
 pytest-rabbitmq settings (``--rabbitmq-port``, ``rabbitmq_host``...), the subprocess
-broker and ``stopped()``, and that with pytest-rabbitmq installed and the switch off
-its fixtures are the ones in use. bench/rabbitmq_fixture_probe.py runs the cleanup
+broker and ``stopped()``, that with pytest-rabbitmq installed and the switch off
+its fixtures are the ones in use, and that the framework snippets of docs/testing.md
+(celery, dramatiq, FastStream, taskiq) pass as written. bench/rabbitmq_fixture_probe.py runs the cleanup
 file below against pytest-rabbitmq on a RabbitMQ node too.
 """
 
 from __future__ import annotations
 
+import re
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -311,3 +314,34 @@ def test_cleaned(rabbitmq_proc, rabbitmq):
 """
     )
     pytester.runpytest(*NO_PYTEST_RABBITMQ).assert_outcomes(passed=2)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
+
+
+def doc_snippets() -> dict[str, str]:
+    """The python blocks of docs/testing.md whose first line names a file
+    (``# conftest.py``, ``# test_celery.py``), by file name."""
+    blocks = re.findall(r"```python\n# ((?:conftest|test_\w+)\.py)\n(.*?)```", DOCS.read_text(), re.S)
+    return dict(blocks)
+
+
+@pytest.mark.parametrize(
+    "snippet,module",
+    [
+        ("test_publish.py", "pika"),
+        ("test_rabbitmq.py", "pika"),
+        ("test_celery.py", "celery"),
+        ("test_dramatiq.py", "dramatiq"),
+        ("test_faststream.py", "faststream"),
+        ("test_taskiq.py", "taskiq_aio_pika"),
+    ],
+)
+def test_docs_snippets_run(pytester, snippet, module):
+    pytest.importorskip(module)
+    snippets = doc_snippets()
+    files = {"test_celery.py": ["conftest.py"]}.get(snippet, []) + [snippet]
+    for name in files:
+        pytester.path.joinpath(name).write_text(snippets[name])
+    result = pytester.runpytest("--leveret-rabbitmq", *NO_PYTEST_RABBITMQ)
+    result.assert_outcomes(passed=1)
