@@ -44,7 +44,9 @@ def run(side: str) -> tuple[str, float, float]:
             args += ["--leveret-rabbitmq", "-p", "no:pytest_rabbitmq"]
         else:
             args += ["--basetemp", str(Path(tmp, "base"))]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
+        )
         env.pop("LEVERET_RABBITMQ", None)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()

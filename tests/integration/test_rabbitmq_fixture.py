@@ -340,7 +340,7 @@ def doc_snippets() -> dict[str, str]:
 def test_docs_snippets_run(pytester, snippet, module):
     pytest.importorskip(module)
     snippets = doc_snippets()
-    files = {"test_celery.py": ["conftest.py"]}.get(snippet, []) + [snippet]
+    files = [*{"test_celery.py": ["conftest.py"]}.get(snippet, []), snippet]
     for name in files:
         pytester.path.joinpath(name).write_text(snippets[name])
     result = pytester.runpytest("--leveret-rabbitmq", *NO_PYTEST_RABBITMQ)

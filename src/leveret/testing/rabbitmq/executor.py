@@ -32,6 +32,9 @@ from urllib.parse import quote
 
 from ...server.broker import BlockingBroker
 
+#: The listeners a :class:`SubprocessLeveret` turns off (only AMQP and HTTP listen).
+OFF_LISTENERS = ("stomp", "web-stomp", "mqtt", "web-mqtt", "prometheus")
+
 
 class LeveretExecutor:
     """What the ``rabbitmq_proc`` fixture yields: one leveret on ``host:port``.
@@ -175,9 +178,7 @@ class SubprocessLeveret(LeveretExecutor):
     ``leveret ctl`` (RabbitMQ's command names) against it.
     """
 
-    def __init__(
-        self, path: Path, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0
-    ) -> None:
+    def __init__(self, path: Path, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0) -> None:
         super().__init__(host, port)
         self.path = Path(path)
         #: Seconds to wait for the ready line on start, and for the exit on stop.
@@ -195,13 +196,24 @@ class SubprocessLeveret(LeveretExecutor):
         if self.process is not None:
             return self
         self.path.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "leveret", "server", "--bind", self.host,
-                   "--amqp-port", str(self.port), "--http-port", "0", "--data-dir", str(self.path / "data")]
-        for option in ("--stomp-port", "--web-stomp-port", "--mqtt-port", "--web-mqtt-port", "--prometheus-port"):
-            command += [option, "-1"]
+        command = [
+            sys.executable,
+            "-m",
+            "leveret",
+            "server",
+            "--bind",
+            self.host,
+            "--amqp-port",
+            str(self.port),
+        ]
+        command += ["--http-port", "0", "--data-dir", str(self.path / "data")]
+        for listener in OFF_LISTENERS:
+            command += [f"--{listener}-port", "-1"]
         log = self.log_path.open("ab")
         start_offset = log.tell()
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_same_leveret_env())
+        self.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=_same_leveret_env()
+        )
         log.close()
         deadline = time.monotonic() + self.timeout
         while True:

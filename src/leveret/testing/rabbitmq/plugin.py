@@ -7,8 +7,7 @@ leveret in the test process; ``rabbitmq`` yields a pika ``BlockingConnection`` a
 empties vhost ``/`` after each test.
 """
 
-from .factories import rabbitmq as _rabbitmq_factory
-from .factories import rabbitmq_proc as _rabbitmq_proc_factory
+from .factories import rabbitmq as _rabbitmq_factory, rabbitmq_proc as _rabbitmq_proc_factory
 
 rabbitmq_proc = _rabbitmq_proc_factory()
 rabbitmq = _rabbitmq_factory("rabbitmq_proc")

@@ -28,7 +28,9 @@ def connect(process: LeveretExecutor) -> BlockingConnection:
 
     credentials = PlainCredentials(process.user, process.password)
     return BlockingConnection(
-        ConnectionParameters(host=process.host, port=process.port, virtual_host=process.vhost, credentials=credentials)
+        ConnectionParameters(
+            host=process.host, port=process.port, virtual_host=process.vhost, credentials=credentials
+        )
     )
 
 

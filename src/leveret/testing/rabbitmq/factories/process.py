@@ -56,11 +56,11 @@ def rabbitmq_proc(
         broker_host = host or config.host
         broker_port = choose_port(port, config.port, broker_host)
         executor: LeveretExecutor
+        name = f"leveret-{request.fixturename}"
         if subprocess:
-            path = tmp_path_factory.mktemp(f"leveret-{request.fixturename}")
-            executor = SubprocessLeveret(path, host=broker_host, port=broker_port)
+            executor = SubprocessLeveret(tmp_path_factory.mktemp(name), host=broker_host, port=broker_port)
         else:
-            path = tmp_path_factory.mktemp(f"leveret-{request.fixturename}") if data_dir else None
+            path = tmp_path_factory.mktemp(name) if data_dir else None
             executor = InProcessLeveret(broker_host, broker_port, data_dir=path, **overrides)
         executor.start()
         try:
