@@ -281,6 +281,61 @@ def test_stopped(rabbitmq_proc):
     pytester.runpytest("--leveret-rabbitmq", *NO_PYTEST_RABBITMQ).assert_outcomes(passed=1)
 
 
+def test_cleanup_skips_an_exclusive_queue_of_another_connection(pytester, caplog):
+    # pytest-rabbitmq's teardown fails there (405 RESOURCE_LOCKED closes its only
+    # channel); leveret's logs it, opens a channel and deletes the rest.
+    pytester.makepyfile(
+        test_exclusive="""
+import pika
+
+kept = []
+
+
+def test_exclusive_elsewhere(rabbitmq_proc, rabbitmq):
+    other = pika.BlockingConnection(pika.URLParameters(rabbitmq_proc.url))
+    kept.append(other)
+    other.channel().queue_declare("mine", exclusive=True)
+    rabbitmq.channel().queue_declare("shared")
+
+
+def test_only_the_exclusive_queue_is_left(rabbitmq_proc, rabbitmq):
+    assert rabbitmq_proc.list_queues() == ["mine"]
+    kept[0].close()
+"""
+    )
+    result = pytester.runpytest("--leveret-rabbitmq", *NO_PYTEST_RABBITMQ)
+    result.assert_outcomes(passed=2)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "leveret.testing.rabbitmq"]
+    assert len(warnings) == 1 and "could not delete queue 'mine'" in warnings[0] and "405" in warnings[0]
+
+
+def test_in_process_data_dir_keeps_durable_queues(pytester):
+    pytester.makepyfile(
+        test_data_dir="""
+import pika
+from leveret.testing.rabbitmq import factories
+
+kept_proc = factories.rabbitmq_proc(data_dir=True)
+kept = factories.rabbitmq("kept_proc")
+
+
+def test_restart(kept_proc, kept):
+    channel = kept.channel()
+    channel.queue_declare("durable", durable=True)
+    channel.queue_declare("transient")
+    channel.confirm_delivery()
+    channel.basic_publish("", "durable", b"kept", pika.BasicProperties(delivery_mode=2))
+    with kept_proc.stopped():
+        pass
+    assert kept_proc.list_queues() == ["durable"]
+    connection = pika.BlockingConnection(pika.URLParameters(kept_proc.url))
+    assert connection.channel().basic_get("durable", auto_ack=True)[2] == b"kept"
+    connection.close()
+"""
+    )
+    pytester.runpytest(*NO_PYTEST_RABBITMQ).assert_outcomes(passed=1)
+
+
 def test_subprocess_broker(pytester):
     pytester.makeconftest(
         """
