@@ -54,7 +54,15 @@ LAZY_IN_MEMORY = 1_000  # the same for x-queue-mode=lazy
 STORED_IN_MEMORY = 50_000
 STORED_IN_MEMORY_BYTES = 32 * 1024 * 1024
 
-_MIN_WINS = {"consumer-timeout", "message-ttl", "expires", "max-length", "max-length-bytes", "max-redeliveries", "delivery-limit"}
+_MIN_WINS = {
+    "consumer-timeout",
+    "message-ttl",
+    "expires",
+    "max-length",
+    "max-length-bytes",
+    "max-redeliveries",
+    "delivery-limit",
+}
 
 
 @dataclass(frozen=True)

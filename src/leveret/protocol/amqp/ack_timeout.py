@@ -142,7 +142,7 @@ class AckTimeouts:
             if consumer is not None and channel.consumers.get(consumer.tag) is consumer:
                 consumers[consumer.tag] = consumer
         log.warning(
-            "connection %s: channel %d held %d deliveries unacknowledged past the consumer timeout (%d ms, %s)",
+            "connection %s: channel %d: %d deliveries unacknowledged past the consumer timeout (%d ms, %s)",
             connection.peer,
             channel.number,
             len(items),

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 from pamqp import commands, frame as pamqp_frame, header as pamqp_header
+from sans_io import Harness, method_frame
 
 from leveret.amqp.frames import FRAME_BODY, encode_frame
 from leveret.core.consumer_timeout import MAX_LATENESS, granularity
 from leveret.core.policy import Policy
-from sans_io import Harness, method_frame
 
 
 def start(capabilities: bool = True, consumer_timeout: int | None = None) -> Harness:
