@@ -70,10 +70,11 @@ class _Group:
     with a tag from one mark up to the next went out less than ``lateness`` after the
     mark's time."""
 
-    __slots__ = ("cursor", "key", "lateness", "mark_until", "marks", "owner", "timeout", "timer")
+    __slots__ = ("cursor", "key", "lateness", "mark_until", "marks", "monotonic", "owner", "timeout", "timer")
 
     def __init__(self, owner: Deadlines, key: Hashable, timeout: float) -> None:
         self.owner = owner
+        self.monotonic = owner.monotonic
         self.key = key
         self.timeout = timeout
         self.lateness = granularity(timeout)
@@ -84,7 +85,7 @@ class _Group:
 
     def delivered(self, tag: int) -> None:
         """Delivery ``tag`` (tags only grow) went out now."""
-        now = self.owner.monotonic()
+        now = self.monotonic()
         if now >= self.mark_until:
             self.marks.append((tag, now))
             self.mark_until = now + self.lateness
