@@ -55,6 +55,13 @@ class Limits:
     #: ms a delivery may stay unacknowledged before its consumer times out (RabbitMQ's
     #: ``consumer_timeout`` and default, 30 min; 0: never; see core/consumer_timeout.py)
     consumer_timeout: int = 1_800_000
+    #: AMQP 0-9-1: what a channel-wide prefetch (basic.qos global=true) means to a
+    #: consumer of a queue that has no channel-wide window (quorum and stream queues):
+    #: ``"per_consumer"`` applies it as the consumer's own prefetch, so that old kombu /
+    #: celery (global QoS by default) work on quorum queues; ``"refuse"`` closes the
+    #: channel with 540 NOT_IMPLEMENTED "... does not support global qos", as RabbitMQ
+    #: 3.10-4.2 do (4.3 refuses global QoS altogether).
+    global_qos: str = "per_consumer"
 
 
 @dataclass
