@@ -580,8 +580,14 @@ class Channel:
 
     def return_deliveries(self, taken: list[tuple]) -> None:
         """Return deliveries ``(tag, queue, entry, consumer)`` taken from
-        :attr:`unacked` to their queues (a consumer timeout's: returns, not failures)."""
-        self._requeue(taken)
+        :attr:`unacked` to their queues (a consumer timeout's): plain returns, as a
+        cancel or a closed channel makes them, never failures (nack/reject)."""
+        by_queue: dict[Queue, list[QueuedMessage]] = {}
+        for _, queue, entry, _ in taken:
+            if queue is not None:
+                by_queue.setdefault(queue, []).append(entry)
+        for queue, entries in by_queue.items():
+            queue.requeue(entries)
 
     def _requeue(self, taken: list[tuple]) -> None:
         by_queue: dict[Queue, list[QueuedMessage]] = {}
