@@ -87,10 +87,16 @@ class _Group:
         """Delivery ``tag`` (tags only grow) went out now."""
         now = self.monotonic()
         if now >= self.mark_until:
-            self.marks.append((tag, now))
-            self.mark_until = now + self.lateness
-            if self.timer is None:
-                self._arm(now)
+            self.mark(tag, now)
+
+    def mark(self, tag: int, now: float) -> None:
+        """Delivery ``tag`` went out at ``now`` (monotonic seconds), at or past
+        :attr:`mark_until`: it starts a new mark (callers on a hot path test that
+        themselves and call this, instead of :meth:`delivered`)."""
+        self.marks.append((tag, now))
+        self.mark_until = now + self.lateness
+        if self.timer is None:
+            self._arm(now)
 
     def _arm(self, now: float) -> None:
         due = self.marks[0][1] + self.lateness + self.timeout

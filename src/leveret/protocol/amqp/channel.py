@@ -463,9 +463,11 @@ class Channel:
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
-            deadlines = consumer.deadline_group
+            deadlines = consumer.deadline_group  # consumer timeouts (ack_timeout.py)
             if deadlines is not None:
-                deadlines.delivered(tag)
+                now = deadlines.monotonic()  # delivered(tag), inlined: once per delivery
+                if now >= deadlines.mark_until:
+                    deadlines.mark(tag, now)
             if queue is not None:
                 counters = queue.counters
                 counters.delivered_consume_manual_ack += 1
