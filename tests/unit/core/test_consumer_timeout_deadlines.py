@@ -115,3 +115,20 @@ def test_queue_settings(arguments, policy, expected):
 def test_invalid_policy_values_are_refused_at_declaration(policy):
     with pytest.raises(PreconditionFailed):
         build({}, policy, " for queue 'q' in vhost '/'")
+
+
+def test_the_config_file_and_the_cli_set_the_broker_wide_timeout(tmp_path):
+    from click.testing import CliRunner
+
+    from leveret.cli.server import server
+    from leveret.config import ConfigError, Settings, load
+
+    path = tmp_path / "leveret.toml"
+    path.write_text("[server]\nconsumer_timeout = 0\n")
+    assert load(path).limits.consumer_timeout == 0
+    assert Settings().limits.consumer_timeout == 1_800_000  # RabbitMQ's 30 minutes
+    path.write_text("[server]\nconsumer_timeout = -1\n")
+    with pytest.raises(ConfigError, match="consumer_timeout"):
+        load(path)
+    result = CliRunner().invoke(server, ["--consumer-timeout", "-5"])
+    assert result.exit_code == 2 and "--consumer-timeout" in result.output
