@@ -168,3 +168,4 @@ class AckTimeouts:
         while len(remembered) > REMEMBERED:
             del remembered[next(iter(remembered))]
         channel.return_deliveries(items)
+        channel.resume()  # room in the channel's prefetch window for the other consumers

@@ -261,3 +261,23 @@ def test_other_channels_are_unaffected():
     closes = [ch for ch, m in methods(h) if isinstance(m, commands.Channel.Close)]
     assert closes == [1]
     assert h.connection.channels[2].unacked
+
+
+def test_graceful_basic_get_just_returns_and_frees_the_channel_window():
+    """A basic.get delivery has no consumer to cancel: it returns alone; the room it
+    held in the channel's prefetch window goes to the channel's consumer at once."""
+    h = start()
+    declare(h, "g", {"x-consumer-timeout": 1000, "x-consumer-timeout-mode": "graceful"})
+    declare(h, "other")
+    publish(h, "g", b"got")
+    send(h, 1, commands.Basic.Qos(prefetch_count=1, global_=True))
+    send(h, 1, commands.Basic.Get(queue="g"))
+    send(h, 1, commands.Basic.Consume(queue="other", consumer_tag="o"))
+    publish(h, "other", b"waits")  # the channel's window (1) is full
+    mark = len(methods(h))
+    assert deliveries(h, mark) == []
+    h.loop.advance(2)
+    h.flush()
+    assert [d.consumer_tag for d in deliveries(h, mark)] == ["o"]
+    assert not any(isinstance(m, (commands.Basic.Cancel, commands.Channel.Close)) for _, m in after(h, mark))
+    assert h.core.vhosts["/"].queues["g"].message_count == 1
