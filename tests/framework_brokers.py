@@ -52,15 +52,22 @@ class AmqpBroker:
                     pass
 
 
+_node: RabbitMQ | None = None
+
+
 @pytest.fixture(scope="session")
-def framework_rabbitmq() -> Iterator[RabbitMQ]:
-    """One private RabbitMQ node (no plugins) for the session's framework tests."""
+def framework_rabbitmq(request) -> RabbitMQ:
+    """One private RabbitMQ node (no plugins) for the session's framework tests: the
+    modules that import this fixture share it (stopped when the session ends)."""
+    global _node
     if not rabbitmq_installed():
         pytest.skip("rabbitmq-server is not installed: only leveret is checked")
-    node = RabbitMQ()
-    node.start()
-    yield node
-    node.stop()
+    if _node is None:
+        node = RabbitMQ()
+        node.start()
+        request.config.add_cleanup(node.stop)
+        _node = node
+    return _node
 
 
 @pytest.fixture(params=["leveret", "rabbitmq"])

@@ -220,6 +220,44 @@ def test_worker_stopped_mid_delay_returns_the_message(amqp):
     cleanup(amqp, queue)
 
 
+def test_enqueue_redeclares_a_queue_deleted_behind_its_back(amqp):
+    """With confirm_delivery, dramatiq publishes mandatory: the broker returns the message
+    (basic.return, 312 NO_ROUTE) before its confirm, pika raises UnroutableError, and
+    dramatiq declares the queue again and resends."""
+    broker = make_broker(amqp)
+    queue = unique("dq-gone")
+
+    @dramatiq.actor(queue_name=queue, broker=broker)
+    def job(n):
+        pass
+
+    job.send(1)
+    amqp.delete_queues(queue)  # dramatiq still counts it as declared
+    job.send(2)
+    assert amqp.message_count(queue) == 1
+    assert broker.get_queue_message_counts(queue) == (1, 0, 0)
+    broker.close()
+    cleanup(amqp, queue)
+
+
+def test_flush_all_purges_queue_dq_and_xq(amqp):
+    broker = make_broker(amqp)
+    queue = unique("dq-flush")
+
+    @dramatiq.actor(queue_name=queue, broker=broker)
+    def job():
+        pass
+
+    for _ in range(3):
+        job.send()
+    job.send_with_options(delay=60_000)
+    assert broker.get_queue_message_counts(queue) == (3, 1, 0)
+    broker.flush_all()
+    assert broker.get_queue_message_counts(queue) == (0, 0, 0)
+    broker.close()
+    cleanup(amqp, queue)
+
+
 def _consumers_hold(broker: RabbitmqBroker, queue: str) -> bool:
     """True once the worker's consumer of ``NAME.DQ`` has taken its message (none ready)."""
     return broker.get_queue_message_counts(queue.removesuffix(".DQ"))[1] == 0
