@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
+from aio_pika.exceptions import DeliveryError
 from faststream import AckPolicy
 from faststream.rabbit import (
     Channel,
@@ -409,6 +410,56 @@ def test_reply_to_a_named_queue(amqp_broker):
             await broker.publish(41, work, reply_to=replies_q, correlation_id="ask-1")
             await until(lambda: replies, what="the reply")
         assert replies == [(42, "ask-1")]
+
+    run(body)
+
+
+def test_unroutable_mandatory_publish_raises_with_on_return_raises(amqp_broker):
+    """FastStream publishes ``mandatory=True``; on a channel with ``on_return_raises`` the
+    broker's basic.return (312 NO_ROUTE, sent before the confirm) fails the publish."""
+
+    async def body():
+        broker = RabbitBroker(amqp_broker.url, logger=None,
+                              default_channel=Channel(on_return_raises=True))
+        exchange = RabbitExchange(unique("fs-nowhere"), auto_delete=True)
+        queue = RabbitQueue(unique("fs-somewhere"), auto_delete=True, routing_key="there")
+        got: list[str] = []
+        broker.subscriber(queue, exchange)(collect(got))
+        async with broker:
+            await broker.start()
+            await broker.publish("ok", exchange=exchange, routing_key="there")
+            with pytest.raises(DeliveryError) as raised:
+                await broker.publish("lost", exchange=exchange, routing_key="nowhere")
+            returned = raised.value.message
+            assert returned is not None and returned.body == b"lost"
+            await broker.publish("not mandatory", exchange=exchange, routing_key="nowhere",
+                                 mandatory=False)  # dropped silently, confirmed
+            await until(lambda: got, what="the routable one")
+        assert got == ["ok"]
+
+    run(body)
+
+
+def test_single_active_consumer_fails_over_to_the_next(amqp_broker):
+    async def body():
+        name = unique("fs-sac")
+        queue = RabbitQueue(name, auto_delete=False, arguments={"x-single-active-consumer": True})
+        got: dict[str, list[int]] = {"first": [], "second": []}
+        first, second = new_broker(amqp_broker), new_broker(amqp_broker)
+        first.subscriber(queue)(collect(got["first"]))
+        second.subscriber(queue)(collect(got["second"]))
+        await first.start()
+        await second.start()  # its consumer waits, inactive
+        for n in range(5):
+            await first.publish(n, name)
+        await until(lambda: len(got["first"]) == 5, what="5 to the active consumer")
+        await first.stop()  # the waiting consumer becomes the active one
+        for n in range(5, 8):
+            await second.publish(n, name)
+        await until(lambda: len(got["second"]) == 3, what="3 to the next consumer")
+        await second.stop()
+        assert sorted(got["first"]) == [0, 1, 2, 3, 4] and sorted(got["second"]) == [5, 6, 7]
+        await _delete_queue(amqp_broker, name)
 
     run(body)
 
