@@ -4,7 +4,9 @@ not installed), so each framework test also shows that the test itself is right.
 
 Import the fixtures into a test module::
 
-    from framework_brokers import amqp_broker, framework_rabbitmq  # noqa: F401 (fixtures)
+    from framework_brokers import _amqp_broker, _framework_rabbitmq  # noqa: F401 (fixtures)
+
+(the fixtures are named ``amqp_broker`` and ``framework_rabbitmq``).
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ class AmqpBroker:
 _node: RabbitMQ | None = None
 
 
-@pytest.fixture(scope="session")
-def framework_rabbitmq(request) -> RabbitMQ:
+@pytest.fixture(scope="session", name="framework_rabbitmq")
+def _framework_rabbitmq(request) -> RabbitMQ:
     """One private RabbitMQ node (no plugins) for the session's framework tests: the
     modules that import this fixture share it (stopped when the session ends)."""
     global _node
@@ -70,8 +72,8 @@ def framework_rabbitmq(request) -> RabbitMQ:
     return _node
 
 
-@pytest.fixture(params=["leveret", "rabbitmq"])
-def amqp_broker(request) -> Iterator[AmqpBroker]:
+@pytest.fixture(params=["leveret", "rabbitmq"], name="amqp_broker")
+def _amqp_broker(request) -> Iterator[AmqpBroker]:
     """A fresh leveret for the test, or the session's RabbitMQ node."""
     if request.param == "rabbitmq":
         node = request.getfixturevalue("framework_rabbitmq")
@@ -94,4 +96,4 @@ def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str =
         time.sleep(0.02)
 
 
-__all__ = ["AmqpBroker", "amqp_broker", "framework_rabbitmq", "unique", "wait_for"]
+__all__ = ["AmqpBroker", "_amqp_broker", "_framework_rabbitmq", "unique", "wait_for"]

@@ -8,6 +8,7 @@ queues with unique names, since the RabbitMQ node is shared by the session.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, TimeLimit
 from dramatiq.results import Results
 from dramatiq.results.backends import StubBackend
-from framework_brokers import AmqpBroker, amqp_broker, framework_rabbitmq, unique, wait_for  # noqa: F401
+from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, unique, wait_for  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -150,7 +151,7 @@ def test_retries_back_off_through_dq_until_success(amqp):
         message = flaky.send()
         wait_for(lambda: len(attempts) == 3, what="3 attempts")
         broker.join(queue, timeout=5000)
-    gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
     assert all(gap >= 0.1 for gap in gaps), gaps  # each retry waited its back-off in .DQ
     assert amqp.message_count(queue) == amqp.message_count(f"{queue}.XQ") == 0
     assert message.options == {}  # the caller's copy; the retries carried their own

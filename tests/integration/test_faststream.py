@@ -29,7 +29,7 @@ from faststream.rabbit import (
     RabbitQueue,
     TestRabbitBroker,
 )
-from framework_brokers import AmqpBroker, amqp_broker, framework_rabbitmq, unique  # noqa: F401
+from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, unique  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(60)
 

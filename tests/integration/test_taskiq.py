@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from framework_brokers import AmqpBroker, amqp_broker, framework_rabbitmq, unique  # noqa: F401
+from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, unique  # noqa: F401 (fixtures)
 from taskiq import SimpleRetryMiddleware
 from taskiq.api import run_receiver_task
 from taskiq.brokers.inmemory_broker import InmemoryResultBackend
