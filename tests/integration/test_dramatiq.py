@@ -9,6 +9,7 @@ queues with unique names, since the RabbitMQ node is shared by the session.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -218,6 +219,37 @@ def test_worker_stopped_mid_delay_returns_the_message(amqp):
         slow_start.send_with_options(delay=60_000)  # held by this worker, not yet due
         wait_for(lambda: _consumers_hold(broker, f"{queue}.DQ"), what="the .DQ consumer")
     assert amqp.message_count(f"{queue}.DQ") == 1 and not ran  # back, ready, unrun
+    cleanup(amqp, queue)
+
+
+def test_mixed_load_each_message_succeeds_once(amqp):
+    """200 messages at once on 8 worker threads: immediate ones, delayed ones (0-500 ms)
+    and ones failing their first attempt; each succeeds exactly once, nothing is left."""
+    broker = make_broker(amqp, min_backoff=20, max_backoff=100)
+    queue = unique("dq-load")
+    succeeded: list[int] = []
+    failed_once: set[int] = set()
+    lock = threading.Lock()
+
+    @dramatiq.actor(queue_name=queue, broker=broker, max_retries=3)
+    def work(n, fail_first):
+        with lock:
+            if fail_first and n not in failed_once:
+                failed_once.add(n)
+                raise RuntimeError("first try")
+            succeeded.append(n)
+
+    with running(broker, threads=8), _quiet_dramatiq():
+        for n in range(200):
+            if n % 4 == 1:
+                work.send_with_options(args=(n, False), delay=(n * 7) % 500)
+            else:
+                work.send(n, n % 4 == 2)
+        wait_for(lambda: len(succeeded) == 200, timeout=15, what="200 successes")
+        broker.join(queue, timeout=5000)
+    assert sorted(succeeded) == list(range(200))
+    assert failed_once == {n for n in range(200) if n % 4 == 2}
+    assert [amqp.message_count(f"{queue}{suffix}") for suffix in ("", ".DQ", ".XQ")] == [0, 0, 0]
     cleanup(amqp, queue)
 
 

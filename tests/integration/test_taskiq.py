@@ -285,3 +285,38 @@ def test_delay_queue_short_delay_behind_a_long_one(amqp_broker):
         await asyncio.to_thread(amqp_broker.delete_queues, f"{prefix}.delay")
 
     run(body)
+
+
+def test_task_in_flight_when_a_worker_stops_runs_on_the_next(amqp_broker):
+    """taskiq acks after the result is saved: a worker stopped mid-task closes its
+    channel with the message unacked, and the quorum queue gives it to the next worker."""
+
+    async def body():
+        first = new_broker(amqp_broker)
+        started = asyncio.Event()
+
+        @first.task(task_name="tq.stuck")
+        async def stuck(n: int) -> int:
+            started.set()
+            await asyncio.sleep(3600)  # never finishes on this worker
+            return n
+
+        async with worker(first):
+            await stuck.kiq(7)
+            await asyncio.wait_for(started.wait(), 5)
+        second = AioPikaBroker(amqp_broker.url, exchange=Exchange(name=first.prefix, auto_delete=True,  # type: ignore[attr-defined]
+                                                                    durable=False),
+                               task_queues=[Queue(name=f"{first.prefix}.tasks")],  # type: ignore[attr-defined]
+                               dead_letter_queue=Queue(name=f"{first.prefix}.dead"))  # type: ignore[attr-defined]
+        done: list[int] = []
+
+        @second.task(task_name="tq.stuck")
+        async def finishes(n: int) -> None:
+            done.append(n)
+
+        async with worker(second):
+            await until(lambda: done, what="the returned task")
+        assert done == [7]
+        await delete_queues(amqp_broker, first, "tasks", "dead")
+
+    run(body)
