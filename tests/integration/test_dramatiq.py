@@ -112,10 +112,14 @@ def test_many_delays_come_out_in_eta_order(amqp):
         order.append(n)
 
     delays = [600, 100, 400, 200, 500, 300]
-    for n, delay in enumerate(delays):
-        tick.send_with_options(args=(n,), delay=delay)
-    assert amqp.message_count(f"{queue}.DQ") == len(delays)
     with running(broker, threads=1):
+        # the etas count from the sends: first make sure both consumers (NAME.DQ and
+        # NAME) are up, with one message through them
+        tick.send_with_options(args=(-1,), delay=1)
+        wait_for(lambda: order == [-1], what="the warm-up message")
+        order.clear()
+        for n, delay in enumerate(delays):
+            tick.send_with_options(args=(n,), delay=delay)
         wait_for(lambda: len(order) == len(delays), what="all delayed messages")
     assert order == sorted(range(len(delays)), key=lambda n: delays[n])
     cleanup(amqp, queue)
