@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
+import aiormq
 import pytest
 from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, unique  # noqa: F401 (fixtures)
 from taskiq import SimpleRetryMiddleware
@@ -318,5 +319,22 @@ def test_task_in_flight_when_a_worker_stops_runs_on_the_next(amqp_broker):
             await until(lambda: done, what="the returned task")
         assert done == [7]
         await delete_queues(amqp_broker, first, "tasks", "dead")
+
+    run(body)
+
+
+def test_a_stream_task_queue_is_refused(amqp_broker):
+    """taskiq gives each queue dead-letter arguments; a stream takes none (RabbitMQ 3.10's
+    406, which leveret now gives too), so startup fails on both brokers alike."""
+
+    async def body():
+        prefix = unique("tqs")
+        broker = new_broker(amqp_broker, queues=[Queue(name=f"{prefix}.stream", type=QueueType.STREAM)])
+        with pytest.raises(aiormq.exceptions.ChannelPreconditionFailed) as refused:
+            await broker.startup()
+        assert "invalid arg 'x-dead-letter-exchange'" in str(refused.value)
+        assert "of queue type rabbit_stream_queue" in str(refused.value)
+        await broker.shutdown()
+        await delete_queues(amqp_broker, broker, "dead")
 
     run(body)
