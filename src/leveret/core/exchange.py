@@ -96,6 +96,11 @@ class Exchange:
         """Destinations of ``message`` through this exchange's own bindings."""
         raise NotImplementedError
 
+    @staticmethod
+    def validate_binding(binding: Binding) -> None:
+        """Raise (PreconditionFailed, 406, as RabbitMQ's ``binding_invalid``) if this
+        type cannot have ``binding``; checked on every bind, before anything changes."""
+
     def _bind(self, binding: Binding) -> None:
         pass
 
@@ -193,6 +198,11 @@ class HeadersExchange(Exchange):
 
     type = "headers"
 
+    @staticmethod
+    def validate_binding(binding: Binding) -> None:
+        """A bad ``x-match`` (see :func:`check_x_match`)."""
+        check_x_match(binding.arguments)
+
     def route(self, message: Message) -> tuple | list:
         """Destinations whose binding arguments match the message's headers (decodes the
         properties)."""
@@ -278,6 +288,10 @@ class DelayedMessageExchange(Exchange):
     def route(self, message: Message) -> tuple | list:
         return self._inner.route(message)
 
+    def validate_binding(self, binding: Binding) -> None:  # type: ignore[override]
+        """As the ``x-delayed-type`` type checks its bindings."""
+        self._inner.validate_binding(binding)
+
     def _bind(self, binding: Binding) -> None:
         self._inner.bindings[binding.key] = binding
         self._inner._bind(binding)
@@ -291,6 +305,12 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
     cls.type: cls
     for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange, DelayedMessageExchange)
 }
+
+# The plugin types (x-consistent-hash, x-random, x-local-random, x-modulus-hash) live in
+# their own module, which needs the classes above.
+from .exchange_types import PLUGIN_EXCHANGE_TYPES  # noqa: E402
+
+EXCHANGE_TYPES.update((cls.type, cls) for cls in PLUGIN_EXCHANGE_TYPES)
 
 
 def exchange_class(type_name: str) -> type[Exchange]:
