@@ -46,6 +46,8 @@ class Exchange:
     """Base exchange: holds bindings; subclasses implement :meth:`route`."""
 
     type = ""
+    #: One line on how it routes (the management API's ``exchange_types``)
+    description = ""
     #: Whether publishes are held for later rather than routed (the delayed-message type)
     holds_messages = False
 
@@ -115,6 +117,7 @@ class DirectExchange(Exchange):
     """Routes to bindings whose key equals the routing key."""
 
     type = "direct"
+    description = "AMQP 0-9-1 direct: the binding key equals the routing key"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -151,6 +154,7 @@ class FanoutExchange(Exchange):
     """Routes to every binding, ignoring the routing key (and ``CC``/``BCC``)."""
 
     type = "fanout"
+    description = "AMQP 0-9-1 fanout: every binding"
 
     def route(self, message: Message) -> tuple | list:
         """Every bound destination, once each."""
@@ -161,6 +165,7 @@ class TopicExchange(Exchange):
     """Routes by pattern: ``*`` one word, ``#`` zero or more (see :mod:`.topic`)."""
 
     type = "topic"
+    description = "AMQP 0-9-1 topic: binding patterns over dot-separated routing keys"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -197,6 +202,7 @@ class HeadersExchange(Exchange):
     Routing keys, ``CC`` and ``BCC`` ones included, play no part."""
 
     type = "headers"
+    description = "AMQP 0-9-1 headers: binding arguments against message headers"
 
     @staticmethod
     def validate_binding(binding: Binding) -> None:
@@ -260,6 +266,7 @@ class DelayedMessageExchange(Exchange):
     ``x-delayed-type`` names no routing type."""
 
     type = "x-delayed-message"
+    description = "Holds each message for its x-delay (ms), then routes as x-delayed-type"
     holds_messages = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

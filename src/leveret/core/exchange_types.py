@@ -62,10 +62,11 @@ _INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 
 def _erlang_binary(text: str) -> str:
     """How Erlang's ``~p`` prints the binary of ``text``'s UTF-8 bytes (RabbitMQ's error
-    texts): ``<<"abc">>`` when every byte is printable Latin-1, else ``<<97,1,98>>``."""
+    texts): ``<<"abc">>`` when every byte is printable Latin-1, else ``<<97,1,98>>``
+    (``<<>>`` when empty)."""
     data = text.encode("utf-8", "surrogateescape")
     escapes = {8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r", 27: "\\e", 34: '\\"', 92: "\\\\"}
-    if all(32 <= b <= 126 or b >= 160 or b in escapes for b in data):
+    if data and all(32 <= b <= 126 or b >= 160 or b in escapes for b in data):
         return '<<"' + "".join(escapes.get(b, "") or chr(b) for b in data).encode("latin-1").decode(
             "utf-8", "replace"
         ) + '">>'
@@ -140,6 +141,7 @@ class ConsistentHashExchange(Exchange):
     """
 
     type = "x-consistent-hash"
+    description = "Consistent hashing over weighted bindings (the rabbitmq_consistent_hash_exchange plugin)"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -261,12 +263,15 @@ class RandomExchange(_PerBinding):
     (tests seed it)."""
 
     type = "x-random"
+    description = "One binding at random (the rabbitmq_random_exchange plugin)"
     rng = random.Random()
 
     def route(self, message: Message) -> tuple | list:
         targets = self._targets
-        if len(targets) < 2:
-            return list(targets)
+        if not targets:
+            return ()
+        if len(targets) == 1:
+            return [targets[0]]
         return [targets[self.rng.randrange(len(targets))]]
 
 
@@ -279,6 +284,7 @@ class LocalRandomExchange(RandomExchange):
     (``Destination not found``)."""
 
     type = "x-local-random"
+    description = "One binding to a local classic queue at random (RabbitMQ 4.0)"
 
     @staticmethod
     def validate_binding(binding: Binding) -> None:
@@ -299,6 +305,7 @@ class ModulusHashExchange(_PerBinding):
     any ``CC``/``BCC`` ones."""
 
     type = "x-modulus-hash"
+    description = "Routing keys' hash modulo the number of bindings (RabbitMQ 4.3)"
 
     def _order(self, destinations: list[Any]) -> list[Any]:
         return sorted(
