@@ -327,3 +327,37 @@ def placement_no_setup(port: int, exchange: str, queues: list[str]) -> str:
                     break
                 where[int(body)] = index
     return "".join(str(where.get(i, "-")) for i in range(60))
+
+
+def test_ctl_lists_types_and_shows_the_ring(tmp_path):
+    """``leveret ctl list_exchange_types`` and ``consistent_hash_exchange_ring_state`` (one
+    row per destination: its first and last bucket)."""
+    import subprocess
+
+    from servers import ServerProcess
+
+    def ctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "leveret", "ctl", "--data-dir", str(tmp_path / "data"),
+                               "-q", *args], capture_output=True, text=True, timeout=60)
+
+    server = ServerProcess(tmp_path / "data")
+    try:
+        listed = ctl("list_exchange_types")
+        assert listed.returncode == 0, listed.stderr
+        names = [line.split("\t")[0] for line in listed.stdout.splitlines()[1:]]
+        assert {"x-consistent-hash", "x-random", "x-local-random", "x-modulus-hash"} <= set(names)
+        with pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@{server.host}:{server.port}/")) as c:
+            channel = c.channel()
+            channel.exchange_declare("ring", "x-consistent-hash")
+            for name, weight in (("ring-a", 2), ("ring-b", 3)):
+                channel.queue_declare(name)
+                channel.queue_bind(name, "ring", str(weight))
+        state = ctl("consistent_hash_exchange_ring_state", "ring")
+        assert state.returncode == 0, state.stderr
+        assert [line.split("\t") for line in state.stdout.splitlines()[1:]] == \
+            [["0", "1", "ring-a"], ["2", "4", "ring-b"]]
+        missing = ctl("consistent_hash_exchange_ring_state", "amq.direct")
+        assert missing.returncode != 0
+        assert "Exchange does not exist or is of a different type" in missing.stderr
+    finally:
+        server.kill()
