@@ -217,26 +217,19 @@ def phash2(term: object, range: int = PHASH2_RANGE) -> int:
     return make_hash2(term) % range
 
 
-def _xorshift64star(state: int) -> tuple[int, int]:
-    state ^= state >> 12
-    state ^= (state << 25) & _M64
-    state ^= state >> 27
-    return (state * 2685821657736338717) & _M64, state
-
-
 def _exs1024_seed(key: int) -> list[int]:
-    """Erlang's ``rand:seed_s(exs1024, {K, K, K})``: sixteen 64-bit words, in the order
-    the generator consumes them."""
+    """Erlang's ``rand:seed_s(exs1024, {K, K, K})``: sixteen 64-bit words from
+    xorshift64*, in the order the generator consumes them (the last made first)."""
     m21 = (1 << 21) - 1
-    b1 = (((key & m21) + 1) * 2097131) & m21
-    b2 = (((key & m21) + 1) * 2097133) & m21
-    b3 = (((key & m21) + 1) * 2097143) & m21
-    state = (b1 << 43) | (b2 << 22) | (b3 << 1) | 1
-    words = []
-    for _ in range(16):
-        value, state = _xorshift64star(state)
-        words.append(value)
-    words.reverse()  # Erlang builds the list by prepending
+    k = (key & m21) + 1
+    state = (((k * 2097131) & m21) << 43) | (((k * 2097133) & m21) << 22) | (((k * 2097143) & m21) << 1) | 1
+    mask = _M64
+    words = [0] * 16
+    for i in range(15, -1, -1):
+        state ^= state >> 12
+        state ^= (state << 25) & mask
+        state ^= state >> 27
+        words[i] = (state * 2685821657736338717) & mask
     return words
 
 
@@ -247,6 +240,7 @@ def jump_consistent_hash(key: int, buckets: int) -> int:
     if buckets == 1:
         return 0
     ring = _exs1024_seed(key)
+    mask = _M64
     p = 0
     b, j = -1, 0
     while j < buckets:
@@ -254,11 +248,11 @@ def jump_consistent_hash(key: int, buckets: int) -> int:
         s0 = ring[p]
         p = (p + 1) & 15
         s1 = ring[p]
-        s1 ^= (s1 << 31) & _M64
+        s1 ^= (s1 << 31) & mask
         s1 ^= s1 >> 11
         s0 ^= s0 >> 30
-        ring[p] = s0 ^ s1
-        value = (ring[p] * 1181783497276652981) & _M64
-        r = float(value) / 18446744073709551616.0
+        s0 ^= s1
+        ring[p] = s0
+        r = ((s0 * 1181783497276652981) & mask) / 18446744073709551616.0
         j = int((b + 1) / r) if r else buckets  # r == 0.0 would be a badarith in Erlang
     return b
