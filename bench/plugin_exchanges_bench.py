@@ -22,7 +22,7 @@ import pika
 from pika.exceptions import ConnectionClosedByBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from brokers import Leveret  # noqa: E402
+from brokers import Leveret
 
 
 def core_route_us(messages: int) -> dict[str, float]:
@@ -34,16 +34,42 @@ def core_route_us(messages: int) -> dict[str, float]:
     for i in range(4):
         vhost.declare_queue(f"q{i}", None)
     cases = {
-        "direct": ("direct", {}, ["k0", "k1", "k2", "k3"], lambda i: Message.build("x", f"k{i % 4}", b"", Properties())),
-        "x-consistent-hash (routing key)": ("x-consistent-hash", {}, ["1", "2", "3", "4"],
-                                            lambda i: Message.build("x", f"order-{i}", b"", Properties())),
-        "x-consistent-hash (30,000 buckets)": ("x-consistent-hash", {}, ["5000", "10000", "7500", "7500"],
-                                               lambda i: Message.build("x", f"order-{i}", b"", Properties())),
-        "x-consistent-hash (hash-header)": ("x-consistent-hash", {"hash-header": "user"}, ["1", "2", "3", "4"],
-                                            lambda i: Message.build("x", "", b"", Properties(headers={"user": f"u{i}"}))),
-        "x-random": ("x-random", {}, ["", "", "", ""], lambda i: Message.build("x", f"k{i}", b"", Properties())),
-        "x-modulus-hash": ("x-modulus-hash", {}, ["", "", "", ""],
-                           lambda i: Message.build("x", f"order-{i}", b"", Properties())),
+        "direct": (
+            "direct",
+            {},
+            ["k0", "k1", "k2", "k3"],
+            lambda i: Message.build("x", f"k{i % 4}", b"", Properties()),
+        ),
+        "x-consistent-hash (routing key)": (
+            "x-consistent-hash",
+            {},
+            ["1", "2", "3", "4"],
+            lambda i: Message.build("x", f"order-{i}", b"", Properties()),
+        ),
+        "x-consistent-hash (30,000 buckets)": (
+            "x-consistent-hash",
+            {},
+            ["5000", "10000", "7500", "7500"],
+            lambda i: Message.build("x", f"order-{i}", b"", Properties()),
+        ),
+        "x-consistent-hash (hash-header)": (
+            "x-consistent-hash",
+            {"hash-header": "user"},
+            ["1", "2", "3", "4"],
+            lambda i: Message.build("x", "", b"", Properties(headers={"user": f"u{i}"})),
+        ),
+        "x-random": (
+            "x-random",
+            {},
+            ["", "", "", ""],
+            lambda i: Message.build("x", f"k{i}", b"", Properties()),
+        ),
+        "x-modulus-hash": (
+            "x-modulus-hash",
+            {},
+            ["", "", "", ""],
+            lambda i: Message.build("x", f"order-{i}", b"", Properties()),
+        ),
     }
     results = {}
     for label, (kind, arguments, keys, make) in cases.items():
@@ -65,8 +91,12 @@ def end_to_end(src: str | None, messages: int) -> dict[str, float | None]:
     has no such type)."""
     results: dict[str, float | None] = {}
     with Leveret(src=src) as broker:
-        for kind, keys in (("direct", ["k"] * 4), ("x-consistent-hash", ["1", "2", "3", "4"]),
-                           ("x-random", [""] * 4), ("x-modulus-hash", [""] * 4)):
+        for kind, keys in (
+            ("direct", ["k"] * 4),
+            ("x-consistent-hash", ["1", "2", "3", "4"]),
+            ("x-random", [""] * 4),
+            ("x-modulus-hash", [""] * 4),
+        ):
             connection = pika.BlockingConnection(pika.ConnectionParameters(broker.host, broker.port))
             channel = connection.channel()
             try:

@@ -27,7 +27,7 @@ from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 from leveret import BlockingBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from plugin_exchange_rabbitmq import PluginExchangeRabbitMQ, rabbitmq_installed  # noqa: E402
+from plugin_exchange_rabbitmq import PluginExchangeRabbitMQ, rabbitmq_installed
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +272,7 @@ def http(broker: BlockingBroker, method: str, path: str, body=None):
 
 
 def test_types_in_overview_and_definitions(leveret):
-    status, overview = http(leveret, "GET", "/api/overview")
+    overview = http(leveret, "GET", "/api/overview")[1]
     names = {t["name"] for t in overview["exchange_types"]}
     assert {"x-consistent-hash", "x-random", "x-local-random", "x-modulus-hash"} <= names
     with connect(leveret.amqp_port) as connection:
@@ -285,7 +285,8 @@ def test_types_in_overview_and_definitions(leveret):
     document = http(leveret, "GET", "/api/definitions")[1]
     with BlockingBroker(amqp_port=0, http_port=0) as other:
         assert http(other, "POST", "/api/definitions", document)[0] in (200, 204)
-        ring = other.call(lambda: [(q.name, w) for q, w in other.core.vhosts["/"].exchanges["def-chx"].ring()])
+        ring = other.call(lambda: [(q.name, w) for q, w in
+                                      other.core.vhosts["/"].exchanges["def-chx"].ring()])
         assert ring == [("def-q2", 2), ("def-q1", 1)]  # binding order, so the ring, is kept
         bad = dict(document, bindings=[dict(b, routing_key="heavy") for b in document["bindings"]
                                        if b["source"] == "def-chx"])
@@ -346,7 +347,8 @@ def test_ctl_lists_types_and_shows_the_ring(tmp_path):
         assert listed.returncode == 0, listed.stderr
         names = [line.split("\t")[0] for line in listed.stdout.splitlines()[1:]]
         assert {"x-consistent-hash", "x-random", "x-local-random", "x-modulus-hash"} <= set(names)
-        with pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@{server.host}:{server.port}/")) as c:
+        url = f"amqp://guest:guest@{server.host}:{server.port}/"
+        with pika.BlockingConnection(pika.URLParameters(url)) as c:
             channel = c.channel()
             channel.exchange_declare("ring", "x-consistent-hash")
             for name, weight in (("ring-a", 2), ("ring-b", 3)):

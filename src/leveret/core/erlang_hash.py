@@ -46,29 +46,11 @@ UNDEFINED = Atom("undefined")
 
 def _mix(a: int, b: int, c: int) -> int:
     """Jenkins' 96-bit mix of three 32-bit words; returns the new ``c``."""
-    a = (a - b - c) & _M32
-    a ^= c >> 13
-    b = (b - c - a) & _M32
-    b ^= (a << 8) & _M32
-    c = (c - a - b) & _M32
-    c ^= b >> 13
-    a = (a - b - c) & _M32
-    a ^= c >> 12
-    b = (b - c - a) & _M32
-    b ^= (a << 16) & _M32
-    c = (c - a - b) & _M32
-    c ^= b >> 5
-    a = (a - b - c) & _M32
-    a ^= c >> 3
-    b = (b - c - a) & _M32
-    b ^= (a << 10) & _M32
-    c = (c - a - b) & _M32
-    c ^= b >> 15
-    return c
+    return _mix3(a, b, c)[2]
 
 
-def _mix_words(x: int, y: int, const: int, hash: int) -> int:
-    return _mix((const + x) & _M32, (const + y) & _M32, hash)
+def _mix_words(x: int, y: int, const: int, acc: int) -> int:
+    return _mix((const + x) & _M32, (const + y) & _M32, acc)
 
 
 def _block_hash(data: bytes, initval: int) -> int:
@@ -93,6 +75,7 @@ def _block_hash(data: bytes, initval: int) -> int:
 
 
 def _mix3(a: int, b: int, c: int) -> tuple[int, int, int]:
+    """Jenkins' 96-bit mix of three 32-bit words (his 1996 ``mix`` macro)."""
     a = (a - b - c) & _M32
     a ^= c >> 13
     b = (b - c - a) & _M32
@@ -127,19 +110,19 @@ def atom_hash(name: str) -> int:
     return h
 
 
-def _int_hash(n: int, hash: int) -> int:
+def _int_hash(n: int, acc: int) -> int:
     if -(1 << 27) <= n < (1 << 27):  # fits 28 bits signed
         if n < 0:
-            hash = _mix_words(-n, 0, _GOLDEN, hash)
-        return _mix_words(n & _M32, 0, _GOLDEN, hash)
+            acc = _mix_words(-n, 0, _GOLDEN, acc)
+        return _mix_words(n & _M32, 0, _GOLDEN, acc)
     const = _H10 if n < 0 else _H11
     magnitude = -n if n < 0 else n
     while True:  # 64-bit digits, low first
         digit = magnitude & _M64
-        hash = _mix_words(digit & _M32, digit >> 32, const, hash)
+        acc = _mix_words(digit & _M32, digit >> 32, const, acc)
         magnitude >>= 64
         if not magnitude:
-            return hash
+            return acc
 
 
 def make_hash2(term: object) -> int:
@@ -150,48 +133,48 @@ def make_hash2(term: object) -> int:
         return _int_hash(term, 0)
     if isinstance(term, bool):
         return atom_hash("true" if term else "false")
-    hash = 0
+    acc = 0
     stack: list[object] = []
     while True:
         if isinstance(term, (bytes, bytearray, memoryview)):
-            const = (_H13 + hash) & _M32
+            const = (_H13 + acc) & _M32
             data = bytes(term)
-            hash = _block_hash(data, const) if data else const
+            acc = _block_hash(data, const) if data else const
         elif isinstance(term, bool):
             term = Atom("true" if term else "false")
             continue
         elif isinstance(term, Atom):
             value = atom_hash(term)
-            hash = value if hash == 0 else _mix_words(value, 0, _H3, hash)
+            acc = value if acc == 0 else _mix_words(value, 0, _H3, acc)
         elif isinstance(term, int):
-            hash = _int_hash(term, hash)
+            acc = _int_hash(term, acc)
         elif isinstance(term, str):  # text given where a binary is meant
             term = term.encode()
             continue
         elif isinstance(term, float):
             high, low = struct.unpack(">II", struct.pack(">d", term + 0.0))  # -0.0 as 0.0
-            hash = _mix_words(high, low, _H12, hash)
+            acc = _mix_words(high, low, _H12, acc)
         elif isinstance(term, tuple):
-            hash = _mix_words(len(term), 0, _H9, hash)
+            acc = _mix_words(len(term), 0, _H9, acc)
             if term:
                 stack.extend(reversed(term[1:]))
                 term = term[0]
                 continue
         elif isinstance(term, list):
             if not term:
-                hash = _NIL_FIRST if hash == 0 else _mix_words(_NIL_WORD, 0, _H2, hash)
+                acc = _NIL_FIRST if acc == 0 else _mix_words(_NIL_WORD, 0, _H2, acc)
             else:
                 # byte elements are packed four to a word (Erlang's string shortcut)
                 i, count, word = 0, 0, 0
                 while i < len(term) and _is_byte(term[i]):
-                    word = ((word << 8) + term[i]) & _M32  # type: ignore[operator]
+                    word = ((word << 8) + term[i]) & _M32
                     count += 1
                     if count == 4:
-                        hash = _mix_words(word, 0, _H4, hash)
+                        acc = _mix_words(word, 0, _H4, acc)
                         count = word = 0
                     i += 1
                 if count:
-                    hash = _mix_words(word, 0, _H4, hash)
+                    acc = _mix_words(word, 0, _H4, acc)
                 if i < len(term):
                     stack.append(term[i + 1 :])
                     term = term[i]
@@ -204,17 +187,17 @@ def make_hash2(term: object) -> int:
         else:
             raise TypeError(f"no Erlang term for {type(term).__name__}")
         if not stack:
-            return hash
+            return acc
         term = stack.pop()
 
 
 def _is_byte(item: object) -> bool:
-    return type(item) is int and 0 <= item <= 255  # type: ignore[operator]
+    return type(item) is int and 0 <= item <= 255
 
 
-def phash2(term: object, range: int = PHASH2_RANGE) -> int:
-    """``erlang:phash2/1`` (``range`` 2**27) or ``erlang:phash2/2``: 0 <= hash < ``range``."""
-    return make_hash2(term) % range
+def phash2(term: object, limit: int = PHASH2_RANGE) -> int:
+    """``erlang:phash2/1`` (``limit`` 2**27) or ``erlang:phash2/2``: 0 <= hash < ``limit``."""
+    return make_hash2(term) % limit
 
 
 def _exs1024_seed(key: int) -> list[int]:

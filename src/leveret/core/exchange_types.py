@@ -28,8 +28,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from .errors import BrokerError, precondition_failed
 from .erlang_hash import UNDEFINED, Atom, jump_consistent_hash, phash2
+from .errors import BrokerError, precondition_failed
 from .exchange import Binding, Exchange
 from .message import Message
 
@@ -65,11 +65,23 @@ def _erlang_binary(text: str) -> str:
     texts): ``<<"abc">>`` when every byte is printable Latin-1, else ``<<97,1,98>>``
     (``<<>>`` when empty)."""
     data = text.encode("utf-8", "surrogateescape")
-    escapes = {8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r", 27: "\\e", 34: '\\"', 92: "\\\\"}
+    escapes = {
+        8: "\\b",
+        9: "\\t",
+        10: "\\n",
+        11: "\\v",
+        12: "\\f",
+        13: "\\r",
+        27: "\\e",
+        34: '\\"',
+        92: "\\\\",
+    }
     if data and all(32 <= b <= 126 or b >= 160 or b in escapes for b in data):
-        return '<<"' + "".join(escapes.get(b, "") or chr(b) for b in data).encode("latin-1").decode(
-            "utf-8", "replace"
-        ) + '">>'
+        return (
+            '<<"'
+            + "".join(escapes.get(b, "") or chr(b) for b in data).encode("latin-1").decode("utf-8", "replace")
+            + '">>'
+        )
     return "<<" + ",".join(str(b) for b in data) + ">>"
 
 
@@ -78,7 +90,7 @@ def typed_header(message: Message, name: str) -> tuple[str, Any] | None:
     wire types (AMQP 0-9-1), else guessed from the plain value as pika would encode it."""
     reader = getattr(message.format, "typed_header", None)
     if reader is not None:
-        return reader(message, name)  # type: ignore[no-any-return]
+        return reader(message, name)
     value = message.header(name)
     return None if value is None else _guess_tag(value)
 
@@ -309,7 +321,8 @@ class ModulusHashExchange(_PerBinding):
 
     def _order(self, destinations: list[Any]) -> list[Any]:
         return sorted(
-            destinations, key=lambda d: (not isinstance(d, Exchange), d.name.encode("utf-8", "surrogateescape"))
+            destinations,
+            key=lambda d: (not isinstance(d, Exchange), d.name.encode("utf-8", "surrogateescape")),
         )
 
     def route(self, message: Message) -> tuple | list:

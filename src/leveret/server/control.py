@@ -412,7 +412,9 @@ def _list_exchanges(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
 def _list_exchange_types(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     from ..core.exchange import EXCHANGE_TYPES
 
-    return _table(["name", "description"], [[n, EXCHANGE_TYPES[n].description] for n in sorted(EXCHANGE_TYPES)])
+    return _table(
+        ["name", "description"], [[n, EXCHANGE_TYPES[n].description] for n in sorted(EXCHANGE_TYPES)]
+    )
 
 
 @command("consistent_hash_exchange_ring_state")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import json
 import random
 import shutil
 import subprocess
@@ -79,15 +80,17 @@ def test_random_terms_and_rings_agree_with_erl():
         terms.append([rnd.randrange(256) for _ in range(rnd.randrange(6))] + [b"t", rnd.randrange(1000)])
         terms.append(rnd.uniform(-1e9, 1e9))
     pairs = [(rnd.randrange(2**27), rnd.randrange(1, 5000)) for _ in range(200)]
+    terms_text = ",".join(map(_erl, terms))
+    pairs_text = ",".join(f"{{{k},{n}}}" for k, n in pairs)
     code = (
-        "io:format(\"~w~n\", [[erlang:phash2(T) || T <- [%s]]]),"
+        f"io:format(\"~w~n\", [[erlang:phash2(T) || T <- [{terms_text}]]]),"
         "J = fun(K, N) -> L = fun Lp(B, Jj, _) when Jj >= N -> B; Lp(_, Jj, S) -> "
         "{R, S2} = rand:uniform_s(S), Lp(Jj, trunc((Jj + 1) / R), S2) end,"
         " L(-1, 0, rand:seed_s(exs1024, {K, K, K})) end,"
-        "io:format(\"~w~n\", [[J(K, N) || {K, N} <- [%s]]]), halt()."
-    ) % (",".join(map(_erl, terms)), ",".join("{%d,%d}" % p for p in pairs))
+        f"io:format(\"~w~n\", [[J(K, N) || {{K, N}} <- [{pairs_text}]]]), halt()."
+    )
     out = subprocess.run(["erl", "-noshell", "-eval", code], capture_output=True, text=True, timeout=60)
-    hashes, buckets = (eval(line) for line in out.stdout.split())  # lists of integers
+    hashes, buckets = (json.loads(line) for line in out.stdout.split())  # lists of integers
     assert [phash2(t) for t in terms] == hashes
     assert [jump_consistent_hash(k, n) if n > 1 else 0 for k, n in pairs] == \
         [b if n > 1 else 0 for b, (_, n) in zip(buckets, pairs, strict=True)]
@@ -162,7 +165,7 @@ def test_consistent_hash_on_header_and_properties(vhost):
     assert by_header.hash_value(msg("rk", headers={"h": "v"})) == (Atom("longstr"), b"v")
     assert by_header.hash_value(msg("rk")) == Atom("undefined")
     assert by_id.hash_value(msg(message_id="m-1")) == b"m-1"
-    stamp = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    stamp = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     assert by_ts.hash_value(msg(timestamp=stamp)) == str(int(stamp.timestamp())).encode()
     # the routing key plays no part when hashing on a header
     assert {by_header.route(msg(f"rk{i}", headers={"h": "same"}))[0] for i in range(50)} == \
@@ -239,12 +242,12 @@ def test_random_picks_one_binding_uniformly(vhost, monkeypatch):
 def test_local_random_binding_rules(vhost):
     x = vhost.declare_exchange("lx", "x-local-random")
     vhost.declare_queue("qq", None, durable=True, arguments={"x-queue-type": "quorum"})
-    with pytest.raises(PreconditionFailed, match="^Non empty binding 'k' key not permitted$"):
+    with pytest.raises(PreconditionFailed, match=r"^Non empty binding 'k' key not permitted$"):
         vhost.bind("lx", vhost.queues["q1"], "k")
     with pytest.raises(PreconditionFailed,
-                       match="^Queue type rabbit_quorum_queue not valid for this exchange type$"):
+                       match=r"^Queue type rabbit_quorum_queue not valid for this exchange type$"):
         vhost.bind("lx", vhost.queues["qq"], "")
-    with pytest.raises(PreconditionFailed, match="^Destination not found$"):
+    with pytest.raises(PreconditionFailed, match=r"^Destination not found$"):
         vhost.bind("lx", vhost.exchanges["amq.fanout"], "")
     vhost.bind("lx", vhost.queues["q1"], "")
     vhost.bind("lx", vhost.queues["q2"], "")
