@@ -30,7 +30,7 @@ from typing import Any
 
 from .erlang_hash import UNDEFINED, Atom, jump_consistent_hash, phash2
 from .errors import BrokerError, precondition_failed
-from .exchange import Binding, Exchange
+from .exchange_base import Binding, Exchange
 from .message import Message
 
 HASH_PROPERTIES = ("correlation_id", "message_id", "timestamp")
