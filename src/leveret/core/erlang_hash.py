@@ -19,6 +19,8 @@ from __future__ import annotations
 import struct
 from functools import lru_cache
 
+from ..compiled import twin
+
 _M32 = 0xFFFFFFFF
 _M64 = 0xFFFFFFFFFFFFFFFF
 _GOLDEN = 0x9E3779B9  # the golden ratio; Jenkins' arbitrary start value
@@ -197,7 +199,7 @@ def _is_byte(item: object) -> bool:
 
 def phash2(term: object, limit: int = PHASH2_RANGE) -> int:
     """``erlang:phash2/1`` (``limit`` 2**27) or ``erlang:phash2/2``: 0 <= hash < ``limit``."""
-    return make_hash2(term) % limit
+    return py_make_hash2(term) % limit  # the pure one: this is the pure twin
 
 
 def _exs1024_seed(key: int) -> list[int]:
@@ -239,3 +241,11 @@ def jump_consistent_hash(key: int, buckets: int) -> int:
         r = ((s0 * 1181783497276652981) & mask) / 18446744073709551616.0
         j = int((b + 1) / r) if r else buckets  # r == 0.0 would be a badarith in Erlang
     return b
+
+
+#: The pure twins, which the compiled module falls back on (and the tests compare with).
+py_make_hash2, py_phash2, py_jump_consistent_hash = make_hash2, phash2, jump_consistent_hash
+
+_c = twin("leveret.core._cerlang_hash")  # the compiled twin (leveret/core/_cerlang_hash.pyx)
+if _c is not None:
+    make_hash2, phash2, jump_consistent_hash = _c.make_hash2, _c.phash2, _c.jump_consistent_hash

@@ -15,8 +15,9 @@ import subprocess
 import time
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from leveret.core import BrokerCore, Message
+from leveret.core import BrokerCore, Message, erlang_hash
 from leveret.core.clock import ManualClock
 from leveret.core.erlang_hash import Atom, jump_consistent_hash, phash2
 from leveret.core.errors import BrokerError, PreconditionFailed
@@ -279,3 +280,21 @@ def test_every_plugin_type_is_registered():
         assert exchange_class(name).type == name
         assert exchange_class(name).description
     assert exchange_class("x-consistent-hash") is ConsistentHashExchange
+
+
+# -- the compiled twin ----------------------------------------------------------------------
+@pytest.mark.skipif(erlang_hash._c is None, reason="leveret.core._cerlang_hash is not built "
+                    "(or LEVERET_PURE_PYTHON=1): only the pure twin runs")
+@settings(max_examples=500, deadline=None)
+@given(data=st.binary(max_size=300), key=st.integers(-2**70, 2**70),
+       buckets=st.one_of(st.integers(-3, 70000), st.integers(-2**70, 2**70)),
+       keys=st.lists(st.one_of(st.binary(max_size=40), st.integers(0, 300)), max_size=4))
+def test_compiled_twin_gives_the_pure_results(data, key, buckets, keys):
+    assert erlang_hash.phash2(data) == erlang_hash.py_phash2(data)
+    assert erlang_hash.make_hash2(data) == erlang_hash.py_make_hash2(data)
+    assert erlang_hash.phash2(data, 7) == erlang_hash.py_phash2(data, 7)
+    assert erlang_hash.make_hash2(keys) == erlang_hash.py_make_hash2(keys)
+    header = (Atom("longstr"), data)
+    assert erlang_hash.make_hash2(header) == erlang_hash.py_make_hash2(header)
+    compiled, pure = erlang_hash.jump_consistent_hash, erlang_hash.py_jump_consistent_hash
+    assert compiled(key, buckets) == pure(key, buckets)
