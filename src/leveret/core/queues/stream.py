@@ -97,6 +97,7 @@ class StreamQueue(Queue):
             "x-max-in-memory-bytes",
         )
     )
+    channel_prefetch = False
 
     def __init__(
         self,
