@@ -3,7 +3,8 @@ delayed messages (held unacked on its ``.DQ`` consumer), on leveret and RabbitMQ
 
 Usage::
 
-    PYTHONPATH=$PWD/src:$PWD/bench python bench/frameworks_probe.py               # leveret (+ RabbitMQ if installed)
+    # leveret, and RabbitMQ if installed:
+    PYTHONPATH=$PWD/src:$PWD/bench python bench/frameworks_probe.py
     PYTHONPATH=$PWD/src:$PWD/bench python bench/frameworks_probe.py --src /other/tree/src --no-rabbitmq
 
 For each broker (a private one, started and stopped here; leveret as ``leveret server``
