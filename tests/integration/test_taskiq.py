@@ -22,6 +22,7 @@ from typing import Any
 import aiormq
 import pytest
 from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, unique  # noqa: F401 (fixtures)
+from servers import ServerProcess
 from taskiq import SimpleRetryMiddleware
 from taskiq.api import run_receiver_task
 from taskiq.brokers.inmemory_broker import InmemoryResultBackend
@@ -336,5 +337,46 @@ def test_a_stream_task_queue_is_refused(amqp_broker):
         assert "of queue type rabbit_stream_queue" in str(refused.value)
         await broker.shutdown()
         await delete_queues(amqp_broker, broker, "dead")
+
+    run(body)
+
+
+def test_delayed_task_survives_a_broker_kill_9(amqp_broker, tmp_path):
+    """leveret's delayed-message exchange keeps a persistent delayed message on disk
+    before its confirm (the plugin keeps it in one node's Mnesia): a task kicked with a
+    delay, then a ``kill -9`` of the broker, still runs after the restart."""
+    if amqp_broker.name != "leveret":
+        pytest.skip("the delayed-message exchange is leveret's (the plugin is not installed)")
+
+    async def body():
+        server = ServerProcess(tmp_path / "data")
+        try:
+            prefix = unique("tqk")
+            layout = {"exchange": Exchange(name=prefix), "task_queues": [Queue(name=f"{prefix}.tasks")],
+                      "dead_letter_queue": Queue(name=f"{prefix}.dead"),
+                      "delayed_message_exchange_plugin": True}
+            kicker = AioPikaBroker(server.url, **layout)
+
+            @kicker.task(task_name="tq.survivor")
+            async def survivor(text: str) -> None:
+                pass
+
+            await kicker.startup()  # declares; publishes persistent, with confirms
+            await survivor.kicker().with_labels(delay=0.5).kiq("still here")
+            server.kill()  # kill -9 with the message due in 0.5 s
+            await kicker.shutdown()
+            server = ServerProcess(tmp_path / "data")
+            worker_broker = AioPikaBroker(server.url, **layout)
+            ran: list[str] = []
+
+            @worker_broker.task(task_name="tq.survivor")
+            async def survivor_runs(text: str) -> None:
+                ran.append(text)
+
+            async with worker(worker_broker):
+                await until(lambda: ran, timeout=10, what="the delayed task after the restart")
+            assert ran == ["still here"]
+        finally:
+            server.kill()
 
     run(body)
