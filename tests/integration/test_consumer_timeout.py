@@ -236,3 +236,25 @@ def test_graceful_mode_closes_the_channel_of_a_client_without_cancel_notify(leve
         conn.channel().queue_delete(q)
     finally:
         conn.close()
+
+
+def test_deliveries_of_a_cancelled_consumer_still_time_out(target):
+    """basic.cancel leaves the consumer's deliveries on the channel, to be acked: they
+    keep their deadline (the channel holds them, as RabbitMQ's does)."""
+    q = name()
+    conn = target.connect()
+    try:
+        ch = conn.channel()
+        ch.queue_declare(q)
+        ch.basic_publish("", q, b"kept")
+        held = held_consumer(ch, q, 1)
+        ch.basic_cancel(held[0][0].consumer_tag)
+        target.past()
+        error = closed_by_broker(conn, ch)
+        assert (error.reply_code, error.reply_text) == (406, text(ch.channel_number, target.timeout_ms))
+        again = conn.channel()
+        method, _, body = again.basic_get(q, auto_ack=True)
+        assert (method.redelivered, body) == (True, b"kept")
+        again.queue_delete(q)
+    finally:
+        conn.close()
