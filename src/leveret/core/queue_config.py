@@ -53,7 +53,16 @@ LAZY_IN_MEMORY = 1_000  # the same for x-queue-mode=lazy
 STORED_IN_MEMORY = 50_000
 STORED_IN_MEMORY_BYTES = 32 * 1024 * 1024
 
-_MIN_WINS = {"message-ttl", "expires", "max-length", "max-length-bytes", "max-redeliveries", "delivery-limit"}
+_MIN_WINS = {
+    "message-ttl",
+    "expires",
+    "max-length",
+    "max-length-bytes",
+    "max-redeliveries",
+    "delivery-limit",
+    "delayed-retry-min",  # RabbitMQ 4.3 takes the lower of argument and policy
+    "delayed-retry-max",
+}
 
 
 @dataclass(frozen=True)

@@ -843,7 +843,7 @@ class StompConnection(AdapterConnection):
                 queue.ack(entry)
             queue.counters.acknowledged += len(entries)
         elif requeue:
-            queue.requeue(entries)
+            queue.requeue(entries, failed=True)  # a NACK: a failed delivery, as ActiveMQ counts it
         else:
             for entry in entries:
                 queue.discard(entry, "rejected")
