@@ -248,9 +248,11 @@ class Channel:
             if consumer.queue is not None:
                 consumer.queue.drain()
 
-    def release(self) -> None:
+    def release(self, vanished: bool = False) -> None:
         """The channel is closing or its connection is gone: cancel its consumers and
-        requeue everything unacknowledged (AMQP 0-9-1 §1.5.2.5), drop an open tx."""
+        requeue everything unacknowledged (AMQP 0-9-1 §1.5.2.5), drop an open tx.
+        Plain returns, but for a client that ``vanished`` (no connection.close):
+        failed deliveries then."""
         for consumer in self.consumers.values():
             if consumer.queue is not None:
                 consumer.queue.remove_consumer(consumer)
@@ -263,7 +265,7 @@ class Channel:
         uncommitted = self._deferred_settlements(self.publisher.close())
         self._publish = None
         unacked, self.unacked = self.unacked, OrderedDict()
-        self._requeue([(tag, *item) for tag, item in unacked.items()] + uncommitted)
+        self._requeue([(tag, *item) for tag, item in unacked.items()] + uncommitted, vanished)
 
     # -- exchanges ------------------------------------------------------------------
     def _exchange_declare(self, m: commands.Exchange.Declare) -> None:
