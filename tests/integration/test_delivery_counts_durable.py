@@ -123,7 +123,8 @@ def test_a_consumer_that_vanishes_fails_one_that_closes_returns(tmp_path: Path):
         closing = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
         get(closing.channel())
         closing.close()  # in order: a return
-        crashed = subprocess.run([sys.executable, "-c", CRASHING_CONSUMER, broker.amqp_url, QUEUE], timeout=30)
+        crashed = subprocess.run(
+            [sys.executable, "-c", CRASHING_CONSUMER, broker.amqp_url, QUEUE], timeout=30)
         assert crashed.returncode == 3
         eventually(lambda: ch.queue_declare(QUEUE, passive=True).method.message_count == 1)
         method, props, _ = get(ch)

@@ -510,8 +510,8 @@ class BatchedStore(Store):
             )
             for r in self._reader.execute(
                 "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, expires_at, "
-                "meta, failed_count FROM messages WHERE queue_id=? AND expires_at > 0 AND expires_at <= ? AND seq > ? "
-                "AND seq <= ? ORDER BY expires_at LIMIT ?",
+                "meta, failed_count FROM messages WHERE queue_id=? AND expires_at > 0 AND expires_at <= ? "
+                "AND seq > ? AND seq <= ? ORDER BY expires_at LIMIT ?",
                 (queue_id, now, after_seq, upto_seq, limit + len(deleting)),
             )
             if r[0] not in deleting

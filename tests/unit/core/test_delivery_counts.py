@@ -122,7 +122,8 @@ def test_delayed_retry_max_defaults_to_the_min_and_policy_keys_apply(vhost):
     )
     policy = Policy("retry", "^p$", {"delayed-retry-type": "all", "delayed-retry-min": 50})
     vhost = BrokerCore(clock=ManualClock(), policies=[policy]).vhosts["/"]
-    queue = vhost.declare_queue("p", None, arguments={"x-delayed-retry-type": "returned", "x-delayed-retry-min": 80})
+    queue = vhost.declare_queue(
+        "p", None, arguments={"x-delayed-retry-type": "returned", "x-delayed-retry-min": 80})
     # the type: the policy's (RabbitMQ's precedence); min: the lower of both
     assert (queue.config.redelivery.delayed, queue.config.redelivery.initial_delay) == ("all", 50)
 

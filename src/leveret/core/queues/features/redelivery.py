@@ -55,7 +55,11 @@ def configure(args: Arguments) -> dict[str, Any]:
         kind, low, high = retry
         return {
             "redelivery": RedeliveryPolicy(
-                max_redeliveries=max_redeliveries, initial_delay=low, max_delay=high, linear=True, delayed=kind
+                max_redeliveries=max_redeliveries,
+                initial_delay=low,
+                max_delay=high,
+                linear=True,
+                delayed=kind,
             )
         }
     return {
