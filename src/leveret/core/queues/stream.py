@@ -71,6 +71,7 @@ class StreamQueue(Queue):
     unless declared durable, not exclusive and not auto-delete."""
 
     type_name = "stream"
+    channel_prefetch = False
 
     def __init__(
         self,
