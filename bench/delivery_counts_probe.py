@@ -24,7 +24,7 @@ import time
 import pika
 
 sys.path.insert(0, os.path.dirname(__file__))
-from brokers import Leveret  # noqa: E402
+from brokers import Leveret
 
 LIMITED = {"x-delivery-limit": 3, "x-dead-letter-strategy": "individual"}
 
@@ -73,7 +73,7 @@ def counts_through_kill(broker: Leveret) -> dict:
     broker.shutdown(kill=True)
     broker.launch()
     conn, ch = channel(broker)
-    method, props, _ = take(ch, "kept")
+    _, props, _ = take(ch, "kept")
     headers = dict(props.headers or {}) if props else {}
     conn.close()
     return {k: headers.get(k) for k in ("x-delivery-count", "x-acquired-count")}
@@ -82,7 +82,7 @@ def counts_through_kill(broker: Leveret) -> dict:
 def cost_per_message(broker: Leveret, count: int) -> float:
     conn, ch = channel(broker)
     ch.queue_declare("cost", durable=True)
-    for i in range(count):
+    for _ in range(count):
         ch.basic_publish("", "cost", b"x" * 100, pika.BasicProperties(delivery_mode=2))
     before = broker.cpu_seconds()
     for _ in range(count):
@@ -106,7 +106,8 @@ def main() -> None:
     try:
         print(f"returns survived (x-delivery-limit 3, 10 nacks): {returns_survived(broker)}")
         print(f"after 2 nacks, 1 reject, kill -9: {counts_through_kill(broker)}")
-        print(f"broker CPU per message (get, reject, get, ack): {cost_per_message(broker, options.count):.0f} us")
+        cost = cost_per_message(broker, options.count)
+        print(f"broker CPU per message (get, reject, get, ack): {cost:.0f} us")
     finally:
         broker.stop()
 
