@@ -12,8 +12,8 @@ a named consumer group under sequence numbers:
 - ``ack_upto(n, low)`` / ``ack(seqs)`` remove them for good; ``release(seqs)`` returns them;
 - a lease not acknowledged within ``ttl`` seconds returns its messages to the queue with
   ``redelivered`` set, as failed deliveries (its holder never settled them: the queue's
-  delivery limit and dead-lettering apply, so a poison message ends in the DLQ); an
-  explicit ``release`` is a plain return, counted toward nothing.
+  delivery limit and dead-lettering apply, so a poison message ends in the DLQ); so does
+  ``lease.release`` unless it says ``"failed": false`` (a plain return).
 
 Sequence numbers only grow; the next one is kept in the store for durable queues, so
 they keep growing across restarts (messages held at a crash come back as redelivered
@@ -113,8 +113,9 @@ class Lease:
 
     def release(self, seqs: list[int], failed: bool = False) -> int:
         """Return the held leases among ``seqs`` to the queue as redelivered; returns
-        how many. ``failed`` (an expired lease: its holder never settled it) counts
-        toward the delivery limit; an explicit release is a plain return."""
+        how many. ``failed`` (an expired lease, whose holder never settled it, or a
+        ``lease.release`` that does not say otherwise: a Spark query that failed gives
+        its batches back so) counts toward the delivery limit; else a plain return."""
         taken = [self.held.pop(s)[0] for s in seqs if s in self.held]
         self.queue.requeue(taken, failed)
         return len(taken)
