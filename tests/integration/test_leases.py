@@ -101,7 +101,7 @@ def test_a_release_that_is_no_failure_is_not_counted(api, channel):
     for _ in range(3):  # returns: never the limit's business (RabbitMQ 4.3's acquired count)
         start = api("lease.acquire", queue="kind", group="g", max=1)["start"]
         assert api("lease.release", queue="kind", group="g", seqs=[start], failed=False)["released"] == 1
-    method, props, body = channel.basic_get("kind", auto_ack=True)
+    _, props, body = channel.basic_get("kind", auto_ack=True)
     assert (body, props.headers["x-delivery-count"], props.headers["x-acquired-count"]) == (b"m0", 0, 3)
     assert api("lease.release", queue="kind", group="g", seqs=[9], failed="no") == {
         "ok": False, "error": "'failed' must be a boolean"}
