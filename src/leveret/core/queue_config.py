@@ -4,7 +4,8 @@ feature (:mod:`.queues.features`) reads and checks its own keys; ``features.buil
 puts them together.
 
 As in RabbitMQ 3.10, where both give a numeric limit (``message-ttl``, ``expires``,
-``max-length``, ``max-length-bytes``, ``max-redeliveries``) the lower wins; for the
+``max-length``, ``max-length-bytes``, ``max-redeliveries``; and 3.12's
+``consumer-timeout``) the lower wins; for the
 others the queue argument wins over the policy. Invalid values are a 406
 PRECONDITION_FAILED at declaration, naming the argument.
 """
@@ -54,6 +55,7 @@ STORED_IN_MEMORY = 50_000
 STORED_IN_MEMORY_BYTES = 32 * 1024 * 1024
 
 _MIN_WINS = {
+    "consumer-timeout",
     "message-ttl",
     "expires",
     "max-length",
@@ -109,6 +111,9 @@ class QueueConfig:
     max_priority: int | None = None  # x-max-priority: priorities 0..max_priority (classic)
     max_age: float | None = None  # seconds (streams)
     max_segment_size: int = 500_000_000  # bytes (streams)
+    #: ms a delivery may stay unacknowledged (x-consumer-timeout; None: the broker's)
+    consumer_timeout: int | None = None
+    consumer_timeout_mode: str | None = None  # close (None) or graceful
 
 
 def _text(value: Any, source: str, where: str) -> Any:

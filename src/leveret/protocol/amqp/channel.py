@@ -35,6 +35,7 @@ from ...core.errors import NotImplementedFeature, access_refused, not_found, pre
 from ...core.message import Message
 from ...core.publish import REPLY_TO, REPLY_TO_PREFIX, Publisher
 from ...core.queues import Queue, QueuedMessage
+from .ack_timeout import AckTimeouts
 from .consumer import ChannelConsumer
 from .message import AMQP, content_header, from_publish, replace_reply_to, with_delivery_headers
 
@@ -83,6 +84,7 @@ class Channel:
         self.delivery_tag = 0
         self.prefetch_count = 0  # per consumer (basic.qos global=false)
         self.global_prefetch = 0  # per channel (global=true)
+        self.ack_timeouts = AckTimeouts(self)  # consumer timeouts (ack_timeout.py)
         session = connection.session
         assert session is not None  # made with the vhost, at connection.open
         self.session = session
@@ -257,6 +259,7 @@ class Channel:
             if consumer.queue is not None:
                 consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
+        self.ack_timeouts.close()
         if self.reply_to_key is not None:
             self.vhost.reply_consumers.pop(self.reply_to_key, None)
         if not self.publisher.closed:  # released once, however the channel ends
@@ -374,6 +377,7 @@ class Channel:
         if queue.has_exclusive_consumer or (m.exclusive and queue.consumers):
             raise access_refused(f"queue '{name}' in vhost '{self.vhost.name}' in exclusive use")
         consumer = ChannelConsumer(self, queue, tag, m.no_ack, m.exclusive, arguments)
+        self.ack_timeouts.subscribe(consumer, queue, arguments)
         if self.global_prefetch and not queue.channel_prefetch:
             self._own_prefetch(consumer, queue)
         queue.prepare_consumer(consumer)
@@ -461,6 +465,11 @@ class Channel:
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
+            deadlines = consumer.deadline_group  # consumer timeouts (ack_timeout.py)
+            if deadlines is not None:
+                now = deadlines.monotonic()  # delivered(tag), inlined: once per delivery
+                if now >= deadlines.mark_until:
+                    deadlines.mark(tag, now)
             if queue is not None:
                 counters = queue.counters
                 counters.delivered_consume_manual_ack += 1
@@ -506,6 +515,7 @@ class Channel:
         header = with_delivery_headers(content_header(message), queue.delivery_headers(entry))
         if not m.no_ack:
             self.unacked[self.delivery_tag] = (queue, entry, None)
+            self.ack_timeouts.got(queue, self.delivery_tag)
             counters.delivered_get_manual_ack += 1
         else:  # no_ack: delivered means acknowledged
             queue.ack(entry)
@@ -529,7 +539,14 @@ class Channel:
         """Remove and return, as (tag, queue, entry, consumer), the unacknowledged
         deliveries an ack/nack/reject names; 406 for an unknown delivery tag, as RabbitMQ."""
         unacked = self.unacked
-        if multiple and tag == 0:
+        timed_out = self.ack_timeouts.timed_out
+        if timed_out and self.ack_timeouts.forget(tag, multiple) and tag not in unacked:
+            # graceful consumer timeout: that delivery was returned already
+            taken = []
+            while multiple and unacked and next(iter(unacked)) < tag:
+                current, item = unacked.popitem(last=False)
+                taken.append((current, *item))
+        elif multiple and tag == 0:
             taken = [(t, *item) for t, item in unacked.items()]
             unacked.clear()
         elif tag not in unacked:
@@ -566,6 +583,12 @@ class Channel:
                 if queue is not None:
                     queue.discard(entry, "rejected")
         self.resume()
+
+    def return_deliveries(self, taken: list[tuple]) -> None:
+        """Return deliveries ``(tag, queue, entry, consumer)`` taken from
+        :attr:`unacked` to their queues (a consumer timeout's): plain returns, as a
+        cancel or a closed channel makes them, never failures (nack/reject)."""
+        self._requeue(taken)
 
     def _requeue(self, taken: list[tuple], failed: bool = False) -> None:
         by_queue: dict[Queue, list[QueuedMessage]] = {}
@@ -702,6 +725,7 @@ class Channel:
                 self.unacked[tag] = (queue, entry, consumer)
                 if consumer is not None:
                     consumer.unacked += 1
+                self.ack_timeouts.restored(tag, queue, consumer)
             self.unacked = OrderedDict(sorted(self.unacked.items()))
         self.send_method(commands.Tx.RollbackOk())
 
