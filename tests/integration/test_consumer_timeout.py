@@ -258,3 +258,36 @@ def test_deliveries_of_a_cancelled_consumer_still_time_out(target):
         again.queue_delete(q)
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("mode", ["graceful", "close"])
+def test_timed_out_deliveries_are_returns_not_failures(leveret, mode):
+    """A consumer timeout gives messages back as plain returns (RabbitMQ 4.3's acquired
+    count): with x-delivery-limit 1, three timeouts in a row leave the message alive,
+    ``x-delivery-count`` 0 and ``x-acquired-count`` 3."""
+    queue = name()
+    conn = leveret.connect()
+    try:
+        ch = conn.channel()
+        arguments = {"x-consumer-timeout": 2000, "x-delivery-limit": 1}
+        if mode == "graceful":
+            arguments["x-consumer-timeout-mode"] = "graceful"
+        ch.queue_declare(queue, arguments=arguments)
+        ch.basic_publish("", queue, b"slow")
+        for _ in range(3):
+            consumer = conn.channel()
+            consumer.basic_qos(prefetch_count=1)
+            held_consumer(consumer, queue, 1)
+            leveret.past(2.5)
+            deadline = time.monotonic() + 5
+            while ch.queue_declare(queue, passive=True).method.message_count != 1:
+                assert time.monotonic() < deadline
+                conn.process_data_events(time_limit=0.05)
+            if consumer.is_open:
+                consumer.close()
+        method, props, body = ch.basic_get(queue, auto_ack=True)
+        assert (body, method.redelivered) == (b"slow", True)
+        assert (props.headers["x-delivery-count"], props.headers["x-acquired-count"]) == (0, 3)
+        ch.queue_delete(queue)
+    finally:
+        conn.close()

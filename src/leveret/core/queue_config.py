@@ -62,6 +62,8 @@ _MIN_WINS = {
     "max-length-bytes",
     "max-redeliveries",
     "delivery-limit",
+    "delayed-retry-min",  # RabbitMQ 4.3 takes the lower of argument and policy
+    "delayed-retry-max",
 }
 
 

@@ -529,7 +529,7 @@ class StreamQueue(Queue):
         return (("x-stream-offset", entry.seq - 1),)
 
     # -- what streams do not do -----------------------------------------------------
-    def requeue(self, entries: list[QueuedMessage]) -> None:
+    def requeue(self, entries: list[QueuedMessage], failed: bool = False) -> None:
         """nack/reject/close: nothing returns to a stream (it never left)."""
         for entry in entries:
             self.ack(entry)

@@ -250,9 +250,11 @@ class Channel:
             if consumer.queue is not None:
                 consumer.queue.drain()
 
-    def release(self) -> None:
+    def release(self, vanished: bool = False) -> None:
         """The channel is closing or its connection is gone: cancel its consumers and
-        requeue everything unacknowledged (AMQP 0-9-1 §1.5.2.5), drop an open tx."""
+        requeue everything unacknowledged (AMQP 0-9-1 §1.5.2.5), drop an open tx.
+        Plain returns, but for a client that ``vanished`` (no connection.close):
+        failed deliveries then."""
         for consumer in self.consumers.values():
             if consumer.queue is not None:
                 consumer.queue.remove_consumer(consumer)
@@ -266,7 +268,7 @@ class Channel:
         uncommitted = self._deferred_settlements(self.publisher.close())
         self._publish = None
         unacked, self.unacked = self.unacked, OrderedDict()
-        self._requeue([(tag, *item) for tag, item in unacked.items()] + uncommitted)
+        self._requeue([(tag, *item) for tag, item in unacked.items()] + uncommitted, vanished)
 
     # -- exchanges ------------------------------------------------------------------
     def _exchange_declare(self, m: commands.Exchange.Declare) -> None:
@@ -563,15 +565,17 @@ class Channel:
                 consumer.unacked -= 1
         return taken
 
-    def _settle(self, taken: list[tuple], requeue: bool | None) -> None:
-        """ack (requeue None), requeue (True) or discard (False) taken deliveries."""
+    def _settle(self, taken: list[tuple], requeue: bool | None, failed: bool = False) -> None:
+        """ack (requeue None), requeue (True) or discard (False) taken deliveries;
+        ``failed``: a requeue counts as a failed delivery (basic.reject, as RabbitMQ
+        4.3; basic.nack and basic.recover return without counting)."""
         if requeue is None:
             for _, queue, entry, _ in taken:
                 if queue is not None:
                     queue.ack(entry)
                     queue.counters.acknowledged += 1
         elif requeue:
-            self._requeue(taken)  # the queues drain themselves
+            self._requeue(taken, failed)  # the queues drain themselves
             if not self.global_prefetch:
                 return
         else:
@@ -584,32 +588,27 @@ class Channel:
         """Return deliveries ``(tag, queue, entry, consumer)`` taken from
         :attr:`unacked` to their queues (a consumer timeout's): plain returns, as a
         cancel or a closed channel makes them, never failures (nack/reject)."""
+        self._requeue(taken)
+
+    def _requeue(self, taken: list[tuple], failed: bool = False) -> None:
         by_queue: dict[Queue, list[QueuedMessage]] = {}
         for _, queue, entry, _ in taken:
             if queue is not None:
                 by_queue.setdefault(queue, []).append(entry)
         for queue, entries in by_queue.items():
-            queue.requeue(entries)
+            queue.requeue(entries, failed)
 
-    def _requeue(self, taken: list[tuple]) -> None:
-        by_queue: dict[Queue, list[QueuedMessage]] = {}
-        for _, queue, entry, _ in taken:
-            if queue is not None:
-                by_queue.setdefault(queue, []).append(entry)
-        for queue, entries in by_queue.items():
-            queue.requeue(entries)
-
-    def _acknowledge(self, tag: int, multiple: bool, requeue: bool | None) -> None:
+    def _acknowledge(self, tag: int, multiple: bool, requeue: bool | None, failed: bool = False) -> None:
         taken = self._take_unacked(tag, multiple)
-        if not self.publisher.defer(self._settle, taken, requeue):
-            self._settle(taken, requeue)
+        if not self.publisher.defer(self._settle, taken, requeue, failed):
+            self._settle(taken, requeue, failed)
 
     def _basic_ack(self, m: commands.Basic.Ack) -> None:
         self._acknowledge(m.delivery_tag, m.multiple, None)
 
     def _basic_reject(self, m: commands.Basic.Reject) -> None:
         assert m.delivery_tag is not None  # decoded from the wire: pamqp's None is a default
-        self._acknowledge(m.delivery_tag, False, m.requeue)
+        self._acknowledge(m.delivery_tag, False, m.requeue, failed=True)  # RabbitMQ 4.3: a failure
 
     def _basic_nack(self, m: commands.Basic.Nack) -> None:
         self._acknowledge(m.delivery_tag, m.multiple, m.requeue)
