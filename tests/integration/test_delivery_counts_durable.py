@@ -39,7 +39,7 @@ def counts(props) -> tuple[int | None, int | None]:
 
 
 def count_some(url: str, durable_queue_args: dict = ARGUMENTS) -> None:
-    """Publish one persistent message, return it twice (basic.nack), fail it once
+    """Publish one persistent message, return it twice (basic.recover), fail it once
     (basic.reject), then wait for a confirmed publish: everything is in the store."""
     conn = pika.BlockingConnection(pika.URLParameters(url))
     ch = conn.channel()
@@ -47,7 +47,8 @@ def count_some(url: str, durable_queue_args: dict = ARGUMENTS) -> None:
     ch.queue_declare(QUEUE, durable=True, arguments=durable_queue_args)
     ch.basic_publish("", QUEUE, b"job", pika.BasicProperties(delivery_mode=2))
     for _ in range(2):
-        ch.basic_nack(get(ch)[0].delivery_tag, requeue=True)
+        get(ch)
+        ch.basic_recover(requeue=True)
     method, props, _ = get(ch)
     assert counts(props) == (0, 2)
     ch.basic_reject(method.delivery_tag, requeue=True)

@@ -73,12 +73,13 @@ class Recorder:
         while (left := deadline - time.monotonic()) > 0:
             self.conn.process_data_events(time_limit=min(left, 0.02))
 
-    def nack(self, entry: dict, requeue: bool = True) -> float:
-        self.ch.basic_nack(entry["tag"], requeue=requeue)
-        return time.monotonic()
-
     def reject(self, entry: dict, requeue: bool = True) -> float:
         self.ch.basic_reject(entry["tag"], requeue=requeue)
+        return time.monotonic()
+
+    def recover(self) -> float:
+        """basic.recover: every unacked delivery of the channel returns (not a failure)."""
+        self.ch.basic_recover(requeue=True)
         return time.monotonic()
 
 
@@ -270,30 +271,34 @@ def test_basic_recover_returns_at_once_uncounted(conn, ch):
 
 
 def test_no_policy_headers_as_rabbitmq_4_3(conn, ch):
-    """No header on a first delivery; ``basic.nack`` with requeue returns the message
+    """No header on a first delivery; ``basic.recover`` returns the message
     (``x-acquired-count``), ``basic.reject`` with requeue fails it (``x-delivery-count``
-    too), as RabbitMQ 4.3 maps them."""
+    too), as RabbitMQ 4.3 maps them; so does ``basic.nack`` with requeue in leveret
+    (RabbitMQ 4.3 counts it as a return: a client nacking to retry would loop forever)."""
     ch.queue_declare("plain")
     publish(ch, "plain", "m")
     method, props, _ = get(ch, "plain")
     assert props.headers is None or not {"x-delivery-count", "x-acquired-count"} & set(props.headers)
-    ch.basic_nack(method.delivery_tag, requeue=True)
+    ch.basic_recover(requeue=True)
     method, props, _ = get(ch, "plain")
     assert method.redelivered and props.headers == {"x-acquired-count": 1}
     ch.basic_reject(method.delivery_tag, requeue=True)
     method, props, _ = get(ch, "plain")
     assert props.headers == {"x-delivery-count": 1, "x-acquired-count": 2}
+    ch.basic_nack(method.delivery_tag, requeue=True)
+    method, props, _ = get(ch, "plain")
+    assert props.headers == {"x-delivery-count": 2, "x-acquired-count": 3}
     ch.basic_ack(method.delivery_tag)
 
 
 def test_returns_never_reach_the_delivery_limit_failures_do(broker, conn, ch):
-    """x-delivery-limit 1: nacks, cancels, channel and connection closes return the
-    message as often as they like; the second reject dead-letters it."""
+    """x-delivery-limit 1: recovers, cancels, channel and connection closes return the
+    message as often as they like; the second failure (reject, then nack) dead-letters it."""
     ch.queue_declare("limited", arguments={"x-delivery-limit": 1, "x-dead-letter-strategy": "individual"})
     publish(ch, "limited", "m")
     for _ in range(2):
-        method, _, _ = get(ch, "limited")
-        ch.basic_nack(method.delivery_tag, requeue=True)
+        get(ch, "limited")
+        ch.basic_recover(requeue=True)
     other = conn.channel()  # a consumer cancelled with it unacked
     other.basic_qos(prefetch_count=1)
     got = []
@@ -310,7 +315,7 @@ def test_returns_never_reach_the_delivery_limit_failures_do(broker, conn, ch):
     ch.basic_reject(method.delivery_tag, requeue=True)  # 1st failure: within the limit
     method, props, _ = get(ch, "limited")
     assert props.headers == {"x-delivery-count": 1, "x-acquired-count": 5}
-    ch.basic_reject(method.delivery_tag, requeue=True)  # 2nd: poison
+    ch.basic_nack(method.delivery_tag, requeue=True)  # 2nd: poison
     assert depth(conn, "limited") == 0
     _, props, body = get(ch, "DLQ.limited")
     assert body == b"m" and text(props.headers["x-death"][0]["reason"]) == "delivery_limit"
@@ -318,7 +323,7 @@ def test_returns_never_reach_the_delivery_limit_failures_do(broker, conn, ch):
 
 def test_delayed_retry_arguments_back_off_failures(conn, ch):
     """RabbitMQ 4.3's ``x-delayed-retry-*``: type ``failed`` delays rejects by
-    min x failures (capped at max), returns come back at once."""
+    min x failures (capped at max), returns (basic.recover) come back at once."""
     ch.queue_declare("retrying", durable=True, arguments={
         "x-queue-type": "quorum", "x-delayed-retry-type": "failed",
         "x-delayed-retry-min": 100, "x-delayed-retry-max": 150})
@@ -328,7 +333,7 @@ def test_delayed_retry_arguments_back_off_failures(conn, ch):
     for n, expected in ((2, 100), (3, 150)):
         returned = rec.reject(rec.log[-1])
         assert_delay(returned, rec.wait(n)["time"], expected)
-    returned = rec.nack(rec.log[-1])
+    returned = rec.recover()
     assert rec.wait(4)["time"] - returned < 0.08
     ch.basic_ack(rec.log[-1]["tag"])
 

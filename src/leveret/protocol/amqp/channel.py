@@ -567,8 +567,8 @@ class Channel:
 
     def _settle(self, taken: list[tuple], requeue: bool | None, failed: bool = False) -> None:
         """ack (requeue None), requeue (True) or discard (False) taken deliveries;
-        ``failed``: a requeue counts as a failed delivery (basic.reject, as RabbitMQ
-        4.3; basic.nack and basic.recover return without counting)."""
+        ``failed``: a requeue counts as a failed delivery (basic.reject and basic.nack;
+        basic.recover returns without counting; RabbitMQ 4.3 counts reject only)."""
         if requeue is None:
             for _, queue, entry, _ in taken:
                 if queue is not None:
@@ -611,7 +611,10 @@ class Channel:
         self._acknowledge(m.delivery_tag, False, m.requeue, failed=True)  # RabbitMQ 4.3: a failure
 
     def _basic_nack(self, m: commands.Basic.Nack) -> None:
-        self._acknowledge(m.delivery_tag, m.multiple, m.requeue)
+        # a failure, as basic.reject: RabbitMQ 4.3 counts reject only, which leaves the
+        # clients that nack to retry (pika's examples, aio-pika's nack()) in a loop that no
+        # delivery limit ends (rabbitmq-server discussion #18226)
+        self._acknowledge(m.delivery_tag, m.multiple, m.requeue, failed=True)
 
     def _basic_recover(self, m: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
         if not m.requeue:
