@@ -29,9 +29,10 @@ from functools import lru_cache
 from typing import Any
 
 from .erlang_hash import UNDEFINED, Atom, jump_consistent_hash, phash2
-from .errors import BrokerError, precondition_failed
+from .errors import precondition_failed
 from .exchange_base import Binding, Exchange
 from .message import Message
+from .queue_config import amqp_type_name
 
 HASH_PROPERTIES = ("correlation_id", "message_id", "timestamp")
 
@@ -140,8 +141,9 @@ class ConsistentHashExchange(Exchange):
     key; a message without it hashes as Erlang's ``undefined`` (all such go to one
     queue). Errors, as the plugin's: both arguments, PreconditionFailed (406) ``hash-header
     and hash-property are mutually exclusive``; another property, 406 ``Unsupported
-    property: NAME``; either argument not text, INTERNAL_ERROR (541, closing the
-    connection, the plugin crashes there). A binding key that is not a positive integer,
+    property: NAME``; either argument not text, 406 ``invalid arg 'hash-header' for
+    exchange 'X': "expected string, got signedint"`` (the plugin crashes there: 541
+    INTERNAL_ERROR, closing the connection). A binding key that is not a positive integer,
     406 ``The binding key must be an integer: <<"KEY">>`` or ``The binding key must be
     greater than 0``.
 
@@ -159,9 +161,14 @@ class ConsistentHashExchange(Exchange):
         super().__init__(*args, **kwargs)
         header = self.arguments.get("hash-header")
         prop = self.arguments.get("hash-property")
-        for value in (header, prop):
+        for name, value in (("hash-header", header), ("hash-property", prop)):
             if value is not None and not isinstance(value, (str, bytes)):
-                raise BrokerError("")  # RabbitMQ 3.10: a case_clause crash, 541 INTERNAL_ERROR
+                # RabbitMQ 3.10's plugin crashes here (541 INTERNAL_ERROR, the connection
+                # closed); a clean 406 on the channel instead
+                raise precondition_failed(
+                    f"invalid arg '{name}' for exchange '{self.name}': "
+                    f'"expected string, got {amqp_type_name(value)}"'
+                )
         header = header.decode(errors="replace") if isinstance(header, bytes) else header
         prop = prop.decode(errors="replace") if isinstance(prop, bytes) else prop
         if header is not None and prop is not None:
