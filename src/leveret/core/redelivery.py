@@ -3,12 +3,17 @@
 A delivered message comes back in one of two ways, as RabbitMQ 4.3 tells them apart:
 
 - a **failed delivery**: the consumer says processing failed (AMQP 0-9-1
-  ``basic.reject`` with requeue, STOMP ``NACK``, AMQP 1.0 ``modified`` with
-  ``delivery-failed``, a lease that expires unacknowledged);
+  ``basic.reject`` or ``basic.nack`` with requeue, STOMP ``NACK``, AMQP 1.0
+  ``modified`` with ``delivery-failed``, a lease that expires unacknowledged or a
+  ``lease.release``), or its client vanished holding it (socket lost or heartbeats
+  missed, without connection.close / DISCONNECT);
 - a plain **return**: the message was given back without being processed
-  (``basic.nack`` with requeue, ``basic.recover``, basic.cancel or a channel,
-  connection or link closed with it unacknowledged, a consumer timeout, a management
-  requeue, AMQP 1.0 ``released``, an explicit lease release).
+  (``basic.recover``, basic.cancel or a channel, connection or link closed in order
+  with it unacknowledged, a consumer timeout, AMQP 1.0 ``released``, a
+  ``lease.release`` with ``"failed": false``).
+
+RabbitMQ 4.3 counts ``basic.nack`` as a return; leveret counts it as a failure (see
+docs/failed-messages.md: a nack that never counts loops a poison message forever).
 
 The policy counts failures only (``QueuedMessage.failed_count``): once a message has
 failed ``max_redeliveries`` times, the next failure makes it a poison message,

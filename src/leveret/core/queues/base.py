@@ -199,11 +199,11 @@ class Queue:
 
     def requeue(self, entries: list[QueuedMessage], failed: bool = False) -> None:
         """Delivered messages come back unacknowledged: ``failed`` for a failed delivery
-        (basic.reject with requeue, STOMP NACK, AMQP 1.0 ``modified`` with
-        delivery-failed, an expired lease: counted toward the delivery limit), else a
-        plain return (basic.nack with requeue, basic.recover, a cancelled consumer, a
-        closed channel, a consumer timeout: never counted), as RabbitMQ 4.3 tells them
-        apart (see :mod:`..redelivery`)."""
+        (basic.reject or basic.nack with requeue, STOMP NACK, AMQP 1.0 ``modified`` with
+        delivery-failed, an expired lease, a vanished client: counted toward the
+        delivery limit), else a plain return (basic.recover, a cancelled consumer, a
+        channel closed in order, a consumer timeout: never counted), as RabbitMQ 4.3
+        tells them apart but for basic.nack (see :mod:`..redelivery`)."""
         raise NotImplementedError
 
     def discard(self, entry: QueuedMessage, reason: str) -> None:
