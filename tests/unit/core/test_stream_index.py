@@ -181,3 +181,17 @@ def test_span_ends_after_the_last_candidate_unless_dense():
     assert index.span(700, 1700, wanted) == 701
     dense = index_of(["a"] * CHUNK_SIZE)
     assert dense.span(0, 1000, StreamFilter.of(["a"]), most=64) == 1000
+
+
+def test_a_restored_bloom_summary_keeps_its_own_filter_size():
+    """A stream's filter size can change across a restart (a policy's
+    stream-filter-size-bytes): a chunk summary saved under the old size must still find
+    its values in an index of the new size, or a filtered consumer skips its messages."""
+    values = [f"v{i}" for i in range(CHUNK_SIZE)]  # past MAX_EXACT_VALUES: a Bloom filter
+    saved = index_of(values, filter_size=16).chunks[0]
+    assert saved.by_value is None
+    restarted = ChunkIndex(255)
+    restarted.chunks[0] = ChunkSummary.from_json(saved.to_json())
+    for offset in range(0, CHUNK_SIZE, 37):
+        wanted = StreamFilter.of([values[offset]])
+        assert restarted.next_candidate(0, CHUNK_SIZE, wanted) <= offset

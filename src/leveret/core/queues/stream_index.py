@@ -60,16 +60,19 @@ def bloom_bits(value: str, size: int) -> int:
 
 class ChunkSummary:
     """What one chunk holds (see the module doc): ``by_value`` (value -> positions
-    mask) while exact, else None with ``bloom`` and ``filtered`` (positions with a
-    value); ``unfiltered``: positions without one. Positions are bits 0..CHUNK_SIZE-1."""
+    mask) while exact, else None with ``bloom`` (of ``size`` bytes: the stream's filter
+    size when the chunk turned Bloom, kept so that a later size, a policy's changed
+    across a restart, does not misread it) and ``filtered`` (positions with a value);
+    ``unfiltered``: positions without one. Positions are bits 0..CHUNK_SIZE-1."""
 
-    __slots__ = ("bloom", "by_value", "filtered", "unfiltered")
+    __slots__ = ("bloom", "by_value", "filtered", "size", "unfiltered")
 
     def __init__(self) -> None:
         self.by_value: dict[str, int] | None = {}
         self.unfiltered = 0
         self.filtered = 0
         self.bloom = 0
+        self.size = 0  # bytes of ``bloom``; 0: the index's (a summary saved without it)
 
     def add(self, position: int, value: str | None, size: int) -> None:
         """Record the message at ``position`` with filter ``value`` (None: unfiltered);
@@ -87,15 +90,17 @@ class ChunkSummary:
             if len(by_value) < MAX_EXACT_VALUES:
                 by_value[value] = bit
                 return
+            self.size = size
             for known in by_value:
                 self.bloom |= bloom_bits(known, size)
             self.by_value = None
-        self.bloom |= bloom_bits(value, size)
+        self.bloom |= bloom_bits(value, self.size or size)
 
     def candidates(self, wanted: StreamFilter, size: int) -> int:
         """The mask of the positions whose message may pass ``wanted``: exact while the
         chunk is, else every filtered position when the Bloom filter may hold one of
-        the wanted values."""
+        the wanted values (``size``: the index's filter size, for a summary that does not
+        know its own)."""
         mask = self.unfiltered if wanted.match_unfiltered else 0
         by_value = self.by_value
         if by_value is not None:
@@ -107,7 +112,7 @@ class ChunkSummary:
                     if value in wanted.values:
                         mask |= positions
         elif self.filtered and any(
-            (bits := bloom_bits(value, size)) & self.bloom == bits for value in wanted.values
+            (bits := bloom_bits(value, self.size or size)) & self.bloom == bits for value in wanted.values
         ):
             mask |= self.filtered
         return mask
@@ -119,6 +124,7 @@ class ChunkSummary:
             data["v"] = {value: f"{mask:x}" for value, mask in self.by_value.items()}
         else:
             data["b"] = f"{self.bloom:x}"
+            data["s"] = self.size
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -134,6 +140,7 @@ class ChunkSummary:
         else:
             summary.by_value = None
             summary.bloom = int(data["b"], 16)
+            summary.size = int(data.get("s", 0))
         return summary
 
 
