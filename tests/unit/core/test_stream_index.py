@@ -3,6 +3,7 @@ consume arguments (core.stream_filter), without a broker."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -195,3 +196,14 @@ def test_a_restored_bloom_summary_keeps_its_own_filter_size():
     for offset in range(0, CHUNK_SIZE, 37):
         wanted = StreamFilter.of([values[offset]])
         assert restarted.next_candidate(0, CHUNK_SIZE, wanted) <= offset
+
+
+@pytest.mark.parametrize("size", [-5, 1, 4096, "x"])
+def test_a_summary_with_a_bad_filter_size_does_not_parse(size):
+    """A saved summary whose Bloom filter size is out of 16..255 is refused when read
+    back (the chunk is then read in full), never used (a negative size would fail
+    every dispatch of a filtered consumer)."""
+    bloom = index_of([f"v{i}" for i in range(CHUNK_SIZE)]).chunks[0]
+    text = bloom.to_json().replace('"s":16', f'"s":{json.dumps(size)}')
+    with pytest.raises(ValueError):
+        ChunkSummary.from_json(text)

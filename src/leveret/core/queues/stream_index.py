@@ -140,7 +140,10 @@ class ChunkSummary:
         else:
             summary.by_value = None
             summary.bloom = int(data["b"], 16)
-            summary.size = int(data.get("s", 0))
+            size = data.get("s", 0)
+            if size != 0 and not (isinstance(size, int) and MIN_FILTER_SIZE <= size <= MAX_FILTER_SIZE):
+                raise ValueError(f"bad Bloom filter size {size!r}")
+            summary.size = size
         return summary
 
 
