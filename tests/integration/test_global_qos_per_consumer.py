@@ -85,6 +85,33 @@ def test_classic_queues_keep_the_channel_wide_window(broker):
     connection.close()
 
 
+def test_a_quorum_consumers_own_window_does_not_fill_the_classic_consumers_window(broker):
+    """A quorum consumer under a global prefetch has its own window: its deliveries are
+    not in the channel's, so a classic queue's consumer on the same channel (kombu
+    consuming a quorum and a classic queue on one channel) still gets its share."""
+    connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    channel = connection.channel()
+    channel.queue_declare("qq", durable=True, arguments=QUORUM)
+    channel.queue_declare("cq")
+    for queue in ("qq", "cq"):
+        for i in range(5):
+            channel.basic_publish("", queue, str(i).encode())
+    channel.basic_qos(prefetch_count=2, global_qos=True)
+    got: dict = {"qq": [], "cq": []}
+    for queue in ("qq", "cq"):
+        channel.basic_consume(queue, lambda ch, method, props, body, q=queue:
+                              got[q].append(method.delivery_tag))
+    deadline = time.monotonic() + 5
+    while (len(got["qq"]) < 2 or len(got["cq"]) < 2) and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.05)
+    connection.process_data_events(time_limit=0.3)
+    assert (len(got["qq"]), len(got["cq"])) == (2, 2)
+    channel.basic_ack(max(got["qq"]), multiple=False)  # room in the quorum consumer's own window only
+    connection.process_data_events(time_limit=0.3)
+    assert (len(got["qq"]), len(got["cq"])) == (3, 2)
+    connection.close()
+
+
 def test_the_config_file_takes_only_the_two_modes(tmp_path):
     path = tmp_path / "leveret.toml"
     path.write_text('[server]\nglobal_qos = "refuse"\n')

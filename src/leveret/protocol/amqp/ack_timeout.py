@@ -164,6 +164,8 @@ class AckTimeouts:
             del unacked[tag]
             if consumer is not None:
                 consumer.unacked -= 1
+                if not consumer.channel_window:
+                    channel.own_unacked -= 1
             remembered[tag] = None
         while len(remembered) > REMEMBERED:
             del remembered[next(iter(remembered))]

@@ -84,6 +84,9 @@ class Channel:
         self.delivery_tag = 0
         self.prefetch_count = 0  # per consumer (basic.qos global=false)
         self.global_prefetch = 0  # per channel (global=true)
+        #: unacknowledged deliveries of consumers with their own window instead of the
+        #: channel's (``_own_prefetch``): not counted against ``global_prefetch``
+        self.own_unacked = 0
         self.ack_timeouts = AckTimeouts(self)  # consumer timeouts (ack_timeout.py)
         session = connection.session
         assert session is not None  # made with the vhost, at connection.open
@@ -268,6 +271,7 @@ class Channel:
         uncommitted = self._deferred_settlements(self.publisher.close())
         self._publish = None
         unacked, self.unacked = self.unacked, OrderedDict()
+        self.own_unacked = 0
         self._requeue([(tag, *item) for tag, item in unacked.items()] + uncommitted, vanished)
 
     # -- exchanges ------------------------------------------------------------------
@@ -465,6 +469,8 @@ class Channel:
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
+            if not consumer.channel_window:
+                self.own_unacked += 1
             deadlines = consumer.deadline_group  # consumer timeouts (ack_timeout.py)
             if deadlines is not None:
                 now = deadlines.monotonic()  # delivered(tag), inlined: once per delivery
@@ -563,6 +569,8 @@ class Channel:
         for _, _, _, consumer in taken:
             if consumer is not None:
                 consumer.unacked -= 1
+                if not consumer.channel_window:
+                    self.own_unacked -= 1
         return taken
 
     def _settle(self, taken: list[tuple], requeue: bool | None, failed: bool = False) -> None:
@@ -728,6 +736,8 @@ class Channel:
                 self.unacked[tag] = (queue, entry, consumer)
                 if consumer is not None:
                     consumer.unacked += 1
+                    if not consumer.channel_window:
+                        self.own_unacked += 1
                 self.ack_timeouts.restored(tag, queue, consumer)
             self.unacked = OrderedDict(sorted(self.unacked.items()))
         self.send_method(commands.Tx.RollbackOk())

@@ -111,7 +111,8 @@ class ChannelConsumer:
         if self.prefetch and self.unacked >= self.prefetch:
             return False
         window = channel.global_prefetch
-        return not window or not self.channel_window or len(channel.unacked) < window
+        # the channel's window holds the deliveries of the consumers it holds only
+        return not window or not self.channel_window or len(channel.unacked) - channel.own_unacked < window
 
     def deliver(self, queue: Queue | None, entry: QueuedMessage) -> None:
         """Send ``entry`` as basic.deliver (``queue`` None: a direct reply-to message)."""
