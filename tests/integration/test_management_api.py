@@ -592,6 +592,8 @@ def test_policies_are_set_read_applied_and_cleared(target, vhost):
      'Validation failed\n\npriority should be a number, actually was &lt;&lt;"x"&gt;&gt;\n'),
     ({"pattern": "(", "definition": {"message-ttl": 1}}, "Validation failed"),
     ({"pattern": "x", "definition": {"message-ttl": "x"}}, "Validation failed"),
+    # out of 16..255: a stream matched by it could not be recovered at the next start
+    ({"pattern": "x", "definition": {"stream-filter-size-bytes": 5}}, "Validation failed"),
 ])
 def test_bad_policies_are_refused_and_change_nothing(target, vhost, body, reason):
     status, answer = target.http("PUT", f"/api/policies/{q(vhost)}/bad", body)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...errors import precondition_failed
 from ...queue_config import Arguments, or_default, parse_age
+from ..stream_index import MAX_FILTER_SIZE, MIN_FILTER_SIZE
 
 #: The arguments this feature reads (without ``x-``; also policy keys).
 KEYS = ("max-age", "stream-max-segment-size-bytes", "stream-filter-size-bytes")
@@ -20,11 +22,18 @@ DEFAULT_SEGMENT_SIZE = 500_000_000
 
 def configure(args: Arguments) -> dict[str, Any]:
     """The :class:`.QueueConfig` fields of this feature: ``max_age`` (seconds, None:
-    none), ``max_segment_size`` and ``filter_size`` (bytes, None: not set)."""
+    none), ``max_segment_size`` and ``filter_size`` (bytes, None: not set). A policy's
+    ``stream-filter-size-bytes`` out of 16..255 is a 406 whatever the queue (the
+    management API validates policies with this: such a policy is refused there, and
+    never reaches a stream, whose recovery it would stop)."""
+    size = args.get("stream-filter-size-bytes", int, 0)  # type-checked, both sources
+    from_policy = "x-stream-filter-size-bytes" not in args.arguments
+    if from_policy and size is not None and not MIN_FILTER_SIZE <= size <= MAX_FILTER_SIZE:
+        raise precondition_failed(f"Invalid value for stream-filter-size-bytes{args.where}: {size}")
     return {
         "max_age": parse_age(args.get("max-age", str)),
         "max_segment_size": or_default(
             args.get("stream-max-segment-size-bytes", int, 1), DEFAULT_SEGMENT_SIZE
         ),
-        "filter_size": args.get("stream-filter-size-bytes", int, 0),
+        "filter_size": size,
     }
