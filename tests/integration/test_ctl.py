@@ -120,6 +120,22 @@ def test_policies_are_run_time_objects_that_survive_a_restart(server, tmp_path):
         restarted.kill()
 
 
+@pytest.mark.parametrize("definition", [
+    '{"consumer-timeout-mode": "sometimes"}',
+    '{"delayed-retry-type": "bogus"}',
+    '{"stream-filter-size-bytes": 5}',
+    '{"max-length": "abc"}',
+])
+def test_a_policy_with_a_bad_value_is_refused(server, tmp_path, definition):
+    """As the management API (and rabbitmqctl) refuse it: stored, it would make every
+    queue it matches fail to declare, and a durable one fail to recover at the next
+    start."""
+    data = tmp_path / "data"
+    refused = ctl(data, "set_policy", "bad", ".*", definition, check=False)
+    assert refused.returncode == 1 and "invalid policy" in refused.stderr
+    assert rows(ctl(data, "list_policies")) == []
+
+
 def test_operator_policies_cap_what_users_ask_for(server, tmp_path):
     data = tmp_path / "data"
     refused = ctl(data, "set_operator_policy", "dlx", ".*", '{"dead-letter-exchange": "x"}', check=False)

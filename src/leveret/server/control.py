@@ -32,6 +32,7 @@ from ..core.connections import ClientConnection, ConnectionFacts
 from ..core.errors import BrokerError
 from ..core.policy import Policy, not_operator_keys
 from ..core.queues import Queue
+from ..core.queues.features import build
 from ..core.scheduler import JobInfo
 from ..version import __version__
 
@@ -286,6 +287,10 @@ def _set_policy(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
         )
     except ValueError as exc:
         raise CommandError(f"invalid policy: {exc}") from None
+    try:  # its values, as a queue would take them (the management API checks the same)
+        build({}, definition, f" in policy '{policy.name}'")
+    except BrokerError as exc:
+        raise CommandError(f"invalid policy: {exc.text}") from None
     broker.core.set_policy(policy, operator)
     what = "operator policy" if operator else "policy"
     return _done(f'Setting {what} "{policy.name}" for pattern "{policy.pattern}" ...')
