@@ -93,3 +93,17 @@ def test_a_malformed_document_changes_nothing(leveret):
     assert leveret.http("GET", "/api/users/dave")[0] == 404
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         leveret.amqp("dave", "")
+
+
+@pytest.mark.parametrize("definition", [{"consumer-timeout-mode": "sometimes"},
+                                        {"stream-filter-size-bytes": 5}, {"max-length": "abc"}])
+def test_a_policy_with_a_bad_value_is_refused_and_changes_nothing(leveret, definition):
+    """Checked as PUT /api/policies checks it: stored, such a policy would make every
+    queue it matches fail to declare, and a durable one fail to recover."""
+    document = {"users": [{"name": "erin", "password_hash": "", "tags": []}],
+                "policies": [{"vhost": "/", "name": "bad", "pattern": ".*", "apply-to": "queues",
+                              "definition": definition, "priority": 0}]}
+    status, body = leveret.http("POST", "/api/definitions", document)
+    assert status == 400 and "bad" in body["reason"]
+    assert leveret.http("GET", "/api/policies/%2F/bad")[0] == 404
+    assert leveret.http("GET", "/api/users/erin")[0] == 404

@@ -20,10 +20,11 @@ from typing import Any
 from . import passwords
 from .auth import Permission, TopicPermission, User, check_pattern
 from .broker import BrokerCore
-from .errors import precondition_failed
+from .errors import BrokerError, precondition_failed
 from .exchange import DEFAULT_EXCHANGE
 from .policy import Policy
 from .queues import Queue
+from .queues.features import build
 
 
 def export(core: BrokerCore, version: str) -> dict[str, Any]:
@@ -278,7 +279,7 @@ def _user(entry: dict) -> User:
 
 def _policy(entry: dict) -> Policy:
     try:
-        return Policy(
+        policy = Policy(
             name=str(entry["name"]),
             pattern=str(entry["pattern"]),
             definition=dict(entry["definition"]),
@@ -288,6 +289,11 @@ def _policy(entry: dict) -> Policy:
         )
     except (TypeError, ValueError) as exc:  # re.error is a ValueError
         raise precondition_failed(f"definitions: policy {entry.get('name')!r}: {exc}") from None
+    try:  # its values, as a queue would take them (PUT /api/policies checks the same)
+        build({}, policy.definition, f" in policy '{policy.name}'")
+    except BrokerError as exc:
+        raise precondition_failed(f"definitions: policy {policy.name!r}: {exc.text}") from None
+    return policy
 
 
 def jsonable(value: Any) -> Any:
