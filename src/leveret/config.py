@@ -123,9 +123,11 @@ from .core import passwords
 from .core.auth import Permission, TopicPermission, User, UserDatabase, check_pattern
 from .core.broker import BrokerCore, Limits
 from .core.clock import Clock
+from .core.errors import BrokerError
 from .core.login_throttle import ThrottleSettings
 from .core.passwords import DEFAULT_ALGORITHM
 from .core.policy import Policy
+from .core.queues.features import build
 from .server.http_limits import HttpLimits
 from .server.tls import LOGIN_FROM, TLSError, TLSOptions
 from .shovel.spec import ShovelError, ShovelSpec
@@ -492,6 +494,10 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
                 f"{path}: each [[policies]] needs name, pattern (a regular "
                 f"expression) and a definition table ({exc})"
             ) from None
+        try:  # its values, as a queue would take them (PUT /api/policies checks the same)
+            build({}, settings.policies[-1].definition, f" in policy '{entry['name']}'")
+        except BrokerError as exc:
+            raise ConfigError(f"{path}: [[policies]] {entry['name']}: {exc.text}") from None
     if data:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(data))}")
     return settings

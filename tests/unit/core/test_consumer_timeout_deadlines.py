@@ -132,3 +132,16 @@ def test_the_config_file_and_the_cli_set_the_broker_wide_timeout(tmp_path):
         load(path)
     result = CliRunner().invoke(server, ["--consumer-timeout", "-5"])
     assert result.exit_code == 2 and "--consumer-timeout" in result.output
+
+
+@pytest.mark.parametrize("definition", ['{ consumer-timeout-mode = "sometimes" }',
+                                        '{ stream-filter-size-bytes = 5 }', '{ consumer-timeout = -1 }'])
+def test_a_config_file_policy_with_a_bad_value_is_a_config_error(tmp_path, definition):
+    """Caught when the file is read, as a bad key is, rather than on the first matching
+    declaration (or the recovery of a matching durable queue, which stops the start)."""
+    from leveret.config import ConfigError, load
+
+    path = tmp_path / "leveret.toml"
+    path.write_text(f'[[policies]]\nname = "bad"\npattern = ".*"\ndefinition = {definition}\n')
+    with pytest.raises(ConfigError, match="bad"):
+        load(path)
