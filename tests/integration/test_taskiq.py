@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import aiormq
 import pytest
-from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, unique  # noqa: F401 (fixtures)
+from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, run, unique, until  # noqa: F401 (fixtures)
 from servers import ServerProcess
 from taskiq import SimpleRetryMiddleware
 from taskiq.api import run_receiver_task
@@ -29,18 +29,6 @@ from taskiq.brokers.inmemory_broker import InmemoryResultBackend
 from taskiq_aio_pika import AioPikaBroker, Exchange, Queue, QueueType
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(asyncio.wait_for(test(), timeout=20))
-
-
-async def until(condition: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
-    """Yield to the loop every 10 ms until ``condition`` holds; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 def new_broker(amqp: AmqpBroker, *, queues: list[Queue] | None = None, **options: Any) -> AioPikaBroker:
