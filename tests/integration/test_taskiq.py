@@ -31,19 +31,41 @@ from taskiq_aio_pika import AioPikaBroker, Exchange, Queue, QueueType
 pytestmark = pytest.mark.timeout(60)
 
 
-def new_broker(amqp: AmqpBroker, *, queues: list[Queue] | None = None, **options: Any) -> AioPikaBroker:
-    """An AioPikaBroker on its own exchange and queues (unique names) with the in-memory
-    result backend; ``options`` go to AioPikaBroker (delay_queue=..., ...)."""
+def layout(prefix: str, queues: list[Queue] | None = None) -> dict[str, Any]:
+    """AioPikaBroker's exchange and queues named after ``prefix``: the exchange itself
+    (auto-delete), ``queues`` (default: ``<prefix>.tasks``), dead letters in
+    ``<prefix>.dead``."""
+    return {
+        "exchange": Exchange(name=prefix, auto_delete=True, durable=False),
+        "task_queues": queues or [Queue(name=f"{prefix}.tasks")],
+        "dead_letter_queue": Queue(name=f"{prefix}.dead"),
+    }
+
+
+def new_broker(amqp: AmqpBroker, *, queues: list[Queue] | None = None, delay_queue: bool = False,
+               **options: Any) -> AioPikaBroker:
+    """An AioPikaBroker on its own exchange and queues (unique names, :func:`layout`) with
+    the in-memory result backend; ``delay_queue``: delays go through the TTL delay queue
+    ``<prefix>.delay``; ``options`` go to AioPikaBroker."""
     prefix = unique("tq")
-    broker = AioPikaBroker(
-        amqp.url,
-        exchange=Exchange(name=prefix, auto_delete=True, durable=False),
-        task_queues=queues or [Queue(name=f"{prefix}.tasks")],
-        dead_letter_queue=Queue(name=f"{prefix}.dead"),
-        **options,
-    ).with_result_backend(InmemoryResultBackend())
+    if delay_queue:
+        options["delay_queue"] = Queue(name=f"{prefix}.delay")
+    broker = AioPikaBroker(amqp.url, **layout(prefix, queues), **options)
+    broker = broker.with_result_backend(InmemoryResultBackend())
     broker.prefix = prefix  # type: ignore[attr-defined]
     return broker
+
+
+def timed_ping(broker: AioPikaBroker, ran: list[tuple[str, float]]) -> Any:
+    """Register the task ``ping(text)`` on ``broker``: it returns ``text`` and appends
+    ``(text, time.monotonic())`` to ``ran``."""
+
+    @broker.task
+    async def ping(text: str) -> str:
+        ran.append((text, time.monotonic()))
+        return text
+
+    return ping
 
 
 @asynccontextmanager
@@ -179,9 +201,7 @@ def new_broker_like(broker: AioPikaBroker, amqp: AmqpBroker, queue: Queue, job_n
                     into: list[int]) -> AioPikaBroker:
     """A second AioPikaBroker on the same exchange and queue (a worker process), with the
     same task registered under the same name, appending its argument to ``into``."""
-    again = AioPikaBroker(amqp.url, qos=1,
-                          exchange=Exchange(name=broker.prefix, auto_delete=True, durable=False),  # type: ignore[attr-defined]
-                          task_queues=[queue], dead_letter_queue=Queue(name=f"{broker.prefix}.dead"))  # type: ignore[attr-defined]
+    again = AioPikaBroker(amqp.url, qos=1, **layout(broker.prefix, [queue]))  # type: ignore[attr-defined]
 
     @again.task(task_name=job_name)
     async def job(n: int) -> None:
@@ -195,14 +215,9 @@ def test_delay_through_the_ttl_delay_queue(amqp_broker):
     expiration; the queue dead-letters it, when it expires, to the tasks exchange."""
 
     async def body():
-        prefix = unique("tqd")
-        broker = new_broker(amqp_broker, delay_queue=Queue(name=f"{prefix}.delay"))
+        broker = new_broker(amqp_broker, delay_queue=True)
         ran: list[tuple[str, float]] = []
-
-        @broker.task
-        async def ping(text: str) -> str:
-            ran.append((text, time.monotonic()))
-            return text
+        ping = timed_ping(broker, ran)
 
         async with worker(broker):
             sent = time.monotonic()
@@ -212,8 +227,7 @@ def test_delay_through_the_ttl_delay_queue(amqp_broker):
             assert (await later.wait_result(check_interval=0.01, timeout=5)).return_value == "later"
         assert [text for text, _ in ran] == ["now", "later"]
         assert ran[1][1] - sent >= 0.3
-        await delete_queues(amqp_broker, broker, "tasks", "dead")
-        await asyncio.to_thread(amqp_broker.delete_queues, f"{prefix}.delay")
+        await delete_queues(amqp_broker, broker, "tasks", "dead", "delay")
 
     run(body)
 
@@ -251,14 +265,9 @@ def test_delay_queue_short_delay_behind_a_long_one(amqp_broker):
     expires each message when due (docs/failed-messages.md), so the short one runs first."""
 
     async def body():
-        prefix = unique("tqh")
-        broker = new_broker(amqp_broker, delay_queue=Queue(name=f"{prefix}.delay"))
+        broker = new_broker(amqp_broker, delay_queue=True)
         ran: list[tuple[str, float]] = []
-
-        @broker.task
-        async def ping(text: str) -> str:
-            ran.append((text, time.monotonic()))
-            return text
+        ping = timed_ping(broker, ran)
 
         async with worker(broker):
             sent = time.monotonic()
@@ -271,8 +280,7 @@ def test_delay_queue_short_delay_behind_a_long_one(amqp_broker):
             assert [text for text, _ in ran] == ["long", "short"] and at["short"] >= 0.5
         else:
             assert [text for text, _ in ran] == ["short", "long"] and at["short"] < 0.5 <= at["long"]
-        await delete_queues(amqp_broker, broker, "tasks", "dead")
-        await asyncio.to_thread(amqp_broker.delete_queues, f"{prefix}.delay")
+        await delete_queues(amqp_broker, broker, "tasks", "dead", "delay")
 
     run(body)
 
@@ -294,10 +302,7 @@ def test_task_in_flight_when_a_worker_stops_runs_on_the_next(amqp_broker):
         async with worker(first):
             await stuck.kiq(7)
             await asyncio.wait_for(started.wait(), 5)
-        second = AioPikaBroker(amqp_broker.url, exchange=Exchange(name=first.prefix, auto_delete=True,  # type: ignore[attr-defined]
-                                                                    durable=False),
-                               task_queues=[Queue(name=f"{first.prefix}.tasks")],  # type: ignore[attr-defined]
-                               dead_letter_queue=Queue(name=f"{first.prefix}.dead"))  # type: ignore[attr-defined]
+        second = AioPikaBroker(amqp_broker.url, **layout(first.prefix))  # type: ignore[attr-defined]
         done: list[int] = []
 
         @second.task(task_name="tq.stuck")
