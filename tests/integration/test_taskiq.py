@@ -56,7 +56,7 @@ def new_broker(amqp: AmqpBroker, *, queues: list[Queue] | None = None, delay_que
     return broker
 
 
-def timed_ping(broker: AioPikaBroker, ran: list[tuple[str, float]]) -> Any:
+def ping_task(broker: AioPikaBroker, ran: list[tuple[str, float]]) -> Any:
     """Register the task ``ping(text)`` on ``broker``: it returns ``text`` and appends
     ``(text, time.monotonic())`` to ``ran``."""
 
@@ -153,19 +153,15 @@ def test_tasks_routed_to_several_queues_by_label(amqp_broker):
                   Queue(name=f"{prefix}.slow", routing_key="slow", type=QueueType.CLASSIC,
                         auto_delete=True, durable=False)]
         broker = new_broker(amqp_broker, queues=queues)
-        seen: list[str] = []
-
-        @broker.task
-        async def job(where: str) -> str:
-            seen.append(where)
-            return where
+        seen: list[tuple[str, float]] = []
+        job = ping_task(broker, seen)
 
         async with worker(broker):
             kicked = [await job.kicker().with_labels(queue_name=w).kiq(w)
                       for w in ("fast", "slow", "fast")]
             results = [await t.wait_result(check_interval=0.01, timeout=5) for t in kicked]
         assert [r.return_value for r in results] == ["fast", "slow", "fast"]
-        assert sorted(seen) == ["fast", "fast", "slow"]
+        assert sorted(where for where, _ in seen) == ["fast", "fast", "slow"]
         await delete_queues(amqp_broker, broker, "dead")
 
     run(body)
@@ -217,7 +213,7 @@ def test_delay_through_the_ttl_delay_queue(amqp_broker):
     async def body():
         broker = new_broker(amqp_broker, delay_queue=True)
         ran: list[tuple[str, float]] = []
-        ping = timed_ping(broker, ran)
+        ping = ping_task(broker, ran)
 
         async with worker(broker):
             sent = time.monotonic()
@@ -237,12 +233,8 @@ def test_delay_through_the_delayed_message_exchange(amqp_broker):
 
     async def body():
         broker = new_broker(amqp_broker, delayed_message_exchange_plugin=True)
-        ran: list[str] = []
-
-        @broker.task
-        async def ping(text: str) -> str:
-            ran.append(text)
-            return text
+        ran: list[tuple[str, float]] = []
+        ping = ping_task(broker, ran)
 
         async with worker(broker):
             sent = time.monotonic()
@@ -252,7 +244,7 @@ def test_delay_through_the_delayed_message_exchange(amqp_broker):
             elapsed = time.monotonic() - sent
             assert (await fast.wait_result(check_interval=0.01, timeout=5)).return_value == "fast"
         # each message is held for its own delay: the shorter one does not wait behind
-        assert ran == ["fast", "slow"]
+        assert [text for text, _ in ran] == ["fast", "slow"]
         assert elapsed >= 0.4
         await delete_queues(amqp_broker, broker, "tasks", "dead")
 
@@ -267,7 +259,7 @@ def test_delay_queue_short_delay_behind_a_long_one(amqp_broker):
     async def body():
         broker = new_broker(amqp_broker, delay_queue=True)
         ran: list[tuple[str, float]] = []
-        ping = timed_ping(broker, ran)
+        ping = ping_task(broker, ran)
 
         async with worker(broker):
             sent = time.monotonic()
