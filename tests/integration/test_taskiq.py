@@ -206,23 +206,33 @@ def new_broker_like(broker: AioPikaBroker, amqp: AmqpBroker, queue: Queue, job_n
     return again
 
 
+async def delayed_pings(broker: AioPikaBroker,
+                        kicks: list[tuple[str, float | None]]) -> tuple[list[str], dict[str, float]]:
+    """Kick ``ping(text)`` (:func:`ping_task`) for each ``(text, delay)`` in turn, with the
+    delay label (seconds; None: no delay), on a worker; wait for each result (its text).
+    Answer the texts in the order they ran, and when each ran (seconds after the first kick)."""
+    ran: list[tuple[str, float]] = []
+    ping = ping_task(broker, ran)
+    async with worker(broker):
+        sent = time.monotonic()
+        kicked = []
+        for text, delay in kicks:
+            kicker = ping.kicker() if delay is None else ping.kicker().with_labels(delay=delay)
+            kicked.append((text, await kicker.kiq(text)))
+        for text, task in kicked:
+            assert (await task.wait_result(check_interval=0.01, timeout=5)).return_value == text
+    return [text for text, _ in ran], {text: when - sent for text, when in ran}
+
+
 def test_delay_through_the_ttl_delay_queue(amqp_broker):
     """taskiq's "simple" delay: the message goes to the delay queue with a per-message
     expiration; the queue dead-letters it, when it expires, to the tasks exchange."""
 
     async def body():
         broker = new_broker(amqp_broker, delay_queue=True)
-        ran: list[tuple[str, float]] = []
-        ping = ping_task(broker, ran)
-
-        async with worker(broker):
-            sent = time.monotonic()
-            later = await ping.kicker().with_labels(delay=0.3).kiq("later")
-            now = await ping.kiq("now")
-            assert (await now.wait_result(check_interval=0.01, timeout=5)).return_value == "now"
-            assert (await later.wait_result(check_interval=0.01, timeout=5)).return_value == "later"
-        assert [text for text, _ in ran] == ["now", "later"]
-        assert ran[1][1] - sent >= 0.3
+        order, at = await delayed_pings(broker, [("later", 0.3), ("now", None)])
+        assert order == ["now", "later"]
+        assert at["later"] >= 0.3
         await delete_queues(amqp_broker, broker, "tasks", "dead", "delay")
 
     run(body)
@@ -233,19 +243,10 @@ def test_delay_through_the_delayed_message_exchange(amqp_broker):
 
     async def body():
         broker = new_broker(amqp_broker, delayed_message_exchange_plugin=True)
-        ran: list[tuple[str, float]] = []
-        ping = ping_task(broker, ran)
-
-        async with worker(broker):
-            sent = time.monotonic()
-            slow = await ping.kicker().with_labels(delay=0.4).kiq("slow")
-            fast = await ping.kicker().with_labels(delay=0.1).kiq("fast")
-            assert (await slow.wait_result(check_interval=0.01, timeout=5)).return_value == "slow"
-            elapsed = time.monotonic() - sent
-            assert (await fast.wait_result(check_interval=0.01, timeout=5)).return_value == "fast"
+        order, at = await delayed_pings(broker, [("slow", 0.4), ("fast", 0.1)])
         # each message is held for its own delay: the shorter one does not wait behind
-        assert [text for text, _ in ran] == ["fast", "slow"]
-        assert elapsed >= 0.4
+        assert order == ["fast", "slow"]
+        assert at["slow"] >= 0.4
         await delete_queues(amqp_broker, broker, "tasks", "dead")
 
     run(body)
@@ -258,20 +259,11 @@ def test_delay_queue_short_delay_behind_a_long_one(amqp_broker):
 
     async def body():
         broker = new_broker(amqp_broker, delay_queue=True)
-        ran: list[tuple[str, float]] = []
-        ping = ping_task(broker, ran)
-
-        async with worker(broker):
-            sent = time.monotonic()
-            long = await ping.kicker().with_labels(delay=0.5).kiq("long")
-            short = await ping.kicker().with_labels(delay=0.05).kiq("short")
-            await short.wait_result(check_interval=0.01, timeout=5)
-            await long.wait_result(check_interval=0.01, timeout=5)
-        at = {text: when - sent for text, when in ran}
+        order, at = await delayed_pings(broker, [("long", 0.5), ("short", 0.05)])
         if amqp_broker.name == "rabbitmq":
-            assert [text for text, _ in ran] == ["long", "short"] and at["short"] >= 0.5
+            assert order == ["long", "short"] and at["short"] >= 0.5
         else:
-            assert [text for text, _ in ran] == ["short", "long"] and at["short"] < 0.5 <= at["long"]
+            assert order == ["short", "long"] and at["short"] < 0.5 <= at["long"]
         await delete_queues(amqp_broker, broker, "tasks", "dead", "delay")
 
     run(body)
