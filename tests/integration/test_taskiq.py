@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiormq
@@ -24,9 +22,9 @@ import pytest
 from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, run, unique, until  # noqa: F401 (fixtures)
 from servers import ServerProcess
 from taskiq import SimpleRetryMiddleware
-from taskiq.api import run_receiver_task
 from taskiq.brokers.inmemory_broker import InmemoryResultBackend
 from taskiq_aio_pika import AioPikaBroker, Exchange, Queue, QueueType
+from taskiq_receiver import worker  # bench/, on the path through framework_brokers
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -66,23 +64,6 @@ def ping_task(broker: AioPikaBroker, ran: list[tuple[str, float]]) -> Any:
         return text
 
     return ping
-
-
-@asynccontextmanager
-async def worker(broker: AioPikaBroker) -> AsyncIterator[AioPikaBroker]:
-    """Start the broker as a worker process would, and its receiver as a task."""
-    broker.is_worker_process = True
-    await broker.startup()
-    receiver = asyncio.create_task(run_receiver_task(broker, max_async_tasks=10))
-    try:
-        yield broker
-    finally:
-        receiver.cancel()
-        try:
-            await receiver
-        except asyncio.CancelledError:
-            pass
-        await broker.shutdown()
 
 
 async def delete_queues(amqp: AmqpBroker, broker: AioPikaBroker, *suffixes: str) -> None:
