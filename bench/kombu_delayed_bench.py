@@ -91,8 +91,13 @@ def url(broker: Broker) -> str:
 
 
 def task_queue() -> kombu.Queue:
-    return kombu.Queue(QUEUE, kombu.Exchange(EXCHANGE, type="topic", durable=True), routing_key=ROUTING_KEY,
-                       queue_arguments={"x-queue-type": "quorum"}, durable=True)
+    return kombu.Queue(
+        QUEUE,
+        kombu.Exchange(EXCHANGE, type="topic", durable=True),
+        routing_key=ROUTING_KEY,
+        queue_arguments={"x-queue-type": "quorum"},
+        durable=True,
+    )
 
 
 def declare(broker_url: str) -> None:
@@ -132,15 +137,16 @@ def consume(broker_url: str, n: int, deadline_mono: float, ready, out) -> None:
         last = now
         message.ack()
 
-    with kombu.Connection(broker_url) as connection:
-        with kombu.Consumer(connection, [task_queue()], on_message=on_message, prefetch_count=1000,
-                            no_ack=False):
-            ready.set()
-            while len(lateness) < n and time.monotonic() < deadline_mono:
-                try:
-                    connection.drain_events(timeout=0.5)
-                except TimeoutError:
-                    pass
+    with (
+        kombu.Connection(broker_url) as connection,
+        kombu.Consumer(connection, [task_queue()], on_message=on_message, prefetch_count=1000),
+    ):
+        ready.set()
+        while len(lateness) < n and time.monotonic() < deadline_mono:
+            try:
+                connection.drain_events(timeout=0.5)
+            except TimeoutError:
+                pass
     out.send((lateness, duplicates, last))
 
 
@@ -191,10 +197,14 @@ def run_broker(broker: Broker, countdowns: list[int], grace: float) -> Result:
             first_level = kombu.Exchange(level_name(27), type="topic")
             pack, now = BODY.pack, time.monotonic_ns
             for index, countdown in enumerate(countdowns):
-                producer.publish(pack(now(), countdown, index), exchange=first_level,
-                                 routing_key=calculate_routing_key(countdown, ROUTING_KEY),
-                                 delivery_mode=2, content_type="application/octet-stream",
-                                 content_encoding="binary")
+                producer.publish(
+                    pack(now(), countdown, index),
+                    exchange=first_level,
+                    routing_key=calculate_routing_key(countdown, ROUTING_KEY),
+                    delivery_mode=2,
+                    content_type="application/octet-stream",
+                    content_encoding="binary",
+                )
         result.publish_s = time.monotonic() - t0
         lateness, result.duplicates, _last = consumer_end.recv()
         result.cpu_s = broker.cpu_seconds() - cpu0
@@ -242,18 +252,26 @@ def main() -> int:
             except Exception as error:  # report it beside the other broker's figures
                 results.append(Result(name, args.messages, errors=[repr(error)]))
         print(f"{name}: {asdict(results[-1])}", file=sys.stderr, flush=True)
-    print(f"\nkombu native delayed delivery: {args.messages} tasks, countdowns 1..{args.spread} s, "
-          "quorum queues")
-    print(f"{'broker':10s} {'publish s':>9s} {'delivered':>9s} {'lost':>5s} {'dup':>4s} {'p50 ms':>8s} "
-          f"{'p99 ms':>8s} {'max ms':>8s} {'CPU s':>7s} {'probe p50':>9s} {'probe p99':>9s}")
+    print(
+        f"\nkombu native delayed delivery: {args.messages} tasks, countdowns 1..{args.spread} s, "
+        "quorum queues"
+    )
+    print(
+        f"{'broker':10s} {'publish s':>9s} {'delivered':>9s} {'lost':>5s} {'dup':>4s} {'p50 ms':>8s} "
+        f"{'p99 ms':>8s} {'max ms':>8s} {'CPU s':>7s} {'probe p50':>9s} {'probe p99':>9s}"
+    )
     for r in results:
-        print(f"{r.broker:10s} {r.publish_s:9.2f} {r.delivered:9d} {r.lost:5d} {r.duplicates:4d} "
-              f"{r.p50_ms:8.1f} {r.p99_ms:8.1f} {r.max_ms:8.1f} {r.cpu_s:7.2f} {r.probe_p50_ms:9.2f} "
-              f"{r.probe_p99_ms:9.2f}" + (f"  errors: {r.errors}" if r.errors else ""))
+        print(
+            f"{r.broker:10s} {r.publish_s:9.2f} {r.delivered:9d} {r.lost:5d} {r.duplicates:4d} "
+            f"{r.p50_ms:8.1f} {r.p99_ms:8.1f} {r.max_ms:8.1f} {r.cpu_s:7.2f} {r.probe_p50_ms:9.2f} "
+            f"{r.probe_p99_ms:9.2f}" + (f"  errors: {r.errors}" if r.errors else "")
+        )
     by_name = {r.broker: r for r in results if not r.errors}
     if "leveret" in by_name and "rabbitmq" in by_name:
         lv, rq = by_name["leveret"], by_name["rabbitmq"]
-        print(f"leveret / RabbitMQ: CPU {lv.cpu_s / rq.cpu_s:.2f}x, lateness p99 {lv.p99_ms / rq.p99_ms:.2f}x")
+        print(
+            f"leveret / RabbitMQ: CPU {lv.cpu_s / rq.cpu_s:.2f}x, lateness p99 {lv.p99_ms / rq.p99_ms:.2f}x"
+        )
     return 1 if any(r.errors or r.lost for r in results) else 0
 
 

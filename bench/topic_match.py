@@ -40,15 +40,18 @@ def main() -> None:
     keys4 = [".".join(words[(i + j) % 8] for j in range(4)) + f".{i}" for i in range(2000)]
     keys20 = [".".join(f"w{(i + j) % 7}" for j in range(19)) + f".{i}" for i in range(200)]
     cases = [
-        ("100 literal keys, no # (5 words)", [".".join(words[(i + j) % 8] for j in range(4)) + f".{i}"
-                                              for i in range(100)], keys4),
+        (
+            "100 literal keys, no # (5 words)",
+            [".".join(words[(i + j) % 8] for j in range(4)) + f".{i}" for i in range(100)],
+            keys4,
+        ),
         ("*.usd.*.*.* and a.b.c (no #)", ["*.usd.*.*.*", "a.b.c", "stock.*.nyse.*.*"], keys4),
         ("one #: stock.#", ["stock.#"], keys4),
         ("one #: #.quote.*", ["#.quote.*"], keys4),
         ("mix: stock.#, *.usd.#, #.ibm.#, a.b", ["stock.#", "*.usd.#", "#.ibm.#", "a.b"], keys4),
         ("# alone", ["#"], keys4),
         ("#.#.#.#.#.# vs 20 words", ["#.#.#.#.#.#"], keys20[:20]),
-        ("#.#.#.#.#.#.#.# vs 20 words", ["#.#.#.#.#.#.#.#"], keys20[:3 if "--quick" in sys.argv else 200]),
+        ("#.#.#.#.#.#.#.# vs 20 words", ["#.#.#.#.#.#.#.#"], keys20[: 3 if "--quick" in sys.argv else 200]),
     ]
     for name, bindings, keys in cases:
         print(f"{name:40s} {per_match_us(bindings, keys, repeat=1 if '#.#.#' in name else 9):12.2f} µs/match")

@@ -264,8 +264,9 @@ def test_countdown_on_a_classic_queue_is_held_by_the_worker(target, vhost, celer
     done = result.get(timeout=10)
     assert done == {"sum": 7, "at": done["at"], "routing_key": ROUTING_KEY}
     assert done["at"] - sent >= 1.9
-    assert http_json(target, vhost, "/api/exchanges/{vhost}").__len__() > 0
-    assert target.http("GET", f"/api/exchanges/{urllib.parse.quote(vhost, safe='')}/celery_delayed_27")[0] == 404
+    # No native delayed delivery without quorum queues: celery_delayed_27 is not declared.
+    quoted = urllib.parse.quote(vhost, safe="")
+    assert target.http("GET", f"/api/exchanges/{quoted}/celery_delayed_27")[0] == 404
 
 
 # -- canvas: groups and chords with rpc:// ------------------------------------------------
