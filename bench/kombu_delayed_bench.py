@@ -46,6 +46,7 @@ import random
 import struct
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -251,6 +252,7 @@ def main() -> int:
             try:
                 results.append(run_broker(broker, countdowns, args.grace))
             except Exception as error:  # report it beside the other broker's figures
+                traceback.print_exc()
                 results.append(Result(name, args.messages, errors=[repr(error)]))
         print(f"{name}: {asdict(results[-1])}", file=sys.stderr, flush=True)
     print(

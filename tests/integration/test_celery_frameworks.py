@@ -309,3 +309,42 @@ def test_group_of_countdowns(celery_app):
     for i, r in enumerate(results):
         assert r["routing_key"] == f"{delay_prefix(1 + i % 2)}.{ROUTING_KEY}"
         assert r["at"] - sent >= 0.9 + i % 2
+
+
+# -- workers come and go -----------------------------------------------------------------
+def test_delayed_task_waits_for_a_worker(target, vhost):
+    """The broker holds a countdown task whatever the workers do: sent with no worker
+    running, it reaches the task queue when due and waits there; a worker started
+    later runs it."""
+    app = make_app(vhost_url(target, vhost))
+    try:
+        with running_worker(app):  # declares the topology, then stops
+            pass
+        sent = time.time()
+        result = app.tasks[f"{app.main}.add"].apply_async((5, 5), countdown=1)
+        assert eventually(lambda: queue_messages(target, vhost, TASK_QUEUE) == 1, 5)
+        assert time.time() - sent >= 0.9
+        with running_worker(app):
+            assert result.get(timeout=10)["sum"] == 10
+        assert queue_messages(target, vhost, TASK_QUEUE) == 0
+    finally:
+        close_client(app)
+
+
+def test_classic_queue_eta_task_returns_when_its_worker_stops(target, vhost):
+    """Held unacked by a worker (no native delays on a classic queue), an ETA task goes
+    back to the queue when that worker stops, and the next worker runs it when due."""
+    app = make_app(vhost_url(target, vhost), quorum=False)
+    try:
+        sent = time.time()
+        with running_worker(app):
+            result = app.tasks[f"{app.main}.add"].apply_async((6, 6), countdown=3)
+            assert eventually(lambda: http_json(target, vhost, f"/api/queues/{{vhost}}/{TASK_QUEUE}")
+                              .get("messages_unacknowledged") == 1, 5)
+        assert eventually(lambda: queue_messages(target, vhost, TASK_QUEUE) == 1, 5)
+        with running_worker(app):
+            done = result.get(timeout=10)
+        assert done["sum"] == 12
+        assert done["at"] - sent >= 2.9
+    finally:
+        close_client(app)
