@@ -94,7 +94,8 @@ def running_worker(app: Celery) -> Iterator[None]:
 
     ``start_worker`` stops its thread by setting ``should_terminate`` and joining; the
     worker only sees that flag when its event loop wakes, which is after up to 10 s of an
-    idle poll, so the hub is woken here (``call_soon`` writes to its waker)."""
+    idle poll, so the hub is woken here (``call_soon`` writes to its waker, which the
+    loop makes when it starts: a worker stopped at once is first let reach its loop)."""
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=15) as worker:
         try:
             yield
@@ -102,6 +103,7 @@ def running_worker(app: Celery) -> Iterator[None]:
             worker_state.should_terminate = 0
             hub = getattr(worker, "hub", None)
             if hub is not None:
+                eventually(lambda: hub._waker is not None, 5)
                 hub.call_soon(lambda: None)
 
 
@@ -257,10 +259,14 @@ def test_countdown_on_a_classic_queue_is_held_by_the_worker(target, vhost, celer
     app = celery_app(quorum=False)
     sent = time.time()
     result = app.tasks[f"{app.main}.add"].apply_async((3, 4), countdown=2)
-    # Published straight to the task queue; the worker took it and holds it unacked.
-    queue = eventually(lambda: (q := http_json(target, vhost, f"/api/queues/{{vhost}}/{TASK_QUEUE}"))
-                       .get("messages_unacknowledged") == 1 and q, 5)
-    assert queue and queue["type"] == "classic"
+    # Published straight to the task queue; the worker took it at once and holds it
+    # unacked: none ready, no result yet (a passive declare: RabbitMQ's management
+    # counts lag by its statistics interval).
+    time.sleep(1)
+    assert queue_messages(target, vhost, TASK_QUEUE) == 0
+    assert not result.ready()
+    queue = http_json(target, vhost, f"/api/queues/{{vhost}}/{TASK_QUEUE}")
+    assert queue["type"] == "classic"
     done = result.get(timeout=10)
     assert done == {"sum": 7, "at": done["at"], "routing_key": ROUTING_KEY}
     assert done["at"] - sent >= 1.9
@@ -339,8 +345,9 @@ def test_classic_queue_eta_task_returns_when_its_worker_stops(target, vhost):
         sent = time.time()
         with running_worker(app):
             result = app.tasks[f"{app.main}.add"].apply_async((6, 6), countdown=3)
-            assert eventually(lambda: http_json(target, vhost, f"/api/queues/{{vhost}}/{TASK_QUEUE}")
-                              .get("messages_unacknowledged") == 1, 5)
+            time.sleep(1)
+            assert queue_messages(target, vhost, TASK_QUEUE) == 0  # taken, held unacked
+            assert not result.ready()
         assert eventually(lambda: queue_messages(target, vhost, TASK_QUEUE) == 1, 5)
         with running_worker(app):
             done = result.get(timeout=10)
