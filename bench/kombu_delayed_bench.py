@@ -30,7 +30,8 @@ quorum queues are written to disk):
   trips: if deep topic keys or the TTL timers stalled the broker, they would show here.
 
 Reported per broker: publish seconds, tasks delivered / not delivered by the deadline
-(the last due time + ``--grace``) / duplicated, lateness
+(the last due time + ``--grace``; ``waiting``: of those, how many are still in the
+delayed queues then) / duplicated, lateness
 p50/p99/max (ms), broker CPU seconds from the first publish to the last delivery (the
 process tree's utime + stime from /proc: leveret's Python process, RabbitMQ's beam.smp),
 and the probe's round-trip p50/p99 (ms); then leveret ÷ RabbitMQ for CPU and lateness
@@ -77,6 +78,7 @@ class Result:
     publish_s: float = 0.0
     delivered: int = 0
     undelivered: int = 0  # not delivered by the deadline (due time + grace)
+    waiting: int = 0  # of those, still in the celery_delayed_N queues at the deadline
     duplicates: int = 0
     p50_ms: float = 0.0
     p99_ms: float = 0.0
@@ -109,6 +111,15 @@ def declare(broker_url: str) -> None:
         queue = task_queue()
         queue(connection.default_channel).declare()
         bind_queue_to_native_delayed_delivery_exchange(connection, queue)
+
+
+def delayed_backlog(broker_url: str) -> int:
+    """Messages in the 28 delayed queues now (passive declares)."""
+    with kombu.Connection(broker_url) as connection:
+        channel = connection.channel()
+        return sum(
+            channel.queue_declare(level_name(level), passive=True).message_count for level in range(28)
+        )
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -210,6 +221,7 @@ def run_broker(broker: Broker, countdowns: list[int], grace: float) -> Result:
         result.publish_s = time.monotonic() - t0
         lateness, result.duplicates, _last = consumer_end.recv()
         result.cpu_s = broker.cpu_seconds() - cpu0
+        result.waiting = delayed_backlog(broker_url)
         consumer.join(10)
     finally:
         stop.set()
@@ -260,13 +272,14 @@ def main() -> int:
         "quorum queues"
     )
     print(
-        f"{'broker':10s} {'publish s':>9s} {'delivered':>9s} {'undeliv':>7s} {'dup':>4s} {'p50 ms':>8s} "
-        f"{'p99 ms':>8s} {'max ms':>8s} {'CPU s':>7s} {'probe p50':>9s} {'probe p99':>9s}"
+        f"{'broker':10s} {'publish s':>9s} {'delivered':>9s} {'undeliv':>7s} {'waiting':>7s} {'dup':>4s} "
+        f"{'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'CPU s':>7s} {'probe p50':>9s} {'probe p99':>9s}"
     )
     for r in results:
         print(
-            f"{r.broker:10s} {r.publish_s:9.2f} {r.delivered:9d} {r.undelivered:7d} {r.duplicates:4d} "
-            f"{r.p50_ms:8.1f} {r.p99_ms:8.1f} {r.max_ms:8.1f} {r.cpu_s:7.2f} {r.probe_p50_ms:9.2f} "
+            f"{r.broker:10s} {r.publish_s:9.2f} {r.delivered:9d} {r.undelivered:7d} {r.waiting:7d} "
+            f"{r.duplicates:4d} {r.p50_ms:8.1f} {r.p99_ms:8.1f} {r.max_ms:8.1f} {r.cpu_s:7.2f} "
+            f"{r.probe_p50_ms:9.2f} "
             f"{r.probe_p99_ms:9.2f}" + (f"  errors: {r.errors}" if r.errors else "")
         )
     by_name = {r.broker: r for r in results if not r.errors}
