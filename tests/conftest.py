@@ -103,7 +103,9 @@ def target(request) -> Iterator[Target]:
     with BlockingBroker(amqp_port=0, http_port=0, workers=TEST_WORKERS) as broker:
         management = broker.broker.management
         assert management is not None
-        yield Target("leveret", broker.broker.host, broker.amqp_port, management.port)
+        target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
+        target.broker = broker
+        yield target
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ class Target:
 
     def __init__(self, name: str, host: str, amqp_port: int, http_port: int) -> None:
         self.name, self.host, self.amqp_port, self.http_port = name, host, amqp_port, http_port
+        self.broker: Any = None  # leveret's BlockingBroker when in-process (its settings)
 
     @classmethod
     def of(cls, broker: Any) -> Target:

@@ -21,6 +21,7 @@ Example file::
     frame_max = 131072              # bytes
     channel_max = 2047
     stomp_heartbeat_grace = 1.5     # STOMP clients may be this many heart-beat intervals late
+    global_qos = "per_consumer"     # basic.qos global=true on quorum/stream queues; or "refuse" (540)
     max_message_size = 134217728    # bytes; larger messages get 406 PRECONDITION_FAILED
     disk_free_limit = 50000000      # bytes free under data_dir; below it publishers block
     disk_reserve = 16777216         # bytes message writes always leave free (deletes, WAL)
@@ -330,12 +331,14 @@ def _tables(path: str | Path, value: object, key: str) -> list[dict]:
     return value
 
 
+GLOBAL_QOS_MODES = ("per_consumer", "refuse")
 _LIMIT_KEYS = {
     "heartbeat": int,
     "frame_max": int,
     "channel_max": int,
     "max_message_size": int,
     "stomp_heartbeat_grace": float,
+    "global_qos": str,
 }
 
 
@@ -372,6 +375,8 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
             setattr(settings, key, typed("server.", key, value, _SERVER_KEYS[key]))
         elif key in _LIMIT_KEYS:
             setattr(settings.limits, key, typed("server.", key, value, _LIMIT_KEYS[key]))
+            if key == "global_qos" and value not in GLOBAL_QOS_MODES:
+                raise ConfigError(f"{path}: server.global_qos must be one of {', '.join(GLOBAL_QOS_MODES)}")
         else:
             raise ConfigError(f"{path}: unknown key server.{key}")
     store = data.pop("store", {})

@@ -112,6 +112,10 @@ def test_the_delivery_limit_dead_letters_with_the_delivery_count(target: Target)
 
 
 def test_a_global_prefetch_is_not_supported(target: Target):
+    """RabbitMQ's 540; leveret's with ``global_qos = "refuse"`` (its default applies a
+    global prefetch per consumer: test_global_qos_per_consumer.py)."""
+    if target.broker is not None:
+        target.broker.core.limits.global_qos = "refuse"
     queue = unique("qq")
     with target.amqp() as connection:
         connection.channel().queue_declare(queue, durable=True, arguments=QUORUM)

@@ -57,12 +57,14 @@ class AMQPError(Exception):
     """An error with an AMQP reply code.
 
     ``reply_text`` is prefixed with the code's name, as RabbitMQ does
-    (``NOT_FOUND - no queue 'q' in vhost '/'``).
+    (``NOT_FOUND - no queue 'q' in vhost '/'``); with no text, the name alone (as
+    RabbitMQ's ``INTERNAL_ERROR`` after a crash).
     """
 
     def __init__(self, reply_code: int, text: str) -> None:
         self.reply_code = reply_code
-        self.reply_text = f"{REPLY_NAMES.get(reply_code, 'ERROR')} - {text}"
+        name = REPLY_NAMES.get(reply_code, "ERROR")
+        self.reply_text = f"{name} - {text}" if text else name  # RabbitMQ's crashes: the name alone
         super().__init__(self.reply_text)
 
 

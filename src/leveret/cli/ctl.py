@@ -340,6 +340,24 @@ def _listing(name: str, what: str, vhosted: bool = True) -> None:
     ctl.command(name)(run)
 
 
+@ctl.command("list_exchange_types")
+@pass_ctx
+def list_exchange_types(ctx: Context) -> None:
+    """The exchange types this broker has (built in: no plugins to enable)."""
+    ctx.run("list_exchange_types", "Listing exchange types ...")
+
+
+@ctl.command("consistent_hash_exchange_ring_state")
+@VHOST
+@click.argument("exchange")
+@pass_ctx
+def consistent_hash_exchange_ring_state(ctx: Context, vhost: str, exchange: str) -> None:
+    """An x-consistent-hash exchange's ring: each destination's buckets, in ring order
+    (RabbitMQ's rabbitmq-diagnostics command of that name, one row per destination)."""
+    info = f"Inspecting consistent hashing ring state for exchange {exchange} in virtual host '{vhost}'..."
+    ctx.run("consistent_hash_exchange_ring_state", info, vhost=vhost, exchange=exchange)
+
+
 _listing("list_queues", "queues")
 _listing("list_exchanges", "exchanges")
 _listing("list_bindings", "bindings")

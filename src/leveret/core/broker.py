@@ -52,6 +52,13 @@ class Limits:
     #: STOMP: a client silent for this many of its heart-beat intervals is dropped
     #: (ActiveMQ's multiplier is 1.0, which drops clients a little late by chance).
     stomp_heartbeat_grace: float = 1.5
+    #: AMQP 0-9-1: what a channel-wide prefetch (basic.qos global=true) means to a
+    #: consumer of a queue that has no channel-wide window (quorum and stream queues):
+    #: ``"per_consumer"`` applies it as the consumer's own prefetch, so that old kombu /
+    #: celery (global QoS by default) work on quorum queues; ``"refuse"`` closes the
+    #: channel with 540 NOT_IMPLEMENTED "... does not support global qos", as RabbitMQ
+    #: 3.10-4.2 do (4.3 refuses global QoS altogether).
+    global_qos: str = "per_consumer"
 
 
 @dataclass

@@ -7,109 +7,22 @@ with exchange.bind (RabbitMQ's exchange-to-exchange bindings). Following those, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CommandInvalid, precondition_failed
+from .exchange_base import Binding as Binding, Exchange as Exchange, freeze as freeze  # re-exported
+from .exchange_types import PLUGIN_EXCHANGE_TYPES
 from .message import Message
 from .topic import TopicTrie
 
 DEFAULT_EXCHANGE = ""
 
 
-def freeze(value: Any) -> Any:
-    """A hashable, order-insensitive form of a field table or value (binding identity)."""
-    if isinstance(value, dict):
-        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return tuple(freeze(v) for v in value)
-    return value
-
-
-@dataclass(eq=False)
-class Binding:
-    """source --routing_key/arguments--> destination (a Queue or an Exchange)."""
-
-    source: Exchange
-    destination: Any
-    routing_key: str
-    arguments: dict = field(default_factory=dict)
-
-    @property
-    def key(self) -> tuple:
-        """The binding's identity in its source: ``(destination, routing_key, frozen
-        arguments)``; a second identical bind is a no-op."""
-        return (self.destination, self.routing_key, freeze(self.arguments))
-
-
-class Exchange:
-    """Base exchange: holds bindings; subclasses implement :meth:`route`."""
-
-    type = ""
-    #: Whether publishes are held for later rather than routed (the delayed-message type)
-    holds_messages = False
-
-    def __init__(
-        self,
-        name: str,
-        durable: bool = False,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: dict | None = None,
-    ) -> None:
-        self.name = name
-        self.durable = durable
-        self.auto_delete = auto_delete
-        self.internal = internal
-        self.arguments = dict(arguments or {})
-        self.bindings: dict[tuple, Binding] = {}
-        #: How many bindings lead to other exchanges (routing must follow them).
-        self.exchange_bindings = 0
-
-    @property
-    def alternate_exchange(self) -> str | None:
-        """The ``alternate-exchange`` argument (RabbitMQ): where messages this exchange
-        cannot route go; None if unset."""
-        return self.arguments.get("alternate-exchange")
-
-    def add_binding(self, binding: Binding) -> bool:
-        """Add; False if an identical binding exists (binding twice is a no-op)."""
-        if binding.key in self.bindings:
-            return False
-        self.bindings[binding.key] = binding
-        if isinstance(binding.destination, Exchange):
-            self.exchange_bindings += 1
-        self._bind(binding)
-        return True
-
-    def remove_binding(self, binding: Binding) -> Binding | None:
-        """Remove the binding with ``binding``'s key; returns the one removed, or None if
-        there was none."""
-        existing = self.bindings.pop(binding.key, None)
-        if existing is not None:
-            if isinstance(existing.destination, Exchange):
-                self.exchange_bindings -= 1
-            self._unbind(existing)
-        return existing
-
-    def route(self, message: Message) -> tuple | list:
-        """Destinations of ``message`` through this exchange's own bindings."""
-        raise NotImplementedError
-
-    def _bind(self, binding: Binding) -> None:
-        pass
-
-    def _unbind(self, binding: Binding) -> None:
-        pass
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r}>"
-
-
 class DirectExchange(Exchange):
     """Routes to bindings whose key equals the routing key."""
 
     type = "direct"
+    description = "AMQP 0-9-1 direct: the binding key equals the routing key"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -146,6 +59,7 @@ class FanoutExchange(Exchange):
     """Routes to every binding, ignoring the routing key (and ``CC``/``BCC``)."""
 
     type = "fanout"
+    description = "AMQP 0-9-1 fanout: every binding"
 
     def route(self, message: Message) -> tuple | list:
         """Every bound destination, once each."""
@@ -156,6 +70,7 @@ class TopicExchange(Exchange):
     """Routes by pattern: ``*`` one word, ``#`` zero or more (see :mod:`.topic`)."""
 
     type = "topic"
+    description = "AMQP 0-9-1 topic: binding patterns over dot-separated routing keys"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -192,6 +107,12 @@ class HeadersExchange(Exchange):
     Routing keys, ``CC`` and ``BCC`` ones included, play no part."""
 
     type = "headers"
+    description = "AMQP 0-9-1 headers: binding arguments against message headers"
+
+    @staticmethod
+    def validate_binding(binding: Binding) -> None:
+        """A bad ``x-match`` (see :func:`check_x_match`)."""
+        check_x_match(binding.arguments)
 
     def route(self, message: Message) -> tuple | list:
         """Destinations whose binding arguments match the message's headers (decodes the
@@ -250,6 +171,7 @@ class DelayedMessageExchange(Exchange):
     ``x-delayed-type`` names no routing type."""
 
     type = "x-delayed-message"
+    description = "Holds each message for its x-delay (ms), then routes as x-delayed-type"
     holds_messages = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -278,6 +200,10 @@ class DelayedMessageExchange(Exchange):
     def route(self, message: Message) -> tuple | list:
         return self._inner.route(message)
 
+    def validate_binding(self, binding: Binding) -> None:  # type: ignore[override]
+        """As the ``x-delayed-type`` type checks its bindings."""
+        self._inner.validate_binding(binding)
+
     def _bind(self, binding: Binding) -> None:
         self._inner.bindings[binding.key] = binding
         self._inner._bind(binding)
@@ -291,6 +217,8 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
     cls.type: cls
     for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange, DelayedMessageExchange)
 }
+# The plugin types: x-consistent-hash, x-random, x-local-random, x-modulus-hash.
+EXCHANGE_TYPES.update((cls.type, cls) for cls in PLUGIN_EXCHANGE_TYPES)
 
 
 def exchange_class(type_name: str) -> type[Exchange]:

@@ -26,7 +26,7 @@ from .clock import Clock
 from .dead_letter import EVENT_EXCHANGE, dead_letter
 from .definitions import binding_definition, binding_name, exchange_definition, queue_definition
 from .errors import access_refused, not_found, precondition_failed, resource_locked
-from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, check_x_match, exchange_class
+from .exchange import DEFAULT_EXCHANGE, Binding, Exchange, exchange_class
 from .message import Message
 from .metrics import BrokerCounters
 from .policy import Policy, matching, with_operator_policy
@@ -414,11 +414,12 @@ class VirtualHost:
     ) -> None:
         """queue.bind / exchange.bind; binding twice is a no-op. AccessRefused (403) for
         the default exchange as source or destination, NotFound (404) for a missing
-        source, PreconditionFailed (406) for a headers binding with a bad ``x-match``."""
+        source, PreconditionFailed (406) for a binding the source's type refuses
+        (:meth:`Exchange.validate_binding`: a headers binding's bad ``x-match``, a
+        consistent-hash binding's key that is not a weight …)."""
         source = self._bindable(source_name, destination)
         binding = Binding(source, destination, routing_key, dict(arguments or {}))
-        if source.type == "headers":
-            check_x_match(binding.arguments)
+        source.validate_binding(binding)
         if not source.add_binding(binding):
             return
         if isinstance(destination, Queue):

@@ -320,7 +320,11 @@ class Runtime:
     @staticmethod
     def _exchange_types() -> list[dict]:
         return [
-            {"name": name, "description": f"{name} exchange", "enabled": True}
+            {
+                "name": name,
+                "description": EXCHANGE_TYPES[name].description or f"{name} exchange",
+                "enabled": True,
+            }
             for name in sorted(EXCHANGE_TYPES)
         ]
 

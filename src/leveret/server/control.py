@@ -408,6 +408,30 @@ def _list_exchanges(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     return _table(columns, [[info[c](e) for c in columns] for e in exchanges])
 
 
+@command("list_exchange_types")
+def _list_exchange_types(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    from ..core.exchange import EXCHANGE_TYPES
+
+    return _table(
+        ["name", "description"], [[n, EXCHANGE_TYPES[n].description] for n in sorted(EXCHANGE_TYPES)]
+    )
+
+
+@command("consistent_hash_exchange_ring_state")
+def _consistent_hash_exchange_ring_state(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    from ..core.exchange_types import ConsistentHashExchange
+
+    vhost = _vhost(broker, args)
+    exchange = vhost.exchanges.get(args["exchange"])
+    if not isinstance(exchange, ConsistentHashExchange):
+        raise CommandError("Exchange does not exist or is of a different type")
+    rows, first = [], 0
+    for destination, weight in exchange.ring():
+        rows.append([first, first + weight - 1, destination.name])
+        first += weight
+    return _table(["first_bucket", "last_bucket", "destination"], rows)
+
+
 @command("list_bindings")
 def _list_bindings(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     vhost = _vhost(broker, args)

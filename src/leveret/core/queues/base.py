@@ -85,6 +85,9 @@ class Queue:
     type_name = ""
     #: RabbitMQ's module name for the type, in its error texts.
     rabbitmq_type = ""
+    #: Whether its consumers share their channel's prefetch window (AMQP 0-9-1 global
+    #: QoS); RabbitMQ's quorum and stream queues have none (see Limits.global_qos).
+    channel_prefetch = True
     #: Arguments of other queue types this one refuses (RabbitMQ: "invalid arg ... of
     #: queue type ..."); arguments no type knows are accepted and ignored.
     refused_arguments: frozenset[str] = frozenset()

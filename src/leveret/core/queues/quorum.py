@@ -20,9 +20,9 @@ a quorum queue is a classic queue that RabbitMQ's rules shape:
 
 from __future__ import annotations
 
-from ..errors import NotImplementedFeature, precondition_failed
+from ..errors import precondition_failed
 from ..queue_config import amqp_type_name
-from .base import Consumer, QueuedMessage
+from .base import QueuedMessage
 from .classic import ClassicQueue
 
 
@@ -31,6 +31,7 @@ class QuorumQueue(ClassicQueue):
 
     type_name = "quorum"
     rabbitmq_type = "rabbit_quorum_queue"
+    channel_prefetch = False
     persists_every_message = True
     takes_delivery_guarantees = True
     refused_arguments = frozenset(
@@ -71,15 +72,6 @@ class QuorumQueue(ClassicQueue):
                 raise precondition_failed(
                     f"invalid arg 'x-quorum-initial-group-size'{where}: {{{detail},{size}}}"
                 )
-
-    def prepare_consumer(self, consumer: Consumer) -> None:
-        """As the classic queue's; a consumer whose session has a global prefetch is
-        refused with 540 NOT_IMPLEMENTED (RabbitMQ's quorum queues have no global QoS)."""
-        if consumer.global_prefetch:
-            raise NotImplementedFeature(
-                f"queue '{self.name}' in vhost '{self.host.name}' does not support global qos"
-            )
-        super().prepare_consumer(consumer)
 
     def delivery_headers(self, entry: QueuedMessage) -> tuple[tuple[str, int], ...]:
         """``x-delivery-count`` on every redelivery (the deliveries before this one),

@@ -68,9 +68,36 @@ class _Cursor:
 
 class StreamQueue(Queue):
     """A stream queue; offsets start at 0. PreconditionFailed (AMQP 406, as RabbitMQ)
-    unless declared durable, not exclusive and not auto-delete."""
+    unless declared durable, not exclusive and not auto-delete, or when declared with an
+    argument of another queue type (:attr:`refused_arguments`)."""
 
     type_name = "stream"
+    rabbitmq_type = "rabbit_stream_queue"
+    #: What RabbitMQ 3.10 refuses on a stream (406 "invalid arg 'x-…' for queue … of
+    #: queue type rabbit_stream_queue"): per-message life (TTL, expiry, dead-lettering,
+    #: delivery limits), classic and quorum settings; retention is ``x-max-length-bytes``
+    #: and ``x-max-age``. Arguments no queue type knows are still accepted and ignored.
+    refused_arguments = frozenset(
+        (
+            "x-expires",
+            "x-message-ttl",
+            "x-max-priority",
+            "x-queue-mode",
+            "x-queue-version",
+            "x-queue-master-locator",
+            "x-single-active-consumer",
+            "x-dead-letter-exchange",
+            "x-dead-letter-routing-key",
+            "x-dead-letter-strategy",
+            "x-delivery-limit",
+            "x-max-length",
+            "x-overflow",
+            "x-quorum-initial-group-size",
+            "x-max-in-memory-length",
+            "x-max-in-memory-bytes",
+        )
+    )
+    channel_prefetch = False
 
     def __init__(
         self,

@@ -182,11 +182,22 @@ export async function exchanges() {
       ["durable", (e) => (e.durable ? "yes" : "")],
     ], rows),
     isAdmin() || session.tags.includes("management") || session.tags.includes("policymaker")
-      ? [h("h2", {}, "Add an exchange"), form([["vhost", "vhost", { value: "/" }], ["name", "name", { required: true }], ["type", "type", { options: ["direct", "fanout", "topic", "headers"] }]], "Add", async (v) => {
+      ? [h("h2", {}, "Add an exchange"), form([["vhost", "vhost", { value: "/" }], ["name", "name", { required: true }], ["type", "type", { options: await exchangeTypes() }]], "Add", async (v) => {
           if (await attempt(() => api("PUT", `/api/exchanges/${q(v.vhost)}/${q(v.name)}`, { type: v.type, durable: true }), `Exchange ${v.name} added`) !== undefined) location.reload();
         })]
       : null,
   );
+}
+
+// The types the broker has, as /api/overview lists them (plugin types included).
+async function exchangeTypes() {
+  const fallback = ["direct", "fanout", "topic", "headers"];
+  try {
+    const types = (await api("GET", "/api/overview")).exchange_types;
+    return types && types.length ? types.map((t) => t.name) : fallback;
+  } catch {
+    return fallback;
+  }
 }
 
 function publishForm(vhost, exchange, defaultKey = "") {

@@ -31,7 +31,7 @@ from ...amqp.errors import (
     ChannelError,
 )
 from ...amqp.frames import encode_content, encode_method
-from ...core.errors import access_refused, not_found, precondition_failed
+from ...core.errors import NotImplementedFeature, access_refused, not_found, precondition_failed
 from ...core.message import Message
 from ...core.publish import REPLY_TO, REPLY_TO_PREFIX, Publisher
 from ...core.queues import Queue, QueuedMessage
@@ -372,11 +372,23 @@ class Channel:
         if queue.has_exclusive_consumer or (m.exclusive and queue.consumers):
             raise access_refused(f"queue '{name}' in vhost '{self.vhost.name}' in exclusive use")
         consumer = ChannelConsumer(self, queue, tag, m.no_ack, m.exclusive, arguments)
+        if self.global_prefetch and not queue.channel_prefetch:
+            self._own_prefetch(consumer, queue)
         queue.prepare_consumer(consumer)
         self.consumers[tag] = consumer
         if not m.nowait:
             self.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
         queue.add_consumer(consumer)
+
+    def _own_prefetch(self, consumer: ChannelConsumer, queue: Queue) -> None:
+        """A channel-wide prefetch on a queue without one (quorum, stream): the
+        consumer's own prefetch (the channel's unless basic.qos global=false set one),
+        or 540 NOT_IMPLEMENTED as RabbitMQ, by ``Limits.global_qos``."""
+        if self.connection.core.limits.global_qos == "refuse":
+            where = f"queue '{queue.name}' in vhost '{self.vhost.name}'"
+            raise NotImplementedFeature(f"{where} does not support global qos")
+        consumer.prefetch = consumer.prefetch or self.global_prefetch
+        consumer.channel_window = False
 
     def _read_lease(self, queue: Queue, m: commands.Basic.Consume, tag: str, arguments: dict) -> None:
         """leveret's leased read (see core.queues.features.leases): deliver the range of sequence numbers

@@ -56,6 +56,7 @@ class ChannelConsumer:
     __slots__ = (
         "arguments",
         "channel",
+        "channel_window",
         "encoded_tag",
         "examined",
         "exclusive",
@@ -79,6 +80,7 @@ class ChannelConsumer:
         self.exclusive = exclusive
         self.arguments = arguments
         self.prefetch = channel.prefetch_count
+        self.channel_window = True  # counted in the channel's (global) prefetch window
         self.unacked = 0
         self.selector = selector_of(arguments)
         self.examined = 0
@@ -87,8 +89,9 @@ class ChannelConsumer:
 
     @property
     def global_prefetch(self) -> int:
-        """The channel's prefetch count (basic.qos global=true), 0: unlimited."""
-        return self.channel.global_prefetch
+        """The channel's prefetch count (basic.qos global=true) if this consumer is
+        held by it, 0: unlimited or not held (see ``Channel._own_prefetch``)."""
+        return self.channel.global_prefetch if self.channel_window else 0
 
     def can_accept(self) -> bool:
         """Whether a delivery may go out now: channel flow on, socket below its high
@@ -101,7 +104,8 @@ class ChannelConsumer:
             return True
         if self.prefetch and self.unacked >= self.prefetch:
             return False
-        return not channel.global_prefetch or len(channel.unacked) < channel.global_prefetch
+        window = channel.global_prefetch
+        return not window or not self.channel_window or len(channel.unacked) < window
 
     def deliver(self, queue: Queue | None, entry: QueuedMessage) -> None:
         """Send ``entry`` as basic.deliver (``queue`` None: a direct reply-to message)."""

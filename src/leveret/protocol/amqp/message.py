@@ -88,6 +88,18 @@ class AMQPFormat:
                 return value
         return message.headers.get(name)  # property flag continuation, or a nested type
 
+    def typed_header(self, message: Message, name: str) -> tuple[str, Any] | None:
+        """The header ``name`` with its wire type, ``(tag, value)`` as
+        :mod:`leveret.amqp.field_table` decodes it, or None (the consistent-hash
+        exchange hashes the type as RabbitMQ does)."""
+        header = message.encoded
+        if not header[12] & _HEADERS_HIGH_BIT:
+            return None
+        offset = field_table.headers_offset(header)
+        if offset is None:
+            return None
+        return field_table.decode_table(header, offset)[0].get(name)
+
     def with_headers(self, message: Message, changes: dict[str, Any]) -> Message:
         """A copy whose ``headers`` table has ``changes`` applied (an int as a ``l``, a
         str as a ``S``, None removes); the other headers keep their wire types. Integers

@@ -1,0 +1,346 @@
+"""The exchange types people install RabbitMQ plugins for, built in.
+
+- ``x-consistent-hash`` (the ``rabbitmq_consistent_hash_exchange`` plugin): each
+  binding's key is a weight, the number of buckets its destination owns on a ring; a
+  message goes to the owner of the bucket its routing key (or the header named by the
+  exchange's ``hash-header`` argument, or the property named by ``hash-property``) hashes
+  to, computed as the plugin does (:mod:`.erlang_hash`), so the same message picks the
+  same queue here as on RabbitMQ given the same bindings made in the same order.
+- ``x-random`` (the ``rabbitmq_random_exchange`` plugin): one binding picked at random,
+  the routing key ignored.
+- ``x-local-random`` (RabbitMQ 4.0): one random binding among those to queues on the
+  publisher's node; a leveret node has every queue local, so any bound queue. Bindings
+  must have an empty key and lead to a classic queue, as in RabbitMQ.
+- ``x-modulus-hash`` (RabbitMQ 4.3): ``phash2`` of the routing keys modulo the number of
+  bindings, taken in destination name order, so a destination bound twice gets twice the
+  share.
+
+Routing is cheap: the ring and the sorted lists are rebuilt on bind and unbind, never
+per message.
+"""
+
+from __future__ import annotations
+
+import bisect
+import calendar
+import random
+import re
+from functools import lru_cache
+from typing import Any
+
+from .erlang_hash import UNDEFINED, Atom, jump_consistent_hash, phash2
+from .errors import BrokerError, precondition_failed
+from .exchange_base import Binding, Exchange
+from .message import Message
+
+HASH_PROPERTIES = ("correlation_id", "message_id", "timestamp")
+
+#: An AMQP field type tag -> RabbitMQ's name for it (its ``rabbit_binary_parser``).
+RABBIT_TYPES = {
+    "S": "longstr",
+    "T": "timestamp",
+    "b": "byte",
+    "B": "unsignedbyte",
+    "s": "short",
+    "u": "unsignedshort",
+    "I": "signedint",
+    "i": "unsignedint",
+    "d": "double",
+    "f": "float",
+    "l": "long",
+    "L": "long",
+    "t": "bool",
+    "D": "decimal",
+    "F": "table",
+    "A": "array",
+    "x": "binary",
+    "V": "void",
+}
+
+_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
+
+
+def _erlang_binary(text: str) -> str:
+    """How Erlang's ``~p`` prints the binary of ``text``'s UTF-8 bytes (RabbitMQ's error
+    texts): ``<<"abc">>`` when every byte is printable Latin-1, else ``<<97,1,98>>``
+    (``<<>>`` when empty)."""
+    data = text.encode("utf-8", "surrogateescape")
+    escapes = {
+        8: "\\b",
+        9: "\\t",
+        10: "\\n",
+        11: "\\v",
+        12: "\\f",
+        13: "\\r",
+        27: "\\e",
+        34: '\\"',
+        92: "\\\\",
+    }
+    if data and all(32 <= b <= 126 or b >= 160 or b in escapes for b in data):
+        return (
+            '<<"'
+            + "".join(escapes.get(b, "") or chr(b) for b in data).encode("latin-1").decode("utf-8", "replace")
+            + '">>'
+        )
+    return "<<" + ",".join(str(b) for b in data) + ">>"
+
+
+def typed_header(message: Message, name: str) -> tuple[str, Any] | None:
+    """A header as ``(AMQP type tag, value)``: from the message's format when it keeps
+    wire types (AMQP 0-9-1), else guessed from the plain value as pika would encode it."""
+    reader = getattr(message.format, "typed_header", None)
+    if reader is not None:
+        return reader(message, name)
+    value = message.header(name)
+    return None if value is None else _guess_tag(value)
+
+
+def _guess_tag(value: Any) -> tuple[str, Any]:
+    if isinstance(value, bool):
+        return ("t", value)
+    if isinstance(value, int):
+        return ("I", value) if -(2**31) <= value < 2**31 else ("l", value)
+    if isinstance(value, float):
+        return ("d", value)
+    if isinstance(value, (bytes, bytearray)):
+        return ("x", bytes(value))
+    if isinstance(value, dict):
+        return ("F", {k: _guess_tag(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return ("A", [_guess_tag(v) for v in value])
+    return ("S", str(value).encode())
+
+
+def erlang_field(typed: tuple[str, Any]) -> tuple:
+    """A typed AMQP field value as RabbitMQ's ``rabbit_misc:table_lookup`` returns it:
+    ``{Type, Value}`` (tables and arrays converted through)."""
+    tag, value = typed
+    kind = Atom(RABBIT_TYPES.get(tag, "longstr"))
+    if tag == "t":
+        value = Atom("true" if value else "false")
+    elif tag == "S" and isinstance(value, str):
+        value = value.encode()
+    elif tag == "V":
+        value = UNDEFINED
+    elif tag == "D":
+        data = bytes(value)
+        value = (data[0], int.from_bytes(data[1:5], "big"))
+    elif tag == "F":
+        value = [(k.encode(), *erlang_field(v)) for k, v in value.items()]
+    elif tag == "A":
+        value = [erlang_field(v) for v in value]
+    return (kind, value)
+
+
+class ConsistentHashExchange(Exchange):
+    """``x-consistent-hash``: weighted consistent hashing, as RabbitMQ's plugin.
+
+    Arguments: ``hash-header`` (a header's name) or ``hash-property`` (one of
+    ``correlation_id``, ``message_id``, ``timestamp``) hash that instead of the routing
+    key; a message without it hashes as Erlang's ``undefined`` (all such go to one
+    queue). Errors, as the plugin's: both arguments, PreconditionFailed (406) ``hash-header
+    and hash-property are mutually exclusive``; another property, 406 ``Unsupported
+    property: NAME``; either argument not text, INTERNAL_ERROR (541, closing the
+    connection, the plugin crashes there). A binding key that is not a positive integer,
+    406 ``The binding key must be an integer: <<"KEY">>`` or ``The binding key must be
+    greater than 0``.
+
+    Like the plugin, only a destination's first binding puts it on the ring (a second
+    binding with another weight changes nothing), and buckets are numbered in binding
+    order. Unlike it, removing one of two bindings of a destination leaves the
+    destination on the ring with its other binding's weight (the plugin takes it off the
+    ring although a binding remains).
+    """
+
+    type = "x-consistent-hash"
+    description = "Consistent hashing over weighted bindings (the rabbitmq_consistent_hash_exchange plugin)"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        header = self.arguments.get("hash-header")
+        prop = self.arguments.get("hash-property")
+        for value in (header, prop):
+            if value is not None and not isinstance(value, (str, bytes)):
+                raise BrokerError("")  # RabbitMQ 3.10: a case_clause crash, 541 INTERNAL_ERROR
+        header = header.decode(errors="replace") if isinstance(header, bytes) else header
+        prop = prop.decode(errors="replace") if isinstance(prop, bytes) else prop
+        if header is not None and prop is not None:
+            raise precondition_failed("hash-header and hash-property are mutually exclusive")
+        if prop is not None and prop not in HASH_PROPERTIES:
+            raise precondition_failed(f"Unsupported property: {prop}")
+        self.hash_header: str | None = header
+        self.hash_property: str | None = prop
+        #: destinations on the ring, in bucket order, and the end of each one's buckets
+        self._owners: list[Any] = []
+        self._ends: list[int] = []
+
+    @staticmethod
+    def validate_binding(binding: Binding) -> None:
+        """PreconditionFailed (406) unless the binding key is a positive integer (text as
+        Erlang's ``list_to_integer`` reads it: optional sign, digits)."""
+        key = binding.routing_key
+        if not _INTEGER.match(key):
+            raise precondition_failed(f"The binding key must be an integer: {_erlang_binary(key)}")
+        if int(key) < 1:
+            raise precondition_failed("The binding key must be greater than 0")
+
+    @property
+    def buckets(self) -> int:
+        """How many buckets the ring has: the sum of its destinations' weights."""
+        return self._ends[-1] if self._ends else 0
+
+    def ring(self) -> list[tuple[Any, int]]:
+        """(destination, weight) in bucket order."""
+        starts = [0, *self._ends[:-1]]
+        return [(d, end - start) for d, start, end in zip(self._owners, starts, self._ends, strict=True)]
+
+    def _rebuild(self) -> None:
+        weights: dict[Any, int] = {}
+        for binding in self.bindings.values():  # insertion order: the order of binding
+            if binding.destination not in weights:
+                weights[binding.destination] = int(binding.routing_key)
+        owners, ends, total = [], [], 0
+        for destination, weight in weights.items():
+            total += weight
+            owners.append(destination)
+            ends.append(total)
+        self._owners, self._ends = owners, ends
+
+    def _bind(self, binding: Binding) -> None:
+        if binding.destination not in self._owners:
+            self._owners.append(binding.destination)
+            self._ends.append(self.buckets + int(binding.routing_key))
+
+    def _unbind(self, binding: Binding) -> None:
+        self._rebuild()
+
+    def hash_value(self, message: Message) -> object:
+        """The Erlang term the plugin hashes for ``message``."""
+        if self.hash_header is not None:
+            typed = typed_header(message, self.hash_header)
+            return UNDEFINED if typed is None else erlang_field(typed)
+        if self.hash_property is not None:
+            properties = message.properties
+            if self.hash_property == "timestamp":
+                stamp = properties.timestamp
+                if stamp is None:
+                    return UNDEFINED
+                seconds = (
+                    calendar.timegm(stamp.utctimetuple()) if stamp.tzinfo is None else int(stamp.timestamp())
+                )
+                return str(seconds).encode()
+            value = getattr(properties, self.hash_property)
+            return UNDEFINED if value is None else str(value).encode("utf-8", "surrogateescape")
+        return message.routing_key.encode("utf-8", "surrogateescape")
+
+    def route(self, message: Message) -> tuple | list:
+        """The one destination owning the bucket the message hashes to; none if the ring
+        is empty."""
+        buckets = self.buckets
+        if not buckets:
+            return ()
+        if self.hash_header is None and self.hash_property is None:
+            bucket = _routing_key_bucket(message.routing_key, buckets)
+        else:
+            bucket = jump_consistent_hash(phash2(self.hash_value(message)), buckets)
+        return [self._owners[bisect.bisect_right(self._ends, bucket)]]
+
+
+@lru_cache(maxsize=8192)
+def _routing_key_bucket(routing_key: str, buckets: int) -> int:
+    return jump_consistent_hash(phash2(routing_key.encode("utf-8", "surrogateescape")), buckets)
+
+
+class _PerBinding(Exchange):
+    """Keeps one entry per binding (a destination bound twice appears twice)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._targets: list[Any] = []
+
+    def _order(self, destinations: list[Any]) -> list[Any]:
+        return destinations
+
+    def _bind(self, binding: Binding) -> None:
+        self._targets = self._order([*self._targets, binding.destination])
+
+    def _unbind(self, binding: Binding) -> None:
+        self._targets = self._order([b.destination for b in self.bindings.values()])
+
+
+class RandomExchange(_PerBinding):
+    """``x-random``, RabbitMQ's ``rabbitmq_random_exchange``: each message goes to one
+    binding's destination picked uniformly at random (a destination bound twice is twice
+    as likely); routing keys and arguments play no part. ``rng``: the random source
+    (tests seed it)."""
+
+    type = "x-random"
+    description = "One binding at random (the rabbitmq_random_exchange plugin)"
+    rng = random.Random()
+
+    def route(self, message: Message) -> tuple | list:
+        targets = self._targets
+        if not targets:
+            return ()
+        if len(targets) == 1:
+            return [targets[0]]
+        return [targets[self.rng.randrange(len(targets))]]
+
+
+class LocalRandomExchange(RandomExchange):
+    """``x-local-random`` (RabbitMQ 4.0): as ``x-random`` over bindings to queues local
+    to the publisher's node, which on a single leveret node is every bound queue.
+    PreconditionFailed (406) with RabbitMQ's texts for a binding with a key (``Non empty
+    binding 'KEY' key not permitted``), to a queue of another type than classic (``Queue
+    type rabbit_quorum_queue not valid for this exchange type``) or to an exchange
+    (``Destination not found``)."""
+
+    type = "x-local-random"
+    description = "One binding to a local classic queue at random (RabbitMQ 4.0)"
+
+    @staticmethod
+    def validate_binding(binding: Binding) -> None:
+        if binding.routing_key:
+            raise precondition_failed(f"Non empty binding '{binding.routing_key}' key not permitted")
+        kind = getattr(binding.destination, "type_name", None)
+        if kind is None:
+            raise precondition_failed("Destination not found")
+        if kind != "classic":
+            raise precondition_failed(f"Queue type rabbit_{kind}_queue not valid for this exchange type")
+
+
+class ModulusHashExchange(_PerBinding):
+    """``x-modulus-hash`` (RabbitMQ 4.3): the destination at ``phash2(routing keys) mod
+    bindings`` in the list of bindings' destinations sorted as RabbitMQ sorts resources
+    (exchanges before queues, then by name), so routing is stable across restarts and a
+    destination bound N times gets N shares. The routing keys are the routing key and
+    any ``CC``/``BCC`` ones."""
+
+    type = "x-modulus-hash"
+    description = "Routing keys' hash modulo the number of bindings (RabbitMQ 4.3)"
+
+    def _order(self, destinations: list[Any]) -> list[Any]:
+        return sorted(
+            destinations,
+            key=lambda d: (not isinstance(d, Exchange), d.name.encode("utf-8", "surrogateescape")),
+        )
+
+    def route(self, message: Message) -> tuple | list:
+        targets = self._targets
+        if not targets:
+            return ()
+        keys = [message.routing_key, *message.cc]
+        return [targets[_keys_hash(tuple(keys)) % len(targets)]]
+
+
+@lru_cache(maxsize=8192)
+def _keys_hash(keys: tuple[str, ...]) -> int:
+    return phash2([k.encode("utf-8", "surrogateescape") for k in keys])
+
+
+PLUGIN_EXCHANGE_TYPES: tuple[type[Exchange], ...] = (
+    ConsistentHashExchange,
+    RandomExchange,
+    LocalRandomExchange,
+    ModulusHashExchange,
+)
