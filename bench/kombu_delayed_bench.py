@@ -286,7 +286,7 @@ def main() -> int:
     if "leveret" in by_name and "rabbitmq" in by_name:
         lv, rq = by_name["leveret"], by_name["rabbitmq"]
         print(
-            f"leveret / RabbitMQ: CPU {lv.cpu_s / rq.cpu_s:.2f}x, lateness p99 {lv.p99_ms / rq.p99_ms:.2f}x"
+            f"leveret / RabbitMQ: CPU {lv.cpu_s / rq.cpu_s:.3g}x, lateness p99 {lv.p99_ms / rq.p99_ms:.3g}x"
         )
     return 1 if any(r.errors or r.undelivered for r in results) else 0
 
