@@ -475,14 +475,19 @@ class RabbitMQ(Broker):
     ``rabbitmq_web_mqtt`` on a free loopback port (``web_mqtt_port``, path ``/ws``).
     ``amqp10``: enable ``rabbitmq_amqp1_0`` (3.10's plugin: AMQP 1.0 on the AMQP port,
     sniffed from the protocol header; v1 addresses ``/queue/NAME``, ``/exchange/X/KEY``).
+    ``conf``: more ``rabbitmq.conf`` lines; ``advanced_config``: the terms of an
+    ``advanced.config`` list (``{rabbit, [{channel_tick_interval, 100}]}``).
     File descriptors: the node inherits this process's RLIMIT_NOFILE (call
     :func:`raise_nofile_limit` first for many connections).
     """
 
     def __init__(self, start_timeout: float = 90.0, schedulers: int | None = None,
                  management: bool = False, stomp: bool = False, mqtt: bool = False,
-                 web_mqtt: bool = False, mqtt_prefetch: int = 10, amqp10: bool = False) -> None:
+                 web_mqtt: bool = False, mqtt_prefetch: int = 10, amqp10: bool = False,
+                 conf: str = "", advanced_config: str = "") -> None:
         super().__init__(name="rabbitmq")
+        self.conf = conf  # more rabbitmq.conf lines
+        self.advanced_config = advanced_config  # advanced.config terms ({rabbit, [...]}), if any
         self.amqp10 = amqp10
         self.start_timeout = start_timeout
         self.schedulers = schedulers
@@ -516,7 +521,9 @@ class RabbitMQ(Broker):
                if self.mqtt else "")
             + (f"web_mqtt.tcp.port = {self.web_mqtt_port}\nweb_mqtt.tcp.ip = 127.0.0.1\n"
                if self.web_mqtt else "")
+            + self.conf
         )
+        Path(w, "advanced.config").write_text(f"[{self.advanced_config}].\n")
         erl_args = "-kernel inet_dist_use_interface {127,0,0,1}"
         if self.schedulers:
             erl_args += f" +S {self.schedulers}:{self.schedulers}"
@@ -525,6 +532,7 @@ class RabbitMQ(Broker):
             HOME=w,
             RABBITMQ_CONF_ENV_FILE=os.path.join(w, "rabbitmq-env.conf"),
             RABBITMQ_CONFIG_FILE=os.path.join(w, "rabbitmq.conf"),
+            RABBITMQ_ADVANCED_CONFIG_FILE=os.path.join(w, "advanced.config"),
             RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(w, "enabled_plugins"),
             RABBITMQ_NODENAME=self.extra["nodename"],
             RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",

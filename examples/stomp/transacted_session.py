@@ -16,8 +16,10 @@ What leveret does: the same. A COMMIT's RECEIPT comes once its persistent messag
 on disk; a disconnect rolls back open transactions. As in
 ActiveMQ, an ABORT does not redeliver the messages whose ACKs it drops: they stay with
 the subscription, to be ACKed again or to come back when it ends. leveret adds
-``x-delivery-count`` to the redelivery, and the queue's redelivery policy applies:
-ActiveMQ's, by default, so invoice 3 comes back after 1 s (``x-redelivery-delay``).
+``x-delivery-count:0`` and ``x-acquired-count:1`` to the redelivery: a consumer that
+leaves with DISCONNECT returns its messages, it did not fail them, so invoice 3 comes
+back at once and does not count toward the queue's delivery limit (RabbitMQ 4.3's
+counts; a consumer that vanishes without DISCONNECT fails them).
 
     python examples/stomp/transacted_session.py                     # embedded leveret
     python examples/stomp/transacted_session.py --url stomp://127.0.0.1:61613

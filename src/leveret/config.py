@@ -23,6 +23,7 @@ Example file::
     stomp_heartbeat_grace = 1.5     # STOMP clients may be this many heart-beat intervals late
     global_qos = "per_consumer"     # basic.qos global=true on quorum/stream queues; or "refuse" (540)
     max_message_size = 134217728    # bytes; larger messages get 406 PRECONDITION_FAILED
+    consumer_timeout = 1800000      # ms a delivery may stay unacked (RabbitMQ's); 0: never
     disk_free_limit = 50000000      # bytes free under data_dir; below it publishers block
     disk_reserve = 16777216         # bytes message writes always leave free (deletes, WAL)
     vm_memory_high_watermark = 0.4  # of RAM; above it publishers are blocked (RabbitMQ's)
@@ -338,6 +339,7 @@ _LIMIT_KEYS = {
     "channel_max": int,
     "max_message_size": int,
     "stomp_heartbeat_grace": float,
+    "consumer_timeout": int,
     "global_qos": str,
 }
 
@@ -374,6 +376,8 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
         if key in _SERVER_KEYS:
             setattr(settings, key, typed("server.", key, value, _SERVER_KEYS[key]))
         elif key in _LIMIT_KEYS:
+            if key == "consumer_timeout" and isinstance(value, int) and value < 0:
+                raise ConfigError(f"{path}: server.consumer_timeout must be 0 (never) or more ms")
             setattr(settings.limits, key, typed("server.", key, value, _LIMIT_KEYS[key]))
             if key == "global_qos" and value not in GLOBAL_QOS_MODES:
                 raise ConfigError(f"{path}: server.global_qos must be one of {', '.join(GLOBAL_QOS_MODES)}")

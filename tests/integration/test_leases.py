@@ -81,7 +81,9 @@ def test_release_and_expiry_return_messages_redelivered(api, channel):
     assert api("lease.acquire", queue="slow", group="g", max=3, ttl_ms=300)["end"] == 4
     assert api("lease.release", queue="slow", group="g", seqs=[1]) == {"ok": True, "released": 1}
     method, props, body = channel.basic_get("slow", auto_ack=True)
+    # a release counts as a failed delivery unless it says otherwise; so does an expiry
     assert (body, method.redelivered, props.headers["x-delivery-count"]) == (b"m0", True, 1)
+    assert props.headers["x-acquired-count"] == 1
 
     time.sleep(0.6)  # the other two expire: back in the queue, redelivered
     api("lease.info", queue="slow", group="g")
@@ -92,6 +94,17 @@ def test_release_and_expiry_return_messages_redelivered(api, channel):
     time.sleep(0.5)
     api("lease.info", queue="slow", group="g")
     assert channel.queue_declare("DLQ.slow", passive=True).method.message_count == 2
+
+
+def test_a_release_that_is_no_failure_is_not_counted(api, channel):
+    fill(channel, "kind", 1, {"x-max-redeliveries": 0, "x-dead-letter-strategy": "individual"})
+    for _ in range(3):  # returns: never the limit's business (RabbitMQ 4.3's acquired count)
+        start = api("lease.acquire", queue="kind", group="g", max=1)["start"]
+        assert api("lease.release", queue="kind", group="g", seqs=[start], failed=False)["released"] == 1
+    _, props, body = channel.basic_get("kind", auto_ack=True)
+    assert (body, props.headers["x-delivery-count"], props.headers["x-acquired-count"]) == (b"m0", 0, 3)
+    assert api("lease.release", queue="kind", group="g", seqs=[9], failed="no") == {
+        "ok": False, "error": "'failed' must be a boolean"}
 
 
 @pytest.mark.parametrize("operation,request_,error", [

@@ -770,3 +770,30 @@ def test_a_connection_closed_without_a_reason_gets_rabbitmqs_default(target, vho
             connection.process_data_events(time_limit=0.2)
     assert (closed.value.reply_code, closed.value.reply_text) == \
         (320, "CONNECTION_FORCED - Closed via management plugin")
+
+
+def test_get_with_requeue_returns_or_fails_as_rabbitmq_4_3():
+    """RabbitMQ 4.3's management settles ``ack_requeue_true`` with basic.nack (a return:
+    never counted) and ``reject_requeue_true`` with basic.reject (a failed delivery):
+    with x-delivery-limit 1 only the second reject dead-letters the message."""
+    with BlockingBroker(amqp_port=0, http_port=0) as broker:
+        management = broker.broker.management
+        assert management is not None
+        target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
+        target.http("PUT", "/api/queues/%2F/limited", {"durable": True, "arguments": {
+            "x-delivery-limit": 1, "x-dead-letter-strategy": "individual"}})
+        target.http("POST", "/api/exchanges/%2F/amq.default/publish", {
+            "properties": {"delivery_mode": 2}, "routing_key": "limited", "payload": "m",
+            "payload_encoding": "string"})
+        get = {"count": 1, "encoding": "auto"}
+        for _ in range(3):
+            assert len(target.http("POST", "/api/queues/%2F/limited/get",
+                                   {**get, "ackmode": "ack_requeue_true"})[1]) == 1
+        for left in (1, 0):
+            assert len(target.http("POST", "/api/queues/%2F/limited/get",
+                                   {**get, "ackmode": "reject_requeue_true"})[1]) == 1
+            wait_for(lambda left=left: target.http("GET", "/api/queues/%2F/limited")[1]["messages"] == left)
+        # dead-lettered to its DLQ (only a dead message goes there)
+        dead = target.http("POST", "/api/queues/%2F/DLQ.limited/get",
+                           {**get, "ackmode": "ack_requeue_false"})[1]
+        assert dead[0]["payload"] == "m", dead

@@ -171,6 +171,36 @@ def test_nack_follows_the_queues_redelivery_policy_then_dead_letters(broker, por
     assert dead.body == b"flaky" and dead.headers["dlqDeliveryFailureCause"] == "delivery_limit"
 
 
+def test_unsubscribe_and_disconnect_return_uncounted_nacks_fail(broker, port):
+    """RabbitMQ 4.3's counts over STOMP: an UNSUBSCRIBE or a DISCONNECT with the message
+    unacknowledged returns it (``x-acquired-count`` grows, ``x-delivery-count`` does
+    not); a NACK fails it (as ActiveMQ counts a redelivery): with x-delivery-limit 1,
+    the second NACK dead-letters it."""
+    with amqp(broker) as connection:
+        connection.channel().queue_declare("limited", durable=True, arguments={
+            "x-delivery-limit": 1, "x-dead-letter-strategy": "individual"})
+    with Client(port) as client:
+        client.send("/queue/limited", "flaky", persistent="true")
+        for _ in range(2):
+            sub_id = client.subscribe("/queue/limited", ack="client-individual")
+            client.message()
+            client.conn.unsubscribe(sub_id)
+    with Client(port) as client:
+        client.subscribe("/queue/limited", ack="client-individual")
+        client.message()
+    seen = []
+    with Client(port) as client:  # the one before left with DISCONNECT
+        client.subscribe("/queue/limited", ack="client-individual")
+        for _ in range(2):
+            frame = client.message()
+            seen.append((frame.headers["x-delivery-count"], frame.headers["x-acquired-count"]))
+            client.nack(frame)
+        client.subscribe("/queue/DLQ.limited")
+        dead = client.message()
+    assert seen == [("0", "3"), ("1", "4")]
+    assert dead.body == b"flaky" and dead.headers["dlqDeliveryFailureCause"] == "delivery_limit"
+
+
 # -- transactions -------------------------------------------------------------------------
 def test_sends_in_a_transaction_arrive_on_commit_and_not_on_abort(port):
     with Client(port) as client:

@@ -95,6 +95,13 @@ if TYPE_CHECKING:  # (loaded when a broker runs: `leveret ctl` imports this modu
     help="AMQP connection worker processes, to use more cores (docs/multicore.md) [0: none].",
 )
 @click.option(
+    "--consumer-timeout",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="MS",
+    help="ms a delivery may stay unacknowledged (RabbitMQ's consumer_timeout); 0: never [1800000].",
+)
+@click.option(
     "--log-level",
     default=None,
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
@@ -115,6 +122,7 @@ def server(
     cluster: str | None,
     config_file: str | None,
     workers: int | None,
+    consumer_timeout: int | None,
     log_level: str | None,
 ) -> None:
     """Run the broker until SIGTERM or SIGINT.
@@ -152,6 +160,8 @@ def server(
     ):
         if value is not None:
             setattr(settings, key, value)
+    if consumer_timeout is not None:
+        settings.limits.consumer_timeout = consumer_timeout
     if settings.http_port is not None and settings.http_port < 0:
         settings.http_port = None
     if settings.prometheus_port is not None and settings.prometheus_port < 0:

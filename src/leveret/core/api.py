@@ -11,7 +11,9 @@ client can use it; the Spark connector does. Operations, in the connection's vho
 - ``lease.acquire`` ``{"queue", "group", "max", "ttl_ms"?}`` → ``{"start", "end"}``
 - ``lease.ack`` ``{"queue", "group", "upto", "from"?}`` (held leases ``from`` … ``upto``,
   from the first by default) or ``{..., "seqs": [...]}`` → ``{"acked"}``
-- ``lease.release`` ``{"queue", "group", "seqs": [...]}`` → ``{"released"}``
+- ``lease.release`` ``{"queue", "group", "seqs": [...], "failed"?}`` → ``{"released"}``
+  (``failed``, default true: the messages count as failed deliveries, toward the delivery
+  limit; false: a plain return)
 - ``lease.info`` ``{"queue", "group"}`` → ``{"next", "held"}``
 
 See :mod:`leveret.core.queues.features.leases` for what a lease is.
@@ -31,7 +33,7 @@ from .session import Session
 API_EXCHANGE = "amq.leveret.api"
 
 
-_KINDS = {int: "an integer", str: "a string", list: "a list"}
+_KINDS = {int: "an integer", str: "a string", list: "a list", bool: "a boolean"}
 # Sequence numbers and offsets are SQLite integers: none can be larger.
 MAX_INT = 2**63 - 1
 # A lease's TTL, as RabbitMQ bounds its TTLs (Erlang's timer limit): about 49.7 days.
@@ -114,7 +116,8 @@ def _lease_ack(session: Session, request: dict) -> dict:
 def _lease_release(session: Session, request: dict) -> dict:
     queue, group = _queue(session, request), _field(request, "group", str)
     seqs = _seqs(request)
-    return {"released": queue.lease(group).release(seqs)}
+    failed = _field(request, "failed", bool) if "failed" in request else True
+    return {"released": queue.lease(group).release(seqs, failed)}
 
 
 def _lease_info(session: Session, request: dict) -> dict:

@@ -52,6 +52,9 @@ class Limits:
     #: STOMP: a client silent for this many of its heart-beat intervals is dropped
     #: (ActiveMQ's multiplier is 1.0, which drops clients a little late by chance).
     stomp_heartbeat_grace: float = 1.5
+    #: ms a delivery may stay unacknowledged before its consumer times out (RabbitMQ's
+    #: ``consumer_timeout`` and default, 30 min; 0: never; see core/consumer_timeout.py)
+    consumer_timeout: int = 1_800_000
     #: AMQP 0-9-1: what a channel-wide prefetch (basic.qos global=true) means to a
     #: consumer of a queue that has no channel-wide window (quorum and stream queues):
     #: ``"per_consumer"`` applies it as the consumer's own prefetch, so that old kombu /
@@ -129,6 +132,7 @@ class BrokerCore:
             "operator_policy",
             "global_parameter",
             "parameter",
+            "stream_chunk",
         }
     )
 

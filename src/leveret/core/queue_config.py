@@ -4,7 +4,8 @@ feature (:mod:`.queues.features`) reads and checks its own keys; ``features.buil
 puts them together.
 
 As in RabbitMQ 3.10, where both give a numeric limit (``message-ttl``, ``expires``,
-``max-length``, ``max-length-bytes``, ``max-redeliveries``) the lower wins; for the
+``max-length``, ``max-length-bytes``, ``max-redeliveries``; and 3.12's
+``consumer-timeout``) the lower wins; for the
 others the queue argument wins over the policy. Invalid values are a 406
 PRECONDITION_FAILED at declaration, naming the argument.
 """
@@ -53,7 +54,17 @@ LAZY_IN_MEMORY = 1_000  # the same for x-queue-mode=lazy
 STORED_IN_MEMORY = 50_000
 STORED_IN_MEMORY_BYTES = 32 * 1024 * 1024
 
-_MIN_WINS = {"message-ttl", "expires", "max-length", "max-length-bytes", "max-redeliveries", "delivery-limit"}
+_MIN_WINS = {
+    "consumer-timeout",
+    "message-ttl",
+    "expires",
+    "max-length",
+    "max-length-bytes",
+    "max-redeliveries",
+    "delivery-limit",
+    "delayed-retry-min",  # RabbitMQ 4.3 takes the lower of argument and policy
+    "delayed-retry-max",
+}
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,10 @@ class QueueConfig:
     max_priority: int | None = None  # x-max-priority: priorities 0..max_priority (classic)
     max_age: float | None = None  # seconds (streams)
     max_segment_size: int = 500_000_000  # bytes (streams)
+    filter_size: int | None = None  # bytes of a stream chunk's Bloom filter (None: default)
+    #: ms a delivery may stay unacknowledged (x-consumer-timeout; None: the broker's)
+    consumer_timeout: int | None = None
+    consumer_timeout_mode: str | None = None  # close (None) or graceful
 
 
 def _text(value: Any, source: str, where: str) -> Any:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from .exchange import Binding, exchange_class
 from .queues import ClassicQueue, Queue, queue_class
+from .queues.stream import CHUNK_KIND, StreamQueue
 
 if TYPE_CHECKING:
     from ..store import Snapshot, Store
@@ -87,6 +88,7 @@ def recover(core: RecoveringBroker, snapshot: Snapshot, store: Store) -> int:
             continue
         found.restore_paged(queued, last_seq, size)
         count += queued
+    _recover_stream_indexes(snapshot, store, by_id)
     log.info(
         "recovered %d exchanges, %d queues, %d bindings and %d messages in %.2f s",
         len(defs.get("exchange", [])),
@@ -96,3 +98,18 @@ def recover(core: RecoveringBroker, snapshot: Snapshot, store: Store) -> int:
         time.monotonic() - started,
     )
     return count
+
+
+def _recover_stream_indexes(snapshot: Snapshot, store: Store, by_id: dict[int, Queue]) -> None:
+    """Streams' chunk indexes: the saved summaries (forgotten when their stream is
+    gone), then each stream rebuilds what was not saved (:meth:`StreamQueue.rebuild_index`)."""
+    for vhost_name, name, data in snapshot.definitions.get(CHUNK_KIND, []):
+        queue_id, _, chunk = name.partition(":")
+        stream = by_id.get(int(queue_id)) if queue_id.isdigit() else None
+        if isinstance(stream, StreamQueue) and chunk.isdigit():
+            stream.restore_chunk(int(chunk), data)
+        else:
+            store.delete_definition(CHUNK_KIND, vhost_name, name)
+    for queue in by_id.values():
+        if isinstance(queue, StreamQueue):
+            queue.rebuild_index()

@@ -216,7 +216,9 @@ class Messages:
             queue.requeue(taken)
             raise json_error(400, "bad_request", exc.text) from None
         if ackmode.endswith("requeue_true"):
-            queue.requeue(taken)
+            # RabbitMQ 4.3's management settles ack_requeue_true with basic.nack (a
+            # return) and reject_requeue_true with basic.reject (a failed delivery)
+            queue.requeue(taken, failed=ackmode == "reject_requeue_true")
         elif ackmode == "ack_requeue_false":
             for entry in taken:
                 queue.ack(entry)

@@ -221,8 +221,8 @@ def dlq_replay(
             if chosen:
                 client.rpc("lease.ack", {"queue": queue, "group": group, "seqs": chosen})
             rest = sorted(leased - set(chosen))
-            if rest:
-                client.rpc("lease.release", {"queue": queue, "group": group, "seqs": rest})
+            if rest:  # not chosen by the filter: a plain return, not a failed delivery
+                client.rpc("lease.release", {"queue": queue, "group": group, "seqs": rest, "failed": False})
         letters.unpersist()
     except BaseException:
         # give back what was not acknowledged now rather than after the TTL

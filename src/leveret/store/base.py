@@ -34,6 +34,8 @@ class StoredMessage:
     meta: str | None = None  # see leveret.core.message.Message.meta
     #: epoch seconds before which it may not be delivered (a redelivery back-off); 0: now
     available_at: float = 0.0
+    #: the failed deliveries among ``delivery_count`` (RabbitMQ 4.3's delivery-count)
+    failed_count: int = 0
 
 
 @dataclass(slots=True)
@@ -189,8 +191,9 @@ class Store(ABC):
         """Forget a deduplication key (evicted from the cache)."""
 
     @abstractmethod
-    def set_delivery_count(self, store_id: int, count: int) -> None:
-        """Record that the message was delivered ``count`` times (redelivery state)."""
+    def set_delivery_count(self, store_id: int, count: int, failed: int = 0) -> None:
+        """Record that the message was delivered ``count`` times, ``failed`` of which
+        failed (redelivery state: the acquired count and the delivery limit's count)."""
 
     @abstractmethod
     def set_available_at(self, store_id: int, available_at: float) -> None:

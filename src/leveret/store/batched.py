@@ -78,7 +78,8 @@ class Batch:
         #: bytes counted in the store's backlog for this batch (bodies + ROW_OVERHEAD each)
         self.cost = 0
         self.inserts: dict[int, list] = {}
-        self.counts: dict[int, int] = {}
+        #: store id -> (deliveries, failed deliveries)
+        self.counts: dict[int, tuple[int, int]] = {}
         self.delays: dict[int, float] = {}  # store id -> available_at (redelivery back-off)
         self.deletes: set[int] = set()  # a set: page-in answers look ids up in it
         #: everything else, in the order it was made (see :mod:`.ops`)
@@ -103,7 +104,7 @@ class Batch:
         for store_id, count in newer.counts.items():
             row = self.inserts.get(store_id)
             if row is not None:
-                row[3] = count
+                row[3], row[13] = count
             else:
                 self.counts[store_id] = count
         for op in newer.ops:
@@ -394,7 +395,7 @@ class BatchedStore(Store):
         while True:
             found = db.execute(
                 "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, "
-                "meta, expires_at, available_at FROM messages "
+                "meta, expires_at, available_at, failed_count FROM messages "
                 "WHERE queue_id=? AND seq>? AND seq<=? ORDER BY seq LIMIT ?",
                 (queue_id, after_seq, upto_seq, want),
             ).fetchall()
@@ -408,7 +409,7 @@ class BatchedStore(Store):
             # would otherwise be read a few rows per query
             after_seq = found[-1][2]
         return [
-            StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[8], r[10])
+            StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[8], r[10], r[11])
             for r in rows[:limit]
         ]
 
@@ -418,12 +419,14 @@ class BatchedStore(Store):
         if not pending:
             return found
         # a batch's row: id, queue_id, seq, delivery_count, exchange, routing_key, header,
-        # body, transient, expires_at, published_at, size, meta
+        # body, transient, expires_at, published_at, size, meta, failed_count
         # only the ``limit`` lowest pending rows can be among the answer: while the writer
         # is behind there are tens of thousands, and messages are built for these alone
         merged = {m.store_id: m for m in found}
         for r in heapq.nsmallest(limit, pending, key=_SEQ):
-            merged[r[0]] = StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[12])
+            merged[r[0]] = StoredMessage(
+                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[12], failed_count=r[13]
+            )
         return sorted(merged.values(), key=_STORED_SEQ)[:limit]
 
     # -- reads answered by callback ---------------------------------------------------------
@@ -502,11 +505,13 @@ class BatchedStore(Store):
         assert self._reader is not None
         deleting = self._pending_deletes()
         return [
-            StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], expires_at=r[8], meta=r[9])
+            StoredMessage(
+                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], expires_at=r[8], meta=r[9], failed_count=r[10]
+            )
             for r in self._reader.execute(
                 "SELECT id, queue_id, seq, delivery_count, exchange, routing_key, header, body, expires_at, "
-                "meta FROM messages WHERE queue_id=? AND expires_at > 0 AND expires_at <= ? AND seq > ? "
-                "AND seq <= ? ORDER BY expires_at LIMIT ?",
+                "meta, failed_count FROM messages WHERE queue_id=? AND expires_at > 0 AND expires_at <= ? "
+                "AND seq > ? AND seq <= ? ORDER BY expires_at LIMIT ?",
                 (queue_id, now, after_seq, upto_seq, limit + len(deleting)),
             )
             if r[0] not in deleting
@@ -763,6 +768,7 @@ class BatchedStore(Store):
             published_at,
             len(body),
             meta,
+            0,
         ]
         return store_id
 
@@ -774,14 +780,15 @@ class BatchedStore(Store):
         """Queued in the current batch."""
         self._changed().ops.append(DeleteDedup(queue_id, key))
 
-    def set_delivery_count(self, store_id: int, count: int) -> None:
-        """Updates an insert still in the batch, else queues an UPDATE."""
+    def set_delivery_count(self, store_id: int, count: int, failed: int = 0) -> None:
+        """Updates an insert still in the batch, else queues an UPDATE (both counts)."""
         batch = self._changed()
         row = batch.inserts.get(store_id)
         if row is not None:
             row[3] = count
+            row[13] = failed
         else:
-            batch.counts[store_id] = count
+            batch.counts[store_id] = (count, failed)
 
     def set_available_at(self, store_id: int, available_at: float) -> None:
         """Queued in the current batch (an UPDATE after the batch's inserts)."""
@@ -1003,12 +1010,14 @@ class BatchedStore(Store):
         if batch.inserts:
             db.executemany(
                 "INSERT INTO messages (id, queue_id, seq, delivery_count, exchange, routing_key, header, "
-                "body, transient, expires_at, published_at, size, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "body, transient, expires_at, published_at, size, meta, failed_count) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 batch.inserts.values(),
             )
         if batch.counts:
             db.executemany(
-                "UPDATE messages SET delivery_count=? WHERE id=?", [(c, i) for i, c in batch.counts.items()]
+                "UPDATE messages SET delivery_count=?, failed_count=? WHERE id=?",
+                [(c, f, i) for i, (c, f) in batch.counts.items()],
             )
         if batch.delays:  # after the inserts: a row inserted in this batch gets it too
             db.executemany(

@@ -93,6 +93,10 @@ MIGRATIONS = [
     CREATE INDEX scheduled_by_due ON scheduled (due_at, id);
     CREATE INDEX scheduled_by_job ON scheduled (job_id);
     """,
+    # 2: failed deliveries counted apart from deliveries (RabbitMQ 4.3's delivery-count)
+    """
+    ALTER TABLE messages ADD COLUMN failed_count INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 
 

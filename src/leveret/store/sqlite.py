@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS messages (
     delivery_count INTEGER NOT NULL, exchange TEXT NOT NULL, routing_key TEXT NOT NULL,
     header BLOB NOT NULL, body BLOB NOT NULL, transient INTEGER NOT NULL,
     expires_at REAL NOT NULL, published_at REAL NOT NULL, size INTEGER NOT NULL,
-    meta TEXT, available_at REAL NOT NULL DEFAULT 0);
+    meta TEXT, available_at REAL NOT NULL DEFAULT 0, failed_count INTEGER NOT NULL DEFAULT 0);
 -- covering: start-up counts a queue's messages and bytes from the index alone
 CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue_id, seq, size);
 CREATE INDEX IF NOT EXISTS messages_transient ON messages (id) WHERE transient=1;
@@ -95,6 +95,8 @@ class SQLiteStore(BatchedStore):
                 db.execute("ALTER TABLE messages ADD COLUMN meta TEXT")
             if "available_at" not in columns:  # ... or kept their redelivery back-off
                 db.execute("ALTER TABLE messages ADD COLUMN available_at REAL NOT NULL DEFAULT 0")
+            if "failed_count" not in columns:  # ... or told failed deliveries from returns
+                db.execute("ALTER TABLE messages ADD COLUMN failed_count INTEGER NOT NULL DEFAULT 0")
             clean = db.execute("SELECT value FROM meta WHERE key='clean_shutdown'").fetchone()
             # After a crash SQLite's WAL recovery has already made the file consistent;
             # checking every page as well would make start-up grow with the backlog

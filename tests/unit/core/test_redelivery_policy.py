@@ -74,7 +74,7 @@ class Consumer:
 
     def requeue(self, body: str | None = None) -> None:
         queue, entry = self._pop(body)
-        queue.requeue([entry])
+        queue.requeue([entry], failed=True)
         queue.drain()
 
     def reject(self, body: str | None = None) -> None:
@@ -89,7 +89,7 @@ class Consumer:
         for queue, entry in held:
             by_queue.setdefault(queue, []).append(entry)
         for queue, entries in by_queue.items():
-            queue.requeue(entries)
+            queue.requeue(entries, failed=True)
             queue.drain()
 
     def bodies(self) -> list[str]:
@@ -253,7 +253,7 @@ def test_delayed_message_returns_to_its_original_position(vhost, clock):
     for body in "ABCD":
         publish(queue, body)
     a = queue.get()
-    queue.requeue([a])
+    queue.requeue([a], failed=True)
     b = queue.get()
     assert bodies([b]) == ["B"]
     queue.ack(b)  # (an acknowledged entry lets go of its message)
@@ -308,13 +308,13 @@ def test_redeliveries_due_together_keep_queue_order():
     for body in "ABC":
         publish(queue, body)
     a = queue.get()
-    queue.requeue([a])
+    queue.requeue([a], failed=True)
     clock.jump(1.0)
     a = queue.get()  # A's 2nd delivery: next wait 2 s
     b = queue.get()  # B's 1st: next wait 1 s
     assert bodies([a, b]) == ["A", "B"]
-    queue.requeue([a])
-    queue.requeue([b])
+    queue.requeue([a], failed=True)
+    queue.requeue([b], failed=True)
     clock.jump(5.0)  # both due when the loop gets round to it
     assert bodies(drain_get(queue)) == ["A", "B", "C"]
 
@@ -348,7 +348,7 @@ def test_get_carries_delivery_count(vhost, clock):
     for _ in range(3):
         entry = queue.get()
         counts.append(amqp_headers(entry.message, queue.delivery_headers(entry))["x-delivery-count"])
-        queue.requeue([entry])
+        queue.requeue([entry], failed=True)
     assert counts == [0, 1, 2]
 
 
@@ -357,7 +357,7 @@ def test_no_policy_no_header_on_first_delivery(vhost, clock):
     publish(queue, "m")
     entry = queue.get()
     assert "x-delivery-count" not in (amqp_headers(entry.message, queue.delivery_headers(entry)))
-    queue.requeue([entry])
+    queue.requeue([entry], failed=True)
     entry = queue.get()
     assert amqp_headers(entry.message, queue.delivery_headers(entry))["x-delivery-count"] == 1
     assert entry.redelivered
@@ -404,7 +404,7 @@ def test_max_redeliveries_zero_dead_on_first_return(vhost, clock):
         max_redeliveries=0, dead_letter_strategy="individual"))
     publish(queue, "m")
     entry = queue.get()
-    queue.requeue([entry])
+    queue.requeue([entry], failed=True)
     assert queue.get() is None
     assert bodies(drain_get(vhost.queues["DLQ.q"])) == ["m"]
 
@@ -415,7 +415,7 @@ def test_delivery_limit_alias_and_lower_wins(vhost, clock):
     assert queue.config.redelivery.max_redeliveries == 1
     publish(queue, "m")
     for _ in range(2):
-        queue.requeue([queue.get()])
+        queue.requeue([queue.get()], failed=True)
     assert queue.get() is None
     assert bodies(drain_get(vhost.queues["DLQ.q"])) == ["m"]
 
@@ -429,7 +429,7 @@ def test_individual_strategy_with_prefix_and_named_shared_queue(vhost, clock):
         max_redeliveries=0, dead_letter_strategy="individual"))
     for queue in (q1, q2, q3):
         publish(queue, queue.name)
-        queue.requeue([queue.get()])
+        queue.requeue([queue.get()], failed=True)
     assert bodies(drain_get(vhost.queues["dead-a"])) == ["a"]
     assert bodies(drain_get(vhost.queues["all.dead"])) == ["b"]
     assert bodies(drain_get(vhost.queues["DLQ.c"])) == ["c"]
@@ -451,7 +451,7 @@ def test_discard_strategy(vhost, clock):
         max_redeliveries=0, dead_letter_strategy="discard"))
     before = discarded.total
     publish(queue, "m")
-    queue.requeue([queue.get()])
+    queue.requeue([queue.get()], failed=True)
     assert queue.message_count == 0
     assert discarded.total == before + 1
     assert not any(name.startswith("DLQ") or name == "leveret.DLQ" for name in vhost.queues)
@@ -486,7 +486,7 @@ def test_process_expired_false_still_takes_poison(vhost, clock):
         "x-dead-letter-strategy": "shared", "x-dead-letter-expired": False,
         "x-max-redeliveries": 0})
     publish(queue, "m")
-    queue.requeue([queue.get()])
+    queue.requeue([queue.get()], failed=True)
     assert bodies(drain_get(vhost.queues["leveret.DLQ"])) == ["m"]
 
 
@@ -499,7 +499,7 @@ def test_non_persistent_skip_dlq_unless_flag(vhost, clock, flag):
     publish(queue, "transient", persistent=False)
     publish(queue, "persistent", persistent=True)
     for _ in range(2):
-        queue.requeue([queue.get()])
+        queue.requeue([queue.get()], failed=True)
     expected = ["transient", "persistent"] if flag else ["persistent"]
     assert bodies(drain_get(vhost.queues["DLQ.q"])) == expected
 
@@ -512,7 +512,7 @@ def test_poison_to_dead_letter_exchange_with_x_death(vhost, clock):
         "x-dead-letter-exchange": "dlx", "x-max-redeliveries": 1})
     publish(queue, "m")
     for _ in range(2):
-        queue.requeue([queue.get()])
+        queue.requeue([queue.get()], failed=True)
     dead = drain_get(dead_q)
     headers = amqp_headers(dead[0].message)
     assert headers["x-death"][0]["reason"] == "delivery_limit"
@@ -527,7 +527,7 @@ def test_dlq_created_on_demand_and_reused(vhost, clock):
     assert "leveret.DLQ" not in vhost.queues
     for body in ("1", "2"):
         publish(queue, body)
-        queue.requeue([queue.get()])
+        queue.requeue([queue.get()], failed=True)
     assert bodies(drain_get(vhost.queues["leveret.DLQ"])) == ["1", "2"]
 
 
@@ -571,7 +571,7 @@ def test_expired_when_requeued_dies_at_once(vhost, clock):
     publish(queue, "m")
     entry = queue.get()
     clock.advance(0.6)
-    queue.requeue([entry])
+    queue.requeue([entry], failed=True)
     assert queue.message_count == 0
     assert bodies(drain_get(vhost.queues["leveret.DLQ"])) == ["m"]
 
@@ -580,7 +580,7 @@ def test_purge_drops_delayed_messages(vhost, clock):
     queue = vhost.declare_queue("q", None, arguments=policy_args(redelivery_delay=1000))
     publish(queue, "A")
     publish(queue, "B")
-    queue.requeue([queue.get()])
+    queue.requeue([queue.get()], failed=True)
     assert queue.message_count == 2
     assert queue.purge() == 2
     clock.advance(2.0)
@@ -590,7 +590,7 @@ def test_purge_drops_delayed_messages(vhost, clock):
 def test_delete_with_delayed_message(vhost, clock):
     queue = vhost.declare_queue("q", None, arguments=policy_args(redelivery_delay=1000))
     publish(queue, "A")
-    queue.requeue([queue.get()])
+    queue.requeue([queue.get()], failed=True)
     assert vhost.delete_queue("q") == 1
     clock.advance(2.0)  # the redelivery timer must not resurrect anything
     assert "q" not in vhost.queues
@@ -599,7 +599,7 @@ def test_delete_with_delayed_message(vhost, clock):
 def test_delete_if_empty_counts_delayed_messages(vhost, clock):
     queue = vhost.declare_queue("q", None, arguments=policy_args(redelivery_delay=1000))
     publish(queue, "A")
-    queue.requeue([queue.get()])
+    queue.requeue([queue.get()], failed=True)
     with pytest.raises(PreconditionFailed) as err:
         vhost.delete_queue("q", if_empty=True)
     assert err.value.condition == "precondition_failed"

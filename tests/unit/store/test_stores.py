@@ -946,3 +946,47 @@ def test_the_backlog_of_unwritten_messages_raises_flow_above_the_high_mark_and_e
     assert flows == [True] and store.flowing
     assert opened.durable()
     assert flows == [True, False] and store.backlog_bytes == 0 and not store.flowing
+
+
+def test_failed_count_is_recovered_with_the_delivery_count(opened):
+    """RabbitMQ 4.3's two counts (deliveries, failed deliveries) are written together,
+    for a row still in the batch being built and for one on disk, and read back."""
+    store = opened.store
+    written = add(store, 1, 1)
+    assert opened.durable()
+    store.set_delivery_count(written, 3, 1)
+    pending = add(store, 1, 2)
+    store.set_delivery_count(pending, 2, 2)  # still in the batch being built
+    assert opened.durable()
+    store.set_delivery_count(written, 4, 2)  # the last counts win
+    assert opened.durable()
+    opened.close()
+    store = opened.place.new_store()
+    store.load()
+    try:
+        rows = store.read_queue(1, 0, 10)
+        assert [(m.seq, m.delivery_count, m.failed_count) for m in rows] == [(1, 4, 2), (2, 2, 2)]
+    finally:
+        store.close()
+
+
+def test_an_older_store_gets_the_failed_count_column(place):
+    """A data directory (or PostgreSQL schema at version 1) written before failed
+    deliveries were counted apart: migrated at start, its rows with no failure."""
+    opened = Opened(place)
+    add(opened.store, 1, 1)
+    assert opened.durable() is True
+    opened.close()
+    with place.raw() as db:  # as the store was before the column existed
+        db.execute("ALTER TABLE messages DROP COLUMN failed_count")
+        if place.kind == "postgresql":
+            db.execute("DELETE FROM schema_version WHERE version = 2")
+    reopened = Opened(place)
+    try:
+        rows = reopened.store.read_queue(1, 0, 10)
+        assert [(r.seq, r.failed_count) for r in rows] == [(1, 0)]
+        reopened.store.set_delivery_count(rows[0].store_id, 2, 1)
+        assert reopened.durable() is True
+        assert [r.failed_count for r in reopened.store.read_queue(1, 0, 10)] == [1]
+    finally:
+        reopened.close()

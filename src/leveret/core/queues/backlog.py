@@ -52,6 +52,7 @@ def restored(stored: StoredMessage) -> QueuedMessage:
     message = Message.restore(stored.exchange, stored.routing_key, stored.header, stored.body, stored.meta)
     entry = QueuedMessage(message, stored.seq, stored.store_id, stored.expires_at)
     entry.delivery_count = stored.delivery_count
+    entry.failed_count = stored.failed_count
     entry.redelivered = stored.delivery_count > 0
     return entry
 

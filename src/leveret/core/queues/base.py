@@ -19,7 +19,7 @@ from ..deduplication import DeduplicationCache
 from ..errors import precondition_failed
 from ..message import Message
 from ..metrics import QueueCounters
-from .entry import DELAYED, GONE, READY, UNACKED, QueuedMessage
+from .entry import DELAYED, GONE, READY, UNACKED, QueuedMessage, delivery_counts
 from .features import build
 from .host import ConsumerChanged, QueueAction, QueueHost, Unused, hands_back
 from .outcome import Enqueued
@@ -197,9 +197,13 @@ class Queue:
         came back (at once when there is none)."""
         callback(True)
 
-    def requeue(self, entries: list[QueuedMessage]) -> None:
-        """Delivered messages come back unacknowledged (nack/reject with requeue, a
-        closed channel, basic.recover)."""
+    def requeue(self, entries: list[QueuedMessage], failed: bool = False) -> None:
+        """Delivered messages come back unacknowledged: ``failed`` for a failed delivery
+        (basic.reject with requeue, STOMP NACK, AMQP 1.0 ``modified`` with
+        delivery-failed, an expired lease: counted toward the delivery limit), else a
+        plain return (basic.nack with requeue, basic.recover, a cancelled consumer, a
+        closed channel, a consumer timeout: never counted), as RabbitMQ 4.3 tells them
+        apart (see :mod:`..redelivery`)."""
         raise NotImplementedError
 
     def discard(self, entry: QueuedMessage, reason: str) -> None:
@@ -404,4 +408,4 @@ class Queue:
 
 #: QueuedMessage and its states live in :mod:`.entry`; re-exported for the storage
 #: modules (:mod:`.backlog`, :mod:`.priority_backlog`).
-__all__ = ["DELAYED", "GONE", "READY", "UNACKED", "Consumer", "Queue", "QueuedMessage"]
+__all__ = ["DELAYED", "GONE", "READY", "UNACKED", "Consumer", "Queue", "QueuedMessage", "delivery_counts"]

@@ -33,7 +33,7 @@ from ..message_groups import GROUP_ID_BYTES, message_group
 from ..queue_config import DELIVERY_GUARANTEES
 from ..selector import message_lookup
 from .backlog import PAGE_IN_BATCH, Backlog, restored
-from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
+from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage, delivery_counts
 from .features import limits
 from .features.groups import MessageGroups
 from .features.hold import HoldAndScan
@@ -285,7 +285,7 @@ class ClassicQueue(HoldAndScan, Queue):
                 message = entry.message
                 entry.store_id = self._write(entry.seq, message, entry.expires_at, transient=True)
                 if entry.delivery_count:  # read back as redelivered
-                    store.set_delivery_count(entry.store_id, entry.delivery_count)
+                    store.set_delivery_count(entry.store_id, entry.delivery_count, entry.failed_count)
             expiring = expiring or bool(entry.expires_at)
         if expiring:  # the heap lets go of them; they expire on disk when due
             self.expiry.sweep()
@@ -373,7 +373,7 @@ class ClassicQueue(HoldAndScan, Queue):
         self.unacked_count += 1
         entry.delivery_count += 1
         if entry.store_id and self.store is not None:  # as in ack: None once deleted
-            self.store.set_delivery_count(entry.store_id, entry.delivery_count)
+            self.store.set_delivery_count(entry.store_id, entry.delivery_count, entry.failed_count)
         return entry
 
     @hands_back
@@ -409,12 +409,11 @@ class ClassicQueue(HoldAndScan, Queue):
         return entry
 
     def delivery_headers(self, entry: QueuedMessage) -> tuple[tuple[str, int], ...]:
-        """``x-delivery-count`` (previous deliveries) when the queue has a redelivery
-        policy or the message was delivered before (ActiveMQ's JMSXDeliveryCount - 1,
-        as RabbitMQ's quorum queues count)."""
-        if entry.delivery_count > 1 or self.config.redelivery.active:
-            return (("x-delivery-count", entry.delivery_count - 1),)
-        return ()
+        """As RabbitMQ 4.3: ``x-delivery-count``, the failed deliveries so far, once one
+        failed (from the first delivery on when the queue has a redelivery policy, as
+        ActiveMQ's JMSXDeliveryCount - 1 would be); ``x-acquired-count``, every
+        delivery before this one (returns too), once there was one."""
+        return delivery_counts(entry, self.config.redelivery.active)
 
     # -- settling -------------------------------------------------------------------
     def discard(self, entry: QueuedMessage, reason: str) -> None:
@@ -429,32 +428,39 @@ class ClassicQueue(HoldAndScan, Queue):
             self.actions.append(DeadLetter(self, entry.message, reason))
         self.ack(entry)
 
-    def requeue(self, entries: list[QueuedMessage]) -> None:
+    def requeue(self, entries: list[QueuedMessage], failed: bool = False) -> None:
         """Unacknowledged messages come back: back to their original position, marked
-        redelivered, after the redelivery policy's delay; a poison message (policy
-        exhausted) or an expired one dies instead (an entry point, written out as
-        :meth:`drain` is: it runs per nack)."""
+        redelivered, after the redelivery policy's delay. ``failed`` (a failed
+        delivery, see :meth:`.base.Queue.requeue`) counts toward the delivery limit,
+        also in the store; a poison message (more failures than the limit) or an
+        expired one dies instead (an entry point, written out as :meth:`drain` is: it
+        runs per nack)."""
         if self.deleted or not entries:
             return  # nothing recorded
         policy = self.config.redelivery
         now = self.host.clock.time()
+        store = self.store
         back = []
         for entry in sorted(entries):
             if entry.state == UNACKED:
                 self.unacked_count -= 1
                 entry.state = READY
             entry.redelivered = True
-            if policy.exhausted(entry.delivery_count):
+            if failed:
+                entry.failed_count += 1
+                if entry.store_id and store is not None:  # a restart keeps the count
+                    store.set_delivery_count(entry.store_id, entry.delivery_count, entry.failed_count)
+            if policy.exhausted(entry.failed_count):
                 self._die(entry, "delivery_limit")
             elif entry.expires_at and entry.expires_at <= now:
                 self._die(entry, "expired")
             else:
-                delay = policy.delay(entry.delivery_count)
+                delay = policy.return_delay(failed, entry.failed_count)
                 if delay > 0:
                     due = now + delay / 1000
                     self.delays.wait(entry, due)
-                    if entry.store_id and self.store is not None:
-                        self.store.set_available_at(entry.store_id, due)  # a restart keeps the wait
+                    if entry.store_id and store is not None:
+                        store.set_available_at(entry.store_id, due)  # a restart keeps the wait
                 else:
                     back.append(entry)
         if self.delays.heap:  # replace: a new entry may be due before the armed timer

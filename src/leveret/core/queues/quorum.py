@@ -8,8 +8,9 @@ a quorum queue is a classic queue that RabbitMQ's rules shape:
   durable, in RabbitMQ's order);
 - every message is written to the store, persistent or not (RabbitMQ keeps every
   message in the Raft log); a publisher confirm waits for it;
-- ``x-delivery-limit`` N: a message returned N+1 times dies with reason
-  ``delivery_limit``; every redelivery carries ``x-delivery-count``;
+- ``x-delivery-limit`` N: a message whose delivery failed N+1 times dies with reason
+  ``delivery_limit`` (RabbitMQ 4.3: returns do not count); a redelivery carries
+  ``x-acquired-count`` and, once one failed, ``x-delivery-count``;
 - ``x-dead-letter-strategy`` ``at-most-once``/``at-least-once`` (see
   :class:`..queue_config.DeadLetterConfig`); ``x-quorum-initial-group-size`` must be a
   positive integer and is kept for the definitions (one node: one replica);
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from ..errors import precondition_failed
 from ..queue_config import amqp_type_name
-from .base import QueuedMessage
+from .base import QueuedMessage, delivery_counts
 from .classic import ClassicQueue
 
 
@@ -74,8 +75,7 @@ class QuorumQueue(ClassicQueue):
                 )
 
     def delivery_headers(self, entry: QueuedMessage) -> tuple[tuple[str, int], ...]:
-        """``x-delivery-count`` on every redelivery (the deliveries before this one),
-        as RabbitMQ's quorum queues; none on the first."""
-        if entry.delivery_count > 1:
-            return (("x-delivery-count", entry.delivery_count - 1),)
-        return ()
+        """As RabbitMQ 4.3's quorum queues: ``x-delivery-count`` (failed deliveries)
+        once one failed, ``x-acquired-count`` (deliveries before this one) on every
+        redelivery; none on the first delivery."""
+        return delivery_counts(entry, False)

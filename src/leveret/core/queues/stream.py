@@ -7,6 +7,13 @@ offset, or a timestamp: the first message published at or after it), must use ma
 acknowledgement with a prefetch (basic.qos; an AMQP 1.0 link's credit is its window),
 and every delivery carries the header ``x-stream-offset`` (a long). A consumer with a
 selector (``x-selector``, AMQP 1.0 source filters) reads past what it turns down.
+Stream filtering (RabbitMQ 3.13, :mod:`..stream_filter`): a consumer with
+``x-stream-filter`` gets only the messages of the filter values it names (exactly: the
+broker drops what RabbitMQ's Bloom filters let through), and skips whole chunks that
+hold none of them with the stream's chunk index (:mod:`.stream_index`), without
+reading them from the store; the index of each sealed chunk is saved in the store
+(definitions of kind ``stream_chunk``) and the chunks after the last saved one are
+rebuilt from the store's messages at recovery.
 Acknowledging only makes room in the prefetch window; nack and reject change nothing.
 leveret adds ``x-stream-offset-end``: the consumer gets offsets up to that one
 (exclusive), then a server-sent basic.cancel, so a reader (a Spark executor) can fetch
@@ -35,10 +42,19 @@ from ..deduplication import DeduplicationCache, dedup_key
 from ..errors import precondition_failed
 from ..message import Message
 from ..selector import message_lookup
+from ..stream_filter import StreamFilter, filter_value, from_arguments
 from .backlog import ALL_SEQS
 from .base import UNACKED, Consumer, Queue, QueuedMessage
 from .host import QueueHost
 from .outcome import ACCEPTED, REJECTED, STORED, Enqueued
+from .stream_index import (
+    CHUNK_SIZE,
+    DEFAULT_FILTER_SIZE,
+    MAX_FILTER_SIZE,
+    MIN_FILTER_SIZE,
+    ChunkIndex,
+    ChunkSummary,
+)
 
 if TYPE_CHECKING:
     from ...store.base import StoredMessage
@@ -51,14 +67,22 @@ READ_BATCH = 1000  # messages read from the store at a time
 #: Messages a consumer's selector may turn down in one dispatch; then it goes on in
 #: the next event-loop turn, so one filtered reader never holds up the broker.
 SCAN_BUDGET = 2000
+#: The definition kind under which a stream's sealed chunk summaries are stored (name:
+#: ``<queue id>:<chunk number>``, data ``{"json": ...}``).
+CHUNK_KIND = "stream_chunk"
+#: At recovery, at most this many chunks after the last saved summary are rebuilt from
+#: the store (a crash loses at most the summaries being written); older chunks without
+#: one (a stream written before the index existed) stay unknown: read in full.
+MAX_REBUILT_CHUNKS = 64
 
 
 class _Cursor:
-    __slots__ = ("end", "next", "read_upto", "reading", "waiting")
+    __slots__ = ("end", "filter", "next", "read_upto", "reading", "waiting")
 
-    def __init__(self, next_offset: int, end: int | None) -> None:
+    def __init__(self, next_offset: int, end: int | None, wanted: StreamFilter | None = None) -> None:
         self.next = next_offset
         self.end = end
+        self.filter = wanted  # x-stream-filter
         self.waiting = False  # its start is being looked up in the store
         #: the offset after the batches read from the store for this consumer: its
         #: window of the stream queue's read cache is ``next`` .. ``read_upto``
@@ -114,6 +138,11 @@ class StreamQueue(Queue):
                 f"'{host.name}': a stream must be durable, not exclusive, not auto-delete"
             )
         super().__init__(host, name, durable, exclusive_owner, auto_delete, arguments)
+        filter_size = self.config.filter_size
+        if filter_size is not None and not MIN_FILTER_SIZE <= filter_size <= MAX_FILTER_SIZE:
+            raise precondition_failed("Invalid value for x-stream-filter-size-bytes")
+        #: which filter values each chunk holds (x-stream-filter consumers skip by it)
+        self.index = ChunkIndex(filter_size or DEFAULT_FILTER_SIZE)
         self.first_offset = 0
         self.next_offset = 0
         self._tail: deque[tuple[float, Message]] = deque()  # newest messages
@@ -164,6 +193,10 @@ class StreamQueue(Queue):
                 meta=message.meta(),
             )
             stored = True
+        index = self.index
+        index.add(offset, filter_value(message))
+        if stored and index.seals(offset):
+            self._save_chunk(index.chunk_of(offset))
         self._tail.append((now, message))
         if self.store is not None and len(self._tail) > IN_MEMORY_TAIL:
             self._tail.popleft()
@@ -205,8 +238,11 @@ class StreamQueue(Queue):
             self._tail.popleft()
             self._tail_start += 1
         self._chunk.clear()
+        gone = self.index.drop_below(self.first_offset)
         if self.store is not None and self.queue_id:
             self.store.remove_range(self.queue_id, self.first_offset)
+            for chunk in gone:
+                self.store.delete_definition(CHUNK_KIND, self.host.name, f"{self.queue_id}:{chunk}")
         for cursor in self._cursors.values():
             cursor.next = max(cursor.next, self.first_offset)
 
@@ -216,6 +252,68 @@ class StreamQueue(Queue):
         self.first_offset = last_seq - count
         self._total_bytes = size
         self._segments = deque([[self.first_offset, size, self.host.clock.time()]])
+
+    # -- the chunk index in the store --------------------------------------------------
+    def _save_chunk(self, chunk: int) -> None:
+        """Save the summary of ``chunk``, sealed: written after its last message, so
+        on disk only once all its messages are."""
+        assert self.store is not None
+        summary = self.index.chunks[chunk]
+        self.store.save_definition(
+            CHUNK_KIND, self.host.name, f"{self.queue_id}:{chunk}", {"json": summary.to_json()}
+        )
+
+    def restore_chunk(self, chunk: int, data: dict) -> None:
+        """At start-up: the saved summary of ``chunk`` (a row of kind
+        :data:`CHUNK_KIND`); one that does not parse, or that retention has dropped
+        meanwhile, is forgotten (its chunk is then read in full)."""
+        try:
+            summary = ChunkSummary.from_json(str(data["json"]))
+        except (KeyError, TypeError, ValueError):
+            log.warning("stream '%s': chunk %d's index does not parse; it is read in full", self.name, chunk)
+            return
+        self.index.chunks[chunk] = summary
+
+    def rebuild_index(self) -> int:
+        """At start-up, after :meth:`restore_paged` and :meth:`restore_chunk`: index
+        the chunks after the last saved summary (the open chunk, and those whose
+        summary a crash lost; at most :data:`MAX_REBUILT_CHUNKS`) from the store's
+        messages (a blocking read, as recovery's are); drops saved summaries of chunks
+        retention removed. Returns the messages read."""
+        index = self.index
+        for chunk in index.drop_below(self.first_offset):
+            if self.store is not None:
+                self.store.delete_definition(CHUNK_KIND, self.host.name, f"{self.queue_id}:{chunk}")
+        if self.store is None or self.next_offset <= self.first_offset:
+            return 0
+        last = index.chunk_of(self.next_offset - 1)
+        if last in index.chunks:
+            return 0  # every chunk's summary was saved
+        lowest = max(index.chunk_of(self.first_offset), last - MAX_REBUILT_CHUNKS + 1)
+        start = last
+        while start > lowest and start - 1 not in index.chunks:
+            start -= 1  # back to the first chunk after the saved ones
+        offset = max(self.first_offset, start * CHUNK_SIZE)
+        read = 0
+        while offset < self.next_offset:
+            rows = self.store.read_queue(self.queue_id, offset, READ_BATCH)
+            if not rows:
+                break
+            for row in rows:
+                message = Message.restore(row.exchange, row.routing_key, row.header, row.body, row.meta)
+                index.add(row.seq - 1, filter_value(message))
+                if index.seals(row.seq - 1):
+                    self._save_chunk(index.chunk_of(row.seq - 1))
+            read += len(rows)
+            offset = rows[-1].seq
+        return read
+
+    def stop(self) -> None:
+        """Deleted: also forget the saved chunk summaries (recovery drops any left)."""
+        if self.deleted and self.store is not None and self.queue_id:
+            for chunk in self.index.chunks:
+                self.store.delete_definition(CHUNK_KIND, self.host.name, f"{self.queue_id}:{chunk}")
+        super().stop()
 
     # -- reading --------------------------------------------------------------------
     def _read(self, cursor: _Cursor) -> Message | None:
@@ -237,11 +335,22 @@ class StreamQueue(Queue):
         return message
 
     def _ask(self, cursor: _Cursor, offset: int) -> None:
-        """Ask the store for :data:`READ_BATCH` messages from ``offset`` on, for ``cursor``."""
+        """Ask the store for :data:`READ_BATCH` messages from ``offset`` on, for
+        ``cursor``; with a stream filter, from the first to the last message in that
+        batch the chunk index does not rule out (:meth:`.stream_index.ChunkIndex.span`),
+        and nothing when it rules them all out (a read ahead)."""
         assert self.store is not None
+        upto = ALL_SEQS
+        if cursor.filter is not None:
+            limit = min(offset + READ_BATCH, self._tail_start)
+            offset = self.index.next_candidate(offset, limit, cursor.filter)
+            if offset >= limit:
+                return
+            # seqs are offsets + 1: the span's end offset is the last seq to read
+            upto = self.index.span(offset, limit, cursor.filter)
         cursor.reading = True
         self.store.request_queue(
-            self.queue_id, offset, READ_BATCH, ALL_SEQS, lambda rows: self._chunk_read(cursor, offset, rows)
+            self.queue_id, offset, READ_BATCH, upto, lambda rows: self._chunk_read(cursor, offset, rows)
         )
 
     def _chunk_read(self, cursor: _Cursor, offset: int, rows: list[StoredMessage]) -> None:
@@ -326,8 +435,11 @@ class StreamQueue(Queue):
         RabbitMQ, for no-ack or no prefetch, and for a bad offset or
         ``x-stream-offset-end`` (not an integer). A consumer with a selector (an AMQP
         1.0 source filter, RabbitMQ 4.1's filter expressions on streams) reads on past
-        the messages it turns down. A consumer whose window is its link credit (AMQP
-        1.0, ``credit_window``) needs no prefetch."""
+        the messages it turns down; one with ``x-stream-filter`` (and
+        ``x-stream-match-unfiltered``, read as RabbitMQ does: no error, see
+        :func:`..stream_filter.from_arguments`) skips by the chunk index. A consumer
+        whose window is its link credit (AMQP 1.0, ``credit_window``) needs no
+        prefetch."""
         if getattr(consumer, "no_ack", False):
             raise precondition_failed(
                 f"stream queue '{self.name}' in vhost '{self.host.name}' requires manual acknowledgement"
@@ -347,7 +459,9 @@ class StreamQueue(Queue):
         end = arguments.get("x-stream-offset-end")
         if end is not None and (not isinstance(end, int) or isinstance(end, bool)):
             raise precondition_failed(f"invalid arg 'x-stream-offset-end': {end!r}")
-        cursor = self._cursors[consumer] = _Cursor(self.first_offset if start is None else start, end)
+        cursor = self._cursors[consumer] = _Cursor(
+            self.first_offset if start is None else start, end, from_arguments(arguments)
+        )
         if start is None:  # only a timestamp older than the tail
             assert isinstance(spec, datetime.datetime)
             self._look_up(consumer, cursor, spec.timestamp())
@@ -361,21 +475,36 @@ class StreamQueue(Queue):
 
     def _dispatch(self) -> None:
         """Each consumer reads on from its own position, within its prefetch window,
-        skipping what its selector turns down (:data:`SCAN_BUDGET` at a time)."""
+        skipping what its stream filter and selector turn down (:data:`SCAN_BUDGET`
+        messages or index jumps at a time); a stream filter first jumps over what the
+        chunk index rules out, then tests the messages left exactly."""
+        index = self.index
         for consumer in list(self.consumers):
             cursor = self._cursors.get(consumer)
             if cursor is None or cursor.waiting:
                 continue
             limit = self.next_offset if cursor.end is None else min(cursor.end, self.next_offset)
             selector = consumer.selector
+            wanted = cursor.filter
             budget = SCAN_BUDGET
             while cursor.next < limit and consumer.can_accept():
+                if wanted is not None:
+                    candidate = index.next_candidate(cursor.next, limit, wanted)
+                    if candidate != cursor.next:
+                        cursor.next = candidate
+                        budget -= 1
+                        if budget <= 0:
+                            self.timers.arm("filter-scan", 0, self._resume_scan)
+                            break
+                        continue
                 offset = cursor.next
                 message = self._read(cursor)
                 if message is None:  # on its way from the store
                     break
                 cursor.next += 1
-                if selector is not None and not selector.matches(message_lookup(message)):
+                if (wanted is not None and not wanted.matches_message(message)) or (
+                    selector is not None and not selector.matches(message_lookup(message))
+                ):
                     budget -= 1
                     if budget <= 0:
                         self.timers.arm("filter-scan", 0, self._resume_scan)
@@ -400,7 +529,7 @@ class StreamQueue(Queue):
         return (("x-stream-offset", entry.seq - 1),)
 
     # -- what streams do not do -----------------------------------------------------
-    def requeue(self, entries: list[QueuedMessage]) -> None:
+    def requeue(self, entries: list[QueuedMessage], failed: bool = False) -> None:
         """nack/reject/close: nothing returns to a stream (it never left)."""
         for entry in entries:
             self.ack(entry)

@@ -35,6 +35,7 @@ from ...core.errors import NotImplementedFeature, access_refused, not_found, pre
 from ...core.message import Message
 from ...core.publish import REPLY_TO, REPLY_TO_PREFIX, Publisher
 from ...core.queues import Queue, QueuedMessage
+from .ack_timeout import AckTimeouts
 from .consumer import ChannelConsumer
 from .message import AMQP, content_header, from_publish, replace_reply_to, with_delivery_headers
 
@@ -83,6 +84,7 @@ class Channel:
         self.delivery_tag = 0
         self.prefetch_count = 0  # per consumer (basic.qos global=false)
         self.global_prefetch = 0  # per channel (global=true)
+        self.ack_timeouts = AckTimeouts(self)  # consumer timeouts (ack_timeout.py)
         session = connection.session
         assert session is not None  # made with the vhost, at connection.open
         self.session = session
@@ -248,13 +250,16 @@ class Channel:
             if consumer.queue is not None:
                 consumer.queue.drain()
 
-    def release(self) -> None:
+    def release(self, vanished: bool = False) -> None:
         """The channel is closing or its connection is gone: cancel its consumers and
-        requeue everything unacknowledged (AMQP 0-9-1 §1.5.2.5), drop an open tx."""
+        requeue everything unacknowledged (AMQP 0-9-1 §1.5.2.5), drop an open tx.
+        Plain returns, but for a client that ``vanished`` (no connection.close):
+        failed deliveries then."""
         for consumer in self.consumers.values():
             if consumer.queue is not None:
                 consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
+        self.ack_timeouts.close()
         if self.reply_to_key is not None:
             self.vhost.reply_consumers.pop(self.reply_to_key, None)
         if not self.publisher.closed:  # released once, however the channel ends
@@ -263,7 +268,7 @@ class Channel:
         uncommitted = self._deferred_settlements(self.publisher.close())
         self._publish = None
         unacked, self.unacked = self.unacked, OrderedDict()
-        self._requeue([(tag, *item) for tag, item in unacked.items()] + uncommitted)
+        self._requeue([(tag, *item) for tag, item in unacked.items()] + uncommitted, vanished)
 
     # -- exchanges ------------------------------------------------------------------
     def _exchange_declare(self, m: commands.Exchange.Declare) -> None:
@@ -372,6 +377,7 @@ class Channel:
         if queue.has_exclusive_consumer or (m.exclusive and queue.consumers):
             raise access_refused(f"queue '{name}' in vhost '{self.vhost.name}' in exclusive use")
         consumer = ChannelConsumer(self, queue, tag, m.no_ack, m.exclusive, arguments)
+        self.ack_timeouts.subscribe(consumer, queue, arguments)
         if self.global_prefetch and not queue.channel_prefetch:
             self._own_prefetch(consumer, queue)
         queue.prepare_consumer(consumer)
@@ -459,6 +465,11 @@ class Channel:
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
+            deadlines = consumer.deadline_group  # consumer timeouts (ack_timeout.py)
+            if deadlines is not None:
+                now = deadlines.monotonic()  # delivered(tag), inlined: once per delivery
+                if now >= deadlines.mark_until:
+                    deadlines.mark(tag, now)
             if queue is not None:
                 counters = queue.counters
                 counters.delivered_consume_manual_ack += 1
@@ -504,6 +515,7 @@ class Channel:
         header = with_delivery_headers(content_header(message), queue.delivery_headers(entry))
         if not m.no_ack:
             self.unacked[self.delivery_tag] = (queue, entry, None)
+            self.ack_timeouts.got(queue, self.delivery_tag)
             counters.delivered_get_manual_ack += 1
         else:  # no_ack: delivered means acknowledged
             queue.ack(entry)
@@ -527,7 +539,14 @@ class Channel:
         """Remove and return, as (tag, queue, entry, consumer), the unacknowledged
         deliveries an ack/nack/reject names; 406 for an unknown delivery tag, as RabbitMQ."""
         unacked = self.unacked
-        if multiple and tag == 0:
+        timed_out = self.ack_timeouts.timed_out
+        if timed_out and self.ack_timeouts.forget(tag, multiple) and tag not in unacked:
+            # graceful consumer timeout: that delivery was returned already
+            taken = []
+            while multiple and unacked and next(iter(unacked)) < tag:
+                current, item = unacked.popitem(last=False)
+                taken.append((current, *item))
+        elif multiple and tag == 0:
             taken = [(t, *item) for t, item in unacked.items()]
             unacked.clear()
         elif tag not in unacked:
@@ -546,15 +565,17 @@ class Channel:
                 consumer.unacked -= 1
         return taken
 
-    def _settle(self, taken: list[tuple], requeue: bool | None) -> None:
-        """ack (requeue None), requeue (True) or discard (False) taken deliveries."""
+    def _settle(self, taken: list[tuple], requeue: bool | None, failed: bool = False) -> None:
+        """ack (requeue None), requeue (True) or discard (False) taken deliveries;
+        ``failed``: a requeue counts as a failed delivery (basic.reject and basic.nack;
+        basic.recover returns without counting; RabbitMQ 4.3 counts reject only)."""
         if requeue is None:
             for _, queue, entry, _ in taken:
                 if queue is not None:
                     queue.ack(entry)
                     queue.counters.acknowledged += 1
         elif requeue:
-            self._requeue(taken)  # the queues drain themselves
+            self._requeue(taken, failed)  # the queues drain themselves
             if not self.global_prefetch:
                 return
         else:
@@ -563,28 +584,37 @@ class Channel:
                     queue.discard(entry, "rejected")
         self.resume()
 
-    def _requeue(self, taken: list[tuple]) -> None:
+    def return_deliveries(self, taken: list[tuple]) -> None:
+        """Return deliveries ``(tag, queue, entry, consumer)`` taken from
+        :attr:`unacked` to their queues (a consumer timeout's): plain returns, as a
+        cancel or a closed channel makes them, never failures (nack/reject)."""
+        self._requeue(taken)
+
+    def _requeue(self, taken: list[tuple], failed: bool = False) -> None:
         by_queue: dict[Queue, list[QueuedMessage]] = {}
         for _, queue, entry, _ in taken:
             if queue is not None:
                 by_queue.setdefault(queue, []).append(entry)
         for queue, entries in by_queue.items():
-            queue.requeue(entries)
+            queue.requeue(entries, failed)
 
-    def _acknowledge(self, tag: int, multiple: bool, requeue: bool | None) -> None:
+    def _acknowledge(self, tag: int, multiple: bool, requeue: bool | None, failed: bool = False) -> None:
         taken = self._take_unacked(tag, multiple)
-        if not self.publisher.defer(self._settle, taken, requeue):
-            self._settle(taken, requeue)
+        if not self.publisher.defer(self._settle, taken, requeue, failed):
+            self._settle(taken, requeue, failed)
 
     def _basic_ack(self, m: commands.Basic.Ack) -> None:
         self._acknowledge(m.delivery_tag, m.multiple, None)
 
     def _basic_reject(self, m: commands.Basic.Reject) -> None:
         assert m.delivery_tag is not None  # decoded from the wire: pamqp's None is a default
-        self._acknowledge(m.delivery_tag, False, m.requeue)
+        self._acknowledge(m.delivery_tag, False, m.requeue, failed=True)  # RabbitMQ 4.3: a failure
 
     def _basic_nack(self, m: commands.Basic.Nack) -> None:
-        self._acknowledge(m.delivery_tag, m.multiple, m.requeue)
+        # a failure, as basic.reject: RabbitMQ 4.3 counts reject only, which leaves the
+        # clients that nack to retry (pika's examples, aio-pika's nack()) in a loop that no
+        # delivery limit ends (rabbitmq-server discussion #18226)
+        self._acknowledge(m.delivery_tag, m.multiple, m.requeue, failed=True)
 
     def _basic_recover(self, m: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
         if not m.requeue:
@@ -698,6 +728,7 @@ class Channel:
                 self.unacked[tag] = (queue, entry, consumer)
                 if consumer is not None:
                     consumer.unacked += 1
+                self.ack_timeouts.restored(tag, queue, consumer)
             self.unacked = OrderedDict(sorted(self.unacked.items()))
         self.send_method(commands.Tx.RollbackOk())
 

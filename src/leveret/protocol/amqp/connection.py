@@ -459,6 +459,7 @@ class Connection(AdapterConnection):
     # -- connection methods -----------------------------------------------------------
     def _connection_method(self, method: Method) -> None:
         if isinstance(method, C.Close):
+            self._release_channels()  # closed in order: unacked messages are plain returns
             self.send_method(0, C.CloseOk())
             self.close_transport()
             return
@@ -755,11 +756,14 @@ class Connection(AdapterConnection):
         elif self.state == "header":
             self.close_transport()
 
-    def _release_channels(self) -> None:
+    def _release_channels(self, vanished: bool = False) -> None:
+        """Release every channel; ``vanished``: the client went without connection.close
+        (socket lost, heartbeats missed), so its unacknowledged messages come back as
+        failed deliveries (RabbitMQ 4.3 counts a consumer that went down so)."""
         channels, self.channels = self.channels, {}
         for channel in channels.values():
             if not channel.closing:
-                channel.release()
+                channel.release(vanished)
 
     def close_transport(self, abort: bool = False) -> None:
         """Write what is queued and close the socket (``abort``: drop it at once);
@@ -774,7 +778,7 @@ class Connection(AdapterConnection):
         """The socket is gone (also after close_transport): release everything."""
         self.state = "closed"
         self._timer.cancel()
-        self._release_channels()
+        self._release_channels(vanished=True)  # none left after a close in order
         self._out.clear()
         self._end_life()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
@@ -57,6 +57,8 @@ class ChannelConsumer:
         "arguments",
         "channel",
         "channel_window",
+        "deadline_group",
+        "deadline_key",
         "encoded_tag",
         "examined",
         "exclusive",
@@ -86,6 +88,10 @@ class ChannelConsumer:
         self.examined = 0
         where = f" for queue '{queue.name}' in vhost '{queue.host.name}'" if queue is not None else ""
         self.priority = priority_of(arguments, where)
+        #: (timeout ms, mode) of its deliveries' acknowledgement deadline, None: none
+        #: (no-ack, or timeouts off); set by the channel (see core.consumer_timeout)
+        self.deadline_key: tuple[int, str] | None = None
+        self.deadline_group: Any = None
 
     @property
     def global_prefetch(self) -> int:

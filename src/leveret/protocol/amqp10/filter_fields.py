@@ -23,6 +23,7 @@ from typing import Any
 
 from ...core.message import Message
 from ...core.selector_lookup import register_namespace
+from ...core.stream_filter import FILTER_VALUE_HEADER, as_filter_value, filter_value
 from . import performatives as perf
 from .message import AMQP10, encode_transfer
 from .types import DecodeError, Described, decode
@@ -46,7 +47,7 @@ PROPERTY_FIELDS = (
     "reply-to-group-id",
 )
 _INDEX = {field: i for i, field in enumerate(PROPERTY_FIELDS)}
-STREAM_FILTER_VALUE = "x-stream-filter-value"
+STREAM_FILTER_VALUE = FILTER_VALUE_HEADER
 
 
 class _Missing:
@@ -105,10 +106,10 @@ def read(message: Message, rest: str) -> Any:
         subject = _decoded(message)[0][3]
         return subject if isinstance(subject, str) else message.properties.type
     if kind == "sfv":
-        value = message.header(STREAM_FILTER_VALUE)
+        value = filter_value(message)
         if value is None and message.format is AMQP10:
-            value = _decoded(message)[1].get(STREAM_FILTER_VALUE)
-        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            value = as_filter_value(_decoded(message)[1].get(STREAM_FILTER_VALUE))
+        return value
     return None
 
 

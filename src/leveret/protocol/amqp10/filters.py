@@ -31,8 +31,11 @@ Filters are recognised by their descriptor (symbol or code), whatever their key:
 - ``rabbitmq:stream-filter`` (a string or a list of strings) with
   ``rabbitmq:stream-match-unfiltered`` (boolean): only messages whose filter value
   (message-annotation or header ``x-stream-filter-value``) is one of them, and those
-  without one when match-unfiltered is true. Exact, on any queue (RabbitMQ's Bloom
-  filters let a few others through on streams only).
+  without one when match-unfiltered is true: core's
+  :class:`~leveret.core.stream_filter.StreamFilter`. On a stream it becomes the
+  consumer arguments ``x-stream-filter`` and ``x-stream-match-unfiltered``, so the
+  stream skips chunks by its chunk index; on any other queue, a test of the selector.
+  Exact either way (RabbitMQ's Bloom filters let a few others through on streams only).
 
 A filter that is unknown, malformed or not applicable is left out of the echoed map
 and not applied: RabbitMQ 4's behaviour (§3.5.3: the sender echoes the filters
@@ -51,6 +54,7 @@ from typing import Any
 from ...core.errors import BrokerError
 from ...core.queue_config import parse_age
 from ...core.selector import Lookup, Selector, SelectorError, compile_selector, logic_of
+from ...core.stream_filter import FILTER_ARGUMENT, MATCH_UNFILTERED_ARGUMENT, StreamFilter
 from . import errors as e
 from .filter_fields import MISSING, PROPERTY_FIELDS, name
 from .types import Described, Symbol, Timestamp
@@ -156,7 +160,10 @@ def source_filters(filter_map: Any, stream: bool = False, now: float | None = No
         except _Invalid:
             continue
         out.echoed[key] = value
-    if stream_values is not None:
+    if stream_values is not None and stream:
+        out.arguments[FILTER_ARGUMENT] = stream_values
+        out.arguments[MATCH_UNFILTERED_ARGUMENT] = bool(match_unfiltered)
+    elif stream_values is not None:
         fns.append(stream_filter(stream_values, bool(match_unfiltered)))
         texts.append(f"x-stream-filter-value in {stream_values!r}")
     if fns:
@@ -478,15 +485,14 @@ def _stream_values(value: Any) -> list[str]:
 
 
 def stream_filter(values: Iterable[str], match_unfiltered: bool) -> _Fn:
-    """The stream filter's test: the message's filter value is one of ``values``; a
-    message without one passes when ``match_unfiltered``."""
-    wanted = frozenset(values)
+    """The stream filter's test as a selector's (core's :class:`StreamFilter` on the
+    lookup's filter value): the message's filter value is one of ``values``; a message
+    without one passes when ``match_unfiltered``."""
+    matches = StreamFilter.of(values, match_unfiltered).matches
     key = name("sfv")
 
     def fn(lookup: Lookup) -> bool:
         v = lookup(key)
-        if v is None:
-            return match_unfiltered
-        return isinstance(v, str) and v in wanted
+        return matches(v if isinstance(v, str) else None)
 
     return fn

@@ -516,7 +516,8 @@ class OutgoingLink:
         ttl_left = None
         if entry.expires_at:
             ttl_left = max(0, int((entry.expires_at - session.connection.core.clock.time()) * 1000))
-        payload = encode_transfer(message, max(0, entry.delivery_count - 1), not entry.redelivered, ttl_left)
+        # the header's delivery-count: the failed attempts (§3.2.1), as RabbitMQ 4.3
+        payload = encode_transfer(message, entry.failed_count, not entry.redelivered, ttl_left)
         extra = self.queue.delivery_headers(entry)
         if extra:  # a stream's x-stream-offset, as a message annotation (RabbitMQ 4)
             payload = with_annotations(payload, extra)
@@ -573,9 +574,8 @@ class OutgoingLink:
         ):
             queue.discard(entry, "rejected")
         elif isinstance(state, perf.Modified) and state.delivery_failed:
-            queue.requeue([entry])
-        else:  # released, or modified without delivery-failed: not a failed delivery
-            _uncount(queue, entry)
+            queue.requeue([entry], failed=True)
+        else:  # released, or modified without delivery-failed: a return, not a failure
             queue.requeue([entry])
         return queue
 
@@ -602,12 +602,3 @@ class OutgoingLink:
             queue.requeue(sorted(unsettled.values()))
         if self.temporary and self.session.connection.session is not None:
             self.session.connection.session.vhost.delete_queue(queue.name)
-
-
-def _uncount(queue: Queue, entry: QueuedMessage) -> None:
-    """A delivery given back without failing (released) does not count toward the
-    delivery limit (RabbitMQ 4.3's acquired count, kept apart from delivery-count)."""
-    if entry.delivery_count > 0:
-        entry.delivery_count -= 1
-        if entry.store_id and queue.store is not None:
-            queue.store.set_delivery_count(entry.store_id, entry.delivery_count)

@@ -131,6 +131,7 @@ class StompConnection(AdapterConnection):
         # the rest of a read whose turn's budget ran out (see protocol/turns.py), else None
         self._rest: list[Frame | None] | None = None
         self._disconnecting = False  # DISCONNECT came: nothing more is read
+        self._erred = False  # the broker sent ERROR: the client did not vanish
         self.parser = FrameParser()
         self._timer: Timer = self.loop.call_later(CONNECT_TIMEOUT, self._connect_timeout)
         self._send_timer: Timer | None = None
@@ -679,9 +680,9 @@ class StompConnection(AdapterConnection):
             raise StompError("Durable consumer is in use", f"subscription '{name}' has an active consumer")
         session.delete_queue(queue.name)
 
-    def _end_subscription(self, subscription: Subscription) -> None:
-        """Stop deliveries and give back what it did not acknowledge (redelivered); a
-        standby exclusive subscription takes over."""
+    def _end_subscription(self, subscription: Subscription, failed: bool = False) -> None:
+        """Stop deliveries and give back what it did not acknowledge (redelivered;
+        ``failed``: as failed deliveries); a standby exclusive subscription takes over."""
         subscription.queue.remove_consumer(subscription)
         if subscription.exclusive:
             subscription.queue.drain()
@@ -690,7 +691,7 @@ class StompConnection(AdapterConnection):
         for number, _ in unacked:
             self._forget(number)
         if unacked:
-            subscription.queue.requeue([entry for _, entry in unacked])
+            subscription.queue.requeue([entry for _, entry in unacked], failed)
 
     def subscription_cancelled(self, subscription: Subscription) -> None:
         """Its queue was deleted: forget the subscription."""
@@ -843,7 +844,7 @@ class StompConnection(AdapterConnection):
                 queue.ack(entry)
             queue.counters.acknowledged += len(entries)
         elif requeue:
-            queue.requeue(entries)
+            queue.requeue(entries, failed=True)  # a NACK: a failed delivery, as ActiveMQ counts it
         else:
             for entry in entries:
                 queue.discard(entry, "rejected")
@@ -913,6 +914,7 @@ class StompConnection(AdapterConnection):
         body = (detail or message)[:4000].encode()
         headers["content-length"] = str(len(body))
         self.send(encode("ERROR", headers, body, self.version))
+        self._erred = True
         self.close_transport()
 
     def refuse_before_login(self) -> None:
@@ -994,7 +996,12 @@ class StompConnection(AdapterConnection):
 
     def _release(self) -> None:
         """Open transactions roll back, unacknowledged messages come back
-        (redelivered, their delivery count raised), temporary queues go (once)."""
+        (redelivered), temporary queues go (once). A client that vanished (its socket
+        closed, or silent past the heart-beat, without DISCONNECT) failed its
+        deliveries: they count toward the delivery limit, as RabbitMQ 4.3 counts a
+        consumer that went down; after DISCONNECT or the broker's ERROR they are plain
+        returns."""
+        vanished = not (self._disconnecting or self._erred)
         self._timer.cancel()
         if self._send_timer is not None:
             self._send_timer.cancel()
@@ -1010,7 +1017,7 @@ class StompConnection(AdapterConnection):
         subscriptions, self.subscriptions = self.subscriptions, {}
         for group in subscriptions.values():
             for subscription in group:
-                self._end_subscription(subscription)
+                self._end_subscription(subscription, vanished)
         self.deliveries.clear()
         self.message_ids.clear()
         self._id_of.clear()

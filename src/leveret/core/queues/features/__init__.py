@@ -11,6 +11,7 @@ behaviour it adds to a queue:
   ``x-cache-size``, ``x-cache-ttl``;
 - :mod:`.paging`: ``x-max-in-memory-length``, ``x-max-in-memory-bytes``, ``x-queue-mode``;
 - :mod:`.streams`: ``x-max-age``, ``x-stream-max-segment-size-bytes``;
+- :mod:`.consumer_timeout`: ``x-consumer-timeout``, ``x-consumer-timeout-mode``;
 - :mod:`.groups`: ActiveMQ's message groups (``JMSXGroupID``; no argument);
 - :mod:`.leases`: a classic queue's leases (no argument);
 - :mod:`.hold`: browsing and the dead-letter console's hold/scan (no argument).
@@ -24,10 +25,10 @@ from __future__ import annotations
 
 from ...errors import precondition_failed
 from ...queue_config import Arguments, QueueConfig, amqp_type_name, max_priority
-from . import dead_lettering, deduplication, limits, paging, redelivery, streams, ttl
+from . import consumer_timeout, dead_lettering, deduplication, limits, paging, redelivery, streams, ttl
 
 #: The features that read arguments, in the order they check them.
-CONFIGURED = (limits, dead_lettering, streams, redelivery, paging, ttl, deduplication)
+CONFIGURED = (limits, dead_lettering, streams, redelivery, paging, ttl, deduplication, consumer_timeout)
 
 
 def build(arguments: dict, policy_definition: dict | None = None, where: str = "") -> QueueConfig:

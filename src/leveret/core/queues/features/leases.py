@@ -11,8 +11,9 @@ a named consumer group under sequence numbers:
 - any connection may read a range of held sequence numbers again (``read``);
 - ``ack_upto(n, low)`` / ``ack(seqs)`` remove them for good; ``release(seqs)`` returns them;
 - a lease not acknowledged within ``ttl`` seconds returns its messages to the queue with
-  ``redelivered`` set (the queue's redelivery policy and dead-lettering apply, so a
-  poison message ends in the DLQ).
+  ``redelivered`` set, as failed deliveries (its holder never settled them: the queue's
+  delivery limit and dead-lettering apply, so a poison message ends in the DLQ); so does
+  ``lease.release`` unless it says ``"failed": false`` (a plain return).
 
 Sequence numbers only grow; the next one is kept in the store for durable queues, so
 they keep growing across restarts (messages held at a crash come back as redelivered
@@ -55,8 +56,8 @@ class LeasedQueue(Protocol):
     def ack(self, entry: QueuedMessage) -> None:
         """``entry`` is acknowledged: it leaves the queue and the store."""
 
-    def requeue(self, entries: list[QueuedMessage]) -> None:
-        """``entries`` come back, redelivered."""
+    def requeue(self, entries: list[QueuedMessage], failed: bool = False) -> None:
+        """``entries`` come back, redelivered (``failed``: counted as failures)."""
 
 
 class Lease:
@@ -110,11 +111,13 @@ class Lease:
         self.queue.counters.acknowledged += len(taken)
         return len(taken)
 
-    def release(self, seqs: list[int]) -> int:
-        """Return the held leases among ``seqs`` to the queue as redelivered (the
-        redelivery policy applies); returns how many."""
+    def release(self, seqs: list[int], failed: bool = False) -> int:
+        """Return the held leases among ``seqs`` to the queue as redelivered; returns
+        how many. ``failed`` (an expired lease, whose holder never settled it, or a
+        ``lease.release`` that does not say otherwise: a Spark query that failed gives
+        its batches back so) counts toward the delivery limit; else a plain return."""
         taken = [self.held.pop(s)[0] for s in seqs if s in self.held]
-        self.queue.requeue(taken)
+        self.queue.requeue(taken, failed)
         return len(taken)
 
     def release_all(self) -> None:
@@ -136,7 +139,7 @@ class Lease:
         self._timer = None
         deadline = self.queue.host.clock.time() - self.ttl
         expired = [seq for seq, (_, leased_at) in self.held.items() if leased_at <= deadline]
-        self.release(expired)
+        self.release(expired, failed=True)
         self._arm()
 
 
