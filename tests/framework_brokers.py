@@ -111,4 +111,16 @@ async def until(condition: Callable[[], object], timeout: float = 5.0, what: str
         await asyncio.sleep(0.01)
 
 
-__all__ = ["AmqpBroker", "_amqp_broker", "_framework_rabbitmq", "run", "unique", "until", "wait_for"]
+def close_celery_client(app: Any) -> None:
+    """Close a celery app's own broker connections (producer pool, rpc:// result
+    consumer), so the broker does not wait for them when it stops."""
+    consumer = getattr(app.backend, "result_consumer", None)
+    if consumer is not None and consumer._connection is not None:
+        consumer.stop()
+        consumer._connection.close()
+    app.pool.force_close_all()
+    app.close()
+
+
+__all__ = ["AmqpBroker", "_amqp_broker", "_framework_rabbitmq", "close_celery_client", "run", "unique",
+           "until", "wait_for"]

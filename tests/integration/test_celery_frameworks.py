@@ -30,6 +30,7 @@ from celery import Celery, chord, group
 from celery.contrib.testing.worker import start_worker
 from celery.worker import state as worker_state
 from eventually import eventually
+from framework_brokers import close_celery_client
 from kombu import Exchange, Queue
 from targets import Target
 
@@ -107,16 +108,6 @@ def running_worker(app: Celery) -> Iterator[None]:
                 hub.call_soon(lambda: None)
 
 
-def close_client(app: Celery) -> None:
-    """Close the caller's connections (producer pool, rpc:// result consumer)."""
-    consumer = getattr(app.backend, "result_consumer", None)
-    if consumer is not None and consumer._connection is not None:
-        consumer.stop()
-        consumer._connection.close()
-    app.pool.force_close_all()
-    app.close()
-
-
 @pytest.fixture
 def celery_app(target: Target, vhost: str) -> Iterator[Callable[..., Celery]]:
     """``start(quorum=True, backend="rpc://")``: a fresh app on the test's vhost, its
@@ -133,7 +124,7 @@ def celery_app(target: Target, vhost: str) -> Iterator[Callable[..., Celery]]:
     yield start
     for app, worker in reversed(stack):
         worker.__exit__(None, None, None)
-        close_client(app)
+        close_celery_client(app)
 
 
 def http_json(target: Target, vhost: str, path: str):
@@ -334,7 +325,7 @@ def test_delayed_task_waits_for_a_worker(target, vhost):
             assert result.get(timeout=10)["sum"] == 10
         assert queue_messages(target, vhost, TASK_QUEUE) == 0
     finally:
-        close_client(app)
+        close_celery_client(app)
 
 
 def test_classic_queue_eta_task_returns_when_its_worker_stops(target, vhost):
@@ -354,4 +345,4 @@ def test_classic_queue_eta_task_returns_when_its_worker_stops(target, vhost):
         assert done["sum"] == 12
         assert done["at"] - sent >= 2.9
     finally:
-        close_client(app)
+        close_celery_client(app)
