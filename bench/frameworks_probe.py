@@ -93,9 +93,9 @@ def dramatiq_phase(url: str, pid: int, tasks: int, delayed: int, timeout: float)
 
 
 def taskiq_phase(url: str, pid: int, tasks: int, timeout: float) -> dict:
-    from taskiq.api import run_receiver_task
     from taskiq.brokers.inmemory_broker import InmemoryResultBackend
     from taskiq_aio_pika import AioPikaBroker, Exchange, Queue
+    from taskiq_receiver import worker
 
     async def main() -> dict:
         broker = AioPikaBroker(
@@ -106,23 +106,13 @@ def taskiq_phase(url: str, pid: int, tasks: int, timeout: float) -> dict:
         async def add(a: int, b: int) -> int:
             return a + b
 
-        broker.is_worker_process = True
-        await broker.startup()
-        receiver = asyncio.create_task(run_receiver_task(broker, max_async_tasks=50))
-        try:
+        async with worker(broker, max_async_tasks=50):
             await (await add.kiq(0, 0)).wait_result(check_interval=0.01, timeout=timeout)
             cpu0, t0 = broker_cpu(pid), time.monotonic()
             kicked = [await add.kiq(i, 1) for i in range(tasks)]
             for task in kicked:
                 await task.wait_result(check_interval=0.005, timeout=timeout)
             wall, cpu = time.monotonic() - t0, broker_cpu(pid) - cpu0
-        finally:
-            receiver.cancel()
-            try:
-                await receiver
-            except asyncio.CancelledError:
-                pass
-            await broker.shutdown()
         return {"taskiq s": wall, "taskiq cpu us/task": cpu / tasks * 1e6}
 
     return asyncio.run(main())

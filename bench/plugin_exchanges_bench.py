@@ -33,48 +33,31 @@ def core_route_us(messages: int) -> dict[str, float]:
     vhost = BrokerCore(clock=ManualClock()).vhosts["/"]
     for i in range(4):
         vhost.declare_queue(f"q{i}", None)
+
+    def build(routing_key: str, headers: dict | None = None) -> Message:
+        return Message.build("x", routing_key, b"", Properties(headers=headers))
+
+    # label (its first word the exchange type): (arguments, binding keys of q0-q3, message i)
     cases = {
-        "direct": (
-            "direct",
-            {},
-            ["k0", "k1", "k2", "k3"],
-            lambda i: Message.build("x", f"k{i % 4}", b"", Properties()),
-        ),
-        "x-consistent-hash (routing key)": (
-            "x-consistent-hash",
-            {},
-            ["1", "2", "3", "4"],
-            lambda i: Message.build("x", f"order-{i}", b"", Properties()),
-        ),
+        "direct": ({}, ["k0", "k1", "k2", "k3"], lambda i: build(f"k{i % 4}")),
+        "x-consistent-hash (routing key)": ({}, ["1", "2", "3", "4"], lambda i: build(f"order-{i}")),
         "x-consistent-hash (30,000 buckets)": (
-            "x-consistent-hash",
             {},
             ["5000", "10000", "7500", "7500"],
-            lambda i: Message.build("x", f"order-{i}", b"", Properties()),
+            lambda i: build(f"order-{i}"),
         ),
         "x-consistent-hash (hash-header)": (
-            "x-consistent-hash",
             {"hash-header": "user"},
             ["1", "2", "3", "4"],
-            lambda i: Message.build("x", "", b"", Properties(headers={"user": f"u{i}"})),
+            lambda i: build("", {"user": f"u{i}"}),
         ),
-        "x-random": (
-            "x-random",
-            {},
-            ["", "", "", ""],
-            lambda i: Message.build("x", f"k{i}", b"", Properties()),
-        ),
-        "x-modulus-hash": (
-            "x-modulus-hash",
-            {},
-            ["", "", "", ""],
-            lambda i: Message.build("x", f"order-{i}", b"", Properties()),
-        ),
+        "x-random": ({}, [""] * 4, lambda i: build(f"k{i}")),
+        "x-modulus-hash": ({}, [""] * 4, lambda i: build(f"order-{i}")),
     }
     results = {}
-    for label, (kind, arguments, keys, make) in cases.items():
+    for label, (arguments, keys, make) in cases.items():
         name = label
-        vhost.declare_exchange(name, kind, arguments=arguments)
+        vhost.declare_exchange(name, label.split()[0], arguments=arguments)
         for i, key in enumerate(keys):
             vhost.bind(name, vhost.queues[f"q{i}"], key)
         exchange = vhost.exchanges[name]

@@ -11,10 +11,12 @@ Import the fixtures into a test module::
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pika
 import pytest
@@ -96,4 +98,29 @@ def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str =
         time.sleep(0.02)
 
 
-__all__ = ["AmqpBroker", "_amqp_broker", "_framework_rabbitmq", "unique", "wait_for"]
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run an async test body in its own event loop; fail it after 20 seconds."""
+    asyncio.run(asyncio.wait_for(test(), timeout=20))
+
+
+async def until(condition: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
+    """Yield to the loop every 10 ms until ``condition`` holds; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def close_celery_client(app: Any) -> None:
+    """Close a celery app's own broker connections (producer pool, rpc:// result
+    consumer), so the broker does not wait for them when it stops."""
+    consumer = getattr(app.backend, "result_consumer", None)
+    if consumer is not None and consumer._connection is not None:
+        consumer.stop()
+        consumer._connection.close()
+    app.pool.force_close_all()
+    app.close()
+
+
+__all__ = ["AmqpBroker", "_amqp_broker", "_framework_rabbitmq", "close_celery_client", "run", "unique",
+           "until", "wait_for"]

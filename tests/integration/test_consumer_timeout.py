@@ -83,6 +83,13 @@ def closed_by_broker(connection: pika.BlockingConnection, ch) -> ChannelClosedBy
     return reason
 
 
+def assert_timed_out(connection: pika.BlockingConnection, ch, timeout_ms: int) -> None:
+    """``ch`` is closed by the broker with RabbitMQ's 406 for a delivery not acked within
+    ``timeout_ms`` milliseconds."""
+    error = closed_by_broker(connection, ch)
+    assert (error.reply_code, error.reply_text) == (406, text(ch.channel_number, timeout_ms))
+
+
 def name() -> str:
     return "ct-" + uuid.uuid4().hex[:10]
 
@@ -113,33 +120,12 @@ def test_a_delivery_past_the_timeout_closes_its_channel_and_every_unacked_return
         b_got = held_consumer(b, other, 1)
         b.basic_ack(b_got[0][0].delivery_tag)  # channel b holds nothing: it stays open
         target.past()
-        error = closed_by_broker(conn, a)
-        assert (error.reply_code, error.reply_text) == (406, text(a.channel_number, target.timeout_ms))
+        assert_timed_out(conn, a, target.timeout_ms)
         assert b.is_open and a.is_closed
         returned = [b.basic_get(q, auto_ack=True) for _ in range(3)]
         assert [(m.redelivered, body) for m, _, body in returned[:2]] == [(True, b"m2"), (True, b"m3")]
         assert returned[2][0] is None  # m1 does not come back
         b.queue_delete(q)
-    finally:
-        conn.close()
-
-
-def test_a_basic_get_held_past_the_timeout_closes_the_channel(target):
-    q = name()
-    conn = target.connect()
-    try:
-        ch = conn.channel()
-        ch.queue_declare(q, auto_delete=False)
-        ch.basic_publish("", q, b"g")
-        method, _, _ = ch.basic_get(q)
-        assert method is not None
-        target.past()
-        error = closed_by_broker(conn, ch)
-        assert (error.reply_code, error.reply_text) == (406, text(ch.channel_number, target.timeout_ms))
-        again = conn.channel()
-        method, _, body = again.basic_get(q, auto_ack=True)
-        assert (method.redelivered, body) == (True, b"g")
-        again.queue_delete(q)
     finally:
         conn.close()
 
@@ -176,11 +162,9 @@ def test_queue_argument_and_policy_the_lower_wins_other_channels_unaffected(leve
             ch.basic_publish("", queue, b"x")
             held_consumer(ch, queue, 1)
         leveret.past(3.1)  # the policy's 3000 beats the argument's 9000
-        error = closed_by_broker(conn, c)
-        assert (error.reply_code, error.reply_text) == (406, text(c.channel_number, 3000))
+        assert_timed_out(conn, c, 3000)
         leveret.past(2)  # the argument's 5000
-        error = closed_by_broker(conn, a)
-        assert error.reply_text == text(a.channel_number, 5000)
+        assert_timed_out(conn, a, 5000)
         conn.process_data_events(time_limit=0.2)
         assert b.is_open  # the broker's 30 minutes are not up
     finally:
@@ -231,27 +215,36 @@ def test_graceful_mode_closes_the_channel_of_a_client_without_cancel_notify(leve
         ch.basic_publish("", q, b"x")
         held_consumer(ch, q, 1)
         leveret.past(1.1)
-        error = closed_by_broker(conn, ch)
-        assert (error.reply_code, error.reply_text) == (406, text(ch.channel_number, 1000))
+        assert_timed_out(conn, ch, 1000)
         conn.channel().queue_delete(q)
     finally:
         conn.close()
 
 
-def test_deliveries_of_a_cancelled_consumer_still_time_out(target):
+def got_by_basic_get(ch, queue: str) -> None:
+    method, _, _ = ch.basic_get(queue)
+    assert method is not None
+
+
+def held_by_a_cancelled_consumer(ch, queue: str) -> None:
     """basic.cancel leaves the consumer's deliveries on the channel, to be acked: they
     keep their deadline (the channel holds them, as RabbitMQ's does)."""
+    held = held_consumer(ch, queue, 1)
+    ch.basic_cancel(held[0][0].consumer_tag)
+
+
+@pytest.mark.parametrize("hold", [got_by_basic_get, held_by_a_cancelled_consumer])
+def test_a_delivery_held_past_the_timeout_closes_the_channel(target, hold):
+    """Deliveries of basic.get, and of a consumer since cancelled, time out too."""
     q = name()
     conn = target.connect()
     try:
         ch = conn.channel()
         ch.queue_declare(q)
         ch.basic_publish("", q, b"kept")
-        held = held_consumer(ch, q, 1)
-        ch.basic_cancel(held[0][0].consumer_tag)
+        hold(ch, q)
         target.past()
-        error = closed_by_broker(conn, ch)
-        assert (error.reply_code, error.reply_text) == (406, text(ch.channel_number, target.timeout_ms))
+        assert_timed_out(conn, ch, target.timeout_ms)
         again = conn.channel()
         method, _, body = again.basic_get(q, auto_ack=True)
         assert (method.redelivered, body) == (True, b"kept")

@@ -60,6 +60,16 @@ def cleanup(amqp: AmqpBroker, queue: str) -> None:
     amqp.delete_queues(queue, f"{queue}.DQ", f"{queue}.XQ")
 
 
+def recorder(broker: RabbitmqBroker, queue: str, into: list) -> dramatiq.Actor:
+    """An actor on ``queue`` that appends its one argument to ``into``."""
+
+    @dramatiq.actor(queue_name=queue, broker=broker)
+    def record(n):
+        into.append(n)
+
+    return record
+
+
 def test_actor_messages_are_processed_and_acked(amqp):
     broker = make_broker(amqp)
     queue, done = unique("dq-basic"), []
@@ -106,10 +116,7 @@ def test_delayed_message_waits_in_dq_then_runs(amqp):
 def test_many_delays_come_out_in_eta_order(amqp):
     broker = make_broker(amqp)
     queue, order = unique("dq-etas"), []
-
-    @dramatiq.actor(queue_name=queue, broker=broker)
-    def tick(n):
-        order.append(n)
+    tick = recorder(broker, queue, order)
 
     delays = [600, 100, 400, 200, 500, 300]
     with running(broker, threads=1):
@@ -128,10 +135,7 @@ def test_many_delays_come_out_in_eta_order(amqp):
 def test_higher_broker_priority_is_consumed_first(amqp):
     broker = make_broker(amqp, max_priority=10)
     queue, order = unique("dq-prio"), []
-
-    @dramatiq.actor(queue_name=queue, broker=broker)
-    def job(n):
-        order.append(n)
+    job = recorder(broker, queue, order)
 
     for n, priority in enumerate([0, 1, 9, 5, 9, 3, 0, 7]):
         job.send_with_options(args=(n,), broker_priority=priority)

@@ -29,21 +29,9 @@ from faststream.rabbit import (
     RabbitQueue,
     TestRabbitBroker,
 )
-from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, unique  # noqa: F401 (fixtures)
+from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, run, unique, until  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(asyncio.wait_for(test(), timeout=20))
-
-
-async def until(condition: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
-    """Yield to the loop every 10 ms until ``condition`` holds; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 def new_broker(amqp: AmqpBroker) -> RabbitBroker:

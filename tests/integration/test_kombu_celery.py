@@ -14,6 +14,7 @@ from pathlib import Path
 import amqp
 import kombu
 import pytest
+from framework_brokers import close_celery_client
 from kombu.simple import SimpleQueue
 
 
@@ -203,18 +204,6 @@ class CeleryWorker:
                 self.proc.kill()
                 self.proc.wait()
         self._log_file.close()
-
-
-def close_celery_client(app) -> None:
-    """Close the caller's broker connections (producer pool, rpc:// result consumer), so
-    the broker does not wait for them when it stops."""
-    backend = app.backend
-    consumer = getattr(backend, "result_consumer", None)
-    if consumer is not None and consumer._connection is not None:
-        consumer.stop()
-        consumer._connection.close()
-    app.pool.force_close_all()
-    app.close()
 
 
 @pytest.fixture

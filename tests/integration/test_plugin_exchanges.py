@@ -75,16 +75,25 @@ def placement(port: int, name: str, arguments: dict, weights: list[int], message
         channel.confirm_delivery()
         for i, (routing_key, properties) in enumerate(messages):
             channel.basic_publish(name, routing_key, str(i).encode(), properties)
-        where = {}
-        for index, queue in enumerate(queues):
-            while True:
-                method, _, body = channel.basic_get(queue, auto_ack=True)
-                if method is None:
-                    break
-                where[int(body)] = index
+        placed = where_each_went(channel, queues, len(messages))
+        for queue in queues:
             channel.queue_delete(queue)
         channel.exchange_delete(name)
-    return "".join(str(where.get(i, "-")) for i in range(len(messages)))
+    return placed
+
+
+def where_each_went(channel, queues: list[str], count: int) -> str:
+    """Drain ``queues`` (basic.get) of messages whose bodies are their index, and answer
+    which queue (its index in ``queues``) held each of the ``count``, one digit a
+    message (``-``: none held it)."""
+    where = {}
+    for index, queue in enumerate(queues):
+        while True:
+            method, _, body = channel.basic_get(queue, auto_ack=True)
+            if method is None:
+                break
+            where[int(body)] = index
+    return "".join(str(where.get(i, "-")) for i in range(count))
 
 
 WEIGHTS = [1, 2, 3, 4]
@@ -339,14 +348,7 @@ def placement_no_setup(port: int, exchange: str, queues: list[str]) -> str:
         channel.confirm_delivery()
         for i in range(60):
             channel.basic_publish(exchange, f"key-{i}", str(i).encode())
-        where = {}
-        for index, queue in enumerate(queues):
-            while True:
-                method, _, body = channel.basic_get(queue, auto_ack=True)
-                if method is None:
-                    break
-                where[int(body)] = index
-    return "".join(str(where.get(i, "-")) for i in range(60))
+        return where_each_went(channel, queues, 60)
 
 
 def test_ctl_lists_types_and_shows_the_ring(tmp_path):

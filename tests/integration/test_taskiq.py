@@ -15,64 +15,55 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiormq
 import pytest
-from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, unique  # noqa: F401 (fixtures)
+from framework_brokers import AmqpBroker, _amqp_broker, _framework_rabbitmq, run, unique, until  # noqa: F401 (fixtures)
 from servers import ServerProcess
 from taskiq import SimpleRetryMiddleware
-from taskiq.api import run_receiver_task
 from taskiq.brokers.inmemory_broker import InmemoryResultBackend
 from taskiq_aio_pika import AioPikaBroker, Exchange, Queue, QueueType
+from taskiq_receiver import worker  # bench/, on the path through framework_brokers
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(asyncio.wait_for(test(), timeout=20))
+def layout(prefix: str, queues: list[Queue] | None = None) -> dict[str, Any]:
+    """AioPikaBroker's exchange and queues named after ``prefix``: the exchange itself
+    (auto-delete), ``queues`` (default: ``<prefix>.tasks``), dead letters in
+    ``<prefix>.dead``."""
+    return {
+        "exchange": Exchange(name=prefix, auto_delete=True, durable=False),
+        "task_queues": queues or [Queue(name=f"{prefix}.tasks")],
+        "dead_letter_queue": Queue(name=f"{prefix}.dead"),
+    }
 
 
-async def until(condition: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
-    """Yield to the loop every 10 ms until ``condition`` holds; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
-def new_broker(amqp: AmqpBroker, *, queues: list[Queue] | None = None, **options: Any) -> AioPikaBroker:
-    """An AioPikaBroker on its own exchange and queues (unique names) with the in-memory
-    result backend; ``options`` go to AioPikaBroker (delay_queue=..., ...)."""
+def new_broker(amqp: AmqpBroker, *, queues: list[Queue] | None = None, delay_queue: bool = False,
+               **options: Any) -> AioPikaBroker:
+    """An AioPikaBroker on its own exchange and queues (unique names, :func:`layout`) with
+    the in-memory result backend; ``delay_queue``: delays go through the TTL delay queue
+    ``<prefix>.delay``; ``options`` go to AioPikaBroker."""
     prefix = unique("tq")
-    broker = AioPikaBroker(
-        amqp.url,
-        exchange=Exchange(name=prefix, auto_delete=True, durable=False),
-        task_queues=queues or [Queue(name=f"{prefix}.tasks")],
-        dead_letter_queue=Queue(name=f"{prefix}.dead"),
-        **options,
-    ).with_result_backend(InmemoryResultBackend())
+    if delay_queue:
+        options["delay_queue"] = Queue(name=f"{prefix}.delay")
+    broker = AioPikaBroker(amqp.url, **layout(prefix, queues), **options)
+    broker = broker.with_result_backend(InmemoryResultBackend())
     broker.prefix = prefix  # type: ignore[attr-defined]
     return broker
 
 
-@asynccontextmanager
-async def worker(broker: AioPikaBroker) -> AsyncIterator[AioPikaBroker]:
-    """Start the broker as a worker process would, and its receiver as a task."""
-    broker.is_worker_process = True
-    await broker.startup()
-    receiver = asyncio.create_task(run_receiver_task(broker, max_async_tasks=10))
-    try:
-        yield broker
-    finally:
-        receiver.cancel()
-        try:
-            await receiver
-        except asyncio.CancelledError:
-            pass
-        await broker.shutdown()
+def ping_task(broker: AioPikaBroker, ran: list[tuple[str, float]]) -> Any:
+    """Register the task ``ping(text)`` on ``broker``: it returns ``text`` and appends
+    ``(text, time.monotonic())`` to ``ran``."""
+
+    @broker.task
+    async def ping(text: str) -> str:
+        ran.append((text, time.monotonic()))
+        return text
+
+    return ping
 
 
 async def delete_queues(amqp: AmqpBroker, broker: AioPikaBroker, *suffixes: str) -> None:
@@ -143,19 +134,15 @@ def test_tasks_routed_to_several_queues_by_label(amqp_broker):
                   Queue(name=f"{prefix}.slow", routing_key="slow", type=QueueType.CLASSIC,
                         auto_delete=True, durable=False)]
         broker = new_broker(amqp_broker, queues=queues)
-        seen: list[str] = []
-
-        @broker.task
-        async def job(where: str) -> str:
-            seen.append(where)
-            return where
+        seen: list[tuple[str, float]] = []
+        job = ping_task(broker, seen)
 
         async with worker(broker):
             kicked = [await job.kicker().with_labels(queue_name=w).kiq(w)
                       for w in ("fast", "slow", "fast")]
             results = [await t.wait_result(check_interval=0.01, timeout=5) for t in kicked]
         assert [r.return_value for r in results] == ["fast", "slow", "fast"]
-        assert sorted(seen) == ["fast", "fast", "slow"]
+        assert sorted(where for where, _ in seen) == ["fast", "fast", "slow"]
         await delete_queues(amqp_broker, broker, "dead")
 
     run(body)
@@ -191,9 +178,7 @@ def new_broker_like(broker: AioPikaBroker, amqp: AmqpBroker, queue: Queue, job_n
                     into: list[int]) -> AioPikaBroker:
     """A second AioPikaBroker on the same exchange and queue (a worker process), with the
     same task registered under the same name, appending its argument to ``into``."""
-    again = AioPikaBroker(amqp.url, qos=1,
-                          exchange=Exchange(name=broker.prefix, auto_delete=True, durable=False),  # type: ignore[attr-defined]
-                          task_queues=[queue], dead_letter_queue=Queue(name=f"{broker.prefix}.dead"))  # type: ignore[attr-defined]
+    again = AioPikaBroker(amqp.url, qos=1, **layout(broker.prefix, [queue]))  # type: ignore[attr-defined]
 
     @again.task(task_name=job_name)
     async def job(n: int) -> None:
@@ -202,30 +187,34 @@ def new_broker_like(broker: AioPikaBroker, amqp: AmqpBroker, queue: Queue, job_n
     return again
 
 
+async def delayed_pings(broker: AioPikaBroker,
+                        kicks: list[tuple[str, float | None]]) -> tuple[list[str], dict[str, float]]:
+    """Kick ``ping(text)`` (:func:`ping_task`) for each ``(text, delay)`` in turn, with the
+    delay label (seconds; None: no delay), on a worker; wait for each result (its text).
+    Answer the texts in the order they ran, and when each ran (seconds after the first kick)."""
+    ran: list[tuple[str, float]] = []
+    ping = ping_task(broker, ran)
+    async with worker(broker):
+        sent = time.monotonic()
+        kicked = []
+        for text, delay in kicks:
+            kicker = ping.kicker() if delay is None else ping.kicker().with_labels(delay=delay)
+            kicked.append((text, await kicker.kiq(text)))
+        for text, task in kicked:
+            assert (await task.wait_result(check_interval=0.01, timeout=5)).return_value == text
+    return [text for text, _ in ran], {text: when - sent for text, when in ran}
+
+
 def test_delay_through_the_ttl_delay_queue(amqp_broker):
     """taskiq's "simple" delay: the message goes to the delay queue with a per-message
     expiration; the queue dead-letters it, when it expires, to the tasks exchange."""
 
     async def body():
-        prefix = unique("tqd")
-        broker = new_broker(amqp_broker, delay_queue=Queue(name=f"{prefix}.delay"))
-        ran: list[tuple[str, float]] = []
-
-        @broker.task
-        async def ping(text: str) -> str:
-            ran.append((text, time.monotonic()))
-            return text
-
-        async with worker(broker):
-            sent = time.monotonic()
-            later = await ping.kicker().with_labels(delay=0.3).kiq("later")
-            now = await ping.kiq("now")
-            assert (await now.wait_result(check_interval=0.01, timeout=5)).return_value == "now"
-            assert (await later.wait_result(check_interval=0.01, timeout=5)).return_value == "later"
-        assert [text for text, _ in ran] == ["now", "later"]
-        assert ran[1][1] - sent >= 0.3
-        await delete_queues(amqp_broker, broker, "tasks", "dead")
-        await asyncio.to_thread(amqp_broker.delete_queues, f"{prefix}.delay")
+        broker = new_broker(amqp_broker, delay_queue=True)
+        order, at = await delayed_pings(broker, [("later", 0.3), ("now", None)])
+        assert order == ["now", "later"]
+        assert at["later"] >= 0.3
+        await delete_queues(amqp_broker, broker, "tasks", "dead", "delay")
 
     run(body)
 
@@ -235,23 +224,10 @@ def test_delay_through_the_delayed_message_exchange(amqp_broker):
 
     async def body():
         broker = new_broker(amqp_broker, delayed_message_exchange_plugin=True)
-        ran: list[str] = []
-
-        @broker.task
-        async def ping(text: str) -> str:
-            ran.append(text)
-            return text
-
-        async with worker(broker):
-            sent = time.monotonic()
-            slow = await ping.kicker().with_labels(delay=0.4).kiq("slow")
-            fast = await ping.kicker().with_labels(delay=0.1).kiq("fast")
-            assert (await slow.wait_result(check_interval=0.01, timeout=5)).return_value == "slow"
-            elapsed = time.monotonic() - sent
-            assert (await fast.wait_result(check_interval=0.01, timeout=5)).return_value == "fast"
+        order, at = await delayed_pings(broker, [("slow", 0.4), ("fast", 0.1)])
         # each message is held for its own delay: the shorter one does not wait behind
-        assert ran == ["fast", "slow"]
-        assert elapsed >= 0.4
+        assert order == ["fast", "slow"]
+        assert at["slow"] >= 0.4
         await delete_queues(amqp_broker, broker, "tasks", "dead")
 
     run(body)
@@ -263,28 +239,13 @@ def test_delay_queue_short_delay_behind_a_long_one(amqp_broker):
     expires each message when due (docs/failed-messages.md), so the short one runs first."""
 
     async def body():
-        prefix = unique("tqh")
-        broker = new_broker(amqp_broker, delay_queue=Queue(name=f"{prefix}.delay"))
-        ran: list[tuple[str, float]] = []
-
-        @broker.task
-        async def ping(text: str) -> str:
-            ran.append((text, time.monotonic()))
-            return text
-
-        async with worker(broker):
-            sent = time.monotonic()
-            long = await ping.kicker().with_labels(delay=0.5).kiq("long")
-            short = await ping.kicker().with_labels(delay=0.05).kiq("short")
-            await short.wait_result(check_interval=0.01, timeout=5)
-            await long.wait_result(check_interval=0.01, timeout=5)
-        at = {text: when - sent for text, when in ran}
+        broker = new_broker(amqp_broker, delay_queue=True)
+        order, at = await delayed_pings(broker, [("long", 0.5), ("short", 0.05)])
         if amqp_broker.name == "rabbitmq":
-            assert [text for text, _ in ran] == ["long", "short"] and at["short"] >= 0.5
+            assert order == ["long", "short"] and at["short"] >= 0.5
         else:
-            assert [text for text, _ in ran] == ["short", "long"] and at["short"] < 0.5 <= at["long"]
-        await delete_queues(amqp_broker, broker, "tasks", "dead")
-        await asyncio.to_thread(amqp_broker.delete_queues, f"{prefix}.delay")
+            assert order == ["short", "long"] and at["short"] < 0.5 <= at["long"]
+        await delete_queues(amqp_broker, broker, "tasks", "dead", "delay")
 
     run(body)
 
@@ -306,10 +267,7 @@ def test_task_in_flight_when_a_worker_stops_runs_on_the_next(amqp_broker):
         async with worker(first):
             await stuck.kiq(7)
             await asyncio.wait_for(started.wait(), 5)
-        second = AioPikaBroker(amqp_broker.url, exchange=Exchange(name=first.prefix, auto_delete=True,  # type: ignore[attr-defined]
-                                                                    durable=False),
-                               task_queues=[Queue(name=f"{first.prefix}.tasks")],  # type: ignore[attr-defined]
-                               dead_letter_queue=Queue(name=f"{first.prefix}.dead"))  # type: ignore[attr-defined]
+        second = AioPikaBroker(amqp_broker.url, **layout(first.prefix))  # type: ignore[attr-defined]
         done: list[int] = []
 
         @second.task(task_name="tq.stuck")

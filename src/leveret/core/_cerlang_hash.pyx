@@ -19,8 +19,9 @@ cdef uint32_t H13 = <uint32_t>(0x9E3779B9 * 13)
 cdef uint32_t NIL_FIRST = 3468870702u
 
 
-cdef inline uint32_t _mix_words(uint32_t x, uint32_t y, uint32_t const, uint32_t c):
-    cdef uint32_t a = const + x, b = const + y
+cdef inline void _mix(uint32_t* pa, uint32_t* pb, uint32_t* pc):
+    """Jenkins' 96-bit mix of three 32-bit words, in place (the pure ``_mix3``)."""
+    cdef uint32_t a = pa[0], b = pb[0], c = pc[0]
     a -= b; a -= c; a ^= c >> 13
     b -= c; b -= a; b ^= a << 8
     c -= a; c -= b; c ^= b >> 13
@@ -30,6 +31,14 @@ cdef inline uint32_t _mix_words(uint32_t x, uint32_t y, uint32_t const, uint32_t
     a -= b; a -= c; a ^= c >> 3
     b -= c; b -= a; b ^= a << 10
     c -= a; c -= b; c ^= b >> 15
+    pa[0] = a
+    pb[0] = b
+    pc[0] = c
+
+
+cdef inline uint32_t _mix_words(uint32_t x, uint32_t y, uint32_t const, uint32_t c):
+    cdef uint32_t a = const + x, b = const + y
+    _mix(&a, &b, &c)
     return c
 
 
@@ -48,15 +57,7 @@ cdef inline uint32_t _block_hash(const unsigned char* k, Py_ssize_t length, uint
         a += k[0] | (<uint32_t>k[1] << 8) | (<uint32_t>k[2] << 16) | (<uint32_t>k[3] << 24)
         b += k[4] | (<uint32_t>k[5] << 8) | (<uint32_t>k[6] << 16) | (<uint32_t>k[7] << 24)
         c += k[8] | (<uint32_t>k[9] << 8) | (<uint32_t>k[10] << 16) | (<uint32_t>k[11] << 24)
-        a -= b; a -= c; a ^= c >> 13
-        b -= c; b -= a; b ^= a << 8
-        c -= a; c -= b; c ^= b >> 13
-        a -= b; a -= c; a ^= c >> 12
-        b -= c; b -= a; b ^= a << 16
-        c -= a; c -= b; c ^= b >> 5
-        a -= b; a -= c; a ^= c >> 3
-        b -= c; b -= a; b ^= a << 10
-        c -= a; c -= b; c ^= b >> 15
+        _mix(&a, &b, &c)
         k += 12
         left -= 12
     c += <uint32_t>length
@@ -71,15 +72,7 @@ cdef inline uint32_t _block_hash(const unsigned char* k, Py_ssize_t length, uint
     if left >= 3: a += <uint32_t>k[2] << 16
     if left >= 2: a += <uint32_t>k[1] << 8
     if left >= 1: a += k[0]
-    a -= b; a -= c; a ^= c >> 13
-    b -= c; b -= a; b ^= a << 8
-    c -= a; c -= b; c ^= b >> 13
-    a -= b; a -= c; a ^= c >> 12
-    b -= c; b -= a; b ^= a << 16
-    c -= a; c -= b; c ^= b >> 5
-    a -= b; a -= c; a ^= c >> 3
-    b -= c; b -= a; b ^= a << 10
-    c -= a; c -= b; c ^= b >> 15
+    _mix(&a, &b, &c)
     return c
 
 

@@ -57,6 +57,13 @@ def advised(queue_name: str) -> bool:
     return not queue_name.startswith("amq.gen-")
 
 
+def listened(vhost: Router) -> bool:
+    """Whether anything is bound to the advisory exchange of ``vhost`` (else
+    :func:`advise` sends nothing, and what it would say need not be worked out)."""
+    exchange = vhost.exchanges.get(TOPIC_EXCHANGE)
+    return exchange is not None and bool(exchange.bindings)
+
+
 def connection_event(
     vhost: Router, event: str, connection: str, user: str, protocol: str, client_id: str | None = None
 ) -> None:
@@ -99,8 +106,9 @@ def consumer_event(vhost: Router, queue: str, consumer: str, event: str) -> None
 
 def message_event(vhost: Router, topic: str, queue: str, message: Message, reason: str) -> None:
     """A message of ``queue`` expired (``topic`` ``Expired``) or was dead-lettered
-    (``MessageDLQd``)."""
-    if advised(queue):
+    (``MessageDLQd``). Nothing is decoded when no one listens: every expiry of a TTL
+    queue (kombu's native delayed delivery: one per level a task waits in) comes here."""
+    if advised(queue) and listened(vhost):
         advise(
             vhost,
             f"{topic}.Queue.{queue}",

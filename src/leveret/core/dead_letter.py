@@ -77,7 +77,10 @@ def death_of(message: Message, queue: str, reason: str, now: float, readdressed:
     own expiration, which only a message that has not died before still has."""
     routing_keys = [message.routing_key]
     if not any(d.readdressed for d in message.deaths):
-        cc = message.headers.get("CC")
+        # The one header, not every property decoded: a message dead-lettered from
+        # queue to queue (kombu's native delayed delivery: a hop per level) would
+        # otherwise decode them all, its x-death rendered in, at each hop.
+        cc = message.header("CC")
         if isinstance(cc, list):
             routing_keys += [key for key in cc if isinstance(key, str)]
     expiration = None if message.deaths else message.properties.expiration

@@ -77,26 +77,16 @@ def _block_hash(data: bytes, initval: int) -> int:
 
 
 def _mix3(a: int, b: int, c: int) -> tuple[int, int, int]:
-    """Jenkins' 96-bit mix of three 32-bit words (his 1996 ``mix`` macro)."""
-    a = (a - b - c) & _M32
-    a ^= c >> 13
-    b = (b - c - a) & _M32
-    b ^= (a << 8) & _M32
-    c = (c - a - b) & _M32
-    c ^= b >> 13
-    a = (a - b - c) & _M32
-    a ^= c >> 12
-    b = (b - c - a) & _M32
-    b ^= (a << 16) & _M32
-    c = (c - a - b) & _M32
-    c ^= b >> 5
-    a = (a - b - c) & _M32
-    a ^= c >> 3
-    b = (b - c - a) & _M32
-    b ^= (a << 10) & _M32
-    c = (c - a - b) & _M32
-    c ^= b >> 15
+    """Jenkins' 96-bit mix of three 32-bit words (his 1996 ``mix`` macro): three rounds,
+    each of ``a``, ``b``, ``c`` in turn, with these shifts (right, left, right)."""
+    for right_a, left_b, right_c in _MIX_SHIFTS:
+        a = ((a - b - c) & _M32) ^ (c >> right_a)
+        b = ((b - c - a) & _M32) ^ ((a << left_b) & _M32)
+        c = ((c - a - b) & _M32) ^ (b >> right_c)
     return a, b, c
+
+
+_MIX_SHIFTS = ((13, 8, 13), (12, 16, 5), (3, 10, 15))
 
 
 @lru_cache(maxsize=256)

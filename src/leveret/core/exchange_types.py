@@ -31,32 +31,11 @@ from typing import Any
 from .erlang_hash import UNDEFINED, Atom, jump_consistent_hash, phash2
 from .errors import precondition_failed
 from .exchange_base import Binding, Exchange
-from .message import Message
+from .message import RABBIT_FIELD_TYPES, Message
 from .queue_config import amqp_type_name
 
 HASH_PROPERTIES = ("correlation_id", "message_id", "timestamp")
 
-#: An AMQP field type tag -> RabbitMQ's name for it (its ``rabbit_binary_parser``).
-RABBIT_TYPES = {
-    "S": "longstr",
-    "T": "timestamp",
-    "b": "byte",
-    "B": "unsignedbyte",
-    "s": "short",
-    "u": "unsignedshort",
-    "I": "signedint",
-    "i": "unsignedint",
-    "d": "double",
-    "f": "float",
-    "l": "long",
-    "L": "long",
-    "t": "bool",
-    "D": "decimal",
-    "F": "table",
-    "A": "array",
-    "x": "binary",
-    "V": "void",
-}
 
 _INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 
@@ -116,7 +95,7 @@ def erlang_field(typed: tuple[str, Any]) -> tuple:
     """A typed AMQP field value as RabbitMQ's ``rabbit_misc:table_lookup`` returns it:
     ``{Type, Value}`` (tables and arrays converted through)."""
     tag, value = typed
-    kind = Atom(RABBIT_TYPES.get(tag, "longstr"))
+    kind = Atom(RABBIT_FIELD_TYPES.get(tag, "longstr"))
     if tag == "t":
         value = Atom("true" if value else "false")
     elif tag == "S" and isinstance(value, str):

@@ -52,6 +52,31 @@ class Properties:
 
 PROPERTY_NAMES = tuple(f.name for f in fields(Properties))
 
+#: An AMQP 0-9-1 field type tag -> RabbitMQ's name for the type, as its
+#: ``rabbit_binary_parser`` decodes it (``l`` and ``L`` alike to a signed 64-bit
+#: ``long``): the type in a ``{Type, Value}`` header (consistent-hash exchange) and in
+#: ``unacceptable_type_in_header`` texts.
+RABBIT_FIELD_TYPES = {
+    "S": "longstr",
+    "T": "timestamp",
+    "b": "byte",
+    "B": "unsignedbyte",
+    "s": "short",
+    "u": "unsignedshort",
+    "I": "signedint",
+    "i": "unsignedint",
+    "d": "double",
+    "f": "float",
+    "l": "long",
+    "L": "long",
+    "t": "bool",
+    "D": "decimal",
+    "F": "table",
+    "A": "array",
+    "x": "binary",
+    "V": "void",
+}
+
 
 class MessageFormat(Protocol):
     """A protocol's encoded form of a message; each adapter registers one."""

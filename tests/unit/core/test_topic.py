@@ -8,6 +8,7 @@ and under binding churn; the pathological ``#.#.#…`` keys must stay cheap.
 from __future__ import annotations
 
 import re
+import sys
 import time
 
 from hypothesis import given, settings, strategies as st
@@ -137,3 +138,40 @@ def test_wildcard_words_in_the_routing_key_are_fast():
     assert trie.match(".".join(["*"] * 40)) == ("h", "q")
     assert trie.match(".".join(["#"] * 40)) == ("h", "q")
     assert time.process_time() - start < 1.0
+
+
+def current_depth() -> int:
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+def test_kombu_delayed_delivery_keys_walk_without_nesting():
+    """kombu's native delayed delivery (celery >= 5.5): a level's exchange binds its queue
+    with ``*.``×k ``1.#`` and the next level with ``*.``×k ``0.#``, and routes keys of
+    the delay's 28 bits and the task's key. The words of a key are walked in a loop, not
+    one nested call each: with 30 frames to spare, a 124-word key (near the longest a 255-byte
+    AMQP routing key holds) still matches; a walk that recursed per word would raise
+    RecursionError."""
+    trie = TopicTrie()
+    stars = "*." * (LONG - 1 - 13)
+    trie.add(f"{stars}1.#", "queue")
+    trie.add(f"{stars}0.#", "next level")
+    trie.add("#.task.run", "delivery")
+    one = ["0"] * LONG
+    one[LONG - 14] = "1"  # the bit of level 13 (the 14th word from the end)
+    key_one = ".".join(one)
+    key_zero = ".".join(["1"] * (LONG - 14) + ["0"] * 14)
+    keys = [key_one, key_zero, key_one + ".task.run"]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(current_depth() + 30)
+    try:
+        found = [trie.match(key) for key in keys]
+    finally:
+        sys.setrecursionlimit(limit)
+    assert found == [("queue",), ("next level",), ("delivery", "queue")]  # the root's # first
+    assert len(keys[-1]) <= 255
+
+
+LONG = 122  # bits in the test's keys: with ".task.run", 124 words in 252 bytes

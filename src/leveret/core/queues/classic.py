@@ -51,6 +51,12 @@ if TYPE_CHECKING:
 SCAN_BUDGET = 10_000
 #: Paged-out messages dead-lettered for expiry in one event-loop turn, at most.
 PAGED_EXPIRY_BATCH = 1000
+#: Ready messages dead-lettered for expiry in one event-loop turn, at most. Messages
+#: published together with one TTL fall due together (kombu's native delayed delivery:
+#: every task of the same second, in each ``celery_delayed_N`` queue in turn); their
+#: dead-lettering (routing, the copy's store write) is spread over turns so that other
+#: clients' reads and timers go between, as a connection's turn budget does for a read.
+EXPIRY_BATCH = 64
 #: Ready messages moved from memory to the store in one event-loop turn under memory
 #: pressure, at most (:meth:`ClassicQueue.memory_short`).
 PAGE_OUT_CHUNK = 10_000
@@ -544,12 +550,17 @@ class ClassicQueue(HoldAndScan, Queue):
             store.when_durable(lambda ok: self.timers.arm("paged-expiry", 0, self._expire_paged, True))
 
     def _expire_due(self) -> None:
-        """Dead-letter every ready message whose time has come, wherever it is."""
+        """Dead-letter the ready messages whose time has come, wherever they are in the
+        queue (RabbitMQ expires only at the head), :data:`EXPIRY_BATCH` a turn."""
         self.timers.fired("ttl")
         now = self.host.clock.time()
-        for entry in self.expiry.due(now):
+        due = self.expiry.due(now, EXPIRY_BATCH)
+        for entry in due:
             self.backlog.remove(entry)
             self._die(entry, "expired")
+        if len(due) >= EXPIRY_BATCH and not self.deleted:  # more may be due: next turn
+            self.timers.arm("ttl", 0, self._expire_due, True)
+            return
         next_due = self.expiry.next_due()
         if next_due is not None and not self.deleted:
             self.timers.arm("ttl", next_due - now, self._expire_due, True)

@@ -15,7 +15,7 @@ from typing import Any
 from ...amqp import field_table, properties as wire
 from ...amqp.errors import SYNTAX_ERROR, AMQPConnectionError
 from ...core.errors import precondition_failed
-from ...core.message import NEUTRAL, Death, Message, Properties, register_format, ttl_of
+from ...core.message import NEUTRAL, RABBIT_FIELD_TYPES, Death, Message, Properties, register_format, ttl_of
 
 _EXPIRATION = re.compile(r"[+-]?[0-9]+")
 
@@ -166,27 +166,6 @@ def from_publish(
 _HEADERS_HIGH_BIT = wire.HEADERS_FLAG >> 8
 #: field types whose leveret-decoded value is what pamqp gives (integers, floats, bytes, void)
 _PLAIN_TAGS = frozenset("bBsuIilLfdxV")
-#: RabbitMQ's names for field types, in its "unacceptable type" texts.
-_TYPE_NAMES = {
-    "t": "bool",
-    "b": "byte",
-    "B": "unsignedbyte",
-    "s": "short",
-    "u": "unsignedshort",
-    "I": "signedint",
-    "i": "unsignedint",
-    "l": "long",
-    "L": "unsignedlong",
-    "f": "float",
-    "d": "double",
-    "D": "decimal",
-    "S": "longstr",
-    "x": "binary",
-    "T": "timestamp",
-    "F": "table",
-    "A": "array",
-    "V": "void",
-}
 
 
 def sender_selected(header: bytes) -> tuple[bytes, tuple[str, ...]]:
@@ -210,7 +189,7 @@ def sender_selected(header: bytes) -> tuple[bytes, tuple[str, ...]]:
         if typed is None:
             continue
         if typed[0] != "A":
-            kind = _TYPE_NAMES.get(typed[0], typed[0])
+            kind = RABBIT_FIELD_TYPES.get(typed[0], typed[0])
             raise precondition_failed(f'invalid message: {{unacceptable_type_in_header,"{name}",{kind}}}')
         keys += [value.decode(errors="replace") for tag, value in typed[1] if tag == "S"]
     if "BCC" in table:

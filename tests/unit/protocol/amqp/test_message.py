@@ -77,7 +77,8 @@ def test_cc_and_bcc_become_routing_keys_and_bcc_leaves_the_header():
 def test_a_cc_that_is_not_an_array_is_406_with_rabbitmqs_text():
     for headers, text in (({"CC": ("S", b"q")}, '"CC",longstr'), ({"BCC": ("I", 5)}, '"BCC",signedint'),
                           ({"BCC": ("S", b"q"), "CC": ("V", None)}, '"CC",void'),
-                          ({"CC": ("x", b"q")}, '"CC",binary'), ({"CC": ("F", {})}, '"CC",table')):
+                          ({"CC": ("x", b"q")}, '"CC",binary'), ({"CC": ("F", {})}, '"CC",table'),
+                          ({"CC": ("L", 5)}, '"CC",long')):  # RabbitMQ reads L as l
         try:
             typed(headers)
         except Exception as exc:  # core's PreconditionFailed

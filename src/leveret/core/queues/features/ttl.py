@@ -66,12 +66,13 @@ class Expiry:
         heap[:] = [item for item in heap if item[2].state in (READY, UNACKED, DELAYED)]
         heapq.heapify(heap)
 
-    def due(self, now: float) -> list[QueuedMessage]:
+    def due(self, now: float, limit: int | None = None) -> list[QueuedMessage]:
         """The ready messages whose time has come (taken off the heap), each once: a
-        message requeued after its delivery is on the heap twice (same key, adjacent)."""
+        message requeued after its delivery is on the heap twice (same key, adjacent).
+        At most ``limit`` of them (the rest stay on the heap for the next call)."""
         heap = self.heap
         found: list[QueuedMessage] = []
-        while heap and heap[0][0] <= now:
+        while heap and heap[0][0] <= now and (limit is None or len(found) < limit):
             entry = heapq.heappop(heap)[2]
             if entry.state == READY and entry.expires_at <= now and not (found and found[-1] is entry):
                 found.append(entry)
