@@ -13,6 +13,7 @@ file below against pytest-rabbitmq on a RabbitMQ node too.
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 from pathlib import Path
@@ -281,9 +282,15 @@ def test_stopped(rabbitmq_proc):
     pytester.runpytest("--leveret-rabbitmq", *NO_PYTEST_RABBITMQ).assert_outcomes(passed=1)
 
 
-def test_cleanup_skips_an_exclusive_queue_of_another_connection(pytester, caplog):
+def test_cleanup_skips_an_exclusive_queue_of_another_connection(pytester, caplog, monkeypatch):
     # pytest-rabbitmq's teardown fails there (405 RESOURCE_LOCKED closes its only
     # channel); leveret's logs it, opens a channel and deletes the rest.
+    # The logger is watched directly: a framework test earlier in the session may have
+    # configured logging (celery's worker does), disabling or detaching existing loggers.
+    logger = logging.getLogger("leveret.testing.rabbitmq")
+    monkeypatch.setattr(logger, "disabled", False)
+    monkeypatch.setattr(logger, "level", logging.WARNING)
+    monkeypatch.setattr(logger, "handlers", [*logger.handlers, caplog.handler])
     pytester.makepyfile(
         test_exclusive="""
 import pika
@@ -305,7 +312,8 @@ def test_only_the_exclusive_queue_is_left(rabbitmq_proc, rabbitmq):
     )
     result = pytester.runpytest("--leveret-rabbitmq", *NO_PYTEST_RABBITMQ)
     result.assert_outcomes(passed=2)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "leveret.testing.rabbitmq"]
+    # a set: the record may reach caplog's handler both here and through the root logger
+    warnings = list({r.getMessage() for r in caplog.records if r.name == "leveret.testing.rabbitmq"})
     assert len(warnings) == 1 and "could not delete queue 'mine'" in warnings[0] and "405" in warnings[0]
 
 
@@ -397,6 +405,8 @@ def test_docs_snippets_run(pytester, snippet, module):
     snippets = doc_snippets()
     files = [*{"test_celery.py": ["conftest.py"]}.get(snippet, []), snippet]
     for name in files:
-        pytester.path.joinpath(name).write_text(snippets[name])
+        # a basename of its own: the suite has its own test_dramatiq.py etc. imported
+        written = name.replace("test_", "test_docs_snippet_", 1)
+        pytester.path.joinpath(written).write_text(snippets[name])
     result = pytester.runpytest("--leveret-rabbitmq", *NO_PYTEST_RABBITMQ)
     result.assert_outcomes(passed=1)

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,61 +25,35 @@ N = 1000
 QUERIES = ["stream:log:copy", "queue:jobs:done"]
 
 
-def _start(url: str, checkpoints: Path, log: Path) -> list[subprocess.Popen]:
-    """One job process per query. Two queries in one JVM now and then corrupt a task's
-    serialised form (OptionalDataException deserialising it; every retry of the replayed
-    batch then fails the same way), so each query gets a JVM of its own; they start their
-    queries together (CRASH_JOB_READY)."""
-    ready = tempfile.mkdtemp(dir=log.parent, prefix="ready-")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               CRASH_JOB_READY=f"{ready}:{len(QUERIES)}")
-    procs = []
-    for query in QUERIES:
-        with _log(log, query).open("ab") as out:
-            # a session (process group) of its own: the kill takes the JVM and the Python
-            # workers with it, as when a machine dies
-            procs.append(subprocess.Popen([sys.executable, str(JOB), url, str(checkpoints), query],
-                                          stdout=out, stderr=subprocess.STDOUT, env=env,
-                                          start_new_session=True))
-    return procs
+def _start(url: str, checkpoints: Path, log: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    with log.open("ab") as out:
+        # a session (process group) of its own: the kill takes the JVM and the Python
+        # workers with it, as when a machine dies
+        return subprocess.Popen([sys.executable, str(JOB), url, str(checkpoints), *QUERIES],
+                                stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
 
 
-def _log(log: Path, query: str) -> Path:
-    return log.with_name(f"{log.stem}-{query.split(':')[0]}.log")
-
-
-def _logs(log: Path) -> str:
-    """The first error and the tail of each job's log, for a failure message."""
-    parts = []
-    for query in QUERIES:
-        text = _log(log, query).read_text() if _log(log, query).exists() else ""
-        first = next((line for line in text.splitlines() if "Exception" in line or "Error" in line), "")
-        parts.append(f"--- {query}: first error: {first}\n{text[-1500:]}")
-    return "\n".join(parts)
-
-
-def _kill(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    for proc in procs:
-        proc.wait(10)
+def _log_text(log: Path) -> str:
+    """The job's first error line and the tail of its log, for a failure message (the
+    tail alone is a Java stack trace's end, without the exception)."""
+    text = log.read_text() if log.exists() else ""
+    first = next((line for line in text.splitlines() if "Exception" in line or "Error" in line), "")
+    return f"first error: {first}\n{text[-2500:]}"
 
 
 def _count(client: Client, queue: str) -> int:
     return client.queue_exists(queue).message_count
 
 
-def _finish(procs: list[subprocess.Popen], log: Path) -> bool:
-    """Wait for a restarted run (two JVMs start: slow on a busy machine); whether every
-    job exited 0."""
-    deadline = time.monotonic() + 180
+def _finish(proc: subprocess.Popen, log: Path) -> int:
     try:
-        codes = [proc.wait(max(1.0, deadline - time.monotonic())) for proc in procs]
+        return proc.wait(180)  # a JVM start is slow on a busy machine
     except subprocess.TimeoutExpired:
-        _kill(procs)
-        pytest.fail(f"the restarted job did not finish: {_logs(log)}")
-    return not any(codes)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        pytest.fail(f"the restarted job did not finish: {_log_text(log)}")
 
 
 def test_sigkill_mid_batch_then_restart_stream_exactly_once_queue_at_least_once(
@@ -101,14 +74,15 @@ def test_sigkill_mid_batch_then_restart_stream_exactly_once_queue_at_least_once(
 
     with Client(url) as client:
         # 1. run until both queries have written at least a batch, then SIGKILL
-        procs = _start(url, checkpoints, log)
+        proc = _start(url, checkpoints, log)
         deadline = time.monotonic() + 120  # a JVM start is slow on a busy machine
         while min(_count(client, "copy"), _count(client, "done")) < 250:
-            if any(proc.poll() is not None for proc in procs) or time.monotonic() > deadline:
-                _kill(procs)
-                pytest.fail(f"a job exited or they wrote too little: {_logs(log)}")
+            if proc.poll() is not None or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                pytest.fail(f"the job exited {proc.returncode} or wrote too little: {_log_text(log)}")
             time.sleep(0.05)
-        _kill(procs)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
         written = _count(client, "copy"), _count(client, "done")
         assert max(written) < N, f"killed too late: {written}"
         assert client.rpc("lease.info", {"queue": "jobs", "group": "crash"})["held"] > 0
@@ -119,13 +93,13 @@ def test_sigkill_mid_batch_then_restart_stream_exactly_once_queue_at_least_once(
         # task of a replayed batch; the next run replays it again).
         clean_exits = 0
         for _ in range(5):
-            clean_exits += _finish(_start(url, checkpoints, log), log)
+            clean_exits += _finish(_start(url, checkpoints, log), log) == 0
             info = client.rpc("lease.info", {"queue": "jobs", "group": "crash"})
             if clean_exits and _count(client, "jobs") == 0 and info["held"] == 0:
                 break
             time.sleep(3.5)
-        assert clean_exits, _logs(log)
-        assert _count(client, "jobs") == 0
+        assert clean_exits, _log_text(log)
+        assert _count(client, "jobs") == 0, _log_text(log)
         assert client.rpc("lease.info", {"queue": "jobs", "group": "crash"})["held"] == 0
 
     conn = pika.BlockingConnection(pika.URLParameters(url))
