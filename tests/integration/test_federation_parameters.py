@@ -68,7 +68,8 @@ def test_definitions_carry_federation_parameters_and_their_vhost_takes_them_away
     assert target.http("PUT", "/api/parameters/federation-upstream-set/site/s", {"value": the_set})[0] == 201
     document = target.http("GET", "/api/definitions")[1]
     exported = [p for p in document["parameters"] if p["component"].startswith("federation")]
-    assert {(p["component"], p["name"]) for p in exported} == {("federation-upstream", "up"), ("federation-upstream-set", "s")}
+    names = {(p["component"], p["name"]) for p in exported}
+    assert names == {("federation-upstream", "up"), ("federation-upstream-set", "s")}
     with BlockingBroker(amqp_port=0, http_port=0) as other:
         fresh = Target.of(other)
         assert fresh.http("POST", "/api/definitions", document)[0] in (200, 201, 204)

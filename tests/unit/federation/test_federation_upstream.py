@@ -54,7 +54,8 @@ def test_a_bad_upstream_is_refused_naming_the_key(value, reason):
 
 def test_upstream_sets_name_upstreams_with_overrides():
     assert check_upstream_set([{"upstream": "a"}, {"upstream": "b", "max-hops": 2}])
-    for bad in ({"upstream": "a"}, [{"name": "a"}], [{"upstream": "a", "max-hops": "x"}], [{"upstream": "a", "x": 1}]):
+    bad_sets = ({"upstream": "a"}, [{"name": "a"}], [{"upstream": "a", "max-hops": "x"}], [{"upstream": "a", "x": 1}])
+    for bad in bad_sets:
         with pytest.raises(FederationError):
             check_upstream_set(bad)
 
@@ -71,4 +72,5 @@ def test_a_policy_applies_one_upstream_a_set_or_all():
     assert names({"federation-upstream": "a"}) == [("a", 1)]
     assert names({"federation-upstream-set": "s"}) == [("b", 4)]  # the set's override; a missing one left out
     assert names({"federation-upstream-set": "all"}) == [("a", 1), ("b", 1)]  # this vhost's valid ones
-    assert names({"federation-upstream": "missing"}) == [] and names({"max-length": 3}) == [] and names(None) == []
+    assert names({"federation-upstream": "missing"}) == [] and names({"max-length": 3}) == []
+    assert names(None) == []
