@@ -54,7 +54,8 @@ def test_a_bad_upstream_is_refused_naming_the_key(value, reason):
 
 def test_upstream_sets_name_upstreams_with_overrides():
     assert check_upstream_set([{"upstream": "a"}, {"upstream": "b", "max-hops": 2}])
-    bad_sets = ({"upstream": "a"}, [{"name": "a"}], [{"upstream": "a", "max-hops": "x"}], [{"upstream": "a", "x": 1}])
+    bad_sets = ({"upstream": "a"}, [{"name": "a"}], [{"upstream": "a", "max-hops": "x"}],
+                [{"upstream": "a", "x": 1}])
     for bad in bad_sets:
         with pytest.raises(FederationError):
             check_upstream_set(bad)
