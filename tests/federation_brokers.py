@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pika
@@ -34,8 +33,6 @@ from targets import Target, rabbitmq_installed, unique
 from brokers import RabbitMQ
 from leveret import BlockingBroker
 
-PLUGINS = ("rabbitmq_management", "rabbitmq_federation", "rabbitmq_federation_management")
-
 #: the four pairings, as (upstream kind, downstream kind); test ids ``up_to_down``
 PAIRINGS = [("leveret", "leveret"), ("rabbitmq", "leveret"), ("leveret", "rabbitmq"), ("rabbitmq", "rabbitmq")]
 PAIRING_IDS = [f"{up}_to_{down}" for up, down in PAIRINGS]
@@ -44,21 +41,9 @@ PAIRING_IDS = [f"{up}_to_{down}" for up, down in PAIRINGS]
 LINK_TIMEOUT = 8.0
 
 
-class FederationRabbitMQ(RabbitMQ):
-    """RabbitMQ 3.10 with the management and federation plugins enabled."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(management=True, **kwargs)
-
-    def _env(self) -> dict:
-        env = super()._env()
-        Path(self.workdir, "enabled_plugins").write_text(f"[{','.join(PLUGINS)}].\n")
-        return env
-
-
-def start_federation_rabbitmq() -> tuple[FederationRabbitMQ, Target]:
+def start_federation_rabbitmq() -> tuple[RabbitMQ, Target]:
     """A private RabbitMQ node with federation, ready for HTTP (90 s at most)."""
-    node = FederationRabbitMQ()
+    node = RabbitMQ(federation=True)
     node.start()
     target = Target("rabbitmq", "127.0.0.1", node.port, node.http_port)
     deadline = time.monotonic() + 90
@@ -247,5 +232,5 @@ def pairing(request) -> Iterator[Pairing]:
                 broker.stop()
 
 
-__all__ = ["PAIRINGS", "PAIRING_IDS", "Pairing", "Site", "federation_rabbitmq", "pairing",
+__all__ = ["LINK_TIMEOUT", "PAIRINGS", "PAIRING_IDS", "Pairing", "Site", "federation_rabbitmq", "pairing", "q",
            "start_federation_rabbitmq"]

@@ -20,7 +20,7 @@ import uuid
 import pika
 import pytest
 from eventually import eventually
-from federation_brokers import LINK_TIMEOUT, Pairing, Site, federation_rabbitmq, pairing  # noqa: F401
+from federation_brokers import LINK_TIMEOUT, Pairing, Site, federation_rabbitmq, pairing, q  # noqa: F401
 
 PROBE = b"probe-"
 
@@ -251,6 +251,39 @@ def test_federation_matrix_on_confirm_acks_upstream_after_downstream_confirms(pa
     status, queues = up.http("GET", "/api/queues/{v}")
     [link_queue] = [row["name"] for row in queues if row["name"].startswith("federation: fx -> ")]
     assert eventually(lambda: up.depth(link_queue) == (0, 0), LINK_TIMEOUT, 0.1), up.depth(link_queue)
+
+
+def test_federation_matrix_upstream_topology_as_rabbitmq_names_it(pairing: Pairing):
+    """What an exchange link declares upstream, as RabbitMQ's federation does: the queue
+    ``federation: X -> CLUSTER:VHOST:X`` (``expires``/``message-ttl`` as ``x-expires``/
+    ``x-message-ttl``), the internal ``x-federation-upstream`` exchange ``... B`` carrying
+    the hop limit, and one binding per downstream binding with ``x-bound-from``."""
+    up, down = pairing.upstream(), pairing.downstream()
+    declare(up, "fx", exchange_type="topic")
+    declare(down, "fx", "dq", keys=("a.#",), exchange_type="topic")
+    bind(down, "dq", "fx", "b")
+    down.federate(up, "^fx$", expires=600000, message_ttl=30000, max_hops=2)
+    until_flowing(up, "fx", "a.probe", Inbox(down, "dq"))
+    cluster = down.target.http("GET", "/api/overview")[1]["cluster_name"]
+    queue = f"federation: fx -> {cluster}:{down.vhost}:fx"
+    status, row = up.http("GET", f"/api/queues/{{v}}/{q(queue)}")
+    assert status == 200, (queue, row)
+    assert (row["durable"], row["auto_delete"], row["arguments"]) == (
+        True, False, {"x-expires": 600000, "x-internal-purpose": "federation", "x-message-ttl": 30000})
+    status, row = up.http("GET", f"/api/exchanges/{{v}}/{q(queue + ' B')}")
+    assert status == 200, (queue + " B", row)
+    assert (row["type"], row["durable"], row["auto_delete"], row["internal"]) == (
+        "x-federation-upstream", True, True, True)
+    assert row["arguments"] == {"x-downstream-name": cluster, "x-downstream-vhost": down.vhost,
+                                "x-internal-purpose": "federation", "x-max-hops": 2}
+    bound_from = [{"cluster-name": cluster, "exchange": f"{down.vhost}:fx B", "hops": 2, "vhost": down.vhost}]
+    status, bindings = up.http("GET", f"/api/exchanges/{{v}}/fx/bindings/source")
+    assert status == 200, bindings
+    assert sorted((b["destination"], b["routing_key"], json.dumps(b["arguments"], sort_keys=True))
+                  for b in bindings) == [
+        (queue + " B", key, json.dumps({"x-bound-from": bound_from}, sort_keys=True)) for key in ("a.#", "b")]
+    status, bindings = up.http("GET", f"/api/exchanges/{{v}}/{q(queue + ' B')}/bindings/source")
+    assert [(b["destination"], b["routing_key"]) for b in bindings] == [(queue, "")]
 
 
 # -- queue federation ---------------------------------------------------------------------
