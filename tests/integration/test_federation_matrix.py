@@ -383,9 +383,10 @@ def test_federation_matrix_definitions_round_trip(pairing: Pairing):
 
 
 #: the shape of ``/api/federation-links`` rows (RabbitMQ 3.10.8): key → value pattern;
-#: ids, timestamps, node names and connection names differ between brokers
+#: ids, timestamps, node names and connection names differ between brokers. The hour of
+#: ``timestamp`` has no leading zero (``2026-11-28 8:05:39``, local time).
 ID = re.compile(r"^[0-9a-f]{8}$")
-TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2} \d{1,2}:\d{2}:\d{2}$")
+TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2} (?:\d|1\d|2[0-3]):\d{2}:\d{2}$")
 ANY = re.compile(r"^.+$")
 COMMON = {"node": ANY, "type": None, "vhost": None, "upstream": None, "id": ID, "status": None,
           "uri": None, "timestamp": TIMESTAMP}  # fmt: skip
@@ -395,8 +396,11 @@ ERROR_ROW = {**COMMON, "exchange": None, "upstream_exchange": None, "error": ANY
 
 
 def check_row(row: dict, shape: dict, expected: dict) -> None:
-    """``row`` has exactly ``shape``'s keys, every value a string matching its pattern or,
-    for a None pattern, equal to ``expected``."""
+    """``row`` has exactly ``shape``'s keys (and ``local_channel``, which RabbitMQ adds
+    once the local connection's channel has statistics: that channel's row), every
+    value a string matching its pattern or, for a None pattern, equal to ``expected``."""
+    row = dict(row)
+    channel = row.pop("local_channel", None)
     assert set(row) == set(shape), f"keys differ from RabbitMQ's: extra {set(row) - set(shape)}, " \
                                    f"missing {set(shape) - set(row)}: {row}"
     for key, pattern in shape.items():
@@ -405,11 +409,16 @@ def check_row(row: dict, shape: dict, expected: dict) -> None:
             assert row[key] == expected[key], (key, row[key], expected[key])
         else:
             assert pattern.match(row[key]), (key, row[key])
+    if channel is not None:
+        assert "local_connection" in row, row
+        assert channel["connection_details"]["name"] == row["local_connection"], channel
+        assert (channel["vhost"], channel["number"]) == (expected["vhost"], 1), channel
 
 
 def test_federation_matrix_links_status_fields(pairing: Pairing):
     """``/api/federation-links/{vhost}`` rows of a running exchange link, a running queue
-    link and a link in error, field by field as RabbitMQ 3.10.8 shows them."""
+    link and a link in error, field by field as RabbitMQ 3.10.8 shows them; the node is
+    the one ``/api/overview`` names."""
     up, down = pairing.upstream(), pairing.downstream()
     declare(up, "fx")
     declare(down, "fx")
@@ -420,7 +429,7 @@ def test_federation_matrix_links_status_fields(pairing: Pairing):
     down.put_policy("fx", "^fx$", {"federation-upstream": "up"})
     down.put_policy("fq", "^fq$", {"federation-upstream": "up"}, apply_to="queues")
     down.put_policy("bx", "^bx$", {"federation-upstream": "nowhere"})
-    rows = down.wait_links(2)
+    down.wait_links(2)
     eventually(lambda: any(r.get("status") == "error" for r in down.links()), LINK_TIMEOUT, 0.1)
     rows = {row.get("exchange") or row.get("queue"): row for row in down.links()}
     assert set(rows) == {"fx", "fq", "bx"}, rows
@@ -431,3 +440,5 @@ def test_federation_matrix_links_status_fields(pairing: Pairing):
     check_row(rows["bx"], ERROR_ROW, {**common, "type": "exchange", "exchange": "bx", "upstream_exchange": "bx",
                                       "status": "error", "upstream": "nowhere", "uri": "amqp://127.0.0.1:1/%2F"})
     assert len({row["id"] for row in rows.values()}) == 3
+    node = down.target.http("GET", "/api/overview")[1]["node"]
+    assert {row["node"] for row in rows.values()} == {node}
