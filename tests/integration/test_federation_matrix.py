@@ -287,17 +287,18 @@ def test_federation_matrix_upstream_topology_as_rabbitmq_names_it(pairing: Pairi
 
 
 # -- queue federation ---------------------------------------------------------------------
-def consume(site: Site, queue: str, count: int, timeout: float = LINK_TIMEOUT) -> list[bytes]:
-    """Consume (prefetch 10, acks) until ``count`` messages came or ``timeout`` s passed."""
+def consume(site: Site, queue: str, count: int, timeout: float = LINK_TIMEOUT) -> list[tuple[bytes, dict]]:
+    """Consume (prefetch 10, acks) until ``count`` messages came or ``timeout`` s passed;
+    (body, headers) of each."""
     connection = site.amqp()
-    got: list[bytes] = []
+    got: list[tuple[bytes, dict]] = []
     try:
         channel = connection.channel()
         channel.basic_qos(prefetch_count=10)
         deadline = time.monotonic() + timeout
-        for method, _, body in channel.consume(queue, inactivity_timeout=0.1):
+        for method, properties, body in channel.consume(queue, inactivity_timeout=0.1):
             if method is not None:
-                got.append(body)
+                got.append((body, dict(properties.headers or {})))
                 channel.basic_ack(method.delivery_tag)
             if len(got) >= count or time.monotonic() > deadline:
                 break
@@ -319,7 +320,12 @@ def test_federation_matrix_queue_moves_messages_only_to_demand(pairing: Pairing)
     assert (row["type"], row["queue"], row["upstream_queue"]) == ("queue", "fq", "fq")
     time.sleep(1.0)  # no consumer: nothing may move (only a wait can show it)
     assert (up.depth("fq"), down.depth("fq")) == ((5, 0), (0, 0))
-    assert consume(down, "fq", 5) == [f"m{n}".encode() for n in range(5)]
+    got = consume(down, "fq", 5)
+    assert [body for body, _ in got] == [f"m{n}".encode() for n in range(5)]
+    for _, headers in got:  # as RabbitMQ 3.10.8 marks a message a queue link moved
+        assert (headers["x-original-exchange"], headers["x-original-routing-key"]) == ("", "fq"), headers
+        [entry] = headers["x-received-from"]
+        assert entry == {"uri": up.redacted_uri(), "queue": "fq", "redelivered": False, "visit-count": 1}, entry
     publish(up, "", "fq", b"later-1", b"later-2", b"later-3", persistent=True)
     time.sleep(1.0)  # the consumer is gone: nothing may move
     assert (up.depth("fq"), down.depth("fq")) == ((3, 0), (0, 0))
@@ -336,7 +342,7 @@ def test_federation_matrix_upstream_queue_rename(pairing: Pairing):
     down.federate(up, "^fq$", apply_to="queues", queue="uq")
     [row] = down.wait_links(1)
     assert (row["queue"], row["upstream_queue"]) == ("fq", "uq")
-    assert consume(down, "fq", 1) == [b"renamed"]
+    assert [body for body, _ in consume(down, "fq", 1)] == [b"renamed"]
     assert up.depth("fq") == (1, 0)
 
 
