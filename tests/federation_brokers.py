@@ -26,15 +26,17 @@ from typing import Any
 
 import pika
 import pytest
+from brokers import RabbitMQ
 from eventually import eventually
 from servers import TEST_WORKERS
 from targets import Target, rabbitmq_installed, unique
 
-from brokers import RabbitMQ
 from leveret import BlockingBroker
 
 #: the four pairings, as (upstream kind, downstream kind); test ids ``up_to_down``
-PAIRINGS = [("leveret", "leveret"), ("rabbitmq", "leveret"), ("leveret", "rabbitmq"), ("rabbitmq", "rabbitmq")]
+PAIRINGS = [
+    ("leveret", "leveret"), ("rabbitmq", "leveret"), ("leveret", "rabbitmq"), ("rabbitmq", "rabbitmq"),
+]
 PAIRING_IDS = [f"{up}_to_{down}" for up, down in PAIRINGS]
 
 #: seconds a link gets to come up or to move a message (RabbitMQ's start in ~0.1 s)
@@ -97,7 +99,8 @@ class Site:
     def put_upstream(self, name: str, uri: str | list[str], **keys: Any) -> None:
         """``federation-upstream`` parameter ``name`` (``max_hops=2`` → ``max-hops``)."""
         value = {"uri": uri, **{k.replace("_", "-"): v for k, v in keys.items()}}
-        status, body = self.http("PUT", f"/api/parameters/federation-upstream/{{v}}/{q(name)}", {"value": value})
+        path = f"/api/parameters/federation-upstream/{{v}}/{q(name)}"
+        status, body = self.http("PUT", path, {"value": value})
         assert status in (201, 204), (self, status, body)
 
     def put_upstream_set(self, name: str, members: list[dict]) -> None:
@@ -232,5 +235,5 @@ def pairing(request) -> Iterator[Pairing]:
                 broker.stop()
 
 
-__all__ = ["LINK_TIMEOUT", "PAIRINGS", "PAIRING_IDS", "Pairing", "Site", "federation_rabbitmq", "pairing", "q",
-           "start_federation_rabbitmq"]
+__all__ = ["LINK_TIMEOUT", "PAIRINGS", "PAIRING_IDS", "Pairing", "Site", "federation_rabbitmq", "pairing",
+           "q", "start_federation_rabbitmq"]

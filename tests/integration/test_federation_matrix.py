@@ -17,10 +17,14 @@ import re
 import time
 import uuid
 
+import federation_brokers
 import pika
-import pytest
 from eventually import eventually
-from federation_brokers import LINK_TIMEOUT, Pairing, Site, federation_rabbitmq, pairing, q  # noqa: F401
+from federation_brokers import LINK_TIMEOUT, Pairing, Site, q
+
+#: the fixtures (federation_brokers.py): a matrix cell, and the session's RabbitMQ node
+pairing = federation_brokers.pairing
+federation_rabbitmq = federation_brokers.federation_rabbitmq
 
 PROBE = b"probe-"
 
@@ -86,14 +90,15 @@ class Inbox:
         return self.bodies()
 
 
-def until_flowing(upstream: Site, exchange: str, key: str, inbox: Inbox, timeout: float = LINK_TIMEOUT) -> None:
+def until_flowing(upstream: Site, exchange: str, key: str, inbox: Inbox,
+                  timeout: float = LINK_TIMEOUT) -> None:
     """Publish probes on ``upstream`` with ``key`` until one reaches ``inbox``: the link
     is up and carries ``key``. Probes are kept apart from the messages."""
     deadline = time.monotonic() + timeout
     while True:
         probe = PROBE + uuid.uuid4().hex.encode()
         publish(upstream, exchange, key, probe)
-        if eventually(lambda: inbox.poll() is not None and probe in inbox.probes, 1.0, 0.05):
+        if eventually(lambda probe=probe: inbox.poll() is not None and probe in inbox.probes, 1.0, 0.05):
             return
         if time.monotonic() > deadline:
             raise AssertionError(
@@ -103,14 +108,14 @@ def until_flowing(upstream: Site, exchange: str, key: str, inbox: Inbox, timeout
 
 
 def declare(site: Site, exchange: str | None = None, queue: str | None = None, keys: tuple[str, ...] = (),
-            exchange_type: str = "direct", durable: bool = False, queue_arguments: dict | None = None) -> None:
+            exchange_type: str = "direct", durable: bool = False) -> None:
     connection = site.amqp()
     try:
         channel = connection.channel()
         if exchange:
             channel.exchange_declare(exchange, exchange_type, durable=durable)
         if queue:
-            channel.queue_declare(queue, durable=durable, arguments=queue_arguments)
+            channel.queue_declare(queue, durable=durable)
             for key in keys:
                 channel.queue_bind(queue, exchange, key)
     finally:
@@ -248,7 +253,7 @@ def test_federation_matrix_on_confirm_acks_upstream_after_downstream_confirms(pa
     inbox.wait_for(sent[-1])
     eventually(lambda: len(inbox.poll()) >= 200, LINK_TIMEOUT, 0.05)
     assert inbox.bodies() == sent
-    status, queues = up.http("GET", "/api/queues/{v}")
+    _, queues = up.http("GET", "/api/queues/{v}")
     [link_queue] = [row["name"] for row in queues if row["name"].startswith("federation: fx -> ")]
     assert eventually(lambda: up.depth(link_queue) == (0, 0), LINK_TIMEOUT, 0.1), up.depth(link_queue)
 
@@ -277,7 +282,7 @@ def test_federation_matrix_upstream_topology_as_rabbitmq_names_it(pairing: Pairi
     assert row["arguments"] == {"x-downstream-name": cluster, "x-downstream-vhost": down.vhost,
                                 "x-internal-purpose": "federation", "x-max-hops": 2}
     bound_from = [{"cluster-name": cluster, "exchange": f"{down.vhost}:fx B", "hops": 2, "vhost": down.vhost}]
-    status, bindings = up.http("GET", f"/api/exchanges/{{v}}/fx/bindings/source")
+    status, bindings = up.http("GET", "/api/exchanges/{v}/fx/bindings/source")
     assert status == 200, bindings
     assert sorted((b["destination"], b["routing_key"], json.dumps(b["arguments"], sort_keys=True))
                   for b in bindings) == [
@@ -325,7 +330,8 @@ def test_federation_matrix_queue_moves_messages_only_to_demand(pairing: Pairing)
     for _, headers in got:  # as RabbitMQ 3.10.8 marks a message a queue link moved
         assert (headers["x-original-exchange"], headers["x-original-routing-key"]) == ("", "fq"), headers
         [entry] = headers["x-received-from"]
-        assert entry == {"uri": up.redacted_uri(), "queue": "fq", "redelivered": False, "visit-count": 1}, entry
+        expected = {"uri": up.redacted_uri(), "queue": "fq", "redelivered": False, "visit-count": 1}
+        assert entry == expected, entry
     publish(up, "", "fq", b"later-1", b"later-2", b"later-3", persistent=True)
     time.sleep(1.0)  # the consumer is gone: nothing may move
     assert (up.depth("fq"), down.depth("fq")) == ((3, 0), (0, 0))
@@ -361,7 +367,8 @@ def test_federation_matrix_definitions_round_trip(pairing: Pairing):
     upstream's broker, exported from its ``/api/definitions/{vhost}`` and imported into
     the downstream's: the same parameters and policy come out of the second export."""
     source, destination = pairing.upstream(), pairing.downstream()
-    source.put_upstream("u1", UPSTREAM_VALUE["uri"], **{k: v for k, v in UPSTREAM_VALUE.items() if k != "uri"})
+    keys = {k: v for k, v in UPSTREAM_VALUE.items() if k != "uri"}
+    source.put_upstream("u1", UPSTREAM_VALUE["uri"], **keys)
     source.put_upstream("u2", "amqp://127.0.0.1:3")
     source.put_upstream_set("pair", SET_VALUE)
     source.put_policy("fed", "^nothing-matches$", {"federation-upstream-set": "pair"})
@@ -373,8 +380,8 @@ def test_federation_matrix_definitions_round_trip(pairing: Pairing):
     assert status == 200, again
 
     def federation(document: dict) -> list[tuple]:
-        return sorted((p["component"], p["name"], json.dumps(p["value"], sort_keys=True)) for p in document.get("parameters", [])
-                      if p["component"].startswith("federation-upstream"))
+        parameters = [p for p in document.get("parameters", []) if p["component"].startswith("federation-")]
+        return sorted((p["component"], p["name"], json.dumps(p["value"], sort_keys=True)) for p in parameters)
 
     assert federation(again) == federation(exported)
     assert federation(exported) == sorted([
@@ -440,11 +447,14 @@ def test_federation_matrix_links_status_fields(pairing: Pairing):
     rows = {row.get("exchange") or row.get("queue"): row for row in down.links()}
     assert set(rows) == {"fx", "fq", "bx"}, rows
     common = {"vhost": down.vhost, "status": "running", "uri": up.redacted_uri(), "upstream": "up"}
-    check_row(rows["fx"], EXCHANGE_ROW, {**common, "type": "exchange", "exchange": "fx", "upstream_exchange": "fx"})
-    check_row(rows["fq"], QUEUE_ROW, {**common, "type": "queue", "queue": "fq", "upstream_queue": "fq",
-                                      "consumer_tag": "federation-link-up"})
-    check_row(rows["bx"], ERROR_ROW, {**common, "type": "exchange", "exchange": "bx", "upstream_exchange": "bx",
-                                      "status": "error", "upstream": "nowhere", "uri": "amqp://127.0.0.1:1/%2F"})
+    exchange = {**common, "type": "exchange", "exchange": "fx", "upstream_exchange": "fx"}
+    check_row(rows["fx"], EXCHANGE_ROW, exchange)
+    queue = {**common, "type": "queue", "queue": "fq", "upstream_queue": "fq",
+             "consumer_tag": "federation-link-up"}
+    check_row(rows["fq"], QUEUE_ROW, queue)
+    error = {**exchange, "exchange": "bx", "upstream_exchange": "bx", "status": "error",
+             "upstream": "nowhere", "uri": "amqp://127.0.0.1:1/%2F"}
+    check_row(rows["bx"], ERROR_ROW, error)
     assert len({row["id"] for row in rows.values()}) == 3
     node = down.target.http("GET", "/api/overview")[1]["node"]
     assert {row["node"] for row in rows.values()} == {node}
