@@ -19,6 +19,7 @@ import uuid
 
 import federation_brokers
 import pika
+import pytest
 from eventually import eventually
 from federation_brokers import LINK_TIMEOUT, Pairing, Site, q
 
@@ -43,8 +44,8 @@ def publish(site: Site, exchange: str, key: str, *bodies: bytes, persistent: boo
         connection.close()
 
 
-def take(site: Site, queue: str) -> list[tuple[bytes, dict]]:
-    """Every message of ``queue`` now (basic.get, acked), as (body, headers)."""
+def take(site: Site, queue: str) -> list[tuple[bytes, pika.BasicProperties]]:
+    """Every message of ``queue`` now (basic.get, acked), as (body, properties)."""
     connection = site.amqp()
     found = []
     try:
@@ -53,7 +54,7 @@ def take(site: Site, queue: str) -> list[tuple[bytes, dict]]:
             method, properties, body = channel.basic_get(queue, auto_ack=True)
             if method is None:
                 return found
-            found.append((body, dict(properties.headers or {})))
+            found.append((body, properties))
     finally:
         connection.close()
 
@@ -64,14 +65,16 @@ class Inbox:
     def __init__(self, site: Site, queue: str) -> None:
         self.site, self.queue = site, queue
         self.messages: list[tuple[bytes, dict]] = []
+        self.user_ids: dict[bytes, str | None] = {}
         self.probes: list[bytes] = []
 
     def poll(self) -> list[tuple[bytes, dict]]:
-        for body, headers in take(self.site, self.queue):
+        for body, properties in take(self.site, self.queue):
             if body.startswith(PROBE):
                 self.probes.append(body)
             else:
-                self.messages.append((body, headers))
+                self.messages.append((body, dict(properties.headers or {})))
+                self.user_ids[body] = properties.user_id
         return self.messages
 
     def bodies(self) -> list[bytes]:
@@ -256,6 +259,68 @@ def test_federation_matrix_on_confirm_acks_upstream_after_downstream_confirms(pa
     _, queues = up.http("GET", "/api/queues/{v}")
     [link_queue] = [row["name"] for row in queues if row["name"].startswith("federation: fx -> ")]
     assert eventually(lambda: up.depth(link_queue) == (0, 0), LINK_TIMEOUT, 0.1), up.depth(link_queue)
+
+
+@pytest.mark.parametrize("ack_mode", ["on-publish", "no-ack"])
+def test_federation_matrix_other_ack_modes_move_every_message(pairing: Pairing, ack_mode: str):
+    """``on-publish`` (acked upstream once sent downstream) and ``no-ack`` (consumed
+    without acks): with both brokers up, every message arrives once, in order."""
+    up, down = pairing.upstream(), pairing.downstream()
+    declare(up, "fx")
+    declare(down, "fx", "dq", keys=("k",))
+    down.federate(up, "^fx$", ack_mode=ack_mode)
+    inbox = Inbox(down, "dq")
+    until_flowing(up, "fx", "k", inbox)
+    sent = [f"m{n}".encode() for n in range(50)]
+    publish(up, "fx", "k", *sent)
+    inbox.wait_for(sent[-1])
+    assert inbox.bodies() == sent
+
+
+def test_federation_matrix_trust_user_id(pairing: Pairing):
+    """A message's ``user-id`` crosses only with ``trust-user-id: true``; without it the
+    link drops the property (the publisher's user means nothing downstream)."""
+    up, kept, dropped = pairing.upstream(), pairing.downstream(), pairing.downstream()
+    declare(up, "fx", exchange_type="fanout")
+    inboxes = []
+    for site, trust in ((kept, True), (dropped, False)):
+        declare(site, "fx", "dq", keys=("",), exchange_type="fanout")
+        site.federate(up, "^fx$", trust_user_id=trust)
+        inboxes.append(Inbox(site, "dq"))
+        until_flowing(up, "fx", "", inboxes[-1])
+    connection = up.amqp()
+    signed = pika.BasicProperties(user_id="guest", app_id="app")
+    connection.channel().basic_publish("fx", "", b"signed", signed)
+    connection.close()
+    for inbox in inboxes:
+        inbox.wait_for(b"signed")
+    assert (inboxes[0].user_ids, inboxes[1].user_ids) == ({b"signed": "guest"}, {b"signed": None})
+
+
+def test_federation_matrix_upstream_set_federates_from_each_member(pairing: Pairing):
+    """A policy naming a ``federation-upstream-set`` of two upstreams: one link per
+    upstream, messages from both."""
+    one, two, down = pairing.upstream(), pairing.upstream(), pairing.downstream()
+    for up in (one, two):
+        declare(up, "fx")
+    declare(down, "fx", "dq", keys=("k",))
+    down.put_upstream("one", one.uri())
+    down.put_upstream("two", two.uri())
+    down.put_upstream_set("both", [{"upstream": "one"}, {"upstream": "two"}])
+    down.put_policy("fed", "^fx$", {"federation-upstream-set": "both"})
+    inbox = Inbox(down, "dq")
+    until_flowing(one, "fx", "k", inbox)
+    until_flowing(two, "fx", "k", inbox)
+    publish(one, "fx", "k", b"from-one")
+    publish(two, "fx", "k", b"from-two")
+    inbox.wait_for(b"from-one")
+    inbox.wait_for(b"from-two")
+    assert sorted(inbox.bodies()) == [b"from-one", b"from-two"]
+    rows = down.links()
+    assert sorted((row["upstream"], row["exchange"], row["status"]) for row in rows) == [
+        ("one", "fx", "running"), ("two", "fx", "running")]
+    assert {entry["vhost"] for _, headers in inbox.messages for entry in headers["x-received-from"]} == {
+        one.vhost, two.vhost}
 
 
 def test_federation_matrix_upstream_topology_as_rabbitmq_names_it(pairing: Pairing):
