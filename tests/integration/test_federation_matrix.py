@@ -523,3 +523,9 @@ def test_federation_matrix_links_status_fields(pairing: Pairing):
     assert len({row["id"] for row in rows.values()}) == 3
     node = down.target.http("GET", "/api/overview")[1]["node"]
     assert {row["node"] for row in rows.values()} == {node}
+    for name in (rows["fx"]["local_connection"], rows["fq"]["local_connection"]):
+        # the link's own connection to the downstream broker, as /api/connections lists it
+        path = f"/api/connections/{q(name)}"
+        eventually(lambda path=path: down.target.http("GET", path)[0] == 200, 10, 0.2)
+        status, connection = down.target.http("GET", path)
+        assert status == 200 and connection["vhost"] == down.vhost, (name, status, connection)
