@@ -95,6 +95,10 @@ class BrokerCore:
     #: Called as ``listener(component, vhost, name, value)`` after a runtime parameter
     #: is set or recovered (``value`` None: cleared); the shovels' manager is one.
     parameter_listeners: list[Callable[[str, str, str, Any], None]] = field(default_factory=list)
+    #: Called as ``listener(vhost, event, binding)`` after a binding is added
+    #: (``"bind"``) or removed (``"unbind"``), shared with every vhost
+    #: (:attr:`VirtualHost.binding_listeners`): the federation's exchange links.
+    binding_listeners: list[Callable[[str, str, Any], None]] = field(default_factory=list)
     #: The x-arguments of a queue an adapter creates on a client's behalf (a STOMP SEND
     #: or SUBSCRIBE to ``/queue/X``): ActiveMQ's default redelivery policy and shared
     #: dead-letter queue, without its silent drop of non-persistent messages.
@@ -150,6 +154,7 @@ class BrokerCore:
         for vhost in self.vhosts.values():
             vhost.metrics = self.metrics
             vhost.queue_memory = self.queue_memory
+            vhost.binding_listeners = self.binding_listeners
         #: Open client connections of every protocol (see :mod:`.connections`).
         self.connections = Connections()
         #: The operators' latest actions (see :mod:`.audit`).
@@ -170,6 +175,7 @@ class BrokerCore:
             vhost.scheduler = self.scheduler
             vhost.metrics = self.metrics
             vhost.queue_memory = self.queue_memory
+            vhost.binding_listeners = self.binding_listeners
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost
