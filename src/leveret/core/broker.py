@@ -99,6 +99,10 @@ class BrokerCore:
     #: (``"bind"``) or removed (``"unbind"``), shared with every vhost
     #: (:attr:`VirtualHost.binding_listeners`): the federation's exchange links.
     binding_listeners: list[Callable[[str, str, Any], None]] = field(default_factory=list)
+    #: The name this broker gives itself, as RabbitMQ's cluster name: the
+    #: ``cluster_name`` global parameter, else what the server sets here (AMQP's
+    #: ``cluster_name`` server property, federation's node name); None if neither.
+    node_name: Callable[[], str] | None = None
     #: The x-arguments of a queue an adapter creates on a client's behalf (a STOMP SEND
     #: or SUBSCRIBE to ``/queue/X``): ActiveMQ's default redelivery policy and shared
     #: dead-letter queue, without its silent drop of non-persistent messages.
@@ -396,6 +400,14 @@ class BrokerCore:
         if self.store is not None:
             self.store.delete_definition("operator_policy" if operator else "policy", vhost, name)
         return True
+
+    def cluster_name(self) -> str | None:
+        """The ``cluster_name`` global parameter if set (RabbitMQ's
+        ``set_cluster_name``), else :attr:`node_name`'s answer, else None."""
+        name = self.global_parameters.get("cluster_name")
+        if isinstance(name, str) and name:
+            return name
+        return self.node_name() if self.node_name is not None else None
 
     def set_global_parameter(self, name: str, value: Any) -> None:
         """Set a global runtime parameter (RabbitMQ's ``set_global_parameter``; a JSON
