@@ -103,6 +103,12 @@ class BrokerCore:
     #: ``cluster_name`` global parameter, else what the server sets here (AMQP's
     #: ``cluster_name`` server property, federation's node name); None if neither.
     node_name: Callable[[], str] | None = None
+    #: Called with a vhost's name after a policy or operator policy of it is set or
+    #: cleared (the federation manager follows them).
+    policy_listeners: list[Callable[[str], None]] = field(default_factory=list)
+    #: Called as ``listener(vhost, kind, name)`` when an exchange or queue is created
+    #: or removed (shared with every vhost: :attr:`VirtualHost.entity_listeners`).
+    entity_listeners: list[Callable[[str, str, str], None]] = field(default_factory=list)
     #: The x-arguments of a queue an adapter creates on a client's behalf (a STOMP SEND
     #: or SUBSCRIBE to ``/queue/X``): ActiveMQ's default redelivery policy and shared
     #: dead-letter queue, without its silent drop of non-persistent messages.
@@ -159,6 +165,7 @@ class BrokerCore:
             vhost.metrics = self.metrics
             vhost.queue_memory = self.queue_memory
             vhost.binding_listeners = self.binding_listeners
+            vhost.entity_listeners = self.entity_listeners
         #: Open client connections of every protocol (see :mod:`.connections`).
         self.connections = Connections()
         #: The operators' latest actions (see :mod:`.audit`).
@@ -180,6 +187,7 @@ class BrokerCore:
             vhost.metrics = self.metrics
             vhost.queue_memory = self.queue_memory
             vhost.binding_listeners = self.binding_listeners
+            vhost.entity_listeners = self.entity_listeners
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost
@@ -388,6 +396,11 @@ class BrokerCore:
                 "priority": policy.priority,
             },
         )
+        self._policy_changed(policy.vhost)
+
+    def _policy_changed(self, vhost: str) -> None:
+        for listener in list(self.policy_listeners):
+            listener(vhost)
 
     def clear_policy(self, vhost: str, name: str, operator: bool = False) -> bool:
         """Remove a policy (an operator policy when ``operator``); False if there is
@@ -399,6 +412,7 @@ class BrokerCore:
         policies[:] = kept
         if self.store is not None:
             self.store.delete_definition("operator_policy" if operator else "policy", vhost, name)
+        self._policy_changed(vhost)
         return True
 
     def cluster_name(self) -> str | None:
