@@ -37,7 +37,8 @@ class Node:
         value = {"uri": upstream.target.url(), "reconnect-delay": 1, **options}
         path = f"/api/parameters/federation-upstream/%2F/{upstream.name}"
         assert self.target.http("PUT", path, {"value": value})[0] in (201, 204)
-        policy = {"pattern": pattern, "apply-to": "exchanges", "definition": {"federation-upstream-set": "all"}}
+        definition = {"federation-upstream-set": "all"}
+        policy = {"pattern": pattern, "apply-to": "exchanges", "definition": definition}
         assert self.target.http("PUT", "/api/policies/%2F/federate", policy)[0] in (201, 204)
 
     def links(self) -> list:
@@ -250,7 +251,7 @@ def test_max_hops_along_a_line_of_three(nodes, hops):
         assert c.bodies("qc") == [b"from b"]
     else:
         wait(lambda: c.depth("qc") == 2, "both in c")
-        method, properties, body = c.channel.basic_get("qc", auto_ack=True)
+        _, properties, body = c.channel.basic_get("qc", auto_ack=True)
         assert body == b"from a"
         assert [hop["cluster-name"] for hop in properties.headers["x-received-from"]] == ["b@fed", "a@fed"]
 
@@ -294,7 +295,8 @@ def test_ack_modes_move_every_message_and_leave_the_upstream_queue_empty(nodes, 
     queue = up.target.http("GET", f"/api/queues/%2F/{quote('federation: fx -> b@fed')}")[1]
     assert queue["messages"] == 0 or ack_mode != "no-ack"
     wait(lambda: up.depth("federation: fx -> b@fed") == 0, "the upstream queue empty")
-    [consumer] = [c for c in up.target.http("GET", "/api/consumers")[1] if c["queue"]["name"].startswith("fed")]
+    consumers = up.target.http("GET", "/api/consumers")[1]
+    [consumer] = [c for c in consumers if c["queue"]["name"].startswith("fed")]
     assert consumer["ack_required"] is (ack_mode != "no-ack")
     assert consumer["prefetch_count"] == (0 if ack_mode == "no-ack" else 10)
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pika
 import pytest
+from brokers import RabbitMQ, rabbitmq_installed
 from targets import Target, unique
 
-from brokers import RabbitMQ, rabbitmq_installed
 from leveret import BlockingBroker
 
 pytestmark = pytest.mark.skipif(not rabbitmq_installed(), reason="RabbitMQ is not installed")
@@ -56,7 +56,8 @@ def leveret() -> Iterator[Target]:
     with BlockingBroker(amqp_port=0, http_port=0) as broker:
         target = Target.of(broker)
         target.broker = broker
-        assert target.http("PUT", "/api/global-parameters/cluster_name", {"value": "leveret@fed"})[0] in (201, 204)
+        named = target.http("PUT", "/api/global-parameters/cluster_name", {"value": "leveret@fed"})
+        assert named[0] in (201, 204)
         yield target
 
 
@@ -75,9 +76,8 @@ def wait(condition, what: str, timeout: float = TIMEOUT) -> None:
 def federate(downstream: Target, upstream: Target, exchange: str) -> None:
     value = {"uri": upstream.url(), "reconnect-delay": 1, "max-hops": 2, "expires": 60000}
     upstream_name = unique("up")
-    assert downstream.http("PUT", f"/api/parameters/federation-upstream/%2F/{upstream_name}", {"value": value})[
-        0
-    ] in (201, 204)
+    path = f"/api/parameters/federation-upstream/%2F/{upstream_name}"
+    assert downstream.http("PUT", path, {"value": value})[0] in (201, 204)
     policy = {
         "pattern": f"^{exchange}$",
         "apply-to": "exchanges",

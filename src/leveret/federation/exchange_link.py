@@ -54,13 +54,13 @@ from pamqp import commands, encode as pamqp_encode
 
 from ..amqp import methods as _relaxed_names  # noqa: F401  (pamqp then takes federation's names)
 from ..amqp.field_table import Long
-from ..core.exchange_base import freeze
+from ..core.exchange_base import Exchange, freeze
 from ..core.exchange_types import RECEIVED_FROM, already_seen
 from .links import Link
 
 if TYPE_CHECKING:
     from ..core.broker import BrokerCore
-    from ..core.exchange_base import Binding, Exchange
+    from ..core.exchange_base import Binding
 
 log = logging.getLogger("leveret.federation")
 
@@ -149,7 +149,9 @@ class ExchangeLink(Link):
         remote = await self._connect(uri)
         local = await self._connect(self.local_uri())
         name = remote.server_properties.get("cluster_name")
-        self._upstream_name = name.decode() if isinstance(name, bytes) else name if isinstance(name, str) else None
+        self._upstream_name = (
+            name.decode() if isinstance(name, bytes) else name if isinstance(name, str) else None
+        )
         upstream_vhost = uri_vhost(uri)
         channel = await remote.channel(publisher_confirms=False)
         command = await remote.channel(publisher_confirms=False)
@@ -248,7 +250,10 @@ class ExchangeLink(Link):
             if not trust:
                 properties.user_id = None
             confirm = await downstream.basic_publish(
-                message.body, exchange=target, routing_key=getattr(delivery, "routing_key", ""), properties=properties
+                message.body,
+                exchange=target,
+                routing_key=getattr(delivery, "routing_key", ""),
+                properties=properties,
             )
             if ack_mode == "on-confirm":
                 if isinstance(confirm, commands.Basic.Ack):
@@ -347,7 +352,12 @@ class ExchangeLink(Link):
                     ),
                 )
             except aiormq.exceptions.ChannelNotFoundEntity:
-                log.warning("federation link %s -> %s: upstream exchange %s is gone", self.upstream.name, self.name, internal)
+                log.warning(
+                    "federation link %s -> %s: upstream exchange %s is gone",
+                    self.upstream.name,
+                    self.name,
+                    internal,
+                )
                 return
             except Exception as exc:  # a check that could not be made: try again later
                 log.warning("federation link %s -> %s: check failed: %s", self.upstream.name, self.name, exc)
@@ -365,7 +375,9 @@ class ExchangeLink(Link):
                 if order is not None:
                     routing_key, arguments = order
                     change = channel.exchange_bind if event == "bind" else channel.exchange_unbind
-                    await change(internal, self.upstream_exchange, routing_key, arguments=arguments, nowait=nowait)
+                    await change(
+                        internal, self.upstream_exchange, routing_key, arguments=arguments, nowait=nowait
+                    )
             finally:
                 changes.task_done()
 
@@ -376,7 +388,8 @@ class ExchangeLink(Link):
         arguments = binding.arguments
         if not isinstance(arguments.get(BOUND_FROM), list):
             key = (binding.routing_key, freeze(arguments))
-            destination = ("queue" if hasattr(binding.destination, "consumers") else "exchange", binding.destination.name)
+            kind = "exchange" if isinstance(binding.destination, Exchange) else "queue"
+            destination = (kind, binding.destination.name)
             asking = self._bound.get(key)
             if event == "bind":
                 if asking is not None:
@@ -432,7 +445,7 @@ class _Properties(commands.Basic.Properties):
         copied.__dict__["_locked"] = True
         return copied
 
-    @property  # type: ignore[override]
+    @property
     def message_id(self) -> str | None:
         return self.__dict__.get("_message_id")
 
