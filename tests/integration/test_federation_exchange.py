@@ -326,3 +326,28 @@ def test_the_upstream_exchange_type_filters_by_hops_and_visited_downstream(nodes
         channel.basic_publish("fu", "any", repr(received).encode(), pika.BasicProperties(headers=headers))
     time.sleep(0.2)
     assert up.bodies("q") == [repr(received).encode() for received, passes in cases if passes]
+
+
+def test_a_restart_swaps_the_internal_exchange_and_unfederating_cleans_the_upstream(nodes):
+    up, down, _ = nodes
+    down.channel.exchange_declare("fx", "direct")
+    down.channel.queue_declare("q")
+    down.channel.queue_bind("q", "fx", "k")
+    down.federate(up)
+    down.wait_running()
+    queue = "federation: fx -> b@fed"
+
+    def internal() -> list[str]:
+        return sorted(x["name"] for x in up.target.http("GET", "/api/exchanges/%2F")[1] if x["name"].startswith(queue))
+
+    wait(lambda: internal() == [f"{queue} B"], "exchange B")
+    [link] = down.links()
+    down.broker.call(link.restart)
+    wait(lambda: internal() == [f"{queue} A"], "exchange A instead of B")
+    wait(lambda: [b["destination"] for b in up.upstream_bindings("fx")] == [f"{queue} A"], "k bound to A")
+    up.target.amqp().channel().basic_publish("fx", "k", b"after restart")
+    wait(lambda: down.depth("q") == 1, "the message downstream")
+    # the policy removed deletes them, as RabbitMQ 3.10 does
+    assert down.target.http("DELETE", "/api/policies/%2F/federate")[0] == 204
+    wait(lambda: internal() == [], "the internal exchange deleted")
+    assert up.target.http("GET", f"/api/queues/%2F/{quote(queue)}")[0] == 404

@@ -57,6 +57,7 @@ from ..amqp.field_table import Long
 from ..core.exchange_base import Exchange, freeze
 from ..core.exchange_types import RECEIVED_FROM, already_seen
 from .links import Link
+from .upstream import policy_upstreams
 
 if TYPE_CHECKING:
     from ..core.broker import BrokerCore
@@ -125,6 +126,34 @@ class ExchangeLink(Link):
         self._bound: dict[tuple, set[tuple[str, str]]] = {}
         self._suffix = "A"
         self._upstream_name: str | None = None  # the upstream's cluster_name, if it says
+        #: (upstream URI, queue, internal exchange) once declared upstream
+        self._declared: tuple[str, str, str] | None = None
+
+    # -- life cycle -------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Stop the link; when the exchange is no longer federated from this upstream
+        (policy or upstream removed, exchange or vhost deleted), also delete the
+        upstream queue and internal exchange, as RabbitMQ 3.10 does on a link's clean
+        shutdown. Unlike 3.10, a broker shutdown (the exchange still federated) keeps
+        them, so what is published meanwhile waits in the upstream queue."""
+        await super().stop()
+        declared, self._declared = self._declared, None
+        if declared is None or not self._unfederated():
+            return
+        uri, queue, internal = declared
+        try:
+            await asyncio.wait_for(self._disposable(uri, lambda ch: _forget(ch, queue, internal)), 10)
+        except Exception as exc:  # the upstream is away: the queue expires (x-expires) if set
+            log.warning("federation link %s -> %s: upstream queue left: %s", self.upstream.name, self.name, exc)
+
+    def _unfederated(self) -> bool:
+        core = self.core
+        vhost = core.vhosts.get(self.vhost) if core is not None else None
+        if vhost is None or self.name not in vhost.exchanges:
+            return True
+        definition = vhost.policy_for(self.name, "exchanges")
+        upstreams = policy_upstreams(core.parameters, self.vhost, definition) if core is not None else []
+        return all(upstream.name != self.upstream.name for upstream in upstreams)
 
     # -- names ----------------------------------------------------------------------
     @property
@@ -167,6 +196,7 @@ class ExchangeLink(Link):
         await _delete_exchange(remote, internal)
         await self._declare_internal(uri, channel, internal)
         await channel.queue_bind(queue, internal, routing_key="")
+        self._declared = (uri, queue, internal)
         suffixes[key] = self._suffix
         # bindings: what there is now, then every change, played in order
         self._bound = {}
@@ -463,6 +493,11 @@ async def _delete_exchange(connection: Any, name: str) -> None:
         await channel.close()
     except aiormq.exceptions.ChannelClosed:
         pass
+
+
+async def _forget(channel: Any, queue: str, internal: str) -> None:
+    await channel.queue_delete(queue)
+    await channel.exchange_delete(internal)
 
 
 def _encode_long() -> None:
