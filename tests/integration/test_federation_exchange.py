@@ -338,7 +338,8 @@ def test_a_restart_swaps_the_internal_exchange_and_unfederating_cleans_the_upstr
     queue = "federation: fx -> b@fed"
 
     def internal() -> list[str]:
-        return sorted(x["name"] for x in up.target.http("GET", "/api/exchanges/%2F")[1] if x["name"].startswith(queue))
+        exchanges = up.target.http("GET", "/api/exchanges/%2F")[1]
+        return sorted(x["name"] for x in exchanges if x["name"].startswith(queue))
 
     wait(lambda: internal() == [f"{queue} B"], "exchange B")
     [link] = down.links()

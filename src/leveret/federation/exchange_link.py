@@ -144,7 +144,9 @@ class ExchangeLink(Link):
         try:
             await asyncio.wait_for(self._disposable(uri, lambda ch: _forget(ch, queue, internal)), 10)
         except Exception as exc:  # the upstream is away: the queue expires (x-expires) if set
-            log.warning("federation link %s -> %s: upstream queue left: %s", self.upstream.name, self.name, exc)
+            log.warning(
+                "federation link %s -> %s: upstream queue left: %s", self.upstream.name, self.name, exc
+            )
 
     def _unfederated(self) -> bool:
         core = self.core
