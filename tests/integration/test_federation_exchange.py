@@ -31,6 +31,13 @@ class Node:
         assert status in (201, 204)
         self.connection = self.target.amqp()
         self.channel = self.connection.channel()
+        self.opened = [self.connection]
+
+    def publisher(self) -> pika.adapters.blocking_connection.BlockingChannel:
+        """A channel on a connection of its own (closed with the node: a broker waits
+        for a client's close-ok when it stops)."""
+        self.opened.append(self.target.amqp())
+        return self.opened[-1].channel()
 
     def federate(self, upstream: Node, pattern: str = "^fx$", **options: object) -> None:
         """An upstream named after ``upstream`` and a policy federating ``pattern``."""
@@ -87,7 +94,8 @@ def nodes() -> Iterator[list[Node]]:
             made.append(Node(broker, f"{name}@fed"))
         yield made
         for node in made:
-            node.connection.close()
+            for connection in node.opened:
+                connection.close()
 
 
 def route_keys(bindings: list[dict]) -> list[str]:
@@ -142,7 +150,7 @@ def test_messages_reach_downstream_queues_by_their_bindings(nodes, kind, bind_ke
     # the upstream exchange was there already: left as it was (the downstream's type
     # only when the link had to declare it)
     assert up.target.http("GET", "/api/exchanges/%2F/fx")[1]["type"] == kind
-    publisher = up.target.amqp().channel()
+    publisher = up.publisher()
     publisher.basic_publish("fx", hit[0], b"hit", pika.BasicProperties(headers=hit[1]))
     if miss is not None:
         publisher.basic_publish("fx", miss[0], b"miss", pika.BasicProperties(headers=miss[1]))
@@ -167,7 +175,7 @@ def test_upstream_bindings_follow_the_downstream_ones(nodes):
     down.channel.exchange_declare("other", "fanout")
     down.channel.exchange_bind("other", "fx", "k3")  # exchange-to-exchange bindings count
     wait(lambda: route_keys(up.upstream_bindings("fx")) == ["k1", "k2", "k3"], "k2 and k3 upstream")
-    publisher = up.target.amqp().channel()
+    publisher = up.publisher()
     for key in ("k1", "k2", "k4"):
         publisher.basic_publish("fx", key, key.encode())
     wait(lambda: down.depth("q2") == 2, "k1 and k2 in q2")
@@ -194,7 +202,7 @@ def test_x_received_from_and_user_id(nodes, trust):
     down.federate(up, **{"trust-user-id": trust})
     down.wait_running()
     wait(lambda: len(up.upstream_bindings("fx")) == 1, "the binding upstream")
-    publisher = up.target.amqp().channel()
+    publisher = up.publisher()
     properties = pika.BasicProperties(user_id="guest", headers={"mine": "kept"})
     publisher.basic_publish("fx", "key", b"m", properties)
     wait(lambda: down.depth("q") == 1, "the message downstream")
@@ -243,8 +251,8 @@ def test_max_hops_along_a_line_of_three(nodes, hops):
             {"cluster-name": "b@fed", "vhost": "/", "exchange": "/:fx B", "hops": 1},
             {"cluster-name": "c@fed", "vhost": "/", "exchange": "/:fx B", "hops": 2},
         ]
-    a.target.amqp().channel().basic_publish("fx", "x.y", b"from a")
-    b.target.amqp().channel().basic_publish("fx", "x.y", b"from b")
+    a.publisher().basic_publish("fx", "x.y", b"from a")
+    b.publisher().basic_publish("fx", "x.y", b"from b")
     if hops == 1:
         wait(lambda: b.depth("qb") == 2, "both in b")
         time.sleep(0.5)
@@ -270,7 +278,7 @@ def test_a_cycle_of_two_brokers_delivers_once_without_looping(nodes):
     wait(lambda: len(a.upstream_bindings("fx")) == 2 and len(b.upstream_bindings("fx")) == 2, "bindings")
     time.sleep(0.3)
     assert len(a.upstream_bindings("fx")) == 2  # q, and b's link
-    a.target.amqp().channel().basic_publish("fx", "", b"once")
+    a.publisher().basic_publish("fx", "", b"once")
     wait(lambda: b.depth("q") == 1, "the message in b")
     time.sleep(0.5)
     assert a.bodies("q") == [b"once"] and b.bodies("q") == [b"once"]
@@ -287,7 +295,7 @@ def test_ack_modes_move_every_message_and_leave_the_upstream_queue_empty(nodes, 
     down.federate(up, **{"ack-mode": ack_mode, "prefetch-count": 10})
     down.wait_running()
     wait(lambda: len(up.upstream_bindings("fx")) == 1, "the binding upstream")
-    publisher = up.target.amqp().channel()
+    publisher = up.publisher()
     for i in range(300):
         publisher.basic_publish("fx", "k", str(i).encode(), pika.BasicProperties(delivery_mode=2))
     wait(lambda: down.depth("q") == 300, "300 messages downstream")
@@ -346,7 +354,7 @@ def test_a_restart_swaps_the_internal_exchange_and_unfederating_cleans_the_upstr
     down.broker.call(link.restart)
     wait(lambda: internal() == [f"{queue} A"], "exchange A instead of B")
     wait(lambda: [b["destination"] for b in up.upstream_bindings("fx")] == [f"{queue} A"], "k bound to A")
-    up.target.amqp().channel().basic_publish("fx", "k", b"after restart")
+    up.publisher().basic_publish("fx", "k", b"after restart")
     wait(lambda: down.depth("q") == 1, "the message downstream")
     # the policy removed deletes them, as RabbitMQ 3.10 does
     assert down.target.http("DELETE", "/api/policies/%2F/federate")[0] == 204

@@ -51,6 +51,16 @@ def _answers(target: Target) -> bool:
         return False
 
 
+OPENED: list[pika.BlockingConnection] = []
+
+
+def channel_of(target: Target) -> pika.adapters.blocking_connection.BlockingChannel:
+    """A channel on a connection of its own, closed after the test (a broker stopping
+    waits for its clients' close-ok)."""
+    OPENED.append(target.amqp())
+    return OPENED[-1].channel()
+
+
 @pytest.fixture
 def leveret() -> Iterator[Target]:
     with BlockingBroker(amqp_port=0, http_port=0) as broker:
@@ -59,6 +69,8 @@ def leveret() -> Iterator[Target]:
         named = target.http("PUT", "/api/global-parameters/cluster_name", {"value": "leveret@fed"})
         assert named[0] in (201, 204)
         yield target
+        while OPENED:
+            OPENED.pop().close()
 
 
 def quote(name: str) -> str:
@@ -114,8 +126,8 @@ def check_upstream_topology(upstream: Target, exchange: str, node: str) -> None:
 def cross(upstream: Target, downstream: Target, exchange: str, queue: str, upstream_name: str) -> None:
     """Publish a hit and a miss upstream; the hit arrives in ``queue`` (bound with
     ``a.*`` downstream) with ``x-received-from``."""
-    channel = downstream.amqp().channel()
-    publisher = upstream.amqp().channel()
+    channel = channel_of(downstream)
+    publisher = channel_of(upstream)
     publisher.basic_publish(exchange, "a.b", b"hit", pika.BasicProperties(headers={"mine": 1}))
     publisher.basic_publish(exchange, "b.a", b"miss")
     received: list = []
@@ -143,8 +155,8 @@ def cross(upstream: Target, downstream: Target, exchange: str, queue: str, upstr
 
 def test_rabbitmq_upstream_leveret_downstream(rabbit, leveret):
     exchange = unique("fx")
-    leveret.amqp().channel().exchange_declare(exchange, "topic")
-    channel = leveret.amqp().channel()
+    channel_of(leveret).exchange_declare(exchange, "topic")
+    channel = channel_of(leveret)
     queue = unique("q")
     channel.queue_declare(queue)
     channel.queue_bind(queue, exchange, "a.*")
@@ -158,7 +170,7 @@ def test_rabbitmq_upstream_leveret_downstream(rabbit, leveret):
 
 def test_leveret_upstream_rabbitmq_downstream(rabbit, leveret):
     exchange = unique("fx")
-    channel = rabbit.amqp().channel()
+    channel = channel_of(rabbit)
     channel.exchange_declare(exchange, "topic")
     queue = unique("q")
     channel.queue_declare(queue)
