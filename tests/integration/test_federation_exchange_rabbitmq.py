@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Iterator
-from pathlib import Path
 
 import pika
 import pytest
@@ -22,19 +21,9 @@ pytestmark = pytest.mark.skipif(not rabbitmq_installed(), reason="RabbitMQ is no
 TIMEOUT = 15.0  # seconds: RabbitMQ starts its links a little after the policy
 
 
-class FederationRabbitMQ(RabbitMQ):
-    """A private node with management and the federation plugins."""
-
-    def _env(self) -> dict:
-        env = super()._env()
-        plugins = "rabbitmq_management,rabbitmq_federation,rabbitmq_federation_management"
-        Path(self.workdir, "enabled_plugins").write_text(f"[{plugins}].\n")
-        return env
-
-
 @pytest.fixture(scope="module")
 def rabbit() -> Iterator[Target]:
-    node = FederationRabbitMQ(management=True)
+    node = RabbitMQ(federation=True)
     node.start()
     try:
         target = Target("rabbitmq", "127.0.0.1", node.port, node.http_port)
