@@ -160,13 +160,14 @@ def test_messages_reach_downstream_queues_by_their_bindings(nodes, kind, bind_ke
     assert up.depth(queue) == 0
 
 
-def test_upstream_bindings_follow_the_downstream_ones(nodes):
+@pytest.mark.parametrize("nowait", [False, True])
+def test_upstream_bindings_follow_the_downstream_ones(nodes, nowait):
     up, down, _ = nodes
     down.channel.exchange_declare("fx", "direct")
     down.channel.queue_declare("q1")
     down.channel.queue_declare("q2")
     down.channel.queue_bind("q1", "fx", "k1")
-    down.federate(up)
+    down.federate(up, **{"bind-nowait": nowait})
     down.wait_running()
     wait(lambda: route_keys(up.upstream_bindings("fx")) == ["k1"], "k1 upstream")
     # a second destination with the same key adds no binding; a new key does
