@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import advisory
@@ -119,6 +120,12 @@ class VirtualHost:
         #: each queue holds this very list, so it is cleared, never replaced.
         self.actions: list[QueueAction] = []
         self._carrying = False
+        #: Who wants to hear that a queue gained or lost a consumer, by queue name (a
+        #: queue federation link, :mod:`leveret.federation.queue_link`): called with no
+        #: argument once the consume or cancel is done, and must not re-enter the broker
+        #: (schedule the work). Empty unless federation runs: consume and cancel then pay
+        #: one dict look-up, publish and delivery nothing.
+        self.consumer_watchers: dict[str, list[Callable[[], None]]] = {}
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
@@ -168,6 +175,10 @@ class VirtualHost:
                         self.delete_queue(queue.name)
                 elif type(action) is ConsumerChanged:
                     advisory.consumer_event(self, action.queue.name, action.tag, action.event)
+                    watchers = self.consumer_watchers.get(action.queue.name)
+                    if watchers:
+                        for watcher in tuple(watchers):
+                            watcher()
         finally:
             actions.clear()
             self._carrying = False
