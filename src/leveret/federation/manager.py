@@ -131,6 +131,7 @@ class Federation:
         if cls is None:
             return
         link = cls(vhost, name, upstream, self.local_uri, self.node())
+        link.core = self.core
         self.running[key] = link
         self._upstreams[key] = upstream
         link.start()

@@ -69,7 +69,6 @@ class QueueLink(Link):
         super().__init__(*args, **kwargs)
         #: True while the link holds a consumer on the upstream queue.
         self.consuming = False
-        self.forwarded = 0  # messages moved (acked upstream, or sent with no-ack)
         self._wake: asyncio.Event | None = None
 
     # -- names ----------------------------------------------------------------------------
@@ -85,16 +84,15 @@ class QueueLink(Link):
         return self.upstream.consumer_tag or f"federation-link-{self.upstream.name}"
 
     def status(self) -> dict[str, Any]:
-        """The ``/api/federation-links`` row, with RabbitMQ's queue fields."""
+        """The ``/api/federation-links`` row, with RabbitMQ's ``consumer_tag``."""
         row = super().status()
-        row.setdefault("queue", self.name)
-        row["upstream_queue"] = self.upstream_queue
         row["consumer_tag"] = self.consumer_tag
         return row
 
     # -- demand (read from the local queue: the link runs in its broker's loop) ------------
     def _vhost_object(self) -> Any:
-        return self.context.core.vhosts.get(self.vhost)
+        assert self.core is not None, "the manager gives a queue link its broker's core"
+        return self.core.vhosts.get(self.vhost)
 
     def _queue(self) -> Any:
         vhost = self._vhost_object()
@@ -118,8 +116,8 @@ class QueueLink(Link):
         queue = self._queue()
         if queue is None:
             raise ConnectionError(f"no queue '{self.name}' in vhost '{self.vhost}'")
-        local = await self._connect(self._local_uri())
-        remote = await self._connect(self.uri)
+        local = await self._connect(self.local_uri())
+        remote = await self._connect(self.upstream_uri())
         capabilities = (remote.server_properties or {}).get("capabilities") or {}
         if not capabilities.get("consumer_priorities"):
             raise ConnectionError("upstream_lacks_consumer_priorities")
