@@ -98,8 +98,14 @@ def link() -> None:
             connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
             connection.channel().queue_declare(queue)
             connection.close()
-        put("/api/parameters/federation-upstream/%2F/up", {"value": {"uri": f"amqp://guest:guest@127.0.0.1:{up.port}"}})
-        put("/api/policies/%2F/up", {"pattern": "^probe$", "apply-to": "queues", "definition": {"federation-upstream": "up"}})
+        put(
+            "/api/parameters/federation-upstream/%2F/up",
+            {"value": {"uri": f"amqp://guest:guest@127.0.0.1:{up.port}"}},
+        )
+        put(
+            "/api/policies/%2F/up",
+            {"pattern": "^probe$", "apply-to": "queues", "definition": {"federation-upstream": "up"}},
+        )
         publisher = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", up.port))
         channel = publisher.channel()
         body = b"x" * 100

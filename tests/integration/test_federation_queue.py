@@ -40,10 +40,15 @@ def federate(downstream: Target, upstream_url: str, federated: str, **settings: 
     """Define an upstream (``settings``: its keys, RabbitMQ's names with ``_`` for ``-``)
     and a policy federating queue ``federated`` from it; returns the upstream's name."""
     name = unique("upstream")
-    value = {"uri": upstream_url, "reconnect-delay": 1, **{k.replace("_", "-"): v for k, v in settings.items()}}
+    keys = {key.replace("_", "-"): value for key, value in settings.items()}
+    value = {"uri": upstream_url, "reconnect-delay": 1, **keys}
     status, body = downstream.http("PUT", f"/api/parameters/federation-upstream/%2F/{name}", {"value": value})
     assert status == 201, body
-    policy = {"pattern": f"^{re.escape(federated)}$", "apply-to": "queues", "definition": {"federation-upstream": name}}
+    policy = {
+        "pattern": f"^{re.escape(federated)}$",
+        "apply-to": "queues",
+        "definition": {"federation-upstream": name},
+    }
     status, body = downstream.http("PUT", f"/api/policies/%2F/{name}", policy)
     assert status == 201, body
     return name
@@ -55,14 +60,19 @@ def link_facts(downstream: Target, queue: str) -> dict | None:
     def read() -> dict | None:
         for link in downstream.broker.broker.federation.links():
             if link.kind == "queue" and link.name == queue:
-                return {"state": link.state, "error": link.error, "consuming": link.consuming, "row": link.status()}
+                return {
+                    "state": link.state,
+                    "error": link.error,
+                    "consuming": link.consuming,
+                    "row": link.status(),
+                }
         return None
 
     return downstream.broker.call(read)
 
 
 def running(downstream: Target, queue: str) -> dict:
-    facts = poll(lambda: link_facts(downstream, queue), lambda f: f is not None and f["state"] == "running", 10)
+    facts = poll(lambda: link_facts(downstream, queue), lambda f: bool(f) and f["state"] == "running", 10)
     assert facts is not None and facts["state"] == "running", facts
     return facts
 
@@ -124,7 +134,9 @@ class Receiver:
             self.connection.close()
 
 
-def drain_all(target: Target, queue: str, expected: int, prefetch: int = 20, timeout: float = 10.0) -> list[str]:
+def drain_all(
+    target: Target, queue: str, expected: int, prefetch: int = 20, timeout: float = 10.0
+) -> list[str]:
     """Consume ``queue`` on ``target``, acking as it goes, until ``expected`` messages came."""
     receiver = Receiver(target, queue, prefetch)
     try:
@@ -305,9 +317,11 @@ def test_a_message_moved_back_and_forth_counts_its_visits(upstream, downstream):
             assert back.wait_for(1) == 1
             headers = back.got[0][1].headers
             newest, oldest = headers["x-received-from"]
-            assert newest["uri"] == f"amqp://127.0.0.1:{downstream.amqp_port}/%2F" and newest["visit-count"] == 1
+            assert newest["uri"] == f"amqp://127.0.0.1:{downstream.amqp_port}/%2F"
+            assert newest["visit-count"] == 1
             assert newest["redelivered"] is True  # it had been rejected downstream
-            assert oldest["uri"] == f"amqp://127.0.0.1:{upstream.amqp_port}/%2F" and oldest["visit-count"] == 1
+            assert oldest["uri"] == f"amqp://127.0.0.1:{upstream.amqp_port}/%2F"
+            assert oldest["visit-count"] == 1
             assert back.got[0][2] == b"bounce0"
             back.ack_all()
         finally:

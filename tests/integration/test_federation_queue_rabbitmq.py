@@ -55,7 +55,9 @@ def _answers(target: Target) -> bool:
         return False
 
 
-def test_a_rabbitmq_upstream_feeds_a_leveret_queue_only_while_it_has_consumers(leveret_broker, rabbitmq_target):
+def test_a_rabbitmq_upstream_feeds_a_leveret_queue_only_while_it_has_consumers(
+    leveret_broker, rabbitmq_target
+):
     queue = unique("fq")
     declare(leveret_broker, queue)
     federate(leveret_broker, rabbitmq_target.url(), queue)

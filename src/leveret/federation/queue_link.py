@@ -163,7 +163,9 @@ class QueueLink(Link):
                 poll = not self.consuming and queue is not None and bool(queue.consumers)
                 waiter = asyncio.ensure_future(wake.wait())
                 done, _ = await asyncio.wait(
-                    [waiter, *closed], timeout=POLL_INTERVAL if poll else None, return_when=asyncio.FIRST_COMPLETED
+                    [waiter, *closed],
+                    timeout=POLL_INTERVAL if poll else None,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
                 waiter.cancel()
                 wake.clear()
@@ -228,7 +230,9 @@ class QueueLink(Link):
         if isinstance(been, list):
             others = []
             for entry in been:
-                if isinstance(entry, dict) and all(entry.get(k) == here.get(k) for k in ("uri", "virtual_host", "queue")):
+                if isinstance(entry, dict) and all(
+                    entry.get(k) == here.get(k) for k in ("uri", "virtual_host", "queue")
+                ):
                     visits = entry.get("visit-count")
                     count = visits if isinstance(visits, int) else 0
                 else:
