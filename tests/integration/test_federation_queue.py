@@ -328,3 +328,26 @@ def test_a_message_moved_back_and_forth_counts_its_visits(upstream, downstream):
             back.close()
     finally:
         receiver.close()
+
+
+@pytest.mark.parametrize("ack_mode", ["on-publish", "no-ack"])
+def test_the_other_ack_modes_move_everything_too(upstream, downstream, ack_mode):
+    queue = unique("fq")
+    declare(upstream, queue)
+    declare(downstream, queue)
+    name = federate(downstream, upstream.url(), queue, ack_mode=ack_mode)
+    running(downstream, queue)
+    publish(upstream, queue, 50)
+    receiver = Receiver(downstream, queue)
+    try:
+        assert receiver.wait_for(50) == 50
+        assert sorted(receiver.bodies()) == sorted(f"m{n}" for n in range(50))
+        [consumer] = upstream.http("GET", f"/api/queues/%2F/{queue}")[1]["consumer_details"]
+        assert consumer["consumer_tag"] == f"federation-link-{name}"
+        # no-ack: no acknowledgements and no prefetch limit (RabbitMQ sends no basic.qos)
+        assert consumer["ack_required"] is (ack_mode != "no-ack")
+        assert consumer["prefetch_count"] == (0 if ack_mode == "no-ack" else 1000)
+        assert eventually(lambda: upstream.http("GET", f"/api/queues/%2F/{queue}")[1]["messages"] == 0)
+        receiver.ack_all()
+    finally:
+        receiver.close()
