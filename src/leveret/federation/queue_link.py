@@ -200,6 +200,12 @@ class QueueLink(Link):
         acks = _UpstreamAcks(channel)
 
         async def forward(message: DeliveredMessage) -> None:
+            try:
+                await move(message)
+            except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError, ConnectionError):
+                pass  # a side went away: the session ends, unacked messages go back upstream
+
+        async def move(message: DeliveredMessage) -> None:
             tag = getattr(message.delivery, "delivery_tag", 0)
             if ack_mode != "no-ack":
                 acks.taken(tag)
