@@ -13,7 +13,11 @@ without federation, and how fast a queue link moves messages.
    in-process brokers: their threads and the client's share one GIL, which makes the
    rate a measure of thread switching.)
 
-Bounded: a few seconds each. ``python3 bench/federation_queue_probe.py [hook|link]``.
+3. ``rabbitmq``: the same as ``link`` with two RabbitMQ 3.10 nodes (``rabbitmq_federation``
+   on the downstream one), for comparison.
+
+Bounded: under a minute each. ``python3 bench/federation_queue_probe.py [hook] [link]
+[rabbitmq]``.
 """
 
 from __future__ import annotations
@@ -70,16 +74,21 @@ def hook() -> None:
     print(f"hook: consume+cancel {consume * 1e6:.2f} us CPU, enqueue+deliver+ack {path * 1e6:.3f} us CPU")
 
 
-def link() -> None:
+def link(kind: str = "leveret") -> None:
     import base64
     import json
     import urllib.request
 
     import pika
-    from brokers import Leveret, free_port
+    from brokers import Leveret, RabbitMQ, free_port
 
-    http_port = free_port()
-    with Leveret() as up, Leveret(extra_args=["--http-port", str(http_port)]) as down:
+    if kind == "rabbitmq":
+        up_broker, down_broker = RabbitMQ(), RabbitMQ(federation=True)
+    else:
+        up_broker, down_broker = Leveret(), Leveret(extra_args=["--http-port", str(free_port())])
+    with up_broker as up, down_broker as down:
+        http_port = down.http_port if kind == "rabbitmq" else int(down.extra_args[-1])
+        _wait_http(http_port)
 
         def put(path: str, body: dict) -> None:
             request = urllib.request.Request(
@@ -133,10 +142,28 @@ def link() -> None:
         consumer.close()
         moved = max(got[0], 1)
         print(
-            f"link: {got[0]}/{N_LINK} messages of 100 B moved in {wall:.2f} s: {got[0] / wall:.0f} msg/s; "
+            f"{kind} link: {got[0]}/{N_LINK} messages of 100 B moved in {wall:.2f} s: "
+            f"{got[0] / wall:.0f} msg/s; "
             f"CPU per message: upstream {up_cpu / moved * 1e6:.0f} us, downstream (with the link) "
             f"{down_cpu / moved * 1e6:.0f} us"
         )
+
+
+def _wait_http(port: int) -> None:
+    """Until the management API answers (RabbitMQ's starts after AMQP)."""
+    import urllib.request
+
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/overview", timeout=2)
+            return
+        except urllib.error.HTTPError:
+            return  # 401: it answers
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 if __name__ == "__main__":
@@ -146,3 +173,5 @@ if __name__ == "__main__":
         hook()
     if "link" in which:
         link()
+    if "rabbitmq" in which:
+        link("rabbitmq")
