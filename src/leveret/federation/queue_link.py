@@ -17,8 +17,10 @@ How the link learns of demand (no cost on the publish or delivery path):
   queue hands back its ``ConsumerChanged`` action);
 * a downstream consumer filling up, or none left: after every forwarded message the link
   looks at the queue (a message left waiting there means nobody could take it);
-* the queue draining while paused: the link looks every :data:`POLL_INTERVAL` seconds,
-  and only while paused with downstream consumers (an idle federated queue costs nothing).
+* the queue draining while paused: the link looks after :data:`POLL_INTERVAL` seconds,
+  then at doubling intervals up to :data:`POLL_MAX` while nothing changes (a timer
+  callback, no task), and only while paused with downstream consumers (a federated
+  queue without consumers costs nothing).
 
 RabbitMQ gets the last two as events from its queue process (``consumer blocked``,
 ``queue empty``); here they would cost a check per delivery and per acknowledgement in
@@ -56,6 +58,8 @@ log = logging.getLogger("leveret.federation")
 
 #: Seconds between looks at a paused link's downstream queue while it has consumers.
 POLL_INTERVAL = 0.02
+#: The longest interval between those looks, in seconds (consumers busy for a long time).
+POLL_MAX = 0.16
 #: The priority of the link's consumer on the upstream queue (RabbitMQ's).
 UPSTREAM_PRIORITY = -1
 
@@ -70,6 +74,8 @@ class QueueLink(Link):
         #: True while the link holds a consumer on the upstream queue.
         self.consuming = False
         self._wake: asyncio.Event | None = None
+        self._poller: asyncio.TimerHandle | None = None
+        self._poll_interval = POLL_INTERVAL
 
     # -- names ----------------------------------------------------------------------------
     @property
@@ -107,6 +113,28 @@ class QueueLink(Link):
         """A consumer came or went downstream (called inside the broker: only schedules)."""
         if self._wake is not None:
             self._wake.set()
+
+    def _poll(self) -> None:
+        """While paused with consumers: wake the link once the queue wants messages, else
+        look again later (backing off to :data:`POLL_MAX`)."""
+        self._poller = None
+        if self._wake is None:
+            return
+        if self._wanted():
+            self._wake.set()
+            return
+        self._poll_interval = min(self._poll_interval * 2, POLL_MAX)
+        self._poller = asyncio.get_running_loop().call_later(self._poll_interval, self._poll)
+
+    def _keep_polling(self, wanted: bool) -> None:
+        """Start the looks when the link is paused with consumers, stop them otherwise."""
+        if wanted:
+            if self._poller is None:
+                self._poll_interval = POLL_INTERVAL
+                self._poller = asyncio.get_running_loop().call_later(self._poll_interval, self._poll)
+        elif self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
 
     # -- one connected session ----------------------------------------------------------------
     async def _session(self) -> None:
@@ -160,13 +188,9 @@ class QueueLink(Link):
                     await channel.basic_cancel(self.consumer_tag)
                     self.consuming = False
                 queue = self._queue()
-                poll = not self.consuming and queue is not None and bool(queue.consumers)
+                self._keep_polling(not self.consuming and queue is not None and bool(queue.consumers))
                 waiter = asyncio.ensure_future(wake.wait())
-                done, _ = await asyncio.wait(
-                    [waiter, *closed],
-                    timeout=POLL_INTERVAL if poll else None,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
+                done, _ = await asyncio.wait([waiter, *closed], return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
                 wake.clear()
                 if any(future in done for future in closed):
@@ -174,6 +198,7 @@ class QueueLink(Link):
         finally:
             if waiter is not None:
                 waiter.cancel()
+            self._keep_polling(False)
             self.consuming = False
             self._wake = None
             if self._notice in watchers:
