@@ -87,6 +87,11 @@ def counts(target: Target, queue: str) -> tuple[int, int]:
         connection.close()
 
 
+def unacked(target: Target, queue: str) -> int:
+    """Messages of ``queue`` delivered and not acknowledged (the link's, upstream)."""
+    return target.http("GET", f"/api/queues/%2F/{queue}")[1]["messages_unacknowledged"]
+
+
 def publish(target: Target, queue: str, count: int, prefix: str = "m") -> None:
     connection = target.amqp()
     channel = connection.channel()
@@ -260,6 +265,7 @@ def test_the_pull_is_bounded_by_the_prefetch_counts(upstream, downstream):
         # a consumer that keeps acking gets everything, each message once
         assert sorted(drain_all(downstream, queue, 300)) == sorted(f"m{n}" for n in range(300))
         assert counts(upstream, queue) == (0, 0)
+        assert eventually_equal(lambda: unacked(upstream, queue), 0) == 0
     finally:
         receiver.close()
 
@@ -281,6 +287,7 @@ def test_on_confirm_loses_nothing_when_downstream_consumers_reject_or_vanish(ups
     everything = drain_all(downstream, queue, 100)
     assert sorted(set(everything)) == sorted(f"m{n}" for n in range(100))
     assert counts(upstream, queue) == (0, 0)
+    assert eventually_equal(lambda: unacked(upstream, queue), 0) == 0  # every one acked upstream
 
 
 def test_the_upstream_definition_can_name_another_queue(upstream, downstream):
