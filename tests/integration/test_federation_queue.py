@@ -204,6 +204,9 @@ def test_the_link_consumes_upstream_at_priority_minus_one_only_while_there_is_de
         assert consumer["consumer_tag"] == f"federation-link-{name}"
         assert consumer["arguments"] == {"x-priority": -1}
         assert consumer["ack_required"] is True and consumer["prefetch_count"] == 1000
+        connections = upstream.http("GET", "/api/connections")[1]
+        names = [c["client_properties"].get("connection_name") for c in connections]
+        assert f"Federation link (upstream: {name}, policy: {name})" in names  # RabbitMQ's name
         # the downstream consumer leaves: the link cancels its consumer upstream
         receiver.channel.basic_cancel(receiver.tag)
         assert eventually_equal(lambda: counts(upstream, queue)[1], 0) == 0

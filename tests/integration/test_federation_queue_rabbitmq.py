@@ -146,6 +146,9 @@ def test_rabbitmqs_link_pulls_from_a_leveret_upstream_as_leverets_own_link_does(
             assert consumer["consumer_tag"] == f"federation-link-{name}"
             assert consumer["arguments"] == {"x-priority": -1}
             assert consumer["ack_required"] is True and consumer["prefetch_count"] == 1000
+            connections = leveret_broker.http("GET", "/api/connections")[1]
+            names = [c["client_properties"].get("connection_name") for c in connections]
+            assert f"Federation link (upstream: {name}, policy: {name})" in names
             receiver.channel.basic_cancel(receiver.tag)
             assert eventually(lambda: counts(leveret_broker, queue) == (0, 0))
         finally:

@@ -51,6 +51,7 @@ from typing import Any
 import aiormq
 from aiormq.abc import DeliveredMessage
 from pamqp import commands
+from yarl import URL
 
 from .links import Link
 
@@ -136,6 +137,15 @@ class QueueLink(Link):
             self._poller.cancel()
             self._poller = None
 
+    def _named(self, uri: str) -> str:
+        """``uri`` with RabbitMQ's name for the link's upstream connection (its
+        ``connection_name`` client property): ``Federation link (upstream: U, policy: P)``."""
+        policy = self._vhost_object().policies_of(self.name)[0]
+        if policy is None:
+            return uri
+        name = f"Federation link (upstream: {self.upstream.name}, policy: {policy.name})"
+        return str(URL(uri).update_query(name=name))
+
     # -- one connected session ----------------------------------------------------------------
     async def _session(self) -> None:
         """Connect both sides, declare the upstream queue if missing, then consume or pause
@@ -145,7 +155,7 @@ class QueueLink(Link):
         if queue is None:
             raise ConnectionError(f"no queue '{self.name}' in vhost '{self.vhost}'")
         local = await self._connect(self.local_uri())
-        remote = await self._connect(self.upstream_uri())
+        remote = await self._connect(self._named(self.upstream_uri()))
         capabilities = (remote.server_properties or {}).get("capabilities") or {}
         if not capabilities.get("consumer_priorities"):
             raise ConnectionError("upstream_lacks_consumer_priorities")
