@@ -19,7 +19,6 @@ from urllib.parse import quote
 
 import aiormq
 
-from ..core.broker import BrokerCore
 from ..shovel.worker import close_when_made, redact_uri
 from .upstream import Upstream
 
@@ -48,8 +47,6 @@ class Link:
         self.uri = upstream.uris[0]  # the upstream URI of the current attempt
         self.local_connection: str | None = None
         self.forwarded = 0  # messages moved to this broker
-        #: This broker's core, set by the manager (a queue link reads its queue's demand)
-        self.core: BrokerCore | None = None
         self._task: asyncio.Task | None = None
         self._connections: list[Any] = []
         self._stopped = False

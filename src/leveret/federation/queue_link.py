@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiormq
 from aiormq.abc import DeliveredMessage
@@ -54,6 +54,9 @@ from pamqp import commands
 from yarl import URL
 
 from .links import Link
+
+if TYPE_CHECKING:
+    from ..core.broker import BrokerCore
 
 log = logging.getLogger("leveret.federation")
 
@@ -72,6 +75,8 @@ class QueueLink(Link):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        #: This broker's core, set by the manager: the link reads its queue's demand there.
+        self.core: BrokerCore | None = None
         #: True while the link holds a consumer on the upstream queue.
         self.consuming = False
         self._wake: asyncio.Event | None = None
