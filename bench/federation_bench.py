@@ -81,6 +81,8 @@ QUEUE = "bench.fed.q"
 KEY = "k"
 UPSTREAM = "bench-up"
 POLICY = "bench-fed"
+SHOVEL = "bench-shovel"
+SHOVEL_QUEUE = "bench.fed.shovel"  # --link shovel: the source queue on U, bound to bench.fed with k
 
 
 @dataclass
@@ -94,6 +96,9 @@ class Settings:
     ack_every: int = 100  # D's consumer acks with multiple=True every this many
     persistent: bool = False
     link_timeout: float = 60.0  # seconds for the link to carry its first message
+    ack_mode: str = "on-confirm"  # the link's ack-mode (on-confirm, on-publish, no-ack)
+    link: str = "federation"  # or "shovel": a dynamic shovel doing the same job (for comparison)
+    py_spy: str = ""  # a folder: py-spy records each leveret broker during each case (raw stacks)
 
 
 # ------------------------------------------------------------------ the brokers
@@ -102,7 +107,7 @@ class FederatedRabbitMQ(RabbitMQ):
 
     def _env(self) -> dict:
         env = super()._env()
-        Path(self.workdir, "enabled_plugins").write_text("[rabbitmq_federation].\n")
+        Path(self.workdir, "enabled_plugins").write_text("[rabbitmq_federation,rabbitmq_shovel].\n")
         self.env = env
         return env
 
@@ -168,11 +173,35 @@ def make_broker(kind: str, args: argparse.Namespace) -> Broker:
     return ManagedLeveret(src=args.leveret_src)
 
 
+def shovel(down: Broker, up: Broker, s: Settings) -> None:
+    """``--link shovel``: a dynamic shovel on ``down`` from U's ``bench.fed.shovel`` (bound to
+    ``bench.fed`` with ``k``) to D's ``bench.fed``, ``on-confirm``, the same prefetch: what a
+    federation link does, built from a shovel (leveret's main before federation had it)."""
+    value = {
+        "src-uri": f"amqp://guest:guest@{up.host}:{up.port}",
+        "src-queue": SHOVEL_QUEUE,
+        "dest-uri": "amqp://",
+        "dest-exchange": EXCHANGE,
+        "ack-mode": s.ack_mode,
+        "src-prefetch-count": s.prefetch,
+    }
+    if isinstance(down, FederatedRabbitMQ):
+        down.ctl("set_parameter", "shovel", SHOVEL, json.dumps(value))
+    elif isinstance(down, ManagedLeveret):
+        down.put(f"/parameters/shovel/%2F/{SHOVEL}", {"value": value})
+    else:
+        raise BrokerError(f"cannot configure a shovel on {down.name}")
+
+
 def federate(down: Broker, up: Broker, s: Settings) -> None:
-    """Make ``down`` federate ``bench.fed`` from ``up``: the upstream parameter and the policy."""
+    """Make ``down`` federate ``bench.fed`` from ``up``: the upstream parameter and the policy
+    (``--link shovel``: a shovel instead)."""
+    if s.link == "shovel":
+        shovel(down, up, s)
+        return
     upstream = {
         "uri": f"amqp://guest:guest@{up.host}:{up.port}",
-        "ack-mode": "on-confirm",
+        "ack-mode": s.ack_mode,
         "prefetch-count": s.prefetch,
     }
     policy = {
@@ -234,6 +263,46 @@ async def _link_up(pconn: Connection, pch: Channel, cconn: Connection, cch: Chan
     return first
 
 
+def start_py_spy(up: Broker, down: Broker, body_size: int, s: Settings) -> list[subprocess.Popen]:
+    """``--py-spy DIR``: ``py-spy record`` (raw collapsed stacks, 200 Hz, not pausing the
+    broker) of each leveret side, into ``DIR/<side>-<body size>.txt``; the CPU figures of a
+    profiled case include py-spy's reading of the broker's memory."""
+    if not s.py_spy:
+        return []
+    os.makedirs(s.py_spy, exist_ok=True)
+    spies = []
+    for side, broker in (("up", up), ("down", down)):
+        if isinstance(broker, ManagedLeveret):
+            out = os.path.join(s.py_spy, f"{side}-{body_size}.txt")
+            cmd = [
+                "py-spy",
+                "record",
+                "--pid",
+                str(broker.pid),
+                "--format",
+                "raw",
+                "--rate",
+                "200",
+                "--nonblocking",
+                "--output",
+                out,
+            ]
+            spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(1.0)  # attached before the clock starts
+    return spies
+
+
+def stop_py_spy(spies: list[subprocess.Popen]) -> None:
+    """SIGINT each recorder (it then writes its file) and wait for it."""
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+    for spy in spies:
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+
+
 @dataclass
 class Sample:
     t: float
@@ -279,6 +348,7 @@ async def run_case(up: Broker, down: Broker, body_size: int, s: Settings, state:
             state["link_up_s"] = round(await _link_up(pconn, pch, cconn, cch, s.link_timeout), 2)
             state["link_up"] = True
         msg = pch.message(EXCHANGE, KEY, b"x" * body_size, persistent=s.persistent)
+        spies = start_py_spy(up, down, body_size, s)
         base = cch.delivered
         n = s.messages
         sent = 0
@@ -302,6 +372,7 @@ async def run_case(up: Broker, down: Broker, body_size: int, s: Settings, state:
             else:
                 await _progress([pconn, cconn], 1.0)
         last = sample(up, down)
+        stop_py_spy(spies)
         cch.ack_pending()
         received = cch.delivered - base
     finally:
@@ -343,8 +414,9 @@ async def run_case(up: Broker, down: Broker, body_size: int, s: Settings, state:
     return row
 
 
-async def declare(up: Broker, down: Broker) -> None:
-    """``bench.fed`` on both sides, D's queue bound to it with ``k``."""
+async def declare(up: Broker, down: Broker, s: Settings) -> None:
+    """``bench.fed`` on both sides, D's queue bound to it with ``k`` (``--link shovel``: and
+    the shovel's source queue on U, bound the same way)."""
     for broker in (up, down):
         conn = await Connection.open(broker.host, broker.port)
         try:
@@ -353,6 +425,9 @@ async def declare(up: Broker, down: Broker) -> None:
             if broker is down:
                 await ch.queue_declare(QUEUE, durable=True)
                 await ch.queue_bind(QUEUE, EXCHANGE, KEY)
+            elif s.link == "shovel":
+                await ch.queue_declare(SHOVEL_QUEUE, durable=True)
+                await ch.queue_bind(SHOVEL_QUEUE, EXCHANGE, KEY)
         finally:
             await conn.close()
 
@@ -376,7 +451,7 @@ def run_pair(pair: str, cases: list[str], s: Settings, args: argparse.Namespace)
         up, down = started
         out["info"] = {"up_pid": up.pid, "down_pid": down.pid}
         try:
-            asyncio.run(declare(up, down))
+            asyncio.run(declare(up, down, s))
             federate(down, up, s)
         except Exception as exc:
             out["errors"]["federate"] = f"{type(exc).__name__}: {exc}"
@@ -413,7 +488,7 @@ def run_pair(pair: str, cases: list[str], s: Settings, args: argparse.Namespace)
 
 
 # ------------------------------------------------------------------ output
-def print_tables(results: dict, cases: list[str]) -> None:
+def print_tables(results: dict, cases: list[str], s: Settings) -> None:
     head = [
         "pair (up:down)",
         "case",
@@ -446,7 +521,8 @@ def print_tables(results: dict, cases: list[str]) -> None:
                     r["saturated"],
                 ]
             )
-    report.print_markdown_table(head, rows, "Exchange federation, ack-mode on-confirm (* = timed out)")
+    what = "Exchange federation" if s.link == "federation" else "A shovel doing the same job"
+    report.print_markdown_table(head, rows, f"{what}, ack-mode {s.ack_mode} (* = timed out)")
     lv = results.get("leveret:leveret", {}).get("rows", {})
     rq = results.get("rabbitmq:rabbitmq", {}).get("rows", {})
     ratios = []
@@ -487,6 +563,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         flag = "--" + name.replace("_", "-")
         if isinstance(default, bool):
             p.add_argument(flag, action="store_true", help="persistent messages (delivery mode 2)")
+        elif name == "py_spy":
+            p.add_argument(
+                flag, default="", metavar="DIR", help="record leveret's stacks with py-spy into DIR"
+            )
+        elif name == "ack_mode":
+            p.add_argument(flag, choices=("on-confirm", "on-publish", "no-ack"), default=default)
+        elif name == "link":
+            p.add_argument(
+                flag,
+                choices=("federation", "shovel"),
+                default=default,
+                help="what carries the messages from U to D (shovel: for comparison)",
+            )
         else:
             p.add_argument(flag, type=type(default), default=default)
     p.add_argument("--leveret-src", default=None, help="run leveret from another tree's src/")
@@ -520,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{s.messages:,} messages a case, {'persistent' if s.persistent else 'transient'}, link prefetch "
         f"{s.prefetch}; skipped: " + ("; ".join(f"{p} ({w})" for p, w in skipped.items()) or "none")
     )
-    print_tables(results, cases)
+    print_tables(results, cases, s)
     meta = report.run_meta(settings=asdict(s), cases=cases, pairs=pairs, skipped=skipped)
     return report.write_results(args.output, meta, results)
 
