@@ -11,7 +11,7 @@ Usage::
 A *pair* is two private brokers started here: an upstream U and a downstream D (``--pairs``,
 ``UP:DOWN`` with ``leveret`` or ``rabbitmq`` on each side; ``leveret`` alone means
 ``leveret:leveret``). D federates the direct exchange ``bench.fed`` from U: an upstream
-parameter ``bench-up`` (``uri`` = U's AMQP port as guest, ``ack-mode: on-confirm``,
+parameter ``bench-up`` (``uri`` = U's AMQP port as guest, ``ack-mode: on-confirm`` or ``--ack-mode``,
 ``prefetch-count: --prefetch``) and a policy ``bench-fed`` (pattern ``^bench\\.fed$``,
 exchanges, ``federation-upstream-set: all``), set through leveret's management API or
 ``rabbitmqctl`` of the private RabbitMQ node (``rabbitmq_federation`` enabled, no
@@ -38,6 +38,11 @@ else "machine (all cores)" when every core was ≥ 85% busy, else "neither (wind
 Then leveret ÷ RabbitMQ per case: the rate, and U's and D's CPU per message (the
 issue's target: ≥ 2x the rate, < 1x the CPU per message on each side). The JSON results
 go to ``--output``. Every broker started is stopped on any exit (Ctrl-C, SIGTERM).
+
+Options for digging: ``--link shovel`` (D runs a dynamic shovel from a queue on U bound to
+``bench.fed`` to D's ``bench.fed``: the same job without federation), ``--ack-mode``,
+``--prefetch``, ``--persistent``, ``--py-spy DIR`` (raw stacks of each leveret broker per
+case). Details: bench/README.md, section "Federation".
 """
 
 from __future__ import annotations
