@@ -55,7 +55,7 @@ def test_local_publish_is_confirmed_and_keeps_properties(broker):
 
     assert [type(a) for a in on_broker(broker, publish())] == [commands.Basic.Ack] * 3
     with pika.BlockingConnection(pika.URLParameters(broker.amqp_url)) as connection:
-        method, properties, body = connection.channel().basic_get("q", auto_ack=True)
+        _method, properties, body = connection.channel().basic_get("q", auto_ack=True)
     assert body == b"m0" and properties.headers == {"a": 1, "b": "x"}
     assert properties.type == "t" and properties.delivery_mode == 2
 
