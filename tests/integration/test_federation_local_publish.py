@@ -86,19 +86,28 @@ def test_a_missing_exchange_ends_the_session_as_a_closed_channel(broker):
     assert raised == closing == "NOT_FOUND - no exchange 'nowhere' in vhost '/'"
 
 
-def test_a_resource_alarm_holds_the_publish_until_cleared(broker):
+@pytest.mark.parametrize("hold", ["alarm", "flow"])
+def test_an_alarm_or_flow_control_holds_the_publish_until_it_ends(broker, hold):
     declare(broker, "q")
-    broker.call(broker.core.set_alarm, True, "disk")
+    core = broker.core
+
+    def holding(active: bool) -> None:
+        if hold == "alarm":
+            core.set_alarm(active, "disk")
+        else:
+            core.flow.set(active)
+
+    broker.call(holding, True)
 
     async def start() -> tuple[LocalPublisher, asyncio.Future]:
-        publisher = LocalPublisher(broker.core, "/", confirms=True)
+        publisher = LocalPublisher(core, "/", confirms=True)
         return publisher, asyncio.ensure_future(publisher.basic_publish(b"m", routing_key="q"))
 
     publisher, task = on_broker(broker, start())
     for _ in range(3):  # a few turns of the broker's loop: still held
         on_broker(broker, asyncio.sleep(0))
     assert not task.done() and depth(broker, "q") == 0
-    broker.call(broker.core.set_alarm, False, "disk")
+    broker.call(holding, False)
 
     async def finish() -> Any:
         answer = await task
@@ -107,6 +116,7 @@ def test_a_resource_alarm_holds_the_publish_until_cleared(broker):
 
     assert isinstance(on_broker(broker, finish()), commands.Basic.Ack)
     assert depth(broker, "q") == 1
+    assert broker.call(lambda: publisher._on_alarm not in core.alarm_listeners and not core.flow.held)
 
 
 def test_without_confirms_a_publish_answers_none_at_once(broker):

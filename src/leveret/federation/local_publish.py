@@ -85,7 +85,6 @@ class LocalPublisher:
         self.closing: asyncio.Future[None] = loop.create_future()
         self._waiting: deque[tuple[int, asyncio.Future[Any]]] = deque()  # (seq, its answer), in order
         self._held: asyncio.Future[None] | None = None  # set while an alarm or flow control holds us
-        core.alarm_listeners.append(self._on_alarm)
 
     async def basic_publish(
         self, body: bytes, exchange: str = "", routing_key: str = "", properties: Any = None
@@ -114,18 +113,21 @@ class LocalPublisher:
 
     def close(self) -> None:
         """Stop: later answers never come (the upstream gets its unacked messages back)."""
-        if self._on_alarm in self.core.alarm_listeners:
-            self.core.alarm_listeners.remove(self._on_alarm)
-        self.core.flow.forget(self)
+        self._release()
         self.publisher.close()
         self._fail(ConnectionError("the link's local publisher is closed"))
 
     # -- holding back -----------------------------------------------------------------
     async def _hold(self) -> None:
+        """Wait while an alarm is raised or flow control is on (listening to core only
+        meanwhile, so a publisher that is never held leaves nothing registered)."""
+        core = self.core
         if self._held is None or self._held.done():
             self._held = asyncio.get_running_loop().create_future()
-            if self.core.flow.active:
-                self.core.flow.hold(self)
+            if core.alarm_active:
+                core.alarm_listeners.append(self._on_alarm)
+            elif core.flow.active:
+                core.flow.hold(self)
         await asyncio.wait([self._held, self.closing], return_when=asyncio.FIRST_COMPLETED)
         if self.closing.done():
             raise ConnectionError("the link's local publisher is closed")
@@ -139,6 +141,10 @@ class LocalPublisher:
         self._release()
 
     def _release(self) -> None:
+        """Stop listening; the publish waiting looks again (alarm and flow)."""
+        if self._on_alarm in self.core.alarm_listeners:
+            self.core.alarm_listeners.remove(self._on_alarm)
+        self.core.flow.forget(self)
         if self._held is not None and not self._held.done():
             self._held.set_result(None)
 
