@@ -50,7 +50,7 @@ def test_local_publish_is_confirmed_and_keeps_properties(broker):
         answers = await asyncio.gather(
             *(publisher.basic_publish(b"m%d" % i, routing_key="q", properties=properties) for i in range(3))
         )
-        publisher.close()
+        await publisher.close()
         return answers
 
     assert [type(a) for a in on_broker(broker, publish())] == [commands.Basic.Ack] * 3
@@ -66,7 +66,7 @@ def test_a_full_reject_publish_queue_is_a_nack(broker):
     async def publish() -> list[Any]:
         publisher = LocalPublisher(broker.core, "/", confirms=True)
         answers = [await publisher.basic_publish(b"m", routing_key="full") for _ in range(2)]
-        publisher.close()
+        await publisher.close()
         return answers
 
     assert [type(a) for a in on_broker(broker, publish())] == [commands.Basic.Ack, commands.Basic.Nack]
@@ -79,7 +79,7 @@ def test_a_missing_exchange_ends_the_session_as_a_closed_channel(broker):
             await publisher.basic_publish(b"m", exchange="nowhere", routing_key="k")
         with pytest.raises(ConnectionError) as closing:
             await publisher.closing
-        publisher.close()
+        await publisher.close()
         return str(raised.value), str(closing.value)
 
     raised, closing = on_broker(broker, publish())
@@ -111,7 +111,7 @@ def test_an_alarm_or_flow_control_holds_the_publish_until_it_ends(broker, hold):
 
     async def finish() -> Any:
         answer = await task
-        publisher.close()
+        await publisher.close()
         return answer
 
     assert isinstance(on_broker(broker, finish()), commands.Basic.Ack)
@@ -125,7 +125,7 @@ def test_without_confirms_a_publish_answers_none_at_once(broker):
     async def publish() -> Any:
         publisher = LocalPublisher(broker.core, "/", confirms=False)
         answer = await publisher.basic_publish(b"m", routing_key="q")
-        publisher.close()
+        await publisher.close()
         return answer
 
     assert on_broker(broker, publish()) is None

@@ -67,7 +67,8 @@ def core_properties(properties: Any) -> Properties:
 
 class LocalPublisher:
     """Publishes into ``vhost`` of ``core`` as ``user``, with confirms when ``confirms``
-    (see the module doc). Use it on the broker's event loop; :meth:`close` when done."""
+    (see the module doc). Use it on the broker's event loop; :meth:`close` when done
+    (a link puts it among its connections, which its session's end closes)."""
 
     def __init__(self, core: BrokerCore, vhost: str, confirms: bool, user: str = "guest") -> None:
         found = core.users.users.get(user)
@@ -111,8 +112,9 @@ class LocalPublisher:
             raise error from None
         return None if answer is None else await answer
 
-    def close(self) -> None:
-        """Stop: later answers never come (the upstream gets its unacked messages back)."""
+    async def close(self) -> None:
+        """Stop: later answers never come (the upstream gets its unacked messages back).
+        A coroutine, as an aiormq connection's ``close``: a link closes it with them."""
         self._release()
         self.publisher.close()
         self._fail(ConnectionError("the link's local publisher is closed"))
