@@ -62,6 +62,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -108,11 +109,20 @@ class Settings:
 
 # ------------------------------------------------------------------ the brokers
 class FederatedRabbitMQ(RabbitMQ):
-    """A private RabbitMQ node with ``rabbitmq_federation`` and :meth:`ctl`."""
+    """A private RabbitMQ node with ``rabbitmq_federation`` (and ``rabbitmq_shovel``, for
+    ``--link shovel``) and :meth:`ctl`; ``busy_wait=False``: its schedulers do not spin
+    when they run out of work (``+sbwt none +sbwtdcpu none +sbwtdio none``), so its CPU
+    figures count work, not waiting."""
+
+    def __init__(self, busy_wait: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.busy_wait = busy_wait
 
     def _env(self) -> dict:
         env = super()._env()
         Path(self.workdir, "enabled_plugins").write_text("[rabbitmq_federation,rabbitmq_shovel].\n")
+        if not self.busy_wait:
+            env["RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"] += " +sbwt none +sbwtdcpu none +sbwtdio none"
         self.env = env
         return env
 
@@ -174,7 +184,9 @@ class ManagedLeveret(Leveret):
 
 def make_broker(kind: str, args: argparse.Namespace) -> Broker:
     if kind == "rabbitmq":
-        return FederatedRabbitMQ(schedulers=args.rabbitmq_schedulers)
+        return FederatedRabbitMQ(
+            schedulers=args.rabbitmq_schedulers, busy_wait=not args.rabbitmq_no_busy_wait
+        )
     return ManagedLeveret(src=args.leveret_src)
 
 
@@ -585,6 +597,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.add_argument(flag, type=type(default), default=default)
     p.add_argument("--leveret-src", default=None, help="run leveret from another tree's src/")
     p.add_argument("--rabbitmq-schedulers", type=int, default=None, help="Erlang scheduler threads per node")
+    p.add_argument(
+        "--rabbitmq-no-busy-wait",
+        action="store_true",
+        help="RabbitMQ's schedulers do not spin when idle (+sbwt none ...): CPU counts work only",
+    )
     p.add_argument("--output", default=str(HERE / "results" / "federation-latest.json"), help="JSON results")
     return p.parse_args(argv)
 
@@ -615,7 +632,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{s.prefetch}; skipped: " + ("; ".join(f"{p} ({w})" for p, w in skipped.items()) or "none")
     )
     print_tables(results, cases, s)
-    meta = report.run_meta(settings=asdict(s), cases=cases, pairs=pairs, skipped=skipped)
+    meta = report.run_meta(
+        settings=asdict(s),
+        cases=cases,
+        pairs=pairs,
+        skipped=skipped,
+        rabbitmq_busy_wait=not args.rabbitmq_no_busy_wait,
+    )
     return report.write_results(args.output, meta, results)
 
 
