@@ -42,7 +42,8 @@ go to ``--output``. Every broker started is stopped on any exit (Ctrl-C, SIGTERM
 Options for digging: ``--link shovel`` (D runs a dynamic shovel from a queue on U bound to
 ``bench.fed`` to D's ``bench.fed``: the same job without federation), ``--ack-mode``,
 ``--prefetch``, ``--persistent``, ``--py-spy DIR`` (raw stacks of each leveret broker per
-case). Details: bench/README.md, section "Federation".
+case), ``--rabbitmq-no-busy-wait`` (RabbitMQ's schedulers do not spin when idle).
+Details: bench/README.md, section "Federation".
 """
 
 from __future__ import annotations
