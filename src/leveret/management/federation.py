@@ -1,0 +1,240 @@
+"""Federation link status over HTTP, as RabbitMQ 3.10's ``rabbitmq_federation_management``
+has it (checked against a node with a running, a refused and a badly authenticated
+upstream):
+
+- ``GET /api/federation-links[/{vhost}]``: one row per link (one upstream of one
+  federated exchange or queue): ``node``, ``exchange``/``upstream_exchange`` or
+  ``queue``/``upstream_queue``/``consumer_tag``, ``type``, ``vhost``, ``upstream``,
+  ``id``, ``status`` (``starting``, ``running``, ``error``, ``shutdown``), then
+  ``local_connection`` when running or ``error`` (the failure's text) when not,
+  ``uri`` without credentials or query (RabbitMQ's ``amqp_uri:remove_credentials``:
+  ``scheme://host:port/path``), ``timestamp`` of the last change in local time as
+  RabbitMQ prints it (``2026-11-28 8:05:35``: the hour unpadded), and
+  ``local_channel`` (the link's channel on this broker, as ``/api/channels`` shows
+  it) when its local connection has exactly one channel;
+- ``GET /api/federation-links/state/down/`` and ``/api/federation-links/{vhost}/state/down``:
+  only the links neither ``running`` nor ``starting``;
+- ``DELETE /api/federation-links/vhost/{vhost}/{id}/{node}/restart``: restart a link
+  (its connections are dropped and it starts over at once); 204, 404 when no link of
+  that vhost has the id or the node is not this broker's.
+
+As in RabbitMQ, these need the ``monitoring`` or ``administrator`` tag (401 ``Not
+monitor user``; see :data:`PATHS`, checked by :mod:`.api`), rows are limited to the
+vhosts the user works in (an administrator's: all), a missing vhost is a 404, and the
+lists take ``sort``/``sort_reverse``/``columns`` (:mod:`.listing`). What differs: the
+``error`` text is leveret's (``ConnectionRefusedError: ...``, not an Erlang term such as
+``econnrefused``) and ids are leveret's own 8 hex digits (RabbitMQ's are a hash of the
+Erlang key: opaque either way).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from ..core.broker import BrokerCore
+from .common import object_not_found, works_in
+from .listing import list_response
+from .runtime import channel_row
+
+#: The routes, for :mod:`.api`'s tag check (``monitoring`` or ``administrator``).
+PATHS = frozenset(
+    (
+        "/api/federation-links",
+        "/api/federation-links/{vhost}",
+        "/api/federation-links/state/down",
+        "/api/federation-links/state/down/",
+        "/api/federation-links/{vhost}/state/down",
+        "/api/federation-links/vhost/{vhost}/{id}/{node}/restart",
+    )
+)
+#: States in which a link counts as up (``state/down`` and ``--only-down`` leave them out).
+UP_STATES = ("running", "starting")
+#: Every state a link reports, as RabbitMQ's federation status names them.
+STATES = ("starting", "running", "error", "shutdown")
+
+
+class FederationLink(Protocol):
+    """What these surfaces read of a link (:class:`leveret.federation.links.Link`)."""
+
+    vhost: str
+    name: str
+    kind: str
+    state: str
+    since: float
+    uri: str
+    upstream: Any
+
+    @property
+    def id(self) -> str: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+class FederationLinks(Protocol):
+    """The broker's links (:class:`leveret.federation.manager.Federation`)."""
+
+    def links(self, vhost: str | None = None) -> list[Any]: ...
+
+    def restart(self, vhost: str | None, link_id: str) -> bool: ...
+
+
+def safe_uri(uri: str) -> str:
+    """``uri`` as RabbitMQ's federation status shows it: scheme, host, port and path
+    only (no user, password or query)."""
+    try:
+        parts = urlsplit(uri)
+        port = parts.port
+    except ValueError:
+        return uri.split("://", 1)[0] + "://"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}{f':{port}' if port is not None else ''}{parts.path}"
+
+
+def http_timestamp(epoch: float) -> str:
+    """Local time as RabbitMQ's management plugin prints a link's timestamp
+    (``~w`` for the hour: ``2026-11-28 8:05:35``)."""
+    t = time.localtime(epoch)
+    return f"{t.tm_year}-{t.tm_mon:02}-{t.tm_mday:02} {t.tm_hour}:{t.tm_min:02}:{t.tm_sec:02}"
+
+
+def ctl_timestamp(epoch: float) -> str:
+    """Local time as ``rabbitmqctl federation_status`` prints ``last_changed``."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def consumer_tag(link: Any) -> str:
+    """The tag a queue link consumes from its upstream queue with (the upstream's
+    ``consumer-tag``, else RabbitMQ's ``federation-link-UPSTREAM``)."""
+    return getattr(link.upstream, "consumer_tag", None) or f"federation-link-{link.upstream.name}"
+
+
+def _ordered(row: dict[str, Any]) -> dict[str, Any]:
+    """The fields in RabbitMQ's order (JSON readers do not care; people do)."""
+    order = (
+        "node",
+        "exchange",
+        "upstream_exchange",
+        "queue",
+        "upstream_queue",
+        "consumer_tag",
+        "type",
+        "vhost",
+        "upstream",
+        "id",
+        "status",
+        "local_connection",
+        "error",
+        "uri",
+        "timestamp",
+    )
+    shaped = {key: row[key] for key in order if key in row}
+    shaped.update((key, value) for key, value in row.items() if key not in shaped)
+    return shaped
+
+
+def link_row(link: Any, local_channel: Callable[[str], dict | None] | None = None) -> dict[str, Any]:
+    """``link``'s ``/api/federation-links`` row (see the module doc); ``local_channel``
+    finds the channel row of a local connection name."""
+    row = dict(link.status())
+    if row.get("type") == "queue":
+        row.setdefault("consumer_tag", consumer_tag(link))
+    if row.get("status") != "running":
+        row.pop("local_connection", None)
+    elif "error" in row:
+        del row["error"]
+    row["uri"] = safe_uri(link.uri)
+    row["timestamp"] = http_timestamp(link.since)
+    shaped = _ordered(row)
+    connection = shaped.get("local_connection")
+    if connection and local_channel is not None:
+        channel = local_channel(connection)
+        if channel is not None:
+            shaped["local_channel"] = channel
+    return shaped
+
+
+def is_down(row: dict[str, Any]) -> bool:
+    """Whether RabbitMQ lists the link under ``state/down`` and ``--only-down``."""
+    return row.get("status") not in UP_STATES
+
+
+class FederationAPI:
+    """The handlers, on ``core`` and the broker's ``federation`` links (None: no link
+    anywhere)."""
+
+    def __init__(self, core: BrokerCore, federation: FederationLinks | None) -> None:
+        self.core = core
+        self.federation = federation
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/federation-links", self.all_links),
+            web.get("/api/federation-links/state/down", self.down_links),
+            web.get("/api/federation-links/state/down/", self.down_links),
+            web.get("/api/federation-links/{vhost}", self.all_links),
+            web.get("/api/federation-links/{vhost}/state/down", self.down_links),
+            web.delete("/api/federation-links/vhost/{vhost}/{id}/{node}/restart", self.restart),
+        ]
+
+    def local_channel(self, connection_name: str) -> dict | None:
+        """The channel row of this broker's connection ``connection_name``, when it has
+        exactly one channel (RabbitMQ's rule for ``local_channel``)."""
+        found = self.core.connections.find(connection_name)
+        if found is None:
+            return None
+        facts = found[0]
+        if len(facts.channels) != 1:
+            return None
+        return channel_row(facts, facts.channels[0])
+
+    def rows(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """Every link's row (of ``vhost``), in the manager's order."""
+        if self.federation is None:
+            return []
+        return [link_row(link, self.local_channel) for link in self.federation.links(vhost)]
+
+    def _answer(self, request: web.Request, down: bool) -> web.Response:
+        vhost = request.match_info.get("vhost")
+        if vhost is not None and vhost not in self.core.vhosts:
+            raise object_not_found()
+        user = request["user"]
+        rows = [
+            row
+            for row in self.rows(vhost)
+            if works_in(self.core, user, row["vhost"]) and (not down or is_down(row))
+        ]
+        return list_response(request, rows)
+
+    async def all_links(self, request: web.Request) -> web.Response:
+        return self._answer(request, down=False)
+
+    async def down_links(self, request: web.Request) -> web.Response:
+        return self._answer(request, down=True)
+
+    async def restart(self, request: web.Request) -> web.Response:
+        """Restart the link ``id`` of ``vhost`` on ``node`` (this broker's name in the
+        rows): 204, 404 otherwise."""
+        info = request.match_info
+        vhost, link_id, node = info["vhost"], info["id"], info["node"]
+        if vhost not in self.core.vhosts or self.federation is None:
+            raise object_not_found()
+        link = next((link for link in self.federation.links(vhost) if link.id == link_id), None)
+        if link is None or link.status().get("node") != node:
+            raise object_not_found()
+        self.federation.restart(vhost, link_id)
+        self.core.audit.record(
+            "federation_link.restart",
+            request["user"].name,
+            request.remote or "",
+            vhost=vhost,
+            id=link_id,
+            upstream=link.upstream.name,
+        )
+        return web.Response(status=204)
