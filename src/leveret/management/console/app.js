@@ -2,6 +2,7 @@
 import { ApiError, api, h, session, whenLoggedOut } from "/console/lib.js";
 import * as pages from "/console/pages.js";
 import * as deadLetters from "/console/dead_letters.js";
+import * as federation from "/console/federation.js";
 
 const main = document.getElementById("main");
 let refresh = null; // the current page's refresh timer
@@ -18,6 +19,7 @@ const ROUTES = [
   [/^\/queues\/([^/]+)\/([^/]+)$/, pages.queue],
   [/^\/dead-letters$/, deadLetters.list],
   [/^\/dead-letters\/([^/]+)\/([^/]+)$/, deadLetters.browse],
+  [/^\/federation$/, federation.links],
   [/^\/scheduled$/, pages.scheduled],
   [/^\/audit$/, pages.audit],
   [/^\/admin$/, pages.admin],
