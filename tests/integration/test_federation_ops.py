@@ -1,0 +1,196 @@
+"""Federation operations on two real leveret brokers (an upstream and a downstream that
+federates ``fed.x`` from it and from a closed port): ``/api/federation-links`` rows with
+RabbitMQ 3.10's fields (read from a node with ``rabbitmq_federation_management``: see
+docs/federation.md), who may read them, ``state/down``, restart over HTTP and with
+``leveret ctl``, and the Prometheus gauge of links by state."""
+
+from __future__ import annotations
+
+import re
+import socket
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from eventually import eventually
+from targets import Target
+
+from leveret import BlockingBroker
+from leveret.cli.ctl import ctl
+from leveret.cli.ctl import request as ctl_request
+
+TIMEOUT = 20.0
+#: The fields of RabbitMQ 3.10's rows (besides ``local_channel``, which a running link
+#: has when its channel's statistics are known).
+ERROR_FIELDS = {"node", "exchange", "upstream_exchange", "type", "vhost", "upstream", "id", "status",
+                "error", "uri", "timestamp"}  # fmt: skip
+RUNNING_FIELDS = ERROR_FIELDS - {"error"} | {"local_connection"}
+TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d{1,2}:\d\d:\d\d$")  # RabbitMQ's: the hour unpadded
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def target(broker: BlockingBroker) -> Target:
+    return Target("leveret", "127.0.0.1", broker.amqp_port, int(str(broker.http_url).rsplit(":", 1)[1]))
+
+
+class Pair:
+    """The downstream (HTTP, ctl socket, Prometheus) and its working upstream."""
+
+    def __init__(self, down: BlockingBroker, up: BlockingBroker, data_dir: Path, closed: int) -> None:
+        self.down, self.up, self.data_dir, self.closed = down, up, data_dir, closed
+        self.http = target(down).http
+
+    def links(self, path: str = "/api/federation-links", **login: Any) -> list[dict]:
+        status, rows = self.http("GET", path, **login)
+        assert status == 200, rows
+        return rows
+
+    def by_upstream(self) -> dict[str, dict]:
+        return {row["upstream"]: row for row in self.links()}
+
+    def settled(self) -> dict[str, dict]:
+        """The rows once ``good`` runs and ``refused`` has failed."""
+        rows: dict[str, dict] = {}
+
+        def ready() -> bool:
+            rows.update(self.by_upstream())
+            return rows.get("good", {}).get("status") == "running" and rows.get("refused", {}).get(
+                "status"
+            ) == "error"
+
+        assert eventually(ready, TIMEOUT, 0.1), rows
+        return rows
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> Iterator[Pair]:
+    data_dir = tmp_path_factory.mktemp("federation-ops") / "down"
+    with (
+        BlockingBroker(amqp_port=0, http_port=0) as up,
+        BlockingBroker(amqp_port=0, http_port=0, prometheus_port=0, data_dir=str(data_dir)) as down,
+    ):
+        closed = closed_port()
+        upstream, downstream = target(up), target(down)
+        assert upstream.http("PUT", "/api/exchanges/%2F/fed.x", {"type": "topic"})[0] in (201, 204)
+        assert downstream.http("PUT", "/api/exchanges/%2F/fed.x", {"type": "topic"})[0] in (201, 204)
+        for name, uri in (("good", f"amqp://guest:guest@127.0.0.1:{up.amqp_port}"),
+                          ("refused", f"amqp://guest:secret@127.0.0.1:{closed}/%2F?heartbeat=5")):  # fmt: skip
+            value = {"uri": uri, "reconnect-delay": 1}
+            assert downstream.http("PUT", f"/api/parameters/federation-upstream/%2F/{name}", {"value": value})[
+                0
+            ] in (201, 204)
+        policy = {"pattern": "^fed\\.", "definition": {"federation-upstream-set": "all"}, "apply-to": "exchanges"}
+        assert downstream.http("PUT", "/api/policies/%2F/federate", policy)[0] in (201, 204)
+        for user, tags in (("watcher", "management"), ("monitor", "monitoring"), ("outsider", "monitoring")):
+            assert downstream.http("PUT", f"/api/users/{user}", {"password": user, "tags": tags})[0] in (201, 204)
+        everything = {"configure": ".*", "write": ".*", "read": ".*"}
+        for user in ("watcher", "monitor"):
+            assert downstream.http("PUT", f"/api/permissions/%2F/{user}", everything)[0] in (201, 204)
+        assert downstream.http("PUT", "/api/vhosts/other", {})[0] in (201, 204)
+        yield Pair(down, up, data_dir, closed)
+
+
+def test_links_have_rabbitmqs_fields_with_the_error_text_of_a_failing_upstream(pair):
+    rows = pair.settled()
+    good, refused = rows["good"], rows["refused"]
+    assert set(refused) == ERROR_FIELDS
+    assert set(good) - {"local_channel"} == RUNNING_FIELDS
+    assert refused["status"] == "error" and "refused" in refused["error"].lower()
+    assert refused["uri"] == f"amqp://127.0.0.1:{pair.closed}/%2F"  # no user, password or query
+    assert good["uri"] == f"amqp://127.0.0.1:{pair.up.amqp_port}"
+    for row in (good, refused):
+        assert (row["type"], row["vhost"], row["exchange"], row["upstream_exchange"]) == ("exchange", "/", "fed.x",
+                                                                                         "fed.x")  # fmt: skip
+        assert TIMESTAMP.match(row["timestamp"]), row["timestamp"]
+        assert re.fullmatch(r"[0-9a-f]{8}", row["id"]) and row["node"]
+    assert good["id"] != refused["id"]
+    # the link's own connection to this broker is one the broker lists
+    names = [c["name"] for c in pair.http("GET", "/api/connections")[1]]
+    assert good["local_connection"] in names
+    if "local_channel" in good:
+        assert good["local_channel"]["connection_details"]["name"] == good["local_connection"]
+
+
+def test_lists_by_vhost_and_down_links_and_who_may_read_them(pair):
+    pair.settled()
+    assert {r["upstream"] for r in pair.links("/api/federation-links/%2F")} == {"good", "refused"}
+    assert pair.links("/api/federation-links/other") == []
+    assert pair.http("GET", "/api/federation-links/nowhere")[0] == 404
+    for path in ("/api/federation-links/state/down/", "/api/federation-links/%2F/state/down"):
+        assert [r["upstream"] for r in pair.links(path)] == ["refused"]
+    assert pair.links("/api/federation-links/other/state/down") == []
+    # RabbitMQ's rules: the monitoring tag (or administrator), rows of the user's vhosts
+    status, body = pair.http("GET", "/api/federation-links", user="watcher", password="watcher")
+    assert (status, body["reason"]) == (401, "Not monitor user")
+    assert {r["upstream"] for r in pair.links(user="monitor", password="monitor")} == {"good", "refused"}
+    assert pair.links(user="outsider", password="outsider") == []
+    assert [r["status"] for r in pair.links("/api/federation-links?columns=upstream,status&sort=upstream")] == [
+        "running",
+        "error",
+    ]
+
+
+def test_a_link_restarts_over_http_and_unknown_ones_are_404(pair):
+    good = pair.settled()["good"]
+    base = f"/api/federation-links/vhost/%2F/{good['id']}"
+    assert pair.http("DELETE", f"{base}/{good['node']}/restart", user="watcher", password="watcher")[0] == 401
+    assert pair.http("DELETE", f"{base}/elsewhere@host/restart")[0] == 404
+    assert pair.http("DELETE", f"/api/federation-links/vhost/%2F/00000000/{good['node']}/restart")[0] == 404
+    assert pair.http("DELETE", f"/api/federation-links/vhost/other/{good['id']}/{good['node']}/restart")[0] == 404
+    assert pair.http("DELETE", f"{base}/{good['node']}/restart")[0] == 204
+
+    def reconnected() -> bool:
+        row = pair.by_upstream()["good"]
+        return row["status"] == "running" and row["local_connection"] != good["local_connection"]
+
+    assert eventually(reconnected, TIMEOUT, 0.1), pair.by_upstream()["good"]
+
+
+def test_ctl_federation_status_and_restart(pair):
+    rows = pair.settled()
+    answer = ctl_request(str(pair.data_dir), "federation_status", {})
+    assert answer["ok"], answer
+    listed = [dict(zip(answer["columns"], row)) for row in answer["rows"]]
+    assert {r["upstream"]: r["status"] for r in listed} == {"good": "running", "refused": "error"}
+    assert set(answer["columns"]) == {"type", "vhost", "exchange", "queue", "upstream", "upstream_exchange",
+                                      "upstream_queue", "consumer_tag", "id", "status", "local_connection",
+                                      "error", "uri", "last_changed"}  # rabbitmqctl's JSON keys  # fmt: skip
+    refused = next(r for r in listed if r["upstream"] == "refused")
+    assert refused["queue"] == "" and "refused" in refused["error"].lower() and refused["local_connection"] == ""
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", refused["last_changed"])
+    runner = CliRunner()
+    down = runner.invoke(ctl, ["--data-dir", str(pair.data_dir), "federation_status", "--only-down"])
+    assert down.exit_code == 0, down.output
+    lines = down.output.splitlines()
+    assert lines[0] == "Listing federation links which are down ..." and lines[1].startswith("type\tvhost\t")
+    assert len(lines) == 3 and rows["refused"]["id"] in lines[2] and rows["good"]["id"] not in down.output
+    restarted = runner.invoke(ctl, ["--data-dir", str(pair.data_dir), "restart_federation_link", rows["good"]["id"]])
+    assert restarted.exit_code == 0 and restarted.output.startswith(f"Restarting federation link {rows['good']['id']}")
+    missing = runner.invoke(ctl, ["--data-dir", str(pair.data_dir), "restart_federation_link", "00000000"])
+    assert missing.exit_code == 1 and "Link with the given ID was not found" in missing.output
+    assert eventually(lambda: pair.by_upstream()["good"]["status"] == "running", TIMEOUT, 0.1)
+
+
+def test_prometheus_counts_links_by_state(pair):
+    pair.settled()
+
+    def gauge() -> dict[str, float]:
+        with urllib.request.urlopen(f"{pair.down.prometheus_url}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        found = re.findall(r'^rabbitmq_federation_links\{status="(\w+)"\} ([\d.]+)$', text, re.M)
+        assert "# TYPE rabbitmq_federation_links gauge" in text
+        assert re.search(r'^leveret_federation_messages_total\{type="exchange"\} [\d.]+$', text, re.M)
+        return {state: float(value) for state, value in found}
+
+    seen: dict[str, float] = {}
+    assert eventually(lambda: seen.update(gauge()) or seen.get("running") == 1 and seen.get("error") == 1, TIMEOUT, 0.1)
+    assert seen == {"starting": 0, "running": 1, "error": 1, "shutdown": 0}
