@@ -19,8 +19,7 @@ from eventually import eventually
 from targets import Target
 
 from leveret import BlockingBroker
-from leveret.cli.ctl import ctl
-from leveret.cli.ctl import request as ctl_request
+from leveret.cli.ctl import ctl, request
 
 TIMEOUT = 20.0
 #: The fields of RabbitMQ 3.10's rows (besides ``local_channel``, which a running link
@@ -80,22 +79,27 @@ def pair(tmp_path_factory) -> Iterator[Pair]:
     ):
         closed = closed_port()
         upstream, downstream = target(up), target(down)
-        assert upstream.http("PUT", "/api/exchanges/%2F/fed.x", {"type": "topic"})[0] in (201, 204)
-        assert downstream.http("PUT", "/api/exchanges/%2F/fed.x", {"type": "topic"})[0] in (201, 204)
-        for name, uri in (("good", f"amqp://guest:guest@127.0.0.1:{up.amqp_port}"),
-                          ("refused", f"amqp://guest:secret@127.0.0.1:{closed}/%2F?heartbeat=5")):  # fmt: skip
+
+        def put(side: Target, path: str, body: dict) -> None:
+            status, answer = side.http("PUT", path, body)
+            assert status in (201, 204), (path, answer)
+
+        put(upstream, "/api/exchanges/%2F/fed.x", {"type": "topic"})
+        put(downstream, "/api/exchanges/%2F/fed.x", {"type": "topic"})
+        for name, uri in (
+            ("good", f"amqp://guest:guest@127.0.0.1:{up.amqp_port}"),
+            ("refused", f"amqp://guest:secret@127.0.0.1:{closed}/%2F?heartbeat=5"),
+        ):
             value = {"uri": uri, "reconnect-delay": 1}
-            assert downstream.http("PUT", f"/api/parameters/federation-upstream/%2F/{name}", {"value": value})[
-                0
-            ] in (201, 204)
-        policy = {"pattern": "^fed\\.", "definition": {"federation-upstream-set": "all"}, "apply-to": "exchanges"}
-        assert downstream.http("PUT", "/api/policies/%2F/federate", policy)[0] in (201, 204)
+            put(downstream, f"/api/parameters/federation-upstream/%2F/{name}", {"value": value})
+        every = {"federation-upstream-set": "all"}
+        policy = {"pattern": "^fed\\.", "definition": every, "apply-to": "exchanges"}
+        put(downstream, "/api/policies/%2F/federate", policy)
         for user, tags in (("watcher", "management"), ("monitor", "monitoring"), ("outsider", "monitoring")):
-            assert downstream.http("PUT", f"/api/users/{user}", {"password": user, "tags": tags})[0] in (201, 204)
-        everything = {"configure": ".*", "write": ".*", "read": ".*"}
+            put(downstream, f"/api/users/{user}", {"password": user, "tags": tags})
         for user in ("watcher", "monitor"):
-            assert downstream.http("PUT", f"/api/permissions/%2F/{user}", everything)[0] in (201, 204)
-        assert downstream.http("PUT", "/api/vhosts/other", {})[0] in (201, 204)
+            put(downstream, f"/api/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"})
+        put(downstream, "/api/vhosts/other", {})
         yield Pair(down, up, data_dir, closed)
 
 
@@ -108,8 +112,8 @@ def test_links_have_rabbitmqs_fields_with_the_error_text_of_a_failing_upstream(p
     assert refused["uri"] == f"amqp://127.0.0.1:{pair.closed}/%2F"  # no user, password or query
     assert good["uri"] == f"amqp://127.0.0.1:{pair.up.amqp_port}"
     for row in (good, refused):
-        assert (row["type"], row["vhost"], row["exchange"], row["upstream_exchange"]) == ("exchange", "/", "fed.x",
-                                                                                         "fed.x")  # fmt: skip
+        named = (row["type"], row["vhost"], row["exchange"], row["upstream_exchange"])
+        assert named == ("exchange", "/", "fed.x", "fed.x")
         assert TIMESTAMP.match(row["timestamp"]), row["timestamp"]
         assert re.fullmatch(r"[0-9a-f]{8}", row["id"]) and row["node"]
     assert good["id"] != refused["id"]
@@ -133,10 +137,8 @@ def test_lists_by_vhost_and_down_links_and_who_may_read_them(pair):
     assert (status, body["reason"]) == (401, "Not monitor user")
     assert {r["upstream"] for r in pair.links(user="monitor", password="monitor")} == {"good", "refused"}
     assert pair.links(user="outsider", password="outsider") == []
-    assert [r["status"] for r in pair.links("/api/federation-links?columns=upstream,status&sort=upstream")] == [
-        "running",
-        "error",
-    ]
+    shown = pair.links("/api/federation-links?columns=upstream,status&sort=upstream")
+    assert shown == [{"upstream": "good", "status": "running"}, {"upstream": "refused", "status": "error"}]
 
 
 def test_a_link_restarts_over_http_and_unknown_ones_are_404(pair):
@@ -144,8 +146,9 @@ def test_a_link_restarts_over_http_and_unknown_ones_are_404(pair):
     base = f"/api/federation-links/vhost/%2F/{good['id']}"
     assert pair.http("DELETE", f"{base}/{good['node']}/restart", user="watcher", password="watcher")[0] == 401
     assert pair.http("DELETE", f"{base}/elsewhere@host/restart")[0] == 404
-    assert pair.http("DELETE", f"/api/federation-links/vhost/%2F/00000000/{good['node']}/restart")[0] == 404
-    assert pair.http("DELETE", f"/api/federation-links/vhost/other/{good['id']}/{good['node']}/restart")[0] == 404
+    node = good["node"]
+    assert pair.http("DELETE", f"/api/federation-links/vhost/%2F/00000000/{node}/restart")[0] == 404
+    assert pair.http("DELETE", f"/api/federation-links/vhost/other/{good['id']}/{node}/restart")[0] == 404
     assert pair.http("DELETE", f"{base}/{good['node']}/restart")[0] == 204
 
     def reconnected() -> bool:
@@ -157,7 +160,7 @@ def test_a_link_restarts_over_http_and_unknown_ones_are_404(pair):
 
 def test_ctl_federation_status_and_restart(pair):
     rows = pair.settled()
-    answer = ctl_request(str(pair.data_dir), "federation_status", {})
+    answer = request(str(pair.data_dir), "federation_status", {})
     assert answer["ok"], answer
     listed = [dict(zip(answer["columns"], row)) for row in answer["rows"]]
     assert {r["upstream"]: r["status"] for r in listed} == {"good": "running", "refused": "error"}
@@ -165,17 +168,20 @@ def test_ctl_federation_status_and_restart(pair):
                                       "upstream_queue", "consumer_tag", "id", "status", "local_connection",
                                       "error", "uri", "last_changed"}  # rabbitmqctl's JSON keys  # fmt: skip
     refused = next(r for r in listed if r["upstream"] == "refused")
-    assert refused["queue"] == "" and "refused" in refused["error"].lower() and refused["local_connection"] == ""
+    assert (refused["queue"], refused["local_connection"]) == ("", "")
+    assert "refused" in refused["error"].lower()
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", refused["last_changed"])
     runner = CliRunner()
-    down = runner.invoke(ctl, ["--data-dir", str(pair.data_dir), "federation_status", "--only-down"])
+    where = ["--data-dir", str(pair.data_dir)]
+    down = runner.invoke(ctl, [*where, "federation_status", "--only-down"])
     assert down.exit_code == 0, down.output
     lines = down.output.splitlines()
     assert lines[0] == "Listing federation links which are down ..." and lines[1].startswith("type\tvhost\t")
     assert len(lines) == 3 and rows["refused"]["id"] in lines[2] and rows["good"]["id"] not in down.output
-    restarted = runner.invoke(ctl, ["--data-dir", str(pair.data_dir), "restart_federation_link", rows["good"]["id"]])
-    assert restarted.exit_code == 0 and restarted.output.startswith(f"Restarting federation link {rows['good']['id']}")
-    missing = runner.invoke(ctl, ["--data-dir", str(pair.data_dir), "restart_federation_link", "00000000"])
+    good = rows["good"]["id"]
+    restarted = runner.invoke(ctl, [*where, "restart_federation_link", good])
+    assert restarted.exit_code == 0 and restarted.output.startswith(f"Restarting federation link {good}")
+    missing = runner.invoke(ctl, [*where, "restart_federation_link", "00000000"])
     assert missing.exit_code == 1 and "Link with the given ID was not found" in missing.output
     assert eventually(lambda: pair.by_upstream()["good"]["status"] == "running", TIMEOUT, 0.1)
 
@@ -192,5 +198,10 @@ def test_prometheus_counts_links_by_state(pair):
         return {state: float(value) for state, value in found}
 
     seen: dict[str, float] = {}
-    assert eventually(lambda: seen.update(gauge()) or seen.get("running") == 1 and seen.get("error") == 1, TIMEOUT, 0.1)
+
+    def settled() -> bool:
+        seen.update(gauge())
+        return seen.get("running") == 1 and seen.get("error") == 1
+
+    assert eventually(settled, TIMEOUT, 0.1), seen
     assert seen == {"starting": 0, "running": 1, "error": 1, "shutdown": 0}
