@@ -21,6 +21,8 @@ from targets import Target
 from leveret import BlockingBroker
 from leveret.cli.ctl import ctl, request
 
+# the links these surfaces show are exchange links (federation/exchange_link.py)
+pytest.importorskip("leveret.federation.exchange_link")
 TIMEOUT = 20.0
 #: The fields of RabbitMQ 3.10's rows (besides ``local_channel``, which a running link
 #: has when its channel's statistics are known).
