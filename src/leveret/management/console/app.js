@@ -29,6 +29,7 @@ function showLoggedIn() {
   const isAdmin = session.tags.includes("administrator") || session.tags.includes("policymaker");
   document.getElementById("nav").hidden = false;
   document.getElementById("nav-admin").hidden = !isAdmin;
+  document.getElementById("nav-federation").hidden = !federation.mayMonitor();
   document.getElementById("logout").hidden = false;
   document.getElementById("who").textContent = `${session.user} (${session.tags.join(", ") || "no tags"})`;
 }

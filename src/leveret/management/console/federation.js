@@ -1,7 +1,10 @@
 // The federation page: every link (one upstream of one federated exchange or queue) with
 // its state, as RabbitMQ's "Federation Status" page lists /api/federation-links, and a
-// restart button per link.
-import { api, attempt, h, q, table } from "/console/lib.js";
+// restart button per link. As RabbitMQ's API, it takes the monitoring or administrator
+// tag (the page says so rather than ask: any 401 ends the console's session).
+import { api, attempt, h, q, session, table } from "/console/lib.js";
+
+export const mayMonitor = () => session.tags.includes("monitoring") || session.tags.includes("administrator");
 
 const STATES = ["running", "starting", "error", "shutdown"];
 const count = (rows, state) => rows.filter((l) => l.status === state).length;
@@ -11,6 +14,10 @@ const state = (l) => h("span", { class: `tag link-state ${l.status === "running"
 const restartPath = (l) => `/api/federation-links/vhost/${q(l.vhost)}/${q(l.id)}/${q(l.node)}/restart`;
 
 export async function links() {
+  if (!mayMonitor()) {
+    return h("section", { id: "federation" }, h("h1", {}, "Federation links"),
+      h("p", { class: "error", id: "federation-refused" }, "Federation status needs the monitoring or administrator tag (Not monitor user)."));
+  }
   const rows = await api("GET", "/api/federation-links");
   return h("section", { id: "federation" },
     h("h1", {}, "Federation links"),
