@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
 from click.testing import CliRunner
 from eventually import eventually
@@ -207,3 +208,23 @@ def test_prometheus_counts_links_by_state(pair):
 
     assert eventually(settled, TIMEOUT, 0.1), seen
     assert seen == {"starting": 0, "running": 1, "error": 1, "shutdown": 0}
+
+
+def test_an_exchange_declared_after_the_policy_is_listed_until_deleted(pair):
+    """Links follow the exchanges declared over AMQP in a vhost the broker made (its
+    entity listeners reach every vhost)."""
+    pair.settled()
+    connection = pika.BlockingConnection(pika.URLParameters(pair.down.amqp_url))
+    channel = connection.channel()
+    channel.exchange_declare("fed.later", "topic")
+
+    def later() -> list[dict]:
+        return [r for r in pair.links() if r["exchange"] == "fed.later"]
+
+    try:
+        both = {"good", "refused"}
+        assert eventually(lambda: {r["upstream"] for r in later()} == both, TIMEOUT, 0.1), later()
+    finally:
+        channel.exchange_delete("fed.later")
+        connection.close()
+    assert eventually(lambda: not later(), TIMEOUT, 0.1), later()
