@@ -17,19 +17,19 @@ import pika
 import pytest
 from click.testing import CliRunner
 from eventually import eventually
-from targets import Target
+from targets import Target, rabbitmq_installed
 
 from leveret import BlockingBroker
 from leveret.cli.ctl import ctl, request
 
-# the links these surfaces show are exchange links (federation/exchange_link.py)
-pytest.importorskip("leveret.federation.exchange_link")
 TIMEOUT = 20.0
 #: The fields of RabbitMQ 3.10's rows (besides ``local_channel``, which a running link
 #: has when its channel's statistics are known).
 ERROR_FIELDS = {"node", "exchange", "upstream_exchange", "type", "vhost", "upstream", "id", "status",
                 "error", "uri", "timestamp"}  # fmt: skip
 RUNNING_FIELDS = ERROR_FIELDS - {"error"} | {"local_connection"}
+#: A queue link's instead of an exchange link's.
+QUEUE_FIELDS = {"queue", "upstream_queue", "consumer_tag"}
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d{1,2}:\d\d:\d\d$")  # RabbitMQ's: the hour unpadded
 
 
@@ -75,6 +75,8 @@ class Pair:
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> Iterator[Pair]:
+    # the links these surfaces show are exchange links (federation/exchange_link.py)
+    pytest.importorskip("leveret.federation.exchange_link")
     data_dir = tmp_path_factory.mktemp("federation-ops") / "down"
     with (
         BlockingBroker(amqp_port=0, http_port=0) as up,
@@ -228,3 +230,63 @@ def test_an_exchange_declared_after_the_policy_is_listed_until_deleted(pair):
         channel.exchange_delete("fed.later")
         connection.close()
     assert eventually(lambda: not later(), TIMEOUT, 0.1), later()
+
+
+@pytest.mark.skipif(not rabbitmq_installed(), reason="rabbitmq-server is not installed")
+def test_rabbitmq_shows_the_same_fields_states_and_answers():
+    """The expectations above, on RabbitMQ 3.10 with ``rabbitmq_federation_management``
+    (one node federating from itself and from a closed port): proves the tests right."""
+    from brokers import RabbitMQ
+
+    node = RabbitMQ(federation=True).start()
+    try:
+        rabbit = Target("rabbitmq", "127.0.0.1", node.port, node.http_port)
+        closed = closed_port()
+        for path, body in (
+            ("/api/exchanges/%2F/src.x", {"type": "topic"}),
+            ("/api/exchanges/%2F/fed.x", {"type": "topic"}),
+            ("/api/queues/%2F/src.q", {}),
+            ("/api/queues/%2F/fq.q", {}),
+            ("/api/parameters/federation-upstream/%2F/good",
+             {"value": {"uri": f"amqp://guest:guest@127.0.0.1:{node.port}", "exchange": "src.x",
+                        "queue": "src.q", "reconnect-delay": 1}}),
+            ("/api/parameters/federation-upstream/%2F/refused",
+             {"value": {"uri": f"amqp://guest:secret@127.0.0.1:{closed}/%2F?heartbeat=5",
+                        "reconnect-delay": 1}}),
+            ("/api/policies/%2F/federate",
+             {"pattern": "^fed\\.", "definition": {"federation-upstream-set": "all"},
+              "apply-to": "exchanges"}),
+            ("/api/policies/%2F/federate-queues",
+             {"pattern": "^fq\\.", "definition": {"federation-upstream": "good"}, "apply-to": "queues"}),
+            ("/api/users/watcher", {"password": "watcher", "tags": "management"}),
+        ):  # fmt: skip
+            assert rabbit.http("PUT", path, body)[0] in (201, 204), path
+        rows: dict[tuple[str, str], dict] = {}
+
+        def ready() -> bool:
+            listed = rabbit.http("GET", "/api/federation-links")[1]
+            rows.update({(r["type"], r["upstream"]): r for r in listed})
+            states = {key: row["status"] for key, row in rows.items()}
+            return states == {
+                ("exchange", "good"): "running",
+                ("queue", "good"): "running",
+                ("exchange", "refused"): "error",
+            }
+
+        assert eventually(ready, 60, 0.5), rows
+        good, refused, queue = rows["exchange", "good"], rows["exchange", "refused"], rows["queue", "good"]
+        assert set(refused) == ERROR_FIELDS and refused["uri"] == f"amqp://127.0.0.1:{closed}/%2F"
+        assert set(good) - {"local_channel"} == RUNNING_FIELDS and good["upstream_exchange"] == "src.x"
+        queue_fields = RUNNING_FIELDS - {"exchange", "upstream_exchange"} | QUEUE_FIELDS
+        assert set(queue) - {"local_channel"} == queue_fields
+        assert queue["consumer_tag"] == "federation-link-good" and queue["upstream_queue"] == "src.q"
+        assert TIMESTAMP.match(good["timestamp"]) and refused["error"] == "econnrefused"
+        down = rabbit.http("GET", "/api/federation-links/state/down/")[1]
+        assert [r["upstream"] for r in down] == ["refused"]
+        status, body = rabbit.http("GET", "/api/federation-links", user="watcher", password="watcher")
+        assert (status, body["reason"]) == (401, "Not monitor user")
+        restart = f"/api/federation-links/vhost/%2F/{good['id']}/{good['node']}/restart"
+        assert rabbit.http("DELETE", restart.replace(good["id"], "00000000"))[0] == 404
+        assert rabbit.http("DELETE", restart)[0] == 204
+    finally:
+        node.stop()
