@@ -1,6 +1,7 @@
 """What the federation operations surfaces cost, with many links: an in-process leveret
 federating N exchanges from an upstream at a closed port (so every link is a real
-``error``-state link with its error text), then, each ``--rounds`` times:
+``error``-state link with its error text; ``--running``: from itself, so every link
+runs, with its two connections), then, each ``--rounds`` times:
 
 - ``GET /api/federation-links`` (the rows, RabbitMQ's fields);
 - ``leveret ctl federation_status`` over the control socket;
@@ -92,11 +93,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--links", type=int, default=200, help="federated exchanges (one link each)")
     parser.add_argument("--rounds", type=int, default=50, help="requests of each kind")
+    parser.add_argument(
+        "--running",
+        action="store_true",
+        help="federate from the broker itself: running links, two connections each",
+    )
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="federation-ops-probe-")
     with BlockingBroker(amqp_port=0, http_port=0, prometheus_port=0, data_dir=data_dir) as broker:
         base = str(broker.http_url).rstrip("/")
-        value = {"uri": f"amqp://guest:guest@127.0.0.1:{closed_port()}", "reconnect-delay": 3600}
+        port = broker.amqp_port if args.running else closed_port()
+        value = {"uri": f"amqp://guest:guest@127.0.0.1:{port}", "reconnect-delay": 3600}
         try:
             put(base, "/api/parameters/federation-upstream/%2F/away", {"value": value})
         except urllib.error.HTTPError as error:
@@ -111,7 +118,10 @@ def main() -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # every link has failed once
             status, body = get(base + "/api/federation-links")
-            if status != 200 or sum(r["status"] == "error" for r in json.loads(body)) >= args.links:
+            settled = (
+                sum(r["status"] in ("running", "error") for r in json.loads(body)) if status == 200 else 0
+            )
+            if status != 200 or settled >= args.links:
                 break
             time.sleep(0.2)
         (status, body), api_cpu = measure(args.rounds, lambda: get(base + "/api/federation-links"))

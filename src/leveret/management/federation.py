@@ -30,13 +30,14 @@ Erlang key: opaque either way).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from ..core.broker import BrokerCore
+from ..core.connections import ConnectionFacts
+from ..federation.links import LINK_ID_PROPERTY
 from .common import object_not_found, works_in
 from .listing import list_response
 from .runtime import channel_row
@@ -139,25 +140,72 @@ def _ordered(row: dict[str, Any]) -> dict[str, Any]:
     return shaped
 
 
-def link_row(link: Any, local_channel: Callable[[str], dict | None] | None = None) -> dict[str, Any]:
-    """``link``'s ``/api/federation-links`` row (see the module doc); ``local_channel``
-    finds the channel row of a local connection name."""
+class LocalConnections:
+    """This broker's connections, read once (on first use) for a listing: by name, and
+    by the link id a federation link's own connection carries
+    (:data:`~leveret.federation.links.LINK_ID_PROPERTY`)."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+        self._by_name: dict[str, ConnectionFacts] | None = None
+        self._by_link: dict[str, ConnectionFacts] = {}
+
+    def _index(self) -> dict[str, ConnectionFacts]:
+        if self._by_name is None:
+            self._by_name = {}
+            for facts, _ in self.core.connections.facts():
+                self._by_name[facts.name] = facts
+                link = facts.client_properties.get(LINK_ID_PROPERTY)
+                if isinstance(link, bytes):
+                    link = link.decode("utf-8", "replace")
+                if isinstance(link, str):
+                    self._by_link[link] = facts
+        return self._by_name
+
+    def of_link(self, link_id: str) -> str | None:
+        """The name of the link's connection to this broker, if it is open."""
+        self._index()
+        facts = self._by_link.get(link_id)
+        return facts.name if facts is not None else None
+
+    def channel(self, name: str) -> dict | None:
+        """The channel row of the connection ``name`` when it has exactly one channel
+        (RabbitMQ's rule for ``local_channel``)."""
+        facts = self._index().get(name)
+        if facts is None or len(facts.channels) != 1:
+            return None
+        return channel_row(facts, facts.channels[0])
+
+
+def link_row(link: Any, local: LocalConnections | None = None) -> dict[str, Any]:
+    """``link``'s ``/api/federation-links`` row (see the module doc); ``local`` names
+    its connection to this broker and gives that connection's channel."""
     row = dict(link.status())
     if row.get("type") == "queue":
         row.setdefault("consumer_tag", consumer_tag(link))
     if row.get("status") != "running":
         row.pop("local_connection", None)
-    elif "error" in row:
-        del row["error"]
+    else:
+        row.pop("error", None)
+        if local is not None and not row.get("local_connection"):
+            name = local.of_link(link.id)
+            if name is not None:
+                row["local_connection"] = name
     row["uri"] = safe_uri(link.uri)
     row["timestamp"] = http_timestamp(link.since)
     shaped = _ordered(row)
     connection = shaped.get("local_connection")
-    if connection and local_channel is not None:
-        channel = local_channel(connection)
+    if connection and local is not None:
+        channel = local.channel(connection)
         if channel is not None:
             shaped["local_channel"] = channel
     return shaped
+
+
+def link_rows(core: BrokerCore, links: list[Any]) -> list[dict[str, Any]]:
+    """The rows of ``links`` (this broker's connections read once for them all)."""
+    local = LocalConnections(core)
+    return [link_row(link, local) for link in links]
 
 
 def is_down(row: dict[str, Any]) -> bool:
@@ -183,22 +231,11 @@ class FederationAPI:
             web.delete("/api/federation-links/vhost/{vhost}/{id}/{node}/restart", self.restart),
         ]
 
-    def local_channel(self, connection_name: str) -> dict | None:
-        """The channel row of this broker's connection ``connection_name``, when it has
-        exactly one channel (RabbitMQ's rule for ``local_channel``)."""
-        found = self.core.connections.find(connection_name)
-        if found is None:
-            return None
-        facts = found[0]
-        if len(facts.channels) != 1:
-            return None
-        return channel_row(facts, facts.channels[0])
-
     def rows(self, vhost: str | None = None) -> list[dict[str, Any]]:
         """Every link's row (of ``vhost``), in the manager's order."""
         if self.federation is None:
             return []
-        return [link_row(link, self.local_channel) for link in self.federation.links(vhost)]
+        return link_rows(self.core, self.federation.links(vhost))
 
     def _answer(self, request: web.Request, down: bool) -> web.Response:
         vhost = request.match_info.get("vhost")

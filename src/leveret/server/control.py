@@ -387,11 +387,11 @@ FEDERATION_COLUMNS = [
 def _federation_status(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     """Every federation link (``only_down``: those neither running nor starting, as
     ``--only-down``), with the management API's fields and ``last_changed``."""
-    from ..management.federation import ctl_timestamp, is_down, link_row
+    from ..management.federation import ctl_timestamp, is_down, link_rows
 
+    links = broker.federation.links()
     rows = []
-    for link in broker.federation.links():
-        row = link_row(link)
+    for link, row in zip(links, link_rows(broker.core, links), strict=True):
         if args.get("only_down") and not is_down(row):
             continue
         row["last_changed"] = ctl_timestamp(link.since)
