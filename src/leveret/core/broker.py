@@ -177,7 +177,6 @@ class BrokerCore:
             vhost.scheduler = self.scheduler
             vhost.metrics = self.metrics
             vhost.queue_memory = self.queue_memory
-            vhost.entity_listeners = self.entity_listeners  # (the federation manager's)
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost
