@@ -22,8 +22,8 @@ As in RabbitMQ, these need the ``monitoring`` or ``administrator`` tag (401 ``No
 monitor user``; see :data:`PATHS`, checked by :mod:`.api`), rows are limited to the
 vhosts the user works in (an administrator's: all), a missing vhost is a 404, and the
 lists take ``sort``/``sort_reverse``/``columns`` (:mod:`.listing`). What differs: the
-``error`` text is leveret's (``ConnectionRefusedError: ...``, not an Erlang term such as
-``econnrefused``) and ids are leveret's own 8 hex digits (RabbitMQ's are a hash of the
+``error`` text is leveret's (``AMQPConnectionError: [Errno 111] Connection refused``, not
+an Erlang term such as ``econnrefused``) and ids are leveret's own 8 hex digits (RabbitMQ's are a hash of the
 Erlang key: opaque either way).
 """
 
@@ -59,25 +59,9 @@ UP_STATES = ("running", "starting")
 STATES = ("starting", "running", "error", "shutdown")
 
 
-class FederationLink(Protocol):
-    """What these surfaces read of a link (:class:`leveret.federation.links.Link`)."""
-
-    vhost: str
-    name: str
-    kind: str
-    state: str
-    since: float
-    uri: str
-    upstream: Any
-
-    @property
-    def id(self) -> str: ...
-
-    def status(self) -> dict[str, Any]: ...
-
-
 class FederationLinks(Protocol):
-    """The broker's links (:class:`leveret.federation.manager.Federation`)."""
+    """The broker's links (:class:`leveret.federation.manager.Federation`), each a
+    :class:`leveret.federation.links.Link`."""
 
     def links(self, vhost: str | None = None) -> list[Any]: ...
 
