@@ -28,8 +28,10 @@ TIMEOUT = 20.0
 ERROR_FIELDS = {"node", "exchange", "upstream_exchange", "type", "vhost", "upstream", "id", "status",
                 "error", "uri", "timestamp"}  # fmt: skip
 RUNNING_FIELDS = ERROR_FIELDS - {"error"} | {"local_connection"}
-#: A queue link's instead of an exchange link's.
-QUEUE_FIELDS = {"queue", "upstream_queue", "consumer_tag"}
+#: A running queue link's: ``queue``, ``upstream_queue``, ``consumer_tag`` instead of
+#: ``exchange`` and ``upstream_exchange``.
+QUEUE_FIELDS = (RUNNING_FIELDS - {"exchange", "upstream_exchange"}) | {"queue", "upstream_queue",
+                                                                   "consumer_tag"}  # fmt: skip
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d{1,2}:\d\d:\d\d$")  # RabbitMQ's: the hour unpadded
 
 
@@ -232,6 +234,39 @@ def test_an_exchange_declared_after_the_policy_is_listed_until_deleted(pair):
     assert eventually(lambda: not later(), TIMEOUT, 0.1), later()
 
 
+
+def test_a_queue_link_has_rabbitmqs_queue_fields(pair):
+    """A federated queue's link: ``queue``, ``upstream_queue`` and ``consumer_tag`` where
+    an exchange link has ``exchange`` and ``upstream_exchange``."""
+    pytest.importorskip("leveret.federation.queue_link")
+    upstream, downstream = target(pair.up), target(pair.down)
+    assert upstream.http("PUT", "/api/queues/%2F/fq.q", {})[0] in (201, 204)
+    value = {"uri": f"amqp://guest:guest@127.0.0.1:{pair.up.amqp_port}", "consumer-tag": "pull"}
+    put = downstream.http("PUT", "/api/parameters/federation-upstream/%2F/queues", {"value": value})
+    assert put[0] in (201, 204), put
+    policy = {"pattern": "^fq\\.", "definition": {"federation-upstream": "queues"}, "apply-to": "queues"}
+    assert downstream.http("PUT", "/api/policies/%2F/federate-queues", policy)[0] in (201, 204)
+    assert downstream.http("PUT", "/api/queues/%2F/fq.q", {})[0] in (201, 204)
+    rows: list[dict] = []
+
+    def running() -> bool:
+        rows[:] = [r for r in pair.links() if r["type"] == "queue"]
+        return [r["status"] for r in rows] == ["running"]
+
+    try:
+        assert eventually(running, TIMEOUT, 0.1), rows
+        [row] = rows
+        assert set(row) - {"local_channel"} == QUEUE_FIELDS
+        assert (row["queue"], row["upstream_queue"], row["consumer_tag"]) == ("fq.q", "fq.q", "pull")
+        answer = request(str(pair.data_dir), "federation_status", {})
+        listed = [dict(zip(answer["columns"], r)) for r in answer["rows"]]
+        [shown] = [r for r in listed if r["type"] == "queue"]
+        assert (shown["queue"], shown["exchange"], shown["consumer_tag"]) == ("fq.q", "", "pull")
+    finally:
+        downstream.http("DELETE", "/api/policies/%2F/federate-queues")
+    assert eventually(lambda: not [r for r in pair.links() if r["type"] == "queue"], TIMEOUT, 0.1)
+
+
 @pytest.mark.skipif(not rabbitmq_installed(), reason="rabbitmq-server is not installed")
 def test_rabbitmq_shows_the_same_fields_states_and_answers():
     """The expectations above, on RabbitMQ 3.10 with ``rabbitmq_federation_management``
@@ -277,8 +312,7 @@ def test_rabbitmq_shows_the_same_fields_states_and_answers():
         good, refused, queue = rows["exchange", "good"], rows["exchange", "refused"], rows["queue", "good"]
         assert set(refused) == ERROR_FIELDS and refused["uri"] == f"amqp://127.0.0.1:{closed}/%2F"
         assert set(good) - {"local_channel"} == RUNNING_FIELDS and good["upstream_exchange"] == "src.x"
-        queue_fields = RUNNING_FIELDS - {"exchange", "upstream_exchange"} | QUEUE_FIELDS
-        assert set(queue) - {"local_channel"} == queue_fields
+        assert set(queue) - {"local_channel"} == QUEUE_FIELDS
         assert queue["consumer_tag"] == "federation-link-good" and queue["upstream_queue"] == "src.q"
         assert TIMESTAMP.match(good["timestamp"]) and refused["error"] == "econnrefused"
         down = rabbit.http("GET", "/api/federation-links/state/down/")[1]
