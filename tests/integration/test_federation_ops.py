@@ -193,16 +193,23 @@ def test_ctl_federation_status_and_restart(pair):
     assert eventually(lambda: pair.by_upstream()["good"]["status"] == "running", TIMEOUT, 0.1)
 
 
-def test_prometheus_counts_links_by_state(pair):
+def test_prometheus_counts_links_by_state_and_the_messages_they_move(pair):
     pair.settled()
 
-    def gauge() -> dict[str, float]:
+    def scrape() -> str:
         with urllib.request.urlopen(f"{pair.down.prometheus_url}/metrics", timeout=10) as response:
-            text = response.read().decode()
-        found = re.findall(r'^rabbitmq_federation_links\{status="(\w+)"\} ([\d.]+)$', text, re.M)
+            return response.read().decode()
+
+    def gauge() -> dict[str, float]:
+        text = scrape()
         assert "# TYPE rabbitmq_federation_links gauge" in text
-        assert re.search(r'^leveret_federation_messages_total\{type="exchange"\} [\d.]+$', text, re.M)
+        found = re.findall(r'^rabbitmq_federation_links\{status="(\w+)"\} ([\d.]+)$', text, re.M)
         return {state: float(value) for state, value in found}
+
+    def moved() -> float:
+        found = re.search(r'^leveret_federation_messages_total\{type="exchange"\} ([\d.]+)$', scrape(), re.M)
+        assert found is not None
+        return float(found.group(1))
 
     seen: dict[str, float] = {}
 
@@ -212,6 +219,24 @@ def test_prometheus_counts_links_by_state(pair):
 
     assert eventually(settled, TIMEOUT, 0.1), seen
     assert seen == {"starting": 0, "running": 1, "error": 1, "shutdown": 0}
+    # a message published upstream for a downstream binding comes over the link
+    before = moved()
+    down = pika.BlockingConnection(pika.URLParameters(pair.down.amqp_url))
+    up = pika.BlockingConnection(pika.URLParameters(pair.up.amqp_url))
+    try:
+        queue = down.channel().queue_declare("", exclusive=True).method.queue
+        down.channel().queue_bind(queue, "fed.x", "metrics.key")
+
+        def arrived() -> bool:  # once the binding has reached the upstream
+            up.channel().basic_publish("fed.x", "metrics.key", b"over the link")
+            down.process_data_events(0.2)
+            return down.channel().queue_declare(queue, passive=True).method.message_count > 0
+
+        assert eventually(arrived, TIMEOUT, 0.2)
+        assert eventually(lambda: moved() > before, TIMEOUT, 0.1)
+    finally:
+        down.close()
+        up.close()
 
 
 def test_an_exchange_declared_after_the_policy_is_listed_until_deleted(pair):
