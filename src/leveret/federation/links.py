@@ -25,6 +25,9 @@ from .upstream import Upstream
 log = logging.getLogger("leveret.federation")
 
 CONNECT_TIMEOUT = 10.0  # seconds to connect and open a channel
+#: The client property a link's connection to this broker carries its id in, so the
+#: status can name that connection (``local_connection``: :mod:`leveret.management.federation`).
+LINK_ID_PROPERTY = "leveret-federation-link"
 
 
 class Link:
@@ -134,7 +137,8 @@ class Link:
         return local.rsplit("/", 1)[0] + "/" + vhost if vhost else local
 
     async def _connect(self, uri: str) -> Any:
-        attempt = asyncio.ensure_future(aiormq.connect(uri))
+        local: dict[str, Any] = {LINK_ID_PROPERTY: self.id} if uri == self.local_uri() else {}
+        attempt = asyncio.ensure_future(aiormq.connect(uri, client_properties=local))
         try:
             connection = await asyncio.wait_for(asyncio.shield(attempt), CONNECT_TIMEOUT)
         except BaseException:  # timed out or stopped: a connection made later is closed
