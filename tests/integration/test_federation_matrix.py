@@ -473,15 +473,18 @@ QUEUE_ROW = {**COMMON, "queue": None, "upstream_queue": None, "consumer_tag": No
 ERROR_ROW = {**COMMON, "exchange": None, "upstream_exchange": None, "error": ANY}
 
 
-def check_row(row: dict, shape: dict, expected: dict) -> None:
+def check_row(row: dict, shape: dict, expected: dict, optional: tuple[str, ...] = ()) -> None:
     """``row`` has exactly ``shape``'s keys (and ``local_channel``, which RabbitMQ adds
     once the local connection's channel has statistics: that channel's row), every
-    value a string matching its pattern or, for a None pattern, equal to ``expected``."""
+    value a string matching its pattern or, for a None pattern, equal to ``expected``;
+    keys in ``optional`` may be missing."""
     row = dict(row)
     channel = row.pop("local_channel", None)
-    assert set(row) == set(shape), f"keys differ from RabbitMQ's: extra {set(row) - set(shape)}, " \
-                                   f"missing {set(shape) - set(row)}: {row}"
-    for key, pattern in shape.items():
+    wanted = set(shape) - {key for key in optional if key not in row}
+    assert set(row) == wanted, f"keys differ from RabbitMQ's: extra {set(row) - wanted}, " \
+                               f"missing {wanted - set(row)}: {row}"
+    for key in wanted:
+        pattern = shape[key]
         assert isinstance(row[key], str), (key, row[key])
         if pattern is None:
             assert row[key] == expected[key], (key, row[key], expected[key])
@@ -493,10 +496,18 @@ def check_row(row: dict, shape: dict, expected: dict) -> None:
         assert (channel["vhost"], channel["number"]) == (expected["vhost"], 1), channel
 
 
-def test_federation_matrix_links_status_fields(pairing: Pairing):
-    """``/api/federation-links/{vhost}`` rows of a running exchange link, a running queue
-    link and a link in error, field by field as RabbitMQ 3.10.8 shows them; the node is
-    the one ``/api/overview`` names."""
+def check_local_connection(site: Site, name: str) -> None:
+    """``name`` is a connection ``/api/connections`` lists in the site's vhost (RabbitMQ's
+    statistics may take a few seconds to show it)."""
+    path = f"/api/connections/{q(name)}"
+    eventually(lambda: site.target.http("GET", path)[0] == 200, 10, 0.2)
+    status, connection = site.target.http("GET", path)
+    assert status == 200 and connection["vhost"] == site.vhost, (name, status, connection)
+
+
+def status_rows(pairing: Pairing) -> tuple[Site, Site, dict[str, dict]]:
+    """(up, down, rows by exchange/queue name) of three links of ``down``: exchange
+    ``fx`` and queue ``fq`` running, exchange ``bx`` failing (a closed port)."""
     up, down = pairing.upstream(), pairing.downstream()
     declare(up, "fx")
     declare(down, "fx")
@@ -511,9 +522,18 @@ def test_federation_matrix_links_status_fields(pairing: Pairing):
     eventually(lambda: any(r.get("status") == "error" for r in down.links()), LINK_TIMEOUT, 0.1)
     rows = {row.get("exchange") or row.get("queue"): row for row in down.links()}
     assert set(rows) == {"fx", "fq", "bx"}, rows
+    return up, down, rows
+
+
+def test_federation_matrix_links_status_fields(pairing: Pairing):
+    """``/api/federation-links/{vhost}`` rows of a running exchange link, a running queue
+    link and a link in error, field by field as RabbitMQ 3.10.8 shows them; the node is
+    the one ``/api/overview`` names; the queue link's ``local_connection`` is its
+    connection to the downstream (the exchange link's: the next test)."""
+    up, down, rows = status_rows(pairing)
     common = {"vhost": down.vhost, "status": "running", "uri": up.redacted_uri(), "upstream": "up"}
     exchange = {**common, "type": "exchange", "exchange": "fx", "upstream_exchange": "fx"}
-    check_row(rows["fx"], EXCHANGE_ROW, exchange)
+    check_row(rows["fx"], EXCHANGE_ROW, exchange, optional=("local_connection",))
     queue = {**common, "type": "queue", "queue": "fq", "upstream_queue": "fq",
              "consumer_tag": "federation-link-up"}
     check_row(rows["fq"], QUEUE_ROW, queue)
@@ -523,9 +543,17 @@ def test_federation_matrix_links_status_fields(pairing: Pairing):
     assert len({row["id"] for row in rows.values()}) == 3
     node = down.target.http("GET", "/api/overview")[1]["node"]
     assert {row["node"] for row in rows.values()} == {node}
-    for name in (rows["fx"]["local_connection"], rows["fq"]["local_connection"]):
-        # the link's own connection to the downstream broker, as /api/connections lists it
-        path = f"/api/connections/{q(name)}"
-        eventually(lambda path=path: down.target.http("GET", path)[0] == 200, 10, 0.2)
-        status, connection = down.target.http("GET", path)
-        assert status == 200 and connection["vhost"] == down.vhost, (name, status, connection)
+    check_local_connection(down, rows["fq"]["local_connection"])
+
+
+def test_federation_matrix_exchange_link_names_its_local_connection(pairing: Pairing, request):
+    """A running exchange link's row names its connection to the downstream broker
+    (``local_connection``, listed by ``/api/connections`` in that vhost), as RabbitMQ's
+    names its direct connection."""
+    if pairing.down_kind == "leveret":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "leveret's exchange link publishes into its broker directly, with no connection: "
+            "its running row has no local_connection")))
+    _, down, rows = status_rows(pairing)
+    assert "local_connection" in rows["fx"], rows["fx"]
+    check_local_connection(down, rows["fx"]["local_connection"])
