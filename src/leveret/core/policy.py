@@ -80,3 +80,22 @@ def with_operator_policy(definition: dict | None, operator: dict) -> dict:
         mine = merged.get(key)
         merged[key] = min(mine, value) if isinstance(mine, int) and isinstance(value, int) else value
     return merged
+
+
+#: The policy keys that apply federation upstreams (:mod:`leveret.federation`).
+FEDERATION_KEYS = ("federation-upstream", "federation-upstream-set")
+
+
+def check_definition(definition: dict, where: str) -> None:
+    """A policy definition's values, as a queue would take them (PreconditionFailed,
+    406, with RabbitMQ's text), and its federation keys as RabbitMQ's federation plugin
+    checks them: non-empty strings, not both in one policy."""
+    from .errors import precondition_failed
+    from .queues.features import build  # (features import this module)
+
+    build({}, definition, where)
+    if all(key in definition for key in FEDERATION_KEYS):
+        raise precondition_failed(f"cannot specify {' and '.join(FEDERATION_KEYS)} together{where}")
+    for key in FEDERATION_KEYS:
+        if key in definition and not (isinstance(definition[key], str) and definition[key]):
+            raise precondition_failed(f"{key} should be a binary, actually was {definition[key]!r}{where}")

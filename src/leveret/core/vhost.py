@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import advisory
@@ -98,6 +99,10 @@ class VirtualHost:
         self.operator_policies: list[Policy] = operator_policies if operator_policies is not None else []
         #: Where durable definitions and persistent messages go (None: nowhere).
         self.store = store
+        #: Called as ``listener(vhost, kind, name)`` (kind ``exchange``/``queue``) when
+        #: an exchange or queue is created or removed (the broker's shared list; the
+        #: federation manager is one). Not called by recovery (listeners start after it).
+        self.entity_listeners: list[Callable[[str, str, str], None]] = []
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         #: Direct reply-to consumers by the key in ``amq.rabbitmq.reply-to.<key>``.
@@ -232,6 +237,7 @@ class VirtualHost:
             self.exchanges[name] = exchange
             if durable and self.store is not None:
                 self.store.save_definition("exchange", self.name, name, exchange_definition(exchange))
+            self._entity_changed("exchange", name)
             return exchange
         what = f"for exchange '{name}' {self._where()}"
         if type != existing.type:
@@ -275,6 +281,11 @@ class VirtualHost:
         for other in list(self.exchanges.values()):
             for binding in [b for b in other.bindings.values() if b.destination is exchange]:
                 self._drop_binding(binding)
+        self._entity_changed("exchange", exchange.name)
+
+    def _entity_changed(self, kind: str, name: str) -> None:
+        for listener in list(self.entity_listeners):
+            listener(self.name, kind, name)
 
     # -- queues ---------------------------------------------------------------------
     def new_queue_name(self) -> str:
@@ -328,6 +339,7 @@ class VirtualHost:
             advisory.queue_event(self, name, "added")
             self.metrics.queues_declared += 1
             self.metrics.queues_created += 1
+            self._entity_changed("queue", name)
             return queue
         existing.touch()
         if existing.exclusive_owner is not None and existing.exclusive_owner is not owner:
@@ -381,6 +393,7 @@ class VirtualHost:
             consumer.cancel_by_broker()
         queue.consumers.clear()
         advisory.queue_event(self, name, "removed")
+        self._entity_changed("queue", name)
         return count
 
     def delete_all(self) -> None:

@@ -31,8 +31,7 @@ from aiohttp import web
 
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
-from ..core.policy import Policy, not_operator_keys
-from ..core.queues.features import build
+from ..core.policy import Policy, check_definition, not_operator_keys
 from .common import json_body, json_error, object_not_found, works_in
 from .listing import list_response
 
@@ -164,7 +163,7 @@ class Policies:
         except re.error as exc:
             raise invalid(f"pattern should be regular expression but is invalid: {exc}") from None
         try:
-            build({}, definition, f" in policy '{policy.name}'")  # its values, as a queue would take them
+            check_definition(definition, f" in policy '{policy.name}'")
         except BrokerError as exc:
             raise invalid(exc.text) from None
         created = all((p.vhost, p.name) != (vhost, policy.name) for p in policies)

@@ -30,9 +30,8 @@ from ..core import audit, definitions_document
 from ..core.auth import Permission, TopicPermission, User, check_pattern
 from ..core.connections import ClientConnection, ConnectionFacts
 from ..core.errors import BrokerError
-from ..core.policy import Policy, not_operator_keys
+from ..core.policy import Policy, check_definition, not_operator_keys
 from ..core.queues import Queue
-from ..core.queues.features import build
 from ..core.scheduler import JobInfo
 from ..version import __version__
 
@@ -288,7 +287,7 @@ def _set_policy(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     except ValueError as exc:
         raise CommandError(f"invalid policy: {exc}") from None
     try:  # its values, as a queue would take them (the management API checks the same)
-        build({}, definition, f" in policy '{policy.name}'")
+        check_definition(definition, f" in policy '{policy.name}'")
     except BrokerError as exc:
         raise CommandError(f"invalid policy: {exc.text}") from None
     broker.core.set_policy(policy, operator)
@@ -322,7 +321,6 @@ def _list_policies(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
 @command("set_parameter", changes=True)
 def _set_parameter(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     from ..management.parameters import COMPONENTS
-    from ..shovel.spec import ShovelError
 
     vhost = _vhost(broker, args)
     component, name = args["component"], args["name"]
@@ -332,7 +330,7 @@ def _set_parameter(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     try:
         value = json.loads(args["value"])
         check(value)
-    except (ValueError, ShovelError) as exc:
+    except ValueError as exc:  # bad JSON, ShovelError, FederationError
         raise CommandError(f"invalid {component} parameter: {exc}") from None
     broker.core.set_parameter(component, vhost.name, name, value)
     return _done(f'Setting runtime parameter "{name}" for component "{component}" to "{args["value"]}" ...')

@@ -1,0 +1,177 @@
+"""What every federation link shares: the connect-run-retry loop with RabbitMQ's link
+states, the AMQP connections (aiormq, as the shovels), and the status row.
+
+A link's life, as RabbitMQ's federation status shows it: ``starting`` while it
+connects and declares, ``running`` while it moves messages, ``error`` (with the
+failure's text) until the next attempt ``reconnect-delay`` seconds later, and
+``shutdown`` once stopped. Each attempt takes the next of the upstream's URIs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import aiormq
+
+from ..shovel.worker import close_when_made, redact_uri
+from .upstream import Upstream
+
+log = logging.getLogger("leveret.federation")
+
+CONNECT_TIMEOUT = 10.0  # seconds to connect and open a channel
+
+
+class Link:
+    """One upstream of one federated exchange or queue (``name`` in ``vhost``).
+    ``local_uri()`` is this broker over AMQP (the shovels' ``amqp://``); ``node`` the
+    name this broker gives itself (in ``x-received-from`` and upstream queue names).
+
+    Subclasses set ``kind`` and implement :meth:`_session`."""
+
+    kind = "link"
+
+    def __init__(
+        self, vhost: str, name: str, upstream: Upstream, local_uri: Callable[[], str], node: str
+    ) -> None:
+        self.vhost, self.name, self.upstream, self.node = vhost, name, upstream, node
+        self._local_uri_of = local_uri
+        self.state = "starting"
+        self.error: str | None = None
+        self.since = time.time()  # epoch seconds of the last state change
+        self.uri = upstream.uris[0]  # the upstream URI of the current attempt
+        self.local_connection: str | None = None
+        self.forwarded = 0  # messages moved to this broker
+        self._task: asyncio.Task | None = None
+        self._connections: list[Any] = []
+        self._stopped = False
+        self._attempt = 0
+
+    @property
+    def id(self) -> str:
+        """A stable short id (RabbitMQ's federation ids are opaque too), for
+        ``restart_federation_link``."""
+        key = f"{self.kind}\x00{self.vhost}\x00{self.name}\x00{self.upstream.name}"
+        return hashlib.sha1(key.encode()).hexdigest()[:8]
+
+    # -- life cycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        self._stopped = False
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        """Stop moving messages and close both connections (unacked upstream messages
+        go back to their queue)."""
+        self._stopped = True
+        task, self._task = self._task, None
+        while task is not None and not task.done():  # aiormq may absorb a cancellation
+            task.cancel()
+            await asyncio.wait([task], timeout=0.1)
+        await self._close()
+        self._set("shutdown")
+
+    def restart(self) -> None:
+        """``restart_federation_link``: drop the connections and start over now."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+        self._task = asyncio.ensure_future(self._restart(task))
+
+    async def _restart(self, previous: asyncio.Task | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous], timeout=5)
+        await self._close()
+        self._stopped = False
+        await self._run()
+
+    def _set(self, state: str, error: str | None = None) -> None:
+        self.state, self.error, self.since = state, error, time.time()
+
+    async def _run(self) -> None:
+        while not self._stopped:
+            uris = self.upstream.uris
+            self.uri = uris[self._attempt % len(uris)]
+            self._attempt += 1
+            self._set("starting")
+            try:
+                await self._session()
+                raise ConnectionError("a connection or channel was closed")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # either side failed: try again later
+                error = f"{type(exc).__name__}: {exc}".strip()
+                if self.state != "error" or self.error != error:
+                    log.warning(
+                        "federation link %s -> %s (%s): %s", self.upstream.name, self.name, self.vhost, error
+                    )
+                self._set("error", error)
+            finally:
+                await asyncio.shield(self._close())
+            await asyncio.sleep(self.upstream.reconnect_delay)
+
+    async def _session(self) -> None:
+        """Connect, declare, and move messages until a connection or channel fails
+        (raise; returning counts as a failure too)."""
+        raise NotImplementedError
+
+    # -- connections -------------------------------------------------------------------
+    def local_uri(self) -> str:
+        """This broker on the link's vhost."""
+        return self._local_uri_of().rsplit("/", 1)[0] + "/" + quote(self.vhost, safe="")
+
+    def upstream_uri(self) -> str:
+        """The URI of this attempt (``amqp://`` with no host is this broker)."""
+        uri = self.uri
+        if not uri.startswith("amqp://") or uri[len("amqp://") :].split("/", 1)[0]:
+            return uri
+        vhost = uri[len("amqp://") :].partition("/")[2]
+        local = self._local_uri_of()
+        return local.rsplit("/", 1)[0] + "/" + vhost if vhost else local
+
+    async def _connect(self, uri: str) -> Any:
+        attempt = asyncio.ensure_future(aiormq.connect(uri))
+        try:
+            connection = await asyncio.wait_for(asyncio.shield(attempt), CONNECT_TIMEOUT)
+        except BaseException:  # timed out or stopped: a connection made later is closed
+            attempt.add_done_callback(close_when_made)
+            raise
+        self._connections.append(connection)
+        return connection
+
+    async def _close(self) -> None:
+        connections, self._connections = self._connections, []
+        for connection in connections:
+            try:
+                await asyncio.wait_for(connection.close(), 5)
+            except Exception:  # already gone
+                pass
+
+    # -- status --------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """This link's ``/api/federation-links`` row (RabbitMQ 3.10's fields)."""
+        row: dict[str, Any] = {
+            "node": self.node,
+            "vhost": self.vhost,
+            "id": self.id,
+            "upstream": self.upstream.name,
+            "type": self.kind,
+            "status": self.state,
+            "uri": redact_uri(self.uri),
+            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since)),
+        }
+        if self.kind == "exchange":
+            row["exchange"] = self.name
+            row["upstream_exchange"] = self.upstream.exchange or self.name
+        else:
+            row["queue"] = self.name
+            row["upstream_queue"] = self.upstream.queue or self.name
+        if self.local_connection is not None:
+            row["local_connection"] = self.local_connection
+        if self.state == "error" and self.error is not None:
+            row["error"] = self.error
+        return row
