@@ -66,25 +66,11 @@ class LeveretSide:
         if self.process is not None and self.process.proc.poll() is None:
             try:
                 self.process.terminate(10)
-            except Exception:  # noqa: BLE001 - a hung shutdown: kill it
+            except Exception:  # a hung shutdown: kill it
                 self.process.kill()
 
     def log(self) -> str:
         return self.process.log_path.read_text()[-4000:] if self.process else ""
-
-
-class FederatedRabbitMQ(RabbitMQ):
-    """:class:`brokers.RabbitMQ` with management and the federation plugins enabled."""
-
-    def __init__(self) -> None:
-        super().__init__(management=True)
-
-    def _env(self) -> dict:
-        env = super()._env()
-        Path(self.workdir, "enabled_plugins").write_text(
-            "[rabbitmq_management,rabbitmq_federation,rabbitmq_federation_management].\n"
-        )
-        return env
 
 
 class RabbitSide:
@@ -92,7 +78,7 @@ class RabbitSide:
 
     def __init__(self, name: str = "rabbitmq") -> None:
         self.name = name
-        self.node = FederatedRabbitMQ()
+        self.node = RabbitMQ(federation=True)
         self.node.start()
         self.amqp_port, self.http_port = self.node.port, self.node.http_port
         self.target = Target("rabbitmq", "127.0.0.1", self.amqp_port, self.http_port)
@@ -144,4 +130,4 @@ def links(downstream: Target) -> list[dict]:
     return rows if status == 200 and isinstance(rows, list) else []
 
 
-__all__ = ["TIMEOUT", "FederatedRabbitMQ", "LeveretSide", "RabbitSide", "federate", "links"]
+__all__ = ["TIMEOUT", "LeveretSide", "RabbitSide", "federate", "links"]

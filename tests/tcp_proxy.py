@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+
 def _reset(sock: socket.socket) -> None:
     """Close with an RST rather than a FIN."""
     try:

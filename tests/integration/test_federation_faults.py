@@ -141,8 +141,8 @@ def federated(pair, request) -> Iterator[Callable[..., Federated]]:
         fed = Federated(upstream, downstream, name, sink, unique("up"), kind)
         uri = f"amqp://{user}:{password}@127.0.0.1:{uri_port or upstream.amqp_port}"
         options = {"reconnect-delay": DELAY, "ack-mode": "on-confirm", **settings}
-        federate(downstream.target, uri, f"^{re.escape(name)}$", "exchanges" if kind == "exchange" else "queues",
-                 fed.upstream_name, **options)
+        apply_to = "exchanges" if kind == "exchange" else "queues"
+        federate(downstream.target, uri, f"^{re.escape(name)}$", apply_to, fed.upstream_name, **options)
         made.append(fed)
         fed.wait("running")
         return fed
@@ -160,7 +160,8 @@ def check_nothing_lost(fed: Federated, confirmed: set[str], what: str) -> None:
     assert confirmed, "nothing was confirmed: the test did not load the link"
     received = collect(fed.downstream.url, fed.sink, confirmed, TIMEOUT)
     missing, duplicates = report(received, confirmed)
-    print(f"{what}: {len(confirmed)} confirmed, {len(received)} received, {duplicates} duplicates, {missing} lost")
+    counts = f"{len(confirmed)} confirmed, {len(received)} received"
+    print(f"{what}: {counts}, {duplicates} duplicates, {missing} lost")
     assert missing == 0, f"{missing} confirmed messages lost ({duplicates} duplicates)"
 
 
@@ -239,7 +240,8 @@ def test_a_deleted_upstream_queue_is_reported_and_declared_again(pair, federated
         time.sleep(0.1)
         path = f"/api/queues/%2F/{urllib.parse.quote(queue, safe='')}"
         assert upstream.target.http("DELETE", path)[0] == 204
-        assert eventually(lambda: "error" in watcher.states() or "starting" in watcher.states(), 5), watcher.changes
+        noticed = eventually(lambda: {"error", "starting"} & set(watcher.states()), 5)
+        assert noticed, watcher.changes
         assert eventually(lambda: watcher.states()[-1] == "running", TIMEOUT), watcher.changes
     assert eventually(lambda: fed.upstream_queue() == queue, 5)
     print("deleted upstream queue: states", watcher.changes)

@@ -75,11 +75,11 @@ def test_cut_resets_open_connections_and_new_ones_work(echo):
 def test_refuse_resets_new_connections_until_unblocked(echo):
     with CuttableProxy(echo) as proxy:
         proxy.block("refuse")
-        with pytest.raises((ConnectionResetError, BrokenPipeError)):
-            with socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as client:
-                client.sendall(b"x")
-                if client.recv(1) == b"":
-                    raise ConnectionResetError("closed")
+        refused = pytest.raises((ConnectionResetError, BrokenPipeError))
+        with refused, socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as client:
+            client.sendall(b"x")
+            if client.recv(1) == b"":
+                raise ConnectionResetError("closed")
         proxy.unblock()
         assert roundtrip(proxy.port) == b"hello"
 
@@ -99,7 +99,7 @@ def test_a_backend_that_is_down_resets_the_client():
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-    with CuttableProxy(port) as proxy, socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as client:
+    with CuttableProxy(port) as proxy, socket.create_connection(("127.0.0.1", proxy.port), 2) as client:
         try:
             assert client.recv(1) == b""
         except ConnectionResetError:
