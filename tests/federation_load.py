@@ -115,6 +115,18 @@ def report(received: list[str], confirmed: set[str]) -> tuple[int, int]:
     return len(confirmed - set(received)), len(received) - len(set(received))
 
 
+def ranges(bodies: set[str]) -> str:
+    """``m3-m7, m12``: bodies ``PREFIX<number>`` as runs of consecutive numbers."""
+    numbered = sorted((body.rstrip("0123456789"), int(body[len(body.rstrip("0123456789")):])) for body in bodies)
+    runs: list[list] = []
+    for prefix, number in numbered:
+        if runs and runs[-1][0] == prefix and runs[-1][2] == number - 1:
+            runs[-1][2] = number
+        else:
+            runs.append([prefix, number, number])
+    return ", ".join(f"{p}{a}" if a == b else f"{p}{a}-{p}{b}" for p, a, b in runs)
+
+
 class Watcher:
     """Polls ``read()`` (a link's ``(status, error)``) every ``interval`` seconds from a
     thread and keeps each change with its ``time.monotonic()``: the states a link went
