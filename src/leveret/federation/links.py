@@ -51,6 +51,8 @@ class Link:
         self._connections: list[Any] = []
         self._stopped = False
         self._attempt = 0
+        #: set (with the error text) when a broker cancels one of the link's consumers
+        self._cancelled: asyncio.Future[str] | None = None
 
     @property
     def id(self) -> str:
@@ -98,9 +100,14 @@ class Link:
             self.uri = uris[self._attempt % len(uris)]
             self._attempt += 1
             self._set("starting")
+            self._cancelled = cancelled = asyncio.get_running_loop().create_future()
+            session = asyncio.ensure_future(self._session())
             try:
-                await self._session()
-                raise ConnectionError("a connection or channel was closed")
+                done, _ = await asyncio.wait([session, cancelled], return_when=asyncio.FIRST_COMPLETED)
+                if session in done:
+                    session.result()
+                    raise ConnectionError("a connection or channel was closed")
+                raise ConnectionError(cancelled.result())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # either side failed: try again later
@@ -111,6 +118,9 @@ class Link:
                     )
                 self._set("error", error)
             finally:
+                if not session.done():  # a consumer cancelled by its broker, or a stop
+                    session.cancel()
+                    await asyncio.wait([session], timeout=1)
                 await asyncio.shield(self._close())
             await asyncio.sleep(self.upstream.reconnect_delay)
 
@@ -141,7 +151,28 @@ class Link:
             attempt.add_done_callback(close_when_made)
             raise
         self._connections.append(connection)
+        self._watch_cancels(connection)
         return connection
+
+    def _watch_cancels(self, connection: Any) -> None:
+        """End the session when the broker cancels a consumer of one of this
+        connection's channels (``basic.cancel``: its queue was deleted, say), as
+        RabbitMQ's link does (``error`` ``basic_cancel``, then a new attempt that
+        declares the queue again). A cancel the link asked for (``basic.cancel-ok``)
+        does not count."""
+        opened = connection.channel
+
+        async def channel(*args: Any, **kwargs: Any) -> Any:
+            made = await opened(*args, **kwargs)
+            made.on_consumer_cancel_callbacks.add(self._broker_cancelled)
+            return made
+
+        connection.channel = channel
+
+    def _broker_cancelled(self, frame: Any) -> None:
+        if self._cancelled is not None and not self._cancelled.done():
+            tag = getattr(frame, "consumer_tag", "")
+            self._cancelled.set_result(f"basic_cancel: the broker cancelled consumer '{tag}' (its queue deleted?)")
 
     async def _close(self) -> None:
         connections, self._connections = self._connections, []
