@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import aiormq
 
@@ -25,6 +25,18 @@ from .upstream import Upstream
 log = logging.getLogger("leveret.federation")
 
 CONNECT_TIMEOUT = 10.0  # seconds to connect and open a channel
+
+
+def describe(exc: BaseException, uri: str) -> str:
+    """A failure as the link's ``error`` text: the exception's class and message. aiormq
+    reports a ``connection.close`` answering ``connection.open`` (the upstream refusing
+    the vhost: 530 NOT_ALLOWED, RabbitMQ's ``not_allowed``) as an unexpected frame
+    without its reply text; that one is said in words."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if "Connection.OpenOk" in text and "Connection.Close" in text:
+        vhost = unquote(uri.split("://", 1)[-1].partition("/")[2].partition("?")[0]) or "/"
+        return f"{text.split(':', 1)[0]}: NOT_ALLOWED - the upstream refused access to vhost '{vhost}'"
+    return text
 
 
 class Link:
@@ -111,7 +123,7 @@ class Link:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # either side failed: try again later
-                error = f"{type(exc).__name__}: {exc}".strip()
+                error = describe(exc, self.uri)
                 if self.state != "error" or self.error != error:
                     log.warning(
                         "federation link %s -> %s (%s): %s", self.upstream.name, self.name, self.vhost, error
