@@ -183,6 +183,7 @@ def test_a_cut_network_loses_no_confirmed_message(pair, proxy, federated):
         proxy.cut()
         row = fed.wait("error")
         assert row["error"], row
+        print("refused network: link error", repr(row["error"]))
         attempts = proxy.accepted
         assert eventually(lambda: proxy.accepted >= attempts + 2, 10), "the link stopped retrying"
         proxy.unblock()
@@ -204,8 +205,12 @@ def test_a_killed_upstream_loses_no_confirmed_message(pair, federated):
         upstream.kill()
         row = fed.wait("error")
         assert row["error"], row
+        print("upstream killed: link error", repr(row["error"]))
+        began = time.monotonic()
         upstream.restart()
+        restarted = time.monotonic()
         fed.wait("running")
+        print(f"upstream killed: down {restarted - began:.1f} s, link running {time.monotonic() - restarted:.2f} s later")
         publisher.wait_for(len(publisher.confirmed) + 200)
         confirmed = publisher.stop()
     check_nothing_lost(fed, confirmed, "upstream killed")
@@ -222,7 +227,9 @@ def test_a_killed_downstream_loses_no_confirmed_message(pair, federated):
         downstream.kill()
         publisher.wait_for(len(publisher.confirmed) + 200)  # queued upstream meanwhile
         downstream.restart()
+        restarted = time.monotonic()
         fed.wait("running")
+        print(f"downstream killed: link running {time.monotonic() - restarted:.2f} s after the restart")
         publisher.wait_for(len(publisher.confirmed) + 200)
         confirmed = publisher.stop()
     check_nothing_lost(fed, confirmed, "downstream killed")
@@ -277,6 +284,7 @@ def test_a_changed_password_is_reported_as_access_refused_until_restored(pair, p
     proxy.cut()
     row = poll(fed.row, lambda r: "ACCESS_REFUSED" in (r.get("error") or ""), TIMEOUT, 0.02)
     assert row.get("status") in ("error", "starting") and "ACCESS_REFUSED" in row["error"], row
+    print("password changed: link error", repr(row["error"]))
     attempts = proxy.accepted
     assert eventually(lambda: proxy.accepted >= attempts + 2, 10), "the link stopped retrying"
     with Publisher(upstream.url, fed.name, "k", limit=50) as publisher:
@@ -299,6 +307,7 @@ def test_removed_permissions_are_reported_until_restored(pair, proxy, federated)
     proxy.cut()
     row = poll(fed.row, lambda r: re.search("refused|not_allowed", r.get("error") or "", re.I), TIMEOUT, 0.02)
     assert row.get("status") == "error" and re.search("refused|not_allowed", row["error"], re.I), row
+    print("permissions removed: link error", repr(row["error"]))
     grant_all(upstream, user)
     fed.wait("running")
     everything_but_read = {"configure": ".*", "write": ".*", "read": "^$"}
@@ -306,6 +315,7 @@ def test_removed_permissions_are_reported_until_restored(pair, proxy, federated)
     proxy.cut()
     row = poll(fed.row, lambda r: "ACCESS_REFUSED" in (r.get("error") or ""), TIMEOUT, 0.02)
     assert "ACCESS_REFUSED" in (row.get("error") or ""), row
+    print("read refused: link error", repr(row["error"]))
     grant_all(upstream, user)
     fed.wait("running")
     with Publisher(upstream.url, fed.name, "k", limit=50) as publisher:
