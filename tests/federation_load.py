@@ -117,7 +117,11 @@ def report(received: list[str], confirmed: set[str]) -> tuple[int, int]:
 
 def ranges(bodies: set[str]) -> str:
     """``m3-m7, m12``: bodies ``PREFIX<number>`` as runs of consecutive numbers."""
-    numbered = sorted((body.rstrip("0123456789"), int(body[len(body.rstrip("0123456789")):])) for body in bodies)
+    numbered = []
+    for body in bodies:
+        prefix = body.rstrip("0123456789")
+        numbered.append((prefix, int(body[len(prefix) :])))
+    numbered.sort()
     runs: list[list] = []
     for prefix, number in numbered:
         if runs and runs[-1][0] == prefix and runs[-1][2] == number - 1:
