@@ -24,8 +24,11 @@ optionally overriding that upstream's keys. A policy applies them with the key
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any
+
+from ..core.policy import erlang_term
 
 UPSTREAM = "federation-upstream"
 UPSTREAM_SET = "federation-upstream-set"
@@ -82,37 +85,30 @@ class Upstream:
         """Parse a ``federation-upstream`` value; FederationError naming the key."""
         if not isinstance(value, dict):
             raise FederationError(f"{UPSTREAM} value must be a JSON object")
-        unknown = sorted(set(value) - _KNOWN)
-        if unknown:
-            raise FederationError(f"unrecognised {UPSTREAM} keys: {', '.join(unknown)}")
+        _known(value, name)
         if "uri" not in value:
-            raise FederationError('Key "uri" not found in federation-upstream')
+            raise FederationError(f'Key "uri" not found in {name}')
         return cls(name=name, vhost=vhost, uris=_uris(value["uri"]), **_options(value))
 
     def overridden(self, overrides: dict[str, Any]) -> Upstream:
         """This upstream with an upstream set entry's keys (``upstream`` itself aside)."""
         keys = {k: v for k, v in overrides.items() if k != "upstream"}
-        unknown = sorted(set(keys) - _KNOWN)
-        if unknown:
-            raise FederationError(f"unrecognised {UPSTREAM_SET} keys: {', '.join(unknown)}")
         changed = _options(keys)
         if "uri" in keys:
             changed["uris"] = _uris(keys["uri"])
         return replace(self, **changed)
 
 
-def check_upstream_set(value: Any) -> list[dict[str, Any]]:
-    """A ``federation-upstream-set`` value: a list of objects with an ``upstream``
-    name and optional overrides; FederationError otherwise."""
-    if not isinstance(value, list):
+def check_upstream_set(value: Any, name: str = "") -> list[dict[str, Any]]:
+    """A ``federation-upstream-set`` value (named ``name``): a list of objects with an
+    ``upstream`` name and optional overrides; FederationError otherwise."""
+    if not isinstance(value, list) or not all(isinstance(entry, dict) for entry in value):
         raise FederationError(f"{UPSTREAM_SET} value must be a list of objects")
     for entry in value:
-        if not isinstance(entry, dict) or not isinstance(entry.get("upstream"), str):
-            raise FederationError(f'each {UPSTREAM_SET} entry must be an object with an "upstream" name')
         keys = {k: v for k, v in entry.items() if k != "upstream"}
-        unknown = sorted(set(keys) - _KNOWN)
-        if unknown:
-            raise FederationError(f"unrecognised {UPSTREAM_SET} keys: {', '.join(unknown)}")
+        _known(keys, name)
+        if not isinstance(entry.get("upstream"), str):
+            raise FederationError(f'Key "upstream" not found in {name}')
         _options(keys)
         if "uri" in keys:
             _uris(keys["uri"])
@@ -149,6 +145,13 @@ def policy_upstreams(
     return upstreams
 
 
+def _known(value: dict[str, Any], name: str) -> None:
+    unknown = [(k, v) for k, v in value.items() if k not in _KNOWN]
+    if unknown:
+        terms = ",".join(f"{{<<{json.dumps(k)}>>,{erlang_term(v)}}}" for k, v in unknown)
+        raise FederationError(f"Unrecognised terms [{terms}] in {name}")
+
+
 def _options(value: dict[str, Any]) -> dict[str, Any]:
     """The dataclass fields of the optional keys in ``value``, checked."""
     out: dict[str, Any] = {}
@@ -156,34 +159,36 @@ def _options(value: dict[str, Any]) -> dict[str, Any]:
         if key in value:
             found = value[key]
             if not isinstance(found, int) or isinstance(found, bool) or found < 0:
-                raise FederationError(f"{key} should be a non-negative integer, actually was {found!r}")
+                raise FederationError(f"{key} should be a number, actually was {erlang_term(found)}")
             out[key.replace("-", "_")] = found
     if "reconnect-delay" in value:
         delay = value["reconnect-delay"]
         if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
-            raise FederationError(f"reconnect-delay should be a number, actually was {delay!r}")
+            raise FederationError(f"reconnect-delay should be a number, actually was {erlang_term(delay)}")
         out["reconnect_delay"] = float(delay)
     if "ack-mode" in value:
         if value["ack-mode"] not in ACK_MODES:
+            modes = ",".join(erlang_term(m) for m in ("no-ack", "on-publish", "on-confirm"))
             raise FederationError(
-                f"ack-mode should be one of {', '.join(ACK_MODES)}, actually was {value['ack-mode']!r}"
+                f"ack-mode should be one of [{modes}], actually was {erlang_term(value['ack-mode'])}"
             )
         out["ack_mode"] = value["ack-mode"]
     for key in ("trust-user-id", "bind-nowait"):
         if key in value:
             if not isinstance(value[key], bool):
-                raise FederationError(f"{key} should be a boolean, actually was {value[key]!r}")
+                raise FederationError(f"{key} should be boolean, actually was {erlang_term(value[key])}")
             out[key.replace("-", "_")] = value[key]
     for key in ("exchange", "queue", "consumer-tag", "ha-policy"):
         if key in value and not isinstance(value[key], str):
-            raise FederationError(f"{key} should be a binary, actually was {value[key]!r}")
+            raise FederationError(f"{key} should be binary, actually was {erlang_term(value[key])}")
     for key in ("exchange", "queue", "consumer-tag"):
         if key in value:
             out[key.replace("-", "_")] = value[key]
     if "queue-type" in value:
-        if value["queue-type"] not in QUEUE_TYPES:
+        found = value["queue-type"]
+        if found not in QUEUE_TYPES:
             raise FederationError(
-                f"queue-type should be one of classic, quorum, actually was {value['queue-type']!r}"
+                f"queue-type should be one of classic, quorum, actually was {erlang_term(found)}"
             )
         out["queue_type"] = value["queue-type"]
     return out
@@ -195,5 +200,8 @@ def _uris(found: Any) -> tuple[str, ...]:
         raise FederationError("uri should be a URI or a non-empty list of URIs")
     for uri in uris:
         if not uri.startswith(("amqp://", "amqps://")):
-            raise FederationError(f'"{uri}" not a valid URI: uri should start with amqp:// or amqps://')
+            scheme = uri.partition("://")[0] if "://" in uri else ""
+            raise FederationError(
+                f'"{uri}" not a valid URI: {{{{unexpected_uri_scheme,"{scheme}"}},"{uri}"}}'
+            )
     return tuple(uris)

@@ -32,9 +32,9 @@ from .policies import POLICY_TAGS, invalid
 
 #: Components leveret knows, each with the check of a value (raising ValueError with
 #: RabbitMQ's reason).
-COMPONENTS: dict[str, Callable[[Any], object]] = {
-    "shovel": ShovelSpec.from_parameter,
-    UPSTREAM: lambda value: Upstream.from_parameter("", "", value),
+COMPONENTS: dict[str, Callable[[Any, str], object]] = {
+    "shovel": lambda value, name: ShovelSpec.from_parameter(value),
+    UPSTREAM: lambda value, name: Upstream.from_parameter("", name, value),
     UPSTREAM_SET: check_upstream_set,
 }
 
@@ -111,7 +111,7 @@ class Parameters:
         if "value" not in body:
             raise invalid("value: not found")
         try:
-            check(body["value"])
+            check(body["value"], name)
         except ValueError as exc:  # ShovelError, FederationError
             raise invalid(str(exc)) from None
         created = (component, vhost, name) not in self.core.parameters

@@ -31,7 +31,7 @@ from aiohttp import web
 
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
-from ..core.policy import Policy, check_definition, not_operator_keys
+from ..core.policy import Policy, check_definition, erlang_term, not_operator_keys
 from .common import json_body, json_error, object_not_found, works_in
 from .listing import list_response
 
@@ -53,11 +53,6 @@ def invalid(text: str) -> web.HTTPException:
     """RabbitMQ's 400 ``Validation failed`` for a policy or a parameter it refuses (its
     text is HTML-escaped)."""
     return json_error(400, "bad_request", f"Validation failed\n\n{escape(text, quote=False)}\n")
-
-
-def _erlang_term(value: object) -> str:
-    """A JSON value as RabbitMQ prints it in a refusal: text as a binary, else JSON."""
-    return f"<<{json.dumps(value)}>>" if isinstance(value, str) else json.dumps(value)
 
 
 class Policies:
@@ -148,7 +143,7 @@ class Policies:
         policies, operator = self._list(request)
         refused = not_operator_keys(definition) if operator else []
         if refused:
-            terms = ",".join(f"{{<<{json.dumps(k)}>>,{_erlang_term(definition[k])}}}" for k in refused)
+            terms = ",".join(f"{{<<{json.dumps(k)}>>,{erlang_term(definition[k])}}}" for k in refused)
             # (this text RabbitMQ does not HTML-escape)
             reason = f"Validation failed\n\n[{terms}] are not recognised policy settings\n"
             raise json_error(400, "bad_request", reason)

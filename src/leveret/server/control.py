@@ -329,7 +329,7 @@ def _set_parameter(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
         raise CommandError(f"component {component} not found")
     try:
         value = json.loads(args["value"])
-        check(value)
+        check(value, name)
     except ValueError as exc:  # bad JSON, ShovelError, FederationError
         raise CommandError(f"invalid {component} parameter: {exc}") from None
     broker.core.set_parameter(component, vhost.name, name, value)

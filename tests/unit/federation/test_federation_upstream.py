@@ -44,7 +44,7 @@ def test_every_key_is_read():
         ({"uri": "amqp://x", "trust-user-id": "yes"}, "trust-user-id"),
         ({"uri": "amqp://x", "exchange": 3}, "exchange"),
         ({"uri": "amqp://x", "queue-type": "stream"}, "queue-type"),
-        ({"uri": "amqp://x", "bogus": 1}, "unrecognised"),
+        ({"uri": "amqp://x", "bogus": 1}, "Unrecognised terms"),
     ],
 )
 def test_a_bad_upstream_is_refused_naming_the_key(value, reason):
