@@ -184,7 +184,9 @@ class Link:
     def _broker_cancelled(self, frame: Any) -> None:
         if self._cancelled is not None and not self._cancelled.done():
             tag = getattr(frame, "consumer_tag", "")
-            self._cancelled.set_result(f"basic_cancel: the broker cancelled consumer '{tag}' (its queue deleted?)")
+            self._cancelled.set_result(
+                f"basic_cancel: the broker cancelled consumer '{tag}' (its queue deleted?)"
+            )
 
     async def _close(self) -> None:
         connections, self._connections = self._connections, []
