@@ -35,6 +35,12 @@ DELAY = 0.2
 
 Side = LeveretSide | RabbitSide
 
+#: exchange_link.py keeps the internal exchange's A/B suffix in memory: after a restart of
+#: the downstream it picks the suffix in use, deletes that exchange (the live bindings) and
+#: binds again ~0.5 s later; what is published upstream meanwhile is unroutable, confirmed
+#: and lost. Remove this mark once the link keeps or finds the suffix (RabbitMQ: stored).
+KNOWN_DOWNSTREAM_RESTART_LOSS = "exchange link deletes its live internal exchange after a downstream restart"
+
 
 @pytest.fixture(scope="module")
 def rabbitmq_pair() -> Iterator[tuple[RabbitSide, RabbitSide]]:
@@ -223,11 +229,13 @@ def test_a_killed_upstream_loses_no_confirmed_message(pair, federated):
     check_nothing_lost(fed, confirmed, "upstream killed")
 
 
-def test_a_killed_downstream_loses_no_confirmed_message(pair, federated):
+def test_a_killed_downstream_loses_no_confirmed_message(pair, federated, request):
     """kill -9 of the downstream broker (where the link runs) while messages are
     published upstream: after its restart the link comes back from the stored policy and
     upstream parameter, and what was not confirmed downstream is redelivered upstream."""
     upstream, downstream = pair
+    if downstream.target.name == "leveret":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_DOWNSTREAM_RESTART_LOSS))
     fed = federated()
     with Publisher(upstream.url, fed.name, "k") as publisher:
         publisher.wait_for(300)
