@@ -12,6 +12,9 @@ forwards every connection it accepts to ``backend_port``. One thread owns every 
   with a closed port), ``"blackhole"`` accepts them and sends nothing either way (the
   client's handshake hangs until its own timeout, as when packets are dropped);
   :meth:`unblock` lets new connections through again (blackholed ones are reset);
+- :meth:`freeze` stops forwarding on the connections open now without closing them (a
+  partition: neither peer hears anything, only heartbeats or timeouts tell), until
+  :meth:`thaw`;
 - the backend may be down: a connection then gets reset at once (ECONNREFUSED behind).
 
 ``accepted`` counts connections accepted so far (a reconnecting client adds one per
@@ -57,6 +60,7 @@ class CuttableProxy:
         self.mode: str | None = None  # None, "refuse" or "blackhole"
         self._pairs: dict[socket.socket, _Pair] = {}
         self._held: list[socket.socket] = []  # blackholed connections
+        self._frozen: set[socket.socket] = set()  # connections not forwarded for now
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -81,6 +85,14 @@ class CuttableProxy:
     def unblock(self) -> None:
         """New connections are forwarded again; blackholed ones are reset."""
         self._call(self._unblock)
+
+    def freeze(self) -> int:
+        """Stop forwarding on every connection open now, leaving it open; how many."""
+        return self._call(self._freeze)
+
+    def thaw(self) -> None:
+        """Forward again on the frozen connections (those still open)."""
+        self._call(self._thaw)
 
     def open_count(self) -> int:
         """Connections being forwarded now."""
@@ -222,7 +234,10 @@ class CuttableProxy:
         for sock in (pair.client, pair.backend):
             if self._pairs.pop(sock, None) is None:
                 continue
-            self._selector.unregister(sock)
+            if sock in self._frozen:
+                self._frozen.discard(sock)
+            else:
+                self._selector.unregister(sock)
             if reset:
                 _reset(sock)
             else:
@@ -240,6 +255,24 @@ class CuttableProxy:
         for pair in pairs.values():
             self._end(pair, reset=True)
         return len(pairs)
+
+    def _freeze(self) -> int:
+        frozen = 0
+        for sock in list(self._pairs):
+            if sock not in self._frozen:
+                self._selector.unregister(sock)
+                self._frozen.add(sock)
+                frozen += 1
+        return frozen // 2
+
+    def _thaw(self) -> None:
+        for sock in self._frozen:
+            pair = self._pairs.get(sock)
+            if pair is not None:
+                self._selector.register(sock, selectors.EVENT_READ, pair)
+        self._frozen.clear()
+        for pair in {id(p): p for p in self._pairs.values()}.values():
+            self._interest(pair)
 
     def _unblock(self) -> None:
         self.mode = None
