@@ -129,7 +129,7 @@ def declare(target: Target, *calls: Callable) -> None:
 
 @pytest.fixture
 def federated(pair, request) -> Iterator[Callable[..., Federated]]:
-    """``federated(uri_port=..., user=..., password=..., kind=..., **settings)``: a
+    """``federated(uri_port=..., user=..., password=..., kind=..., uri_query=..., **settings)``: a
     durable direct exchange ``fed.x-...`` on both sides (downstream: a durable queue bound
     with key ``k``) or a durable queue ``fed.q-...`` on both sides, federated downstream
     from the upstream (``reconnect-delay`` DELAY, ``ack-mode`` ``on-confirm`` unless
@@ -139,7 +139,7 @@ def federated(pair, request) -> Iterator[Callable[..., Federated]]:
     made: list[Federated] = []
 
     def make(uri_port: int | None = None, user: str = "guest", password: str = "guest",
-             kind: str = "exchange", **settings: object) -> Federated:
+             kind: str = "exchange", uri_query: str = "", **settings: object) -> Federated:
         name = unique("fed.x" if kind == "exchange" else "fed.q")
         sink = unique("sink") if kind == "exchange" else name
         if kind == "exchange":
@@ -151,7 +151,7 @@ def federated(pair, request) -> Iterator[Callable[..., Federated]]:
             for side in (upstream, downstream):
                 declare(side.target, lambda ch: ch.queue_declare(name, durable=True))
         fed = Federated(upstream, downstream, name, sink, unique("up"), kind)
-        uri = f"amqp://{user}:{password}@127.0.0.1:{uri_port or upstream.amqp_port}"
+        uri = f"amqp://{user}:{password}@127.0.0.1:{uri_port or upstream.amqp_port}{uri_query}"
         options = {"reconnect-delay": DELAY, "ack-mode": "on-confirm", **settings}
         apply_to = "exchanges" if kind == "exchange" else "queues"
         federate(downstream.target, uri, f"^{re.escape(name)}$", apply_to, fed.upstream_name, **options)
@@ -203,6 +203,22 @@ def test_a_cut_network_loses_no_confirmed_message(pair, proxy, federated):
         publisher.wait_for(len(publisher.confirmed) + 100)
         confirmed = publisher.stop()
     check_nothing_lost(fed, confirmed, "cut")
+
+
+def test_a_partition_is_noticed_through_heartbeats(proxy, federated):
+    """The link's connection stops carrying anything, with no RST (the proxy freezes it):
+    only AMQP heartbeats tell. With ``?heartbeat=1`` in the upstream URI the link leaves
+    ``running`` within seconds and runs again on a new connection (RabbitMQ's Erlang
+    client misses two heartbeats; aiormq allows three intervals and a second)."""
+    fed = federated(uri_port=proxy.port, uri_query="?heartbeat=1")
+    assert proxy.freeze() >= 1
+    began = time.monotonic()
+    row = poll(fed.row, lambda r: r.get("status") != "running", 15, 0.1)
+    noticed = time.monotonic() - began
+    assert row.get("status") != "running", f"still running {noticed:.1f} s after the partition"
+    fed.wait("running")
+    print(f"partition: noticed after {noticed:.1f} s ({row.get('error')!r}), running again after "
+          f"{time.monotonic() - began:.1f} s")
 
 
 # -- kill -9 -------------------------------------------------------------------------------
