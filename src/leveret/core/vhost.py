@@ -123,6 +123,11 @@ class VirtualHost:
         #: What the queues handed back, not carried out yet (see :meth:`carry_out`);
         #: each queue holds this very list, so it is cleared, never replaced.
         self.actions: list[QueueAction] = []
+        #: Called as ``listener(vhost, event, binding)``, ``event`` ``"bind"`` or
+        #: ``"unbind"``, after a binding is added or removed (queue or exchange
+        #: destination; also those removed with their queue or exchange): the
+        #: federation's exchange links follow them. The BrokerCore shares its list.
+        self.binding_listeners: list[Callable[[str, str, Binding], None]] = []
         self._carrying = False
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
@@ -440,6 +445,8 @@ class VirtualHost:
         store = self.store
         if store is not None and self._durable(binding):
             store.save_definition("binding", self.name, binding_name(binding), binding_definition(binding))
+        if self.binding_listeners:
+            self._binding_changed("bind", binding)
 
     def unbind(
         self,
@@ -466,6 +473,13 @@ class VirtualHost:
             raise self._locked(destination.name)
         self._drop_binding(binding)
 
+    def _binding_changed(self, event: str, binding: Binding) -> None:
+        for listener in list(self.binding_listeners):
+            try:
+                listener(self.name, event, binding)
+            except Exception:  # a listener's failure must not undo or stop the binding
+                log.exception("binding listener failed on %s of %r", event, binding)
+
     def _bindable(self, name: str, destination: Queue | Exchange) -> Exchange:
         if name == DEFAULT_EXCHANGE or _is_default(destination):
             raise access_refused(DEFAULT_EXCHANGE_REFUSED)
@@ -481,6 +495,8 @@ class VirtualHost:
         store = self.store
         if store is not None and self._durable(removed):
             store.delete_definition("binding", self.name, binding_name(removed))
+        if self.binding_listeners:
+            self._binding_changed("unbind", removed)
         if source.auto_delete and not source.bindings and source.name in self.exchanges:
             self._remove_exchange(source)
 

@@ -131,6 +131,8 @@ class Federation:
         if cls is None:
             return
         link = cls(vhost, name, upstream, self.local_uri, self.node())
+        if hasattr(link, "core"):  # an exchange link follows the exchange's bindings
+            link.core = self.core
         self.running[key] = link
         self._upstreams[key] = upstream
         link.start()

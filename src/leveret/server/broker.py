@@ -123,6 +123,8 @@ class Broker:
         self.shovels = Shovels(self.core, self._local_uri)
         #: The federation links this broker runs as a downstream (after start).
         self.federation = Federation(self.core, self._local_uri, self.federation_node)
+        #: AMQP's ``cluster_name`` server property names the broker as federation does
+        self.core.node_name = self.federation_node
         #: Prometheus metrics, when ``prometheus_port`` is set.
         self.prometheus: PrometheusServer | None = None
 
