@@ -34,7 +34,10 @@ def describe(exc: BaseException, uri: str) -> str:
     """A failure as the link's ``error`` text: the exception's class and message. aiormq
     reports a ``connection.close`` answering ``connection.open`` (the upstream refusing
     the vhost: 530 NOT_ALLOWED, RabbitMQ's ``not_allowed``) as an unexpected frame
-    without its reply text; that one is said in words."""
+    without its reply text, and a connection that missed its heartbeats without any:
+    those are said in words."""
+    if not str(exc):  # aiormq's end of a connection that missed its heartbeats, say
+        return f"{type(exc).__name__}: the connection was lost (no frame within the heartbeat timeout?)"
     text = f"{type(exc).__name__}: {exc}".strip()
     if "Connection.OpenOk" in text and "Connection.Close" in text:
         vhost = unquote(uri.split("://", 1)[-1].partition("/")[2].partition("?")[0]) or "/"
