@@ -25,8 +25,8 @@ from .upstream import Upstream
 log = logging.getLogger("leveret.federation")
 
 CONNECT_TIMEOUT = 10.0  # seconds to connect and open a channel
-#: seconds of AMQP heartbeat a link asks for unless its URI says (the Erlang client's
-#: default, which RabbitMQ's federation uses; aiormq's own is 60, noticed after 183 s)
+#: seconds of AMQP heartbeat a link asks for unless its URI says (the Erlang AMQP client's
+#: default; aiormq's own is 60, a dead connection noticed after 183 s)
 HEARTBEAT = 10
 
 
@@ -163,9 +163,9 @@ class Link:
 
     async def _connect(self, uri: str) -> Any:
         """An aiormq connection to ``uri``, given up after :data:`CONNECT_TIMEOUT` seconds.
-        Without a ``heartbeat`` in the URI it asks for :data:`HEARTBEAT` seconds, the
-        Erlang client's default that RabbitMQ's links use, so a partition (no RST) is
-        noticed in about half a minute, not aiormq's three minutes."""
+        Without a ``heartbeat`` in the URI it asks for :data:`HEARTBEAT` seconds, so a
+        partition (no RST) is noticed in about half a minute, not aiormq's three (a
+        RabbitMQ 3.10 link with no ``heartbeat`` in its URI did not notice in 240 s)."""
         if "heartbeat=" not in uri.partition("?")[2]:
             uri += ("&" if "?" in uri else "?") + f"heartbeat={HEARTBEAT}"
         attempt = asyncio.ensure_future(aiormq.connect(uri))
