@@ -129,6 +129,12 @@ class VirtualHost:
         #: federation's exchange links follow them. The BrokerCore shares its list.
         self.binding_listeners: list[Callable[[str, str, Binding], None]] = []
         self._carrying = False
+        #: Who wants to hear that a queue gained or lost a consumer, by queue name (a
+        #: queue federation link, :mod:`leveret.federation.queue_link`): called with no
+        #: argument once the consume or cancel is done, and must not re-enter the broker
+        #: (schedule the work). Empty unless federation runs: consume and cancel then pay
+        #: one dict look-up, publish and delivery nothing.
+        self.consumer_watchers: dict[str, list[Callable[[], None]]] = {}
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
@@ -178,6 +184,10 @@ class VirtualHost:
                         self.delete_queue(queue.name)
                 elif type(action) is ConsumerChanged:
                     advisory.consumer_event(self, action.queue.name, action.tag, action.event)
+                    watchers = self.consumer_watchers.get(action.queue.name)
+                    if watchers:
+                        for watcher in tuple(watchers):
+                            watcher()
         finally:
             actions.clear()
             self._carrying = False

@@ -25,12 +25,15 @@ upstream or downstream interoperates:
   binding travels as far as messages can (``max-hops``) and no further round a cycle;
   kept in step as downstream bindings come and go (core's binding listeners).
 
-Each message is republished to the downstream exchange with its routing key over a
-connection to this broker, an entry (``uri`` without credentials, ``exchange``,
+Each message is republished to the downstream exchange with its routing key through
+this broker's core (:class:`~.local_publish.LocalPublisher`, as RabbitMQ's direct
+connection: no AMQP connection to itself), an entry (``uri`` without credentials, ``exchange``,
 ``redelivered``, the upstream's ``cluster-name`` and ``vhost``) put first in its
 ``x-received-from`` header; ``user_id`` is dropped unless ``trust-user-id``. Ack modes:
 ``on-confirm`` acks upstream once this broker confirmed (nack, requeued, when it
-nacks), ``on-publish`` right after publishing, ``no-ack`` consumes without acks. A
+nacks), ``on-publish`` right after publishing, ``no-ack`` consumes without acks; the
+acks of one event-loop turn go as one ``basic.ack multiple=True``
+(:class:`~.acks.UpstreamAcks`). A
 message that has made ``max-hops`` hops or has been here already is acked and dropped
 (the upstream may be a fanout that did not filter). Any failure ends the session; the
 base :class:`~.links.Link` retries after ``reconnect-delay``.
@@ -56,7 +59,9 @@ from ..amqp import methods as _relaxed_names  # noqa: F401  (pamqp then takes fe
 from ..amqp.field_table import Long
 from ..core.exchange_base import Exchange, freeze
 from ..core.exchange_types import RECEIVED_FROM, already_seen
+from .acks import UpstreamAcks
 from .links import Link
+from .local_publish import LocalPublisher
 from .upstream import policy_upstreams
 
 if TYPE_CHECKING:
@@ -178,7 +183,6 @@ class ExchangeLink(Link):
             raise LookupError(f"no exchange '{self.name}' in vhost '{self.vhost}'")
         uri = self.upstream_uri()
         remote = await self._connect(uri)
-        local = await self._connect(self.local_uri())
         name = remote.server_properties.get("cluster_name")
         self._upstream_name = (
             name.decode() if isinstance(name, bytes) else name if isinstance(name, str) else None
@@ -186,7 +190,9 @@ class ExchangeLink(Link):
         upstream_vhost = uri_vhost(uri)
         channel = await remote.channel(publisher_confirms=False)
         command = await remote.channel(publisher_confirms=False)
-        downstream = await local.channel(publisher_confirms=upstream.ack_mode == "on-confirm")
+        # into this broker through core, not over AMQP to itself (local_publish.py)
+        downstream = LocalPublisher(core, self.vhost, confirms=upstream.ack_mode == "on-confirm")
+        self._connections.append(downstream)  # closed with the connections
         queue = upstream_queue_name(self.upstream_exchange, upstream_vhost, self.vhost, self.name, self.node)
         await self._consume(channel, downstream, queue, without_credentials(self.uri), upstream_vhost)
         await self._ensure_upstream_exchange(remote, channel, exchange)
@@ -213,7 +219,7 @@ class ExchangeLink(Link):
         core.binding_listeners.append(follow)
         player = asyncio.ensure_future(self._play(changes, command, internal, upstream_vhost))
         checker: asyncio.Future | None = None
-        closed = [asyncio.ensure_future(c.closing) for c in (remote, local, channel, command, downstream)]
+        closed = [asyncio.ensure_future(c.closing) for c in (remote, channel, command, downstream)]
         try:
             synced = asyncio.ensure_future(changes.join())
             done, _ = await asyncio.wait([synced, player, *closed], return_when=asyncio.FIRST_COMPLETED)
@@ -257,6 +263,8 @@ class ExchangeLink(Link):
         trust, ack_mode, max_hops = upstream.trust_user_id, upstream.ack_mode, upstream.max_hops
         node, vhost, target, source = self.node, self.vhost, self.name, self.upstream_exchange
 
+        acks = UpstreamAcks(channel)  # one basic.ack multiple=True per loop turn (acks.py)
+
         async def forward(message: DeliveredMessage) -> None:
             if self._stopped:  # stopping: left unacked, it goes back to its queue
                 return
@@ -267,7 +275,7 @@ class ExchangeLink(Link):
             received = headers.get(RECEIVED_FROM)
             if not should_forward(received, max_hops, node, vhost):
                 if not no_ack:
-                    await channel.basic_ack(tag)
+                    acks.ack(tag)
                 return
             hop: dict[str, Any] = {
                 "uri": shown_uri,
@@ -289,13 +297,14 @@ class ExchangeLink(Link):
             )
             if ack_mode == "on-confirm":
                 if isinstance(confirm, commands.Basic.Ack):
-                    await channel.basic_ack(tag)
+                    acks.ack(tag)
                     self.forwarded += 1
                 else:
                     await channel.basic_nack(tag, requeue=True)
+                    acks.settled(tag)
                 return
             if not no_ack:
-                await channel.basic_ack(tag)
+                acks.ack(tag)
             self.forwarded += 1
 
         await channel.basic_consume(queue, forward, no_ack=no_ack)
