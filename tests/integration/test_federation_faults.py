@@ -190,6 +190,8 @@ def test_a_cut_network_loses_no_confirmed_message(pair, proxy, federated):
         for cut in range(3):
             publisher.wait_for(200 * (cut + 1))
             assert proxy.cut() >= 1
+            # a status row may still say running just after the cut: wait for the new connection
+            assert eventually(proxy.open_count, TIMEOUT), "the link did not connect again"
             fed.wait("running")
         proxy.block("refuse")
         proxy.cut()
