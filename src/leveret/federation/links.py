@@ -25,6 +25,10 @@ from .upstream import Upstream
 log = logging.getLogger("leveret.federation")
 
 CONNECT_TIMEOUT = 10.0  # seconds to connect and open a channel
+#: The client property a link's connection to this broker carries its id in, so the
+#: status can name that connection (``local_connection``: :mod:`leveret.management.federation`).
+LINK_ID_PROPERTY = "leveret-federation-link"
+
 #: seconds of AMQP heartbeat a link asks for unless its URI says (the Erlang AMQP client's
 #: default; aiormq's own is 60, a dead connection noticed after 183 s)
 HEARTBEAT = 10
@@ -166,9 +170,10 @@ class Link:
         Without a ``heartbeat`` in the URI it asks for :data:`HEARTBEAT` seconds, so a
         partition (no RST) is noticed in about half a minute, not aiormq's three (a
         RabbitMQ 3.10 link with no ``heartbeat`` in its URI did not notice in 240 s)."""
+        local: dict[str, Any] = {LINK_ID_PROPERTY: self.id} if uri == self.local_uri() else {}
         if "heartbeat=" not in uri.partition("?")[2]:
             uri += ("&" if "?" in uri else "?") + f"heartbeat={HEARTBEAT}"
-        attempt = asyncio.ensure_future(aiormq.connect(uri))
+        attempt = asyncio.ensure_future(aiormq.connect(uri, client_properties=local))
         try:
             connection = await asyncio.wait_for(asyncio.shield(attempt), CONNECT_TIMEOUT)
         except BaseException:  # timed out or stopped: a connection made later is closed

@@ -269,6 +269,7 @@ class Broker:
                     self.shovels.status,
                     settings.http,
                     http_cap,
+                    federation=self.federation,
                 )
                 await self.management.start()
             if settings.prometheus_port is not None and settings.prometheus_port >= 0:  # -1: off
@@ -288,6 +289,7 @@ class Broker:
                     settings.collect_statistics_interval / 1000,
                     settings.http,
                     http_cap,
+                    federation=self.federation,
                 )
                 await prometheus.start()
                 self.prometheus = prometheus

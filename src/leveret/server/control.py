@@ -362,6 +362,55 @@ def _shovel_status(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     return _table(columns, rows)
 
 
+# -- federation (rabbitmqctl's federation_status, restart_federation_link) ----------------
+#: ``federation_status``'s columns: the keys of ``rabbitmqctl federation_status
+#: --formatter json`` (RabbitMQ 3.10), every one on every row ("" where a link has none).
+FEDERATION_COLUMNS = [
+    "type",
+    "vhost",
+    "exchange",
+    "queue",
+    "upstream",
+    "upstream_exchange",
+    "upstream_queue",
+    "consumer_tag",
+    "id",
+    "status",
+    "local_connection",
+    "error",
+    "uri",
+    "last_changed",
+]
+
+
+@command("federation_status")
+def _federation_status(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    """Every federation link (``only_down``: those neither running nor starting, as
+    ``--only-down``), with the management API's fields and ``last_changed``."""
+    from ..management.federation import ctl_timestamp, is_down, link_rows
+
+    links = broker.federation.links()
+    rows = []
+    for link, row in zip(links, link_rows(broker.core, links), strict=True):
+        if args.get("only_down") and not is_down(row):
+            continue
+        row["last_changed"] = ctl_timestamp(link.since)
+        rows.append([row.get(c, "") for c in FEDERATION_COLUMNS])
+    return _table(FEDERATION_COLUMNS, rows)
+
+
+@command("restart_federation_link", changes=True)
+def _restart_federation_link(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    """Drop the link's connections and start it over at once (its id from
+    ``federation_status``, in any vhost)."""
+    link_id = args["id"]
+    link = next((link for link in broker.federation.links() if link.id == link_id), None)
+    if link is None:
+        raise CommandError("Link with the given ID was not found")
+    broker.federation.restart(link.vhost, link_id)
+    return _done(f"Restarting federation link {link_id} on node {broker.federation_node()}")
+
+
 # -- listings -------------------------------------------------------------------------
 def _columns(
     args: dict[str, Any], available: dict[str, Callable[[Any], Any]], default: list[str]
