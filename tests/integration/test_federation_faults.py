@@ -35,11 +35,6 @@ DELAY = 0.2
 
 Side = LeveretSide | RabbitSide
 
-#: exchange_link.py keeps the internal exchange's A/B suffix in memory: after a restart of
-#: the downstream it picks the suffix in use, deletes that exchange (the live bindings) and
-#: binds again ~0.5 s later; what is published upstream meanwhile is unroutable, confirmed
-#: and lost. Remove this mark once the link keeps or finds the suffix (RabbitMQ: stored).
-KNOWN_DOWNSTREAM_RESTART_LOSS = "exchange link deletes its live internal exchange after a downstream restart"
 
 
 @pytest.fixture(scope="module")
@@ -283,13 +278,11 @@ def test_a_killed_upstream_loses_no_confirmed_message(pair, federated, kind):
 
 
 @pytest.mark.parametrize("kind", ["exchange", "queue"])
-def test_a_killed_downstream_loses_no_confirmed_message(pair, federated, request, kind):
+def test_a_killed_downstream_loses_no_confirmed_message(pair, federated, kind):
     """kill -9 of the downstream broker (where the link runs) while messages are
     published upstream: after its restart the link comes back from the stored policy and
     upstream parameter, and what was not confirmed downstream is redelivered upstream."""
     downstream = pair[1]
-    if downstream.target.name == "leveret" and kind == "exchange":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_DOWNSTREAM_RESTART_LOSS))
     fed = federated(kind=kind)
     load = Load(fed)
     with load as publisher:
