@@ -15,6 +15,9 @@ last proves the test right).
 A :class:`Site` is one vhost of one broker; federation is configured with the same HTTP
 calls on both kinds of broker: ``PUT /api/parameters/federation-upstream/{vhost}/{name}``,
 ``PUT /api/policies/{vhost}/{name}`` and ``GET /api/federation-links/{vhost}``.
+
+A test module binds the fixtures by assignment (``pairing = federation_brokers.pairing``,
+the same for ``federation_rabbitmq``); each module doing so gets a node of its own.
 """
 
 from __future__ import annotations
@@ -165,7 +168,8 @@ class Pairing:
 
     @property
     def id(self) -> str:
-        return f"{self.up_kind}->{self.down_kind}"
+        """The cell's test id, ``up_to_down``."""
+        return f"{self.up_kind}_to_{self.down_kind}"
 
     def site(self, kind: str, role: str) -> Site:
         target = self._target_of(kind, role)
