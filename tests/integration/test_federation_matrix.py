@@ -402,6 +402,62 @@ def test_federation_matrix_queue_moves_messages_only_to_demand(pairing: Pairing)
     assert (up.depth("fq"), down.depth("fq")) == ((3, 0), (0, 0))
 
 
+class Consumer:
+    """A pika consumer whose deliveries are pumped by :meth:`pump` (no thread); acks
+    only if ``ack``."""
+
+    def __init__(self, site: Site, queue: str, prefetch: int, ack: bool = True) -> None:
+        self.connection = site.amqp()
+        self.channel = self.connection.channel()
+        self.channel.basic_qos(prefetch_count=prefetch)
+        self.bodies: list[bytes] = []
+
+        def received(channel, method, _properties, body: bytes) -> None:
+            self.bodies.append(body)
+            if ack:
+                channel.basic_ack(method.delivery_tag)
+
+        self.channel.basic_consume(queue, received)
+
+    def pump(self) -> None:
+        self.connection.process_data_events(time_limit=0)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def test_federation_matrix_queue_upstream_consumers_come_first(pairing: Pairing):
+    """The link consumes from the upstream queue with a lower priority than its own
+    consumers: while an upstream consumer has room, messages stay where they were
+    published, though the downstream queue has a consumer waiting."""
+    up, down = pairing.upstream(), pairing.downstream()
+    declare(up, queue="fq", durable=True)
+    declare(down, queue="fq", durable=True)
+    down.federate(up, "^fq$", apply_to="queues")
+    far = Consumer(down, "fq", prefetch=10)
+    near: Consumer | None = None
+    try:
+        probe = PROBE + b"demand"
+        publish(up, "", "fq", probe)  # crosses: the downstream consumer is the only one
+        eventually(lambda: far.pump() or probe in far.bodies, LINK_TIMEOUT, 0.02)
+        assert far.bodies == [probe]
+        near = Consumer(up, "fq", prefetch=500, ack=False)
+        sent = [f"m{n}".encode() for n in range(100)]
+        publish(up, "", "fq", *sent)
+
+        def all_near() -> bool:
+            far.pump()
+            near.pump()
+            return len(near.bodies) >= len(sent)
+
+        eventually(all_near, LINK_TIMEOUT, 0.02)
+        assert (near.bodies, far.bodies) == (sent, [probe])
+    finally:
+        far.close()
+        if near is not None:
+            near.close()
+
+
 def test_federation_matrix_upstream_queue_rename(pairing: Pairing):
     """``queue`` in the upstream definition: the downstream ``fq`` federates upstream ``uq``."""
     up, down = pairing.upstream(), pairing.downstream()
