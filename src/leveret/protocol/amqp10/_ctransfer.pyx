@@ -18,6 +18,8 @@ from leveret.protocol.amqp10 import sections as _sections
 
 cdef object Transfer = _perf.Transfer
 cdef object Scan = _sections.Scan
+#: a frame size read as the bytes "AMQP": a protocol header
+cdef Py_ssize_t HEADER_AS_SIZE = 0x414D5150
 
 # how far each constructor's value extends, as sections._WIDTH: >= 0 a fixed width,
 # -1 a one-byte size, -4 a four-byte size, -100 anything else (the pure scan decides)
@@ -32,18 +34,12 @@ cdef inline unsigned int _u32(const unsigned char* p):
     return (<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3]
 
 
-def fast_transfer(object data, Py_ssize_t start, Py_ssize_t size):
-    """``(Transfer, end)`` for a transfer whose fields are all simple encodings, else
-    None (see ``frames.py_fast_transfer``; anything but ``bytes`` is left to the
-    generic decoder too)."""
-    if type(data) is not bytes:
-        return None
-    cdef bytes frame = <bytes>data
-    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(frame)
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(frame)
+cdef list _transfer_values(bytes frame, const unsigned char* p, Py_ssize_t start, Py_ssize_t size):
+    """The six fields of the transfer at ``p[start:size]`` and, as a seventh item, where
+    it ends; None for anything but the common encodings (``frames.py_fast_transfer``)."""
     cdef Py_ssize_t pos, end, count, index, length
     cdef unsigned char code
-    if size > n or start < 0 or start + 4 > size:
+    if start < 0 or start + 4 > size:
         return None
     if p[start] != 0 or p[start + 1] != 0x53 or p[start + 2] != 0x14:
         return None
@@ -60,7 +56,7 @@ def fast_transfer(object data, Py_ssize_t start, Py_ssize_t size):
         return None
     if count > 6 or end > size or count == 0:
         return None
-    values = [None, None, None, None, None, False]
+    values = [None, None, None, None, None, False, end]
     for index in range(count):
         if pos >= end:
             return None
@@ -108,7 +104,58 @@ def fast_transfer(object data, Py_ssize_t start, Py_ssize_t size):
                 return None
     if pos != end or values[0] is None:
         return None
-    return Transfer(*values), end
+    return values
+
+
+def fast_transfer(object data, Py_ssize_t start, Py_ssize_t size):
+    """``(Transfer, end)`` for a transfer whose fields are all simple encodings, else
+    None (see ``frames.py_fast_transfer``; anything but ``bytes`` is left to the
+    generic decoder too)."""
+    if type(data) is not bytes:
+        return None
+    cdef bytes frame = <bytes>data
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(frame)
+    if size > PyBytes_GET_SIZE(frame):
+        return None
+    values = _transfer_values(frame, p, start, size)
+    if values is None:
+        return None
+    return Transfer(values[0], values[1], values[2], values[3], values[4], values[5]), values[6]
+
+
+def split_frames(bytes data not None, Py_ssize_t pos, Py_ssize_t max_size, object decode):
+    """Twin of ``frames.py_split_frames``: the whole frames of ``data`` from ``pos`` on,
+    up to the first that is not whole, a protocol header (its size field reads
+    ``AMQP``) or a size outside 8 to ``max_size``; ``(items, pos)`` where it stopped.
+    A transfer in the common encodings is the tuple ``(channel, handle, delivery-id,
+    delivery-tag, message-format, settled, more, payload)``, any other frame
+    ``decode(frame bytes)`` (``frames.decode_frame``, whose errors propagate)."""
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    cdef Py_ssize_t size, end
+    cdef unsigned int channel
+    cdef list items = []
+    cdef list values
+    if pos < 0:
+        pos = 0
+    while n - pos >= 4:
+        size = <Py_ssize_t>_u32(p + pos)
+        if size == HEADER_AS_SIZE or size < 8 or size > max_size or n - pos < size:
+            break
+        channel = (<unsigned int>p[pos + 6] << 8) | p[pos + 7]
+        values = None
+        if p[pos + 4] == 2 and p[pos + 5] == 0 and size > 8:
+            values = _transfer_values(data, p, pos + 8, pos + size)
+            if values is not None:
+                end = values[6]
+                items.append((channel, values[0], values[1], values[2], values[3], values[4], values[5],
+                              data[end : pos + size]))
+            else:
+                items.append(decode(data[pos : pos + size]))
+        else:
+            items.append(decode(data[pos : pos + size]))
+        pos += size
+    return items, pos
 
 
 def scan(bytes payload):

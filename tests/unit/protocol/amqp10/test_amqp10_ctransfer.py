@@ -75,3 +75,83 @@ def test_common_messages_are_taken_by_the_twin() -> None:
     assert COMPILED.scan(payload) == sections.py_scan(payload)
     frame = frames.encode_frame(frames.perf.Transfer(0, 5, b"tag", 0, False), 0, payload)
     assert COMPILED.fast_transfer(frame, 8, len(frame)) is not None
+
+
+_OTHER_FRAMES = st.sampled_from(
+    [
+        frames.encode_frame(frames.perf.Flow(0, 100, 0, 100, 0, 0, 10), 1),
+        frames.encode_frame(frames.perf.Disposition(True, 0, 5, True, frames.perf.Accepted()), 2),
+        frames.encode_frame(None, 0),  # a heartbeat
+        frames.AMQP_HEADER,  # a protocol header: the splitter stops there
+        b"\x00\x00\x00\x09\x02\x00\x00\x00\x40",  # a body that is no performative
+        b"\x00\x00\x00\x0c\x05\x00\x00\x00\x00\x53\x14\x45",  # doff 5
+    ]
+)
+
+
+@st.composite
+def frame_streams(draw: st.DrawFn) -> bytes:
+    """Frames as a client sends them: transfers (any fields, channels, payloads),
+    other frames, a protocol header; some mangled or cut."""
+    parts = []
+    for _ in range(draw(st.integers(0, 6))):
+        if draw(st.booleans()):
+            channel = draw(st.integers(0, 0xFFFF))
+            parts.append(frames.encode_frame(draw(transfers), channel, draw(st.binary(max_size=40))))
+        else:
+            parts.append(draw(_OTHER_FRAMES))
+    data = bytearray(b"".join(parts))
+    if data and draw(st.booleans()):
+        data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    return bytes(data[: draw(st.integers(0, len(data)))] if draw(st.booleans()) else data)
+
+
+def _split(split, data: bytes, pos: int, max_size: int):
+    try:
+        return split(data, pos, max_size, frames.decode_frame)
+    except DecodeError as exc:
+        return type(exc), str(exc), exc.condition
+
+
+@settings(max_examples=600, deadline=None)
+@given(frame_streams(), st.integers(0, 30), st.sampled_from([8, 20, 64, 512, 1 << 20]))
+def test_split_frames_as_the_pure_one(data: bytes, pos: int, max_size: int) -> None:
+    """The compiled splitter gives the same items (FastTransfer tuples, decoded frames),
+    stops at the same place and raises the same DecodeError as the pure one."""
+    assert _split(COMPILED.split_frames, data, pos, max_size) == _split(
+        frames.py_split_frames, data, pos, max_size
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(frame_streams(), st.lists(st.integers(0, 400), max_size=4))
+def test_frame_reader_with_either_splitter(data: bytes, cuts: list[int]) -> None:
+    """FrameReader.feed, fed the same bytes in the same reads, gives the same frames
+    (or the same error) with either twin of the splitter."""
+    from sans_io import split
+
+    def run(splitter) -> list:
+        original = frames._split_frames
+        frames._split_frames = splitter
+        reader = frames.FrameReader(1 << 20)
+        out: list = []
+        try:
+            for piece in split(frames.AMQP_HEADER + data, cuts):
+                out += reader.feed(piece)
+        except DecodeError as exc:
+            out.append((str(exc), exc.condition))
+        finally:
+            frames._split_frames = original
+        return out
+
+    assert run(COMPILED.split_frames) == run(frames.py_split_frames)
+
+
+def test_a_common_transfer_is_a_fast_transfer_tuple() -> None:
+    transfer = frames.perf.Transfer(7, 9, b"t", 0, True, False)
+    data = frames.encode_frame(transfer, 3, b"payload") * 2
+    for split in (COMPILED.split_frames, frames.py_split_frames):
+        items, pos = split(data, 0, 512, frames.decode_frame)
+        assert pos == len(data)
+        assert items == [(3, 7, 9, b"t", 0, True, False, b"payload")] * 2
+        assert frames.as_frame(items[0]) == frames.decode_frame(data[: len(data) // 2])
