@@ -11,7 +11,8 @@ Memory safety on hostile input: every index is checked against the length of the
 (immutable) bytes before it is read.
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.string cimport memcpy
 
 from leveret.protocol.amqp10 import performatives as _perf
 from leveret.protocol.amqp10 import sections as _sections
@@ -158,20 +159,29 @@ def split_frames(bytes data not None, Py_ssize_t pos, Py_ssize_t max_size, objec
     return items, pos
 
 
-def scan(bytes payload):
-    """The sections of a message as ``sections.py_scan`` finds them (a ``Scan``), or
-    None for anything but the common case (small-ulong descriptors, values of a known
-    extent, in order, a body), which the pure scan then reads (and refuses)."""
+cdef struct Sections:
+    # (start, stop) of each section, -1 when absent
+    Py_ssize_t h0, h1, d0, d1, a0, a1, p0, p1, ap0, ap1
+    Py_ssize_t body, footer
+    int body_code
+
+
+cdef bint _scan(bytes payload, Sections* out, list data):
+    """``sections.py_scan``'s common case into ``out`` (each data section's value
+    bytes appended to ``data``); False for anything else."""
     cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(payload)
     cdef Py_ssize_t end = PyBytes_GET_SIZE(payload)
-    cdef Py_ssize_t pos = 0, value, stop, body = -1, footer = end
-    cdef int last = 0, body_code = -1, code, width
+    cdef Py_ssize_t pos = 0, value, stop
+    cdef int last = 0, code, width
     cdef unsigned char constructor
-    header = delivery = annotations = properties = application = None
-    data = []
+    out.h0 = out.h1 = out.d0 = out.d1 = out.a0 = out.a1 = -1
+    out.p0 = out.p1 = out.ap0 = out.ap1 = -1
+    out.body = -1
+    out.footer = end
+    out.body_code = -1
     while pos < end:
         if pos + 3 >= end or p[pos] != 0 or p[pos + 1] != 0x53:
-            return None
+            return False
         code = p[pos + 2]
         value = pos + 3
         constructor = p[value]
@@ -183,50 +193,239 @@ def scan(bytes payload):
         elif width == -4 and value + 4 < end:
             stop = value + 5 + <Py_ssize_t>_u32(p + value + 1)
         else:
-            return None
+            return False
         if stop > end:
-            return None
+            return False
         if 0x75 <= code <= 0x77:
             if last == 0x78:
-                return None
-            if body_code == -1:
-                body = pos
-                body_code = code
-            elif code != body_code or code == 0x77:
-                return None
+                return False
+            if out.body_code == -1:
+                out.body = pos
+                out.body_code = code
+            elif code != out.body_code or code == 0x77:
+                return False
             if code == 0x75:
                 if constructor == 0xA0:
                     data.append((value + 2, stop))
                 elif constructor == 0xB0:
                     data.append((value + 5, stop))
                 else:
-                    return None
-            elif code == 0x76 and constructor not in (0x45, 0xC0, 0xD0):
-                return None
+                    return False
+            elif code == 0x76 and constructor != 0x45 and constructor != 0xC0 and constructor != 0xD0:
+                return False
         elif 0x70 <= code <= 0x78:
             if code <= last:
-                return None
+                return False
             if code == 0x70 or code == 0x73:
-                if constructor not in (0x45, 0xC0, 0xD0, 0x40):
-                    return None
-            elif constructor not in (0xC1, 0xD1, 0x40):
-                return None
+                if constructor != 0x45 and constructor != 0xC0 and constructor != 0xD0 and constructor != 0x40:
+                    return False
+            elif constructor != 0xC1 and constructor != 0xD1 and constructor != 0x40:
+                return False
             if code == 0x70:
-                header = (pos, stop)
+                out.h0 = pos
+                out.h1 = stop
             elif code == 0x73:
-                properties = (pos, stop)
+                out.p0 = pos
+                out.p1 = stop
             elif code == 0x78:
-                footer = pos
+                out.footer = pos
             elif code == 0x72:
-                annotations = (pos, stop)
+                out.a0 = pos
+                out.a1 = stop
             elif code == 0x74:
-                application = (pos, stop)
+                out.ap0 = pos
+                out.ap1 = stop
             else:
-                delivery = (pos, stop)
+                out.d0 = pos
+                out.d1 = stop
         else:
-            return None
+            return False
         last = code
         pos = stop
-    if body_code == -1:
+    return out.body_code != -1
+
+
+cdef inline object _span(Py_ssize_t start, Py_ssize_t stop):
+    return None if start < 0 else (start, stop)
+
+
+def scan(bytes payload):
+    """The sections of a message as ``sections.py_scan`` finds them (a ``Scan``), or
+    None for anything but the common case (small-ulong descriptors, values of a known
+    extent, in order, a body), which the pure scan then reads (and refuses)."""
+    cdef Sections f
+    cdef list data = []
+    if not _scan(payload, &f, data):
         return None
-    return Scan(header, delivery, annotations, properties, application, body, body_code, tuple(data), footer)
+    return Scan(_span(f.h0, f.h1), _span(f.d0, f.d1), _span(f.a0, f.a1), _span(f.p0, f.p1),
+                _span(f.ap0, f.ap1), f.body, f.body_code, tuple(data), f.footer)
+
+
+# -- the publish path's message (message._decode's common case) -----------------------
+
+cdef object _Message = None
+cdef object _FORMAT = None
+cdef object _check_properties = _sections.check_properties
+cdef object _check_application_properties = _sections.check_application_properties
+cdef object _NOT_FAST = object()
+
+
+def init_message(message_class, message_format):
+    """Called by :mod:`leveret.protocol.amqp10.message` once its format exists: the
+    class and format :func:`decode_message` makes messages of."""
+    global _Message, _FORMAT
+    _Message = message_class
+    _FORMAT = message_format
+
+
+cdef inline Py_ssize_t _uint_at(const unsigned char* p, Py_ssize_t pos, Py_ssize_t end, long long* value):
+    """A uint in its usual forms (null: -1) at ``p[pos]``: where it ends, or -1."""
+    cdef unsigned char code = p[pos]
+    if code == 0x40:
+        value[0] = -1
+        return pos + 1
+    if code == 0x43:
+        value[0] = 0
+        return pos + 1
+    if code == 0x52 and pos + 1 < end:
+        value[0] = p[pos + 1]
+        return pos + 2
+    if code == 0x70 and pos + 4 < end:
+        value[0] = _u32(p + pos + 1)
+        return pos + 5
+    return -1
+
+
+cdef object _header(const unsigned char* p, Py_ssize_t start, Py_ssize_t end):
+    """``sections.read_header``'s fast cases: ``(durable, priority, ttl)``, or
+    _NOT_FAST for any other form (the pure code reads it)."""
+    cdef Py_ssize_t pos = start + 3, count
+    cdef long long ttl = -1, delivery_count
+    cdef int durable = -1, priority = -1
+    cdef unsigned char code = p[pos]
+    if code == 0x45 or code == 0x40:
+        return (None, None, None)
+    if code != 0xC0 or end - pos < 3 or p[pos + 1] != end - pos - 2:
+        return _NOT_FAST
+    count = p[pos + 2]
+    pos += 3
+    if count > 5:
+        return _NOT_FAST
+    if count >= 1:
+        if pos >= end:
+            return _NOT_FAST
+        code = p[pos]
+        if code == 0x41:
+            durable = 1
+        elif code == 0x42:
+            durable = 0
+        elif code != 0x40:
+            return _NOT_FAST
+        pos += 1
+    if count >= 2 and pos < end:
+        code = p[pos]
+        if code == 0x50 and pos + 1 < end:
+            priority = p[pos + 1]
+            pos += 2
+        elif code == 0x40:
+            pos += 1
+        else:
+            return _NOT_FAST
+    if count >= 3 and pos < end:
+        pos = _uint_at(p, pos, end, &ttl)
+        if pos < 0:
+            return _NOT_FAST
+    if count >= 4 and pos < end:
+        if p[pos] != 0x40 and p[pos] != 0x41 and p[pos] != 0x42:
+            return _NOT_FAST
+        pos += 1
+    if count >= 5 and pos < end:
+        pos = _uint_at(p, pos, end, &delivery_count)
+        if pos < 0:
+            return _NOT_FAST
+    if pos != end:
+        return _NOT_FAST
+    return (
+        None if durable < 0 else durable == 1,
+        None if priority < 0 else priority,
+        None if ttl < 0 else ttl,
+    )
+
+
+cdef enum:
+    PREFIX_SIZE = 21  # message._PREFIX: kind, then five uint32 offsets
+    ONE_DATA = 1
+    ENCODED_BODY = 2
+    MANY_DATA = 3
+
+
+cdef inline void _put32(unsigned char* q, Py_ssize_t value) noexcept:
+    q[0] = (value >> 24) & 0xFF
+    q[1] = (value >> 16) & 0xFF
+    q[2] = (value >> 8) & 0xFF
+    q[3] = value & 0xFF
+
+
+cdef bytes _encoded(int kind, Py_ssize_t h, Py_ssize_t bare, Py_ssize_t ap, Py_ssize_t b, Py_ssize_t ins,
+                    const unsigned char* p, Py_ssize_t cut, Py_ssize_t resume, Py_ssize_t end):
+    """``message._PREFIX`` packed with the offsets (each plus the prefix's size),
+    then ``p[:cut]`` and ``p[resume:end]``."""
+    cdef Py_ssize_t tail = end - resume if resume < end else 0
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + cut + tail)
+    cdef unsigned char* q = <unsigned char*>PyBytes_AS_STRING(out)
+    q[0] = kind
+    _put32(q + 1, PREFIX_SIZE + h)
+    _put32(q + 5, PREFIX_SIZE + bare)
+    _put32(q + 9, PREFIX_SIZE + ap)
+    _put32(q + 13, PREFIX_SIZE + b)
+    _put32(q + 17, PREFIX_SIZE + ins)
+    memcpy(q + PREFIX_SIZE, p, cut)
+    if tail:
+        memcpy(q + PREFIX_SIZE + cut, p + resume, tail)
+    return out
+
+
+def decode_message(object payload, str exchange, str routing_key):
+    """Twin of ``message.py_decode_message``: the Message of a payload in the common
+    case (no delivery- or message-annotations, a header in the usual forms), or None
+    (the pure code decodes it). Raises DecodeError as the pure code does for bad
+    properties or application-properties (the same checks, called the same way)."""
+    if type(payload) is not bytes or _Message is None:
+        return None
+    cdef bytes data = <bytes>payload
+    cdef Sections f
+    cdef list sections = []
+    if not _scan(data, &f, sections):
+        return None
+    if f.d0 >= 0 or f.a0 >= 0:
+        return None
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(data)
+    cdef Py_ssize_t b = f.body, ap, bare, h, start, stop
+    if f.h0 >= 0:
+        facts = _header(p, f.h0, f.h1)
+        if facts is _NOT_FAST:
+            return None
+        h = f.h1
+    else:
+        facts = (None, None, None)
+        h = 0
+    ap = b
+    if f.ap0 >= 0:
+        _check_application_properties(data, f.ap0, f.ap1)
+        ap = f.ap0
+    bare = ap
+    if f.p0 >= 0:
+        _check_properties(data, f.p0, f.p1)
+        bare = f.p0
+    if len(sections) == 1:
+        start, stop = sections[0]
+        body = data[start:stop]
+        encoded = _encoded(ONE_DATA, h, bare, ap, b, start, p, start, stop, end)
+    elif sections:
+        body = b"".join([data[start:stop] for start, stop in sections])
+        encoded = _encoded(MANY_DATA, h, bare, ap, b, end, p, end, end, end)
+    else:
+        body = data[b:]
+        encoded = _encoded(ENCODED_BODY, h, bare, ap, b, b, p, b, end, end)
+    return _Message(exchange, routing_key, body, _FORMAT, encoded, facts[0] is True, facts[2], facts[1])

@@ -85,6 +85,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...compiled import twin
 from ...core.message import Death, HeaderFormat, Message, Properties, register_format
 from . import sections as s
 from .types import Array, DecodeError, Symbol, Timestamp, UInt, ULong, encode
@@ -139,12 +140,23 @@ def decode_publish(payload: bytes, now_ms: int) -> tuple[Message, int]:
 
 
 def _decode(payload: bytes, exchange: str, routing_key: str) -> tuple[Message, dict[Any, Any] | None]:
-    """:func:`decode_transfer`, and the message-annotations it decoded (None: none)."""
+    """:func:`decode_transfer`, and the message-annotations it decoded (None: none).
+    The compiled twin (``_ctransfer.decode_message``) takes the common case (no
+    delivery- or message-annotations, a header in the usual forms) when built."""
+    if _compiled is not None:
+        message = _compiled.decode_message(payload, exchange, routing_key)
+        if message is not None:
+            return message, None
+    return py_decode(payload, exchange, routing_key)
+
+
+def py_decode(payload: bytes, exchange: str, routing_key: str) -> tuple[Message, dict[Any, Any] | None]:
+    """:func:`_decode` in pure Python (the compiled twin's reference)."""
     if type(payload) is not bytes:
         payload = bytes(payload)
     header, delivery, annotations, properties, application, b, _, data, _ = s.scan(payload)
     if delivery is not None:
-        return _decode(payload[: delivery[0]] + payload[delivery[1] :], exchange, routing_key)
+        return py_decode(payload[: delivery[0]] + payload[delivery[1] :], exchange, routing_key)
     durable = priority = ttl = None
     values: dict[Any, Any] | None = None
     if header is not None:
@@ -882,6 +894,9 @@ def _changed(values: dict[Any, Any], changes: dict[str, Any]) -> dict[Any, Any]:
 
 AMQP10 = Amqp10Format()
 register_format(AMQP10)
+_compiled = twin("leveret.protocol.amqp10._ctransfer")
+if _compiled is not None:
+    _compiled.init_message(Message, AMQP10)
 
 
 def annotated(message: Message, annotations: dict[Any, Any]) -> Message:

@@ -155,3 +155,72 @@ def test_a_common_transfer_is_a_fast_transfer_tuple() -> None:
         assert pos == len(data)
         assert items == [(3, 7, 9, b"t", 0, True, False, b"payload")] * 2
         assert frames.as_frame(items[0]) == frames.decode_frame(data[: len(data) // 2])
+
+
+def _facts(found) -> object:
+    """A decoded message's fields, or the error that refused it."""
+    from leveret.core.message import Message
+
+    if isinstance(found, tuple):  # py_decode's (message, annotations)
+        message, annotations = found
+        if annotations is not None:
+            return "annotations", annotations
+        found = message
+    if isinstance(found, Message):
+        return tuple(
+            getattr(found, name)
+            for name in ("exchange", "routing_key", "body", "format", "encoded", "persistent", "ttl", "priority",
+                         "cc", "deaths")
+        )
+    return found
+
+
+def _decode_both(payload: bytes) -> None:
+    from leveret.protocol.amqp10 import message
+
+    try:
+        compiled = _facts(COMPILED.decode_message(payload, "ex", "rk"))
+    except DecodeError as exc:
+        compiled = (type(exc), str(exc), exc.condition)
+    try:
+        pure = _facts(message.py_decode(payload, "ex", "rk"))
+    except DecodeError as exc:
+        pure = (type(exc), str(exc), exc.condition)
+    if compiled is not None:  # it took the payload: the same message, or the same error
+        assert compiled == pure
+
+
+@settings(max_examples=500, deadline=None)
+@given(messages())
+def test_decode_message_as_the_pure_one(payload: bytes) -> None:
+    _decode_both(payload)
+
+
+@settings(max_examples=400, deadline=None)
+@given(messages(), st.integers(0, 10_000), st.integers(0, 255))
+def test_decode_message_of_mangled_messages(payload: bytes, where: int, byte: int) -> None:
+    mangled = bytearray(payload)
+    mangled[where % len(mangled)] = byte
+    _decode_both(bytes(mangled))
+
+
+@settings(max_examples=300, deadline=None)
+@given(message_ish)
+def test_decode_message_of_message_like_bytes(payload: bytes) -> None:
+    _decode_both(payload)
+
+
+def test_common_messages_are_decoded_by_the_twin() -> None:
+    from amqp10_sans_io import message_payload
+    from proton import Message as ProtonMessage
+
+    from leveret.protocol.amqp10 import message
+
+    for payload in (
+        message_payload(b"x" * 100, durable=True, to="/queues/q", k="v"),
+        bytes(ProtonMessage(body=b"x" * 100, durable=False).encode()),
+        bytes(ProtonMessage(body="text", priority=7, ttl=2.5, id=5).encode()),
+    ):
+        found = COMPILED.decode_message(payload, "e", "k")
+        assert found is not None
+        assert _facts(found) == _facts(message.py_decode(payload, "e", "k"))
