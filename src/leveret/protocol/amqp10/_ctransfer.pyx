@@ -410,13 +410,16 @@ def decode_message(object payload, str exchange, str routing_key):
     else:
         facts = (None, None, None)
         h = 0
+    # a section holding null or list0 has nothing to check (sections.check_*: no items)
     ap = b
     if f.ap0 >= 0:
-        _check_application_properties(data, f.ap0, f.ap1)
+        if p[f.ap0 + 3] != 0x40:
+            _check_application_properties(data, f.ap0, f.ap1)
         ap = f.ap0
     bare = ap
     if f.p0 >= 0:
-        _check_properties(data, f.p0, f.p1)
+        if p[f.p0 + 3] != 0x40 and p[f.p0 + 3] != 0x45:
+            _check_properties(data, f.p0, f.p1)
         bare = f.p0
     if len(sections) == 1:
         start, stop = sections[0]

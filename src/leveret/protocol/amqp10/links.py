@@ -137,6 +137,7 @@ class IncomingLink:
         self._outcomes: dict[int, Any] = {}
         self._known_upto = 0  # publishes whose outcome is known
         self._returned = False
+        self._now = session.connection.core.clock.time
 
     def _check(self, address: Address) -> None:
         """The fixed address exists (a v1 queue is created) and may be written to."""
@@ -285,7 +286,7 @@ class IncomingLink:
                 e.MESSAGE_SIZE_EXCEEDED, f"a message of {len(payload)} bytes (max-message-size)"
             )
         try:
-            message, delay = decode_publish(payload, int(self.session.connection.core.clock.time() * 1000))
+            message, delay = decode_publish(payload, self._now)
         except DecodeError as exc:
             raise e.LinkFault(exc.condition, f"the message does not decode: {exc}") from None
         address = self.address

@@ -130,12 +130,17 @@ def decode_transfer(payload: bytes, exchange: str, routing_key: str) -> Message:
     return _decode(payload, exchange, routing_key)[0]
 
 
-def decode_publish(payload: bytes, now_ms: int) -> tuple[Message, int]:
+def decode_publish(payload: bytes, now: Callable[[], float]) -> tuple[Message, int]:
     """:func:`decode_transfer` for the publish path (not addressed yet) and the
     milliseconds to hold the message first (:func:`delivery_delay`), read from the
-    message-annotations decoded once. Raises DecodeError as :func:`decode_transfer`."""
+    message-annotations decoded once; ``now`` gives the time (seconds since the
+    epoch), read only for a message with annotations. Raises DecodeError as
+    :func:`decode_transfer`."""
     message, values = _decode(payload, "", "")
-    at = delivery_time_of(values, now_ms) if values else None
+    if not values:
+        return message, 0
+    now_ms = int(now() * 1000)
+    at = delivery_time_of(values, now_ms)
     return message, 0 if at is None else at - now_ms
 
 

@@ -217,6 +217,19 @@ class Amqp10Session:
         publishes."""
         if self.state == "ending":
             return
+        link = self.links.get(item[1])
+        if type(link) is IncomingLink and self._window_left > INCOMING_WINDOW // 2:
+            # the common case, as _incoming has it: a link that publishes, the window
+            # far from used up
+            self.next_incoming_id = (self.next_incoming_id + 1) % _UINT
+            self._window_left -= 1
+            try:
+                link.transfer_item(item)
+            except e.LinkFault as exc:
+                self.detach_with(link, exc)
+            except e.SessionFault as exc:
+                self.end_with(exc)
+            return
         try:
             link = self._incoming(item[1])
             if link is None:
