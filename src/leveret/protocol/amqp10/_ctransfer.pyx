@@ -432,3 +432,120 @@ def decode_message(object payload, str exchange, str routing_key):
         body = data[b:]
         encoded = _encoded(ENCODED_BODY, h, bare, ap, b, b, p, b, end, end)
     return _Message(exchange, routing_key, body, _FORMAT, encoded, facts[0] is True, facts[2], facts[1])
+
+
+# -- a delivery's payload (message.encode_transfer's common case) --------------------
+
+cdef object _Rendered = None
+cdef object _routing_annotations = None
+
+
+def init_delivery(rendered_class, routing_annotations):
+    """Called by :mod:`leveret.protocol.amqp10.message`: the class cached on
+    ``Message.rendered`` and the function that encodes the routing annotations."""
+    global _Rendered, _routing_annotations
+    _Rendered = rendered_class
+    _routing_annotations = routing_annotations
+
+
+cdef inline Py_ssize_t _put_uint(unsigned char* q, unsigned long long value) noexcept:
+    """``sections._uint``: the smallest uint encoding; its length."""
+    if value == 0:
+        q[0] = 0x43
+        return 1
+    if value < 256:
+        q[0] = 0x52
+        q[1] = <unsigned char>value
+        return 2
+    q[0] = 0x70
+    _put32(q + 1, <Py_ssize_t>value)
+    return 5
+
+
+def encode_transfer(object message, object delivery_count, object first_acquirer, object ttl_left_ms):
+    """Twin of ``message.py_encode_transfer`` for an AMQP 1.0 message whose rendering
+    is cached or has no message-annotations and no deaths (rendered and cached here as
+    the pure code does); None for anything else (the pure code encodes it)."""
+    if _Rendered is None or message.format is not _FORMAT:
+        return None
+    if type(delivery_count) is not int or not 0 <= delivery_count < 4294967296:
+        return None  # the pure code raises
+    deaths = message.deaths
+    rendered = message.rendered
+    cdef bytes head, tail, body
+    cdef bint with_body
+    cdef const unsigned char* e
+    cdef Py_ssize_t n, kind, h, bare, ins
+    if type(rendered) is _Rendered:
+        head = rendered.head
+        with_body = rendered.with_body
+        tail = rendered.tail
+    else:
+        if deaths:
+            return None
+        encoded = message.encoded
+        if type(encoded) is not bytes or PyBytes_GET_SIZE(encoded) < PREFIX_SIZE:
+            return None
+        e = <const unsigned char*>PyBytes_AS_STRING(encoded)
+        n = PyBytes_GET_SIZE(encoded)
+        kind = e[0]
+        h = _u32(e + 1)
+        bare = _u32(e + 5)
+        ins = _u32(e + 17)
+        if h < bare or bare > n or ins > n or bare > ins:
+            return None  # message-annotations of its own (or an odd layout): the pure code
+        annotations = _routing_annotations(message.exchange, message.routing_key)
+        if kind == MANY_DATA:
+            head = annotations + encoded[bare:]
+            with_body = False
+            tail = b""
+        else:
+            head = annotations + encoded[bare:ins]
+            with_body = True
+            tail = encoded[ins:]
+        made = _Rendered(head, with_body, tail)
+        if rendered is None:
+            message.rendered = made
+    ttl = ttl_left_ms if ttl_left_ms is not None else message.ttl
+    first = bool(first_acquirer) and not deaths
+    priority = message.priority
+    if priority is not None and not 0 <= priority < 256:
+        priority = 255 if priority > 0 else 0
+    if ttl is not None and not 0 <= ttl < 4294967296:
+        ttl = 4294967295 if ttl > 0 else 0
+    body = message.body if with_body else b""
+    if type(body) is not bytes:
+        return None
+    cdef unsigned char header[32]
+    cdef Py_ssize_t at = 6
+    header[at] = 0x41 if message.persistent else 0x42
+    at += 1
+    if priority is None:
+        header[at] = 0x40
+        at += 1
+    else:
+        header[at] = 0x50
+        header[at + 1] = <unsigned char>priority
+        at += 2
+    if ttl is None:
+        header[at] = 0x40
+        at += 1
+    else:
+        at += _put_uint(header + at, <unsigned long long>ttl)
+    header[at] = 0x41 if first else 0x42
+    at += 1
+    at += _put_uint(header + at, <unsigned long long>delivery_count)
+    header[0] = 0x00
+    header[1] = 0x53
+    header[2] = 0x70
+    header[3] = 0xC0
+    header[4] = <unsigned char>(at - 5)
+    header[5] = 5
+    cdef Py_ssize_t hl = PyBytes_GET_SIZE(head), bl = PyBytes_GET_SIZE(body), tl = PyBytes_GET_SIZE(tail)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, at + hl + bl + tl)
+    cdef unsigned char* q = <unsigned char*>PyBytes_AS_STRING(out)
+    memcpy(q, header, at)
+    memcpy(q + at, PyBytes_AS_STRING(head), hl)
+    memcpy(q + at + hl, PyBytes_AS_STRING(body), bl)
+    memcpy(q + at + hl + bl, PyBytes_AS_STRING(tail), tl)
+    return out

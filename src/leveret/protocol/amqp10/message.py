@@ -344,6 +344,19 @@ class _Rendered:
 def encode_transfer(
     message: Message, delivery_count: int, first_acquirer: bool, ttl_left_ms: int | None
 ) -> bytes:
+    """:func:`py_encode_transfer`, by its compiled twin (``_ctransfer.encode_transfer``)
+    when built for an AMQP 1.0 message without message-annotations or deaths of its
+    own (or whose rendering is cached)."""
+    if _compiled is not None:
+        out = _compiled.encode_transfer(message, delivery_count, first_acquirer, ttl_left_ms)
+        if out is not None:
+            return out
+    return py_encode_transfer(message, delivery_count, first_acquirer, ttl_left_ms)
+
+
+def py_encode_transfer(
+    message: Message, delivery_count: int, first_acquirer: bool, ttl_left_ms: int | None
+) -> bytes:
     """The payload of a transfer of ``message`` to a receiver: a header with
     ``durable`` (``message.persistent``), ``priority``, ``ttl`` (``ttl_left_ms``, the
     ms the message has left to live; None: the message's own TTL, if any),
@@ -902,6 +915,7 @@ register_format(AMQP10)
 _compiled = twin("leveret.protocol.amqp10._ctransfer")
 if _compiled is not None:
     _compiled.init_message(Message, AMQP10)
+    _compiled.init_delivery(_Rendered, _routing_annotations)
 
 
 def annotated(message: Message, annotations: dict[Any, Any]) -> Message:

@@ -224,3 +224,70 @@ def test_common_messages_are_decoded_by_the_twin() -> None:
         found = COMPILED.decode_message(payload, "e", "k")
         assert found is not None
         assert _facts(found) == _facts(message.py_decode(payload, "e", "k"))
+
+
+def _deliveries(payload: bytes, exchange: str, key: str):
+    """Two copies of the message ``payload`` decodes to (None if it does not): each
+    twin renders (and caches on) its own."""
+    from leveret.protocol.amqp10 import message
+
+    try:
+        return [message.py_decode(payload, exchange, key)[0] for _ in range(2)]
+    except DecodeError:
+        return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    messages(),
+    st.sampled_from(["", "amq.topic", "ex"]),
+    st.sampled_from(["", "q", "a.b.c", "k" * 300]),
+    st.integers(-5, 2**32 + 5),
+    st.booleans(),
+    st.none() | st.integers(-5, 2**33),
+    st.none() | st.integers(-3, 300),
+    st.booleans(),
+    st.integers(1, 3),
+)
+def test_encode_transfer_as_the_pure_one(
+    payload, exchange, key, count, first, ttl_left, priority, dead, times
+) -> None:
+    """The compiled encoder gives the same payload as the pure one (or gives way),
+    delivery after delivery, and leaves the same rendering cached on the message."""
+    from leveret.core.message import Death
+    from leveret.protocol.amqp10 import message
+
+    pair = _deliveries(payload, exchange, key)
+    if pair is None:
+        return
+    if dead:
+        pair = [m.dead(Death("q", "rejected", 1, exchange, (key,)), "dlx", "k") for m in pair]
+    for m in pair:
+        m.priority = priority
+    compiled_message, pure_message = pair
+
+    def pure_encode(m):
+        try:
+            return message.py_encode_transfer(m, count, first, ttl_left)
+        except ValueError as exc:
+            return str(exc)
+
+    for _ in range(times):
+        pure = pure_encode(pure_message)
+        found = COMPILED.encode_transfer(compiled_message, count, first, ttl_left)
+        assert (pure_encode(compiled_message) if found is None else found) == pure
+        assert type(compiled_message.rendered) is type(pure_message.rendered)
+        if pure_message.rendered is not None:
+            assert compiled_message.rendered == pure_message.rendered
+
+
+def test_common_deliveries_are_encoded_by_the_twin() -> None:
+    from proton import Message as ProtonMessage
+
+    from leveret.protocol.amqp10 import message
+
+    payload = bytes(ProtonMessage(body=b"x" * 100, durable=True).encode())
+    first, second = (message.py_decode(payload, "", "q")[0] for _ in range(2))
+    assert COMPILED.encode_transfer(first, 0, True, None) == message.py_encode_transfer(second, 0, True, None)
+    assert first.rendered == second.rendered and first.rendered is not None
+    assert COMPILED.encode_transfer(first, 3, False, 500) == message.py_encode_transfer(second, 3, False, 500)
