@@ -438,14 +438,17 @@ def decode_message(object payload, str exchange, str routing_key):
 
 cdef object _Rendered = None
 cdef object _routing_annotations = None
+cdef object _fallback = None
 
 
-def init_delivery(rendered_class, routing_annotations):
+def init_delivery(rendered_class, routing_annotations, fallback):
     """Called by :mod:`leveret.protocol.amqp10.message`: the class cached on
-    ``Message.rendered`` and the function that encodes the routing annotations."""
-    global _Rendered, _routing_annotations
+    ``Message.rendered``, the function that encodes the routing annotations and the
+    pure encoder (``py_encode_transfer``) for what the twin does not take."""
+    global _Rendered, _routing_annotations, _fallback
     _Rendered = rendered_class
     _routing_annotations = routing_annotations
+    _fallback = fallback
 
 
 cdef inline Py_ssize_t _put_uint(unsigned char* q, unsigned long long value) noexcept:
@@ -465,11 +468,12 @@ cdef inline Py_ssize_t _put_uint(unsigned char* q, unsigned long long value) noe
 def encode_transfer(object message, object delivery_count, object first_acquirer, object ttl_left_ms):
     """Twin of ``message.py_encode_transfer`` for an AMQP 1.0 message whose rendering
     is cached or has no message-annotations and no deaths (rendered and cached here as
-    the pure code does); None for anything else (the pure code encodes it)."""
+    the pure code does); anything else is encoded by the pure code (the fallback
+    given to :func:`init_delivery`)."""
     if _Rendered is None or message.format is not _FORMAT:
-        return None
+        return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)
     if type(delivery_count) is not int or not 0 <= delivery_count < 4294967296:
-        return None  # the pure code raises
+        return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)  # raises
     deaths = message.deaths
     rendered = message.rendered
     cdef bytes head, tail, body
@@ -482,10 +486,10 @@ def encode_transfer(object message, object delivery_count, object first_acquirer
         tail = rendered.tail
     else:
         if deaths:
-            return None
+            return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)
         encoded = message.encoded
         if type(encoded) is not bytes or PyBytes_GET_SIZE(encoded) < PREFIX_SIZE:
-            return None
+            return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)
         e = <const unsigned char*>PyBytes_AS_STRING(encoded)
         n = PyBytes_GET_SIZE(encoded)
         kind = e[0]
@@ -493,7 +497,7 @@ def encode_transfer(object message, object delivery_count, object first_acquirer
         bare = _u32(e + 5)
         ins = _u32(e + 17)
         if h < bare or bare > n or ins > n or bare > ins:
-            return None  # message-annotations of its own (or an odd layout): the pure code
+            return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)  # message-annotations of its own (or an odd layout): the pure code
         annotations = _routing_annotations(message.exchange, message.routing_key)
         if kind == MANY_DATA:
             head = annotations + encoded[bare:]
@@ -515,7 +519,7 @@ def encode_transfer(object message, object delivery_count, object first_acquirer
         ttl = 4294967295 if ttl > 0 else 0
     body = message.body if with_body else b""
     if type(body) is not bytes:
-        return None
+        return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)
     cdef unsigned char header[32]
     cdef Py_ssize_t at = 6
     header[at] = 0x41 if message.persistent else 0x42

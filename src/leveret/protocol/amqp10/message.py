@@ -341,19 +341,6 @@ class _Rendered:
     tail: bytes
 
 
-def encode_transfer(
-    message: Message, delivery_count: int, first_acquirer: bool, ttl_left_ms: int | None
-) -> bytes:
-    """:func:`py_encode_transfer`, by its compiled twin (``_ctransfer.encode_transfer``)
-    when built for an AMQP 1.0 message without message-annotations or deaths of its
-    own (or whose rendering is cached)."""
-    if _compiled is not None:
-        out = _compiled.encode_transfer(message, delivery_count, first_acquirer, ttl_left_ms)
-        if out is not None:
-            return out
-    return py_encode_transfer(message, delivery_count, first_acquirer, ttl_left_ms)
-
-
 def py_encode_transfer(
     message: Message, delivery_count: int, first_acquirer: bool, ttl_left_ms: int | None
 ) -> bytes:
@@ -915,7 +902,13 @@ register_format(AMQP10)
 _compiled = twin("leveret.protocol.amqp10._ctransfer")
 if _compiled is not None:
     _compiled.init_message(Message, AMQP10)
-    _compiled.init_delivery(_Rendered, _routing_annotations)
+    _compiled.init_delivery(_Rendered, _routing_annotations, py_encode_transfer)
+#: :func:`py_encode_transfer`, by its compiled twin (``_ctransfer.encode_transfer``)
+#: when built: it takes an AMQP 1.0 message without message-annotations or deaths of
+#: its own (or whose rendering is cached) and hands the rest to the pure encoder.
+encode_transfer: Callable[[Message, int, bool, int | None], bytes] = (
+    _compiled.encode_transfer if _compiled is not None else py_encode_transfer
+)
 
 
 def annotated(message: Message, annotations: dict[Any, Any]) -> Message:

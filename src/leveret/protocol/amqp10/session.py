@@ -304,11 +304,25 @@ class Amqp10Session:
                 (i for i in unsettled if (i - first) % _UINT <= span), key=lambda i: (i - first) % _UINT
             )
         touched = set()
-        for delivery_id in ids:
-            link = unsettled.pop(delivery_id)
-            queue = link.settle(delivery_id, disposition.state)
-            if queue is not None:
-                touched.add(queue)
+        state = disposition.state
+        if state is None or isinstance(state, perf.Accepted):
+            # the common outcome, settled here for the whole range (OutgoingLink.settle's
+            # accepted case without a call per delivery)
+            for delivery_id in ids:
+                link = unsettled.pop(delivery_id)
+                entry = link.unsettled.pop(delivery_id, None)
+                if entry is not None:
+                    queue = link.queue
+                    queue.ack(entry)
+                    queue.counters.acknowledged += 1
+                    link.counted.acknowledged += 1
+                    touched.add(queue)
+        else:
+            for delivery_id in ids:
+                link = unsettled.pop(delivery_id)
+                queue = link.settle(delivery_id, state)
+                if queue is not None:
+                    touched.add(queue)
         for queue in touched:
             queue.drain()
 
