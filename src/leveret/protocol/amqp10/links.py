@@ -374,7 +374,7 @@ class IncomingLink:
         pending, outcomes, upto = self._pending, self._outcomes, self._known_upto
         run_first = run_last = -1
         run_state: Any = None
-        send = self.session.send
+        send = self.session.send_settled
         while pending and pending[0][0] <= upto:
             seq, delivery_id = pending.popleft()
             state = outcomes.pop(seq, _ACCEPTED) if outcomes else _ACCEPTED
@@ -382,11 +382,11 @@ class IncomingLink:
                 run_last = delivery_id
                 continue
             if run_state is not None:
-                send(perf.Disposition(perf.ROLE_RECEIVER, run_first, run_last, True, run_state))
+                send(run_first, run_last, run_state)
             run_first = run_last = delivery_id
             run_state = state
         if run_state is not None:
-            send(perf.Disposition(perf.ROLE_RECEIVER, run_first, run_last, True, run_state))
+            send(run_first, run_last, run_state)
         if outcomes:  # settled deliveries' outcomes are not sent
             for seq in [s for s in outcomes if s <= upto]:
                 del outcomes[seq]
