@@ -465,15 +465,64 @@ cdef inline Py_ssize_t _put_uint(unsigned char* q, unsigned long long value) noe
     return 5
 
 
+cdef enum:
+    TRANSFER_HEAD = 39  # session._TRANSFER_HEAD: frame header, then the transfer
+
+
 def encode_transfer(object message, object delivery_count, object first_acquirer, object ttl_left_ms):
     """Twin of ``message.py_encode_transfer`` for an AMQP 1.0 message whose rendering
     is cached or has no message-annotations and no deaths (rendered and cached here as
     the pure code does); anything else is encoded by the pure code (the fallback
     given to :func:`init_delivery`)."""
+    out = _payload(message, delivery_count, first_acquirer, ttl_left_ms, 0)
+    return out if out is not None else _fallback(message, delivery_count, first_acquirer, ttl_left_ms)
+
+
+def transfer_frame(unsigned int channel, unsigned int handle, unsigned int delivery_id, bint settled,
+                   Py_ssize_t max_frame_size, object message, object delivery_count, object first_acquirer,
+                   object ttl_left_ms):
+    """Twin of ``session.py_transfer_frame``: the whole frame of a delivery in one
+    transfer (``session.send_transfer``'s head, then :func:`encode_transfer`'s
+    payload), or None when it does not fit ``max_frame_size`` or is not the twin's
+    common case (the caller then encodes it the usual way)."""
+    if channel > 0xFFFF:
+        return None
+    cdef bytes out = _payload(message, delivery_count, first_acquirer, ttl_left_ms, TRANSFER_HEAD)
+    if out is None or PyBytes_GET_SIZE(out) > max_frame_size:
+        return None
+    cdef unsigned char* q = <unsigned char*>PyBytes_AS_STRING(out)
+    _put32(q, PyBytes_GET_SIZE(out))
+    q[4] = 2
+    q[5] = 0
+    q[6] = (channel >> 8) & 0xFF
+    q[7] = channel & 0xFF
+    q[8] = 0x00
+    q[9] = 0x53
+    q[10] = 0x14
+    q[11] = 0xD0
+    _put32(q + 12, 23)
+    _put32(q + 16, 6)
+    q[20] = 0x70
+    _put32(q + 21, handle)
+    q[25] = 0x70
+    _put32(q + 26, delivery_id)
+    q[30] = 0xA0
+    q[31] = 4
+    _put32(q + 32, delivery_id)
+    q[36] = 0x43
+    q[37] = 0x41 if settled else 0x42
+    q[38] = 0x42
+    return out
+
+
+cdef object _payload(object message, object delivery_count, object first_acquirer, object ttl_left_ms,
+                     Py_ssize_t room):
+    """:func:`encode_transfer`'s bytes after ``room`` bytes left for the caller, or
+    None for what the pure code encodes."""
     if _Rendered is None or message.format is not _FORMAT:
-        return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)
+        return None
     if type(delivery_count) is not int or not 0 <= delivery_count < 4294967296:
-        return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)  # raises
+        return None  # the pure code raises
     deaths = message.deaths
     rendered = message.rendered
     cdef bytes head, tail, body
@@ -486,10 +535,10 @@ def encode_transfer(object message, object delivery_count, object first_acquirer
         tail = rendered.tail
     else:
         if deaths:
-            return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)
+            return None
         encoded = message.encoded
         if type(encoded) is not bytes or PyBytes_GET_SIZE(encoded) < PREFIX_SIZE:
-            return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)
+            return None
         e = <const unsigned char*>PyBytes_AS_STRING(encoded)
         n = PyBytes_GET_SIZE(encoded)
         kind = e[0]
@@ -497,7 +546,7 @@ def encode_transfer(object message, object delivery_count, object first_acquirer
         bare = _u32(e + 5)
         ins = _u32(e + 17)
         if h < bare or bare > n or ins > n or bare > ins:
-            return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)  # message-annotations of its own (or an odd layout): the pure code
+            return None  # message-annotations of its own (or an odd layout): the pure code
         annotations = _routing_annotations(message.exchange, message.routing_key)
         if kind == MANY_DATA:
             head = annotations + encoded[bare:]
@@ -519,7 +568,7 @@ def encode_transfer(object message, object delivery_count, object first_acquirer
         ttl = 4294967295 if ttl > 0 else 0
     body = message.body if with_body else b""
     if type(body) is not bytes:
-        return _fallback(message, delivery_count, first_acquirer, ttl_left_ms)
+        return None
     cdef unsigned char header[32]
     cdef Py_ssize_t at = 6
     header[at] = 0x41 if message.persistent else 0x42
@@ -546,8 +595,8 @@ def encode_transfer(object message, object delivery_count, object first_acquirer
     header[4] = <unsigned char>(at - 5)
     header[5] = 5
     cdef Py_ssize_t hl = PyBytes_GET_SIZE(head), bl = PyBytes_GET_SIZE(body), tl = PyBytes_GET_SIZE(tail)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, at + hl + bl + tl)
-    cdef unsigned char* q = <unsigned char*>PyBytes_AS_STRING(out)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, room + at + hl + bl + tl)
+    cdef unsigned char* q = <unsigned char*>PyBytes_AS_STRING(out) + room
     memcpy(q, header, at)
     memcpy(q + at, PyBytes_AS_STRING(head), hl)
     memcpy(q + at + hl, PyBytes_AS_STRING(body), bl)

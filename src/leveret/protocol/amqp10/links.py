@@ -52,6 +52,7 @@ from .frames import FastTransfer
 from .link_common import answer_attach, drain_or_echo, flow_credit
 from .message import address_fields, annotated, decode_publish, encode_transfer
 from .reply_to import ReplyToLink, wants_reply_to
+from .transfer_frames import transfer_frame
 from .types import DecodeError
 
 if TYPE_CHECKING:
@@ -537,10 +538,24 @@ class OutgoingLink:
         if entry.expires_at:
             ttl_left = max(0, int((entry.expires_at - session.connection.core.clock.time()) * 1000))
         # the header's delivery-count: the failed attempts (§3.2.1), as RabbitMQ 4.3
-        payload = encode_transfer(message, entry.failed_count, not entry.redelivered, ttl_left)
         extra = self.queue.delivery_headers(entry)
-        if extra:  # a stream's x-stream-offset, as a message annotation (RabbitMQ 4)
-            payload = with_annotations(payload, extra)
+        frame = None
+        if not extra:  # the whole frame at once (session.transfer_frame), when it fits
+            frame = transfer_frame(
+                session.channel,
+                self.handle,
+                delivery_id,
+                self.no_ack,
+                session.connection.peer_max_frame_size,
+                message,
+                entry.failed_count,
+                not entry.redelivered,
+                ttl_left,
+            )
+        if frame is None:
+            payload = encode_transfer(message, entry.failed_count, not entry.redelivered, ttl_left)
+            if extra:  # a stream's x-stream-offset, as a message annotation (RabbitMQ 4)
+                payload = with_annotations(payload, extra)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _UINT
         counters = self.queue.counters
@@ -557,7 +572,10 @@ class OutgoingLink:
         if entry.redelivered:
             counters.redelivered += 1
             counted.redelivered += 1
-        session.send_transfer(self.handle, delivery_id, self.no_ack, payload)
+        if frame is None:
+            session.send_transfer(self.handle, delivery_id, self.no_ack, payload)
+        else:
+            session.send_frame(frame)
 
     def flow(self, flow: perf.Flow) -> None:
         """The client's credit (§2.6.7): ``delivery-count + link-credit`` of its flow

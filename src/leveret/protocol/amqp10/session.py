@@ -28,6 +28,7 @@ from . import errors as e, performatives as perf
 from .frames import FastTransfer
 from .links import IncomingLink, OutgoingLink, attach_link
 from .management_link import ResponseLink, management_link
+from .transfer_frames import TRANSFER_HEAD as _TRANSFER_HEAD, TRANSFER_HEAD_SIZE as _TRANSFER_HEAD_SIZE
 from .reply_to import ReplyToLink
 
 if TYPE_CHECKING:
@@ -85,14 +86,6 @@ def settled_disposition(channel: int, first: int, last: int, state: Any) -> byte
     fields = b"\x41" + _uint(first) + _uint(last) + b"\x41" + outcome
     body = b"\x00\x53\x15\xc0" + bytes((len(fields) + 1, 5)) + fields
     return _FRAME_HEADER.pack(8 + len(body), 2, 0, channel) + body
-
-
-#: A whole single-frame transfer's head: frame header (size, doff 2, type 0, channel),
-#: then transfer's descriptor and list32 (size 23, count 6): handle and delivery-id as
-#: uint, a 4-byte delivery tag (the delivery id), message-format uint0, settled, more
-#: false. One pack per delivery (the hot path).
-_TRANSFER_HEAD = struct.Struct(">IBBH3sBIIBIBIBBIBBB")
-_TRANSFER_HEAD_SIZE = _TRANSFER_HEAD.size  # 39 bytes
 
 
 class Amqp10Session:
@@ -173,6 +166,13 @@ class Amqp10Session:
             self.send(perf.Disposition(perf.ROLE_RECEIVER, first, last, True, state))
         else:
             self.connection.send(frame)
+
+    def send_frame(self, frame: bytes) -> None:
+        """A delivery's whole transfer frame (:func:`transfer_frame`): it uses one of the
+        client's incoming window."""
+        self.next_outgoing_id = (self.next_outgoing_id + 1) % _UINT
+        self.remote_incoming_window -= 1
+        self.connection.send_parts([frame], len(frame) - _TRANSFER_HEAD_SIZE)
 
     def send_transfer(self, handle: int, delivery_id: int, settled: bool, payload: bytes) -> None:
         """One delivery, in as many transfer frames as the client's max-frame-size

@@ -291,3 +291,43 @@ def test_common_deliveries_are_encoded_by_the_twin() -> None:
     assert COMPILED.encode_transfer(first, 0, True, None) == message.py_encode_transfer(second, 0, True, None)
     assert first.rendered == second.rendered and first.rendered is not None
     assert COMPILED.encode_transfer(first, 3, False, 500) == message.py_encode_transfer(second, 3, False, 500)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    messages(),
+    st.sampled_from(["", "ex"]),
+    st.sampled_from(["", "q"]),
+    st.integers(0, 0x10000),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1),
+    st.booleans(),
+    st.sampled_from([512, 700, 1 << 20]),
+    st.integers(0, 300),
+    st.booleans(),
+    st.none() | st.integers(0, 2**32),
+)
+def test_transfer_frame_as_the_pure_one(
+    payload, exchange, key, channel, handle, delivery_id, settled, max_frame, count, first, ttl_left
+) -> None:
+    """The compiled delivery frame is the pure one's bytes; where either gives None the
+    caller encodes the delivery the usual way, and both end with the same rendering
+    cached on the message."""
+    from leveret.protocol.amqp10 import message, transfer_frames
+
+    pair = _deliveries(payload, exchange, key)
+    if pair is None:
+        return
+    compiled_message, pure_message = pair
+    args = (channel, handle, delivery_id, settled, max_frame)
+    facts = (count, first, ttl_left)
+    pure = transfer_frames.py_transfer_frame(*args, pure_message, *facts)
+    found = COMPILED.transfer_frame(*args, compiled_message, *facts)
+    if found is not None:
+        assert found == pure
+    elif pure is not None:  # the compiled twin left it to the pure encoder
+        payload_bytes = message.py_encode_transfer(compiled_message, *facts)
+        assert pure.endswith(payload_bytes)
+    assert type(compiled_message.rendered) is type(pure_message.rendered) or found is None
+    if found is not None:
+        assert compiled_message.rendered == pure_message.rendered
