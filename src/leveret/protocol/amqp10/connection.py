@@ -159,7 +159,7 @@ class Amqp10Connection(AdapterConnection):
                 self.loop.call_soon(self._next_turn)
                 return
             try:
-                if type(item) is tuple:  # a transfer (frames.FastTransfer): the hot path
+                if isinstance(item, tuple):  # a transfer (frames.FastTransfer): the hot path
                     session = sessions.get(item[0]) if self.state == "open" else None
                     if session is not None:
                         session.transfer_item(item)

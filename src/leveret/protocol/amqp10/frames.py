@@ -142,7 +142,7 @@ class FrameReader:
     def feed(self, data: bytes) -> list[ProtocolHeader | Frame]:
         """The headers and frames completed by ``data`` (possibly none). Raises
         DecodeError; the reader is then unusable, as the connection must close."""
-        return [as_frame(item) if type(item) is tuple else item for item in self.read(data)]
+        return [as_frame(item) if isinstance(item, tuple) else item for item in self.read(data)]
 
     def read(self, data: bytes) -> list[ProtocolHeader | Frame | FastTransfer]:
         """:meth:`feed` for the connection: a transfer in the common encodings comes

@@ -28,8 +28,8 @@ from . import errors as e, performatives as perf
 from .frames import FastTransfer
 from .links import IncomingLink, OutgoingLink, attach_link
 from .management_link import ResponseLink, management_link
-from .transfer_frames import TRANSFER_HEAD as _TRANSFER_HEAD, TRANSFER_HEAD_SIZE as _TRANSFER_HEAD_SIZE
 from .reply_to import ReplyToLink
+from .transfer_frames import TRANSFER_HEAD as _TRANSFER_HEAD, TRANSFER_HEAD_SIZE as _TRANSFER_HEAD_SIZE
 
 if TYPE_CHECKING:
     from .connection import Amqp10Connection
@@ -347,11 +347,11 @@ class Amqp10Session:
                 link = unsettled.pop(delivery_id)
                 entry = link.unsettled.pop(delivery_id, None)
                 if entry is not None:
-                    queue = link.queue
-                    queue.ack(entry)
-                    queue.counters.acknowledged += 1
+                    acked = link.queue
+                    acked.ack(entry)
+                    acked.counters.acknowledged += 1
                     link.counted.acknowledged += 1
-                    touched.add(queue)
+                    touched.add(acked)
         else:
             for delivery_id in ids:
                 link = unsettled.pop(delivery_id)

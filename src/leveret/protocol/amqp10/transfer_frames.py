@@ -40,13 +40,11 @@ def py_transfer_frame(
     size = TRANSFER_HEAD_SIZE + len(payload)
     if size > max_frame_size or channel > 0xFFFF:
         return None
-    return (
-        TRANSFER_HEAD.pack(
-            size, 2, 0, channel, b"\x00\x53\x14", 0xD0, 23, 6, 0x70, handle, 0x70, delivery_id,
-            0xA0, 4, delivery_id, 0x43, 0x41 if settled else 0x42, 0x42,
-        )  # fmt: skip
-        + payload
-    )
+    head = TRANSFER_HEAD.pack(
+        size, 2, 0, channel, b"\x00\x53\x14", 0xD0, 23, 6, 0x70, handle, 0x70, delivery_id,
+        0xA0, 4, delivery_id, 0x43, 0x41 if settled else 0x42, 0x42,
+    )  # fmt: skip
+    return head + payload
 
 
 _compiled = twin("leveret.protocol.amqp10._ctransfer")

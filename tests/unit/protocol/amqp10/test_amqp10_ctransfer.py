@@ -169,8 +169,10 @@ def _facts(found) -> object:
     if isinstance(found, Message):
         return tuple(
             getattr(found, name)
-            for name in ("exchange", "routing_key", "body", "format", "encoded", "persistent", "ttl", "priority",
-                         "cc", "deaths")
+            for name in (
+                "exchange", "routing_key", "body", "format", "encoded", "persistent", "ttl", "priority", "cc",
+                "deaths",
+            )
         )
     return found
 
