@@ -16,6 +16,11 @@ from leveret.protocol.amqp10.types import DecodeError
 
 COMPILED, NOT_BUILT = compiled("leveret.protocol.amqp10._ctransfer")
 pytestmark = pytest.mark.skipif(COMPILED is None, reason=NOT_BUILT)
+if COMPILED is not None:  # what message.py hands the twin when it uses it (not under pure Python)
+    from leveret.protocol.amqp10 import message as _message
+
+    COMPILED.init_message(_message.Message, _message.AMQP10)
+    COMPILED.init_delivery(_message._Rendered, _message._routing_annotations, _message.py_encode_transfer)
 
 
 def _pure_scan(payload: bytes) -> sections.Scan | type[DecodeError]:
