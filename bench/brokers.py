@@ -475,6 +475,8 @@ class RabbitMQ(Broker):
     ``rabbitmq_web_mqtt`` on a free loopback port (``web_mqtt_port``, path ``/ws``).
     ``amqp10``: enable ``rabbitmq_amqp1_0`` (3.10's plugin: AMQP 1.0 on the AMQP port,
     sniffed from the protocol header; v1 addresses ``/queue/NAME``, ``/exchange/X/KEY``).
+    ``federation``: enable ``rabbitmq_federation`` and ``rabbitmq_federation_management``
+    (and so ``rabbitmq_management``: ``/api/federation-links``).
     ``conf``: more ``rabbitmq.conf`` lines; ``advanced_config``: the terms of an
     ``advanced.config`` list (``{rabbit, [{channel_tick_interval, 100}]}``).
     File descriptors: the node inherits this process's RLIMIT_NOFILE (call
@@ -484,14 +486,15 @@ class RabbitMQ(Broker):
     def __init__(self, start_timeout: float = 90.0, schedulers: int | None = None,
                  management: bool = False, stomp: bool = False, mqtt: bool = False,
                  web_mqtt: bool = False, mqtt_prefetch: int = 10, amqp10: bool = False,
-                 conf: str = "", advanced_config: str = "") -> None:
+                 conf: str = "", advanced_config: str = "", federation: bool = False) -> None:
         super().__init__(name="rabbitmq")
+        self.federation = federation
         self.conf = conf  # more rabbitmq.conf lines
         self.advanced_config = advanced_config  # advanced.config terms ({rabbit, [...]}), if any
         self.amqp10 = amqp10
         self.start_timeout = start_timeout
         self.schedulers = schedulers
-        self.management = management
+        self.management = management or federation
         self.stomp = stomp
         self.mqtt = mqtt or web_mqtt
         self.web_mqtt = web_mqtt
@@ -506,7 +509,10 @@ class RabbitMQ(Broker):
                                              ("rabbitmq_stomp", self.stomp),
                                              ("rabbitmq_mqtt", self.mqtt),
                                              ("rabbitmq_web_mqtt", self.web_mqtt),
-                                             ("rabbitmq_amqp1_0", self.amqp10)) if wanted]
+                                             ("rabbitmq_amqp1_0", self.amqp10),
+                                             ("rabbitmq_federation", self.federation),
+                                             ("rabbitmq_federation_management", self.federation))
+                   if wanted]
         Path(w, "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
         Path(w, "rabbitmq.conf").write_text(
             "loopback_users.guest = true\n"

@@ -85,12 +85,12 @@ def test_global_parameters_and_parameters(target: Target):
     finally:
         assert target.http("DELETE", "/api/global-parameters/cluster_name")[0] == 204
     assert target.http("GET", "/api/global-parameters/cluster_name")[0] == 404
-    # a component neither has (leveret has shovels: tests/integration/test_shovels.py)
-    upstream = {"value": {"uri": "amqp://remote"}}
-    status, body = target.http("PUT", "/api/parameters/federation-upstream/%2F/u1", upstream)
+    # a component neither has (shovels: test_shovels.py; federation: test_federation_*.py)
+    value = {"value": {"uri": "amqp://remote"}}
+    status, body = target.http("PUT", "/api/parameters/no-such-plugin/%2F/u1", value)
     assert status == 400
-    assert body["reason"] == "Validation failed\n\ncomponent federation-upstream not found\n"
-    assert target.http("GET", "/api/parameters/federation-upstream")[1] == []
+    assert body["reason"] == "Validation failed\n\ncomponent no-such-plugin not found\n"
+    assert target.http("GET", "/api/parameters/no-such-plugin")[1] == []
 
 
 def test_operator_policies_survive_a_restart_and_travel_in_definitions(tmp_path):

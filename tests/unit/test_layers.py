@@ -159,11 +159,16 @@ def test_type_checking_imports_are_counted_when_asked(tmp_path, monkeypatch):
     # any leveret or RabbitMQ. Shovels run inside the broker and read their definitions
     # from core, but move messages over AMQP too.
     ("leveret.tools", ("leveret.core", "leveret.protocol", "leveret.server", "leveret.store",
-                       "leveret.management", "leveret.cli", "leveret.spark", "leveret.shovel")),
+                       "leveret.management", "leveret.cli", "leveret.spark", "leveret.shovel",
+                       "leveret.federation")),
     ("leveret.spark", ("leveret.core", "leveret.protocol", "leveret.server", "leveret.store",
                        "leveret.management", "leveret.cli", "leveret.tools", "leveret.shovel")),
     ("leveret.shovel", ("leveret.protocol", "leveret.server", "leveret.store", "leveret.management",
-                        "leveret.cli", "leveret.tools", "leveret.spark")),
+                        "leveret.cli", "leveret.tools", "leveret.spark", "leveret.federation")),
+    # Federation links are clients too (AMQP to both sides); the management API and
+    # the control socket read their definitions' checks and their status.
+    ("leveret.federation", ("leveret.protocol", "leveret.server", "leveret.store", "leveret.management",
+                            "leveret.cli", "leveret.tools", "leveret.spark")),
 ])
 def test_dependencies_point_down(graph, layer, forbidden):
     bad = sorted((m, d) for m, deps in graph.items() if m.startswith(layer)

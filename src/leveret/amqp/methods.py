@@ -6,14 +6,23 @@ hot methods themselves and hand every other method here, so those fail alike.
 
 from __future__ import annotations
 
+import re
 import struct
 
-from pamqp import commands
+from pamqp import commands, constants as pamqp_constants
 from pamqp.base import Frame as Method
 from pamqp.exceptions import UnmarshalingException
 
 from .errors import NOT_IMPLEMENTED, SYNTAX_ERROR, AMQPConnectionError
 from .field_table import check_table
+
+# pamqp refuses exchange and queue names outside ``[a-zA-Z0-9-_.:@#,/+ ]`` when it
+# builds a method (a queue.declare-ok for ``federation: X -> NODE``, RabbitMQ's
+# federation queue, failed with 541); AMQP and RabbitMQ allow any text in a shortstr
+# (255 bytes, which pamqp and the broker check apart), so the broker and the clients
+# built on pamqp here accept any.
+for _domain in ("exchange-name", "queue-name"):
+    pamqp_constants.DOMAIN_REGEX[_domain] = re.compile(r".*", re.DOTALL)
 
 #: Bytes each fixed-size method argument takes (pamqp's names); bits are packed.
 _ARGUMENT_SIZES = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}

@@ -325,6 +325,23 @@ def shovel_status(ctx: Context) -> None:
     ctx.run("shovel_status", "Shovel status on node leveret ...")
 
 
+@ctl.command("federation_status")
+@click.option("--only-down", is_flag=True, help="Only the links that failed or are not connected.")
+@pass_ctx
+def federation_status(ctx: Context, only_down: bool) -> None:
+    """Every federation link's state (RabbitMQ's rabbitmqctl federation_status)."""
+    info = "Listing federation links which are down ..." if only_down else "Listing federation links ..."
+    ctx.run("federation_status", info, only_down=only_down or None)
+
+
+@ctl.command("restart_federation_link")
+@click.argument("link_id")
+@pass_ctx
+def restart_federation_link(ctx: Context, link_id: str) -> None:
+    """Restart a federation link now (its id from federation_status)."""
+    ctx.run("restart_federation_link", id=link_id)
+
+
 def _listing(name: str, what: str, vhosted: bool = True) -> None:
     """A list_* command taking RabbitMQ's column names as arguments."""
 

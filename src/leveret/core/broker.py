@@ -95,6 +95,20 @@ class BrokerCore:
     #: Called as ``listener(component, vhost, name, value)`` after a runtime parameter
     #: is set or recovered (``value`` None: cleared); the shovels' manager is one.
     parameter_listeners: list[Callable[[str, str, str, Any], None]] = field(default_factory=list)
+    #: Called as ``listener(vhost, event, binding)`` after a binding is added
+    #: (``"bind"``) or removed (``"unbind"``), shared with every vhost
+    #: (:attr:`VirtualHost.binding_listeners`): the federation's exchange links.
+    binding_listeners: list[Callable[[str, str, Any], None]] = field(default_factory=list)
+    #: The name this broker gives itself, as RabbitMQ's cluster name: the
+    #: ``cluster_name`` global parameter, else what the server sets here (AMQP's
+    #: ``cluster_name`` server property, federation's node name); None if neither.
+    node_name: Callable[[], str] | None = None
+    #: Called with a vhost's name after a policy or operator policy of it is set or
+    #: cleared (the federation manager follows them).
+    policy_listeners: list[Callable[[str], None]] = field(default_factory=list)
+    #: Called as ``listener(vhost, kind, name)`` when an exchange or queue is created
+    #: or removed (shared with every vhost: :attr:`VirtualHost.entity_listeners`).
+    entity_listeners: list[Callable[[str, str, str], None]] = field(default_factory=list)
     #: The x-arguments of a queue an adapter creates on a client's behalf (a STOMP SEND
     #: or SUBSCRIBE to ``/queue/X``): ActiveMQ's default redelivery policy and shared
     #: dead-letter queue, without its silent drop of non-persistent messages.
@@ -150,6 +164,8 @@ class BrokerCore:
         for vhost in self.vhosts.values():
             vhost.metrics = self.metrics
             vhost.queue_memory = self.queue_memory
+            vhost.binding_listeners = self.binding_listeners
+            vhost.entity_listeners = self.entity_listeners
         #: Open client connections of every protocol (see :mod:`.connections`).
         self.connections = Connections()
         #: The operators' latest actions (see :mod:`.audit`).
@@ -170,6 +186,8 @@ class BrokerCore:
             vhost.scheduler = self.scheduler
             vhost.metrics = self.metrics
             vhost.queue_memory = self.queue_memory
+            vhost.binding_listeners = self.binding_listeners
+            vhost.entity_listeners = self.entity_listeners
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost
@@ -378,6 +396,11 @@ class BrokerCore:
                 "priority": policy.priority,
             },
         )
+        self._policy_changed(policy.vhost)
+
+    def _policy_changed(self, vhost: str) -> None:
+        for listener in list(self.policy_listeners):
+            listener(vhost)
 
     def clear_policy(self, vhost: str, name: str, operator: bool = False) -> bool:
         """Remove a policy (an operator policy when ``operator``); False if there is
@@ -389,7 +412,16 @@ class BrokerCore:
         policies[:] = kept
         if self.store is not None:
             self.store.delete_definition("operator_policy" if operator else "policy", vhost, name)
+        self._policy_changed(vhost)
         return True
+
+    def cluster_name(self) -> str | None:
+        """The ``cluster_name`` global parameter if set (RabbitMQ's
+        ``set_cluster_name``), else :attr:`node_name`'s answer, else None."""
+        name = self.global_parameters.get("cluster_name")
+        if isinstance(name, str) and name:
+            return name
+        return self.node_name() if self.node_name is not None else None
 
     def set_global_parameter(self, name: str, value: Any) -> None:
         """Set a global runtime parameter (RabbitMQ's ``set_global_parameter``; a JSON

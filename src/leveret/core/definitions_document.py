@@ -22,9 +22,12 @@ from .auth import Permission, TopicPermission, User, check_pattern
 from .broker import BrokerCore
 from .errors import BrokerError, precondition_failed
 from .exchange import DEFAULT_EXCHANGE
-from .policy import Policy
+from .policy import Policy, check_definition
 from .queues import Queue
-from .queues.features import build
+
+#: The runtime parameter components an import sets (``vhost-limits`` and
+#: ``operator_policy`` are read apart; RabbitMQ's other plugins' are not leveret's).
+IMPORTED_COMPONENTS = ("shovel", "federation-upstream", "federation-upstream-set")
 
 
 def export(core: BrokerCore, version: str) -> dict[str, Any]:
@@ -162,10 +165,12 @@ def import_document(core: BrokerCore, document: Any, owner: object = None) -> No
     bindings = _entries(document, "bindings", ("source", "vhost", "destination", "destination_type"))
     parameters = _entries(document, "parameters", ("vhost", "component", "value"))
     limits = [(str(e["vhost"]), _limits(e["value"])) for e in parameters if e["component"] == "vhost-limits"]
-    shovels = [
-        (str(e["vhost"]), str(e.get("name")), e["value"]) for e in parameters if e["component"] == "shovel"
+    components = [  # shovels and federation upstreams (their managers check them)
+        (str(e["component"]), str(e["vhost"]), str(e.get("name")), e["value"])
+        for e in parameters
+        if e["component"] in IMPORTED_COMPONENTS
     ]
-    operator_policies = [  # other components (federation ...) are not leveret's
+    operator_policies = [
         _policy({**e["value"], "vhost": e["vhost"], "name": e.get("name")})
         for e in parameters
         if e["component"] == "operator_policy" and isinstance(e["value"], dict)
@@ -187,9 +192,9 @@ def import_document(core: BrokerCore, document: Any, owner: object = None) -> No
         core.set_policy(policy, operator=True)
     for name, value in global_parameters:
         core.set_global_parameter(name, value)
-    for vhost_name, name, value in shovels:  # (their manager checks them when it starts them)
+    for component, vhost_name, name, value in components:
         core.add_vhost(vhost_name)
-        core.set_parameter("shovel", vhost_name, name, value)
+        core.set_parameter(component, vhost_name, name, value)
     for vhost_name, values in limits:
         core.add_vhost(vhost_name)
         for key, value in values.items():
@@ -290,7 +295,7 @@ def _policy(entry: dict) -> Policy:
     except (TypeError, ValueError) as exc:  # re.error is a ValueError
         raise precondition_failed(f"definitions: policy {entry.get('name')!r}: {exc}") from None
     try:  # its values, as a queue would take them (PUT /api/policies checks the same)
-        build({}, policy.definition, f" in policy '{policy.name}'")
+        check_definition(policy.definition, f" in policy '{policy.name}'")
     except BrokerError as exc:
         raise precondition_failed(f"definitions: policy {policy.name!r}: {exc.text}") from None
     return policy

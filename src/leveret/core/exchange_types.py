@@ -14,6 +14,8 @@
 - ``x-modulus-hash`` (RabbitMQ 4.3): ``phash2`` of the routing keys modulo the number of
   bindings, taken in destination name order, so a destination bound twice gets twice the
   share.
+- ``x-federation-upstream`` (the ``rabbitmq_federation`` plugin): the internal exchange a
+  federation downstream declares on its upstream (:class:`FederationUpstreamExchange`).
 
 Routing is cheap: the ring and the sorted lists are rebuilt on bind and unbind, never
 per message.
@@ -324,9 +326,85 @@ def _keys_hash(keys: tuple[str, ...]) -> int:
     return phash2([k.encode("utf-8", "surrogateescape") for k in keys])
 
 
+#: The header a federation link adds to each message it moves (RabbitMQ's name): an
+#: array of tables, the latest hop first, each with the ``cluster-name`` and ``vhost``
+#: the message came from.
+RECEIVED_FROM = "x-received-from"
+
+
+class FederationUpstreamExchange(_PerBinding):
+    """``x-federation-upstream``, as RabbitMQ's ``rabbitmq_federation`` declares it on an
+    upstream for each exchange federation link (``federation: X -> NODE A``, internal,
+    auto-delete): a fanout that drops what must not travel further. A message whose
+    ``x-received-from`` header already lists ``x-max-hops`` hops, or lists the downstream
+    (``x-downstream-name`` cluster name and ``x-downstream-vhost``) as one it came from,
+    goes nowhere: this is the plugin's hop limit and cycle detection, applied on the
+    upstream so such messages never cross the link.
+
+    Arguments: ``x-max-hops`` (required, an integer: PreconditionFailed 406 ``Argument
+    x-max-hops missing`` or ``Argument x-max-hops must be of type long``, RabbitMQ's
+    texts; RabbitMQ also wants the 64-bit AMQP type, leveret any integer type),
+    ``x-downstream-name`` and ``x-downstream-vhost`` (text; absent, as from a
+    downstream older than RabbitMQ 3.3 / 3.8.9, only the hop count applies)."""
+
+    type = "x-federation-upstream"
+    description = "Federation upstream helper exchange"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        hops = self.arguments.get("x-max-hops")
+        if hops is None:
+            raise precondition_failed("Argument x-max-hops missing")
+        if not isinstance(hops, int) or isinstance(hops, bool):
+            raise precondition_failed("Argument x-max-hops must be of type long")
+        self.max_hops: int = hops
+        self.downstream_name = _text(self.arguments.get("x-downstream-name"))
+        self.downstream_vhost = _text(self.arguments.get("x-downstream-vhost"))
+
+    def route(self, message: Message) -> tuple | list:
+        """Every binding's destination, once per binding as a fanout, unless
+        :meth:`should_forward` says the message must stop here."""
+        if not self._targets or not self.should_forward(message.header(RECEIVED_FROM)):
+            return ()
+        return self._targets
+
+    def should_forward(self, received_from: Any) -> bool:
+        """False if the ``x-received-from`` value lists ``x-max-hops`` hops or more, or
+        lists the downstream; True when the header is absent or not an array."""
+        if not isinstance(received_from, (list, tuple)):
+            return True
+        return len(received_from) < self.max_hops and not already_seen(
+            received_from, self.downstream_name, self.downstream_vhost
+        )
+
+
+def already_seen(hops: Any, cluster_name: str | None, vhost: str | None) -> bool:
+    """Whether the array of ``x-received-from`` (or ``x-bound-from``) tables ``hops``
+    has one with this ``cluster-name`` and ``vhost``: the message (binding) has been
+    there, as RabbitMQ's federation cycle detection compares them. An unknown name
+    (None) is never seen."""
+    if cluster_name is None or not isinstance(hops, (list, tuple)):
+        return False
+    for hop in hops:
+        if (
+            isinstance(hop, dict)
+            and _text(hop.get("cluster-name")) == cluster_name
+            and _text(hop.get("vhost")) == vhost
+        ):
+            return True
+    return False
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
 PLUGIN_EXCHANGE_TYPES: tuple[type[Exchange], ...] = (
     ConsistentHashExchange,
     RandomExchange,
     LocalRandomExchange,
     ModulusHashExchange,
+    FederationUpstreamExchange,
 )

@@ -15,6 +15,7 @@ lower of their value and the queue's own (argument or policy) wins
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -80,3 +81,30 @@ def with_operator_policy(definition: dict | None, operator: dict) -> dict:
         mine = merged.get(key)
         merged[key] = min(mine, value) if isinstance(mine, int) and isinstance(value, int) else value
     return merged
+
+
+def erlang_term(value: object) -> str:
+    """A JSON value as RabbitMQ prints it in a refusal: text as a binary, else JSON."""
+    return f"<<{json.dumps(value)}>>" if isinstance(value, str) else json.dumps(value)
+
+
+#: The policy keys that apply federation upstreams (:mod:`leveret.federation`).
+FEDERATION_KEYS = ("federation-upstream", "federation-upstream-set")
+
+
+def check_definition(definition: dict, where: str) -> None:
+    """A policy definition's values, as a queue would take them (PreconditionFailed,
+    406, with RabbitMQ's text), and its federation keys as RabbitMQ's federation plugin
+    checks them: strings, not both in one policy (its texts)."""
+    from .errors import precondition_failed
+    from .queues.features import build  # (features import this module)
+
+    build({}, definition, where)
+    if all(key in definition for key in FEDERATION_KEYS):
+        keys = "federation-upstream, federation-upstream-set or federation-upstream-pattern"
+        raise precondition_failed(f"cannot specify {keys} together")
+    for key in FEDERATION_KEYS:
+        if key in definition and not isinstance(definition[key], str):
+            raise precondition_failed(
+                f"{erlang_term(definition[key])} is not a valid federation upstream name"
+            )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import advisory
@@ -98,6 +99,10 @@ class VirtualHost:
         self.operator_policies: list[Policy] = operator_policies if operator_policies is not None else []
         #: Where durable definitions and persistent messages go (None: nowhere).
         self.store = store
+        #: Called as ``listener(vhost, kind, name)`` (kind ``exchange``/``queue``) when
+        #: an exchange or queue is created or removed (the broker's shared list; the
+        #: federation manager is one). Not called by recovery (listeners start after it).
+        self.entity_listeners: list[Callable[[str, str, str], None]] = []
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         #: Direct reply-to consumers by the key in ``amq.rabbitmq.reply-to.<key>``.
@@ -118,7 +123,18 @@ class VirtualHost:
         #: What the queues handed back, not carried out yet (see :meth:`carry_out`);
         #: each queue holds this very list, so it is cleared, never replaced.
         self.actions: list[QueueAction] = []
+        #: Called as ``listener(vhost, event, binding)``, ``event`` ``"bind"`` or
+        #: ``"unbind"``, after a binding is added or removed (queue or exchange
+        #: destination; also those removed with their queue or exchange): the
+        #: federation's exchange links follow them. The BrokerCore shares its list.
+        self.binding_listeners: list[Callable[[str, str, Binding], None]] = []
         self._carrying = False
+        #: Who wants to hear that a queue gained or lost a consumer, by queue name (a
+        #: queue federation link, :mod:`leveret.federation.queue_link`): called with no
+        #: argument once the consume or cancel is done, and must not re-enter the broker
+        #: (schedule the work). Empty unless federation runs: consume and cancel then pay
+        #: one dict look-up, publish and delivery nothing.
+        self.consumer_watchers: dict[str, list[Callable[[], None]]] = {}
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
@@ -168,6 +184,10 @@ class VirtualHost:
                         self.delete_queue(queue.name)
                 elif type(action) is ConsumerChanged:
                     advisory.consumer_event(self, action.queue.name, action.tag, action.event)
+                    watchers = self.consumer_watchers.get(action.queue.name)
+                    if watchers:
+                        for watcher in tuple(watchers):
+                            watcher()
         finally:
             actions.clear()
             self._carrying = False
@@ -232,6 +252,7 @@ class VirtualHost:
             self.exchanges[name] = exchange
             if durable and self.store is not None:
                 self.store.save_definition("exchange", self.name, name, exchange_definition(exchange))
+            self._entity_changed("exchange", name)
             return exchange
         what = f"for exchange '{name}' {self._where()}"
         if type != existing.type:
@@ -275,6 +296,11 @@ class VirtualHost:
         for other in list(self.exchanges.values()):
             for binding in [b for b in other.bindings.values() if b.destination is exchange]:
                 self._drop_binding(binding)
+        self._entity_changed("exchange", exchange.name)
+
+    def _entity_changed(self, kind: str, name: str) -> None:
+        for listener in list(self.entity_listeners):
+            listener(self.name, kind, name)
 
     # -- queues ---------------------------------------------------------------------
     def new_queue_name(self) -> str:
@@ -328,6 +354,7 @@ class VirtualHost:
             advisory.queue_event(self, name, "added")
             self.metrics.queues_declared += 1
             self.metrics.queues_created += 1
+            self._entity_changed("queue", name)
             return queue
         existing.touch()
         if existing.exclusive_owner is not None and existing.exclusive_owner is not owner:
@@ -381,6 +408,7 @@ class VirtualHost:
             consumer.cancel_by_broker()
         queue.consumers.clear()
         advisory.queue_event(self, name, "removed")
+        self._entity_changed("queue", name)
         return count
 
     def delete_all(self) -> None:
@@ -427,6 +455,8 @@ class VirtualHost:
         store = self.store
         if store is not None and self._durable(binding):
             store.save_definition("binding", self.name, binding_name(binding), binding_definition(binding))
+        if self.binding_listeners:
+            self._binding_changed("bind", binding)
 
     def unbind(
         self,
@@ -453,6 +483,13 @@ class VirtualHost:
             raise self._locked(destination.name)
         self._drop_binding(binding)
 
+    def _binding_changed(self, event: str, binding: Binding) -> None:
+        for listener in list(self.binding_listeners):
+            try:
+                listener(self.name, event, binding)
+            except Exception:  # a listener's failure must not undo or stop the binding
+                log.exception("binding listener failed on %s of %r", event, binding)
+
     def _bindable(self, name: str, destination: Queue | Exchange) -> Exchange:
         if name == DEFAULT_EXCHANGE or _is_default(destination):
             raise access_refused(DEFAULT_EXCHANGE_REFUSED)
@@ -468,6 +505,8 @@ class VirtualHost:
         store = self.store
         if store is not None and self._durable(removed):
             store.delete_definition("binding", self.name, binding_name(removed))
+        if self.binding_listeners:
+            self._binding_changed("unbind", removed)
         if source.auto_delete and not source.bindings and source.name in self.exchanges:
             self._remove_exchange(source)
 

@@ -16,6 +16,7 @@ existing tools and scripts can read it:
 - publish, get: :mod:`.messages`
 - policies, operator policies, global parameters, vhost limits: :mod:`.policies`
 - runtime parameters (shovels) and ``/api/shovels``: :mod:`.parameters`
+- ``/api/federation-links`` (status and restart of federation links): :mod:`.federation`
 - overview, nodes, connections, channels, consumers, aliveness test, health checks,
   version: :mod:`.runtime`
 - dead letters (browse, preview, retry/move/copy/delete jobs) and the audit trail,
@@ -55,6 +56,7 @@ from .admin import AdminAPI
 from .common import route_vhost, visible_vhosts
 from .console import CONSOLE_PREFIX, console_routes
 from .dead_letters import DeadLetterAPI
+from .federation import PATHS as FEDERATION_PATHS, FederationAPI, FederationLinks
 from .listing import list_response
 from .messages import Messages
 from .parameters import Parameters, ShovelStatus
@@ -108,7 +110,7 @@ ADMIN_PATHS = frozenset(
 #: Routes whose changes (not their GET) need the administrator tag.
 ADMIN_CHANGE_PATHS = frozenset(("/api/vhosts/{vhost}", "/api/operator-policies/{vhost}/{name}"))
 #: Routes that need the monitoring (or administrator) tag.
-MONITOR_PATHS = frozenset(("/api/nodes", "/api/nodes/{node}"))
+MONITOR_PATHS = frozenset(("/api/nodes", "/api/nodes/{node}", *FEDERATION_PATHS))
 #: Routes that need no login (newer RabbitMQ's readiness checks and version).
 OPEN_PATHS = frozenset(
     (
@@ -156,7 +158,8 @@ class ManagementAPI:
     ``allowed_hosts``: the names a request's ``Host`` header may carry (against DNS
     rebinding); by default the loopback names and ``host`` itself. ``limits`` and
     ``cap``: the header and keep-alive timeouts and the most connections each port
-    holds (:mod:`..server.http_guard`)."""
+    holds (:mod:`..server.http_guard`). ``federation``: the broker's federation links
+    (:mod:`.federation`)."""
 
     def __init__(
         self,
@@ -171,6 +174,7 @@ class ManagementAPI:
         shovel_status: ShovelStatus | None = None,
         limits: HttpLimits | None = None,
         cap: int | None = None,
+        federation: FederationLinks | None = None,
     ) -> None:
         self.core = core
         #: the HTTP port's and the HTTPS port's guards (:mod:`..server.http_guard`):
@@ -199,6 +203,7 @@ class ManagementAPI:
                 *Messages(core).routes(),
                 *Policies(core).routes(),
                 *Parameters(core, shovel_status).routes(),
+                *FederationAPI(core, federation).routes(),
                 *Runtime(core, node_info, self.rates).routes(),
                 web.get("/api/scheduled-jobs", self.scheduled_jobs),
                 web.get("/api/scheduled-jobs/{vhost}", self.scheduled_jobs),

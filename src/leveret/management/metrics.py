@@ -16,6 +16,9 @@ format of ``prometheus-client``, whose custom collectors read core's counters
   (:data:`FAMILIES`), per queue, named ``rabbitmq_detailed_*``, restricted to the vhosts
   given (all when none); an unknown family or vhost is a 400 with a plain-text reason.
 
+``/metrics`` and ``/metrics/per-object`` also have the federation links by state
+(``rabbitmq_federation_links{status}``, :mod:`.federation_metrics`).
+
 Every endpoint also has ``rabbitmq_identity_info{rabbitmq_node, rabbitmq_cluster,
 rabbitmq_cluster_permanent_id, rabbitmq_endpoint}`` and ``rabbitmq_build_info``, which
 the RabbitMQ-Overview Grafana dashboard joins every panel on. Units are in the names
@@ -60,6 +63,8 @@ from ..core.queues import Queue
 from ..server.http_guard import ConnectionGuard, GuardedSite
 from ..server.http_limits import HttpLimits
 from ..version import __version__
+from .federation import FederationLinks
+from .federation_metrics import FederationCollector
 from .metrics_text import SUMS_OF, Series, parts
 from .slicing import Slicer
 
@@ -688,10 +693,12 @@ def per_queue_text(queues: list[Queue]) -> str:
     return "".join(parts(queues, queue_series("rabbitmq_", PER_OBJECT_FAMILIES), DEAD_LETTERS_TOTAL))
 
 
-def _latest(collector: BrokerCollector) -> bytes:
-    """prometheus-client's text of ``collector``."""
+def _latest(collector: BrokerCollector, *more: Collector) -> bytes:
+    """prometheus-client's text of ``collector`` (and ``more``)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    for other in more:
+        registry.register(other)
     return generate_latest(registry)
 
 
@@ -734,8 +741,11 @@ class PrometheusServer:
         per_object_interval: float = 5.0,
         limits: HttpLimits | None = None,
         cap: int | None = None,
+        federation: FederationLinks | None = None,
     ) -> None:
         self.core = core
+        #: the broker's federation links (:mod:`.federation_metrics`), if any
+        self.federation = federation
         #: the port's header and keep-alive timeouts and cap (:mod:`..server.http_guard`)
         self.limits = limits or HttpLimits()
         self.guard = ConnectionGuard("Prometheus port", self.limits, cap)
@@ -802,7 +812,12 @@ class PrometheusServer:
         """``GET /metrics``: totals, no per-object labels (the queues summed in
         slices: :mod:`.slicing`)."""
         sums = await queue_sums(self.core, self._queues(), Slicer())
-        return self.render(BrokerCollector(self.core, self.node, "aggregated", sums=sums))
+        collector = BrokerCollector(self.core, self.node, "aggregated", sums=sums)
+        return self.render(collector, _latest(collector, *self._more()))
+
+    def _more(self) -> list[Collector]:
+        """The collectors beside core's (federation's, when the broker has links)."""
+        return [] if self.federation is None else [FederationCollector(self.federation)]
 
     async def per_object(self, request: web.Request) -> web.Response:
         """``GET /metrics/per-object``: every series per queue too, at most
@@ -826,7 +841,7 @@ class PrometheusServer:
         slicer = Slicer()
         queues = self._queues()
         sums = await queue_sums(self.core, queues, slicer)
-        head = _latest(BrokerCollector(self.core, self.node, "per-object", sums=sums))
+        head = _latest(BrokerCollector(self.core, self.node, "per-object", sums=sums), *self._more())
         chunks = [head]
         series = queue_series("rabbitmq_", PER_OBJECT_FAMILIES)
         for text in parts(queues, series, DEAD_LETTERS_TOTAL):

@@ -5,9 +5,10 @@
   "name", "value"}`` rows;
 - ``PUT /api/parameters/shovel/{vhost}/{name}`` ``{"value": {...}}``: 201 created, 204
   replaced; 400 ``Validation failed`` for a definition RabbitMQ would refuse
-  (:class:`~leveret.shovel.spec.ShovelSpec`), and RabbitMQ's 400 ``component ... not
-  found`` for other components (leveret has no federation);
-- ``DELETE /api/parameters/shovel/{vhost}/{name}``: 204, 404 if missing;
+  (:class:`~leveret.shovel.spec.ShovelSpec`); the same for ``federation-upstream`` and
+  ``federation-upstream-set`` (:mod:`leveret.federation.upstream`), and RabbitMQ's 400
+  ``component ... not found`` for other components;
+- ``DELETE /api/parameters/{component}/{vhost}/{name}``: 204, 404 if missing;
 - ``GET /api/shovels[/{vhost}]``: every shovel's status (``state`` starting, running or
   terminated, ``src_uri``/``dest_uri`` without passwords, ``messages_forwarded``).
 
@@ -23,13 +24,19 @@ from typing import Any
 from aiohttp import web
 
 from ..core.broker import BrokerCore
-from ..shovel.spec import ShovelError, ShovelSpec
+from ..federation.upstream import UPSTREAM, UPSTREAM_SET, Upstream, check_upstream_set
+from ..shovel.spec import ShovelSpec
 from .common import json_body, json_error, object_not_found, works_in
 from .listing import list_response
 from .policies import POLICY_TAGS, invalid
 
-#: Components leveret knows, each with the check of a value.
-COMPONENTS: dict[str, Callable[[Any], object]] = {"shovel": ShovelSpec.from_parameter}
+#: Components leveret knows, each with the check of a value (raising ValueError with
+#: RabbitMQ's reason).
+COMPONENTS: dict[str, Callable[[Any, str], object]] = {
+    "shovel": lambda value, name: ShovelSpec.from_parameter(value),
+    UPSTREAM: lambda value, name: Upstream.from_parameter("", name, value),
+    UPSTREAM_SET: check_upstream_set,
+}
 
 ShovelStatus = Callable[[str | None], list[dict]]
 
@@ -104,8 +111,8 @@ class Parameters:
         if "value" not in body:
             raise invalid("value: not found")
         try:
-            check(body["value"])
-        except ShovelError as exc:
+            check(body["value"], name)
+        except ValueError as exc:  # ShovelError, FederationError
             raise invalid(str(exc)) from None
         created = (component, vhost, name) not in self.core.parameters
         self.core.set_parameter(component, vhost, name, body["value"])

@@ -31,8 +31,7 @@ from aiohttp import web
 
 from ..core.broker import BrokerCore
 from ..core.errors import BrokerError
-from ..core.policy import Policy, not_operator_keys
-from ..core.queues.features import build
+from ..core.policy import Policy, check_definition, erlang_term, not_operator_keys
 from .common import json_body, json_error, object_not_found, works_in
 from .listing import list_response
 
@@ -54,11 +53,6 @@ def invalid(text: str) -> web.HTTPException:
     """RabbitMQ's 400 ``Validation failed`` for a policy or a parameter it refuses (its
     text is HTML-escaped)."""
     return json_error(400, "bad_request", f"Validation failed\n\n{escape(text, quote=False)}\n")
-
-
-def _erlang_term(value: object) -> str:
-    """A JSON value as RabbitMQ prints it in a refusal: text as a binary, else JSON."""
-    return f"<<{json.dumps(value)}>>" if isinstance(value, str) else json.dumps(value)
 
 
 class Policies:
@@ -149,7 +143,7 @@ class Policies:
         policies, operator = self._list(request)
         refused = not_operator_keys(definition) if operator else []
         if refused:
-            terms = ",".join(f"{{<<{json.dumps(k)}>>,{_erlang_term(definition[k])}}}" for k in refused)
+            terms = ",".join(f"{{<<{json.dumps(k)}>>,{erlang_term(definition[k])}}}" for k in refused)
             # (this text RabbitMQ does not HTML-escape)
             reason = f"Validation failed\n\n[{terms}] are not recognised policy settings\n"
             raise json_error(400, "bad_request", reason)
@@ -164,7 +158,7 @@ class Policies:
         except re.error as exc:
             raise invalid(f"pattern should be regular expression but is invalid: {exc}") from None
         try:
-            build({}, definition, f" in policy '{policy.name}'")  # its values, as a queue would take them
+            check_definition(definition, f" in policy '{policy.name}'")
         except BrokerError as exc:
             raise invalid(exc.text) from None
         created = all((p.vhost, p.name) != (vhost, policy.name) for p in policies)

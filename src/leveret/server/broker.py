@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 from ..config import Settings
 from ..control_socket import SOCKET_NAME
 from ..core.broker import BrokerCore
+from ..federation.manager import Federation
 from ..management import ManagementAPI
+from ..management.runtime import NODE
 from ..protocol.mqtt.connection import MqttConnection
 from ..protocol.mqtt.sessions import SessionTimers
 from ..protocol.stomp import StompConnection
@@ -119,6 +121,10 @@ class Broker:
         self.management: ManagementAPI | None = None
         #: The shovels this broker runs (after start).
         self.shovels = Shovels(self.core, self._local_uri)
+        #: The federation links this broker runs as a downstream (after start).
+        self.federation = Federation(self.core, self._local_uri, self.federation_node)
+        #: AMQP's ``cluster_name`` server property names the broker as federation does
+        self.core.node_name = self.federation_node
         #: Prometheus metrics, when ``prometheus_port`` is set.
         self.prometheus: PrometheusServer | None = None
 
@@ -263,6 +269,7 @@ class Broker:
                     self.shovels.status,
                     settings.http,
                     http_cap,
+                    federation=self.federation,
                 )
                 await self.management.start()
             if settings.prometheus_port is not None and settings.prometheus_port >= 0:  # -1: off
@@ -282,10 +289,12 @@ class Broker:
                     settings.collect_statistics_interval / 1000,
                     settings.http,
                     http_cap,
+                    federation=self.federation,
                 )
                 await prometheus.start()
                 self.prometheus = prometheus
             self.shovels.start(settings.shovels)
+            self.federation.start()
         except BaseException:
             await self._stop_listeners()
             self._close_store()
@@ -550,9 +559,21 @@ class Broker:
         host = "[::1]" if host == "::" else host
         return f"amqp://guest:guest@{host}:{self.amqp_port}/%2F"
 
+    def federation_node(self) -> str:
+        """The name this broker federates under (``x-received-from``'s
+        ``cluster-name``, cycle detection, upstream queue names): the ``cluster_name``
+        global parameter, else ``leveret@HOST`` on AMQP port 5672 and
+        ``leveret-PORT@HOST`` on another, so brokers on one machine differ."""
+        name = self.core.global_parameters.get("cluster_name")
+        if isinstance(name, str) and name:
+            return name
+        host = NODE.partition("@")[2]
+        return NODE if self.amqp_port == 5672 else f"leveret-{self.amqp_port}@{host}"
+
     async def _stop(self) -> None:
         await self._stop_listeners()  # first: a fenced master must stop serving at once
         await self.shovels.stop()
+        await self.federation.stop()
         if self.management is not None:
             await self.management.stop()
             self.management = None

@@ -30,9 +30,8 @@ from ..core import audit, definitions_document
 from ..core.auth import Permission, TopicPermission, User, check_pattern
 from ..core.connections import ClientConnection, ConnectionFacts
 from ..core.errors import BrokerError
-from ..core.policy import Policy, not_operator_keys
+from ..core.policy import Policy, check_definition, not_operator_keys
 from ..core.queues import Queue
-from ..core.queues.features import build
 from ..core.scheduler import JobInfo
 from ..version import __version__
 
@@ -288,7 +287,7 @@ def _set_policy(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     except ValueError as exc:
         raise CommandError(f"invalid policy: {exc}") from None
     try:  # its values, as a queue would take them (the management API checks the same)
-        build({}, definition, f" in policy '{policy.name}'")
+        check_definition(definition, f" in policy '{policy.name}'")
     except BrokerError as exc:
         raise CommandError(f"invalid policy: {exc.text}") from None
     broker.core.set_policy(policy, operator)
@@ -322,7 +321,6 @@ def _list_policies(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
 @command("set_parameter", changes=True)
 def _set_parameter(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     from ..management.parameters import COMPONENTS
-    from ..shovel.spec import ShovelError
 
     vhost = _vhost(broker, args)
     component, name = args["component"], args["name"]
@@ -331,8 +329,8 @@ def _set_parameter(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
         raise CommandError(f"component {component} not found")
     try:
         value = json.loads(args["value"])
-        check(value)
-    except (ValueError, ShovelError) as exc:
+        check(value, name)
+    except ValueError as exc:  # bad JSON, ShovelError, FederationError
         raise CommandError(f"invalid {component} parameter: {exc}") from None
     broker.core.set_parameter(component, vhost.name, name, value)
     return _done(f'Setting runtime parameter "{name}" for component "{component}" to "{args["value"]}" ...')
@@ -362,6 +360,55 @@ def _shovel_status(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     columns = ["name", "vhost", "type", "state", "src_uri", "dest_uri", "messages_forwarded"]
     rows = [[row.get(c, "") for c in columns] for row in broker.shovels.status()]
     return _table(columns, rows)
+
+
+# -- federation (rabbitmqctl's federation_status, restart_federation_link) ----------------
+#: ``federation_status``'s columns: the keys of ``rabbitmqctl federation_status
+#: --formatter json`` (RabbitMQ 3.10), every one on every row ("" where a link has none).
+FEDERATION_COLUMNS = [
+    "type",
+    "vhost",
+    "exchange",
+    "queue",
+    "upstream",
+    "upstream_exchange",
+    "upstream_queue",
+    "consumer_tag",
+    "id",
+    "status",
+    "local_connection",
+    "error",
+    "uri",
+    "last_changed",
+]
+
+
+@command("federation_status")
+def _federation_status(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    """Every federation link (``only_down``: those neither running nor starting, as
+    ``--only-down``), with the management API's fields and ``last_changed``."""
+    from ..management.federation import ctl_timestamp, is_down, link_rows
+
+    links = broker.federation.links()
+    rows = []
+    for link, row in zip(links, link_rows(broker.core, links), strict=True):
+        if args.get("only_down") and not is_down(row):
+            continue
+        row["last_changed"] = ctl_timestamp(link.since)
+        rows.append([row.get(c, "") for c in FEDERATION_COLUMNS])
+    return _table(FEDERATION_COLUMNS, rows)
+
+
+@command("restart_federation_link", changes=True)
+def _restart_federation_link(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
+    """Drop the link's connections and start it over at once (its id from
+    ``federation_status``, in any vhost)."""
+    link_id = args["id"]
+    link = next((link for link in broker.federation.links() if link.id == link_id), None)
+    if link is None:
+        raise CommandError("Link with the given ID was not found")
+    broker.federation.restart(link.vhost, link_id)
+    return _done(f"Restarting federation link {link_id} on node {broker.federation_node()}")
 
 
 # -- listings -------------------------------------------------------------------------

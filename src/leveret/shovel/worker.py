@@ -127,7 +127,7 @@ class Shovel:
         try:
             connection = await asyncio.wait_for(asyncio.shield(attempt), CONNECT_TIMEOUT)
         except BaseException:  # timed out or stopped: a connection made later is closed
-            attempt.add_done_callback(_close_when_made)
+            attempt.add_done_callback(close_when_made)
             raise
         self._connections.append(connection)
         return connection
@@ -244,8 +244,8 @@ class Shovel:
                 "shovel-type": self.kind,
                 "shovel-name": self.name,
                 "shovel-vhost": self.vhost,
-                "src-uri": _redact(self.src_uri),
-                "dest-uri": _redact(self.dest_uri),
+                "src-uri": redact_uri(self.src_uri),
+                "dest-uri": redact_uri(self.dest_uri),
             }
             if spec.src_queue is not None:
                 entry["src-queue"] = spec.src_queue
@@ -283,8 +283,8 @@ class Shovel:
             "type": self.kind,
             "state": self.state,
             "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since)),
-            "src_uri": _redact(self.src_uri),
-            "dest_uri": _redact(self.dest_uri),
+            "src_uri": redact_uri(self.src_uri),
+            "dest_uri": redact_uri(self.dest_uri),
             "src_protocol": "amqp091",
             "dest_protocol": "amqp091",
             "messages_forwarded": self.forwarded,
@@ -303,7 +303,7 @@ class Shovel:
         return row
 
 
-def _close_when_made(attempt: asyncio.Future) -> None:
+def close_when_made(attempt: asyncio.Future) -> None:
     if not attempt.cancelled() and attempt.exception() is None:
         _closing.add(asyncio.ensure_future(attempt.result().close()))
         for future in list(_closing):
@@ -329,7 +329,7 @@ async def _ensure_queue(connection: Any, queue: str) -> None:
     await probe.close()
 
 
-def _redact(uri: str) -> str:
+def redact_uri(uri: str) -> str:
     """A URI without its password (as RabbitMQ's shovel status shows it)."""
     if "@" not in uri or "://" not in uri:
         return uri

@@ -371,6 +371,18 @@ class Queue:
                     return
         consumers.append(consumer)
 
+    def has_demand(self) -> bool:
+        """Whether the queue wants messages from elsewhere now: nothing waits in it and a
+        consumer of priority 0 or more can take a delivery (its prefetch window open).
+        RabbitMQ's queue federation runs its link exactly then (``IsEmpty`` and a max
+        active priority >= 0 in ``rabbit_federation_queue:consumer_state_changed/3``), so
+        a link's own consumer upstream, at priority -1, never pulls for a queue whose
+        consumers are busy or absent. O(consumers); called by a federation link, never
+        on the delivery path."""
+        if self.message_count:
+            return False
+        return any(c.priority >= 0 and c.can_accept() for c in self.dispatching)
+
     @property
     def has_exclusive_consumer(self) -> bool:
         """Whether a consumer holds the queue exclusively (basic.consume exclusive)."""

@@ -2,6 +2,7 @@
 import { ApiError, api, h, session, whenLoggedOut } from "/console/lib.js";
 import * as pages from "/console/pages.js";
 import * as deadLetters from "/console/dead_letters.js";
+import * as federation from "/console/federation.js";
 
 const main = document.getElementById("main");
 let refresh = null; // the current page's refresh timer
@@ -18,6 +19,7 @@ const ROUTES = [
   [/^\/queues\/([^/]+)\/([^/]+)$/, pages.queue],
   [/^\/dead-letters$/, deadLetters.list],
   [/^\/dead-letters\/([^/]+)\/([^/]+)$/, deadLetters.browse],
+  [/^\/federation$/, federation.links],
   [/^\/scheduled$/, pages.scheduled],
   [/^\/audit$/, pages.audit],
   [/^\/admin$/, pages.admin],
@@ -27,6 +29,7 @@ function showLoggedIn() {
   const isAdmin = session.tags.includes("administrator") || session.tags.includes("policymaker");
   document.getElementById("nav").hidden = false;
   document.getElementById("nav-admin").hidden = !isAdmin;
+  document.getElementById("nav-federation").hidden = !federation.mayMonitor();
   document.getElementById("logout").hidden = false;
   document.getElementById("who").textContent = `${session.user} (${session.tags.join(", ") || "no tags"})`;
 }

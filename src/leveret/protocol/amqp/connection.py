@@ -77,11 +77,12 @@ CLOSE_TIMEOUT = 3.0  # seconds to wait for connection.close-ok
 HEARTBEAT_RECHECK = 0.1  # seconds: long enough for the loop to poll its sockets once
 
 
-def server_properties() -> dict:
+def server_properties(cluster_name: str | None = None) -> dict:
     """connection.start's ``server-properties`` table (§1.4.2.1), with RabbitMQ's
     ``capabilities`` so clients enable confirms, consumer cancel notifications,
-    connection.blocked and direct reply-to."""
-    return {
+    connection.blocked and direct reply-to, and RabbitMQ's ``cluster_name`` when known
+    (a federation downstream writes it in ``x-received-from``)."""
+    properties: dict[str, Any] = {
         "product": "leveret",
         "version": __version__,
         "platform": f"Python {platform.python_version()}",
@@ -99,6 +100,9 @@ def server_properties() -> dict:
             "direct_reply_to": True,
         },
     }
+    if cluster_name:
+        properties["cluster_name"] = cluster_name
+    return properties
 
 
 class Connection(AdapterConnection):
@@ -350,7 +354,7 @@ class Connection(AdapterConnection):
             C.Start(
                 version_major=0,
                 version_minor=9,
-                server_properties=server_properties(),
+                server_properties=server_properties(self.core.cluster_name()),
                 mechanisms=" ".join(self.mechanisms),
                 locales="en_US",
             ),
