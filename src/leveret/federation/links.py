@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-import aiormq
-
-from ..shovel.worker import close_when_made, redact_uri
+from ..shovel.worker import redact_uri
+from .connect import open_connection
+from .errors import describe
 from .upstream import Upstream
 
 log = logging.getLogger("leveret.federation")
@@ -107,7 +107,7 @@ class Link:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # either side failed: try again later
-                error = f"{type(exc).__name__}: {exc}".strip()
+                error = describe(exc, self.uri)
                 if self.state != "error" or self.error != error:
                     log.warning(
                         "federation link %s -> %s (%s): %s", self.upstream.name, self.name, self.vhost, error
@@ -137,13 +137,11 @@ class Link:
         return local.rsplit("/", 1)[0] + "/" + vhost if vhost else local
 
     async def _connect(self, uri: str) -> Any:
+        """An open connection to ``uri``, its query read as RabbitMQ's client reads it
+        (TLS keys, ``heartbeat``, ``connection_timeout`` in ms, ``auth_mechanism``:
+        :mod:`.uri`); CONNECT_TIMEOUT seconds unless ``connection_timeout`` says."""
         local: dict[str, Any] = {LINK_ID_PROPERTY: self.id} if uri == self.local_uri() else {}
-        attempt = asyncio.ensure_future(aiormq.connect(uri, client_properties=local))
-        try:
-            connection = await asyncio.wait_for(asyncio.shield(attempt), CONNECT_TIMEOUT)
-        except BaseException:  # timed out or stopped: a connection made later is closed
-            attempt.add_done_callback(close_when_made)
-            raise
+        connection = await open_connection(uri, local, CONNECT_TIMEOUT)
         self._connections.append(connection)
         return connection
 
