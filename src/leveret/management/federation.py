@@ -23,8 +23,8 @@ monitor user``; see :data:`PATHS`, checked by :mod:`.api`), rows are limited to 
 vhosts the user works in (an administrator's: all), a missing vhost is a 404, and the
 lists take ``sort``/``sort_reverse``/``columns`` (:mod:`.listing`). What differs: the
 ``error`` text is RabbitMQ's term then words (``econnrefused: connection refused by
-HOST:PORT``, :mod:`leveret.federation.errors`), not an Erlang term and ids are leveret's own 8 hex digits (RabbitMQ's are a hash of the
-Erlang key: opaque either way).
+HOST:PORT``, :mod:`leveret.federation.errors`), not an Erlang term, and ids are
+leveret's own 8 hex digits (RabbitMQ's are a hash of the Erlang key: opaque either way).
 """
 
 from __future__ import annotations
