@@ -10,10 +10,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pika
 import pytest
 from certificates import CLIENT_DN, pem_files
 from eventually import eventually
-from targets import Target
+from targets import Target, rabbitmq_installed
 
 from leveret import BlockingBroker
 from leveret.core.auth import Permission, User
@@ -135,3 +136,42 @@ def test_plain_amqp_to_the_tls_port_is_named(pair):
     pair.upstream("plain", f"amqp://guest:guest@127.0.0.1:{pair.tls_port}")
     row = pair.row("plain", "error")
     assert row["error"].startswith(f"connection_closed: 127.0.0.1:{pair.tls_port} closed the connection"), row
+
+
+@pytest.mark.skipif(not rabbitmq_installed(), reason="rabbitmq-server is not installed")
+def test_a_leveret_downstream_federates_from_a_rabbitmq_amqps_upstream(tmp_path):
+    """The same URIs against RabbitMQ 3.10's AMQPS listener (``verify_peer``, EXTERNAL
+    with ``ssl_cert_login_from = distinguished_name``): PLAIN and EXTERNAL links run and
+    carry a message; a wrong CA is the same ``tls_alert: unknown_ca`` row."""
+    from amqp10_tls_rabbitmq import TlsRabbitMQ
+
+    (tmp_path / "good").mkdir()
+    (tmp_path / "other").mkdir()
+    files, other = pem_files(tmp_path / "good"), pem_files(tmp_path / "other")
+    with TlsRabbitMQ(files, (CLIENT_DN,)) as node, BlockingBroker(amqp_port=0, http_port=0) as down:
+        node.wait_tls()
+        pair = Pair.__new__(Pair)
+        pair.down, pair.tls_port = Target.of(down), node.amqps_port
+        certificate = {"certfile": files["client"], "keyfile": files["client"]}
+        pair.upstream("plain", pair.uri(cacertfile=files["ca"], verify="verify_peer", **certificate))
+        pair.upstream("external", pair.uri(user="", cacertfile=files["ca"], auth_mechanism="external", **certificate))
+        pair.upstream("ca", pair.uri(cacertfile=other["ca"]))
+        pair.row("plain", "running")
+        pair.row("external", "running")
+        assert pair.row("ca", "error")["error"].startswith("tls_alert: unknown_ca: certificate verify failed")
+        connection = pair.down.amqp()
+        rabbit = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{node.port}/%2F"))
+        try:
+            connection.channel().queue_declare("from.rabbit")
+            connection.channel().queue_bind("from.rabbit", "x.external", "k")
+            channel = rabbit.channel()
+
+            def delivered() -> bool:
+                channel.basic_publish("x.external", "k", b"from RabbitMQ over TLS")
+                time.sleep(0.1)
+                return connection.channel().queue_declare("from.rabbit", passive=True).method.message_count > 0
+
+            assert eventually(delivered, 20, 0.2)
+        finally:
+            connection.close()
+            rabbit.close()
