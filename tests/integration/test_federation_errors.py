@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from eventually import eventually
-from targets import Target
+from targets import Target, rabbitmq_installed
 
 from leveret import BlockingBroker
 
@@ -136,3 +136,66 @@ def test_a_missing_upstream_exchange_is_declared_and_an_existing_queue_used_as_r
     assert pair.up.http("GET", "/api/exchanges/%2F/missing.x")[1]["type"] == "topic"
     assert rows["queue:queue-args"]["status"] == "running"  # RabbitMQ 3.10's queue link: running too
     assert pair.up.http("GET", "/api/queues/%2F/up.q")[1]["arguments"] == {"x-max-length": 5}
+
+
+@pytest.mark.skipif(not rabbitmq_installed(), reason="rabbitmq-server is not installed")
+def test_rabbitmq_shows_the_same_failures_as_erlang_terms(tmp_path):
+    """RabbitMQ 3.10 (``rabbitmq_federation``, a node federating from itself) in the
+    cases above: the word each leveret text starts with, and the same reply text
+    (the table in docs/federation.md#operations)."""
+    from brokers import RabbitMQ, free_port
+    from certificates import pem_files
+
+    (tmp_path / "good").mkdir()
+    (tmp_path / "other").mkdir()
+    good, other = pem_files(tmp_path / "good"), pem_files(tmp_path / "other")
+    tls_port = free_port()
+    conf = (f"listeners.ssl.1 = 127.0.0.1:{tls_port}\nssl_options.cacertfile = {good['ca']}\n"
+            f"ssl_options.certfile = {good['server']}\nssl_options.keyfile = {good['server_key']}\n")  # fmt: skip
+    node = RabbitMQ(federation=True, conf=conf).start()
+    try:
+        rabbit = Target("rabbitmq", "127.0.0.1", node.port, node.http_port)
+        port = node.port
+        put(rabbit, "/api/global-parameters/cluster_name", {"value": "rmq"})
+        put(rabbit, "/api/vhosts/limited", {})
+        put(rabbit, "/api/permissions/limited/guest", {"configure": "^$", "write": "^$", "read": "^$"})
+        put(rabbit, "/api/queues/%2F/" + urllib.parse.quote("federation: fy -> rmq", safe=""),
+            {"durable": True, "arguments": {"x-expires": 99999}})  # fmt: skip
+        upstreams = {
+            "refused": f"amqp://guest:guest@127.0.0.1:{closed_port()}",
+            "password": f"amqp://guest:wrong@127.0.0.1:{port}",
+            "vhost": f"amqp://guest:guest@127.0.0.1:{port}/nosuch",
+            "permission": f"amqp://guest:guest@127.0.0.1:{port}/limited",
+            "tls-ca": f"amqps://guest:guest@localhost:{tls_port}?cacertfile={other['ca']}&verify=verify_peer",
+        }
+        for name, uri in upstreams.items():
+            value = {"uri": uri, "reconnect-delay": 1}
+            put(rabbit, f"/api/parameters/federation-upstream/%2F/{name}", {"value": value})
+        expires = {"uri": f"amqp://guest:guest@127.0.0.1:{port}", "expires": 1000, "reconnect-delay": 1}
+        put(rabbit, "/api/parameters/federation-upstream/%2F/expires", {"value": expires})
+        put(rabbit, "/api/parameters/federation-upstream-set/%2F/fx", {"value": [{"upstream": n} for n in upstreams]})
+        put(rabbit, "/api/exchanges/%2F/fx", {"type": "topic"})
+        put(rabbit, "/api/exchanges/%2F/fy", {"type": "topic"})
+        for name, definition in (("fx", {"federation-upstream-set": "fx"}), ("fy", {"federation-upstream": "expires"})):
+            put(rabbit, f"/api/policies/%2F/{name}", {"pattern": f"^{name}$", "apply-to": "exchanges",
+                                                     "definition": definition})  # fmt: skip
+        errors: dict[str, str] = {}
+
+        def failed() -> bool:
+            for row in rabbit.http("GET", "/api/federation-links")[1]:
+                if row.get("error"):
+                    errors[row["upstream"]] = row["error"]
+            return set(errors) == {*upstreams, "expires"}
+
+        assert eventually(failed, 60, 0.5), errors
+        assert errors["refused"] == "econnrefused"
+        assert errors["password"].startswith('{auth_failure,"ACCESS_REFUSED - Login was refused using authentication '
+                                             'mechanism PLAIN')  # fmt: skip
+        assert errors["vhost"] == "not_allowed"
+        assert errors["permission"].startswith("{server_initiated_close,403,")
+        assert "ACCESS_REFUSED - access to queue 'federation: fx -> rmq:/:fx' in vhost 'limited'" in errors["permission"]
+        assert errors["expires"].startswith("{server_initiated_close,406,")
+        assert "PRECONDITION_FAILED - inequivalent arg 'x-expires' for queue 'federation: fy -> rmq'" in errors["expires"]
+        assert errors["tls-ca"].startswith("{tls_alert,{unknown_ca,")
+    finally:
+        node.stop()
