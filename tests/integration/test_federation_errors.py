@@ -54,7 +54,10 @@ def put(side: Target, path: str, body: dict) -> None:
 
 @pytest.fixture(scope="module")
 def pair() -> Iterator[Pair]:
-    with BlockingBroker(amqp_port=0, http_port=0) as up_broker, BlockingBroker(amqp_port=0, http_port=0) as down_broker:
+    with (
+        BlockingBroker(amqp_port=0, http_port=0) as up_broker,
+        BlockingBroker(amqp_port=0, http_port=0) as down_broker,
+    ):
         up, down = Target.of(up_broker), Target.of(down_broker)
         put(down, "/api/global-parameters/cluster_name", {"value": "down@fed"})
         closed, port = closed_port(), up.amqp_port
@@ -78,17 +81,21 @@ def pair() -> Iterator[Pair]:
             "expires": {"uri": f"amqp://guest:guest@127.0.0.1:{port}", "expires": 1000},
         }
         for name, value in upstreams.items():
-            put(down, f"/api/parameters/federation-upstream/%2F/{name}", {"value": {**value, "reconnect-delay": 1}})
+            value = {**value, "reconnect-delay": 1}
+            put(down, f"/api/parameters/federation-upstream/%2F/{name}", {"value": value})
         exchanges = [n for n in upstreams if n not in ("queue-args", "expires")]
         for upstream in exchanges:
-            put(down, f"/api/parameters/federation-upstream-set/%2F/{upstream}", {"value": [{"upstream": upstream}]})
-        put(down, "/api/parameters/federation-upstream-set/%2F/fx", {"value": [{"upstream": n} for n in exchanges]})
+            one = {"value": [{"upstream": upstream}]}
+            put(down, f"/api/parameters/federation-upstream-set/%2F/{upstream}", one)
+        every = {"value": [{"upstream": n} for n in exchanges]}
+        put(down, "/api/parameters/federation-upstream-set/%2F/fx", every)
         for name, pattern, kind, definition in (
             ("fx", "^fx$", "exchanges", {"federation-upstream-set": "fx"}),
             ("fy", "^fy$", "exchanges", {"federation-upstream": "expires"}),
             ("fq", "^fq$", "queues", {"federation-upstream": "queue-args"}),
         ):
-            put(down, f"/api/policies/%2F/{name}", {"pattern": pattern, "apply-to": kind, "definition": definition})
+            policy = {"pattern": pattern, "apply-to": kind, "definition": definition}
+            put(down, f"/api/policies/%2F/{name}", policy)
         yield Pair(up, down, closed)
 
 
@@ -100,8 +107,9 @@ def test_a_refused_connection_names_the_address(pair):
 
 def test_a_wrong_password_is_an_auth_failure_with_the_reply(pair):
     row = pair.settled("exchange:password")["exchange:password"]
-    assert row["error"].startswith("auth_failure: 403 ACCESS_REFUSED - Login was refused using authentication "
-                                   "mechanism PLAIN"), row  # fmt: skip
+    assert row["error"].startswith(
+        "auth_failure: 403 ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN"
+    ), row
     assert "wrong" not in row["error"] and row["uri"] == f"amqp://127.0.0.1:{pair.up.amqp_port}"
 
 
@@ -113,8 +121,10 @@ def test_a_missing_vhost_is_not_allowed_with_the_reply(pair):
 def test_a_refused_declare_is_a_server_initiated_close_with_code_and_text(pair):
     row = pair.settled("exchange:permission")["exchange:permission"]
     assert row["status"] == "error"
-    assert row["error"].startswith("server_initiated_close: 403 ACCESS_REFUSED - access to queue "
-                                   "'federation: fx -> down@fed:/:fx' in vhost 'limited' refused"), row  # fmt: skip
+    assert row["error"].startswith(
+        "server_initiated_close: 403 ACCESS_REFUSED - access to queue "
+        "'federation: fx -> down@fed:/:fx' in vhost 'limited' refused"
+    ), row
 
 
 def test_an_upstream_queue_with_other_arguments_is_a_precondition_failure(pair):
@@ -150,8 +160,10 @@ def test_rabbitmq_shows_the_same_failures_as_erlang_terms(tmp_path):
     (tmp_path / "other").mkdir()
     good, other = pem_files(tmp_path / "good"), pem_files(tmp_path / "other")
     tls_port = free_port()
-    conf = (f"listeners.ssl.1 = 127.0.0.1:{tls_port}\nssl_options.cacertfile = {good['ca']}\n"
-            f"ssl_options.certfile = {good['server']}\nssl_options.keyfile = {good['server_key']}\n")  # fmt: skip
+    conf = (
+        f"listeners.ssl.1 = 127.0.0.1:{tls_port}\nssl_options.cacertfile = {good['ca']}\n"
+        f"ssl_options.certfile = {good['server']}\nssl_options.keyfile = {good['server_key']}\n"
+    )
     node = RabbitMQ(federation=True, conf=conf).start()
     try:
         rabbit = Target("rabbitmq", "127.0.0.1", node.port, node.http_port)
@@ -173,10 +185,12 @@ def test_rabbitmq_shows_the_same_failures_as_erlang_terms(tmp_path):
             put(rabbit, f"/api/parameters/federation-upstream/%2F/{name}", {"value": value})
         expires = {"uri": f"amqp://guest:guest@127.0.0.1:{port}", "expires": 1000, "reconnect-delay": 1}
         put(rabbit, "/api/parameters/federation-upstream/%2F/expires", {"value": expires})
-        put(rabbit, "/api/parameters/federation-upstream-set/%2F/fx", {"value": [{"upstream": n} for n in upstreams]})
+        every = {"value": [{"upstream": n} for n in upstreams]}
+        put(rabbit, "/api/parameters/federation-upstream-set/%2F/fx", every)
         put(rabbit, "/api/exchanges/%2F/fx", {"type": "topic"})
         put(rabbit, "/api/exchanges/%2F/fy", {"type": "topic"})
-        for name, definition in (("fx", {"federation-upstream-set": "fx"}), ("fy", {"federation-upstream": "expires"})):
+        policies = (("fx", {"federation-upstream-set": "fx"}), ("fy", {"federation-upstream": "expires"}))
+        for name, definition in policies:
             put(rabbit, f"/api/policies/%2F/{name}", {"pattern": f"^{name}$", "apply-to": "exchanges",
                                                      "definition": definition})  # fmt: skip
         errors: dict[str, str] = {}
@@ -189,13 +203,16 @@ def test_rabbitmq_shows_the_same_failures_as_erlang_terms(tmp_path):
 
         assert eventually(failed, 60, 0.5), errors
         assert errors["refused"] == "econnrefused"
-        assert errors["password"].startswith('{auth_failure,"ACCESS_REFUSED - Login was refused using authentication '
-                                             'mechanism PLAIN')  # fmt: skip
+        assert errors["password"].startswith(
+            '{auth_failure,"ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN'
+        )
         assert errors["vhost"] == "not_allowed"
         assert errors["permission"].startswith("{server_initiated_close,403,")
-        assert "ACCESS_REFUSED - access to queue 'federation: fx -> rmq:/:fx' in vhost 'limited'" in errors["permission"]
+        refused = "ACCESS_REFUSED - access to queue 'federation: fx -> rmq:/:fx' in vhost 'limited'"
+        assert refused in errors["permission"]
         assert errors["expires"].startswith("{server_initiated_close,406,")
-        assert "PRECONDITION_FAILED - inequivalent arg 'x-expires' for queue 'federation: fy -> rmq'" in errors["expires"]
+        inequivalent = "PRECONDITION_FAILED - inequivalent arg 'x-expires' for queue 'federation: fy -> rmq'"
+        assert inequivalent in errors["expires"]
         assert errors["tls-ca"].startswith("{tls_alert,{unknown_ca,")
     finally:
         node.stop()

@@ -38,7 +38,8 @@ class Pair:
         value = {"uri": uri, "reconnect-delay": 0.2}
         put(self.down, f"/api/parameters/federation-upstream/%2F/{name}", {"value": value})
         put(self.down, f"/api/exchanges/%2F/x.{name}", {"type": "direct"})
-        policy = {"pattern": f"^x\\.{name}$", "apply-to": "exchanges", "definition": {"federation-upstream": name}}
+        definition = {"federation-upstream": name}
+        policy = {"pattern": f"^x\\.{name}$", "apply-to": "exchanges", "definition": definition}
         put(self.down, f"/api/policies/%2F/{name}", policy)
 
     def row(self, name: str, status: str) -> dict:
@@ -154,7 +155,8 @@ def test_a_leveret_downstream_federates_from_a_rabbitmq_amqps_upstream(tmp_path)
         pair.down, pair.tls_port = Target.of(down), node.amqps_port
         certificate = {"certfile": files["client"], "keyfile": files["client"]}
         pair.upstream("plain", pair.uri(cacertfile=files["ca"], verify="verify_peer", **certificate))
-        pair.upstream("external", pair.uri(user="", cacertfile=files["ca"], auth_mechanism="external", **certificate))
+        external = pair.uri(user="", cacertfile=files["ca"], auth_mechanism="external", **certificate)
+        pair.upstream("external", external)
         pair.upstream("ca", pair.uri(cacertfile=other["ca"]))
         pair.row("plain", "running")
         pair.row("external", "running")
@@ -169,7 +171,8 @@ def test_a_leveret_downstream_federates_from_a_rabbitmq_amqps_upstream(tmp_path)
             def delivered() -> bool:
                 channel.basic_publish("x.external", "k", b"from RabbitMQ over TLS")
                 time.sleep(0.1)
-                return connection.channel().queue_declare("from.rabbit", passive=True).method.message_count > 0
+                declared = connection.channel().queue_declare("from.rabbit", passive=True)
+                return declared.method.message_count > 0
 
             assert eventually(delivered, 20, 0.2)
         finally:

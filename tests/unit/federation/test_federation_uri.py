@@ -3,7 +3,6 @@ error texts of federation/errors.py for failures no integration test makes."""
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 
 import aiormq
@@ -77,7 +76,7 @@ def test_unreadable_tls_files_name_the_problem(tmp_path):
 
 
 def test_error_texts_without_a_network():
-    assert describe(asyncio.TimeoutError(), "amqp://u:p@h:1") == "timeout: no AMQP connection to h:1 in time"
+    assert describe(TimeoutError(), "amqp://u:p@h:1") == "timeout: no AMQP connection to h:1 in time"
     closed = aiormq.exceptions.ConnectionClosed(320, "CONNECTION_FORCED - shutdown")
     assert describe(closed) == "server_initiated_close: 320 CONNECTION_FORCED - shutdown"
     lost = ConnectionError("NOT_FOUND - no queue 'q' in vhost '/'")  # a link's pass-on of a channel close
