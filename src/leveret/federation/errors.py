@@ -16,7 +16,8 @@ REFUSED - Login was ..."}``  ...``
 "...Unknown CA"}}``            self-signed certificate in certificate chain``
 ==========================  =========================================================
 
-Anything else keeps the exception's class and text (``ConnectionError: ...``).
+A link's own ``ConnectionError("basic_cancel: ...")`` (RabbitMQ's term first) is kept as
+it is; anything else keeps the exception's class and text (``ConnectionError: ...``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ REPLY_CODES = {
     "NOT_IMPLEMENTED": 540,
     "INTERNAL_ERROR": 541,
 }
+_TERM = re.compile(r"^[a-z_]+: ")  # ``basic_cancel: ...``
 _REPLY = re.compile(r"\b(" + "|".join(REPLY_CODES) + r") - ")
 #: OpenSSL's verify codes as the TLS alert RabbitMQ's (Erlang's) client reports.
 _VERIFY_ALERTS = {
@@ -106,6 +108,10 @@ def describe(exc: BaseException, uri: str = "") -> str:
     if isinstance(exc, aiormq.exceptions.AMQPConnectionError) and exc.args and isinstance(exc.args[0], int):
         return _os_error(OSError(*exc.args), where)  # aiormq's wrap of the socket's error
     text = str(exc)
+    if not text:  # aiormq's end of a connection that missed its heartbeats, say
+        return f"{type(exc).__name__}: the connection was lost (no frame within the heartbeat timeout?)"
+    if type(exc) is ConnectionError and _TERM.match(text):  # a link's own, in RabbitMQ's words
+        return text
     match = _REPLY.search(text)
     if match is not None:  # a reply text passed on by a link (ConnectionError(str(...)))
         reply = f"{REPLY_CODES[match.group(1)]} {text[match.start() :]}"
