@@ -22,9 +22,9 @@ As in RabbitMQ, these need the ``monitoring`` or ``administrator`` tag (401 ``No
 monitor user``; see :data:`PATHS`, checked by :mod:`.api`), rows are limited to the
 vhosts the user works in (an administrator's: all), a missing vhost is a 404, and the
 lists take ``sort``/``sort_reverse``/``columns`` (:mod:`.listing`). What differs: the
-``error`` text is leveret's (``AMQPConnectionError: [Errno 111] Connection refused``, not
-an Erlang term such as ``econnrefused``) and ids are leveret's own 8 hex digits (RabbitMQ's are a hash of the
-Erlang key: opaque either way).
+``error`` text is RabbitMQ's term then words (``econnrefused: connection refused by
+HOST:PORT``, :mod:`leveret.federation.errors`), not an Erlang term, and ids are
+leveret's own 8 hex digits (RabbitMQ's are a hash of the Erlang key: opaque either way).
 """
 
 from __future__ import annotations
