@@ -40,7 +40,8 @@ class _Connection(aiormq.Connection):
 
 async def open_connection(uri: str, client_properties: dict[str, Any], default_timeout: float) -> Any:
     """An open connection to ``uri`` within ``connection_timeout`` (else ``default_timeout``
-    seconds; ``asyncio.TimeoutError`` after it). Raises :class:`.uri.URIError` for a
+    seconds; ``asyncio.TimeoutError`` after it, the abandoned handshake cancelled and its
+    socket closed, as on a cancellation). Raises :class:`.uri.URIError` for a
     query value RabbitMQ would refuse, ``ssl.SSLError`` and aiormq's errors as they come.
     Several ``auth_mechanism`` keys: the next is tried when the upstream does not offer
     one, as RabbitMQ's client picks the first of its list the server offers."""
@@ -62,8 +63,10 @@ async def open_connection(uri: str, client_properties: dict[str, Any], default_t
             if number == len(options.mechanisms):
                 raise
             continue
-        except BaseException:  # timed out or stopped: a connection made later is closed
+        except BaseException:  # timed out or stopped: the handshake is abandoned
+            # cancelled, aiormq closes its socket; one that completed meanwhile is closed
             attempt.add_done_callback(functools.partial(close_when_made_connection, made=connection))
+            attempt.cancel()
             raise
         return connection
     raise AssertionError("no mechanism")  # connect_options gives at least one
