@@ -126,8 +126,10 @@ class Shovel:
         attempt = asyncio.ensure_future(aiormq.connect(self._uri(uri)))
         try:
             connection = await asyncio.wait_for(asyncio.shield(attempt), CONNECT_TIMEOUT)
-        except BaseException:  # timed out or stopped: a connection made later is closed
+        except BaseException:  # timed out or stopped: the handshake is abandoned
+            # cancelled, aiormq closes its socket; one that completed meanwhile is closed
             attempt.add_done_callback(close_when_made)
+            attempt.cancel()
             raise
         self._connections.append(connection)
         return connection
