@@ -299,8 +299,13 @@ class VirtualHost:
         self._entity_changed("exchange", exchange.name)
 
     def _entity_changed(self, kind: str, name: str) -> None:
+        if not self.entity_listeners:
+            return
         for listener in list(self.entity_listeners):
-            listener(self.name, kind, name)
+            try:
+                listener(self.name, kind, name)
+            except Exception:  # the declare or delete is done: a listener must not fail it
+                log.exception("entity listener failed on %s %r", kind, name)
 
     # -- queues ---------------------------------------------------------------------
     def new_queue_name(self) -> str:

@@ -43,10 +43,14 @@ class Federation:
         self._upstreams: dict[LinkKey, Upstream] = {}
         self._stopping: set[asyncio.Future] = set()
         self._started = False
+        #: vhosts with a ``federation-upstream`` parameter: only there can an exchange or
+        #: queue be federated, so a declare or delete elsewhere costs one set look-up
+        self._configured: set[str] = set()
 
     def start(self) -> None:
         """Start the links of every federated exchange and queue, and follow changes."""
         self._started = True
+        self._configured = {vhost for (component, vhost, _) in self.core.parameters if component == UPSTREAM}
         self.core.parameter_listeners.append(self._parameter_changed)
         self.core.policy_listeners.append(self._policy_changed)
         self.core.entity_listeners.append(self._entity_changed)
@@ -143,6 +147,11 @@ class Federation:
         future.add_done_callback(self._stopping.discard)
 
     def _parameter_changed(self, component: str, vhost: str, name: str, value: Any) -> None:
+        if component == UPSTREAM:
+            if value is not None:
+                self._configured.add(vhost)
+            elif not any(c == UPSTREAM and v == vhost for (c, v, _) in self.core.parameters):
+                self._configured.discard(vhost)
         if component in COMPONENTS:
             self.reconcile(vhost)
 
@@ -150,7 +159,10 @@ class Federation:
         self.reconcile(vhost)
 
     def _entity_changed(self, vhost: str, kind: str, name: str) -> None:
-        self.reconcile(vhost, kind, name)
+        # on every queue and exchange declared or deleted: nothing to do (not even a
+        # policy match) in a vhost without upstreams, unless a link still runs
+        if vhost in self._configured or self.running:
+            self.reconcile(vhost, kind, name)
 
     def _vhost_deleted(self, vhost: str) -> None:
         for key in [k for k in self.running if k[0] == vhost]:
