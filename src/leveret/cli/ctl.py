@@ -296,7 +296,8 @@ _policy_commands(operator=True)
 @click.argument("value")
 @pass_ctx
 def set_parameter(ctx: Context, vhost: str, component: str, name: str, value: str) -> None:
-    """Set a runtime parameter (component ``shovel``: a JSON shovel definition)."""
+    """Set a runtime parameter (component ``shovel``, ``federation-upstream`` or
+    ``federation-upstream-set``: its JSON definition)."""
     ctx.run("set_parameter", vhost=vhost, component=component, name=name, value=value)
 
 
@@ -306,7 +307,7 @@ def set_parameter(ctx: Context, vhost: str, component: str, name: str, value: st
 @click.argument("name")
 @pass_ctx
 def clear_parameter(ctx: Context, vhost: str, component: str, name: str) -> None:
-    """Remove a runtime parameter (a shovel stops)."""
+    """Remove a runtime parameter (a shovel stops; an upstream's links stop)."""
     ctx.run("clear_parameter", vhost=vhost, component=component, name=name)
 
 
