@@ -105,6 +105,16 @@ def without_credentials(uri: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))
 
 
+def cluster_name(server_properties: Any) -> str | None:
+    """The upstream's ``cluster_name`` server property as text (RabbitMQ's is a binary:
+    one that is not UTF-8, which pamqp hands over as bytes, is decoded with
+    replacements rather than failing every attempt), None if absent or not text."""
+    name = server_properties.get("cluster_name") if isinstance(server_properties, dict) else None
+    if isinstance(name, (bytes, bytearray)):
+        return bytes(name).decode("utf-8", "replace")
+    return name if isinstance(name, str) else None
+
+
 def should_forward(received_from: Any, max_hops: int, node: str, vhost: str) -> bool:
     """Whether a message with this ``x-received-from`` value may enter ``vhost`` of
     ``node`` over a link with ``max_hops`` (RabbitMQ's ``should_forward``)."""
@@ -183,10 +193,7 @@ class ExchangeLink(Link):
             raise LookupError(f"no exchange '{self.name}' in vhost '{self.vhost}'")
         uri = self.upstream_uri()
         remote = await self._connect(uri)
-        name = remote.server_properties.get("cluster_name")
-        self._upstream_name = (
-            name.decode() if isinstance(name, bytes) else name if isinstance(name, str) else None
-        )
+        self._upstream_name = cluster_name(remote.server_properties)
         upstream_vhost = uri_vhost(uri)
         channel = await remote.channel(publisher_confirms=False)
         command = await remote.channel(publisher_confirms=False)

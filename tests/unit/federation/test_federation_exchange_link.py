@@ -87,3 +87,12 @@ def test_a_binding_from_another_link_goes_on_one_hop_less():
     made._upstream_name = "c"
     assert made._bound_from({"x-bound-from": [below]}, "/") is None
     assert made._bound_from({"x-bound-from": [below]}, "elsewhere") is not None
+
+
+def test_an_upstream_cluster_name_of_any_type_is_read_without_failing():
+    from leveret.federation.exchange_link import cluster_name
+
+    assert cluster_name({"cluster_name": "rabbit@dc1"}) == "rabbit@dc1"
+    assert cluster_name({"cluster_name": b"dc\xff1"}) == "dc\ufffd1"  # not UTF-8: pamqp gives bytes
+    assert cluster_name({"cluster_name": 7}) is None
+    assert cluster_name({}) is None
