@@ -221,8 +221,6 @@ def py_scan(payload: bytes) -> Scan:
     return Scan(header, delivery, annotations, properties, application, body, body_code, tuple(data), footer)
 
 
-_compiled = twin("leveret.protocol.amqp10._ctransfer")
-
 _STRINGS = frozenset((0xA1, 0xB1))
 _SYMBOLS = frozenset((0xA3, 0xB3))
 _ID = frozenset((0x44, 0x53, 0x80, 0x98, 0xA0, 0xB0, 0xA1, 0xB1))  # ulong, uuid, binary, string
@@ -531,3 +529,10 @@ __all__ = [
     "section_value",
     "skip",
 ]
+
+
+# last: the compiled twin reads this module's names (Scan, _WIDTH, check_properties,
+# check_application_properties) when it loads, so they must all exist by then; imported
+# mid-module, ``import leveret.protocol.amqp10.sections`` (or ``.message``) as the first
+# import failed with a circular-import AttributeError
+_compiled = twin("leveret.protocol.amqp10._ctransfer")
