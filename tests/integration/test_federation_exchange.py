@@ -225,6 +225,24 @@ def test_x_received_from_and_user_id(nodes, trust):
     }
 
 
+def test_an_x_received_from_of_another_type_is_kept_in_x_invalid_headers(nodes):
+    """A publisher's ``x-received-from`` that is not an array: the link's hop replaces
+    it and the old value goes to ``x-invalid-headers``, as RabbitMQ's
+    ``prepend_table_header`` does."""
+    up, down, _ = nodes
+    down.channel.exchange_declare("fx", "fanout")
+    down.channel.queue_declare("q")
+    down.channel.queue_bind("q", "fx")
+    down.federate(up)
+    down.wait_running()
+    wait(lambda: len(up.upstream_bindings("fx")) == 1, "the binding upstream")
+    up.publisher().basic_publish("fx", "", b"m", pika.BasicProperties(headers={"x-received-from": "forged"}))
+    wait(lambda: down.depth("q") == 1, "the message downstream")
+    _, received, _ = down.channel.basic_get("q", auto_ack=True)
+    assert [hop["cluster-name"] for hop in received.headers["x-received-from"]] == ["a@fed"]
+    assert received.headers["x-invalid-headers"] == {"x-received-from": ["forged"]}
+
+
 @pytest.mark.parametrize("hops", [1, 2])
 def test_max_hops_along_a_line_of_three(nodes, hops):
     a, b, c = nodes

@@ -115,6 +115,33 @@ def cluster_name(server_properties: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
+#: Where RabbitMQ keeps a header it had to replace (``rabbit_basic``'s name).
+INVALID_HEADERS = "x-invalid-headers"
+
+
+def with_hop(headers: dict[str, Any], hop: dict[str, Any]) -> dict[str, Any]:
+    """``headers`` with ``hop`` put first in ``x-received-from``, as RabbitMQ's
+    ``prepend_table_header``: an ``x-received-from`` that is not an array (sent so by
+    a client or another broker) is replaced and kept, first, in the array
+    ``x-invalid-headers["x-received-from"]`` rather than lost."""
+    received = headers.get(RECEIVED_FROM)
+    if isinstance(received, list):
+        headers[RECEIVED_FROM] = [hop, *received]
+        return headers
+    headers[RECEIVED_FROM] = [hop]
+    if received is not None:
+        invalid = headers.get(INVALID_HEADERS)
+        if isinstance(invalid, dict):
+            kept = invalid.get(RECEIVED_FROM)
+            invalid = {**invalid, RECEIVED_FROM: [received, *kept] if isinstance(kept, list) else [received]}
+        elif invalid is None:
+            invalid = {RECEIVED_FROM: [received]}
+        else:  # not a table either: kept inside the new one, as RabbitMQ does
+            invalid = {RECEIVED_FROM: [received], INVALID_HEADERS: invalid}
+        headers[INVALID_HEADERS] = invalid
+    return headers
+
+
 def should_forward(received_from: Any, max_hops: int, node: str, vhost: str) -> bool:
     """Whether a message with this ``x-received-from`` value may enter ``vhost`` of
     ``node`` over a link with ``max_hops`` (RabbitMQ's ``should_forward``)."""
@@ -292,8 +319,7 @@ class ExchangeLink(Link):
             if self._upstream_name is not None:
                 hop["cluster-name"] = self._upstream_name
             hop["vhost"] = upstream_vhost
-            headers[RECEIVED_FROM] = [hop, *received] if isinstance(received, list) else [hop]
-            properties.headers = headers
+            properties.headers = with_hop(headers, hop)
             if not trust:
                 properties.user_id = None
             confirm = await downstream.basic_publish(

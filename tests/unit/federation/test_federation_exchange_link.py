@@ -96,3 +96,17 @@ def test_an_upstream_cluster_name_of_any_type_is_read_without_failing():
     assert cluster_name({"cluster_name": b"dc\xff1"}) == "dc\ufffd1"  # not UTF-8: pamqp gives bytes
     assert cluster_name({"cluster_name": 7}) is None
     assert cluster_name({}) is None
+
+
+def test_a_received_from_header_of_another_type_is_kept_aside_as_rabbitmq_does():
+    from leveret.federation.exchange_link import with_hop
+
+    hop = {"cluster-name": "up", "vhost": "/"}
+    assert with_hop({"a": 1}, hop) == {"a": 1, "x-received-from": [hop]}
+    assert with_hop({"x-received-from": [{"x": 1}]}, hop) == {"x-received-from": [hop, {"x": 1}]}
+    assert with_hop({"x-received-from": "text"}, hop) == {
+        "x-received-from": [hop], "x-invalid-headers": {"x-received-from": ["text"]}}  # fmt: skip
+    assert with_hop({"x-received-from": 7, "x-invalid-headers": {"x-received-from": ["old"], "k": 1}}, hop) == {
+        "x-received-from": [hop], "x-invalid-headers": {"x-received-from": [7, "old"], "k": 1}}  # fmt: skip
+    assert with_hop({"x-received-from": {"t": 1}, "x-invalid-headers": 5}, hop) == {
+        "x-received-from": [hop], "x-invalid-headers": {"x-received-from": [{"t": 1}], "x-invalid-headers": 5}}  # fmt: skip
