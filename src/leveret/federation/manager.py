@@ -156,7 +156,10 @@ class Federation:
             self.reconcile(vhost)
 
     def _policy_changed(self, vhost: str) -> None:
-        self.reconcile(vhost)
+        # (every exchange and queue of the vhost is matched again: not where no
+        # upstream exists and no link runs)
+        if vhost in self._configured or self.running:
+            self.reconcile(vhost)
 
     def _entity_changed(self, vhost: str, kind: str, name: str) -> None:
         # on every queue and exchange declared or deleted: nothing to do (not even a

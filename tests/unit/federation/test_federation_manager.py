@@ -22,6 +22,7 @@ def test_declares_in_a_vhost_without_upstreams_match_no_policy():
 
     vhost.declare_queue("q1", None)
     vhost.delete_queue("q1")
+    core.set_policy(Policy(name="p2", pattern="^fed$", definition={"federation-upstream": "up"}, vhost="/"))
     assert looked_up == []
 
     core.set_parameter("federation-upstream", "/", "up", {"uri": "amqp://elsewhere"})
