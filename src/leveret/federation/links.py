@@ -17,10 +17,10 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from ..shovel.worker import redact_uri
 from .connect import open_connection
 from .errors import describe
 from .upstream import Upstream
+from .uri import safe_uri
 
 log = logging.getLogger("leveret.federation")
 
@@ -206,7 +206,7 @@ class Link:
             "upstream": self.upstream.name,
             "type": self.kind,
             "status": self.state,
-            "uri": redact_uri(self.uri),
+            "uri": safe_uri(self.uri),  # no credentials, nor a TLS key's password
             "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since)),
         }
         if self.kind == "exchange":

@@ -35,6 +35,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from yarl import URL
 
@@ -171,3 +172,18 @@ def _tls(query: Any) -> TLSSettings:
         verify=verify,
         server_name=server_name,
     )
+
+
+def safe_uri(uri: str) -> str:
+    """``uri`` as RabbitMQ's federation status shows it (``amqp_uri:remove_credentials``):
+    scheme, host, port and path only; no user, password or query (whose ``password``
+    is a TLS key's)."""
+    try:
+        parts = urlsplit(uri)
+        port = parts.port
+    except ValueError:
+        return uri.split("://", 1)[0] + "://"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}{f':{port}' if port is not None else ''}{parts.path}"

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import time
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from ..core.broker import BrokerCore
 from ..core.connections import ConnectionFacts
 from ..federation.links import LINK_ID_PROPERTY
+from ..federation.uri import safe_uri
 from .common import object_not_found, works_in
 from .listing import list_answer
 from .runtime import NODE, channel_row
@@ -66,20 +66,6 @@ class FederationLinks(Protocol):
     def links(self, vhost: str | None = None) -> list[Any]: ...
 
     def restart(self, vhost: str | None, link_id: str) -> bool: ...
-
-
-def safe_uri(uri: str) -> str:
-    """``uri`` as RabbitMQ's federation status shows it: scheme, host, port and path
-    only (no user, password or query)."""
-    try:
-        parts = urlsplit(uri)
-        port = parts.port
-    except ValueError:
-        return uri.split("://", 1)[0] + "://"
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{parts.scheme}://{host}{f':{port}' if port is not None else ''}{parts.path}"
 
 
 def http_timestamp(epoch: float) -> str:

@@ -102,11 +102,11 @@ def test_a_received_from_header_of_another_type_is_kept_aside_as_rabbitmq_does()
     from leveret.federation.exchange_link import with_hop
 
     hop = {"cluster-name": "up", "vhost": "/"}
-    assert with_hop({"a": 1}, hop) == {"a": 1, "x-received-from": [hop]}
-    assert with_hop({"x-received-from": [{"x": 1}]}, hop) == {"x-received-from": [hop, {"x": 1}]}
-    assert with_hop({"x-received-from": "text"}, hop) == {
-        "x-received-from": [hop], "x-invalid-headers": {"x-received-from": ["text"]}}  # fmt: skip
-    assert with_hop({"x-received-from": 7, "x-invalid-headers": {"x-received-from": ["old"], "k": 1}}, hop) == {
-        "x-received-from": [hop], "x-invalid-headers": {"x-received-from": [7, "old"], "k": 1}}  # fmt: skip
-    assert with_hop({"x-received-from": {"t": 1}, "x-invalid-headers": 5}, hop) == {
-        "x-received-from": [hop], "x-invalid-headers": {"x-received-from": [{"t": 1}], "x-invalid-headers": 5}}  # fmt: skip
+    received, invalid = "x-received-from", "x-invalid-headers"
+    assert with_hop({"a": 1}, hop) == {"a": 1, received: [hop]}
+    assert with_hop({received: [{"x": 1}]}, hop) == {received: [hop, {"x": 1}]}
+    assert with_hop({received: "text"}, hop) == {received: [hop], invalid: {received: ["text"]}}
+    before, kept = {received: ["old"], "k": 1}, {received: [7, "old"], "k": 1}
+    assert with_hop({received: 7, invalid: before}, hop) == {received: [hop], invalid: kept}
+    nested = {received: [{"t": 1}], invalid: 5}
+    assert with_hop({received: {"t": 1}, invalid: 5}, hop) == {received: [hop], invalid: nested}

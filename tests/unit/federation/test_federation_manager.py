@@ -18,7 +18,12 @@ def test_declares_in_a_vhost_without_upstreams_match_no_policy():
     vhost = core.vhosts["/"]
     looked_up: list[str | None] = []  # what the manager re-examined
     reconcile = federation.reconcile
-    federation.reconcile = lambda vhost, kind=None, name=None: looked_up.append(name) or reconcile(vhost, kind, name)  # type: ignore[method-assign]
+
+    def counted(vhost_name: str, kind: str | None = None, name: str | None = None) -> None:
+        looked_up.append(name)
+        reconcile(vhost_name, kind, name)
+
+    federation.reconcile = counted  # type: ignore[method-assign]
 
     vhost.declare_queue("q1", None)
     vhost.delete_queue("q1")

@@ -85,3 +85,13 @@ def test_error_texts_without_a_network():
     assert describe(offered).startswith("auth_failure: the upstream offers none of the URI's mechanisms")
     assert describe(ConnectionError("a connection or channel was closed")) == (
         "ConnectionError: a connection or channel was closed")  # fmt: skip
+
+
+def test_a_links_status_shows_no_credentials_nor_query():
+    from leveret.federation.links import Link
+    from leveret.federation.upstream import Upstream
+
+    uri = "amqps://fed:secret@dc1.example:5671/v?certfile=/c.pem&keyfile=/k.pem&password=keypass"
+    upstream = Upstream(name="up", vhost="/", uris=(uri,))
+    row = Link("/", "x", upstream, lambda: "amqp://guest:guest@127.0.0.1:5672/%2F", "node").status()
+    assert row["uri"] == "amqps://dc1.example:5671/v"

@@ -23,7 +23,8 @@ def test_a_stop_during_the_handshake_closes_its_socket():
 
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         uri = f"amqp://u:p@127.0.0.1:{server.sockets[0].getsockname()[1]}/%2F"
-        spec = ShovelSpec.from_parameter({"src-uri": uri, "src-queue": "a", "dest-uri": uri, "dest-queue": "b"})
+        definition = {"src-uri": uri, "src-queue": "a", "dest-uri": uri, "dest-queue": "b"}
+        spec = ShovelSpec.from_parameter(definition)
         shovel = Shovel("/", "s", spec, lambda: uri)
         try:
             attempt = asyncio.ensure_future(shovel._connect(uri))
