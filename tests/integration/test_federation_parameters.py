@@ -80,3 +80,24 @@ def test_definitions_carry_federation_parameters_and_their_vhost_takes_them_away
         assert fresh.http("GET", "/api/parameters/federation-upstream-set/site/s")[1]["value"] == the_set
     assert target.http("DELETE", "/api/vhosts/site")[0] == 204
     assert target.http("GET", "/api/parameters")[1] == []
+
+
+@pytest.mark.parametrize(
+    ("component", "value"),
+    [
+        ("federation-upstream", {"uri": "http://nowhere"}),
+        ("federation-upstream", {"uri": "amqp://h", "ack-mode": "sometimes"}),
+        ("federation-upstream-set", {"upstream": "up"}),
+    ],
+)
+def test_definitions_with_an_invalid_federation_parameter_are_refused_whole(target, component, value):
+    """As RabbitMQ's import, which validates each parameter as its PUT does: nothing of
+    the document is imported (the vhost included)."""
+    document = {
+        "vhosts": [{"name": "imported"}],
+        "parameters": [{"vhost": "imported", "component": component, "name": "bad", "value": value}],
+    }
+    status, _ = target.http("POST", "/api/definitions", document)
+    assert status == 400
+    assert target.http("GET", f"/api/parameters/{component}/imported/bad")[0] == 404
+    assert target.http("GET", "/api/vhosts/imported")[0] == 404

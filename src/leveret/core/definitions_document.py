@@ -165,11 +165,13 @@ def import_document(core: BrokerCore, document: Any, owner: object = None) -> No
     bindings = _entries(document, "bindings", ("source", "vhost", "destination", "destination_type"))
     parameters = _entries(document, "parameters", ("vhost", "component", "value"))
     limits = [(str(e["vhost"]), _limits(e["value"])) for e in parameters if e["component"] == "vhost-limits"]
-    components = [  # shovels and federation upstreams (their managers check them)
+    components = [  # shovels (their manager checks them) and federation upstreams
         (str(e["component"]), str(e["vhost"]), str(e.get("name")), e["value"])
         for e in parameters
         if e["component"] in IMPORTED_COMPONENTS
     ]
+    for component, _, name, value in components:
+        _check_federation(component, name, value)
     operator_policies = [
         _policy({**e["value"], "vhost": e["vhost"], "name": e.get("name")})
         for e in parameters
@@ -280,6 +282,21 @@ def _user(entry: dict) -> User:
     except passwords.HashError as exc:
         raise precondition_failed(f"definitions: user {entry['name']!r}: {exc}") from None
     return User(str(entry["name"]), str(password_hash), str(algorithm), tags)
+
+
+def _check_federation(component: str, name: str, value: Any) -> None:
+    """A ``federation-upstream`` or ``federation-upstream-set`` parameter checked as
+    ``PUT /api/parameters`` checks it (RabbitMQ's import validates each parameter and
+    fails as a whole): PreconditionFailed naming it, before anything is imported."""
+    from ..federation.upstream import UPSTREAM, UPSTREAM_SET, FederationError, Upstream, check_upstream_set
+
+    try:
+        if component == UPSTREAM:
+            Upstream.from_parameter("", name, value)
+        elif component == UPSTREAM_SET:
+            check_upstream_set(value, name)
+    except FederationError as exc:
+        raise precondition_failed(f"definitions: {component} {name!r}: {exc}") from None
 
 
 def _policy(entry: dict) -> Policy:
