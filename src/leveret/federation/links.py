@@ -19,15 +19,13 @@ from urllib.parse import quote
 
 import aiormq
 
+from ..core.policy import matching
 from ..shovel.worker import close_when_made, redact_uri
 from .upstream import Upstream
 
 log = logging.getLogger("leveret.federation")
 
 CONNECT_TIMEOUT = 10.0  # seconds to connect and open a channel
-#: The client property a link's connection to this broker carries its id in, so the
-#: status can name that connection (``local_connection``: :mod:`leveret.management.federation`).
-LINK_ID_PROPERTY = "leveret-federation-link"
 
 
 class Link:
@@ -79,7 +77,9 @@ class Link:
         self._set("shutdown")
 
     def restart(self) -> None:
-        """``restart_federation_link``: drop the connections and start over now."""
+        """``restart_federation_link``: drop the connections and start over now (the
+        link is ``starting`` from here on, not ``running`` without its connections)."""
+        self._set("starting")
         task = self._task
         if task is not None and not task.done():
             task.cancel()
@@ -137,8 +137,7 @@ class Link:
         return local.rsplit("/", 1)[0] + "/" + vhost if vhost else local
 
     async def _connect(self, uri: str) -> Any:
-        local: dict[str, Any] = {LINK_ID_PROPERTY: self.id} if uri == self.local_uri() else {}
-        attempt = asyncio.ensure_future(aiormq.connect(uri, client_properties=local))
+        attempt = asyncio.ensure_future(aiormq.connect(uri))
         try:
             connection = await asyncio.wait_for(asyncio.shield(attempt), CONNECT_TIMEOUT)
         except BaseException:  # timed out or stopped: a connection made later is closed
@@ -147,7 +146,18 @@ class Link:
         self._connections.append(connection)
         return connection
 
+    def connection_name(self, vhost: Any, kind: str) -> str | None:
+        """RabbitMQ's name for a link's connections (the upstream one's
+        ``connection_name`` client property, the direct one's too): ``Federation link
+        (upstream: U, policy: P)``, P the policy federating ``name`` in ``vhost`` (a
+        core vhost; ``kind`` ``exchanges`` or ``queues``); None without one."""
+        policy = matching(vhost.policies, vhost.name, self.name, kind) if vhost is not None else None
+        if policy is None:
+            return None
+        return f"Federation link (upstream: {self.upstream.name}, policy: {policy.name})"
+
     async def _close(self) -> None:
+        self.local_connection = None  # the direct connection goes with the session
         connections, self._connections = self._connections, []
         for connection in connections:
             try:
