@@ -95,13 +95,15 @@ def check_direct_connections(down: Target, rows: dict[str, dict]) -> None:
         assert PID.match(name), name
         connection = connections[name]
         assert set(connection) == DIRECT_FIELDS, connection
-        assert (connection["type"], connection["protocol"], connection["vhost"]) == ("direct", "Direct 0-9-1", "/")
+        shown = (connection["type"], connection["protocol"], connection["vhost"])
+        assert shown == ("direct", "Direct 0-9-1", "/")
         assert connection["client_properties"] == {
             "connection_name": f"Federation link (upstream: good, policy: {policy})"
         }
         channel = row["local_channel"]
         assert channel["name"] == f"{name} (1)" and channel["number"] == 1 and channel["confirm"] is True
-        assert channel["connection_details"] == {"name": name, "peer_host": "undefined", "peer_port": "undefined"}
+        undefined = {"peer_host": "undefined", "peer_port": "undefined"}  # RabbitMQ's for a direct one
+        assert channel["connection_details"] == {"name": name, **undefined}
         assert channels[channel["name"]]["connection_details"]["name"] == name
     assert rows["exchange"]["local_connection"] != rows["queue"]["local_connection"]
 
@@ -159,7 +161,7 @@ def test_closing_the_direct_connection_restarts_the_link_over_http_and_ctl(broke
     closed_and_restarted(down, running_rows(down), over_http)
     closed_and_restarted(down, running_rows(down), over_ctl)
     listed = request(str(data_dir), "list_connections", {"columns": ["name", "protocol"]})
-    assert ["Direct 0-9-1"] * 2 == [row[1] for row in listed["rows"] if PID.match(row[0])]
+    assert [row[1] for row in listed["rows"] if PID.match(row[0])] == ["Direct 0-9-1"] * 2
 
 
 @pytest.mark.skipif(not rabbitmq_installed(), reason="rabbitmq-server is not installed")

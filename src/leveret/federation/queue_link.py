@@ -27,7 +27,9 @@ RabbitMQ gets the last two as events from its queue process (``consumer blocked`
 the queue, for every queue, so the link polls instead.
 
 Each message is republished to the default exchange with the downstream queue's name as
-routing key, with RabbitMQ's headers: ``x-received-from`` (an array of tables ``uri``,
+routing key, through this broker's core (:class:`~.local_publish.LocalPublisher`, a
+direct connection as RabbitMQ's link has: no AMQP connection to itself), with RabbitMQ's
+headers: ``x-received-from`` (an array of tables ``uri``,
 ``queue``, ``redelivered``, ``visit-count``, the newest first, one per upstream it came
 through), and on its first move ``x-original-exchange`` and ``x-original-routing-key``;
 a ``CC`` header becomes ``x-original-cc``; ``user_id`` is cleared unless
@@ -39,7 +41,8 @@ Ack modes: ``on-confirm`` acks upstream once the downstream broker confirmed the
 publish (a confirmed message is never lost; one unconfirmed goes back to the upstream
 queue when the link's connection drops: at-least-once), ``on-publish`` right after the
 publish, ``no-ack`` consumes without acknowledgements (and without a prefetch limit,
-as RabbitMQ).
+as RabbitMQ). The acks of one event-loop turn go as one ``basic.ack multiple=True``
+(:class:`~.acks.UpstreamAcks`), held while a pause's ``basic.cancel`` is on its way.
 """
 
 from __future__ import annotations
