@@ -38,8 +38,9 @@ message that has made ``max-hops`` hops or has been here already is acked and dr
 (the upstream may be a fanout that did not filter). Any failure ends the session; the
 base :class:`~.links.Link` retries after ``reconnect-delay``.
 
-What differs from RabbitMQ: the A/B suffix is remembered in memory only (a restarted
-broker starts from ``B`` again, deleting a left-over ``A``), and the internal exchange
+What differs from RabbitMQ: the A/B suffix is remembered in memory only (RabbitMQ
+stores it with the exchange); a restarted broker finds the one in use on the upstream
+by passive declares and replaces it as a restarted link does. The internal exchange
 is checked every :data:`CHECK_INTERVAL` seconds as RabbitMQ's
 ``internal_exchange_check_interval`` default.
 """
@@ -205,7 +206,7 @@ class ExchangeLink(Link):
         await self._ensure_upstream_exchange(remote, channel, exchange)
         key = (self.vhost, self.name, upstream.name)
         suffixes = self._suffixes()
-        old = suffixes.get(key, "A")
+        old = suffixes.get(key) or await _live_suffix(remote, queue)
         self._suffix = "B" if old == "A" else "A"
         internal = f"{queue} {self._suffix}"
         await _delete_exchange(remote, internal)
@@ -501,6 +502,23 @@ class _Properties(commands.Basic.Properties):
     def message_id(self, value: str | None) -> None:
         if not self.__dict__.get("_locked"):
             self.__dict__["_message_id"] = value
+
+
+async def _live_suffix(connection: Any, queue: str) -> str:
+    """The suffix of the internal exchange a previous run of this broker left on the
+    upstream (``queue A`` or ``queue B``), found by passive declares, since the suffix
+    in use is kept in memory only: a restarted downstream must replace that exchange
+    only after the other one carries the bindings, or what is published meanwhile is
+    unroutable upstream. ``A`` when neither exists, or both (either then routes)."""
+    for suffix in ("A", "B"):
+        try:
+            channel = await connection.channel(publisher_confirms=False)
+            await channel.exchange_declare(f"{queue} {suffix}", passive=True)
+            await channel.close()
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            continue
+        return suffix
+    return "A"
 
 
 async def _delete_exchange(connection: Any, name: str) -> None:

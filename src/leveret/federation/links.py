@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import aiormq
 
@@ -26,6 +26,25 @@ from .upstream import Upstream
 log = logging.getLogger("leveret.federation")
 
 CONNECT_TIMEOUT = 10.0  # seconds to connect and open a channel
+
+#: seconds of AMQP heartbeat a link asks for unless its URI says (the Erlang AMQP client's
+#: default; aiormq's own is 60, a dead connection noticed after 183 s)
+HEARTBEAT = 10
+
+
+def describe(exc: BaseException, uri: str) -> str:
+    """A failure as the link's ``error`` text: the exception's class and message. aiormq
+    reports a ``connection.close`` answering ``connection.open`` (the upstream refusing
+    the vhost: 530 NOT_ALLOWED, RabbitMQ's ``not_allowed``) as an unexpected frame
+    without its reply text, and a connection that missed its heartbeats without any:
+    those are said in words."""
+    if not str(exc):  # aiormq's end of a connection that missed its heartbeats, say
+        return f"{type(exc).__name__}: the connection was lost (no frame within the heartbeat timeout?)"
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if "Connection.OpenOk" in text and "Connection.Close" in text:
+        vhost = unquote(uri.split("://", 1)[-1].partition("/")[2].partition("?")[0]) or "/"
+        return f"{text.split(':', 1)[0]}: NOT_ALLOWED - the upstream refused access to vhost '{vhost}'"
+    return text
 
 
 class Link:
@@ -52,6 +71,8 @@ class Link:
         self._connections: list[Any] = []
         self._stopped = False
         self._attempt = 0
+        #: set (with the error text) when a broker cancels one of the link's consumers
+        self._cancelled: asyncio.Future[str] | None = None
 
     @property
     def id(self) -> str:
@@ -101,19 +122,27 @@ class Link:
             self.uri = uris[self._attempt % len(uris)]
             self._attempt += 1
             self._set("starting")
+            self._cancelled = cancelled = asyncio.get_running_loop().create_future()
+            session = asyncio.ensure_future(self._session())
             try:
-                await self._session()
-                raise ConnectionError("a connection or channel was closed")
+                done, _ = await asyncio.wait([session, cancelled], return_when=asyncio.FIRST_COMPLETED)
+                if session in done:
+                    session.result()
+                    raise ConnectionError("a connection or channel was closed")
+                raise ConnectionError(cancelled.result())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # either side failed: try again later
-                error = f"{type(exc).__name__}: {exc}".strip()
+                error = describe(exc, self.uri)
                 if self.state != "error" or self.error != error:
                     log.warning(
                         "federation link %s -> %s (%s): %s", self.upstream.name, self.name, self.vhost, error
                     )
                 self._set("error", error)
             finally:
+                if not session.done():  # a consumer cancelled by its broker, or a stop
+                    session.cancel()
+                    await asyncio.wait([session], timeout=1)
                 await asyncio.shield(self._close())
             await asyncio.sleep(self.upstream.reconnect_delay)
 
@@ -137,6 +166,12 @@ class Link:
         return local.rsplit("/", 1)[0] + "/" + vhost if vhost else local
 
     async def _connect(self, uri: str) -> Any:
+        """An aiormq connection to ``uri``, given up after :data:`CONNECT_TIMEOUT` seconds.
+        Without a ``heartbeat`` in the URI it asks for :data:`HEARTBEAT` seconds, so a
+        partition (no RST) is noticed in about half a minute, not aiormq's three (a
+        RabbitMQ 3.10 link with no ``heartbeat`` in its URI did not notice in 240 s)."""
+        if "heartbeat=" not in uri.partition("?")[2]:
+            uri += ("&" if "?" in uri else "?") + f"heartbeat={HEARTBEAT}"
         attempt = asyncio.ensure_future(aiormq.connect(uri))
         try:
             connection = await asyncio.wait_for(asyncio.shield(attempt), CONNECT_TIMEOUT)
@@ -144,6 +179,7 @@ class Link:
             attempt.add_done_callback(close_when_made)
             raise
         self._connections.append(connection)
+        self._watch_cancels(connection)
         return connection
 
     def connection_name(self, vhost: Any, kind: str) -> str | None:
@@ -155,6 +191,28 @@ class Link:
         if policy is None:
             return None
         return f"Federation link (upstream: {self.upstream.name}, policy: {policy.name})"
+
+    def _watch_cancels(self, connection: Any) -> None:
+        """End the session when the broker cancels a consumer of one of this
+        connection's channels (``basic.cancel``: its queue was deleted, say), as
+        RabbitMQ's link does (``error`` ``basic_cancel``, then a new attempt that
+        declares the queue again). A cancel the link asked for (``basic.cancel-ok``)
+        does not count."""
+        opened = connection.channel
+
+        async def channel(*args: Any, **kwargs: Any) -> Any:
+            made = await opened(*args, **kwargs)
+            made.on_consumer_cancel_callbacks.add(self._broker_cancelled)
+            return made
+
+        connection.channel = channel
+
+    def _broker_cancelled(self, frame: Any) -> None:
+        if self._cancelled is not None and not self._cancelled.done():
+            tag = getattr(frame, "consumer_tag", "")
+            self._cancelled.set_result(
+                f"basic_cancel: the broker cancelled consumer '{tag}' (its queue deleted?)"
+            )
 
     async def _close(self) -> None:
         self.local_connection = None  # the direct connection goes with the session

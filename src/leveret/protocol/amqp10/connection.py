@@ -53,9 +53,11 @@ from .frames import (
     SASL_HEADER,
     TYPE_AMQP,
     TYPE_SASL,
+    FastTransfer,
     Frame,
     FrameReader,
     ProtocolHeader,
+    as_frame,
     encode_frame,
 )
 from .info import session_facts
@@ -102,7 +104,7 @@ class Amqp10Connection(AdapterConnection):
         #: The largest frame the client takes (bytes; 512 until its open says more).
         self.peer_max_frame_size = 512
         self._peer_idle = 0.0  # seconds: the client's idle-time-out (0: none)
-        self._rest: list[ProtocolHeader | Frame] | None = None
+        self._rest: list[ProtocolHeader | Frame | FastTransfer] | None = None
         #: Bytes of unfinished multi-frame deliveries its links hold (see
         #: :data:`.links.MAX_PARTIAL_BYTES`).
         self.partial_bytes = 0
@@ -138,7 +140,7 @@ class Amqp10Connection(AdapterConnection):
         if self.state in ("closed", "refusing"):
             return
         try:
-            items = self.reader.feed(data)
+            items = self.reader.read(data)
         except DecodeError as exc:
             self._fail(exc.condition, str(exc))
             return
@@ -147,8 +149,9 @@ class Amqp10Connection(AdapterConnection):
             return
         self._run(items, whole)
 
-    def _run(self, items: list[ProtocolHeader | Frame], whole: bool = False) -> None:
+    def _run(self, items: list[ProtocolHeader | Frame | FastTransfer], whole: bool = False) -> None:
         budget = TurnBudget(0 if whole else len(items), self.core.clock.monotonic)
+        sessions = self.sessions
         for i, item in enumerate(items):
             if budget.spent():
                 self._rest = items[i:]
@@ -156,13 +159,19 @@ class Amqp10Connection(AdapterConnection):
                 self.loop.call_soon(self._next_turn)
                 return
             try:
-                if isinstance(item, ProtocolHeader):
+                if isinstance(item, tuple):  # a transfer (frames.FastTransfer): the hot path
+                    session = sessions.get(item[0]) if self.state == "open" else None
+                    if session is not None:
+                        session.transfer_item(item)
+                    else:
+                        self._frame(as_frame(item))
+                elif isinstance(item, ProtocolHeader):
                     self._header(item)
                 else:
                     self._frame(item)
             except e.ConnectionFault as exc:
                 self._fail(exc.condition, exc.text)
-            if self.state not in ("header", "sasl", "amqp-header", "opening", "open"):
+            if self.state not in ("open", "header", "sasl", "amqp-header", "opening"):
                 return
 
     def _next_turn(self) -> None:

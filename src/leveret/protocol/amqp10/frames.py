@@ -123,7 +123,9 @@ class FrameReader:
     frame size over 1,095,586,127 bytes is refused (``max_frame_size`` stays below)."""
 
     def __init__(self, max_frame_size: int = MIN_MAX_FRAME_SIZE) -> None:
-        self._buffer = bytearray()
+        #: bytes of a frame (or header) not complete yet, and how many the buffer needs
+        self._buffer: bytes | bytearray = b""
+        self._need = 0
         self._started = False
         self.max_frame_size = max_frame_size
 
@@ -140,20 +142,36 @@ class FrameReader:
     def feed(self, data: bytes) -> list[ProtocolHeader | Frame]:
         """The headers and frames completed by ``data`` (possibly none). Raises
         DecodeError; the reader is then unusable, as the connection must close."""
-        buffer = self._buffer
-        buffer += data
-        out: list[ProtocolHeader | Frame] = []
+        return [as_frame(item) if isinstance(item, tuple) else item for item in self.read(data)]
+
+    def read(self, data: bytes) -> list[ProtocolHeader | Frame | FastTransfer]:
+        """:meth:`feed` for the connection: a transfer in the common encodings comes
+        as a :data:`FastTransfer` tuple rather than a :class:`Frame` (the hot path:
+        no objects per frame; :func:`as_frame` makes the frame). Raises DecodeError."""
+        if self._buffer:  # the start of a frame (or header) came before
+            self._buffer += data
+            if len(self._buffer) < self._need:  # a big frame in many reads: no copies
+                return []
+            buffer = bytes(self._buffer)
+        else:
+            buffer = bytes(data)
+        out: list[ProtocolHeader | Frame | FastTransfer] = []
+        pos, end = 0, len(buffer)
+        self._need = 0
         while True:
-            if len(buffer) < 4:
-                if not self._started and buffer and not b"AMQP".startswith(bytes(buffer)):
+            if self._started:
+                items, pos = _split_frames(buffer, pos, self._max, decode_frame)
+                out += items
+            if end - pos < 4:
+                if not self._started and pos < end and not b"AMQP".startswith(buffer[pos:]):
                     raise DecodeError("the connection does not start with a protocol header", FRAMING_ERROR)
                 break
-            size = int.from_bytes(buffer[:4], "big")
+            size = int.from_bytes(buffer[pos : pos + 4], "big")
             if size == _HEADER_AS_SIZE:
-                if len(buffer) < 8:
+                if end - pos < 8:
                     break
-                out.append(ProtocolHeader(*buffer[4:8]))
-                del buffer[:8]
+                out.append(ProtocolHeader(*buffer[pos + 4 : pos + 8]))
+                pos += 8
                 self._started = True
                 continue
             if not self._started:
@@ -163,14 +181,49 @@ class FrameReader:
                     f"a frame of {size} bytes, outside {HEADER_SIZE} to max-frame-size {self._max}",
                     FRAMING_ERROR,
                 )
-            if len(buffer) < size:
-                break
-            frame = bytes(buffer[:size])
-            del buffer[:size]
-            out.append(decode_frame(frame))
-        if not buffer and buffer.__alloc__() > 4096:  # an idle connection holds no big buffer
-            self._buffer = bytearray()
+            self._need = size - (end - pos)
+            break  # the rest of a frame is still to come
+        self._buffer = bytearray(buffer[pos:]) if pos < end else b""
+        self._need += end - pos
         return out
+
+
+#: A transfer frame read by the hot path: ``(channel, handle, delivery-id,
+#: delivery-tag, message-format, settled, more, payload)``; the other fields of the
+#: transfer are their defaults.
+FastTransfer = tuple[int, int, "int | None", "bytes | None", "int | None", "bool | None", bool, bytes]
+
+
+def as_frame(item: FastTransfer) -> Frame:
+    """The :class:`Frame` of a :data:`FastTransfer`."""
+    return Frame(item[0], perf.Transfer(*item[1:7]), item[7])
+
+
+def py_split_frames(
+    data: bytes, pos: int, max_size: int, decode: Callable[[bytes], Frame]
+) -> tuple[list[Frame | FastTransfer], int]:
+    """The whole frames of ``data`` from ``pos`` on, up to the first that is not whole,
+    a protocol header (its size field reads ``AMQP``) or one of a size outside 8 to
+    ``max_size`` (the reader sees to those); returns them and where it stopped. A
+    transfer in the common encodings is a :data:`FastTransfer`, any other frame
+    ``decode(frame)`` (:func:`decode_frame`, whose DecodeError propagates)."""
+    items: list[Frame | FastTransfer] = []
+    pos = max(pos, 0)
+    n = len(data)
+    while n - pos >= 4:
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        if size == _HEADER_AS_SIZE or size < HEADER_SIZE or size > max_size or n - pos < size:
+            break
+        channel = (data[pos + 6] << 8) | data[pos + 7]
+        values = None
+        if data[pos + 4] == 2 and data[pos + 5] == TYPE_AMQP and size > HEADER_SIZE:
+            values = _transfer_values(data, pos + 8, pos + size)
+        if values is not None:
+            items.append((channel, *values[:6], data[values[6] : pos + size]))
+        else:
+            items.append(decode(data[pos : pos + size]))
+        pos += size
+    return items, pos
 
 
 #: Field encodings the transfer fast path reads: null, uint0, smalluint, uint, ubyte,
@@ -182,6 +235,15 @@ def py_fast_transfer(frame: bytes, start: int, size: int) -> tuple[perf.Transfer
     """A transfer whose fields are all simple encodings (what clients send: handle,
     delivery-id, tag, format, settled, more), decoded without the generic decoder
     (the hot path); None for anything else, which the generic decoder reads."""
+    values = _transfer_values(frame, start, size)
+    if values is None:
+        return None
+    return perf.Transfer(*values[:6]), values[6]
+
+
+def _transfer_values(frame: bytes, start: int, size: int) -> list[Any] | None:
+    """The six fields of the transfer at ``frame[start:size]`` then where it ends, or
+    None (see :func:`py_fast_transfer`)."""
     if frame[start : start + 3] != b"\x00\x53\x14":
         return None
     code = frame[start + 3] if start + 3 < size else 0
@@ -195,7 +257,7 @@ def py_fast_transfer(frame: bytes, start: int, size: int) -> tuple[perf.Transfer
         return None
     if count > 6 or end > size or count == 0:
         return None
-    values: list[Any] = [None, None, None, None, None, False]
+    values: list[Any] = [None, None, None, None, None, False, end]
     for index in range(count):
         if pos >= end:
             return None
@@ -238,7 +300,7 @@ def py_fast_transfer(frame: bytes, start: int, size: int) -> tuple[perf.Transfer
         values[index] = value
     if pos != end or values[0] is None:
         return None  # the handle is mandatory: the generic decoder refuses its absence
-    return perf.Transfer(*values), end
+    return values
 
 
 _compiled = twin("leveret.protocol.amqp10._ctransfer")
@@ -247,6 +309,11 @@ _compiled = twin("leveret.protocol.amqp10._ctransfer")
 _fast_transfer: Callable[[bytes, int, int], tuple[perf.Transfer, int] | None] = (
     _compiled.fast_transfer if _compiled is not None else py_fast_transfer
 )
+#: The frame splitter of :meth:`FrameReader.read`: the compiled twin when built, else
+#: :func:`py_split_frames`.
+_split_frames: Callable[
+    [bytes, int, int, Callable[[bytes], Frame]], tuple[list[Frame | FastTransfer], int]
+] = _compiled.split_frames if _compiled is not None else py_split_frames
 
 
 def decode_frame(frame: bytes) -> Frame:

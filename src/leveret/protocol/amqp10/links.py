@@ -48,9 +48,11 @@ from . import errors as e, performatives as perf
 from .address import Address, parse
 from .delivery_annotations import with_annotations
 from .filters import source_filters
+from .frames import FastTransfer
 from .link_common import answer_attach, drain_or_echo, flow_credit
 from .message import address_fields, annotated, decode_publish, encode_transfer
 from .reply_to import ReplyToLink, wants_reply_to
+from .transfer_frames import transfer_frame
 from .types import DecodeError
 
 if TYPE_CHECKING:
@@ -136,6 +138,7 @@ class IncomingLink:
         self._outcomes: dict[int, Any] = {}
         self._known_upto = 0  # publishes whose outcome is known
         self._returned = False
+        self._now = session.connection.core.clock.time
 
     def _check(self, address: Address) -> None:
         """The fixed address exists (a v1 queue is created) and may be written to."""
@@ -196,6 +199,24 @@ class IncomingLink:
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _UINT
         return transfer.delivery_id
+
+    def transfer_item(self, item: FastTransfer) -> None:
+        """:meth:`transfer` of a transfer the frame reader's hot path read
+        (:data:`.frames.FastTransfer`): a whole delivery in one frame is published
+        here, anything else goes through :meth:`transfer`."""
+        if item[6] or self._parts is not None:  # more to come, or the end of a delivery
+            self.transfer(perf.Transfer(*item[1:7]), item[7])
+            return
+        delivery_id = item[2]
+        if self.credit <= 0:
+            raise e.LinkFault(e.TRANSFER_LIMIT_EXCEEDED, f"a transfer on link '{self.name}' without credit")
+        if delivery_id is None:
+            raise e.LinkFault(e.INVALID_FIELD, "the first transfer of a delivery has no delivery-id")
+        self.credit -= 1
+        self.delivery_count = (self.delivery_count + 1) % _UINT
+        self._deliver(item[7], delivery_id, bool(item[5]) or self.settled_mode)
+        if self.credit < LINK_CREDIT // 2:
+            self.renew_credit()
 
     def transfer(self, transfer: perf.Transfer, payload: bytes) -> None:
         if transfer.more and self.session.connection.core.alarm_active:
@@ -266,7 +287,7 @@ class IncomingLink:
                 e.MESSAGE_SIZE_EXCEEDED, f"a message of {len(payload)} bytes (max-message-size)"
             )
         try:
-            message, delay = decode_publish(payload, int(self.session.connection.core.clock.time() * 1000))
+            message, delay = decode_publish(payload, self._now)
         except DecodeError as exc:
             raise e.LinkFault(exc.condition, f"the message does not decode: {exc}") from None
         address = self.address
@@ -354,7 +375,7 @@ class IncomingLink:
         pending, outcomes, upto = self._pending, self._outcomes, self._known_upto
         run_first = run_last = -1
         run_state: Any = None
-        send = self.session.send
+        send = self.session.send_settled
         while pending and pending[0][0] <= upto:
             seq, delivery_id = pending.popleft()
             state = outcomes.pop(seq, _ACCEPTED) if outcomes else _ACCEPTED
@@ -362,11 +383,11 @@ class IncomingLink:
                 run_last = delivery_id
                 continue
             if run_state is not None:
-                send(perf.Disposition(perf.ROLE_RECEIVER, run_first, run_last, True, run_state))
+                send(run_first, run_last, run_state)
             run_first = run_last = delivery_id
             run_state = state
         if run_state is not None:
-            send(perf.Disposition(perf.ROLE_RECEIVER, run_first, run_last, True, run_state))
+            send(run_first, run_last, run_state)
         if outcomes:  # settled deliveries' outcomes are not sent
             for seq in [s for s in outcomes if s <= upto]:
                 del outcomes[seq]
@@ -517,10 +538,24 @@ class OutgoingLink:
         if entry.expires_at:
             ttl_left = max(0, int((entry.expires_at - session.connection.core.clock.time()) * 1000))
         # the header's delivery-count: the failed attempts (§3.2.1), as RabbitMQ 4.3
-        payload = encode_transfer(message, entry.failed_count, not entry.redelivered, ttl_left)
         extra = self.queue.delivery_headers(entry)
-        if extra:  # a stream's x-stream-offset, as a message annotation (RabbitMQ 4)
-            payload = with_annotations(payload, extra)
+        frame = None
+        if not extra:  # the whole frame at once (session.transfer_frame), when it fits
+            frame = transfer_frame(
+                session.channel,
+                self.handle,
+                delivery_id,
+                self.no_ack,
+                session.connection.peer_max_frame_size,
+                message,
+                entry.failed_count,
+                not entry.redelivered,
+                ttl_left,
+            )
+        if frame is None:
+            payload = encode_transfer(message, entry.failed_count, not entry.redelivered, ttl_left)
+            if extra:  # a stream's x-stream-offset, as a message annotation (RabbitMQ 4)
+                payload = with_annotations(payload, extra)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _UINT
         counters = self.queue.counters
@@ -537,7 +572,10 @@ class OutgoingLink:
         if entry.redelivered:
             counters.redelivered += 1
             counted.redelivered += 1
-        session.send_transfer(self.handle, delivery_id, self.no_ack, payload)
+        if frame is None:
+            session.send_transfer(self.handle, delivery_id, self.no_ack, payload)
+        else:
+            session.send_frame(frame)
 
     def flow(self, flow: perf.Flow) -> None:
         """The client's credit (§2.6.7): ``delivery-count + link-credit`` of its flow

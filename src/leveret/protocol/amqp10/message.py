@@ -85,6 +85,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...compiled import twin
 from ...core.message import Death, HeaderFormat, Message, Properties, register_format
 from . import sections as s
 from .types import Array, DecodeError, Symbol, Timestamp, UInt, ULong, encode
@@ -129,22 +130,38 @@ def decode_transfer(payload: bytes, exchange: str, routing_key: str) -> Message:
     return _decode(payload, exchange, routing_key)[0]
 
 
-def decode_publish(payload: bytes, now_ms: int) -> tuple[Message, int]:
+def decode_publish(payload: bytes, now: Callable[[], float]) -> tuple[Message, int]:
     """:func:`decode_transfer` for the publish path (not addressed yet) and the
     milliseconds to hold the message first (:func:`delivery_delay`), read from the
-    message-annotations decoded once. Raises DecodeError as :func:`decode_transfer`."""
+    message-annotations decoded once; ``now`` gives the time (seconds since the
+    epoch), read only for a message with annotations. Raises DecodeError as
+    :func:`decode_transfer`."""
     message, values = _decode(payload, "", "")
-    at = delivery_time_of(values, now_ms) if values else None
+    if not values:
+        return message, 0
+    now_ms = int(now() * 1000)
+    at = delivery_time_of(values, now_ms)
     return message, 0 if at is None else at - now_ms
 
 
 def _decode(payload: bytes, exchange: str, routing_key: str) -> tuple[Message, dict[Any, Any] | None]:
-    """:func:`decode_transfer`, and the message-annotations it decoded (None: none)."""
+    """:func:`decode_transfer`, and the message-annotations it decoded (None: none).
+    The compiled twin (``_ctransfer.decode_message``) takes the common case (no
+    delivery- or message-annotations, a header in the usual forms) when built."""
+    if _compiled is not None:
+        message = _compiled.decode_message(payload, exchange, routing_key)
+        if message is not None:
+            return message, None
+    return py_decode(payload, exchange, routing_key)
+
+
+def py_decode(payload: bytes, exchange: str, routing_key: str) -> tuple[Message, dict[Any, Any] | None]:
+    """:func:`_decode` in pure Python (the compiled twin's reference)."""
     if type(payload) is not bytes:
         payload = bytes(payload)
     header, delivery, annotations, properties, application, b, _, data, _ = s.scan(payload)
     if delivery is not None:
-        return _decode(payload[: delivery[0]] + payload[delivery[1] :], exchange, routing_key)
+        return py_decode(payload[: delivery[0]] + payload[delivery[1] :], exchange, routing_key)
     durable = priority = ttl = None
     values: dict[Any, Any] | None = None
     if header is not None:
@@ -324,7 +341,7 @@ class _Rendered:
     tail: bytes
 
 
-def encode_transfer(
+def py_encode_transfer(
     message: Message, delivery_count: int, first_acquirer: bool, ttl_left_ms: int | None
 ) -> bytes:
     """The payload of a transfer of ``message`` to a receiver: a header with
@@ -882,6 +899,16 @@ def _changed(values: dict[Any, Any], changes: dict[str, Any]) -> dict[Any, Any]:
 
 AMQP10 = Amqp10Format()
 register_format(AMQP10)
+_compiled = twin("leveret.protocol.amqp10._ctransfer")
+if _compiled is not None:
+    _compiled.init_message(Message, AMQP10)
+    _compiled.init_delivery(_Rendered, _routing_annotations, py_encode_transfer)
+#: :func:`py_encode_transfer`, by its compiled twin (``_ctransfer.encode_transfer``)
+#: when built: it takes an AMQP 1.0 message without message-annotations or deaths of
+#: its own (or whose rendering is cached) and hands the rest to the pure encoder.
+encode_transfer: Callable[[Message, int, bool, int | None], bytes] = (
+    _compiled.encode_transfer if _compiled is not None else py_encode_transfer
+)
 
 
 def annotated(message: Message, annotations: dict[Any, Any]) -> Message:

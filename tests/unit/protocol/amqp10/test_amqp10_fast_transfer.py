@@ -69,3 +69,23 @@ def test_mangled_transfers_decode_alike(transfer: perf.Transfer, position: int, 
         assert isinstance(fast, Exception) and type(fast) is type(generic)
     else:
         assert fast == generic
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 0xFFFF),
+    _UINT,
+    _UINT,
+    st.sampled_from([perf.Accepted(), perf.Released(), perf.Rejected(), perf.Modified(True)]),
+)
+def test_settled_dispositions_are_the_generic_encoders_bytes(channel, first, last, state) -> None:
+    """The hand-encoded disposition of the publish path (session.settled_disposition)
+    is byte for byte what the generic encoder writes, or left to it."""
+    from leveret.protocol.amqp10.session import settled_disposition
+
+    frame = settled_disposition(channel, first, last, state)
+    generic = frames.encode_frame(perf.Disposition(perf.ROLE_RECEIVER, first, last, True, state), channel)
+    if isinstance(state, (perf.Accepted, perf.Released)):
+        assert frame == generic
+    else:
+        assert frame is None
