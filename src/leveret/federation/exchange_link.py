@@ -50,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiormq
 from aiormq.abc import DeliveredMessage
@@ -99,11 +99,10 @@ def uri_vhost(uri: str) -> str:
 
 
 def without_credentials(uri: str) -> str:
-    """The URI without user and password, as RabbitMQ writes it in ``x-received-from``."""
+    """The URI without user, password and query (TLS file names, a key's ``password``),
+    as RabbitMQ 3.10 writes it in ``x-received-from`` (``amqp_uri:remove_credentials``)."""
     parts = urlsplit(uri)
-    if "@" not in parts.netloc:
-        return uri
-    return parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()
+    return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))
 
 
 def should_forward(received_from: Any, max_hops: int, node: str, vhost: str) -> bool:

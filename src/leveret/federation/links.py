@@ -15,12 +15,12 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, unquote
-
-import aiormq
+from urllib.parse import quote
 
 from ..core.policy import matching
-from ..shovel.worker import close_when_made, redact_uri
+from ..shovel.worker import redact_uri
+from .connect import open_connection
+from .errors import describe
 from .upstream import Upstream
 
 log = logging.getLogger("leveret.federation")
@@ -30,21 +30,6 @@ CONNECT_TIMEOUT = 10.0  # seconds to connect and open a channel
 #: seconds of AMQP heartbeat a link asks for unless its URI says (the Erlang AMQP client's
 #: default; aiormq's own is 60, a dead connection noticed after 183 s)
 HEARTBEAT = 10
-
-
-def describe(exc: BaseException, uri: str) -> str:
-    """A failure as the link's ``error`` text: the exception's class and message. aiormq
-    reports a ``connection.close`` answering ``connection.open`` (the upstream refusing
-    the vhost: 530 NOT_ALLOWED, RabbitMQ's ``not_allowed``) as an unexpected frame
-    without its reply text, and a connection that missed its heartbeats without any:
-    those are said in words."""
-    if not str(exc):  # aiormq's end of a connection that missed its heartbeats, say
-        return f"{type(exc).__name__}: the connection was lost (no frame within the heartbeat timeout?)"
-    text = f"{type(exc).__name__}: {exc}".strip()
-    if "Connection.OpenOk" in text and "Connection.Close" in text:
-        vhost = unquote(uri.split("://", 1)[-1].partition("/")[2].partition("?")[0]) or "/"
-        return f"{text.split(':', 1)[0]}: NOT_ALLOWED - the upstream refused access to vhost '{vhost}'"
-    return text
 
 
 class Link:
@@ -166,18 +151,16 @@ class Link:
         return local.rsplit("/", 1)[0] + "/" + vhost if vhost else local
 
     async def _connect(self, uri: str) -> Any:
-        """An aiormq connection to ``uri``, given up after :data:`CONNECT_TIMEOUT` seconds.
-        Without a ``heartbeat`` in the URI it asks for :data:`HEARTBEAT` seconds, so a
-        partition (no RST) is noticed in about half a minute, not aiormq's three (a
-        RabbitMQ 3.10 link with no ``heartbeat`` in its URI did not notice in 240 s)."""
+        """An open connection to ``uri``, its query read as RabbitMQ's client reads it
+        (TLS keys, ``heartbeat``, ``connection_timeout`` in ms, ``auth_mechanism``:
+        :mod:`.uri`), given up after :data:`CONNECT_TIMEOUT` seconds unless
+        ``connection_timeout`` says. Without a ``heartbeat`` in the URI it asks for
+        :data:`HEARTBEAT` seconds, so a partition (no RST) is noticed in about half a
+        minute, not aiormq's three (a RabbitMQ 3.10 link with no ``heartbeat`` in its URI
+        did not notice in 240 s)."""
         if "heartbeat=" not in uri.partition("?")[2]:
             uri += ("&" if "?" in uri else "?") + f"heartbeat={HEARTBEAT}"
-        attempt = asyncio.ensure_future(aiormq.connect(uri))
-        try:
-            connection = await asyncio.wait_for(asyncio.shield(attempt), CONNECT_TIMEOUT)
-        except BaseException:  # timed out or stopped: a connection made later is closed
-            attempt.add_done_callback(close_when_made)
-            raise
+        connection = await open_connection(uri, {}, CONNECT_TIMEOUT)
         self._connections.append(connection)
         self._watch_cancels(connection)
         return connection

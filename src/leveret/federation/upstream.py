@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core.policy import erlang_term
+from .uri import URIError, connect_options
 
 UPSTREAM = "federation-upstream"
 UPSTREAM_SET = "federation-upstream-set"
@@ -204,4 +205,8 @@ def _uris(found: Any) -> tuple[str, ...]:
             raise FederationError(
                 f'"{uri}" not a valid URI: {{{{unexpected_uri_scheme,"{scheme}"}},"{uri}"}}'
             )
+        try:  # query values RabbitMQ's amqp_uri:parse refuses (heartbeat=often, verify=maybe)
+            connect_options(uri)
+        except URIError as exc:
+            raise FederationError(f'"{uri}" not a valid URI: {exc}') from None
     return tuple(uris)

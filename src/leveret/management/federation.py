@@ -22,9 +22,9 @@ As in RabbitMQ, these need the ``monitoring`` or ``administrator`` tag (401 ``No
 monitor user``; see :data:`PATHS`, checked by :mod:`.api`), rows are limited to the
 vhosts the user works in (an administrator's: all), a missing vhost is a 404, and the
 lists take ``sort``/``sort_reverse``/``columns`` (:mod:`.listing`). What differs: the
-``error`` text is leveret's (``AMQPConnectionError: [Errno 111] Connection refused``, not
-an Erlang term such as ``econnrefused``) and ids are leveret's own 8 hex digits (RabbitMQ's are a hash of the
-Erlang key: opaque either way).
+``error`` text is RabbitMQ's term then words (``econnrefused: connection refused by
+HOST:PORT``, :mod:`leveret.federation.errors`), not an Erlang term, and ids are
+leveret's own 8 hex digits (RabbitMQ's are a hash of the Erlang key: opaque either way).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from ..core.broker import BrokerCore
 from ..core.connections import ConnectionFacts
 from .common import object_not_found, works_in
 from .listing import list_answer
-from .runtime import channel_row
+from .runtime import NODE, channel_row
 
 #: The routes, for :mod:`.api`'s tag check (``monitoring`` or ``administrator``).
 PATHS = frozenset(
@@ -148,6 +148,10 @@ def link_row(link: Any, local: LocalConnections | None = None) -> dict[str, Any]
     """``link``'s ``/api/federation-links`` row (see the module doc); ``local`` names
     its connection to this broker and gives that connection's channel."""
     row = dict(link.status())
+    # the node the link runs on, as /api/overview and /api/nodes name this broker (the
+    # link's own name for itself, its cluster name, is in x-received-from and upstream
+    # queue names), as RabbitMQ's rows name the Erlang node
+    row["node"] = NODE
     if row.get("type") == "queue":
         row.setdefault("consumer_tag", consumer_tag(link))
     if row.get("status") != "running":
@@ -224,7 +228,7 @@ class FederationAPI:
         if vhost not in self.core.vhosts or self.federation is None:
             raise object_not_found()
         link = next((link for link in self.federation.links(vhost) if link.id == link_id), None)
-        if link is None or link.status().get("node") != node:
+        if link is None or node != NODE:
             raise object_not_found()
         self.federation.restart(vhost, link_id)
         self.core.audit.record(

@@ -315,7 +315,9 @@ class Runtime:
                 "product_version": __version__,
                 "product_name": "leveret",
                 "rabbitmq_version": RABBITMQ_VERSION,
-                "cluster_name": str(self.core.global_parameters.get("cluster_name", NODE)),
+                # the name federation uses (x-received-from, upstream queue names), as
+                # RabbitMQ's cluster_name: the global parameter, else the broker's own
+                "cluster_name": str(self.core.cluster_name() or NODE),
                 "erlang_version": platform.python_version(),
                 "erlang_full_version": f"{platform.python_implementation()} {platform.python_version()}",
                 "disable_stats": False,

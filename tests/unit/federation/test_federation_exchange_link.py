@@ -32,7 +32,7 @@ def test_upstream_queue_names(upstream_exchange, upstream_vhost, vhost, exchange
 
 def test_uris_as_written_in_x_received_from():
     assert without_credentials("amqp://u:p@host:5673/%2F") == "amqp://host:5673/%2F"
-    assert without_credentials("amqps://u@h/v?verify=verify_none") == "amqps://h/v?verify=verify_none"
+    assert without_credentials("amqps://u@h/v?verify=verify_none&password=k") == "amqps://h/v"  # as 3.10
     assert without_credentials("amqp://h") == "amqp://h"
     assert uri_vhost("amqp://h") == "/" and uri_vhost("amqp://h/") == "/"
     assert uri_vhost("amqp://h/%2F") == "/" and uri_vhost("amqp://h/a%2Fb") == "a/b"
