@@ -589,7 +589,7 @@ def test_federation_matrix_links_status_fields(pairing: Pairing):
     up, down, rows = status_rows(pairing)
     common = {"vhost": down.vhost, "status": "running", "uri": up.redacted_uri(), "upstream": "up"}
     exchange = {**common, "type": "exchange", "exchange": "fx", "upstream_exchange": "fx"}
-    check_row(rows["fx"], EXCHANGE_ROW, exchange, optional=("local_connection",))
+    check_row(rows["fx"], EXCHANGE_ROW, exchange)
     queue = {**common, "type": "queue", "queue": "fq", "upstream_queue": "fq",
              "consumer_tag": "federation-link-up"}
     check_row(rows["fq"], QUEUE_ROW, queue)
@@ -602,14 +602,10 @@ def test_federation_matrix_links_status_fields(pairing: Pairing):
     check_local_connection(down, rows["fq"]["local_connection"])
 
 
-def test_federation_matrix_exchange_link_names_its_local_connection(pairing: Pairing, request):
+def test_federation_matrix_exchange_link_names_its_local_connection(pairing: Pairing):
     """A running exchange link's row names its connection to the downstream broker
-    (``local_connection``, listed by ``/api/connections`` in that vhost), as RabbitMQ's
-    names its direct connection."""
-    if pairing.down_kind == "leveret":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "leveret's exchange link publishes into its broker directly, with no connection: "
-            "its running row has no local_connection")))
+    (``local_connection``, listed by ``/api/connections`` in that vhost): both brokers'
+    links publish on a direct connection, which they list."""
     _, down, rows = status_rows(pairing)
     assert "local_connection" in rows["fx"], rows["fx"]
     check_local_connection(down, rows["fx"]["local_connection"])

@@ -51,7 +51,10 @@ class ChannelFacts:
 @dataclass(frozen=True, slots=True)
 class ConnectionFacts:
     """What a client connection is: ``name`` is RabbitMQ's ``"peer -> listener"``
-    (``"127.0.0.1:50000 -> 127.0.0.1:5672"``); ``connected_at`` epoch seconds."""
+    (``"127.0.0.1:50000 -> 127.0.0.1:5672"``), or ``given_name`` when set;
+    ``connected_at`` epoch seconds. ``kind`` is RabbitMQ's ``type``: ``network`` (a
+    client on a socket), or ``direct`` (inside the broker, no socket: a federation
+    link's publishing, :mod:`leveret.federation.direct`)."""
 
     peer_host: str
     peer_port: int
@@ -69,10 +72,12 @@ class ConnectionFacts:
     ssl: bool = False
     state: str = "running"
     channels: tuple[ChannelFacts, ...] = ()
+    kind: str = "network"
+    given_name: str = ""
 
     @property
     def name(self) -> str:
-        return connection_name(self.peer_host, self.peer_port, self.host, self.port)
+        return self.given_name or connection_name(self.peer_host, self.peer_port, self.host, self.port)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,24 @@ class UpstreamAcks:
         self.floor = 0  # every delivery tag <= floor has been acked (or nacked) upstream
         self._settled: set[int] = set()  # settled tags above the floor
         self._scheduled = False
+        self._held = False
         self._tasks: set[asyncio.Future] = set()
         self.sent = 0  # basic.ack frames sent (each covers every tag up to its own)
+
+    def hold(self) -> None:
+        """Send no ack until :meth:`release`: a queue link pausing (its ``basic.cancel``
+        on its way) must not reopen the upstream's prefetch window meanwhile, or the
+        upstream would deliver more than ``prefetch-count`` past the point where
+        demand went (RabbitMQ's bound: its link's cancel precedes its next acks)."""
+        self._held = True
+
+    def release(self) -> None:
+        """Acks may go again (those settled meanwhile go in this turn's batch)."""
+        if self._held:
+            self._held = False
+            if self._settled and not self._scheduled:
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush)
 
     def ack(self, tag: int) -> None:
         """Delivery ``tag`` may be acknowledged (in this turn's ``multiple`` ack)."""
@@ -45,6 +61,8 @@ class UpstreamAcks:
 
     def _flush(self) -> None:
         self._scheduled = False
+        if self._held:
+            return
         floor, settled = self.floor, self._settled
         while floor + 1 in settled:
             floor += 1

@@ -225,8 +225,15 @@ class ExchangeLink(Link):
         channel = await remote.channel(publisher_confirms=False)
         command = await remote.channel(publisher_confirms=False)
         # into this broker through core, not over AMQP to itself (local_publish.py)
-        downstream = LocalPublisher(core, self.vhost, confirms=upstream.ack_mode == "on-confirm")
+        downstream = LocalPublisher(
+            core,
+            self.vhost,
+            confirms=upstream.ack_mode == "on-confirm",
+            node=self.node,
+            connection_name=self.connection_name(vhost, "exchanges"),
+        )
         self._connections.append(downstream)  # closed with the connections
+        self.local_connection = downstream.name  # its direct connection (direct.py)
         queue = upstream_queue_name(self.upstream_exchange, upstream_vhost, self.vhost, self.name, self.node)
         await self._consume(channel, downstream, queue, without_credentials(self.uri), upstream_vhost)
         await self._ensure_upstream_exchange(remote, channel, exchange)

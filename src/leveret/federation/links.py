@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from ..core.policy import matching
 from .connect import open_connection
 from .errors import describe
 from .upstream import Upstream
@@ -25,9 +26,6 @@ from .uri import safe_uri
 log = logging.getLogger("leveret.federation")
 
 CONNECT_TIMEOUT = 10.0  # seconds to connect and open a channel
-#: The client property a link's connection to this broker carries its id in, so the
-#: status can name that connection (``local_connection``: :mod:`leveret.management.federation`).
-LINK_ID_PROPERTY = "leveret-federation-link"
 
 #: seconds of AMQP heartbeat a link asks for unless its URI says (the Erlang AMQP client's
 #: default; aiormq's own is 60, a dead connection noticed after 183 s)
@@ -85,7 +83,9 @@ class Link:
         self._set("shutdown")
 
     def restart(self) -> None:
-        """``restart_federation_link``: drop the connections and start over now."""
+        """``restart_federation_link``: drop the connections and start over now (the
+        link is ``starting`` from here on, not ``running`` without its connections)."""
+        self._set("starting")
         task = self._task
         if task is not None and not task.done():
             task.cancel()
@@ -158,13 +158,22 @@ class Link:
         :data:`HEARTBEAT` seconds, so a partition (no RST) is noticed in about half a
         minute, not aiormq's three (a RabbitMQ 3.10 link with no ``heartbeat`` in its URI
         did not notice in 240 s)."""
-        local: dict[str, Any] = {LINK_ID_PROPERTY: self.id} if uri == self.local_uri() else {}
         if "heartbeat=" not in uri.partition("?")[2]:
             uri += ("&" if "?" in uri else "?") + f"heartbeat={HEARTBEAT}"
-        connection = await open_connection(uri, local, CONNECT_TIMEOUT)
+        connection = await open_connection(uri, {}, CONNECT_TIMEOUT)
         self._connections.append(connection)
         self._watch_cancels(connection)
         return connection
+
+    def connection_name(self, vhost: Any, kind: str) -> str | None:
+        """RabbitMQ's name for a link's connections (the upstream one's
+        ``connection_name`` client property, the direct one's too): ``Federation link
+        (upstream: U, policy: P)``, P the policy federating ``name`` in ``vhost`` (a
+        core vhost; ``kind`` ``exchanges`` or ``queues``); None without one."""
+        policy = matching(vhost.policies, vhost.name, self.name, kind) if vhost is not None else None
+        if policy is None:
+            return None
+        return f"Federation link (upstream: {self.upstream.name}, policy: {policy.name})"
 
     def _watch_cancels(self, connection: Any) -> None:
         """End the session when the broker cancels a consumer of one of this
@@ -189,6 +198,7 @@ class Link:
             )
 
     async def _close(self) -> None:
+        self.local_connection = None  # the direct connection goes with the session
         connections, self._connections = self._connections, []
         for connection in connections:
             try:

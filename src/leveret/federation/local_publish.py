@@ -18,6 +18,11 @@ Permissions are ``user``'s (``guest``, what the shovels' and RabbitMQ's local ``
 means), checked as an AMQP client's. While a resource alarm is raised or the store's
 flow control holds publishers, the next publish waits, as an AMQP publisher is blocked
 (unconfirmed messages stay unacknowledged upstream, at most ``prefetch-count``).
+
+The publisher shows among the broker's connections as RabbitMQ's link's direct
+connection does (:class:`~.direct.DirectConnection`: ``type`` ``direct``, protocol
+``Direct 0-9-1``, one channel); an operator closing it fails ``closing`` with
+``CONNECTION_FORCED - <reason>``.
 """
 
 from __future__ import annotations
@@ -29,10 +34,12 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from ..core.access import Access
+from ..core.connections import ChannelFacts
 from ..core.errors import BrokerError
 from ..core.message import Message, Properties
 from ..core.publish import Publisher
 from ..core.session import Session
+from .direct import DirectConnection
 
 if TYPE_CHECKING:
     from ..core.broker import BrokerCore
@@ -68,9 +75,20 @@ def core_properties(properties: Any) -> Properties:
 class LocalPublisher:
     """Publishes into ``vhost`` of ``core`` as ``user``, with confirms when ``confirms``
     (see the module doc). Use it on the broker's event loop; :meth:`close` when done
-    (a link puts it among its connections, which its session's end closes)."""
+    (a link puts it among its connections, which its session's end closes). Its direct
+    connection (:attr:`connection`) is named after ``node`` (this broker's cluster
+    name) and carries ``connection_name`` (RabbitMQ's ``Federation link (upstream: U,
+    policy: P)``) as its client property."""
 
-    def __init__(self, core: BrokerCore, vhost: str, confirms: bool, user: str = "guest") -> None:
+    def __init__(
+        self,
+        core: BrokerCore,
+        vhost: str,
+        confirms: bool,
+        user: str = "guest",
+        node: str = "leveret",
+        connection_name: str | None = None,
+    ) -> None:
         found = core.users.users.get(user)
         if found is None:  # as a refused login to this broker over amqp://
             raise ConnectionError(f"ACCESS_REFUSED - user '{user}' not found on this broker")
@@ -86,6 +104,18 @@ class LocalPublisher:
         self.closing: asyncio.Future[None] = loop.create_future()
         self._waiting: deque[tuple[int, asyncio.Future[Any]]] = deque()  # (seq, its answer), in order
         self._held: asyncio.Future[None] | None = None  # set while an alarm or flow control holds us
+        try:
+            self.connection = DirectConnection(
+                core, vhost, user, node, connection_name, self._channel_facts, self._forced
+            )
+        except BrokerError as exc:  # the vhost's or user's connection limit
+            self.publisher.close()
+            raise ConnectionError(f"{exc.condition.upper()} - {exc.text}") from None
+
+    @property
+    def name(self) -> str:
+        """The direct connection's name (``local_connection`` of the link's row)."""
+        return self.connection.name
 
     async def basic_publish(
         self, body: bytes, exchange: str = "", routing_key: str = "", properties: Any = None
@@ -117,7 +147,23 @@ class LocalPublisher:
         A coroutine, as an aiormq connection's ``close``: a link closes it with them."""
         self._release()
         self.publisher.close()
+        self.connection.close()
         self._fail(ConnectionError("the link's local publisher is closed"))
+
+    def _forced(self, reason: str) -> None:
+        """An operator closed the direct connection (or its vhost went): the link's
+        session ends on ``closing``; the connection leaves the registry at once."""
+        self.connection.close()
+        self._fail(ConnectionError(reason))
+
+    def _channel_facts(self) -> ChannelFacts:
+        """The direct connection's one channel, as ``/api/channels`` shows it."""
+        return ChannelFacts(
+            number=1,
+            confirm=self.confirms,
+            messages_unconfirmed=len(self._waiting),
+            state="closing" if self.closing.done() else "running",
+        )
 
     # -- holding back -----------------------------------------------------------------
     async def _hold(self) -> None:

@@ -27,7 +27,9 @@ RabbitMQ gets the last two as events from its queue process (``consumer blocked`
 the queue, for every queue, so the link polls instead.
 
 Each message is republished to the default exchange with the downstream queue's name as
-routing key, with RabbitMQ's headers: ``x-received-from`` (an array of tables ``uri``,
+routing key, through this broker's core (:class:`~.local_publish.LocalPublisher`, a
+direct connection as RabbitMQ's link has: no AMQP connection to itself), with RabbitMQ's
+headers: ``x-received-from`` (an array of tables ``uri``,
 ``queue``, ``redelivered``, ``visit-count``, the newest first, one per upstream it came
 through), and on its first move ``x-original-exchange`` and ``x-original-routing-key``;
 a ``CC`` header becomes ``x-original-cc``; ``user_id`` is cleared unless
@@ -39,7 +41,8 @@ Ack modes: ``on-confirm`` acks upstream once the downstream broker confirmed the
 publish (a confirmed message is never lost; one unconfirmed goes back to the upstream
 queue when the link's connection drops: at-least-once), ``on-publish`` right after the
 publish, ``no-ack`` consumes without acknowledgements (and without a prefetch limit,
-as RabbitMQ).
+as RabbitMQ). The acks of one event-loop turn go as one ``basic.ack multiple=True``
+(:class:`~.acks.UpstreamAcks`), held while a pause's ``basic.cancel`` is on its way.
 """
 
 from __future__ import annotations
@@ -53,7 +56,9 @@ from aiormq.abc import DeliveredMessage
 from pamqp import commands
 from yarl import URL
 
+from .acks import UpstreamAcks
 from .links import Link
+from .local_publish import LocalPublisher
 
 if TYPE_CHECKING:
     from ..core.broker import BrokerCore
@@ -145,11 +150,8 @@ class QueueLink(Link):
     def _named(self, uri: str) -> str:
         """``uri`` with RabbitMQ's name for the link's upstream connection (its
         ``connection_name`` client property): ``Federation link (upstream: U, policy: P)``."""
-        policy = self._vhost_object().policies_of(self.name)[0]
-        if policy is None:
-            return uri
-        name = f"Federation link (upstream: {self.upstream.name}, policy: {policy.name})"
-        return str(URL(uri).update_query(name=name))
+        name = self.connection_name(self._vhost_object(), "queues")
+        return uri if name is None else str(URL(uri).update_query(name=name))
 
     # -- one connected session ----------------------------------------------------------------
     async def _session(self) -> None:
@@ -159,19 +161,28 @@ class QueueLink(Link):
         queue = self._queue()
         if queue is None:
             raise ConnectionError(f"no queue '{self.name}' in vhost '{self.vhost}'")
-        local = await self._connect(self.local_uri())
+        assert self.core is not None
         remote = await self._connect(self._named(self.upstream_uri()))
         capabilities = (remote.server_properties or {}).get("capabilities") or {}
         if not capabilities.get("consumer_priorities"):
             raise ConnectionError("upstream_lacks_consumer_priorities")
-        confirm = upstream.ack_mode == "on-confirm"
-        downstream = await local.channel(publisher_confirms=confirm)
         channel = await remote.channel(publisher_confirms=False)
+        # into this broker through core, not over AMQP to itself (local_publish.py)
+        downstream = LocalPublisher(
+            self.core,
+            self.vhost,
+            confirms=upstream.ack_mode == "on-confirm",
+            node=self.node,
+            connection_name=self.connection_name(self._vhost_object(), "queues"),
+        )
+        self._connections.append(downstream)  # closed with the connections
+        self.local_connection = downstream.name  # its direct connection (direct.py)
         await _ensure_upstream_queue(remote, self.upstream_queue, queue)
         no_ack = upstream.ack_mode == "no-ack"
         if not no_ack:
             await channel.basic_qos(prefetch_count=upstream.prefetch_count)
-        forward = self._forwarder(channel, downstream)
+        acks = UpstreamAcks(channel)  # one basic.ack multiple=True per loop turn (acks.py)
+        forward = self._forwarder(channel, downstream, acks)
         cancelled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def on_cancel(frame: Any) -> None:  # the upstream queue was deleted, say
@@ -182,7 +193,8 @@ class QueueLink(Link):
         self._wake = wake = asyncio.Event()
         watchers = self._vhost_object().consumer_watchers.setdefault(self.name, [])
         watchers.append(self._notice)
-        closed = [asyncio.ensure_future(c.closing) for c in (local, remote, downstream, channel)]
+        closed = [asyncio.ensure_future(c.closing) for c in (remote, channel)]
+        closed.append(asyncio.ensure_future(_failure(downstream.closing)))
         closed.append(cancelled)
         self._set("running")
         waiter: asyncio.Future[Any] | None = None
@@ -202,6 +214,7 @@ class QueueLink(Link):
                     # deliveries before cancel-ok still reach ``forward`` (and are moved)
                     await channel.basic_cancel(self.consumer_tag)
                     self.consuming = False
+                acks.release()  # a pause is carried out (or demand is back): ack again
                 queue = self._queue()
                 self._keep_polling(not self.consuming and queue is not None and bool(queue.consumers))
                 waiter = asyncio.ensure_future(wake.wait())
@@ -231,13 +244,20 @@ class QueueLink(Link):
                     raise ConnectionError(str(error))
         raise ConnectionError("a connection or channel was closed")
 
-    def _forwarder(self, channel: Any, downstream: Any) -> Any:
-        """The consumer callback: republish one upstream delivery to the downstream queue,
-        acknowledge it upstream as the ack mode says (in batches: :class:`_UpstreamAcks`),
-        then look whether demand is gone."""
+    def _forwarder(self, channel: Any, downstream: LocalPublisher, acks: UpstreamAcks) -> Any:
+        """The consumer callback: republish one upstream delivery to the downstream queue
+        through core, acknowledge it upstream as the ack mode says (in batches:
+        :class:`~.acks.UpstreamAcks`), and pause when it found no consumer with room.
+
+        Pausing holds the upstream acks until the link's ``basic.cancel`` is answered:
+        an ack sent before the cancel would reopen the upstream's prefetch window, and the
+        upstream would deliver up to ``prefetch-count`` more on top (the publish through
+        core settles a message in the same loop turn, so the acks of the deliveries
+        behind the one that found no room would otherwise overtake the cancel). So at
+        most ``prefetch-count`` messages move past that one, RabbitMQ's bound."""
         ack_mode = self.upstream.ack_mode
+        no_ack = ack_mode == "no-ack"
         wake = self._notice
-        acks = _UpstreamAcks(channel)
 
         async def forward(message: DeliveredMessage) -> None:
             try:
@@ -247,21 +267,21 @@ class QueueLink(Link):
 
         async def move(message: DeliveredMessage) -> None:
             tag = getattr(message.delivery, "delivery_tag", 0)
-            if ack_mode != "no-ack":
-                acks.taken(tag)
             result = await downstream.basic_publish(
                 message.body, exchange="", routing_key=self.name, properties=self._properties(message)
             )
             if ack_mode == "on-confirm" and not isinstance(result, commands.Basic.Ack):
-                await acks.refuse(tag)  # refused downstream: back to the upstream queue
+                await channel.basic_nack(tag, multiple=False, requeue=True)  # back upstream
+                acks.settled(tag)
                 return
             self.forwarded += 1
             if self.consuming:
                 queue = self._queue()
                 if queue is None or queue.message_count:  # nobody could take it: pause
+                    acks.hold()  # until the cancel is answered (see above)
                     wake()
-            if ack_mode != "no-ack":
-                await acks.settle(tag)
+            if not no_ack:
+                acks.ack(tag)
 
         return forward
 
@@ -298,46 +318,16 @@ class QueueLink(Link):
         return properties
 
 
-class _UpstreamAcks:
-    """Acknowledges upstream deliveries in batches, as RabbitMQ's link does when its
-    confirms come back with ``multiple``: once per event-loop turn, one ``basic.ack``
-    with ``multiple`` up to the highest delivery tag below which every delivery is
-    settled (a message still on its way downstream holds back the ones after it). One
-    frame per batch instead of per message, on both brokers."""
-
-    def __init__(self, channel: Any) -> None:
-        self.channel = channel
-        self.pending: set[int] = set()  # delivered to the link, not settled yet
-        self.highest = 0  # the highest delivery tag settled
-        self.acked = 0  # acknowledged upstream up to this tag
-        self.flushing = False
-
-    def taken(self, tag: int) -> None:
-        """A delivery arrived (called first thing, so in delivery order)."""
-        self.pending.add(tag)
-
-    async def settle(self, tag: int) -> None:
-        """``tag`` may be acknowledged: it is, with the others settled in this turn."""
-        self.pending.discard(tag)
-        self.highest = max(self.highest, tag)
-        if self.flushing:
-            return
-        self.flushing = True
-        try:
-            while True:
-                await asyncio.sleep(0)  # let the other confirms of this turn arrive
-                upto = min(min(self.pending) - 1, self.highest) if self.pending else self.highest
-                if upto <= self.acked:
-                    return
-                self.acked = upto
-                await self.channel.basic_ack(upto, multiple=True)
-        finally:
-            self.flushing = False
-
-    async def refuse(self, tag: int) -> None:
-        """``tag`` goes back to the upstream queue (basic.nack, requeue)."""
-        self.pending.discard(tag)
-        await self.channel.basic_nack(tag, multiple=False, requeue=True)
+async def _failure(closing: asyncio.Future[None]) -> BaseException | None:
+    """The failure that closed a local publisher (a future of our own to cancel, not
+    the publisher's)."""
+    try:
+        await asyncio.shield(closing)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return exc
+    return None
 
 
 async def _ensure_upstream_queue(connection: Any, name: str, downstream: Any) -> None:

@@ -36,7 +36,6 @@ from aiohttp import web
 
 from ..core.broker import BrokerCore
 from ..core.connections import ConnectionFacts
-from ..federation.links import LINK_ID_PROPERTY
 from ..federation.uri import safe_uri
 from .common import object_not_found, works_in
 from .listing import list_answer
@@ -111,32 +110,16 @@ def _ordered(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class LocalConnections:
-    """This broker's connections, read once (on first use) for a listing: by name, and
-    by the link id a federation link's own connection carries
-    (:data:`~leveret.federation.links.LINK_ID_PROPERTY`)."""
+    """This broker's connections by name, read once (on first use) for a listing."""
 
     def __init__(self, core: BrokerCore) -> None:
         self.core = core
         self._by_name: dict[str, ConnectionFacts] | None = None
-        self._by_link: dict[str, ConnectionFacts] = {}
 
     def _index(self) -> dict[str, ConnectionFacts]:
         if self._by_name is None:
-            self._by_name = {}
-            for facts, _ in self.core.connections.facts():
-                self._by_name[facts.name] = facts
-                link = facts.client_properties.get(LINK_ID_PROPERTY)
-                if isinstance(link, bytes):
-                    link = link.decode("utf-8", "replace")
-                if isinstance(link, str):
-                    self._by_link[link] = facts
+            self._by_name = {facts.name: facts for facts, _ in self.core.connections.facts()}
         return self._by_name
-
-    def of_link(self, link_id: str) -> str | None:
-        """The name of the link's connection to this broker, if it is open."""
-        self._index()
-        facts = self._by_link.get(link_id)
-        return facts.name if facts is not None else None
 
     def channel(self, name: str) -> dict | None:
         """The channel row of the connection ``name`` when it has exactly one channel
@@ -161,10 +144,6 @@ def link_row(link: Any, local: LocalConnections | None = None) -> dict[str, Any]
         row.pop("local_connection", None)
     else:
         row.pop("error", None)
-        if local is not None and not row.get("local_connection"):
-            name = local.of_link(link.id)
-            if name is not None:
-                row["local_connection"] = name
     row["uri"] = safe_uri(link.uri)
     row["timestamp"] = http_timestamp(link.since)
     shaped = _ordered(row)

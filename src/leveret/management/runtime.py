@@ -71,6 +71,18 @@ def connection_row(facts: ConnectionFacts) -> dict:
 
 
 def _connection_row(facts: ConnectionFacts) -> dict:
+    if facts.kind == "direct":  # RabbitMQ 3.10's row of a direct connection: no socket facts
+        return {
+            "client_properties": _plain(facts.client_properties),
+            "connected_at": _ms(facts.connected_at),
+            "name": facts.name,
+            "node": NODE,
+            "protocol": facts.protocol,
+            "type": "direct",
+            "user": facts.user,
+            "user_who_performed_action": facts.user,
+            "vhost": facts.vhost,
+        }
     return {
         "auth_mechanism": facts.auth_mechanism,
         "channel_max": facts.channel_max,
@@ -119,15 +131,24 @@ def channel_name(connection: ConnectionFacts, channel: ChannelFacts) -> str:
     return f"{connection.name} ({channel.number})"
 
 
+def _peer(connection: ConnectionFacts) -> tuple[Any, Any]:
+    """``peer_host`` and ``peer_port`` in a channel's or consumer's details: a direct
+    connection's are ``"undefined"``, as RabbitMQ prints them."""
+    if connection.kind == "direct":
+        return "undefined", "undefined"
+    return connection.peer_host, connection.peer_port
+
+
 def channel_row(connection: ConnectionFacts, channel: ChannelFacts) -> dict:
     """A channel in RabbitMQ's shape (without statistics)."""
+    peer_host, peer_port = _peer(connection)
     return {
         "acks_uncommitted": channel.acks_uncommitted,
         "confirm": channel.confirm,
         "connection_details": {
             "name": connection.name,
-            "peer_host": connection.peer_host,
-            "peer_port": connection.peer_port,
+            "peer_host": peer_host,
+            "peer_port": peer_port,
         },
         "consumer_count": len(channel.consumers),
         "global_prefetch_count": channel.global_prefetch_count,
@@ -148,13 +169,14 @@ def channel_row(connection: ConnectionFacts, channel: ChannelFacts) -> dict:
 
 def consumer_rows(connection: ConnectionFacts, channel: ChannelFacts) -> list[dict]:
     """The channel's consumers in RabbitMQ's shape."""
+    peer_host, peer_port = _peer(connection)
     details = {
         "connection_name": connection.name,
         "name": channel_name(connection, channel),
         "node": NODE,
         "number": channel.number,
-        "peer_host": connection.peer_host,
-        "peer_port": connection.peer_port,
+        "peer_host": peer_host,
+        "peer_port": peer_port,
         "user": connection.user,
     }
     return [
