@@ -1,11 +1,17 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True
-"""Compiled twins of the AMQP 1.0 publish path's two byte walks: the transfer fast path
-of :mod:`leveret.protocol.amqp10.frames` (:func:`fast_transfer`, twin of
-``py_fast_transfer``) and the section scan of :mod:`leveret.protocol.amqp10.sections`
-(:func:`scan`, twin of ``py_scan``). Both take the common case and return None for
-anything else, so that the pure code reads it and raises its own errors: an error is
-always the pure code's (tests/unit/protocol/amqp10/test_amqp10_ctransfer.py compares
-them on valid, arbitrary and mangled input).
+"""Compiled twins of the AMQP 1.0 hot paths' byte walks. Publish path: the frame
+splitter of :mod:`leveret.protocol.amqp10.frames` (:func:`split_frames`, twin of
+``py_split_frames``), its transfer fast path (:func:`fast_transfer`, twin of
+``py_fast_transfer``), the section scan of :mod:`leveret.protocol.amqp10.sections`
+(:func:`scan`, twin of ``py_scan``) and a message's decoding (:func:`decode_message`,
+twin of ``message.py_decode``). Consume path: a delivery's payload and whole transfer
+frame (:func:`encode_transfer` and :func:`transfer_frame`, twins of
+``message.py_encode_transfer`` and ``transfer_frames.py_transfer_frame``). Each takes
+the common case and returns None (or hands over to the pure code) for anything else, so
+that the pure code reads it and raises its own errors: an error is always the pure
+code's (tests/unit/protocol/amqp10/test_amqp10_ctransfer.py compares them on valid,
+arbitrary and mangled input). This module reads names of ``sections`` as it loads:
+``sections`` imports it last.
 
 Memory safety on hostile input: every index is checked against the length of the
 (immutable) bytes before it is read.
