@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from eventually import eventually
-from targets import Target, rabbitmq_installed
+from targets import Target, put, rabbitmq_installed
 
 from leveret import BlockingBroker
 
@@ -45,11 +45,6 @@ class Pair:
 
         assert eventually(ready, TIMEOUT, 0.1), seen
         return seen
-
-
-def put(side: Target, path: str, body: dict) -> None:
-    status, answer = side.http("PUT", path, body)
-    assert status in (201, 204), (path, answer)
 
 
 @pytest.fixture(scope="module")
