@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from certificates import pem_files
-from targets import Target
+from targets import Target, put
 
 from leveret import BlockingBroker
 from leveret.server.tls import TLSOptions
@@ -42,10 +42,6 @@ def main() -> None:
     ):
         upstream, downstream = Target.of(up), Target.of(down)
         port, tls_port = up.amqp_port, up.broker.amqps_port
-
-        def put(side: Target, path: str, body: dict) -> None:
-            status, answer = side.http("PUT", path, body)
-            assert status in (201, 204), (path, answer)
 
         put(upstream, "/api/vhosts/limited", {})
         put(upstream, "/api/permissions/limited/guest", {"configure": "^$", "write": "^$", "read": "^$"})
