@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..core.policy import matching
-from ..shovel.worker import redact_uri, resolve_local
+from ..shovel.worker import close_all, redact_uri, resolve_local
 from .connect import open_connection
 from .errors import describe
 from .upstream import Upstream
@@ -195,11 +195,7 @@ class Link:
     async def _close(self) -> None:
         self.local_connection = None  # the direct connection goes with the session
         connections, self._connections = self._connections, []
-        for connection in connections:
-            try:
-                await asyncio.wait_for(connection.close(), 5)
-            except Exception:  # already gone
-                pass
+        await close_all(connections)
 
     # -- status --------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

@@ -108,11 +108,7 @@ class Shovel:
 
     async def _close(self) -> None:
         connections, self._connections = self._connections, []
-        for connection in connections:
-            try:
-                await asyncio.wait_for(connection.close(), 5)
-            except Exception:  # already gone
-                pass
+        await close_all(connections)
 
     def _uri(self, uri: str) -> str:
         return resolve_local(uri, self._local_uri)
@@ -291,6 +287,16 @@ class Shovel:
         if self.reason is not None and self.state == "terminated":
             row["reason"] = self.reason
         return row
+
+
+async def close_all(connections: list[Any]) -> None:
+    """Close each aiormq connection of ``connections`` (5 seconds at most each; one the
+    broker closed already is passed over)."""
+    for connection in connections:
+        try:
+            await asyncio.wait_for(connection.close(), 5)
+        except Exception:  # already gone
+            pass
 
 
 def close_when_made(attempt: asyncio.Future) -> None:
