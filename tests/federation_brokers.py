@@ -30,7 +30,7 @@ import pika
 import pytest
 from eventually import eventually
 from servers import TEST_WORKERS
-from targets import Target, rabbitmq_installed, start_rabbitmq, unique
+from targets import Target, leveret_target, rabbitmq_installed, start_rabbitmq, unique
 
 from leveret import BlockingBroker
 
@@ -170,14 +170,6 @@ class Pairing:
         # downstreams first: their links stop before the upstream vhosts go
         for site in sorted(self._sites, key=lambda s: not s.vhost.startswith("fed-down")):
             site.http("DELETE", "/api/vhosts/{v}")
-
-
-def leveret_target(broker: BlockingBroker) -> Target:
-    management = broker.broker.management
-    assert management is not None
-    target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
-    target.broker = broker
-    return target
 
 
 @pytest.fixture(scope="session")

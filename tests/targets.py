@@ -76,6 +76,16 @@ class Target:
         return status, payload, {k.lower(): v for k, v in got.items()}
 
 
+def leveret_target(broker: Any) -> Target:
+    """An in-process BlockingBroker with its management API on, as a :class:`Target`
+    whose ``broker`` is that BlockingBroker."""
+    management = broker.broker.management
+    assert management is not None
+    target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
+    target.broker = broker
+    return target
+
+
 def unique(prefix: str) -> str:
     """A name no other test uses (the RabbitMQ node is shared by the session)."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -141,4 +151,4 @@ def start_rabbitmq(path: str = "/api/overview", **options: Any) -> tuple[RabbitM
     return node, target
 
 
-__all__ = ["Target", "put", "rabbitmq_installed", "start_rabbitmq", "unique", "wait_http"]
+__all__ = ["Target", "leveret_target", "put", "rabbitmq_installed", "start_rabbitmq", "unique", "wait_http"]
