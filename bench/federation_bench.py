@@ -78,7 +78,7 @@ from brokers import (  # noqa: E402
     proc_cpu_seconds,
     rabbitmq_installed,
 )
-from loadgen import Channel, Connection  # noqa: E402
+from loadgen import Channel, Connection, wait_any_progress  # noqa: E402
 from report import fmt, log, ratio  # noqa: E402
 
 KINDS = ("leveret", "rabbitmq")
@@ -246,17 +246,6 @@ def federate(down: Broker, up: Broker, s: Settings) -> None:
 
 
 # ------------------------------------------------------------------ measuring
-async def _progress(conns: list[Connection], timeout: float) -> None:
-    """Wait until one of ``conns`` saw deliveries or confirms (or ``timeout`` seconds)."""
-    waits = [asyncio.ensure_future(c.wait_progress(timeout)) for c in conns]
-    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    for w in waits:
-        w.cancel()
-    for c in conns:
-        if c.closed:
-            raise c.closed
-
-
 async def _link_up(pconn: Connection, pch: Channel, cconn: Connection, cch: Channel, timeout: float) -> float:
     """Publish a probe to U every 0.25 s until one reaches D; then wait until nothing more
     arrives for 0.5 s. Returns the seconds until the first probe arrived."""
@@ -269,11 +258,11 @@ async def _link_up(pconn: Connection, pch: Channel, cconn: Connection, cch: Chan
             raise RuntimeError(f"the federation link carried nothing in {timeout:g} s")
         pconn.write(probe)
         await pconn.drain()
-        await _progress([cconn], 0.25)
+        await wait_any_progress([cconn], 0.25)
     first = time.monotonic() - t0
     quiet = cch.delivered
     while True:
-        await _progress([cconn], 0.5)
+        await wait_any_progress([cconn], 0.5)
         if cch.delivered == quiet:
             break
         quiet = cch.delivered
@@ -388,7 +377,7 @@ async def run_case(up: Broker, down: Broker, body_size: int, s: Settings, state:
                 sent += allowed
                 await pconn.drain()
             else:
-                await _progress([pconn, cconn], 1.0)
+                await wait_any_progress([pconn, cconn], 1.0)
         last = sample(up, down)
         stop_py_spy(spies)
         cch.ack_pending()

@@ -10,24 +10,18 @@ Takes about 10 s (reconnect-delay 1 s)."""
 
 from __future__ import annotations
 
-import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from brokers import free_port as closed_port  # a port nothing listens on
 from certificates import pem_files
-from targets import Target
+from targets import Target, put
 
 from leveret import BlockingBroker
 from leveret.server.tls import TLSOptions
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def main() -> None:
@@ -42,10 +36,6 @@ def main() -> None:
     ):
         upstream, downstream = Target.of(up), Target.of(down)
         port, tls_port = up.amqp_port, up.broker.amqps_port
-
-        def put(side: Target, path: str, body: dict) -> None:
-            status, answer = side.http("PUT", path, body)
-            assert status in (201, 204), (path, answer)
 
         put(upstream, "/api/vhosts/limited", {})
         put(upstream, "/api/permissions/limited/guest", {"configure": "^$", "write": "^$", "read": "^$"})

@@ -13,39 +13,15 @@ own connection (no confirms); the downstream queue is polled with passive declar
 from __future__ import annotations
 
 import argparse
-import base64
-import json
+import sys
 import time
-import urllib.request
+from pathlib import Path
 
 import pika
 from brokers import Leveret, free_port
 
-
-def http(port: int, method: str, path: str, body: object = None) -> int:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}",
-        method=method,
-        data=None if body is None else json.dumps(body).encode(),
-        headers={
-            "content-type": "application/json",
-            "authorization": "Basic " + base64.b64encode(b"guest:guest").decode(),
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-
-
-def bindings(port: int, exchange: str) -> list:
-    url = f"http://127.0.0.1:{port}/api/exchanges/%2F/{exchange}/bindings/source"
-    request = urllib.request.Request(
-        url, headers={"authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from targets import Target
 
 
 def main() -> None:
@@ -61,6 +37,8 @@ def main() -> None:
     down = Leveret(src=args.src, extra_args=["--http-port", str(down_http)])
     with up, down:
         time.sleep(1.0)  # HTTP comes up after the AMQP ready line
+        upstream = Target("leveret", "127.0.0.1", up.port, up_http)
+        downstream = Target("leveret", "127.0.0.1", down.port, down_http)
         connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", down.port))
         channel = connection.channel()
         channel.exchange_declare("fx", "direct", durable=True)
@@ -69,17 +47,15 @@ def main() -> None:
         value = {"uri": f"amqp://guest:guest@127.0.0.1:{up.port}", "ack-mode": args.ack_mode}
         if args.prefetch:
             value["prefetch-count"] = args.prefetch
-        status = http(down_http, "PUT", "/api/parameters/federation-upstream/%2F/up", {"value": value})
+        status, _ = downstream.http("PUT", "/api/parameters/federation-upstream/%2F/up", {"value": value})
         definition = {"federation-upstream-set": "all"}
         policy = {"pattern": "^fx$", "apply-to": "exchanges", "definition": definition}
-        http(down_http, "PUT", "/api/policies/%2F/fed", policy)
+        downstream.http("PUT", "/api/policies/%2F/fed", policy)
         deadline = time.monotonic() + 15
         while status in (200, 201, 204) and time.monotonic() < deadline:
-            try:
-                if any(b["destination_type"] == "exchange" for b in bindings(up_http, "fx")):
-                    break
-            except urllib.error.HTTPError:  # no fx upstream yet
-                pass
+            rows = upstream.http("GET", "/api/exchanges/%2F/fx/bindings/source")[1]  # 404: no fx yet
+            if isinstance(rows, list) and any(b["destination_type"] == "exchange" for b in rows):
+                break
             time.sleep(0.1)
         else:
             print(f"src {args.src or '(importable)'}: no exchange federation (parameter answered {status})")

@@ -22,7 +22,6 @@ import argparse
 import base64
 import json
 import os
-import socket
 import statistics
 import tempfile
 import time
@@ -31,6 +30,7 @@ import urllib.request
 from typing import Any
 
 import pika
+from brokers import free_port as closed_port  # a port nothing listens on
 
 from leveret import BlockingBroker
 from leveret.cli.ctl import request as ctl_request
@@ -68,12 +68,6 @@ def put(base: str, path: str, body: dict) -> None:
     )
     with urllib.request.urlopen(request, timeout=30):
         pass
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def measure(rounds: int, call: Any) -> tuple[Any, float]:

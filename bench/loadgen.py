@@ -400,6 +400,18 @@ class Connection(client.Connection):
             self._wake(self._progress_waiters)
 
 
+async def wait_any_progress(conns: list[Connection], timeout: float) -> None:
+    """Wait until one of ``conns`` saw deliveries or confirms (or ``timeout`` seconds);
+    raises the reason of a connection that closed meanwhile."""
+    waits = [asyncio.ensure_future(c.wait_progress(timeout)) for c in conns]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
+    for c in conns:
+        if c.closed:
+            raise c.closed
+
+
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """uvloop if installed, else the default asyncio loop."""
     try:

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from brokers import Broker
-from loadgen import Channel, Connection, message_frames
+from loadgen import Channel, Connection, message_frames, wait_any_progress
 
 from leveret.amqp.frames import encode_publish
 
@@ -172,13 +172,7 @@ async def _wait_until(cond: Callable[[], bool], conns: list[Connection], deadlin
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        waits = [asyncio.ensure_future(c.wait_progress(min(left, 1.0))) for c in conns]
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for w in waits:
-            w.cancel()
-        for c in conns:
-            if c.closed:
-                raise c.closed
+        await wait_any_progress(conns, min(left, 1.0))
     return True
 
 

@@ -18,7 +18,7 @@ from hypothesis import settings
 from mqtt_brokers import _mqtt_session_broker, mqtt_broker, mqtt_own_broker  # noqa: F401 (fixtures)
 from postgres import PostgresServer
 from servers import TEST_WORKERS, ServerProcess
-from targets import Target, rabbitmq_installed, start_rabbitmq, unique
+from targets import Target, leveret_target, rabbitmq_installed, start_rabbitmq, unique
 
 from leveret import BlockingBroker
 
@@ -101,11 +101,7 @@ def target(request) -> Iterator[Target]:
         yield request.getfixturevalue("rabbitmq_target")
         return
     with BlockingBroker(amqp_port=0, http_port=0, workers=TEST_WORKERS) as broker:
-        management = broker.broker.management
-        assert management is not None
-        target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
-        target.broker = broker
-        yield target
+        yield leveret_target(broker)
 
 
 @pytest.fixture

@@ -22,17 +22,15 @@ the same for ``federation_rabbitmq``); each module doing so gets a node of its o
 
 from __future__ import annotations
 
-import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pika
 import pytest
-from brokers import RabbitMQ
 from eventually import eventually
 from servers import TEST_WORKERS
-from targets import Target, rabbitmq_installed, unique
+from targets import Target, leveret_target, rabbitmq_installed, start_rabbitmq, unique
 
 from leveret import BlockingBroker
 
@@ -44,24 +42,6 @@ PAIRING_IDS = [f"{up}_to_{down}" for up, down in PAIRINGS]
 
 #: seconds a link gets to come up or to move a message (RabbitMQ's start in ~0.1 s)
 LINK_TIMEOUT = 8.0
-
-
-def start_federation_rabbitmq() -> tuple[RabbitMQ, Target]:
-    """A private RabbitMQ node with federation, ready for HTTP (90 s at most)."""
-    node = RabbitMQ(federation=True)
-    node.start()
-    target = Target("rabbitmq", "127.0.0.1", node.port, node.http_port)
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if target.http("GET", "/api/federation-links")[0] == 200:
-                return node, target
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            node.stop()
-            raise RuntimeError("RabbitMQ's federation management did not answer in 90 s")
-        time.sleep(0.5)
 
 
 def q(name: str) -> str:
@@ -192,20 +172,12 @@ class Pairing:
             site.http("DELETE", "/api/vhosts/{v}")
 
 
-def leveret_target(broker: BlockingBroker) -> Target:
-    management = broker.broker.management
-    assert management is not None
-    target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
-    target.broker = broker
-    return target
-
-
 @pytest.fixture(scope="session")
 def federation_rabbitmq() -> Iterator[Target]:
     """The session's RabbitMQ node with federation (skipped when not installed)."""
     if not rabbitmq_installed():
         pytest.skip("rabbitmq-server is not installed: only leveret → leveret is checked")
-    node, target = start_federation_rabbitmq()
+    node, target = start_rabbitmq("/api/federation-links", federation=True)
     yield target
     node.stop()
 
@@ -240,4 +212,4 @@ def pairing(request) -> Iterator[Pairing]:
 
 
 __all__ = ["LINK_TIMEOUT", "PAIRINGS", "PAIRING_IDS", "Pairing", "Site", "federation_rabbitmq", "pairing",
-           "q", "start_federation_rabbitmq"]
+           "q"]

@@ -10,30 +10,16 @@ port and the management API answer), ``stop()``.
 
 from __future__ import annotations
 
-import time
 import urllib.parse
 from pathlib import Path
 
 from servers import ServerProcess
-from targets import Target  # puts bench/ on sys.path: brokers after it
+from targets import Target, wait_http  # puts bench/ on sys.path: brokers after it
 
 from brokers import RabbitMQ, free_port  # isort: skip
 
 #: what a fault test waits for at the most (seconds) before it fails
 TIMEOUT = 20.0
-
-
-def _wait_http(target: Target, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if target.http("GET", "/api/overview")[0] == 200:
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{target.name}'s management API did not answer in {timeout} s")
-        time.sleep(0.1)
 
 
 class LeveretSide:
@@ -51,7 +37,7 @@ class LeveretSide:
         self.process = ServerProcess(
             self.directory / "data", "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port)
         )
-        _wait_http(self.target)
+        wait_http(self.target, interval=0.1)
         return self
 
     def kill(self) -> None:
@@ -83,7 +69,7 @@ class RabbitSide:
         self.amqp_port, self.http_port = self.node.port, self.node.http_port
         self.target = Target("rabbitmq", "127.0.0.1", self.amqp_port, self.http_port)
         self.url = self.target.url()
-        _wait_http(self.target)
+        wait_http(self.target, interval=0.1)
 
     def start(self) -> RabbitSide:
         return self
@@ -94,7 +80,7 @@ class RabbitSide:
     def restart(self) -> None:
         self.kill()
         self.node.launch(90)
-        _wait_http(self.target)
+        wait_http(self.target, interval=0.1)
 
     def stop(self) -> None:
         self.node.stop()

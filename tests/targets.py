@@ -76,6 +76,16 @@ class Target:
         return status, payload, {k.lower(): v for k, v in got.items()}
 
 
+def leveret_target(broker: Any) -> Target:
+    """An in-process BlockingBroker with its management API on, as a :class:`Target`
+    whose ``broker`` is that BlockingBroker."""
+    management = broker.broker.management
+    assert management is not None
+    target = Target("leveret", broker.broker.host, broker.amqp_port, management.port)
+    target.broker = broker
+    return target
+
+
 def unique(prefix: str) -> str:
     """A name no other test uses (the RabbitMQ node is shared by the session)."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -106,22 +116,39 @@ def grant(target: Target, vhost: str, user: str, **permission: str) -> None:
     assert status in (201, 204)
 
 
-def start_rabbitmq() -> tuple[RabbitMQ, Target]:
-    """A private RabbitMQ node with management, ready for HTTP."""
-    node = RabbitMQ(management=True)
-    node.start()
-    target = Target("rabbitmq", "127.0.0.1", node.port, node.http_port)
-    deadline = time.monotonic() + 90
+def put(target: Target, path: str, body: Any) -> None:
+    """``PUT path`` with a JSON ``body``; the API answers 201 (created) or 204 (updated)."""
+    status, answer = target.http("PUT", path, body)
+    assert status in (201, 204), (path, answer)
+
+
+def wait_http(target: Target, path: str = "/api/overview", timeout: float = 90.0,
+              interval: float = 0.5) -> None:
+    """Return once ``GET path`` answers 200; RuntimeError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
     while True:
         try:
-            if target.http("GET", "/api/overview")[0] == 200:
-                return node, target
+            if target.http("GET", path)[0] == 200:
+                return
         except OSError:
             pass
         if time.monotonic() > deadline:
-            node.stop()
-            raise RuntimeError("RabbitMQ's management plugin did not answer in 90 s")
-        time.sleep(0.5)
+            raise RuntimeError(f"{target.name}'s {path} did not answer in {timeout} s")
+        time.sleep(interval)
 
 
-__all__ = ["Target", "rabbitmq_installed", "start_rabbitmq", "unique"]
+def start_rabbitmq(path: str = "/api/overview", **options: Any) -> tuple[RabbitMQ, Target]:
+    """A private RabbitMQ node with management (``options``: more of bench/brokers.py
+    :class:`RabbitMQ`'s, ``federation=True`` ...), ready for HTTP on ``path`` (90 s at most)."""
+    node = RabbitMQ(**{"management": True, **options})
+    node.start()
+    target = Target("rabbitmq", "127.0.0.1", node.port, node.http_port)
+    try:
+        wait_http(target, path)
+    except RuntimeError:
+        node.stop()
+        raise
+    return node, target
+
+
+__all__ = ["Target", "leveret_target", "put", "rabbitmq_installed", "start_rabbitmq", "unique", "wait_http"]

@@ -6,10 +6,10 @@ the monitoring tag is told why the page is empty, as RabbitMQ's API refuses them
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
+from brokers import free_port as closed_port  # a port nothing listens on
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from test_console import http, login, text_of, wait
@@ -18,12 +18,6 @@ from leveret import BlockingBroker
 
 pytest.importorskip("leveret.federation.exchange_link")  # the links shown are exchange links
 WAIT = 20  # seconds: a link connects, a failing one reports its error
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

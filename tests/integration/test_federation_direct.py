@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pytest
 from eventually import eventually
-from targets import Target, rabbitmq_installed
+from targets import Target, put, rabbitmq_installed
 
 from leveret import BlockingBroker
 from leveret.cli.ctl import request
@@ -30,11 +30,6 @@ PID = re.compile(r"^<\S+\.\d+\.\d+\.0>$")
 
 def target(broker: BlockingBroker) -> Target:
     return Target("leveret", "127.0.0.1", broker.amqp_port, int(str(broker.http_url).rsplit(":", 1)[1]))
-
-
-def put(side: Target, path: str, body: dict) -> None:
-    status, answer = side.http("PUT", path, body)
-    assert status in (201, 204), (path, answer)
 
 
 def federate(down: Target, uri: str) -> None:

@@ -7,23 +7,17 @@ docs/federation.md#operations). The TLS failures are in test_federation_tls.py."
 
 from __future__ import annotations
 
-import socket
 import urllib.parse
 from collections.abc import Iterator
 
 import pytest
+from brokers import free_port as closed_port  # a port nothing listens on
 from eventually import eventually
-from targets import Target, rabbitmq_installed
+from targets import Target, put, rabbitmq_installed
 
 from leveret import BlockingBroker
 
 TIMEOUT = 8.0
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Pair:
@@ -45,11 +39,6 @@ class Pair:
 
         assert eventually(ready, TIMEOUT, 0.1), seen
         return seen
-
-
-def put(side: Target, path: str, body: dict) -> None:
-    status, answer = side.http("PUT", path, body)
-    assert status in (201, 204), (path, answer)
 
 
 @pytest.fixture(scope="module")

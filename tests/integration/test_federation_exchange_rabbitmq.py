@@ -6,13 +6,12 @@ with ``x-received-from``. Skipped without RabbitMQ."""
 from __future__ import annotations
 
 import time
-import urllib.parse
 from collections.abc import Iterator
 
 import pika
 import pytest
-from brokers import RabbitMQ, rabbitmq_installed
-from targets import Target, unique
+from targets import Target, rabbitmq_installed, start_rabbitmq, unique
+from test_federation_exchange import quote, wait
 
 from leveret import BlockingBroker
 
@@ -23,21 +22,11 @@ TIMEOUT = 15.0  # seconds: RabbitMQ starts its links a little after the policy
 
 @pytest.fixture(scope="module")
 def rabbit() -> Iterator[Target]:
-    node = RabbitMQ(federation=True)
-    node.start()
+    node, target = start_rabbitmq(federation=True)
     try:
-        target = Target("rabbitmq", "127.0.0.1", node.port, node.http_port)
-        wait(lambda: _answers(target), "RabbitMQ's management API")
         yield target
     finally:
         node.stop()
-
-
-def _answers(target: Target) -> bool:
-    try:
-        return target.http("GET", "/api/overview")[0] == 200
-    except OSError:
-        return False
 
 
 OPENED: list[pika.BlockingConnection] = []
@@ -60,18 +49,6 @@ def leveret() -> Iterator[Target]:
         yield target
         while OPENED:
             OPENED.pop().close()
-
-
-def quote(name: str) -> str:
-    return urllib.parse.quote(name, safe="")
-
-
-def wait(condition, what: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def federate(downstream: Target, upstream: Target, exchange: str) -> None:
@@ -127,7 +104,7 @@ def cross(upstream: Target, downstream: Target, exchange: str, queue: str, upstr
             received.append((method.routing_key, properties.headers, body))
         return bool(received)
 
-    wait(arrived, "the message downstream")
+    wait(arrived, "the message downstream", TIMEOUT)
     time.sleep(0.3)
     assert channel.basic_get(queue, auto_ack=True)[0] is None
     [(key, headers, body)] = received
@@ -150,7 +127,7 @@ def test_rabbitmq_upstream_leveret_downstream(rabbit, leveret):
     channel.queue_declare(queue)
     channel.queue_bind(queue, exchange, "a.*")
     federate(leveret, rabbit, exchange)
-    wait(lambda: exchange_bindings(rabbit, exchange), "leveret's binding on RabbitMQ")
+    wait(lambda: exchange_bindings(rabbit, exchange), "leveret's binding on RabbitMQ", TIMEOUT)
     check_upstream_topology(rabbit, exchange, "leveret@fed")
     # declared by leveret as the downstream exchange is
     assert rabbit.http("GET", f"/api/exchanges/%2F/{exchange}")[1]["type"] == "topic"
@@ -165,7 +142,7 @@ def test_leveret_upstream_rabbitmq_downstream(rabbit, leveret):
     channel.queue_declare(queue)
     channel.queue_bind(queue, exchange, "a.*")
     federate(rabbit, leveret, exchange)
-    wait(lambda: exchange_bindings(leveret, exchange), "RabbitMQ's binding on leveret")
+    wait(lambda: exchange_bindings(leveret, exchange), "RabbitMQ's binding on leveret", TIMEOUT)
     node = rabbit.http("GET", "/api/overview")[1]["cluster_name"]
     check_upstream_topology(leveret, exchange, node)
     [link] = [row for row in rabbit.http("GET", "/api/federation-links")[1] if row["exchange"] == exchange]

@@ -7,7 +7,6 @@ docs/federation.md), who may read them, ``state/down``, restart over HTTP and wi
 from __future__ import annotations
 
 import re
-import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import pika
 import pytest
+from brokers import free_port as closed_port  # a port nothing listens on
 from click.testing import CliRunner
 from eventually import eventually
 from targets import Target, rabbitmq_installed
@@ -33,13 +33,6 @@ RUNNING_FIELDS = ERROR_FIELDS - {"error"} | {"local_connection"}
 QUEUE_FIELDS = (RUNNING_FIELDS - {"exchange", "upstream_exchange"}) | {"queue", "upstream_queue",
                                                                    "consumer_tag"}  # fmt: skip
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d{1,2}:\d\d:\d\d$")  # RabbitMQ's: the hour unpadded
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def target(broker: BlockingBroker) -> Target:

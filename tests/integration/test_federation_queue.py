@@ -12,18 +12,14 @@ from typing import Any
 import pika
 import pytest
 from eventually import eventually, eventually_equal, poll, pumping
-from targets import Target, unique
+from targets import Target, leveret_target, unique
 
 from leveret import BlockingBroker
 
 
 def leveret() -> Iterator[Target]:
     with BlockingBroker(amqp_port=0, http_port=0) as broker:
-        management = broker.broker.management
-        assert management is not None
-        target = Target("leveret", "127.0.0.1", broker.amqp_port, management.port)
-        target.broker = broker
-        yield target
+        yield leveret_target(broker)
 
 
 @pytest.fixture

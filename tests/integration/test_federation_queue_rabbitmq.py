@@ -7,25 +7,17 @@ RabbitMQ's link does to an upstream that this module's leveret link does as well
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 from eventually import eventually, eventually_equal, poll
-from targets import RabbitMQ, Target, rabbitmq_installed, unique
-from test_federation_queue import Receiver, counts, declare, federate, publish, running
-
-from leveret import BlockingBroker
+from targets import Target, rabbitmq_installed, start_rabbitmq, unique
+from test_federation_queue import Receiver, counts, declare, federate, leveret, publish, running
 
 
 @pytest.fixture
 def leveret_broker() -> Iterator[Target]:
-    with BlockingBroker(amqp_port=0, http_port=0) as broker:
-        management = broker.broker.management
-        assert management is not None
-        target = Target("leveret", "127.0.0.1", broker.amqp_port, management.port)
-        target.broker = broker
-        yield target
+    yield from leveret()
 
 
 @pytest.fixture(scope="module")
@@ -34,25 +26,11 @@ def rabbitmq_federation() -> Iterator[Target]:
     for its consumer listings)."""
     if not rabbitmq_installed():
         pytest.skip("rabbitmq-server is not installed: only leveret is checked")
-    node = RabbitMQ(federation=True, conf="collect_statistics_interval = 200\n")
-    node.start()
+    node, target = start_rabbitmq(federation=True, conf="collect_statistics_interval = 200\n")
     try:
-        target = Target("rabbitmq", "127.0.0.1", node.port, node.http_port)
-        deadline = time.monotonic() + 90
-        while not _answers(target):
-            if time.monotonic() > deadline:
-                raise RuntimeError("RabbitMQ's management plugin did not answer in 90 s")
-            time.sleep(0.2)
         yield target
     finally:
         node.stop()
-
-
-def _answers(target: Target) -> bool:
-    try:
-        return target.http("GET", "/api/overview")[0] == 200
-    except OSError:
-        return False
 
 
 def test_a_rabbitmq_upstream_feeds_a_leveret_queue_only_while_it_has_consumers(

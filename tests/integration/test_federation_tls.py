@@ -14,7 +14,7 @@ import pika
 import pytest
 from certificates import CLIENT_DN, pem_files
 from eventually import eventually
-from targets import Target, rabbitmq_installed
+from targets import Target, put, rabbitmq_installed
 
 from leveret import BlockingBroker
 from leveret.core.auth import Permission, User
@@ -52,11 +52,6 @@ class Pair:
 
         assert eventually(reached, TIMEOUT, 0.05), seen
         return seen
-
-
-def put(side: Target, path: str, body: dict) -> None:
-    status, answer = side.http("PUT", path, body)
-    assert status in (201, 204), (path, answer)
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,7 @@ from ..amqp import methods as _relaxed_names  # noqa: F401  (pamqp then takes fe
 from ..amqp.field_table import Long
 from ..core.exchange_base import Exchange, freeze
 from ..core.exchange_types import RECEIVED_FROM, already_seen
+from ..shovel.worker import raise_closed
 from .acks import UpstreamAcks
 from .links import Link
 from .local_publish import LocalPublisher
@@ -271,12 +272,7 @@ class ExchangeLink(Link):
                 log.info("federation link %s -> %s (%s): running", upstream.name, self.name, self.vhost)
                 checker = asyncio.ensure_future(self._check(uri, internal))
                 done, _ = await asyncio.wait([player, checker, *closed], return_when=asyncio.FIRST_COMPLETED)
-            for future in done:  # the broker's reason (404 NOT_FOUND ...), when it gave one
-                if not future.cancelled() and future.exception() is not None:
-                    raise ConnectionError(str(future.exception()))
-                if future.result() is not None:
-                    raise ConnectionError(str(future.result()))
-            raise ConnectionError("a connection or channel was closed")
+            raise_closed(done)
         finally:
             if follow in core.binding_listeners:
                 core.binding_listeners.remove(follow)
@@ -376,21 +372,24 @@ class ExchangeLink(Link):
             **INTERNAL_PURPOSE,
         }
 
+    def _declare_upstream(self, name: str, passive: bool = False) -> Any:
+        """For :meth:`_disposable`: declare (``passive``: only check) the internal
+        ``x-federation-upstream`` exchange ``name``."""
+        return lambda ch: ch.exchange_declare(
+            name,
+            exchange_type=UPSTREAM_EXCHANGE_TYPE,
+            passive=passive,
+            durable=True,
+            internal=True,
+            auto_delete=True,
+            arguments=self._internal_arguments(),
+        )
+
     async def _declare_internal(self, uri: str, channel: Any, name: str) -> None:
         """Declare the internal ``x-federation-upstream`` exchange on a connection of its
         own (an unknown type closes the connection: 503); refused so, a ``fanout``."""
         try:
-            await self._disposable(
-                uri,
-                lambda ch: ch.exchange_declare(
-                    name,
-                    exchange_type=UPSTREAM_EXCHANGE_TYPE,
-                    durable=True,
-                    internal=True,
-                    auto_delete=True,
-                    arguments=self._internal_arguments(),
-                ),
-            )
+            await self._disposable(uri, self._declare_upstream(name))
         except aiormq.exceptions.ConnectionCommandInvalid:
             await channel.exchange_declare(
                 name,
@@ -420,18 +419,7 @@ class ExchangeLink(Link):
         while True:
             await asyncio.sleep(CHECK_INTERVAL)
             try:
-                await self._disposable(
-                    uri,
-                    lambda ch: ch.exchange_declare(
-                        internal,
-                        exchange_type=UPSTREAM_EXCHANGE_TYPE,
-                        passive=True,
-                        durable=True,
-                        internal=True,
-                        auto_delete=True,
-                        arguments=self._internal_arguments(),
-                    ),
-                )
+                await self._disposable(uri, self._declare_upstream(internal, passive=True))
             except aiormq.exceptions.ChannelNotFoundEntity:
                 log.warning(
                     "federation link %s -> %s: upstream exchange %s is gone",

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..core.policy import matching
+from ..shovel.worker import close_all, resolve_local
 from .connect import open_connection
 from .errors import describe
 from .upstream import Upstream
@@ -143,12 +144,7 @@ class Link:
 
     def upstream_uri(self) -> str:
         """The URI of this attempt (``amqp://`` with no host is this broker)."""
-        uri = self.uri
-        if not uri.startswith("amqp://") or uri[len("amqp://") :].split("/", 1)[0]:
-            return uri
-        vhost = uri[len("amqp://") :].partition("/")[2]
-        local = self._local_uri_of()
-        return local.rsplit("/", 1)[0] + "/" + vhost if vhost else local
+        return resolve_local(self.uri, self._local_uri_of)
 
     async def _connect(self, uri: str) -> Any:
         """An open connection to ``uri``, its query read as RabbitMQ's client reads it
@@ -200,11 +196,7 @@ class Link:
     async def _close(self) -> None:
         self.local_connection = None  # the direct connection goes with the session
         connections, self._connections = self._connections, []
-        for connection in connections:
-            try:
-                await asyncio.wait_for(connection.close(), 5)
-            except Exception:  # already gone
-                pass
+        await close_all(connections)
 
     # -- status --------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

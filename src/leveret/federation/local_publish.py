@@ -36,7 +36,7 @@ from pamqp import commands
 from ..core.access import Access
 from ..core.connections import ChannelFacts
 from ..core.errors import BrokerError
-from ..core.message import Message, Properties
+from ..core.message import PROPERTY_NAMES, Message, Properties
 from ..core.publish import Publisher
 from ..core.session import Session
 from .direct import DirectConnection
@@ -45,20 +45,7 @@ if TYPE_CHECKING:
     from ..core.broker import BrokerCore
 
 #: pamqp's ``BasicProperties`` names that core's :class:`Properties` shares.
-_SHARED = (
-    "content_type",
-    "content_encoding",
-    "headers",
-    "delivery_mode",
-    "priority",
-    "correlation_id",
-    "reply_to",
-    "expiration",
-    "message_id",
-    "timestamp",
-    "user_id",
-    "app_id",
-)
+_SHARED = tuple(name for name in PROPERTY_NAMES if name != "type")
 
 
 def core_properties(properties: Any) -> Properties:

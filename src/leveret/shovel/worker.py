@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn
 
 import aiormq
 from aiormq.abc import DeliveredMessage
@@ -108,19 +108,10 @@ class Shovel:
 
     async def _close(self) -> None:
         connections, self._connections = self._connections, []
-        for connection in connections:
-            try:
-                await asyncio.wait_for(connection.close(), 5)
-            except Exception:  # already gone
-                pass
+        await close_all(connections)
 
     def _uri(self, uri: str) -> str:
-        """``amqp://`` with no host (``amqp:///vhost`` keeps its vhost) is this broker."""
-        if not uri.startswith("amqp://") or uri[len("amqp://") :].split("/", 1)[0]:
-            return uri
-        vhost = uri[len("amqp://") :].partition("/")[2]
-        local = self._local_uri()
-        return local.rsplit("/", 1)[0] + "/" + vhost if vhost else local
+        return resolve_local(uri, self._local_uri)
 
     async def _connect(self, uri: str) -> Any:
         attempt = asyncio.ensure_future(aiormq.connect(self._uri(uri)))
@@ -224,12 +215,7 @@ class Shovel:
             return True
         if cancelled in done:
             raise ConnectionError("the source broker cancelled the consumer")
-        for future in done:  # the broker's reason (404 NOT_FOUND ...), when it gave one
-            if not future.cancelled() and future.exception() is not None:
-                raise ConnectionError(str(future.exception()))
-            if future.result() is not None:
-                raise ConnectionError(str(future.result()))
-        raise ConnectionError("a connection or channel was closed")
+        raise_closed(done)
 
     def _properties(self, message: DeliveredMessage) -> Any:
         """The message's properties, with what the definition adds: ``x-shovelled``
@@ -305,6 +291,16 @@ class Shovel:
         return row
 
 
+async def close_all(connections: list[Any]) -> None:
+    """Close each aiormq connection of ``connections`` (5 seconds at most each; one the
+    broker closed already is passed over)."""
+    for connection in connections:
+        try:
+            await asyncio.wait_for(connection.close(), 5)
+        except Exception:  # already gone
+            pass
+
+
 def close_when_made(attempt: asyncio.Future) -> None:
     if not attempt.cancelled() and attempt.exception() is None:
         _closing.add(asyncio.ensure_future(attempt.result().close()))
@@ -329,6 +325,28 @@ async def _ensure_queue(connection: Any, queue: str) -> None:
         await declare.close()
         return
     await probe.close()
+
+
+def resolve_local(uri: str, local_uri: Callable[[], str]) -> str:
+    """``uri``, or this broker (``local_uri()``) where it is ``amqp://`` with no host
+    (``amqp:///vhost`` keeps its vhost), as RabbitMQ's shovels and federation read it."""
+    if not uri.startswith("amqp://") or uri[len("amqp://") :].split("/", 1)[0]:
+        return uri
+    vhost = uri[len("amqp://") :].partition("/")[2]
+    local = local_uri()
+    return local.rsplit("/", 1)[0] + "/" + vhost if vhost else local
+
+
+def raise_closed(done: Iterable[asyncio.Future]) -> NoReturn:
+    """Raise ConnectionError with the broker's reason (404 NOT_FOUND ...) from the first
+    of ``done`` (the close futures of connections and channels) that gave one, else
+    "a connection or channel was closed"."""
+    for future in done:
+        if not future.cancelled() and future.exception() is not None:
+            raise ConnectionError(str(future.exception()))
+        if future.result() is not None:
+            raise ConnectionError(str(future.result()))
+    raise ConnectionError("a connection or channel was closed")
 
 
 def redact_uri(uri: str) -> str:
