@@ -67,7 +67,6 @@ from .local_publish import LocalPublisher
 from .upstream import policy_upstreams
 
 if TYPE_CHECKING:
-    from ..core.broker import BrokerCore
     from ..core.exchange_base import Binding
 
 log = logging.getLogger("leveret.federation")
@@ -161,7 +160,6 @@ class ExchangeLink(Link):
     exchange's bindings are read and followed."""
 
     kind = "exchange"
-    core: BrokerCore | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

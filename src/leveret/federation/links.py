@@ -14,7 +14,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ..core.policy import matching
@@ -23,6 +23,9 @@ from .connect import open_connection
 from .errors import describe
 from .upstream import Upstream
 from .uri import safe_uri
+
+if TYPE_CHECKING:
+    from ..core.broker import BrokerCore
 
 log = logging.getLogger("leveret.federation")
 
@@ -52,6 +55,9 @@ class Link:
         self.since = time.time()  # epoch seconds of the last state change
         self.uri = upstream.uris[0]  # the upstream URI of the current attempt
         self.local_connection: str | None = None
+        #: This broker's core, set by the manager before :meth:`start` (an exchange link
+        #: follows its exchange's bindings there, a queue link its queue's demand).
+        self.core: BrokerCore | None = None
         self.forwarded = 0  # messages moved to this broker
         self._task: asyncio.Task | None = None
         self._connections: list[Any] = []

@@ -13,13 +13,14 @@ both upstream and downstream does not federate its own federation queues.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from ..core.broker import BrokerCore
+from .exchange_link import ExchangeLink
 from .links import Link
+from .queue_link import QueueLink
 from .upstream import UPSTREAM, UPSTREAM_SET, Upstream, policy_upstreams
 
 log = logging.getLogger("leveret.federation")
@@ -28,6 +29,7 @@ COMPONENTS = (UPSTREAM, UPSTREAM_SET)
 #: The exchange type a downstream declares on its upstream (exchange federation).
 UPSTREAM_EXCHANGE_TYPE = "x-federation-upstream"
 
+LINK_CLASSES: dict[str, type[Link]] = {"exchange": ExchangeLink, "queue": QueueLink}
 LinkKey = tuple[str, str, str, str]  # (vhost, kind "exchange"/"queue", name, upstream name)
 
 
@@ -131,12 +133,8 @@ class Federation:
 
     def _launch(self, key: LinkKey, upstream: Upstream) -> None:
         vhost, kind, name, _ = key
-        cls = _link_class(kind)
-        if cls is None:
-            return
-        link = cls(vhost, name, upstream, self.local_uri, self.node())
-        if hasattr(link, "core"):  # an exchange link follows the exchange's bindings
-            link.core = self.core
+        link = LINK_CLASSES[kind](vhost, name, upstream, self.local_uri, self.node())
+        link.core = self.core
         self.running[key] = link
         self._upstreams[key] = upstream
         link.start()
@@ -184,13 +182,3 @@ def _federates_queue(queue: Any) -> bool:
 def _forget(listeners: list[Any], listener: Any) -> None:
     if listener in listeners:
         listeners.remove(listener)
-
-
-def _link_class(kind: str) -> type[Link] | None:
-    """The link class of ``kind`` (``exchange_link.ExchangeLink``,
-    ``queue_link.QueueLink``); None while its module is not there."""
-    try:
-        module = importlib.import_module(f".{kind}_link", __package__)
-    except ModuleNotFoundError:
-        return None
-    return getattr(module, f"{kind.capitalize()}Link", None)

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiormq
 from aiormq.abc import DeliveredMessage
@@ -59,9 +59,6 @@ from yarl import URL
 from .acks import UpstreamAcks
 from .links import Link
 from .local_publish import LocalPublisher
-
-if TYPE_CHECKING:
-    from ..core.broker import BrokerCore
 
 log = logging.getLogger("leveret.federation")
 
@@ -80,8 +77,6 @@ class QueueLink(Link):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        #: This broker's core, set by the manager: the link reads its queue's demand there.
-        self.core: BrokerCore | None = None
         #: True while the link holds a consumer on the upstream queue.
         self.consuming = False
         self._wake: asyncio.Event | None = None
