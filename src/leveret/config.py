@@ -150,6 +150,17 @@ class Settings:
     #: the brokers sharing one PostgreSQL store: one master, the rest standbys (also
     #: the store's schema name)
     store_cluster: str = "leveret"
+    #: this broker's node name in an active-active cluster on the PostgreSQL store
+    #: (docs/cluster.md); None: master/standby as before
+    node_name: str | None = None
+    #: the host other nodes of the cluster reach this node's AMQP port on
+    cluster_advertise: str = "127.0.0.1"
+    #: the cluster's shared secret (the internal ``leveret-cluster`` user's password);
+    #: None: the one kept in the cluster's schema (made by the first node)
+    cluster_secret: str | None = None
+    #: where a new queue lives: ``client-local`` (the declaring node) or ``balanced``
+    #: (the live node with the fewest queues), RabbitMQ's ``queue_leader_locator``
+    queue_leader_locator: str = "client-local"
     log_level: str = "info"
     disk_free_limit: int = 50_000_000  # bytes; below it publishers are blocked
     disk_reserve: int = 16 * 1024 * 1024  # bytes the store never fills with messages
@@ -260,6 +271,14 @@ class Settings:
             core.add_vhost(name)
         return core
 
+
+#: ``[store]`` keys of a cluster node and the settings they set
+_CLUSTER_KEYS = {
+    "node": "node_name",
+    "advertise": "cluster_advertise",
+    "secret": "cluster_secret",
+    "queue_leader_locator": "queue_leader_locator",
+}
 
 _SERVER_KEYS = {
     "bind": str,
@@ -389,9 +408,14 @@ def load(path: str | Path, settings: Settings | None = None) -> Settings:
     if not isinstance(store, dict):
         raise ConfigError(f"{path}: [store] must be a table")
     for key, value in store.items():
+        if key in _CLUSTER_KEYS:  # [store] node = "n1" … (docs/cluster.md)
+            setattr(settings, _CLUSTER_KEYS[key], typed("store.", key, value, str))
+            continue
         if key not in ("url", "cluster"):
             raise ConfigError(f"{path}: unknown key store.{key}")
         setattr(settings, f"store_{key}", typed("store.", key, value, str))
+    if settings.queue_leader_locator not in ("client-local", "balanced"):
+        raise ConfigError(f"{path}: store.queue_leader_locator must be client-local or balanced")
     if settings.store_url is not None and not settings.store_url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(f"{path}: store.url must be a postgresql:// URL")
     shovels = data.pop("shovels", [])

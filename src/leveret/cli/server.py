@@ -82,6 +82,19 @@ if TYPE_CHECKING:  # (loaded when a broker runs: `leveret ctl` imports this modu
 )
 @click.option("--cluster", default=None, help="The brokers sharing a PostgreSQL store [leveret].")
 @click.option(
+    "--node",
+    "node_name",
+    default=None,
+    help="Run as active node NAME of the cluster (docs/cluster.md) instead of master/standby.",
+)
+@click.option(
+    "--advertise",
+    "cluster_advertise",
+    default=None,
+    metavar="HOST",
+    help="The host other cluster nodes reach this node's AMQP port on [127.0.0.1].",
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False),
@@ -120,6 +133,8 @@ def server(
     data_dir: str | None,
     store_url: str | None,
     cluster: str | None,
+    node_name: str | None,
+    cluster_advertise: str | None,
     config_file: str | None,
     workers: int | None,
     consumer_timeout: int | None,
@@ -155,6 +170,8 @@ def server(
         ("data_dir", data_dir),
         ("store_url", store_url),
         ("store_cluster", cluster),
+        ("node_name", node_name),
+        ("cluster_advertise", cluster_advertise),
         ("workers", workers),
         ("log_level", log_level),
     ):

@@ -172,6 +172,9 @@ class BrokerCore:
         self.audit = AuditTrail()
         #: The dead-letter console's bulk actions (see :mod:`.dead_letter_actions`).
         self.dead_letter_jobs = DeadLetterJobs(self)
+        #: The cluster node this broker is (``leveret.cluster.node.ClusterNode``, set by
+        #: the server; docs/cluster.md), None when it is not one. Opaque to core.
+        self.cluster: Any = None
         if not self.vhosts:
             self.add_vhost("/")
 
