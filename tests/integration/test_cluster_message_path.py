@@ -128,7 +128,8 @@ def test_basic_get_on_a(pair: Pair) -> None:
     channel = a.channel()
     channel.confirm_delivery()
     for i in range(3):
-        channel.basic_publish("x", "k", b"m%d" % i, pika.BasicProperties(delivery_mode=2, message_id=f"id{i}"))
+        properties = pika.BasicProperties(delivery_mode=2, message_id=f"id{i}")
+        channel.basic_publish("x", "k", b"m%d" % i, properties)
     method, props, body = channel.basic_get("q")
     assert (body, props.message_id, method.redelivered) == (b"m0", "id0", False)
     assert method.message_count == 2
@@ -240,7 +241,8 @@ def test_stomp_subscriber_on_a_of_a_queue_on_b(pair: Pair) -> None:
     channel = a.channel()
     channel.confirm_delivery()
     for i in range(5):
-        channel.basic_publish("x", "k", b"stomp %d" % i, pika.BasicProperties(delivery_mode=2, headers={"n": i}))
+        properties = pika.BasicProperties(delivery_mode=2, headers={"n": i})
+        channel.basic_publish("x", "k", b"stomp %d" % i, properties)
     stomp_port = int(pair.brokers["a"].stomp_url.rsplit(":", 1)[1])
     received: list[tuple[str, dict]] = []
 

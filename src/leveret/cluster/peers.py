@@ -107,7 +107,14 @@ def take_raw_delivery(buf: bytearray) -> tuple[int, RawDelivery] | None:
     except Exception:
         return None
     delivery = RawDelivery(
-        d.delivery_tag, d.redelivered, d.exchange, d.routing_key, {}, body, d.consumer_tag, buf[1] << 8 | buf[2]
+        d.delivery_tag,
+        d.redelivered,
+        d.exchange,
+        d.routing_key,
+        {},
+        body,
+        d.consumer_tag,
+        buf[1] << 8 | buf[2],
     )
     delivery.header = bytes(buf[pos + 7 : head_end])
     return taken, delivery
@@ -373,7 +380,10 @@ class PeerLink:
                 f"amqp://{quote(CLUSTER_USER, safe='')}:{quote(self.peers.secret, safe='')}"
                 f"@{host}:{port}/{quote(self.vhost, safe='')}"
             )
-            connection = await PeerConnection.connect(url, timeout=TIMEOUT, name=f"leveret-cluster {self.node}")
+            connection = await PeerConnection.connect(
+                url, timeout=TIMEOUT, name=f"leveret-cluster {self.node}"
+            )
+            assert isinstance(connection, PeerConnection)
             channel = await connection.channel()
             assert isinstance(channel, PeerChannel)
             await channel.confirm_select(on_nack="record")
@@ -480,7 +490,9 @@ class PeerLink:
             done(ok)
 
     # -- consumers, get, purge, figures ---------------------------------------------------
-    def open_relay(self, queue: str, sink: RelaySink, prefetch: int, exclusive: bool, arguments: dict) -> Relay:
+    def open_relay(
+        self, queue: str, sink: RelaySink, prefetch: int, exclusive: bool, arguments: dict
+    ) -> Relay:
         """See :meth:`OwnerLink.open_relay`."""
         relay = Relay(self, queue, sink, prefetch, exclusive, arguments)
         if not self.alive:
@@ -510,8 +522,13 @@ class PeerLink:
                     delivery = await channel.get(queue)
                 if isinstance(delivery, RawDelivery):
                     count = getattr(channel, "_get_count", 0)
-                    answer = (_GetHandle(channel), delivery.delivery_tag, delivery.redelivered,
-                              self.restore(delivery), count)
+                    answer = (
+                        _GetHandle(channel),
+                        delivery.delivery_tag,
+                        delivery.redelivered,
+                        self.restore(delivery),
+                        count,
+                    )
         except (AMQPError, OSError) as exc:
             log.info("basic.get of queue '%s' on node %s failed: %s", queue, self.node, exc)
         callback(answer)
@@ -543,7 +560,9 @@ class PeerLink:
 
     def restore(self, delivery: RawDelivery) -> Message:
         """The core message of a delivery, its header and body as received."""
-        return FORMATS[AMQP_FORMAT].restore(delivery.exchange, delivery.routing_key, delivery.header, delivery.body)
+        return FORMATS[AMQP_FORMAT].restore(
+            delivery.exchange, delivery.routing_key, delivery.header, delivery.body
+        )
 
 
 class Peers:
