@@ -365,10 +365,17 @@ class PeerLink:
             self.spawn(self._connect())
 
     def spawn(self, coroutine: Any) -> None:
-        """Run ``coroutine`` as a task of this link (kept until done)."""
-        task = asyncio.get_running_loop().create_task(coroutine)
+        """Run ``coroutine`` as a task of this link (kept until done); a link that went
+        meanwhile makes it fail quietly (its waits and relays were ended already)."""
+        task = asyncio.get_running_loop().create_task(self._quietly(coroutine))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _quietly(self, coroutine: Any) -> None:
+        try:
+            await coroutine
+        except (AMQPError, OSError) as exc:
+            log.debug("cluster link to node %s: %s", self.node, exc)
 
     async def _connect(self) -> None:
         address = self.peers.address_of(self.node)
