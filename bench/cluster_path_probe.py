@@ -118,7 +118,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve:
         a, b = (int(p) for p in args.ports.split(","))
+        profile = os.environ.get("CLUSTER_PROBE_PROFILE") == args.serve  # cProfile one node
+        if profile:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         asyncio.run(serve(args.serve, {"a": a, "b": b}, args.data_dir, args.persistent))
+        if profile:
+            profiler.disable()
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
         return
     import tempfile
 

@@ -60,6 +60,14 @@ _U32 = struct.Struct(">I").unpack_from
 _U64 = struct.Struct(">Q").unpack_from
 _DELIVER_INDEX = commands.Basic.Deliver.index
 CONNECTING, UP, DOWN = "connecting", "up", "down"
+_SETTLE = struct.Struct(">BHIHHQBB").pack
+_ACK, _REJECT, _NACK = 80, 90, 120  # basic.ack, basic.reject, basic.nack method ids
+
+
+def _settle_frame(channel: int, method: int, tag: int, bits: int) -> bytes:
+    """basic.ack/reject/nack ``tag`` on ``channel`` (``bits``: multiple 1, requeue 2
+    for nack; requeue 1 for reject), encoded by hand."""
+    return _SETTLE(1, channel, 13, 60, method, tag, bits, 0xCE)
 
 
 @dataclass
@@ -229,6 +237,9 @@ class Relay:
         self.consumer: ClientConsumer | None = None
         self.done = False  # ended or closed
         self._cancelled = False
+        self._acks: list[int] = []  # acknowledged this turn, not sent yet
+        self._low = 1  # every delivery tag below is settled
+        self._done: set[int] = set()  # settled tags above _low
 
     async def open(self, connection: PeerConnection) -> None:
         """Open the channel and consume; a failure ends the relay."""
@@ -261,25 +272,73 @@ class Relay:
             return
         self.done = True
         self.link.relays.discard(self)
+        self._flush_acks()
         self.sink.ended()
         channel = self.channel
         if channel is not None and channel.is_open:
             self.link.spawn(channel.close())
 
     def ack(self, tag: int) -> None:
+        """Acknowledge the owner's ``tag``: gathered for this turn, then sent as few
+        frames as the order allows (:meth:`_flush_acks`)."""
+        acks = self._acks
+        acks.append(tag)
+        if len(acks) == 1:
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        """One basic.ack ``multiple`` per run of consecutive tags that starts at the
+        lowest unsettled one (the deliveries of a relay's channel are numbered 1, 2, …
+        in order), single acks otherwise."""
+        acks, self._acks = self._acks, []
         channel = self.channel
-        if channel is not None and channel.is_open:
-            channel.ack(tag)
+        if not acks or channel is None or not channel.is_open:
+            return
+        acks.sort()
+        out: list[bytes] = []
+        number, done = channel.number, self._done
+        i, count = 0, len(acks)
+        while i < count:
+            j = i
+            while j + 1 < count and acks[j + 1] == acks[j] + 1:
+                j += 1
+            if acks[i] == self._low:
+                out.append(_settle_frame(number, _ACK, acks[j], 1))
+                self._low = acks[j] + 1
+                while self._low in done:
+                    done.discard(self._low)
+                    self._low += 1
+            else:
+                for tag in acks[i : j + 1]:
+                    out.append(_settle_frame(number, _ACK, tag, 0))
+                    done.add(tag)
+            i = j + 1
+        channel.connection._write(b"".join(out))
+
+    def _settled_alone(self, tag: int) -> None:
+        if tag == self._low:
+            self._low += 1
+            while self._low in self._done:
+                self._done.discard(self._low)
+                self._low += 1
+        else:
+            self._done.add(tag)
 
     def nack(self, tag: int, requeue: bool) -> None:
+        """basic.nack (``requeue``) of the owner's ``tag``."""
         channel = self.channel
         if channel is not None and channel.is_open:
-            channel.nack(tag, False, requeue)
+            self._flush_acks()
+            channel.connection._write(_settle_frame(channel.number, _NACK, tag, 2 if requeue else 0))
+            self._settled_alone(tag)
 
     def reject(self, tag: int, requeue: bool) -> None:
+        """basic.reject (``requeue``) of the owner's ``tag``."""
         channel = self.channel
         if channel is not None and channel.is_open:
-            channel.reject(tag, requeue)
+            self._flush_acks()
+            channel.connection._write(_settle_frame(channel.number, _REJECT, tag, 1 if requeue else 0))
+            self._settled_alone(tag)
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -292,6 +351,7 @@ class Relay:
             return
         self.done = True
         self.link.relays.discard(self)
+        self._flush_acks()
         channel = self.channel
         if channel is not None and channel.is_open:
             self.link.spawn(channel.close())

@@ -173,9 +173,11 @@ class Publisher:
             routed = consumer is not None
             if consumer is not None:
                 consumer.deliver(None, QueuedMessage(message, 0))
-        elif (exchange.holds_messages or delay > 0 or SCHEDULE_MARK in message.encoded) and (
-            held := self._hold(exchange, message, delay)
-        ) is not None:
+        elif (
+            (exchange.holds_messages or delay > 0 or SCHEDULE_MARK in message.encoded)
+            and not self.local_only  # a node forwards a held message once it is due
+            and (held := self._hold(exchange, message, delay)) is not None
+        ):
             routed = True  # held: routed when due (neither the plugin nor ActiveMQ return it)
             outcome = held
         else:

@@ -76,6 +76,7 @@ class Channel:
         #: publish was counted (:attr:`settled_below` then says how far it reaches), for
         #: code that reacts to confirms by callback rather than :meth:`wait_confirms`.
         self.on_confirm: Callable[[int, bool, bool], None] | None = None
+        self._method_frames: dict[tuple[str, str, bool], bytes] = {}  # publish_encoded's
         self._reply_consumer: Consumer | None = None
         self._replies: dict[str, asyncio.Future] = {}
 
@@ -295,11 +296,18 @@ class Channel:
             raise self._nack_error
         conn = self.connection
         number = self.number
-        method = b"".join(
-            (_PUBLISH_ID, shortstr(exchange), shortstr(routing_key), b"\x01" if mandatory else b"\x00")
-        )
         pack = _FRAME_HEAD.pack
-        parts = [pack(1, number, len(method)), method, b"\xce", pack(2, number, len(header)), header, b"\xce"]
+        key = (exchange, routing_key, mandatory)
+        method_frame = self._method_frames.get(key)
+        if method_frame is None:
+            method = b"".join(
+                (_PUBLISH_ID, shortstr(exchange), shortstr(routing_key), b"\x01" if mandatory else b"\x00")
+            )
+            method_frame = pack(1, number, len(method)) + method + b"\xce"
+            if len(self._method_frames) >= 1024:
+                self._method_frames.clear()
+            self._method_frames[key] = method_frame
+        parts = [method_frame, pack(2, number, len(header)), header, b"\xce"]
         size, step = len(body), conn.frame_max - 8
         for i in range(0, size, step):
             chunk = body[i : i + step] if size > step else body
