@@ -1,0 +1,465 @@
+"""Shared metadata of a cluster: changes captured on one node, applied on every other.
+
+Capture: core writes to the node's :class:`~.replicating_store.ReplicatingStore`, which
+logs a ``changes`` row with every durable definition it saves or deletes, in the same
+batch (one transaction, with ``pg_notify('leveret_changes_<cluster>')``).
+:class:`Replication` is every vhost's :class:`~leveret.core.replicator.Replicator`: it
+logs the transient queues, exchanges and bindings the store never sees (a
+``transient_definitions`` row and a change), and claims each new queue for its owner
+node (:mod:`.placement`) before the queue is made.
+
+Apply: a thread LISTENs (``catalog.listen``) and polls every :data:`POLL` s as a
+fallback, reads the changes after the last one applied, in epoch order, has the event
+loop apply those of other nodes (:meth:`Replication.apply`) and records the epoch
+(``catalog.mark_applied``), which the -ok of every definition change waits for
+(:data:`~.replicating_store.APPLY_TIMEOUT`). LISTEN/NOTIFY rather than polling alone:
+a change reaches the other nodes in about one round trip, so a declare's -ok waits
+milliseconds, not a polling period; the poll only covers a lost notification.
+
+Queues: every node holds every queue under its name; the owner node a real one,
+the others a :class:`~leveret.core.queues.remote.RemoteQueue` (its ``link`` from the
+``link_for(owner)`` the node gives). A change of kind ``owner`` (a takeover or move,
+data ``{"node", "queue_id"}``) retargets remote queues; the node that becomes the owner
+gets ``on_acquired(vhost, name, queue_id)`` (the node runtime restores the real queue
+from the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..core.definitions import binding_definition, binding_name
+from ..core.exchange import Binding, Exchange
+from ..core.queues import Queue
+from ..core.queues.remote import RemoteQueue
+from .apply import apply_definition
+from .placement import BALANCED, CLIENT_LOCAL, leader_locator, least_loaded, stays_local
+from .replicating_store import ReplicatingStore
+
+if TYPE_CHECKING:
+    from ..core.broker import BrokerCore
+    from ..core.vhost import VirtualHost
+
+log = logging.getLogger("leveret.cluster")
+
+#: seconds between two reads of the change log when no notification came
+POLL = 1.0
+#: the order transient definitions are applied in at start-up (ends before bindings)
+_TRANSIENT_ORDER = {"exchange": 0, "queue": 1, "binding": 2}
+
+
+class _RemoteExclusive:
+    """The ``exclusive_owner`` of another node's exclusive queue: no connection here
+    owns it, so any other declare or consume gets RESOURCE_LOCKED (405)."""
+
+    def __repr__(self) -> str:
+        return "<a connection of another node>"
+
+
+REMOTE_EXCLUSIVE = _RemoteExclusive()
+
+
+def decode(data: object) -> dict | None:
+    """A change's data as a dict (the catalog may hand the stored field table)."""
+    if data is None or isinstance(data, dict):
+        return data
+    from ..store.batched import _decode_table
+
+    assert isinstance(data, (bytes, bytearray, memoryview))
+    return _decode_table(bytes(data))
+
+
+def _fields(change: Any) -> tuple[int, str, str, str, str, dict | None]:
+    if isinstance(change, tuple):
+        epoch, node, kind, vhost, name, data = change
+    else:
+        epoch, node, kind = change.epoch, change.node, change.kind
+        vhost, name, data = change.vhost, change.name, change.data
+    return int(epoch), str(node), str(kind), str(vhost), str(name), decode(data)
+
+
+class Replication:
+    """The shared metadata of node ``node`` (see the module doc). ``catalog``: a
+    :class:`~.catalog.Catalog`; ``link_for(owner)``: the link remote queues of ``owner``
+    use; ``on_acquired(vhost, name, queue_id)``: this node became a queue's owner."""
+
+    def __init__(
+        self,
+        core: BrokerCore,
+        store: ReplicatingStore,
+        catalog: Any,
+        node: str,
+        link_for: Callable[[str], Any] = lambda owner: None,
+        on_acquired: Callable[[str, str, int], None] | None = None,
+        leader_locator: str = CLIENT_LOCAL,
+    ) -> None:
+        self.core = core
+        self.store = store
+        self.catalog = catalog
+        self.node = node
+        self.link_for = link_for
+        self.on_acquired = on_acquired
+        self.default_locator = leader_locator
+        #: the highest epoch applied (or skipped: this node's own changes)
+        self.applied = 0
+        #: queue claims made: count, total and longest seconds (a blocking round trip)
+        self.claims = 0
+        self.claim_seconds = 0.0
+        self.claim_max = 0.0
+        self._replay_queue_id = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- installation and start-up ------------------------------------------------------
+    def install(self) -> None:
+        """Become every vhost's replicator and the store's source of queue owners."""
+        self.core.replicator = self
+        for vhost in self.core.vhosts.values():
+            vhost.replicator = self
+        self.store.owner_of = self._owner_of
+        self.store.wait_applied = self.catalog.wait_applied
+
+    def before_load(self) -> None:
+        """Before ``core.attach_store`` reads the snapshot (blocking): the changes after
+        this epoch are applied afterwards (a change in both is applied twice, harmlessly)."""
+        self.applied = int(self.catalog.last_epoch())
+
+    def after_load(self) -> None:
+        """After the snapshot was recovered (blocking, before clients are served): the
+        queues of other nodes become RemoteQueues, the live nodes' transient
+        definitions and the changes since :meth:`before_load` are applied."""
+        self._adopt(self.catalog.owners())
+        live = set(self.catalog.live_nodes())
+        rows = [row for row in self.catalog.transient_definitions(self.node) if _row(row)[3] in live]
+        rows.sort(key=lambda row: _TRANSIENT_ORDER.get(_row(row)[0], 3))
+        for kind, vhost, name, node, data in map(_row, rows):
+            self._apply_one(node, kind, vhost, name, decode(data))
+        while True:
+            changes = self.catalog.changes_since(self.applied)
+            if not changes:
+                break
+            self.apply(changes)
+        self.catalog.mark_applied(self.applied)
+
+    def _adopt(self, owners: dict[tuple[str, str], tuple[str, int]]) -> None:
+        """The recovered queues another node owns become RemoteQueues; one without an
+        owner (a store from before the cluster) is claimed for this node."""
+        for vhost in list(self.core.vhosts.values()):
+            for queue in list(vhost.queues.values()):
+                if isinstance(queue, RemoteQueue):
+                    continue
+                owner = owners.get((vhost.name, queue.name))
+                node = owner[0] if owner is not None else None
+                if node is None:
+                    node = self.catalog.claim_queue(
+                        vhost.name, queue.name, queue.queue_id, self.node, queue.durable
+                    )
+                if node != self.node:
+                    self._to_remote(vhost, queue, str(node))
+
+    # -- the apply thread ------------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start listening for changes (their application runs on ``loop``)."""
+        self._loop = loop
+        self.catalog.listen(self._wake.set)
+        self._thread = threading.Thread(target=self._run, name="leveret-replication", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop applying changes (the node stops)."""
+        self._stopping.set()
+        self._wake.set()
+
+    def _run(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        while not self._stopping.is_set():
+            self._wake.wait(POLL)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                done = self.applied
+                while True:
+                    changes = self.catalog.changes_since(self.applied)
+                    if not changes:
+                        break
+                    asyncio.run_coroutine_threadsafe(self._apply_on_loop(changes), loop).result()
+                if self.applied != done:
+                    self.catalog.mark_applied(self.applied)
+            except Exception as exc:  # the database is away: the next wake-up tries again
+                if self._stopping.is_set():
+                    return
+                log.warning("cluster: reading or applying the change log failed: %s", exc)
+
+    async def _apply_on_loop(self, changes: list) -> None:
+        self.apply(changes)
+
+    # -- applying ---------------------------------------------------------------------------
+    def apply(self, changes: Iterable[Any]) -> None:
+        """Apply other nodes' changes in epoch order (on the loop); this node's own and
+        those already applied are skipped. A change that cannot be applied is logged."""
+        for change in changes:
+            epoch, node, kind, vhost, name, data = _fields(change)
+            if epoch <= self.applied:
+                continue
+            if node != self.node:
+                self._apply_one(node, kind, vhost, name, data)
+            self.applied = epoch
+
+    def _apply_one(self, node: str, kind: str, vhost: str, name: str, data: dict | None) -> None:
+        store = self.store
+        store.replaying = True
+        try:
+            if kind == "queue":
+                self._apply_queue(vhost, name, data)
+            elif kind == "owner":
+                if data is not None:
+                    self._apply_owner(vhost, name, str(data["node"]), int(data.get("queue_id", 0)))
+            else:
+                apply_definition(self.core, kind, vhost, name, data)
+            for host in self.core.vhosts.values():
+                if host.actions:
+                    host.carry_out()
+        except Exception:  # one bad change must not stop the others
+            log.exception("cluster: cannot apply %s %r in vhost %r from node %s", kind, name, vhost, node)
+        finally:
+            store.replaying = False
+
+    def _apply_queue(self, vhost: str, name: str, data: dict | None) -> None:
+        host = self.core.vhosts.get(vhost)
+        if host is None:
+            return
+        local = host.queues.get(name)
+        if data is None:
+            if local is not None:
+                self._remove(host, local)
+            return
+        owner = str(data["node"])
+        arguments = dict(data.get("arguments") or {})
+        durable = bool(data.get("durable", True))
+        auto_delete = bool(data.get("auto_delete", False))
+        if owner == self.node:
+            if isinstance(local, RemoteQueue):
+                self._remove(host, local)
+                local = None
+            if local is None:  # placed here by another node (balanced)
+                self._replay_queue_id = int(data.get("queue_id") or 0)
+                try:
+                    host.declare_queue(
+                        name, None, durable=durable, auto_delete=auto_delete, arguments=arguments
+                    )
+                finally:
+                    self._replay_queue_id = 0
+            return
+        if isinstance(local, RemoteQueue):
+            if local.owner != owner:
+                local.retarget(owner, self.link_for(owner))
+            local.durable, local.auto_delete, local.arguments = durable, auto_delete, arguments
+            return
+        remote = self._remote(host, name, owner, durable, auto_delete, arguments, bool(data.get("exclusive")))
+        if local is None:
+            host.queues[name] = remote
+        else:  # a real queue here that another node's claim won (a race): theirs
+            log.warning(
+                "cluster: queue %r in vhost %r belongs to node %s: dropping this node's copy",
+                name,
+                vhost,
+                owner,
+            )
+            self._replace(host, local, remote)
+
+    def _apply_owner(self, vhost: str, name: str, owner: str, queue_id: int) -> None:
+        host = self.core.vhosts.get(vhost)
+        local = host.queues.get(name) if host is not None else None
+        if host is None or local is None:
+            return
+        if owner == self.node:
+            if isinstance(local, RemoteQueue) and self.on_acquired is not None:
+                self.on_acquired(vhost, name, queue_id)
+            return
+        if isinstance(local, RemoteQueue):
+            local.retarget(owner, self.link_for(owner))
+        else:  # moved away from this node: its messages stay in the store for the new owner
+            self._to_remote(host, local, owner)
+
+    # -- queue objects -----------------------------------------------------------------------
+    def _remote(
+        self,
+        host: VirtualHost,
+        name: str,
+        owner: str,
+        durable: bool,
+        auto_delete: bool,
+        arguments: dict,
+        exclusive: bool = False,
+    ) -> RemoteQueue:
+        remote = RemoteQueue(host, name, durable, auto_delete, arguments, owner, self.link_for(owner))
+        if exclusive:
+            remote.exclusive_owner = REMOTE_EXCLUSIVE
+        return remote
+
+    def _to_remote(self, host: VirtualHost, queue: Queue, owner: str) -> None:
+        """Another node owns ``queue``: a RemoteQueue takes its place (and bindings);
+        its messages stay in the store, its consumers are cancelled."""
+        remote = self._remote(host, queue.name, owner, queue.durable, queue.auto_delete, queue.arguments)
+        self._replace(host, queue, remote)
+
+    @staticmethod
+    def _replace(host: VirtualHost, old: Queue, new: Queue) -> None:
+        host.queues[old.name] = new
+        for binding in list(old.bindings):
+            source = binding.source
+            source.remove_binding(binding)
+            moved = Binding(source, new, binding.routing_key, binding.arguments)
+            if source.add_binding(moved):
+                new.bindings.append(moved)
+        old.bindings.clear()
+        old.deleted = True
+        old.store = None
+        old.stop()
+        for consumer in list(old.consumers):
+            consumer.cancel_by_broker()
+        old.consumers.clear()
+
+    def _remove(self, host: VirtualHost, queue: Queue) -> None:
+        """A queue deleted on another node goes here too (consumers cancelled)."""
+        if not isinstance(queue, RemoteQueue):
+            host.delete_queue(queue.name)
+            return
+        for binding in list(queue.bindings):
+            host.unbind(binding.source.name, queue, binding.routing_key, binding.arguments)
+        if host.queues.get(queue.name) is queue:
+            del host.queues[queue.name]
+        queue.deleted = True
+        queue.stop()
+        queue.owner_lost()
+
+    def _owner_of(self, vhost: str, name: str) -> str:
+        host = self.core.vhosts.get(vhost)
+        queue = host.queues.get(name) if host is not None else None
+        return queue.owner if isinstance(queue, RemoteQueue) else self.node
+
+    # -- the Replicator interface (core's hooks) --------------------------------------------
+    def place_queue(
+        self,
+        vhost: VirtualHost,
+        name: str,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict,
+    ) -> Queue | int:
+        """Claim a new queue (see :mod:`.placement`); blocks for the catalog's round
+        trips (timed in :attr:`claim_seconds`)."""
+        if self.store.replaying:
+            return self._replay_queue_id
+        started = time.perf_counter()
+        queue_id = self.store.new_queue_id() if durable and not exclusive else 0
+        target = self.node
+        if durable and not stays_local(exclusive, auto_delete):
+            locator = leader_locator(arguments, vhost.policy_for(name, "queues"), self.default_locator)
+            if locator == BALANCED:
+                owners = self.catalog.owners()
+                target = least_loaded(self.node, self.catalog.live_nodes(), (n for n, _ in owners.values()))
+        owner = str(self.catalog.claim_queue(vhost.name, name, queue_id, target, durable))
+        took = time.perf_counter() - started
+        self.claims += 1
+        self.claim_seconds += took
+        self.claim_max = max(self.claim_max, took)
+        if owner == self.node:
+            return queue_id
+        remote = self._remote(vhost, name, owner, durable, auto_delete, arguments)
+        vhost.queues[name] = remote
+        if owner == target and durable:  # placed there by this declare: its definition is ours to write
+            self.store.save_definition(
+                "queue",
+                vhost.name,
+                name,
+                {"queue_id": queue_id, "auto_delete": auto_delete, "arguments": arguments},
+            )
+        return remote
+
+    def queue_added(self, vhost: VirtualHost, queue: Queue) -> None:
+        """A transient or exclusive queue: its transient definition and change."""
+        if self.store.replaying or isinstance(queue, RemoteQueue):
+            return
+        if queue.durable and queue.exclusive_owner is None:
+            return  # saved with its change by the store
+        data = {
+            "queue_id": 0,
+            "auto_delete": queue.auto_delete,
+            "arguments": queue.arguments,
+            "node": self.node,
+            "durable": queue.durable,
+            "exclusive": queue.exclusive_owner is not None,
+        }
+        self.store.save_transient("queue", vhost.name, queue.name, data)
+
+    def queue_removed(self, vhost: VirtualHost, queue: Queue) -> None:
+        """Its claim is released; a transient one's definition goes (with its change)."""
+        if self.store.replaying:
+            return
+        durable = queue.durable and queue.exclusive_owner is None
+        if isinstance(queue, RemoteQueue) and durable:
+            self.store.delete_definition("queue", vhost.name, queue.name)
+        elif not durable:
+            self.store.delete_transient("queue", vhost.name, queue.name)
+        self.catalog.release_queue(vhost.name, queue.name)
+
+    def exchange_added(self, vhost: VirtualHost, exchange: Exchange) -> None:
+        """A transient exchange: its transient definition and change."""
+        if self.store.replaying or exchange.durable:
+            return
+        data = {
+            "type": exchange.type,
+            "durable": False,
+            "auto_delete": exchange.auto_delete,
+            "internal": exchange.internal,
+            "arguments": exchange.arguments,
+        }
+        self.store.save_transient("exchange", vhost.name, exchange.name, data)
+
+    def exchange_removed(self, vhost: VirtualHost, exchange: Exchange) -> None:
+        """A transient exchange's definition goes (with its change)."""
+        if not self.store.replaying and not exchange.durable:
+            self.store.delete_transient("exchange", vhost.name, exchange.name)
+
+    def binding_added(self, vhost: VirtualHost, binding: Binding) -> None:
+        """A binding the store does not keep: its transient definition and change."""
+        if not self.store.replaying and not _durable(binding):
+            self.store.save_transient(
+                "binding", vhost.name, binding_name(binding), binding_definition(binding)
+            )
+
+    def binding_removed(self, vhost: VirtualHost, binding: Binding) -> None:
+        """A transient binding's definition goes (with its change)."""
+        if not self.store.replaying and not _durable(binding):
+            self.store.delete_transient("binding", vhost.name, binding_name(binding))
+
+
+def _durable(binding: Binding) -> bool:
+    """As core's VirtualHost._durable: both ends durable, a named source, no exclusive
+    queue; such a binding is in the store."""
+    destination = binding.destination
+    return (
+        binding.source.durable
+        and destination.durable
+        and bool(binding.source.name)
+        and getattr(destination, "exclusive_owner", None) is None
+    )
+
+
+def _row(row: Any) -> tuple[str, str, str, str, object]:
+    """A transient definition as (kind, vhost, name, node, data)."""
+    if isinstance(row, tuple):
+        kind, vhost, name, node, data = row
+        return str(kind), str(vhost), str(name), str(node), data
+    return str(row.kind), str(row.vhost), str(row.name), str(row.node), row.data
