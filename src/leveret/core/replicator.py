@@ -12,20 +12,20 @@ places and claims new queues.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from .exchange import Binding, Exchange
     from .queues import Queue
-    from .vhost import VirtualHost
 
 
 class Replicator(Protocol):
-    """The cluster side of a vhost's declares, deletes, binds and unbinds."""
+    """The cluster side of a vhost's declares, deletes, binds and unbinds (``vhost``:
+    the :class:`~.vhost.VirtualHost`, typed Any here: it imports this module)."""
 
     def place_queue(
         self,
-        vhost: VirtualHost,
+        vhost: Any,
         name: str,
         durable: bool,
         exclusive: bool,
@@ -38,20 +38,20 @@ class Replicator(Protocol):
         ``vhost.queues`` already (a RemoteQueue), and the declare goes on as a
         redeclaration of it."""
 
-    def queue_added(self, vhost: VirtualHost, queue: Queue) -> None:
+    def queue_added(self, vhost: Any, queue: Queue) -> None:
         """A queue was declared here (after its durable definition, if any, was saved)."""
 
-    def queue_removed(self, vhost: VirtualHost, queue: Queue) -> None:
+    def queue_removed(self, vhost: Any, queue: Queue) -> None:
         """A queue was deleted here."""
 
-    def exchange_added(self, vhost: VirtualHost, exchange: Exchange) -> None:
+    def exchange_added(self, vhost: Any, exchange: Exchange) -> None:
         """An exchange was declared here."""
 
-    def exchange_removed(self, vhost: VirtualHost, exchange: Exchange) -> None:
+    def exchange_removed(self, vhost: Any, exchange: Exchange) -> None:
         """An exchange was deleted here."""
 
-    def binding_added(self, vhost: VirtualHost, binding: Binding) -> None:
+    def binding_added(self, vhost: Any, binding: Binding) -> None:
         """A binding was added here."""
 
-    def binding_removed(self, vhost: VirtualHost, binding: Binding) -> None:
+    def binding_removed(self, vhost: Any, binding: Binding) -> None:
         """A binding was removed here (also with its queue or exchange)."""
