@@ -41,11 +41,14 @@ def node(tmp_path: Path):
 
 
 def queue_data(node: str, **extra) -> dict:
-    return {"queue_id": 7, "auto_delete": False, "arguments": {}, "node": node, "durable": True, "exclusive": False} | extra
+    data = {"queue_id": 7, "auto_delete": False, "arguments": {}, "node": node, "durable": True}
+    return data | {"exclusive": False} | extra
 
 
 BINDING = "ex\x00queue\x00q\x00k.#\x00()"
-BINDING_DATA = {"source": "ex", "destination_type": "queue", "destination": "q", "routing_key": "k.#", "arguments": {}}
+BINDING_DATA = {
+    "source": "ex", "destination_type": "queue", "destination": "q", "routing_key": "k.#", "arguments": {}
+}
 EXCHANGE = {"type": "topic", "durable": True, "auto_delete": False, "internal": False, "arguments": {}}
 
 
@@ -61,7 +64,9 @@ def test_definitions_of_another_node_are_applied_without_writing_them(node) -> N
             (4, "a", "exchange", "v1", "ex", EXCHANGE),
             (5, "a", "queue", "v1", "q", queue_data("a")),
             (6, "a", "binding", "v1", BINDING, BINDING_DATA),
-            (7, "a", "policy", "v1", "p", {"pattern": "^q", "definition": {"max-length": 5}, "apply_to": "queues", "priority": 1}),
+            (7, "a", "policy", "v1", "p", {
+                "pattern": "^q", "definition": {"max-length": 5}, "apply_to": "queues", "priority": 1
+            }),
             (8, "a", "global_parameter", "", "cluster_name", {"value": "rabbits"}),
             (9, "a", "parameter", "v1", "shovel\x00s1", {"json": '{"src-uri": "amqp://"}'}),
         ]
@@ -98,7 +103,8 @@ def test_definitions_of_another_node_are_applied_without_writing_them(node) -> N
 
 def test_own_and_old_changes_are_skipped(node) -> None:
     core, _, replication = node
-    replication.apply([(5, "b", "exchange", "/", "mine", EXCHANGE), (6, "a", "exchange", "/", "theirs", EXCHANGE)])
+    replication.apply([(5, "b", "exchange", "/", "mine", EXCHANGE)])
+    replication.apply([(6, "a", "exchange", "/", "theirs", EXCHANGE)])
     assert "mine" not in core.vhosts["/"].exchanges and "theirs" in core.vhosts["/"].exchanges
     replication.apply([(6, "a", "exchange", "/", "theirs", None), (4, "a", "exchange", "/", "old", EXCHANGE)])
     assert "theirs" in core.vhosts["/"].exchanges and "old" not in core.vhosts["/"].exchanges
@@ -127,7 +133,8 @@ def test_owner_changes_retarget_or_hand_the_queue_over(node) -> None:
     replication.on_acquired = lambda vhost, name, queue_id: acquired.append((vhost, name, queue_id))
     replication.link_for = lambda owner: f"link-{owner}"
     host = core.vhosts["/"]
-    replication.apply([(1, "a", "exchange", "/", "ex", EXCHANGE), (2, "a", "queue", "/", "q", queue_data("a"))])
+    replication.apply([(1, "a", "exchange", "/", "ex", EXCHANGE)])
+    replication.apply([(2, "a", "queue", "/", "q", queue_data("a"))])
     replication.apply([(3, "a", "binding", "/", BINDING, BINDING_DATA)])
     remote = host.queues["q"]
     assert isinstance(remote, RemoteQueue) and remote.link == "link-a"
@@ -170,7 +177,8 @@ def test_leader_locator_as_rabbitmq_3_10() -> None:
     assert leader_locator({"x-queue-leader-locator": "balanced"}, None) == BALANCED
     assert leader_locator({"x-queue-leader-locator": b"balanced"}, None) == BALANCED
     # the policy wins over the argument; old names mean balanced; anything else local
-    assert leader_locator({"x-queue-leader-locator": "balanced"}, {"queue-leader-locator": "client-local"}) == CLIENT_LOCAL
+    policy = {"queue-leader-locator": "client-local"}
+    assert leader_locator({"x-queue-leader-locator": "balanced"}, policy) == CLIENT_LOCAL
     assert leader_locator({"x-queue-leader-locator": "min-masters"}, None) == BALANCED
     assert leader_locator({"x-queue-leader-locator": "nonsense"}, None, BALANCED) == CLIENT_LOCAL
     assert stays_local(True, False) and stays_local(False, True) and not stays_local(False, False)
