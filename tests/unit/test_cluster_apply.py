@@ -6,6 +6,7 @@ nodes on a real PostgreSQL)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -31,11 +32,9 @@ def node(tmp_path: Path):
     store.replaying = True  # (the SQLite store logs no changes: seed nothing)
     core.attach_store(store)
     store.replaying = False
-    replication = Replication(core, store, None, "b")
-    core.replicator = replication
-    for host in core.vhosts.values():
-        host.replicator = replication
-    store.owner_of = replication._owner_of
+    # the node runtime's part (cluster/node.py) without its catalog
+    replication = Replication(SimpleNamespace(core=core, store=store, catalog=None, node="b"))
+    replication.install()
     yield core, inner, replication
     inner.close()
 

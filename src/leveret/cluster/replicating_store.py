@@ -69,8 +69,9 @@ class ReplicatingStore(Store):
         self.wait_applied: Callable[[int, float], bool] | None = None
         #: the owner node of queue (vhost, name) as a change row names it
         self.owner_of: Callable[[str, str], str] = lambda vhost, name: self.node
-        self._change_token: object = None  # the inner batch that carries changes
-        self._waiting: list[Callback] | None = None  # its callbacks, once one came
+        self._unwaited = False  # changes logged since the last when_durable
+        self._waiting: list[Callback] | None = None  # callbacks waiting for the nodes
+        self._waiting_token: object = None  # the inner batch they ride with
         # the per-message paths: the inner store's own methods, no forwarding call
         self.add_message = inner.add_message  # type: ignore[method-assign]
         self.remove_message = inner.remove_message  # type: ignore[method-assign]
@@ -110,10 +111,7 @@ class ReplicatingStore(Store):
         """A ``changes`` row with the current batch; its -ok waits for every node."""
         self.definition_changes += 1
         self.inner.log_change(kind, vhost, name, data)
-        token = self.inner.batch_token()
-        if token is not self._change_token:
-            self._change_token = token
-            self._waiting = None
+        self._unwaited = True
 
     def save_transient(self, kind: str, vhost: str, name: str, data: dict) -> None:
         """A non-durable queue, exchange or binding, visible cluster-wide (and its change)."""
@@ -127,19 +125,26 @@ class ReplicatingStore(Store):
 
     # -- durability ----------------------------------------------------------------------
     def when_durable(self, callback: Callback) -> None:
-        """As the inner store's; for a batch that carries changes, also after every live
-        node applied them (see the module doc)."""
-        token = self._change_token
-        if token is None or self.inner.batch_token() is not token:
+        """As the inner store's; the first call after changes were logged (and every
+        call while its batch is still gathering) also waits for every live node to apply
+        them (see the module doc). The batch may have gone to the writer in between (a
+        wrapper that seals at the end of the turn): the wait then rides with the next
+        one, committed after it."""
+        token = self.inner.batch_token()
+        if self._unwaited:
+            self._unwaited = False
+            if self._waiting is None or token is not self._waiting_token:
+                waiting: list[Callback] = []
+                self._waiting, self._waiting_token = waiting, token
+                self.inner.when_durable(lambda ok: self._committed(ok, waiting))
+        elif self._waiting is None or token is not self._waiting_token:
             self.inner.when_durable(callback)
             return
-        if self._waiting is None:
-            waiting: list[Callback] = []
-            self._waiting = waiting
-            self.inner.when_durable(lambda ok: self._committed(ok, waiting))
         self._waiting.append(callback)
 
     def _committed(self, ok: bool, callbacks: list[Callback]) -> None:
+        if self._waiting is callbacks:
+            self._waiting = self._waiting_token = None
         wait = self.wait_applied
         if not ok or wait is None:
             for callback in callbacks:

@@ -84,27 +84,25 @@ def _fields(change: Any) -> tuple[int, str, str, str, str, dict | None]:
 
 
 class Replication:
-    """The shared metadata of node ``node`` (see the module doc). ``catalog``: a
-    :class:`~.catalog.Catalog`; ``link_for(owner)``: the link remote queues of ``owner``
-    use; ``on_acquired(vhost, name, queue_id)``: this node became a queue's owner."""
+    """The shared metadata of ``cluster`` (the :class:`~.node.ClusterNode`: its ``core``,
+    ``store`` (started), ``catalog``, ``node``, ``link(owner)``, ``on_acquired(vhost,
+    name, queue_id)`` and ``settings.queue_leader_locator`` are used). Made once the
+    snapshot is recovered and the queues sorted (real here, RemoteQueue elsewhere);
+    :meth:`start` installs it and catches up, :meth:`stop` stops applying."""
 
-    def __init__(
-        self,
-        core: BrokerCore,
-        store: ReplicatingStore,
-        catalog: Any,
-        node: str,
-        link_for: Callable[[str], Any] = lambda owner: None,
-        on_acquired: Callable[[str, str, int], None] | None = None,
-        leader_locator: str = CLIENT_LOCAL,
-    ) -> None:
-        self.core = core
-        self.store = store
-        self.catalog = catalog
-        self.node = node
-        self.link_for = link_for
-        self.on_acquired = on_acquired
-        self.default_locator = leader_locator
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.core: BrokerCore = cluster.core
+        self.catalog = cluster.catalog
+        self.node: str = cluster.node
+        raw = cluster.store
+        #: what core writes to: the node's store, logging changes
+        self.store = raw if isinstance(raw, ReplicatingStore) else ReplicatingStore(raw, self.node)
+        link = getattr(cluster, "link", None)
+        self.link_for: Callable[[str], Any] = link if link is not None else (lambda owner: None)
+        self.on_acquired: Callable[[str, str, int], None] | None = getattr(cluster, "on_acquired", None)
+        settings = getattr(cluster, "settings", None)
+        self.default_locator = str(getattr(settings, "queue_leader_locator", CLIENT_LOCAL))
         #: the highest epoch applied (or skipped: this node's own changes)
         self.applied = 0
         #: queue claims made: count, total and longest seconds (a blocking round trip)
@@ -119,59 +117,66 @@ class Replication:
 
     # -- installation and start-up ------------------------------------------------------
     def install(self) -> None:
-        """Become every vhost's replicator and the store's source of queue owners."""
-        self.core.replicator = self
-        for vhost in self.core.vhosts.values():
+        """Become every vhost's replicator, and the store core writes to (in place of
+        the node's store in the core, every vhost and queue, and ``cluster.store``)."""
+        raw, store = self.store.inner, self.store
+        store.owner_of = self._owner_of
+        if self.catalog is not None:
+            store.wait_applied = self.catalog.wait_applied
+        core = self.core
+        core.replicator = self
+        if core.store is raw:
+            core.store = store
+        for vhost in core.vhosts.values():
             vhost.replicator = self
-        self.store.owner_of = self._owner_of
-        self.store.wait_applied = self.catalog.wait_applied
+            if vhost.store is raw:
+                vhost.store = store
+            for queue in vhost.queues.values():
+                if queue.store is raw:
+                    queue.store = store
+        if getattr(self.cluster, "store", None) is raw:
+            self.cluster.store = store
 
-    def before_load(self) -> None:
-        """Before ``core.attach_store`` reads the snapshot (blocking): the changes after
-        this epoch are applied afterwards (a change in both is applied twice, harmlessly)."""
-        self.applied = int(self.catalog.last_epoch())
-
-    def after_load(self) -> None:
-        """After the snapshot was recovered (blocking, before clients are served): the
-        queues of other nodes become RemoteQueues, the live nodes' transient
-        definitions and the changes since :meth:`before_load` are applied."""
-        self._adopt(self.catalog.owners())
-        live = set(self.catalog.live_nodes())
-        rows = [row for row in self.catalog.transient_definitions(self.node) if _row(row)[3] in live]
-        rows.sort(key=lambda row: _TRANSIENT_ORDER.get(_row(row)[0], 3))
-        for kind, vhost, name, node, data in map(_row, rows):
-            self._apply_one(node, kind, vhost, name, decode(data))
-        while True:
-            changes = self.catalog.changes_since(self.applied)
-            if not changes:
-                break
-            self.apply(changes)
-        self.catalog.mark_applied(self.applied)
-
-    def _adopt(self, owners: dict[tuple[str, str], tuple[str, int]]) -> None:
-        """The recovered queues another node owns become RemoteQueues; one without an
-        owner (a store from before the cluster) is claimed for this node."""
-        for vhost in list(self.core.vhosts.values()):
-            for queue in list(vhost.queues.values()):
-                if isinstance(queue, RemoteQueue):
-                    continue
-                owner = owners.get((vhost.name, queue.name))
-                node = owner[0] if owner is not None else None
-                if node is None:
-                    node = self.catalog.claim_queue(
-                        vhost.name, queue.name, queue.queue_id, self.node, queue.durable
-                    )
-                if node != self.node:
-                    self._to_remote(vhost, queue, str(node))
-
-    # -- the apply thread ------------------------------------------------------------------
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start listening for changes (their application runs on ``loop``)."""
-        self._loop = loop
+    async def start(self) -> None:
+        """Install, apply the live nodes' transient definitions and every change the
+        snapshot may have missed, then follow the change log (LISTEN and polling)."""
+        self.install()
+        self._loop = asyncio.get_running_loop()
+        await self.catch_up(int(getattr(self.store.inner, "snapshot_epoch", 0) or 0))
         self.catalog.listen(self._wake.set)
         self._thread = threading.Thread(target=self._run, name="leveret-replication", daemon=True)
         self._thread.start()
 
+    async def catch_up(self, since: int) -> None:
+        """Start-up: the transient definitions of the other live nodes, then the changes
+        after epoch ``since`` (the snapshot's; 0: unknown, the whole log), only the last
+        change of each definition (the snapshot has the others' effect), in epoch order."""
+        catalog = self.catalog
+        live = set(await asyncio.to_thread(catalog.live_nodes))
+        rows = [
+            r for r in await asyncio.to_thread(catalog.transient_definitions, self.node) if _row(r)[3] in live
+        ]
+        rows.sort(key=lambda row: _TRANSIENT_ORDER.get(_row(row)[0], 3))
+        for kind, vhost, name, node, data in map(_row, rows):
+            self._apply_one(node, kind, vhost, name, decode(data))
+        latest: dict[tuple[str, str, str], Any] = {}
+        epoch = since
+        while True:
+            changes = await asyncio.to_thread(catalog.changes_since, epoch)
+            if not changes:
+                break
+            for change in changes:
+                fields = _fields(change)
+                latest.pop(fields[2:5], None)  # (re-inserted last: dicts keep order)
+                latest[fields[2:5]] = fields
+            epoch = _fields(changes[-1])[0]
+        self.applied = since
+        self.apply(latest.values())
+        self.applied = max(self.applied, epoch)
+        await asyncio.to_thread(catalog.mark_applied, self.applied)
+        log.info("cluster: caught up with the change log at epoch %d (%d definitions)", epoch, len(latest))
+
+    # -- the apply thread ------------------------------------------------------------------
     def stop(self) -> None:
         """Stop applying changes (the node stops)."""
         self._stopping.set()
