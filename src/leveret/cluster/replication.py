@@ -131,6 +131,8 @@ class Replication:
             vhost.replicator = self
             if vhost.store is raw:
                 vhost.store = store
+            else:
+                _repoint(vhost.store, raw, store)
             for queue in vhost.queues.values():
                 if queue.store is raw:
                     queue.store = store
@@ -412,6 +414,9 @@ class Replication:
         """Its claim is released; a transient one's definition goes (with its change)."""
         if self.store.replaying:
             return
+        is_live = getattr(self.cluster, "is_live", None)
+        if isinstance(queue, RemoteQueue) and is_live is not None and not is_live(queue.owner):
+            return  # a dead node's queue: the takeover forgets it (and its claim)
         durable = queue.durable and queue.exclusive_owner is None
         if isinstance(queue, RemoteQueue) and durable:
             self.store.delete_definition("queue", vhost.name, queue.name)
@@ -448,6 +453,17 @@ class Replication:
         """A transient binding's definition goes (with its change)."""
         if not self.store.replaying and not _durable(binding):
             self.store.delete_transient("binding", vhost.name, binding_name(binding))
+
+
+def _repoint(wrapper: object, raw: object, store: ReplicatingStore) -> None:
+    """A wrapper already around the node's store (:class:`.confirms.ClusterConfirms`
+    keeps it as ``_store`` and caches its bound methods) wraps ``store`` instead."""
+    if getattr(wrapper, "_store", None) is not raw:
+        return
+    for attribute, value in list(vars(wrapper).items()):
+        if getattr(value, "__self__", None) is raw:
+            delattr(wrapper, attribute)  # (a cached bound method of the node's store)
+    wrapper._store = store  # type: ignore[attr-defined]
 
 
 def _durable(binding: Binding) -> bool:
