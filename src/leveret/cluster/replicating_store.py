@@ -116,7 +116,7 @@ class ReplicatingStore(Store):
     def save_transient(self, kind: str, vhost: str, name: str, data: dict) -> None:
         """A non-durable queue, exchange or binding, visible cluster-wide (and its change)."""
         self.inner.save_transient(kind, vhost, name, data)
-        self.log_change(kind, vhost, name, data)
+        self.log_change(kind, vhost, name, dict(data, transient=True))
 
     def delete_transient(self, kind: str, vhost: str, name: str) -> None:
         """The transient definition is gone (and its change row)."""

@@ -152,8 +152,11 @@ class Replication:
     async def catch_up(self, since: int) -> None:
         """Start-up: the transient definitions of the other live nodes, then the changes
         after epoch ``since`` (the snapshot's; 0: unknown, the whole log), only the last
-        change of each definition (the snapshot has the others' effect), in epoch order."""
+        change of each definition (the snapshot has the others' effect), in epoch order;
+        a transient entity's creation from before the transient rows were read is left
+        out (a dead node's is gone with it)."""
         catalog = self.catalog
+        known = int(await asyncio.to_thread(catalog.last_epoch))  # (before the transient rows)
         live = set(await asyncio.to_thread(catalog.live_nodes))
         rows = [
             r for r in await asyncio.to_thread(catalog.transient_definitions, self.node) if _row(r)[3] in live
@@ -169,6 +172,9 @@ class Replication:
                 break
             for change in changes:
                 fields = _fields(change)
+                data = fields[5]
+                if data is not None and data.get("transient") and fields[0] <= known:
+                    continue  # (the live nodes' transient definitions came above)
                 latest.pop(fields[2:5], None)  # (re-inserted last: dicts keep order)
                 latest[fields[2:5]] = fields
             epoch = _fields(changes[-1])[0]
