@@ -260,10 +260,9 @@ class Replication:
         durable = bool(data.get("durable", True))
         auto_delete = bool(data.get("auto_delete", False))
         if owner == self.node:
-            if isinstance(local, RemoteQueue):
-                self._remove(host, local)
-                local = None
-            if local is None:  # placed here by another node (balanced)
+            if isinstance(local, RemoteQueue):  # (its stored messages are this node's now)
+                self._apply_owner(vhost, name, owner, int(data.get("queue_id") or 0))
+            elif local is None:  # placed here by another node (balanced)
                 self._replay_queue_id = int(data.get("queue_id") or 0)
                 try:
                     host.declare_queue(
