@@ -204,6 +204,9 @@ class Replication:
                     changes = self.catalog.changes_since(self.applied)
                     if not changes:
                         break
+                    if all(_fields(change)[1] == self.node for change in changes):
+                        self.applied = max(self.applied, _fields(changes[-1])[0])  # (own: nothing to do)
+                        continue
                     asyncio.run_coroutine_threadsafe(self._apply_on_loop(changes), loop).result()
                 if self.applied != done:
                     self.catalog.mark_applied(self.applied)
