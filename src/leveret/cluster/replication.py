@@ -74,6 +74,13 @@ def decode(data: object) -> dict | None:
     return _decode_table(bytes(data))
 
 
+def _head(change: Any) -> tuple[int, str]:
+    """A change's epoch and node."""
+    if isinstance(change, tuple):
+        return int(change[0]), str(change[1])
+    return int(change.epoch), str(change.node)
+
+
 def _fields(change: Any) -> tuple[int, str, str, str, str, dict | None]:
     if isinstance(change, tuple):
         epoch, node, kind, vhost, name, data = change
@@ -204,8 +211,8 @@ class Replication:
                     changes = self.catalog.changes_since(self.applied)
                     if not changes:
                         break
-                    if all(_fields(change)[1] == self.node for change in changes):
-                        self.applied = max(self.applied, _fields(changes[-1])[0])  # (own: nothing to do)
+                    if all(_head(change)[1] == self.node for change in changes):
+                        self.applied = max(self.applied, _head(changes[-1])[0])  # (own: nothing to do)
                         continue
                     asyncio.run_coroutine_threadsafe(self._apply_on_loop(changes), loop).result()
                 if self.applied != done:
