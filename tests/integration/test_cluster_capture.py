@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import pytest
 from targets import unique
 
-from leveret.cluster.replicating_store import ReplicatingStore
 from leveret.cluster.replication import Replication, decode
 from leveret.core.auth import Permission, User
 from leveret.core.broker import BrokerCore
@@ -33,7 +32,9 @@ def node_core(url: str, cluster: str, name: str):
 
 
 def changes(postgres, cluster: str) -> list[tuple]:
-    rows = postgres.sql(f'SELECT epoch, node, kind, vhost, name, data FROM "{cluster}".changes ORDER BY epoch')
+    rows = postgres.sql(
+        f'SELECT epoch, node, kind, vhost, name, data FROM "{cluster}".changes ORDER BY epoch'
+    )
     from leveret.store.postgresql import unescape_text  # (NUL is kept escaped in text)
 
     return [
@@ -51,7 +52,8 @@ def test_changes_are_logged_with_their_batch_and_applied_elsewhere(postgres) -> 
         b, b_store, b_replication = node_core(postgres.url, cluster, "b")
         for store in (a_store, b_store):
             store.start(loop)
-        first = (await asyncio.to_thread(changes, postgres, cluster))[-1][0] if changes(postgres, cluster) else 0
+        before = await asyncio.to_thread(changes, postgres, cluster)
+        first = before[-1][0] if before else 0
 
         host = a.add_vhost("shop")
         a.add_user(User.with_password("clerk", "counter", ["management"]))
@@ -74,7 +76,9 @@ def test_changes_are_logged_with_their_batch_and_applied_elsewhere(postgres) -> 
         ]
         assert logged[4][5]["durable"] is False and logged[4][5]["transient"] is True
         assert a_store.last_epoch == logged[-1][0]
-        transient = postgres.sql(f'SELECT kind, name, node FROM "{cluster}".transient_definitions ORDER BY kind')
+        transient = postgres.sql(
+            f'SELECT kind, name, node FROM "{cluster}".transient_definitions ORDER BY kind'
+        )
         assert transient == [
             ("binding", "orders\\0exchange\\0events\\0eu.#\\0()", "a"),
             ("exchange", "events", "a"),
@@ -86,14 +90,16 @@ def test_changes_are_logged_with_their_batch_and_applied_elsewhere(postgres) -> 
         assert b.users.permissions[("shop", "clerk")].configure == "^c"
         assert b.users.users["clerk"].password_hash == a.users.users["clerk"].password_hash
         assert shop.exchanges["events"].durable is False
-        assert [binding.destination.name for binding in shop.exchanges["orders"].bindings.values()] == ["events"]
+        bound = shop.exchanges["orders"].bindings.values()
+        assert [binding.destination.name for binding in bound] == ["events"]
         assert b_store.definition_changes == written and b.store.definition_changes == 0
 
         a.delete_vhost("shop")
         done = asyncio.Event()
         a.store.when_durable(lambda ok: done.set())
         await asyncio.wait_for(done.wait(), 5)
-        deleted = [row for row in await asyncio.to_thread(changes, postgres, cluster) if row[0] > logged[-1][0]]
+        after = await asyncio.to_thread(changes, postgres, cluster)
+        deleted = [row for row in after if row[0] > logged[-1][0]]
         assert all(row[5] is None for row in deleted)
         b_replication.apply(deleted)
         assert "shop" not in b.vhosts and ("shop", "clerk") not in b.users.permissions
