@@ -38,12 +38,21 @@ def nodes(postgres, tmp_path):
         broker.start()
         started.append(broker)
     yield started
+    while OPEN:
+        connection = OPEN.pop()
+        if connection.is_open:
+            connection.close()
     for broker in reversed(started):
         broker.stop()
 
 
+OPEN: list[pika.BlockingConnection] = []
+
+
 def channel_of(broker: BlockingBroker) -> pika.adapters.blocking_connection.BlockingChannel:
-    return pika.BlockingConnection(pika.URLParameters(broker.amqp_url)).channel()
+    connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    OPEN.append(connection)
+    return connection.channel()
 
 
 def owner(broker: BlockingBroker, queue: str, vhost: str = "/") -> str | None:
