@@ -40,8 +40,11 @@ def nodes(postgres, tmp_path):
     yield started
     while OPEN:
         connection = OPEN.pop()
-        if connection.is_open:
-            connection.close()
+        try:
+            if connection.is_open:
+                connection.close()
+        except pika.exceptions.AMQPError:  # (closed by the broker meanwhile)
+            pass
     for broker in reversed(started):
         broker.stop()
 
