@@ -25,7 +25,13 @@ class ClusterNode:
     prints (``leveret ready: … node NAME``), kill -9 / SIGTERM, its log."""
 
     def __init__(
-        self, directory: Path, store_url: str, cluster: str, name: str, lease: float = LEASE, grace: float = GRACE
+        self,
+        directory: Path,
+        store_url: str,
+        cluster: str,
+        name: str,
+        lease: float = LEASE,
+        grace: float = GRACE,
     ) -> None:
         self.dir = directory
         self.store_url, self.cluster, self.name = store_url, cluster, name
@@ -90,7 +96,9 @@ class ClusterNode:
         return self.proc.returncode if self.proc is not None else None
 
 
-def start_nodes(directory: Path, store_url: str, cluster: str, count: int, **timings: float) -> list[ClusterNode]:
+def start_nodes(
+    directory: Path, store_url: str, cluster: str, count: int, **timings: float
+) -> list[ClusterNode]:
     """``count`` nodes n1, n2 … of ``cluster``, started one after the other (each ready
     before the next starts, so n1 registers first)."""
     nodes = []

@@ -12,7 +12,7 @@ import pika.exceptions
 import pytest
 from cluster_nodes import GRACE, LEASE, ClusterNode, start_nodes, writer_pid
 from eventually import eventually
-from names import unique
+from targets import unique
 
 QUEUE = "orders"
 CLIENT_ERRORS = (pika.exceptions.AMQPError, OSError)
