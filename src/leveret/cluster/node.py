@@ -224,9 +224,9 @@ class ClusterNode:
 
     async def _durable(self) -> None:
         """Until what the store holds now is committed."""
-        done = asyncio.get_running_loop().create_future()
-        self.store.when_durable(lambda ok: done.done() or done.set_result(ok))
-        await asyncio.wait_for(done, 10)
+        done = asyncio.Event()
+        self.store.when_durable(lambda ok: done.set())
+        await asyncio.wait_for(done.wait(), 10)
 
     @staticmethod
     def _is_local_durable(queue: Queue) -> bool:
@@ -312,19 +312,20 @@ class ClusterNode:
         """Replication's hook: another node's change made this node ``name``'s owner (a
         takeover, a move, a peer that left). A queue of a dead node that did not leave
         cleanly is served after GRACE; one handed over by a live or departed owner at
-        once."""
+        once (the catalog is read again first: the view of the last look may be 0.5 s
+        old)."""
         host = self.core.vhosts.get(vhost)
         queue = host.queues.get(name) if host is not None else None
-        if not isinstance(queue, RemoteQueue):
-            return  # already real here (or gone)
-        previous = queue.owner
-        row = next((r for r in self._rows if r.name == previous), None)
-        handed = previous in self._live or (row is not None and row.state == "left")
+        if isinstance(queue, RemoteQueue):  # (else already real here, or gone)
+            self._spawn(self._acquire_handed(vhost, name, queue_id, queue.owner))
+
+    async def _acquire_handed(self, vhost: str, name: str, queue_id: int, previous: str) -> None:
         started = self.now()
-        self._spawn(
-            self._acquire(
-                [(vhost, name, queue_id)], started if handed else started + self.grace, started, previous
-            )
+        rows = await asyncio.to_thread(self.catalog.nodes)
+        row = next((r for r in rows if r.name == previous), None)
+        handed = row is not None and (row.live or row.state == "left")
+        await self._acquire(
+            [(vhost, name, queue_id)], started if handed else started + self.grace, started, previous
         )
 
     def _spawn(self, coroutine: Any) -> None:
