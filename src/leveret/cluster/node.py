@@ -287,10 +287,15 @@ class ClusterNode:
                     yield vhost, queue
 
     def peer_lost(self, owner: str) -> None:
-        """``owner`` is not live: its remote queues' consumers are cancelled (RabbitMQ's
-        consumer cancel notification); publishes to them fail until a takeover."""
-        for _, queue in list(self.remote_queues(owner)):
-            queue.owner_lost()
+        """``owner`` is not live (its session ended: it can never write again): its
+        non-durable queues are deleted, as RabbitMQ deletes a down node's non-durable
+        classic queues; its durable ones' consumers are cancelled (RabbitMQ's consumer
+        cancel notification) and publishes to them fail until the takeover."""
+        for vhost, queue in list(self.remote_queues(owner)):
+            if queue.durable:
+                queue.owner_lost()
+            else:
+                vhost.delete_queue(queue.name)
 
     def adopt(
         self, moved: list[tuple[str, str, int, str]], dead: str, serve_at: float, started: float
