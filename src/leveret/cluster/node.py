@@ -101,7 +101,8 @@ class ClusterNode:
         await asyncio.to_thread(catalog.set_writer_pid, self.store.writer_pid)
         await asyncio.to_thread(catalog.register, self.host, self.amqp_port, self.http_port or 0)
         self.core.cluster = self
-        self.peers = self._make_peers()
+        self._rows = await asyncio.to_thread(catalog.nodes)
+        self.peers = await self._make_peers()
         owners = await asyncio.to_thread(catalog.owners)
         await self._sort_queues(owners)
         self.replication = self._make_replication()
@@ -125,12 +126,28 @@ class ClusterNode:
             self.grace,
         )
 
-    def _make_peers(self) -> Any:
+    async def _make_peers(self) -> Any:
+        """The links to the other nodes; the owner side accepts theirs (the cluster
+        secret: ``cluster_secret``, else the one kept in the catalog), and every vhost's
+        store waits for the links' confirms (:mod:`.confirms`)."""
         try:
+            from .confirms import ClusterConfirms
+            from .owner import accept_peers
             from .peers import Peers
         except ImportError:  # the message path is not there yet: a one-node cluster
             return None
-        return Peers(self)
+        secret = self.settings.cluster_secret or await asyncio.to_thread(self.catalog.secret)
+        peers = Peers(secret, self.address_of)
+        accept_peers(self.core, secret)
+        for vhost in self.core.vhosts.values():
+            if vhost.store is not None and not isinstance(vhost.store, ClusterConfirms):
+                vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))
+        return peers
+
+    def address_of(self, node: str) -> tuple[str, int] | None:
+        """``(host, amqp port)`` node ``node`` registered (None: unknown)."""
+        row = next((r for r in self._rows if r.name == node), None)
+        return (row.host, row.amqp_port) if row is not None else None
 
     def _make_replication(self) -> Any:
         try:
@@ -160,7 +177,7 @@ class ClusterNode:
                 else:
                     owner = found[0]
                 if owner != self.node:
-                    make_remote(vhost, queue, owner, self.link(owner))
+                    make_remote(vhost, queue, owner, self.link(owner, vhost.name))
 
     async def stop(self, graceful: bool = True) -> None:
         """Stop the cluster's parts; ``graceful`` (not fenced): hand the durable queues
@@ -175,10 +192,14 @@ class ClusterNode:
                 await self._leave()
             except Exception as exc:  # the lock goes with the session: peers take over
                 log.warning("node %s: could not hand its queues over: %s", self.node, exc)
-        for part in (self.peers, self.replication):
-            if part is not None and hasattr(part, "stop"):
+        if self.peers is not None:
+            from .owner import refuse_peers
+
+            refuse_peers(self.core)
+        for part, method in ((self.replication, "stop"), (self.peers, "close")):
+            if part is not None and hasattr(part, method):
                 try:
-                    stopped = part.stop()
+                    stopped = getattr(part, method)()
                     if asyncio.iscoroutine(stopped):
                         await stopped
                 except Exception:
@@ -251,11 +272,11 @@ class ClusterNode:
             self.on_fenced(reason)
 
     # -- ownership -------------------------------------------------------------------------
-    def link(self, owner: str) -> Any:
-        """The link to node ``owner`` (None without peers)."""
+    def link(self, owner: str, vhost: str = "/") -> Any:
+        """The link to node ``owner`` for ``vhost`` (None without peers)."""
         if self.peers is None or owner == self.node:
             return None
-        return self.peers.link(owner)
+        return self.peers.link(owner, vhost)
 
     def owner_of(self, vhost: str, queue: str) -> str | None:
         """The node that owns ``queue`` of ``vhost`` as this node sees it (None: no such
@@ -291,6 +312,8 @@ class ClusterNode:
         non-durable queues are deleted, as RabbitMQ deletes a down node's non-durable
         classic queues; its durable ones' consumers are cancelled (RabbitMQ's consumer
         cancel notification) and publishes to them fail until the takeover."""
+        if self.peers is not None:
+            self.peers.node_lost(owner)
         for vhost, queue in list(self.remote_queues(owner)):
             if queue.durable:
                 queue.owner_lost()
@@ -309,7 +332,7 @@ class ClusterNode:
             if owner == self.node:
                 mine.append((vhost_name, name, queue_id))
             elif isinstance(queue, RemoteQueue):
-                queue.retarget(owner, self.link(owner))
+                queue.retarget(owner, self.link(owner, vhost_name))
         if mine:
             self._spawn(self._acquire(mine, serve_at, started, dead))
 
