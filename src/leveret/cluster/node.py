@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.queues import Queue
 from ..core.queues.remote import RemoteQueue
+from ..store import StoreError
 from .lease import LeaseWatchdog, grace_seconds, lease_seconds
 from .restore import make_remote, restore_queue
 from .takeover import Takeover
@@ -228,12 +229,16 @@ class ClusterNode:
             load = {peer: self._owned.get(peer, 0) for peer in peers}
             for vhost, queue in mine:
                 target = min(sorted(load), key=load.__getitem__)
-                await asyncio.to_thread(self.catalog.move_queue, vhost.name, queue.name, target)
+                try:
+                    await asyncio.to_thread(self.catalog.move_queue, vhost.name, queue.name, target)
+                except StoreError as exc:  # (CatalogError: the peer went meanwhile) kept
+                    log.warning(
+                        "node %s: could not hand queue '%s' to %s: %s", self.node, queue.name, target, exc
+                    )
+                    continue
                 load[target] += 1
                 moved += 1
-        leave = getattr(self.catalog, "leave", None)
-        if leave is not None:
-            await asyncio.to_thread(leave)
+        await asyncio.to_thread(self.catalog.leave)
         log.info(
             "node %s left cluster %r: %d queues handed to %s, %d kept",
             self.node,
@@ -333,8 +338,7 @@ class ClusterNode:
                 mine.append((vhost_name, name, queue_id))
             elif isinstance(queue, RemoteQueue):
                 queue.retarget(owner, self.link(owner, vhost_name))
-        if mine:
-            self._spawn(self._acquire(mine, serve_at, started, dead))
+        self._spawn(self._acquire(mine, serve_at, started, dead))
 
     def on_acquired(self, vhost: str, name: str, queue_id: int) -> None:
         """Replication's hook: another node's change made this node ``name``'s owner (a
@@ -383,8 +387,8 @@ class ClusterNode:
                     continue
                 restore_queue(vhost, stand_in, queue_id, self.store, counts)
                 restored += 1
+            self.core.scheduler.adopt()  # the dead node's scheduled rows, if they came here
             if restored:
-                self.core.scheduler.adopt()
                 seconds = self.now() - started
                 self.takeovers.append((dead, restored, seconds))
                 log.warning(

@@ -93,10 +93,12 @@ class Takeover:
                 return
             started = self.now()
             moved = await asyncio.to_thread(catalog.take_over, row.name)
+            first = key not in self._handled
             self._handled.add(key)
             if moved:
                 log.warning(
                     "node %s is down (state %s): took %d queues over", row.name, row.state, len(moved)
                 )
+            if moved or first:  # (its scheduled rows may have come here: read them after the grace)
                 grace = 0.0 if row.state == "left" else node.grace
                 node.adopt(moved, row.name, started + grace, started)
