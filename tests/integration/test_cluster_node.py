@@ -169,3 +169,26 @@ def test_a_node_whose_session_is_ended_fences_itself_and_exits(postgres, tmp_pat
         connect(first)
     found = eventually(lambda: get_all(second), timeout=15, interval=0.1)
     assert [body for body, _ in found or []] == [f"m{n}" for n in range(10)]
+
+
+def test_a_node_whose_database_stops_answering_fences_itself_within_its_lease(
+    postgres, tmp_path, cluster_name, stop_all
+):
+    import os
+    import signal
+
+    (node,) = start_nodes(tmp_path, postgres.url, cluster_name, 1)
+    stop_all.append(node)
+    pid = writer_pid(postgres, cluster_name, "n1")
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # its session lives on, but answers nothing: the lease runs out
+    try:
+        stopped = time.monotonic()
+        assert node.proc is not None
+        code = node.proc.wait(LEASE + 10)
+        took = time.monotonic() - stopped
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert code != 0
+    assert "fenced: " in node.log() and "no successful round trip" in node.log()
+    assert took < LEASE + 5, f"fenced after {took:.2f} s"

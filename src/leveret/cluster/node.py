@@ -270,6 +270,9 @@ class ClusterNode:
         if self.fenced is not None:
             return
         self.fenced = reason
+        store = self.watchdog.store  # (the node's own store, under any wrapper)
+        if getattr(store, "fenced", None) is None:
+            store.fenced = reason  # it writes nothing more, and its close waits for nothing
         log.error("fenced: node %s of cluster %r: %s; stopping", self.node, self.cluster, reason)
         self.watchdog.stop()
         self.takeover.stop()
