@@ -287,6 +287,7 @@ class Replication:
             local.durable, local.auto_delete, local.arguments = durable, auto_delete, arguments
             return
         remote = self._remote(host, name, owner, durable, auto_delete, arguments, bool(data.get("exclusive")))
+        remote.queue_id = int(data.get("queue_id") or 0)
         if local is None:
             host.queues[name] = remote
         else:  # a real queue here that another node's claim won (a race): theirs
@@ -332,6 +333,7 @@ class Replication:
         """Another node owns ``queue``: a RemoteQueue takes its place (and bindings);
         its messages stay in the store, its consumers are cancelled."""
         remote = self._remote(host, queue.name, owner, queue.durable, queue.auto_delete, queue.arguments)
+        remote.queue_id = queue.queue_id
         self._replace(host, queue, remote)
 
     @staticmethod
@@ -399,6 +401,7 @@ class Replication:
         if owner == self.node:
             return queue_id
         remote = self._remote(vhost, name, owner, durable, auto_delete, arguments)
+        remote.queue_id = queue_id if owner == target else 0
         vhost.queues[name] = remote
         if owner == target and durable:  # placed there by this declare: its definition is ours to write
             self.store.save_definition(
