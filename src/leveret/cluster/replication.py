@@ -429,12 +429,13 @@ class Replication:
         self.store.save_transient("queue", vhost.name, queue.name, data)
 
     def queue_removed(self, vhost: VirtualHost, queue: Queue) -> None:
-        """Its claim is released; a transient one's definition goes (with its change)."""
+        """Its claim is released; a transient one's definition goes (with its change), a
+        durable RemoteQueue's too: the owner deletes the real queue (and its messages)
+        when it applies the change. (Liveness is not looked at: the node runtime's view
+        is up to 0.5 s old, and the delete of a dead owner's queue, logged twice, is
+        applied once.)"""
         if self.store.replaying:
             return
-        is_live = getattr(self.cluster, "is_live", None)
-        if isinstance(queue, RemoteQueue) and is_live is not None and not is_live(queue.owner):
-            return  # a dead node's queue: the takeover forgets it (and its claim)
         durable = queue.durable and queue.exclusive_owner is None
         if isinstance(queue, RemoteQueue) and durable:
             self.store.delete_definition("queue", vhost.name, queue.name)
