@@ -72,8 +72,11 @@ def members(postgres, cluster_name) -> Iterator[list[Member]]:
 
 
 def kill_writer(postgres, member: Member) -> None:
-    """End the member's store writer session from outside, as a cut-off would."""
-    postgres.sql("SELECT pg_terminate_backend(%s)", member.store.writer_pid)
+    """End the member's store writer session from outside, as a cut-off would (once
+    the backend is gone, its locks are)."""
+    pid = member.store.writer_pid
+    postgres.sql("SELECT pg_terminate_backend(%s)", pid)
+    eventually(lambda: not postgres.sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid), TIMEOUT, 0.01)
 
 
 def test_the_node_lock_is_held_once_per_node_name(postgres, cluster_name):
@@ -338,3 +341,64 @@ def test_the_secret_is_made_once_for_every_node(members):
     a, b, _ = members
     secret = a.catalog.secret()
     assert len(secret) >= 32 and b.catalog.secret() == secret
+
+
+def test_ids_come_in_chunks_from_the_shared_counters(postgres, cluster_name, monkeypatch):
+    import leveret.store.postgresql as postgresql
+
+    monkeypatch.setattr(postgresql, "ID_CHUNK", 3)
+    monkeypatch.setattr(postgresql, "QUEUE_ID_CHUNK", 2)
+    a, b = Member(postgres.url, cluster_name, "a"), Member(postgres.url, cluster_name, "b")
+    try:
+        ids: list[int] = []
+        scheduled: list[int] = []
+        queues: list[int] = []
+        for seq in range(1, 11):  # chunks of 3, alternately: every id once
+            for member in (a, b):
+                ids.append(member.store.add_message(1, seq, "ex", "rk", b"H", b"x"))
+                ids.append(member.store.add_message(1, (5 << SEQ_BLOCK_BITS) + seq, "ex", "rk", b"H", b"x"))
+                scheduled.append(member.store.new_scheduled_id())
+                queues.append(member.store.new_queue_id())
+        for handed in (ids, scheduled, queues):
+            assert len(set(handed)) == len(handed)
+        assert all(i < 1 << SEQ_BLOCK_BITS for i in ids[0::2])
+        assert all(5 << SEQ_BLOCK_BITS < i < 6 << SEQ_BLOCK_BITS for i in ids[1::2])
+        assert a.durable() and b.durable()
+        [(rows,)] = postgres.sql(f'SELECT count(DISTINCT id) FROM "{cluster_name}".messages')
+        assert rows == 40
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_queue_taken_over_is_read_back_with_its_dedup_keys(postgres, members):
+    a, b, _ = members
+    queue_id = a.store.new_queue_id()
+    a.catalog.claim_queue("/", "q", queue_id, "a", True)
+    for seq in (1, 2, 3):
+        a.store.add_message(queue_id, seq, "ex", "rk", b"H", b"12345")
+    a.store.save_dedup(queue_id, "k1", 0.0)
+    assert a.durable()
+    kill_writer(postgres, a)
+    eventually(lambda: "a" not in b.catalog.live_nodes(), TIMEOUT, 0.05)
+    [(_, _, taken, owner)] = b.catalog.take_over("a")
+    assert (taken, owner) in {(queue_id, "b"), (queue_id, "c")}
+    assert b.store.queue_snapshot(queue_id) == ((3, 3, 15), [("k1", 0.0)])
+    assert b.store.queue_snapshot(queue_id + 1000) == (None, [])
+
+
+def test_changes_every_live_node_applied_can_be_pruned(members):
+    a, b, c = members
+    for number in range(5):
+        a.store.log_change("exchange", "/", f"x{number}", {})
+    assert a.durable()
+    last = a.store.last_epoch
+    for member in (a, b):
+        member.catalog.mark_applied(last)
+    c.catalog.mark_applied(last - 2)
+    assert a.catalog.prune_changes(keep=0) == 3  # c is behind: its two stay
+    assert [ch.epoch for ch in a.catalog.changes_since(0)] == [last - 1, last]
+    c.catalog.mark_applied(last)
+    assert a.catalog.prune_changes(keep=1) == 1
+    assert [ch.epoch for ch in a.catalog.changes_since(0)] == [last]
+    assert a.catalog.last_epoch() == last

@@ -484,6 +484,20 @@ class Catalog:
         with self._session() as conn:
             return int(conn.execute("SELECT COALESCE(max(epoch), 0) FROM changes").fetchone()[0])
 
+    def prune_changes(self, keep: int = 1000) -> int:
+        """Delete the changes every live node has applied, but the last ``keep``; how
+        many went. A node that starts reads the definitions themselves (the store's
+        load), not old changes; one that is running and behind keeps its changes."""
+        with self._session() as conn:
+            return int(
+                conn.execute(
+                    "DELETE FROM changes WHERE epoch <= LEAST("
+                    f"(SELECT COALESCE(min(n.applied), 0) FROM cluster_nodes n WHERE {LIVE_SQL}), "
+                    "(SELECT COALESCE(max(epoch), 0) FROM changes) - %s)",
+                    (self.cluster, keep),
+                ).rowcount
+            )
+
     def mark_applied(self, epoch: int) -> None:
         """Record that this node applied every change up to ``epoch`` (never lowers
         it). Fenced."""

@@ -332,6 +332,9 @@ class PostgreSQLStore(BatchedStore):
             )
             self._mine_sql = " AND node = current_setting('leveret.node')"
             self._id_end = 0  # chunks of ids from the shared counters (load takes the first)
+            # the chunk's end checked before each message, by a node only: a single
+            # broker's add_message stays as it was
+            self.add_message = self._add_in_chunks  # type: ignore[method-assign]
             self._scheduled_end = 0
             self._queue_id_end = 0
 
@@ -489,6 +492,13 @@ class PostgreSQLStore(BatchedStore):
         self._next_id = self._id_chunk(0, db)
         self._next_scheduled_id = self._scheduled_chunk(db)
         self._next_queue_id = self._queue_chunk(db)
+
+    def _add_in_chunks(self, queue_id: int, seq: int, *args: Any, **kwargs: Any) -> int:
+        """A cluster node's :meth:`add_message`: a new chunk of ids first when block 0's
+        is used up (the other blocks' are checked by :meth:`_block_id`)."""
+        if seq < BLOCK and self._next_id >= self._id_end:
+            self._next_id = self._id_chunk(0)
+        return BatchedStore.add_message(self, queue_id, seq, *args, **kwargs)
 
     def _take(
         self, counter: str, first_sql: str, first_params: tuple, size: int, db: Connection | None
