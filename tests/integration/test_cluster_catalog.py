@@ -402,3 +402,24 @@ def test_changes_every_live_node_applied_can_be_pruned(members):
     assert a.catalog.prune_changes(keep=1) == 1
     assert [ch.epoch for ch in a.catalog.changes_since(0)] == [last]
     assert a.catalog.last_epoch() == last
+
+
+def test_the_listener_and_the_catalog_reconnect_after_their_sessions_end(postgres, members):
+    a, b, _ = members
+    heard = threading.Event()
+    b.catalog.listen(heard.set)
+    assert heard.wait(TIMEOUT)
+    b.catalog.last_epoch()  # a catalog session in the pool
+    heard.clear()
+    sessions = "FROM pg_stat_activity WHERE application_name IN ('leveret-listen', 'leveret-catalog')"
+    postgres.sql(f"SELECT pg_terminate_backend(pid) {sessions}")
+    eventually(lambda: not postgres.sql(f"SELECT 1 {sessions}"), TIMEOUT, 0.01)
+    with pytest.raises(CatalogError):  # the pooled session of b is gone: said once
+        b.catalog.live_nodes()
+    assert b.catalog.live_nodes() == {"a", "b", "c"}  # a new one
+    assert heard.wait(TIMEOUT)  # listening again (after LISTEN_RETRY s): called once
+    heard.clear()
+    a.store.log_change("queue", "/", "q", {})
+    assert a.durable()
+    assert heard.wait(TIMEOUT)  # and NOTIFY is heard again
+    assert [ch.name for ch in b.catalog.changes_since(0)] == ["q"]

@@ -37,15 +37,17 @@ from typing import Any
 
 from ..store.base import ALL_SEQS, StoreError
 from ..store.batched import _decode_table, _encode_table
-from ..store.ops import LOG_CHANGE_SQL
+from ..store.ops import LOCK_CHANGES_SQL, LOG_CHANGE_SQL
 from ..store.postgresql import NODE_LOCK, PgConnection, changes_channel, connect, migrate, node_key, redact
 
 log = logging.getLogger("leveret.cluster")
 
 #: Sessions kept open for reuse (more are opened while more threads call at once).
 IDLE_SESSIONS = 4
-#: Seconds between a listener's attempts to reconnect, and between its checks of close().
+#: Seconds between a listener's attempts to reconnect.
 LISTEN_RETRY = 1.0
+#: Seconds between a listener's checks of close() while it waits for notifications.
+LISTEN_CHECK = 0.25
 #: wait_applied's polling: from FIRST_POLL seconds, doubling up to MAX_POLL.
 FIRST_POLL = 0.002
 MAX_POLL = 0.02
@@ -65,6 +67,7 @@ HOLDS_SQL = (
     "AND l.objid = hashtext(%s)::oid AND l.pid = %s)"
 )
 _LOG_CHANGE = LOG_CHANGE_SQL.replace("?", "%s")
+_LOCK_CHANGES = LOCK_CHANGES_SQL.replace("?", "%s")
 
 
 class CatalogError(StoreError):
@@ -156,7 +159,7 @@ class Catalog:
     @contextlib.contextmanager
     def _session(self) -> Iterator[Any]:
         """A session (pooled), psycopg errors turned into CatalogError; a broken
-        session is dropped, the next call opens another."""
+        session is dropped with every idle one, so the next call opens a new one."""
         import psycopg
 
         if self._closed.is_set():
@@ -170,8 +173,12 @@ class Catalog:
         except psycopg.Error as exc:
             if conn is not None and not conn.broken and not conn.closed:
                 self._put(conn)
-            elif conn is not None:
+            elif conn is not None:  # the database went, or restarted: so did the others
                 conn.close()
+                with self._lock:
+                    idle, self._idle = self._idle, []
+                for other in idle:
+                    other.close()
             raise CatalogError(f"catalog {self.name}: {str(exc).strip()}") from None
         except BaseException:
             if conn is not None:
@@ -396,6 +403,10 @@ class Catalog:
         ):
             return []
         self._fence(conn)
+        # Lock order, against deadlocks: cluster_nodes rows, then the change log's lock,
+        # then the rows changed (a node's writer takes that lock before its
+        # transient_definitions rows, which this deletes).
+        conn.execute(_LOCK_CHANGES, (self.cluster,))
         heap = [
             (count, number, name)
             for name, number, count in conn.execute(
@@ -552,7 +563,7 @@ class Catalog:
                 said = False
                 self._call(callback)
                 while not self._closed.is_set():
-                    for _ in conn.notifies(timeout=LISTEN_RETRY):
+                    for _ in conn.notifies(timeout=LISTEN_CHECK):
                         self._call(callback)
                         if self._closed.is_set():
                             break
@@ -603,7 +614,8 @@ class Catalog:
         return self._secret
 
     def close(self) -> None:
-        """Close the sessions and stop the listeners (within :data:`LISTEN_RETRY` s)."""
+        """Close the sessions and stop the listeners (within :data:`LISTEN_CHECK` s, or
+        :data:`LISTEN_RETRY` s while one reconnects)."""
         self._closed.set()
         with self._lock:
             idle, self._idle = self._idle, []

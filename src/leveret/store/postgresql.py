@@ -587,7 +587,7 @@ class PostgreSQLStore(BatchedStore):
         """A cluster node: create or replace a non-durable definition (a queue,
         exchange or binding: visible to every node, deleted when this node goes), in
         the current batch. StoreError on a single broker."""
-        op = SaveTransient(self._node_name(), kind, vhost, name, _encode_table(data))
+        op = SaveTransient(self._node_name(), kind, vhost, name, _encode_table(data), self.cluster)
         self.definition_changes += 1
         self._changed().ops.append(op)
 
@@ -595,7 +595,7 @@ class PostgreSQLStore(BatchedStore):
         """A cluster node: forget a non-durable definition, in the current batch."""
         self._node_name()
         self.definition_changes += 1
-        self._changed().ops.append(DeleteTransient(kind, vhost, name))
+        self._changed().ops.append(DeleteTransient(kind, vhost, name, self.cluster))
 
     def _lost_session(self, exc: BaseException) -> bool:
         db = self._db
