@@ -423,3 +423,24 @@ def test_the_listener_and_the_catalog_reconnect_after_their_sessions_end(postgre
     assert a.durable()
     assert heard.wait(TIMEOUT)  # and NOTIFY is heard again
     assert [ch.name for ch in b.catalog.changes_since(0)] == ["q"]
+
+
+def test_a_node_reads_and_cleans_only_its_own_rows_at_start(postgres, cluster_name, members):
+    a, b, _ = members
+    queue_id = a.store.new_queue_id()
+    a.catalog.claim_queue("/", "qa", queue_id, "a", True)
+    a.store.add_message(queue_id, 1, "ex", "rk", b"H", b"paged-out", transient=True)
+    due = time.time() + 60
+    row = ScheduledRow(a.store.new_scheduled_id(), "/", "job-a", due, "ex", "rk", b"H", b"x", None, "{}")
+    a.store.save_scheduled(row)
+    assert a.durable()
+    assert [r.job_id for r in a.store.read_scheduled((0.0, 0), 10)] == ["job-a"]
+    assert b.store.read_scheduled((0.0, 0), 10) == [] and b.store.find_scheduled("job-a") is None
+    b.close()  # a restart of b: a's transient row and scheduled row are not b's to drop
+    again = Member(postgres.url, cluster_name, "b")
+    try:
+        assert again.snapshot.queues == {} and again.snapshot.scheduled == 0
+        assert postgres.sql(f'SELECT count(*) FROM "{cluster_name}".messages') == [(1,)]
+        assert postgres.sql(f'SELECT node FROM "{cluster_name}".scheduled') == [("a",)]
+    finally:
+        again.close()
