@@ -444,3 +444,29 @@ def test_a_node_reads_and_cleans_only_its_own_rows_at_start(postgres, cluster_na
         assert postgres.sql(f'SELECT node FROM "{cluster_name}".scheduled') == [("a",)]
     finally:
         again.close()
+
+
+def test_two_survivors_taking_over_at_once_move_each_queue_once(postgres, members):
+    a, b, c = members
+    for number in range(20):
+        a.catalog.claim_queue("/", f"q{number}", 500 + number, "a", True)
+    kill_writer(postgres, a)
+    eventually(lambda: "a" not in b.catalog.live_nodes(), TIMEOUT, 0.05)
+    results: dict[str, list] = {}
+    start = threading.Barrier(2)
+
+    def take(member: Member) -> None:
+        start.wait()
+        results[member.node] = member.catalog.take_over("a")
+
+    threads = [threading.Thread(target=take, args=(m,)) for m in (b, c)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT)
+    moved = results["b"] + results["c"]
+    assert [] in (results["b"], results["c"])  # the lock let one in; the other found nothing
+    assert sorted(name for _, name, _, _ in moved) == sorted(f"q{n}" for n in range(20))
+    assert Counter(node for node, _ in b.catalog.owners().values()) == {"b": 10, "c": 10}
+    owner_changes = [ch for ch in b.catalog.changes_since(0) if ch.kind == "owner"]
+    assert len(owner_changes) == 20
