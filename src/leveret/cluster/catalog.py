@@ -309,14 +309,15 @@ class Catalog:
         node's if it won a race). Fenced; CatalogError if ``node`` is not live."""
         with self._session() as conn, conn.transaction():
             self._fence(conn, node)
-            conn.execute(
-                "INSERT INTO queue_owners (vhost, name, queue_id, node, durable) VALUES (%s, %s, %s, %s, %s) "
-                "ON CONFLICT (vhost, name) DO NOTHING",
-                (vhost, name, queue_id, node, durable),
-            )
             row = conn.execute(
-                "SELECT node FROM queue_owners WHERE vhost = %s AND name = %s", (vhost, name)
+                "INSERT INTO queue_owners (vhost, name, queue_id, node, durable) VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT (vhost, name) DO NOTHING RETURNING node",
+                (vhost, name, queue_id, node, durable),
             ).fetchone()
+            if row is None:  # it had an owner already
+                row = conn.execute(
+                    "SELECT node FROM queue_owners WHERE vhost = %s AND name = %s", (vhost, name)
+                ).fetchone()
         return str(row[0])
 
     def release_queue(self, vhost: str, name: str) -> bool:
