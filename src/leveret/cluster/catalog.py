@@ -100,8 +100,8 @@ class NodeRow:
 @dataclass(frozen=True, slots=True)
 class Change:
     """A row of the change log: who logged it (``node``; None: not a node), what
-    (``kind``: a definition kind, ``owner`` for an owner move, ``scheduled`` when a
-    dead node's scheduled messages moved), and ``data`` (its field table; None: deleted)."""
+    (``kind``: a definition kind, or ``owner`` for an owner move: data ``{"node",
+    "queue_id"}``), and ``data`` (its field table; None: deleted)."""
 
     epoch: int
     node: str | None
@@ -360,7 +360,7 @@ class Catalog:
         queues and definitions are deleted (RabbitMQ: a node's non-durable queues go
         with it; a change with no data each), the paged-out transient messages of its
         queues are dropped (as in RabbitMQ's classic queues), its scheduled messages
-        move to this node (a ``scheduled`` change), and its row is marked ``down``
+        move to this node (its scheduler reads them again), and its row is marked ``down``
         (``left`` stays). One transaction, under the dead node's advisory lock (taken
         by this session: only possible once its writer session ended; two survivors
         never both do it). Returns (vhost, queue, queue id, new owner) per queue moved;
@@ -456,8 +456,7 @@ class Catalog:
         ).fetchall():
             changes.append(self._change(kind, vhost, name, None))
         conn.execute("DELETE FROM scheduled WHERE node = %s AND transient = 1", (dead,))
-        if conn.execute("UPDATE scheduled SET node = %s WHERE node = %s", (self.node, dead)).rowcount:
-            changes.append(self._change("scheduled", "", dead, _encode_table({"node": self.node})))
+        conn.execute("UPDATE scheduled SET node = %s WHERE node = %s", (self.node, dead))
         if changes:
             with conn.cursor() as cursor:
                 cursor.executemany(_LOG_CHANGE, changes)
