@@ -246,7 +246,12 @@ def test_take_over_waits_for_the_owner_to_die_then_balances_its_queues(postgres,
     assert postgres.sql(f"SELECT node FROM {schema}.scheduled") == [("b",)]
     # the dead owner's paged-out transient message is lost (RabbitMQ's classic queues)
     assert postgres.sql(f"SELECT body FROM {schema}.messages WHERE queue_id = 100") == [(b"kept",)]
-    assert postgres.sql(f"SELECT queue_id FROM {schema}.pending_deletes") == [(150,)]
+    # the non-durable queue's messages: deleted in the background by a live node's writer
+    left = (
+        f"SELECT (SELECT count(*) FROM {schema}.messages WHERE queue_id = 150), "
+        f"(SELECT count(*) FROM {schema}.pending_deletes)"
+    )
+    eventually(lambda: postgres.sql(left) == [(0, 0)], TIMEOUT, 0.05)
     assert c.catalog.take_over("a") == []  # nothing left
 
 
@@ -413,9 +418,9 @@ def test_the_listener_and_the_catalog_reconnect_after_their_sessions_end(postgre
     sessions = "FROM pg_stat_activity WHERE application_name IN ('leveret-listen', 'leveret-catalog')"
     postgres.sql(f"SELECT pg_terminate_backend(pid) {sessions}")
     eventually(lambda: not postgres.sql(f"SELECT 1 {sessions}"), TIMEOUT, 0.01)
-    with pytest.raises(CatalogError):  # the pooled session of b is gone: said once
-        b.catalog.live_nodes()
-    assert b.catalog.live_nodes() == {"a", "b", "c"}  # a new one
+    # b's pooled session is gone: the read is made again, at once, on a new one
+    assert b.catalog.live_nodes() == {"a", "b", "c"}
+    assert b.catalog.claim_queue("/", "after", 5, "b", True) == "b"
     assert heard.wait(TIMEOUT)  # listening again (after LISTEN_RETRY s): called once
     heard.clear()
     a.store.log_change("queue", "/", "q", {})

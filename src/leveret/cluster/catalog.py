@@ -26,6 +26,7 @@ database is the single source of truth and the nodes hold no vote.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import logging
 import secrets
@@ -33,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from ..store.base import ALL_SEQS, StoreError
 from ..store.batched import _decode_table, _encode_table
@@ -78,6 +79,30 @@ class CatalogError(StoreError):
 class Fenced(CatalogError):
     """This node's writer session no longer holds the node's lock: the node lost its
     right to write and must stop serving (as a fenced master does)."""
+
+
+class SessionLost(CatalogError):
+    """The session broke under a call (the database restarted, a connection was cut):
+    the calls that are safe to repeat are tried once more on a new session."""
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _once_more(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A call repeated once on a new session when its session was lost: reads, and
+    writes whose repetition changes nothing (register, leave, claim, release, marking
+    applied, pruning). Not move_queue, take_over, forget_node: their change rows."""
+
+    @functools.wraps(method)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except SessionLost:
+            return method(*args, **kwargs)
+
+    return call
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +204,7 @@ class Catalog:
                     idle, self._idle = self._idle, []
                 for other in idle:
                     other.close()
+                raise SessionLost(f"catalog {self.name}: {str(exc).strip()}") from None
             raise CatalogError(f"catalog {self.name}: {str(exc).strip()}") from None
         except BaseException:
             if conn is not None:
@@ -221,6 +247,7 @@ class Catalog:
         (``PostgreSQLStore.writer_pid``). Call it before :meth:`register`."""
         self.writer_pid = pid
 
+    @_once_more
     def register(self, host: str, amqp_port: int, http_port: int) -> int:
         """Join (or rejoin) the cluster as ``running`` at ``host`` (where other nodes
         reach this node's AMQP port ``amqp_port``; ``http_port`` its management API,
@@ -256,6 +283,7 @@ class Catalog:
             ).fetchone()
         return int(row[0])
 
+    @_once_more
     def leave(self) -> None:
         """A graceful stop: mark this node ``left`` (a survivor taking over what it
         still owns need not wait for its lease). Fenced."""
@@ -263,6 +291,7 @@ class Catalog:
             self._fence(conn)
             conn.execute("UPDATE cluster_nodes SET state = 'left' WHERE name = %s", (self.node,))
 
+    @_once_more
     def nodes(self) -> list[NodeRow]:
         """Every member, by number, with whether it is live now."""
         with self._session() as conn:
@@ -273,6 +302,7 @@ class Catalog:
             ).fetchall()
         return [NodeRow(*row) for row in rows]
 
+    @_once_more
     def live_nodes(self) -> set[str]:
         """The names of the live members (their writer session holds their lock)."""
         with self._session() as conn:
@@ -297,12 +327,14 @@ class Catalog:
         return moved
 
     # -- queue owners ----------------------------------------------------------------------
+    @_once_more
     def owners(self) -> dict[tuple[str, str], tuple[str, int]]:
         """(vhost, queue name) -> (owner node, queue id), for every queue."""
         with self._session() as conn:
             rows = conn.execute("SELECT vhost, name, node, queue_id FROM queue_owners").fetchall()
         return {(vhost, name): (node, queue_id) for vhost, name, node, queue_id in rows}
 
+    @_once_more
     def claim_queue(self, vhost: str, name: str, queue_id: int, node: str, durable: bool) -> str:
         """Record ``node`` (this one, or a live other: placement ``balanced``) as the owner
         of a new queue, unless it has one already; the owner after the claim (another
@@ -320,6 +352,7 @@ class Catalog:
                 ).fetchone()
         return str(row[0])
 
+    @_once_more
     def release_queue(self, vhost: str, name: str) -> bool:
         """Forget a deleted queue's owner; whether there was one. Fenced."""
         with self._session() as conn, conn.transaction():
@@ -476,6 +509,7 @@ class Catalog:
         return moved
 
     # -- the change log -----------------------------------------------------------------
+    @_once_more
     def changes_since(self, epoch: int, limit: int = 1000) -> list[Change]:
         """Up to ``limit`` changes after ``epoch``, in epoch order (epochs become
         visible in order: none will appear below the last one returned)."""
@@ -490,11 +524,13 @@ class Catalog:
             for e, node, kind, vhost, name, data in rows
         ]
 
+    @_once_more
     def last_epoch(self) -> int:
         """The highest epoch of the change log (0: empty)."""
         with self._session() as conn:
             return int(conn.execute("SELECT COALESCE(max(epoch), 0) FROM changes").fetchone()[0])
 
+    @_once_more
     def prune_changes(self, keep: int = 1000) -> int:
         """Delete the changes every live node has applied, but the last ``keep``; how
         many went. A node that starts reads the definitions themselves (the store's
@@ -509,6 +545,7 @@ class Catalog:
                 ).rowcount
             )
 
+    @_once_more
     def mark_applied(self, epoch: int) -> None:
         """Record that this node applied every change up to ``epoch`` (never lowers
         it). Fenced."""
@@ -522,6 +559,7 @@ class Catalog:
                 f"catalog {self.name}: node {self.node!r} lost its lock (writer pid {self.writer_pid})"
             )
 
+    @_once_more
     def wait_applied(self, epoch: int, timeout: float) -> bool:
         """Block until every live node has applied ``epoch`` (True), or ``timeout``
         seconds passed (False). Polls every few ms. RabbitMQ answers a declare once
@@ -584,6 +622,7 @@ class Catalog:
             log.exception("catalog: a change listener failed")
 
     # -- the rest -----------------------------------------------------------------------
+    @_once_more
     def transient_definitions(self, exclude_node: str | None = None) -> list[TransientDefinition]:
         """Every node's non-durable definitions but ``exclude_node``'s, in the order they
         were first saved."""
@@ -598,6 +637,7 @@ class Catalog:
             for kind, vhost, name, node, data in rows
         ]
 
+    @_once_more
     def secret(self) -> str:
         """The cluster's secret (the internal user ``leveret-cluster``'s password): a
         random token made once, the same for every node that reaches the database."""
