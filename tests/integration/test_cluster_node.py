@@ -192,3 +192,45 @@ def test_a_node_whose_database_stops_answering_fences_itself_within_its_lease(
     assert code != 0
     assert "fenced: " in node.log() and "no successful round trip" in node.log()
     assert took < LEASE + 5, f"fenced after {took:.2f} s"
+
+
+def message_count(node: ClusterNode, queue: str) -> int | None:
+    try:
+        with connect(node) as connection:
+            return connection.channel().queue_declare(queue, passive=True).method.message_count
+    except CLIENT_ERRORS:
+        return None
+
+
+def test_a_taken_over_queue_keeps_its_timers_and_the_dead_nodes_delayed_messages(
+    postgres, tmp_path, cluster_name, stop_all
+):
+    first, second = start_nodes(tmp_path, postgres.url, cluster_name, 2)
+    stop_all.extend([first, second])
+    with connect(first) as connection:
+        channel = connection.channel()
+        channel.exchange_declare(
+            "later", "x-delayed-message", durable=True, arguments={"x-delayed-type": "direct"}
+        )
+        channel.queue_declare("timed", durable=True)
+        channel.queue_bind("timed", "later", "k")
+        channel.confirm_delivery()
+        published = time.monotonic()
+        expiring = pika.BasicProperties(delivery_mode=2, expiration="4000")
+        channel.basic_publish("", "timed", b"expires", expiring)
+        channel.basic_publish("", "timed", b"stays", pika.BasicProperties(delivery_mode=2))
+        channel.basic_publish(
+            "later", "k", b"delayed", pika.BasicProperties(delivery_mode=2, headers={"x-delay": 3000})
+        )
+    assert owner(postgres, cluster_name, "timed") == "n1"
+    first.kill()
+    # taken over (GRACE after the kill) with both messages, before the TTL runs out
+    assert eventually(lambda: message_count(second, "timed") == 2, timeout=10, interval=0.05)
+    taken = time.monotonic() - published
+    assert taken < 3.5, f"taken over after {taken:.2f} s"
+    # the delayed message fires on the survivor at its time, the TTL ends as stored (a
+    # TTL counted again from the takeover would end 2 s or more later)
+    time.sleep(max(0.0, 4.2 - (time.monotonic() - published)))
+    found = [body for body, _ in get_all(second, "timed") or []]
+    assert time.monotonic() - published < 6
+    assert found == ["stays", "delayed"]
