@@ -12,9 +12,8 @@ import pika
 import pika.exceptions
 import pytest
 from eventually import eventually
-from targets import unique
+from targets import Target, put, unique
 
-from leveret.core.auth import Permission, User
 from leveret.core.queues.remote import RemoteQueue
 from leveret.server.broker import BlockingBroker
 
@@ -34,16 +33,29 @@ def nodes(postgres, tmp_path):
             data_dir=str(tmp_path / name),
             amqp_port=0,
             stomp_port=0,
+            http_port=0,
         )
         broker.start()
         started.append(broker)
     yield started
+    while OPEN:
+        connection = OPEN.pop()
+        try:
+            if connection.is_open:
+                connection.close()
+        except pika.exceptions.AMQPError:  # (closed by the broker meanwhile)
+            pass
     for broker in reversed(started):
         broker.stop()
 
 
+OPEN: list[pika.BlockingConnection] = []
+
+
 def channel_of(broker: BlockingBroker) -> pika.adapters.blocking_connection.BlockingChannel:
-    return pika.BlockingConnection(pika.URLParameters(broker.amqp_url)).channel()
+    connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    OPEN.append(connection)
+    return connection.channel()
 
 
 def owner(broker: BlockingBroker, queue: str, vhost: str = "/") -> str | None:
@@ -86,35 +98,31 @@ def test_declarations_on_a_exist_on_b_before_the_ok(nodes) -> None:
 
 
 def test_users_vhosts_permissions_and_policies_reach_b(nodes) -> None:
+    """Through A's HTTP API: each 201/204 comes once B has the change."""
     a, b = nodes
-
-    def define() -> None:
-        core = a.core
-        core.add_vhost("shop")
-        core.add_user(User.with_password("clerk", "counter", ["management"]))
-        core.set_permission("clerk", "shop", Permission(".*", ".*", ".*"))
-
-    a.call(define)
+    api = Target.of(a)
+    put(api, "/api/vhosts/shop", {})
+    put(api, "/api/users/clerk", {"password": "counter", "tags": "management"})
+    put(api, "/api/permissions/shop/clerk", {"configure": "^c", "write": ".*", "read": ".*"})
+    policy = {"pattern": "^capped$", "definition": {"max-length": 2}, "apply-to": "queues", "priority": 1}
+    put(api, "/api/policies/shop/cap", policy)
+    # at once on B: a login of the new user in the new vhost, the policy applied
     url = b.amqp_url.replace("guest:guest", "clerk:counter").rsplit("/", 1)[0] + "/shop"
-    clerk = eventually(lambda: _connects(url), timeout=5.0)
-    assert clerk is not None, "clerk cannot log in to vhost shop on B"
-    clerk.close()
+    clerk = pika.BlockingConnection(pika.URLParameters(url))
+    OPEN.append(clerk)
+    channel = clerk.channel()
+    channel.queue_declare("capped", durable=True)
+    channel.confirm_delivery()
+    for number in range(3):
+        channel.basic_publish("", "capped", str(number).encode())
+    assert channel.queue_declare("capped", passive=True).method.message_count == 2
+    assert b.call(lambda: b.core.users.permissions[("shop", "clerk")].configure) == "^c"
 
-    on_a = channel_of(a)
-    on_a.queue_declare("capped", durable=True, arguments={"x-max-length": 1})
-    from leveret.core.policy import Policy
-
-    a.call(lambda: a.core.set_policy(Policy("cap", "^capped$", {"max-length": 2}, "queues", 1, "/")))
-    assert eventually(lambda: b.call(lambda: [p.name for p in b.core.policies])) == ["cap"]
-    a.call(lambda: a.core.delete_user("clerk"))
-    assert eventually(lambda: b.call(lambda: "clerk" not in b.core.users.users))
-
-
-def _connects(url: str) -> pika.BlockingConnection | None:
-    try:
-        return pika.BlockingConnection(pika.URLParameters(url))
-    except pika.exceptions.AMQPError:
-        return None
+    assert api.http("DELETE", "/api/users/clerk")[0] == 204
+    users = b.core.users
+    assert b.call(lambda: "clerk" not in users.users and ("shop", "clerk") not in users.permissions)
+    assert api.http("DELETE", "/api/vhosts/shop")[0] == 204
+    assert b.call(lambda: "shop" not in b.core.vhosts)
 
 
 def test_a_transient_queue_and_exchange_are_visible_on_b(nodes) -> None:
