@@ -66,6 +66,16 @@ def get_all(node: ClusterNode, queue: str = QUEUE) -> list[tuple[str, bool]] | N
         return None
 
 
+def message_count(node: ClusterNode, queue: str) -> int | None:
+    """``queue``'s ready messages on ``node`` (passive queue.declare); None if it has
+    no such queue or cannot answer."""
+    try:
+        with connect(node) as connection:
+            return connection.channel().queue_declare(queue, passive=True).method.message_count
+    except CLIENT_ERRORS:
+        return None
+
+
 def live_nodes(postgres, cluster: str) -> set[str]:
     rows = postgres.sql(
         f'SELECT name FROM "{cluster}".cluster_nodes WHERE EXISTS (SELECT 1 FROM pg_locks WHERE '
@@ -112,6 +122,9 @@ def test_kill_9_of_an_owner_moves_its_durable_queue_with_every_persistent_messag
     stop_all.extend([first, second])
     fill(first, 50)
     assert owner(postgres, cluster_name) == "n1"
+    with connect(first) as declaring:
+        declaring.channel().queue_declare("scratch")  # non-durable: goes with its node
+    assert message_count(second, "scratch") == 0
     # 10 delivered and left unacked on the owner: they come back redelivered
     connection = connect(first)
     channel = connection.channel()
@@ -136,6 +149,7 @@ def test_kill_9_of_an_owner_moves_its_durable_queue_with_every_persistent_messag
     assert took >= GRACE  # never before the dead node's lease could have run out
     assert owner(postgres, cluster_name) == "n2"
     assert "took over 1 queues of node n1" in second.log()
+    assert message_count(second, "scratch") is None  # 404 NOT_FOUND: deleted, as RabbitMQ does
 
 
 def test_a_graceful_stop_hands_the_queues_over_at_once(postgres, tmp_path, cluster_name, stop_all):
@@ -192,14 +206,6 @@ def test_a_node_whose_database_stops_answering_fences_itself_within_its_lease(
     assert code != 0
     assert "fenced: " in node.log() and "no successful round trip" in node.log()
     assert took < LEASE + 5, f"fenced after {took:.2f} s"
-
-
-def message_count(node: ClusterNode, queue: str) -> int | None:
-    try:
-        with connect(node) as connection:
-            return connection.channel().queue_declare(queue, passive=True).method.message_count
-    except CLIENT_ERRORS:
-        return None
 
 
 def test_a_taken_over_queue_keeps_its_timers_and_the_dead_nodes_delayed_messages(
