@@ -10,7 +10,7 @@ import time
 import pika
 import pika.exceptions
 import pytest
-from cluster_nodes import GRACE, LEASE, ClusterNode, start_nodes, writer_pid
+from cluster_nodes import GRACE, LEASE, ClusterNode, live_nodes, owner, start_nodes, writer_pid
 from eventually import eventually
 from targets import unique
 
@@ -76,35 +76,14 @@ def message_count(node: ClusterNode, queue: str) -> int | None:
         return None
 
 
-def live_nodes(postgres, cluster: str) -> set[str]:
-    rows = postgres.sql(
-        f'SELECT name FROM "{cluster}".cluster_nodes WHERE EXISTS (SELECT 1 FROM pg_locks WHERE '
-        "locktype='advisory' AND granted AND classid=hashtext('leveret-node')::oid "
-        f"AND objid=hashtext(%s || '/' || name)::oid)",
-        cluster,
-    )
-    return {row[0] for row in rows}
-
-
-def owner(postgres, cluster: str, queue: str = QUEUE) -> str | None:
-    rows = postgres.sql(f'SELECT node FROM "{cluster}".queue_owners WHERE name=%s', queue)
-    return rows[0][0] if rows else None
-
-
 def test_a_one_node_cluster_serves_pika(postgres, tmp_path, cluster_name, stop_all):
-    (node,) = start_nodes(tmp_path, postgres.url, cluster_name, 1)
+    node = ClusterNode(tmp_path / "n1", postgres.url, cluster_name, "n1").start()
     stop_all.append(node)
+    assert node.wait_for("leveret ready").rstrip().endswith(" node n1")
     fill(node, 20)
     assert [body for body, _ in get_all(node) or []] == [f"m{n}" for n in range(20)]
     assert live_nodes(postgres, cluster_name) == {"n1"}
-    assert owner(postgres, cluster_name) == "n1"
-
-
-def test_the_ready_line_names_the_node(postgres, tmp_path, cluster_name, stop_all):
-    node = ClusterNode(tmp_path / "n1", postgres.url, cluster_name, "n1").start()
-    stop_all.append(node)
-    line = node.wait_for("leveret ready")
-    assert line.rstrip().endswith("node n1")
+    assert owner(postgres, cluster_name, QUEUE) == "n1"
 
 
 def test_a_second_node_joins(postgres, tmp_path, cluster_name, stop_all):
@@ -121,7 +100,7 @@ def test_kill_9_of_an_owner_moves_its_durable_queue_with_every_persistent_messag
     first, second = start_nodes(tmp_path, postgres.url, cluster_name, 2)
     stop_all.extend([first, second])
     fill(first, 50)
-    assert owner(postgres, cluster_name) == "n1"
+    assert owner(postgres, cluster_name, QUEUE) == "n1"
     with connect(first) as declaring:
         declaring.channel().queue_declare("scratch")  # non-durable: goes with its node
     assert message_count(second, "scratch") == 0
@@ -147,7 +126,7 @@ def test_kill_9_of_an_owner_moves_its_durable_queue_with_every_persistent_messag
     assert redelivered == {body.decode() for body in held}
     assert took < 10, f"the takeover took {took:.2f} s"
     assert took >= GRACE  # never before the dead node's lease could have run out
-    assert owner(postgres, cluster_name) == "n2"
+    assert owner(postgres, cluster_name, QUEUE) == "n2"
     assert "took over 1 queues of node n1" in second.log()
     assert message_count(second, "scratch") is None  # 404 NOT_FOUND: deleted, as RabbitMQ does
 
@@ -163,7 +142,7 @@ def test_a_graceful_stop_hands_the_queues_over_at_once(postgres, tmp_path, clust
     took = time.monotonic() - stopped
     assert [body for body, _ in found or []] == [f"m{n}" for n in range(30)]
     assert took < 5, f"the handover took {took:.2f} s"
-    assert owner(postgres, cluster_name) == "n2"
+    assert owner(postgres, cluster_name, QUEUE) == "n2"
     state = postgres.sql(f"SELECT state FROM \"{cluster_name}\".cluster_nodes WHERE name='n1'")
     assert state == [("left",)]
 
