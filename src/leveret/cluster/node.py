@@ -95,6 +95,8 @@ class ClusterNode:
         self._live: set[str] = {self.node}
         self._owned: dict[str, int] = {}  # node -> queues it owns, at the last look
         self._acquiring: set[tuple[str, str]] = set()
+        #: when the last queue given to this node may be served (its grace ends)
+        self._grace_until = 0.0
         self._tasks: set[asyncio.Task] = set()
         self._started = False
 
@@ -204,6 +206,11 @@ class ClusterNode:
         ]
         for _, queue in mine:
             queue.stop()  # no more timers writing this queue's rows
+        # queues given to this node and not served yet: their grace must run out before
+        # the node says it left (a survivor then takes them without waiting)
+        wait = self._grace_until - self.now()
+        if wait > 0:
+            await asyncio.sleep(wait)
         await self._durable()
         peers = await asyncio.to_thread(self.catalog.live_nodes)
         peers.discard(self.node)
@@ -357,6 +364,7 @@ class ClusterNode:
         """Restore ``queues`` (vhost, name, queue_id) as real queues of this node at
         ``serve_at``; record the takeover's time."""
         queues = [q for q in queues if (q[0], q[1]) not in self._acquiring]
+        self._grace_until = max(self._grace_until, serve_at)
         self._acquiring.update((v, n) for v, n, _ in queues)
         try:
             wait = serve_at - self.now()
