@@ -262,3 +262,47 @@ def test_stomp_subscriber_on_a_of_a_queue_on_b(pair: Pair) -> None:
     assert eventually(lambda: owner_figures(pair, "q") == (0, 0, 1))
     client.disconnect()
     a.close()
+
+
+def test_auto_ack_consumer_on_a_acks_the_owner(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",))
+    a = connect(pair, "a")
+    channel = a.channel()
+    channel.confirm_delivery()
+    for i in range(50):
+        channel.basic_publish("x", "k", b"m%d" % i, PERSISTENT)
+    consumer = a.channel()
+    got: list[bytes] = []
+    consumer.basic_consume("q", lambda ch, m, p, body: got.append(body), auto_ack=True)
+    eventually(lambda: len(got) == 50, wait=pump(a))
+    assert got == [b"m%d" % i for i in range(50)]
+    assert eventually(lambda: owner_figures(pair, "q") == (0, 0, 1), wait=pump(a))
+    a.close()
+
+
+def test_queue_deleted_on_owner_cancels_the_consumer_on_a(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",))
+    a = connect(pair, "a")
+    consumer = a.channel()
+    cancelled: list[str] = []
+    consumer.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = consumer.basic_consume("q", lambda ch, m, p, body: None)
+    assert eventually(lambda: owner_figures(pair, "q")[2] == 1, wait=pump(a))
+    b = connect(pair, "b")
+    b.channel().queue_delete("q")
+    assert eventually(lambda: cancelled == [tag], wait=pump(a))
+    a.close()
+    b.close()
+
+
+def test_exclusive_consumer_on_a_holds_the_owners_queue(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",))
+    a = connect(pair, "a")
+    a.channel().basic_consume("q", lambda ch, m, p, body: None, exclusive=True)
+    assert eventually(lambda: owner_figures(pair, "q")[2] == 1, wait=pump(a))
+    b = connect(pair, "b")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        b.channel().basic_consume("q", lambda ch, m, p, body: None)
+    assert refused.value.reply_code == 403
+    a.close()
+    b.close()

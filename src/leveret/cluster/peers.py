@@ -512,6 +512,8 @@ class PeerLink:
             return True
         if not self.alive:
             return False
+        if self._last is None:  # forgotten at the end of the turn: one publish's queues
+            asyncio.get_running_loop().call_soon(self._forget_last)
         self._last = message
         header = self.peers.content_header(message)
         self.sent += 1
@@ -521,6 +523,9 @@ class PeerLink:
         else:
             self._held.append((message.exchange, message.routing_key, header, message.body))
         return True
+
+    def _forget_last(self) -> None:
+        self._last = None
 
     def seal(self, done: Callable[[bool], None]) -> bool:
         """See :meth:`.confirms.ConfirmingLink.seal`."""
