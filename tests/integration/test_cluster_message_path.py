@@ -306,3 +306,50 @@ def test_exclusive_consumer_on_a_holds_the_owners_queue(pair: Pair) -> None:
     assert refused.value.reply_code == 403
     a.close()
     b.close()
+
+
+def test_large_and_empty_bodies_pass_through_untouched(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",))
+    a = connect(pair, "a")
+    channel = a.channel()
+    channel.confirm_delivery()
+    bodies = [bytes(range(256)) * 1200, b"", b"small"]  # 300 KiB: several frames
+    headers = {"int": 7, "text": "é", "nested": {"list": [1, "two"]}, "bytes": b"\x00\xff"}
+    properties = pika.BasicProperties(delivery_mode=2, headers=headers, content_type="x/y", priority=3)
+    for body in bodies:
+        channel.basic_publish("x", "k", body, properties)
+    got: list[tuple[bytes, dict, str]] = []
+    for _ in bodies:  # basic.get over the link
+        _, props, body = channel.basic_get("q", auto_ack=True)
+        got.append((body, props.headers, props.content_type))
+    for body in bodies:
+        channel.basic_publish("x", "k", body, properties)
+    consumer = a.channel()  # relayed
+    consumer.basic_consume(
+        "q", lambda ch, m, p, body: got.append((body, p.headers, p.content_type)), auto_ack=True)
+    eventually(lambda: len(got) == 6, wait=pump(a))
+    assert [body for body, _, _ in got] == bodies + bodies
+    assert all(h == headers and t == "x/y" for _, h, t in got)
+    a.close()
+
+
+def test_stomp_publisher_on_a_reaches_the_queue_on_b(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",))
+    stomp_port = int(pair.brokers["a"].stomp_url.rsplit(":", 1)[1])
+    client = stomp.Connection([("127.0.0.1", stomp_port)])
+    client.connect("guest", "guest", wait=True)
+    for i in range(3):
+        client.send("/exchange/x/k", f"from stomp {i}", headers={"persistent": "true", "app": "s"})
+    client.disconnect()  # with a receipt: every SEND was handled
+    b = connect(pair, "b")
+    channel = b.channel()
+    got = []
+    bodies = []
+    assert eventually(lambda: owner_figures(pair, "q")[0] == 3)
+    for _ in range(3):
+        _, props, body = channel.basic_get("q", auto_ack=True)
+        bodies.append(body)
+        got.append(props.headers.get("app"))
+    assert bodies == [b"from stomp %d" % i for i in range(3)]
+    assert got == ["s", "s", "s"]
+    b.close()
