@@ -6,6 +6,7 @@ confirmed once on disk)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from leveret.cluster.confirms import ClusterConfirms
@@ -72,14 +73,12 @@ class Pair:
             vhost.bind(exchange, target, key)
 
     def stop(self, name: str) -> None:
+        """Stop node ``name`` (its links first)."""
         broker = self.brokers[name]
-        broker.stop()
+        if broker._loop is not None:
+            asyncio.run_coroutine_threadsafe(self.peers[name].close(), broker._loop).result(10)
+            broker.stop()
 
     def close(self) -> None:
-        for name, broker in self.brokers.items():
-            if broker._loop is not None:
-                try:
-                    broker.call(lambda p=self.peers[name]: None)
-                except Exception:
-                    pass
-                broker.stop()
+        for name in self.brokers:
+            self.stop(name)
