@@ -353,3 +353,23 @@ def test_stomp_publisher_on_a_reaches_the_queue_on_b(pair: Pair) -> None:
     assert bodies == [b"from stomp %d" % i for i in range(3)]
     assert got == ["s", "s", "s"]
     b.close()
+
+
+def test_exchange_missing_on_the_owner_nacks_then_the_link_forwards_again(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",))
+    b = connect(pair, "b")
+    b.channel().exchange_delete("x")  # on b only: a's copy still routes to q
+    a = connect(pair, "a")
+    channel = a.channel()
+    channel.confirm_delivery()
+    with pytest.raises(pika.exceptions.NackError):
+        channel.basic_publish("x", "k", b"lost", PERSISTENT)
+    again = b.channel()
+    again.exchange_declare("x", "direct", durable=True)
+    again.queue_bind("q", "x", "k")
+    channel.basic_publish("x", "k", b"kept", PERSISTENT)
+    assert owner_figures(pair, "q") == (1, 0, 0)
+    assert channel.basic_get("q", auto_ack=True)[2] == b"kept"
+    assert channel.basic_get("q", auto_ack=True) == (None, None, None)
+    a.close()
+    b.close()

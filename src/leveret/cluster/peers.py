@@ -135,6 +135,9 @@ class PeerChannel(Channel):
     def __init__(self, connection: Connection, number: int) -> None:
         super().__init__(connection, number)
         self.relay: Relay | None = None
+        #: called with the error when the channel closes (the link's forward channel)
+        self.on_closed: Callable[[BaseException], None] | None = None
+        self.get_count = 0  # message_count of the last basic.get-ok
         self._raw: list | None = None  # [kind, method, header, parts, remaining]
 
     def _on_method(self, value: Any) -> None:
@@ -174,7 +177,7 @@ class PeerChannel(Channel):
         if kind is commands.Basic.Deliver:
             self._deliver(delivery)
         elif kind is commands.Basic.GetOk:
-            self._get_count = method.message_count
+            self.get_count = method.message_count
             if self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(delivery)
 
@@ -182,6 +185,9 @@ class PeerChannel(Channel):
         super()._closed(error)
         if self.relay is not None:
             self.relay.ended()
+        if self.on_closed is not None:
+            on_closed, self.on_closed = self.on_closed, None
+            on_closed(error)
 
 
 class PeerConnection(Connection):
@@ -451,9 +457,7 @@ class PeerLink:
                 url, timeout=TIMEOUT, name=f"leveret-cluster {self.node}"
             )
             assert isinstance(connection, PeerConnection)
-            channel = await connection.channel()
-            assert isinstance(channel, PeerChannel)
-            await channel.confirm_select(on_nack="record")
+            channel = await self._forward_channel(connection)
             get_channel = await connection.channel()
             assert isinstance(get_channel, PeerChannel)
         except (AMQPError, OSError) as exc:
@@ -464,18 +468,60 @@ class PeerLink:
             await connection.close()
             return
         self.connection = connection
-        self._channel, self._get_channel = channel, get_channel
-        channel.on_confirm = self._confirmed
+        self._get_channel = get_channel
         self._gets = asyncio.Lock()
         self.state = UP
         connection._closed_waiter.add_done_callback(lambda _: self._lost())
-        held, self._held = self._held, []
-        for exchange, routing_key, header, body in held:
-            channel.publish_encoded(exchange, routing_key, header, body)
+        self._forwarding(channel)
         relays, self._waiting_relays = self._waiting_relays, []
         for relay in relays:
             if not relay.done:
                 self.spawn(relay.open(connection))
+
+    async def _forward_channel(self, connection: PeerConnection) -> PeerChannel:
+        channel = await connection.channel()
+        assert isinstance(channel, PeerChannel)
+        await channel.confirm_select(on_nack="record")
+        return channel
+
+    def _forwarding(self, channel: PeerChannel) -> None:
+        """``channel`` carries the forwards from now on: the held ones first."""
+        held, self._held = self._held, []
+        self._base = self.sent - len(held)  # a position is its confirm seq + _base
+        self._channel = channel
+        channel.on_confirm = self._confirmed
+        channel.on_closed = self._forward_channel_closed
+        for exchange, routing_key, header, body in held:
+            channel.publish_encoded(exchange, routing_key, header, body)
+
+    def _forward_channel_closed(self, error: BaseException) -> None:
+        """The owner closed the forward channel (an exchange deleted there a moment
+        ago: 404): its unconfirmed forwards are lost (negative confirms); forwards wait
+        for a new channel."""
+        connection = self.connection
+        self._channel = None
+        if self.state != UP or connection is None or connection.error is not None:
+            return  # the whole link went: _lost does the rest
+        log.warning(
+            "cluster link to node %s (vhost '%s'): forward channel closed: %s", self.node, self.vhost, error
+        )
+        self._fail_waits()
+        self.spawn(self._reopen(connection))
+
+    async def _reopen(self, connection: PeerConnection) -> None:
+        try:
+            channel = await self._forward_channel(connection)
+        except (AMQPError, OSError):
+            self._lost()
+            raise
+        if self.connection is connection and self.state == UP:
+            self._forwarding(channel)
+
+    def _fail_waits(self) -> None:
+        self.settled = self._sealed = self.sent - len(self._held)
+        waits, self._waits = self._waits, deque()
+        for wait in waits:
+            wait[2](False)
 
     def _lost(self) -> None:
         """The connection went (or never came): fail what waits, end the relays."""
@@ -486,10 +532,7 @@ class PeerLink:
         self.connection = self._channel = self._get_channel = None
         self._held.clear()
         self._last = None
-        self.settled = self._sealed = self.sent
-        waits, self._waits = self._waits, deque()
-        for wait in waits:
-            wait[2](False)
+        self._fail_waits()
         relays = list(self.relays) + self._waiting_relays
         self.relays.clear()
         self._waiting_relays = []
@@ -518,9 +561,9 @@ class PeerLink:
         header = self.peers.content_header(message)
         self.sent += 1
         channel = self._channel
-        if self.state == UP and channel is not None:
+        if self.state == UP and channel is not None and channel.is_open:
             channel.publish_encoded(message.exchange, message.routing_key, header, message.body)
-        else:
+        else:  # connecting, or a new forward channel opening
             self._held.append((message.exchange, message.routing_key, header, message.body))
         return True
 
@@ -587,13 +630,17 @@ class PeerLink:
 
     async def _get(self, queue: str, callback: Callable[[Any], None]) -> None:
         answer = None
-        channel, lock = self._get_channel, self._gets
+        lock, connection = self._gets, self.connection
         try:
-            if channel is not None and lock is not None:
+            if lock is not None and connection is not None:
                 async with lock:
+                    channel = self._get_channel
+                    if channel is None or not channel.is_open:  # the owner closed it (404)
+                        channel = self._get_channel = await connection.channel()  # type: ignore[assignment]
+                    assert isinstance(channel, PeerChannel)
                     delivery = await channel.get(queue)
                 if isinstance(delivery, RawDelivery):
-                    count = getattr(channel, "_get_count", 0)
+                    count = channel.get_count
                     answer = (
                         _GetHandle(channel),
                         delivery.delivery_tag,
