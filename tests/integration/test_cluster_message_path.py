@@ -4,6 +4,7 @@ queues, clients on node "a" with pika and stomp.py, over real TCP."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -373,3 +374,27 @@ def test_exchange_missing_on_the_owner_nacks_then_the_link_forwards_again(pair: 
     assert channel.basic_get("q", auto_ack=True) == (None, None, None)
     a.close()
     b.close()
+
+
+def test_delete_over_the_link_honours_if_empty(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",))
+    a = connect(pair, "a")
+    channel = a.channel()
+    channel.confirm_delivery()
+    channel.basic_publish("x", "k", b"one", PERSISTENT)
+    channel.basic_publish("x", "k", b"two", PERSISTENT)
+    broker = pair.brokers["a"]
+    link = pair.peers["a"].link("b", "/")
+
+    def delete(if_empty: bool):
+        async def run():
+            done = asyncio.get_running_loop().create_future()
+            link.delete("q", False, if_empty, lambda count, error: done.set_result((count, error)))
+            return await done
+        return asyncio.run_coroutine_threadsafe(run(), broker._loop).result(10)
+
+    _, error = delete(if_empty=True)
+    assert error is not None and error[0] == 406
+    assert delete(if_empty=False) == (2, None)
+    assert "q" not in pair.brokers["b"].call(lambda: dict(pair.brokers["b"].core.vhosts["/"].queues))
+    a.close()

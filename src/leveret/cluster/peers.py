@@ -40,7 +40,7 @@ from pamqp import commands
 from ..amqp.client import Channel, Connection
 from ..amqp.client.consumer import Consumer as ClientConsumer
 from ..amqp.delivery import Delivery, decode_deliver
-from ..amqp.errors import AMQPError
+from ..amqp.errors import AMQPError, ChannelError
 from ..core.auth import CLUSTER_USER
 from ..core.message import FORMATS
 
@@ -656,6 +656,42 @@ class PeerLink:
         """See :meth:`OwnerLink.purge`."""
         if self.state == UP:
             self.spawn(self._call(commands.Queue.Purge(queue=queue)))
+
+    def delete(
+        self,
+        queue: str,
+        if_unused: bool,
+        if_empty: bool,
+        callback: Callable[[int, tuple[int, str] | None], None],
+    ) -> None:
+        """See :meth:`OwnerLink.delete`."""
+        if self.state != UP:
+            asyncio.get_running_loop().call_soon(
+                callback, 0, (404, f"NOT_FOUND - node {self.node} unreachable")
+            )
+            return
+        self.spawn(self._delete(queue, if_unused, if_empty, callback))
+
+    async def _delete(
+        self,
+        queue: str,
+        if_unused: bool,
+        if_empty: bool,
+        callback: Callable[[int, tuple[int, str] | None], None],
+    ) -> None:
+        connection = self.connection
+        try:
+            if connection is None:
+                raise OSError(f"node {self.node} unreachable")
+            channel = await connection.default_channel()
+            count = await channel.queue_delete(queue, if_unused, if_empty)
+        except ChannelError as exc:
+            callback(0, (exc.reply_code, exc.reply_text))
+            return
+        except (AMQPError, OSError) as exc:
+            callback(0, (404, f"NOT_FOUND - {exc}"))
+            return
+        callback(count, None)
 
     def inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:
         """See :meth:`OwnerLink.inspect`."""

@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from . import queue_class
 from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
 from .host import ConsumerChanged, hands_back
 from .outcome import REJECTED, STORED, Enqueued
@@ -107,6 +108,17 @@ class OwnerLink(Protocol):
     def purge(self, queue: str) -> None:
         """queue.purge ``queue`` on the owner."""
 
+    def delete(
+        self,
+        queue: str,
+        if_unused: bool,
+        if_empty: bool,
+        callback: Callable[[int, tuple[int, str] | None], None],
+    ) -> None:
+        """queue.delete ``queue`` on the owner (``if_unused``, ``if_empty`` as AMQP):
+        ``callback(message_count, None)``, or ``callback(0, (reply_code, reply_text))``
+        when the owner refused (406 in use or not empty, 404) or could not be reached."""
+
     def inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:
         """A passive queue.declare on the owner: ``callback(message_count,
         consumer_count)`` (not called when it fails)."""
@@ -172,7 +184,7 @@ class _Relay:
 class RemoteQueue(Queue):
     """Queue ``name`` of ``host`` owned by node ``owner``, reached through ``link``."""
 
-    type_name = "remote"
+    type_name = "remote"  # an instance takes its real type's (x-queue-type)
 
     def __init__(
         self,
@@ -185,6 +197,10 @@ class RemoteQueue(Queue):
         link: OwnerLink | None,
     ) -> None:
         super().__init__(host, name, durable, None, auto_delete, arguments)
+        real = queue_class(self.arguments)  # what the owner holds: shown as such
+        self.type_name = real.type_name
+        self.rabbitmq_type = real.rabbitmq_type
+        self.channel_prefetch = real.channel_prefetch
         self.timers.cancel_all()  # x-expires and the like are the owner's business
         self.dedup = None
         #: the node that holds the real queue
