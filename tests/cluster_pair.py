@@ -11,7 +11,7 @@ from pathlib import Path
 
 from leveret.cluster.confirms import ClusterConfirms
 from leveret.cluster.owner import accept_peers
-from leveret.cluster.peers import Peers
+from leveret.cluster.peers import FlowGate, Peers
 from leveret.core.queues.remote import RemoteQueue
 from leveret.server.broker import BlockingBroker
 
@@ -38,6 +38,11 @@ class Pair:
         core.cluster = peers  # the node runtime sets a ClusterNode here
         accept_peers(core, SECRET)
         self.peers[name] = peers
+        gate = FlowGate(core.flow.set)  # publishers held by the store's backlog or the links'
+        store = broker.broker.store
+        if store is not None:
+            store.on_flow = gate.store
+        peers.on_flow = gate.links
         for vhost in core.vhosts.values():
             if not isinstance(vhost.store, ClusterConfirms):
                 vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))

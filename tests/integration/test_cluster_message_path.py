@@ -398,3 +398,27 @@ def test_delete_over_the_link_honours_if_empty(pair: Pair) -> None:
     assert delete(if_empty=False) == (2, None)
     assert "q" not in pair.brokers["b"].call(lambda: dict(pair.brokers["b"].core.vhosts["/"].queues))
     a.close()
+
+
+def test_a_slow_owner_holds_the_publishers_on_a(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from leveret.cluster import peers
+
+    monkeypatch.setattr(peers, "FLOW_HIGH", 20)
+    monkeypatch.setattr(peers, "FLOW_LOW", 5)
+    pair.declare("q", "b", "x", ("k",), durable=False)
+    a = connect(pair, "a")
+    channel = a.channel()
+    channel.basic_publish("x", "k", b"warm")  # the link is up
+    assert eventually(lambda: owner_figures(pair, "q")[0] == 1)
+    core = pair.brokers["a"].core
+    stall = threading.Thread(target=pair.brokers["b"].call, args=(time.sleep, 1.5))
+    stall.start()  # b's loop reads nothing for 1.5 s: no confirms
+    for i in range(50):
+        channel.basic_publish("x", "k", b"m%d" % i)
+    assert eventually(lambda: pair.brokers["a"].call(lambda: core.flow.active), wait=pump(a))
+    stall.join()
+    assert eventually(lambda: not pair.brokers["a"].call(lambda: core.flow.active), wait=pump(a))
+    assert eventually(lambda: owner_figures(pair, "q")[0] == 51, wait=pump(a))
+    a.close()

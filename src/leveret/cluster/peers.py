@@ -54,6 +54,9 @@ log = logging.getLogger("leveret.cluster")
 RETRY_SECONDS = 1.0
 #: seconds a link's connection and its calls may take
 TIMEOUT = 5.0
+#: forwards sent and not yet confirmed on one link above which this node's publishers
+#: are held (:mod:`leveret.core.flow`), and under which they are released
+FLOW_HIGH, FLOW_LOW = 20000, 10000
 AMQP_FORMAT = "amqp-0-9-1"
 
 _U32 = struct.Struct(">I").unpack_from
@@ -411,6 +414,8 @@ class PeerLink:
         self._base = 0
         self._nacked: deque[int] = deque(maxlen=4096)
         self._waits: deque[list] = deque()  # [lo, hi, done, ok], by hi
+        #: this link holds the node's publishers (too many forwards unconfirmed)
+        self.flowing = False
         self._down_at = -RETRY_SECONDS
         self._tasks: set[asyncio.Task] = set()
         self._gets: asyncio.Lock | None = None
@@ -519,6 +524,9 @@ class PeerLink:
 
     def _fail_waits(self) -> None:
         self.settled = self._sealed = self.sent - len(self._held)
+        if self.flowing:
+            self.flowing = False
+            self.peers.link_flow(self, False)
         waits, self._waits = self._waits, deque()
         for wait in waits:
             wait[2](False)
@@ -560,6 +568,9 @@ class PeerLink:
         self._last = message
         header = self.peers.content_header(message)
         self.sent += 1
+        if self.sent - self.settled > FLOW_HIGH and not self.flowing:
+            self.flowing = True
+            self.peers.link_flow(self, True)
         channel = self._channel
         if self.state == UP and channel is not None and channel.is_open:
             channel.publish_encoded(message.exchange, message.routing_key, header, message.body)
@@ -599,6 +610,9 @@ class PeerLink:
         if settled <= self.settled:
             return
         self.settled = settled
+        if self.flowing and self.sent - settled < FLOW_LOW:
+            self.flowing = False
+            self.peers.link_flow(self, False)
         waits = self._waits
         while waits and waits[0][1] <= settled:
             _, _, done, ok = waits.popleft()
@@ -731,6 +745,21 @@ class Peers:
         self.links: dict[tuple[str, str], PeerLink] = {}
         self.closed = False
         self._content_header: Callable[[Message], bytes] | None = None
+        #: called with True when a link starts holding publishers back, False when none
+        #: does any more (see :class:`FlowGate`)
+        self.on_flow: Callable[[bool], None] | None = None
+        self._flowing: set[PeerLink] = set()
+
+    def link_flow(self, link: PeerLink, active: bool) -> None:
+        """``link`` has too many forwards unconfirmed (True) or no longer (False):
+        :attr:`on_flow` hears when the first link starts or the last one stops."""
+        before = bool(self._flowing)
+        if active:
+            self._flowing.add(link)
+        else:
+            self._flowing.discard(link)
+        if bool(self._flowing) != before and self.on_flow is not None:
+            self.on_flow(bool(self._flowing))
 
     def link(self, node: str, vhost: str) -> PeerLink:
         """The link to ``node`` in ``vhost`` (it connects when first used)."""
@@ -768,3 +797,24 @@ class Peers:
         self.closed = True
         for link in list(self.links.values()):
             await link.close()
+
+
+class FlowGate:
+    """Publisher flow control from two sources: the store's backlog and the links'
+    unconfirmed forwards. ``set_flow`` (``core.flow.set``) is told True while either
+    holds, False once neither does. Wire it as ``store.on_flow = gate.store`` and
+    ``peers.on_flow = gate.links``."""
+
+    def __init__(self, set_flow: Callable[[bool], None]) -> None:
+        self._set = set_flow
+        self._store = self._links = False
+
+    def store(self, active: bool) -> None:
+        """The store's backlog passed its high mark (True) or its low mark (False)."""
+        self._store = active
+        self._set(self._store or self._links)
+
+    def links(self, active: bool) -> None:
+        """A link started holding publishers (True), or none does any more (False)."""
+        self._links = active
+        self._set(self._store or self._links)
