@@ -422,3 +422,30 @@ def test_a_slow_owner_holds_the_publishers_on_a(pair: Pair, monkeypatch: pytest.
     assert eventually(lambda: not pair.brokers["a"].call(lambda: core.flow.active), wait=pump(a))
     assert eventually(lambda: owner_figures(pair, "q")[0] == 51, wait=pump(a))
     a.close()
+
+
+def test_stomp_selector_on_a_is_applied_by_the_owner(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",))
+    a = connect(pair, "a")
+    channel = a.channel()
+    channel.confirm_delivery()
+    for i in range(6):
+        properties = pika.BasicProperties(delivery_mode=2, headers={"colour": "red" if i % 2 else "blue"})
+        channel.basic_publish("x", "k", b"m%d" % i, properties)
+    stomp_port = int(pair.brokers["a"].stomp_url.rsplit(":", 1)[1])
+    received: list[str] = []
+
+    class Listener(stomp.ConnectionListener):
+        def on_message(self, frame) -> None:
+            received.append(frame.body)
+
+    client = stomp.Connection([("127.0.0.1", stomp_port)])
+    client.set_listener("", Listener())
+    client.connect("guest", "guest", wait=True)
+    client.subscribe("/amq/queue/q", id="1", ack="auto", headers={"selector": "colour = 'red'"})
+    eventually(lambda: len(received) == 3)
+    time.sleep(0.2)
+    assert received == ["m1", "m3", "m5"]
+    assert eventually(lambda: owner_figures(pair, "q")[0] == 3)
+    client.disconnect()
+    a.close()

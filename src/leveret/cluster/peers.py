@@ -269,6 +269,9 @@ class Relay:
         except (AMQPError, OSError) as exc:
             log.info("relay of queue '%s' from node %s ended: %s", self.queue, self.link.node, exc)
             self.ended()
+        except (TypeError, ValueError) as exc:  # arguments AMQP cannot carry
+            log.warning("relay of queue '%s' from node %s refused: %s", self.queue, self.link.node, exc)
+            self.ended()
 
     def _delivered(self, delivery: Delivery) -> None:
         assert isinstance(delivery, RawDelivery)

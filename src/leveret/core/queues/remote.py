@@ -272,8 +272,8 @@ class RemoteQueue(Queue):
     @hands_back
     def add_consumer(self, consumer: Consumer) -> None:
         """Relay ``consumer`` from the owner: basic.qos its prefetch (or its session's,
-        or :data:`UNLIMITED_WINDOW`), manual acks, its exclusive flag, priority and
-        arguments."""
+        or :data:`UNLIMITED_WINDOW`), manual acks, its exclusive flag, priority,
+        selector (``x-selector``) and arguments."""
         relay = _Relay(self, consumer)
         self._relays[id(consumer)] = relay
         consumer.examined = 0
@@ -288,6 +288,8 @@ class RemoteQueue(Queue):
         arguments = dict(consumer.arguments or {})
         if consumer.priority and "x-priority" not in arguments:
             arguments["x-priority"] = consumer.priority
+        if consumer.selector is not None:  # the owner filters (AMQP's x-selector)
+            arguments["x-selector"] = consumer.selector.text
         prefetch = consumer.prefetch or consumer.global_prefetch or UNLIMITED_WINDOW
         if link is None:
             relay.cancelled = True
