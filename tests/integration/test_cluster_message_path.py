@@ -449,3 +449,18 @@ def test_stomp_selector_on_a_is_applied_by_the_owner(pair: Pair) -> None:
     assert eventually(lambda: owner_figures(pair, "q")[0] == 3)
     client.disconnect()
     a.close()
+
+
+def test_links_are_not_listed_nor_limited_as_client_connections(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",))
+    b_core = pair.brokers["b"].core
+    pair.brokers["b"].call(lambda: b_core.vhosts["/"].limits.update({"max-connections": 1}))
+    client_on_b = connect(pair, "b")  # the one client connection b allows
+    a = connect(pair, "a")
+    channel = a.channel()
+    channel.confirm_delivery()
+    channel.basic_publish("x", "k", b"through the link", PERSISTENT)  # the link is not refused
+    assert owner_figures(pair, "q")[0] == 1
+    assert pair.brokers["b"].call(lambda: len(b_core.connections)) == 1
+    a.close()
+    client_on_b.close()
