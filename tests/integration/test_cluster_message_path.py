@@ -464,3 +464,23 @@ def test_links_are_not_listed_nor_limited_as_client_connections(pair: Pair) -> N
     assert pair.brokers["b"].call(lambda: len(b_core.connections)) == 1
     a.close()
     client_on_b.close()
+
+
+def test_acks_after_basic_cancel_still_reach_the_owner(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",))
+    a = connect(pair, "a")
+    channel = a.channel()
+    channel.confirm_delivery()
+    for i in range(10):
+        channel.basic_publish("x", "k", b"m%d" % i, PERSISTENT)
+    consumer = a.channel()
+    consumer.basic_qos(prefetch_count=3)
+    got: list[int] = []
+    tag = consumer.basic_consume("q", lambda ch, m, p, body: got.append(m.delivery_tag))
+    eventually(lambda: len(got) == 3, wait=pump(a))
+    consumer.basic_cancel(tag)
+    assert eventually(lambda: owner_figures(pair, "q") == (7, 3, 0), wait=pump(a))
+    for delivery_tag in got:  # settled after the cancel: acknowledged on the owner, not requeued
+        consumer.basic_ack(delivery_tag)
+    assert eventually(lambda: owner_figures(pair, "q") == (7, 0, 0), wait=pump(a))
+    a.close()

@@ -244,7 +244,8 @@ class Relay:
         self.arguments = arguments
         self.channel: PeerChannel | None = None
         self.consumer: ClientConsumer | None = None
-        self.done = False  # ended or closed
+        self.done = False  # closed
+        self._ended = False  # the sink was told the relay ended
         self._cancelled = False
         self._acks: list[int] = []  # acknowledged this turn, not sent yet
         self._low = 1  # every delivery tag below is settled
@@ -266,6 +267,8 @@ class Relay:
             )
             if self._cancelled:
                 await self.consumer.cancel()
+            if self.done:  # closed while it opened
+                await channel.close()
         except (AMQPError, OSError) as exc:
             log.info("relay of queue '%s' from node %s ended: %s", self.queue, self.link.node, exc)
             self.ended()
@@ -279,16 +282,15 @@ class Relay:
         self.sink.delivered(delivery.delivery_tag, delivery.redelivered, message)
 
     def ended(self) -> None:
-        """The owner cancelled the consumer, or the channel or link went."""
-        if self.done:
+        """The owner cancelled the consumer, or the channel or link went: the sink
+        hears of it once, and closes the relay (:meth:`close`) once its consumer
+        settled the deliveries it holds (the channel stays open for them meanwhile,
+        if it still is)."""
+        if self.done or self._ended:
             return
-        self.done = True
-        self.link.relays.discard(self)
+        self._ended = True
         self._flush_acks()
         self.sink.ended()
-        channel = self.channel
-        if channel is not None and channel.is_open:
-            self.link.spawn(channel.close())
 
     def ack(self, tag: int) -> None:
         """Acknowledge the owner's ``tag``: gathered for this turn, then sent as few

@@ -167,7 +167,13 @@ class _Relay:
         if self.cancelled:
             return
         self.cancelled = True
-        self.buffer.clear()  # the owner requeued them when the relay's channel went
+        handle = self.handle
+        if handle is not None:  # still unacknowledged on the owner: back to its queue
+            for entry in self.buffer:
+                handle.nack(entry.seq, True)
+            if not self.outstanding:  # else once the consumer settled what it holds
+                handle.close()
+        self.buffer.clear()
         queue._relays.pop(id(self.consumer), None)
         if self.consumer in queue.consumers:
             queue.forget_consumer(self.consumer)
