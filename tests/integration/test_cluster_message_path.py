@@ -484,3 +484,17 @@ def test_acks_after_basic_cancel_still_reach_the_owner(pair: Pair) -> None:
         consumer.basic_ack(delivery_tag)
     assert eventually(lambda: owner_figures(pair, "q") == (7, 0, 0), wait=pump(a))
     a.close()
+
+
+def test_node_lost_drops_the_link_at_once(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",))
+    a = connect(pair, "a")
+    consumer = a.channel()
+    cancelled: list[str] = []
+    consumer.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = consumer.basic_consume("q", lambda ch, m, p, body: None)
+    assert eventually(lambda: owner_figures(pair, "q")[2] == 1, wait=pump(a))
+    pair.brokers["a"].call(pair.peers["a"].node_lost, "b")  # as the node runtime says when b's lock went
+    assert eventually(lambda: cancelled == [tag], wait=pump(a))
+    assert eventually(lambda: owner_figures(pair, "q")[2] == 0, wait=pump(a))  # b saw the link go
+    a.close()

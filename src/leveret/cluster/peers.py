@@ -22,6 +22,8 @@ needed; each is one AMQP connection to the peer, logged in as
 
 A lost link fails its unconfirmed forwards (negative confirms) and ends its relays (the
 local consumers are cancelled); the next use after :data:`RETRY_SECONDS` connects again.
+A link with more than :data:`FLOW_HIGH` forwards unconfirmed holds the node's publishers
+(:class:`FlowGate`, with the store's backlog) until it is back under :data:`FLOW_LOW`.
 """
 
 from __future__ import annotations
@@ -795,7 +797,10 @@ class Peers:
         """``node`` is gone: its links drop what waits on them."""
         for (name, _), link in list(self.links.items()):
             if name == node:
+                connection = link.connection
                 link._lost()
+                if connection is not None:
+                    connection._abort()
 
     async def close(self) -> None:
         """Close every link."""
