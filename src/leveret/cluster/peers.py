@@ -426,6 +426,7 @@ class PeerLink:
         self._down_at = -RETRY_SECONDS
         self._tasks: set[asyncio.Task] = set()
         self._gets: asyncio.Lock | None = None
+        self._attempt = 0  # connection attempts: a late answer to an old one is dropped
 
     # -- the connection -----------------------------------------------------------------
     @property
@@ -440,7 +441,8 @@ class PeerLink:
         if self.state == DOWN and loop.time() - self._down_at >= RETRY_SECONDS and not self.peers.closed:
             self.state = CONNECTING
             self._base = self.settled = self.sent
-            self.spawn(self._connect())
+            self._attempt += 1
+            self.spawn(self._connect(self._attempt))
 
     def spawn(self, coroutine: Any) -> None:
         """Run ``coroutine`` as a task of this link (kept until done); a link that went
@@ -455,7 +457,7 @@ class PeerLink:
         except (AMQPError, OSError) as exc:
             log.debug("cluster link to node %s: %s", self.node, exc)
 
-    async def _connect(self) -> None:
+    async def _connect(self, attempt: int) -> None:
         address = self.peers.address_of(self.node)
         try:
             if address is None:
@@ -474,9 +476,10 @@ class PeerLink:
             assert isinstance(get_channel, PeerChannel)
         except (AMQPError, OSError) as exc:
             log.warning("cluster link to node %s (vhost '%s') failed: %s", self.node, self.vhost, exc)
-            self._lost()
+            if attempt == self._attempt:
+                self._lost()
             return
-        if self.state != CONNECTING:  # closed meanwhile
+        if self.state != CONNECTING or attempt != self._attempt:  # given up meanwhile
             await connection.close()
             return
         self.connection = connection
@@ -743,7 +746,8 @@ class PeerLink:
 
 class Peers:
     """This node's links: one :class:`PeerLink` per (node, vhost), made on first use.
-    ``address_of(node)`` gives the ``(host, amqp_port)`` of a node (None: unknown);
+    ``address_of(node)`` gives the ``(host, amqp_port)`` of a node (None: unknown),
+    at once (it runs on the event loop: from what the node knows, never a query);
     ``secret`` is the cluster secret the peers' owner sides accept."""
 
     def __init__(self, secret: str, address_of: Callable[[str], tuple[str, int] | None]) -> None:
