@@ -141,8 +141,14 @@ def main() -> None:
     nodes = {}
     for name in ("b", "a"):
         command = [
-            sys.executable, __file__, "--serve", name, "--ports", f"{ports['a']},{ports['b']}",
-            "--data-dir", f"{tmp}/{name}",
+            sys.executable,
+            __file__,
+            "--serve",
+            name,
+            "--ports",
+            f"{ports['a']},{ports['b']}",
+            "--data-dir",
+            f"{tmp}/{name}",
         ] + (["--persistent"] if args.persistent else [])
         proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         nodes[name] = proc
