@@ -142,7 +142,7 @@ class ClusterNode:
         accept_peers(self.core, secret)
         for vhost in self.core.vhosts.values():
             if vhost.store is not None and not isinstance(vhost.store, ClusterConfirms):
-                vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))
+                vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))  # type: ignore[assignment]
         return peers
 
     def address_of(self, node: str) -> tuple[str, int] | None:

@@ -31,10 +31,10 @@ class NotClustered(RuntimeError):
     """:func:`accept_peers` on a broker that is not an active node."""
 
 
-def accept_peers(core: BrokerCore, secret: str) -> None:
+def accept_peers(core: BrokerCore, secret: str | None) -> None:
     """Accept the other nodes of the cluster (user ``leveret-cluster``, password
     ``secret``). Raises NotClustered unless ``core.cluster`` is set, ValueError for an
-    empty secret."""
+    empty or missing secret."""
     if getattr(core, "cluster", None) is None:
         raise NotClustered("the cluster's peer user is accepted on an active cluster node only")
     if not secret:

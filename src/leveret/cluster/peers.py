@@ -748,9 +748,12 @@ class Peers:
     """This node's links: one :class:`PeerLink` per (node, vhost), made on first use.
     ``address_of(node)`` gives the ``(host, amqp_port)`` of a node (None: unknown),
     at once (it runs on the event loop: from what the node knows, never a query);
-    ``secret`` is the cluster secret the peers' owner sides accept."""
+    ``secret`` is the cluster secret the peers' owner sides accept (ValueError if empty
+    or None)."""
 
-    def __init__(self, secret: str, address_of: Callable[[str], tuple[str, int] | None]) -> None:
+    def __init__(self, secret: str | None, address_of: Callable[[str], tuple[str, int] | None]) -> None:
+        if not secret:
+            raise ValueError("the cluster secret must not be empty")
         self.secret = secret
         self.address_of = address_of
         self.links: dict[tuple[str, str], PeerLink] = {}
