@@ -134,12 +134,15 @@ class ClusterNode:
         try:
             from .confirms import ClusterConfirms
             from .owner import accept_peers
-            from .peers import Peers
+            from .peers import FlowGate, Peers
         except ImportError:  # the message path is not there yet: a one-node cluster
             return None
         secret = self.settings.cluster_secret or await asyncio.to_thread(self.catalog.secret)
         peers = Peers(secret, self.address_of)
         accept_peers(self.core, secret)
+        gate = FlowGate(self.core.flow.set)  # publishers held by the store's backlog or the links'
+        self.store.on_flow = gate.store
+        peers.on_flow = gate.links
         for vhost in self.core.vhosts.values():
             if vhost.store is not None and not isinstance(vhost.store, ClusterConfirms):
                 vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))  # type: ignore[assignment]
