@@ -40,7 +40,7 @@ class ConfirmingLink(Protocol):
 
 
 class _Group:
-    __slots__ = ("callbacks", "inner", "ok", "stored", "waiting")
+    __slots__ = ("callbacks", "changes", "inner", "ok", "stored", "waiting")
 
     def __init__(self, inner: object) -> None:
         self.inner = inner  # the store's batch token when the group began
@@ -48,6 +48,7 @@ class _Group:
         self.waiting = 1  # released when sealed
         self.ok = True
         self.stored = False  # waits for the store already
+        self.changes = 0  # the store's definition_changes when it started to
 
 
 class ClusterConfirms:
@@ -101,14 +102,19 @@ class ClusterConfirms:
         forward sent so far (by the end of this turn) is confirmed by its owner."""
         group = self.batch_token()
         assert isinstance(group, _Group)
-        if not group.stored and self._store.pending:
-            self._wait_store(group)
+        self._wait_store(group)
         group.callbacks.append(callback)
 
     def _wait_store(self, group: _Group) -> None:
-        group.stored = True
-        group.waiting += 1
-        self._store.when_durable(lambda ok: self._done(group, ok))
+        """The group waits for the store, once, and again after definition changes (the
+        cluster's replicating store then also waits for every node to apply them)."""
+        store = self._store
+        changes = getattr(store, "definition_changes", 0)
+        if store.pending and (not group.stored or changes != group.changes):
+            group.stored = True
+            group.changes = changes
+            group.waiting += 1
+            store.when_durable(lambda ok: self._done(group, ok))
 
     def _end_of_turn(self) -> None:
         self._seal_soon = False
@@ -120,8 +126,7 @@ class ClusterConfirms:
         if group is None or not group.callbacks:
             return
         self._groups.append(group)
-        if not group.stored and self._store.pending:
-            self._wait_store(group)
+        self._wait_store(group)
         done = lambda ok: self._done(group, ok)  # noqa: E731
         for link in self._links():
             group.waiting += 1
