@@ -498,3 +498,18 @@ def test_node_lost_drops_the_link_at_once(pair: Pair) -> None:
     assert eventually(lambda: cancelled == [tag], wait=pump(a))
     assert eventually(lambda: owner_figures(pair, "q")[2] == 0, wait=pump(a))  # b saw the link go
     a.close()
+
+
+def test_a_full_queue_on_the_owner_nacks_the_publish_on_a(pair: Pair) -> None:
+    pair.declare("q", "b", "x", ("k",), arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
+    a = connect(pair, "a")
+    channel = a.channel()
+    channel.confirm_delivery()
+    channel.basic_publish("x", "k", b"one", PERSISTENT)
+    channel.basic_publish("x", "k", b"two", PERSISTENT)
+    with pytest.raises(pika.exceptions.NackError):
+        channel.basic_publish("x", "k", b"three", PERSISTENT)
+    assert owner_figures(pair, "q")[0] == 2
+    channel.basic_get("q", auto_ack=True)
+    channel.basic_publish("x", "k", b"four", PERSISTENT)  # room again: confirmed
+    a.close()
