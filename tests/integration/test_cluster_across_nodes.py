@@ -13,8 +13,10 @@ from targets import unique
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
-@pytest.fixture
-def nodes(postgres, tmp_path):
+@pytest.fixture(scope="module")
+def nodes(postgres, tmp_path_factory):
+    """Two nodes for the module's tests (each uses queues of its own)."""
+    tmp_path = tmp_path_factory.mktemp("across")
     started = start_nodes(tmp_path, postgres.url, unique("across").replace("-", "_"), 2)
     yield started
     for node in started:
