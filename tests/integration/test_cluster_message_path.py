@@ -513,3 +513,19 @@ def test_a_full_queue_on_the_owner_nacks_the_publish_on_a(pair: Pair) -> None:
     channel.basic_get("q", auto_ack=True)
     channel.basic_publish("x", "k", b"four", PERSISTENT)  # room again: confirmed
     a.close()
+
+
+def test_cc_and_bcc_keys_route_on_the_owner(pair: Pair) -> None:
+    pair.declare("main", "b", "x", ("k",))
+    pair.declare("copied", "b", "x", ("k2",))
+    pair.declare("hidden", "b", "x", ("k3",))
+    a = connect(pair, "a")
+    channel = a.channel()
+    channel.confirm_delivery()
+    properties = pika.BasicProperties(delivery_mode=2, headers={"CC": ["k2"], "BCC": ["k3"]})
+    channel.basic_publish("x", "k", b"m", properties)
+    for queue in ("main", "copied", "hidden"):
+        assert owner_figures(pair, queue)[0] == 1, queue
+        _, props, body = channel.basic_get(queue, auto_ack=True)
+        assert body == b"m" and props.headers == {"CC": ["k2"]}  # BCC never reaches a consumer
+    a.close()

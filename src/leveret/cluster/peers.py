@@ -39,6 +39,7 @@ from urllib.parse import quote
 
 from pamqp import commands
 
+from ..amqp import field_table
 from ..amqp.client import Channel, Connection
 from ..amqp.client.consumer import Consumer as ClientConsumer
 from ..amqp.delivery import Delivery, decode_deliver
@@ -73,6 +74,27 @@ def _settle_frame(channel: int, method: int, tag: int, bits: int) -> bytes:
     """basic.ack/reject/nack ``tag`` on ``channel`` (``bits``: multiple 1, requeue 2
     for nack; requeue 1 for reject), encoded by hand."""
     return _SETTLE(1, channel, 13, 60, method, tag, bits, 0xCE)
+
+
+def with_bcc(header: bytes, keys: tuple[str, ...]) -> bytes:
+    """``header`` with a ``BCC`` header again for the sender-selected ``keys`` (CC keys
+    first, then BCC's) that its ``CC`` header does not name: the publishing node took
+    ``BCC`` out (RabbitMQ's rule), and the owner routes the forward again with it (and
+    takes it out again before any consumer sees it)."""
+    offset = field_table.headers_offset(header)
+    if offset is None:
+        return header
+    try:
+        table, end = field_table.decode_table(header, offset)
+    except ValueError:
+        return header
+    cc = table.get("CC")
+    named = len([v for tag, v in cc[1] if tag == "S"]) if cc is not None and cc[0] == "A" else 0
+    hidden = keys[named:]
+    if not hidden or "BCC" in table:
+        return header
+    table["BCC"] = ("A", [("S", key.encode()) for key in hidden])
+    return header[:offset] + field_table.encode_table(table) + header[end:]
 
 
 @dataclass
@@ -798,7 +820,10 @@ class Peers:
             from ..protocol.amqp.message import content_header  # the AMQP adapter's rendering
 
             render = self._content_header = content_header
-        return render(message)
+        header = render(message)
+        if message.cc:
+            header = with_bcc(header, message.cc)
+        return header
 
     def node_lost(self, node: str) -> None:
         """``node`` is gone: its links drop what waits on them."""
