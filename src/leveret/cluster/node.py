@@ -134,20 +134,39 @@ class ClusterNode:
         secret: ``cluster_secret``, else the one kept in the catalog), and every vhost's
         store waits for the links' confirms (:mod:`.confirms`)."""
         secret = self.settings.cluster_secret or str(await asyncio.to_thread(self.catalog.secret))
-        peers = Peers(secret, self.address_of)
+        peers = Peers(secret, self.address_of, self.look_up)
         accept_peers(self.core, secret)
         gate = FlowGate(self.core.flow.set)  # publishers held by the store's backlog or the links'
         self.store.on_flow = gate.store
         peers.on_flow = gate.links
+        self.peers = peers
         for vhost in self.core.vhosts.values():
-            if vhost.store is not None and not isinstance(vhost.store, ClusterConfirms):
-                vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))  # type: ignore[assignment]
+            self.vhost_added(vhost)
         return peers
+
+    def vhost_added(self, vhost: Any) -> None:
+        """Every vhost of the node, those it starts with and those made later (core's
+        ``add_vhost`` tells :class:`.replication.Replication`, which calls this): its
+        publisher confirms also wait for the owners of its remote queues
+        (:class:`.confirms.ClusterConfirms` on the vhost's store)."""
+        peers = self.peers
+        if peers is not None and vhost.store is not None and not isinstance(vhost.store, ClusterConfirms):
+            vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))
 
     def address_of(self, node: str) -> tuple[str, int] | None:
         """``(host, amqp port)`` node ``node`` registered (None: unknown)."""
         row = next((r for r in self._rows if r.name == node), None)
         return (row.host, row.amqp_port) if row is not None else None
+
+    async def look_up(self, node: str) -> tuple[str, int] | None:
+        """``(host, amqp port)`` of ``node`` read from the catalog now (a node that
+        joined since the last look, 0.5 s at most); None: unknown, or the catalog
+        cannot be read."""
+        try:
+            self._rows = await asyncio.to_thread(self.catalog.nodes)
+        except Exception as exc:  # (psycopg's errors) the link fails, and tries again later
+            log.warning("cluster: cannot read the nodes' addresses: %s", exc)
+        return self.address_of(node)
 
     async def advertise(self, amqp_port: int, http_port: int | None) -> None:
         """The listeners are bound: register their real ports (a port 0 in the settings)."""

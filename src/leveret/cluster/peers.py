@@ -32,7 +32,7 @@ import asyncio
 import logging
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -443,6 +443,9 @@ class PeerLink:
         self._base = 0
         self._nacked: deque[int] = deque(maxlen=4096)
         self._waits: deque[list] = deque()  # [lo, hi, done, ok], by hi
+        # (lo, hi]: forwards lost with a connection or channel before a seal covered
+        # them; the seal that does fails its wait (a negative confirm)
+        self._lost_ranges: deque[tuple[int, int]] = deque()
         #: this link holds the node's publishers (too many forwards unconfirmed)
         self.flowing = False
         self._down_at = -RETRY_SECONDS
@@ -482,6 +485,8 @@ class PeerLink:
     async def _connect(self, attempt: int) -> None:
         address = self.peers.address_of(self.node)
         try:
+            if address is None and self.peers.look_up is not None:
+                address = await self.peers.look_up(self.node)
             if address is None:
                 raise OSError(f"no address known for node {self.node}")
             host, port = address
@@ -555,7 +560,12 @@ class PeerLink:
             self._forwarding(channel)
 
     def _fail_waits(self) -> None:
-        self.settled = self._sealed = self.sent - len(self._held)
+        """Every forward sent so far (the held ones aside) is lost: the waits fail now,
+        and the seal that covers the forwards no seal covered yet fails too."""
+        lost_to = self.sent - len(self._held)
+        if lost_to > self._sealed:
+            self._lost_ranges.append((self._sealed, lost_to))
+        self.settled = lost_to
         if self.flowing:
             self.flowing = False
             self.peers.link_flow(self, False)
@@ -617,12 +627,18 @@ class PeerLink:
         """See :meth:`.confirms.ConfirmingLink.seal`."""
         lo, hi = self._sealed, self.sent
         self._sealed = hi
+        lost = False
+        if self._lost_ranges:
+            ranges = self._lost_ranges
+            lost = any(start < hi and lo < end for start, end in ranges)
+            while ranges and ranges[0][1] <= hi:
+                ranges.popleft()
         if hi <= self.settled:
-            if not any(lo < seq <= hi for seq in self._nacked):
+            if not lost and not any(lo < seq <= hi for seq in self._nacked):
                 return False
             done(False)
             return True
-        self._waits.append([lo, hi, done, True])
+        self._waits.append([lo, hi, done, not lost])
         return True
 
     def _confirmed(self, tag: int, multiple: bool, acked: bool) -> None:
@@ -770,14 +786,21 @@ class Peers:
     """This node's links: one :class:`PeerLink` per (node, vhost), made on first use.
     ``address_of(node)`` gives the ``(host, amqp_port)`` of a node (None: unknown),
     at once (it runs on the event loop: from what the node knows, never a query);
-    ``secret`` is the cluster secret the peers' owner sides accept (ValueError if empty
-    or None)."""
+    ``look_up(node)``, if given, is awaited when that knows nothing (a node that joined
+    since the last look at the catalog); ``secret`` is the cluster secret the peers'
+    owner sides accept (ValueError if empty or None)."""
 
-    def __init__(self, secret: str | None, address_of: Callable[[str], tuple[str, int] | None]) -> None:
+    def __init__(
+        self,
+        secret: str | None,
+        address_of: Callable[[str], tuple[str, int] | None],
+        look_up: Callable[[str], Awaitable[tuple[str, int] | None]] | None = None,
+    ) -> None:
         if not secret:
             raise ValueError("the cluster secret must not be empty")
         self.secret = secret
         self.address_of = address_of
+        self.look_up = look_up
         self.links: dict[tuple[str, str], PeerLink] = {}
         self.closed = False
         self._content_header: Callable[[Message], bytes] | None = None

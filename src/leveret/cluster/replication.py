@@ -18,7 +18,7 @@ milliseconds, not a polling period; the poll only covers a lost notification.
 
 Queues: every node holds every queue under its name; the owner node a real one,
 the others a :class:`~leveret.core.queues.remote.RemoteQueue` (its ``link`` from the
-``link_for(owner)`` the node gives). A change of kind ``owner`` (a takeover or move,
+``link_for(owner, vhost)`` the node gives). A change of kind ``owner`` (a takeover or move,
 data ``{"node", "queue_id"}``) retargets remote queues; the node that becomes the owner
 gets ``on_acquired(vhost, name, queue_id)`` (the node runtime restores the real queue
 from the store). A queue deleted on any node is deleted on its owner (consumers
@@ -118,8 +118,10 @@ class Replication:
         #: what core writes to: the node's store, logging changes
         self.store = raw if isinstance(raw, ReplicatingStore) else ReplicatingStore(raw, self.node)
         link = getattr(cluster, "link", None)
-        self.link_for: Callable[[str], Any] = link if link is not None else (lambda owner: None)
+        self.link_for: Callable[[str, str], Any] = link if link is not None else (lambda owner, vhost: None)
         self.on_acquired: Callable[[str, str, int], None] | None = getattr(cluster, "on_acquired", None)
+        #: the node's hook for a vhost made after start-up (its store's wrappers)
+        self.on_vhost: Callable[[VirtualHost], None] | None = getattr(cluster, "vhost_added", None)
         settings = getattr(cluster, "settings", None)
         self.default_locator = str(getattr(settings, "queue_leader_locator", CLIENT_LOCAL))
         #: the highest epoch applied (or skipped: this node's own changes)
@@ -295,7 +297,7 @@ class Replication:
             return
         if isinstance(local, RemoteQueue):
             if local.owner != owner:
-                local.retarget(owner, self.link_for(owner))
+                local.retarget(owner, self.link_for(owner, vhost))
             local.durable, local.auto_delete, local.arguments = durable, auto_delete, arguments
             return
         remote = self._remote(host, name, owner, durable, auto_delete, arguments, bool(data.get("exclusive")))
@@ -321,7 +323,7 @@ class Replication:
                 self.on_acquired(vhost, name, queue_id)
             return
         if isinstance(local, RemoteQueue):
-            local.retarget(owner, self.link_for(owner))
+            local.retarget(owner, self.link_for(owner, vhost))
         else:  # moved away from this node: its messages stay in the store for the new owner
             self._to_remote(host, local, owner)
 
@@ -336,7 +338,7 @@ class Replication:
         arguments: dict,
         exclusive: bool = False,
     ) -> RemoteQueue:
-        remote = RemoteQueue(host, name, durable, auto_delete, arguments, owner, self.link_for(owner))
+        remote = RemoteQueue(host, name, durable, auto_delete, arguments, owner, self.link_for(owner, host.name))
         if exclusive:
             remote.exclusive_owner = REMOTE_EXCLUSIVE
         return remote
@@ -384,6 +386,15 @@ class Replication:
         return queue.owner if isinstance(queue, RemoteQueue) else self.node
 
     # -- the Replicator interface (core's hooks) --------------------------------------------
+    def vhost_added(self, vhost: VirtualHost) -> None:
+        """A vhost made while the node runs (another node's change, or a client here):
+        it writes to the replicating store, and the node wraps it as the vhosts it
+        started with (:meth:`.node.ClusterNode.vhost_added`)."""
+        if vhost.store is self.store.inner:
+            vhost.store = self.store
+        if self.on_vhost is not None:
+            self.on_vhost(vhost)
+
     def place_queue(
         self,
         vhost: VirtualHost,
