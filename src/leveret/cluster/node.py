@@ -99,6 +99,12 @@ class ClusterNode:
         self._grace_until = 0.0
         self._tasks: set[asyncio.Task] = set()
         self._started = False
+        #: the node that runs the cluster's dynamic shovels and exchange federation
+        #: links: the live node with the lowest ``number`` (None before the first look)
+        self.runner: str | None = None
+        #: called with True / False when this node becomes / stops being :attr:`runner`
+        #: (the shovel and federation managers start or stop their workers)
+        self.runner_listeners: list[Callable[[bool], None]] = []
 
     # -- start and stop -----------------------------------------------------------------
     async def start(self) -> None:
@@ -319,6 +325,27 @@ class ClusterNode:
         for owner, _ in owners.values():
             owned[owner] = owned.get(owner, 0) + 1
         self._owned = owned
+        numbered = [(row.number, row.name) for row in rows if row.name in self._live]
+        runner = min(numbered)[1] if numbered else self.node
+        if runner != self.runner:
+            was = self.runs_singletons
+            self.runner = runner
+            if self.runs_singletons != was:
+                log.info("node %s %s the cluster's shovels and federation links", self.node,
+                         "runs" if self.runs_singletons else "no longer runs")  # fmt: skip
+                for listener in list(self.runner_listeners):
+                    try:
+                        listener(self.runs_singletons)
+                    except Exception:  # one manager must not stop the others
+                        log.exception("a runner listener failed")
+
+    @property
+    def runs_singletons(self) -> bool:
+        """Whether this node runs the cluster's dynamic shovels and exchange federation
+        links (RabbitMQ runs each dynamic shovel on one node of the cluster): the live
+        node with the lowest ``number``; chosen again at each look (0.5 s) so they move
+        to a survivor when it dies. Queue federation links run on the queue's owner."""
+        return self.runner == self.node and self.fenced is None
 
     def remote_queues(self, owner: str) -> Iterable[tuple[Any, RemoteQueue]]:
         """(vhost, queue) of every RemoteQueue of ``owner``."""

@@ -366,6 +366,7 @@ class Replication:
         for consumer in list(old.consumers):
             consumer.cancel_by_broker()
         old.consumers.clear()
+        host._entity_changed("queue", new.name)  # (queue federation runs where the queue is real)
 
     def _remove(self, host: VirtualHost, queue: Queue) -> None:
         """A queue deleted on another node goes here too (consumers cancelled)."""

@@ -52,6 +52,7 @@ def swap(vhost: VirtualHost, old: Queue, new: Queue) -> None:
         if source.add_binding(moved):
             new.bindings.append(moved)
     old.bindings.clear()
+    vhost._entity_changed("queue", new.name)  # (queue federation runs where the queue is real)
 
 
 def restore_queue(vhost: VirtualHost, stand_in: Queue, queue_id: int, store: Store, counts: Counts) -> Queue:
