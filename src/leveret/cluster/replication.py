@@ -338,7 +338,8 @@ class Replication:
         arguments: dict,
         exclusive: bool = False,
     ) -> RemoteQueue:
-        remote = RemoteQueue(host, name, durable, auto_delete, arguments, owner, self.link_for(owner, host.name))
+        link = self.link_for(owner, host.name)
+        remote = RemoteQueue(host, name, durable, auto_delete, arguments, owner, link)
         if exclusive:
             remote.exclusive_owner = REMOTE_EXCLUSIVE
         return remote
