@@ -14,6 +14,7 @@ in its directory.
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import shutil
@@ -100,6 +101,7 @@ class EmbeddedPostgres:
         if self._user is not None:
             entry = pwd.getpwnam(self._user)
             os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+            _let_others_through(self.dir.parent)
         self.port = port if port is not None else free_port()
         if not (self.data / "PG_VERSION").exists():
             shutil.rmtree(self.data, ignore_errors=True)  # a half-made one: initdb again
@@ -191,6 +193,19 @@ class EmbeddedPostgres:
         with psycopg.connect(self.url, autocommit=True) as conn:
             cursor = conn.execute(statement, params or None)  # type: ignore[arg-type]
             return cursor.fetchall() if cursor.description else []
+
+
+def _let_others_through(directory: Path) -> None:
+    """Give "others" search permission (x, not read) on ``directory`` and its parents
+    where it lacks: the server, run as :data:`UNPRIVILEGED`, must reach its directory
+    (e.g. ``./leveret-data`` under ``/root``). Each change is logged."""
+    for path in (directory, *directory.parents):
+        mode = path.stat().st_mode
+        if not mode & 0o001:
+            path.chmod(mode | 0o001)
+            logging.getLogger("leveret.cluster").warning(
+                "%s: search permission given to others (PostgreSQL runs as %r under root)", path, UNPRIVILEGED
+            )
 
 
 def _postmaster_alive(pid_file: Path) -> bool:
