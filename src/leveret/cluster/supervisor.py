@@ -11,7 +11,9 @@ cores"), not a second one: the supervisor starts N processes ``python -m leveret
   every node, bound with SO_REUSEPORT (the ``reuse_port`` setting): clients connect to one
   address and the kernel spreads the connections over the nodes. A port given as 0 is
   picked once here, so that all nodes share it. Each node also gets a private AMQP port
-  (``cluster_port``) for the other nodes' links, since the shared port reaches any node.
+  (``cluster_port``) for the other nodes' links, since the shared port reaches any node,
+  and its own Prometheus port (the given one plus its index - 1: RabbitMQ's metrics are
+  per node, and a scrape must know which node it reads).
 - Each node has its data directory ``DIR/nodes/HOST-i`` (its ``leveret ctl`` socket) and
   keeps ``--workers`` (connection I/O processes of its own).
 - It prints one ``leveret ready`` line when every node is ready, restarts a node that
@@ -69,6 +71,7 @@ class NodeProcess:
     name: str
     cluster_port: int
     data_dir: Path
+    prometheus_port: int | None
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     ready: threading.Event = field(default_factory=threading.Event)
@@ -112,7 +115,6 @@ class Supervisor:
             "http_port",
             "https_port",
             "amqps_port",
-            "prometheus_port",
             "stomp_port",
             "web_stomp_port",
             "mqtt_port",
@@ -156,7 +158,6 @@ class Supervisor:
         ]
         for option, key in (
             ("--http-port", "http_port"),
-            ("--prometheus-port", "prometheus_port"),
             ("--stomp-port", "stomp_port"),
             ("--web-stomp-port", "web_stomp_port"),
             ("--mqtt-port", "mqtt_port"),
@@ -166,6 +167,7 @@ class Supervisor:
         ):
             port = getattr(settings, key)
             argv += [option, str(-1 if port is None else port)]  # -1: off
+        argv += ["--prometheus-port", str(-1 if node.prometheus_port is None else node.prometheus_port)]
         if self.config_file is not None:
             argv += ["--config", str(Path(self.config_file).absolute())]
         if self.consumer_timeout is not None:
@@ -258,7 +260,12 @@ class Supervisor:
         for index in range(1, self.count + 1):
             name = f"{host}-{index}"
             port = settings.cluster_port + index - 1 if settings.cluster_port else free_port(settings.bind or "0.0.0.0")
-            self.nodes.append(NodeProcess(name, port, self.data_dir / "nodes" / name))
+            metrics = settings.prometheus_port
+            if metrics == 0:
+                metrics = free_port(settings.bind or "0.0.0.0")
+            elif metrics is not None:
+                metrics += index - 1
+            self.nodes.append(NodeProcess(name, port, self.data_dir / "nodes" / name, metrics))
         for node in self.nodes:
             self._spawn(node)
         deadline = time.monotonic() + READY_TIMEOUT
@@ -293,8 +300,9 @@ class Supervisor:
             port = getattr(settings, key)
             if port is not None:
                 lines.append(f"leveret {name}: ws://{host}:{port}/ws")
-        if settings.prometheus_port is not None:
-            lines.append(f"leveret prometheus: http://{host}:{settings.prometheus_port}/metrics")
+        for node in self.nodes:
+            if node.prometheus_port is not None:
+                lines.append(f"leveret prometheus: http://{host}:{node.prometheus_port}/metrics ({node.name})")
         store = "private PostgreSQL " + str(self.data_dir / "postgresql") if self.postgres else "--store"
         lines.append(
             f"leveret nodes: {' '.join(node.name for node in self.nodes)} "
