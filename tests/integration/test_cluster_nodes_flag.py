@@ -76,7 +76,8 @@ class Supervised:
         return pids
 
     def connect(self) -> pika.BlockingConnection:
-        return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.amqp_port, blocked_connection_timeout=10))
+        parameters = pika.ConnectionParameters("127.0.0.1", self.amqp_port, blocked_connection_timeout=10)
+        return pika.BlockingConnection(parameters)
 
     def stop(self) -> int:
         assert self.proc is not None

@@ -106,7 +106,9 @@ if TYPE_CHECKING:  # (loaded when a broker runs: `leveret ctl` imports this modu
     default=None,
     help="Run N cluster nodes on this machine sharing the client ports (docs/cluster.md) [off].",
 )
-@click.option("--reuse-port", is_flag=True, default=None, hidden=True, help="Bind client ports with SO_REUSEPORT.")
+@click.option(
+    "--reuse-port", is_flag=True, default=None, hidden=True, help="Bind client ports with SO_REUSEPORT."
+)
 @click.option(
     "--config",
     "config_file",

