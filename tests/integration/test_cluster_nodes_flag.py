@@ -167,12 +167,16 @@ def test_two_nodes_share_one_port_and_stop_cleanly(workdir) -> None:
         declaring.queue_declare("shared", durable=True)
         publishing = other.channel()
         publishing.confirm_delivery()
-        publishing.basic_publish("", "shared", b"across", pika.BasicProperties(delivery_mode=2))
+        for body in (b"one", b"two"):
+            publishing.basic_publish("", "shared", body, pika.BasicProperties(delivery_mode=2))
+        got = []
         deadline = time.monotonic() + 5
-        body = None
-        while body is None and time.monotonic() < deadline:
-            _, _, body = declaring.basic_get("shared", auto_ack=True)
-        assert body == b"across"
+        for channel in (declaring, publishing):  # the owner's node, then the other
+            body = None
+            while body is None and time.monotonic() < deadline:
+                _, _, body = channel.basic_get("shared", auto_ack=True)
+            got.append(body)
+        assert got == [b"one", b"two"]
     finally:
         for connection in connections:
             if connection.is_open:
