@@ -68,10 +68,14 @@ def processes_naming(text: str) -> dict[int, str]:
         except OSError:
             continue
         line = b" ".join(argv).decode(errors="replace")
-        if text in line:
+        try:  # PostgreSQL's backends and helpers: their working directory is the data
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            cwd = ""
+        if text in line or cwd.startswith(text):
             if "--node" in argv[5:] or b"--node" in argv:
                 name = "node " + argv[argv.index(b"--node") + 1].decode()
-            elif b"postgres" in argv[0]:
+            elif b"postgres" in argv[0] or cwd.startswith(text):
                 name = "postgresql"
             elif b"--nodes" in argv:
                 name = "supervisor"
