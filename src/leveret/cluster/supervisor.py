@@ -279,6 +279,8 @@ class Supervisor:
             elif metrics is not None:
                 metrics += index - 1
             self.nodes.append(NodeProcess(name, port, self.data_dir / "nodes" / name, metrics))
+        if self._stop.is_set():  # a signal while PostgreSQL started
+            return
         for node in self.nodes:
             self._spawn(node)
         deadline = time.monotonic() + READY_TIMEOUT
