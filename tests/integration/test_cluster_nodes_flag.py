@@ -238,3 +238,13 @@ def test_a_node_that_exits_is_started_again(workdir) -> None:
     assert "exited with code -9: starting it again" in cluster.log.read_text()
     assert cluster.stop() == 0
     assert _processes_of(directory) == []
+
+
+def test_nodes_starts_its_own_nodes() -> None:
+    env = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    result = subprocess.run(
+        [sys.executable, "-m", "leveret", "server", "--nodes", "2", "--node", "n1"],
+        capture_output=True, text=True, env=env, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--nodes starts its own nodes" in result.stderr
