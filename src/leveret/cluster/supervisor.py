@@ -125,8 +125,11 @@ class Supervisor:
             "mqtts_port",
             "web_amqp_port",
         ):
-            if getattr(settings, key, None) == 0:
+            port = getattr(settings, key, None)
+            if port == 0:
                 setattr(settings, key, free_port(settings.bind or "0.0.0.0"))
+            elif port is not None:
+                _check_free(settings.bind, port)
 
     def _argv(self, node: NodeProcess) -> list[str]:
         """The command line of one node."""
@@ -252,6 +255,7 @@ class Supervisor:
 
     def _start(self) -> None:
         settings = self.settings
+        self._resolve_ports()  # before anything starts: a port in use ends it here
         if self.store_url is None:
             directory = self.data_dir / "postgresql"
             tcp = not socket_fits(directory)
@@ -264,7 +268,6 @@ class Supervisor:
             except RuntimeError as exc:
                 raise SupervisorError(str(exc)) from None
             self.store_url = self.postgres.url
-        self._resolve_ports()
         host = socket.gethostname().split(".")[0] or "leveret"
         for index in range(1, self.count + 1):
             name = f"{host}-{index}"
@@ -354,6 +357,21 @@ class Supervisor:
                     node.restart_at = None
                     node.restarts += 1
                     self._spawn(node)
+
+
+def _check_free(host: str, port: int) -> None:
+    """SupervisorError if ``host:port`` is bound already. The nodes bind with
+    SO_REUSEPORT, which another process of the same user (another ``--nodes``, say) may
+    have done too: the kernel would then spread clients over two unrelated brokers.
+    A bind without SO_REUSEPORT fails on any bound port, so it is tried first."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    for family, kind, proto, _, address in dict.fromkeys(infos):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listeners
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise SupervisorError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 def _die_with_parent() -> Callable[[], None] | None:
