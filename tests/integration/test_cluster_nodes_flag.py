@@ -248,3 +248,23 @@ def test_nodes_starts_its_own_nodes() -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "--nodes starts its own nodes" in result.stderr
+
+
+def test_a_port_bound_by_another_process_stops_the_start(tmp_path) -> None:
+    # SO_REUSEPORT would let the nodes share it with whoever bound it the same way
+    import socket
+
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        env = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        result = subprocess.run(
+            [sys.executable, "-m", "leveret", "server", "--nodes", "1", "--data-dir", str(tmp_path / "d"),
+             "--amqp-port", str(port)],
+            capture_output=True, text=True, env=env, timeout=30,
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert not (tmp_path / "d" / "postgresql").exists(), "nothing started"
