@@ -81,7 +81,7 @@ class ClusterNode:
         self.takeovers: list[tuple[str, int, float]] = []
         #: the addresses registered (the listeners' real ports once they are bound)
         self.host = settings.cluster_advertise
-        self.amqp_port = settings.amqp_port
+        self.amqp_port = settings.cluster_port or settings.amqp_port  # --nodes: a port of its own
         self.http_port = settings.http_port
         self.now = now
         self.started_at = time.time()

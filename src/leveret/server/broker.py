@@ -354,7 +354,7 @@ class Broker:
             self.federation.start()
             if self.cluster is not None:
                 http = self.management.port if self.management is not None else settings.http_port
-                await self.cluster.advertise(self.amqp_port, http)
+                await self.cluster.advertise(self.cluster_amqp_port, http)
         except BaseException:
             await self._stop_listeners()
             await self._leave_cluster(graceful=False)
