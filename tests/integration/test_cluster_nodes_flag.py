@@ -214,7 +214,7 @@ def test_private_postgresql_keeps_persistent_messages_across_restarts(workdir) -
         if body is None:
             time.sleep(0.2)
     connection.close()
-    assert body == b"persistent"
+    assert body == b"persistent", second.log.read_text()[-6000:]
     assert second.stop() == 0
 
 
