@@ -453,3 +453,7 @@ def set_vm_memory_high_watermark(ctx: Context, absolute: bool, value: str) -> No
 def set_disk_free_limit(ctx: Context, value: str) -> None:
     """Set the free disk space (bytes) below which publishers are blocked."""
     ctx.run("set_disk_free_limit", value=value)
+
+
+# the cluster's commands (cluster_status, forget_cluster_node, move_queue) add themselves
+from . import ctl_cluster  # noqa: E402, F401

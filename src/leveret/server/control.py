@@ -22,7 +22,8 @@ import os
 import pwd
 import socket
 import struct
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,9 @@ class CommandError(Exception):
     """A request that cannot be carried out; its text goes back to ``leveret ctl``."""
 
 
-Handler = Callable[["Broker", dict[str, Any]], dict[str, Any]]
+#: a command: its answer, or an awaitable of it (a command that waits: the cluster's,
+#: :mod:`.control_cluster`)
+Handler = Callable[["Broker", dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]]
 COMMANDS: dict[str, Handler] = {}
 CHANGES: set[str] = set()  # commands that change the broker: audited
 
@@ -681,14 +684,15 @@ def _peer_user(writer: asyncio.StreamWriter) -> str:
         return "?"
 
 
-def carry_out(broker: Broker, request: Any, who: str) -> dict[str, Any]:
+async def carry_out(broker: Broker, request: Any, who: str) -> dict[str, Any]:
     """Answer one request (see the module doc); never raises for bad input."""
     if not isinstance(request, dict) or request.get("command") not in COMMANDS:
         known = ", ".join(sorted(COMMANDS))
         return {"ok": False, "error": f"unknown command; known: {known}"}
     name, args = request["command"], request.get("args") or {}
     try:
-        result = COMMANDS[name](broker, args)
+        answer = COMMANDS[name](broker, args)
+        result = await answer if inspect.isawaitable(answer) else answer
     except KeyError as exc:
         return {"ok": False, "error": f"{name}: missing argument {exc}"}
     except (CommandError, BrokerError) as exc:
@@ -726,7 +730,7 @@ class ControlServer:
                 except ValueError as exc:
                     answer: dict[str, Any] = {"ok": False, "error": f"not JSON: {exc}"}
                 else:
-                    answer = carry_out(self.broker, request, who)
+                    answer = await carry_out(self.broker, request, who)
                 writer.write(json.dumps(answer, default=str).encode() + b"\n")
                 await writer.drain()
         except (ConnectionError, asyncio.LimitOverrunError, ValueError) as exc:
@@ -742,3 +746,7 @@ class ControlServer:
             self._server = None
         if self.path.exists():
             self.path.unlink()
+
+
+# the cluster's commands register themselves (they import this module's ``command``)
+from . import control_cluster  # noqa: E402, F401
