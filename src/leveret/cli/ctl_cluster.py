@@ -19,11 +19,11 @@ def status_text(document: dict[str, Any]) -> str:
     lines += ["Running Nodes", "", *document["running_nodes"], ""]
     lines += ["Versions", ""]
     for node, version in sorted(document["versions"].items()):
-        lines.append(
-            f"{node}: {version['rabbitmq_name']} {version['rabbitmq_version']} on Python {version['erlang_version']}"
-        )
+        name, number = version["rabbitmq_name"], version["rabbitmq_version"]
+        lines.append(f"{node}: {name} {number} on Python {version['erlang_version']}")
     lines += ["", "Maintenance status", ""]
-    lines += [f"Node: {node}, status: {status}" for node, status in sorted(document["maintenance_status"].items())]
+    maintenance = sorted(document["maintenance_status"].items())
+    lines += [f"Node: {node}, status: {status}" for node, status in maintenance]
     lines += ["", "Alarms", ""]
     alarms = [f"{alarm['resource']} alarm on node {alarm['node']}" for alarm in document["alarms"]]
     lines += alarms or ["(none)"]

@@ -558,9 +558,8 @@ class Runtime:
         sources = sorted(self.core.alarm_sources)
         if not sources:
             return _status(True)
-        return _status(
-            False, "resource alarm(s) in effect", alarms=[{"node": self.node_name, "resource": s} for s in sources]
-        )
+        alarms = [{"node": self.node_name, "resource": s} for s in sources]
+        return _status(False, "resource alarm(s) in effect", alarms=alarms)
 
     async def virtual_hosts(self, request: web.Request) -> web.Response:
         return _status(True)  # every vhost runs in the one process

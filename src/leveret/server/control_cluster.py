@@ -160,7 +160,9 @@ async def _move_queue(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     if queue is None:
         raise CommandError(f"queue '{queue_name}' in vhost '{vhost_name}' does not exist")
     if not queue.durable or queue.auto_delete or queue.exclusive_owner is not None:
-        raise CommandError(f"queue '{queue_name}' is not durable (or is exclusive or auto-delete): it stays on its node")
+        raise CommandError(
+            f"queue '{queue_name}' is not durable (or is exclusive or auto-delete): it stays on its node"
+        )
     rows = {str(row["name"]): row for row in await registered_nodes(broker.core)}
     if target not in rows or not running(rows[target]):
         raise CommandError(f"node {target} is not a running node of the cluster")
@@ -172,7 +174,8 @@ async def _move_queue(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + MOVE_SEEN_TIMEOUT
     while cluster.owner_of(vhost_name, queue_name) != target and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    return {"message": f"Moving queue '{queue_name}' in vhost '{vhost_name}' from node {before} to node {target}"}
+    what = f"queue '{queue_name}' in vhost '{vhost_name}'"
+    return {"message": f"Moving {what} from node {before} to node {target}"}
 
 
 __all__ = ["status_document"]
