@@ -10,10 +10,10 @@ in the cluster's catalog, running or not, as RabbitMQ lists its cluster's member
 - another node's row has what the catalog knows of it, truthfully: ``name``, ``type``
   ``"disc"`` (every node keeps its queues in the shared store), ``running`` (its
   advisory lock is held: it is live), ``uptime`` (ms, while running), and leveret's own
-  ``state`` (``running`` or ``left``), ``host``, ``amqp_port``, ``http_port`` and
-  ``queues`` (the queues it owns). RabbitMQ 3.10 answers a member whose statistics it
-  has not collected with just ``name``, ``type``, ``running`` and ``cluster_links``
-  too.
+  fields as ``ClusterNode.nodes()`` gives them (``state``: ``running`` or ``left``;
+  ``amqp`` and ``http``: ``HOST:PORT``; ``queues``: how many it owns …). RabbitMQ
+  3.10 answers a member whose statistics it has not collected with just ``name``,
+  ``type``, ``running`` and ``cluster_links`` too.
 
 A queue's ``node`` is its owner: a :class:`~leveret.core.queues.remote.RemoteQueue`'s
 ``owner``, this node's name for a queue held here. Without a cluster every name stays
@@ -34,8 +34,8 @@ from ..core.queues.remote import RemoteQueue
 #: a queue's ``node`` when the broker is not clustered (the single broker's, as before)
 SINGLE_QUEUE_NODE = "leveret@localhost"
 
-#: the fields of another node's row besides RabbitMQ's, read from ``ClusterNode.nodes()``
-_LEVERET_FIELDS = ("state", "host", "amqp_port", "http_port", "queues")
+#: the fields of ``ClusterNode.nodes()``' rows that the API rows do not repeat
+_NOT_SHOWN = frozenset(("this_node", "live"))
 
 
 def this_node(core: BrokerCore, single: str) -> str:
@@ -97,11 +97,12 @@ def node_rows(core: BrokerCore, nodes: list[dict[str, Any]], local: dict[str, An
 
 def _row(node: dict[str, Any], me: str, local: dict[str, Any]) -> dict:
     name = str(node.get("name", ""))
-    extra = {key: node[key] for key in _LEVERET_FIELDS if key in node}
-    if name == me:
-        return {**local, **extra, "name": name}
+    extra = {key: value for key, value in node.items() if key not in _NOT_SHOWN}
+    if name == me:  # this node's own figures (uptime, memory …) over the catalog's
+        return {**extra, **local, "name": name}
     live = running(node)
     row: dict[str, Any] = {
+        **extra,
         "name": name,
         "type": "disc",
         "running": live,
@@ -109,9 +110,22 @@ def _row(node: dict[str, Any], me: str, local: dict[str, Any]) -> dict:
         "partitions": [],
         "being_drained": False,
     }
-    if live and node.get("uptime") is not None:
+    row.pop("uptime", None)
+    if live and node.get("uptime"):
         row["uptime"] = int(node["uptime"])
-    return {**row, **extra}
+    return row
 
 
-__all__ = ["cluster_name", "node_rows", "queue_node", "registered_nodes", "running", "this_node"]
+def address(node: dict[str, Any], protocol: str) -> tuple[str, int] | None:
+    """A node's ``amqp`` or ``http`` address ``(host, port)`` from its
+    ``ClusterNode.nodes()`` row (``"HOST:PORT"``, or ``host`` and ``amqp_port``), if it
+    registered one."""
+    value = node.get(protocol)
+    if isinstance(value, str) and ":" in value:
+        host, _, port = value.rpartition(":")
+        return (host, int(port)) if port.isdigit() and int(port) else None
+    port = node.get(f"{protocol}_port")
+    return (str(node.get("host") or ""), int(port)) if port else None
+
+
+__all__ = ["address", "cluster_name", "node_rows", "queue_node", "registered_nodes", "running", "this_node"]

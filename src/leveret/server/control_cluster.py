@@ -21,7 +21,7 @@ import platform
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..management.cluster_view import cluster_name, registered_nodes, running, this_node
+from ..management.cluster_view import address, cluster_name, registered_nodes, running, this_node
 from ..management.runtime import NODE
 from ..version import __version__
 from .control import CommandError, command
@@ -81,11 +81,10 @@ async def status_document(broker: Broker) -> dict[str, Any]:
         name = str(row["name"])
         if name == me or not running(row):
             continue
-        host = str(row.get("host") or "")
         listeners[name] = [
-            _listener(name, protocol, host, int(row[key]))
-            for protocol, key in (("amqp", "amqp_port"), ("http", "http_port"))
-            if row.get(key)
+            _listener(name, protocol, *found)
+            for protocol in ("amqp", "http")
+            if (found := address(row, protocol)) is not None
         ]
     return {
         "alarms": [{"node": me, "resource": source} for source in sorted(core.alarm_sources)],

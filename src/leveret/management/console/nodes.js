@@ -32,7 +32,7 @@ export async function nodes() {
       ["state", state],
       ["uptime", (n) => (n.running ? uptime(n.uptime) : "")],
       ["queues", (n) => n.queues ?? "", { num: true }],
-      ["AMQP", (n) => (n.amqp_port ? `${n.host || ""}:${n.amqp_port}` : "")],
+      ["AMQP", (n) => n.amqp || (n.amqp_port ? `${n.host || ""}:${n.amqp_port}` : "")],
       ["memory", (n) => mib(n.mem_used), { num: true }],
       ["file descriptors", (n) => (typeof n.fd_used === "number" ? `${n.fd_used} / ${n.fd_total}` : ""), { num: true }],
     ], rows, { id: "nodes-table" }),
