@@ -122,8 +122,8 @@ def address(node: dict[str, Any], protocol: str) -> tuple[str, int] | None:
     registered one."""
     value = node.get(protocol)
     if isinstance(value, str) and ":" in value:
-        host, _, port = value.rpartition(":")
-        return (host, int(port)) if port.isdigit() and int(port) else None
+        host, _, number = value.rpartition(":")
+        return (host, int(number)) if number.isdigit() and int(number) else None
     port = node.get(f"{protocol}_port")
     return (str(node.get("host") or ""), int(port)) if port else None
 
