@@ -114,7 +114,8 @@ def nodes(postgres, cluster_name, tmp_path_factory) -> Iterator[list[Node]]:
         for name in ("n1", "n2"):
             started.append(Node(directory / name, postgres.url, cluster_name, name))
         for node in started:
-            assert eventually(lambda node=node: running_names(node) == {"n1", "n2"}, WAIT), node.api("/api/nodes")
+            both = eventually(lambda node=node: running_names(node) == {"n1", "n2"}, WAIT)
+            assert both, node.api("/api/nodes")
         yield started
     finally:
         for node in started:
@@ -209,12 +210,13 @@ def test_forgetting_a_running_node_is_refused_and_a_stopped_one_is_forgotten(
         assert eventually(lambda: "n3" in running_names(n1), WAIT)
         n3.terminate()  # a graceful stop: it leaves
         assert eventually(lambda: "n3" not in running_names(n1), WAIT)
-        status, rows = n1.api("/api/nodes")
+        _, rows = n1.api("/api/nodes")
         assert [row["running"] for row in rows if row["name"] == "n3"] == [False]  # still a member
         forgotten = n2.ctl("forget_cluster_node", "n3")
         assert forgotten.returncode == 0, forgotten.stderr
         for node in nodes:
-            assert eventually(lambda node=node: [r["name"] for r in node.api("/api/nodes")[1]] == ["n1", "n2"], WAIT)
+            names = lambda node=node: [row["name"] for row in node.api("/api/nodes")[1]]  # noqa: E731
+            assert eventually(lambda names=names: names() == ["n1", "n2"], WAIT)
     finally:
         n3.kill()
 
@@ -229,7 +231,8 @@ def test_move_queue_moves_a_durable_queue_to_another_node(nodes):
     assert moved.returncode == 0, moved.stderr
     assert "from node n1 to node n2" in moved.stdout
     for node in nodes:
-        assert eventually(lambda node=node: (queue_row(node, "moving") or {}).get("node") == "n2", WAIT), node.name
+        on_n2 = eventually(lambda node=node: (queue_row(node, "moving") or {}).get("node") == "n2", WAIT)
+        assert on_n2, node.name
 
     def got_on(node: Node) -> bytes | None:
         with pika.BlockingConnection(pika.URLParameters(node.url)) as connection:
@@ -245,9 +248,11 @@ def test_each_node_serves_its_own_identity_and_its_own_queues(nodes, cluster_nam
     assert eventually(lambda: queue_row(n1, "metered-on-n2"), WAIT)
     for node in nodes:
         for path in ("/metrics", "/metrics/per-object"):
-            lines = [line for line in node.metrics(path).splitlines() if line.startswith("rabbitmq_identity_info{")]
+            text = node.metrics(path).splitlines()
+            lines = [line for line in text if line.startswith("rabbitmq_identity_info{")]
             assert len(lines) == 1
-            assert f'rabbitmq_node="{node.name}"' in lines[0] and f'rabbitmq_cluster="{cluster_name}"' in lines[0]
+            assert f'rabbitmq_node="{node.name}"' in lines[0]
+            assert f'rabbitmq_cluster="{cluster_name}"' in lines[0]
             assert f'rabbitmq_cluster_permanent_id="leveret-cluster-id-{cluster_name}"' in lines[0]
     series = 'rabbitmq_queue_messages_ready{queue="metered-on-n2",vhost="/"}'
     assert eventually(lambda: series in n2.metrics("/metrics/per-object"), WAIT)
