@@ -1,15 +1,9 @@
-"""``leveret ctl``'s cluster commands (docs/cluster.md): ``cluster_status`` (rabbitmqctl's
-text, or its JSON with ``--formatter json``), ``forget_cluster_node NODE`` and
-``move_queue VHOST QUEUE NODE`` (leveret's own: :mod:`leveret.server.control_cluster`)."""
+"""``leveret ctl cluster_status``'s text: rabbitmqctl 3.10's sections, from the JSON
+document the node answers (:mod:`leveret.server.control_cluster`, docs/cluster.md)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
-
-import click
-
-from .ctl import Context, _show, ctl, pass_ctx, request
 
 
 def status_text(document: dict[str, Any]) -> str:
@@ -35,42 +29,6 @@ def status_text(document: dict[str, Any]) -> str:
             for x in listeners
         ]
     return "\n".join(lines)
-
-
-@ctl.command("cluster_status")
-@click.option("--formatter", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@pass_ctx
-def cluster_status(ctx: Context, formatter: str) -> None:
-    """The cluster's nodes (disk = registered, running = live), its name, listeners."""
-    answer = request(ctx.data_dir, "cluster_status", {})
-    if not answer.get("ok"):
-        _show(answer, None, ctx.quiet)
-    document = answer["document"]
-    if formatter == "json":
-        click.echo(json.dumps(document, separators=(",", ":"), sort_keys=True))
-        return
-    if not ctx.quiet:
-        click.echo(f"Cluster status of node {answer.get('node')} ...")
-    click.echo(status_text(document))
-
-
-@ctl.command("forget_cluster_node")
-@click.argument("node")
-@pass_ctx
-def forget_cluster_node(ctx: Context, node: str) -> None:
-    """Remove a stopped node from the cluster (refused while it runs)."""
-    ctx.run("forget_cluster_node", node=node)
-
-
-@ctl.command("move_queue")
-@click.argument("vhost")
-@click.argument("queue")
-@click.argument("node")
-@pass_ctx
-def move_queue(ctx: Context, vhost: str, queue: str, node: str) -> None:
-    """Move a durable queue to another running node (leveret's own; RabbitMQ's classic
-    queues never move)."""
-    ctx.run("move_queue", vhost=vhost, queue=queue, node=node)
 
 
 __all__ = ["status_text"]

@@ -83,16 +83,15 @@ def running(row: dict[str, Any]) -> bool:
     return bool(row.get("running", row.get("live", False)))
 
 
-def node_rows(core: BrokerCore, nodes: list[dict[str, Any]], local: dict[str, Any]) -> list[dict]:
-    """The ``/api/nodes`` rows of ``nodes`` (``ClusterNode.nodes()``); ``local`` is
-    this node's single-node row. This node is listed even if the catalog has not got
-    its row yet."""
-    me = this_node(core, str(local.get("name", "")))
+def node_rows(nodes: list[dict[str, Any]], local: dict[str, Any]) -> list[dict]:
+    """The ``/api/nodes`` rows of ``nodes`` (``ClusterNode.nodes()``), by name; ``local``
+    is this node's own row (named with its node name). This node is listed even if the
+    catalog has not got its row yet."""
+    me = str(local["name"])
     rows = [_row(node, me, local) for node in nodes]
     if not any(row["name"] == me for row in rows):
-        rows.append({**local, "name": me})
-        rows.sort(key=lambda row: row["name"])
-    return rows
+        rows.append(local)
+    return sorted(rows, key=lambda row: str(row["name"]))
 
 
 def _row(node: dict[str, Any], me: str, local: dict[str, Any]) -> dict:

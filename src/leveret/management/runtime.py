@@ -410,7 +410,7 @@ class Runtime:
         local = self._node_row()
         if self.core.cluster is None:
             return [local]
-        return node_rows(self.core, await registered_nodes(self.core), local)
+        return node_rows(await registered_nodes(self.core), local)
 
     async def nodes(self, request: web.Request) -> web.Response:
         """``GET /api/nodes``: this broker, or every node of its cluster (running or

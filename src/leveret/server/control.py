@@ -35,6 +35,7 @@ from ..core.policy import Policy, check_definition, not_operator_keys
 from ..core.queues import Queue
 from ..core.scheduler import JobInfo
 from ..version import __version__
+from .control_cluster import CLUSTER_COMMANDS
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -748,5 +749,5 @@ class ControlServer:
             self.path.unlink()
 
 
-# the cluster's commands register themselves (they import this module's ``command``)
-from . import control_cluster  # noqa: E402, F401
+for _name, (_handler, _changes) in CLUSTER_COMMANDS.items():  # cluster_status … (docs/cluster.md)
+    command(_name, _changes)(_handler)

@@ -21,13 +21,31 @@ import platform
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..core.errors import BrokerError
 from ..management.cluster_view import address, cluster_name, registered_nodes, running, this_node
 from ..management.runtime import NODE
 from ..version import __version__
-from .control import CommandError, command
 
 if TYPE_CHECKING:
     from .broker import Broker
+
+
+class CommandError(BrokerError):
+    """A cluster command that cannot be carried out; its text goes back to ``leveret ctl``."""
+
+
+#: the commands, by name: ``(handler, changes)`` (``changes``: audited); registered by
+#: :mod:`.control`
+CLUSTER_COMMANDS: dict[str, tuple[Any, bool]] = {}
+
+
+def command(name: str, changes: bool = False) -> Any:
+    def register(handler: Any) -> Any:
+        CLUSTER_COMMANDS[name] = (handler, changes)
+        return handler
+
+    return register
+
 
 #: seconds ``move_queue`` waits for this node to see the queue on its new owner
 MOVE_SEEN_TIMEOUT = 5.0
@@ -177,4 +195,4 @@ async def _move_queue(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     return {"message": f"Moving {what} from node {before} to node {target}"}
 
 
-__all__ = ["status_document"]
+__all__ = ["CLUSTER_COMMANDS", "CommandError", "status_document"]
