@@ -21,9 +21,11 @@ import platform
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..cluster.move import move_queue
 from ..core.errors import BrokerError
 from ..management.cluster_view import address, cluster_name, registered_nodes, running, this_node
 from ..management.runtime import NODE
+from ..store.base import StoreError
 from ..version import __version__
 
 if TYPE_CHECKING:
@@ -186,8 +188,10 @@ async def _move_queue(broker: Broker, args: dict[str, Any]) -> dict[str, Any]:
     before = cluster.owner_of(vhost_name, queue_name)
     if before == target:
         return {"message": f"Queue '{queue_name}' in vhost '{vhost_name}' is already on node {target}"}
-    mover = getattr(cluster, "move_queue", None)  # the node's own hand-over, if it has one
-    await _call(mover if mover is not None else cluster.catalog.move_queue, vhost_name, queue_name, target)
+    try:
+        await move_queue(cluster, vhost_name, queue_name, target)
+    except StoreError as exc:  # the catalog's refusal (CatalogError), a fenced node
+        raise CommandError(str(exc)) from exc
     deadline = time.monotonic() + MOVE_SEEN_TIMEOUT
     while cluster.owner_of(vhost_name, queue_name) != target and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
