@@ -37,7 +37,7 @@ WAIT = 10.0  # seconds a change may take to be seen on every node
 
 class Node:
     """A node process with its AMQP, HTTP and Prometheus ports and its data directory
-    (``leveret ctl --data-dir``)."""
+    (``leveret ctl --data-dir``); :meth:`ready` waits for it."""
 
     def __init__(self, directory: Path, store_url: str, cluster: str, name: str) -> None:
         self.name, self.data = name, directory / "data"
@@ -57,19 +57,22 @@ class Node:
                 ],
                 stdout=subprocess.PIPE, stderr=log, text=True, env=dict(os.environ, **TIMINGS),
             )  # fmt: skip
-        lines: queue.Queue[str] = queue.Queue()
+        self.lines: queue.Queue[str] = queue.Queue()
         stdout = self.proc.stdout
         assert stdout is not None
-        threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+        threading.Thread(target=lambda: [self.lines.put(line) for line in stdout], daemon=True).start()
+
+    def ready(self) -> Node:
+        """Once it printed its ready line (RuntimeError with its log after 30 s)."""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:
-                if lines.get(timeout=0.1).startswith("leveret ready"):
-                    return
+                if self.lines.get(timeout=0.1).startswith("leveret ready"):
+                    return self
             except queue.Empty:
                 pass
         self.kill()
-        raise RuntimeError(f"{name} did not start: {self.log_path.read_text()[-3000:]}")
+        raise RuntimeError(f"{self.name} did not start: {self.log_path.read_text()[-3000:]}")
 
     def api(self, path: str) -> tuple[int, object]:
         request = urllib.request.Request(f"http://127.0.0.1:{self.http_port}{path}")
@@ -111,8 +114,10 @@ def nodes(postgres, cluster_name, tmp_path_factory) -> Iterator[list[Node]]:
     directory = tmp_path_factory.mktemp("cluster-ops")
     started: list[Node] = []
     try:
-        for name in ("n1", "n2"):
+        for name in ("n1", "n2"):  # started together
             started.append(Node(directory / name, postgres.url, cluster_name, name))
+        for node in started:
+            node.ready()
         for node in started:
             both = eventually(lambda node=node: running_names(node) == {"n1", "n2"}, WAIT)
             assert both, node.api("/api/nodes")
@@ -205,7 +210,7 @@ def test_forgetting_a_running_node_is_refused_and_a_stopped_one_is_forgotten(
     assert refused.returncode == 1 and "running" in refused.stderr
     assert n1.ctl("forget_cluster_node", "n1").returncode == 1  # the node the ctl runs on
     assert n1.ctl("forget_cluster_node", "nobody").returncode == 1
-    n3 = Node(tmp_path / "n3", postgres.url, cluster_name, "n3")
+    n3 = Node(tmp_path / "n3", postgres.url, cluster_name, "n3").ready()
     try:
         assert eventually(lambda: "n3" in running_names(n1), WAIT)
         n3.terminate()  # a graceful stop: it leaves
