@@ -245,6 +245,13 @@ def test_move_queue_moves_a_durable_queue_to_another_node(nodes):
             return body if method is not None else None
 
     assert eventually(lambda: got_on(n2), WAIT) == b"m0"  # the new owner serves it
+    declare(n1, "moving", messages=1)  # forwarded to n2, stored there
+    back = n1.ctl("move_queue", "/", "moving", "n1")  # to the node the ctl runs on
+    assert back.returncode == 0, back.stderr
+    for node in nodes:
+        on_n1 = eventually(lambda node=node: (queue_row(node, "moving") or {}).get("node") == "n1", WAIT)
+        assert on_n1, node.name
+    assert eventually(lambda: got_on(n1), WAIT) == b"m0"
 
 
 def test_each_node_serves_its_own_identity_and_its_own_queues(nodes, cluster_name):
