@@ -118,3 +118,20 @@ def writer_pid(postgres, cluster: str, node: str) -> int | None:
         f"{cluster}/{node}",
     )
     return rows[0][0] if rows else None
+
+
+def live_nodes(postgres, cluster: str) -> set[str]:
+    """The nodes of ``cluster`` whose advisory lock is held now."""
+    rows = postgres.sql(
+        f'SELECT name FROM "{cluster}".cluster_nodes WHERE EXISTS (SELECT 1 FROM pg_locks WHERE '
+        "locktype='advisory' AND granted AND classid=hashtext('leveret-node')::oid "
+        f"AND objid=hashtext(%s || '/' || name)::oid)",
+        cluster,
+    )
+    return {row[0] for row in rows}
+
+
+def owner(postgres, cluster: str, queue: str) -> str | None:
+    """The owner of ``queue`` (any vhost) in ``queue_owners``."""
+    rows = postgres.sql(f'SELECT node FROM "{cluster}".queue_owners WHERE name=%s', queue)
+    return rows[0][0] if rows else None

@@ -165,6 +165,9 @@ def server(
     every connection with 320 CONNECTION_FORCED and exits 0. With a PostgreSQL store it
     may first print "leveret standby: cluster NAME" and wait to become the master; a
     master that loses its database session stops serving and becomes a standby again.
+    An active cluster node (``--node NAME``) adds " node NAME" to its ready line; on a
+    signal it hands its queues to the live nodes first; fenced (its session or its lease
+    lost) it stops serving at once and exits 1, for its supervisor to restart it.
 
     With ``--nodes N``: a supervisor of N cluster nodes on this machine sharing the
     client ports (SO_REUSEPORT), on ``--store`` or a private PostgreSQL under the data
