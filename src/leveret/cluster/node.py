@@ -375,11 +375,12 @@ class ClusterNode:
             restored = 0
             for vhost_name, name, queue_id in queues:
                 counts = await asyncio.to_thread(self.store.count_blocks, queue_id)
+                dedup = await asyncio.to_thread(self.store.read_dedup, queue_id)
                 vhost = self.core.vhosts.get(vhost_name)
                 stand_in = vhost.queues.get(name) if vhost is not None else None
                 if vhost is None or not isinstance(stand_in, RemoteQueue) or self.fenced is not None:
                     continue
-                restore_queue(vhost, stand_in, queue_id, self.store, counts)
+                restore_queue(vhost, stand_in, queue_id, self.store, counts, dedup)
                 restored += 1
             self.core.scheduler.adopt()  # the dead node's scheduled rows, if they came here
             if restored:
