@@ -374,6 +374,7 @@ class ClusterNode:
                 return
             restored = 0
             for vhost_name, name, queue_id in queues:
+                await self._deletions_done(queue_id)
                 counts = await asyncio.to_thread(self.store.count_blocks, queue_id)
                 dedup = await asyncio.to_thread(self.store.read_dedup, queue_id)
                 vhost = self.core.vhosts.get(vhost_name)
@@ -394,6 +395,17 @@ class ClusterNode:
                 )
         finally:
             self._acquiring.difference_update((v, n) for v, n, _ in queues)
+
+    async def _deletions_done(self, queue_id: int, timeout: float = 5.0) -> None:
+        """Until no range deletion (a purge) of queue ``queue_id`` waits in the store:
+        every node's writer does them in the background (at most ``timeout`` seconds,
+        then logged: a purged message may come back, at least once)."""
+        deadline = self.now() + timeout
+        while await asyncio.to_thread(self.store.ranges_pending, queue_id):
+            if self.now() > deadline:
+                log.warning("queue id %d: a purge still waits in the store; restoring it anyway", queue_id)
+                return
+            await asyncio.sleep(0.05)
 
     # -- operations ------------------------------------------------------------------------
     def nodes(self) -> list[dict[str, Any]]:

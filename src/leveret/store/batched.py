@@ -714,6 +714,17 @@ class BatchedStore(Store):
             raise self._error("read", exc) from None
         return {block: (count, last_seq, size or 0) for block, count, last_seq, size in rows}
 
+    def ranges_pending(self, queue_id: int) -> int:
+        """How many range deletions of a queue are still to be done in the background
+        (blocking, off the loop: a cluster node taking over a queue the dead owner purged
+        waits for them, or the purged rows would come back)."""
+        assert self._reader is not None
+        try:
+            row = self._reader.execute("SELECT count(*) FROM pending_deletes WHERE queue_id=?", (queue_id,))
+            return int(row.fetchone()[0])
+        except self._errors as exc:
+            raise self._error("read", exc) from None
+
     def read_dedup(self, queue_id: int) -> list[tuple[str, float]]:
         """A queue's committed deduplication keys, oldest first, with their expiry
         (blocking, off the loop: a cluster node taking the queue over)."""
