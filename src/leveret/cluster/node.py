@@ -33,7 +33,7 @@ from ..store import StoreError
 from .confirms import ClusterConfirms
 from .lease import LeaseWatchdog, grace_seconds, lease_seconds
 from .owner import accept_peers, refuse_peers
-from .peers import PeerLink, Peers
+from .peers import FlowGate, PeerLink, Peers
 from .replication import Replication
 from .restore import make_remote, restore_queue
 from .takeover import Takeover
@@ -136,6 +136,9 @@ class ClusterNode:
         secret = self.settings.cluster_secret or str(await asyncio.to_thread(self.catalog.secret))
         peers = Peers(secret, self.address_of)
         accept_peers(self.core, secret)
+        gate = FlowGate(self.core.flow.set)  # publishers held by the store's backlog or the links'
+        self.store.on_flow = gate.store
+        peers.on_flow = gate.links
         for vhost in self.core.vhosts.values():
             if vhost.store is not None and not isinstance(vhost.store, ClusterConfirms):
                 vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))  # type: ignore[assignment]
