@@ -150,10 +150,14 @@ class ClusterNode:
         return (row.host, row.amqp_port) if row is not None else None
 
     async def advertise(self, amqp_port: int, http_port: int | None) -> None:
-        """The listeners are bound: register their real ports (a port 0 in the settings)."""
-        if (amqp_port, http_port) != (self.amqp_port, self.http_port):
-            self.amqp_port, self.http_port = amqp_port, http_port
-            await asyncio.to_thread(self.catalog.register, self.host, amqp_port, http_port or 0)
+        """The listeners are bound: register the real ports of those given as 0 (a
+        port registered otherwise stays: it may be one of the node's own, not the
+        listener's)."""
+        amqp = self.amqp_port or amqp_port
+        http = self.http_port if self.http_port else http_port
+        if (amqp, http) != (self.amqp_port, self.http_port):
+            self.amqp_port, self.http_port = amqp, http
+            await asyncio.to_thread(self.catalog.register, self.host, amqp, http or 0)
 
     async def _sort_queues(self, owners: dict[tuple[str, str], tuple[str, int]]) -> None:
         """Start-up: queues this node owns stay real; an unclaimed durable one is claimed
