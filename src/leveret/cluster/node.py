@@ -395,7 +395,7 @@ class ClusterNode:
                 seconds = self.now() - started
                 self.takeovers.append((dead, restored, seconds))
                 log.warning(
-                    "took over %d queues of node %s: serving %.2f s after its lock was taken",
+                    "took over %d queues of node %s: serving %.2f s after they were given here",
                     restored,
                     dead,
                     seconds,
