@@ -311,6 +311,12 @@ class Replication:
             )
             self._replace(host, local, remote)
 
+    def apply_own_owner_change(self, vhost: str, name: str, owner: str, queue_id: int) -> None:
+        """An ``owner`` change this node wrote itself (``leveret ctl move_queue``:
+        :mod:`.move`), applied here as every other node applies it (a node skips its
+        own changes in the log)."""
+        self._apply_owner(vhost, name, owner, queue_id)
+
     def _apply_owner(self, vhost: str, name: str, owner: str, queue_id: int) -> None:
         host = self.core.vhosts.get(vhost)
         local = host.queues.get(name) if host is not None else None

@@ -642,11 +642,15 @@ class Broker:
     def federation_node(self) -> str:
         """The name this broker federates under (``x-received-from``'s
         ``cluster-name``, cycle detection, upstream queue names): the ``cluster_name``
-        global parameter, else ``leveret@HOST`` on AMQP port 5672 and
-        ``leveret-PORT@HOST`` on another, so brokers on one machine differ."""
+        global parameter, else the cluster's name on a cluster node (all its nodes are one
+        broker, as RabbitMQ's cluster_name is the cluster's), else ``leveret@HOST`` on
+        AMQP port 5672 and ``leveret-PORT@HOST`` on another, so brokers on one machine
+        differ."""
         name = self.core.global_parameters.get("cluster_name")
         if isinstance(name, str) and name:
             return name
+        if self.core.cluster is not None:
+            return str(self.core.cluster.cluster)
         host = NODE.partition("@")[2]
         return NODE if self.amqp_port == 5672 else f"leveret-{self.amqp_port}@{host}"
 
