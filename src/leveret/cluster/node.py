@@ -134,7 +134,7 @@ class ClusterNode:
         secret: ``cluster_secret``, else the one kept in the catalog), and every vhost's
         store waits for the links' confirms (:mod:`.confirms`)."""
         secret = self.settings.cluster_secret or str(await asyncio.to_thread(self.catalog.secret))
-        peers = Peers(secret, self.address_of)
+        peers = Peers(secret, self.address_of, self.resolve)
         accept_peers(self.core, secret)
         gate = FlowGate(self.core.flow.set)  # publishers held by the store's backlog or the links'
         self.store.on_flow = gate.store
@@ -148,6 +148,12 @@ class ClusterNode:
         """``(host, amqp port)`` node ``node`` registered (None: unknown)."""
         row = next((r for r in self._rows if r.name == node), None)
         return (row.host, row.amqp_port) if row is not None else None
+
+    async def resolve(self, node: str) -> tuple[str, int] | None:
+        """:meth:`address_of` after a fresh look at the catalog (a node that joined
+        since the last look, at most 0.5 s ago)."""
+        self._rows = await asyncio.to_thread(self.catalog.nodes)
+        return self.address_of(node)
 
     async def advertise(self, amqp_port: int, http_port: int | None) -> None:
         """The listeners are bound: register the real ports of those given as 0 (a
@@ -277,7 +283,7 @@ class ClusterNode:
             self.on_fenced(reason)
 
     # -- ownership -------------------------------------------------------------------------
-    def link(self, owner: str, vhost: str = "/") -> PeerLink | None:
+    def link(self, owner: str, vhost: str) -> PeerLink | None:
         """The link to node ``owner`` for ``vhost`` (None without peers)."""
         if self.peers is None or owner == self.node:
             return None
