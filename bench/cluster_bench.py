@@ -531,6 +531,27 @@ def projection(rows: list[dict], system: str = "leveret") -> list[str]:
 
 
 # ------------------------------------------------------------------ report
+def markdown_table(rows: list[dict]) -> list[str]:
+    """The rows as a markdown table, ratios to one node and to RabbitMQ of the same size."""
+    cells: dict[tuple[str, int, str], dict] = {}
+    for r in rows:
+        cells[(r["system"], r["nodes"], r["workload"])] = r
+    out = ["| nodes | workload | system | msg/s | × 1 node | × RabbitMQ | node CPU µs/msg (each) "
+           "| PostgreSQL µs/msg | load gen µs/msg | machine / other CPU | saturates |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (system, n, workload), r in sorted(cells.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
+        one = cells.get((system, 1, "transient" if workload == "transient-local" and n > 1
+                         and (system, 1, workload) not in cells else workload))
+        rmq = cells.get(("rabbitmq", n, workload))
+        ratio1 = f"{r['rate'] / one['rate']:.2f}" if one and one["rate"] else "-"
+        ratior = f"{r['rate'] / rmq['rate']:.2f}" if rmq and rmq["rate"] and system != "rabbitmq" else "-"
+        pg = f"{r['pg_cpu_us']:.1f}" if r.get("pg_cpu_us") is not None else "-"
+        out.append(f"| {n} | {workload} | {system} | {r['rate']:,.0f} | {ratio1} | {ratior} | "
+                   f"{' / '.join(f'{u:.0f}' for u in r['node_cpu_us'])} | {pg} | {r['gen_cpu_us']:.1f} | "
+                   f"{r['machine_pct']:.0f}% / {r.get('other_pct', 0):.0f}% | {r['top']} |")
+    return out
+
+
 def print_row(r: dict, base: dict[tuple[str, str], float], rabbit: dict[tuple[int, str], float]) -> None:
     one = base.get((r["system"], r["workload"]))
     rb = rabbit.get((r["nodes"], r["workload"]))
@@ -558,15 +579,20 @@ def main() -> None:
     parser.add_argument("--json", help="write every row to this file (JSON lines)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs per cell, the fastest kept (a shared machine is noisy)")
-    parser.add_argument("--project", help="only print the projection from this JSON-lines file")
+    parser.add_argument("--report", help="only print the table (markdown) and the projection from "
+                        "this JSON-lines file (rows of earlier --json runs; the last row of a cell wins)")
     args = parser.parse_args()
     if args.worker:
         worker_main(args.worker)
         return
-    if args.project:
-        rows = [json.loads(line) for line in Path(args.project).read_text().splitlines() if line.strip()]
-        for line in projection(rows):
+    if args.report:
+        rows = [json.loads(line) for line in Path(args.report).read_text().splitlines() if line.strip()]
+        for line in markdown_table(rows):
             print(line)
+        for system in sorted({r["system"] for r in rows}):
+            print(f"\n{system}:")
+            for line in projection(rows, system):
+                print(line)
         return
     raise_nofile_limit()
     sizes = [int(x) for x in args.nodes.split(",")]
