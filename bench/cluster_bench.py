@@ -379,11 +379,29 @@ async def _declare(cluster: Cluster, names: list[str], workload: str, delete: bo
             await conn.close()
 
 
+def owners_per_node(cluster: Cluster, names: list[str], store_url: str | None) -> dict[str, int] | None:
+    """leveret: how many of ``names`` each node owns (``queue_owners`` in the cluster's
+    schema), to check the placement; None for RabbitMQ or without the table."""
+    if not isinstance(cluster, LeveretCluster) or store_url is None:
+        return None
+    import psycopg
+
+    try:
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            rows = conn.execute(
+                f'SELECT node, count(*) FROM "{cluster.cluster}".queue_owners WHERE name = ANY(%s) GROUP BY node',
+                (names,)).fetchall()
+    except psycopg.Error:
+        return None
+    return {node: count for node, count in rows}
+
+
 def _tree_cpu(pid: int) -> float:
     return sum(proc_cpu_seconds(p) for p in process_tree(pid))
 
 
-def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None) -> dict:
+def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None,
+             store_url: str | None = None) -> dict:
     """One workload on a started cluster; returns the figures of the window."""
     from loadgen import new_event_loop
 
@@ -392,6 +410,7 @@ def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None
     names = [f"cb-{workload}-{tag}-{q:03d}" for q in range(QUEUES)]
     loop = new_event_loop()
     loop.run_until_complete(_declare(cluster, names, workload))
+    owners = owners_per_node(cluster, names, store_url)
     endpoints = [(node.host, node.port) for node in cluster.nodes]
     t_start = time.time() + WARMUP + 1.5  # connections open in the first 1.5 s
     t_end = t_start + seconds
@@ -470,6 +489,7 @@ def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None
         "remote": remote_share(n, workload),
         "nacked": nacked,
         "errors": errors,
+        "owners": owners,
     }
 
 
@@ -562,7 +582,8 @@ def print_row(r: dict, base: dict[tuple[str, str], float], rabbit: dict[tuple[in
     print(f"{r['system']:8} {r['nodes']:>2} {r['workload']:16} {r['rate']:9.0f} {ratio1:>7} {ratior:>7} "
           f"{nodes_us:>14} {pg:>7} {r['gen_cpu_us']:6.1f} {r['machine_pct']:4.0f}% {r['other_pct']:4.0f}%  {r['top']}"
           + (f"  ERRORS {r['errors'][:2]}" if r["errors"] else "")
-          + (f"  nacked {r['nacked']}" if r["nacked"] else ""), flush=True)
+          + (f"  nacked {r['nacked']}" if r["nacked"] else "")
+          + (f"  owners {r['owners']}" if r.get("owners") else ""), flush=True)
 
 
 HEADER = (f"{'system':8} {'N':>2} {'workload':16} {'msg/s':>9} {'vs 1 N':>7} {'vs RMQ':>7} "
@@ -621,7 +642,7 @@ def main() -> None:
                 try:
                     cluster.start()
                 except BrokerError as exc:
-                    print(f"{system} x{n}: did not start: {str(exc)[:300]}", flush=True)
+                    print(f"{system} x{n}: did not start: {str(exc)[-1500:]}", flush=True)
                     continue
                 print(f"# {cluster.describe()}", flush=True)
                 try:
@@ -629,7 +650,8 @@ def main() -> None:
                         if n == 1 and workload == "transient-local" and "transient" in workloads:
                             continue  # the same placement with one node
                         pg_pid = pg.process.pid if pg is not None and system == "leveret" else None
-                        tries = [run_cell(cluster, workload, args.seconds, pg_pid) for _ in range(args.repeat)]
+                        tries = [run_cell(cluster, workload, args.seconds, pg_pid, pg.url if pg_pid else None)
+                                 for _ in range(args.repeat)]
                         r = max(tries, key=lambda t: t["rate"])  # the least disturbed run
                         if n == 1:
                             base[(system, workload)] = r["rate"]
