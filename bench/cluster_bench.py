@@ -477,6 +477,8 @@ def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None
         "rate": delivered / wall,
         "published_rate": published / wall,
         "node_cpu_us": [per_msg(c) for c in node_cpu],
+        # msg/s the nodes could carry with a core each (1e6 µs per node per second)
+        "capacity": n * 1e6 / per_msg(sum(node_cpu)) if delivered and sum(node_cpu) > 0 else 0.0,
         "node_cpu_pct": [100 * c / wall for c in node_cpu],
         "pg_cpu_us": per_msg(pg_cpu) if pg_pid else None,
         "pg_cpu_pct": 100 * pg_cpu / wall if pg_pid else None,
@@ -556,9 +558,9 @@ def markdown_table(rows: list[dict]) -> list[str]:
     cells: dict[tuple[str, int, str], dict] = {}
     for r in rows:
         cells[(r["system"], r["nodes"], r["workload"])] = r
-    out = ["| nodes | workload | system | msg/s | × 1 node | × RabbitMQ | node CPU µs/msg (each) "
-           "| PostgreSQL µs/msg | load gen µs/msg | machine / other CPU | saturates |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| nodes | workload | system | msg/s | × 1 node | × RabbitMQ | capacity msg/s (× 1 node) "
+           "| node CPU µs/msg (each) | PostgreSQL µs/msg | load gen µs/msg | machine / other CPU | saturates |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (system, n, workload), r in sorted(cells.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
         one = cells.get((system, 1, "transient" if workload == "transient-local" and n > 1
                          and (system, 1, workload) not in cells else workload))
@@ -566,28 +568,34 @@ def markdown_table(rows: list[dict]) -> list[str]:
         ratio1 = f"{r['rate'] / one['rate']:.2f}" if one and one["rate"] else "-"
         ratior = f"{r['rate'] / rmq['rate']:.2f}" if rmq and rmq["rate"] and system != "rabbitmq" else "-"
         pg = f"{r['pg_cpu_us']:.1f}" if r.get("pg_cpu_us") is not None else "-"
-        out.append(f"| {n} | {workload} | {system} | {r['rate']:,.0f} | {ratio1} | {ratior} | "
+        cap = r.get("capacity") or (n * 1e6 / sum(r["node_cpu_us"]) if sum(r["node_cpu_us"]) else 0.0)
+        cap_one = (one.get("capacity") or 1e6 / sum(one["node_cpu_us"])) if one and sum(one["node_cpu_us"]) else 0
+        capacity = f"{cap:,.0f} ({cap / cap_one:.2f})" if cap_one else f"{cap:,.0f}"
+        out.append(f"| {n} | {workload} | {system} | {r['rate']:,.0f} | {ratio1} | {ratior} | {capacity} | "
                    f"{' / '.join(f'{u:.0f}' for u in r['node_cpu_us'])} | {pg} | {r['gen_cpu_us']:.1f} | "
                    f"{r['machine_pct']:.0f}% / {r.get('other_pct', 0):.0f}% | {r['top']} |")
     return out
 
 
-def print_row(r: dict, base: dict[tuple[str, str], float], rabbit: dict[tuple[int, str], float]) -> None:
+def print_row(r: dict, base: dict[tuple[str, str], float], rabbit: dict[tuple[int, str], float],
+              cap1: dict[tuple[str, str], float]) -> None:
     one = base.get((r["system"], r["workload"]))
+    c1 = cap1.get((r["system"], r["workload"]))
+    cap = f"{r['capacity']:8.0f} {r['capacity'] / c1:5.2f}x" if c1 else f"{r['capacity']:8.0f}    - "
     rb = rabbit.get((r["nodes"], r["workload"]))
     ratio1 = f"{r['rate'] / one:5.2f}x" if one else "   - "
     ratior = f"{r['rate'] / rb:5.2f}x" if rb and r["system"] != "rabbitmq" else "   - "
     nodes_us = "/".join(f"{u:.0f}" for u in r["node_cpu_us"])
     pg = f"{r['pg_cpu_us']:6.1f}" if r["pg_cpu_us"] is not None else "     -"
     print(f"{r['system']:8} {r['nodes']:>2} {r['workload']:16} {r['rate']:9.0f} {ratio1:>7} {ratior:>7} "
-          f"{nodes_us:>14} {pg:>7} {r['gen_cpu_us']:6.1f} {r['machine_pct']:4.0f}% {r['other_pct']:4.0f}%  {r['top']}"
+          f"{cap} {nodes_us:>14} {pg:>7} {r['gen_cpu_us']:6.1f} {r['machine_pct']:4.0f}% {r['other_pct']:4.0f}%  {r['top']}"
           + (f"  ERRORS {r['errors'][:2]}" if r["errors"] else "")
           + (f"  nacked {r['nacked']}" if r["nacked"] else "")
           + (f"  owners {r['owners']}" if r.get("owners") else ""), flush=True)
 
 
 HEADER = (f"{'system':8} {'N':>2} {'workload':16} {'msg/s':>9} {'vs 1 N':>7} {'vs RMQ':>7} "
-          f"{'node µs/msg':>14} {'PG µs':>7} {'gen µs':>6} {'mach':>5} {'other':>5}  saturates")
+          f"{'capacity':>8} {'cap×1':>6} {'node µs/msg':>14} {'PG µs':>7} {'gen µs':>6} {'mach':>5} {'other':>5}  saturates")
 
 
 def main() -> None:
@@ -627,6 +635,7 @@ def main() -> None:
         print(f"PostgreSQL {pg.sql('SHOW server_version')[0][0]} on {pg.url}", flush=True)
     rows: list[dict] = []
     base: dict[tuple[str, str], float] = {}
+    cap1: dict[tuple[str, str], float] = {}
     rabbit: dict[tuple[int, str], float] = {}
     print(f"{os.cpu_count()} cores; {QUEUES} queues, {PUBLISHERS} publishers, {CONSUMERS} consumers, "
           f"{GENERATORS} load generators, {args.seconds:.0f} s per cell", flush=True)
@@ -655,12 +664,14 @@ def main() -> None:
                         r = max(tries, key=lambda t: t["rate"])  # the least disturbed run
                         if n == 1:
                             base[(system, workload)] = r["rate"]
+                            cap1[(system, workload)] = r["capacity"]
                             if workload == "transient":
                                 base[(system, "transient-local")] = r["rate"]
+                                cap1[(system, "transient-local")] = r["capacity"]
                         if system == "rabbitmq":
                             rabbit[(n, workload)] = r["rate"]
                         rows.append(r)
-                        print_row(r, base, rabbit)
+                        print_row(r, base, rabbit, cap1)
                         if args.json:
                             with open(args.json, "a") as f:
                                 f.write(json.dumps(r) + "\n")
