@@ -89,6 +89,7 @@ TRANSIENT_WINDOW = 20_000  # per generator process: published and not yet consum
 CONFIRM_WINDOW = 200  # per publisher: unconfirmed publishes
 BATCH = 50  # messages per write
 WARMUP = 2.0
+CLEANUP = 60.0  # seconds for deleting a cell's queues, else the cluster is restarted
 WORKLOADS = ("transient", "transient-local", "persistent")
 
 
@@ -196,7 +197,8 @@ class RabbitCluster(Cluster):
 
                     while not amqp_port_open(node.host, node.port):
                         if time.monotonic() > deadline:
-                            raise BrokerError(f"{node.extra['nodename']} did not come back after join_cluster")
+                            raise BrokerError(f"{node.extra['nodename']} did not come back after "
+                                              "join_cluster")
                         time.sleep(0.1)
             if self.size > 1:
                 status = nodes[0].ctl("cluster_status", "--formatter", "json")
@@ -389,8 +391,8 @@ def owners_per_node(cluster: Cluster, names: list[str], store_url: str | None) -
     try:
         with psycopg.connect(store_url, autocommit=True) as conn:
             rows = conn.execute(
-                f'SELECT node, count(*) FROM "{cluster.cluster}".queue_owners WHERE name = ANY(%s) GROUP BY node',
-                (names,)).fetchall()
+                f'SELECT node, count(*) FROM "{cluster.cluster}".queue_owners '
+                "WHERE name = ANY(%s) GROUP BY node", (names,)).fetchall()
     except psycopg.Error:
         return None
     return {node: count for node, count in rows}
@@ -450,10 +452,12 @@ def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None
         out, _ = p.communicate(timeout=seconds + 120)
         line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
         results.append(json.loads(line[7:]) if line else {"errors": ["no result"], "first": {}, "last": {}})
+    clean = True
     try:
-        loop.run_until_complete(_declare(cluster, names, workload, delete=True))
-    except Exception as exc:
-        print(f"  cleanup: {exc!r}", flush=True)
+        loop.run_until_complete(asyncio.wait_for(_declare(cluster, names, workload, delete=True), CLEANUP))
+    except Exception as exc:  # a broker that does not answer: the caller restarts the cluster
+        print(f"  cleanup of {cluster.describe()} after {workload} failed: {exc!r}", flush=True)
+        clean = False
     loop.close()
     wall = s1["t"] - s0["t"]
     delivered = sum(r["last"].get("delivered", 0) - r["first"].get("delivered", 0) for r in results)
@@ -469,7 +473,10 @@ def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None
     for i, c in enumerate(gen_cpu):
         procs_pct[f"loadgen {i + 1}"] = 100 * c / wall
     top = max(procs_pct, key=procs_pct.get)
-    per_msg = (lambda cpu: cpu / delivered * 1e6 if delivered else 0.0)
+
+    def per_msg(cpu: float) -> float:
+        return cpu / delivered * 1e6 if delivered else 0.0
+
     return {
         "system": cluster.system,
         "nodes": n,
@@ -492,6 +499,7 @@ def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None
         "nacked": nacked,
         "errors": errors,
         "owners": owners,
+        "clean": clean,
     }
 
 
@@ -559,7 +567,8 @@ def markdown_table(rows: list[dict]) -> list[str]:
     for r in rows:
         cells[(r["system"], r["nodes"], r["workload"])] = r
     out = ["| nodes | workload | system | msg/s | × 1 node | × RabbitMQ | capacity msg/s (× 1 node) "
-           "| node CPU µs/msg (each) | PostgreSQL µs/msg | load gen µs/msg | machine / other CPU | saturates |",
+           "| node CPU µs/msg (each) | PostgreSQL µs/msg | load gen µs/msg | machine / other CPU "
+           "| saturates |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (system, n, workload), r in sorted(cells.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
         one = cells.get((system, 1, "transient" if workload == "transient-local" and n > 1
@@ -569,7 +578,9 @@ def markdown_table(rows: list[dict]) -> list[str]:
         ratior = f"{r['rate'] / rmq['rate']:.2f}" if rmq and rmq["rate"] and system != "rabbitmq" else "-"
         pg = f"{r['pg_cpu_us']:.1f}" if r.get("pg_cpu_us") is not None else "-"
         cap = r.get("capacity") or (n * 1e6 / sum(r["node_cpu_us"]) if sum(r["node_cpu_us"]) else 0.0)
-        cap_one = (one.get("capacity") or 1e6 / sum(one["node_cpu_us"])) if one and sum(one["node_cpu_us"]) else 0
+        cap_one = 0.0
+        if one and sum(one["node_cpu_us"]):
+            cap_one = one.get("capacity") or 1e6 / sum(one["node_cpu_us"])
         capacity = f"{cap:,.0f} ({cap / cap_one:.2f})" if cap_one else f"{cap:,.0f}"
         out.append(f"| {n} | {workload} | {system} | {r['rate']:,.0f} | {ratio1} | {ratior} | {capacity} | "
                    f"{' / '.join(f'{u:.0f}' for u in r['node_cpu_us'])} | {pg} | {r['gen_cpu_us']:.1f} | "
@@ -588,18 +599,21 @@ def print_row(r: dict, base: dict[tuple[str, str], float], rabbit: dict[tuple[in
     nodes_us = "/".join(f"{u:.0f}" for u in r["node_cpu_us"])
     pg = f"{r['pg_cpu_us']:6.1f}" if r["pg_cpu_us"] is not None else "     -"
     print(f"{r['system']:8} {r['nodes']:>2} {r['workload']:16} {r['rate']:9.0f} {ratio1:>7} {ratior:>7} "
-          f"{cap} {nodes_us:>14} {pg:>7} {r['gen_cpu_us']:6.1f} {r['machine_pct']:4.0f}% {r['other_pct']:4.0f}%  {r['top']}"
+          f"{cap} {nodes_us:>14} {pg:>7} {r['gen_cpu_us']:6.1f} {r['machine_pct']:4.0f}% "
+          f"{r['other_pct']:4.0f}%  {r['top']}"
           + (f"  ERRORS {r['errors'][:2]}" if r["errors"] else "")
           + (f"  nacked {r['nacked']}" if r["nacked"] else "")
           + (f"  owners {r['owners']}" if r.get("owners") else ""), flush=True)
 
 
 HEADER = (f"{'system':8} {'N':>2} {'workload':16} {'msg/s':>9} {'vs 1 N':>7} {'vs RMQ':>7} "
-          f"{'capacity':>8} {'cap×1':>6} {'node µs/msg':>14} {'PG µs':>7} {'gen µs':>6} {'mach':>5} {'other':>5}  saturates")
+          f"{'capacity':>8} {'cap×1':>6} {'node µs/msg':>14} {'PG µs':>7} {'gen µs':>6} {'mach':>5} "
+          f"{'other':>5}  saturates")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--nodes", default="1,2,3", help="cluster sizes, comma-separated")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per cell")
@@ -675,6 +689,11 @@ def main() -> None:
                         if args.json:
                             with open(args.json, "a") as f:
                                 f.write(json.dumps(r) + "\n")
+                        if not all(t["clean"] for t in tries):
+                            cluster.stop()
+                            cluster = (RabbitCluster(n) if system == "rabbitmq"
+                                       else LeveretCluster(n, pg.url))  # type: ignore[union-attr]
+                            cluster.start()
                 finally:
                     cluster.stop()
     finally:
