@@ -276,6 +276,7 @@ async def run_worker(spec: WorkerSpec) -> dict:
     ``t_start`` and ``t_end``. Returns the counts of the window."""
     from loadgen import Connection, wait_any_progress
 
+    t0 = time.time()
     cons_conns, cons_chans = [], []
     for node, queues in spec.consumers:
         host, port = spec.endpoints[node]
@@ -327,6 +328,9 @@ async def run_worker(spec: WorkerSpec) -> dict:
                 "confirmed": sum(ch.confirmed for _, ch, _ in pubs),
                 "nacked": sum(ch.nacked for _, ch, _ in pubs), "cpu": _own_cpu()}
 
+    setup = time.time() - t0
+    if time.time() > spec.t_start:
+        errors.append(f"set-up took {setup:.1f} s, past the window's start")
     try:
         await _sleep_until(spec.t_start)
         first = sample()
@@ -346,7 +350,7 @@ async def run_worker(spec: WorkerSpec) -> dict:
             await asyncio.wait_for(conn.close(), 5)
         except Exception:
             conn.abort()
-    return {"first": first, "last": last, "errors": errors}
+    return {"first": first, "last": last, "errors": errors, "setup": setup}
 
 
 def worker_main(raw: str) -> None:
