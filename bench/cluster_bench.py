@@ -543,12 +543,19 @@ def projection(rows: list[dict], system: str = "leveret") -> list[str]:
     ``PG_CORES * 1e6 / p``."""
     out = []
     for workload in ("transient", "persistent"):
+        one = next((r for r in rows if r["system"] == system and r["workload"] == workload
+                    and r["nodes"] == 1 and r["rate"] > 0), None)
         fit = forward_cost(rows, system, workload)
-        if fit is None:
+        note = ""
+        if fit is None and one is not None and workload == "persistent":
+            transient = forward_cost(rows, system, "transient")
+            if transient is not None:  # no multi-node persistent figures: the same forward cost
+                fit = (sum(one["node_cpu_us"]), transient[1], transient[2])
+                note = " (f of the transient workload: no multi-node persistent measurement)"
+        if fit is None or one is None:
             out.append(f"- {workload}: not enough measured sizes for a projection")
             continue
         c1, f, _ = fit
-        one = next(r for r in rows if r["system"] == system and r["workload"] == workload and r["nodes"] == 1)
         pg_us = one.get("pg_cpu_us") or 0.0
         parts = []
         for n in PROJECT_SIZES:
@@ -561,7 +568,7 @@ def projection(rows: list[dict], system: str = "leveret") -> list[str]:
                          f"{bound:,.0f} msg/s) → {min(node_rate, bound):,.0f} msg/s")
             parts.append(line)
         out.append(f"- {workload}: c1 = {c1:.1f} µs/msg per node, forwarding f = {f:.1f} µs per "
-                   f"remote message, PostgreSQL p = {pg_us:.1f} µs/msg; " + "; ".join(parts))
+                   f"remote message{note}, PostgreSQL p = {pg_us:.1f} µs/msg; " + "; ".join(parts))
     return out
 
 
