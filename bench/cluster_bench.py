@@ -437,8 +437,19 @@ def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None
         procs.append(subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(spec)],
                                       stdout=subprocess.PIPE, text=True, env=env))
 
+    def wal() -> int:
+        """PostgreSQL's WAL position in bytes (0 without PostgreSQL)."""
+        if store_url is None:
+            return 0
+        import psycopg
+
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+        return int(row[0]) if row else 0
+
     def sample() -> dict:
         return {
+            "wal": wal(),
             "nodes": [node.cpu_seconds() for node in cluster.nodes],
             "pg": _tree_cpu(pg_pid) if pg_pid else 0.0,
             "gens": [_tree_cpu(p.pid) for p in procs],
@@ -494,6 +505,7 @@ def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None
         "node_cpu_pct": [100 * c / wall for c in node_cpu],
         "pg_cpu_us": per_msg(pg_cpu) if pg_pid else None,
         "pg_cpu_pct": 100 * pg_cpu / wall if pg_pid else None,
+        "wal_bytes": (s1["wal"] - s0["wal"]) / delivered if delivered and store_url else None,
         "gen_cpu_pct": [100 * c / wall for c in gen_cpu],
         "gen_cpu_us": per_msg(sum(gen_cpu)),
         "machine_pct": 100 * (s1["machine"] - s0["machine"]) / wall,
@@ -566,9 +578,14 @@ def projection(rows: list[dict], system: str = "leveret") -> list[str]:
                 bound = PG_CORES * 1e6 / pg_us
                 line += (f", PostgreSQL needs {pg_cores:.1f} cores for that (bound with {PG_CORES} cores: "
                          f"{bound:,.0f} msg/s) → {min(node_rate, bound):,.0f} msg/s")
+                if one.get("wal_bytes"):
+                    line += f", WAL {min(node_rate, bound) * one['wal_bytes'] / 1e6:,.0f} MB/s"
             parts.append(line)
+        wal = ""
+        if one.get("wal_bytes") and workload == "persistent":
+            wal = f" ({one['wal_bytes']:.0f} B of WAL)"
         out.append(f"- {workload}: c1 = {c1:.1f} µs/msg per node, forwarding f = {f:.1f} µs per "
-                   f"remote message{note}, PostgreSQL p = {pg_us:.1f} µs/msg; " + "; ".join(parts))
+                   f"remote message{note}, PostgreSQL p = {pg_us:.1f} µs/msg{wal}; " + "; ".join(parts))
     return out
 
 
@@ -615,6 +632,7 @@ def print_row(r: dict, base: dict[tuple[str, str], float], rabbit: dict[tuple[in
           f"{r['other_pct']:4.0f}%  {r['top']}"
           + (f"  ERRORS {r['errors'][:2]}" if r["errors"] else "")
           + (f"  nacked {r['nacked']}" if r["nacked"] else "")
+          + (f"  WAL {r['wal_bytes']:.0f} B/msg" if r.get("wal_bytes") else "")
           + (f"  owners {r['owners']}" if r.get("owners") else ""), flush=True)
 
 
