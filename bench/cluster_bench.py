@@ -31,6 +31,8 @@ Workloads (each bounded in time: 5 s to connect, 2 s warm-up, then ``--seconds``
 ``persistent``
     durable queues, persistent 100-byte messages, publisher confirms (at most 200
     unconfirmed per publisher); round-robin placement as ``transient``.
+``persistent-local``
+    the same with every client on its queues' owner, as ``transient-local``.
 
 Measured in the window: messages consumed per second (the rate), published per second,
 and CPU (utime + stime from /proc) of each broker node's process tree (leveret: the
@@ -91,13 +93,13 @@ BATCH = 50  # messages per write
 SETUP = 5.0  # seconds for a generator's connections, channels and consumers
 WARMUP = 2.0
 CLEANUP = 60.0  # seconds for deleting a cell's queues, else the cluster is restarted
-WORKLOADS = ("transient", "transient-local", "persistent")
+WORKLOADS = ("transient", "transient-local", "persistent", "persistent-local")
 
 
 # ------------------------------------------------------------------ placement
 def owner_of(queue: int, nodes: int, workload: str) -> int:
     """Index of the node that owns queue number ``queue``."""
-    if workload == "transient-local":
+    if workload.endswith("-local"):
         return (queue // 2) % nodes
     return queue % nodes
 
@@ -107,7 +109,7 @@ def publisher_node(p: int, nodes: int) -> int:
 
 
 def consumer_node(c: int, nodes: int, workload: str) -> int:
-    if workload == "transient-local":
+    if workload.endswith("-local"):
         return c % nodes
     return (c + 1) % nodes
 
@@ -381,7 +383,7 @@ async def _declare(cluster: Cluster, names: list[str], workload: str, delete: bo
                 if delete:
                     await ch.queue_delete(name)
                 else:
-                    await ch.queue_declare(name, durable=workload == "persistent")
+                    await ch.queue_declare(name, durable=workload.startswith("persistent"))
         finally:
             await conn.close()
 
@@ -429,7 +431,7 @@ def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None
                            for p in range(PUBLISHERS) if p % GENERATORS == k],
             "consumers": [(consumer_node(c, n, workload), [names[2 * c], names[2 * c + 1]])
                           for c in range(CONSUMERS) if c % GENERATORS == k],
-            "persistent": workload == "persistent",
+            "persistent": workload.startswith("persistent"),
             "t_start": t_start,
             "t_end": t_end,
         }
@@ -600,8 +602,7 @@ def markdown_table(rows: list[dict]) -> list[str]:
            "| saturates |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (system, n, workload), r in sorted(cells.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
-        one = cells.get((system, 1, "transient" if workload == "transient-local" and n > 1
-                         and (system, 1, workload) not in cells else workload))
+        one = cells.get((system, 1, workload)) or cells.get((system, 1, workload.removesuffix("-local")))
         rmq = cells.get(("rabbitmq", n, workload))
         ratio1 = f"{r['rate'] / one['rate']:.2f}" if one and one["rate"] else "-"
         ratior = f"{r['rate'] / rmq['rate']:.2f}" if rmq and rmq["rate"] and system != "rabbitmq" else "-"
@@ -700,7 +701,7 @@ def main() -> None:
                 print(f"# {cluster.describe()}", flush=True)
                 try:
                     for workload in workloads:
-                        if n == 1 and workload == "transient-local" and "transient" in workloads:
+                        if n == 1 and workload.endswith("-local") and workload[:-6] in workloads:
                             continue  # the same placement with one node
                         pg_pid = pg.process.pid if pg is not None and system == "leveret" else None
                         tries = [run_cell(cluster, workload, args.seconds, pg_pid, pg.url if pg_pid else None)
@@ -710,9 +711,8 @@ def main() -> None:
                         if n == 1:
                             base[(system, workload)] = r["rate"]
                             cap1[(system, workload)] = r["capacity"]
-                            if workload == "transient":
-                                base[(system, "transient-local")] = r["rate"]
-                                cap1[(system, "transient-local")] = r["capacity"]
+                            base[(system, workload + "-local")] = r["rate"]
+                            cap1[(system, workload + "-local")] = r["capacity"]
                         if system == "rabbitmq":
                             rabbit[(n, workload)] = r["rate"]
                         rows.append(r)
