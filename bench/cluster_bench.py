@@ -572,9 +572,10 @@ def projection(rows: list[dict], system: str = "leveret") -> list[str]:
         c1, f, _ = fit
         pg_us = one.get("pg_cpu_us") or 0.0
         parts = []
-        for n in PROJECT_SIZES:
-            node_rate = n * 1e6 / (c1 + (n - 1) / n * f)
-            line = f"{n} nodes: {node_rate:,.0f} msg/s by node CPU"
+        for n, local in [(n, local) for local in (False, True) for n in PROJECT_SIZES]:
+            node_rate = n * 1e6 / (c1 + (0.0 if local else (n - 1) / n * f))
+            where = " (clients on the owners)" if local else ""
+            line = f"{n} nodes{where}: {node_rate:,.0f} msg/s by node CPU"
             if workload == "persistent" and pg_us > 0:
                 pg_cores = node_rate * pg_us / 1e6
                 bound = PG_CORES * 1e6 / pg_us
