@@ -99,13 +99,14 @@ class ClusterNode:
 def start_nodes(
     directory: Path, store_url: str, cluster: str, count: int, **timings: float
 ) -> list[ClusterNode]:
-    """``count`` nodes n1, n2 … of ``cluster``, started one after the other (each ready
-    before the next starts, so n1 registers first)."""
-    nodes = []
-    for number in range(1, count + 1):
-        node = ClusterNode(directory / f"n{number}", store_url, cluster, f"n{number}", **timings).start()
+    """``count`` nodes n1, n2 … of ``cluster``, started together; returns once every
+    one is ready."""
+    nodes = [
+        ClusterNode(directory / f"n{number}", store_url, cluster, f"n{number}", **timings).start()
+        for number in range(1, count + 1)
+    ]
+    for node in nodes:
         node.wait_for("leveret ready")
-        nodes.append(node)
     return nodes
 
 
@@ -117,4 +118,21 @@ def writer_pid(postgres, cluster: str, node: str) -> int | None:
         "AND classid=hashtext('leveret-node')::oid AND objid=hashtext(%s)::oid",
         f"{cluster}/{node}",
     )
+    return rows[0][0] if rows else None
+
+
+def live_nodes(postgres, cluster: str) -> set[str]:
+    """The nodes of ``cluster`` whose advisory lock is held now."""
+    rows = postgres.sql(
+        f'SELECT name FROM "{cluster}".cluster_nodes WHERE EXISTS (SELECT 1 FROM pg_locks WHERE '
+        "locktype='advisory' AND granted AND classid=hashtext('leveret-node')::oid "
+        f"AND objid=hashtext(%s || '/' || name)::oid)",
+        cluster,
+    )
+    return {row[0] for row in rows}
+
+
+def owner(postgres, cluster: str, queue: str) -> str | None:
+    """The owner of ``queue`` (any vhost) in ``queue_owners``."""
+    rows = postgres.sql(f'SELECT node FROM "{cluster}".queue_owners WHERE name=%s', queue)
     return rows[0][0] if rows else None

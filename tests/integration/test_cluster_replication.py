@@ -20,23 +20,25 @@ from leveret.server.broker import BlockingBroker
 pytest.importorskip("psycopg")
 
 
+def start_node(postgres, tmp_path, cluster: str, name: str) -> BlockingBroker:
+    broker = BlockingBroker(
+        store_url=postgres.url,
+        store_cluster=cluster,
+        node_name=name,
+        data_dir=str(tmp_path / name),
+        amqp_port=0,
+        stomp_port=0,
+        http_port=0,
+    )
+    broker.start()
+    return broker
+
+
 @pytest.fixture
 def nodes(postgres, tmp_path):
     """Nodes "a" and "b" of a new cluster (b started once a is ready)."""
     cluster = unique("repl").replace("-", "_")
-    started = []
-    for name in ("a", "b"):
-        broker = BlockingBroker(
-            store_url=postgres.url,
-            store_cluster=cluster,
-            node_name=name,
-            data_dir=str(tmp_path / name),
-            amqp_port=0,
-            stomp_port=0,
-            http_port=0,
-        )
-        broker.start()
-        started.append(broker)
+    started = [start_node(postgres, tmp_path, cluster, name) for name in ("a", "b")]
     yield started
     while OPEN:
         connection = OPEN.pop()
@@ -125,6 +127,31 @@ def test_users_vhosts_permissions_and_policies_reach_b(nodes) -> None:
     assert b.call(lambda: "shop" not in b.core.vhosts)
 
 
+def test_a_queue_of_another_vhost_owned_by_b_is_used_from_a(nodes) -> None:
+    """A's RemoteQueue of a queue in vhost ``shop`` links to B's ``shop``, not ``/``:
+    a confirmed publish on A lands in it, and a consumer on A gets it back."""
+    a, b = nodes
+    api = Target.of(a)
+    put(api, "/api/vhosts/shop", {})
+    put(api, "/api/permissions/shop/guest", {"configure": ".*", "write": ".*", "read": ".*"})
+
+    def connect(broker: BlockingBroker) -> pika.adapters.blocking_connection.BlockingChannel:
+        connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url.rsplit("/", 1)[0] + "/shop"))
+        OPEN.append(connection)
+        return connection.channel()
+
+    on_b = connect(b)
+    on_b.queue_declare("parcels", durable=True)  # owned by B (client-local)
+    assert owner(a, "parcels", "shop") == "b"
+    on_a = connect(a)
+    on_a.confirm_delivery()
+    for number in range(5):
+        on_a.basic_publish("", "parcels", str(number).encode(), mandatory=True)
+    assert on_b.queue_declare("parcels", passive=True).method.message_count == 5
+    got = [on_a.basic_get("parcels", auto_ack=True)[2] for _ in range(5)]
+    assert got == [str(number).encode() for number in range(5)]
+
+
 def test_a_transient_queue_and_exchange_are_visible_on_b(nodes) -> None:
     a, b = nodes
     on_a, on_b = channel_of(a), channel_of(b)
@@ -178,3 +205,34 @@ def test_racing_declares_end_with_one_owner(nodes) -> None:
     for name in names:
         seen = {owner(a, name), owner(b, name)}
         assert len(seen) == 1 and seen <= {"a", "b"}, (name, seen)
+
+
+def test_a_queue_deleted_on_a_goes_on_its_owner_b_with_its_consumers(nodes) -> None:
+    a, b = nodes
+    on_b = channel_of(b)
+    on_b.queue_declare("jobs", durable=True)  # owned by b
+    on_b.basic_publish("", "jobs", b"pending")
+    cancelled: list[object] = []
+    on_b.add_on_cancel_callback(cancelled.append)
+    on_b.basic_consume("jobs", lambda *delivery: None)
+    on_a = channel_of(a)
+    on_a.queue_delete("jobs")
+    # the delete-ok came once b applied it: b's queue is gone, its consumer cancelled
+    assert owner(b, "jobs") is None and owner(a, "jobs") is None
+    assert eventually(lambda: cancelled, wait=lambda s: on_b.connection.process_data_events(time_limit=s))
+
+
+def test_a_node_restarted_catches_up_with_what_changed_meanwhile(nodes, postgres, tmp_path) -> None:
+    a, b = nodes
+    cluster = a.broker.settings.store_cluster
+    b.stop()
+    on_a = channel_of(a)
+    on_a.exchange_declare("late", "direct")  # transient: in a's transient definitions
+    on_a.queue_declare("late-q", durable=True)
+    on_a.queue_bind("late-q", "late", "k")
+    nodes[1] = b = start_node(postgres, tmp_path, cluster, "b")
+    assert owner(b, "late-q") == "a"
+    on_b = channel_of(b)
+    on_b.confirm_delivery()
+    on_b.basic_publish("late", "k", b"through the transient exchange", mandatory=True)
+    assert eventually(lambda: on_a.basic_get("late-q", auto_ack=True)[2]) == b"through the transient exchange"

@@ -30,7 +30,11 @@ from typing import TYPE_CHECKING, Any
 from ..core.queues import Queue
 from ..core.queues.remote import RemoteQueue
 from ..store import StoreError
+from .confirms import ClusterConfirms
 from .lease import LeaseWatchdog, grace_seconds, lease_seconds
+from .owner import accept_peers, refuse_peers
+from .peers import FlowGate, PeerLink, Peers
+from .replication import Replication
 from .restore import make_remote, restore_queue
 from .takeover import Takeover
 
@@ -64,9 +68,9 @@ class ClusterNode:
         #: the cluster's name (the PostgreSQL schema)
         self.cluster = settings.store_cluster
         #: definition changes to and from the other nodes (:mod:`.replication`)
-        self.replication: Any = None
+        self.replication: Replication | None = None
         #: the links to the other nodes (:mod:`.peers`)
-        self.peers: Any = None
+        self.peers: Peers | None = None
         #: called once, on the loop, with the reason when the node is fenced (the
         #: broker stops at once)
         self.on_fenced: Callable[[str], None] | None = None
@@ -81,7 +85,7 @@ class ClusterNode:
         self.takeovers: list[tuple[str, int, float]] = []
         #: the addresses registered (the listeners' real ports once they are bound)
         self.host = settings.cluster_advertise
-        self.amqp_port = settings.amqp_port
+        self.amqp_port = settings.cluster_port or settings.amqp_port  # --nodes: a port of its own
         self.http_port = settings.http_port
         self.now = now
         self.started_at = time.time()
@@ -91,6 +95,8 @@ class ClusterNode:
         self._live: set[str] = {self.node}
         self._owned: dict[str, int] = {}  # node -> queues it owns, at the last look
         self._acquiring: set[tuple[str, str]] = set()
+        #: when the last queue given to this node may be served (its grace ends)
+        self._grace_until = 0.0
         self._tasks: set[asyncio.Task] = set()
         self._started = False
 
@@ -106,12 +112,8 @@ class ClusterNode:
         self.peers = await self._make_peers()
         owners = await asyncio.to_thread(catalog.owners)
         await self._sort_queues(owners)
-        self.replication = self._make_replication()
-        for part in (self.replication, self.peers):
-            if part is not None and hasattr(part, "start"):
-                started = part.start()
-                if asyncio.iscoroutine(started):
-                    await started
+        self.replication = Replication(self)
+        await self.replication.start()
         rows = await asyncio.to_thread(catalog.nodes)
         self.refresh(rows, await asyncio.to_thread(catalog.owners))
         self.watchdog.start()
@@ -127,22 +129,19 @@ class ClusterNode:
             self.grace,
         )
 
-    async def _make_peers(self) -> Any:
+    async def _make_peers(self) -> Peers:
         """The links to the other nodes; the owner side accepts theirs (the cluster
         secret: ``cluster_secret``, else the one kept in the catalog), and every vhost's
         store waits for the links' confirms (:mod:`.confirms`)."""
-        try:
-            from .confirms import ClusterConfirms
-            from .owner import accept_peers
-            from .peers import Peers
-        except ImportError:  # the message path is not there yet: a one-node cluster
-            return None
-        secret = self.settings.cluster_secret or await asyncio.to_thread(self.catalog.secret)
-        peers = Peers(secret, self.address_of)
+        secret = self.settings.cluster_secret or str(await asyncio.to_thread(self.catalog.secret))
+        peers = Peers(secret, self.address_of, self.resolve)
         accept_peers(self.core, secret)
+        gate = FlowGate(self.core.flow.set)  # publishers held by the store's backlog or the links'
+        self.store.on_flow = gate.store
+        peers.on_flow = gate.links
         for vhost in self.core.vhosts.values():
             if vhost.store is not None and not isinstance(vhost.store, ClusterConfirms):
-                vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))
+                vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))  # type: ignore[assignment]
         return peers
 
     def address_of(self, node: str) -> tuple[str, int] | None:
@@ -150,18 +149,21 @@ class ClusterNode:
         row = next((r for r in self._rows if r.name == node), None)
         return (row.host, row.amqp_port) if row is not None else None
 
-    def _make_replication(self) -> Any:
-        try:
-            from .replication import Replication
-        except ImportError:
-            return None
-        return Replication(self)
+    async def resolve(self, node: str) -> tuple[str, int] | None:
+        """:meth:`address_of` after a fresh look at the catalog (a node that joined
+        since the last look, at most 0.5 s ago)."""
+        self._rows = await asyncio.to_thread(self.catalog.nodes)
+        return self.address_of(node)
 
     async def advertise(self, amqp_port: int, http_port: int | None) -> None:
-        """The listeners are bound: register their real ports (a port 0 in the settings)."""
-        if (amqp_port, http_port) != (self.amqp_port, self.http_port):
-            self.amqp_port, self.http_port = amqp_port, http_port
-            await asyncio.to_thread(self.catalog.register, self.host, amqp_port, http_port or 0)
+        """The listeners are bound: register the real ports of those given as 0 (a
+        port registered otherwise stays: it may be one of the node's own, not the
+        listener's)."""
+        amqp = self.amqp_port or amqp_port
+        http = self.http_port if self.http_port else http_port
+        if (amqp, http) != (self.amqp_port, self.http_port):
+            self.amqp_port, self.http_port = amqp, http
+            await asyncio.to_thread(self.catalog.register, self.host, amqp, http or 0)
 
     async def _sort_queues(self, owners: dict[tuple[str, str], tuple[str, int]]) -> None:
         """Start-up: queues this node owns stay real; an unclaimed durable one is claimed
@@ -193,18 +195,14 @@ class ClusterNode:
                 await self._leave()
             except Exception as exc:  # the lock goes with the session: peers take over
                 log.warning("node %s: could not hand its queues over: %s", self.node, exc)
+        if self.replication is not None:
+            self.replication.stop()
         if self.peers is not None:
-            from .owner import refuse_peers
-
             refuse_peers(self.core)
-        for part, method in ((self.replication, "stop"), (self.peers, "close")):
-            if part is not None and hasattr(part, method):
-                try:
-                    stopped = getattr(part, method)()
-                    if asyncio.iscoroutine(stopped):
-                        await stopped
-                except Exception:
-                    log.exception("stopping %s failed", type(part).__name__)
+            try:
+                await self.peers.close()
+            except Exception:
+                log.exception("closing the links to the other nodes failed")
         try:
             await asyncio.to_thread(self.catalog.close)
         except Exception as exc:
@@ -221,6 +219,11 @@ class ClusterNode:
         ]
         for _, queue in mine:
             queue.stop()  # no more timers writing this queue's rows
+        # queues given to this node and not served yet: their grace must run out before
+        # the node says it left (a survivor then takes them without waiting)
+        wait = self._grace_until - self.now()
+        if wait > 0:
+            await asyncio.sleep(wait)
         await self._durable()
         peers = await asyncio.to_thread(self.catalog.live_nodes)
         peers.discard(self.node)
@@ -280,7 +283,7 @@ class ClusterNode:
             self.on_fenced(reason)
 
     # -- ownership -------------------------------------------------------------------------
-    def link(self, owner: str, vhost: str = "/") -> Any:
+    def link(self, owner: str, vhost: str) -> PeerLink | None:
         """The link to node ``owner`` for ``vhost`` (None without peers)."""
         if self.peers is None or owner == self.node:
             return None
@@ -374,6 +377,7 @@ class ClusterNode:
         """Restore ``queues`` (vhost, name, queue_id) as real queues of this node at
         ``serve_at``; record the takeover's time."""
         queues = [q for q in queues if (q[0], q[1]) not in self._acquiring]
+        self._grace_until = max(self._grace_until, serve_at)
         self._acquiring.update((v, n) for v, n, _ in queues)
         try:
             wait = serve_at - self.now()
@@ -383,25 +387,38 @@ class ClusterNode:
                 return
             restored = 0
             for vhost_name, name, queue_id in queues:
+                await self._deletions_done(queue_id)
                 counts = await asyncio.to_thread(self.store.count_blocks, queue_id)
+                dedup = await asyncio.to_thread(self.store.read_dedup, queue_id)
                 vhost = self.core.vhosts.get(vhost_name)
                 stand_in = vhost.queues.get(name) if vhost is not None else None
                 if vhost is None or not isinstance(stand_in, RemoteQueue) or self.fenced is not None:
                     continue
-                restore_queue(vhost, stand_in, queue_id, self.store, counts)
+                restore_queue(vhost, stand_in, queue_id, self.store, counts, dedup)
                 restored += 1
             self.core.scheduler.adopt()  # the dead node's scheduled rows, if they came here
             if restored:
                 seconds = self.now() - started
                 self.takeovers.append((dead, restored, seconds))
                 log.warning(
-                    "took over %d queues of node %s: serving %.2f s after its lock was taken",
+                    "took over %d queues of node %s: serving %.2f s after they were given here",
                     restored,
                     dead,
                     seconds,
                 )
         finally:
             self._acquiring.difference_update((v, n) for v, n, _ in queues)
+
+    async def _deletions_done(self, queue_id: int, timeout: float = 5.0) -> None:
+        """Until no range deletion (a purge) of queue ``queue_id`` waits in the store:
+        every node's writer does them in the background (at most ``timeout`` seconds,
+        then logged: a purged message may come back, at least once)."""
+        deadline = self.now() + timeout
+        while await asyncio.to_thread(self.store.ranges_pending, queue_id):
+            if self.now() > deadline:
+                log.warning("queue id %d: a purge still waits in the store; restoring it anyway", queue_id)
+                return
+            await asyncio.sleep(0.05)
 
     # -- operations ------------------------------------------------------------------------
     def nodes(self) -> list[dict[str, Any]]:

@@ -18,10 +18,22 @@ milliseconds, not a polling period; the poll only covers a lost notification.
 
 Queues: every node holds every queue under its name; the owner node a real one,
 the others a :class:`~leveret.core.queues.remote.RemoteQueue` (its ``link`` from the
-``link_for(owner)`` the node gives). A change of kind ``owner`` (a takeover or move,
+``link_for(owner, vhost)`` the node gives). A change of kind ``owner`` (a takeover or move,
 data ``{"node", "queue_id"}``) retargets remote queues; the node that becomes the owner
 gets ``on_acquired(vhost, name, queue_id)`` (the node runtime restores the real queue
-from the store).
+from the store). A queue deleted on any node is deleted on its owner (consumers
+cancelled, messages removed) when the owner applies the change.
+
+Claims block the event loop for one catalog round trip (``balanced``: three): measured
+2.2 ms on average on this machine (600 declares, 2 nodes, local PostgreSQL), 19 ms at
+worst. A queue.declare's -ok on a 2-node cluster then takes about 11 ms (claim, commit,
+the other node's apply and ``mark_applied``, the catalog's poll), 3.5 ms on a single
+broker; exchange.declare 13 ms, queue.bind 10 ms. Nothing here runs on a broker that is
+not a cluster node (``vhost.replicator`` is None: one attribute test per declare).
+
+Start-up (:meth:`Replication.start`, once the node sorted its recovered queues): the
+live nodes' transient definitions, then the change log as retained (the last change of
+each definition only), then LISTEN.
 """
 
 from __future__ import annotations
@@ -92,7 +104,7 @@ def _fields(change: Any) -> tuple[int, str, str, str, str, dict | None]:
 
 class Replication:
     """The shared metadata of ``cluster`` (the :class:`~.node.ClusterNode`: its ``core``,
-    ``store`` (started), ``catalog``, ``node``, ``link(owner)``, ``on_acquired(vhost,
+    ``store`` (started), ``catalog``, ``node``, ``link(owner, vhost)``, ``on_acquired(vhost,
     name, queue_id)`` and ``settings.queue_leader_locator`` are used). Made once the
     snapshot is recovered and the queues sorted (real here, RemoteQueue elsewhere);
     :meth:`start` installs it and catches up, :meth:`stop` stops applying."""
@@ -106,7 +118,7 @@ class Replication:
         #: what core writes to: the node's store, logging changes
         self.store = raw if isinstance(raw, ReplicatingStore) else ReplicatingStore(raw, self.node)
         link = getattr(cluster, "link", None)
-        self.link_for: Callable[[str], Any] = link if link is not None else (lambda owner: None)
+        self.link_for: Callable[[str, str], Any] = link if link is not None else (lambda owner, vhost: None)
         self.on_acquired: Callable[[str, str, int], None] | None = getattr(cluster, "on_acquired", None)
         settings = getattr(cluster, "settings", None)
         self.default_locator = str(getattr(settings, "queue_leader_locator", CLIENT_LOCAL))
@@ -283,10 +295,11 @@ class Replication:
             return
         if isinstance(local, RemoteQueue):
             if local.owner != owner:
-                local.retarget(owner, self.link_for(owner))
+                local.retarget(owner, self.link_for(owner, host.name))
             local.durable, local.auto_delete, local.arguments = durable, auto_delete, arguments
             return
         remote = self._remote(host, name, owner, durable, auto_delete, arguments, bool(data.get("exclusive")))
+        remote.queue_id = int(data.get("queue_id") or 0)
         if local is None:
             host.queues[name] = remote
         else:  # a real queue here that another node's claim won (a race): theirs
@@ -298,6 +311,12 @@ class Replication:
             )
             self._replace(host, local, remote)
 
+    def apply_own_owner_change(self, vhost: str, name: str, owner: str, queue_id: int) -> None:
+        """An ``owner`` change this node wrote itself (``leveret ctl move_queue``:
+        :mod:`.move`), applied here as every other node applies it (a node skips its
+        own changes in the log)."""
+        self._apply_owner(vhost, name, owner, queue_id)
+
     def _apply_owner(self, vhost: str, name: str, owner: str, queue_id: int) -> None:
         host = self.core.vhosts.get(vhost)
         local = host.queues.get(name) if host is not None else None
@@ -308,7 +327,7 @@ class Replication:
                 self.on_acquired(vhost, name, queue_id)
             return
         if isinstance(local, RemoteQueue):
-            local.retarget(owner, self.link_for(owner))
+            local.retarget(owner, self.link_for(owner, host.name))
         else:  # moved away from this node: its messages stay in the store for the new owner
             self._to_remote(host, local, owner)
 
@@ -323,7 +342,9 @@ class Replication:
         arguments: dict,
         exclusive: bool = False,
     ) -> RemoteQueue:
-        remote = RemoteQueue(host, name, durable, auto_delete, arguments, owner, self.link_for(owner))
+        remote = RemoteQueue(
+            host, name, durable, auto_delete, arguments, owner, self.link_for(owner, host.name)
+        )
         if exclusive:
             remote.exclusive_owner = REMOTE_EXCLUSIVE
         return remote
@@ -332,6 +353,7 @@ class Replication:
         """Another node owns ``queue``: a RemoteQueue takes its place (and bindings);
         its messages stay in the store, its consumers are cancelled."""
         remote = self._remote(host, queue.name, owner, queue.durable, queue.auto_delete, queue.arguments)
+        remote.queue_id = queue.queue_id
         self._replace(host, queue, remote)
 
     @staticmethod
@@ -399,6 +421,7 @@ class Replication:
         if owner == self.node:
             return queue_id
         remote = self._remote(vhost, name, owner, durable, auto_delete, arguments)
+        remote.queue_id = queue_id if owner == target else 0
         vhost.queues[name] = remote
         if owner == target and durable:  # placed there by this declare: its definition is ours to write
             self.store.save_definition(
@@ -426,12 +449,13 @@ class Replication:
         self.store.save_transient("queue", vhost.name, queue.name, data)
 
     def queue_removed(self, vhost: VirtualHost, queue: Queue) -> None:
-        """Its claim is released; a transient one's definition goes (with its change)."""
+        """Its claim is released; a transient one's definition goes (with its change), a
+        durable RemoteQueue's too: the owner deletes the real queue (and its messages)
+        when it applies the change. (Liveness is not looked at: the node runtime's view
+        is up to 0.5 s old, and the delete of a dead owner's queue, logged twice, is
+        applied once.)"""
         if self.store.replaying:
             return
-        is_live = getattr(self.cluster, "is_live", None)
-        if isinstance(queue, RemoteQueue) and is_live is not None and not is_live(queue.owner):
-            return  # a dead node's queue: the takeover forgets it (and its claim)
         durable = queue.durable and queue.exclusive_owner is None
         if isinstance(queue, RemoteQueue) and durable:
             self.store.delete_definition("queue", vhost.name, queue.name)
