@@ -28,6 +28,10 @@ Workloads (each bounded in time: 5 s to connect, 2 s warm-up, then ``--seconds``
 ``transient-local``
     the same, but every client connects to its queues' owner (queues ``2p``, ``2p+1``
     are owned by node ``p % N``): the best case, no inter-node traffic.
+``transient-split``
+    consumers on their queues' owner, publishers round-robin (publisher ``p`` on node
+    ``(p + p // N) % N``, another node than the owner's with probability (N-1)/N): only
+    publishes cross nodes, no consumer is relayed (the forward's cost alone).
 ``persistent``
     durable queues, persistent 100-byte messages, publisher confirms (at most 200
     unconfirmed per publisher); round-robin placement as ``transient``.
@@ -93,32 +97,35 @@ BATCH = 50  # messages per write
 SETUP = 5.0  # seconds for a generator's connections, channels and consumers
 WARMUP = 2.0
 CLEANUP = 60.0  # seconds for deleting a cell's queues, else the cluster is restarted
-WORKLOADS = ("transient", "transient-local", "persistent", "persistent-local")
+WORKLOADS = ("transient", "transient-local", "transient-split", "persistent", "persistent-local")
 
 
 # ------------------------------------------------------------------ placement
 def owner_of(queue: int, nodes: int, workload: str) -> int:
     """Index of the node that owns queue number ``queue``."""
-    if workload.endswith("-local"):
+    if workload.endswith(("-local", "-split")):
         return (queue // 2) % nodes
     return queue % nodes
 
 
-def publisher_node(p: int, nodes: int) -> int:
+def publisher_node(p: int, nodes: int, workload: str = "") -> int:
+    if workload.endswith("-split"):  # another node than the owner's for (N-1)/N of them
+        return (p + p // nodes) % nodes
     return p % nodes
 
 
 def consumer_node(c: int, nodes: int, workload: str) -> int:
-    if workload.endswith("-local"):
+    if workload.endswith(("-local", "-split")):
         return c % nodes
     return (c + 1) % nodes
 
 
 def remote_share(nodes: int, workload: str) -> float:
     """Fraction of (publisher, queue) pairs whose queue is owned by another node than
-    the publisher's connection: (N-1)/N for the round-robin placement, 0 for local."""
+    the publisher's connection: (N-1)/N for the round-robin and split placements, 0 for
+    local."""
     pairs = [(p, q) for p in range(PUBLISHERS) for q in (2 * p, 2 * p + 1)]
-    remote = sum(owner_of(q, nodes, workload) != publisher_node(p, nodes) for p, q in pairs)
+    remote = sum(owner_of(q, nodes, workload) != publisher_node(p, nodes, workload) for p, q in pairs)
     return remote / len(pairs)
 
 
@@ -427,7 +434,7 @@ def run_cell(cluster: Cluster, workload: str, seconds: float, pg_pid: int | None
     for k in range(GENERATORS):
         spec = {
             "endpoints": endpoints,
-            "publishers": [(publisher_node(p, n), [names[2 * p], names[2 * p + 1]])
+            "publishers": [(publisher_node(p, n, workload), [names[2 * p], names[2 * p + 1]])
                            for p in range(PUBLISHERS) if p % GENERATORS == k],
             "consumers": [(consumer_node(c, n, workload), [names[2 * c], names[2 * c + 1]])
                           for c in range(CONSUMERS) if c % GENERATORS == k],
@@ -603,7 +610,7 @@ def markdown_table(rows: list[dict]) -> list[str]:
            "| saturates |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (system, n, workload), r in sorted(cells.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
-        one = cells.get((system, 1, workload)) or cells.get((system, 1, workload.removesuffix("-local")))
+        one = cells.get((system, 1, workload)) or cells.get((system, 1, workload[:-6]))
         rmq = cells.get(("rabbitmq", n, workload))
         ratio1 = f"{r['rate'] / one['rate']:.2f}" if one and one["rate"] else "-"
         ratior = f"{r['rate'] / rmq['rate']:.2f}" if rmq and rmq["rate"] and system != "rabbitmq" else "-"
@@ -702,7 +709,7 @@ def main() -> None:
                 print(f"# {cluster.describe()}", flush=True)
                 try:
                     for workload in workloads:
-                        if n == 1 and workload.endswith("-local") and workload[:-6] in workloads:
+                        if n == 1 and workload.endswith(("-local", "-split")) and workload[:-6] in workloads:
                             continue  # the same placement with one node
                         pg_pid = pg.process.pid if pg is not None and system == "leveret" else None
                         tries = [run_cell(cluster, workload, args.seconds, pg_pid, pg.url if pg_pid else None)
@@ -712,8 +719,9 @@ def main() -> None:
                         if n == 1:
                             base[(system, workload)] = r["rate"]
                             cap1[(system, workload)] = r["capacity"]
-                            base[(system, workload + "-local")] = r["rate"]
-                            cap1[(system, workload + "-local")] = r["capacity"]
+                            for variant in ("-local", "-split"):
+                                base[(system, workload + variant)] = r["rate"]
+                                cap1[(system, workload + variant)] = r["capacity"]
                         if system == "rabbitmq":
                             rabbit[(n, workload)] = r["rate"]
                         rows.append(r)
