@@ -485,8 +485,8 @@ class PeerLink:
     async def _connect(self, attempt: int) -> None:
         address = self.peers.address_of(self.node)
         try:
-            if address is None and self.peers.look_up is not None:
-                address = await self.peers.look_up(self.node)
+            if address is None and self.peers.resolve is not None:
+                address = await self.peers.resolve(self.node)
             if address is None:
                 raise OSError(f"no address known for node {self.node}")
             host, port = address
@@ -786,21 +786,21 @@ class Peers:
     """This node's links: one :class:`PeerLink` per (node, vhost), made on first use.
     ``address_of(node)`` gives the ``(host, amqp_port)`` of a node (None: unknown),
     at once (it runs on the event loop: from what the node knows, never a query);
-    ``look_up(node)``, if given, is awaited when that knows nothing (a node that joined
-    since the last look at the catalog); ``secret`` is the cluster secret the peers'
-    owner sides accept (ValueError if empty or None)."""
+    ``secret`` is the cluster secret the peers' owner sides accept (ValueError if empty
+    or None). ``resolve(node)``, when given, is asked (a coroutine: it may query) for a
+    node ``address_of`` does not know yet: one that joined since the node last looked."""
 
     def __init__(
         self,
         secret: str | None,
         address_of: Callable[[str], tuple[str, int] | None],
-        look_up: Callable[[str], Awaitable[tuple[str, int] | None]] | None = None,
+        resolve: Callable[[str], Awaitable[tuple[str, int] | None]] | None = None,
     ) -> None:
         if not secret:
             raise ValueError("the cluster secret must not be empty")
         self.secret = secret
         self.address_of = address_of
-        self.look_up = look_up
+        self.resolve = resolve
         self.links: dict[tuple[str, str], PeerLink] = {}
         self.closed = False
         self._content_header: Callable[[Message], bytes] | None = None

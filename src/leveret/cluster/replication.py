@@ -104,7 +104,7 @@ def _fields(change: Any) -> tuple[int, str, str, str, str, dict | None]:
 
 class Replication:
     """The shared metadata of ``cluster`` (the :class:`~.node.ClusterNode`: its ``core``,
-    ``store`` (started), ``catalog``, ``node``, ``link(owner)``, ``on_acquired(vhost,
+    ``store`` (started), ``catalog``, ``node``, ``link(owner, vhost)``, ``on_acquired(vhost,
     name, queue_id)`` and ``settings.queue_leader_locator`` are used). Made once the
     snapshot is recovered and the queues sorted (real here, RemoteQueue elsewhere);
     :meth:`start` installs it and catches up, :meth:`stop` stops applying."""
@@ -297,7 +297,7 @@ class Replication:
             return
         if isinstance(local, RemoteQueue):
             if local.owner != owner:
-                local.retarget(owner, self.link_for(owner, vhost))
+                local.retarget(owner, self.link_for(owner, host.name))
             local.durable, local.auto_delete, local.arguments = durable, auto_delete, arguments
             return
         remote = self._remote(host, name, owner, durable, auto_delete, arguments, bool(data.get("exclusive")))
@@ -313,6 +313,12 @@ class Replication:
             )
             self._replace(host, local, remote)
 
+    def apply_own_owner_change(self, vhost: str, name: str, owner: str, queue_id: int) -> None:
+        """An ``owner`` change this node wrote itself (``leveret ctl move_queue``:
+        :mod:`.move`), applied here as every other node applies it (a node skips its
+        own changes in the log)."""
+        self._apply_owner(vhost, name, owner, queue_id)
+
     def _apply_owner(self, vhost: str, name: str, owner: str, queue_id: int) -> None:
         host = self.core.vhosts.get(vhost)
         local = host.queues.get(name) if host is not None else None
@@ -323,7 +329,7 @@ class Replication:
                 self.on_acquired(vhost, name, queue_id)
             return
         if isinstance(local, RemoteQueue):
-            local.retarget(owner, self.link_for(owner, vhost))
+            local.retarget(owner, self.link_for(owner, host.name))
         else:  # moved away from this node: its messages stay in the store for the new owner
             self._to_remote(host, local, owner)
 
@@ -338,8 +344,9 @@ class Replication:
         arguments: dict,
         exclusive: bool = False,
     ) -> RemoteQueue:
-        link = self.link_for(owner, host.name)
-        remote = RemoteQueue(host, name, durable, auto_delete, arguments, owner, link)
+        remote = RemoteQueue(
+            host, name, durable, auto_delete, arguments, owner, self.link_for(owner, host.name)
+        )
         if exclusive:
             remote.exclusive_owner = REMOTE_EXCLUSIVE
         return remote
