@@ -1,6 +1,6 @@
 """A dynamic shovel runs on one node of a cluster, as RabbitMQ runs each dynamic shovel
-on one node: the live node with the lowest number (n1 here); the other keeps the shared
-definition and starts no worker, and starts it when n1 dies (kill -9). Each message is
+on one node: the live node with the lowest number; the other keeps the shared
+definition and starts no worker, and starts it when that node dies (kill -9). Each message is
 moved once (a shovel from an exchange: a second copy of it would move each twice)."""
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ SHOVEL = {"src-uri": "amqp://", "src-exchange": "fan", "dest-uri": "amqp://", "d
 
 @pytest.fixture
 def nodes(postgres, tmp_path):
-    started = start_nodes(tmp_path, postgres.url, unique("shovels").replace("-", "_"), 2)
-    yield started
+    cluster = unique("shovels").replace("-", "_")
+    started = start_nodes(tmp_path, postgres.url, cluster, 2)
+    # (started together: either may have registered first)
+    first = postgres.sql(f'SELECT name FROM "{cluster}".cluster_nodes ORDER BY number LIMIT 1')[0][0]
+    yield sorted(started, key=lambda node: node.name != first)
     for node in started:
         node.kill()
 
@@ -55,21 +58,20 @@ def count(node: ClusterNode, queue: str) -> int:
 
 
 def test_a_dynamic_shovel_runs_on_one_node_and_moves_to_a_survivor(nodes) -> None:
-    n1, n2 = nodes
-    with pika.BlockingConnection(pika.URLParameters(n2.url)) as connection:
+    runner, other = nodes  # the lowest number first
+    with pika.BlockingConnection(pika.URLParameters(other.url)) as connection:
         channel = connection.channel()
         channel.exchange_declare("fan", "fanout", durable=True)
-        channel.queue_declare("dst", durable=True)  # owned by n2: it stays when n1 dies
-    http(n1, "PUT", "/api/parameters/shovel/%2F/mover", {"value": SHOVEL})
-    assert eventually(lambda: len(running_on(n1)) == 1)
-    assert running_on(n2) == []  # the definition is there, no worker
-    assert running_on(n1) == ["n1"]
-    publish(n2, [b"first %d" % n for n in range(50)])
-    assert eventually(lambda: count(n2, "dst") >= 50)
-    n1_log = n1.log()
-    assert count(n2, "dst") == 50, "a message moved twice"  # (a late copy would show by now)
-    n1.kill()
-    assert eventually(lambda: running_on(n2) == ["n2"], timeout=10), n2.log()[-3000:] + n1_log[-2000:]
-    publish(n2, [b"then %d" % n for n in range(30)])
-    assert eventually(lambda: count(n2, "dst") >= 80)
-    assert count(n2, "dst") == 80
+        channel.queue_declare("dst", durable=True)  # owned by the other: it stays when the runner dies
+    http(other, "PUT", "/api/parameters/shovel/%2F/mover", {"value": SHOVEL})
+    assert eventually(lambda: len(running_on(runner)) == 1)
+    assert running_on(other) == []  # the definition is there, no worker
+    assert running_on(runner) == [runner.name]
+    publish(other, [b"first %d" % n for n in range(50)])
+    assert eventually(lambda: count(other, "dst") >= 50)
+    assert count(other, "dst") == 50, "a message moved twice"  # (a late copy would show by now)
+    runner.kill()
+    assert eventually(lambda: running_on(other) == [other.name], timeout=10), other.log()[-3000:]
+    publish(other, [b"then %d" % n for n in range(30)])
+    assert eventually(lambda: count(other, "dst") >= 80)
+    assert count(other, "dst") == 80
