@@ -1,0 +1,266 @@
+"""Active nodes of one leveret cluster (docs/cluster.md) as subprocesses, for the cluster
+tests: ``leveret server --store URL --cluster C --node NAME`` on the test session's
+PostgreSQL (tests/postgres.py), each node on its own fixed ports (AMQP, STOMP, MQTT,
+HTTP) so it restarts where its clients expect it.
+
+- :class:`NodeProcess`: one node; :meth:`~NodeProcess.start`, :meth:`~NodeProcess.
+  wait_ready`, :meth:`~NodeProcess.kill` (kill -9), :meth:`~NodeProcess.terminate`
+  (SIGTERM: a graceful stop), :meth:`~NodeProcess.restart`.
+- :class:`Cluster`: N nodes of a new cluster schema, started together; a node named in
+  ``cuttable`` reaches PostgreSQL through a :class:`~tcp_proxy.CuttableProxy` (in
+  ``proxies``), so a test can cut that node's database sessions; :meth:`~Cluster.owner`
+  reads a queue's owner node from the catalog (``queue_owners``), :meth:`~Cluster.
+  live` the nodes whose advisory lock is held.
+- ``cluster_of`` (a fixture): a factory of :class:`Cluster`, closed after the test.
+
+Timing: :data:`TIMING` is the environment given to every node so that the lease and
+the takeover grace (RULES: LEASE 3 s, GRACE 3.5 s by default) are short enough for
+tests; the lead's node runtime reads it (see :mod:`leveret.cluster.node`).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from postgres import PostgresServer, free_port
+from tcp_proxy import CuttableProxy
+
+#: the node runtime's test timings (seconds): a short lease, and a grace longer than it
+TIMING: dict[str, str] = {
+    "LEVERET_CLUSTER_LEASE": "1.5",
+    "LEVERET_CLUSTER_GRACE": "2.0",
+}
+START_TIMEOUT = 30.0
+
+
+def unique_cluster(prefix: str = "cl") -> str:
+    """A new cluster (schema) name: lower case, no dash."""
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+class NodeProcess:
+    """One active node of ``cluster`` named ``name``, storing in ``store_url``."""
+
+    def __init__(
+        self,
+        name: str,
+        directory: Path,
+        store_url: str,
+        cluster: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name, self.dir = name, directory
+        self.store_url, self.cluster = store_url, cluster
+        self.args = args
+        self.env = {**os.environ, **TIMING, **(env or {})}
+        self.amqp_port, self.stomp_port = free_port(), free_port()
+        self.mqtt_port, self.http_port = free_port(), free_port()
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
+        self.http_url = f"http://127.0.0.1:{self.http_port}"
+        self.log_path = directory / "server.log"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        self._lines: queue.Queue[str] = queue.Queue()
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable, "-m", "leveret", "server",
+            "--amqp-port", str(self.amqp_port), "--stomp-port", str(self.stomp_port),
+            "--mqtt-port", str(self.mqtt_port), "--http-port", str(self.http_port),
+            "--web-stomp-port", "-1", "--web-mqtt-port", "-1", "--prometheus-port", "-1",
+            "--data-dir", str(self.dir / "data"),
+            "--store", self.store_url, "--cluster", self.cluster, "--node", self.name,
+            *self.args,
+        ]  # fmt: skip
+
+    def start(self) -> NodeProcess:
+        """Start the process (not waiting: :meth:`wait_ready`)."""
+        assert not self.running, f"{self.name} runs already"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lines = queue.Queue()
+        self.starts += 1
+        with open(self.log_path, "a") as log:
+            log.write(f"---- start {self.starts} at {time.time():.3f}\n")
+            log.flush()
+            self.proc = subprocess.Popen(self.argv(), stdout=subprocess.PIPE, stderr=log, text=True, env=self.env)
+        lines, stdout = self._lines, self.proc.stdout
+        assert stdout is not None
+        threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+        return self
+
+    def wait_for(self, prefix: str, timeout: float = START_TIMEOUT) -> str:
+        """The next line of stdout starting with ``prefix`` (RuntimeError with the end of
+        the log if the process exits or ``timeout`` seconds pass first)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=0.1)
+            except queue.Empty:
+                if self.proc is not None and self.proc.poll() is not None and self._lines.empty():
+                    break
+                continue
+            if line.startswith(prefix):
+                return line
+        raise RuntimeError(f"{self.name}: no {prefix!r} line: {self.log()[-4000:]}")
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> str:
+        return self.wait_for("leveret ready", timeout)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """kill -9 (and reap)."""
+        if self.running:
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait()
+
+    def terminate(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM (a graceful stop) and wait for the exit; its status."""
+        if not self.running:
+            return None if self.proc is None else self.proc.returncode
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"{self.name} did not stop within {timeout} s") from None
+
+    def restart(self, graceful: bool = True) -> NodeProcess:
+        """Stop (SIGTERM, or kill -9) and start again on the same ports; ready."""
+        if graceful:
+            self.terminate()
+        else:
+            self.kill()
+        self.start().wait_ready()
+        return self
+
+    def __repr__(self) -> str:
+        return f"<node {self.name} amqp:{self.amqp_port} {'running' if self.running else 'stopped'}>"
+
+
+class Cluster:
+    """``len(names)`` nodes of a new cluster on ``postgres``; :meth:`start` starts them
+    together and waits until each is ready."""
+
+    def __init__(
+        self,
+        postgres: PostgresServer,
+        directory: Path,
+        names: tuple[str, ...] = ("n1", "n2", "n3"),
+        cuttable: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
+        self.postgres = postgres
+        self.name = unique_cluster()
+        self.proxies: dict[str, CuttableProxy] = {}
+        self.nodes: list[NodeProcess] = []
+        for name in names:
+            url = postgres.url
+            if name in cuttable:
+                proxy = self.proxies[name] = CuttableProxy(postgres.port)
+                url = url.replace(f":{postgres.port}/", f":{proxy.port}/")
+            self.nodes.append(NodeProcess(name, directory / name, url, self.name, *args, env=env))
+
+    def start(self) -> Cluster:
+        """Start the first node alone (it makes the schema), then the others together;
+        wait until all are ready."""
+        first, *others = self.nodes
+        first.start().wait_ready()
+        for node in others:
+            node.start()
+        for node in others:
+            node.wait_ready()
+        return self
+
+    def __getitem__(self, name: str) -> NodeProcess:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[NodeProcess]:
+        return iter(self.nodes)
+
+    def others(self, *names: str) -> list[NodeProcess]:
+        """The nodes not named."""
+        return [node for node in self.nodes if node.name not in names]
+
+    # -- the catalog, read directly --------------------------------------------------------
+    def owner(self, queue_name: str, vhost: str = "/") -> str | None:
+        """The queue's owner node in ``queue_owners`` (None: no row)."""
+        rows = self.postgres.sql(
+            f'SELECT node FROM "{self.name}".queue_owners WHERE vhost = %s AND name = %s', vhost, queue_name
+        )
+        return rows[0][0] if rows else None
+
+    def live(self) -> set[str]:
+        """The nodes whose advisory lock is held now (RULES32: a node is live iff)."""
+        rows = self.postgres.sql(
+            f'SELECT name FROM "{self.name}".cluster_nodes n WHERE EXISTS (SELECT 1 FROM pg_locks l '
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = hashtext('leveret-node')::oid "
+            f"AND l.objid = hashtext(%s || '/' || n.name)::oid)",
+            self.name,
+        )
+        return {row[0] for row in rows}
+
+    def wait_owner(self, queue_name: str, accept: Callable[[str | None], bool], timeout: float = 15.0) -> str:
+        """Poll the queue's owner until ``accept(owner)``; it (AssertionError after
+        ``timeout`` s)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            owner = self.owner(queue_name)
+            if accept(owner):
+                assert owner is not None
+                return owner
+            if time.monotonic() > deadline:
+                raise AssertionError(f"owner of {queue_name!r} still {owner!r} after {timeout} s")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.kill()
+        for proxy in self.proxies.values():
+            proxy.close()
+
+    def logs(self) -> str:
+        """Every node's log, for a failed assertion's message."""
+        return "\n".join(f"==== {node.name}\n{node.log()[-3000:]}" for node in self.nodes)
+
+
+@pytest.fixture
+def cluster_of(postgres: PostgresServer, tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    """``cluster_of(names=("n1", "n2", "n3"), cuttable=(), env=None)``: a started
+    :class:`Cluster` of a new schema; every node is killed after the test."""
+    made: list[Cluster] = []
+
+    def make(**kwargs: object) -> Cluster:
+        cluster = Cluster(postgres, tmp_path / f"cluster{len(made)}", **kwargs)  # type: ignore[arg-type]
+        made.append(cluster)
+        return cluster.start()
+
+    yield make
+    for cluster in made:
+        cluster.close()
