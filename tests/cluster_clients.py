@@ -53,7 +53,9 @@ class Publisher(threading.Thread):
     confirms, to the default exchange with routing key ``queue``, until :meth:`stop` or
     ``limit`` confirmed. A nack or a return (no queue there for now) is retried with the
     same body; a lost connection is reopened and the unconfirmed body sent again.
-    ``pause`` seconds between two publishes keeps the load bounded."""
+    Each attempt has its own ``message_id`` (``body/attempt``), so a consumer can tell a
+    redelivery from a second copy of a body sent again after a nack. ``pause`` seconds
+    between two publishes keeps the load bounded."""
 
     def __init__(
         self,
@@ -68,7 +70,7 @@ class Publisher(threading.Thread):
         self.connect, self.queue, self.prefix = connect, queue, prefix
         self.limit, self.pause, self.declare = limit, pause, declare
         self.confirmed: list[str] = []
-        self.nacks = self.returns = self.reconnects = 0
+        self.nacks = self.returns = self.reconnects = self.attempts = 0
         self.error: BaseException | None = None
         self._stop = threading.Event()
 
@@ -98,8 +100,10 @@ class Publisher(threading.Thread):
                         channel.queue_declare(self.queue, durable=True)
                     while self._more(number):
                         body = f"{self.prefix}{number}"
+                        self.attempts += 1
+                        properties = pika.BasicProperties(delivery_mode=2, message_id=f"{body}/{self.attempts}")
                         try:
-                            channel.basic_publish("", self.queue, body.encode(), PERSISTENT, mandatory=True)
+                            channel.basic_publish("", self.queue, body.encode(), properties, mandatory=True)
                         except pika.exceptions.NackError:
                             self.nacks += 1
                             time.sleep(0.05)
@@ -130,17 +134,22 @@ class Delivery:
     body: str
     redelivered: bool
     subscription: int  # 1 for the first basic.consume, 2 after a cancel or reconnect…
+    message_id: str | None = None
 
 
 class Consumer(threading.Thread):
     """Consumes ``queue`` with manual acks and ``prefetch``; every delivery goes to
     ``deliveries`` (then acked). A broker cancel (the owner was lost) or a closed
     channel makes it subscribe again; a lost connection, reconnect. ``subscribed``
-    holds the time each subscription's consume-ok came."""
+    holds the time each subscription's consume-ok came. ``work`` seconds spent on each
+    message before its ack (a slow application: a backlog builds up in the queue)."""
 
-    def __init__(self, connect: Connect, queue: str, prefetch: int = 50, label: str = "consumer") -> None:
+    def __init__(
+        self, connect: Connect, queue: str, prefetch: int = 50, label: str = "consumer", work: float = 0.0
+    ) -> None:
         super().__init__(daemon=True, name=label)
         self.connect, self.queue, self.prefetch, self.label = connect, queue, prefetch, label
+        self.work = work
         self.deliveries: list[Delivery] = []
         self.subscribed: list[float] = []
         self.cancels = self.reconnects = self.channel_errors = 0
@@ -197,7 +206,10 @@ class Consumer(threading.Thread):
         self._cancelled = False
 
         def on_message(channel, method, properties, body: bytes) -> None:
-            self.deliveries.append(Delivery(time.monotonic(), body.decode(), method.redelivered, generation))
+            delivery = Delivery(time.monotonic(), body.decode(), method.redelivered, generation, properties.message_id)
+            self.deliveries.append(delivery)
+            if self.work:
+                time.sleep(self.work)
             channel.basic_ack(method.delivery_tag)
 
         channel.basic_consume(self.queue, on_message, consumer_tag=f"{self.label}-{generation}")
@@ -212,6 +224,19 @@ class Consumer(threading.Thread):
 
     def _on_cancel(self, frame) -> None:
         self._cancelled = True
+
+
+def unflagged_redeliveries(deliveries: list[Delivery]) -> list[Delivery]:
+    """The deliveries of a message (``message_id``) seen before, without the
+    redelivered flag (RabbitMQ sets it on every message that may have been delivered
+    before: a queue's new owner must too)."""
+    seen: set[str | None] = set()
+    unflagged = []
+    for delivery in sorted(deliveries, key=lambda d: d.time):
+        if delivery.message_id in seen and not delivery.redelivered:
+            unflagged.append(delivery)
+        seen.add(delivery.message_id)
+    return unflagged
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.02) -> None:

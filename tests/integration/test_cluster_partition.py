@@ -1,0 +1,83 @@
+"""A partition between a queue's owner and PostgreSQL (issue 32): node n1 reaches the
+database through a proxy; the test severs n1's sessions there — PostgreSQL sees them
+end at once (n1's advisory lock is free: the survivors may take its queues), while n1
+hears nothing (its packets are swallowed, new connections hang) and can only learn of
+it from its lease. n1 must stop delivering before another node starts delivering its
+queue: no two owners ever deliver the same queue. And no confirmed message is lost.
+
+Deliveries are recorded with the client's receive time and the subscription they came
+on: those on the consumers' first subscriptions (one consumer on n1 itself, one on n2
+through n2's link to n1) came from n1; those on a subscription made after the cut come
+from the new owner. The consumers are slow (a backlog waits in n1's queue), so a node
+that kept serving from memory after losing its session would still be delivering when
+the new owner starts.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pika
+from cluster_clients import Consumer, Delivery, Publisher, connector, unflagged_redeliveries, wait_for
+from cluster_nodes import cluster_of  # noqa: F401 (fixture)
+
+QUEUE = "partitioned"
+
+
+def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_takes_over(cluster_of):
+    cluster = cluster_of(cuttable=("n1",))
+    n1, n2, n3 = cluster["n1"], cluster["n2"], cluster["n3"]
+    connection = pika.BlockingConnection(pika.URLParameters(n1.url))
+    connection.channel().queue_declare(QUEUE, durable=True)
+    connection.close()
+    assert cluster.owner(QUEUE) == "n1"
+    local = Consumer(connector(n1.amqp_port), QUEUE, prefetch=5, label="on-n1", work=0.01)
+    remote = Consumer(connector(n2.amqp_port), QUEUE, prefetch=5, label="on-n2", work=0.01)
+    publisher = Publisher(connector(n3.amqp_port), QUEUE, "p-", pause=0.002)
+    for client in (local, remote, publisher):
+        client.start()
+    # both consumers served by n1, and a backlog in n1's queue
+    wait_for(lambda: len(publisher.confirmed) >= 300 and local.deliveries and remote.deliveries, 15, "load on n1")
+    old_subscriptions = {local: len(local.subscribed), remote: len(remote.subscribed)}
+    assert old_subscriptions == {local: 1, remote: 1}, (local.cancels, remote.cancels)
+
+    proxy = cluster.proxies["n1"]
+    proxy.block("blackhole")  # n1's new sessions hang
+    cut = time.monotonic()
+    assert proxy.sever() >= 1  # its sessions end in PostgreSQL; n1 hears nothing
+    new_owner = cluster.wait_owner(QUEUE, lambda owner: owner not in (None, "n1"), 15)
+    taken = time.monotonic()
+
+    def after_cut() -> list[Delivery]:
+        return [
+            d
+            for consumer in (local, remote)
+            for d in consumer.deliveries
+            if d.subscription > old_subscriptions[consumer]
+        ]
+
+    wait_for(after_cut, 15, "a delivery from the new owner")
+    time.sleep(1.0)  # a node still serving would go on delivering meanwhile
+    publisher.stop()
+    from_n1 = [d for consumer in (local, remote) for d in consumer.deliveries if d.subscription == 1]
+    from_new = after_cut()
+    last_old = max(d.time for d in from_n1)
+    first_new = min(d.time for d in from_new)
+    print(
+        f"cut at 0: {new_owner} owns the queue at {taken - cut:.2f} s; n1's last delivery at "
+        f"{last_old - cut:.2f} s, the new owner's first at {first_new - cut:.2f} s"
+    )
+    assert last_old < first_new, (
+        f"n1 delivered until {last_old - cut:.2f} s after the cut, {new_owner} from {first_new - cut:.2f} s"
+    )
+    assert remote.cancels + remote.reconnects >= 1  # n2's consumer was told the owner went
+    for consumer in (local, remote):
+        consumer.work = 0.0  # the backlog now, fast
+
+    confirmed = set(publisher.confirmed)
+    wait_for(lambda: confirmed <= local.bodies() | remote.bodies(), 20, "every confirmed message consumed")
+    for consumer in (local, remote):
+        consumer.stop()
+    assert not unflagged_redeliveries(local.deliveries + remote.deliveries)
+    # n1 stopped serving its queues for good (it is fenced: no session, no lease)
+    assert cluster.owner(QUEUE) == new_owner
