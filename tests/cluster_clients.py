@@ -101,7 +101,8 @@ class Publisher(threading.Thread):
                     while self._more(number):
                         body = f"{self.prefix}{number}"
                         self.attempts += 1
-                        properties = pika.BasicProperties(delivery_mode=2, message_id=f"{body}/{self.attempts}")
+                        message_id = f"{body}/{self.attempts}"
+                        properties = pika.BasicProperties(delivery_mode=2, message_id=message_id)
                         try:
                             channel.basic_publish("", self.queue, body.encode(), properties, mandatory=True)
                         except pika.exceptions.NackError:
@@ -206,8 +207,10 @@ class Consumer(threading.Thread):
         self._cancelled = False
 
         def on_message(channel, method, properties, body: bytes) -> None:
-            delivery = Delivery(time.monotonic(), body.decode(), method.redelivered, generation, properties.message_id)
-            self.deliveries.append(delivery)
+            stamp = time.monotonic()
+            self.deliveries.append(
+                Delivery(stamp, body.decode(), method.redelivered, generation, properties.message_id)
+            )
             if self.work:
                 time.sleep(self.work)
             channel.basic_ack(method.delivery_tag)

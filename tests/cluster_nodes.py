@@ -93,7 +93,9 @@ class NodeProcess:
         with open(self.log_path, "a") as log:
             log.write(f"---- start {self.starts} at {time.time():.3f}\n")
             log.flush()
-            self.proc = subprocess.Popen(self.argv(), stdout=subprocess.PIPE, stderr=log, text=True, env=self.env)
+            self.proc = subprocess.Popen(
+                self.argv(), stdout=subprocess.PIPE, stderr=log, text=True, env=self.env
+            )
         lines, stdout = self._lines, self.proc.stdout
         assert stdout is not None
         threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()

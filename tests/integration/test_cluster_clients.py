@@ -14,7 +14,7 @@ import uuid
 import aio_pika
 import pika
 from cluster_clients import PERSISTENT
-from cluster_nodes import Cluster, NodeProcess, cluster_of  # noqa: F401 (fixture)
+from cluster_nodes import Cluster, NodeProcess
 from eventually import eventually, pumping
 from stomp_clients import Client
 
@@ -56,7 +56,8 @@ def test_pika_publish_on_n2_consume_on_n3_of_a_queue_owned_by_n1(cluster_of):
     queue = queue_on(cluster["n1"], cluster)
     bodies = [f"m{i}" for i in range(COUNT)]
     publish_confirmed(cluster["n2"], queue, bodies)
-    assert eventually(lambda: ready_count(cluster["n1"], queue) == COUNT, 5), ready_count(cluster["n1"], queue)
+    ready = eventually(lambda: ready_count(cluster["n1"], queue) == COUNT, 5)
+    assert ready, ready_count(cluster["n1"], queue)
 
     connection = pika.BlockingConnection(pika.URLParameters(cluster["n3"].url))
     channel = connection.channel()

@@ -13,10 +13,19 @@ new owner (on a subscription made after the broker cancelled the old one). ``pyt
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import pika
-from cluster_clients import Consumer, Publisher, connector, percentile, unflagged_redeliveries, wait_for
-from cluster_nodes import cluster_of  # noqa: F401 (fixture)
+from cluster_clients import (
+    Consumer,
+    Delivery,
+    Publisher,
+    connector,
+    percentile,
+    unflagged_redeliveries,
+    wait_for,
+)
+from cluster_nodes import Cluster
 
 ROUNDS = 10
 PER_ROUND = 240  # confirmed messages per round
@@ -25,62 +34,72 @@ TAKEOVER_LIMIT = 15.0  # seconds
 QUEUE = "orders"
 
 
+@dataclass
+class Round:
+    number: int
+    killed: str
+    new_owner: str | None
+    takeover: float  # seconds from the kill to the first delivery from a survivor
+    confirmed: set[str]
+    received: set[str]
+
+
+def one_round(cluster: Cluster, number: int) -> Round:
+    """Publish on one survivor-to-be, consume on the other, kill -9 the owner once a
+    third of the round is confirmed; wait for every confirmed message; restart it."""
+    owner = cluster.owner(QUEUE)
+    assert owner is not None
+    victim = cluster[owner]
+    publishing, consuming = cluster.others(owner)
+    consumer = Consumer(connector(consuming.amqp_port), QUEUE, prefetch=50, label=f"r{number}")
+    publisher = Publisher(connector(publishing.amqp_port), QUEUE, f"r{number}-", limit=PER_ROUND)
+    consumer.start()
+    publisher.start()
+    wait_for(
+        lambda: len(publisher.confirmed) >= BEFORE_KILL and consumer.deliveries,
+        15,
+        f"round {number}: {BEFORE_KILL} confirmed before the kill",
+    )
+    subscription = len(consumer.subscribed)
+    killed = time.monotonic()
+    victim.kill()
+
+    def from_survivor() -> Delivery | None:
+        after = [d for d in consumer.deliveries if d.subscription > subscription and d.time > killed]
+        return after[0] if after else None
+
+    wait_for(from_survivor, TAKEOVER_LIMIT + 5, f"round {number}: a delivery from a survivor")
+    first = from_survivor()
+    assert first is not None
+    victim.start()  # meanwhile the round's publishing goes on with a survivor
+    publisher.join(30)
+    publisher.stop()
+    mine = set(publisher.confirmed)
+    assert len(mine) == PER_ROUND
+    wait_for(lambda: mine <= consumer.bodies(), 20, f"round {number}: every confirmed message consumed")
+    consumer.stop()
+    assert not unflagged_redeliveries(consumer.deliveries), f"round {number}: a redelivery without the flag"
+    new_owner = cluster.owner(QUEUE)
+    assert new_owner not in (None, owner), f"round {number}: owner still {new_owner}"
+    victim.wait_ready()
+    print(
+        f"round {number}: {owner} killed, {new_owner} took over, first delivery after "
+        f"{first.time - killed:.2f} s; publisher nacks {publisher.nacks} returns {publisher.returns} "
+        f"reconnects {publisher.reconnects}; consumer cancels {consumer.cancels} "
+        f"reconnects {consumer.reconnects} duplicates {len(consumer.deliveries) - len(consumer.bodies())}"
+    )
+    return Round(number, owner, new_owner, first.time - killed, mine, consumer.bodies())
+
+
 def test_kill_9_of_the_owner_10_rounds_loses_no_confirmed_message(cluster_of):
     cluster = cluster_of()
     connection = pika.BlockingConnection(pika.URLParameters(cluster["n1"].url))
     connection.channel().queue_declare(QUEUE, durable=True)
     connection.close()
-    takeovers: list[float] = []
-    confirmed: set[str] = set()
-    received: set[str] = set()
-    for round_number in range(ROUNDS):
-        owner = cluster.owner(QUEUE)
-        assert owner is not None
-        victim = cluster[owner]
-        publishing, consuming = cluster.others(owner)
-        consumer = Consumer(connector(consuming.amqp_port), QUEUE, prefetch=50, label=f"r{round_number}")
-        publisher = Publisher(connector(publishing.amqp_port), QUEUE, f"r{round_number}-", limit=PER_ROUND)
-        consumer.start()
-        publisher.start()
-        wait_for(
-            lambda: len(publisher.confirmed) >= BEFORE_KILL and consumer.deliveries,
-            15,
-            f"round {round_number}: {BEFORE_KILL} confirmed before the kill ({len(publisher.confirmed)})",
-        )
-        subscription = len(consumer.subscribed)
-        killed = time.monotonic()
-        victim.kill()
-
-        def from_survivor():
-            after = [d for d in consumer.deliveries if d.subscription > subscription and d.time > killed]
-            return after[0] if after else None
-
-        wait_for(from_survivor, TAKEOVER_LIMIT + 5, f"round {round_number}: a delivery from a survivor")
-        first = from_survivor()
-        assert first is not None
-        takeovers.append(first.time - killed)
-        victim.start()  # meanwhile: the round's publishing goes on with a survivor
-        publisher.join(30)
-        publisher.stop()
-        mine = set(publisher.confirmed)
-        assert len(mine) == PER_ROUND
-        wait_for(lambda: mine <= consumer.bodies(), 20, f"round {round_number}: every confirmed message consumed")
-        consumer.stop()
-        assert not unflagged_redeliveries(consumer.deliveries), f"round {round_number}: redelivered without the flag"
-        new_owner = cluster.owner(QUEUE)
-        assert new_owner not in (None, owner), f"round {round_number}: owner still {new_owner}"
-        confirmed |= mine
-        received |= consumer.bodies()
-        victim.wait_ready()
-        print(
-            f"round {round_number}: {owner} killed, {new_owner} took over, first delivery after "
-            f"{takeovers[-1]:.2f} s; publisher nacks {publisher.nacks} returns {publisher.returns} "
-            f"reconnects {publisher.reconnects}; consumer cancels {consumer.cancels} "
-            f"reconnects {consumer.reconnects} duplicates {len(consumer.deliveries) - len(consumer.bodies())}"
-        )
-    lost = confirmed - received
+    rounds = [one_round(cluster, number) for number in range(ROUNDS)]
+    lost = set().union(*(r.confirmed for r in rounds)) - set().union(*(r.received for r in rounds))
     assert not lost, f"{len(lost)} confirmed messages lost: {sorted(lost)[:10]}"
-    print(
-        f"takeover over {ROUNDS} rounds: p50 {percentile(takeovers, 0.5):.2f} s, max {max(takeovers):.2f} s"
-    )
+    takeovers = [r.takeover for r in rounds]
+    p50, most = percentile(takeovers, 0.5), max(takeovers)
+    print(f"takeover over {ROUNDS} rounds: p50 {p50:.2f} s, max {most:.2f} s")
     assert max(takeovers) < TAKEOVER_LIMIT

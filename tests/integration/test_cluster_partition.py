@@ -19,7 +19,6 @@ import time
 
 import pika
 from cluster_clients import Consumer, Delivery, Publisher, connector, unflagged_redeliveries, wait_for
-from cluster_nodes import cluster_of  # noqa: F401 (fixture)
 
 QUEUE = "partitioned"
 
@@ -37,7 +36,9 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
     for client in (local, remote, publisher):
         client.start()
     # both consumers served by n1, and a backlog in n1's queue
-    wait_for(lambda: len(publisher.confirmed) >= 300 and local.deliveries and remote.deliveries, 15, "load on n1")
+    wait_for(
+        lambda: len(publisher.confirmed) >= 300 and local.deliveries and remote.deliveries, 15, "load on n1"
+    )
     old_subscriptions = {local: len(local.subscribed), remote: len(remote.subscribed)}
     assert old_subscriptions == {local: 1, remote: 1}, (local.cancels, remote.cancels)
 

@@ -8,7 +8,6 @@ its queues over) and started again. Afterwards every confirmed message was consu
 from __future__ import annotations
 
 from cluster_clients import Consumer, Publisher, connector, wait_for
-from cluster_nodes import cluster_of  # noqa: F401 (fixture)
 from tcp_balancer import RoundRobin
 
 QUEUE = "rolling"
@@ -21,7 +20,7 @@ def test_a_rolling_restart_behind_a_balancer_loses_no_confirmed_message(cluster_
         publisher = Publisher(connector(balancer.port), QUEUE, "roll-", pause=0.003)
         consumer = Consumer(connector(balancer.port), QUEUE, prefetch=20, label="through-balancer")
         publisher.start()
-        wait_for(lambda: len(publisher.confirmed) >= STEP, 15, "the publisher under way")  # it declared the queue
+        wait_for(lambda: len(publisher.confirmed) >= STEP, 15, "the publisher under way (declared the queue)")
         consumer.start()
         for node in cluster:
             owner = cluster.owner(QUEUE)
@@ -35,11 +34,14 @@ def test_a_rolling_restart_behind_a_balancer_loses_no_confirmed_message(cluster_
                 20,
                 f"publishing after {node.name} restarted (owner was {owner})",
             )
-            wait_for(lambda n=consumed: len(consumer.deliveries) > n, 10, f"consuming after {node.name} restarted")
+            wait_for(
+                lambda n=consumed: len(consumer.deliveries) > n, 10, f"consuming after {node.name} restarted"
+            )
             print(
-                f"{node.name} restarted (owner {owner} -> {cluster.owner(QUEUE)}): {len(publisher.confirmed)} "
-                f"confirmed, {len(consumer.bodies())} consumed; publisher reconnects {publisher.reconnects} "
-                f"nacks {publisher.nacks} returns {publisher.returns}; consumer reconnects "
+                f"{node.name} restarted (owner {owner} -> {cluster.owner(QUEUE)}): "
+                f"{len(publisher.confirmed)} confirmed, {len(consumer.bodies())} consumed; "
+                f"publisher reconnects {publisher.reconnects} nacks {publisher.nacks} "
+                f"returns {publisher.returns}; consumer reconnects "
                 f"{consumer.reconnects} cancels {consumer.cancels}"
             )
         publisher.stop()
