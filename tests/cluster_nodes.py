@@ -3,9 +3,10 @@ tests: ``leveret server --store URL --cluster C --node NAME`` on the test sessio
 PostgreSQL (tests/postgres.py), each node on its own fixed ports (AMQP, STOMP, MQTT,
 HTTP) so it restarts where its clients expect it.
 
-- :class:`NodeProcess`: one node; :meth:`~NodeProcess.start`, :meth:`~NodeProcess.
-  wait_ready`, :meth:`~NodeProcess.kill` (kill -9), :meth:`~NodeProcess.terminate`
-  (SIGTERM: a graceful stop), :meth:`~NodeProcess.restart`.
+- :class:`ClusterNode`: one node; :meth:`~ClusterNode.start`, :meth:`~ClusterNode.
+  wait_ready`, :meth:`~ClusterNode.kill` (kill -9), :meth:`~ClusterNode.terminate`
+  (SIGTERM: a graceful stop), :meth:`~ClusterNode.restart`; :func:`start_nodes` starts
+  n1, n2 … one after the other; :func:`writer_pid` a node's writer session.
 - :class:`Cluster`: N nodes of a new cluster schema, started together; a node named in
   ``cuttable`` reaches PostgreSQL through a :class:`~tcp_proxy.CuttableProxy` (in
   ``proxies``), so a test can cut that node's database sessions; :meth:`~Cluster.owner`
@@ -13,9 +14,8 @@ HTTP) so it restarts where its clients expect it.
   live` the nodes whose advisory lock is held.
 - ``cluster_of`` (a fixture): a factory of :class:`Cluster`, closed after the test.
 
-Timing: :data:`TIMING` is the environment given to every node so that the lease and
-the takeover grace (RULES: LEASE 3 s, GRACE 3.5 s by default) are short enough for
-tests; the lead's node runtime reads it (see :mod:`leveret.cluster.node`).
+Timing: every node runs with a short lease and grace (:data:`LEASE`, :data:`GRACE`;
+3 s and 3.5 s in production), so failover tests do not wait on the production timings.
 """
 
 from __future__ import annotations
@@ -35,11 +35,10 @@ import pytest
 from postgres import PostgresServer, free_port
 from tcp_proxy import CuttableProxy
 
-#: the node runtime's test timings (seconds): a short lease, and a grace longer than it
-TIMING: dict[str, str] = {
-    "LEVERET_CLUSTER_LEASE": "1.5",
-    "LEVERET_CLUSTER_GRACE": "2.0",
-}
+#: seconds, for tests: a node fences itself after LEASE without a database round trip;
+#: a survivor serves a dead node's queues GRACE after taking its lock (the node runtime
+#: reads LEVERET_CLUSTER_LEASE and LEVERET_CLUSTER_GRACE: leveret.cluster.lease)
+LEASE, GRACE = 1.0, 1.5
 START_TIMEOUT = 30.0
 
 
@@ -48,22 +47,33 @@ def unique_cluster(prefix: str = "cl") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
-class NodeProcess:
-    """One active node of ``cluster`` named ``name``, storing in ``store_url``."""
+class ClusterNode:
+    """One node process named ``name`` of ``cluster``, storing in ``store_url``: its
+    AMQP, STOMP, MQTT and HTTP ports (fixed: a restart keeps them), :meth:`wait_for` a
+    line it prints (``leveret ready: … node NAME``), kill -9 / SIGTERM, its log.
+    ``args``: more ``leveret server`` options; ``env``: more environment."""
 
     def __init__(
         self,
-        name: str,
         directory: Path,
         store_url: str,
         cluster: str,
-        *args: str,
+        name: str,
+        lease: float = LEASE,
+        grace: float = GRACE,
+        args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
     ) -> None:
-        self.name, self.dir = name, directory
+        self.dir, self.name = directory, name
         self.store_url, self.cluster = store_url, cluster
+        self.lease, self.grace = lease, grace
         self.args = args
-        self.env = {**os.environ, **TIMING, **(env or {})}
+        self.env = {
+            **os.environ,
+            "LEVERET_CLUSTER_LEASE": str(lease),
+            "LEVERET_CLUSTER_GRACE": str(grace),
+            **(env or {}),
+        }
         self.amqp_port, self.stomp_port = free_port(), free_port()
         self.mqtt_port, self.http_port = free_port(), free_port()
         self.url = f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
@@ -84,7 +94,7 @@ class NodeProcess:
             *self.args,
         ]  # fmt: skip
 
-    def start(self) -> NodeProcess:
+    def start(self) -> ClusterNode:
         """Start the process (not waiting: :meth:`wait_ready`)."""
         assert not self.running, f"{self.name} runs already"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -120,10 +130,7 @@ class NodeProcess:
         return self.wait_for("leveret ready", timeout)
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     @property
     def running(self) -> bool:
@@ -149,7 +156,7 @@ class NodeProcess:
             self.proc.wait()
             raise RuntimeError(f"{self.name} did not stop within {timeout} s") from None
 
-    def restart(self, graceful: bool = True) -> NodeProcess:
+    def restart(self, graceful: bool = True) -> ClusterNode:
         """Stop (SIGTERM, or kill -9) and start again on the same ports; ready."""
         if graceful:
             self.terminate()
@@ -178,13 +185,13 @@ class Cluster:
         self.postgres = postgres
         self.name = unique_cluster()
         self.proxies: dict[str, CuttableProxy] = {}
-        self.nodes: list[NodeProcess] = []
+        self.nodes: list[ClusterNode] = []
         for name in names:
             url = postgres.url
             if name in cuttable:
                 proxy = self.proxies[name] = CuttableProxy(postgres.port)
                 url = url.replace(f":{postgres.port}/", f":{proxy.port}/")
-            self.nodes.append(NodeProcess(name, directory / name, url, self.name, *args, env=env))
+            self.nodes.append(ClusterNode(directory / name, url, self.name, name, args=args, env=env))
 
     def start(self) -> Cluster:
         """Start the first node alone (it makes the schema), then the others together;
@@ -197,16 +204,16 @@ class Cluster:
             node.wait_ready()
         return self
 
-    def __getitem__(self, name: str) -> NodeProcess:
+    def __getitem__(self, name: str) -> ClusterNode:
         for node in self.nodes:
             if node.name == name:
                 return node
         raise KeyError(name)
 
-    def __iter__(self) -> Iterator[NodeProcess]:
+    def __iter__(self) -> Iterator[ClusterNode]:
         return iter(self.nodes)
 
-    def others(self, *names: str) -> list[NodeProcess]:
+    def others(self, *names: str) -> list[ClusterNode]:
         """The nodes not named."""
         return [node for node in self.nodes if node.name not in names]
 
@@ -250,6 +257,34 @@ class Cluster:
     def logs(self) -> str:
         """Every node's log, for a failed assertion's message."""
         return "\n".join(f"==== {node.name}\n{node.log()[-3000:]}" for node in self.nodes)
+
+
+#: the name the cluster tests' helpers used first
+NodeProcess = ClusterNode
+
+
+def start_nodes(
+    directory: Path, store_url: str, cluster: str, count: int, **timings: float
+) -> list[ClusterNode]:
+    """``count`` nodes n1, n2 … of ``cluster``, started one after the other (each ready
+    before the next starts, so n1 registers first)."""
+    nodes = []
+    for number in range(1, count + 1):
+        node = ClusterNode(directory / f"n{number}", store_url, cluster, f"n{number}", **timings).start()
+        node.wait_for("leveret ready")
+        nodes.append(node)
+    return nodes
+
+
+def writer_pid(postgres: PostgresServer, cluster: str, node: str) -> int | None:
+    """The backend pid of ``node``'s store writer (the session holding its advisory
+    lock), None if the node is not live."""
+    rows = postgres.sql(
+        "SELECT pid FROM pg_locks WHERE locktype='advisory' AND granted "
+        "AND classid=hashtext('leveret-node')::oid AND objid=hashtext(%s)::oid",
+        f"{cluster}/{node}",
+    )
+    return rows[0][0] if rows else None
 
 
 @pytest.fixture
