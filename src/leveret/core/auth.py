@@ -22,11 +22,17 @@ loopback address (``loopback_users``).
 from __future__ import annotations
 
 import functools
+import hmac
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .passwords import DEFAULT_ALGORITHM, check_password, hash_password
+
+#: The internal user the nodes of a cluster log in to each other as (docs/cluster.md):
+#: accepted only while :attr:`UserDatabase.cluster_secret` is set (an active node), with
+#: that secret as password and full permissions in every vhost; never listed.
+CLUSTER_USER = "leveret-cluster"
 
 #: The tags RabbitMQ's management plugin knows (any other word is kept, and ignored).
 KNOWN_TAGS = ("administrator", "monitoring", "policymaker", "management", "impersonator")
@@ -124,6 +130,10 @@ class UserDatabase:
         self.topic_permissions: dict[tuple[str, str, str], TopicPermission] = {}  # (vhost, user, x)
         self.loopback_users = set(loopback_users if loopback_users is not None else ["guest"])
         self.generation = 0
+        #: set on an active cluster node (:mod:`leveret.cluster.owner`): the password of
+        #: :data:`CLUSTER_USER`
+        self.cluster_secret: str | None = None
+        self._cluster_user = User(CLUSTER_USER)
         if users is None:
             self.users["guest"] = User.with_password("guest", "guest", ["administrator"])
             self.permissions[("/", "guest")] = FULL
@@ -141,6 +151,14 @@ class UserDatabase:
         """The user, if ``password`` is right and the user may log in from here
         (``from_loopback``: the peer is 127/8 or ::1). Raises AuthenticationError with
         RabbitMQ's texts (the AMQP adapter sends them in connection.close 403)."""
+        secret = self.cluster_secret
+        if secret is not None and username == CLUSTER_USER:
+            if password and hmac.compare_digest(password.encode(), secret.encode()):
+                return self._cluster_user
+            raise AuthenticationError(
+                f"Login was refused using authentication mechanism {mechanism}. "
+                "For details see the broker logfile."
+            )
         user = self.users.get(username)
         if (
             user is None
@@ -170,12 +188,18 @@ class UserDatabase:
 
     def permission(self, user: str, vhost: str) -> Permission | None:
         """``user``'s permission in ``vhost``, if any."""
+        if user == CLUSTER_USER and self.cluster_secret is not None:
+            return FULL
         return self.permissions.get((vhost, user))
+
+    def is_cluster_peer(self, user: User) -> bool:
+        """Whether ``user`` is another node of the cluster (:data:`CLUSTER_USER`)."""
+        return user is self._cluster_user and self.cluster_secret is not None
 
     def may_access(self, user: User, vhost: str) -> bool:
         """Whether ``user`` may open ``vhost`` (has a permission there; AMQP: else
         connection.open gets 530)."""
-        return (vhost, user.name) in self.permissions
+        return (vhost, user.name) in self.permissions or self.is_cluster_peer(user)
 
     def topic_permission(self, user: str, vhost: str, exchange: str) -> TopicPermission | None:
         """``user``'s topic permission on ``exchange`` in ``vhost``, if any."""

@@ -35,6 +35,7 @@ from .exchange import DEFAULT_EXCHANGE, DelayedMessageExchange, Exchange
 from .message import Message
 from .metrics import BUCKET_BY_BITS
 from .queues import ACCEPTED, REJECTED, STORED, Enqueued, QueuedMessage
+from .queues.remote import RemoteQueue
 from .scheduler import SCHEDULE_MARK, Schedule, schedule_from_headers
 
 if TYPE_CHECKING:
@@ -84,7 +85,11 @@ class Publisher:
         self.transaction: list[tuple[Callable[..., None], tuple]] | None = None
         self.closed = False
         self.counters = session.vhost.metrics
-        self._published = not counted  # counted in counters.publishers once it publishes
+        #: another node of the cluster publishes here (:mod:`leveret.cluster.owner`): its
+        #: messages go to local queues only, never forwarded again, and count in the
+        #: queues' figures only (the node it came from counted the publish)
+        self.local_only = session.access.users.is_cluster_peer(session.access.user)
+        self._published = not counted or self.local_only
         self._counted = False
 
     @property
@@ -168,16 +173,21 @@ class Publisher:
             routed = consumer is not None
             if consumer is not None:
                 consumer.deliver(None, QueuedMessage(message, 0))
-        elif (exchange.holds_messages or delay > 0 or SCHEDULE_MARK in message.encoded) and (
-            held := self._hold(exchange, message, delay)
-        ) is not None:
+        elif (
+            (exchange.holds_messages or delay > 0 or SCHEDULE_MARK in message.encoded)
+            and not self.local_only  # a node forwards a held message once it is due
+            and (held := self._hold(exchange, message, delay)) is not None
+        ):
             routed = True  # held: routed when due (neither the plugin nor ActiveMQ return it)
             outcome = held
         else:
             queues = vhost.route(exchange, message)
+            if self.local_only:
+                queues = [queue for queue in queues if not isinstance(queue, RemoteQueue)]
+                counted = False
             routed = bool(queues)
             for queue in queues:
-                queue.counters.published += counted
+                queue.counters.published += counted or self.local_only
                 outcome |= queue.enqueue(message)
             if vhost.actions:  # what the queues handed back (dead letters of a full queue)
                 vhost.carry_out()

@@ -200,6 +200,18 @@ class BatchedStore(Store):
         self._next_ids: dict[int, int] = {}  # the same for the other seq blocks
         self._next_scheduled_id = 1
         self._next_queue_id = 1
+        #: where the ids handed out run out: block 0's (FIFO queues), the other seq
+        #: blocks' and the scheduled rows'. A single broker owns every id (block 0 ends
+        #: at BLOCK); a cluster node takes ids in chunks (:meth:`_id_chunk`).
+        self._id_end = BLOCK
+        self._block_ends: dict[int, int] = {}
+        self._scheduled_end = ALL_SEQS
+        #: SQL that narrows start-up and scheduler reads to what this broker owns:
+        #: ``_owned_sql`` a condition on ``queue_id`` (messages, dedup keys),
+        #: ``_mine_sql`` `` AND`` a condition on ``scheduled`` rows (both empty:
+        #: everything, a single broker's)
+        self._owned_sql = ""
+        self._mine_sql = ""
         self._db: Connection | None = None
         self._reader: Connection | None = None
         self._inflight: Batch | None = None
@@ -277,9 +289,12 @@ class BatchedStore(Store):
         db = self._db = self._connect()
         snapshot = Snapshot()
         order = self._order
+        owned, mine = self._owned_sql, self._mine_sql
+        where = f" WHERE {owned}" if owned else ""
         try:
-            db.execute("DELETE FROM messages WHERE transient=1")  # paged-out, not durable
-            db.execute("DELETE FROM scheduled WHERE transient=1")
+            # paged-out, not durable
+            db.execute(f"DELETE FROM messages WHERE transient=1{' AND ' + owned if owned else ''}")
+            db.execute(f"DELETE FROM scheduled WHERE transient=1{mine}")
             while self._delete_chunk(db, limit=None):  # finish deletions a crash cut short
                 pass
             for kind, vhost, name, data in db.execute(
@@ -287,34 +302,22 @@ class BatchedStore(Store):
             ):
                 snapshot.definitions.setdefault(kind, []).append((vhost, name, _decode_table(data)))
             for queue_id, count, last_seq, size in db.execute(
-                "SELECT queue_id, count(*), max(seq), CAST(sum(size) AS BIGINT) FROM messages "
+                f"SELECT queue_id, count(*), max(seq), CAST(sum(size) AS BIGINT) FROM messages{where} "
                 "GROUP BY queue_id"
             ):
                 snapshot.queues[queue_id] = (count, last_seq, size or 0)
             for queue_id, key, expires_at in db.execute(
-                f"SELECT queue_id, key, expires_at FROM dedup ORDER BY {order}"
+                f"SELECT queue_id, key, expires_at FROM dedup{where} ORDER BY {order}"
             ):
                 snapshot.dedup.setdefault(queue_id, []).append((key, expires_at))
-            row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
-            # block 0's ids, then the others' (an index lookup each, so that taking the
-            # first id of a block never reads the database on the event loop)
-            last = db.execute("SELECT max(id) FROM messages WHERE id < ?", (BLOCK,)).fetchone()[0]
-            self._next_ids.clear()
-            for block in range(1, ALL_SEQS >> SEQ_BLOCK_BITS):
-                low = block << SEQ_BLOCK_BITS
-                found = db.execute(
-                    "SELECT max(id) FROM messages WHERE id >= ? AND id < ?", (low, low + BLOCK)
-                ).fetchone()[0]
-                if found:
-                    self._next_ids[block] = found + 1
-            scheduled = db.execute("SELECT count(*), max(id) FROM scheduled").fetchone()
-            snapshot.scheduled, last_scheduled = scheduled
+            scheduled = db.execute(
+                "SELECT count(*) FROM scheduled" + (f" WHERE true{mine}" if mine else "")
+            ).fetchone()
+            snapshot.scheduled = scheduled[0]
+            self._load_ids(db)
             self._reader = self._connect_reader()
         except self._errors as exc:
             raise self._error("read", exc) from None
-        self._next_id = (last or 0) + 1
-        self._next_scheduled_id = (last_scheduled or 0) + 1
-        self._next_queue_id = row[0] if row else 1
         log.info(
             "store %s: %d messages in %d queues, indexed in %.2f s",
             self.name,
@@ -323,6 +326,40 @@ class BatchedStore(Store):
             time.monotonic() - started,
         )
         return snapshot
+
+    def _load_ids(self, db: Connection) -> None:
+        """At start-up: where the ids of messages, scheduled rows and queues go on, after
+        the highest on disk (a single broker, the only writer)."""
+        row = db.execute("SELECT value FROM meta WHERE key='next_queue_id'").fetchone()
+        # block 0's ids, then the others' (an index lookup each, so that taking the
+        # first id of a block never reads the database on the event loop)
+        last = db.execute("SELECT max(id) FROM messages WHERE id < ?", (BLOCK,)).fetchone()[0]
+        self._next_ids.clear()
+        for block in range(1, ALL_SEQS >> SEQ_BLOCK_BITS):
+            low = block << SEQ_BLOCK_BITS
+            found = db.execute(
+                "SELECT max(id) FROM messages WHERE id >= ? AND id < ?", (low, low + BLOCK)
+            ).fetchone()[0]
+            if found:
+                self._next_ids[block] = found + 1
+        last_scheduled = db.execute("SELECT max(id) FROM scheduled").fetchone()[0]
+        self._next_id = (last or 0) + 1
+        self._next_scheduled_id = (last_scheduled or 0) + 1
+        self._next_queue_id = row[0] if row else 1
+
+    def _id_chunk(self, block: int) -> int:
+        """The first id of a new chunk of seq block ``block`` (a cluster node's; see
+        :class:`~.postgresql.PostgreSQLStore`), its end recorded in :attr:`_id_end` (block 0)
+        or :attr:`_block_ends`. A single broker's block is one chunk: the first id of
+        the block, and block 0 never runs out (StoreError if it did)."""
+        if block == 0:
+            raise StoreError(f"store {self.name}: out of message ids")
+        return (block << SEQ_BLOCK_BITS) + 1
+
+    def _scheduled_chunk(self) -> int:
+        """The first id of a new chunk of scheduled-row ids (a cluster node's), its end
+        in :attr:`_scheduled_end`; a single broker never runs out (StoreError)."""
+        raise StoreError(f"store {self.name}: out of scheduled ids")
 
     def read_queue(
         self, queue_id: int, after_seq: int, limit: int, upto_seq: int = ALL_SEQS
@@ -531,7 +568,9 @@ class BatchedStore(Store):
     # -- scheduled messages -------------------------------------------------------------
     def new_scheduled_id(self) -> int:
         store_id = self._next_scheduled_id
-        self._next_scheduled_id += 1
+        if store_id >= self._scheduled_end:
+            store_id = self._scheduled_chunk()
+        self._next_scheduled_id = store_id + 1
         return store_id
 
     def save_scheduled(self, row: ScheduledRow) -> None:
@@ -568,7 +607,9 @@ class BatchedStore(Store):
         self._check_thread("read_scheduled")
         assert self._reader is not None
         pending = self._pending_scheduled()
-        rows, cursor, complete = self._query_scheduled(self._reader, after, limit, set(pending))
+        rows, cursor, complete = self._query_scheduled(
+            self._reader, after, limit, set(pending), self._mine_sql
+        )
         return self._merge_scheduled(rows, cursor, complete, pending, after, limit)
 
     def request_scheduled(
@@ -579,9 +620,10 @@ class BatchedStore(Store):
         is merged in as it then is."""
         pending = self._pending_scheduled()
         touched = set(pending)
+        mine = self._mine_sql
 
         def query(db: Connection) -> tuple[dict[int, ScheduledRow], tuple[float, int], bool]:
-            return self._query_scheduled(db, after, limit, touched)
+            return self._query_scheduled(db, after, limit, touched, mine)
 
         def finish(result: tuple[dict[int, ScheduledRow], tuple[float, int], bool]) -> None:
             pending.update(self._scheduled_since)  # changed while the read was on its way
@@ -591,11 +633,11 @@ class BatchedStore(Store):
 
     @staticmethod
     def _query_scheduled(
-        db: Connection, after: tuple[float, int], limit: int, pending: set[int]
+        db: Connection, after: tuple[float, int], limit: int, pending: set[int], mine: str = ""
     ) -> tuple[dict[int, ScheduledRow], tuple[float, int], bool]:
-        """Committed rows after ``after`` until ``limit`` of them are not in ``pending``:
-        ``(rows by store id, the last key read, whether every row was read)``. Touches
-        nothing but ``db``: runs on either thread."""
+        """Committed rows after ``after`` (and ``mine``: see :attr:`_mine_sql`) until
+        ``limit`` of them are not in ``pending``: ``(rows by store id, the last key read,
+        whether every row was read)``. Touches nothing but ``db``: runs on either thread."""
         rows: dict[int, ScheduledRow] = {}
         cursor = after
         complete = False  # every committed row after ``after`` read
@@ -604,8 +646,8 @@ class BatchedStore(Store):
                 ScheduledRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]))
                 for r in db.execute(
                     "SELECT id, vhost, job_id, due_at, exchange, routing_key, header, body, meta, "
-                    "schedule, transient FROM scheduled WHERE (due_at, id) > (?, ?) ORDER BY due_at, id "
-                    "LIMIT ?",
+                    f"schedule, transient FROM scheduled WHERE (due_at, id) > (?, ?){mine} ORDER BY due_at, "
+                    "id LIMIT ?",
                     (cursor[0], cursor[1], limit),
                 )
             ]
@@ -651,7 +693,7 @@ class BatchedStore(Store):
         assert self._reader is not None
         r = self._reader.execute(
             "SELECT id, vhost, job_id, due_at, exchange, routing_key, header, body, meta, schedule, "
-            "transient FROM scheduled WHERE job_id=? LIMIT 1",
+            f"transient FROM scheduled WHERE job_id=?{self._mine_sql} LIMIT 1",
             (job_id,),
         ).fetchone()
         if r is None or self._pending_scheduled().get(r[0], r) is None:
@@ -720,8 +762,8 @@ class BatchedStore(Store):
         """The next store id of seq block ``block``: ids ``block << SEQ_BLOCK_BITS``
         onwards (after the highest on disk, found by :meth:`load`)."""
         next_id = self._next_ids.get(block)
-        if next_id is None:
-            next_id = (block << SEQ_BLOCK_BITS) + 1
+        if next_id is None or next_id >= self._block_ends.get(block, ALL_SEQS):
+            next_id = self._id_chunk(block)
         self._next_ids[block] = next_id + 1
         return next_id
 
@@ -745,7 +787,9 @@ class BatchedStore(Store):
         own pages, not every page written meanwhile."""
         if seq < BLOCK:
             store_id = self._next_id
-            self._next_id += 1
+            if store_id >= self._id_end:  # a cluster node's chunk of ids is used up
+                store_id = self._id_chunk(0)
+            self._next_id = store_id + 1
         else:
             store_id = self._block_id(seq >> SEQ_BLOCK_BITS)
         batch = self._changed()
@@ -1005,7 +1049,9 @@ class BatchedStore(Store):
         return True
 
     @staticmethod
-    def _write(db: Connection, batch: Batch) -> None:
+    def _write(db: Connection, batch: Batch) -> int:
+        """Write ``batch`` in one transaction; the highest change-log epoch it wrote
+        (:class:`~.ops.LogChange`, a cluster node's), 0 if none."""
         db.execute("BEGIN")
         if batch.inserts:
             db.executemany(
@@ -1051,9 +1097,13 @@ class BatchedStore(Store):
                     "meta, schedule, transient) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     rows,
                 )
+        epoch = 0
         for op in batch.ops:
-            write_op(db, op)
+            written = write_op(db, op)
+            if written is not None and written > epoch:
+                epoch = written
         db.execute("COMMIT")
+        return epoch
 
     @classmethod
     def _delete_chunk(cls, db: Connection, limit: int | None = DELETE_CHUNK) -> bool:

@@ -1,5 +1,6 @@
 """The non-message changes a batch carries (definitions, dedup keys, counters, range
-deletions), one small frozen class per kind, and the SQL each becomes.
+deletions; a cluster node's change log and transient definitions), one small frozen
+class per kind, and the SQL each becomes.
 
 Messages themselves ride in a batch's own tables (inserts, delivery counts, deletes);
 these are the rest, written in the order they were made. :func:`write_op` knows every
@@ -80,14 +81,70 @@ class SetCounter:
     value: int
 
 
+@dataclass(frozen=True, slots=True)
+class LogChange:
+    """A cluster node's definition change, for the other nodes (PostgreSQL only): a row
+    of ``changes`` (``data`` the encoded field table, None: deleted) and a NOTIFY on
+    ``channel``. The row's epoch is taken under a transaction-level advisory lock
+    (``lock_key``, the cluster's), so epochs become visible in their order: a reader
+    that saw epoch N has seen every change before it."""
+
+    node: str
+    kind: str
+    vhost: str
+    name: str
+    data: bytes | None
+    channel: str
+    lock_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaveTransient:
+    """Create or replace a cluster node's non-durable definition (PostgreSQL only:
+    ``transient_definitions``, deleted with the node)."""
+
+    node: str
+    kind: str
+    vhost: str
+    name: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTransient:
+    """Forget a non-durable definition."""
+
+    kind: str
+    vhost: str
+    name: str
+
+
 BatchOp: TypeAlias = (
-    SaveDefinition | DeleteDefinition | DeleteRange | SaveDedup | DeleteDedup | DeleteQueueDedup | SetCounter
+    SaveDefinition
+    | DeleteDefinition
+    | DeleteRange
+    | SaveDedup
+    | DeleteDedup
+    | DeleteQueueDedup
+    | SetCounter
+    | LogChange
+    | SaveTransient
+    | DeleteTransient
+)
+
+#: The change log's insert (PostgreSQL): the lock, then the row, in one round trip.
+#: Also used by the cluster catalog's own writes (leveret.cluster.catalog).
+LOG_CHANGE_SQL = (
+    "INSERT INTO changes (node, kind, vhost, name, data) SELECT ?, ?, ?, ?, ? FROM "
+    "(SELECT pg_advisory_xact_lock(hashtext('leveret-changes'), hashtext(?)), pg_notify(?, '')) AS l "
+    "RETURNING epoch"
 )
 
 
-def write_op(db: Connection, op: BatchOp) -> None:
-    """Execute ``op`` inside the writer's open transaction. TypeError for an object
-    that is none of the kinds above."""
+def write_op(db: Connection, op: BatchOp) -> int | None:
+    """Execute ``op`` inside the writer's open transaction: the epoch of a
+    :class:`LogChange`, None for the others. TypeError for an object that is none of
+    the kinds above."""
     if isinstance(op, SaveDefinition):
         # an upsert keeps the row (and its order: load() returns definitions in the
         # order they were first saved); delete + insert would move it last
@@ -120,5 +177,22 @@ def write_op(db: Connection, op: BatchOp) -> None:
             "INSERT INTO meta (key, value) VALUES (?,?) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
             (op.key, op.value),
         )
+    elif isinstance(op, LogChange):
+        row = db.execute(
+            LOG_CHANGE_SQL, (op.node, op.kind, op.vhost, op.name, op.data, op.lock_key, op.channel)
+        ).fetchone()
+        return int(row[0])
+    elif isinstance(op, SaveTransient):
+        db.execute(
+            "INSERT INTO transient_definitions (kind, vhost, name, node, data) VALUES (?,?,?,?,?) "
+            "ON CONFLICT (kind, vhost, name) DO UPDATE SET node=excluded.node, data=excluded.data",
+            (op.kind, op.vhost, op.name, op.node, op.data),
+        )
+    elif isinstance(op, DeleteTransient):
+        db.execute(
+            "DELETE FROM transient_definitions WHERE kind=? AND vhost=? AND name=?",
+            (op.kind, op.vhost, op.name),
+        )
     else:
         raise TypeError(f"not a batch operation: {op!r}")
+    return None

@@ -21,6 +21,18 @@ ends of the writer's session use short TCP keepalives (:data:`KEEPALIVES`,
 
 The schema is created and migrated by leveret (table ``schema_version``), under the
 master lock, never by hand.
+
+Cluster nodes (``node`` given: an active node of an active-active cluster, see
+:mod:`leveret.cluster`): the writer session takes the node's own lock,
+``pg_try_advisory_lock(hashtext('leveret-node'), hashtext(cluster || '/' || node))``,
+instead of the master lock (a second process of the same node name waits for it, as a
+standby does). Every node writes the same tables, its own queues' rows only: message,
+scheduled-row and queue ids come in chunks from counters in ``meta`` (:data:`ID_CHUNK`
+ids at a time, one round trip on the event loop per chunk), so ids never collide;
+:meth:`PostgreSQLStore.load` counts only the node's queues (``queue_owners``) and its
+scheduled rows (``scheduled.node``). A node's batches also carry its definition changes
+for the others (:meth:`~PostgreSQLStore.log_change`, the ``changes`` table and a NOTIFY)
+and its non-durable definitions (``transient_definitions``).
 """
 
 from __future__ import annotations
@@ -33,12 +45,19 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .base import StoreError
-from .batched import BatchedStore, Connection
+from .base import ALL_SEQS, SEQ_BLOCK_BITS, StoreError
+from .batched import BLOCK, DELETE_CHUNK, Batch, BatchedStore, Connection, _encode_table
+from .ops import DeleteTransient, LogChange, SaveTransient
 
 log = logging.getLogger("leveret.store")
 
 PING_EVERY = 0.5  # seconds between the idle writer's checks that its session lives
+#: Ids a cluster node takes at a time from a shared counter (messages, per seq block;
+#: scheduled rows); queue ids come :data:`QUEUE_ID_CHUNK` at a time.
+ID_CHUNK = 1 << 20
+QUEUE_ID_CHUNK = 1000
+#: The first key of a cluster node's advisory lock (the second: hashtext(cluster/node)).
+NODE_LOCK = "leveret-node"
 RETRY_CONNECT = 1.0  # seconds between a standby's attempts to reach the database
 POLL_LOCK = 0.1  # seconds between a standby's attempts to take the master lock
 #: libpq keepalives: a master cut off from the database notices within ~5 s.
@@ -97,6 +116,29 @@ MIGRATIONS = [
     """
     ALTER TABLE messages ADD COLUMN failed_count INTEGER NOT NULL DEFAULT 0;
     """,
+    # 3: an active-active cluster (leveret.cluster): members, queue owners, the change log,
+    # non-durable definitions, the cluster's secret; scheduled rows belong to a node (NULL:
+    # a single broker's), set by the writer session's ``leveret.node`` setting
+    """
+    CREATE TABLE cluster_nodes (
+        name TEXT PRIMARY KEY, number INTEGER NOT NULL UNIQUE, host TEXT NOT NULL,
+        amqp_port INTEGER NOT NULL, http_port INTEGER NOT NULL, state TEXT NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL, applied BIGINT NOT NULL DEFAULT 0, writer_pid INTEGER);
+    CREATE TABLE queue_owners (
+        vhost TEXT NOT NULL, name TEXT NOT NULL, queue_id BIGINT NOT NULL, node TEXT NOT NULL,
+        durable BOOLEAN NOT NULL, PRIMARY KEY (vhost, name));
+    CREATE INDEX queue_owners_by_node ON queue_owners (node);
+    CREATE TABLE changes (
+        epoch BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, node TEXT, kind TEXT NOT NULL,
+        vhost TEXT NOT NULL, name TEXT NOT NULL, data BYTEA);
+    CREATE TABLE transient_definitions (
+        kind TEXT NOT NULL, vhost TEXT NOT NULL, name TEXT NOT NULL, node TEXT NOT NULL,
+        data BYTEA NOT NULL, PRIMARY KEY (kind, vhost, name));
+    CREATE INDEX transient_definitions_by_node ON transient_definitions (node);
+    CREATE TABLE cluster_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    ALTER TABLE scheduled ADD COLUMN node TEXT DEFAULT current_setting('leveret.node', true);
+    CREATE INDEX scheduled_by_node ON scheduled (node, due_at, id);
+    """,
 ]
 
 
@@ -128,6 +170,16 @@ def unescape_text(text: str) -> str:
     return _ESCAPED.sub(lambda m: "\x00" if m.group(1) == "0" else m.group(1), text)
 
 
+def node_key(cluster: str, node: str) -> str:
+    """The text whose ``hashtext`` is the second key of ``node``'s advisory lock."""
+    return f"{cluster}/{node}"
+
+
+def changes_channel(cluster: str) -> str:
+    """The NOTIFY channel of ``cluster``'s change log (PostgreSQL's 63-byte limit)."""
+    return f"leveret_changes_{cluster}".encode()[:63].decode(errors="ignore")
+
+
 def _text_adapters(conn: Any) -> None:
     """Every string in and out of ``conn`` goes through escape_text / unescape_text."""
     from psycopg.types.string import StrDumperUnknown, TextLoader
@@ -142,6 +194,73 @@ def _text_adapters(conn: Any) -> None:
 
     conn.adapters.register_dumper(str, Dumper)
     conn.adapters.register_loader("text", Loader)
+
+
+def connect(
+    url: str, cluster: str, application_name: str, *, server_keepalives: bool = False, node: str | None = None
+) -> Any:
+    """A psycopg session for ``cluster``'s schema (made if missing, then the search
+    path): autocommit, libpq keepalives (:data:`KEEPALIVES`), every string escaped
+    (:func:`escape_text`); ``server_keepalives``: PostgreSQL's end too
+    (:data:`SERVER_KEEPALIVES`: a session holding a lock must not outlive its machine by
+    the server's default 2 h); ``node``: a cluster node's session (the ``leveret.node``
+    setting names it, see migration 3). psycopg.Error when it cannot be opened."""
+    import psycopg
+
+    conn = psycopg.connect(url, autocommit=True, application_name=application_name, **KEEPALIVES)
+    _text_adapters(conn)
+    if server_keepalives:
+        for setting, value in SERVER_KEEPALIVES.items():
+            try:
+                conn.execute(f"SET {setting} = {value}")
+            except psycopg.Error as exc:  # an old server, a pooler: still usable
+                log.warning("store %s: cannot SET %s: %s", redact(url), setting, exc)
+    schema = cluster.replace('"', "")
+    try:
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    except psycopg.errors.UniqueViolation:  # made meanwhile by another session: fine
+        pass
+    conn.execute(f'SET search_path TO "{schema}"')
+    if node is not None:
+        conn.execute("SELECT set_config('leveret.node', %s, false)", (node,))
+    return conn
+
+
+def migrate(db: Any, name: str, cluster: str | None = None) -> None:
+    """Bring the schema of ``db``'s session (a :class:`PgConnection`) to the latest
+    version. ``cluster``: several writers may start at once (cluster nodes), so the
+    migration runs in one transaction under a cluster-wide transaction lock.
+    StoreError if the schema is newer than this leveret; psycopg.Error if it fails."""
+    if cluster is not None:
+        db.execute("BEGIN")
+        try:
+            db.execute("SELECT pg_advisory_xact_lock(hashtext('leveret-migrate'), hashtext(?))", (cluster,))
+            _migrate_steps(db, name, nested=True)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+    else:
+        _migrate_steps(db, name, nested=False)
+
+
+def _migrate_steps(db: Any, name: str, nested: bool) -> None:
+    db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = db.execute("SELECT max(version) FROM schema_version").fetchone()
+    version = row[0] or 0
+    if version > len(MIGRATIONS):
+        raise StoreError(
+            f"store {name}: schema version {version} is newer than this leveret "
+            f"knows ({len(MIGRATIONS)}): upgrade leveret"
+        )
+    for number in range(version + 1, len(MIGRATIONS) + 1):
+        if not nested:
+            db.execute("BEGIN")
+        db.execute(MIGRATIONS[number - 1])
+        db.execute("INSERT INTO schema_version VALUES (?)", (number,))
+        if not nested:
+            db.execute("COMMIT")
+        log.info("store %s: schema migrated to version %d", name, number)
 
 
 class PgConnection:
@@ -179,13 +298,14 @@ class PgConnection:
 
 class PostgreSQLStore(BatchedStore):
     """The store in PostgreSQL at ``url`` (``postgresql://user:pass@host:port/db``),
-    schema ``cluster``. StoreError (naming the URL, without its password) when the
-    database cannot be reached or read."""
+    schema ``cluster``; ``node``: as that active node of the cluster (see the module's
+    doc), None: a master or standby. StoreError (naming the URL, without its password)
+    when the database cannot be reached or read."""
 
     _order = "ord"
     _idle_every = PING_EVERY
 
-    def __init__(self, url: str, cluster: str = "leveret") -> None:
+    def __init__(self, url: str, cluster: str = "leveret", node: str | None = None) -> None:
         super().__init__(redact(url))
         import psycopg  # only a broker that uses PostgreSQL loads the driver
 
@@ -193,44 +313,53 @@ class PostgreSQLStore(BatchedStore):
         self._errors = (psycopg.Error,)
         self.url = url
         self.cluster = cluster
-        #: when the master lock was taken (monotonic seconds), None while standby
+        self.node = node
+        #: when the master (or node) lock was taken (monotonic seconds), None while standby
         self.master_since: float | None = None
         #: why the last attempt to reach the database failed (None: it did not)
         self.unreachable: str | None = None
+        #: the writer session's backend pid once it holds the lock: a cluster node's
+        #: fencing token (leveret.cluster.catalog checks it in SQL)
+        self.writer_pid: int | None = None
+        #: time.monotonic() of the writer's last successful round trip (a committed
+        #: batch, the idle ping every PING_EVERY s): a node's lease runs from it
+        self.last_ok = 0.0
+        #: the highest change-log epoch this writer committed (log_change), 0: none
+        self.last_epoch = 0
+        if node is not None:
+            self._owned_sql = (
+                "queue_id IN (SELECT queue_id FROM queue_owners WHERE node = current_setting('leveret.node'))"
+            )
+            self._mine_sql = " AND node = current_setting('leveret.node')"
+            self._id_end = 0  # chunks of ids from the shared counters (load takes the first)
+            self._scheduled_end = 0
+            self._queue_id_end = 0
 
     def _open(self, role: str) -> PgConnection:
         return PgConnection(self._session(role), (lambda: self._session(role)) if role == "reader" else None)
 
     def _session(self, role: str) -> Any:
-        conn = self._psycopg.connect(
-            self.url, autocommit=True, application_name=f"leveret-{role}", **KEEPALIVES
+        return connect(
+            self.url, self.cluster, f"leveret-{role}", server_keepalives=role == "writer", node=self.node
         )
-        _text_adapters(conn)
-        if role == "writer":
-            # The lock lives as long as PostgreSQL's end of this session: a master whose
-            # machine died must not hold it for the server's default 2 h of keepalive.
-            for setting, value in SERVER_KEEPALIVES.items():
-                try:
-                    conn.execute(f"SET {setting} = {value}")
-                except self._psycopg.Error as exc:  # an old server, a pooler: still usable
-                    log.warning("store %s: cannot SET %s: %s", self.name, setting, exc)
-        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema()}"')
-        conn.execute(f'SET search_path TO "{self._schema()}"')
-        return conn
-
-    def _schema(self) -> str:
-        return self.cluster.replace('"', "")
 
     # -- the master lock ---------------------------------------------------------------
     def try_master(self) -> bool:
-        """One attempt to become the master: connect the writer's session if needed and
-        try the lock. OSError-free: a database that cannot be reached is False."""
+        """One attempt to become the master (a cluster node: to take the node's lock):
+        connect the writer's session if needed and try the lock. OSError-free: a
+        database that cannot be reached is False."""
+        if self.node is None:
+            sql, key = (
+                "SELECT pg_try_advisory_lock(hashtext('leveret'), hashtext(?)), pg_backend_pid()",
+                self.cluster,
+            )
+        else:
+            sql = f"SELECT pg_try_advisory_lock(hashtext('{NODE_LOCK}'), hashtext(?)), pg_backend_pid()"
+            key = node_key(self.cluster, self.node)
         try:
             if self._db is None:
                 self._db = self._open("writer")
-            row = self._db.execute(
-                "SELECT pg_try_advisory_lock(hashtext('leveret'), hashtext(?))", (self.cluster,)
-            ).fetchone()
+            row = self._db.execute(sql, (key,)).fetchone()
         except self._psycopg.Error as exc:
             log.debug("store %s: cannot take the master lock: %s", self.name, exc)
             self.unreachable = str(exc).strip()
@@ -238,7 +367,8 @@ class PostgreSQLStore(BatchedStore):
             return False
         self.unreachable = None
         if row[0]:
-            self.master_since = time.monotonic()
+            self.master_since = self.last_ok = time.monotonic()
+            self.writer_pid = row[1]
             return True
         return False
 
@@ -259,7 +389,15 @@ class PostgreSQLStore(BatchedStore):
                 cancel.wait(RETRY_CONNECT)
                 continue
             if said != "standby":
-                log.info("store %s: standby: cluster %r has another master", self.name, self.cluster)
+                if self.node is None:
+                    log.info("store %s: standby: cluster %r has another master", self.name, self.cluster)
+                else:
+                    log.info(
+                        "store %s: standby: node %r of cluster %r is running elsewhere",
+                        self.name,
+                        self.node,
+                        self.cluster,
+                    )
                 said = "standby"
             cancel.wait(POLL_LOCK)
         return False
@@ -279,6 +417,10 @@ class PostgreSQLStore(BatchedStore):
         if self.master_since is None and not self.try_master():
             if self.unreachable is not None:
                 raise StoreError(f"cannot open store {self.name}: {self.unreachable}")
+            if self.node is not None:
+                raise StoreError(
+                    f"store {self.name}: node {self.node!r} of cluster {self.cluster!r} is running elsewhere"
+                )
             raise StoreError(f"store {self.name}: not the master of cluster {self.cluster!r}")
         db = self._db
         assert db is not None
@@ -289,26 +431,161 @@ class PostgreSQLStore(BatchedStore):
         return db
 
     def _migrate(self, db: Connection) -> None:
-        db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = db.execute("SELECT max(version) FROM schema_version").fetchone()
-        version = row[0] or 0
-        if version > len(MIGRATIONS):
-            raise StoreError(
-                f"store {self.name}: schema version {version} is newer than this leveret "
-                f"knows ({len(MIGRATIONS)}): upgrade leveret"
-            )
-        for number in range(version + 1, len(MIGRATIONS) + 1):
-            db.execute("BEGIN")
-            db.execute(MIGRATIONS[number - 1])
-            db.execute("INSERT INTO schema_version VALUES (?)", (number,))
-            db.execute("COMMIT")
-            log.info("store %s: schema migrated to version %d", self.name, number)
+        migrate(db, self.name, self.cluster if self.node is not None else None)
 
     def _connect_reader(self) -> Connection:
         return self._open("reader")
 
     def _idle(self, db: Connection) -> None:
         db.execute("SELECT 1")
+        self.last_ok = time.monotonic()
+
+    def _write_batch(self, db: Connection, batch: Batch) -> None:
+        epoch = self._write(db, batch)
+        self.last_ok = time.monotonic()
+        if epoch > self.last_epoch:
+            self.last_epoch = epoch
+
+    @classmethod
+    def _delete_chunk(cls, db: Connection, limit: int | None = DELETE_CHUNK) -> bool:
+        """:meth:`BatchedStore._delete_chunk`, skipping a range that another writer works
+        on (``FOR UPDATE SKIP LOCKED``: cluster nodes share the table; whether any range
+        deletion is still pending, for this writer)."""
+        if db.execute("SELECT 1 FROM pending_deletes LIMIT 1").fetchone() is None:
+            return False
+        db.execute("BEGIN")
+        try:
+            row = db.execute(
+                "SELECT ord, queue_id, low, high FROM pending_deletes ORDER BY ord LIMIT 1 "
+                "FOR UPDATE SKIP LOCKED"
+            ).fetchone()
+            if row is None:
+                db.execute("COMMIT")
+                return False
+            order, queue_id, low, high = row
+            done = db.execute(
+                "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE queue_id=? "
+                "AND seq>? AND seq<=? LIMIT ?)",
+                (queue_id, low, high, limit or ALL_SEQS),
+            ).rowcount
+            if limit is None or done < limit:
+                db.execute("DELETE FROM pending_deletes WHERE ord=?", (order,))
+            db.execute("COMMIT")
+        except BaseException:
+            try:
+                db.execute("ROLLBACK")
+            except Exception:  # the session is gone: the caller hears of it
+                pass
+            raise
+        return True
+
+    # -- a cluster node's ids: chunks of shared counters ---------------------------------
+    def _load_ids(self, db: Connection) -> None:
+        if self.node is None:
+            super()._load_ids(db)
+            return
+        self._next_ids.clear()
+        self._block_ends.clear()
+        self._next_id = self._id_chunk(0, db)
+        self._next_scheduled_id = self._scheduled_chunk(db)
+        self._next_queue_id = self._queue_chunk(db)
+
+    def _take(
+        self, counter: str, first_sql: str, first_params: tuple, size: int, db: Connection | None
+    ) -> int:
+        """The first of ``size`` ids of ``counter`` (a ``meta`` row: the next id free
+        for any node), made at ``first_sql``'s answer (the first id above those on
+        disk) when new. On ``db``, else the loop's reader session (one round trip per
+        chunk). StoreError when the database cannot be reached."""
+        db = db or self._reader
+        assert db is not None
+        try:
+            row = db.execute(
+                f"INSERT INTO meta (key, value) SELECT ?, ({first_sql}) + ? ON CONFLICT (key) DO UPDATE "
+                "SET value = meta.value + ? RETURNING value",
+                (counter, *first_params, size, size),
+            ).fetchone()
+        except self._psycopg.Error as exc:
+            raise self._error("allocate ids in", exc) from None
+        return int(row[0]) - size
+
+    def _id_chunk(self, block: int, db: Connection | None = None) -> int:
+        if self.node is None:
+            return super()._id_chunk(block)
+        low = block << SEQ_BLOCK_BITS
+        first = self._take(
+            f"message_ids_{block}",
+            "SELECT COALESCE(max(id), ?) + 1 FROM messages WHERE id >= ? AND id < ?",
+            (low, low, low + BLOCK),
+            ID_CHUNK,
+            db,
+        )
+        end = first + ID_CHUNK
+        if end > low + BLOCK:
+            raise StoreError(f"store {self.name}: out of message ids in seq block {block}")
+        if block == 0:
+            self._id_end = end
+        else:
+            self._block_ends[block] = end
+        return first
+
+    def _scheduled_chunk(self, db: Connection | None = None) -> int:
+        if self.node is None:
+            return super()._scheduled_chunk()
+        first = self._take(
+            "scheduled_ids", "SELECT COALESCE(max(id), 0) + 1 FROM scheduled", (), ID_CHUNK, db
+        )
+        self._scheduled_end = first + ID_CHUNK
+        return first
+
+    def _queue_chunk(self, db: Connection | None = None) -> int:
+        # the single broker's counter (``next_queue_id``: the next id free), shared
+        first = self._take("next_queue_id", "SELECT 1", (), QUEUE_ID_CHUNK, db)
+        self._queue_id_end = first + QUEUE_ID_CHUNK
+        return first
+
+    def new_queue_id(self) -> int:
+        """A single broker: :meth:`BatchedStore.new_queue_id`. A cluster node: the next
+        of its chunk of the shared ``next_queue_id`` counter (a round trip on the loop
+        every :data:`QUEUE_ID_CHUNK` queues)."""
+        if self.node is None:
+            return super().new_queue_id()
+        queue_id = self._next_queue_id
+        if queue_id >= self._queue_id_end:
+            queue_id = self._queue_chunk()
+        self._next_queue_id = queue_id + 1
+        return queue_id
+
+    # -- a cluster node's change log and non-durable definitions ---------------------------
+    def _node_name(self) -> str:
+        if self.node is None:
+            raise StoreError(f"store {self.name}: not a cluster node")
+        return self.node
+
+    def log_change(self, kind: str, vhost: str, name: str, data: dict | None) -> None:
+        """A cluster node: log a definition change for the other nodes, in the current
+        batch (``data`` an AMQP field table, None: deleted), with a NOTIFY on
+        :func:`changes_channel`. Once the batch is durable (:meth:`when_durable`),
+        :attr:`last_epoch` is at least its epoch. StoreError on a single broker."""
+        node = self._node_name()
+        self.definition_changes += 1
+        blob = None if data is None else _encode_table(data)
+        op = LogChange(node, kind, vhost, name, blob, changes_channel(self.cluster), self.cluster)
+        self._changed().ops.append(op)
+
+    def save_transient(self, kind: str, vhost: str, name: str, data: dict) -> None:
+        """A cluster node: create or replace a non-durable definition (a queue,
+        exchange or binding: visible to every node, deleted when this node goes), in
+        the current batch. StoreError on a single broker."""
+        op = SaveTransient(self._node_name(), kind, vhost, name, _encode_table(data))
+        self.definition_changes += 1
+        self._changed().ops.append(op)
+
+    def delete_transient(self, kind: str, vhost: str, name: str) -> None:
+        """A cluster node: forget a non-durable definition, in the current batch."""
+        self._node_name()
+        self.definition_changes += 1
+        self._changed().ops.append(DeleteTransient(kind, vhost, name))
 
     def _lost_session(self, exc: BaseException) -> bool:
         db = self._db

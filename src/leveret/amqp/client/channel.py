@@ -72,6 +72,11 @@ class Channel:
         self._nack_error: PublishError | None = None
         self._confirm_waiter: asyncio.Future | None = None
         self._confirm_below = 0
+        #: Called as ``on_confirm(tag, multiple, acked)`` after each basic.ack/nack of a
+        #: publish was counted (:attr:`settled_below` then says how far it reaches), for
+        #: code that reacts to confirms by callback rather than :meth:`wait_confirms`.
+        self.on_confirm: Callable[[int, bool, bool], None] | None = None
+        self._method_frames: dict[tuple[str, str, bool], bytes] = {}  # publish_encoded's
         self._reply_consumer: Consumer | None = None
         self._replies: dict[str, asyncio.Future] = {}
 
@@ -224,6 +229,11 @@ class Channel:
         """The confirm sequence number the next publish gets (1 + publishes so far)."""
         return self._next_seq
 
+    @property
+    def settled_below(self) -> int:
+        """Every publish with a lower confirm sequence number was acked or nacked."""
+        return self._low
+
     def acked(self) -> list[int]:
         """Sequence numbers of the publishes the broker acked (``track=True`` only)."""
         base = self._base
@@ -271,6 +281,38 @@ class Channel:
                 mandatory,
             )
         )
+        return self._sequence(1) if self.confirming else 0
+
+    def publish_encoded(
+        self, exchange: str, routing_key: str, header: bytes, body: bytes, mandatory: bool = False
+    ) -> int:
+        """Buffer one basic.publish whose content header payload ``header`` (class id,
+        weight, body size, property flags and list, as received) is already encoded: it
+        goes out byte for byte. Returns the confirm sequence number (0 outside confirm
+        mode). Raises as :meth:`publish`."""
+        if self.error is not None:
+            raise self.error
+        if self._nack_error is not None:
+            raise self._nack_error
+        conn = self.connection
+        number = self.number
+        pack = _FRAME_HEAD.pack
+        key = (exchange, routing_key, mandatory)
+        method_frame = self._method_frames.get(key)
+        if method_frame is None:
+            method = b"".join(
+                (_PUBLISH_ID, shortstr(exchange), shortstr(routing_key), b"\x01" if mandatory else b"\x00")
+            )
+            method_frame = pack(1, number, len(method)) + method + b"\xce"
+            if len(self._method_frames) >= 1024:
+                self._method_frames.clear()
+            self._method_frames[key] = method_frame
+        parts = [method_frame, pack(2, number, len(header)), header, b"\xce"]
+        size, step = len(body), conn.frame_max - 8
+        for i in range(0, size, step):
+            chunk = body[i : i + step] if size > step else body
+            parts += (pack(3, number, len(chunk)), chunk, b"\xce")
+        conn._write(b"".join(parts))
         return self._sequence(1) if self.confirming else 0
 
     def publish_many(
@@ -395,6 +437,8 @@ class Channel:
             self._unconfirmed <= self._confirm_below or self._nack_error is not None
         ):
             _resolve(self._confirm_waiter)
+        if self.on_confirm is not None:
+            self.on_confirm(tag, multiple, value == ACKED)
 
     # -- consuming ----------------------------------------------------------------
     async def consume(

@@ -1,0 +1,119 @@
+"""Publisher confirms that wait for the owners of remote queues (docs/cluster.md).
+
+A publish routed to a :class:`~leveret.core.queues.remote.RemoteQueue` is forwarded to
+the queue's owner on a link channel in confirm mode and enqueued as STORED, so the
+publisher's confirm waits for the vhost's store (:meth:`.core.publish.Publisher._settle`:
+``store.batch_token()`` groups the publishes, ``store.when_durable`` calls each group
+back). On an active node ``vhost.store`` is a :class:`ClusterConfirms`: the node's
+store, whose ``when_durable`` also waits for every link's forwards sent so far.
+
+- A group (:meth:`ClusterConfirms.batch_token`) lasts one event-loop turn: callbacks
+  given in the turn are sealed at its end, when they wait for the local store (if it
+  has writes queued) and, on each link with forwards not yet confirmed, for the
+  highest forward sent by then. A forward made after a group was sealed belongs to a
+  later group, so it is never confirmed by an earlier one.
+- Groups are called back in the order they were made (a publisher's confirms stay in
+  publish order), each with True only if its store writes succeeded and none of the
+  forwards it waited for was nacked or lost with its link (a negative confirm, as
+  RabbitMQ's for a message a queue's node could not take).
+
+No task or future per message: one callback per group and link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+Callback = Callable[[bool], None]
+
+
+class ConfirmingLink(Protocol):
+    """What the wrapper needs of a link (:class:`.peers.PeerLink`)."""
+
+    def seal(self, done: Callback) -> bool:
+        """Wait for the forwards sent since the last seal and those still unconfirmed:
+        True if ``done(ok)`` will be called, False if there is nothing to wait for."""
+
+
+class _Group:
+    __slots__ = ("callbacks", "ok", "waiting")
+
+    def __init__(self) -> None:
+        self.callbacks: list[Callback] = []
+        self.waiting = 0
+        self.ok = True
+
+
+class ClusterConfirms:
+    """``store`` (every other attribute is the store's) whose :meth:`when_durable` and
+    :meth:`batch_token` also wait for the forwards of ``links()`` (the node's peer links
+    of this vhost, or all of them)."""
+
+    def __init__(self, store: Any, links: Callable[[], Iterable[ConfirmingLink]]) -> None:
+        self._store = store
+        self._links = links
+        self._open: _Group | None = None  # gathering callbacks in this turn
+        self._groups: deque[_Group] = deque()  # sealed, in order, not called back yet
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._store, name)
+        if callable(value) and hasattr(value, "__self__"):
+            setattr(self, name, value)  # a bound method: looked up once
+        return value
+
+    @property
+    def store(self) -> Any:
+        """The node's store underneath."""
+        return self._store
+
+    @property
+    def pending(self) -> bool:
+        """Whether store writes or forwards are in flight."""
+        return self._open is not None or bool(self._groups) or self._store.pending
+
+    def batch_token(self) -> object:
+        """The group gathering callbacks now (until the end of this turn)."""
+        group = self._open
+        if group is None:
+            group = self._open = _Group()
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self._seal)
+        return group
+
+    def when_durable(self, callback: Callback) -> None:
+        """``callback(ok)`` once every store write queued so far is on disk and every
+        forward sent so far (by the end of this turn) is confirmed by its owner."""
+        group = self.batch_token()
+        assert isinstance(group, _Group)
+        group.callbacks.append(callback)
+
+    def _seal(self) -> None:
+        group, self._open = self._open, None
+        if group is None:
+            return
+        self._groups.append(group)
+        done = lambda ok: self._done(group, ok)  # noqa: E731
+        group.waiting = 1  # until every wait is registered
+        if self._store.pending:
+            group.waiting += 1
+            self._store.when_durable(done)
+        for link in self._links():
+            group.waiting += 1
+            if not link.seal(done):
+                group.waiting -= 1
+        self._done(group, True)
+
+    def _done(self, group: _Group, ok: bool) -> None:
+        group.waiting -= 1
+        if not ok:
+            group.ok = False
+        groups = self._groups
+        while groups and groups[0].waiting == 0:
+            finished = groups.popleft()
+            for callback in finished.callbacks:
+                callback(finished.ok)

@@ -1,0 +1,682 @@
+"""The links between the nodes of a cluster: AMQP itself, leveret's own client
+(docs/cluster.md).
+
+:class:`Peers` holds one :class:`PeerLink` per (peer node, vhost), made when first
+needed; each is one AMQP connection to the peer, logged in as
+:data:`~leveret.core.auth.CLUSTER_USER` with the cluster secret (the peer's owner side,
+:mod:`.owner`, routes what arrives there to its local queues only). A link is the
+:class:`~leveret.core.queues.remote.OwnerLink` of every remote queue that node owns:
+
+- **forwards**: one channel in confirm mode carries every publish this node forwards to
+  that node, header and body byte for byte (:meth:`Channel.publish_encoded`), so the
+  order of one channel's publishes to one queue holds. Confirms come back by callback
+  (``Channel.on_confirm``) and settle the waits of :mod:`.confirms` by position: no
+  future or callback per message. Forwards made while the link connects are held and
+  sent once it is up.
+- **relays**: a channel per relayed consumer (basic.qos, basic.consume with manual
+  acks); deliveries are read straight out of the receive buffer with their content
+  header undecoded (:func:`take_raw_delivery`) and restored by the AMQP format, so they
+  pass through untouched.
+- **basic.get** on a channel of its own (manual acks), queue.purge and a passive
+  queue.declare for the figures on the connection's default channel.
+
+A lost link fails its unconfirmed forwards (negative confirms) and ends its relays (the
+local consumers are cancelled); the next use after :data:`RETRY_SECONDS` connects again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from pamqp import commands
+
+from ..amqp.client import Channel, Connection
+from ..amqp.client.consumer import Consumer as ClientConsumer
+from ..amqp.delivery import Delivery, decode_deliver
+from ..amqp.errors import AMQPError
+from ..core.auth import CLUSTER_USER
+from ..core.message import FORMATS
+
+if TYPE_CHECKING:
+    from ..core.message import Message
+    from ..core.queues.remote import RelaySink
+
+log = logging.getLogger("leveret.cluster")
+
+#: seconds before a lost link may connect again
+RETRY_SECONDS = 1.0
+#: seconds a link's connection and its calls may take
+TIMEOUT = 5.0
+AMQP_FORMAT = "amqp-0-9-1"
+
+_U32 = struct.Struct(">I").unpack_from
+_U64 = struct.Struct(">Q").unpack_from
+_DELIVER_INDEX = commands.Basic.Deliver.index
+CONNECTING, UP, DOWN = "connecting", "up", "down"
+_SETTLE = struct.Struct(">BHIHHQBB").pack
+_ACK, _REJECT, _NACK = 80, 90, 120  # basic.ack, basic.reject, basic.nack method ids
+
+
+def _settle_frame(channel: int, method: int, tag: int, bits: int) -> bytes:
+    """basic.ack/reject/nack ``tag`` on ``channel`` (``bits``: multiple 1, requeue 2
+    for nack; requeue 1 for reject), encoded by hand."""
+    return _SETTLE(1, channel, 13, 60, method, tag, bits, 0xCE)
+
+
+@dataclass
+class RawDelivery(Delivery):
+    """A delivery whose content header payload ``header`` is kept as received
+    (``props`` stays empty)."""
+
+    header: bytes = b""
+
+
+def take_raw_delivery(buf: bytearray) -> tuple[int, RawDelivery] | None:
+    """A complete basic.deliver with its content header and a one-frame (or empty)
+    body at the start of ``buf``: (bytes it takes, the delivery, header undecoded).
+    None when ``buf`` starts with anything else or is incomplete (the caller then
+    reads frame by frame). Never raises."""
+    size = len(buf)
+    if size < 12 or buf[0] != 1 or _U32(buf, 7)[0] != _DELIVER_INDEX:
+        return None
+    channel = buf[1:3]
+    end = 7 + _U32(buf, 3)[0]
+    pos = end + 1
+    if size < pos + 21 or buf[end] != 0xCE or buf[pos] != 2 or buf[pos + 1 : pos + 3] != channel:
+        return None
+    head_end = pos + 7 + _U32(buf, pos + 3)[0]
+    if size <= head_end or buf[head_end] != 0xCE:
+        return None
+    body_size = _U64(buf, pos + 11)[0]
+    taken = head_end + 1
+    if body_size:
+        body_end = taken + 7 + body_size
+        if (
+            size <= body_end
+            or buf[taken] != 3
+            or buf[taken + 1 : taken + 3] != channel
+            or _U32(buf, taken + 3)[0] != body_size
+            or buf[body_end] != 0xCE
+        ):
+            return None
+        body = bytes(buf[taken + 7 : body_end])
+        taken = body_end + 1
+    else:
+        body = b""
+    try:
+        d: Any = decode_deliver(buf, 11, end)
+    except Exception:
+        return None
+    delivery = RawDelivery(
+        d.delivery_tag,
+        d.redelivered,
+        d.exchange,
+        d.routing_key,
+        {},
+        body,
+        d.consumer_tag,
+        buf[1] << 8 | buf[2],
+    )
+    delivery.header = bytes(buf[pos + 7 : head_end])
+    return taken, delivery
+
+
+class PeerChannel(Channel):
+    """A channel whose content (deliveries, get-ok) keeps its header undecoded; the
+    relay it carries (if any) hears of its end."""
+
+    def __init__(self, connection: Connection, number: int) -> None:
+        super().__init__(connection, number)
+        self.relay: Relay | None = None
+        self._raw: list | None = None  # [kind, method, header, parts, remaining]
+
+    def _on_method(self, value: Any) -> None:
+        kind = type(value)
+        if kind is commands.Basic.Deliver or kind is commands.Basic.GetOk or kind is commands.Basic.Return:
+            self._raw = [kind, value, None, [], 0]
+            return
+        super()._on_method(value)
+        if kind is commands.Basic.Cancel and self.relay is not None:
+            self.relay.ended()
+
+    def on_raw_content(self, ftype: int, payload: bytes) -> None:
+        """A content header (``ftype`` 2) or body (3) frame's payload."""
+        raw = self._raw
+        if raw is None:
+            return
+        if ftype == 2:
+            raw[2], raw[4] = payload, _U64(payload, 4)[0]
+        else:
+            raw[3].append(payload)
+            raw[4] -= len(payload)
+        if raw[2] is None or raw[4] > 0:
+            return
+        self._raw = None
+        kind, method, header, parts = raw[:4]
+        delivery = RawDelivery(
+            getattr(method, "delivery_tag", 0),
+            getattr(method, "redelivered", False),
+            method.exchange,
+            method.routing_key,
+            {},
+            b"".join(parts),
+            getattr(method, "consumer_tag", ""),
+            self.number,
+        )
+        delivery.header = header
+        if kind is commands.Basic.Deliver:
+            self._deliver(delivery)
+        elif kind is commands.Basic.GetOk:
+            self._get_count = method.message_count
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(delivery)
+
+    def _closed(self, error: BaseException) -> None:
+        super()._closed(error)
+        if self.relay is not None:
+            self.relay.ended()
+
+
+class PeerConnection(Connection):
+    """The client connection of a link: content frames stay undecoded
+    (:class:`PeerChannel`), deliveries are taken whole from the receive buffer."""
+
+    channel_class = PeerChannel
+
+    def _process(self, buf: bytearray) -> None:
+        channels = self._channels
+        while True:
+            taken = take_raw_delivery(buf)
+            if taken is None:
+                if self._frame(buf):
+                    continue
+                return
+            size, delivery = taken
+            del buf[:size]
+            channel = channels.get(delivery.channel)
+            if channel is not None:
+                channel._deliver(delivery)
+
+    def _frame(self, buf: bytearray) -> bool:
+        if len(buf) >= 7 and buf[0] in (2, 3):
+            size = _U32(buf, 3)[0] + 8
+            if len(buf) < size:
+                return False
+            channel = self._channels.get(buf[1] << 8 | buf[2])
+            payload = bytes(buf[7 : size - 1])
+            ftype = buf[0]
+            del buf[:size]
+            if isinstance(channel, PeerChannel):
+                channel.on_raw_content(ftype, payload)
+            return True
+        return super()._frame(buf)
+
+
+class Relay:
+    """One local consumer relayed from the owner (a
+    :class:`~leveret.core.queues.remote.RelayHandle`): its own channel, basic.qos
+    ``prefetch``, basic.consume with manual acks."""
+
+    def __init__(
+        self, link: PeerLink, queue: str, sink: RelaySink, prefetch: int, exclusive: bool, arguments: dict
+    ) -> None:
+        self.link = link
+        self.queue = queue
+        self.sink = sink
+        self.prefetch = prefetch
+        self.exclusive = exclusive
+        self.arguments = arguments
+        self.channel: PeerChannel | None = None
+        self.consumer: ClientConsumer | None = None
+        self.done = False  # ended or closed
+        self._cancelled = False
+        self._acks: list[int] = []  # acknowledged this turn, not sent yet
+        self._low = 1  # every delivery tag below is settled
+        self._done: set[int] = set()  # settled tags above _low
+
+    async def open(self, connection: PeerConnection) -> None:
+        """Open the channel and consume; a failure ends the relay."""
+        try:
+            channel = await connection.channel()
+            assert isinstance(channel, PeerChannel)
+            self.channel = channel
+            channel.relay = self
+            if self.done:
+                await channel.close()
+                return
+            await channel.qos(self.prefetch)
+            self.consumer = await channel.consume(
+                self.queue, False, self.exclusive, self.arguments, callback=self._delivered
+            )
+            if self._cancelled:
+                await self.consumer.cancel()
+        except (AMQPError, OSError) as exc:
+            log.info("relay of queue '%s' from node %s ended: %s", self.queue, self.link.node, exc)
+            self.ended()
+
+    def _delivered(self, delivery: Delivery) -> None:
+        assert isinstance(delivery, RawDelivery)
+        message = self.link.restore(delivery)
+        self.sink.delivered(delivery.delivery_tag, delivery.redelivered, message)
+
+    def ended(self) -> None:
+        """The owner cancelled the consumer, or the channel or link went."""
+        if self.done:
+            return
+        self.done = True
+        self.link.relays.discard(self)
+        self._flush_acks()
+        self.sink.ended()
+        channel = self.channel
+        if channel is not None and channel.is_open:
+            self.link.spawn(channel.close())
+
+    def ack(self, tag: int) -> None:
+        """Acknowledge the owner's ``tag``: gathered for this turn, then sent as few
+        frames as the order allows (:meth:`_flush_acks`)."""
+        acks = self._acks
+        acks.append(tag)
+        if len(acks) == 1:
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        """One basic.ack ``multiple`` per run of consecutive tags that starts at the
+        lowest unsettled one (the deliveries of a relay's channel are numbered 1, 2, …
+        in order), single acks otherwise."""
+        acks, self._acks = self._acks, []
+        channel = self.channel
+        if not acks or channel is None or not channel.is_open:
+            return
+        acks.sort()
+        out: list[bytes] = []
+        number, done = channel.number, self._done
+        i, count = 0, len(acks)
+        while i < count:
+            j = i
+            while j + 1 < count and acks[j + 1] == acks[j] + 1:
+                j += 1
+            if acks[i] == self._low:
+                out.append(_settle_frame(number, _ACK, acks[j], 1))
+                self._low = acks[j] + 1
+                while self._low in done:
+                    done.discard(self._low)
+                    self._low += 1
+            else:
+                for tag in acks[i : j + 1]:
+                    out.append(_settle_frame(number, _ACK, tag, 0))
+                    done.add(tag)
+            i = j + 1
+        channel.connection._write(b"".join(out))
+
+    def _settled_alone(self, tag: int) -> None:
+        if tag == self._low:
+            self._low += 1
+            while self._low in self._done:
+                self._done.discard(self._low)
+                self._low += 1
+        else:
+            self._done.add(tag)
+
+    def nack(self, tag: int, requeue: bool) -> None:
+        """basic.nack (``requeue``) of the owner's ``tag``."""
+        channel = self.channel
+        if channel is not None and channel.is_open:
+            self._flush_acks()
+            channel.connection._write(_settle_frame(channel.number, _NACK, tag, 2 if requeue else 0))
+            self._settled_alone(tag)
+
+    def reject(self, tag: int, requeue: bool) -> None:
+        """basic.reject (``requeue``) of the owner's ``tag``."""
+        channel = self.channel
+        if channel is not None and channel.is_open:
+            self._flush_acks()
+            channel.connection._write(_settle_frame(channel.number, _REJECT, tag, 1 if requeue else 0))
+            self._settled_alone(tag)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        consumer = self.consumer
+        if consumer is not None and not consumer.cancelled:
+            self.link.spawn(consumer.cancel())
+
+    def close(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.link.relays.discard(self)
+        self._flush_acks()
+        channel = self.channel
+        if channel is not None and channel.is_open:
+            self.link.spawn(channel.close())
+
+
+class _GetHandle:
+    """Settles basic.get deliveries on the link's get channel."""
+
+    def __init__(self, channel: PeerChannel) -> None:
+        self.channel = channel
+
+    def ack(self, tag: int) -> None:
+        if self.channel.is_open:
+            self.channel.ack(tag)
+
+    def nack(self, tag: int, requeue: bool) -> None:
+        if self.channel.is_open:
+            self.channel.nack(tag, False, requeue)
+
+    def reject(self, tag: int, requeue: bool) -> None:
+        if self.channel.is_open:
+            self.channel.reject(tag, requeue)
+
+    def cancel(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class PeerLink:
+    """This node's link to ``node`` in ``vhost`` (an
+    :class:`~leveret.core.queues.remote.OwnerLink`)."""
+
+    def __init__(self, peers: Peers, node: str, vhost: str) -> None:
+        self.peers = peers
+        self.node = node
+        self.vhost = vhost
+        self.state = DOWN
+        self.connection: PeerConnection | None = None
+        self.relays: set[Relay] = set()
+        self._channel: PeerChannel | None = None  # forwards, in confirm mode
+        self._get_channel: PeerChannel | None = None
+        self._held: list[tuple[str, str, bytes, bytes]] = []  # forwards made while connecting
+        self._waiting_relays: list[Relay] = []
+        self._last: Message | None = None
+        # forward positions: 1, 2, … on this link; the channel's confirm seq + _base
+        self.sent = 0
+        self.settled = 0
+        self._sealed = 0
+        self._base = 0
+        self._nacked: deque[int] = deque(maxlen=4096)
+        self._waits: deque[list] = deque()  # [lo, hi, done, ok], by hi
+        self._down_at = -RETRY_SECONDS
+        self._tasks: set[asyncio.Task] = set()
+        self._gets: asyncio.Lock | None = None
+
+    # -- the connection -----------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        """Up or connecting (or allowed to connect again)."""
+        if self.state == DOWN:
+            self._maybe_connect()
+        return self.state != DOWN
+
+    def _maybe_connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.state == DOWN and loop.time() - self._down_at >= RETRY_SECONDS and not self.peers.closed:
+            self.state = CONNECTING
+            self._base = self.settled = self.sent
+            self.spawn(self._connect())
+
+    def spawn(self, coroutine: Any) -> None:
+        """Run ``coroutine`` as a task of this link (kept until done); a link that went
+        meanwhile makes it fail quietly (its waits and relays were ended already)."""
+        task = asyncio.get_running_loop().create_task(self._quietly(coroutine))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _quietly(self, coroutine: Any) -> None:
+        try:
+            await coroutine
+        except (AMQPError, OSError) as exc:
+            log.debug("cluster link to node %s: %s", self.node, exc)
+
+    async def _connect(self) -> None:
+        address = self.peers.address_of(self.node)
+        try:
+            if address is None:
+                raise OSError(f"no address known for node {self.node}")
+            host, port = address
+            url = (
+                f"amqp://{quote(CLUSTER_USER, safe='')}:{quote(self.peers.secret, safe='')}"
+                f"@{host}:{port}/{quote(self.vhost, safe='')}"
+            )
+            connection = await PeerConnection.connect(
+                url, timeout=TIMEOUT, name=f"leveret-cluster {self.node}"
+            )
+            assert isinstance(connection, PeerConnection)
+            channel = await connection.channel()
+            assert isinstance(channel, PeerChannel)
+            await channel.confirm_select(on_nack="record")
+            get_channel = await connection.channel()
+            assert isinstance(get_channel, PeerChannel)
+        except (AMQPError, OSError) as exc:
+            log.warning("cluster link to node %s (vhost '%s') failed: %s", self.node, self.vhost, exc)
+            self._lost()
+            return
+        if self.state != CONNECTING:  # closed meanwhile
+            await connection.close()
+            return
+        self.connection = connection
+        self._channel, self._get_channel = channel, get_channel
+        channel.on_confirm = self._confirmed
+        self._gets = asyncio.Lock()
+        self.state = UP
+        connection._closed_waiter.add_done_callback(lambda _: self._lost())
+        held, self._held = self._held, []
+        for exchange, routing_key, header, body in held:
+            channel.publish_encoded(exchange, routing_key, header, body)
+        relays, self._waiting_relays = self._waiting_relays, []
+        for relay in relays:
+            if not relay.done:
+                self.spawn(relay.open(connection))
+
+    def _lost(self) -> None:
+        """The connection went (or never came): fail what waits, end the relays."""
+        if self.state == DOWN:
+            return
+        self.state = DOWN
+        self._down_at = asyncio.get_running_loop().time()
+        self.connection = self._channel = self._get_channel = None
+        self._held.clear()
+        self._last = None
+        self.settled = self._sealed = self.sent
+        waits, self._waits = self._waits, deque()
+        for wait in waits:
+            wait[2](False)
+        relays = list(self.relays) + self._waiting_relays
+        self.relays.clear()
+        self._waiting_relays = []
+        for relay in relays:
+            relay.ended()
+
+    async def close(self) -> None:
+        """Close the connection (waits fail, relays end)."""
+        connection = self.connection
+        self._lost()
+        if connection is not None:
+            await connection.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    # -- forwards -----------------------------------------------------------------------
+    def forward(self, message: Message) -> bool:
+        """See :meth:`OwnerLink.forward`."""
+        if message is self._last:
+            return True
+        if not self.alive:
+            return False
+        self._last = message
+        header = self.peers.content_header(message)
+        self.sent += 1
+        channel = self._channel
+        if self.state == UP and channel is not None:
+            channel.publish_encoded(message.exchange, message.routing_key, header, message.body)
+        else:
+            self._held.append((message.exchange, message.routing_key, header, message.body))
+        return True
+
+    def seal(self, done: Callable[[bool], None]) -> bool:
+        """See :meth:`.confirms.ConfirmingLink.seal`."""
+        lo, hi = self._sealed, self.sent
+        self._sealed = hi
+        if hi <= self.settled:
+            if not any(lo < seq <= hi for seq in self._nacked):
+                return False
+            done(False)
+            return True
+        self._waits.append([lo, hi, done, True])
+        return True
+
+    def _confirmed(self, tag: int, multiple: bool, acked: bool) -> None:
+        channel = self._channel
+        if channel is None:
+            return
+        base = self._base
+        if not acked:
+            for seq in channel.nacked:
+                position = seq + base
+                self._nacked.append(position)
+                for wait in self._waits:
+                    if wait[0] < position <= wait[1]:
+                        wait[3] = False
+            channel.nacked.clear()
+        settled = channel.settled_below - 1 + base
+        if settled <= self.settled:
+            return
+        self.settled = settled
+        waits = self._waits
+        while waits and waits[0][1] <= settled:
+            _, _, done, ok = waits.popleft()
+            done(ok)
+
+    # -- consumers, get, purge, figures ---------------------------------------------------
+    def open_relay(
+        self, queue: str, sink: RelaySink, prefetch: int, exclusive: bool, arguments: dict
+    ) -> Relay:
+        """See :meth:`OwnerLink.open_relay`."""
+        relay = Relay(self, queue, sink, prefetch, exclusive, arguments)
+        if not self.alive:
+            asyncio.get_running_loop().call_soon(relay.ended)
+            return relay
+        self.relays.add(relay)
+        if self.state == UP and self.connection is not None:
+            self.spawn(relay.open(self.connection))
+        else:
+            self._waiting_relays.append(relay)
+        return relay
+
+    def get(self, queue: str, callback: Callable[[Any], None]) -> None:
+        """See :meth:`OwnerLink.get`."""
+        if self.state != UP:
+            self.alive  # noqa: B018 - may start connecting
+            asyncio.get_running_loop().call_soon(callback, None)
+            return
+        self.spawn(self._get(queue, callback))
+
+    async def _get(self, queue: str, callback: Callable[[Any], None]) -> None:
+        answer = None
+        channel, lock = self._get_channel, self._gets
+        try:
+            if channel is not None and lock is not None:
+                async with lock:
+                    delivery = await channel.get(queue)
+                if isinstance(delivery, RawDelivery):
+                    count = getattr(channel, "_get_count", 0)
+                    answer = (
+                        _GetHandle(channel),
+                        delivery.delivery_tag,
+                        delivery.redelivered,
+                        self.restore(delivery),
+                        count,
+                    )
+        except (AMQPError, OSError) as exc:
+            log.info("basic.get of queue '%s' on node %s failed: %s", queue, self.node, exc)
+        callback(answer)
+
+    def purge(self, queue: str) -> None:
+        """See :meth:`OwnerLink.purge`."""
+        if self.state == UP:
+            self.spawn(self._call(commands.Queue.Purge(queue=queue)))
+
+    def inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:
+        """See :meth:`OwnerLink.inspect`."""
+        if self.state == UP:
+            self.spawn(self._inspect(queue, callback))
+
+    async def _inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:
+        reply = await self._call(commands.Queue.Declare(queue=queue, passive=True))
+        if reply is not None:
+            callback(reply.message_count, reply.consumer_count)
+
+    async def _call(self, method: Any) -> Any:
+        connection = self.connection
+        if connection is None:
+            return None
+        try:
+            return await (await connection.default_channel()).call(method, timeout=TIMEOUT)
+        except (AMQPError, OSError) as exc:
+            log.info("%s on node %s failed: %s", type(method).__name__, self.node, exc)
+            return None
+
+    def restore(self, delivery: RawDelivery) -> Message:
+        """The core message of a delivery, its header and body as received."""
+        return FORMATS[AMQP_FORMAT].restore(
+            delivery.exchange, delivery.routing_key, delivery.header, delivery.body
+        )
+
+
+class Peers:
+    """This node's links: one :class:`PeerLink` per (node, vhost), made on first use.
+    ``address_of(node)`` gives the ``(host, amqp_port)`` of a node (None: unknown);
+    ``secret`` is the cluster secret the peers' owner sides accept."""
+
+    def __init__(self, secret: str, address_of: Callable[[str], tuple[str, int] | None]) -> None:
+        self.secret = secret
+        self.address_of = address_of
+        self.links: dict[tuple[str, str], PeerLink] = {}
+        self.closed = False
+        self._content_header: Callable[[Message], bytes] | None = None
+
+    def link(self, node: str, vhost: str) -> PeerLink:
+        """The link to ``node`` in ``vhost`` (it connects when first used)."""
+        link = self.links.get((node, vhost))
+        if link is None:
+            link = self.links[(node, vhost)] = PeerLink(self, node, vhost)
+        return link
+
+    def vhost_links(self, vhost: str) -> Callable[[], Iterator[PeerLink]]:
+        """The links of ``vhost``, as :class:`.confirms.ClusterConfirms` asks for them."""
+        return lambda: (link for (_, name), link in self.links.items() if name == vhost)
+
+    def all_links(self) -> Iterator[PeerLink]:
+        """Every link."""
+        return iter(list(self.links.values()))
+
+    def content_header(self, message: Message) -> bytes:
+        """``message``'s AMQP 0-9-1 content header payload (its own for an AMQP
+        message; rendered from its properties for another protocol's)."""
+        render = self._content_header
+        if render is None:
+            from ..protocol.amqp.message import content_header  # the AMQP adapter's rendering
+
+            render = self._content_header = content_header
+        return render(message)
+
+    def node_lost(self, node: str) -> None:
+        """``node`` is gone: its links drop what waits on them."""
+        for (name, _), link in list(self.links.items()):
+            if name == node:
+                link._lost()
+
+    async def close(self) -> None:
+        """Close every link."""
+        self.closed = True
+        for link in list(self.links.values()):
+            await link.close()
