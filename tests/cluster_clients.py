@@ -72,16 +72,16 @@ class Publisher(threading.Thread):
         self.confirmed: list[str] = []
         self.nacks = self.returns = self.reconnects = self.attempts = 0
         self.error: BaseException | None = None
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout)
         assert not self.is_alive(), f"{self.name} still publishing ({len(self.confirmed)} confirmed)"
         assert self.error is None, repr(self.error)
 
     def _more(self, number: int) -> bool:
-        return not self._stop.is_set() and (self.limit is None or number < self.limit)
+        return not self._halt.is_set() and (self.limit is None or number < self.limit)
 
     def run(self) -> None:
         number = 0
@@ -155,21 +155,21 @@ class Consumer(threading.Thread):
         self.subscribed: list[float] = []
         self.cancels = self.reconnects = self.channel_errors = 0
         self.error: BaseException | None = None
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._cancelled = False
 
     def bodies(self) -> set[str]:
         return {delivery.body for delivery in self.deliveries}
 
     def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout)
         assert not self.is_alive(), f"{self.name} did not stop"
         assert self.error is None, repr(self.error)
 
     def run(self) -> None:
         try:
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 try:
                     connection = self.connect()
                 except CLIENT_ERRORS:
@@ -191,12 +191,12 @@ class Consumer(threading.Thread):
             self.error = exc
 
     def _serve(self, connection: pika.BlockingConnection) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             channel = connection.channel()
             channel.basic_qos(prefetch_count=self.prefetch)
             channel.add_on_cancel_callback(self._on_cancel)
             try:
-                while not self._stop.is_set():
+                while not self._halt.is_set():
                     self._subscribe(connection, channel)
             except pika.exceptions.ChannelClosed:
                 self.channel_errors += 1
@@ -217,7 +217,7 @@ class Consumer(threading.Thread):
 
         channel.basic_consume(self.queue, on_message, consumer_tag=f"{self.label}-{generation}")
         self.subscribed.append(time.monotonic())
-        while not self._stop.is_set() and not self._cancelled:
+        while not self._halt.is_set() and not self._cancelled:
             connection.process_data_events(time_limit=0.05)
         if self._cancelled:
             self.cancels += 1
