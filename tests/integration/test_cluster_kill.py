@@ -53,6 +53,7 @@ def one_round(cluster: Cluster, number: int) -> Round:
     publishing, consuming = cluster.others(owner)
     consumer = Consumer(connector(consuming.amqp_port), QUEUE, prefetch=50, label=f"r{number}")
     publisher = Publisher(connector(publishing.amqp_port), QUEUE, f"r{number}-", limit=PER_ROUND)
+    began = time.monotonic()
     consumer.start()
     publisher.start()
     wait_for(
@@ -81,12 +82,15 @@ def one_round(cluster: Cluster, number: int) -> Round:
     assert not unflagged_redeliveries(consumer.deliveries), f"round {number}: a redelivery without the flag"
     new_owner = cluster.owner(QUEUE)
     assert new_owner not in (None, owner), f"round {number}: owner still {new_owner}"
+    drained = time.monotonic()
     victim.wait_ready()
     print(
         f"round {number}: {owner} killed, {new_owner} took over, first delivery after "
         f"{first.time - killed:.2f} s; publisher nacks {publisher.nacks} returns {publisher.returns} "
         f"reconnects {publisher.reconnects}; consumer cancels {consumer.cancels} "
-        f"reconnects {consumer.reconnects} duplicates {len(consumer.deliveries) - len(consumer.bodies())}"
+        f"reconnects {consumer.reconnects} duplicates {len(consumer.deliveries) - len(consumer.bodies())}; "
+        f"kill at {killed - began:.2f} s, drained at {drained - began:.2f} s, "
+        f"restarted at {time.monotonic() - began:.2f} s"
     )
     return Round(number, owner, new_owner, first.time - killed, mine, consumer.bodies())
 
