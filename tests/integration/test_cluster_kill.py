@@ -77,7 +77,16 @@ def one_round(cluster: Cluster, number: int) -> Round:
     publisher.stop()
     mine = set(publisher.confirmed)
     assert len(mine) == PER_ROUND
-    wait_for(lambda: mine <= consumer.bodies(), 20, f"round {number}: every confirmed message consumed")
+    try:
+        wait_for(lambda: mine <= consumer.bodies(), 20, f"round {number}: every confirmed message consumed")
+    except AssertionError as error:
+        missing = sorted(mine - consumer.bodies(), key=lambda body: int(body.split("-")[1]))
+        raise AssertionError(
+            f"{error}: {len(missing)} missing ({missing[:5]}…{missing[-3:]}), owner {cluster.owner(QUEUE)}, "
+            f"consumer on {consuming.name}: {len(consumer.subscribed)} subscriptions, {consumer.cancels} "
+            f"cancels, {consumer.channel_errors} channel errors, {consumer.reconnects} reconnects, "
+            f"last delivery {consumer.deliveries[-1]}\n{cluster.logs()}"
+        ) from None
     consumer.stop()
     assert not unflagged_redeliveries(consumer.deliveries), f"round {number}: a redelivery without the flag"
     new_owner = cluster.owner(QUEUE)
