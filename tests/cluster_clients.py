@@ -242,6 +242,35 @@ def unflagged_redeliveries(deliveries: list[Delivery]) -> list[Delivery]:
     return unflagged
 
 
+def wait_consumed(confirmed: set[str], consumers: list[Consumer], timeout: float, what: str = "") -> None:
+    """Wait until ``consumers`` together got every body of ``confirmed``; an
+    AssertionError saying which are missing and what each consumer saw, after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        received: set[str] = set().union(*(consumer.bodies() for consumer in consumers))
+        missing = confirmed - received
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    ordered = sorted(missing, key=lambda body: (len(body), body))
+    report = [
+        f"{what}{len(missing)} of {len(confirmed)} confirmed messages not consumed within {timeout} s: "
+        f"{ordered[:5]} … {ordered[-3:]}"
+    ]
+    for consumer in consumers:
+        last = consumer.deliveries[-1] if consumer.deliveries else None
+        report.append(
+            f"{consumer.label}: {len(consumer.deliveries)} deliveries, "
+            f"{len(consumer.subscribed)} subscriptions, {consumer.cancels} cancels, "
+            f"{consumer.channel_errors} channel errors, {consumer.reconnects} reconnects, "
+            f"alive {consumer.is_alive()}, last {last}"
+        )
+    raise AssertionError("\n".join(report))
+
+
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.02) -> None:
     """Poll ``predicate`` until it is true; AssertionError naming ``what`` after
     ``timeout`` seconds."""

@@ -18,7 +18,15 @@ from __future__ import annotations
 import time
 
 import pika
-from cluster_clients import Consumer, Delivery, Publisher, connector, unflagged_redeliveries, wait_for
+from cluster_clients import (
+    Consumer,
+    Delivery,
+    Publisher,
+    connector,
+    unflagged_redeliveries,
+    wait_consumed,
+    wait_for,
+)
 
 QUEUE = "partitioned"
 
@@ -76,7 +84,10 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
         consumer.work = 0.0  # the backlog now, fast
 
     confirmed = set(publisher.confirmed)
-    wait_for(lambda: confirmed <= local.bodies() | remote.bodies(), 20, "every confirmed message consumed")
+    try:
+        wait_consumed(confirmed, [local, remote], 20)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\nowner {cluster.owner(QUEUE)}\n{cluster.logs()}") from None
     for consumer in (local, remote):
         consumer.stop()
     assert not unflagged_redeliveries(local.deliveries + remote.deliveries)

@@ -7,7 +7,7 @@ its queues over) and started again. Afterwards every confirmed message was consu
 
 from __future__ import annotations
 
-from cluster_clients import Consumer, Publisher, connector, wait_for
+from cluster_clients import Consumer, Publisher, connector, wait_consumed, wait_for
 from tcp_balancer import RoundRobin
 
 QUEUE = "rolling"
@@ -46,7 +46,7 @@ def test_a_rolling_restart_behind_a_balancer_loses_no_confirmed_message(cluster_
             )
         publisher.stop()
         confirmed_bodies = set(publisher.confirmed)
-        wait_for(lambda: confirmed_bodies <= consumer.bodies(), 20, "every confirmed message consumed")
+        wait_consumed(confirmed_bodies, [consumer], 20)
         consumer.stop()
     assert len(confirmed_bodies) >= 4 * STEP
     assert cluster.live() == {"n1", "n2", "n3"}
