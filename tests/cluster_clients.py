@@ -242,10 +242,16 @@ def unflagged_redeliveries(deliveries: list[Delivery]) -> list[Delivery]:
     return unflagged
 
 
-def wait_consumed(confirmed: set[str], consumers: list[Consumer], timeout: float, what: str = "") -> None:
+def wait_consumed(
+    confirmed: set[str],
+    consumers: list[Consumer],
+    timeout: float,
+    what: str = "",
+    explain: Callable[[set[str]], str] | None = None,
+) -> None:
     """Wait until ``consumers`` together got every body of ``confirmed``; an
-    AssertionError saying which are missing and what each consumer saw, after
-    ``timeout`` seconds."""
+    AssertionError saying which are missing and what each consumer saw (and
+    ``explain(missing)``), after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         received: set[str] = set().union(*(consumer.bodies() for consumer in consumers))
@@ -268,6 +274,8 @@ def wait_consumed(confirmed: set[str], consumers: list[Consumer], timeout: float
             f"{consumer.channel_errors} channel errors, {consumer.reconnects} reconnects, "
             f"alive {consumer.is_alive()}, last {last}"
         )
+    if explain is not None:
+        report.append(explain(missing))
     raise AssertionError("\n".join(report))
 
 

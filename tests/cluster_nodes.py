@@ -225,6 +225,28 @@ class Cluster:
         )
         return rows[0][0] if rows else None
 
+    def stored(self, queue_name: str, vhost: str = "/") -> set[str]:
+        """The bodies of the messages stored for the queue now (rows of ``messages``
+        under its queue id), for a report: a confirmed message neither consumed nor
+        stored is lost, one stored but not delivered is stranded."""
+        rows = self.postgres.sql(
+            f'SELECT m.body FROM "{self.name}".messages m JOIN "{self.name}".queue_owners o '
+            "ON m.queue_id = o.queue_id WHERE o.vhost = %s AND o.name = %s",
+            vhost,
+            queue_name,
+        )
+        return {bytes(row[0]).decode(errors="replace") for row in rows}
+
+    def report(self, queue_name: str, missing: set[str]) -> str:
+        """Where the queue is and which of ``missing`` are still stored, then every
+        node's log: the tail of a failed assertion's message."""
+        stored = self.stored(queue_name) & missing
+        return (
+            f"queue {queue_name!r}: owner {self.owner(queue_name)}, live {sorted(self.live())}; "
+            f"{len(stored)} of the {len(missing)} missing are stored (stranded), "
+            f"{len(missing) - len(stored)} are not (lost)\n{self.logs()}"
+        )
+
     def live(self) -> set[str]:
         """The nodes whose advisory lock is held now (RULES32: a node is live iff)."""
         rows = self.postgres.sql(

@@ -78,10 +78,7 @@ def one_round(cluster: Cluster, number: int) -> Round:
     publisher.stop()
     mine = set(publisher.confirmed)
     assert len(mine) == PER_ROUND
-    try:
-        wait_consumed(mine, [consumer], 20, f"round {number}: ")
-    except AssertionError as error:
-        raise AssertionError(f"{error}\nowner {cluster.owner(QUEUE)}\n{cluster.logs()}") from None
+    wait_consumed(mine, [consumer], 20, f"round {number}: ", lambda missing: cluster.report(QUEUE, missing))
     consumer.stop()
     assert not unflagged_redeliveries(consumer.deliveries), f"round {number}: a redelivery without the flag"
     new_owner = cluster.owner(QUEUE)

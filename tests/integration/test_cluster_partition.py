@@ -84,10 +84,7 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
         consumer.work = 0.0  # the backlog now, fast
 
     confirmed = set(publisher.confirmed)
-    try:
-        wait_consumed(confirmed, [local, remote], 20)
-    except AssertionError as error:
-        raise AssertionError(f"{error}\nowner {cluster.owner(QUEUE)}\n{cluster.logs()}") from None
+    wait_consumed(confirmed, [local, remote], 20, explain=lambda missing: cluster.report(QUEUE, missing))
     for consumer in (local, remote):
         consumer.stop()
     assert not unflagged_redeliveries(local.deliveries + remote.deliveries)

@@ -46,7 +46,7 @@ def test_a_rolling_restart_behind_a_balancer_loses_no_confirmed_message(cluster_
             )
         publisher.stop()
         confirmed_bodies = set(publisher.confirmed)
-        wait_consumed(confirmed_bodies, [consumer], 20)
+        wait_consumed(confirmed_bodies, [consumer], 20, explain=lambda lost: cluster.report(QUEUE, lost))
         consumer.stop()
     assert len(confirmed_bodies) >= 4 * STEP
     assert cluster.live() == {"n1", "n2", "n3"}
