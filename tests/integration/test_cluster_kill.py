@@ -52,6 +52,8 @@ def one_round(cluster: Cluster, number: int) -> Round:
     assert owner is not None
     victim = cluster[owner]
     publishing, consuming = cluster.others(owner)
+    if number % 2:  # whichever survivor takes the queue over: with and without the publisher
+        publishing, consuming = consuming, publishing
     consumer = Consumer(connector(consuming.amqp_port), QUEUE, prefetch=50, label=f"r{number}")
     publisher = Publisher(connector(publishing.amqp_port), QUEUE, f"r{number}-", limit=PER_ROUND)
     began = time.monotonic()
@@ -85,11 +87,12 @@ def one_round(cluster: Cluster, number: int) -> Round:
     assert new_owner not in (None, owner), f"round {number}: owner still {new_owner}"
     drained = time.monotonic()
     victim.wait_ready()
+    duplicates = len(consumer.deliveries) - len(consumer.bodies())
     print(
-        f"round {number}: {owner} killed, {new_owner} took over, first delivery after "
-        f"{first.time - killed:.2f} s; publisher nacks {publisher.nacks} returns {publisher.returns} "
-        f"reconnects {publisher.reconnects}; consumer cancels {consumer.cancels} "
-        f"reconnects {consumer.reconnects} duplicates {len(consumer.deliveries) - len(consumer.bodies())}; "
+        f"round {number}: {owner} killed, {new_owner} took over (publisher on {publishing.name}), "
+        f"first delivery after {first.time - killed:.2f} s; publisher nacks {publisher.nacks} "
+        f"returns {publisher.returns} reconnects {publisher.reconnects}; consumer cancels "
+        f"{consumer.cancels} reconnects {consumer.reconnects} duplicates {duplicates}; "
         f"kill at {killed - began:.2f} s, drained at {drained - began:.2f} s, "
         f"restarted at {time.monotonic() - began:.2f} s"
     )

@@ -38,8 +38,10 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
     connection.channel().queue_declare(QUEUE, durable=True)
     connection.close()
     assert cluster.owner(QUEUE) == "n1"
-    local = Consumer(connector(n1.amqp_port), QUEUE, prefetch=5, label="on-n1", work=0.01)
-    remote = Consumer(connector(n2.amqp_port), QUEUE, prefetch=5, label="on-n2", work=0.01)
+    # slow consumers (about 60 messages a second together), prefetch 2: the client sees a
+    # delivery at most one message's work after n1 sent it
+    local = Consumer(connector(n1.amqp_port), QUEUE, prefetch=2, label="on-n1", work=0.03)
+    remote = Consumer(connector(n2.amqp_port), QUEUE, prefetch=2, label="on-n2", work=0.03)
     publisher = Publisher(connector(n3.amqp_port), QUEUE, "p-", pause=0.002)
     for client in (local, remote, publisher):
         client.start()
@@ -47,6 +49,8 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
     wait_for(
         lambda: len(publisher.confirmed) >= 300 and local.deliveries and remote.deliveries, 15, "load on n1"
     )
+    backlog = len(publisher.confirmed) - len(local.deliveries) - len(remote.deliveries)
+    assert backlog > 100, backlog
     old_subscriptions = {local: len(local.subscribed), remote: len(remote.subscribed)}
     assert old_subscriptions == {local: 1, remote: 1}, (local.cancels, remote.cancels)
 
@@ -73,8 +77,8 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
     last_old = max(d.time for d in from_n1)
     first_new = min(d.time for d in from_new)
     print(
-        f"cut at 0: {new_owner} owns the queue at {taken - cut:.2f} s; n1's last delivery at "
-        f"{last_old - cut:.2f} s, the new owner's first at {first_new - cut:.2f} s"
+        f"backlog {backlog} at the cut (0): {new_owner} owns the queue at {taken - cut:.2f} s; "
+        f"n1's last delivery at {last_old - cut:.2f} s, the new owner's first at {first_new - cut:.2f} s"
     )
     assert last_old < first_new, (
         f"n1 delivered until {last_old - cut:.2f} s after the cut, {new_owner} from {first_new - cut:.2f} s"
