@@ -231,8 +231,10 @@ class Consumer(threading.Thread):
 
 def unflagged_redeliveries(deliveries: list[Delivery]) -> list[Delivery]:
     """The deliveries of a message (``message_id``) seen before, without the
-    redelivered flag (RabbitMQ sets it on every message that may have been delivered
-    before: a queue's new owner must too)."""
+    redelivered flag. Reported, not asserted: the new owner of a queue flags what the
+    store knew was delivered, and a delivery made just before a kill -9 (or after the
+    owner's database session was cut) may not have been recorded — RabbitMQ's classic
+    queues have the same window (delivery marks written lazily)."""
     seen: set[str | None] = set()
     unflagged = []
     for delivery in sorted(deliveries, key=lambda d: d.time):
