@@ -72,7 +72,15 @@ def one_round(cluster: Cluster, number: int) -> Round:
         after = [d for d in consumer.deliveries if d.subscription > subscription and d.time > killed]
         return after[0] if after else None
 
-    wait_for(from_survivor, TAKEOVER_LIMIT + 5, f"round {number}: a delivery from a survivor")
+    try:
+        wait_for(from_survivor, TAKEOVER_LIMIT + 5, f"round {number}: a delivery from a survivor")
+    except AssertionError as error:
+        raise AssertionError(
+            f"{error}; consumer on {consuming.name}: {len(consumer.subscribed)} subscriptions, "
+            f"{consumer.cancels} cancels, {consumer.channel_errors} channel errors, {consumer.reconnects} "
+            f"reconnects; publisher on {publishing.name}: {len(publisher.confirmed)} confirmed, "
+            f"{publisher.nacks} nacks\n{cluster.report(QUEUE, set())}"
+        ) from None
     first = from_survivor()
     assert first is not None
     victim.start()  # meanwhile the round's publishing goes on with a survivor
