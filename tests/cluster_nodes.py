@@ -240,9 +240,11 @@ class Cluster:
     def report(self, queue_name: str, missing: set[str]) -> str:
         """Where the queue is and which of ``missing`` are still stored, then every
         node's log: the tail of a failed assertion's message."""
-        stored = self.stored(queue_name) & missing
+        everything = self.stored(queue_name)
+        stored = everything & missing
         return (
-            f"queue {queue_name!r}: owner {self.owner(queue_name)}, live {sorted(self.live())}; "
+            f"queue {queue_name!r}: owner {self.owner(queue_name)}, live {sorted(self.live())}, "
+            f"{len(everything)} messages stored; "
             f"{len(stored)} of the {len(missing)} missing are stored (stranded), "
             f"{len(missing) - len(stored)} are not (lost)\n{self.logs()}"
         )

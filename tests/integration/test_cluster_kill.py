@@ -79,7 +79,7 @@ def one_round(cluster: Cluster, number: int) -> Round:
             f"{error}; consumer on {consuming.name}: {len(consumer.subscribed)} subscriptions, "
             f"{consumer.cancels} cancels, {consumer.channel_errors} channel errors, {consumer.reconnects} "
             f"reconnects; publisher on {publishing.name}: {len(publisher.confirmed)} confirmed, "
-            f"{publisher.nacks} nacks\n{cluster.report(QUEUE, set())}"
+            f"{publisher.nacks} nacks\n{cluster.report(QUEUE, set(publisher.confirmed) - consumer.bodies())}"
         ) from None
     first = from_survivor()
     assert first is not None
