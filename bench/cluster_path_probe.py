@@ -137,10 +137,18 @@ def main() -> None:
     nodes = {}
     for name in ("b", "a"):
         command = [
-            sys.executable, __file__, "--serve", name, "--ports", f"{ports['a']},{ports['b']}",
-            "--data-dir", f"{tmp}/{name}",
+            sys.executable,
+            __file__,
+            "--serve",
+            name,
+            "--ports",
+            f"{ports['a']},{ports['b']}",
+            "--data-dir",
+            f"{tmp}/{name}",
         ] + (["--persistent"] if args.persistent else [])
-        nodes[name] = proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        nodes[name] = proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     kind = "persistent" if args.persistent else "transient"
     print(f"{args.count} x {args.size} B {kind}, one publisher (confirms) and one consumer")

@@ -274,6 +274,10 @@ async def _serve(settings: Settings) -> None:
         fenced_before = True
         await broker.stop()
         gc.unfreeze()
+        if settings.node_name is not None and not stop.is_set():
+            # a cluster node does not wait as a standby: it exits non-zero, for its
+            # supervisor to restart it once the database answers (docs/cluster.md)
+            raise StoreError(f"fenced: node {settings.node_name} of cluster {settings.store_cluster} stopped")
     stopping.cancel()
 
 
@@ -294,6 +298,8 @@ def _ready(broker: Broker) -> None:
         ready += " " + broker.stomp_url
     if broker.mqtt_url:
         ready += " " + broker.mqtt_url
+    if broker.settings.node_name is not None:
+        ready += f" node {broker.settings.node_name}"
     click.echo(ready)
     if broker.http_url:
         click.echo(f"leveret management: {broker.http_url}/api/")

@@ -25,6 +25,7 @@ from .vhost import VirtualHost
 
 if TYPE_CHECKING:
     from ..store import Store
+    from .replicator import Replicator
 
 
 #: ActiveMQ's defaults (maximumRedeliveries 6, redeliveryDelay 1000 ms, the shared
@@ -175,6 +176,8 @@ class BrokerCore:
         #: The cluster node this broker is (``leveret.cluster.node.ClusterNode``, set by
         #: the server; docs/cluster.md), None when it is not one. Opaque to core.
         self.cluster: Any = None
+        #: What every vhost tells the cluster (:mod:`.replicator`; None: not a node).
+        self.replicator: Replicator | None = None
         if not self.vhosts:
             self.add_vhost("/")
 
@@ -191,6 +194,7 @@ class BrokerCore:
             vhost.queue_memory = self.queue_memory
             vhost.binding_listeners = self.binding_listeners
             vhost.entity_listeners = self.entity_listeners
+            vhost.replicator = self.replicator
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost

@@ -233,6 +233,16 @@ class Scheduler:
             self._refill()
             self._arm()
 
+    def adopt(self) -> None:
+        """Jobs may have joined the store meanwhile (a cluster node took over a dead
+        node's scheduled rows): read the store again from the start, in due order (jobs
+        already in memory are not taken twice)."""
+        if self.store is None:
+            return
+        self._horizon = (-math.inf, 0)
+        self._refill()
+        self._arm()
+
     # -- adding and removing ---------------------------------------------------------
     def schedule(
         self,

@@ -38,6 +38,7 @@ from .queues.host import ConsumerChanged, DeadLetter, QueueAction, Unused
 
 if TYPE_CHECKING:
     from ..store import Store
+    from .replicator import Replicator
     from .scheduler import Scheduler
 
 log = logging.getLogger("leveret.vhost")
@@ -135,6 +136,9 @@ class VirtualHost:
         #: (schedule the work). Empty unless federation runs: consume and cancel then pay
         #: one dict look-up, publish and delivery nothing.
         self.consumer_watchers: dict[str, list[Callable[[], None]]] = {}
+        #: The cluster's side of declares, deletes, binds and unbinds on a cluster node
+        #: (:mod:`.replicator`), None elsewhere (the BrokerCore sets its own).
+        self.replicator: Replicator | None = None
         self.exchanges[DEFAULT_EXCHANGE] = exchange_class("direct")(DEFAULT_EXCHANGE, durable=True)
         for ex_name, ex_type in PREDECLARED.items():
             self.exchanges[ex_name] = exchange_class(ex_type)(ex_name, durable=True)
@@ -252,6 +256,8 @@ class VirtualHost:
             self.exchanges[name] = exchange
             if durable and self.store is not None:
                 self.store.save_definition("exchange", self.name, name, exchange_definition(exchange))
+            if self.replicator is not None:
+                self.replicator.exchange_added(self, exchange)
             self._entity_changed("exchange", name)
             return exchange
         what = f"for exchange '{name}' {self._where()}"
@@ -296,6 +302,8 @@ class VirtualHost:
         for other in list(self.exchanges.values()):
             for binding in [b for b in other.bindings.values() if b.destination is exchange]:
                 self._drop_binding(binding)
+        if self.replicator is not None:
+            self.replicator.exchange_removed(self, exchange)
         self._entity_changed("exchange", exchange.name)
 
     def _entity_changed(self, kind: str, name: str) -> None:
@@ -349,13 +357,23 @@ class VirtualHost:
             cls.check_declaration(
                 given, durable, exclusive, auto_delete, arguments, f" for queue '{name}' {self._where()}"
             )
+            queue_id = 0
+            if self.replicator is not None:  # a cluster node: claim it first
+                placed = self.replicator.place_queue(self, name, durable, exclusive, auto_delete, arguments)
+                if isinstance(placed, Queue):  # another node's: a redeclaration of it
+                    return self.declare_queue(
+                        name, owner, False, durable, exclusive, auto_delete, arguments, True
+                    )
+                queue_id = placed
             queue = cls(self, name, durable, owner if exclusive else None, auto_delete, arguments)
             self.queues[name] = queue
             queue.store = self.store
             # Exclusive queues end with their connection, so never outlive a restart.
             if durable and not exclusive and self.store is not None:
-                queue.queue_id = self.store.new_queue_id()
+                queue.queue_id = queue_id or self.store.new_queue_id()
                 self.store.save_definition("queue", self.name, name, queue_definition(queue))
+            if self.replicator is not None:
+                self.replicator.queue_added(self, queue)
             advisory.queue_event(self, name, "added")
             self.metrics.queues_declared += 1
             self.metrics.queues_created += 1
@@ -412,6 +430,8 @@ class VirtualHost:
         for consumer in list(queue.consumers):
             consumer.cancel_by_broker()
         queue.consumers.clear()
+        if self.replicator is not None:
+            self.replicator.queue_removed(self, queue)
         advisory.queue_event(self, name, "removed")
         self._entity_changed("queue", name)
         return count
@@ -460,6 +480,8 @@ class VirtualHost:
         store = self.store
         if store is not None and self._durable(binding):
             store.save_definition("binding", self.name, binding_name(binding), binding_definition(binding))
+        if self.replicator is not None:
+            self.replicator.binding_added(self, binding)
         if self.binding_listeners:
             self._binding_changed("bind", binding)
 
@@ -510,6 +532,8 @@ class VirtualHost:
         store = self.store
         if store is not None and self._durable(removed):
             store.delete_definition("binding", self.name, binding_name(removed))
+        if self.replicator is not None:
+            self.replicator.binding_removed(self, removed)
         if self.binding_listeners:
             self._binding_changed("unbind", removed)
         if source.auto_delete and not source.bindings and source.name in self.exchanges:

@@ -195,7 +195,7 @@ class ManagementAPI:
         self.rates = RateSampler(core, stats_interval)
         #: the web console's logins (see :mod:`.sessions`)
         self.sessions = Sessions()
-        app = web.Application(middlewares=[self._guard, self._authenticate, _broker_errors])
+        app = web.Application(middlewares=[self._guard, self._authenticate, self._replicated, _broker_errors])
         app.add_routes(
             [
                 web.get("/api/vhosts", self.vhosts),
@@ -263,6 +263,22 @@ class ManagementAPI:
         response.headers.update(SECURITY_HEADERS)
         if isinstance(response, web.HTTPException):
             raise response
+        return response
+
+    @web.middleware
+    async def _replicated(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """On a cluster node (docs/cluster.md), a request that changed shared definitions
+        is answered once they are stored and every live node applied them, as an AMQP
+        -ok is; elsewhere nothing is waited for."""
+        store = self.core.store
+        if self.core.replicator is None or store is None or request.method in ("GET", "HEAD"):
+            return await handler(request)
+        before = store.definition_changes
+        response = await handler(request)
+        if store.definition_changes != before:
+            done = asyncio.Event()
+            store.when_durable(lambda ok: done.set())
+            await done.wait()
         return response
 
     @web.middleware

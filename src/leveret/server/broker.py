@@ -51,6 +51,7 @@ from .websocket import WebSocketServer
 from .workers.listener import WorkerListener
 
 if TYPE_CHECKING:
+    from ..cluster.node import ClusterNode
     from ..management.metrics import PrometheusServer
 
 log = logging.getLogger("leveret.server")
@@ -127,6 +128,8 @@ class Broker:
         self.core.node_name = self.federation_node
         #: Prometheus metrics, when ``prometheus_port`` is set.
         self.prometheus: PrometheusServer | None = None
+        #: The cluster node this broker is (``node_name`` set; docs/cluster.md), after start.
+        self.cluster: ClusterNode | None = None
 
     @property
     def host(self) -> str:
@@ -159,7 +162,9 @@ class Broker:
             self._lock = DataDirLock(self.settings.data_dir)
             self._lock.acquire()
         try:
-            if self.settings.store_url is not None:
+            if self.settings.store_url is not None and self.settings.node_name is not None:
+                self.store = await self._become_node(self.settings.store_url)
+            elif self.settings.store_url is not None:
                 self.store = await self._become_master(self.settings.store_url)
             elif self.settings.data_dir is not None:
                 self.store = SQLiteStore(self.settings.data_dir, self.settings.disk_reserve)
@@ -173,8 +178,11 @@ class Broker:
                 self.store.on_fenced = self._lose_mastership
                 self.core.attach_store(self.store)
                 self.store.start(asyncio.get_running_loop())
+                if self.settings.node_name is not None:
+                    await self._join_cluster()
                 self.recovery_seconds = time.monotonic() - started
         except BaseException:
+            await self._leave_cluster(graceful=False)
             self._close_store()
             raise
         if self.role == "master":
@@ -295,14 +303,19 @@ class Broker:
                 self.prometheus = prometheus
             self.shovels.start(settings.shovels)
             self.federation.start()
+            if self.cluster is not None:
+                http = self.management.port if self.management is not None else settings.http_port
+                await self.cluster.advertise(self.amqp_port, http)
         except BaseException:
             await self._stop_listeners()
+            await self._leave_cluster(graceful=False)
             self._close_store()
             raise
         self._started = True
         if self.role == "fenced":  # the session went while the listeners started
             await self.stop()
-            raise StoreError(f"fenced while starting as the master of cluster {settings.store_cluster!r}")
+            what = f"node {settings.node_name}" if settings.node_name is not None else "the master"
+            raise StoreError(f"fenced while starting as {what} of cluster {settings.store_cluster!r}")
         return self
 
     def _http_port_cap(self) -> int:
@@ -364,15 +377,82 @@ class Broker:
         self.role = "master"
         return store
 
+    async def _become_node(self, url: str) -> PostgreSQLStore:
+        """The store of an active node (docs/cluster.md): its writer session holds the
+        node's advisory lock. No standby wait unless another process holds this node's
+        lock (the same node started twice): then wait for it as a standby waits for the
+        master. StoreError if the database cannot be reached or :meth:`cancel_standby`
+        was called first."""
+        settings = self.settings
+        store = PostgreSQLStore(url, settings.store_cluster, node=settings.node_name)
+        if store.try_master():
+            self.role = "node"
+            return store
+        if store.unreachable is not None:
+            raise StoreError(f"cannot open store {store.name}: {store.unreachable}")
+        self.role = "standby"
+        log.info(
+            "standby: node %s of cluster %r is live in another process",
+            settings.node_name,
+            settings.store_cluster,
+        )
+        if self.on_standby is not None:
+            self.on_standby()
+        waited = time.monotonic()
+        became = await asyncio.get_running_loop().run_in_executor(
+            None, store.wait_for_master, self._cancel_standby, self.standby_first
+        )
+        self.standby_seconds = time.monotonic() - waited
+        if not became:
+            store.close()
+            raise StoreError(
+                f"stopped as a standby of node {settings.node_name} of cluster {settings.store_cluster!r}"
+            )
+        self.role = "node"
+        return store
+
+    async def _join_cluster(self) -> None:
+        """Start the :class:`~leveret.cluster.node.ClusterNode` on the recovered core
+        (before the listeners open): it registers, turns the queues other nodes own into
+        RemoteQueues and starts replication, peers, takeovers and the lease watchdog."""
+        from ..cluster.catalog import Catalog
+        from ..cluster.node import ClusterNode
+
+        settings = self.settings
+        assert settings.store_url is not None and settings.node_name is not None
+        catalog = await asyncio.to_thread(
+            Catalog, settings.store_url, settings.store_cluster, settings.node_name
+        )
+        node = ClusterNode(self.core, settings, self.store, catalog)
+        node.on_fenced = self._lose_mastership
+        self.cluster = node
+        await node.start()
+
+    async def _leave_cluster(self, graceful: bool) -> None:
+        """Stop the cluster node (``graceful``: hand its queues over and leave first)."""
+        node, self.cluster = self.cluster, None
+        if node is not None:
+            await node.stop(graceful=graceful and self.role != "fenced")
+
     def cancel_standby(self) -> None:
         """Make a :meth:`start` that waits as a standby give up (StoreError)."""
         self._cancel_standby.set()
 
     def _lose_mastership(self, reason: str) -> None:
         """The store lost its database session, and the master lock with it: another
-        broker may be the master now, so stop serving at once (fencing)."""
+        broker may be the master now, so stop serving at once (fencing). A cluster
+        node: the same when its lease ran out (:mod:`leveret.cluster.lease`)."""
+        if self.role == "fenced":
+            return
         self.role = "fenced"
-        log.error("fenced: the database session holding the master lock is gone (%s); stopping", reason)
+        if self.settings.node_name is not None and self.cluster is not None:
+            self.cluster.fence(reason)  # (logs "fenced: …"; calls back once, no-op)
+        elif self.settings.node_name is not None:
+            log.error(
+                "fenced: node %s lost its database session (%s); stopping", self.settings.node_name, reason
+            )
+        else:
+            log.error("fenced: the database session holding the master lock is gone (%s); stopping", reason)
         assert self._fenced is not None
         self._fenced.set()
         if self._stopping is None and self._started:  # (start() checks for itself)
@@ -572,6 +652,7 @@ class Broker:
 
     async def _stop(self) -> None:
         await self._stop_listeners()  # first: a fenced master must stop serving at once
+        await self._leave_cluster(graceful=True)  # (a fenced node only stops its parts)
         await self.shovels.stop()
         await self.federation.stop()
         if self.management is not None:

@@ -1143,9 +1143,11 @@ class BatchedStore(Store):
                     )
                 self._jobs.put(batch)  # its callbacks are dropped: the loop is stopping
             self._jobs.put(None)
-            self._thread.join(30)
+            # fenced (a cluster node whose lease ran out): the writer may hang on a dead
+            # session, and nothing it would write may be written now: do not wait for it
+            self._thread.join(30 if self.fenced is None else 0.5)
             self._thread = None
-            if self._db is not None and not self.failed:
+            if self._db is not None and not self.failed and self.fenced is None:
                 try:
                     self._closing(self._db)
                 except self._errors as exc:

@@ -132,8 +132,8 @@ MIGRATIONS = [
         epoch BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, node TEXT, kind TEXT NOT NULL,
         vhost TEXT NOT NULL, name TEXT NOT NULL, data BYTEA);
     CREATE TABLE transient_definitions (
-        kind TEXT NOT NULL, vhost TEXT NOT NULL, name TEXT NOT NULL, node TEXT NOT NULL,
-        data BYTEA NOT NULL, PRIMARY KEY (kind, vhost, name));
+        ord BIGINT GENERATED ALWAYS AS IDENTITY, kind TEXT NOT NULL, vhost TEXT NOT NULL,
+        name TEXT NOT NULL, node TEXT NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (kind, vhost, name));
     CREATE INDEX transient_definitions_by_node ON transient_definitions (node);
     CREATE TABLE cluster_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     ALTER TABLE scheduled ADD COLUMN node TEXT DEFAULT current_setting('leveret.node', true);
