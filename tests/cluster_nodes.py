@@ -74,14 +74,19 @@ class ClusterNode:
             "LEVERET_CLUSTER_GRACE": str(grace),
             **(env or {}),
         }
+        self.log_path = directory / "server.log"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        #: whether it has printed its ready line once (its ports are its own from then)
+        self.ready_once = False
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
         self.amqp_port, self.stomp_port = free_port(), free_port()
         self.mqtt_port, self.http_port = free_port(), free_port()
         self.url = f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
         self.http_url = f"http://127.0.0.1:{self.http_port}"
-        self.log_path = directory / "server.log"
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
-        self._lines: queue.Queue[str] = queue.Queue()
 
     def argv(self) -> list[str]:
         return [
@@ -123,11 +128,27 @@ class ClusterNode:
                     break
                 continue
             if line.startswith(prefix):
+                self.ready_once = self.ready_once or line.startswith("leveret ready")
                 return line
         raise RuntimeError(f"{self.name}: no {prefix!r} line: {self.log()[-4000:]}")
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> str:
-        return self.wait_for("leveret ready", timeout)
+        """Wait for the ready line. A node's first start whose port was taken meanwhile
+        (``free_port`` only finds a port free at one moment; other processes on the
+        machine bind ports too) starts again on new ports, twice at the most."""
+        for attempt in range(3):
+            try:
+                return self.wait_for("leveret ready", timeout)
+            except RuntimeError:
+                if attempt == 2 or self.ready_once or "address already in use" not in self._this_start_log():
+                    raise
+                self.kill()
+                self._pick_ports()
+                self.start()
+        raise AssertionError("unreachable")
+
+    def _this_start_log(self) -> str:
+        return self.log().rpartition(f"---- start {self.starts} ")[2]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -295,7 +316,7 @@ def start_nodes(
     nodes = []
     for number in range(1, count + 1):
         node = ClusterNode(directory / f"n{number}", store_url, cluster, f"n{number}", **timings).start()
-        node.wait_for("leveret ready")
+        node.wait_ready()
         nodes.append(node)
     return nodes
 

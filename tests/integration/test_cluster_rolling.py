@@ -7,6 +7,8 @@ its queues over) and started again. Afterwards every confirmed message was consu
 
 from __future__ import annotations
 
+import time
+
 from cluster_clients import Consumer, Publisher, connector, wait_consumed, wait_for
 from tcp_balancer import RoundRobin
 
@@ -25,9 +27,12 @@ def test_a_rolling_restart_behind_a_balancer_loses_no_confirmed_message(cluster_
         for node in cluster:
             owner = cluster.owner(QUEUE)
             consumed = len(consumer.deliveries)
+            began = time.monotonic()
             status = node.terminate()
             assert status == 0, f"{node.name} exited with {status}: {node.log()[-2000:]}"
+            stopped = time.monotonic()
             node.start().wait_ready()
+            ready = time.monotonic()
             confirmed = len(publisher.confirmed)
             wait_for(
                 lambda n=confirmed: len(publisher.confirmed) >= n + STEP,
@@ -38,7 +43,9 @@ def test_a_rolling_restart_behind_a_balancer_loses_no_confirmed_message(cluster_
                 lambda n=consumed: len(consumer.deliveries) > n, 10, f"consuming after {node.name} restarted"
             )
             print(
-                f"{node.name} restarted (owner {owner} -> {cluster.owner(QUEUE)}): "
+                f"{node.name} stopped in {stopped - began:.2f} s, ready {ready - stopped:.2f} s later, "
+                f"clients going on {time.monotonic() - ready:.2f} s later "
+                f"(owner {owner} -> {cluster.owner(QUEUE)}): "
                 f"{len(publisher.confirmed)} confirmed, {len(consumer.bodies())} consumed; "
                 f"publisher reconnects {publisher.reconnects} nacks {publisher.nacks} "
                 f"returns {publisher.returns}; consumer reconnects "
