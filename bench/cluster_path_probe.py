@@ -44,7 +44,7 @@ async def serve(name: str, ports: dict[str, int], data_dir: str, durable: bool) 
     """Run node ``name`` until stdin closes."""
     from leveret.cluster.confirms import ClusterConfirms
     from leveret.cluster.owner import accept_peers
-    from leveret.cluster.peers import Peers
+    from leveret.cluster.peers import FlowGate, Peers
     from leveret.core.queues.remote import RemoteQueue
     from leveret.server.broker import Broker
 
@@ -54,6 +54,10 @@ async def serve(name: str, ports: dict[str, int], data_dir: str, durable: bool) 
     peers = Peers(SECRET, lambda node: ("127.0.0.1", ports[node]) if node in ports else None)
     core.cluster = peers
     accept_peers(core, SECRET)
+    gate = FlowGate(core.flow.set)
+    if broker.store is not None:
+        broker.store.on_flow = gate.store
+    peers.on_flow = gate.links
     vhost = core.vhosts["/"]
     vhost.store = ClusterConfirms(vhost.store, peers.vhost_links("/"))
     if name == "b":
@@ -146,9 +150,8 @@ def main() -> None:
             "--data-dir",
             f"{tmp}/{name}",
         ] + (["--persistent"] if args.persistent else [])
-        nodes[name] = proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        nodes[name] = proc
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     kind = "persistent" if args.persistent else "transient"
     print(f"{args.count} x {args.size} B {kind}, one publisher (confirms) and one consumer")

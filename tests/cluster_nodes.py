@@ -241,10 +241,7 @@ class Cluster:
     # -- the catalog, read directly --------------------------------------------------------
     def owner(self, queue_name: str, vhost: str = "/") -> str | None:
         """The queue's owner node in ``queue_owners`` (None: no row)."""
-        rows = self.postgres.sql(
-            f'SELECT node FROM "{self.name}".queue_owners WHERE vhost = %s AND name = %s', vhost, queue_name
-        )
-        return rows[0][0] if rows else None
+        return owner(self.postgres, self.name, queue_name, vhost)
 
     def stored(self, queue_name: str, vhost: str = "/") -> set[str]:
         """The bodies of the messages stored for the queue now (rows of ``messages``
@@ -271,14 +268,8 @@ class Cluster:
         )
 
     def live(self) -> set[str]:
-        """The nodes whose advisory lock is held now (RULES32: a node is live iff)."""
-        rows = self.postgres.sql(
-            f'SELECT name FROM "{self.name}".cluster_nodes n WHERE EXISTS (SELECT 1 FROM pg_locks l '
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = hashtext('leveret-node')::oid "
-            f"AND l.objid = hashtext(%s || '/' || n.name)::oid)",
-            self.name,
-        )
-        return {row[0] for row in rows}
+        """The nodes whose advisory lock is held now."""
+        return live_nodes(self.postgres, self.name)
 
     def wait_owner(self, queue_name: str, accept: Callable[[str | None], bool], timeout: float = 15.0) -> str:
         """Poll the queue's owner until ``accept(owner)``; it (AssertionError after
@@ -329,6 +320,29 @@ def writer_pid(postgres: PostgresServer, cluster: str, node: str) -> int | None:
         "AND classid=hashtext('leveret-node')::oid AND objid=hashtext(%s)::oid",
         f"{cluster}/{node}",
     )
+    return rows[0][0] if rows else None
+
+
+def live_nodes(postgres: PostgresServer, cluster: str) -> set[str]:
+    """The nodes of ``cluster`` whose advisory lock is held now (RULES32: a node is
+    live iff)."""
+    rows = postgres.sql(
+        f'SELECT name FROM "{cluster}".cluster_nodes WHERE EXISTS (SELECT 1 FROM pg_locks WHERE '
+        "locktype='advisory' AND granted AND classid=hashtext('leveret-node')::oid "
+        f"AND objid=hashtext(%s || '/' || name)::oid)",
+        cluster,
+    )
+    return {row[0] for row in rows}
+
+
+def owner(postgres: PostgresServer, cluster: str, queue: str, vhost: str | None = None) -> str | None:
+    """The owner of ``queue`` (in ``vhost``, or any) in ``queue_owners``; None: no row."""
+    if vhost is None:
+        rows = postgres.sql(f'SELECT node FROM "{cluster}".queue_owners WHERE name=%s', queue)
+    else:
+        rows = postgres.sql(
+            f'SELECT node FROM "{cluster}".queue_owners WHERE vhost=%s AND name=%s', vhost, queue
+        )
     return rows[0][0] if rows else None
 
 

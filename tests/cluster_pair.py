@@ -6,11 +6,12 @@ confirmed once on disk)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from leveret.cluster.confirms import ClusterConfirms
 from leveret.cluster.owner import accept_peers
-from leveret.cluster.peers import Peers
+from leveret.cluster.peers import FlowGate, Peers
 from leveret.core.queues.remote import RemoteQueue
 from leveret.server.broker import BlockingBroker
 
@@ -37,6 +38,11 @@ class Pair:
         core.cluster = peers  # the node runtime sets a ClusterNode here
         accept_peers(core, SECRET)
         self.peers[name] = peers
+        gate = FlowGate(core.flow.set)  # publishers held by the store's backlog or the links'
+        store = broker.broker.store
+        if store is not None:
+            store.on_flow = gate.store
+        peers.on_flow = gate.links
         for vhost in core.vhosts.values():
             if not isinstance(vhost.store, ClusterConfirms):
                 vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))
@@ -72,14 +78,12 @@ class Pair:
             vhost.bind(exchange, target, key)
 
     def stop(self, name: str) -> None:
+        """Stop node ``name`` (its links first)."""
         broker = self.brokers[name]
-        broker.stop()
+        if broker._loop is not None:
+            asyncio.run_coroutine_threadsafe(self.peers[name].close(), broker._loop).result(10)
+            broker.stop()
 
     def close(self) -> None:
-        for name, broker in self.brokers.items():
-            if broker._loop is not None:
-                try:
-                    broker.call(lambda p=self.peers[name]: None)
-                except Exception:
-                    pass
-                broker.stop()
+        for name in self.brokers:
+            self.stop(name)

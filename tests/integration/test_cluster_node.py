@@ -10,7 +10,7 @@ import time
 import pika
 import pika.exceptions
 import pytest
-from cluster_nodes import GRACE, LEASE, ClusterNode, start_nodes, writer_pid
+from cluster_nodes import GRACE, LEASE, ClusterNode, live_nodes, owner, start_nodes, writer_pid
 from eventually import eventually
 from targets import unique
 
@@ -66,35 +66,24 @@ def get_all(node: ClusterNode, queue: str = QUEUE) -> list[tuple[str, bool]] | N
         return None
 
 
-def live_nodes(postgres, cluster: str) -> set[str]:
-    rows = postgres.sql(
-        f'SELECT name FROM "{cluster}".cluster_nodes WHERE EXISTS (SELECT 1 FROM pg_locks WHERE '
-        "locktype='advisory' AND granted AND classid=hashtext('leveret-node')::oid "
-        f"AND objid=hashtext(%s || '/' || name)::oid)",
-        cluster,
-    )
-    return {row[0] for row in rows}
-
-
-def owner(postgres, cluster: str, queue: str = QUEUE) -> str | None:
-    rows = postgres.sql(f'SELECT node FROM "{cluster}".queue_owners WHERE name=%s', queue)
-    return rows[0][0] if rows else None
+def message_count(node: ClusterNode, queue: str) -> int | None:
+    """``queue``'s ready messages on ``node`` (passive queue.declare); None if it has
+    no such queue or cannot answer."""
+    try:
+        with connect(node) as connection:
+            return connection.channel().queue_declare(queue, passive=True).method.message_count
+    except CLIENT_ERRORS:
+        return None
 
 
 def test_a_one_node_cluster_serves_pika(postgres, tmp_path, cluster_name, stop_all):
-    (node,) = start_nodes(tmp_path, postgres.url, cluster_name, 1)
+    node = ClusterNode(tmp_path / "n1", postgres.url, cluster_name, "n1").start()
     stop_all.append(node)
+    assert node.wait_for("leveret ready").rstrip().endswith(" node n1")
     fill(node, 20)
     assert [body for body, _ in get_all(node) or []] == [f"m{n}" for n in range(20)]
     assert live_nodes(postgres, cluster_name) == {"n1"}
-    assert owner(postgres, cluster_name) == "n1"
-
-
-def test_the_ready_line_names_the_node(postgres, tmp_path, cluster_name, stop_all):
-    node = ClusterNode(tmp_path / "n1", postgres.url, cluster_name, "n1").start()
-    stop_all.append(node)
-    line = node.wait_for("leveret ready")
-    assert line.rstrip().endswith("node n1")
+    assert owner(postgres, cluster_name, QUEUE) == "n1"
 
 
 def test_a_second_node_joins(postgres, tmp_path, cluster_name, stop_all):
@@ -111,7 +100,10 @@ def test_kill_9_of_an_owner_moves_its_durable_queue_with_every_persistent_messag
     first, second = start_nodes(tmp_path, postgres.url, cluster_name, 2)
     stop_all.extend([first, second])
     fill(first, 50)
-    assert owner(postgres, cluster_name) == "n1"
+    assert owner(postgres, cluster_name, QUEUE) == "n1"
+    with connect(first) as declaring:
+        declaring.channel().queue_declare("scratch")  # non-durable: goes with its node
+    assert message_count(second, "scratch") == 0
     # 10 delivered and left unacked on the owner: they come back redelivered
     connection = connect(first)
     channel = connection.channel()
@@ -134,8 +126,9 @@ def test_kill_9_of_an_owner_moves_its_durable_queue_with_every_persistent_messag
     assert redelivered == {body.decode() for body in held}
     assert took < 10, f"the takeover took {took:.2f} s"
     assert took >= GRACE  # never before the dead node's lease could have run out
-    assert owner(postgres, cluster_name) == "n2"
+    assert owner(postgres, cluster_name, QUEUE) == "n2"
     assert "took over 1 queues of node n1" in second.log()
+    assert message_count(second, "scratch") is None  # 404 NOT_FOUND: deleted, as RabbitMQ does
 
 
 def test_a_graceful_stop_hands_the_queues_over_at_once(postgres, tmp_path, cluster_name, stop_all):
@@ -149,7 +142,7 @@ def test_a_graceful_stop_hands_the_queues_over_at_once(postgres, tmp_path, clust
     took = time.monotonic() - stopped
     assert [body for body, _ in found or []] == [f"m{n}" for n in range(30)]
     assert took < 5, f"the handover took {took:.2f} s"
-    assert owner(postgres, cluster_name) == "n2"
+    assert owner(postgres, cluster_name, QUEUE) == "n2"
     state = postgres.sql(f"SELECT state FROM \"{cluster_name}\".cluster_nodes WHERE name='n1'")
     assert state == [("left",)]
 
@@ -192,3 +185,37 @@ def test_a_node_whose_database_stops_answering_fences_itself_within_its_lease(
     assert code != 0
     assert "fenced: " in node.log() and "no successful round trip" in node.log()
     assert took < LEASE + 5, f"fenced after {took:.2f} s"
+
+
+def test_a_taken_over_queue_keeps_its_timers_and_the_dead_nodes_delayed_messages(
+    postgres, tmp_path, cluster_name, stop_all
+):
+    first, second = start_nodes(tmp_path, postgres.url, cluster_name, 2)
+    stop_all.extend([first, second])
+    with connect(first) as connection:
+        channel = connection.channel()
+        channel.exchange_declare(
+            "later", "x-delayed-message", durable=True, arguments={"x-delayed-type": "direct"}
+        )
+        channel.queue_declare("timed", durable=True)
+        channel.queue_bind("timed", "later", "k")
+        channel.confirm_delivery()
+        published = time.monotonic()
+        expiring = pika.BasicProperties(delivery_mode=2, expiration="4000")
+        channel.basic_publish("", "timed", b"expires", expiring)
+        channel.basic_publish("", "timed", b"stays", pika.BasicProperties(delivery_mode=2))
+        channel.basic_publish(
+            "later", "k", b"delayed", pika.BasicProperties(delivery_mode=2, headers={"x-delay": 3000})
+        )
+    assert owner(postgres, cluster_name, "timed") == "n1"
+    first.kill()
+    # taken over (GRACE after the kill) with both messages, before the TTL runs out
+    assert eventually(lambda: message_count(second, "timed") == 2, timeout=10, interval=0.05)
+    taken = time.monotonic() - published
+    assert taken < 3.5, f"taken over after {taken:.2f} s"
+    # the delayed message fires on the survivor at its time, the TTL ends as stored (a
+    # TTL counted again from the takeover would end 2 s or more later)
+    time.sleep(max(0.0, 4.2 - (time.monotonic() - published)))
+    found = [body for body, _ in get_all(second, "timed") or []]
+    assert time.monotonic() - published < 6
+    assert found == ["stays", "delayed"]

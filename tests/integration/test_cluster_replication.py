@@ -178,3 +178,18 @@ def test_racing_declares_end_with_one_owner(nodes) -> None:
     for name in names:
         seen = {owner(a, name), owner(b, name)}
         assert len(seen) == 1 and seen <= {"a", "b"}, (name, seen)
+
+
+def test_a_queue_deleted_on_a_goes_on_its_owner_b_with_its_consumers(nodes) -> None:
+    a, b = nodes
+    on_b = channel_of(b)
+    on_b.queue_declare("jobs", durable=True)  # owned by b
+    on_b.basic_publish("", "jobs", b"pending")
+    cancelled: list[object] = []
+    on_b.add_on_cancel_callback(cancelled.append)
+    on_b.basic_consume("jobs", lambda *delivery: None)
+    on_a = channel_of(a)
+    on_a.queue_delete("jobs")
+    # the delete-ok came once b applied it: b's queue is gone, its consumer cancelled
+    assert owner(b, "jobs") is None and owner(a, "jobs") is None
+    assert eventually(lambda: cancelled, wait=lambda s: on_b.connection.process_data_events(time_limit=s))

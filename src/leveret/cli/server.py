@@ -147,6 +147,9 @@ def server(
     every connection with 320 CONNECTION_FORCED and exits 0. With a PostgreSQL store it
     may first print "leveret standby: cluster NAME" and wait to become the master; a
     master that loses its database session stops serving and becomes a standby again.
+    An active cluster node (``--node NAME``) adds " node NAME" to its ready line; on a
+    signal it hands its queues to the live nodes first; fenced (its session or its lease
+    lost) it stops serving at once and exits 1, for its supervisor to restart it.
     """
     settings = Settings(
         stomp_port=61613, web_stomp_port=15674, prometheus_port=15692, mqtt_port=1883, web_mqtt_port=15675

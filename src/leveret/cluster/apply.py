@@ -31,7 +31,8 @@ def apply_definition(core: BrokerCore, kind: str, vhost: str, name: str, data: d
     """Apply a change of any kind but ``queue``; an unknown kind is logged and skipped."""
     handler = _HANDLERS.get(kind)
     if handler is None:
-        log.warning("cluster: skipping a change of unknown kind %r", kind)
+        if kind not in _NOT_DEFINITIONS:
+            log.warning("cluster: skipping a change of unknown kind %r", kind)
         return
     handler(core, vhost, name, data)
 
@@ -147,6 +148,10 @@ def _binding(core: BrokerCore, vhost: str, name: str, data: dict | None) -> None
         return
     host.bind(str(data["source"]), destination, str(data["routing_key"]), dict(data["arguments"]))
 
+
+#: Changes that are not definitions: ``scheduled`` (a dead node's scheduled rows moved to
+#: the node that took it over, which reads them itself)
+_NOT_DEFINITIONS = frozenset({"scheduled"})
 
 _HANDLERS = {
     "vhost": _vhost,

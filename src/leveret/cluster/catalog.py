@@ -26,6 +26,7 @@ database is the single source of truth and the nodes hold no vote.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import logging
 import secrets
@@ -33,19 +34,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from ..store.base import ALL_SEQS, StoreError
 from ..store.batched import _decode_table, _encode_table
-from ..store.ops import LOG_CHANGE_SQL
+from ..store.ops import LOCK_CHANGES_SQL, LOG_CHANGE_SQL
 from ..store.postgresql import NODE_LOCK, PgConnection, changes_channel, connect, migrate, node_key, redact
 
 log = logging.getLogger("leveret.cluster")
 
 #: Sessions kept open for reuse (more are opened while more threads call at once).
 IDLE_SESSIONS = 4
-#: Seconds between a listener's attempts to reconnect, and between its checks of close().
+#: Seconds between a listener's attempts to reconnect.
 LISTEN_RETRY = 1.0
+#: Seconds between a listener's checks of close() while it waits for notifications.
+LISTEN_CHECK = 0.25
 #: wait_applied's polling: from FIRST_POLL seconds, doubling up to MAX_POLL.
 FIRST_POLL = 0.002
 MAX_POLL = 0.02
@@ -65,6 +68,7 @@ HOLDS_SQL = (
     "AND l.objid = hashtext(%s)::oid AND l.pid = %s)"
 )
 _LOG_CHANGE = LOG_CHANGE_SQL.replace("?", "%s")
+_LOCK_CHANGES = LOCK_CHANGES_SQL.replace("?", "%s")
 
 
 class CatalogError(StoreError):
@@ -75,6 +79,30 @@ class CatalogError(StoreError):
 class Fenced(CatalogError):
     """This node's writer session no longer holds the node's lock: the node lost its
     right to write and must stop serving (as a fenced master does)."""
+
+
+class SessionLost(CatalogError):
+    """The session broke under a call (the database restarted, a connection was cut):
+    the calls that are safe to repeat are tried once more on a new session."""
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _once_more(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A call repeated once on a new session when its session was lost: reads, and
+    writes whose repetition changes nothing (register, leave, claim, release, marking
+    applied, pruning). Not move_queue, take_over, forget_node: their change rows."""
+
+    @functools.wraps(method)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except SessionLost:
+            return method(*args, **kwargs)
+
+    return call
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +125,8 @@ class NodeRow:
 @dataclass(frozen=True, slots=True)
 class Change:
     """A row of the change log: who logged it (``node``; None: not a node), what
-    (``kind``: a definition kind, ``owner`` for an owner move, ``scheduled`` when a
-    dead node's scheduled messages moved), and ``data`` (its field table; None: deleted)."""
+    (``kind``: a definition kind, or ``owner`` for an owner move: data ``{"node",
+    "queue_id"}``), and ``data`` (its field table; None: deleted)."""
 
     epoch: int
     node: str | None
@@ -156,7 +184,7 @@ class Catalog:
     @contextlib.contextmanager
     def _session(self) -> Iterator[Any]:
         """A session (pooled), psycopg errors turned into CatalogError; a broken
-        session is dropped, the next call opens another."""
+        session is dropped with every idle one, so the next call opens a new one."""
         import psycopg
 
         if self._closed.is_set():
@@ -170,8 +198,13 @@ class Catalog:
         except psycopg.Error as exc:
             if conn is not None and not conn.broken and not conn.closed:
                 self._put(conn)
-            elif conn is not None:
+            elif conn is not None:  # the database went, or restarted: so did the others
                 conn.close()
+                with self._lock:
+                    idle, self._idle = self._idle, []
+                for other in idle:
+                    other.close()
+                raise SessionLost(f"catalog {self.name}: {str(exc).strip()}") from None
             raise CatalogError(f"catalog {self.name}: {str(exc).strip()}") from None
         except BaseException:
             if conn is not None:
@@ -214,6 +247,7 @@ class Catalog:
         (``PostgreSQLStore.writer_pid``). Call it before :meth:`register`."""
         self.writer_pid = pid
 
+    @_once_more
     def register(self, host: str, amqp_port: int, http_port: int) -> int:
         """Join (or rejoin) the cluster as ``running`` at ``host`` (where other nodes
         reach this node's AMQP port ``amqp_port``; ``http_port`` its management API,
@@ -249,6 +283,7 @@ class Catalog:
             ).fetchone()
         return int(row[0])
 
+    @_once_more
     def leave(self) -> None:
         """A graceful stop: mark this node ``left`` (a survivor taking over what it
         still owns need not wait for its lease). Fenced."""
@@ -256,6 +291,7 @@ class Catalog:
             self._fence(conn)
             conn.execute("UPDATE cluster_nodes SET state = 'left' WHERE name = %s", (self.node,))
 
+    @_once_more
     def nodes(self) -> list[NodeRow]:
         """Every member, by number, with whether it is live now."""
         with self._session() as conn:
@@ -266,6 +302,7 @@ class Catalog:
             ).fetchall()
         return [NodeRow(*row) for row in rows]
 
+    @_once_more
     def live_nodes(self) -> set[str]:
         """The names of the live members (their writer session holds their lock)."""
         with self._session() as conn:
@@ -290,28 +327,32 @@ class Catalog:
         return moved
 
     # -- queue owners ----------------------------------------------------------------------
+    @_once_more
     def owners(self) -> dict[tuple[str, str], tuple[str, int]]:
         """(vhost, queue name) -> (owner node, queue id), for every queue."""
         with self._session() as conn:
             rows = conn.execute("SELECT vhost, name, node, queue_id FROM queue_owners").fetchall()
         return {(vhost, name): (node, queue_id) for vhost, name, node, queue_id in rows}
 
+    @_once_more
     def claim_queue(self, vhost: str, name: str, queue_id: int, node: str, durable: bool) -> str:
         """Record ``node`` (this one, or a live other: placement ``balanced``) as the owner
         of a new queue, unless it has one already; the owner after the claim (another
         node's if it won a race). Fenced; CatalogError if ``node`` is not live."""
         with self._session() as conn, conn.transaction():
             self._fence(conn, node)
-            conn.execute(
-                "INSERT INTO queue_owners (vhost, name, queue_id, node, durable) VALUES (%s, %s, %s, %s, %s) "
-                "ON CONFLICT (vhost, name) DO NOTHING",
-                (vhost, name, queue_id, node, durable),
-            )
             row = conn.execute(
-                "SELECT node FROM queue_owners WHERE vhost = %s AND name = %s", (vhost, name)
+                "INSERT INTO queue_owners (vhost, name, queue_id, node, durable) VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT (vhost, name) DO NOTHING RETURNING node",
+                (vhost, name, queue_id, node, durable),
             ).fetchone()
+            if row is None:  # it had an owner already
+                row = conn.execute(
+                    "SELECT node FROM queue_owners WHERE vhost = %s AND name = %s", (vhost, name)
+                ).fetchone()
         return str(row[0])
 
+    @_once_more
     def release_queue(self, vhost: str, name: str) -> bool:
         """Forget a deleted queue's owner; whether there was one. Fenced."""
         with self._session() as conn, conn.transaction():
@@ -352,7 +393,7 @@ class Catalog:
         queues and definitions are deleted (RabbitMQ: a node's non-durable queues go
         with it; a change with no data each), the paged-out transient messages of its
         queues are dropped (as in RabbitMQ's classic queues), its scheduled messages
-        move to this node (a ``scheduled`` change), and its row is marked ``down``
+        move to this node (its scheduler reads them again), and its row is marked ``down``
         (``left`` stays). One transaction, under the dead node's advisory lock (taken
         by this session: only possible once its writer session ended; two survivors
         never both do it). Returns (vhost, queue, queue id, new owner) per queue moved;
@@ -396,6 +437,10 @@ class Catalog:
         ):
             return []
         self._fence(conn)
+        # Lock order, against deadlocks: cluster_nodes rows, then the change log's lock,
+        # then the rows changed (a node's writer takes that lock before its
+        # transient_definitions rows, which this deletes).
+        conn.execute(_LOCK_CHANGES, (self.cluster,))
         heap = [
             (count, number, name)
             for name, number, count in conn.execute(
@@ -444,8 +489,7 @@ class Catalog:
         ).fetchall():
             changes.append(self._change(kind, vhost, name, None))
         conn.execute("DELETE FROM scheduled WHERE node = %s AND transient = 1", (dead,))
-        if conn.execute("UPDATE scheduled SET node = %s WHERE node = %s", (self.node, dead)).rowcount:
-            changes.append(self._change("scheduled", "", dead, _encode_table({"node": self.node})))
+        conn.execute("UPDATE scheduled SET node = %s WHERE node = %s", (self.node, dead))
         if changes:
             with conn.cursor() as cursor:
                 cursor.executemany(_LOG_CHANGE, changes)
@@ -465,6 +509,7 @@ class Catalog:
         return moved
 
     # -- the change log -----------------------------------------------------------------
+    @_once_more
     def changes_since(self, epoch: int, limit: int = 1000) -> list[Change]:
         """Up to ``limit`` changes after ``epoch``, in epoch order (epochs become
         visible in order: none will appear below the last one returned)."""
@@ -479,11 +524,28 @@ class Catalog:
             for e, node, kind, vhost, name, data in rows
         ]
 
+    @_once_more
     def last_epoch(self) -> int:
         """The highest epoch of the change log (0: empty)."""
         with self._session() as conn:
             return int(conn.execute("SELECT COALESCE(max(epoch), 0) FROM changes").fetchone()[0])
 
+    @_once_more
+    def prune_changes(self, keep: int = 1000) -> int:
+        """Delete the changes every live node has applied, but the last ``keep``; how
+        many went. A node that starts reads the definitions themselves (the store's
+        load), not old changes; one that is running and behind keeps its changes."""
+        with self._session() as conn:
+            return int(
+                conn.execute(
+                    "DELETE FROM changes WHERE epoch <= LEAST("
+                    f"(SELECT COALESCE(min(n.applied), 0) FROM cluster_nodes n WHERE {LIVE_SQL}), "
+                    "(SELECT COALESCE(max(epoch), 0) FROM changes) - %s)",
+                    (self.cluster, keep),
+                ).rowcount
+            )
+
+    @_once_more
     def mark_applied(self, epoch: int) -> None:
         """Record that this node applied every change up to ``epoch`` (never lowers
         it). Fenced."""
@@ -497,6 +559,7 @@ class Catalog:
                 f"catalog {self.name}: node {self.node!r} lost its lock (writer pid {self.writer_pid})"
             )
 
+    @_once_more
     def wait_applied(self, epoch: int, timeout: float) -> bool:
         """Block until every live node has applied ``epoch`` (True), or ``timeout``
         seconds passed (False). Polls every few ms. RabbitMQ answers a declare once
@@ -538,7 +601,7 @@ class Catalog:
                 said = False
                 self._call(callback)
                 while not self._closed.is_set():
-                    for _ in conn.notifies(timeout=LISTEN_RETRY):
+                    for _ in conn.notifies(timeout=LISTEN_CHECK):
                         self._call(callback)
                         if self._closed.is_set():
                             break
@@ -559,6 +622,7 @@ class Catalog:
             log.exception("catalog: a change listener failed")
 
     # -- the rest -----------------------------------------------------------------------
+    @_once_more
     def transient_definitions(self, exclude_node: str | None = None) -> list[TransientDefinition]:
         """Every node's non-durable definitions but ``exclude_node``'s, in the order they
         were first saved."""
@@ -573,6 +637,7 @@ class Catalog:
             for kind, vhost, name, node, data in rows
         ]
 
+    @_once_more
     def secret(self) -> str:
         """The cluster's secret (the internal user ``leveret-cluster``'s password): a
         random token made once, the same for every node that reaches the database."""
@@ -589,7 +654,8 @@ class Catalog:
         return self._secret
 
     def close(self) -> None:
-        """Close the sessions and stop the listeners (within :data:`LISTEN_RETRY` s)."""
+        """Close the sessions and stop the listeners (within :data:`LISTEN_CHECK` s, or
+        :data:`LISTEN_RETRY` s while one reconnects)."""
         self._closed.set()
         with self._lock:
             idle, self._idle = self._idle, []

@@ -7,11 +7,12 @@ publisher's confirm waits for the vhost's store (:meth:`.core.publish.Publisher.
 back). On an active node ``vhost.store`` is a :class:`ClusterConfirms`: the node's
 store, whose ``when_durable`` also waits for every link's forwards sent so far.
 
-- A group (:meth:`ClusterConfirms.batch_token`) lasts one event-loop turn: callbacks
-  given in the turn are sealed at its end, when they wait for the local store (if it
-  has writes queued) and, on each link with forwards not yet confirmed, for the
-  highest forward sent by then. A forward made after a group was sealed belongs to a
-  later group, so it is never confirmed by an earlier one.
+- A group (:meth:`ClusterConfirms.batch_token`) lasts one event-loop turn at most
+  (less when the store starts a new batch of writes meanwhile): its callbacks wait for
+  the store's batch (registered when the group's first callback comes, as the store
+  alone would) and, once the group is sealed, on each link with forwards not yet
+  confirmed, for the highest forward sent by then. A forward made after a group was
+  sealed belongs to a later group, so it is never confirmed by an earlier one.
 - Groups are called back in the order they were made (a publisher's confirms stay in
   publish order), each with True only if its store writes succeeded and none of the
   forwards it waited for was nacked or lost with its link (a negative confirm, as
@@ -39,12 +40,15 @@ class ConfirmingLink(Protocol):
 
 
 class _Group:
-    __slots__ = ("callbacks", "ok", "waiting")
+    __slots__ = ("callbacks", "changes", "inner", "ok", "stored", "waiting")
 
-    def __init__(self) -> None:
+    def __init__(self, inner: object) -> None:
+        self.inner = inner  # the store's batch token when the group began
         self.callbacks: list[Callback] = []
-        self.waiting = 0
+        self.waiting = 1  # released when sealed
         self.ok = True
+        self.stored = False  # waits for the store already
+        self.changes = 0  # the store's definition_changes when it started to
 
 
 class ClusterConfirms:
@@ -58,6 +62,7 @@ class ClusterConfirms:
         self._open: _Group | None = None  # gathering callbacks in this turn
         self._groups: deque[_Group] = deque()  # sealed, in order, not called back yet
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._seal_soon = False
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._store, name)
@@ -76,13 +81,20 @@ class ClusterConfirms:
         return self._open is not None or bool(self._groups) or self._store.pending
 
     def batch_token(self) -> object:
-        """The group gathering callbacks now (until the end of this turn)."""
+        """The group gathering callbacks now: until the end of this turn, or until the
+        store starts a new batch of writes."""
+        inner = self._store.batch_token()
         group = self._open
+        if group is not None and group.inner is not inner:
+            self._seal()
+            group = None
         if group is None:
-            group = self._open = _Group()
-            if self._loop is None:
-                self._loop = asyncio.get_running_loop()
-            self._loop.call_soon(self._seal)
+            group = self._open = _Group(inner)
+            if not self._seal_soon:
+                self._seal_soon = True
+                if self._loop is None:
+                    self._loop = asyncio.get_running_loop()
+                self._loop.call_soon(self._end_of_turn)
         return group
 
     def when_durable(self, callback: Callback) -> None:
@@ -90,18 +102,32 @@ class ClusterConfirms:
         forward sent so far (by the end of this turn) is confirmed by its owner."""
         group = self.batch_token()
         assert isinstance(group, _Group)
+        self._wait_store(group)
         group.callbacks.append(callback)
 
+    def _wait_store(self, group: _Group) -> None:
+        """The group waits for the store, once, and again after definition changes (the
+        cluster's replicating store then also waits for every node to apply them)."""
+        store = self._store
+        changes = getattr(store, "definition_changes", 0)
+        if store.pending and (not group.stored or changes != group.changes):
+            group.stored = True
+            group.changes = changes
+            group.waiting += 1
+            store.when_durable(lambda ok: self._done(group, ok))
+
+    def _end_of_turn(self) -> None:
+        self._seal_soon = False
+        self._seal()
+
     def _seal(self) -> None:
+        """Close the open group: it waits for the links' forwards sent so far."""
         group, self._open = self._open, None
-        if group is None:
+        if group is None or not group.callbacks:
             return
         self._groups.append(group)
+        self._wait_store(group)
         done = lambda ok: self._done(group, ok)  # noqa: E731
-        group.waiting = 1  # until every wait is registered
-        if self._store.pending:
-            group.waiting += 1
-            self._store.when_durable(done)
         for link in self._links():
             group.waiting += 1
             if not link.seal(done):

@@ -30,7 +30,11 @@ from typing import TYPE_CHECKING, Any
 from ..core.queues import Queue
 from ..core.queues.remote import RemoteQueue
 from ..store import StoreError
+from .confirms import ClusterConfirms
 from .lease import LeaseWatchdog, grace_seconds, lease_seconds
+from .owner import accept_peers, refuse_peers
+from .peers import FlowGate, PeerLink, Peers
+from .replication import Replication
 from .restore import make_remote, restore_queue
 from .takeover import Takeover
 
@@ -64,9 +68,9 @@ class ClusterNode:
         #: the cluster's name (the PostgreSQL schema)
         self.cluster = settings.store_cluster
         #: definition changes to and from the other nodes (:mod:`.replication`)
-        self.replication: Any = None
+        self.replication: Replication | None = None
         #: the links to the other nodes (:mod:`.peers`)
-        self.peers: Any = None
+        self.peers: Peers | None = None
         #: called once, on the loop, with the reason when the node is fenced (the
         #: broker stops at once)
         self.on_fenced: Callable[[str], None] | None = None
@@ -91,6 +95,8 @@ class ClusterNode:
         self._live: set[str] = {self.node}
         self._owned: dict[str, int] = {}  # node -> queues it owns, at the last look
         self._acquiring: set[tuple[str, str]] = set()
+        #: when the last queue given to this node may be served (its grace ends)
+        self._grace_until = 0.0
         self._tasks: set[asyncio.Task] = set()
         self._started = False
 
@@ -106,12 +112,8 @@ class ClusterNode:
         self.peers = await self._make_peers()
         owners = await asyncio.to_thread(catalog.owners)
         await self._sort_queues(owners)
-        self.replication = self._make_replication()
-        for part in (self.replication, self.peers):
-            if part is not None and hasattr(part, "start"):
-                started = part.start()
-                if asyncio.iscoroutine(started):
-                    await started
+        self.replication = Replication(self)
+        await self.replication.start()
         rows = await asyncio.to_thread(catalog.nodes)
         self.refresh(rows, await asyncio.to_thread(catalog.owners))
         self.watchdog.start()
@@ -127,35 +129,25 @@ class ClusterNode:
             self.grace,
         )
 
-    async def _make_peers(self) -> Any:
+    async def _make_peers(self) -> Peers:
         """The links to the other nodes; the owner side accepts theirs (the cluster
         secret: ``cluster_secret``, else the one kept in the catalog), and every vhost's
         store waits for the links' confirms (:mod:`.confirms`)."""
-        try:
-            from .confirms import ClusterConfirms
-            from .owner import accept_peers
-            from .peers import Peers
-        except ImportError:  # the message path is not there yet: a one-node cluster
-            return None
-        secret = self.settings.cluster_secret or await asyncio.to_thread(self.catalog.secret)
+        secret = self.settings.cluster_secret or str(await asyncio.to_thread(self.catalog.secret))
         peers = Peers(secret, self.address_of)
         accept_peers(self.core, secret)
+        gate = FlowGate(self.core.flow.set)  # publishers held by the store's backlog or the links'
+        self.store.on_flow = gate.store
+        peers.on_flow = gate.links
         for vhost in self.core.vhosts.values():
             if vhost.store is not None and not isinstance(vhost.store, ClusterConfirms):
-                vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))
+                vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))  # type: ignore[assignment]
         return peers
 
     def address_of(self, node: str) -> tuple[str, int] | None:
         """``(host, amqp port)`` node ``node`` registered (None: unknown)."""
         row = next((r for r in self._rows if r.name == node), None)
         return (row.host, row.amqp_port) if row is not None else None
-
-    def _make_replication(self) -> Any:
-        try:
-            from .replication import Replication
-        except ImportError:
-            return None
-        return Replication(self)
 
     async def advertise(self, amqp_port: int, http_port: int | None) -> None:
         """The listeners are bound: register their real ports (a port 0 in the settings)."""
@@ -193,18 +185,14 @@ class ClusterNode:
                 await self._leave()
             except Exception as exc:  # the lock goes with the session: peers take over
                 log.warning("node %s: could not hand its queues over: %s", self.node, exc)
+        if self.replication is not None:
+            self.replication.stop()
         if self.peers is not None:
-            from .owner import refuse_peers
-
             refuse_peers(self.core)
-        for part, method in ((self.replication, "stop"), (self.peers, "close")):
-            if part is not None and hasattr(part, method):
-                try:
-                    stopped = getattr(part, method)()
-                    if asyncio.iscoroutine(stopped):
-                        await stopped
-                except Exception:
-                    log.exception("stopping %s failed", type(part).__name__)
+            try:
+                await self.peers.close()
+            except Exception:
+                log.exception("closing the links to the other nodes failed")
         try:
             await asyncio.to_thread(self.catalog.close)
         except Exception as exc:
@@ -221,6 +209,11 @@ class ClusterNode:
         ]
         for _, queue in mine:
             queue.stop()  # no more timers writing this queue's rows
+        # queues given to this node and not served yet: their grace must run out before
+        # the node says it left (a survivor then takes them without waiting)
+        wait = self._grace_until - self.now()
+        if wait > 0:
+            await asyncio.sleep(wait)
         await self._durable()
         peers = await asyncio.to_thread(self.catalog.live_nodes)
         peers.discard(self.node)
@@ -280,7 +273,7 @@ class ClusterNode:
             self.on_fenced(reason)
 
     # -- ownership -------------------------------------------------------------------------
-    def link(self, owner: str, vhost: str = "/") -> Any:
+    def link(self, owner: str, vhost: str = "/") -> PeerLink | None:
         """The link to node ``owner`` for ``vhost`` (None without peers)."""
         if self.peers is None or owner == self.node:
             return None
@@ -374,6 +367,7 @@ class ClusterNode:
         """Restore ``queues`` (vhost, name, queue_id) as real queues of this node at
         ``serve_at``; record the takeover's time."""
         queues = [q for q in queues if (q[0], q[1]) not in self._acquiring]
+        self._grace_until = max(self._grace_until, serve_at)
         self._acquiring.update((v, n) for v, n, _ in queues)
         try:
             wait = serve_at - self.now()

@@ -9,10 +9,14 @@ this node's own queues only: a forwarded message is never forwarded again (Remot
 are skipped), and it counts in the real queues' figures only, not in the vhost's
 publish rates, since the node it came from counted the publish.
 
-What the peers' connections look like to operators (chosen): they are listed in
-``/api/connections`` as user ``leveret-cluster`` (as RabbitMQ lists its shovel and
-federation links), and relayed consumers count among the queue's consumers (they are the
-queue's consumers, on other nodes), so consumer counts are cluster-wide.
+What the peers' connections look like to operators (chosen): like RabbitMQ's
+inter-node distribution links, they are not client connections: not listed in
+``/api/connections`` nor counted in the connection gauges, never refused by a vhost's
+``max-connections``, no connection advisories (:func:`leveret.core.lifecycle.open_connection`).
+Their publishers do not count in the publishers gauge nor in the vhost's publish
+rates (the node they came from counted them); the queues' own counters do count them.
+Relayed consumers count among the owner's queue consumers (they are the queue's
+consumers, on other nodes), so a queue's consumer count is cluster-wide on its owner.
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ class NotClustered(RuntimeError):
     """:func:`accept_peers` on a broker that is not an active node."""
 
 
-def accept_peers(core: BrokerCore, secret: str) -> None:
+def accept_peers(core: BrokerCore, secret: str | None) -> None:
     """Accept the other nodes of the cluster (user ``leveret-cluster``, password
     ``secret``). Raises NotClustered unless ``core.cluster`` is set, ValueError for an
-    empty secret."""
+    empty or missing secret."""
     if getattr(core, "cluster", None) is None:
         raise NotClustered("the cluster's peer user is accepted on an active cluster node only")
     if not secret:

@@ -22,6 +22,8 @@ needed; each is one AMQP connection to the peer, logged in as
 
 A lost link fails its unconfirmed forwards (negative confirms) and ends its relays (the
 local consumers are cancelled); the next use after :data:`RETRY_SECONDS` connects again.
+A link with more than :data:`FLOW_HIGH` forwards unconfirmed holds the node's publishers
+(:class:`FlowGate`, with the store's backlog) until it is back under :data:`FLOW_LOW`.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from urllib.parse import quote
 
 from pamqp import commands
 
+from ..amqp import field_table
 from ..amqp.client import Channel, Connection
 from ..amqp.client.consumer import Consumer as ClientConsumer
 from ..amqp.delivery import Delivery, decode_deliver
-from ..amqp.errors import AMQPError
+from ..amqp.errors import AMQPError, ChannelError
 from ..core.auth import CLUSTER_USER
 from ..core.message import FORMATS
 
@@ -54,6 +57,9 @@ log = logging.getLogger("leveret.cluster")
 RETRY_SECONDS = 1.0
 #: seconds a link's connection and its calls may take
 TIMEOUT = 5.0
+#: forwards sent and not yet confirmed on one link above which this node's publishers
+#: are held (:mod:`leveret.core.flow`), and under which they are released
+FLOW_HIGH, FLOW_LOW = 20000, 10000
 AMQP_FORMAT = "amqp-0-9-1"
 
 _U32 = struct.Struct(">I").unpack_from
@@ -68,6 +74,27 @@ def _settle_frame(channel: int, method: int, tag: int, bits: int) -> bytes:
     """basic.ack/reject/nack ``tag`` on ``channel`` (``bits``: multiple 1, requeue 2
     for nack; requeue 1 for reject), encoded by hand."""
     return _SETTLE(1, channel, 13, 60, method, tag, bits, 0xCE)
+
+
+def with_bcc(header: bytes, keys: tuple[str, ...]) -> bytes:
+    """``header`` with a ``BCC`` header again for the sender-selected ``keys`` (CC keys
+    first, then BCC's) that its ``CC`` header does not name: the publishing node took
+    ``BCC`` out (RabbitMQ's rule), and the owner routes the forward again with it (and
+    takes it out again before any consumer sees it)."""
+    offset = field_table.headers_offset(header)
+    if offset is None:
+        return header
+    try:
+        table, end = field_table.decode_table(header, offset)
+    except ValueError:
+        return header
+    cc = table.get("CC")
+    named = len([v for tag, v in cc[1] if tag == "S"]) if cc is not None and cc[0] == "A" else 0
+    hidden = keys[named:]
+    if not hidden or "BCC" in table:
+        return header
+    table["BCC"] = ("A", [("S", key.encode()) for key in hidden])
+    return header[:offset] + field_table.encode_table(table) + header[end:]
 
 
 @dataclass
@@ -135,6 +162,9 @@ class PeerChannel(Channel):
     def __init__(self, connection: Connection, number: int) -> None:
         super().__init__(connection, number)
         self.relay: Relay | None = None
+        #: called with the error when the channel closes (the link's forward channel)
+        self.on_closed: Callable[[BaseException], None] | None = None
+        self.get_count = 0  # message_count of the last basic.get-ok
         self._raw: list | None = None  # [kind, method, header, parts, remaining]
 
     def _on_method(self, value: Any) -> None:
@@ -174,7 +204,7 @@ class PeerChannel(Channel):
         if kind is commands.Basic.Deliver:
             self._deliver(delivery)
         elif kind is commands.Basic.GetOk:
-            self._get_count = method.message_count
+            self.get_count = method.message_count
             if self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(delivery)
 
@@ -182,6 +212,9 @@ class PeerChannel(Channel):
         super()._closed(error)
         if self.relay is not None:
             self.relay.ended()
+        if self.on_closed is not None:
+            on_closed, self.on_closed = self.on_closed, None
+            on_closed(error)
 
 
 class PeerConnection(Connection):
@@ -235,7 +268,8 @@ class Relay:
         self.arguments = arguments
         self.channel: PeerChannel | None = None
         self.consumer: ClientConsumer | None = None
-        self.done = False  # ended or closed
+        self.done = False  # closed
+        self._ended = False  # the sink was told the relay ended
         self._cancelled = False
         self._acks: list[int] = []  # acknowledged this turn, not sent yet
         self._low = 1  # every delivery tag below is settled
@@ -257,8 +291,13 @@ class Relay:
             )
             if self._cancelled:
                 await self.consumer.cancel()
+            if self.done:  # closed while it opened
+                await channel.close()
         except (AMQPError, OSError) as exc:
             log.info("relay of queue '%s' from node %s ended: %s", self.queue, self.link.node, exc)
+            self.ended()
+        except (TypeError, ValueError) as exc:  # arguments AMQP cannot carry
+            log.warning("relay of queue '%s' from node %s refused: %s", self.queue, self.link.node, exc)
             self.ended()
 
     def _delivered(self, delivery: Delivery) -> None:
@@ -267,16 +306,15 @@ class Relay:
         self.sink.delivered(delivery.delivery_tag, delivery.redelivered, message)
 
     def ended(self) -> None:
-        """The owner cancelled the consumer, or the channel or link went."""
-        if self.done:
+        """The owner cancelled the consumer, or the channel or link went: the sink
+        hears of it once, and closes the relay (:meth:`close`) once its consumer
+        settled the deliveries it holds (the channel stays open for them meanwhile,
+        if it still is)."""
+        if self.done or self._ended:
             return
-        self.done = True
-        self.link.relays.discard(self)
+        self._ended = True
         self._flush_acks()
         self.sink.ended()
-        channel = self.channel
-        if channel is not None and channel.is_open:
-            self.link.spawn(channel.close())
 
     def ack(self, tag: int) -> None:
         """Acknowledge the owner's ``tag``: gathered for this turn, then sent as few
@@ -405,9 +443,12 @@ class PeerLink:
         self._base = 0
         self._nacked: deque[int] = deque(maxlen=4096)
         self._waits: deque[list] = deque()  # [lo, hi, done, ok], by hi
+        #: this link holds the node's publishers (too many forwards unconfirmed)
+        self.flowing = False
         self._down_at = -RETRY_SECONDS
         self._tasks: set[asyncio.Task] = set()
         self._gets: asyncio.Lock | None = None
+        self._attempt = 0  # connection attempts: a late answer to an old one is dropped
 
     # -- the connection -----------------------------------------------------------------
     @property
@@ -422,7 +463,8 @@ class PeerLink:
         if self.state == DOWN and loop.time() - self._down_at >= RETRY_SECONDS and not self.peers.closed:
             self.state = CONNECTING
             self._base = self.settled = self.sent
-            self.spawn(self._connect())
+            self._attempt += 1
+            self.spawn(self._connect(self._attempt))
 
     def spawn(self, coroutine: Any) -> None:
         """Run ``coroutine`` as a task of this link (kept until done); a link that went
@@ -437,7 +479,7 @@ class PeerLink:
         except (AMQPError, OSError) as exc:
             log.debug("cluster link to node %s: %s", self.node, exc)
 
-    async def _connect(self) -> None:
+    async def _connect(self, attempt: int) -> None:
         address = self.peers.address_of(self.node)
         try:
             if address is None:
@@ -451,31 +493,75 @@ class PeerLink:
                 url, timeout=TIMEOUT, name=f"leveret-cluster {self.node}"
             )
             assert isinstance(connection, PeerConnection)
-            channel = await connection.channel()
-            assert isinstance(channel, PeerChannel)
-            await channel.confirm_select(on_nack="record")
+            channel = await self._forward_channel(connection)
             get_channel = await connection.channel()
             assert isinstance(get_channel, PeerChannel)
         except (AMQPError, OSError) as exc:
             log.warning("cluster link to node %s (vhost '%s') failed: %s", self.node, self.vhost, exc)
-            self._lost()
+            if attempt == self._attempt:
+                self._lost()
             return
-        if self.state != CONNECTING:  # closed meanwhile
+        if self.state != CONNECTING or attempt != self._attempt:  # given up meanwhile
             await connection.close()
             return
         self.connection = connection
-        self._channel, self._get_channel = channel, get_channel
-        channel.on_confirm = self._confirmed
+        self._get_channel = get_channel
         self._gets = asyncio.Lock()
         self.state = UP
         connection._closed_waiter.add_done_callback(lambda _: self._lost())
-        held, self._held = self._held, []
-        for exchange, routing_key, header, body in held:
-            channel.publish_encoded(exchange, routing_key, header, body)
+        self._forwarding(channel)
         relays, self._waiting_relays = self._waiting_relays, []
         for relay in relays:
             if not relay.done:
                 self.spawn(relay.open(connection))
+
+    async def _forward_channel(self, connection: PeerConnection) -> PeerChannel:
+        channel = await connection.channel()
+        assert isinstance(channel, PeerChannel)
+        await channel.confirm_select(on_nack="record")
+        return channel
+
+    def _forwarding(self, channel: PeerChannel) -> None:
+        """``channel`` carries the forwards from now on: the held ones first."""
+        held, self._held = self._held, []
+        self._base = self.sent - len(held)  # a position is its confirm seq + _base
+        self._channel = channel
+        channel.on_confirm = self._confirmed
+        channel.on_closed = self._forward_channel_closed
+        for exchange, routing_key, header, body in held:
+            channel.publish_encoded(exchange, routing_key, header, body)
+
+    def _forward_channel_closed(self, error: BaseException) -> None:
+        """The owner closed the forward channel (an exchange deleted there a moment
+        ago: 404): its unconfirmed forwards are lost (negative confirms); forwards wait
+        for a new channel."""
+        connection = self.connection
+        self._channel = None
+        if self.state != UP or connection is None or connection.error is not None:
+            return  # the whole link went: _lost does the rest
+        log.warning(
+            "cluster link to node %s (vhost '%s'): forward channel closed: %s", self.node, self.vhost, error
+        )
+        self._fail_waits()
+        self.spawn(self._reopen(connection))
+
+    async def _reopen(self, connection: PeerConnection) -> None:
+        try:
+            channel = await self._forward_channel(connection)
+        except (AMQPError, OSError):
+            self._lost()
+            raise
+        if self.connection is connection and self.state == UP:
+            self._forwarding(channel)
+
+    def _fail_waits(self) -> None:
+        self.settled = self._sealed = self.sent - len(self._held)
+        if self.flowing:
+            self.flowing = False
+            self.peers.link_flow(self, False)
+        waits, self._waits = self._waits, deque()
+        for wait in waits:
+            wait[2](False)
 
     def _lost(self) -> None:
         """The connection went (or never came): fail what waits, end the relays."""
@@ -486,10 +572,7 @@ class PeerLink:
         self.connection = self._channel = self._get_channel = None
         self._held.clear()
         self._last = None
-        self.settled = self._sealed = self.sent
-        waits, self._waits = self._waits, deque()
-        for wait in waits:
-            wait[2](False)
+        self._fail_waits()
         relays = list(self.relays) + self._waiting_relays
         self.relays.clear()
         self._waiting_relays = []
@@ -512,15 +595,23 @@ class PeerLink:
             return True
         if not self.alive:
             return False
+        if self._last is None:  # forgotten at the end of the turn: one publish's queues
+            asyncio.get_running_loop().call_soon(self._forget_last)
         self._last = message
         header = self.peers.content_header(message)
         self.sent += 1
+        if self.sent - self.settled > FLOW_HIGH and not self.flowing:
+            self.flowing = True
+            self.peers.link_flow(self, True)
         channel = self._channel
-        if self.state == UP and channel is not None:
+        if self.state == UP and channel is not None and channel.is_open:
             channel.publish_encoded(message.exchange, message.routing_key, header, message.body)
-        else:
+        else:  # connecting, or a new forward channel opening
             self._held.append((message.exchange, message.routing_key, header, message.body))
         return True
+
+    def _forget_last(self) -> None:
+        self._last = None
 
     def seal(self, done: Callable[[bool], None]) -> bool:
         """See :meth:`.confirms.ConfirmingLink.seal`."""
@@ -551,6 +642,9 @@ class PeerLink:
         if settled <= self.settled:
             return
         self.settled = settled
+        if self.flowing and self.sent - settled < FLOW_LOW:
+            self.flowing = False
+            self.peers.link_flow(self, False)
         waits = self._waits
         while waits and waits[0][1] <= settled:
             _, _, done, ok = waits.popleft()
@@ -582,13 +676,17 @@ class PeerLink:
 
     async def _get(self, queue: str, callback: Callable[[Any], None]) -> None:
         answer = None
-        channel, lock = self._get_channel, self._gets
+        lock, connection = self._gets, self.connection
         try:
-            if channel is not None and lock is not None:
+            if lock is not None and connection is not None:
                 async with lock:
+                    channel = self._get_channel
+                    if channel is None or not channel.is_open:  # the owner closed it (404)
+                        channel = self._get_channel = await connection.channel()  # type: ignore[assignment]
+                    assert isinstance(channel, PeerChannel)
                     delivery = await channel.get(queue)
                 if isinstance(delivery, RawDelivery):
-                    count = getattr(channel, "_get_count", 0)
+                    count = channel.get_count
                     answer = (
                         _GetHandle(channel),
                         delivery.delivery_tag,
@@ -604,6 +702,42 @@ class PeerLink:
         """See :meth:`OwnerLink.purge`."""
         if self.state == UP:
             self.spawn(self._call(commands.Queue.Purge(queue=queue)))
+
+    def delete(
+        self,
+        queue: str,
+        if_unused: bool,
+        if_empty: bool,
+        callback: Callable[[int, tuple[int, str] | None], None],
+    ) -> None:
+        """See :meth:`OwnerLink.delete`."""
+        if self.state != UP:
+            asyncio.get_running_loop().call_soon(
+                callback, 0, (404, f"NOT_FOUND - node {self.node} unreachable")
+            )
+            return
+        self.spawn(self._delete(queue, if_unused, if_empty, callback))
+
+    async def _delete(
+        self,
+        queue: str,
+        if_unused: bool,
+        if_empty: bool,
+        callback: Callable[[int, tuple[int, str] | None], None],
+    ) -> None:
+        connection = self.connection
+        try:
+            if connection is None:
+                raise OSError(f"node {self.node} unreachable")
+            channel = await connection.default_channel()
+            count = await channel.queue_delete(queue, if_unused, if_empty)
+        except ChannelError as exc:
+            callback(0, (exc.reply_code, exc.reply_text))
+            return
+        except (AMQPError, OSError) as exc:
+            callback(0, (404, f"NOT_FOUND - {exc}"))
+            return
+        callback(count, None)
 
     def inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:
         """See :meth:`OwnerLink.inspect`."""
@@ -634,15 +768,34 @@ class PeerLink:
 
 class Peers:
     """This node's links: one :class:`PeerLink` per (node, vhost), made on first use.
-    ``address_of(node)`` gives the ``(host, amqp_port)`` of a node (None: unknown);
-    ``secret`` is the cluster secret the peers' owner sides accept."""
+    ``address_of(node)`` gives the ``(host, amqp_port)`` of a node (None: unknown),
+    at once (it runs on the event loop: from what the node knows, never a query);
+    ``secret`` is the cluster secret the peers' owner sides accept (ValueError if empty
+    or None)."""
 
-    def __init__(self, secret: str, address_of: Callable[[str], tuple[str, int] | None]) -> None:
+    def __init__(self, secret: str | None, address_of: Callable[[str], tuple[str, int] | None]) -> None:
+        if not secret:
+            raise ValueError("the cluster secret must not be empty")
         self.secret = secret
         self.address_of = address_of
         self.links: dict[tuple[str, str], PeerLink] = {}
         self.closed = False
         self._content_header: Callable[[Message], bytes] | None = None
+        #: called with True when a link starts holding publishers back, False when none
+        #: does any more (see :class:`FlowGate`)
+        self.on_flow: Callable[[bool], None] | None = None
+        self._flowing: set[PeerLink] = set()
+
+    def link_flow(self, link: PeerLink, active: bool) -> None:
+        """``link`` has too many forwards unconfirmed (True) or no longer (False):
+        :attr:`on_flow` hears when the first link starts or the last one stops."""
+        before = bool(self._flowing)
+        if active:
+            self._flowing.add(link)
+        else:
+            self._flowing.discard(link)
+        if bool(self._flowing) != before and self.on_flow is not None:
+            self.on_flow(bool(self._flowing))
 
     def link(self, node: str, vhost: str) -> PeerLink:
         """The link to ``node`` in ``vhost`` (it connects when first used)."""
@@ -667,16 +820,43 @@ class Peers:
             from ..protocol.amqp.message import content_header  # the AMQP adapter's rendering
 
             render = self._content_header = content_header
-        return render(message)
+        header = render(message)
+        if message.cc:
+            header = with_bcc(header, message.cc)
+        return header
 
     def node_lost(self, node: str) -> None:
         """``node`` is gone: its links drop what waits on them."""
         for (name, _), link in list(self.links.items()):
             if name == node:
+                connection = link.connection
                 link._lost()
+                if connection is not None:
+                    connection._abort()
 
     async def close(self) -> None:
         """Close every link."""
         self.closed = True
         for link in list(self.links.values()):
             await link.close()
+
+
+class FlowGate:
+    """Publisher flow control from two sources: the store's backlog and the links'
+    unconfirmed forwards. ``set_flow`` (``core.flow.set``) is told True while either
+    holds, False once neither does. Wire it as ``store.on_flow = gate.store`` and
+    ``peers.on_flow = gate.links``."""
+
+    def __init__(self, set_flow: Callable[[bool], None]) -> None:
+        self._set = set_flow
+        self._store = self._links = False
+
+    def store(self, active: bool) -> None:
+        """The store's backlog passed its high mark (True) or its low mark (False)."""
+        self._store = active
+        self._set(self._store or self._links)
+
+    def links(self, active: bool) -> None:
+        """A link started holding publishers (True), or none does any more (False)."""
+        self._links = active
+        self._set(self._store or self._links)

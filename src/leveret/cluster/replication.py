@@ -287,6 +287,7 @@ class Replication:
             local.durable, local.auto_delete, local.arguments = durable, auto_delete, arguments
             return
         remote = self._remote(host, name, owner, durable, auto_delete, arguments, bool(data.get("exclusive")))
+        remote.queue_id = int(data.get("queue_id") or 0)
         if local is None:
             host.queues[name] = remote
         else:  # a real queue here that another node's claim won (a race): theirs
@@ -332,6 +333,7 @@ class Replication:
         """Another node owns ``queue``: a RemoteQueue takes its place (and bindings);
         its messages stay in the store, its consumers are cancelled."""
         remote = self._remote(host, queue.name, owner, queue.durable, queue.auto_delete, queue.arguments)
+        remote.queue_id = queue.queue_id
         self._replace(host, queue, remote)
 
     @staticmethod
@@ -399,6 +401,7 @@ class Replication:
         if owner == self.node:
             return queue_id
         remote = self._remote(vhost, name, owner, durable, auto_delete, arguments)
+        remote.queue_id = queue_id if owner == target else 0
         vhost.queues[name] = remote
         if owner == target and durable:  # placed there by this declare: its definition is ours to write
             self.store.save_definition(
@@ -426,12 +429,13 @@ class Replication:
         self.store.save_transient("queue", vhost.name, queue.name, data)
 
     def queue_removed(self, vhost: VirtualHost, queue: Queue) -> None:
-        """Its claim is released; a transient one's definition goes (with its change)."""
+        """Its claim is released; a transient one's definition goes (with its change), a
+        durable RemoteQueue's too: the owner deletes the real queue (and its messages)
+        when it applies the change. (Liveness is not looked at: the node runtime's view
+        is up to 0.5 s old, and the delete of a dead owner's queue, logged twice, is
+        applied once.)"""
         if self.store.replaying:
             return
-        is_live = getattr(self.cluster, "is_live", None)
-        if isinstance(queue, RemoteQueue) and is_live is not None and not is_live(queue.owner):
-            return  # a dead node's queue: the takeover forgets it (and its claim)
         durable = queue.durable and queue.exclusive_owner is None
         if isinstance(queue, RemoteQueue) and durable:
             self.store.delete_definition("queue", vhost.name, queue.name)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from . import advisory, audit
+from .auth import CLUSTER_USER
 from .connections import ClientConnection
 from .errors import NotAllowed
 
@@ -131,6 +132,8 @@ class ConnectionHandle:
     peer: str
     client_id: str | None
     closed: bool = False
+    #: another node of the cluster's link: not listed, no advisory
+    internal: bool = False
 
     def _on_alarm(self, active: bool) -> None:
         self.connection.on_alarm(active)
@@ -148,7 +151,10 @@ class ConnectionHandle:
         self.closed = True
         core, connection = self.core, self.connection
         self.vhost.connection_closed(connection)
-        advisory.connection_event(self.vhost, "removed", self.peer, self.user, self.protocol, self.client_id)
+        if not self.internal:
+            advisory.connection_event(
+                self.vhost, "removed", self.peer, self.user, self.protocol, self.client_id
+            )
         if self.client_id is not None and core.client_ids.get(self.client_id) is connection:
             del core.client_ids[self.client_id]
         if self._on_alarm in core.alarm_listeners:
@@ -174,16 +180,20 @@ def open_connection(
     Raises :class:`ConnectionLimitReached` when the vhost's ``max-connections`` is
     reached, then :class:`ClientIdInUse`; nothing is registered then. The adapter has
     checked the user and their access to the vhost before, in its own order."""
-    refusal = core.connection_refusal(vhost.name, user)
+    # another node of the cluster (docs/cluster.md): inter-node traffic, as RabbitMQ's
+    # distribution links, is neither limited by max-connections nor listed
+    internal = user == CLUSTER_USER and core.users.cluster_secret is not None
+    refusal = None if internal else core.connection_refusal(vhost.name, user)
     if refusal is not None:
         raise ConnectionLimitReached(refusal)
     if client_id is not None:
         if client_id in core.client_ids:
             raise ClientIdInUse(f"client-id '{client_id}' is already connected")
         core.client_ids[client_id] = connection
-    handle = ConnectionHandle(core, connection, user, vhost, protocol, peer, client_id)
+    handle = ConnectionHandle(core, connection, user, vhost, protocol, peer, client_id, internal=internal)
     core.alarm_listeners.append(handle._on_alarm)
     core.vhost_deleted_listeners.append(handle._on_vhost_deleted)
-    core.connections.add(connection, vhost.name)
-    advisory.connection_event(vhost, "added", peer, user, protocol, client_id)
+    if not internal:
+        core.connections.add(connection, vhost.name)
+        advisory.connection_event(vhost, "added", peer, user, protocol, client_id)
     return handle

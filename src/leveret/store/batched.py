@@ -202,7 +202,7 @@ class BatchedStore(Store):
         self._next_queue_id = 1
         #: where the ids handed out run out: block 0's (FIFO queues), the other seq
         #: blocks' and the scheduled rows'. A single broker owns every id (block 0 ends
-        #: at BLOCK); a cluster node takes ids in chunks (:meth:`_id_chunk`).
+        #: at BLOCK, never reached); a cluster node takes ids in chunks (:meth:`_id_chunk`).
         self._id_end = BLOCK
         self._block_ends: dict[int, int] = {}
         self._scheduled_end = ALL_SEQS
@@ -700,6 +700,24 @@ class BatchedStore(Store):
             return None
         return ScheduledRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]))
 
+    def queue_snapshot(self, queue_id: int) -> tuple[tuple[int, int, int] | None, list[tuple[str, float]]]:
+        """What :meth:`load` reads of one queue, read now (committed rows): its
+        ``(message count, highest seq, body bytes)`` (None: no messages) and its
+        deduplication keys, oldest first. For a cluster node that took a queue over
+        (blocking; StoreError naming the store)."""
+        assert self._reader is not None
+        try:
+            count, last_seq, size = self._reader.execute(
+                "SELECT count(*), max(seq), CAST(sum(size) AS BIGINT) FROM messages WHERE queue_id=?",
+                (queue_id,),
+            ).fetchone()
+            keys = self._reader.execute(
+                f"SELECT key, expires_at FROM dedup WHERE queue_id=? ORDER BY {self._order}", (queue_id,)
+            ).fetchall()
+        except self._errors as exc:
+            raise self._error("read", exc) from None
+        return ((count, last_seq, size or 0) if count else None), [(key, expires) for key, expires in keys]
+
     def count_blocks(self, queue_id: int) -> dict[int, tuple[int, int, int]]:
         """Committed rows of a queue (start-up, before :meth:`start`) grouped by
         ``seq >> SEQ_BLOCK_BITS``."""
@@ -785,11 +803,9 @@ class BatchedStore(Store):
         range (``seq >> SEQ_BLOCK_BITS``): the rows of a block lie together in the
         table, so reading back and deleting one priority level of a queue touches its
         own pages, not every page written meanwhile."""
-        if seq < BLOCK:
+        if seq < BLOCK:  # (a cluster node checks its chunk first: PostgreSQLStore)
             store_id = self._next_id
-            if store_id >= self._id_end:  # a cluster node's chunk of ids is used up
-                store_id = self._id_chunk(0)
-            self._next_id = store_id + 1
+            self._next_id += 1
         else:
             store_id = self._block_id(seq >> SEQ_BLOCK_BITS)
         batch = self._changed()

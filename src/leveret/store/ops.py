@@ -101,22 +101,26 @@ class LogChange:
 @dataclass(frozen=True, slots=True)
 class SaveTransient:
     """Create or replace a cluster node's non-durable definition (PostgreSQL only:
-    ``transient_definitions``, deleted with the node)."""
+    ``transient_definitions``, deleted with the node). Under the change log's lock
+    (``lock_key``) as a take-over is, which deletes such rows: taken before the row,
+    in both, so the two never deadlock."""
 
     node: str
     kind: str
     vhost: str
     name: str
     data: bytes
+    lock_key: str
 
 
 @dataclass(frozen=True, slots=True)
 class DeleteTransient:
-    """Forget a non-durable definition."""
+    """Forget a non-durable definition (under the change log's lock, as SaveTransient)."""
 
     kind: str
     vhost: str
     name: str
+    lock_key: str
 
 
 BatchOp: TypeAlias = (
@@ -132,6 +136,8 @@ BatchOp: TypeAlias = (
     | DeleteTransient
 )
 
+#: The change log's lock (PostgreSQL; a transaction's; parameter: the cluster name).
+LOCK_CHANGES_SQL = "SELECT pg_advisory_xact_lock(hashtext('leveret-changes'), hashtext(?))"
 #: The change log's insert (PostgreSQL): the lock, then the row, in one round trip.
 #: Also used by the cluster catalog's own writes (leveret.cluster.catalog).
 LOG_CHANGE_SQL = (
@@ -183,12 +189,14 @@ def write_op(db: Connection, op: BatchOp) -> int | None:
         ).fetchone()
         return int(row[0])
     elif isinstance(op, SaveTransient):
+        db.execute(LOCK_CHANGES_SQL, (op.lock_key,))
         db.execute(
             "INSERT INTO transient_definitions (kind, vhost, name, node, data) VALUES (?,?,?,?,?) "
             "ON CONFLICT (kind, vhost, name) DO UPDATE SET node=excluded.node, data=excluded.data",
             (op.kind, op.vhost, op.name, op.node, op.data),
         )
     elif isinstance(op, DeleteTransient):
+        db.execute(LOCK_CHANGES_SQL, (op.lock_key,))
         db.execute(
             "DELETE FROM transient_definitions WHERE kind=? AND vhost=? AND name=?",
             (op.kind, op.vhost, op.name),

@@ -332,6 +332,9 @@ class PostgreSQLStore(BatchedStore):
             )
             self._mine_sql = " AND node = current_setting('leveret.node')"
             self._id_end = 0  # chunks of ids from the shared counters (load takes the first)
+            # the chunk's end checked before each message, by a node only: a single
+            # broker's add_message stays as it was
+            self.add_message = self._add_in_chunks  # type: ignore[method-assign]
             self._scheduled_end = 0
             self._queue_id_end = 0
 
@@ -490,6 +493,13 @@ class PostgreSQLStore(BatchedStore):
         self._next_scheduled_id = self._scheduled_chunk(db)
         self._next_queue_id = self._queue_chunk(db)
 
+    def _add_in_chunks(self, queue_id: int, seq: int, *args: Any, **kwargs: Any) -> int:
+        """A cluster node's :meth:`add_message`: a new chunk of ids first when block 0's
+        is used up (the other blocks' are checked by :meth:`_block_id`)."""
+        if seq < BLOCK and self._next_id >= self._id_end:
+            self._next_id = self._id_chunk(0)
+        return BatchedStore.add_message(self, queue_id, seq, *args, **kwargs)
+
     def _take(
         self, counter: str, first_sql: str, first_params: tuple, size: int, db: Connection | None
     ) -> int:
@@ -577,7 +587,7 @@ class PostgreSQLStore(BatchedStore):
         """A cluster node: create or replace a non-durable definition (a queue,
         exchange or binding: visible to every node, deleted when this node goes), in
         the current batch. StoreError on a single broker."""
-        op = SaveTransient(self._node_name(), kind, vhost, name, _encode_table(data))
+        op = SaveTransient(self._node_name(), kind, vhost, name, _encode_table(data), self.cluster)
         self.definition_changes += 1
         self._changed().ops.append(op)
 
@@ -585,7 +595,7 @@ class PostgreSQLStore(BatchedStore):
         """A cluster node: forget a non-durable definition, in the current batch."""
         self._node_name()
         self.definition_changes += 1
-        self._changed().ops.append(DeleteTransient(kind, vhost, name))
+        self._changed().ops.append(DeleteTransient(kind, vhost, name, self.cluster))
 
     def _lost_session(self, exc: BaseException) -> bool:
         db = self._db

@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from . import queue_class
 from .base import GONE, READY, UNACKED, Consumer, Queue, QueuedMessage
 from .host import ConsumerChanged, hands_back
 from .outcome import REJECTED, STORED, Enqueued
@@ -107,6 +108,17 @@ class OwnerLink(Protocol):
     def purge(self, queue: str) -> None:
         """queue.purge ``queue`` on the owner."""
 
+    def delete(
+        self,
+        queue: str,
+        if_unused: bool,
+        if_empty: bool,
+        callback: Callable[[int, tuple[int, str] | None], None],
+    ) -> None:
+        """queue.delete ``queue`` on the owner (``if_unused``, ``if_empty`` as AMQP):
+        ``callback(message_count, None)``, or ``callback(0, (reply_code, reply_text))``
+        when the owner refused (406 in use or not empty, 404) or could not be reached."""
+
     def inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:
         """A passive queue.declare on the owner: ``callback(message_count,
         consumer_count)`` (not called when it fails)."""
@@ -155,7 +167,13 @@ class _Relay:
         if self.cancelled:
             return
         self.cancelled = True
-        self.buffer.clear()  # the owner requeued them when the relay's channel went
+        handle = self.handle
+        if handle is not None:  # still unacknowledged on the owner: back to its queue
+            for entry in self.buffer:
+                handle.nack(entry.seq, True)
+            if not self.outstanding:  # else once the consumer settled what it holds
+                handle.close()
+        self.buffer.clear()
         queue._relays.pop(id(self.consumer), None)
         if self.consumer in queue.consumers:
             queue.forget_consumer(self.consumer)
@@ -172,7 +190,7 @@ class _Relay:
 class RemoteQueue(Queue):
     """Queue ``name`` of ``host`` owned by node ``owner``, reached through ``link``."""
 
-    type_name = "remote"
+    type_name = "remote"  # an instance takes its real type's (x-queue-type)
 
     def __init__(
         self,
@@ -185,6 +203,10 @@ class RemoteQueue(Queue):
         link: OwnerLink | None,
     ) -> None:
         super().__init__(host, name, durable, None, auto_delete, arguments)
+        real = queue_class(self.arguments)  # what the owner holds: shown as such
+        self.type_name = real.type_name
+        self.rabbitmq_type = real.rabbitmq_type
+        self.channel_prefetch = real.channel_prefetch
         self.timers.cancel_all()  # x-expires and the like are the owner's business
         self.dedup = None
         #: the node that holds the real queue
@@ -256,8 +278,8 @@ class RemoteQueue(Queue):
     @hands_back
     def add_consumer(self, consumer: Consumer) -> None:
         """Relay ``consumer`` from the owner: basic.qos its prefetch (or its session's,
-        or :data:`UNLIMITED_WINDOW`), manual acks, its exclusive flag, priority and
-        arguments."""
+        or :data:`UNLIMITED_WINDOW`), manual acks, its exclusive flag, priority,
+        selector (``x-selector``) and arguments."""
         relay = _Relay(self, consumer)
         self._relays[id(consumer)] = relay
         consumer.examined = 0
@@ -272,6 +294,8 @@ class RemoteQueue(Queue):
         arguments = dict(consumer.arguments or {})
         if consumer.priority and "x-priority" not in arguments:
             arguments["x-priority"] = consumer.priority
+        if consumer.selector is not None:  # the owner filters (AMQP's x-selector)
+            arguments["x-selector"] = consumer.selector.text
         prefetch = consumer.prefetch or consumer.global_prefetch or UNLIMITED_WINDOW
         if link is None:
             relay.cancelled = True
