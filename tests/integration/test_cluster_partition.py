@@ -29,6 +29,8 @@ from cluster_clients import (
 )
 
 QUEUE = "partitioned"
+WORK = 0.05  # seconds a consumer spends on a message
+BACKLOG = 80  # messages waiting in n1's queue at the cut: more than n1 delivers in its lease
 
 
 def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_takes_over(cluster_of):
@@ -38,19 +40,19 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
     connection.channel().queue_declare(QUEUE, durable=True)
     connection.close()
     assert cluster.owner(QUEUE) == "n1"
-    # slow consumers (about 60 messages a second together), prefetch 2: the client sees a
+    # slow consumers (about 40 messages a second together), prefetch 2: the client sees a
     # delivery at most one message's work after n1 sent it
-    local = Consumer(connector(n1.amqp_port), QUEUE, prefetch=2, label="on-n1", work=0.03)
-    remote = Consumer(connector(n2.amqp_port), QUEUE, prefetch=2, label="on-n2", work=0.03)
+    local = Consumer(connector(n1.amqp_port), QUEUE, prefetch=2, label="on-n1", work=WORK)
+    remote = Consumer(connector(n2.amqp_port), QUEUE, prefetch=2, label="on-n2", work=WORK)
     publisher = Publisher(connector(n3.amqp_port), QUEUE, "p-", pause=0.002)
     for client in (local, remote, publisher):
         client.start()
     # both consumers served by n1, and a backlog in n1's queue
-    wait_for(
-        lambda: len(publisher.confirmed) >= 300 and local.deliveries and remote.deliveries, 15, "load on n1"
-    )
-    backlog = len(publisher.confirmed) - len(local.deliveries) - len(remote.deliveries)
-    assert backlog > 100, backlog
+    def backlog() -> int:  # confirmed, not delivered yet: in n1's queue
+        return len(publisher.confirmed) - len(local.deliveries) - len(remote.deliveries)
+
+    wait_for(lambda: backlog() >= BACKLOG and local.deliveries and remote.deliveries, 20, "a backlog on n1")
+    at_cut = backlog()
     old_subscriptions = {local: len(local.subscribed), remote: len(remote.subscribed)}
     assert old_subscriptions == {local: 1, remote: 1}, (local.cancels, remote.cancels)
 
@@ -77,7 +79,7 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
     last_old = max(d.time for d in from_n1)
     first_new = min(d.time for d in from_new)
     print(
-        f"backlog {backlog} at the cut (0): {new_owner} owns the queue at {taken - cut:.2f} s; "
+        f"backlog {at_cut} at the cut (0): {new_owner} owns the queue at {taken - cut:.2f} s; "
         f"n1's last delivery at {last_old - cut:.2f} s, the new owner's first at {first_new - cut:.2f} s"
     )
     assert last_old < first_new, (
