@@ -90,7 +90,18 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
         consumer.work = 0.0  # the backlog now, fast
 
     confirmed = set(publisher.confirmed)
-    wait_consumed(confirmed, [local, remote], 20, explain=lambda missing: cluster.report(QUEUE, missing))
+    confirmed_at_cut = publisher.confirmed[: len(from_n1) + at_cut]
+
+    def explain(missing: set[str]) -> str:
+        number = lambda body: int(body.split("-")[1])  # noqa: E731
+        return (
+            f"n1 delivered up to {max(number(d.body) for d in from_n1)}, confirmed at the cut about "
+            f"{len(confirmed_at_cut)}; the new owner delivered from {min(number(d.body) for d in from_new)}; "
+            f"{len(missing & set(confirmed_at_cut))} missing were confirmed before the cut\n"
+            + cluster.report(QUEUE, missing)
+        )
+
+    wait_consumed(confirmed, [local, remote], 20, explain=explain)
     for consumer in (local, remote):
         consumer.stop()
     unflagged = unflagged_redeliveries(local.deliveries + remote.deliveries)
