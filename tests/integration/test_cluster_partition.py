@@ -59,6 +59,7 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
     proxy = cluster.proxies["n1"]
     proxy.block("blackhole")  # n1's new sessions hang
     cut = time.monotonic()
+    confirmed_at_cut = list(publisher.confirmed)
     assert proxy.sever() >= 1  # its sessions end in PostgreSQL; n1 hears nothing
     new_owner = cluster.wait_owner(QUEUE, lambda owner: owner not in (None, "n1"), 15)
     taken = time.monotonic()
@@ -90,13 +91,12 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
         consumer.work = 0.0  # the backlog now, fast
 
     confirmed = set(publisher.confirmed)
-    confirmed_at_cut = publisher.confirmed[: len(from_n1) + at_cut]
 
     def explain(missing: set[str]) -> str:
         number = lambda body: int(body.split("-")[1])  # noqa: E731
         return (
-            f"n1 delivered up to {max(number(d.body) for d in from_n1)}, confirmed at the cut about "
-            f"{len(confirmed_at_cut)}; the new owner delivered from {min(number(d.body) for d in from_new)}; "
+            f"n1 delivered up to {max(number(d.body) for d in from_n1)}, {len(confirmed_at_cut)} were "
+            f"confirmed at the cut; the new owner delivered from {min(number(d.body) for d in from_new)}; "
             f"{len(missing & set(confirmed_at_cut))} missing were confirmed before the cut\n"
             + cluster.report(QUEUE, missing)
         )
