@@ -15,7 +15,12 @@ import pika.exceptions
 import pytest
 import stomp
 from cluster_pair import Pair
-from eventually import eventually
+from eventually import eventually as _eventually
+
+
+def eventually(predicate, timeout: float = 15.0, **kwargs):
+    """tests/eventually.py's, with room for a loaded machine (two brokers, a client)."""
+    return _eventually(predicate, timeout=timeout, **kwargs)
 
 
 @pytest.fixture

@@ -20,23 +20,25 @@ from leveret.server.broker import BlockingBroker
 pytest.importorskip("psycopg")
 
 
+def start_node(postgres, tmp_path, cluster: str, name: str) -> BlockingBroker:
+    broker = BlockingBroker(
+        store_url=postgres.url,
+        store_cluster=cluster,
+        node_name=name,
+        data_dir=str(tmp_path / name),
+        amqp_port=0,
+        stomp_port=0,
+        http_port=0,
+    )
+    broker.start()
+    return broker
+
+
 @pytest.fixture
 def nodes(postgres, tmp_path):
     """Nodes "a" and "b" of a new cluster (b started once a is ready)."""
     cluster = unique("repl").replace("-", "_")
-    started = []
-    for name in ("a", "b"):
-        broker = BlockingBroker(
-            store_url=postgres.url,
-            store_cluster=cluster,
-            node_name=name,
-            data_dir=str(tmp_path / name),
-            amqp_port=0,
-            stomp_port=0,
-            http_port=0,
-        )
-        broker.start()
-        started.append(broker)
+    started = [start_node(postgres, tmp_path, cluster, name) for name in ("a", "b")]
     yield started
     while OPEN:
         connection = OPEN.pop()
@@ -193,3 +195,19 @@ def test_a_queue_deleted_on_a_goes_on_its_owner_b_with_its_consumers(nodes) -> N
     # the delete-ok came once b applied it: b's queue is gone, its consumer cancelled
     assert owner(b, "jobs") is None and owner(a, "jobs") is None
     assert eventually(lambda: cancelled, wait=lambda s: on_b.connection.process_data_events(time_limit=s))
+
+
+def test_a_node_restarted_catches_up_with_what_changed_meanwhile(nodes, postgres, tmp_path) -> None:
+    a, b = nodes
+    cluster = a.broker.settings.store_cluster
+    b.stop()
+    on_a = channel_of(a)
+    on_a.exchange_declare("late", "direct")  # transient: in a's transient definitions
+    on_a.queue_declare("late-q", durable=True)
+    on_a.queue_bind("late-q", "late", "k")
+    nodes[1] = b = start_node(postgres, tmp_path, cluster, "b")
+    assert owner(b, "late-q") == "a"
+    on_b = channel_of(b)
+    on_b.confirm_delivery()
+    on_b.basic_publish("late", "k", b"through the transient exchange", mandatory=True)
+    assert eventually(lambda: on_a.basic_get("late-q", auto_ack=True)[2]) == b"through the transient exchange"

@@ -21,7 +21,19 @@ the others a :class:`~leveret.core.queues.remote.RemoteQueue` (its ``link`` from
 ``link_for(owner)`` the node gives). A change of kind ``owner`` (a takeover or move,
 data ``{"node", "queue_id"}``) retargets remote queues; the node that becomes the owner
 gets ``on_acquired(vhost, name, queue_id)`` (the node runtime restores the real queue
-from the store).
+from the store). A queue deleted on any node is deleted on its owner (consumers
+cancelled, messages removed) when the owner applies the change.
+
+Claims block the event loop for one catalog round trip (``balanced``: three): measured
+2.2 ms on average on this machine (600 declares, 2 nodes, local PostgreSQL), 19 ms at
+worst. A queue.declare's -ok on a 2-node cluster then takes about 11 ms (claim, commit,
+the other node's apply and ``mark_applied``, the catalog's poll), 3.5 ms on a single
+broker; exchange.declare 13 ms, queue.bind 10 ms. Nothing here runs on a broker that is
+not a cluster node (``vhost.replicator`` is None: one attribute test per declare).
+
+Start-up (:meth:`Replication.start`, once the node sorted its recovered queues): the
+live nodes' transient definitions, then the change log as retained (the last change of
+each definition only), then LISTEN.
 """
 
 from __future__ import annotations
