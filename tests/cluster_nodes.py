@@ -202,6 +202,8 @@ class Cluster:
         cuttable: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         args: tuple[str, ...] = (),
+        lease: float = LEASE,
+        grace: float = GRACE,
     ) -> None:
         self.postgres = postgres
         self.name = unique_cluster()
@@ -212,7 +214,9 @@ class Cluster:
             if name in cuttable:
                 proxy = self.proxies[name] = CuttableProxy(postgres.port)
                 url = url.replace(f":{postgres.port}/", f":{proxy.port}/")
-            self.nodes.append(ClusterNode(directory / name, url, self.name, name, args=args, env=env))
+            self.nodes.append(
+                ClusterNode(directory / name, url, self.name, name, lease, grace, args=args, env=env)
+            )
 
     def start(self) -> Cluster:
         """Start the first node alone (it makes the schema), then the others together;
@@ -348,7 +352,7 @@ def owner(postgres: PostgresServer, cluster: str, queue: str, vhost: str | None 
 
 @pytest.fixture
 def cluster_of(postgres: PostgresServer, tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """``cluster_of(names=("n1", "n2", "n3"), cuttable=(), env=None)``: a started
+    """``cluster_of(names=("n1", "n2", "n3"), cuttable=(), env=None, lease=…, grace=…)``: a started
     :class:`Cluster` of a new schema; every node is killed after the test."""
     made: list[Cluster] = []
 
