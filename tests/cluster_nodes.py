@@ -219,13 +219,10 @@ class Cluster:
             )
 
     def start(self) -> Cluster:
-        """Start the first node alone (it makes the schema), then the others together;
-        wait until all are ready."""
-        first, *others = self.nodes
-        first.start().wait_ready()
-        for node in others:
+        """Start every node together; wait until all are ready."""
+        for node in self.nodes:
             node.start()
-        for node in others:
+        for node in self.nodes:
             node.wait_ready()
         return self
 
@@ -306,13 +303,14 @@ NodeProcess = ClusterNode
 def start_nodes(
     directory: Path, store_url: str, cluster: str, count: int, **timings: float
 ) -> list[ClusterNode]:
-    """``count`` nodes n1, n2 … of ``cluster``, started one after the other (each ready
-    before the next starts, so n1 registers first)."""
-    nodes = []
-    for number in range(1, count + 1):
-        node = ClusterNode(directory / f"n{number}", store_url, cluster, f"n{number}", **timings).start()
+    """``count`` nodes n1, n2 … of ``cluster``, started together; returns once every
+    one is ready."""
+    nodes = [
+        ClusterNode(directory / f"n{number}", store_url, cluster, f"n{number}", **timings).start()
+        for number in range(1, count + 1)
+    ]
+    for node in nodes:
         node.wait_ready()
-        nodes.append(node)
     return nodes
 
 

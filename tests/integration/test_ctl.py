@@ -183,3 +183,21 @@ def test_definitions_move_between_brokers_and_limits_change(server, tmp_path):
 def test_without_a_running_broker_ctl_exits_69(tmp_path):
     result = ctl(tmp_path / "nothing", "list_queues", check=False)
     assert result.returncode == 69 and "cannot reach the broker" in result.stderr
+
+
+def test_a_single_broker_is_its_own_cluster(server, tmp_path):
+    """cluster_status as a lone RabbitMQ node answers it: itself the only disk and running
+    node; the cluster's other commands are refused (tests/integration/test_cluster_ops.py
+    has a real cluster)."""
+    data = tmp_path / "data"
+    status = json.loads(ctl(data, "cluster_status", "--formatter", "json").stdout)
+    (node,) = status["disk_nodes"]
+    assert status["running_nodes"] == [node] and status["ram_nodes"] == [] and status["partitions"] == {}
+    amqp = [x for x in status["listeners"][node] if x["protocol"] == "amqp"]
+    assert [x["port"] for x in amqp] == [server.port]
+    text = ctl(data, "cluster_status", quiet=False).stdout
+    assert text.startswith(f"Cluster status of node {node} ...\nBasics\n\nCluster name: ")
+    assert f"Disk Nodes\n\n{node}\n\nRunning Nodes\n\n{node}\n" in text
+    for refused in (("forget_cluster_node", "other"), ("move_queue", "/", "q", "other")):
+        result = ctl(data, *refused, check=False)
+        assert result.returncode == 1 and "not a cluster node" in result.stderr

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from ..control_socket import SOCKET_NAME
+from .ctl_cluster import status_text
 
 UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE, rabbitmqctl's code when the node is down
 
@@ -453,3 +454,40 @@ def set_vm_memory_high_watermark(ctx: Context, absolute: bool, value: str) -> No
 def set_disk_free_limit(ctx: Context, value: str) -> None:
     """Set the free disk space (bytes) below which publishers are blocked."""
     ctx.run("set_disk_free_limit", value=value)
+
+
+# -- the cluster (docs/cluster.md) ------------------------------------------------------
+@ctl.command("cluster_status")
+@click.option("--formatter", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@pass_ctx
+def cluster_status(ctx: Context, formatter: str) -> None:
+    """The cluster's nodes (disk = registered, running = live), its name, listeners."""
+    answer = request(ctx.data_dir, "cluster_status", {})
+    if not answer.get("ok"):
+        _show(answer, None, ctx.quiet)
+    document = answer["document"]
+    if formatter == "json":
+        click.echo(json.dumps(document, separators=(",", ":"), sort_keys=True))
+        return
+    if not ctx.quiet:
+        click.echo(f"Cluster status of node {answer.get('node')} ...")
+    click.echo(status_text(document))
+
+
+@ctl.command("forget_cluster_node")
+@click.argument("node")
+@pass_ctx
+def forget_cluster_node(ctx: Context, node: str) -> None:
+    """Remove a stopped node from the cluster (refused while it runs)."""
+    ctx.run("forget_cluster_node", node=node)
+
+
+@ctl.command("move_queue")
+@click.argument("vhost")
+@click.argument("queue")
+@click.argument("node")
+@pass_ctx
+def move_queue(ctx: Context, vhost: str, queue: str, node: str) -> None:
+    """Move a durable queue to another running node (leveret's own; RabbitMQ's classic
+    queues never move)."""
+    ctx.run("move_queue", vhost=vhost, queue=queue, node=node)

@@ -21,7 +21,10 @@ format of ``prometheus-client``, whose custom collectors read core's counters
 
 Every endpoint also has ``rabbitmq_identity_info{rabbitmq_node, rabbitmq_cluster,
 rabbitmq_cluster_permanent_id, rabbitmq_endpoint}`` and ``rabbitmq_build_info``, which
-the RabbitMQ-Overview Grafana dashboard joins every panel on. Units are in the names
+the RabbitMQ-Overview Grafana dashboard joins every panel on. A cluster node
+(docs/cluster.md) serves its own metrics: ``rabbitmq_node`` its node name,
+``rabbitmq_cluster`` the cluster's name (the ``cluster_name`` global parameter if set),
+and only the queues it owns, as each RabbitMQ node serves its own queues' metrics. Units are in the names
 (``_bytes``, ``_seconds``); ``_total`` series are counters since the broker started.
 """
 
@@ -60,9 +63,11 @@ from ..core.metrics import (
     dead_letter_strategy,
 )
 from ..core.queues import Queue
+from ..core.queues.remote import RemoteQueue
 from ..server.http_guard import ConnectionGuard, GuardedSite
 from ..server.http_limits import HttpLimits
 from ..version import __version__
+from .cluster_view import cluster_name
 from .federation import FederationLinks
 from .federation_metrics import FederationCollector
 from .metrics_text import SUMS_OF, Series, parts
@@ -289,12 +294,15 @@ class BrokerCollector(Collector):
         self.per_queue = per_queue
 
     def queues(self) -> list[Queue]:
-        """The queues it reads (of the vhosts asked for)."""
+        """The queues it reads (of the vhosts asked for): on a cluster node, those it
+        owns (another node's queue is in its owner's metrics, as RabbitMQ's per-object
+        metrics are per node)."""
         return [
             queue
             for vhost in self.core.vhosts.values()
             if self.vhosts is None or vhost.name in self.vhosts
             for queue in vhost.queues.values()
+            if not isinstance(queue, RemoteQueue)
         ]
 
     def collect(self) -> Iterator[Metric]:
@@ -658,8 +666,13 @@ class BrokerCollector(Collector):
                 "rabbitmq_endpoint",
             ],
         )
-        node = self.node
-        identity.add_metric([node.node, node.cluster, f"leveret-cluster-id-{node.cluster}", self.endpoint], 1)
+        node, cluster = self.node.node, self.node.cluster
+        permanent = f"leveret-cluster-id-{cluster}"
+        if self.core.cluster is not None:  # each node its own name; the cluster's name and id
+            node = str(self.core.cluster.node)
+            cluster = cluster_name(self.core, str(self.core.cluster.cluster))
+            permanent = f"leveret-cluster-id-{self.core.cluster.cluster}"
+        identity.add_metric([node, cluster, permanent, self.endpoint], 1)
         yield identity
 
 
@@ -742,8 +755,10 @@ class PrometheusServer:
         limits: HttpLimits | None = None,
         cap: int | None = None,
         federation: FederationLinks | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.core = core
+        self.reuse_port = reuse_port  # SO_REUSEPORT: the nodes of --nodes N share the port
         #: the broker's federation links (:mod:`.federation_metrics`), if any
         self.federation = federation
         #: the port's header and keep-alive timeouts and cap (:mod:`..server.http_guard`)
@@ -772,7 +787,9 @@ class PrometheusServer:
         )
         await self._runner.setup()
         try:
-            await GuardedSite(self._runner, self.host, self.port, self.guard).start()
+            await GuardedSite(
+                self._runner, self.host, self.port, self.guard, reuse_port=self.reuse_port or None
+            ).start()
         except BaseException:
             await self._runner.cleanup()
             self._runner = None

@@ -39,6 +39,7 @@ from ..core.exchange import DEFAULT_EXCHANGE, Binding, Exchange
 from ..core.policy import matching
 from ..core.queues import Queue
 from ..core.vhost import VirtualHost
+from .cluster_view import queue_node
 from .common import (
     amqp,
     arguments,
@@ -227,7 +228,7 @@ def queue_info(
         "operator_policy": operator.name if operator else None,
         "effective_policy_definition": jsonable(vhost.policy_for(queue.name, "queues") or {}),
         "state": "running",
-        "node": "leveret@localhost",
+        "node": queue_node(core, queue),  # its owner (:mod:`.cluster_view`)
         "messages_ready": queue.message_count,
         "messages_unacknowledged": queue.unacked_count,
         "messages": queue.message_count + queue.unacked_count,
@@ -442,7 +443,10 @@ class Resources:
                 return None  # deleted since the names were taken
             return queue_info(core, queue, rates, query)
 
-        return await list_answer(request, queues, row, True, name_of=_queue_name, keys=QUEUE_KEYS)
+        keys = QUEUE_KEYS
+        if core.cluster is not None:  # sort=node: each queue's owner
+            keys = {**QUEUE_KEYS, "node": _or_none(lambda queue: queue_node(core, queue))}
+        return await list_answer(request, queues, row, True, name_of=_queue_name, keys=keys)
 
     async def queue(self, request: web.Request) -> web.Response:
         """One queue, with its consumers (``consumer_details``, RabbitMQ's shape)."""

@@ -32,6 +32,7 @@ from ..core.connections import ChannelFacts, ConnectionFacts, sessions_of
 from ..core.exchange import EXCHANGE_TYPES
 from ..core.message import Message, Properties
 from ..version import __version__
+from .cluster_view import cluster_name, node_rows, registered_nodes, this_node
 from .common import json_error, object_not_found, route_vhost, works_in
 from .connection_sessions import session_row
 from .listing import list_answer, list_response
@@ -283,9 +284,15 @@ class Runtime:
         ]
 
     # -- overview and nodes ---------------------------------------------------------
+    @property
+    def node_name(self) -> str:
+        """This broker's node name (its cluster node name when it is one:
+        :mod:`.cluster_view`)."""
+        return this_node(self.core, NODE)
+
     def _listeners(self) -> list[dict]:
         return [
-            {"node": NODE, "protocol": protocol, "ip_address": ip, "port": port, "socket_opts": {}}
+            {"node": self.node_name, "protocol": protocol, "ip_address": ip, "port": port, "socket_opts": {}}
             for protocol, ip, port in self.node_info().get("listeners", [])
         ]
 
@@ -317,7 +324,7 @@ class Runtime:
                 "rabbitmq_version": RABBITMQ_VERSION,
                 # the name federation uses (x-received-from, upstream queue names), as
                 # RabbitMQ's cluster_name: the global parameter, else the broker's own
-                "cluster_name": str(self.core.cluster_name() or NODE),
+                "cluster_name": cluster_name(self.core, NODE),
                 "erlang_version": platform.python_version(),
                 "erlang_full_version": f"{platform.python_implementation()} {platform.python_version()}",
                 "disable_stats": False,
@@ -335,7 +342,7 @@ class Runtime:
                     "queues": len(queues),
                 },
                 "statistics_db_event_queue": 0,
-                "node": NODE,
+                "node": self.node_name,
                 "listeners": self._listeners(),
                 "contexts": [],
             }
@@ -362,7 +369,7 @@ class Runtime:
         alarms = self.core.alarm_sources
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         return {
-            "name": NODE,
+            "name": self.node_name,
             "type": "disc",
             "running": True,
             "os_pid": str(os.getpid()),
@@ -398,16 +405,44 @@ class Runtime:
             "net_ticktime": 60,
         }
 
+    async def _node_rows(self) -> list[dict]:
+        """This broker's row, or every node of its cluster (:mod:`.cluster_view`)."""
+        local = self._node_row()
+        if self.core.cluster is None:
+            return [local]
+        return node_rows(await registered_nodes(self.core), local)
+
     async def nodes(self, request: web.Request) -> web.Response:
-        """``GET /api/nodes``: the one node (leveret does not cluster)."""
-        return list_response(request, [self._node_row()])
+        """``GET /api/nodes``: this broker, or every node of its cluster (running or
+        not) as RabbitMQ lists a cluster's members."""
+        return list_response(request, await self._node_rows())
 
     async def node(self, request: web.Request) -> web.Response:
-        if request.match_info["node"] != NODE:
-            raise object_not_found()
-        return web.json_response(self._node_row())
+        """``GET /api/nodes/{node}``: one of :meth:`nodes`' rows; 404 for another name."""
+        for row in await self._node_rows():
+            if row["name"] == request.match_info["node"]:
+                return web.json_response(row)
+        raise object_not_found()
 
     # -- connections, channels, consumers ------------------------------------------
+    def _here(self, make: Callable[[Any], dict]) -> Callable[[Any], dict]:
+        """``make``, its rows' ``node`` (a consumer's ``channel_details.node``) this
+        node's cluster node name when the broker is a cluster node."""
+        if self.core.cluster is None:
+            return make
+        name = self.node_name
+
+        def made(item: Any) -> dict:
+            row = make(item)
+            if "node" in row:
+                row["node"] = name
+            details = row.get("channel_details")
+            if isinstance(details, dict) and "node" in details:
+                row["channel_details"] = {**details, "node": name}
+            return row
+
+        return made
+
     def _visible(self, request: web.Request) -> list[ConnectionFacts]:
         """The connections the user sees (all, or their own), of the route's vhost."""
         return self._seen(request, [facts for facts, _ in self.core.connections.facts()])
@@ -443,10 +478,10 @@ class Runtime:
         :func:`~.listing.list_answer`)."""
         slicer = Slicer()
         connections = await self._visible_sliced(request, slicer)
-        return await list_answer(request, connections, connection_row, True, name_of=_name)
+        return await list_answer(request, connections, self._here(connection_row), True, name_of=_name)
 
     async def connection(self, request: web.Request) -> web.Response:
-        return web.json_response(connection_row(self._connection(request)[0]))
+        return web.json_response(self._here(connection_row)(self._connection(request)[0]))
 
     async def close_connection(self, request: web.Request) -> web.Response:
         """``DELETE /api/connections/{name}``: closed with 320 CONNECTION_FORCED and
@@ -465,7 +500,7 @@ class Runtime:
 
     async def connection_channels(self, request: web.Request) -> web.Response:
         facts, _ = self._connection(request)
-        return list_response(request, [channel_row(facts, c) for c in facts.channels])
+        return list_response(request, [self._here(_channel_row)((facts, c)) for c in facts.channels])
 
     async def connection_sessions(self, request: web.Request) -> web.Response:
         """``GET /api/connections/{name}/sessions``: an AMQP 1.0 connection's sessions
@@ -481,15 +516,16 @@ class Runtime:
         """``GET /api/channels``, ``/api/vhosts/{vhost}/channels`` (in slices)."""
         slicer = Slicer()
         pairs = [(f, c) for f in await self._visible_sliced(request, slicer) for c in f.channels]
-        return await list_answer(request, pairs, _channel_row, True, name_of=_channel_name)
+        return await list_answer(request, pairs, self._here(_channel_row), True, name_of=_channel_name)
 
     async def channel(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         for facts in self._visible(request):
             for channel in facts.channels:
                 if channel_name(facts, channel) == name:
+                    consumers = [self._here(_same)(row) for row in consumer_rows(facts, channel)]
                     return web.json_response(
-                        {**channel_row(facts, channel), "consumer_details": consumer_rows(facts, channel)}
+                        {**self._here(_channel_row)((facts, channel)), "consumer_details": consumers}
                     )
         raise object_not_found()
 
@@ -498,7 +534,8 @@ class Runtime:
         sees."""
         slicer = Slicer()
         pairs = [(f, c) for f in await self._visible_sliced(request, slicer) for c in f.channels]
-        rows = [row for part in await slicer.map(_consumer_rows, pairs) for row in part]
+        here = self._here(_same)
+        rows = [here(row) for part in await slicer.map(_consumer_rows, pairs) for row in part]
         return await list_answer(request, rows, _same)
 
     # -- health ---------------------------------------------------------------------
@@ -521,9 +558,8 @@ class Runtime:
         sources = sorted(self.core.alarm_sources)
         if not sources:
             return _status(True)
-        return _status(
-            False, "resource alarm(s) in effect", alarms=[{"node": NODE, "resource": s} for s in sources]
-        )
+        alarms = [{"node": self.node_name, "resource": s} for s in sources]
+        return _status(False, "resource alarm(s) in effect", alarms=alarms)
 
     async def virtual_hosts(self, request: web.Request) -> web.Response:
         return _status(True)  # every vhost runs in the one process

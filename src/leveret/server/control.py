@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import inspect
 import json
 import logging
 import os
 import pwd
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from ..core.policy import Policy, check_definition, not_operator_keys
 from ..core.queues import Queue
 from ..core.scheduler import JobInfo
 from ..version import __version__
+from .control_cluster import CLUSTER_COMMANDS
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -46,7 +48,9 @@ class CommandError(Exception):
     """A request that cannot be carried out; its text goes back to ``leveret ctl``."""
 
 
-Handler = Callable[["Broker", dict[str, Any]], dict[str, Any]]
+#: a command: its answer, or an awaitable of it (a command that waits: the cluster's,
+#: :mod:`.control_cluster`)
+Handler = Callable[["Broker", dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]]
 COMMANDS: dict[str, Handler] = {}
 CHANGES: set[str] = set()  # commands that change the broker: audited
 
@@ -681,14 +685,15 @@ def _peer_user(writer: asyncio.StreamWriter) -> str:
         return "?"
 
 
-def carry_out(broker: Broker, request: Any, who: str) -> dict[str, Any]:
+async def carry_out(broker: Broker, request: Any, who: str) -> dict[str, Any]:
     """Answer one request (see the module doc); never raises for bad input."""
     if not isinstance(request, dict) or request.get("command") not in COMMANDS:
         known = ", ".join(sorted(COMMANDS))
         return {"ok": False, "error": f"unknown command; known: {known}"}
     name, args = request["command"], request.get("args") or {}
     try:
-        result = COMMANDS[name](broker, args)
+        answer = COMMANDS[name](broker, args)
+        result = await answer if inspect.isawaitable(answer) else answer
     except KeyError as exc:
         return {"ok": False, "error": f"{name}: missing argument {exc}"}
     except (CommandError, BrokerError) as exc:
@@ -726,7 +731,7 @@ class ControlServer:
                 except ValueError as exc:
                     answer: dict[str, Any] = {"ok": False, "error": f"not JSON: {exc}"}
                 else:
-                    answer = carry_out(self.broker, request, who)
+                    answer = await carry_out(self.broker, request, who)
                 writer.write(json.dumps(answer, default=str).encode() + b"\n")
                 await writer.drain()
         except (ConnectionError, asyncio.LimitOverrunError, ValueError) as exc:
@@ -742,3 +747,7 @@ class ControlServer:
             self._server = None
         if self.path.exists():
             self.path.unlink()
+
+
+for _name, (_handler, _changes) in CLUSTER_COMMANDS.items():  # cluster_status … (docs/cluster.md)
+    command(_name, _changes)(_handler)

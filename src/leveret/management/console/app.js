@@ -3,6 +3,7 @@ import { ApiError, api, h, session, whenLoggedOut } from "/console/lib.js";
 import * as pages from "/console/pages.js";
 import * as deadLetters from "/console/dead_letters.js";
 import * as federation from "/console/federation.js";
+import * as nodes from "/console/nodes.js";
 
 const main = document.getElementById("main");
 let refresh = null; // the current page's refresh timer
@@ -20,6 +21,7 @@ const ROUTES = [
   [/^\/dead-letters$/, deadLetters.list],
   [/^\/dead-letters\/([^/]+)\/([^/]+)$/, deadLetters.browse],
   [/^\/federation$/, federation.links],
+  [/^\/nodes$/, nodes.nodes],
   [/^\/scheduled$/, pages.scheduled],
   [/^\/audit$/, pages.audit],
   [/^\/admin$/, pages.admin],
@@ -30,6 +32,7 @@ function showLoggedIn() {
   document.getElementById("nav").hidden = false;
   document.getElementById("nav-admin").hidden = !isAdmin;
   document.getElementById("nav-federation").hidden = !federation.mayMonitor();
+  document.getElementById("nav-nodes").hidden = !federation.mayMonitor();
   document.getElementById("logout").hidden = false;
   document.getElementById("who").textContent = `${session.user} (${session.tags.join(", ") || "no tags"})`;
 }

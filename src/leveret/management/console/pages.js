@@ -233,7 +233,7 @@ let queuesPage = 1; // the queues page shown (kept across the 5 s refreshes)
 // The filter and order of the queue list, applied by the server (`name`, `sort`,
 // `sort_reverse`): with 100,000 queues only the page shown travels and is built.
 const queuesView = { name: "", sort: "", reverse: false };
-const QUEUE_SORTS = [["", "vhost, name"], ["name", "name"], ["messages", "total"], ["messages_ready", "ready"], ["messages_unacknowledged", "unacked"], ["consumers", "consumers"]];
+const QUEUE_SORTS = [["", "vhost, name"], ["name", "name"], ["messages", "total"], ["messages_ready", "ready"], ["messages_unacknowledged", "unacked"], ["consumers", "consumers"], ["node", "node"]];
 const rerender = () => window.dispatchEvent(new HashChangeEvent("hashchange"));
 
 function queuesQuery(page) {
@@ -273,6 +273,7 @@ export async function queues() {
       ["vhost", (r) => r.vhost],
       ["name", (r) => queueLink(r.vhost, r.name)],
       ["type", (r) => r.type],
+      ["node", (r) => r.node],
       ["ready", (r) => fmt(r.messages_ready), { num: true }],
       ["unacked", (r) => fmt(r.messages_unacknowledged), { num: true }],
       ["total", (r) => fmt(r.messages), { num: true }],
