@@ -39,7 +39,7 @@ def logged_at(log: str, *parts: str) -> float:
     """The wall-clock time (seconds) of the last log line holding every one of ``parts``
     (the server's format: ``2026-11-28 11:56:14,830 LEVEL name: message``, local time);
     AssertionError with the log's end when there is none."""
-    lines = [line for line in log.splitlines() if all(part in line for part in parts)]
+    lines = [line for line in log.splitlines() if line[:1].isdigit() and all(part in line for part in parts)]
     assert lines, f"no log line with {parts}: {log[-3000:]}"
     stamp = " ".join(lines[-1].split(" ", 2)[:2])
     return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
