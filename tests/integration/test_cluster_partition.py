@@ -86,6 +86,8 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
         ]
 
     wait_for(after_cut, 15, "deliveries again after the cut")
+    new_log = cluster[new_owner].log
+    wait_for(lambda: "of node n1: serving" in new_log(), 15, f"{new_owner} serving n1's queue")
     time.sleep(1.0)  # a node still serving would go on delivering meanwhile
     publisher.stop()
     # n1's deliveries: those to the consumer on n1 itself (a consumer on another node may
@@ -94,7 +96,7 @@ def test_an_owner_cut_off_from_postgresql_stops_delivering_before_another_node_t
     from_n1 = [d for d in local.deliveries if d.subscription == 1]
     from_new = after_cut()
     last_old = max(d.time for d in from_n1)
-    serving = logged_at(cluster[new_owner].log(), "took over ", " of node n1") - wall
+    serving = logged_at(new_log(), "took over ", "of node n1: serving") - wall
     fenced = logged_at(n1.log(), "fenced: node n1") - wall
     print(
         f"backlog {at_cut} at the cut (0): {new_owner} owns the queue at {taken - cut:.2f} s; n1's last "
