@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pika
 import pika.exceptions
 import pytest
 import stomp
+from pika.adapters.blocking_connection import BlockingChannel
 from cluster_pair import Pair
 from eventually import eventually as _eventually
 
@@ -49,11 +51,46 @@ def owner_figures(pair: Pair, queue: str) -> tuple[int, int, int]:
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
-def test_publish_on_a_consumed_on_b_and_on_a_with_prefetch(pair: Pair) -> None:
+def confirming_on_a(pair: Pair) -> tuple[pika.BlockingConnection, BlockingChannel]:
+    """Queue "q" on b bound to direct exchange "x" with key "k"; a connection to a and a
+    channel of it in confirm mode."""
     pair.declare("q", "b", "x", ("k",))
     a = connect(pair, "a")
     channel = a.channel()
     channel.confirm_delivery()
+    return a, channel
+
+
+def publish(channel: BlockingChannel, count: int) -> None:
+    """Persistent messages b"m0"… to "x"/"k", each confirmed."""
+    for i in range(count):
+        channel.basic_publish("x", "k", b"m%d" % i, PERSISTENT)
+
+
+def consume_watching_cancels(pair: Pair, a: pika.BlockingConnection) -> tuple[list[str], str]:
+    """A consumer on a of "q", once the owner counts it: (tags cancelled by the broker, its tag)."""
+    consumer = a.channel()
+    cancelled: list[str] = []
+    consumer.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = consumer.basic_consume("q", lambda ch, m, p, body: None)
+    assert eventually(lambda: owner_figures(pair, "q")[2] == 1, wait=pump(a))
+    return cancelled, tag
+
+
+def stomp_on_a(pair: Pair, on_message: Callable[[Any], None] | None = None) -> stomp.Connection:
+    """A stomp.py connection to node a, connected as guest; on_message(frame) for each MESSAGE."""
+    stomp_port = int(pair.brokers["a"].stomp_url.rsplit(":", 1)[1])
+    client = stomp.Connection([("127.0.0.1", stomp_port)])
+    if on_message is not None:
+        listener = stomp.ConnectionListener()
+        listener.on_message = on_message  # type: ignore[method-assign]
+        client.set_listener("", listener)
+    client.connect("guest", "guest", wait=True)
+    return client
+
+
+def test_publish_on_a_consumed_on_b_and_on_a_with_prefetch(pair: Pair) -> None:
+    a, channel = confirming_on_a(pair)
     for i in range(40):
         channel.basic_publish("x", "k", b"m%d" % i, pika.BasicProperties(delivery_mode=2, headers={"n": i}))
     assert owner_figures(pair, "q") == (40, 0, 0)
@@ -89,8 +126,7 @@ def test_acks_nacks_rejects_reach_the_owner(pair: Pair) -> None:
     a = connect(pair, "a")
     channel = a.channel()
     channel.confirm_delivery()
-    for i in range(3):
-        channel.basic_publish("x", "k", b"m%d" % i, PERSISTENT)
+    publish(channel, 3)
     consumer = a.channel()
     consumer.basic_qos(prefetch_count=10)
     got: list[tuple[int, bool, bytes]] = []
@@ -109,12 +145,8 @@ def test_acks_nacks_rejects_reach_the_owner(pair: Pair) -> None:
 
 
 def test_channel_close_returns_unacked_to_the_owner(pair: Pair) -> None:
-    pair.declare("q", "b", "x", ("k",))
-    a = connect(pair, "a")
-    channel = a.channel()
-    channel.confirm_delivery()
-    for i in range(4):
-        channel.basic_publish("x", "k", b"m%d" % i, PERSISTENT)
+    a, channel = confirming_on_a(pair)
+    publish(channel, 4)
     consumer = a.channel()
     got: list[bytes] = []
     consumer.basic_consume("q", lambda ch, m, p, body: got.append(body))
@@ -129,10 +161,7 @@ def test_channel_close_returns_unacked_to_the_owner(pair: Pair) -> None:
 
 
 def test_basic_get_on_a(pair: Pair) -> None:
-    pair.declare("q", "b", "x", ("k",))
-    a = connect(pair, "a")
-    channel = a.channel()
-    channel.confirm_delivery()
+    a, channel = confirming_on_a(pair)
     for i in range(3):
         properties = pika.BasicProperties(delivery_mode=2, message_id=f"id{i}")
         channel.basic_publish("x", "k", b"m%d" % i, properties)
@@ -175,10 +204,7 @@ def test_per_channel_order_over_10k_messages(pair: Pair) -> None:
 
 
 def test_confirm_on_a_only_once_b_stored_it(pair: Pair, tmp_path: Path) -> None:
-    pair.declare("q", "b", "x", ("k",))
-    a = connect(pair, "a")
-    channel = a.channel()
-    channel.confirm_delivery()
+    a, channel = confirming_on_a(pair)
     database = sqlite3.connect(tmp_path / "b" / "leveret.db")
     try:
         for i in range(30):
@@ -192,10 +218,7 @@ def test_confirm_on_a_only_once_b_stored_it(pair: Pair, tmp_path: Path) -> None:
 
 
 def test_owner_stopped_gives_negative_confirms_and_cancels_consumers(pair: Pair) -> None:
-    pair.declare("q", "b", "x", ("k",))
-    a = connect(pair, "a")
-    channel = a.channel()
-    channel.confirm_delivery()
+    a, channel = confirming_on_a(pair)
     channel.basic_publish("x", "k", b"before", PERSISTENT)
     consumer = a.channel()
     cancelled: list[str] = []
@@ -242,23 +265,12 @@ def test_fanout_to_queues_on_two_owners_forwards_once_per_owner(tmp_path: Path) 
 
 
 def test_stomp_subscriber_on_a_of_a_queue_on_b(pair: Pair) -> None:
-    pair.declare("q", "b", "x", ("k",))
-    a = connect(pair, "a")
-    channel = a.channel()
-    channel.confirm_delivery()
+    a, channel = confirming_on_a(pair)
     for i in range(5):
         properties = pika.BasicProperties(delivery_mode=2, headers={"n": i})
         channel.basic_publish("x", "k", b"stomp %d" % i, properties)
-    stomp_port = int(pair.brokers["a"].stomp_url.rsplit(":", 1)[1])
     received: list[tuple[str, dict]] = []
-
-    class Listener(stomp.ConnectionListener):
-        def on_message(self, frame) -> None:
-            received.append((frame.body, frame.headers))
-
-    client = stomp.Connection([("127.0.0.1", stomp_port)])
-    client.set_listener("", Listener())
-    client.connect("guest", "guest", wait=True)
+    client = stomp_on_a(pair, lambda frame: received.append((frame.body, frame.headers)))
     client.subscribe("/amq/queue/q", id="1", ack="client-individual")
     eventually(lambda: len(received) == 5)
     assert [body for body, _ in received] == [f"stomp {i}" for i in range(5)]
@@ -271,12 +283,8 @@ def test_stomp_subscriber_on_a_of_a_queue_on_b(pair: Pair) -> None:
 
 
 def test_auto_ack_consumer_on_a_acks_the_owner(pair: Pair) -> None:
-    pair.declare("q", "b", "x", ("k",))
-    a = connect(pair, "a")
-    channel = a.channel()
-    channel.confirm_delivery()
-    for i in range(50):
-        channel.basic_publish("x", "k", b"m%d" % i, PERSISTENT)
+    a, channel = confirming_on_a(pair)
+    publish(channel, 50)
     consumer = a.channel()
     got: list[bytes] = []
     consumer.basic_consume("q", lambda ch, m, p, body: got.append(body), auto_ack=True)
@@ -289,11 +297,7 @@ def test_auto_ack_consumer_on_a_acks_the_owner(pair: Pair) -> None:
 def test_queue_deleted_on_owner_cancels_the_consumer_on_a(pair: Pair) -> None:
     pair.declare("q", "b", "x", ("k",))
     a = connect(pair, "a")
-    consumer = a.channel()
-    cancelled: list[str] = []
-    consumer.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
-    tag = consumer.basic_consume("q", lambda ch, m, p, body: None)
-    assert eventually(lambda: owner_figures(pair, "q")[2] == 1, wait=pump(a))
+    cancelled, tag = consume_watching_cancels(pair, a)
     b = connect(pair, "b")
     b.channel().queue_delete("q")
     assert eventually(lambda: cancelled == [tag], wait=pump(a))
@@ -315,10 +319,7 @@ def test_exclusive_consumer_on_a_holds_the_owners_queue(pair: Pair) -> None:
 
 
 def test_large_and_empty_bodies_pass_through_untouched(pair: Pair) -> None:
-    pair.declare("q", "b", "x", ("k",))
-    a = connect(pair, "a")
-    channel = a.channel()
-    channel.confirm_delivery()
+    a, channel = confirming_on_a(pair)
     bodies = [bytes(range(256)) * 1200, b"", b"small"]  # 300 KiB: several frames
     headers = {"int": 7, "text": "é", "nested": {"list": [1, "two"]}, "bytes": b"\x00\xff"}
     properties = pika.BasicProperties(delivery_mode=2, headers=headers, content_type="x/y", priority=3)
@@ -341,9 +342,7 @@ def test_large_and_empty_bodies_pass_through_untouched(pair: Pair) -> None:
 
 def test_stomp_publisher_on_a_reaches_the_queue_on_b(pair: Pair) -> None:
     pair.declare("q", "b", "x", ("k",))
-    stomp_port = int(pair.brokers["a"].stomp_url.rsplit(":", 1)[1])
-    client = stomp.Connection([("127.0.0.1", stomp_port)])
-    client.connect("guest", "guest", wait=True)
+    client = stomp_on_a(pair)
     for i in range(3):
         client.send("/exchange/x/k", f"from stomp {i}", headers={"persistent": "true", "app": "s"})
     client.disconnect()  # with a receipt: every SEND was handled
@@ -382,10 +381,7 @@ def test_exchange_missing_on_the_owner_nacks_then_the_link_forwards_again(pair: 
 
 
 def test_delete_over_the_link_honours_if_empty(pair: Pair) -> None:
-    pair.declare("q", "b", "x", ("k",))
-    a = connect(pair, "a")
-    channel = a.channel()
-    channel.confirm_delivery()
+    a, channel = confirming_on_a(pair)
     channel.basic_publish("x", "k", b"one", PERSISTENT)
     channel.basic_publish("x", "k", b"two", PERSISTENT)
     broker = pair.brokers["a"]
@@ -430,23 +426,12 @@ def test_a_slow_owner_holds_the_publishers_on_a(pair: Pair, monkeypatch: pytest.
 
 
 def test_stomp_selector_on_a_is_applied_by_the_owner(pair: Pair) -> None:
-    pair.declare("q", "b", "x", ("k",))
-    a = connect(pair, "a")
-    channel = a.channel()
-    channel.confirm_delivery()
+    a, channel = confirming_on_a(pair)
     for i in range(6):
         properties = pika.BasicProperties(delivery_mode=2, headers={"colour": "red" if i % 2 else "blue"})
         channel.basic_publish("x", "k", b"m%d" % i, properties)
-    stomp_port = int(pair.brokers["a"].stomp_url.rsplit(":", 1)[1])
     received: list[str] = []
-
-    class Listener(stomp.ConnectionListener):
-        def on_message(self, frame) -> None:
-            received.append(frame.body)
-
-    client = stomp.Connection([("127.0.0.1", stomp_port)])
-    client.set_listener("", Listener())
-    client.connect("guest", "guest", wait=True)
+    client = stomp_on_a(pair, lambda frame: received.append(frame.body))
     client.subscribe("/amq/queue/q", id="1", ack="auto", headers={"selector": "colour = 'red'"})
     eventually(lambda: len(received) == 3)
     time.sleep(0.2)
@@ -472,12 +457,8 @@ def test_links_are_not_listed_nor_limited_as_client_connections(pair: Pair) -> N
 
 
 def test_acks_after_basic_cancel_still_reach_the_owner(pair: Pair) -> None:
-    pair.declare("q", "b", "x", ("k",))
-    a = connect(pair, "a")
-    channel = a.channel()
-    channel.confirm_delivery()
-    for i in range(10):
-        channel.basic_publish("x", "k", b"m%d" % i, PERSISTENT)
+    a, channel = confirming_on_a(pair)
+    publish(channel, 10)
     consumer = a.channel()
     consumer.basic_qos(prefetch_count=3)
     got: list[int] = []
@@ -494,11 +475,7 @@ def test_acks_after_basic_cancel_still_reach_the_owner(pair: Pair) -> None:
 def test_node_lost_drops_the_link_at_once(pair: Pair) -> None:
     pair.declare("q", "b", "x", ("k",))
     a = connect(pair, "a")
-    consumer = a.channel()
-    cancelled: list[str] = []
-    consumer.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
-    tag = consumer.basic_consume("q", lambda ch, m, p, body: None)
-    assert eventually(lambda: owner_figures(pair, "q")[2] == 1, wait=pump(a))
+    cancelled, tag = consume_watching_cancels(pair, a)
     pair.brokers["a"].call(pair.peers["a"].node_lost, "b")  # as the node runtime says when b's lock went
     assert eventually(lambda: cancelled == [tag], wait=pump(a))
     assert eventually(lambda: owner_figures(pair, "q")[2] == 0, wait=pump(a))  # b saw the link go
