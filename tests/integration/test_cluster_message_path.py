@@ -15,9 +15,9 @@ import pika
 import pika.exceptions
 import pytest
 import stomp
-from pika.adapters.blocking_connection import BlockingChannel
 from cluster_pair import Pair
 from eventually import eventually as _eventually
+from pika.adapters.blocking_connection import BlockingChannel
 
 
 def eventually(predicate, timeout: float = 15.0, **kwargs):
