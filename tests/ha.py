@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from postgres import free_port
+from tcp_balancer import pump
 
 
 class Node:
@@ -109,22 +110,8 @@ class FirstAlive:
         else:
             client.close()
             return
-        threading.Thread(target=self._pump, args=(backend, client), daemon=True).start()
-        self._pump(client, backend)
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        for sock in (source, sink):  # one side gone: end both
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+        threading.Thread(target=pump, args=(backend, client), daemon=True).start()
+        pump(client, backend)
 
     def close(self) -> None:
         self.server.close()

@@ -15,6 +15,26 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Callable
+
+
+def pump(source: socket.socket, sink: socket.socket,
+         closed: Callable[[socket.socket], None] | None = None) -> None:
+    """Copy bytes from ``source`` to ``sink`` until either side closes or fails, then shut
+    down and close both (``closed(sock)`` after each)."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    for sock in (source, sink):  # one side gone: end both
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+        if closed is not None:
+            closed(sock)
 
 
 class RoundRobin:
@@ -73,19 +93,11 @@ class RoundRobin:
         client.close()
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        for sock in (source, sink):  # one side gone: end both
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
-            with self._lock:
-                self._open.discard(sock)
+        pump(source, sink, self._forget)
+
+    def _forget(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._open.discard(sock)
 
     def close(self) -> None:
         """Stop accepting and end every forwarded connection."""
