@@ -79,15 +79,7 @@ def _policy(operator: bool):
         if data is None:
             core.clear_policy(vhost, name, operator)
             return
-        policy = Policy(
-            name,
-            str(data["pattern"]),
-            dict(data["definition"]),
-            str(data["apply_to"]),
-            int(data["priority"]),
-            vhost,
-        )
-        core.set_policy(policy, operator)
+        core.set_policy(Policy.from_stored(vhost, name, data), operator)
 
     return apply
 

@@ -25,27 +25,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..core.broker import BrokerCore
 from ..store.base import ALL_SEQS, ScheduledRow, Snapshot, Store, StoredMessage
 
 log = logging.getLogger("leveret.cluster")
 
 #: The definition kinds every node shares (what core saves, less its node-local
 #: kinds: ``audit``, ``meta``, ``lease``, ``stream_chunk``, adapters' kinds).
-REPLICATED = frozenset(
-    {
-        "vhost",
-        "user",
-        "permission",
-        "topic_permission",
-        "exchange",
-        "queue",
-        "binding",
-        "policy",
-        "operator_policy",
-        "global_parameter",
-        "parameter",
-    }
-)
+REPLICATED = BrokerCore.CORE_KINDS - {"audit", "meta", "lease", "stream_chunk"}
 
 #: seconds a definition change's -ok waits for every live node to apply it
 APPLY_TIMEOUT = 5.0

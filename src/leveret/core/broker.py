@@ -331,14 +331,7 @@ class BrokerCore:
         self.audit.attach(store, snapshot.definitions.get("audit", []))
         for kind, policies in (("policy", self.policies), ("operator_policy", self.operator_policies)):
             for vhost, name, data in snapshot.definitions.get(kind, []):
-                stored = Policy(
-                    name,
-                    str(data["pattern"]),
-                    dict(data["definition"]),
-                    str(data["apply_to"]),
-                    int(data["priority"]),
-                    vhost,
-                )
+                stored = Policy.from_stored(vhost, name, data)
                 policies[:] = [p for p in policies if (p.vhost, p.name) != (vhost, name)] + [stored]
         for _, name, data in snapshot.definitions.get("global_parameter", []):
             self.global_parameters[name] = data["value"]

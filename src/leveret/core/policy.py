@@ -45,6 +45,20 @@ class Policy:
             return False
         return self._regex.search(name) is not None
 
+    @classmethod
+    def from_stored(cls, vhost: str, name: str, data: dict) -> Policy:
+        """The policy a store's ``policy``/``operator_policy`` definition row holds
+        (``pattern``, ``definition``, ``apply_to``, ``priority``); raises as the
+        constructor does."""
+        return cls(
+            name,
+            str(data["pattern"]),
+            dict(data["definition"]),
+            str(data["apply_to"]),
+            int(data["priority"]),
+            vhost,
+        )
+
 
 def matching(policies: list[Policy], vhost: str, name: str, kind: str | None) -> Policy | None:
     """The policy that applies to a ``kind`` (``queues``/``exchanges``; None: any)
