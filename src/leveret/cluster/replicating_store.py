@@ -167,22 +167,9 @@ class ReplicatingStore(Store):
     def new_queue_id(self) -> int:
         return self.inner.new_queue_id()
 
-    def add_message(
-        self,
-        queue_id: int,
-        seq: int,
-        exchange: str,
-        routing_key: str,
-        header: bytes,
-        body: bytes,
-        transient: bool = False,
-        expires_at: float = 0.0,
-        published_at: float = 0.0,
-        meta: str | None = None,
-    ) -> int:
-        return self.inner.add_message(
-            queue_id, seq, exchange, routing_key, header, body, transient, expires_at, published_at, meta
-        )
+    def add_message(self, *args: Any, **kwargs: Any) -> int:
+        """The inner store's (:meth:`Store.add_message`): message rows are not replicated."""
+        return self.inner.add_message(*args, **kwargs)
 
     def remove_range(self, queue_id: int, below_seq: int) -> None:
         self.inner.remove_range(queue_id, below_seq)
