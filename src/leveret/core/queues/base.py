@@ -311,24 +311,31 @@ class Queue:
     def remove_consumer(self, consumer: Consumer) -> None:
         """Forget ``consumer``; an ``auto_delete`` queue that has had one goes with its
         last (RabbitMQ)."""
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
+        if not self.forget_consumer(consumer):
             return
         if consumer.selector is not None:
             self.selective -= 1
-        if consumer.exclusive:
-            self._exclusive -= 1
-        if consumer.priority:
-            self.prioritized -= 1
-        self.touch()
-        self.actions.append(ConsumerChanged(self, consumer.tag, "removed"))
         if self.config.single_active_consumer and self.consumers:
             # the next oldest takes over, once the caller is done (a closing channel
             # removes all its consumers first)
             self.timers.arm("handover", 0, self._hand_over)
         if self.auto_delete and not self.consumers and self._had_consumer and not self.deleted:
             self.actions.append(Unused(self))
+
+    def forget_consumer(self, consumer: Consumer) -> bool:
+        """Take ``consumer`` out of the consumers, its exclusive and priority counts with
+        it, and report the change (False if it was not there)."""
+        try:
+            self.consumers.remove(consumer)
+        except ValueError:
+            return False
+        if consumer.exclusive:
+            self._exclusive -= 1
+        if consumer.priority:
+            self.prioritized -= 1
+        self.touch()
+        self.actions.append(ConsumerChanged(self, consumer.tag, "removed"))
+        return True
 
     def _hand_over(self) -> None:
         self.timers.fired("handover")

@@ -328,20 +328,6 @@ class RemoteQueue(Queue):
         if not relay.outstanding:
             handle.close()
 
-    def forget_consumer(self, consumer: Consumer) -> bool:
-        """Take ``consumer`` out of the consumers (False if it was not there)."""
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
-            return False
-        if consumer.exclusive:
-            self._exclusive -= 1
-        if consumer.priority:
-            self.prioritized -= 1
-        self.touch()
-        self.actions.append(ConsumerChanged(self, consumer.tag, "removed"))
-        return True
-
     def _dispatch(self) -> None:
         for relay in self._relays.values():
             buffer = relay.buffer
