@@ -1153,8 +1153,17 @@ class BatchedStore(Store):
         ).fetchone()
         if row is None:
             return False
-        order, queue_id, low, high = row
         db.execute("BEGIN")
+        cls._delete_rows(db, row, limit)
+        db.execute("COMMIT")
+        return True
+
+    @classmethod
+    def _delete_rows(cls, db: Connection, pending: tuple, limit: int | None) -> None:
+        """Delete up to ``limit`` (None: all) message rows of the ``pending_deletes`` row
+        ``pending`` (order, queue_id, low, high), and that row once none is left; in the
+        caller's transaction."""
+        order, queue_id, low, high = pending
         done = db.execute(
             "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE queue_id=? "
             "AND seq>? AND seq<=? LIMIT ?)",
@@ -1162,8 +1171,6 @@ class BatchedStore(Store):
         ).rowcount
         if limit is None or done < limit:
             db.execute(f"DELETE FROM pending_deletes WHERE {cls._order}=?", (order,))
-        db.execute("COMMIT")
-        return True
 
     def close(self) -> None:
         """Hand the current batch to the writer (its callbacks may never run: the loop

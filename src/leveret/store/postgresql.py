@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .base import ALL_SEQS, SEQ_BLOCK_BITS, StoreError
+from .base import SEQ_BLOCK_BITS, StoreError
 from .batched import BLOCK, DELETE_CHUNK, Batch, BatchedStore, Connection, _encode_table
 from .ops import DeleteTransient, LogChange, SaveTransient
 
@@ -465,14 +465,7 @@ class PostgreSQLStore(BatchedStore):
             if row is None:
                 db.execute("COMMIT")
                 return False
-            order, queue_id, low, high = row
-            done = db.execute(
-                "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE queue_id=? "
-                "AND seq>? AND seq<=? LIMIT ?)",
-                (queue_id, low, high, limit or ALL_SEQS),
-            ).rowcount
-            if limit is None or done < limit:
-                db.execute("DELETE FROM pending_deletes WHERE ord=?", (order,))
+            cls._delete_rows(db, row, limit)
             db.execute("COMMIT")
         except BaseException:
             try:
