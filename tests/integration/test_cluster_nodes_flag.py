@@ -148,12 +148,19 @@ def workdir():
     subprocess.run(["rm", "-rf", str(directory)], check=False)
 
 
+def start_nodes(workdir: tuple[Path, list[Supervised]], port: int | None = None) -> Supervised:
+    """``leveret server --nodes 2`` in the fixture's directory on ``port`` (a free one by
+    default), started, and killed after the test."""
+    directory, started = workdir
+    nodes = Supervised(directory, 2, port or free_port())
+    started.append(nodes)
+    nodes.start()
+    return nodes
+
+
 @pytest.mark.timeout(90)
 def test_two_nodes_share_one_port_and_stop_cleanly(workdir) -> None:
-    directory, started = workdir
-    cluster = Supervised(directory, 2, free_port())
-    started.append(cluster)
-    cluster.start()
+    cluster = start_nodes(workdir)
     pids = cluster.node_pids()
     assert len(pids) == 2
     connections = [cluster.connect() for _ in range(16)]
@@ -182,16 +189,14 @@ def test_two_nodes_share_one_port_and_stop_cleanly(workdir) -> None:
             if connection.is_open:
                 connection.close()
     assert cluster.stop() == 0
-    assert _processes_of(directory) == [], "no node or PostgreSQL process outlives the supervisor"
+    assert _processes_of(cluster.dir) == [], "no node or PostgreSQL process outlives the supervisor"
 
 
 @pytest.mark.timeout(90)
 def test_private_postgresql_keeps_persistent_messages_across_restarts(workdir) -> None:
-    directory, started = workdir
+    directory, _ = workdir
     port = free_port()
-    first = Supervised(directory, 2, port)
-    started.append(first)
-    first.start()
+    first = start_nodes(workdir, port)
     assert (directory / "data" / "postgresql" / "data" / "PG_VERSION").exists()
     connection = first.connect()
     channel = connection.channel()
@@ -202,9 +207,7 @@ def test_private_postgresql_keeps_persistent_messages_across_restarts(workdir) -
     assert first.stop() == 0
     assert _processes_of(directory) == []
 
-    second = Supervised(directory, 2, port)
-    started.append(second)
-    second.start()  # the same PostgreSQL data directory: no initdb
+    second = start_nodes(workdir, port)  # the same PostgreSQL data directory: no initdb
     connection = second.connect()
     channel = connection.channel()
     deadline = time.monotonic() + 8  # a node may take its queues' ownership back first
@@ -220,10 +223,7 @@ def test_private_postgresql_keeps_persistent_messages_across_restarts(workdir) -
 
 @pytest.mark.timeout(90)
 def test_a_node_that_exits_is_started_again(workdir) -> None:
-    directory, started = workdir
-    cluster = Supervised(directory, 2, free_port())
-    started.append(cluster)
-    cluster.start()
+    cluster = start_nodes(workdir)
     before = cluster.node_pids()
     victim = min(before)
     os.kill(victim, signal.SIGKILL)
@@ -237,7 +237,7 @@ def test_a_node_that_exits_is_started_again(workdir) -> None:
         raise AssertionError(f"node {victim} not replaced: {cluster.node_pids()}")
     assert "exited with code -9: starting it again" in cluster.log.read_text()
     assert cluster.stop() == 0
-    assert _processes_of(directory) == []
+    assert _processes_of(cluster.dir) == []
 
 
 def test_nodes_starts_its_own_nodes() -> None:
