@@ -48,7 +48,64 @@ def connect_retrying(connect: Connect, timeout: float = 20.0) -> pika.BlockingCo
             time.sleep(0.1)
 
 
-class Publisher(threading.Thread):
+class _Client(threading.Thread):
+    """A client thread: while :meth:`_more`, it connects with ``connect`` and runs
+    :meth:`_serve` on the connection; a failed connect or a lost connection counts in
+    ``reconnects`` and is tried again 0.1 s later. Anything else ends it, kept in
+    ``error`` for :meth:`stop` to raise."""
+
+    def __init__(self, connect: Connect, name: str) -> None:
+        super().__init__(daemon=True, name=name)
+        self.connect = connect
+        self.reconnects = 0
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._halt.set()
+        self.join(timeout)
+        assert not self.is_alive(), f"{self.name} did not stop ({self._progress()})"
+        assert self.error is None, repr(self.error)
+
+    def _progress(self) -> str:
+        return f"{self.reconnects} reconnects"
+
+    def _more(self) -> bool:
+        return not self._halt.is_set()
+
+    def _serve(self, connection: pika.BlockingConnection) -> None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        try:
+            while self._more():
+                try:
+                    connection = self.connect()
+                except CLIENT_ERRORS:
+                    self.reconnects += 1
+                    time.sleep(0.1)
+                    continue
+                try:
+                    self._serve(connection)
+                except CLIENT_ERRORS:
+                    self.reconnects += 1
+                    _close_quietly(connection)
+                    time.sleep(0.1)
+                finally:
+                    _close_quietly(connection)
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+
+def _close_quietly(connection: pika.BlockingConnection) -> None:
+    try:
+        if connection.is_open:
+            connection.close()
+    except CLIENT_ERRORS:
+        pass
+
+
+class Publisher(_Client):
     """Publishes ``prefix0``, ``prefix1``… persistent, mandatory, one at a time with
     confirms, to the default exchange with routing key ``queue``, until :meth:`stop` or
     ``limit`` confirmed. A nack or a return (no queue there for now) is retried with the
@@ -66,67 +123,44 @@ class Publisher(threading.Thread):
         pause: float = 0.0,
         declare: bool = True,
     ) -> None:
-        super().__init__(daemon=True, name=f"publisher-{prefix}")
-        self.connect, self.queue, self.prefix = connect, queue, prefix
+        super().__init__(connect, f"publisher-{prefix}")
+        self.queue, self.prefix = queue, prefix
         self.limit, self.pause, self.declare = limit, pause, declare
         self.confirmed: list[str] = []
-        self.nacks = self.returns = self.reconnects = self.attempts = 0
-        self.error: BaseException | None = None
-        self._halt = threading.Event()
+        self.nacks = self.returns = self.attempts = 0
+        self._number = 0
 
-    def stop(self, timeout: float = 30.0) -> None:
-        self._halt.set()
-        self.join(timeout)
-        assert not self.is_alive(), f"{self.name} still publishing ({len(self.confirmed)} confirmed)"
-        assert self.error is None, repr(self.error)
+    def _progress(self) -> str:
+        return f"{len(self.confirmed)} confirmed"
 
-    def _more(self, number: int) -> bool:
-        return not self._halt.is_set() and (self.limit is None or number < self.limit)
+    def _more(self) -> bool:
+        return not self._halt.is_set() and (self.limit is None or self._number < self.limit)
 
-    def run(self) -> None:
-        number = 0
-        try:
-            while self._more(number):
-                try:
-                    connection = self.connect()
-                except CLIENT_ERRORS:
-                    self.reconnects += 1
-                    time.sleep(0.1)
-                    continue
-                try:
-                    channel = connection.channel()
-                    channel.confirm_delivery()
-                    if self.declare:
-                        channel.queue_declare(self.queue, durable=True)
-                    while self._more(number):
-                        body = f"{self.prefix}{number}"
-                        self.attempts += 1
-                        message_id = f"{body}/{self.attempts}"
-                        properties = pika.BasicProperties(delivery_mode=2, message_id=message_id)
-                        try:
-                            channel.basic_publish("", self.queue, body.encode(), properties, mandatory=True)
-                        except pika.exceptions.NackError:
-                            self.nacks += 1
-                            time.sleep(0.05)
-                            continue
-                        except pika.exceptions.UnroutableError:
-                            self.returns += 1
-                            time.sleep(0.05)
-                            continue
-                        self.confirmed.append(body)
-                        number += 1
-                        if self.pause:
-                            time.sleep(self.pause)
-                    connection.close()
-                except CLIENT_ERRORS:
-                    self.reconnects += 1
-                    try:
-                        connection.close()
-                    except CLIENT_ERRORS:
-                        pass
-                    time.sleep(0.1)
-        except BaseException as exc:  # reported by stop()
-            self.error = exc
+    def _serve(self, connection: pika.BlockingConnection) -> None:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        if self.declare:
+            channel.queue_declare(self.queue, durable=True)
+        while self._more():
+            body = f"{self.prefix}{self._number}"
+            self.attempts += 1
+            message_id = f"{body}/{self.attempts}"
+            properties = pika.BasicProperties(delivery_mode=2, message_id=message_id)
+            try:
+                channel.basic_publish("", self.queue, body.encode(), properties, mandatory=True)
+            except pika.exceptions.NackError:
+                self.nacks += 1
+                time.sleep(0.05)
+                continue
+            except pika.exceptions.UnroutableError:
+                self.returns += 1
+                time.sleep(0.05)
+                continue
+            self.confirmed.append(body)
+            self._number += 1
+            if self.pause:
+                time.sleep(self.pause)
+        connection.close()
 
 
 @dataclass(frozen=True)
@@ -138,7 +172,7 @@ class Delivery:
     message_id: str | None = None
 
 
-class Consumer(threading.Thread):
+class Consumer(_Client):
     """Consumes ``queue`` with manual acks and ``prefetch``; every delivery goes to
     ``deliveries`` (then acked). A broker cancel (the owner was lost) or a closed
     channel makes it subscribe again; a lost connection, reconnect. ``subscribed``
@@ -148,47 +182,16 @@ class Consumer(threading.Thread):
     def __init__(
         self, connect: Connect, queue: str, prefetch: int = 50, label: str = "consumer", work: float = 0.0
     ) -> None:
-        super().__init__(daemon=True, name=label)
-        self.connect, self.queue, self.prefetch, self.label = connect, queue, prefetch, label
+        super().__init__(connect, label)
+        self.queue, self.prefetch, self.label = queue, prefetch, label
         self.work = work
         self.deliveries: list[Delivery] = []
         self.subscribed: list[float] = []
-        self.cancels = self.reconnects = self.channel_errors = 0
-        self.error: BaseException | None = None
-        self._halt = threading.Event()
+        self.cancels = self.channel_errors = 0
         self._cancelled = False
 
     def bodies(self) -> set[str]:
         return {delivery.body for delivery in self.deliveries}
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._halt.set()
-        self.join(timeout)
-        assert not self.is_alive(), f"{self.name} did not stop"
-        assert self.error is None, repr(self.error)
-
-    def run(self) -> None:
-        try:
-            while not self._halt.is_set():
-                try:
-                    connection = self.connect()
-                except CLIENT_ERRORS:
-                    self.reconnects += 1
-                    time.sleep(0.1)
-                    continue
-                try:
-                    self._serve(connection)
-                except CLIENT_ERRORS:
-                    self.reconnects += 1
-                    time.sleep(0.1)
-                finally:
-                    try:
-                        if connection.is_open:
-                            connection.close()
-                    except CLIENT_ERRORS:
-                        pass
-        except BaseException as exc:  # reported by stop()
-            self.error = exc
 
     def _serve(self, connection: pika.BlockingConnection) -> None:
         while not self._halt.is_set():
