@@ -163,12 +163,11 @@ def decode_content_header(buf: bytes | bytearray, pos: int, end: int) -> header.
     return h
 
 
-def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
-    """A basic.deliver with its content header and a one-frame body, complete at the
-    start of ``buf``: (bytes it takes, the delivery). None when ``buf`` starts with
-    anything else, an incomplete delivery or one :func:`decode_frame` should judge
-    (a larger body, a malformed frame): the caller then reads frame by frame. Never
-    raises."""
+def delivery_frames(buf: bytearray) -> tuple[int, int, int, int, bytes] | None:
+    """The frames of a basic.deliver, its content header and a one-frame (or empty)
+    body, complete at the start of ``buf``: (bytes they take, the deliver frame's end
+    (its frame-end octet), the content header frame's start, its end, the body). None
+    when ``buf`` starts with anything else or they are incomplete. Never raises."""
     size = len(buf)
     if size < 12 or buf[0] != 1 or _U32(buf, 7)[0] != _DELIVER_INDEX:
         return None
@@ -180,7 +179,7 @@ def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
     head_end = pos + 7 + _U32(buf, pos + 3)[0]
     if size <= head_end or buf[head_end] != FRAME_END:
         return None
-    _, _, body_size, flags = _CONTENT_HEAD(buf, pos + 7)
+    body_size = _U64(buf, pos + 11)[0]
     taken = head_end + 1
     if body_size:
         body_end = taken + 7 + body_size
@@ -192,10 +191,21 @@ def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
             or buf[body_end] != FRAME_END
         ):
             return None
-        body = bytes(buf[taken + 7 : body_end])
-        taken = body_end + 1
-    else:
-        body = b""
+        return body_end + 1, end, pos, head_end, bytes(buf[taken + 7 : body_end])
+    return taken, end, pos, head_end, b""
+
+
+def take_delivery(buf: bytearray) -> tuple[int, Delivery] | None:
+    """A basic.deliver with its content header and a one-frame body, complete at the
+    start of ``buf``: (bytes it takes, the delivery). None when ``buf`` starts with
+    anything else, an incomplete delivery or one :func:`decode_frame` should judge
+    (a larger body, a malformed frame): the caller then reads frame by frame. Never
+    raises."""
+    frames = delivery_frames(buf)
+    if frames is None:
+        return None
+    taken, end, pos, head_end, body = frames
+    flags = _CONTENT_HEAD(buf, pos + 7)[3]
     try:
         if flags & 1:
             raise _Malformed("more than one property flag word")

@@ -42,7 +42,7 @@ from pamqp import commands
 from ..amqp import field_table
 from ..amqp.client import Channel, Connection
 from ..amqp.client.consumer import Consumer as ClientConsumer
-from ..amqp.delivery import Delivery, decode_deliver
+from ..amqp.delivery import Delivery, decode_deliver, delivery_frames
 from ..amqp.errors import AMQPError, ChannelError
 from ..core.auth import CLUSTER_USER
 from ..core.message import FORMATS
@@ -64,7 +64,6 @@ AMQP_FORMAT = "amqp-0-9-1"
 
 _U32 = struct.Struct(">I").unpack_from
 _U64 = struct.Struct(">Q").unpack_from
-_DELIVER_INDEX = commands.Basic.Deliver.index
 CONNECTING, UP, DOWN = "connecting", "up", "down"
 _SETTLE = struct.Struct(">BHIHHQBB").pack
 _ACK, _REJECT, _NACK = 80, 90, 120  # basic.ack, basic.reject, basic.nack method ids
@@ -110,33 +109,10 @@ def take_raw_delivery(buf: bytearray) -> tuple[int, RawDelivery] | None:
     body at the start of ``buf``: (bytes it takes, the delivery, header undecoded).
     None when ``buf`` starts with anything else or is incomplete (the caller then
     reads frame by frame). Never raises."""
-    size = len(buf)
-    if size < 12 or buf[0] != 1 or _U32(buf, 7)[0] != _DELIVER_INDEX:
+    frames = delivery_frames(buf)
+    if frames is None:
         return None
-    channel = buf[1:3]
-    end = 7 + _U32(buf, 3)[0]
-    pos = end + 1
-    if size < pos + 21 or buf[end] != 0xCE or buf[pos] != 2 or buf[pos + 1 : pos + 3] != channel:
-        return None
-    head_end = pos + 7 + _U32(buf, pos + 3)[0]
-    if size <= head_end or buf[head_end] != 0xCE:
-        return None
-    body_size = _U64(buf, pos + 11)[0]
-    taken = head_end + 1
-    if body_size:
-        body_end = taken + 7 + body_size
-        if (
-            size <= body_end
-            or buf[taken] != 3
-            or buf[taken + 1 : taken + 3] != channel
-            or _U32(buf, taken + 3)[0] != body_size
-            or buf[body_end] != 0xCE
-        ):
-            return None
-        body = bytes(buf[taken + 7 : body_end])
-        taken = body_end + 1
-    else:
-        body = b""
+    taken, end, pos, head_end, body = frames
     try:
         d: Any = decode_deliver(buf, 11, end)
     except Exception:
