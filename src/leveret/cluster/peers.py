@@ -340,18 +340,19 @@ class Relay:
 
     def nack(self, tag: int, requeue: bool) -> None:
         """basic.nack (``requeue``) of the owner's ``tag``."""
-        channel = self.channel
-        if channel is not None and channel.is_open:
-            self._flush_acks()
-            channel.connection._write(_settle_frame(channel.number, _NACK, tag, 2 if requeue else 0))
-            self._settled_alone(tag)
+        self._settle_one(_NACK, tag, 2 if requeue else 0)
 
     def reject(self, tag: int, requeue: bool) -> None:
         """basic.reject (``requeue``) of the owner's ``tag``."""
+        self._settle_one(_REJECT, tag, 1 if requeue else 0)
+
+    def _settle_one(self, method: int, tag: int, bits: int) -> None:
+        """Write a basic.nack/reject of ``tag`` (after the pending acks, so that the owner
+        sees them in order) when the channel is open."""
         channel = self.channel
         if channel is not None and channel.is_open:
             self._flush_acks()
-            channel.connection._write(_settle_frame(channel.number, _REJECT, tag, 1 if requeue else 0))
+            channel.connection._write(_settle_frame(channel.number, method, tag, bits))
             self._settled_alone(tag)
 
     def cancel(self) -> None:
