@@ -180,15 +180,9 @@ class ReplicatingStore(Store):
     def request_offset(self, queue_id: int, when: float, answer: Callable[[int | None], None]) -> None:
         self.inner.request_offset(queue_id, when, answer)
 
-    def request_queue(
-        self,
-        queue_id: int,
-        after_seq: int,
-        limit: int,
-        upto_seq: int,
-        answer: Callable[[list[StoredMessage]], None],
-    ) -> None:
-        self.inner.request_queue(queue_id, after_seq, limit, upto_seq, answer)
+    def request_queue(self, *args: Any, **kwargs: Any) -> None:
+        """The inner store's (:meth:`Store.request_queue`)."""
+        self.inner.request_queue(*args, **kwargs)
 
     def read_queue(
         self, queue_id: int, after_seq: int, limit: int, upto_seq: int = ALL_SEQS
