@@ -1,0 +1,40 @@
+"""queue.delete if-empty / if-unused on a node that does not own the queue: the owner's
+messages and consumers count (RabbitMQ: 406 PRECONDITION_FAILED), never the remote
+node's stale figures. Two real node processes on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import pika
+import pytest
+from cluster_nodes import start_nodes
+from targets import unique
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect: vhost.delete_queue judges a RemoteQueue by its last (stale, "
+    "initially 0) owner figures; PeerLink.delete is never called (report of review32)",
+)
+def test_delete_if_empty_on_n1_of_a_queue_n2_holds_messages_in_is_refused(postgres, tmp_path) -> None:
+    n1, n2 = start_nodes(tmp_path, postgres.url, unique("delchk").replace("-", "_"), 2)
+    try:
+        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
+            channel = on_n2.channel()
+            channel.queue_declare("kept", durable=True)  # client-local: owned by n2
+            channel.confirm_delivery()
+            for i in range(3):
+                channel.basic_publish("", "kept", b"m%d" % i, PERSISTENT, mandatory=True)
+        refused = None
+        with pika.BlockingConnection(pika.URLParameters(n1.url)) as on_n1:
+            try:
+                on_n1.channel().queue_delete("kept", if_empty=True)
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                refused = exc.reply_code
+        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
+            count = on_n2.channel().queue_declare("kept", passive=True).method.message_count
+        assert (refused, count) == (406, 3)
+    finally:
+        for node in (n1, n2):
+            node.kill()
