@@ -5,18 +5,12 @@ node's stale figures. Two real node processes on a real PostgreSQL."""
 from __future__ import annotations
 
 import pika
-import pytest
 from cluster_nodes import start_nodes
 from targets import unique
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: vhost.delete_queue judges a RemoteQueue by its last (stale, "
-    "initially 0) owner figures; PeerLink.delete is never called (report of review32)",
-)
 def test_delete_if_empty_on_n1_of_a_queue_n2_holds_messages_in_is_refused(postgres, tmp_path) -> None:
     n1, n2 = start_nodes(tmp_path, postgres.url, unique("delchk").replace("-", "_"), 2)
     try:
@@ -35,6 +29,18 @@ def test_delete_if_empty_on_n1_of_a_queue_n2_holds_messages_in_is_refused(postgr
         with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
             count = on_n2.channel().queue_declare("kept", passive=True).method.message_count
         assert (refused, count) == (406, 3)
+        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
+            on_n2.channel().queue_declare("empty", durable=True)
+        with pika.BlockingConnection(pika.URLParameters(n1.url)) as on_n1:
+            channel = on_n1.channel()
+            channel.queue_delete("kept")  # no checks: deleted (its count is n1's last figure)
+            assert channel.queue_delete("empty", if_empty=True, if_unused=True).method.message_count == 0
+        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
+            try:
+                on_n2.channel().queue_declare("empty", passive=True)
+                raise AssertionError("the owner still has queue 'empty'")
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                assert exc.reply_code == 404
     finally:
         for node in (n1, n2):
             node.kill()

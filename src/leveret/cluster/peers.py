@@ -726,8 +726,9 @@ class PeerLink:
         if_empty: bool,
         callback: Callable[[int, tuple[int, str] | None], None],
     ) -> None:
-        """See :meth:`OwnerLink.delete`."""
-        if self.state != UP:
+        """See :meth:`OwnerLink.delete` (a link still connecting is waited for, up to
+        :data:`TIMEOUT` seconds)."""
+        if not self.alive:
             asyncio.get_running_loop().call_soon(
                 callback, 0, (404, f"NOT_FOUND - node {self.node} unreachable")
             )
@@ -741,8 +742,12 @@ class PeerLink:
         if_empty: bool,
         callback: Callable[[int, tuple[int, str] | None], None],
     ) -> None:
-        connection = self.connection
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
         try:
+            while self.state == CONNECTING and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            connection = self.connection if self.state == UP else None
             if connection is None:
                 raise OSError(f"node {self.node} unreachable")
             channel = await connection.default_channel()
@@ -753,6 +758,9 @@ class PeerLink:
         except (AMQPError, OSError) as exc:
             callback(0, (404, f"NOT_FOUND - {exc}"))
             return
+        except asyncio.CancelledError:  # the link closed: the client's reply must still come
+            callback(0, (404, f"NOT_FOUND - node {self.node} unreachable"))
+            raise
         callback(count, None)
 
     def inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:
