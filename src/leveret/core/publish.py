@@ -34,7 +34,7 @@ from .errors import access_refused, precondition_failed
 from .exchange import DEFAULT_EXCHANGE, DelayedMessageExchange, Exchange
 from .message import Message
 from .metrics import BUCKET_BY_BITS
-from .queues import ACCEPTED, REJECTED, STORED, Enqueued, QueuedMessage
+from .queues import ACCEPTED, REJECTED, STORED, Enqueued, Queue, QueuedMessage
 from .queues.remote import RemoteQueue
 from .scheduler import SCHEDULE_MARK, Schedule, schedule_from_headers
 
@@ -184,10 +184,11 @@ class Publisher:
             queues = vhost.route(exchange, message)
             routed = bool(queues)
             if self.local_only:
-                queues = self._local_only(queues)
-                if queues is None:  # a queue the sender may have meant for this node is moving
-                    queues = []
+                kept = self._local_only(queues)
+                if kept is None:  # a queue the sender may have meant for this node is moving
+                    kept = []
                     outcome = REJECTED
+                queues = kept
                 routed = routed and (bool(queues) or outcome == REJECTED)
                 counted = False
             for queue in queues:
@@ -212,7 +213,7 @@ class Publisher:
             self._settle(seq, outcome)
 
     @staticmethod
-    def _local_only(queues: list) -> list | None:
+    def _local_only(queues: list[Queue]) -> list[Queue] | None:
         """A peer's publish (:attr:`local_only`): the real queues of ``queues``; the
         other nodes' queues are skipped (the sender forwarded to their owners), but
         None (refused: a negative confirm, the publisher sends again) when one of them
