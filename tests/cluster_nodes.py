@@ -99,13 +99,14 @@ class ClusterNode:
 def start_nodes(
     directory: Path, store_url: str, cluster: str, count: int, **timings: float
 ) -> list[ClusterNode]:
-    """``count`` nodes n1, n2 … of ``cluster``, started one after the other (each ready
-    before the next starts, so n1 registers first)."""
-    nodes = []
-    for number in range(1, count + 1):
-        node = ClusterNode(directory / f"n{number}", store_url, cluster, f"n{number}", **timings).start()
+    """``count`` nodes n1, n2 … of ``cluster``, started together; returns once every
+    one is ready."""
+    nodes = [
+        ClusterNode(directory / f"n{number}", store_url, cluster, f"n{number}", **timings).start()
+        for number in range(1, count + 1)
+    ]
+    for node in nodes:
         node.wait_for("leveret ready")
-        nodes.append(node)
     return nodes
 
 

@@ -161,6 +161,13 @@ class Settings:
     #: where a new queue lives: ``client-local`` (the declaring node) or ``balanced``
     #: (the live node with the fewest queues), RabbitMQ's ``queue_leader_locator``
     queue_leader_locator: str = "client-local"
+    #: the AMQP port other nodes of the cluster reach this node on (on ``bind``), when it
+    #: differs from ``amqp_port``: ``leveret server --nodes N`` gives each node its own,
+    #: since the shared client port reaches any of them; None: ``amqp_port``
+    cluster_port: int | None = None
+    #: bind every client port with SO_REUSEPORT, so the nodes of ``leveret server
+    #: --nodes N`` share them and the kernel spreads connections over the nodes
+    reuse_port: bool = False
     log_level: str = "info"
     disk_free_limit: int = 50_000_000  # bytes; below it publishers are blocked
     disk_reserve: int = 16 * 1024 * 1024  # bytes the store never fills with messages

@@ -127,6 +127,31 @@ def test_users_vhosts_permissions_and_policies_reach_b(nodes) -> None:
     assert b.call(lambda: "shop" not in b.core.vhosts)
 
 
+def test_a_queue_of_another_vhost_owned_by_b_is_used_from_a(nodes) -> None:
+    """A's RemoteQueue of a queue in vhost ``shop`` links to B's ``shop``, not ``/``:
+    a confirmed publish on A lands in it, and a consumer on A gets it back."""
+    a, b = nodes
+    api = Target.of(a)
+    put(api, "/api/vhosts/shop", {})
+    put(api, "/api/permissions/shop/guest", {"configure": ".*", "write": ".*", "read": ".*"})
+
+    def connect(broker: BlockingBroker) -> pika.adapters.blocking_connection.BlockingChannel:
+        connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url.rsplit("/", 1)[0] + "/shop"))
+        OPEN.append(connection)
+        return connection.channel()
+
+    on_b = connect(b)
+    on_b.queue_declare("parcels", durable=True)  # owned by B (client-local)
+    assert owner(a, "parcels", "shop") == "b"
+    on_a = connect(a)
+    on_a.confirm_delivery()
+    for number in range(5):
+        on_a.basic_publish("", "parcels", str(number).encode(), mandatory=True)
+    assert on_b.queue_declare("parcels", passive=True).method.message_count == 5
+    got = [on_a.basic_get("parcels", auto_ack=True)[2] for _ in range(5)]
+    assert got == [str(number).encode() for number in range(5)]
+
+
 def test_a_transient_queue_and_exchange_are_visible_on_b(nodes) -> None:
     a, b = nodes
     on_a, on_b = channel_of(a), channel_of(b)

@@ -74,3 +74,29 @@ def test_a_queue_moved_away_and_restored_keeps_bindings_and_messages(broker):
     connection.close()
     assert [body for body, _ in found] == [f"m{n}" for n in range(20)] + ["after"]
     assert {body for body, again in found if again} == set(held)
+
+
+def test_a_restored_queue_keeps_its_deduplication_keys(broker):
+    connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    channel = connection.channel()
+    channel.queue_declare("once", durable=True, arguments={"x-message-deduplication": True})
+    channel.confirm_delivery()
+    channel.basic_publish("", "once", b"first", pika.BasicProperties(delivery_mode=2, message_id="k1"))
+    committed(broker)
+    vhost = broker.core.vhosts["/"]
+    store = broker.core.store
+
+    def swap_both_ways():
+        remote = make_remote(vhost, vhost.queues["once"], "n2", None)
+        queue_id = remote.queue_id
+        counts, keys = store.count_blocks(queue_id), store.read_dedup(queue_id)
+        restore_queue(vhost, remote, queue_id, store, counts, keys)
+
+    broker.call(swap_both_ways)
+    channel.basic_publish("", "once", b"again", pika.BasicProperties(delivery_mode=2, message_id="k1"))
+    channel.basic_publish("", "once", b"other", pika.BasicProperties(delivery_mode=2, message_id="k2"))
+    found = []
+    while (got := channel.basic_get("once", auto_ack=True))[0] is not None:
+        found.append(got[2])
+    connection.close()
+    assert found == [b"first", b"other"]

@@ -95,6 +95,21 @@ if TYPE_CHECKING:  # (loaded when a broker runs: `leveret ctl` imports this modu
     help="The host other cluster nodes reach this node's AMQP port on [127.0.0.1].",
 )
 @click.option(
+    "--cluster-port",
+    type=int,
+    default=None,
+    help="The AMQP port other cluster nodes reach this node on, if not the client port [--amqp-port].",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Run N cluster nodes on this machine sharing the client ports (docs/cluster.md) [off].",
+)
+@click.option(
+    "--reuse-port", is_flag=True, default=None, hidden=True, help="Bind client ports with SO_REUSEPORT."
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False),
@@ -135,6 +150,9 @@ def server(
     cluster: str | None,
     node_name: str | None,
     cluster_advertise: str | None,
+    cluster_port: int | None,
+    nodes: int | None,
+    reuse_port: bool | None,
     config_file: str | None,
     workers: int | None,
     consumer_timeout: int | None,
@@ -150,6 +168,11 @@ def server(
     An active cluster node (``--node NAME``) adds " node NAME" to its ready line; on a
     signal it hands its queues to the live nodes first; fenced (its session or its lease
     lost) it stops serving at once and exits 1, for its supervisor to restart it.
+
+    With ``--nodes N``: a supervisor of N cluster nodes on this machine sharing the
+    client ports (SO_REUSEPORT), on ``--store`` or a private PostgreSQL under the data
+    directory; it prints one "leveret ready" line once every node is ready, restarts a
+    node that exits, and stops them all (then its PostgreSQL) on SIGTERM or SIGINT.
     """
     settings = Settings(
         stomp_port=61613, web_stomp_port=15674, prometheus_port=15692, mqtt_port=1883, web_mqtt_port=15675
@@ -175,6 +198,8 @@ def server(
         ("store_cluster", cluster),
         ("node_name", node_name),
         ("cluster_advertise", cluster_advertise),
+        ("cluster_port", cluster_port),
+        ("reuse_port", reuse_port),
         ("workers", workers),
         ("log_level", log_level),
     ):
@@ -205,6 +230,16 @@ def server(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if nodes is not None:  # a supervisor of N node processes (cluster/supervisor.py)
+        if settings.node_name is not None:
+            raise click.UsageError("--nodes starts its own nodes: give it without --node")
+        from ..cluster.supervisor import Supervisor, SupervisorError
+
+        try:
+            code = Supervisor(settings, nodes, config_file, consumer_timeout).run()
+        except (SupervisorError, DataDirLocked, StoreError) as exc:
+            raise click.ClickException(str(exc)) from None
+        sys.exit(code)
     # A flood of bad connections or logins costs a few log lines, not one each (the
     # audit log is never thinned; an embedding program keeps its own logging as is).
     log_limit.limit("leveret.amqp", "leveret.stomp", "leveret.management", "leveret.server")

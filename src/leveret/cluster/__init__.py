@@ -11,7 +11,9 @@ parameters) is shared through the store and applied by every node before a chang
   applied on every other node (LISTEN/NOTIFY, polling as a fallback);
 - :mod:`.peers` and :mod:`.owner`: the links between nodes (AMQP itself, leveret's own
   client) that carry publishes to a queue's owner and a remote queue's deliveries back;
-- :mod:`.takeover`: survivors take a dead or fenced node's queues over;
+- :mod:`.takeover`: survivors take a dead or fenced node's queues over, restoring them
+  from the shared store (:mod:`.restore`);
+- :mod:`.lease`: a node cut off from the database stops serving within its lease;
 - :mod:`.node`: :class:`~.node.ClusterNode`, which starts and stops all of it.
 
 Fencing: a node's store writer session holds the node's PostgreSQL advisory lock, every

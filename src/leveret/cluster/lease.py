@@ -63,6 +63,9 @@ class LeaseWatchdog:
         self.now = now
         self.every = every
         self.fired = False
+        #: when the watchdog started: a long start-up (recovery reads on the writer's
+        #: session) does not count against the lease
+        self.since = now()
         self._task: asyncio.Task | None = None
 
     def check(self) -> bool:
@@ -72,7 +75,7 @@ class LeaseWatchdog:
         last_ok = getattr(self.store, "last_ok", None)
         if last_ok is None:
             return False
-        silent = self.now() - last_ok
+        silent = self.now() - max(last_ok, self.since)
         if silent <= self.lease:
             return False
         self.fired = True
@@ -88,6 +91,7 @@ class LeaseWatchdog:
                 log.exception("lease check failed")
 
     def start(self) -> None:
+        self.since = self.now()
         self._task = asyncio.ensure_future(self._run())
 
     def stop(self) -> None:

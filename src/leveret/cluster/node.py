@@ -89,7 +89,7 @@ class ClusterNode:
         self.takeovers: list[tuple[str, int, float]] = []
         #: the addresses registered (the listeners' real ports once they are bound)
         self.host = settings.cluster_advertise
-        self.amqp_port = settings.amqp_port
+        self.amqp_port = settings.cluster_port or settings.amqp_port  # --nodes: a port of its own
         self.http_port = settings.http_port
         self.now = now
         self.started_at = time.time()
@@ -138,7 +138,7 @@ class ClusterNode:
         secret: ``cluster_secret``, else the one kept in the catalog), and every vhost's
         store waits for the links' confirms (:mod:`.confirms`)."""
         secret = self.settings.cluster_secret or str(await asyncio.to_thread(self.catalog.secret))
-        peers = Peers(secret, self.address_of)
+        peers = Peers(secret, self.address_of, self.resolve)
         accept_peers(self.core, secret)
         gate = FlowGate(self.core.flow.set)  # publishers held by the store's backlog or the links'
         self.store.on_flow = gate.store
@@ -153,11 +153,21 @@ class ClusterNode:
         row = next((r for r in self._rows if r.name == node), None)
         return (row.host, row.amqp_port) if row is not None else None
 
+    async def resolve(self, node: str) -> tuple[str, int] | None:
+        """:meth:`address_of` after a fresh look at the catalog (a node that joined
+        since the last look, at most 0.5 s ago)."""
+        self._rows = await asyncio.to_thread(self.catalog.nodes)
+        return self.address_of(node)
+
     async def advertise(self, amqp_port: int, http_port: int | None) -> None:
-        """The listeners are bound: register their real ports (a port 0 in the settings)."""
-        if (amqp_port, http_port) != (self.amqp_port, self.http_port):
-            self.amqp_port, self.http_port = amqp_port, http_port
-            await asyncio.to_thread(self.catalog.register, self.host, amqp_port, http_port or 0)
+        """The listeners are bound: register the real ports of those given as 0 (a
+        port registered otherwise stays: it may be one of the node's own, not the
+        listener's)."""
+        amqp = self.amqp_port or amqp_port
+        http = self.http_port if self.http_port else http_port
+        if (amqp, http) != (self.amqp_port, self.http_port):
+            self.amqp_port, self.http_port = amqp, http
+            await asyncio.to_thread(self.catalog.register, self.host, amqp, http or 0)
 
     async def _sort_queues(self, owners: dict[tuple[str, str], tuple[str, int]]) -> None:
         """Start-up: queues this node owns stay real; an unclaimed durable one is claimed
@@ -277,7 +287,7 @@ class ClusterNode:
             self.on_fenced(reason)
 
     # -- ownership -------------------------------------------------------------------------
-    def link(self, owner: str, vhost: str = "/") -> PeerLink | None:
+    def link(self, owner: str, vhost: str) -> PeerLink | None:
         """The link to node ``owner`` for ``vhost`` (None without peers)."""
         if self.peers is None or owner == self.node:
             return None
@@ -415,25 +425,38 @@ class ClusterNode:
                 return
             restored = 0
             for vhost_name, name, queue_id in queues:
+                await self._deletions_done(queue_id)
                 counts = await asyncio.to_thread(self.store.count_blocks, queue_id)
+                dedup = await asyncio.to_thread(self.store.read_dedup, queue_id)
                 vhost = self.core.vhosts.get(vhost_name)
                 stand_in = vhost.queues.get(name) if vhost is not None else None
                 if vhost is None or not isinstance(stand_in, RemoteQueue) or self.fenced is not None:
                     continue
-                restore_queue(vhost, stand_in, queue_id, self.store, counts)
+                restore_queue(vhost, stand_in, queue_id, self.store, counts, dedup)
                 restored += 1
             self.core.scheduler.adopt()  # the dead node's scheduled rows, if they came here
             if restored:
                 seconds = self.now() - started
                 self.takeovers.append((dead, restored, seconds))
                 log.warning(
-                    "took over %d queues of node %s: serving %.2f s after its lock was taken",
+                    "took over %d queues of node %s: serving %.2f s after they were given here",
                     restored,
                     dead,
                     seconds,
                 )
         finally:
             self._acquiring.difference_update((v, n) for v, n, _ in queues)
+
+    async def _deletions_done(self, queue_id: int, timeout: float = 5.0) -> None:
+        """Until no range deletion (a purge) of queue ``queue_id`` waits in the store:
+        every node's writer does them in the background (at most ``timeout`` seconds,
+        then logged: a purged message may come back, at least once)."""
+        deadline = self.now() + timeout
+        while await asyncio.to_thread(self.store.ranges_pending, queue_id):
+            if self.now() > deadline:
+                log.warning("queue id %d: a purge still waits in the store; restoring it anyway", queue_id)
+                return
+            await asyncio.sleep(0.05)
 
     # -- operations ------------------------------------------------------------------------
     def nodes(self) -> list[dict[str, Any]]:

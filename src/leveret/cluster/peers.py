@@ -32,7 +32,7 @@ import asyncio
 import logging
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -482,6 +482,8 @@ class PeerLink:
     async def _connect(self, attempt: int) -> None:
         address = self.peers.address_of(self.node)
         try:
+            if address is None and self.peers.resolve is not None:
+                address = await self.peers.resolve(self.node)
             if address is None:
                 raise OSError(f"no address known for node {self.node}")
             host, port = address
@@ -771,13 +773,20 @@ class Peers:
     ``address_of(node)`` gives the ``(host, amqp_port)`` of a node (None: unknown),
     at once (it runs on the event loop: from what the node knows, never a query);
     ``secret`` is the cluster secret the peers' owner sides accept (ValueError if empty
-    or None)."""
+    or None). ``resolve(node)``, when given, is asked (a coroutine: it may query) for a
+    node ``address_of`` does not know yet: one that joined since the node last looked."""
 
-    def __init__(self, secret: str | None, address_of: Callable[[str], tuple[str, int] | None]) -> None:
+    def __init__(
+        self,
+        secret: str | None,
+        address_of: Callable[[str], tuple[str, int] | None],
+        resolve: Callable[[str], Awaitable[tuple[str, int] | None]] | None = None,
+    ) -> None:
         if not secret:
             raise ValueError("the cluster secret must not be empty")
         self.secret = secret
         self.address_of = address_of
+        self.resolve = resolve
         self.links: dict[tuple[str, str], PeerLink] = {}
         self.closed = False
         self._content_header: Callable[[Message], bytes] | None = None

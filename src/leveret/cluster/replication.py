@@ -18,7 +18,7 @@ milliseconds, not a polling period; the poll only covers a lost notification.
 
 Queues: every node holds every queue under its name; the owner node a real one,
 the others a :class:`~leveret.core.queues.remote.RemoteQueue` (its ``link`` from the
-``link_for(owner)`` the node gives). A change of kind ``owner`` (a takeover or move,
+``link_for(owner, vhost)`` the node gives). A change of kind ``owner`` (a takeover or move,
 data ``{"node", "queue_id"}``) retargets remote queues; the node that becomes the owner
 gets ``on_acquired(vhost, name, queue_id)`` (the node runtime restores the real queue
 from the store). A queue deleted on any node is deleted on its owner (consumers
@@ -105,7 +105,7 @@ def _fields(change: Any) -> tuple[int, str, str, str, str, dict | None]:
 
 class Replication:
     """The shared metadata of ``cluster`` (the :class:`~.node.ClusterNode`: its ``core``,
-    ``store`` (started), ``catalog``, ``node``, ``link(owner)``, ``on_acquired(vhost,
+    ``store`` (started), ``catalog``, ``node``, ``link(owner, vhost)``, ``on_acquired(vhost,
     name, queue_id)`` and ``settings.queue_leader_locator`` are used). Made once the
     snapshot is recovered and the queues sorted (real here, RemoteQueue elsewhere);
     :meth:`start` installs it and catches up, :meth:`stop` stops applying."""
@@ -119,7 +119,7 @@ class Replication:
         #: what core writes to: the node's store, logging changes
         self.store = raw if isinstance(raw, ReplicatingStore) else ReplicatingStore(raw, self.node)
         link = getattr(cluster, "link", None)
-        self.link_for: Callable[[str], Any] = link if link is not None else (lambda owner: None)
+        self.link_for: Callable[[str, str], Any] = link if link is not None else (lambda owner, vhost: None)
         self.on_acquired: Callable[[str, str, int], None] | None = getattr(cluster, "on_acquired", None)
         settings = getattr(cluster, "settings", None)
         self.default_locator = str(getattr(settings, "queue_leader_locator", CLIENT_LOCAL))
@@ -302,7 +302,7 @@ class Replication:
             return
         if isinstance(local, RemoteQueue):
             if local.owner != owner:
-                local.retarget(owner, self.link_for(owner))
+                local.retarget(owner, self.link_for(owner, host.name))
             local.durable, local.auto_delete, local.arguments = durable, auto_delete, arguments
             return
         remote = self._remote(host, name, owner, durable, auto_delete, arguments, bool(data.get("exclusive")))
@@ -340,7 +340,7 @@ class Replication:
                 self.on_acquired(vhost, name, queue_id)
             return
         if isinstance(local, RemoteQueue):
-            local.retarget(owner, self.link_for(owner))
+            local.retarget(owner, self.link_for(owner, host.name))
             self._settle(local)
         else:  # moved away from this node: its messages stay in the store for the new owner
             self._settle(self._to_remote(host, local, owner))
@@ -364,7 +364,9 @@ class Replication:
         arguments: dict,
         exclusive: bool = False,
     ) -> RemoteQueue:
-        remote = RemoteQueue(host, name, durable, auto_delete, arguments, owner, self.link_for(owner))
+        remote = RemoteQueue(
+            host, name, durable, auto_delete, arguments, owner, self.link_for(owner, host.name)
+        )
         if exclusive:
             remote.exclusive_owner = REMOTE_EXCLUSIVE
         return remote

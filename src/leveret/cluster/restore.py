@@ -15,6 +15,7 @@ notification), new ones attach to the real queue.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.exchange_base import Binding
@@ -54,10 +55,18 @@ def swap(vhost: VirtualHost, old: Queue, new: Queue) -> None:
     old.bindings.clear()
 
 
-def restore_queue(vhost: VirtualHost, stand_in: Queue, queue_id: int, store: Store, counts: Counts) -> Queue:
+def restore_queue(
+    vhost: VirtualHost,
+    stand_in: Queue,
+    queue_id: int,
+    store: Store,
+    counts: Counts,
+    dedup: Sequence[tuple[str, float]] = (),
+) -> Queue:
     """The real queue of ``stand_in`` (a RemoteQueue, or a real queue recovered at
     start-up), owned by this node from now on, its messages read back from ``store``
-    (``counts``: its committed rows, read off the loop beforehand)."""
+    (``counts``: its committed rows, ``dedup`` its deduplication keys with their
+    expiry, both read off the loop beforehand)."""
     arguments = dict(stand_in.arguments)
     queue = queue_class(arguments)(vhost, stand_in.name, True, None, stand_in.auto_delete, arguments)
     queue.store, queue.queue_id = store, queue_id
@@ -66,6 +75,9 @@ def restore_queue(vhost: VirtualHost, stand_in: Queue, queue_id: int, store: Sto
     else:
         stand_in.stop()
     swap(vhost, stand_in, queue)
+    if queue.dedup is not None:
+        for key, expires_at in dedup:
+            queue.dedup.restore(key, expires_at)
     count, last_seq, size = totals(counts)
     queue.restore_paged(count, last_seq, size)
     if isinstance(queue, StreamQueue):

@@ -175,8 +175,10 @@ class ManagementAPI:
         limits: HttpLimits | None = None,
         cap: int | None = None,
         federation: FederationLinks | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.core = core
+        self.reuse_port = reuse_port  # SO_REUSEPORT: the nodes of --nodes N share the ports
         #: the HTTP port's and the HTTPS port's guards (:mod:`..server.http_guard`):
         #: ``cap`` connections each at most, ``limits``' timeouts
         self.limits = limits or HttpLimits()
@@ -228,11 +230,18 @@ class ManagementAPI:
         await self._runner.setup()
         self.rates.start()
         if self.port is not None:
-            await GuardedSite(self._runner, self.host, self.port, self.guards[0]).start()
+            await GuardedSite(
+                self._runner, self.host, self.port, self.guards[0], reuse_port=self.reuse_port or None
+            ).start()
             self.port = self._runner.addresses[-1][1]
         if self.https_port is not None:
             await GuardedSite(
-                self._runner, self.host, self.https_port, self.guards[1], ssl_context=self._tls
+                self._runner,
+                self.host,
+                self.https_port,
+                self.guards[1],
+                ssl_context=self._tls,
+                reuse_port=self.reuse_port or None,
             ).start()
             self.https_port = self._runner.addresses[-1][1]
 

@@ -755,8 +755,10 @@ class PrometheusServer:
         limits: HttpLimits | None = None,
         cap: int | None = None,
         federation: FederationLinks | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.core = core
+        self.reuse_port = reuse_port  # SO_REUSEPORT: the nodes of --nodes N share the port
         #: the broker's federation links (:mod:`.federation_metrics`), if any
         self.federation = federation
         #: the port's header and keep-alive timeouts and cap (:mod:`..server.http_guard`)
@@ -785,7 +787,9 @@ class PrometheusServer:
         )
         await self._runner.setup()
         try:
-            await GuardedSite(self._runner, self.host, self.port, self.guard).start()
+            await GuardedSite(
+                self._runner, self.host, self.port, self.guard, reuse_port=self.reuse_port or None
+            ).start()
         except BaseException:
             await self._runner.cleanup()
             self._runner = None

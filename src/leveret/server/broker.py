@@ -78,12 +78,19 @@ class Broker:
         settings = self.settings
         if settings.workers > 0:  # connection workers do the AMQP sockets' byte work
             self.listener: Listener = WorkerListener(
-                self.core, settings.bind, settings.amqp_port, settings.workers
+                self.core, settings.bind, settings.amqp_port, settings.workers, settings.reuse_port
             )
         else:
             self.listener = Listener(
-                self.core, settings.bind, settings.amqp_port, settings.read_coalesce_ms / 1000
+                self.core,
+                settings.bind,
+                settings.amqp_port,
+                settings.read_coalesce_ms / 1000,
+                reuse_port=settings.reuse_port,
             )
+        #: A cluster node's own AMQP port for the other nodes' links, when
+        #: ``cluster_port`` is set (``--nodes N``: the shared port reaches any node).
+        self.peer_listener: Listener | None = None
         #: AMQP over TLS, when ``amqps_port`` is set (its context is made at start):
         #: AMQP 0-9-1 and 1.0, told apart by their protocol headers as on the AMQP port.
         self.tls_listener: Listener | None = None
@@ -140,6 +147,13 @@ class Broker:
     def amqp_port(self) -> int:
         """The port actually bound (after start)."""
         return self.listener.port
+
+    @property
+    def cluster_amqp_port(self) -> int:
+        """The AMQP port the other nodes of a cluster reach this node on (after start):
+        ``cluster_port``'s when set (``--nodes N``, whose nodes share ``amqp_port``),
+        else :attr:`amqp_port`."""
+        return self.peer_listener.port if self.peer_listener is not None else self.listener.port
 
     @property
     def amqp_url(self) -> str:
@@ -210,19 +224,38 @@ class Broker:
             # sessions of MQTT clients gone meanwhile (the AMQP port takes MQTT too)
             SessionTimers.of(self.core).start()
             await self.listener.start()
+            if settings.cluster_port is not None:
+                self.peer_listener = Listener(self.core, settings.bind, settings.cluster_port)
+                await self.peer_listener.start()
             if settings.amqps_port is not None:
                 self.tls_listener = Listener(
-                    self.core, settings.bind, settings.amqps_port, 0, tls, settings.ssl_cert_login_from
+                    self.core,
+                    settings.bind,
+                    settings.amqps_port,
+                    0,
+                    tls,
+                    settings.ssl_cert_login_from,
+                    reuse_port=settings.reuse_port,
                 )
                 await self.tls_listener.start()
             if settings.stomp_port is not None:
                 self.stomp_listener = Listener(
-                    self.core, settings.bind, settings.stomp_port, 0, connection_class=StompConnection
+                    self.core,
+                    settings.bind,
+                    settings.stomp_port,
+                    0,
+                    connection_class=StompConnection,
+                    reuse_port=settings.reuse_port,
                 )
                 await self.stomp_listener.start()
             if settings.mqtt_port is not None:
                 self.mqtt_listener = Listener(
-                    self.core, settings.bind, settings.mqtt_port, 0, connection_class=MqttConnection
+                    self.core,
+                    settings.bind,
+                    settings.mqtt_port,
+                    0,
+                    connection_class=MqttConnection,
+                    reuse_port=settings.reuse_port,
                 )
                 await self.mqtt_listener.start()
             if settings.mqtts_port is not None:
@@ -234,12 +267,19 @@ class Broker:
                     tls,
                     settings.ssl_cert_login_from,
                     connection_class=MqttConnection,
+                    reuse_port=settings.reuse_port,
                 )
                 await self.mqtts_listener.start()
             http_cap = self._http_port_cap()
             if settings.web_stomp_port is not None:
                 self.web_stomp = WebSocketServer(
-                    self.core, WEB_STOMP, settings.bind, settings.web_stomp_port, settings.http, http_cap
+                    self.core,
+                    WEB_STOMP,
+                    settings.bind,
+                    settings.web_stomp_port,
+                    settings.http,
+                    http_cap,
+                    settings.reuse_port,
                 )
                 await self.web_stomp.start()
             if settings.web_mqtt_port is not None:
@@ -250,11 +290,18 @@ class Broker:
                     settings.web_mqtt_port,
                     settings.http,
                     http_cap,
+                    settings.reuse_port,
                 )
                 await self.web_mqtt.start()
             if settings.web_amqp_port is not None:
                 self.web_amqp = WebSocketServer(
-                    self.core, WEB_AMQP, settings.bind, settings.web_amqp_port, settings.http, http_cap
+                    self.core,
+                    WEB_AMQP,
+                    settings.bind,
+                    settings.web_amqp_port,
+                    settings.http,
+                    http_cap,
+                    settings.reuse_port,
                 )
                 await self.web_amqp.start()
             if settings.data_dir is not None:  # leveret ctl's socket lives there
@@ -278,6 +325,7 @@ class Broker:
                     settings.http,
                     http_cap,
                     federation=self.federation,
+                    reuse_port=settings.reuse_port,
                 )
                 await self.management.start()
             if settings.prometheus_port is not None and settings.prometheus_port >= 0:  # -1: off
@@ -298,6 +346,7 @@ class Broker:
                     settings.http,
                     http_cap,
                     federation=self.federation,
+                    reuse_port=settings.reuse_port,
                 )
                 await prometheus.start()
                 self.prometheus = prometheus
@@ -305,7 +354,7 @@ class Broker:
             self.federation.start()
             if self.cluster is not None:
                 http = self.management.port if self.management is not None else settings.http_port
-                await self.cluster.advertise(self.amqp_port, http)
+                await self.cluster.advertise(self.cluster_amqp_port, http)
         except BaseException:
             await self._stop_listeners()
             await self._leave_cluster(graceful=False)
@@ -586,6 +635,9 @@ class Broker:
             await self._control.stop()
             self._control = None
         await self.listener.stop()
+        if self.peer_listener is not None:
+            await self.peer_listener.stop()
+            self.peer_listener = None
         if self.tls_listener is not None:
             await self.tls_listener.stop()
             self.tls_listener = None

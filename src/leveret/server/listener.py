@@ -256,7 +256,8 @@ class Listener:
     """Accepts clients of ``connection_class``'s protocol (AMQP by default) on
     ``host:port`` (port 0 picks a free one); a client streaming small writes is read at
     most once per ``read_coalesce`` seconds (see :mod:`.read_coalescing`; 0 reads at
-    once)."""
+    once); ``reuse_port``: bind with SO_REUSEPORT (the nodes of ``--nodes N`` share
+    the port)."""
 
     #: The running loop and its flusher, set by :meth:`start` (protocols exist only after).
     loop: asyncio.AbstractEventLoop
@@ -271,8 +272,12 @@ class Listener:
         ssl: SSLContext | None = None,
         login_from: str = "distinguished_name",
         connection_class: ConnectionClass = Connection,
+        reuse_port: bool = False,
     ) -> None:
         self.core = core
+        #: SO_REUSEPORT: several processes (``leveret server --nodes N``) share the port,
+        #: the kernel spreads new connections over them
+        self.reuse_port = reuse_port
         self.connection_class = connection_class
         self.host = host
         self.port = port
@@ -302,7 +307,12 @@ class Listener:
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop)
         self._server = await self.loop.create_server(
-            lambda: ClientProtocol(self), self.host, self.port, reuse_address=True, ssl=self.ssl
+            lambda: ClientProtocol(self),
+            self.host,
+            self.port,
+            reuse_address=True,
+            reuse_port=self.reuse_port or None,
+            ssl=self.ssl,
         )
         self.port = self._server.sockets[0].getsockname()[1]
 

@@ -205,9 +205,11 @@ class WebSocketServer:
         port: int,
         limits: HttpLimits | None = None,
         cap: int | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.core = core
         self.protocol = protocol
+        self.reuse_port = reuse_port  # SO_REUSEPORT: the nodes of --nodes N share the port
         self.limits = limits or HttpLimits()
         self.guard = ConnectionGuard(f"{protocol.name} port", self.limits, cap)
         self.host = host
@@ -230,7 +232,9 @@ class WebSocketServer:
             self.app, access_log=None, keepalive_timeout=self.limits.keepalive_timeout
         )
         await self._runner.setup()
-        await GuardedSite(self._runner, self.host, self.port, self.guard).start()
+        await GuardedSite(
+            self._runner, self.host, self.port, self.guard, reuse_port=self.reuse_port or None
+        ).start()
         self.port = self._runner.addresses[-1][1]
 
     async def stop(self) -> None:

@@ -732,6 +732,29 @@ class BatchedStore(Store):
             raise self._error("read", exc) from None
         return {block: (count, last_seq, size or 0) for block, count, last_seq, size in rows}
 
+    def ranges_pending(self, queue_id: int) -> int:
+        """How many range deletions of a queue are still to be done in the background
+        (blocking, off the loop: a cluster node taking over a queue the dead owner purged
+        waits for them, or the purged rows would come back)."""
+        assert self._reader is not None
+        try:
+            row = self._reader.execute("SELECT count(*) FROM pending_deletes WHERE queue_id=?", (queue_id,))
+            return int(row.fetchone()[0])
+        except self._errors as exc:
+            raise self._error("read", exc) from None
+
+    def read_dedup(self, queue_id: int) -> list[tuple[str, float]]:
+        """A queue's committed deduplication keys, oldest first, with their expiry
+        (blocking, off the loop: a cluster node taking the queue over)."""
+        assert self._reader is not None
+        try:
+            rows = self._reader.execute(
+                f"SELECT key, expires_at FROM dedup WHERE queue_id=? ORDER BY {self._order}", (queue_id,)
+            ).fetchall()
+        except self._errors as exc:
+            raise self._error("read", exc) from None
+        return [(key, expires_at) for key, expires_at in rows]
+
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer and the reader thread (its own connection: PostgreSQL's
         ``leveret-reader`` session); callbacks and answers will run on ``loop``."""

@@ -196,8 +196,10 @@ class WorkerListener(Listener):
     yet (docs/multicore.md): STOMP on the AMQP port (ActiveMQ's "auto" transport; the
     STOMP port is unaffected) and read coalescing."""
 
-    def __init__(self, core: BrokerCore, host: str, port: int, workers: int) -> None:
-        super().__init__(core, host, port, read_coalesce=0)
+    def __init__(
+        self, core: BrokerCore, host: str, port: int, workers: int, reuse_port: bool = False
+    ) -> None:
+        super().__init__(core, host, port, read_coalesce=0, reuse_port=reuse_port)
         self.workers = workers
         #: The running workers' links by index (None while one is being replaced).
         self.links: list[WorkerLink | None] = []
@@ -213,7 +215,7 @@ class WorkerListener(Listener):
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop)
         self._stopping = False
-        self._sockets = _bind(self.host, self.port)
+        self._sockets = _bind(self.host, self.port, self.reuse_port)
         self.port = self._sockets[0].getsockname()[1]
         try:
             for index in range(self.workers):
@@ -370,10 +372,11 @@ class WorkerListener(Listener):
         await asyncio.gather(*(self.loop.run_in_executor(None, _reap, link.process) for link in links))
 
 
-def _bind(host: str, port: int) -> list[socket.socket]:
+def _bind(host: str, port: int, reuse_port: bool = False) -> list[socket.socket]:
     """Listening sockets for ``host:port``, as asyncio's ``create_server`` makes them:
     one per address ``host`` resolves to (every interface for an empty host), with
-    SO_REUSEADDR, an IPv6 one IPv6-only. Raises OSError if one cannot be bound."""
+    SO_REUSEADDR (and SO_REUSEPORT if ``reuse_port``), an IPv6 one IPv6-only. Raises
+    OSError if one cannot be bound."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
     try:
@@ -381,6 +384,8 @@ def _bind(host: str, port: int) -> list[socket.socket]:
             server = socket.socket(family, kind, proto)
             sockets.append(server)
             server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:
                 server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             server.bind(address)
