@@ -9,7 +9,8 @@ one becomes a :class:`~leveret.core.queues.remote.RemoteQueue` of its owner. The
 replication of definition changes, the links to the peers, the takeover loop
 (:mod:`.takeover`) and the lease watchdog (:mod:`.lease`) start.
 
-Stop: gracefully (SIGTERM), the node hands its durable queues to live peers (balanced;
+Stop: gracefully (SIGTERM), the node swaps its durable queues for stand-ins that refuse
+publishes (so nothing is stored after its last commit), and hands them to live peers (balanced;
 :meth:`Catalog.move_queue` writes the ``changes`` row each new owner acts on), sets its
 state ``left`` and releases its lock when the store closes, so a rolling restart moves
 queues without waiting GRACE; with no live peer it keeps them (they come back with it,
@@ -221,8 +222,12 @@ class ClusterNode:
             for queue in vhost.queues.values()
             if self._is_local_durable(queue)
         ]
-        for _, queue in mine:
-            queue.stop()  # no more timers writing this queue's rows
+        for index, (vhost, queue) in enumerate(mine):
+            # nothing stored here any more (the new owner restores what the store holds
+            # once it is committed below): a stand-in refuses publishes, forwarded ones
+            # too (no link: in transition), until the node is gone
+            stand_in = make_remote(vhost, queue, self.node, None)
+            mine[index] = (vhost, stand_in)
         # queues given to this node and not served yet: their grace must run out before
         # the node says it left (a survivor then takes them without waiting)
         wait = self._grace_until - self.now()
