@@ -165,3 +165,16 @@ def test_moving_a_queue_back_and_forth_under_confirmed_load_loses_no_confirmed_m
         publisher.finish()
     time.sleep(0.5)  # the new owner restores the queue
     check(publishers, eventually(lambda: drain(n2), 10))
+
+
+def test_a_graceful_stop_under_confirmed_load_loses_no_confirmed_message(nodes, postgres, cluster_name):
+    n1, n2, n3 = nodes
+    declare(n1)
+    publishers = publishing([n2, n3])
+    assert n1.terminate() == 0  # hands the queue to n2 or n3 at once
+    new = n2 if owner(postgres, cluster_name, QUEUE) == "n2" else n3
+    assert owner(postgres, cluster_name, QUEUE) == new.name
+    time.sleep(0.5)  # publishing on, to the new owner
+    for publisher in publishers:
+        publisher.finish()
+    check(publishers, eventually(lambda: drain(new), 10))
