@@ -130,7 +130,7 @@ def test_owner_changes_retarget_or_hand_the_queue_over(node) -> None:
     core, _, replication = node
     acquired: list[tuple] = []
     replication.on_acquired = lambda vhost, name, queue_id: acquired.append((vhost, name, queue_id))
-    replication.link_for = lambda owner: f"link-{owner}"
+    replication.link_for = lambda owner, vhost="/": f"link-{owner}"
     host = core.vhosts["/"]
     replication.apply([(1, "a", "exchange", "/", "ex", EXCHANGE)])
     replication.apply([(2, "a", "queue", "/", "q", queue_data("a"))])
