@@ -35,6 +35,7 @@ class Pair:
     def _make_node(self, name: str, broker: BlockingBroker) -> None:
         core = broker.core
         peers = Peers(SECRET, self.address_of)
+        peers.cluster = "pair"  # (a ClusterNode's cluster name: the broker's federation name)
         core.cluster = peers  # the node runtime sets a ClusterNode here
         accept_peers(core, SECRET)
         self.peers[name] = peers
