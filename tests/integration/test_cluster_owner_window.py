@@ -21,10 +21,12 @@ import pika
 import pika.exceptions
 import pytest
 from cluster_nodes import ClusterNode, owner, start_nodes
+from cluster_pair import Pair
 from eventually import eventually
 from targets import unique
 
 pytest.importorskip("leveret.cluster.node")
+from leveret.cluster.restore import make_remote  # noqa: E402
 
 QUEUE = "window"
 CLIENT_ERRORS = (pika.exceptions.AMQPError, OSError)
@@ -178,3 +180,34 @@ def test_a_graceful_stop_under_confirmed_load_loses_no_confirmed_message(nodes, 
     for publisher in publishers:
         publisher.finish()
     check(publishers, eventually(lambda: drain(new), 10))
+
+
+def test_a_forwarded_publish_reaching_a_queue_in_transition_is_nacked_as_a_whole(tmp_path):
+    """In-process (tests/cluster_pair.py): on b, queue ``moving`` just moved away (a
+    RemoteQueue in transition), ``stays`` is real; both bound to fanout ``x``. A publish
+    on a is forwarded to b, which refuses it whole: a's publisher gets a basic.nack and
+    ``stays`` gets nothing (the publisher sends it again). Out of transition, b skips
+    ``moving`` as another node's queue and stores the message in ``stays``."""
+    pair = Pair(tmp_path)
+    try:
+        pair.declare("moving", "b", "x", ("",), exchange_type="fanout")
+        pair.declare("stays", "b", "x", ("",), exchange_type="fanout")
+        b = pair.brokers["b"]
+
+        def move_away() -> None:
+            vhost = b.core.vhosts["/"]
+            remote = make_remote(vhost, vhost.queues["moving"], "a", pair.peers["b"].link("a", "/"))
+            remote.transition = True
+
+        b.call(move_away)
+        with pika.BlockingConnection(pika.URLParameters(pair.url("a"))) as connection:
+            channel = connection.channel()
+            channel.confirm_delivery()
+            with pytest.raises(pika.exceptions.NackError):
+                channel.basic_publish("x", "", b"m", pika.BasicProperties(delivery_mode=2))
+            assert b.call(lambda: b.core.vhosts["/"].queues["stays"].message_count) == 0
+            b.call(lambda: setattr(b.core.vhosts["/"].queues["moving"], "transition", False))
+            channel.basic_publish("x", "", b"m", pika.BasicProperties(delivery_mode=2))
+            assert b.call(lambda: b.core.vhosts["/"].queues["stays"].message_count) == 1
+    finally:
+        pair.close()
