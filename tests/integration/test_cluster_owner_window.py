@@ -26,7 +26,7 @@ from eventually import eventually
 from targets import unique
 
 pytest.importorskip("leveret.cluster.node")
-from leveret.cluster.restore import make_remote  # noqa: E402
+from leveret.cluster.restore import make_remote
 
 QUEUE = "window"
 CLIENT_ERRORS = (pika.exceptions.AMQPError, OSError)
