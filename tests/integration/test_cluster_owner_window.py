@@ -1,9 +1,11 @@
 """No confirmed message is lost while a queue changes owner (docs/cluster.md): three
 node processes on a real PostgreSQL, publishers with confirms (pika) on the two nodes
 that do not own a durable queue publish persistent messages without pause, sending a
-nacked message again; meanwhile the owner is killed (kill -9: a takeover) or the queue
-is moved back and forth (``leveret ctl move_queue``). Afterwards every confirmed
-message is in the queue (counted by unique body).
+nacked message again; meanwhile the owner is killed (kill -9: a takeover), stopped
+(SIGTERM: a handover), or the queue is moved back and forth (``leveret ctl
+move_queue``). Afterwards every confirmed message is in the queue (counted by unique
+body). One more test, in process (tests/cluster_pair.py), checks the owner side's rule
+alone: a forwarded publish reaching a queue in transition is nacked as a whole.
 
 The window: a node that forwards a publish to the owner it knows may be ahead of the
 owner's own view (a survivor restoring a dead node's queue after GRACE, an old owner
