@@ -18,6 +18,17 @@ from leveret.server.broker import BlockingBroker
 SECRET = "s3cret-token"
 
 
+class HandWiredNode:
+    """What a broker shows of being node ``node`` of cluster "pair" (a ClusterNode's
+    names), with its ``peers``."""
+
+    cluster = "pair"
+
+    def __init__(self, node: str, peers: Peers) -> None:
+        self.node = node
+        self.peers = peers
+
+
 class Pair:
     """Brokers ``a`` and ``b`` (and ``c`` when ``three``), each an active node whose
     links reach the others by name."""
@@ -35,8 +46,7 @@ class Pair:
     def _make_node(self, name: str, broker: BlockingBroker) -> None:
         core = broker.core
         peers = Peers(SECRET, self.address_of)
-        peers.cluster = "pair"  # (a ClusterNode's cluster name: the broker's federation name)
-        core.cluster = peers  # the node runtime sets a ClusterNode here
+        core.cluster = HandWiredNode(name, peers)  # the node runtime sets a ClusterNode here
         accept_peers(core, SECRET)
         self.peers[name] = peers
         gate = FlowGate(core.flow.set)  # publishers held by the store's backlog or the links'

@@ -13,6 +13,7 @@ from pathlib import Path
 import pika
 import pytest
 from amqp10_brokers import _amqp10_rabbitmq, amqp10_broker  # noqa: F401 (fixtures)
+from cluster_nodes import cluster_of  # noqa: F401 (fixture)
 from ha import Node
 from hypothesis import settings
 from mqtt_brokers import _mqtt_session_broker, mqtt_broker, mqtt_own_broker  # noqa: F401 (fixtures)

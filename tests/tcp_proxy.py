@@ -12,6 +12,11 @@ forwards every connection it accepts to ``backend_port``. One thread owns every 
   with a closed port), ``"blackhole"`` accepts them and sends nothing either way (the
   client's handshake hangs until its own timeout, as when packets are dropped);
   :meth:`unblock` lets new connections through again (blackholed ones are reset);
+- :meth:`sever` resets the backend side of every connection open now and keeps the
+  client side open but silent (what it sends is swallowed): the server sees the
+  session end at once, the client hears nothing until its own timeouts tell it (a
+  partition the server notices first: PostgreSQL ends the session and frees its
+  locks while the broker still believes it holds them); :meth:`unblock` resets them;
 - :meth:`freeze` stops forwarding on the connections open now without closing them (a
   partition: neither peer hears anything, only heartbeats or timeouts tell), until
   :meth:`thaw`;
@@ -85,6 +90,11 @@ class CuttableProxy:
     def unblock(self) -> None:
         """New connections are forwarded again; blackholed ones are reset."""
         self._call(self._unblock)
+
+    def sever(self) -> int:
+        """Reset the backend side of every connection forwarded now, leaving the client
+        side open and silent; how many."""
+        return self._call(self._sever)
 
     def freeze(self) -> int:
         """Stop forwarding on every connection open now, leaving it open; how many."""
@@ -254,6 +264,20 @@ class CuttableProxy:
         pairs = {id(pair): pair for pair in self._pairs.values()}
         for pair in pairs.values():
             self._end(pair, reset=True)
+        return len(pairs)
+
+    def _sever(self) -> int:
+        pairs = {id(pair): pair for pair in self._pairs.values()}
+        for pair in pairs.values():
+            for sock in (pair.client, pair.backend):
+                del self._pairs[sock]
+                if sock in self._frozen:
+                    self._frozen.discard(sock)
+                else:
+                    self._selector.unregister(sock)
+            _reset(pair.backend)
+            self._held.append(pair.client)  # swallowed from now on, reset by unblock()
+            self._selector.register(pair.client, selectors.EVENT_READ, "held")
         return len(pairs)
 
     def _freeze(self) -> int:

@@ -534,3 +534,29 @@ def test_cc_and_bcc_keys_route_on_the_owner(pair: Pair) -> None:
         _, props, body = channel.basic_get(queue, auto_ack=True)
         assert body == b"m" and props.headers == {"CC": ["k2"]}  # BCC never reaches a consumer
     a.close()
+
+
+def test_two_nodes_forwarding_persistent_messages_to_each_other_both_get_their_confirms(pair: Pair) -> None:
+    """a publishes to b's queue while b publishes to a's, with confirms in a window: an
+    owner's confirm of a forwarded publish waits for its own store only, not for its own
+    forwards the other way (which waited for this one: both stalled after a few)."""
+    from leveret.amqp.client import Connection
+
+    pair.declare("on-a", "a")
+    pair.declare("on-b", "b")
+
+    async def publish(node: str, queue: str) -> int:
+        connection = await Connection.connect(pair.url(node))
+        channel = await connection.channel()
+        await channel.confirm_select()
+        for _ in range(40):
+            channel.publish_many("", queue, [b"x" * 100] * 50, {"delivery_mode": 2})
+            await channel.wait_confirms(timeout=10)
+        confirmed = channel.settled_below - 1
+        await connection.close()
+        return confirmed
+
+    async def both() -> list[int]:
+        return list(await asyncio.gather(publish("a", "on-b"), publish("b", "on-a")))
+
+    assert asyncio.run(asyncio.wait_for(both(), 60)) == [2000, 2000]

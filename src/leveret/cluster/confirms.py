@@ -76,6 +76,12 @@ class ClusterConfirms:
         return self._store
 
     @property
+    def local(self) -> Any:
+        """The node's store alone (see :attr:`leveret.store.base.Store.local`): what a
+        peer's forwarded publish waits for."""
+        return self._store
+
+    @property
     def pending(self) -> bool:
         """Whether store writes or forwards are in flight."""
         return self._open is not None or bool(self._groups) or self._store.pending

@@ -264,6 +264,8 @@ class Publisher:
             self._awaiting_store += 1
             store = self.vhost.store
             assert store is not None
+            if self.local_only:  # forwarded by another node: this node's writes alone
+                store = store.local
             token = store.batch_token()
             group = self._store_group
             if group is None or token is not self._store_token:

@@ -255,6 +255,15 @@ class Store(ABC):
         """The row of ``job_id``, counting changes not yet on disk."""
         raise NotImplementedError
 
+    @property
+    def local(self) -> Store:
+        """What a publish another cluster node forwarded here waits for: this store. A
+        cluster node's confirms wrapper (``leveret.cluster.confirms``), which also waits
+        for this node's own forwards, returns the store it wraps: an owner's confirm
+        waiting on forwards the other way would deadlock two nodes forwarding to each
+        other."""
+        return self
+
     def batch_token(self) -> object:
         """What identifies the group of writes being gathered now: callbacks given to
         :meth:`when_durable` while it stays the same (``is``) may share one call. The
