@@ -72,11 +72,20 @@ def members(postgres, cluster_name) -> Iterator[list[Member]]:
 
 
 def kill_writer(postgres, member: Member) -> None:
-    """End the member's store writer session from outside, as a cut-off would (once
-    the backend is gone, its locks are)."""
+    """End the member's store writer session from outside, as a cut-off would, and
+    wait until the backend is gone and no session holds the node's lock (what the
+    catalog's fencing and liveness look at)."""
     pid = member.store.writer_pid
-    postgres.sql("SELECT pg_terminate_backend(%s)", pid)
-    eventually(lambda: not postgres.sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pid), TIMEOUT, 0.01)
+    assert pid is not None
+    assert postgres.sql("SELECT pg_terminate_backend(%s)", pid) == [(True,)]
+    held = (
+        "SELECT 1 FROM pg_stat_activity WHERE pid = %s UNION ALL SELECT 1 FROM pg_locks "
+        "WHERE locktype = 'advisory' AND classid = hashtext('leveret-node')::oid "
+        "AND objid = hashtext(%s)::oid"
+    )
+    key = f"{member.store.cluster}/{member.node}"
+    gone = eventually(lambda: not postgres.sql(held, pid, key), TIMEOUT, 0.01)
+    assert gone, f"{member.node}'s writer or lock is still there"
 
 
 def test_the_node_lock_is_held_once_per_node_name(postgres, cluster_name):
@@ -182,8 +191,8 @@ def test_a_catalog_write_is_fenced_once_the_writer_session_is_gone(postgres, mem
         a.catalog.move_queue("/", "q1", "b")
     assert a.catalog.owners() == {("/", "q1"): ("a", 1)}  # reads go on
     assert b.catalog.live_nodes() == {"b", "c"}
-    # the store hears of it at its next idle ping
-    eventually(lambda: a.fenced, TIMEOUT, 0.05, a.spin)
+    # the store hears of it at its next idle ping (PING_EVERY, 0.5 s)
+    assert eventually(lambda: a.fenced, TIMEOUT, 0.05, a.spin), "the store did not notice"
     assert a.store.fenced
 
 

@@ -130,15 +130,15 @@ def test_owner_changes_retarget_or_hand_the_queue_over(node) -> None:
     core, _, replication = node
     acquired: list[tuple] = []
     replication.on_acquired = lambda vhost, name, queue_id: acquired.append((vhost, name, queue_id))
-    replication.link_for = lambda owner, vhost="/": f"link-{owner}"
+    replication.link_for = lambda owner, vhost: f"link-{owner}-{vhost}"
     host = core.vhosts["/"]
     replication.apply([(1, "a", "exchange", "/", "ex", EXCHANGE)])
     replication.apply([(2, "a", "queue", "/", "q", queue_data("a"))])
     replication.apply([(3, "a", "binding", "/", BINDING, BINDING_DATA)])
     remote = host.queues["q"]
-    assert isinstance(remote, RemoteQueue) and remote.link == "link-a"
+    assert isinstance(remote, RemoteQueue) and remote.link == "link-a-/"
     replication.apply([(4, "c", "owner", "/", "q", {"node": "c", "queue_id": 7})])
-    assert remote.owner == "c" and remote.link == "link-c"
+    assert remote.owner == "c" and remote.link == "link-c-/"
     replication.apply([(5, "c", "owner", "/", "q", {"node": "b", "queue_id": 7})])
     assert acquired == [("/", "q", 7)]
     # a real queue of this node moved away: a RemoteQueue takes its place and bindings

@@ -104,6 +104,12 @@ class ClusterNode:
         self._grace_until = 0.0
         self._tasks: set[asyncio.Task] = set()
         self._started = False
+        #: the node that runs the cluster's dynamic shovels and exchange federation
+        #: links: the live node with the lowest ``number`` (None before the first look)
+        self.runner: str | None = None
+        #: called with True / False when this node becomes / stops being :attr:`runner`
+        #: (the shovel and federation managers start or stop their workers)
+        self.runner_listeners: list[Callable[[bool], None]] = []
 
     # -- start and stop -----------------------------------------------------------------
     async def start(self) -> None:
@@ -144,10 +150,19 @@ class ClusterNode:
         gate = FlowGate(self.core.flow.set)  # publishers held by the store's backlog or the links'
         self.store.on_flow = gate.store
         peers.on_flow = gate.links
+        self.peers = peers
         for vhost in self.core.vhosts.values():
-            if vhost.store is not None and not isinstance(vhost.store, ClusterConfirms):
-                vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))  # type: ignore[assignment]
+            self.vhost_added(vhost)
         return peers
+
+    def vhost_added(self, vhost: Any) -> None:
+        """Every vhost of the node, those it starts with and those made later (core's
+        ``add_vhost`` tells :class:`.replication.Replication`, which calls this): its
+        publisher confirms also wait for the owners of its remote queues
+        (:class:`.confirms.ClusterConfirms` on the vhost's store)."""
+        peers = self.peers
+        if peers is not None and vhost.store is not None and not isinstance(vhost.store, ClusterConfirms):
+            vhost.store = ClusterConfirms(vhost.store, peers.vhost_links(vhost.name))
 
     def address_of(self, node: str) -> tuple[str, int] | None:
         """``(host, amqp port)`` node ``node`` registered (None: unknown)."""
@@ -156,8 +171,12 @@ class ClusterNode:
 
     async def resolve(self, node: str) -> tuple[str, int] | None:
         """:meth:`address_of` after a fresh look at the catalog (a node that joined
-        since the last look, at most 0.5 s ago)."""
-        self._rows = await asyncio.to_thread(self.catalog.nodes)
+        since the last look, at most 0.5 s ago); the catalog unreadable: what the node
+        knew (the link fails and tries again, rather than wait forever)."""
+        try:
+            self._rows = await asyncio.to_thread(self.catalog.nodes)
+        except Exception as exc:  # (CatalogError, psycopg's) not an OSError the link expects
+            log.warning("cluster: cannot read the nodes' addresses: %s", exc)
         return self.address_of(node)
 
     async def advertise(self, amqp_port: int, http_port: int | None) -> None:
@@ -319,6 +338,27 @@ class ClusterNode:
         for owner, _ in owners.values():
             owned[owner] = owned.get(owner, 0) + 1
         self._owned = owned
+        numbered = [(row.number, row.name) for row in rows if row.name in self._live]
+        runner = min(numbered)[1] if numbered else self.node
+        if runner != self.runner:
+            was = self.runs_singletons
+            self.runner = runner
+            if self.runs_singletons != was:
+                log.info("node %s %s the cluster's shovels and federation links", self.node,
+                         "runs" if self.runs_singletons else "no longer runs")  # fmt: skip
+                for listener in list(self.runner_listeners):
+                    try:
+                        listener(self.runs_singletons)
+                    except Exception:  # one manager must not stop the others
+                        log.exception("a runner listener failed")
+
+    @property
+    def runs_singletons(self) -> bool:
+        """Whether this node runs the cluster's dynamic shovels and exchange federation
+        links (RabbitMQ runs each dynamic shovel on one node of the cluster): the live
+        node with the lowest ``number``; chosen again at each look (0.5 s) so they move
+        to a survivor when it dies. Queue federation links run on the queue's owner."""
+        return self.runner == self.node and self.fenced is None
 
     def remote_queues(self, owner: str) -> Iterable[tuple[Any, RemoteQueue]]:
         """(vhost, queue) of every RemoteQueue of ``owner``."""

@@ -443,6 +443,9 @@ class PeerLink:
         self._base = 0
         self._nacked: deque[int] = deque(maxlen=4096)
         self._waits: deque[list] = deque()  # [lo, hi, done, ok], by hi
+        # (lo, hi]: forwards lost with a connection or channel before a seal covered
+        # them; the seal that does fails its wait (a negative confirm)
+        self._lost_ranges: deque[tuple[int, int]] = deque()
         #: this link holds the node's publishers (too many forwards unconfirmed)
         self.flowing = False
         self._down_at = -RETRY_SECONDS
@@ -557,7 +560,12 @@ class PeerLink:
             self._forwarding(channel)
 
     def _fail_waits(self) -> None:
-        self.settled = self._sealed = self.sent - len(self._held)
+        """Every forward sent so far (the held ones aside) is lost: the waits fail now,
+        and the seal that covers the forwards no seal covered yet fails too."""
+        lost_to = self.sent - len(self._held)
+        if lost_to > self._sealed:
+            self._lost_ranges.append((self._sealed, lost_to))
+        self.settled = lost_to
         if self.flowing:
             self.flowing = False
             self.peers.link_flow(self, False)
@@ -619,12 +627,18 @@ class PeerLink:
         """See :meth:`.confirms.ConfirmingLink.seal`."""
         lo, hi = self._sealed, self.sent
         self._sealed = hi
+        lost = False
+        if self._lost_ranges:
+            ranges = self._lost_ranges
+            lost = any(start < hi and lo < end for start, end in ranges)
+            while ranges and ranges[0][1] <= hi:
+                ranges.popleft()
         if hi <= self.settled:
-            if not any(lo < seq <= hi for seq in self._nacked):
+            if not lost and not any(lo < seq <= hi for seq in self._nacked):
                 return False
             done(False)
             return True
-        self._waits.append([lo, hi, done, True])
+        self._waits.append([lo, hi, done, not lost])
         return True
 
     def _confirmed(self, tag: int, multiple: bool, acked: bool) -> None:

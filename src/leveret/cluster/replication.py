@@ -121,6 +121,8 @@ class Replication:
         link = getattr(cluster, "link", None)
         self.link_for: Callable[[str, str], Any] = link if link is not None else (lambda owner, vhost: None)
         self.on_acquired: Callable[[str, str, int], None] | None = getattr(cluster, "on_acquired", None)
+        #: the node's hook for a vhost made after start-up (its store's wrappers)
+        self.on_vhost: Callable[[VirtualHost], None] | None = getattr(cluster, "vhost_added", None)
         settings = getattr(cluster, "settings", None)
         self.default_locator = str(getattr(settings, "queue_leader_locator", CLIENT_LOCAL))
         #: the highest epoch applied (or skipped: this node's own changes)
@@ -395,6 +397,7 @@ class Replication:
         for consumer in list(old.consumers):
             consumer.cancel_by_broker()
         old.consumers.clear()
+        host._entity_changed("queue", new.name)  # (queue federation runs where the queue is real)
 
     def _remove(self, host: VirtualHost, queue: Queue) -> None:
         """A queue deleted on another node goes here too (consumers cancelled)."""
@@ -415,6 +418,15 @@ class Replication:
         return queue.owner if isinstance(queue, RemoteQueue) else self.node
 
     # -- the Replicator interface (core's hooks) --------------------------------------------
+    def vhost_added(self, vhost: VirtualHost) -> None:
+        """A vhost made while the node runs (another node's change, or a client here):
+        it writes to the replicating store, and the node wraps it as the vhosts it
+        started with (:meth:`.node.ClusterNode.vhost_added`)."""
+        if vhost.store is self.store.inner:
+            vhost.store = self.store
+        if self.on_vhost is not None:
+            self.on_vhost(vhost)
+
     def place_queue(
         self,
         vhost: VirtualHost,

@@ -53,6 +53,7 @@ def swap(vhost: VirtualHost, old: Queue, new: Queue) -> None:
         if source.add_binding(moved):
             new.bindings.append(moved)
     old.bindings.clear()
+    vhost._entity_changed("queue", new.name)  # (queue federation runs where the queue is real)
 
 
 def restore_queue(

@@ -195,6 +195,8 @@ class BrokerCore:
             vhost.binding_listeners = self.binding_listeners
             vhost.entity_listeners = self.entity_listeners
             vhost.replicator = self.replicator
+            if self.replicator is not None:  # a cluster node (:mod:`.replicator`)
+                self.replicator.vhost_added(vhost)
             if self.store is not None:
                 self.store.save_definition("vhost", name, "", {})
         return vhost

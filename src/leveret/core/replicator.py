@@ -23,6 +23,11 @@ class Replicator(Protocol):
     """The cluster side of a vhost's declares, deletes, binds and unbinds (``vhost``:
     the :class:`~.vhost.VirtualHost`, typed Any here: it imports this module)."""
 
+    def vhost_added(self, vhost: Any) -> None:
+        """A vhost was made here (at start-up, from another node's change, or by a
+        client of this node), before its definition is saved: the cluster wraps its
+        store (the node's publisher confirms wait for the queues' owners)."""
+
     def place_queue(
         self,
         vhost: Any,

@@ -8,6 +8,12 @@ What is federated, as RabbitMQ 3.10: an exchange or queue whose policy has
 internal exchanges and the topology links declare on an upstream (exchanges of type
 ``x-federation-upstream``, queues with ``x-internal-purpose``), so a broker that is
 both upstream and downstream does not federate its own federation queues.
+
+On a node of a cluster (``core.cluster``) each link runs on one node, as in RabbitMQ:
+an exchange's links on the node whose ``runs_singletons`` is true (the live node with
+the lowest number; the others start none, and take over when it goes:
+``runner_listeners``), a queue's links on the queue's owner node, where its consumers'
+demand is (a :class:`~leveret.core.queues.remote.RemoteQueue` elsewhere: no link).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.broker import BrokerCore
+from ..core.queues.remote import RemoteQueue
 from .exchange_link import ExchangeLink
 from .links import Link
 from .queue_link import QueueLink
@@ -48,10 +55,17 @@ class Federation:
         #: vhosts with a ``federation-upstream`` parameter: only there can an exchange or
         #: queue be federated, so a declare or delete elsewhere costs one set look-up
         self._configured: set[str] = set()
+        #: whether exchange links run here (False on a cluster node that is not the
+        #: cluster's runner)
+        self.active = True
 
     def start(self) -> None:
         """Start the links of every federated exchange and queue, and follow changes."""
         self._started = True
+        cluster = self.core.cluster
+        if cluster is not None and hasattr(cluster, "runner_listeners"):
+            self.active = bool(cluster.runs_singletons)
+            cluster.runner_listeners.append(self.set_active)
         self._configured = {vhost for (component, vhost, _) in self.core.parameters if component == UPSTREAM}
         self.core.parameter_listeners.append(self._parameter_changed)
         self.core.policy_listeners.append(self._policy_changed)
@@ -69,9 +83,18 @@ class Federation:
         _forget(self.core.policy_listeners, self._policy_changed)
         _forget(self.core.entity_listeners, self._entity_changed)
         _forget(self.core.vhost_deleted_listeners, self._vhost_deleted)
+        _forget(getattr(self.core.cluster, "runner_listeners", []), self.set_active)
         links, self.running = list(self.running.values()), {}
         self._upstreams.clear()
         await asyncio.gather(*(link.stop() for link in links), *self._stopping, return_exceptions=True)
+
+    def set_active(self, active: bool) -> None:
+        """Run the exchange links here (True), or stop them (False: another node of
+        the cluster runs them)."""
+        if active != self.active:
+            self.active = active
+            for vhost in list(self.core.vhosts):
+                self.reconcile(vhost)
 
     # -- what is running ---------------------------------------------------------------
     def links(self, vhost: str | None = None) -> list[Link]:
@@ -97,7 +120,7 @@ class Federation:
         vhost = self.core.vhosts.get(vhost_name)
         wanted: dict[LinkKey, Upstream] = {}
         if vhost is not None:
-            if kind in (None, "exchange"):
+            if kind in (None, "exchange") and self.active:
                 for exchange in (
                     list(vhost.exchanges.values()) if name is None else [vhost.exchanges.get(name)]
                 ):
@@ -111,7 +134,7 @@ class Federation:
                         )
             if kind in (None, "queue"):
                 for queue in list(vhost.queues.values()) if name is None else [vhost.queues.get(name)]:
-                    if queue is not None and _federates_queue(queue):
+                    if queue is not None and _federates_queue(queue) and not isinstance(queue, RemoteQueue):
                         self._want(
                             wanted, vhost_name, "queue", queue.name, vhost.policy_for(queue.name, "queues")
                         )

@@ -130,6 +130,13 @@ class LocalConnections:
         return channel_row(facts, facts.channels[0])
 
 
+def node_name(link: Any) -> str:
+    """The node ``link`` runs on: the cluster node's name on a node of a cluster, else
+    this broker's (:data:`.runtime.NODE`)."""
+    name = getattr(getattr(getattr(link, "core", None), "cluster", None), "node", None)
+    return name if isinstance(name, str) else NODE
+
+
 def link_row(link: Any, local: LocalConnections | None = None) -> dict[str, Any]:
     """``link``'s ``/api/federation-links`` row (see the module doc); ``local`` names
     its connection to this broker and gives that connection's channel."""
@@ -137,7 +144,7 @@ def link_row(link: Any, local: LocalConnections | None = None) -> dict[str, Any]
     # the node the link runs on, as /api/overview and /api/nodes name this broker (the
     # link's own name for itself, its cluster name, is in x-received-from and upstream
     # queue names), as RabbitMQ's rows name the Erlang node
-    row["node"] = NODE
+    row["node"] = node_name(link)
     if row.get("type") == "queue":
         row.setdefault("consumer_tag", consumer_tag(link))
     if row.get("status") != "running":
@@ -214,7 +221,7 @@ class FederationAPI:
         if vhost not in self.core.vhosts or self.federation is None:
             raise object_not_found()
         link = next((link for link in self.federation.links(vhost) if link.id == link_id), None)
-        if link is None or node != NODE:
+        if link is None or node != node_name(link):
             raise object_not_found()
         self.federation.restart(vhost, link_id)
         self.core.audit.record(
