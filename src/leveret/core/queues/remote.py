@@ -212,6 +212,9 @@ class RemoteQueue(Queue):
         #: the node that holds the real queue
         self.owner = owner
         self.link = link
+        #: the queue is changing owner (a takeover or move under way, see
+        #: :attr:`in_transition`)
+        self.transition = False
         #: the owner's last figures (see :meth:`inspect`)
         self.owner_message_count = 0
         self.consumer_count = 0
@@ -227,6 +230,16 @@ class RemoteQueue(Queue):
         self.owner_lost()
         self.owner = owner
         self.link = link
+
+    @property
+    def in_transition(self) -> bool:
+        """Whether the nodes' views of the owner may differ now: the owner was lost
+        (no link), this node is acquiring the queue, or the queue just moved and not
+        every live node applied the change yet (:attr:`transition`). Publishes routed
+        here are then refused (a negative confirm: the publisher sends again), those
+        forwarded by another node too (:class:`leveret.core.publish.Publisher`: the
+        sender may have meant this node as the owner); none is confirmed and lost."""
+        return self.transition or self.link is None
 
     def owner_lost(self) -> None:
         """The owner went: consumers are cancelled (RabbitMQ's consumer cancel
@@ -265,9 +278,9 @@ class RemoteQueue(Queue):
     # -- publishing ---------------------------------------------------------------------
     def enqueue(self, message: Message) -> Enqueued:
         """Forward ``message`` to the owner: STORED (the confirm waits for the owner),
-        REJECTED when the owner cannot be reached."""
+        REJECTED when the owner cannot be reached or is changing (:attr:`in_transition`)."""
         link = self.link
-        if link is None or not link.forward(message):
+        if link is None or self.transition or not link.forward(message):
             return REJECTED
         return STORED
 
