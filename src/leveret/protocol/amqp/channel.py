@@ -348,10 +348,15 @@ class Channel:
             # another cluster node owns it: only the owner knows whether it is empty or
             # unused (docs/cluster.md); it deletes it, or refuses (406, or 404 unreachable)
             self.session.access.configure("queue", name)
-            link, answer = queue.link, []
+            link = queue.link
+            answer: list[tuple[int, tuple[int, str] | None]] = []
 
             def register(done: Callable[[bool], None]) -> None:
-                link.delete(name, m.if_unused, m.if_empty, lambda *reply: (answer.append(reply), done(True)))
+                def replied(count: int, refusal: tuple[int, str] | None) -> None:
+                    answer.append((count, refusal))
+                    done(True)
+
+                link.delete(name, m.if_unused, m.if_empty, replied)
 
             self.connection.wait_for(register, lambda ok: self._deleted_on_owner(queue, m, *answer[0]))
             return
@@ -361,7 +366,9 @@ class Channel:
         self, queue: Queue, m: commands.Queue.Delete, count: int, refusal: tuple[int, str] | None
     ) -> None:
         if refusal is not None:
-            self.connection.fail(from_reply(ChannelError, *refusal), self.number, (50, 40))
+            error = from_reply(ChannelError, *refusal)
+            assert isinstance(error, ChannelError)
+            self.connection.fail(error, self.number, (50, 40))
         elif not self.closing and self.connection.channels.get(self.number) is self:
             self._delete_here(m, queue.name, count)  # (gone here already when the owner's change came first)
 
