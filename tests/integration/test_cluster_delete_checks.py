@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pika
 from cluster_nodes import start_nodes
+from eventually import eventually
 from targets import unique
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
@@ -41,6 +42,29 @@ def test_delete_if_empty_on_n1_of_a_queue_n2_holds_messages_in_is_refused(postgr
                 raise AssertionError("the owner still has queue 'empty'")
             except pika.exceptions.ChannelClosedByBroker as exc:
                 assert exc.reply_code == 404
+    finally:
+        for node in (n1, n2):
+            node.kill()
+
+
+def test_a_purge_on_n1_reaches_the_owner_n2_over_a_link_not_up_yet(postgres, tmp_path) -> None:
+    """The first use of n1's link to n2 is a purge: it is made once the link is up."""
+    n1, n2 = start_nodes(tmp_path, postgres.url, unique("purge").replace("-", "_"), 2)
+    try:
+        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
+            channel = on_n2.channel()
+            channel.queue_declare("full", durable=True)  # client-local: owned by n2
+            channel.confirm_delivery()
+            for i in range(3):
+                channel.basic_publish("", "full", b"m%d" % i, PERSISTENT, mandatory=True)
+        with pika.BlockingConnection(pika.URLParameters(n1.url)) as on_n1:
+            on_n1.channel().queue_purge("full")
+
+        def count() -> int:
+            with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
+                return on_n2.channel().queue_declare("full", passive=True).method.message_count
+
+        assert eventually(lambda: count() == 0, timeout=5)
     finally:
         for node in (n1, n2):
             node.kill()

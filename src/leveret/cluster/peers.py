@@ -715,9 +715,18 @@ class PeerLink:
         callback(answer)
 
     def purge(self, queue: str) -> None:
-        """See :meth:`OwnerLink.purge`."""
+        """See :meth:`OwnerLink.purge` (a link still connecting is waited for, up to
+        :data:`TIMEOUT` seconds; a purge is never dropped while the owner is reachable)."""
+        if self.alive:
+            self.spawn(self._purge(queue))
+
+    async def _purge(self, queue: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while self.state == CONNECTING and loop.time() < deadline:
+            await asyncio.sleep(0.01)
         if self.state == UP:
-            self.spawn(self._call(commands.Queue.Purge(queue=queue)))
+            await self._call(commands.Queue.Purge(queue=queue))
 
     def delete(
         self,
