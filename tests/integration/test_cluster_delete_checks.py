@@ -68,3 +68,21 @@ def test_a_purge_on_n1_reaches_the_owner_n2_over_a_link_not_up_yet(postgres, tmp
     finally:
         for node in (n1, n2):
             node.kill()
+
+
+def test_the_first_basic_get_on_n1_of_a_queue_owned_by_n2_gets_its_head(postgres, tmp_path) -> None:
+    """The first use of n1's link to n2 is a basic.get: it waits for the link, not
+    basic.get-empty for a queue that holds messages."""
+    n1, n2 = start_nodes(tmp_path, postgres.url, unique("get").replace("-", "_"), 2)
+    try:
+        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
+            channel = on_n2.channel()
+            channel.queue_declare("held", durable=True)  # client-local: owned by n2
+            channel.confirm_delivery()
+            channel.basic_publish("", "held", b"head", PERSISTENT, mandatory=True)
+        with pika.BlockingConnection(pika.URLParameters(n1.url)) as on_n1:
+            _, _, body = on_n1.channel().basic_get("held", auto_ack=True)
+        assert body == b"head"
+    finally:
+        for node in (n1, n2):
+            node.kill()

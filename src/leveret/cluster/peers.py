@@ -683,16 +683,20 @@ class PeerLink:
         return relay
 
     def get(self, queue: str, callback: Callable[[Any], None]) -> None:
-        """See :meth:`OwnerLink.get`."""
-        if self.state != UP:
-            self.alive  # noqa: B018 - may start connecting
+        """See :meth:`OwnerLink.get` (a link still connecting is waited for, up to
+        :data:`TIMEOUT` seconds)."""
+        if not self.alive:  # (may start connecting)
             asyncio.get_running_loop().call_soon(callback, None)
             return
         self.spawn(self._get(queue, callback))
 
     async def _get(self, queue: str, callback: Callable[[Any], None]) -> None:
         answer = None
-        lock, connection = self._gets, self.connection
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while self.state == CONNECTING and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        lock, connection = (self._gets, self.connection) if self.state == UP else (None, None)
         try:
             if lock is not None and connection is not None:
                 async with lock:
