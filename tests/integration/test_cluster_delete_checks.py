@@ -1,6 +1,8 @@
-"""queue.delete if-empty / if-unused on a node that does not own the queue: the owner's
-messages and consumers count (RabbitMQ: 406 PRECONDITION_FAILED), never the remote
-node's stale figures. Two real node processes on a real PostgreSQL."""
+"""Queue operations on a node that does not own the queue, done by the owner: queue.delete
+if-empty / if-unused (the owner's messages and consumers count, RabbitMQ's 406
+PRECONDITION_FAILED, never the remote node's stale figures), and a purge and a basic.get
+made while the link to the owner is still connecting (never dropped, never a false
+get-empty). Two real node processes on a real PostgreSQL each."""
 
 from __future__ import annotations
 
