@@ -7,6 +7,7 @@ get-empty). Two real node processes on a real PostgreSQL each."""
 from __future__ import annotations
 
 import pika
+import requests
 from cluster_nodes import start_nodes
 from eventually import eventually
 from targets import unique
@@ -85,6 +86,28 @@ def test_the_first_basic_get_on_n1_of_a_queue_owned_by_n2_gets_its_head(postgres
         with pika.BlockingConnection(pika.URLParameters(n1.url)) as on_n1:
             _, _, body = on_n1.channel().basic_get("held", auto_ack=True)
         assert body == b"head"
+    finally:
+        for node in (n1, n2):
+            node.kill()
+
+
+def test_the_http_api_delete_if_empty_on_n1_of_a_queue_n2_holds_messages_in_is_refused(
+    postgres, tmp_path
+) -> None:
+    """``DELETE /api/queues/%2F/q?if-empty=true`` on n1: 400 (RabbitMQ's), n2 keeps it."""
+    n1, n2 = start_nodes(tmp_path, postgres.url, unique("httpdel").replace("-", "_"), 2)
+    try:
+        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
+            channel = on_n2.channel()
+            channel.queue_declare("kept", durable=True)  # client-local: owned by n2
+            channel.confirm_delivery()
+            channel.basic_publish("", "kept", b"m", PERSISTENT, mandatory=True)
+        answer = requests.delete(
+            f"{n1.http_url}/api/queues/%2F/kept", params={"if-empty": "true"}, auth=("guest", "guest"), timeout=10
+        )
+        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
+            count = on_n2.channel().queue_declare("kept", passive=True).method.message_count
+        assert (answer.status_code, count) == (400, 1)
     finally:
         for node in (n1, n2):
             node.kill()
