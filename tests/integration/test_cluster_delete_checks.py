@@ -103,7 +103,10 @@ def test_the_http_api_delete_if_empty_on_n1_of_a_queue_n2_holds_messages_in_is_r
             channel.confirm_delivery()
             channel.basic_publish("", "kept", b"m", PERSISTENT, mandatory=True)
         answer = requests.delete(
-            f"{n1.http_url}/api/queues/%2F/kept", params={"if-empty": "true"}, auth=("guest", "guest"), timeout=10
+            f"{n1.http_url}/api/queues/%2F/kept",
+            params={"if-empty": "true"},
+            auth=("guest", "guest"),
+            timeout=10,
         )
         with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
             count = on_n2.channel().queue_declare("kept", passive=True).method.message_count
