@@ -114,3 +114,26 @@ def test_the_http_api_delete_if_empty_on_n1_of_a_queue_n2_holds_messages_in_is_r
     finally:
         for node in (n1, n2):
             node.kill()
+
+
+def test_a_passive_declare_on_n1_comes_to_show_the_owners_count_by_itself(postgres, tmp_path) -> None:
+    """n1's figures of n2's queue are the owner's: the first look starts n1's link (nothing
+    else opens it here), and a later look shows what n2 holds."""
+    n1, n2 = start_nodes(tmp_path, postgres.url, unique("figures").replace("-", "_"), 2)
+    try:
+        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
+            channel = on_n2.channel()
+            channel.queue_declare("counted", durable=True)  # client-local: owned by n2
+            channel.confirm_delivery()
+            for i in range(4):
+                channel.basic_publish("", "counted", b"m%d" % i, PERSISTENT, mandatory=True)
+        with pika.BlockingConnection(pika.URLParameters(n1.url)) as on_n1:
+            channel = on_n1.channel()
+
+            def count() -> int:
+                return channel.queue_declare("counted", passive=True).method.message_count
+
+            assert eventually(lambda: count() == 4, timeout=10)
+    finally:
+        for node in (n1, n2):
+            node.kill()

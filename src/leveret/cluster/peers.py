@@ -692,10 +692,7 @@ class PeerLink:
 
     async def _get(self, queue: str, callback: Callable[[Any], None]) -> None:
         answer = None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + TIMEOUT
-        while self.state == CONNECTING and loop.time() < deadline:
-            await asyncio.sleep(0.01)
+        await self._until_up()
         lock, connection = (self._gets, self.connection) if self.state == UP else (None, None)
         try:
             if lock is not None and connection is not None:
@@ -724,11 +721,15 @@ class PeerLink:
         if self.alive:
             self.spawn(self._purge(queue))
 
-    async def _purge(self, queue: str) -> None:
+    async def _until_up(self) -> None:
+        """Wait while the link is connecting, up to :data:`TIMEOUT` seconds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TIMEOUT
         while self.state == CONNECTING and loop.time() < deadline:
             await asyncio.sleep(0.01)
+
+    async def _purge(self, queue: str) -> None:
+        await self._until_up()
         if self.state == UP:
             await self._call(commands.Queue.Purge(queue=queue))
 
@@ -755,11 +756,8 @@ class PeerLink:
         if_empty: bool,
         callback: Callable[[int, tuple[int, str] | None], None],
     ) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + TIMEOUT
         try:
-            while self.state == CONNECTING and loop.time() < deadline:
-                await asyncio.sleep(0.01)
+            await self._until_up()
             connection = self.connection if self.state == UP else None
             if connection is None:
                 raise OSError(f"node {self.node} unreachable")
@@ -778,10 +776,11 @@ class PeerLink:
 
     def inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:
         """See :meth:`OwnerLink.inspect`."""
-        if self.state == UP:
+        if self.alive:  # (starts a link that is down: the figures come once it is up)
             self.spawn(self._inspect(queue, callback))
 
     async def _inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:
+        await self._until_up()
         reply = await self._call(commands.Queue.Declare(queue=queue, passive=True))
         if reply is not None:
             callback(reply.message_count, reply.consumer_count)
