@@ -340,8 +340,8 @@ class RemoteQueue(Queue):
         if handle is None:
             return
         handle.cancel()
-        for entry in relay.buffer:
-            handle.nack(entry.seq, True)
+        for entry in relay.buffer:  # never handed over here: a plain return
+            handle.reject(entry.seq, True)
         relay.buffer.clear()
         if not relay.outstanding:
             handle.close()
@@ -405,8 +405,8 @@ class RemoteQueue(Queue):
         waiters, self._get_waiters = self._get_waiters, []
         if waiters:
             self._got.append(entry)
-        elif entry is not None:  # nobody waits any more: back to the owner
-            entry.handle.nack(entry.seq, True)
+        elif entry is not None:  # nobody waits any more: back to the owner (not failed)
+            entry.handle.reject(entry.seq, True)
         for waiter in waiters:
             waiter(True)
 
