@@ -683,16 +683,20 @@ class PeerLink:
         return relay
 
     def get(self, queue: str, callback: Callable[[Any], None]) -> None:
-        """See :meth:`OwnerLink.get`."""
-        if self.state != UP:
-            self.alive  # noqa: B018 - may start connecting
+        """See :meth:`OwnerLink.get` (a link still connecting is waited for, up to
+        :data:`TIMEOUT` seconds)."""
+        if not self.alive:  # (may start connecting)
             asyncio.get_running_loop().call_soon(callback, None)
             return
         self.spawn(self._get(queue, callback))
 
     async def _get(self, queue: str, callback: Callable[[Any], None]) -> None:
         answer = None
-        lock, connection = self._gets, self.connection
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while self.state == CONNECTING and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        lock, connection = (self._gets, self.connection) if self.state == UP else (None, None)
         try:
             if lock is not None and connection is not None:
                 async with lock:
@@ -715,9 +719,18 @@ class PeerLink:
         callback(answer)
 
     def purge(self, queue: str) -> None:
-        """See :meth:`OwnerLink.purge`."""
+        """See :meth:`OwnerLink.purge` (a link still connecting is waited for, up to
+        :data:`TIMEOUT` seconds; a purge is never dropped while the owner is reachable)."""
+        if self.alive:
+            self.spawn(self._purge(queue))
+
+    async def _purge(self, queue: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while self.state == CONNECTING and loop.time() < deadline:
+            await asyncio.sleep(0.01)
         if self.state == UP:
-            self.spawn(self._call(commands.Queue.Purge(queue=queue)))
+            await self._call(commands.Queue.Purge(queue=queue))
 
     def delete(
         self,
@@ -726,8 +739,9 @@ class PeerLink:
         if_empty: bool,
         callback: Callable[[int, tuple[int, str] | None], None],
     ) -> None:
-        """See :meth:`OwnerLink.delete`."""
-        if self.state != UP:
+        """See :meth:`OwnerLink.delete` (a link still connecting is waited for, up to
+        :data:`TIMEOUT` seconds)."""
+        if not self.alive:
             asyncio.get_running_loop().call_soon(
                 callback, 0, (404, f"NOT_FOUND - node {self.node} unreachable")
             )
@@ -741,8 +755,12 @@ class PeerLink:
         if_empty: bool,
         callback: Callable[[int, tuple[int, str] | None], None],
     ) -> None:
-        connection = self.connection
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
         try:
+            while self.state == CONNECTING and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            connection = self.connection if self.state == UP else None
             if connection is None:
                 raise OSError(f"node {self.node} unreachable")
             channel = await connection.default_channel()
@@ -753,6 +771,9 @@ class PeerLink:
         except (AMQPError, OSError) as exc:
             callback(0, (404, f"NOT_FOUND - {exc}"))
             return
+        except asyncio.CancelledError:  # the link closed: the client's reply must still come
+            callback(0, (404, f"NOT_FOUND - node {self.node} unreachable"))
+            raise
         callback(count, None)
 
     def inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:

@@ -448,7 +448,15 @@ class Replication:
             if locator == BALANCED:
                 owners = self.catalog.owners()
                 target = least_loaded(self.node, self.catalog.live_nodes(), (n for n, _ in owners.values()))
-        owner = str(self.catalog.claim_queue(vhost.name, name, queue_id, target, durable))
+        try:
+            owner = str(self.catalog.claim_queue(vhost.name, name, queue_id, target, durable))
+        finally:
+            # The claim blocked the loop (up to the catalog's 5 s timeouts when the
+            # database is cut off): look at the lease before anything queued meanwhile
+            # (deliveries) runs, so a node that lost it is fenced first.
+            watchdog = getattr(self.cluster, "watchdog", None)
+            if watchdog is not None:
+                watchdog.check()
         took = time.perf_counter() - started
         self.claims += 1
         self.claim_seconds += took
