@@ -655,7 +655,10 @@ class Channel:
 
     def _basic_reject(self, m: commands.Basic.Reject) -> None:
         assert m.delivery_tag is not None  # decoded from the wire: pamqp's None is a default
-        self._acknowledge(m.delivery_tag, False, m.requeue, failed=True)  # RabbitMQ 4.3: a failure
+        # RabbitMQ 4.3: a failure; but from another node of the cluster a plain return (an
+        # AMQP 1.0 released there, cluster/peers.py: its failures come as basic.nack)
+        failed = not self.publisher.local_only
+        self._acknowledge(m.delivery_tag, False, m.requeue, failed=failed)
 
     def _basic_nack(self, m: commands.Basic.Nack) -> None:
         # a failure, as basic.reject: RabbitMQ 4.3 counts reject only, which leaves the
