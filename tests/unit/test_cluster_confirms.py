@@ -108,3 +108,58 @@ def test_groups_are_called_back_in_order(tmp_path: Path) -> None:
     finally:
         store.close()
         loop.close()
+
+
+class RangeLink(Link):
+    """As :class:`leveret.cluster.peers.PeerLink` does: a seal waits for the forwards
+    sent since the previous seal, and a nack fails only the wait whose range holds it."""
+
+    def seal(self, done) -> bool:
+        lo, hi = self.sealed, self.sent
+        self.sealed = hi
+        if hi <= self.settled:
+            return False
+        self.waits.append([lo, hi, done, True])  # type: ignore[arg-type]
+        return True
+
+    def nack(self, position: int) -> None:
+        for wait in self.waits:
+            if wait[0] < position <= wait[1]:  # type: ignore[index]
+                wait[3] = False  # type: ignore[index]
+
+    def confirm(self, upto: int, ok: bool = True) -> None:
+        self.settled = upto
+        for wait in [w for w in self.waits if w[1] <= upto]:  # type: ignore[index]
+            self.waits.remove(wait)
+            wait[2](wait[3])  # type: ignore[index]
+
+
+def test_a_forward_made_as_the_store_starts_a_new_batch_counts_for_its_publish(tmp_path: Path) -> None:
+    """The store hands its batch to the writer in mid-turn (its writer's previous commit
+    came back: ``_written`` submits at once); the next publish forwards, then asks for
+    the batch token: its forward was nacked by the owner, so its confirm is negative."""
+    link = RangeLink()
+    loop, store, confirms = make(tmp_path, link)
+    seen: list[tuple[str, bool]] = []
+    try:
+        async def turn() -> None:
+            store.save_definition("exchange", "/", "x", {"type": "direct"})  # a persistent publish
+            confirms.batch_token()
+            confirms.when_durable(lambda ok: seen.append(("stored", ok)))
+            store._submit()  # what BatchedStore._written does when the writer is done
+            link.forward()  # the next publish: forwarded to the owner, then settled
+            confirms.batch_token()
+            confirms.when_durable(lambda ok: seen.append(("forwarded", ok)))
+
+        loop.run_until_complete(turn())
+        run(loop)
+        link.nack(1)
+        link.confirm(1)
+        for _ in range(1000):  # the writer thread's commit
+            run(loop, 0.01)
+            if len(seen) == 2:
+                break
+        assert ("forwarded", False) in seen, seen
+    finally:
+        store.close()
+        loop.close()

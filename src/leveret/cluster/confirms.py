@@ -10,9 +10,12 @@ store, whose ``when_durable`` also waits for every link's forwards sent so far.
 - A group (:meth:`ClusterConfirms.batch_token`) lasts one event-loop turn at most
   (less when the store starts a new batch of writes meanwhile): its callbacks wait for
   the store's batch (registered when the group's first callback comes, as the store
-  alone would) and, once the group is sealed, on each link with forwards not yet
-  confirmed, for the highest forward sent by then. A forward made after a group was
-  sealed belongs to a later group, so it is never confirmed by an earlier one.
+  alone would) and, at the end of the turn, on each link with forwards not yet
+  confirmed, for the highest forward sent by then. The groups of one turn wait for the
+  links together (one seal per link): a publish forwards before it asks for the batch
+  token, so a forward made as the store started a new batch belongs to the next group,
+  and its nack fails every group of the turn. A forward made after a turn's seal
+  belongs to a later turn, so it is never confirmed by an earlier group.
 - Groups are called back in the order they were made (a publisher's confirms stay in
   publish order), each with True only if its store writes succeeded and none of the
   forwards it waited for was nacked or lost with its link (a negative confirm, as
@@ -60,6 +63,7 @@ class ClusterConfirms:
         self._store = store
         self._links = links
         self._open: _Group | None = None  # gathering callbacks in this turn
+        self._turn: list[_Group] = []  # closed in this turn: wait for the links at its end
         self._groups: deque[_Group] = deque()  # sealed, in order, not called back yet
         self._loop: asyncio.AbstractEventLoop | None = None
         self._seal_soon = False
@@ -92,7 +96,7 @@ class ClusterConfirms:
         inner = self._store.batch_token()
         group = self._open
         if group is not None and group.inner is not inner:
-            self._seal()
+            self._close()
             group = None
         if group is None:
             group = self._open = _Group(inner)
@@ -126,19 +130,36 @@ class ClusterConfirms:
         self._seal_soon = False
         self._seal()
 
-    def _seal(self) -> None:
-        """Close the open group: it waits for the links' forwards sent so far."""
+    def _close(self) -> None:
+        """Close the open group (no more callbacks): it waits for the store, and for the
+        links with the turn's other groups (:meth:`_seal`)."""
         group, self._open = self._open, None
         if group is None or not group.callbacks:
             return
         self._groups.append(group)
         self._wait_store(group)
-        done = lambda ok: self._done(group, ok)  # noqa: E731
+        self._turn.append(group)
+
+    def _seal(self) -> None:
+        """The end of the turn: the groups closed in it wait for the links' forwards
+        sent so far, together."""
+        self._close()
+        turn, self._turn = self._turn, []
+        if not turn:
+            return
+
+        def done(ok: bool) -> None:
+            for group in turn:
+                self._done(group, ok)
+
         for link in self._links():
-            group.waiting += 1
+            for group in turn:
+                group.waiting += 1
             if not link.seal(done):
-                group.waiting -= 1
-        self._done(group, True)
+                for group in turn:
+                    group.waiting -= 1
+        for group in turn:
+            self._done(group, True)
 
     def _done(self, group: _Group, ok: bool) -> None:
         group.waiting -= 1

@@ -9,7 +9,8 @@ one becomes a :class:`~leveret.core.queues.remote.RemoteQueue` of its owner. The
 replication of definition changes, the links to the peers, the takeover loop
 (:mod:`.takeover`) and the lease watchdog (:mod:`.lease`) start.
 
-Stop: gracefully (SIGTERM), the node hands its durable queues to live peers (balanced;
+Stop: gracefully (SIGTERM), the node swaps its durable queues for stand-ins that refuse
+publishes (so nothing is stored after its last commit), and hands them to live peers (balanced;
 :meth:`Catalog.move_queue` writes the ``changes`` row each new owner acts on), sets its
 state ``left`` and releases its lock when the store closes, so a rolling restart moves
 queues without waiting GRACE; with no live peer it keeps them (they come back with it,
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
     from ..core.broker import BrokerCore
 
 log = logging.getLogger("leveret.cluster")
+
+#: seconds an owner change may take to be applied by every live node before the
+#: queues it moved leave their transition anyway (logged)
+SETTLE_TIMEOUT = 5.0
 
 
 class ClusterNode:
@@ -236,8 +241,12 @@ class ClusterNode:
             for queue in vhost.queues.values()
             if self._is_local_durable(queue)
         ]
-        for _, queue in mine:
-            queue.stop()  # no more timers writing this queue's rows
+        for index, (vhost, queue) in enumerate(mine):
+            # nothing stored here any more (the new owner restores what the store holds
+            # once it is committed below): a stand-in refuses publishes, forwarded ones
+            # too (no link: in transition), until the node is gone
+            stand_in = make_remote(vhost, queue, self.node, None)
+            mine[index] = (vhost, stand_in)
         # queues given to this node and not served yet: their grace must run out before
         # the node says it left (a survivor then takes them without waiting)
         wait = self._grace_until - self.now()
@@ -377,14 +386,42 @@ class ClusterNode:
         """A takeover by this node: queues given to other nodes are retargeted now, those
         given to this node are restored once ``now() >= serve_at``."""
         mine = []
+        retargeted = []
         for vhost_name, name, queue_id, owner in moved:
             vhost = self.core.vhosts.get(vhost_name)
             queue = vhost.queues.get(name) if vhost is not None else None
             if owner == self.node:
                 mine.append((vhost_name, name, queue_id))
+                if isinstance(queue, RemoteQueue):
+                    queue.transition = True  # until restored (see _acquire)
             elif isinstance(queue, RemoteQueue):
                 queue.retarget(owner, self.link(owner, vhost_name))
+                retargeted.append(queue)
+        if retargeted:
+            self.settle(retargeted)
         self._spawn(self._acquire(mine, serve_at, started, dead))
+
+    def settle(self, queues: list[RemoteQueue], epoch: int | None = None) -> None:
+        """``queues`` changed owner by the change ``epoch`` (None: the last in the log):
+        they are in transition (publishes to them refused, forwarded ones too:
+        :attr:`RemoteQueue.in_transition`) until every live node applied it, so no
+        node forwards a message to a new owner that does not know yet it owns the
+        queue (it would skip it as another node's and confirm it: lost)."""
+        for queue in queues:
+            queue.transition = True
+        self._spawn(self._settled(queues, epoch))
+
+    async def _settled(self, queues: list[RemoteQueue], epoch: int | None) -> None:
+        try:
+            if epoch is None:
+                epoch = int(await asyncio.to_thread(self.catalog.last_epoch))
+            if not await asyncio.to_thread(self.catalog.wait_applied, epoch, SETTLE_TIMEOUT):
+                log.warning("an owner change (epoch %d) is not applied by every live node yet", epoch)
+        except Exception as exc:  # the database is away: the lease decides soon
+            log.warning("waiting for an owner change to be applied everywhere: %s", exc)
+        finally:
+            for queue in queues:
+                queue.transition = False
 
     def on_acquired(self, vhost: str, name: str, queue_id: int) -> None:
         """Replication's hook: another node's change made this node ``name``'s owner (a
@@ -395,6 +432,7 @@ class ClusterNode:
         host = self.core.vhosts.get(vhost)
         queue = host.queues.get(name) if host is not None else None
         if isinstance(queue, RemoteQueue):  # (else already real here, or gone)
+            queue.transition = True  # until restored: forwards to it are refused meanwhile
             self._spawn(self._acquire_handed(vhost, name, queue_id, queue.owner))
 
     async def _acquire_handed(self, vhost: str, name: str, queue_id: int, previous: str) -> None:
@@ -402,6 +440,11 @@ class ClusterNode:
         rows = await asyncio.to_thread(self.catalog.nodes)
         row = next((r for r in rows if r.name == previous), None)
         handed = row is not None and (row.live or row.state == "left")
+        if row is not None and row.live:
+            # a move: the old owner switches to a RemoteQueue (and commits what its
+            # queue stored) when it applies the change; restore only after that
+            epoch = int(await asyncio.to_thread(self.catalog.last_epoch))
+            await asyncio.to_thread(self.catalog.wait_applied, epoch, SETTLE_TIMEOUT)
         await self._acquire(
             [(vhost, name, queue_id)], started if handed else started + self.grace, started, previous
         )

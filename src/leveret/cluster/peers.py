@@ -660,16 +660,17 @@ class PeerLink:
         return relay
 
     def get(self, queue: str, callback: Callable[[Any], None]) -> None:
-        """See :meth:`OwnerLink.get`."""
-        if self.state != UP:
-            self.alive  # noqa: B018 - may start connecting
+        """See :meth:`OwnerLink.get` (a link still connecting is waited for, up to
+        :data:`TIMEOUT` seconds)."""
+        if not self.alive:  # (may start connecting)
             asyncio.get_running_loop().call_soon(callback, None)
             return
         self.spawn(self._get(queue, callback))
 
     async def _get(self, queue: str, callback: Callable[[Any], None]) -> None:
         answer = None
-        lock, connection = self._gets, self.connection
+        await self._until_up()
+        lock, connection = (self._gets, self.connection) if self.state == UP else (None, None)
         try:
             if lock is not None and connection is not None:
                 async with lock:
@@ -692,9 +693,22 @@ class PeerLink:
         callback(answer)
 
     def purge(self, queue: str) -> None:
-        """See :meth:`OwnerLink.purge`."""
+        """See :meth:`OwnerLink.purge` (a link still connecting is waited for, up to
+        :data:`TIMEOUT` seconds; a purge is never dropped while the owner is reachable)."""
+        if self.alive:
+            self.spawn(self._purge(queue))
+
+    async def _until_up(self) -> None:
+        """Wait while the link is connecting, up to :data:`TIMEOUT` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while self.state == CONNECTING and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def _purge(self, queue: str) -> None:
+        await self._until_up()
         if self.state == UP:
-            self.spawn(self._call(commands.Queue.Purge(queue=queue)))
+            await self._call(commands.Queue.Purge(queue=queue))
 
     def delete(
         self,
@@ -703,8 +717,9 @@ class PeerLink:
         if_empty: bool,
         callback: Callable[[int, tuple[int, str] | None], None],
     ) -> None:
-        """See :meth:`OwnerLink.delete`."""
-        if self.state != UP:
+        """See :meth:`OwnerLink.delete` (a link still connecting is waited for, up to
+        :data:`TIMEOUT` seconds)."""
+        if not self.alive:
             asyncio.get_running_loop().call_soon(
                 callback, 0, (404, f"NOT_FOUND - node {self.node} unreachable")
             )
@@ -718,8 +733,9 @@ class PeerLink:
         if_empty: bool,
         callback: Callable[[int, tuple[int, str] | None], None],
     ) -> None:
-        connection = self.connection
         try:
+            await self._until_up()
+            connection = self.connection if self.state == UP else None
             if connection is None:
                 raise OSError(f"node {self.node} unreachable")
             channel = await connection.default_channel()
@@ -730,14 +746,18 @@ class PeerLink:
         except (AMQPError, OSError) as exc:
             callback(0, (404, f"NOT_FOUND - {exc}"))
             return
+        except asyncio.CancelledError:  # the link closed: the client's reply must still come
+            callback(0, (404, f"NOT_FOUND - node {self.node} unreachable"))
+            raise
         callback(count, None)
 
     def inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:
         """See :meth:`OwnerLink.inspect`."""
-        if self.state == UP:
+        if self.alive:  # (starts a link that is down: the figures come once it is up)
             self.spawn(self._inspect(queue, callback))
 
     async def _inspect(self, queue: str, callback: Callable[[int, int], None]) -> None:
+        await self._until_up()
         reply = await self._call(commands.Queue.Declare(queue=queue, passive=True))
         if reply is not None:
             callback(reply.message_count, reply.consumer_count)

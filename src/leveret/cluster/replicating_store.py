@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..core.broker import BrokerCore
@@ -54,6 +55,7 @@ class ReplicatingStore(Store):
         self.definition_changes = 0
         #: ``wait_applied(epoch, timeout) -> bool`` (the catalog's), None: no waiting
         self.wait_applied: Callable[[int, float], bool] | None = None
+        self._wait_threads: ThreadPoolExecutor | None = None
         #: the owner node of queue (vhost, name) as a change row names it
         self.owner_of: Callable[[str, str], str] = lambda vhost, name: self.node
         self._unwaited = False  # changes logged since the last when_durable
@@ -155,7 +157,11 @@ class ReplicatingStore(Store):
             for callback in callbacks:
                 callback(True)
 
-        loop.run_in_executor(None, wait, epoch, APPLY_TIMEOUT).add_done_callback(waited)
+        if self._wait_threads is None:
+            # its own threads: a node slow to apply holds a waiter up to APPLY_TIMEOUT,
+            # which must not starve the default executor the takeover loop runs on
+            self._wait_threads = ThreadPoolExecutor(2, thread_name_prefix="leveret-apply-wait")
+        loop.run_in_executor(self._wait_threads, wait, epoch, APPLY_TIMEOUT).add_done_callback(waited)
 
     def batch_token(self) -> object:
         return self.inner.batch_token()
@@ -247,3 +253,5 @@ class ReplicatingStore(Store):
 
     def close(self) -> None:
         self.inner.close()
+        if self._wait_threads is not None:
+            self._wait_threads.shutdown(wait=False, cancel_futures=True)

@@ -50,6 +50,7 @@ from ..core.exchange import Binding, Exchange
 from ..core.queues import Queue
 from ..core.queues.remote import RemoteQueue
 from .apply import apply_definition
+from .move import durable
 from .placement import BALANCED, CLIENT_LOCAL, leader_locator, least_loaded, stays_local
 from .replicating_store import ReplicatingStore
 
@@ -131,6 +132,8 @@ class Replication:
         self.claim_seconds = 0.0
         self.claim_max = 0.0
         self._replay_queue_id = 0
+        self._epoch = 0  # the change being applied (0: this node's own)
+        self._moved_away = False  # a queue of this node went to another since the last commit wait
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -238,6 +241,9 @@ class Replication:
 
     async def _apply_on_loop(self, changes: list) -> None:
         self.apply(changes)
+        if self._moved_away:  # committed before this node says it applied the change:
+            self._moved_away = False  # the new owner restores the queue from the store then
+            await durable(self.store)
 
     # -- applying ---------------------------------------------------------------------------
     def apply(self, changes: Iterable[Any]) -> None:
@@ -248,6 +254,7 @@ class Replication:
             if epoch <= self.applied:
                 continue
             if node != self.node:
+                self._epoch = epoch
                 self._apply_one(node, kind, vhost, name, data)
             self.applied = epoch
 
@@ -313,11 +320,17 @@ class Replication:
             )
             self._replace(host, local, remote)
 
-    def apply_own_owner_change(self, vhost: str, name: str, owner: str, queue_id: int) -> None:
+    def apply_own_owner_change(
+        self, vhost: str, name: str, owner: str, queue_id: int, epoch: int = 0
+    ) -> None:
         """An ``owner`` change this node wrote itself (``leveret ctl move_queue``:
-        :mod:`.move`), applied here as every other node applies it (a node skips its
-        own changes in the log)."""
-        self._apply_owner(vhost, name, owner, queue_id)
+        :mod:`.move`; ``epoch``: the change's), applied here as every other node applies
+        it (a node skips its own changes in the log)."""
+        self._epoch = epoch
+        try:
+            self._apply_owner(vhost, name, owner, queue_id)
+        finally:
+            self._epoch = 0
 
     def _apply_owner(self, vhost: str, name: str, owner: str, queue_id: int) -> None:
         host = self.core.vhosts.get(vhost)
@@ -330,8 +343,17 @@ class Replication:
             return
         if isinstance(local, RemoteQueue):
             local.retarget(owner, self.link_for(owner, host.name))
+            self._settle(local)
         else:  # moved away from this node: its messages stay in the store for the new owner
-            self._to_remote(host, local, owner)
+            self._settle(self._to_remote(host, local, owner))
+            self._moved_away = True
+
+    def _settle(self, queue: RemoteQueue) -> None:
+        """``queue`` changed owner: in transition until every live node applied the
+        change (:meth:`.node.ClusterNode.settle`)."""
+        settle = getattr(self.cluster, "settle", None)
+        if settle is not None:
+            settle([queue], self._epoch or None)
 
     # -- queue objects -----------------------------------------------------------------------
     def _remote(
@@ -351,12 +373,13 @@ class Replication:
             remote.exclusive_owner = REMOTE_EXCLUSIVE
         return remote
 
-    def _to_remote(self, host: VirtualHost, queue: Queue, owner: str) -> None:
+    def _to_remote(self, host: VirtualHost, queue: Queue, owner: str) -> RemoteQueue:
         """Another node owns ``queue``: a RemoteQueue takes its place (and bindings);
         its messages stay in the store, its consumers are cancelled."""
         remote = self._remote(host, queue.name, owner, queue.durable, queue.auto_delete, queue.arguments)
         remote.queue_id = queue.queue_id
         self._replace(host, queue, remote)
+        return remote
 
     @staticmethod
     def _replace(host: VirtualHost, old: Queue, new: Queue) -> None:
@@ -425,7 +448,15 @@ class Replication:
             if locator == BALANCED:
                 owners = self.catalog.owners()
                 target = least_loaded(self.node, self.catalog.live_nodes(), (n for n, _ in owners.values()))
-        owner = str(self.catalog.claim_queue(vhost.name, name, queue_id, target, durable))
+        try:
+            owner = str(self.catalog.claim_queue(vhost.name, name, queue_id, target, durable))
+        finally:
+            # The claim blocked the loop (up to the catalog's 5 s timeouts when the
+            # database is cut off): look at the lease before anything queued meanwhile
+            # (deliveries) runs, so a node that lost it is fenced first.
+            watchdog = getattr(self.cluster, "watchdog", None)
+            if watchdog is not None:
+                watchdog.check()
         took = time.perf_counter() - started
         self.claims += 1
         self.claim_seconds += took

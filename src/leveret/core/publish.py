@@ -34,7 +34,7 @@ from .errors import access_refused, precondition_failed
 from .exchange import DEFAULT_EXCHANGE, DelayedMessageExchange, Exchange
 from .message import Message
 from .metrics import BUCKET_BY_BITS
-from .queues import ACCEPTED, REJECTED, STORED, Enqueued, QueuedMessage
+from .queues import ACCEPTED, REJECTED, STORED, Enqueued, Queue, QueuedMessage
 from .queues.remote import RemoteQueue
 from .scheduler import SCHEDULE_MARK, Schedule, schedule_from_headers
 
@@ -182,10 +182,15 @@ class Publisher:
             outcome = held
         else:
             queues = vhost.route(exchange, message)
-            if self.local_only:
-                queues = [queue for queue in queues if not isinstance(queue, RemoteQueue)]
-                counted = False
             routed = bool(queues)
+            if self.local_only:
+                kept = self._local_only(queues)
+                if kept is None:  # a queue the sender may have meant for this node is moving
+                    kept = []
+                    outcome = REJECTED
+                queues = kept
+                routed = routed and (bool(queues) or outcome == REJECTED)
+                counted = False
             for queue in queues:
                 queue.counters.published += counted or self.local_only
                 outcome |= queue.enqueue(message)
@@ -206,6 +211,21 @@ class Publisher:
             self.events.returned(exchange.name, message)
         if seq:
             self._settle(seq, outcome)
+
+    @staticmethod
+    def _local_only(queues: list[Queue]) -> list[Queue] | None:
+        """A peer's publish (:attr:`local_only`): the real queues of ``queues``; the
+        other nodes' queues are skipped (the sender forwarded to their owners), but
+        None (refused: a negative confirm, the publisher sends again) when one of them
+        is changing owner (:attr:`RemoteQueue.in_transition`): the sender's view of
+        its owner and this node's may differ, the message might be meant for it."""
+        kept = []
+        for queue in queues:
+            if not isinstance(queue, RemoteQueue):
+                kept.append(queue)
+            elif queue.in_transition:
+                return None
+        return kept
 
     def _hold(self, exchange: Exchange, message: Message, delay: int = 0) -> Enqueued | None:
         """A message for later: a delayed-message exchange's with an ``x-delay``, one

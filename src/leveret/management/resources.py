@@ -24,6 +24,7 @@ clients read from the API and never compute.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -38,6 +39,7 @@ from ..core.definitions_document import jsonable
 from ..core.exchange import DEFAULT_EXCHANGE, Binding, Exchange
 from ..core.policy import matching
 from ..core.queues import Queue
+from ..core.queues.remote import RemoteQueue
 from ..core.vhost import VirtualHost
 from .cluster_view import queue_node
 from .common import (
@@ -491,7 +493,29 @@ class Resources:
         vhost, queue = self._queue(request)
         if_empty, if_unused = flag(request, "if-empty"), flag(request, "if-unused")
         user_session = session(self.core, request, vhost)
-        count = amqp(lambda: user_session.delete_queue(queue.name, if_unused, if_empty))
+        link = queue.link if isinstance(queue, RemoteQueue) else None
+        if (if_empty or if_unused) and link is not None:
+            # another cluster node owns it: only the owner knows whether it is empty or
+            # unused (docs/cluster.md); it deletes it, or refuses
+            amqp(lambda: user_session.access.configure("queue", queue.name))
+            answer: asyncio.Future[tuple[int, tuple[int, str] | None]] = (
+                asyncio.get_running_loop().create_future()
+            )
+
+            def replied(count: int, refusal: tuple[int, str] | None) -> None:
+                if not answer.done():
+                    answer.set_result((count, refusal))
+
+            link.delete(queue.name, if_unused, if_empty, replied)
+            count, refusal = await answer
+            if refusal is not None:
+                code, text = refusal
+                if code == 404:
+                    raise json_error(404, "not_found", text)
+                raise json_error(400, "bad_request", text)
+            amqp(lambda: user_session.delete_queue(queue.name))
+        else:
+            count = amqp(lambda: user_session.delete_queue(queue.name, if_unused, if_empty))
         self.core.audit.record(
             "queue.delete",
             request["user"].name,

@@ -496,6 +496,7 @@ class Broker:
         self.role = "fenced"
         if self.settings.node_name is not None and self.cluster is not None:
             self.cluster.fence(reason)  # (logs "fenced: …"; calls back once, no-op)
+            self._abort_connections()
         elif self.settings.node_name is not None:
             log.error(
                 "fenced: node %s lost its database session (%s); stopping", self.settings.node_name, reason
@@ -506,6 +507,17 @@ class Broker:
         self._fenced.set()
         if self._stopping is None and self._started:  # (start() checks for itself)
             self._stopping = asyncio.ensure_future(self._stop())
+
+    def _abort_connections(self) -> None:
+        """A fenced node drops every connection on its listeners (clients and the other
+        nodes' links) at once, before the loop runs anything else: from now on another
+        node may take its queues over, so not one more delivery may leave (the orderly
+        close with 320 follows in :meth:`_stop` for what is left)."""
+        peers = self.peer_listener.connections if self.peer_listener is not None else ()
+        for connection in [c for _, c in self.connections()] + list(peers):
+            transport = getattr(connection, "transport", None)
+            if transport is not None:
+                transport.abort()
 
     async def wait_fenced(self) -> None:
         """Return once the broker was fenced (see :meth:`_lose_mastership`)."""

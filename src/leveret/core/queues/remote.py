@@ -134,6 +134,11 @@ class RemoteEntry(QueuedMessage):
         super().__init__(message, tag)
         self.handle = handle
         self.relay = relay
+        # the owner's failed-delivery count, which it sends as a header (entry.
+        # delivery_counts), for this node's adapters (AMQP 1.0's header.delivery-count)
+        failed = message.header("x-delivery-count")
+        if type(failed) is int and failed > 0:
+            self.failed_count = failed
 
 
 class _Relay:
@@ -154,8 +159,8 @@ class _Relay:
         assert self.handle is not None
         entry = RemoteEntry(message, tag, self.handle, self)
         entry.redelivered = redelivered
-        if self.cancelled:  # in flight when cancelled: back to the owner
-            self.handle.nack(tag, True)
+        if self.cancelled:  # in flight when cancelled: back to the owner (not failed)
+            self.handle.reject(tag, True)
             return
         self.buffer.append(entry)
         queue = self.queue
@@ -169,8 +174,8 @@ class _Relay:
         self.cancelled = True
         handle = self.handle
         if handle is not None:  # still unacknowledged on the owner: back to its queue
-            for entry in self.buffer:
-                handle.nack(entry.seq, True)
+            for entry in self.buffer:  # never delivered here: a plain return
+                handle.reject(entry.seq, True)
             if not self.outstanding:  # else once the consumer settled what it holds
                 handle.close()
         self.buffer.clear()
@@ -212,6 +217,9 @@ class RemoteQueue(Queue):
         #: the node that holds the real queue
         self.owner = owner
         self.link = link
+        #: the queue is changing owner (a takeover or move under way, see
+        #: :attr:`in_transition`)
+        self.transition = False
         #: the owner's last figures (see :meth:`inspect`)
         self.owner_message_count = 0
         self.consumer_count = 0
@@ -227,6 +235,16 @@ class RemoteQueue(Queue):
         self.owner_lost()
         self.owner = owner
         self.link = link
+
+    @property
+    def in_transition(self) -> bool:
+        """Whether the nodes' views of the owner may differ now: the owner was lost
+        (no link), this node is acquiring the queue, or the queue just moved and not
+        every live node applied the change yet (:attr:`transition`). Publishes routed
+        here are then refused (a negative confirm: the publisher sends again), those
+        forwarded by another node too (:class:`leveret.core.publish.Publisher`: the
+        sender may have meant this node as the owner); none is confirmed and lost."""
+        return self.transition or self.link is None
 
     def owner_lost(self) -> None:
         """The owner went: consumers are cancelled (RabbitMQ's consumer cancel
@@ -265,9 +283,9 @@ class RemoteQueue(Queue):
     # -- publishing ---------------------------------------------------------------------
     def enqueue(self, message: Message) -> Enqueued:
         """Forward ``message`` to the owner: STORED (the confirm waits for the owner),
-        REJECTED when the owner cannot be reached."""
+        REJECTED when the owner cannot be reached or is changing (:attr:`in_transition`)."""
         link = self.link
-        if link is None or not link.forward(message):
+        if link is None or self.transition or not link.forward(message):
             return REJECTED
         return STORED
 
@@ -322,8 +340,8 @@ class RemoteQueue(Queue):
         if handle is None:
             return
         handle.cancel()
-        for entry in relay.buffer:
-            handle.nack(entry.seq, True)
+        for entry in relay.buffer:  # never handed over here: a plain return
+            handle.reject(entry.seq, True)
         relay.buffer.clear()
         if not relay.outstanding:
             handle.close()
@@ -373,8 +391,8 @@ class RemoteQueue(Queue):
         waiters, self._get_waiters = self._get_waiters, []
         if waiters:
             self._got.append(entry)
-        elif entry is not None:  # nobody waits any more: back to the owner
-            entry.handle.nack(entry.seq, True)
+        elif entry is not None:  # nobody waits any more: back to the owner (not failed)
+            entry.handle.reject(entry.seq, True)
         for waiter in waiters:
             waiter(True)
 
@@ -406,11 +424,16 @@ class RemoteQueue(Queue):
                 remote.relay.settled()
 
     def requeue(self, entries: list[QueuedMessage], failed: bool = False) -> None:
-        """basic.nack requeue=true on the owner (it counts every return as failed)."""
+        """Back to the owner: a failed delivery as basic.nack requeue=true (the owner
+        counts it), a plain return (AMQP 1.0 released, a cancelled consumer) as
+        basic.reject requeue=true, which the owner takes from a peer as not failed."""
         for entry in entries:
             remote = self._settled(entry)
             if remote is not None:
-                remote.handle.nack(remote.seq, True)
+                if failed:
+                    remote.handle.nack(remote.seq, True)
+                else:
+                    remote.handle.reject(remote.seq, True)
                 remote.state = READY
                 if remote.relay is not None:
                     remote.relay.settled()

@@ -29,12 +29,14 @@ from ...amqp.errors import (
     UNEXPECTED_FRAME,
     AMQPConnectionError,
     ChannelError,
+    from_reply,
 )
 from ...amqp.frames import encode_content, encode_method
 from ...core.errors import NotImplementedFeature, access_refused, not_found, precondition_failed
 from ...core.message import Message
 from ...core.publish import REPLY_TO, REPLY_TO_PREFIX, Publisher
 from ...core.queues import Queue, QueuedMessage
+from ...core.queues.remote import RemoteQueue
 from .ack_timeout import AckTimeouts
 from .consumer import ChannelConsumer
 from .message import AMQP, content_header, from_publish, replace_reply_to, with_delivery_headers
@@ -340,13 +342,50 @@ class Channel:
             self.send_method(commands.Queue.PurgeOk(message_count=count))
 
     def _queue_delete(self, m: commands.Queue.Delete) -> None:
+        name = self._queue_name(m.queue)
+        queue = self.session.vhost.queues.get(name)
+        if (m.if_unused or m.if_empty) and isinstance(queue, RemoteQueue) and queue.link is not None:
+            # another cluster node owns it: only the owner knows whether it is empty or
+            # unused (docs/cluster.md); it deletes it, or refuses (406, or 404 unreachable)
+            self.session.access.configure("queue", name)
+            link = queue.link
+            answer: list[tuple[int, tuple[int, str] | None]] = []
+
+            def register(done: Callable[[bool], None]) -> None:
+                def replied(count: int, refusal: tuple[int, str] | None) -> None:
+                    answer.append((count, refusal))
+                    done(True)
+
+                link.delete(name, m.if_unused, m.if_empty, replied)
+
+            self.connection.wait_for(register, lambda ok: self._deleted_on_owner(queue, m, *answer[0]))
+            return
+        self._delete_here(m, name)
+
+    def _deleted_on_owner(
+        self, queue: Queue, m: commands.Queue.Delete, count: int, refusal: tuple[int, str] | None
+    ) -> None:
+        if refusal is not None:
+            error = from_reply(ChannelError, *refusal)
+            assert isinstance(error, ChannelError)
+            self.connection.fail(error, self.number, (50, 40))
+        elif not self.closing and self.connection.channels.get(self.number) is self:
+            self._delete_here(m, queue.name, count)  # (gone here already when the owner's change came first)
+
+    def _delete_here(self, m: commands.Queue.Delete, name: str, owner_count: int | None = None) -> None:
+        """queue.delete on this node (``owner_count``: the owner deleted it already,
+        with that many messages: no more checks here)."""
         # RabbitMQ's channel hears that the queue is gone only once it has replied, so
         # its own consumers' basic.cancel follow delete-ok. A client waiting for the
         # delete-ok would otherwise meet the cancel first: py-amqp (kombu) raises
         # ConsumerCancelled from queue_delete. Other channels' cancels go out at once.
         self.deferred_cancels = []
         try:
-            count = self.session.delete_queue(self._queue_name(m.queue), m.if_unused, m.if_empty)
+            if owner_count is None:
+                count = self.session.delete_queue(name, m.if_unused, m.if_empty)
+            else:
+                self.session.delete_queue(name)
+                count = owner_count
         finally:
             cancels, self.deferred_cancels = self.deferred_cancels, None
         if not m.nowait:
@@ -616,7 +655,10 @@ class Channel:
 
     def _basic_reject(self, m: commands.Basic.Reject) -> None:
         assert m.delivery_tag is not None  # decoded from the wire: pamqp's None is a default
-        self._acknowledge(m.delivery_tag, False, m.requeue, failed=True)  # RabbitMQ 4.3: a failure
+        # RabbitMQ 4.3: a failure; but from another node of the cluster a plain return (an
+        # AMQP 1.0 released there, cluster/peers.py: its failures come as basic.nack)
+        failed = not self.publisher.local_only
+        self._acknowledge(m.delivery_tag, False, m.requeue, failed=failed)
 
     def _basic_nack(self, m: commands.Basic.Nack) -> None:
         # a failure, as basic.reject: RabbitMQ 4.3 counts reject only, which leaves the
