@@ -13,8 +13,9 @@ cluster's link to that node, :mod:`leveret.cluster.peers`):
 - a consumer is relayed (:meth:`OwnerLink.open_relay`: one channel per consumer on the
   link, its prefetch as basic.qos, manual acks); the owner's deliveries wait here, one
   buffer per consumer, until the local consumer can take them; its ack, requeue and
-  discard go back with the owner's delivery tag (basic.ack, basic.nack requeue,
-  basic.reject requeue=false);
+  discard go back with the owner's delivery tag (basic.ack; basic.nack requeue for a
+  failed delivery, basic.reject requeue for a plain return, which the owner counts as
+  such on a peer's link; basic.reject requeue=false);
 - basic.get, purge and the figures (message and consumer counts, from a passive
   queue.declare on the owner, at most once a second, when asked) go over the link.
 
