@@ -15,15 +15,21 @@ from targets import unique
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
+def fill(node, queue: str, bodies: list[bytes]) -> None:
+    """Declare ``queue`` through ``node`` (client-local: owned by it) and publish
+    ``bodies`` there, persistent and confirmed."""
+    with pika.BlockingConnection(pika.URLParameters(node.url)) as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue, durable=True)
+        channel.confirm_delivery()
+        for body in bodies:
+            channel.basic_publish("", queue, body, PERSISTENT, mandatory=True)
+
+
 def test_delete_if_empty_on_n1_of_a_queue_n2_holds_messages_in_is_refused(postgres, tmp_path) -> None:
     n1, n2 = start_nodes(tmp_path, postgres.url, unique("delchk").replace("-", "_"), 2)
     try:
-        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
-            channel = on_n2.channel()
-            channel.queue_declare("kept", durable=True)  # client-local: owned by n2
-            channel.confirm_delivery()
-            for i in range(3):
-                channel.basic_publish("", "kept", b"m%d" % i, PERSISTENT, mandatory=True)
+        fill(n2, "kept", [b"m%d" % i for i in range(3)])  # owned by n2
         refused = None
         with pika.BlockingConnection(pika.URLParameters(n1.url)) as on_n1:
             try:
@@ -54,12 +60,7 @@ def test_a_purge_on_n1_reaches_the_owner_n2_over_a_link_not_up_yet(postgres, tmp
     """The first use of n1's link to n2 is a purge: it is made once the link is up."""
     n1, n2 = start_nodes(tmp_path, postgres.url, unique("purge").replace("-", "_"), 2)
     try:
-        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
-            channel = on_n2.channel()
-            channel.queue_declare("full", durable=True)  # client-local: owned by n2
-            channel.confirm_delivery()
-            for i in range(3):
-                channel.basic_publish("", "full", b"m%d" % i, PERSISTENT, mandatory=True)
+        fill(n2, "full", [b"m%d" % i for i in range(3)])  # owned by n2
         with pika.BlockingConnection(pika.URLParameters(n1.url)) as on_n1:
             on_n1.channel().queue_purge("full")
 
@@ -78,11 +79,7 @@ def test_the_first_basic_get_on_n1_of_a_queue_owned_by_n2_gets_its_head(postgres
     basic.get-empty for a queue that holds messages."""
     n1, n2 = start_nodes(tmp_path, postgres.url, unique("get").replace("-", "_"), 2)
     try:
-        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
-            channel = on_n2.channel()
-            channel.queue_declare("held", durable=True)  # client-local: owned by n2
-            channel.confirm_delivery()
-            channel.basic_publish("", "held", b"head", PERSISTENT, mandatory=True)
+        fill(n2, "held", [b"head"])  # owned by n2
         with pika.BlockingConnection(pika.URLParameters(n1.url)) as on_n1:
             _, _, body = on_n1.channel().basic_get("held", auto_ack=True)
         assert body == b"head"
@@ -97,11 +94,7 @@ def test_the_http_api_delete_if_empty_on_n1_of_a_queue_n2_holds_messages_in_is_r
     """``DELETE /api/queues/%2F/q?if-empty=true`` on n1: 400 (RabbitMQ's), n2 keeps it."""
     n1, n2 = start_nodes(tmp_path, postgres.url, unique("httpdel").replace("-", "_"), 2)
     try:
-        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
-            channel = on_n2.channel()
-            channel.queue_declare("kept", durable=True)  # client-local: owned by n2
-            channel.confirm_delivery()
-            channel.basic_publish("", "kept", b"m", PERSISTENT, mandatory=True)
+        fill(n2, "kept", [b"m"])  # owned by n2
         answer = requests.delete(
             f"{n1.http_url}/api/queues/%2F/kept",
             params={"if-empty": "true"},
@@ -121,12 +114,7 @@ def test_a_passive_declare_on_n1_comes_to_show_the_owners_count_by_itself(postgr
     else opens it here), and a later look shows what n2 holds."""
     n1, n2 = start_nodes(tmp_path, postgres.url, unique("figures").replace("-", "_"), 2)
     try:
-        with pika.BlockingConnection(pika.URLParameters(n2.url)) as on_n2:
-            channel = on_n2.channel()
-            channel.queue_declare("counted", durable=True)  # client-local: owned by n2
-            channel.confirm_delivery()
-            for i in range(4):
-                channel.basic_publish("", "counted", b"m%d" % i, PERSISTENT, mandatory=True)
+        fill(n2, "counted", [b"m%d" % i for i in range(4)])  # owned by n2
         with pika.BlockingConnection(pika.URLParameters(n1.url)) as on_n1:
             channel = on_n1.channel()
 
